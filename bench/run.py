@@ -1,0 +1,495 @@
+"""Benchmark harness: run every figure for every peer, print one comparison table.
+
+Usage (from the repository root)::
+
+    python bench/run.py [--only lightwork,ray] [--quick] [--figures sync_roundtrip_us,...]
+
+Design
+------
+The harness (the parent) never imports a runtime. For each peer it starts a fresh
+subprocess of this same file with ``--child PEER``; the child starts that one
+runtime with 4 worker slots, runs the selected workloads from ``workloads.py``
+through the peer's adapter from ``peers.py``, and writes its numbers to a JSON file
+after every figure. So:
+
+* one peer's runtime (its daemons, shared memory, sockets) never disturbs another's;
+* a peer that crashes or hangs costs only its own column: the parent kills the
+  child's whole process tree after ``--timeout`` seconds and keeps whatever figures
+  the child had already written. The child arms ``faulthandler`` to dump its stacks
+  into its log shortly before that deadline, so a hang is diagnosable;
+* the child, being fresh, can time ``init_to_first_result_s`` (from just before
+  ``start()`` to the first ``get`` returning; the import is timed apart as
+  ``import_s``) and, at the end, ``shutdown_s``.
+
+While a child runs the parent records its descendants; any still alive a moment
+after the child exits were left behind by the peer's shutdown. They are reported
+(``leftover_processes`` in results.json) and then killed.
+
+Each child's stdout/stderr goes to ``bench/logs/PEER.log``. The parent prints the
+table on stdout and writes every number, with machine information and the peers'
+versions, to ``bench/results.json`` (through ``results.json.tmp``, so a partial
+file never replaces a good one).
+
+Every figure is "lower is better". The table shows lightwork's value divided by
+Ray's and by the best other runtime's (the serial baseline is not a runtime and is
+never "best"), and checks lightwork against its targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import faulthandler
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+RESULTS_PATH = BENCH_DIR / "results.json"
+LOG_DIR = BENCH_DIR / "logs"
+
+# Importable for the harness too, but the parent uses only names, never runtimes.
+sys.path.insert(0, str(BENCH_DIR))
+
+from peers import BASELINES, PEER_ENV, PEERS, NotSupported, make_peer  # noqa: E402
+from workloads import BASELINE_WORKLOADS, EXTRA_ROWS, WORKLOADS, Settings  # noqa: E402
+
+#: Table rows in order, with lightwork's target (None: reported, no target).
+TARGETS: dict[str, float | None] = {
+    "sync_roundtrip_us": 100,
+    "async_per_task_us": 15,
+    "sleep_20k_s": 1.2,
+    "by_value_160mb_s": 0.4,
+    "put_once_160mb_s": 0.02,
+    "put_160mb_s": None,
+    "get_160mb_ms": 1,
+    "init_to_first_result_s": 0.3,
+    "shutdown_s": 0.2,
+    "idle_worker_rss_mb": 30,
+}
+#: Rows every peer with a runtime produces, whatever ``--figures`` says.
+LIFECYCLE_ROWS = ("init_to_first_result_s", "shutdown_s")
+
+DEFAULT_TIMEOUT_S = 180.0
+QUICK_TIMEOUT_S = 90.0
+
+
+# --- child: one peer in its own process ------------------------------------------------
+
+
+class ChildReport:
+    """What a child knows so far; rewritten to disk after every step."""
+
+    def __init__(self, peer: str, path: Path) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {
+            "peer": peer,
+            "status": "running",
+            "versions": {},
+            "figures": {},
+            "notes": {},
+            "details": {},
+        }
+
+    def figure(self, row: str, value: float) -> None:
+        self.data["figures"][row] = value
+        self.save()
+
+    def note(self, rows: Sequence[str], text: str) -> None:
+        for row in rows:
+            self.data["notes"][row] = text
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1))
+        tmp.replace(self.path)
+
+
+def run_child(peer_name: str, workloads: list[str], quick: bool, result_path: Path,
+              timeout_s: float) -> int:
+    """Body of ``run.py --child PEER``: measure one peer, write ``result_path``."""
+    if timeout_s > 20:
+        faulthandler.dump_traceback_later(timeout_s - 10, exit=False)
+    report = ChildReport(peer_name, result_path)
+    settings = Settings.quick() if quick else Settings()
+    peer = make_peer(peer_name)
+
+    try:
+        start = time.perf_counter()
+        peer.load()
+        report.data["details"]["import_s"] = time.perf_counter() - start
+        report.data["versions"] = peer.versions()
+        import workloads as wl
+
+        start = time.perf_counter()
+        peer.start()
+        peer.get([peer.submit(wl.noop)])
+        if peer.has_runtime:
+            report.figure("init_to_first_result_s", time.perf_counter() - start)
+    except Exception as exc:
+        traceback.print_exc()
+        report.data["status"] = "error"
+        report.data["error"] = f"start-up failed: {type(exc).__name__}: {exc}"
+        report.save()
+        return 1
+
+    for name in workloads:
+        rows = (name, *EXTRA_ROWS.get(name, ()))
+        print(f"--- {peer_name}: {name}", flush=True)
+        try:
+            for row, value in WORKLOADS[name](peer, settings).items():
+                report.figure(row, value)
+        except NotSupported as exc:
+            report.note(rows, f"n/a: {exc}")
+        except Exception as exc:
+            traceback.print_exc()
+            report.note(rows, f"error: {type(exc).__name__}: {exc}")
+
+    try:
+        start = time.perf_counter()
+        peer.shutdown()
+        if peer.has_runtime:
+            report.figure("shutdown_s", time.perf_counter() - start)
+    except Exception as exc:
+        traceback.print_exc()
+        report.note(["shutdown_s"], f"error: {type(exc).__name__}: {exc}")
+    report.data["status"] = "ok"
+    report.save()
+    faulthandler.cancel_dump_traceback_later()
+    return 0
+
+
+# --- parent: one subprocess per peer ----------------------------------------------------
+
+
+def child_env(peer: str) -> dict[str, str]:
+    env = dict(os.environ)
+    # bench/ so every peer's workers import the task functions by name; src/ so the
+    # checkout under test is what gets measured even without an editable install.
+    paths = [str(BENCH_DIR), str(REPO_DIR / "src")]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(PEER_ENV.get(peer, {}))
+    return env
+
+
+def descendants(pid: int) -> dict[int, float]:
+    """pid -> create_time of every live descendant of ``pid``."""
+    import psutil
+
+    try:
+        procs = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return {}
+    found = {}
+    for proc in procs:
+        try:
+            found[proc.pid] = proc.create_time()
+        except psutil.Error:
+            pass
+    return found
+
+
+def kill_survivors(seen: dict[int, float]) -> list[str]:
+    """Kill the recorded processes still alive (same pid *and* start time)."""
+    import psutil
+
+    killed = []
+    for pid, created in seen.items():
+        try:
+            proc = psutil.Process(pid)
+            if proc.create_time() != created:
+                continue  # pid reused by an unrelated process
+            killed.append(" ".join(proc.cmdline())[:100] or proc.name())
+            proc.kill()
+        except psutil.Error:
+            pass
+    return killed
+
+
+def run_peer(peer: str, workloads: list[str], quick: bool, timeout_s: float) -> dict[str, Any]:
+    """Run one peer's child process; return its report plus how the process ended."""
+    LOG_DIR.mkdir(exist_ok=True)
+    log_path = LOG_DIR / f"{peer}.log"
+    with tempfile.TemporaryDirectory(prefix=f"bench-{peer}-") as workdir:
+        result_path = Path(workdir) / "result.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", peer,
+               "--result-file", str(result_path), "--timeout", str(timeout_s),
+               "--figures", ",".join(workloads) or "none"]
+        if quick:
+            cmd.append("--quick")
+        started = time.perf_counter()
+        with open(log_path, "w") as log:
+            # Own session, so a timeout can kill the peer's whole process group.
+            proc = subprocess.Popen(cmd, cwd=workdir, env=child_env(peer), stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            seen: dict[int, float] = {}
+            timed_out = False
+            while True:
+                seen.update(descendants(proc.pid))
+                try:
+                    proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.perf_counter() - started > timeout_s:
+                        timed_out = True
+                        seen.update(descendants(proc.pid))
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        proc.wait()
+                        break
+        elapsed = time.perf_counter() - started
+        if not timed_out:
+            time.sleep(2.0)  # give a clean shutdown time to reap its daemons
+        leftovers = kill_survivors(seen)
+
+        try:
+            report: dict[str, Any] = json.loads(result_path.read_text())
+        except (OSError, ValueError):
+            report = {"peer": peer, "versions": {}, "figures": {}, "notes": {}, "details": {}}
+    if timed_out:
+        report["status"] = "timeout"
+        report["error"] = f"killed after {timeout_s:.0f} s (stacks in {log_path})"
+    elif proc.returncode != 0 and report.get("status") != "error":
+        report["status"] = "crashed"
+        report["error"] = f"exit code {proc.returncode}; see {log_path}"
+    elif report.get("status") == "running":  # exit 0 yet unfinished: should not happen
+        report["status"] = "crashed"
+        report["error"] = f"child stopped early; see {log_path}"
+    report["elapsed_s"] = elapsed
+    report["log"] = str(log_path.relative_to(REPO_DIR))
+    if not timed_out:
+        report["leftover_processes"] = leftovers
+    return report
+
+
+# --- table ---------------------------------------------------------------------------
+
+
+def fmt(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def cell(report: dict[str, Any], row: str) -> str:
+    if row in report["figures"]:
+        return fmt(report["figures"][row])
+    note = report["notes"].get(row, "")
+    if note.startswith("n/a"):
+        return "n/a"
+    if note.startswith("error"):
+        return "error"
+    status = report.get("status", "")
+    return status if status in ("timeout", "crashed", "error") else "—"
+
+
+def ratios(reports: dict[str, dict[str, Any]], row: str) -> dict[str, Any]:
+    """lightwork / ray and lightwork / best other runtime, where both have numbers."""
+    def value(peer: str) -> float | None:
+        return reports.get(peer, {}).get("figures", {}).get(row)
+
+    out: dict[str, Any] = {}
+    lw = value("lightwork")
+    others = {p: v for p in PEERS if p != "lightwork" and (v := value(p)) is not None}
+    ray = others.get("ray")
+    if lw is not None and ray:
+        out["lightwork/ray"] = lw / ray
+    if lw is not None and others:
+        best = min(others, key=lambda p: others[p])
+        if others[best]:
+            out["lightwork/best"] = lw / others[best]
+            out["best_peer"] = best
+    return out
+
+
+def render_table(reports: dict[str, dict[str, Any]], rows: list[str]) -> str:
+    peers = list(reports)
+    header = ["figure", *peers, "lw/ray", "lw/best", "target", ""]
+    lines = [header]
+    for row in rows:
+        r = ratios(reports, row)
+        target = TARGETS[row]
+        lw = reports.get("lightwork", {}).get("figures", {}).get(row)
+        if target is None or "lightwork" not in reports:
+            verdict = ""
+        else:
+            verdict = "✓" if lw is not None and lw <= target else "✗"
+        lines.append([
+            row,
+            *(cell(reports[p], row) if p in PEERS or row in reports[p]["figures"] else ""
+              for p in peers),
+            f"{r['lightwork/ray']:.2f}" if "lightwork/ray" in r else "",
+            f"{r['lightwork/best']:.2f} {r['best_peer']}" if "lightwork/best" in r else "",
+            f"≤ {target:g}" if target is not None else "",
+            verdict,
+        ])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    out = []
+    for n, line in enumerate(lines):
+        cells = [line[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(line[1:], widths[1:])]
+        out.append("  ".join(cells).rstrip())
+        if n == 0:
+            out.append("-" * len(out[0]))
+    return "\n".join(out)
+
+
+def machine_info() -> dict[str, Any]:
+    import psutil
+
+    info: dict[str, Any] = {
+        "cpu_count": os.cpu_count(),
+        "cpu_count_physical": psutil.cpu_count(logical=False),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+    }
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:  # read-only: which commit was measured, if there is one
+        info["git_commit"] = subprocess.run(
+            ["git", "-C", str(REPO_DIR), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=10,
+        ).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        info["git_commit"] = None
+    return info
+
+
+# --- command line --------------------------------------------------------------------
+
+
+def select_workloads(figures: str | None) -> tuple[list[str], list[str]]:
+    """(workloads to run, table rows to show) for a ``--figures`` value."""
+    if not figures:
+        return list(WORKLOADS), list(TARGETS)
+    wanted = {name.strip() for name in figures.split(",") if name.strip()}
+    row_to_workload = {row: w for w, extras in EXTRA_ROWS.items() for row in extras}
+    unknown = wanted - set(TARGETS)
+    if unknown:
+        raise SystemExit(f"unknown figure(s) {', '.join(sorted(unknown))}; "
+                         f"choose from {', '.join(TARGETS)}")
+    chosen = {row_to_workload.get(name, name) for name in wanted} & set(WORKLOADS)
+    workloads = [w for w in WORKLOADS if w in chosen]
+    rows = [row for row in TARGETS if row in wanted or row in LIFECYCLE_ROWS
+            or row_to_workload.get(row) in chosen or row in chosen]
+    return workloads, rows
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Compare lightwork with Ray, Dask and "
+                                     "concurrent.futures on the same machine.")
+    parser.add_argument("--only", help="comma-separated peers "
+                        f"(default: {','.join(PEERS + BASELINES)})")
+    parser.add_argument("--quick", action="store_true",
+                        help="far fewer repetitions: a smoke test, not a measurement")
+    parser.add_argument("--figures", help=f"comma-separated figures (default: all): "
+                        f"{', '.join(TARGETS)}")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help=f"seconds per peer before it is killed (default "
+                        f"{DEFAULT_TIMEOUT_S:.0f}, {QUICK_TIMEOUT_S:.0f} with --quick)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--result-file", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    timeout_s = args.timeout or (QUICK_TIMEOUT_S if args.quick else DEFAULT_TIMEOUT_S)
+
+    if args.child:
+        workloads = [] if args.figures == "none" else args.figures.split(",")
+        return run_child(args.child, workloads, args.quick, Path(args.result_file), timeout_s)
+
+    workloads, rows = select_workloads(args.figures)
+    peers = list(PEERS + BASELINES)
+    if args.only:
+        peers = [p.strip() for p in args.only.split(",") if p.strip()]
+        unknown = set(peers) - set(PEERS + BASELINES)
+        if unknown:
+            raise SystemExit(f"unknown peer(s) {', '.join(sorted(unknown))}; "
+                             f"choose from {', '.join(PEERS + BASELINES)}")
+
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    reports: dict[str, dict[str, Any]] = {}
+    for peer in peers:
+        peer_workloads = workloads
+        if peer in BASELINES:
+            peer_workloads = [w for w in workloads if w in BASELINE_WORKLOADS]
+            if not peer_workloads:
+                continue
+        print(f"[bench] {peer}: running {len(peer_workloads)} workload(s)...",
+              file=sys.stderr, flush=True)
+        report = run_peer(peer, peer_workloads, args.quick, timeout_s)
+        reports[peer] = report
+        print(f"[bench] {peer}: {report.get('status')} in {report['elapsed_s']:.1f} s",
+              file=sys.stderr, flush=True)
+
+    print()
+    mode = "QUICK (smoke test, not a measurement)" if args.quick else "full"
+    machine = machine_info()
+    machine["load_average_before"] = load_before
+    machine["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    print(f"lightwork bench — {mode}; {machine['cpu_count']} CPUs, Python "
+          f"{machine['python']}; 4 worker slots per peer; lower is better")
+    print()
+    print(render_table(reports, rows))
+    problems = [(p, r) for p, r in reports.items() if r.get("status") != "ok" or r["notes"]]
+    if problems:
+        print()
+    for peer, report in problems:
+        if report.get("error"):
+            print(f"  {peer}: {report['status']}: {report['error']}")
+        by_note: dict[str, list[str]] = {}
+        for row, note in report["notes"].items():
+            by_note.setdefault(note, []).append(row)
+        for note, note_rows in by_note.items():
+            print(f"  {peer} {', '.join(note_rows)}: {note}")
+    for peer, report in reports.items():
+        if report.get("leftover_processes"):
+            print(f"  {peer}: left {len(report['leftover_processes'])} process(es) "
+                  f"running after shutdown (killed)")
+
+    results = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "mode": "quick" if args.quick else "full",
+        "machine": machine,
+        "settings": {"peers": peers, "workloads": workloads, "timeout_s": timeout_s,
+                     "worker_slots": 4},
+        "targets": {row: TARGETS[row] for row in rows},
+        "peers": reports,
+        "ratios": {row: ratios(reports, row) for row in rows},
+    }
+    tmp = RESULTS_PATH.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    tmp.replace(RESULTS_PATH)
+    print(f"\nresults: {RESULTS_PATH.relative_to(REPO_DIR)}; logs: "
+          f"{LOG_DIR.relative_to(REPO_DIR)}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

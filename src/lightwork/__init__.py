@@ -1,0 +1,43 @@
+"""lightwork: parallel tasks and actors with Ray's core API, and diagnostics you can see.
+
+Importing this package starts nothing: no thread, no process. ``init()`` (or the first
+call that needs it) starts the embedded runtime.
+"""
+
+from lightwork import exceptions
+from lightwork._api import (
+    available_resources,
+    cancel,
+    cluster_resources,
+    get,
+    get_gpu_ids,
+    get_runtime_context,
+    init,
+    is_initialized,
+    nodes,
+    put,
+    remote,
+    shutdown,
+    wait,
+)
+from lightwork._object_ref import ObjectRef
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ObjectRef",
+    "available_resources",
+    "cancel",
+    "cluster_resources",
+    "exceptions",
+    "get",
+    "get_gpu_ids",
+    "get_runtime_context",
+    "init",
+    "is_initialized",
+    "nodes",
+    "put",
+    "remote",
+    "shutdown",
+    "wait",
+]

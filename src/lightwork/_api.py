@@ -1,0 +1,336 @@
+"""The public API: init/shutdown/get/put/wait/cancel and friends, with argument checks.
+
+Every call validates its arguments here and says what was wrong and what to do, then
+hands the work to the process's *core*: the driver's :class:`Node`, or, inside a worker,
+the :class:`Worker` (nested calls travel to the driver). The first call that needs a
+runtime starts a default one, as Ray does. Importing lightwork starts nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from lightwork._object_ref import ObjectRef
+from lightwork._remote import RemoteFunction
+
+_node: Any = None  # the driver's Node while initialized
+_worker: Any = None  # set inside worker processes
+_init_lock = threading.RLock()
+
+# Ray's init arguments that have no meaning for the embedded runtime. Asking for what
+# they turn on gets a one-line note; they never raise.
+RAY_ONLY_INIT_ARGS = {
+    "include_dashboard", "dashboard_host", "dashboard_port", "log_to_driver",
+    "logging_format", "logging_config", "configure_logging", "local_mode", "runtime_env",
+    "_temp_dir", "object_spilling_config", "_system_config", "storage", "job_config",
+    "_node_ip_address", "_redis_password", "_plasma_directory", "_metrics_export_port",
+    "_enable_object_reconstruction", "_tracing_startup_hook", "labels", "_memory",
+    "enable_resource_isolation", "system_reserved_cpu", "system_reserved_memory",
+    "_cgroup_path", "_node_name", "_skip_env_hook",
+}
+
+
+class RuntimeContext:
+    """What ``get_runtime_context()`` returns: ids and resources of the caller."""
+
+    def __init__(self, facts: dict[str, Any]) -> None:
+        self._facts = facts
+
+    def get_job_id(self) -> str:
+        return f"{self._facts['job_id']:08x}"
+
+    def get_task_id(self) -> str | None:
+        task_id = self._facts["task_id"]
+        return None if task_id is None else f"{task_id:020x}"
+
+    def get_worker_id(self) -> str:
+        return f"{self._facts['worker_id']:08x}"
+
+    def get_node_id(self) -> str:
+        return str(self._facts["node_id"])
+
+    def get_actor_id(self) -> str | None:
+        return self._facts.get("actor_id")
+
+    def get_assigned_resources(self) -> dict[str, float]:
+        return dict(self._facts["resources"])
+
+    def get_accelerator_ids(self) -> dict[str, list[str]]:
+        return {"GPU": [str(i) for i in self._facts["gpu_ids"]]}
+
+    @property
+    def namespace(self) -> str | None:
+        return self._facts.get("namespace")
+
+    job_id = property(get_job_id)
+    task_id = property(get_task_id)
+    worker_id = property(get_worker_id)
+    node_id = property(get_node_id)
+
+    def __repr__(self) -> str:
+        return f"RuntimeContext({self._facts})"
+
+
+class InitContext(dict):
+    """What ``init`` returns (Ray returns a context with address information)."""
+
+    def __enter__(self) -> InitContext:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        shutdown()
+
+
+def init(
+    address: str | None = None,
+    *,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    resources: dict[str, float] | None = None,
+    object_store_memory: int | None = None,
+    ignore_reinit_error: bool = False,
+    namespace: str | None = None,
+    event_budget: int | None = None,
+    **ray_kwargs: Any,
+) -> InitContext:
+    """Start the embedded runtime in this process.
+
+    ``num_cpus`` defaults to the machine's CPU count. Ray's dashboard and logging
+    arguments are accepted; those with no meaning here are noted and ignored.
+    """
+    global _node
+    from lightwork._runtime.calls import check_amount
+
+    if _worker is not None:
+        raise RuntimeError("lightwork.init() cannot be called inside a task or actor")
+    if address not in (None, "local", "auto"):
+        raise ValueError(
+            f"address={address!r}: lightwork runs an embedded runtime on this machine and "
+            "cannot connect to a cluster yet; call init() without an address"
+        )
+    unknown = sorted(set(ray_kwargs) - RAY_ONLY_INIT_ARGS - {"logging_level"})
+    if unknown:
+        raise TypeError(
+            f"init() got unexpected keyword argument(s) {', '.join(unknown)}; lightwork "
+            "accepts Ray's init arguments and num_cpus, num_gpus, resources, "
+            "object_store_memory, namespace, event_budget"
+        )
+    if "logging_level" in ray_kwargs:
+        import logging
+
+        logging.getLogger("lightwork").setLevel(ray_kwargs.pop("logging_level"))
+    noted = sorted(k for k, v in ray_kwargs.items() if v not in (None, False))
+    cpus = float(os.cpu_count() or 1) if num_cpus is None else check_amount("num_cpus", num_cpus)
+    gpus = 0.0 if num_gpus is None else check_amount("num_gpus", num_gpus)
+    custom = {}
+    if resources is not None:
+        if not isinstance(resources, dict):
+            raise TypeError(f"resources must be a dict of name -> amount, got {resources!r}")
+        for name, amount in resources.items():
+            if name in ("CPU", "GPU"):
+                raise ValueError("use num_cpus/num_gpus instead of resources={'CPU'/'GPU': ...}")
+            custom[str(name)] = check_amount(f"resources[{name!r}]", amount)
+    if object_store_memory is not None:
+        check_amount("object_store_memory", object_store_memory)
+    budget = 200_000 if event_budget is None else int(event_budget)
+    with _init_lock:
+        if _node is not None and not _node.closed:
+            if ignore_reinit_error:
+                return _context()
+            raise RuntimeError(
+                "lightwork.init() was already called in this process; call "
+                "lightwork.shutdown() first, or pass ignore_reinit_error=True"
+            )
+        from lightwork._runtime.node import Node
+
+        _node = Node(cpus, gpus, custom, namespace, budget)
+    if noted:
+        print(
+            f"lightwork: ignoring Ray-only init argument(s) {', '.join(noted)} "
+            "(no effect on the embedded runtime)",
+            file=sys.stderr,
+        )
+    return _context()
+
+
+def _context() -> InitContext:
+    return InitContext(
+        session_dir=_node.session.directory,
+        node_id=_node.node_id,
+        address="local",
+        dashboard_url=None,
+    )
+
+
+def shutdown() -> None:
+    """Stop the runtime: workers exit, shared memory is released. Safe to call twice."""
+    global _node
+    with _init_lock:
+        node, _node = _node, None
+    if node is not None:
+        node.shutdown()
+
+
+atexit.register(shutdown)
+
+
+def is_initialized() -> bool:
+    return _worker is not None or (_node is not None and not _node.closed)
+
+
+def _core() -> Any:
+    if _worker is not None:
+        return _worker
+    node = _node
+    if node is None or node.closed:
+        with _init_lock:
+            if _node is None or _node.closed:
+                init()
+            node = _node
+    return node
+
+
+def _install_worker_core(worker: Any) -> None:
+    global _worker, _node
+    _worker = worker
+    _node = None
+
+
+# -- decorators ---------------------------------------------------------------------------
+def remote(*args: Any, **options: Any) -> Any:
+    """``@remote`` or ``@remote(num_cpus=..., ...)`` on a function (or class: an actor)."""
+    if len(args) == 1 and not options and callable(args[0]):
+        return _make_remote(args[0], {})
+    if args:
+        raise TypeError(
+            "@remote takes either no arguments or only keyword options, e.g. "
+            "@lightwork.remote(num_cpus=2)"
+        )
+    return lambda target: _make_remote(target, options)
+
+
+def _make_remote(target: Any, options: dict[str, Any]) -> Any:
+    if isinstance(target, type):
+        from lightwork._actor import make_actor_class
+
+        return make_actor_class(target, options)
+    if not callable(target):
+        raise TypeError(f"@remote applies to functions and classes, not {type(target).__name__}")
+    return RemoteFunction(target, options)
+
+
+# -- objects ------------------------------------------------------------------------------
+def _check_timeout(timeout: Any) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be None or a number of seconds, got {timeout!r}")
+    if timeout < 0:
+        raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
+    return float(timeout)
+
+
+def _refs_of(object_refs: Any, call: str) -> list[ObjectRef]:
+    if not isinstance(object_refs, (list, tuple)):
+        raise TypeError(
+            f"{call} expects an ObjectRef or a list of ObjectRefs, got "
+            f"{type(object_refs).__name__}: {object_refs!r:.80}"
+        )
+    for index, ref in enumerate(object_refs):
+        if not isinstance(ref, ObjectRef):
+            raise TypeError(
+                f"{call} expects ObjectRefs, but item {index} is a "
+                f"{type(ref).__name__}: {ref!r:.80}; pass the refs returned by .remote() or put()"
+            )
+    return list(object_refs)
+
+
+def get(object_refs: Any, *, timeout: float | None = None) -> Any:
+    """The value(s) of ``object_refs`` (one ref, or a list), blocking until ready."""
+    timeout = _check_timeout(timeout)
+    if isinstance(object_refs, ObjectRef):
+        return _core().get([object_refs.id], timeout)[0]
+    refs = _refs_of(object_refs, "get()")
+    if not refs:
+        return []
+    return _core().get([ref.id for ref in refs], timeout)
+
+
+def put(value: Any) -> ObjectRef:
+    """Store ``value`` once; pass the returned ref to tasks instead of the value."""
+    if isinstance(value, ObjectRef):
+        raise TypeError(
+            "put() of an ObjectRef is not allowed: the ref already names a stored object; "
+            "pass the ref itself, or put([ref]) to store a container holding it"
+        )
+    return _core().put(value)
+
+
+def wait(
+    object_refs: Sequence[ObjectRef],
+    *,
+    num_returns: int = 1,
+    timeout: float | None = None,
+    fetch_local: bool = True,
+) -> tuple[list[ObjectRef], list[ObjectRef]]:
+    """Split ``object_refs`` into (ready, not ready), keeping their order.
+
+    Returns as soon as ``num_returns`` are ready or ``timeout`` seconds passed;
+    ``timeout=0`` only looks.
+    """
+    if isinstance(object_refs, ObjectRef):
+        raise TypeError("wait() expects a list of ObjectRefs; wrap a single ref: wait([ref])")
+    refs = _refs_of(object_refs, "wait()")
+    if len(set(refs)) != len(refs):
+        raise ValueError("wait() requires a list of unique ObjectRefs; remove the duplicates")
+    if isinstance(num_returns, bool) or not isinstance(num_returns, int):
+        raise TypeError(f"num_returns must be an int, got {num_returns!r}")
+    if num_returns < 1 and refs:
+        raise ValueError(f"num_returns must be >= 1, got {num_returns}")
+    if num_returns > len(refs):
+        raise ValueError(
+            f"num_returns={num_returns} is more than the {len(refs)} ref(s) passed to wait()"
+        )
+    timeout = _check_timeout(timeout)
+    if not refs:
+        return [], []
+    ready_ids = set(_core().wait([ref.id for ref in refs], num_returns, timeout))
+    ready = [ref for ref in refs if ref.id in ready_ids]
+    not_ready = [ref for ref in refs if ref.id not in ready_ids]
+    return ready, not_ready
+
+
+def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
+    """Cancel the task that makes ``object_ref``; its ``get`` raises TaskCancelledError."""
+    if not isinstance(object_ref, ObjectRef):
+        raise TypeError(f"cancel() expects an ObjectRef returned by a task, got {object_ref!r:.80}")
+    _core().cancel([object_ref.id], bool(force))
+
+
+# -- introspection ------------------------------------------------------------------------
+def cluster_resources() -> dict[str, float]:
+    return _core().resources()[0]
+
+
+def available_resources() -> dict[str, float]:
+    return _core().resources()[1]
+
+
+def get_runtime_context() -> RuntimeContext:
+    return RuntimeContext(_core().runtime_context())
+
+
+def get_gpu_ids() -> list[int]:
+    return list(_core().runtime_context()["gpu_ids"])
+
+
+def nodes() -> list[dict[str, Any]]:
+    """One entry: this machine (Ray lists every node of the cluster)."""
+    total = cluster_resources()
+    return [{"NodeID": _core().runtime_context()["node_id"], "Alive": True,
+             "Resources": total, "NodeManagerAddress": "127.0.0.1"}]

@@ -1,0 +1,171 @@
+"""ObjectRef and the per-process reference counter.
+
+An ``ObjectRef`` is a cheap handle: an integer id whose high bits name the process that
+made it (0 is the driver, ``n`` is worker ``n``) and whose low bits are that process's
+counter, so any process can mint ids without asking anyone.
+
+Reference counting, per process: every live ``ObjectRef`` instance counts once in the
+process's :class:`RefCounter`. ``__init__`` increments under a lock; ``__del__`` only
+appends the id to a deque (it may run in any thread, at any allocation, even while that
+lock is held, so it must not take locks or touch runtime state). The runtime drains the
+deque at its next step and learns which ids this process no longer holds. The driver
+uses that to free objects; a worker reports its first and last reference to an id to the
+driver (a *borrow*), so the driver knows which objects workers still hold.
+
+A ref pickled into another value records its id in the active :func:`collecting_refs`
+context, so the runtime knows which objects a serialized value contains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections import deque
+from collections.abc import Callable, Generator, Iterable
+from contextlib import contextmanager
+from typing import Any
+
+PROCESS_ID_SHIFT = 40
+
+
+class RefCounter:
+    """Counts live ``ObjectRef`` instances of this process, by id."""
+
+    def __init__(self) -> None:
+        self._counts: dict[int, int] = {}
+        self._released: deque[int] = deque()
+        self._lock = threading.Lock()
+        # Called with an id whose count went 0 -> 1 through unpickling (a borrowed ref).
+        self.on_borrow: Callable[[int], None] | None = None
+
+    def add(self, object_id: int, borrowed: bool) -> None:
+        with self._lock:
+            count = self._counts.get(object_id)
+            self._counts[object_id] = 1 if count is None else count + 1
+        if count is None and borrowed and self.on_borrow is not None:
+            self.on_borrow(object_id)
+
+    def release_later(self, object_id: int) -> None:
+        self._released.append(object_id)
+
+    def drain(self) -> list[int]:
+        """Apply pending releases; return the ids this process no longer references."""
+        if not self._released:
+            return []
+        gone = []
+        with self._lock:
+            released = self._released
+            counts = self._counts
+            while released:
+                object_id = released.popleft()
+                count = counts[object_id] - 1
+                if count:
+                    counts[object_id] = count
+                else:
+                    del counts[object_id]
+                    gone.append(object_id)
+        return gone
+
+    def holds(self, object_id: int) -> bool:
+        return object_id in self._counts or object_id in self._released
+
+    def held_ids(self) -> list[int]:
+        with self._lock:
+            return list(self._counts)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._counts.clear()
+            self._released.clear()
+
+
+ref_counter = RefCounter()
+
+_collector = threading.local()
+
+
+@contextmanager
+def collecting_refs() -> Generator[list[int], None, None]:
+    """Collect the ids of refs pickled inside this block (the refs a value contains)."""
+    previous = getattr(_collector, "ids", None)
+    ids: list[int] = []
+    _collector.ids = ids
+    try:
+        yield ids
+    finally:
+        _collector.ids = previous
+
+
+class ObjectRef:
+    """A reference to an object in the lightwork object store.
+
+    Returned by ``f.remote()`` and ``put()``. Hashable, printable and picklable (a ref
+    inside an argument or a result is borrowed). ``get(ref)`` fetches the value;
+    ``ref.future()`` gives a ``concurrent.futures.Future``; ``await ref`` works in asyncio.
+    """
+
+    __slots__ = ("_id", "__weakref__")
+
+    def __init__(self, object_id: int, *, _borrowed: bool = False) -> None:
+        self._id = object_id
+        ref_counter.add(object_id, _borrowed)
+
+    def __del__(self) -> None:
+        ref_counter.release_later(self._id)
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    def hex(self) -> str:
+        return f"{self._id:020x}"
+
+    def binary(self) -> bytes:
+        return self._id.to_bytes(10, "big")
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self.hex()})"
+
+    def __hash__(self) -> int:
+        return hash(self._id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectRef) and other._id == self._id
+
+    def __copy__(self) -> ObjectRef:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> ObjectRef:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        ids = getattr(_collector, "ids", None)
+        if ids is not None:
+            ids.append(self._id)
+        return (_rebuild_ref, (self._id,))
+
+    def future(self) -> concurrent.futures.Future[Any]:
+        """A ``concurrent.futures.Future`` that completes with the object's value."""
+        from lightwork._api import _core
+
+        return _core().future(self)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return asyncio.wrap_future(self.future()).__await__()
+
+    def task_id(self) -> int:
+        from lightwork._api import _core
+
+        return _core().task_id_of(self._id)
+
+
+def _rebuild_ref(object_id: int) -> ObjectRef:
+    return ObjectRef(object_id, _borrowed=True)
+
+
+def ids_of(refs: Iterable[ObjectRef]) -> list[int]:
+    return [ref._id for ref in refs]
+
+
+ObjectRef.__module__ = "lightwork"

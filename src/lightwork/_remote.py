@@ -1,0 +1,101 @@
+"""``@remote`` on functions: RemoteFunction and ``.options()``.
+
+A RemoteFunction pickles its function once (cloudpickle, by value for ``__main__``) and
+names it by the hash of those bytes; a task frame carries only the hash, and each worker
+receives the code once. Redefining the function makes a new RemoteFunction with a new
+hash, so the newest definition is what runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from typing import Any
+
+import cloudpickle
+
+from lightwork._runtime.calls import IGNORED_OPTIONS, TASK_OPTIONS, check_options
+from lightwork._runtime.serialization import SerializationError, describe_unpicklable
+
+
+class RemoteFunction:
+    """A function that runs as a task: call ``f.remote(*args)`` to get an ObjectRef."""
+
+    def __init__(self, function: Any, options: dict[str, Any]) -> None:
+        self._function = function
+        self._options = check_options(dict(options), TASK_OPTIONS, f"remote function {_name(function)}")
+        self._key: bytes | None = None
+        self._blob: bytes | None = None
+        functools.update_wrapper(self, function, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"remote function {_name(self._function)} cannot be called directly; "
+            f"use {self._function.__name__}.remote(...) to run it as a task (and "
+            "lightwork.get() on the result), or call the original function directly"
+        )
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return _submit(self, args, kwargs, self._options)
+
+    def options(self, **options: Any) -> _BoundOptions:
+        """This function with some options changed for the calls made through the result."""
+        check_options(options, TASK_OPTIONS, f"remote function {_name(self._function)}")
+        return _BoundOptions(self, {**self._options, **options})
+
+    def _payload(self) -> tuple[bytes, bytes]:
+        if self._key is None:
+            try:
+                blob = cloudpickle.dumps(self._function)
+            except Exception as exc:
+                raise SerializationError(
+                    f"remote function {_name(self._function)} could not be pickled: "
+                    + describe_unpicklable(self._function, exc)
+                ) from exc
+            self._blob = blob
+            self._key = hashlib.blake2b(blob, digest_size=16).digest()
+        assert self._blob is not None
+        return self._key, self._blob
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RemoteFunction, (self._function, self._options))
+
+    def __repr__(self) -> str:
+        return f"<lightwork remote function {_name(self._function)}>"
+
+
+class _BoundOptions:
+    """What ``f.options(...)`` returns: ``.remote()`` with those options."""
+
+    def __init__(self, function: RemoteFunction, options: dict[str, Any]) -> None:
+        self._remote_function = function
+        self._options = options
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return _submit(self._remote_function, args, kwargs, self._options)
+
+    def options(self, **options: Any) -> _BoundOptions:
+        check_options(options, TASK_OPTIONS, "remote function")
+        return _BoundOptions(self._remote_function, {**self._options, **options})
+
+
+def _name(function: Any) -> str:
+    return getattr(function, "__qualname__", None) or getattr(function, "__name__", repr(function))
+
+
+def _submit(rf: RemoteFunction, args: tuple, kwargs: dict, options: dict[str, Any]) -> Any:
+    from lightwork._api import _core
+
+    key, blob = rf._payload()
+    name = options.get("name") or _name(rf._function)
+    core = _core()
+    refs = core.submit_task(key, blob, name, args, kwargs, options)
+    num_returns = options.get("num_returns", 1)
+    if num_returns == 1:
+        return refs[0]
+    if num_returns == 0:
+        return None
+    return refs
+
+
+__all__ = ["IGNORED_OPTIONS", "RemoteFunction"]

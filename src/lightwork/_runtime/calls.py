@@ -1,0 +1,142 @@
+"""What a call carries: its arguments, serialized once, and its validated options.
+
+Shared by the driver and by workers (nested calls). Top-level ``ObjectRef`` arguments
+become :class:`ArgSlot` placeholders and are listed as dependencies: the task runs only
+when they are ready, and the worker receives their values beside the arguments. Refs
+nested inside containers stay refs (borrowed by the task).
+
+Arguments made only of plain scalars are pickled with the C pickler; anything else goes
+through cloudpickle (functions and classes defined in ``__main__`` must travel by value).
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from lightwork._object_ref import ObjectRef
+from lightwork._runtime import serialization
+from lightwork._runtime.serialization import Stored
+
+_SCALARS = (int, float, str, bytes, bool, type(None))
+EMPTY_ARGS = serialization.serialize(((), {}), None)
+
+
+class ArgSlot:
+    """Placeholder for a top-level ObjectRef argument, filled with its value on the worker."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ArgSlot, (self.index,))
+
+
+def prepare_args(
+    args: tuple[Any, ...], kwargs: dict[str, Any], segment_path: str | None
+) -> tuple[Stored, tuple[int, ...]]:
+    """Serialize a call's arguments; return them and the ids of top-level ref arguments."""
+    if not args and not kwargs:
+        return EMPTY_ARGS, ()
+    deps: list[int] = []
+    plain = True
+    new_args = list(args)
+    for index, arg in enumerate(args):
+        kind = type(arg)
+        if kind is ObjectRef:
+            new_args[index] = ArgSlot(len(deps))
+            deps.append(arg._id)
+        elif kind not in _SCALARS:
+            plain = False
+    new_kwargs = dict(kwargs)
+    for name, arg in kwargs.items():
+        kind = type(arg)
+        if kind is ObjectRef:
+            new_kwargs[name] = ArgSlot(len(deps))
+            deps.append(arg._id)
+        elif kind not in _SCALARS:
+            plain = False
+    if plain:
+        import pickle
+
+        stored = Stored(pickle.dumps((new_args, new_kwargs), protocol=5))
+        stored.size = len(stored.data)
+        return stored, tuple(deps)
+    return serialization.serialize((new_args, new_kwargs), segment_path), tuple(deps)
+
+
+# -- options ---------------------------------------------------------------------------
+TASK_OPTIONS = {
+    "num_returns", "num_cpus", "num_gpus", "resources", "max_retries", "retry_exceptions",
+    "name", "memory", "scheduling_strategy", "runtime_env", "accelerator_type",
+    "max_calls", "placement_group", "placement_group_bundle_index",
+    "_metadata", "label_selector",
+}
+# Ray options accepted and ignored on one machine (no effect on placement here).
+IGNORED_OPTIONS = {
+    "memory", "scheduling_strategy", "runtime_env", "accelerator_type", "max_calls",
+    "placement_group", "placement_group_bundle_index", "_metadata", "label_selector",
+}
+
+
+def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
+    """Validate option names and values; raise a clear error naming the bad one."""
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {what}; "
+            f"valid options are: {', '.join(sorted(allowed))}"
+        )
+    for key in ("num_cpus", "num_gpus", "memory"):
+        if key in options and options[key] is not None:
+            check_amount(key, options[key])
+    resources = options.get("resources")
+    if resources is not None:
+        if not isinstance(resources, dict):
+            raise TypeError(f"resources must be a dict of name -> amount, got {resources!r}")
+        for name, amount in resources.items():
+            if not isinstance(name, str):
+                raise TypeError(f"resource names must be strings, got {name!r}")
+            if name in ("CPU", "GPU"):
+                raise ValueError(
+                    f"use num_cpus/num_gpus instead of resources={{{name!r}: ...}}"
+                )
+            check_amount(f"resources[{name!r}]", amount)
+    if "num_returns" in options:
+        n = options["num_returns"]
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"num_returns must be a non-negative int, got {n!r}")
+    if "max_retries" in options:
+        n = options["max_retries"]
+        if not isinstance(n, int) or isinstance(n, bool) or n < -1:
+            raise ValueError(f"max_retries must be an int >= -1 (-1: retry forever), got {n!r}")
+    retry = options.get("retry_exceptions")
+    if retry is not None and not isinstance(retry, bool):
+        if not (
+            isinstance(retry, (list, tuple))
+            and all(isinstance(c, type) and issubclass(c, BaseException) for c in retry)
+        ):
+            raise TypeError(
+                f"retry_exceptions must be True/False or a list of exception classes, got {retry!r}"
+            )
+    return options
+
+
+def check_amount(name: str, amount: Any) -> float:
+    if isinstance(amount, bool) or not isinstance(amount, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {amount!r} ({type(amount).__name__})")
+    if amount < 0:
+        raise ValueError(f"{name} must be >= 0, got {amount}")
+    return float(amount)
+
+
+def resource_demand(options: dict[str, Any], default_cpus: float) -> dict[str, float]:
+    num_cpus = options.get("num_cpus")
+    demand = {"CPU": float(default_cpus if num_cpus is None else num_cpus)}
+    if options.get("num_gpus"):
+        demand["GPU"] = float(options["num_gpus"])
+    for name, amount in (options.get("resources") or {}).items():
+        demand[name] = float(amount)
+    return demand

@@ -1,0 +1,88 @@
+"""The always-on event log: the life of every task, and the driver's blocked time.
+
+Each task owns one :class:`TaskRecord` from submission on. The scheduler stamps the
+driver-side times (submitted, dependencies ready, dispatched, seen by the driver); the
+worker stamps its own (started, arguments loaded, finished, result stored) and sends
+them back on the result frame. All times are ``time.monotonic()`` seconds, which on
+Linux is one clock for every process of the machine, so driver and worker times line up.
+
+When a task ends, its record moves into a bounded ring (``deque(maxlen=budget)``): memory
+stays flat on long runs and the oldest records are dropped first, counted in
+``dropped``. Appending is one deque append, so the log is never switched off.
+Driver spans (time blocked in ``get`` and ``wait``) go to a second ring of the same kind.
+
+Readers take :meth:`EventLog.snapshot`, which copies under the runtime's lock holder's
+terms: deque iteration is safe against concurrent appends only if it is not mutated
+while iterating, so the node takes the snapshot while holding its lock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+DEFAULT_BUDGET = 200_000
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    """Timestamps and facts about one attempt-spanning task."""
+
+    task_id: int
+    name: str
+    owner: int
+    submitted: float
+    attempt: int = 0
+    worker_id: int = -1
+    pid: int = 0
+    deps_ready: float = 0.0
+    dispatched: float = 0.0
+    started: float = 0.0
+    args_loaded: float = 0.0
+    finished: float = 0.0
+    stored: float = 0.0
+    seen: float = 0.0
+    arg_size: int = 0
+    result_size: int = 0
+    state: str = "PENDING_ARGS_AVAIL"
+    error: str | None = None
+    retries: list[tuple[float, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(slots=True)
+class DriverSpan:
+    """The driver (or a worker) blocked in ``get``/``wait`` from ``start`` to ``end``."""
+
+    kind: str
+    start: float
+    end: float
+    object_count: int
+    thread_id: int
+
+
+class EventLog:
+    def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
+        if budget < 1:
+            raise ValueError(f"the event budget must be at least 1, got {budget}")
+        self.budget = budget
+        self.tasks: deque[TaskRecord] = deque(maxlen=budget)
+        self.spans: deque[DriverSpan] = deque(maxlen=budget)
+        self.dropped_tasks = 0
+        self.dropped_spans = 0
+        self.started_at = time.monotonic()
+        self.started_at_wall = time.time()
+
+    def finish_task(self, record: TaskRecord) -> None:
+        if len(self.tasks) == self.budget:
+            self.dropped_tasks += 1
+        self.tasks.append(record)
+
+    def add_span(self, span: DriverSpan) -> None:
+        if len(self.spans) == self.budget:
+            self.dropped_spans += 1
+        self.spans.append(span)

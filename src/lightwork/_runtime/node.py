@@ -1,0 +1,972 @@
+"""The driver's runtime: object table, scheduler, worker pool and the I/O loop.
+
+    user threads (API calls)          I/O thread "lightwork-node"
+    ─ submit: serialize args, ─┐      ┌─ select() on worker sockets, the fork server's
+      take the lock, register, │      │  control socket and a wake-up pipe
+      dispatch, send frames    ├─lock─┤─ read frames, apply them (results, nested
+    ─ get/wait: register a     │      │  submissions, borrows, deaths), dispatch
+      waiter, block on it   ───┘      └─ run timers; complete futures outside the lock
+
+One lock (``self.lock``) guards all runtime state; whoever holds it is the one mutator.
+API threads do their own sends (no thread hand-off on the submit path); the I/O thread
+does all reads. Sockets are non-blocking on this side: a frame that does not fit in the
+socket buffer waits in the connection's ``out`` buffer and the I/O thread finishes it, so
+the driver never blocks on a worker that is itself blocked on the driver.
+
+Workers: ``Session``'s fork server starts them; ``EXITED`` from it gives the wait status
+of a dead worker, so the error names the exit code or signal. A worker is dead when its
+socket closes; its running task is retried (``max_retries``) or fails with
+``WorkerCrashedError``, its queued tasks go back to the queue, objects it owned raise
+``OwnerDiedError``, and what it borrowed is released.
+
+Reference counting: see ``objects.py`` (the table) and ``_object_ref.py`` (per process).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import heapq
+import itertools
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightwork import exceptions
+from lightwork._object_ref import ObjectRef, ref_counter
+from lightwork._runtime import forkserver
+from lightwork._runtime import protocol as p
+from lightwork._runtime import serialization
+from lightwork._runtime.events import DriverSpan, EventLog, TaskRecord
+from lightwork._runtime.objects import FAILED, PENDING, READY, ObjectEntry, ObjectTable
+from lightwork._runtime.calls import prepare_args, resource_demand
+from lightwork._runtime.scheduler import (
+    DISPATCHED,
+    FAILED as TASK_FAILED,
+    FINISHED,
+    READY as TASK_READY,
+    WAITING,
+    Scheduler,
+    TaskSpec,
+    WorkerSlot,
+    make_shape,
+)
+from lightwork._runtime.serialization import Stored
+from lightwork._runtime.session import ForkServer, Session
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+               "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+EXIT_STATUS_GRACE_S = 1.0
+
+
+@dataclass(eq=False)
+class WorkerConn:
+    """The driver's side of one worker process."""
+
+    worker_id: int
+    sock: socket.socket
+    slot: WorkerSlot
+    pid: int = 0
+    decoder: p.FrameDecoder = field(default_factory=p.FrameDecoder)
+    out: bytearray = field(default_factory=bytearray)
+    functions: set[bytes] = field(default_factory=set)
+    holds: set[int] = field(default_factory=set)
+    owned: set[int] = field(default_factory=set)
+    exit_status: int | None = None
+    eof_at: float = 0.0
+    dead: bool = False
+    started_at: float = field(default_factory=time.monotonic)
+
+
+class Countdown:
+    """Wakes a blocked caller when ``remaining`` objects have resolved."""
+
+    __slots__ = ("remaining", "event")
+
+    def __init__(self, remaining: int) -> None:
+        self.remaining = remaining
+        self.event = threading.Event()
+
+    def hit(self, entry: ObjectEntry) -> None:
+        self.remaining -= 1
+        if self.remaining <= 0:
+            self.event.set()
+
+
+class Node:
+    """One session of the embedded runtime in the driver process."""
+
+    def __init__(
+        self,
+        num_cpus: float,
+        num_gpus: float,
+        resources: dict[str, float],
+        namespace: str | None,
+        event_budget: int,
+    ) -> None:
+        total = {"CPU": float(num_cpus), "GPU": float(num_gpus), **resources}
+        self.namespace = namespace
+        self.job_id = 1
+        self.session = Session.create()
+        self.node_id = self.session.name
+        self.lock = threading.RLock()
+        self.objects = ObjectTable()
+        self.scheduler = Scheduler(total)
+        self.log = EventLog(event_budget)
+        self.functions: dict[bytes, bytes] = {}
+        self.function_names: dict[bytes, str] = {}
+        self.tasks: dict[int, TaskSpec] = {}
+        self.workers: dict[int, WorkerConn] = {}
+        self.gpu_free: dict[int, float] = {i: 1.0 for i in range(int(num_gpus))}
+        self.task_gpus: dict[int, list[tuple[int, float]]] = {}
+        self._ids = itertools.count(1)
+        self._worker_ids = itertools.count(1)
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._timer_seq = itertools.count()
+        self._deferred: list[Callable[[], None]] = []
+        self._want_write: set[WorkerConn] = set()
+        self.closed = False
+        # One thread per task slot unless the user chose: the "no speedup" trap of
+        # multi-threaded numpy running in every worker at once.
+        self.worker_env = {name: "1" for name in THREAD_VARS if name not in os.environ}
+        # Started before our I/O thread exists; it execs, so user threads do not matter.
+        self.forkserver = ForkServer(self.session)
+        self.selector = selectors.DefaultSelector()
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+        self.selector.register(self._wake_read, selectors.EVENT_READ, "wake")
+        self.forkserver.control.setblocking(False)
+        self._fs_decoder = bytearray()
+        self.selector.register(self.forkserver.control, selectors.EVENT_READ, "forkserver")
+        ref_counter.on_borrow = self._on_driver_borrow
+        with self.lock:
+            for _ in range(max(1, int(num_cpus))):
+                self._start_worker()
+        self._thread = threading.Thread(target=self._loop, name="lightwork-node", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ ids, workers
+    def next_object_id(self) -> int:
+        return next(self._ids)
+
+    def _start_worker(self) -> WorkerConn:
+        worker_id = next(self._worker_ids)
+        ours, theirs = socket.socketpair()
+        config = {
+            "sys_path": list(sys.path),
+            "cwd": os.getcwd(),
+            "env": self.worker_env,
+            "job_id": self.job_id,
+            "shm_dir": self.session.shm_dir,
+            "node_id": self.node_id,
+            "total": dict(self.scheduler.total),
+        }
+        self.forkserver.spawn(worker_id, config, theirs)
+        theirs.close()
+        ours.setblocking(False)
+        slot = self.scheduler.add_worker(worker_id)
+        conn = WorkerConn(worker_id, ours, slot)
+        self.workers[worker_id] = conn
+        self.selector.register(ours, selectors.EVENT_READ, conn)
+        return conn
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_write, b"x")
+        except BlockingIOError:
+            pass
+
+    # ------------------------------------------------------------------ sending
+    def _send(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None:
+        if conn.dead:
+            return
+        out = conn.out
+        out += p.encode_many(messages)
+        self._flush(conn)
+
+    def _flush(self, conn: WorkerConn) -> None:
+        out = conn.out
+        try:
+            while out:
+                sent = conn.sock.send(out)
+                del out[:sent]
+        except BlockingIOError:
+            if threading.current_thread() is self._thread:
+                self.selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+            else:
+                self._want_write.add(conn)
+                self._wake()
+        except OSError:
+            out.clear()  # the worker is gone; its EOF is handled by the I/O loop
+
+    # ------------------------------------------------------------------ the I/O loop
+    def _loop(self) -> None:
+        selector = self.selector
+        while not self.closed:
+            timeout = None
+            if self._timers:
+                timeout = max(0.0, self._timers[0][0] - time.monotonic())
+            try:
+                events = selector.select(0.5 if timeout is None else min(timeout, 0.5))
+            except OSError:
+                if self.closed:
+                    return
+                raise
+            with self.lock:
+                if self.closed:
+                    return
+                for key, mask in events:
+                    data = key.data
+                    if data == "wake":
+                        try:
+                            os.read(self._wake_read, 4096)
+                        except BlockingIOError:
+                            pass
+                    elif data == "forkserver":
+                        self._read_forkserver()
+                    else:
+                        if mask & selectors.EVENT_WRITE:
+                            self._flush(data)
+                            if not data.out and not data.dead:
+                                selector.modify(data.sock, selectors.EVENT_READ, data)
+                        if mask & selectors.EVENT_READ:
+                            self._read_worker(data)
+                for conn in self._want_write:
+                    if not conn.dead and conn.out:
+                        selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+                self._want_write.clear()
+                self._drain_refs()
+                self._run_timers()
+                self._dispatch()
+                deferred, self._deferred = self._deferred, []
+            for callback in deferred:
+                callback()
+
+    def _read_worker(self, conn: WorkerConn) -> None:
+        chunks = []
+        eof = False
+        while True:
+            try:
+                data = conn.sock.recv(1 << 18)
+            except BlockingIOError:
+                break
+            except OSError:
+                eof = True
+                break
+            if not data:
+                eof = True
+                break
+            chunks.append(data)
+        if chunks:
+            for message in conn.decoder.feed(b"".join(chunks)):
+                self._handle(conn, message)
+        if eof:
+            self._on_worker_eof(conn)
+
+    def _read_forkserver(self) -> None:
+        import pickle
+
+        control = self.forkserver.control
+        try:
+            data = control.recv(1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.selector.unregister(control)
+            return
+        buffer = self._fs_decoder
+        buffer += data
+        while len(buffer) >= 4:
+            length = int.from_bytes(buffer[:4], "little")
+            if len(buffer) < 4 + length:
+                break
+            message = pickle.loads(bytes(buffer[4 : 4 + length]))
+            del buffer[: 4 + length]
+            conn = self.workers.get(message[1])
+            if conn is None:
+                continue
+            if message[0] == forkserver.SPAWNED:
+                conn.pid = message[2]
+            elif message[0] == forkserver.EXITED:
+                conn.exit_status = message[3]
+                if conn.eof_at:
+                    self._finish_worker_death(conn)
+
+    def _add_timer(self, delay: float, callback: Callable[[], None]) -> None:
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_seq), callback))
+        if threading.current_thread() is not self._thread:
+            self._wake()
+
+    def _run_timers(self) -> None:
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, callback = heapq.heappop(self._timers)
+            callback()
+
+    # ------------------------------------------------------------------ messages
+    def _handle(self, conn: WorkerConn, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == p.DONE:
+            self._on_done(conn, message[1], message[2], message[3])
+        elif kind == p.SUBMIT:
+            self._on_worker_submit(conn, message)
+        elif kind == p.FUNCTION:
+            self.functions.setdefault(message[1], message[2])
+            conn.functions.add(message[1])
+        elif kind == p.PUT:
+            entry = self.objects.create(message[1], conn.worker_id)
+            conn.holds.add(message[1])
+            conn.owned.add(message[1])
+            self._resolve(entry, message[2])
+        elif kind == p.BORROW:
+            entry = self.objects.get(message[1])
+            if entry is not None:
+                entry.holders.add(conn.worker_id)
+                conn.holds.add(message[1])
+        elif kind == p.RELEASE:
+            for object_id in message[1]:
+                conn.holds.discard(object_id)
+                entry = self.objects.get(object_id)
+                if entry is not None:
+                    entry.holders.discard(conn.worker_id)
+                    self.objects.release_if_unheld(entry)
+        elif kind == p.GET:
+            self._on_worker_get(conn, message[1], message[2], message[3])
+        elif kind == p.WAIT:
+            self._on_worker_wait(conn, *message[1:])
+        elif kind == p.BOUNCE:
+            task = self.tasks.get(message[1])
+            if task is not None and task.worker is conn.slot:
+                self.scheduler.take_back(conn.slot, task)
+        elif kind == p.CANCEL:
+            self._cancel_ids(message[1], message[2])
+
+    def _on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
+        task = self.tasks.get(task_id)
+        if task is None or task.worker is not conn.slot:
+            return
+        started, args_loaded, finished, stored_at = times
+        self.scheduler.finish(conn.slot, task, finished - args_loaded)
+        self._release_gpus(task.task_id)
+        record = task.record
+        record.started, record.args_loaded = started, args_loaded
+        record.finished, record.stored = finished, stored_at
+        record.seen = time.monotonic()
+        if task.cancelled:
+            self._fail_task(task, exceptions.TaskCancelledError(
+                f"task {task.name} was cancelled with cancel() before it finished"))
+        elif outcome == "cancelled":  # a cancel signal meant for the task before this one
+            self._requeue(task)
+        elif outcome[0] == "error":
+            if self._should_retry_error(task, outcome[1]):
+                record.retries.append((record.seen, "exception"))
+                task.attempt += 1
+                self._requeue(task)
+            else:
+                self._fail_task(task, outcome[1])
+        else:
+            for object_id, stored in zip(task.return_ids, outcome):
+                record.result_size += stored.size
+                entry = self.objects.get(object_id)
+                if entry is None:
+                    if stored.path is not None:
+                        _unlink(stored.path)
+                    continue
+                self._resolve(entry, stored)
+            self._end_task(task, FINISHED)
+
+    def _should_retry_error(self, task: TaskSpec, error: Stored) -> bool:
+        retry = task.retry_exceptions
+        if not retry or not (task.max_retries < 0 or task.attempt < task.max_retries):
+            return False
+        if retry is True:
+            return True
+        try:
+            cause = serialization.loads(error).cause
+        except Exception:
+            return False
+        return isinstance(cause, tuple(retry))
+
+    def _requeue(self, task: TaskSpec) -> None:
+        task.record.dispatched = 0.0
+        self.scheduler.make_ready(task, front=True)
+
+    # ------------------------------------------------------------------ objects
+    def _resolve(self, entry: ObjectEntry, stored: Stored | None, error: Any = None) -> None:
+        for waiter in self.objects.resolve(entry, stored, error):
+            waiter(entry)
+
+    def _on_driver_borrow(self, object_id: int) -> None:
+        entry = self.objects.entries.get(object_id)
+        if entry is not None:
+            entry.driver_holds = True
+
+    def _drain_refs(self) -> None:
+        gone = ref_counter.drain()
+        if gone:
+            objects = self.objects
+            for object_id in gone:
+                entry = objects.entries.get(object_id)
+                if entry is not None and not ref_counter.holds(object_id):
+                    entry.driver_holds = False
+                    objects.release_if_unheld(entry)
+
+    def lookup(self, object_id: int) -> ObjectEntry:
+        entry = self.objects.entries.get(object_id)
+        if entry is None:
+            raise exceptions.ReferenceCountingAssertionError(
+                f"{object_id:020x}",
+                f"object {object_id:020x} was already freed: no reference to it remained "
+                "(its ObjectRef was deleted, or the ref was rebuilt from a pickle after the "
+                "original was garbage-collected). Keep an ObjectRef alive for as long as you "
+                "need the object.",
+            )
+        return entry
+
+    # ------------------------------------------------------------------ tasks
+    def register_task(self, task: TaskSpec, contained: tuple[int, ...]) -> None:
+        """Add a new task (lock held): pin its arguments, wait for its dependencies."""
+        deps = [self.lookup(object_id) for object_id in task.deps]
+        self.tasks[task.task_id] = task
+        unready = 0
+        for entry in deps:
+            entry.task_uses += 1
+            if entry.state == PENDING:
+                unready += 1
+                entry.waiters.append(lambda _e, t=task: self._dep_ready(t))
+        for object_id in contained:
+            entry = self.objects.entries.get(object_id)
+            if entry is not None:
+                entry.task_uses += 1
+        task.unready = unready
+        if not unready:
+            self._deps_ready(task)
+
+    def _dep_ready(self, task: TaskSpec) -> None:
+        task.unready -= 1
+        if task.unready == 0 and task.state != TASK_FAILED:
+            self._deps_ready(task)
+
+    def _deps_ready(self, task: TaskSpec) -> None:
+        task.record.deps_ready = time.monotonic()
+        for object_id in task.deps:
+            entry = self.objects.entries[object_id]
+            if entry.state == FAILED:
+                self._fail_task(task, entry.error)
+                return
+        self.scheduler.make_ready(task)
+
+    def _fail_task(self, task: TaskSpec, error: Any) -> None:
+        for object_id in task.return_ids:
+            entry = self.objects.get(object_id)
+            if entry is not None:
+                self._resolve(entry, None, error)
+        task.record.error = _error_summary(error)
+        self._end_task(task, TASK_FAILED)
+
+    def _end_task(self, task: TaskSpec, state: str) -> None:
+        task.state = state
+        task.record.state = state
+        self.tasks.pop(task.task_id, None)
+        for object_id in task.deps:
+            self._unuse(object_id)
+        for object_id in task.args.contained:
+            self._unuse(object_id)
+        if task.args.path is not None:
+            _unlink(task.args.path)
+        self.log.finish_task(task.record)
+
+    def _unuse(self, object_id: int) -> None:
+        entry = self.objects.entries.get(object_id)
+        if entry is not None:
+            entry.task_uses -= 1
+            self.objects.release_if_unheld(entry)
+
+    def _dispatch(self) -> None:
+        scheduler = self.scheduler
+        while True:
+            self._send_assignments(scheduler.schedule())
+            room = scheduler.worker_cap() - len(self.workers)
+            to_start = min(scheduler.starving, room)
+            if to_start <= 0:
+                return
+            for _ in range(to_start):
+                self._start_worker()
+
+    def _send_assignments(self, assignments: list[tuple[TaskSpec, WorkerSlot]]) -> None:
+        if assignments:
+            batches: dict[WorkerConn, list[tuple[Any, ...]]] = {}
+            now = time.monotonic()
+            for task, slot in assignments:
+                conn = self.workers[slot.worker_id]
+                batch = batches.get(conn)
+                if batch is None:
+                    batch = batches[conn] = []
+                key = task.function_key
+                if key not in conn.functions:
+                    conn.functions.add(key)
+                    batch.append((p.FUNCTION, key, self.functions[key]))
+                record = task.record
+                record.dispatched = now
+                record.worker_id = conn.worker_id
+                record.attempt = task.attempt
+                record.state = DISPATCHED
+                deps = task.deps
+                dep_values = [self.objects.entries[d].stored for d in deps] if deps else ()
+                batch.append((p.TASK, (
+                    task.task_id, key, task.name, task.args, dep_values, task.return_ids,
+                    task.shape, self._assign_gpus(task),
+                )))
+            for conn, batch in batches.items():
+                self._send(conn, batch)
+
+    def _assign_gpus(self, task: TaskSpec) -> tuple[int, ...]:
+        need = dict(task.shape).get("GPU", 0.0)
+        if not need:
+            return ()
+        chosen: list[tuple[int, float]] = []
+        for gpu_id in sorted(self.gpu_free, key=lambda i: -self.gpu_free[i]):
+            share = min(1.0, need)
+            if self.gpu_free[gpu_id] + 1e-9 >= share:
+                self.gpu_free[gpu_id] -= share
+                chosen.append((gpu_id, share))
+                need -= share
+            if need <= 1e-9:
+                break
+        self.task_gpus[task.task_id] = chosen
+        return tuple(gpu_id for gpu_id, _ in chosen)
+
+    def _release_gpus(self, task_id: int) -> None:
+        for gpu_id, share in self.task_gpus.pop(task_id, ()):
+            self.gpu_free[gpu_id] += share
+
+    # ------------------------------------------------------------------ worker requests
+    def _on_worker_submit(self, conn: WorkerConn, message: tuple[Any, ...]) -> None:
+        (_, task_id, key, name, args, deps, return_ids, shape, max_retries, retry) = message
+        record = TaskRecord(task_id, name, conn.worker_id, time.monotonic(), arg_size=args.size)
+        task = TaskSpec(task_id, key, name, args, deps, return_ids, len(return_ids), shape,
+                        max_retries, retry, conn.worker_id, record)
+        for object_id in return_ids:
+            self.objects.create(object_id, conn.worker_id, task_id)
+            conn.holds.add(object_id)
+            conn.owned.add(object_id)
+        try:
+            self.register_task(task, args.contained)
+        except exceptions.ObjectLostError as exc:
+            self._fail_task(task, exc)
+
+    def _reply(self, conn: WorkerConn, request_id: int, payload: Any) -> None:
+        self._send(conn, [(p.REPLY, request_id, payload)])
+
+    def _payload(self, object_id: int) -> tuple[str, Any]:
+        entry = self.objects.entries.get(object_id)
+        if entry is None:
+            try:
+                self.lookup(object_id)
+            except exceptions.ObjectLostError as exc:
+                return ("err", exc)
+        assert entry is not None
+        if entry.state == READY:
+            return ("ok", entry.stored)
+        return ("err", entry.error)
+
+    def _on_worker_get(self, conn: WorkerConn, request_id: int, ids: list[int], timeout: Any) -> None:
+        pending = [e for e in (self.objects.entries.get(i) for i in ids) if e is not None and e.state == PENDING]
+        if not pending:
+            self._reply(conn, request_id, [self._payload(i) for i in ids])
+            return
+        self.scheduler.block(conn.slot)
+        state = {"done": False}
+
+        def finish(timed_out: bool) -> None:
+            if state["done"]:
+                return
+            state["done"] = True
+            if not conn.dead:
+                self.scheduler.unblock(conn.slot)
+            payload = "timeout" if timed_out else [self._payload(i) for i in ids]
+            self._reply(conn, request_id, payload)
+
+        countdown = _CallbackCountdown(len(pending), lambda: finish(False))
+        for entry in pending:
+            entry.waiters.append(countdown.hit)
+        if timeout is not None:
+            self._add_timer(timeout, lambda: finish(True))
+
+    def _on_worker_wait(self, conn: WorkerConn, request_id: int, ids: list[int],
+                        num_returns: int, timeout: Any) -> None:
+        def ready_ids() -> list[int]:
+            out = []
+            for object_id in ids:
+                entry = self.objects.entries.get(object_id)
+                if entry is None or entry.state != PENDING:
+                    out.append(object_id)
+            return out
+
+        ready = ready_ids()
+        if len(ready) >= num_returns or timeout == 0:
+            self._reply(conn, request_id, ready[:num_returns])
+            return
+        self.scheduler.block(conn.slot)
+        state = {"done": False}
+
+        def finish() -> None:
+            if state["done"]:
+                return
+            state["done"] = True
+            if not conn.dead:
+                self.scheduler.unblock(conn.slot)
+            self._reply(conn, request_id, ready_ids()[:num_returns])
+
+        countdown = _CallbackCountdown(num_returns - len(ready), finish)
+        for object_id in ids:
+            entry = self.objects.entries.get(object_id)
+            if entry is not None and entry.state == PENDING:
+                entry.waiters.append(countdown.hit)
+        if timeout is not None:
+            self._add_timer(timeout, finish)
+
+    # ------------------------------------------------------------------ worker death
+    def _on_worker_eof(self, conn: WorkerConn) -> None:
+        if conn.eof_at:
+            return
+        conn.eof_at = time.monotonic()
+        try:
+            self.selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+        if conn.exit_status is not None:
+            self._finish_worker_death(conn)
+        else:
+            self._add_timer(EXIT_STATUS_GRACE_S, lambda: self._finish_worker_death(conn))
+
+    def _finish_worker_death(self, conn: WorkerConn) -> None:
+        if conn.dead:
+            return
+        conn.dead = True
+        self.workers.pop(conn.worker_id, None)
+        tasks = self.scheduler.remove_worker(conn.slot)
+        for task in tasks[1:]:
+            self._requeue(task)
+        if tasks:
+            self._on_task_crashed(tasks[0], conn)
+        for object_id in conn.holds:
+            entry = self.objects.entries.get(object_id)
+            if entry is None:
+                continue
+            entry.holders.discard(conn.worker_id)
+            if object_id in conn.owned:
+                self._lose_owned(entry, conn)
+            self.objects.release_if_unheld(entry)
+
+    def _lose_owned(self, entry: ObjectEntry, conn: WorkerConn) -> None:
+        error = exceptions.OwnerDiedError(
+            f"{entry.object_id:020x}",
+            f"object {entry.object_id:020x} was created by worker {conn.worker_id} "
+            f"(pid {conn.pid}), which died ({describe_exit(conn.exit_status)}); an object "
+            "lives only as long as the process whose put() or remote() call created it. "
+            "Create long-lived objects in the driver, or return values instead of refs.",
+        )
+        for waiter in self.objects.lose(entry, error):
+            waiter(entry)
+
+    def _on_task_crashed(self, task: TaskSpec, conn: WorkerConn) -> None:
+        self._release_gpus(task.task_id)
+        how = describe_exit(conn.exit_status)
+        task.record.retries.append((time.monotonic(), f"worker crashed: {how}"))
+        if task.cancelled:
+            self._fail_task(task, exceptions.TaskCancelledError(
+                f"task {task.name} was cancelled (force=True killed its worker)"))
+        elif task.max_retries < 0 or task.attempt < task.max_retries:
+            task.attempt += 1
+            self._requeue(task)
+        else:
+            self._fail_task(task, exceptions.WorkerCrashedError(
+                f"the worker process (pid {conn.pid}) running task {task.name} died: {how}. "
+                f"The task was tried {task.attempt + 1} time(s) (max_retries={task.max_retries}). "
+                "Check the worker's output above for a traceback; a SIGKILL often means "
+                "the machine ran out of memory."))
+
+    # ------------------------------------------------------------------ cancel
+    def _cancel_ids(self, object_ids: list[int], force: bool) -> None:
+        for object_id in object_ids:
+            entry = self.objects.entries.get(object_id)
+            task = self.tasks.get(entry.task_id) if entry is not None else None
+            if task is None or task.cancelled:
+                continue
+            task.cancelled = True
+            error = exceptions.TaskCancelledError(
+                f"task {task.name} was cancelled with cancel() before it ran")
+            if task.state == WAITING or (
+                task.state == TASK_READY and self.scheduler.remove_ready(task)
+            ):
+                self._fail_task(task, error)
+            elif task.worker is not None and task.worker.inflight[0] is task:
+                # Running: interrupt it. Queued behind another task on its worker: the
+                # worker will run it, and its result is then replaced by the error.
+                conn = self.workers.get(task.worker.worker_id)
+                if conn is not None and conn.pid:
+                    try:
+                        os.kill(conn.pid, signal.SIGKILL if force else signal.SIGINT)
+                    except ProcessLookupError:
+                        pass
+
+    def cancel(self, object_ids: list[int], force: bool) -> None:
+        with self.lock:
+            self._cancel_ids(object_ids, force)
+
+    # ------------------------------------------------------------------ the API
+    def submit_task(
+        self, key: bytes, blob: bytes, name: str, args: tuple, kwargs: dict,
+        options: dict[str, Any],
+    ) -> list[ObjectRef]:
+        task_id = self.next_object_id()
+        stored, deps = prepare_args(args, kwargs, f"{self.session.shm_dir}/a{task_id:x}")
+        try:
+            shape = make_shape(resource_demand(options, 1.0))
+            problem = self.scheduler.check_feasible(shape)
+            if problem:
+                raise ValueError(
+                    f"task {name} can never be scheduled: {problem}. Lower its resource "
+                    "request with .options(), or start lightwork with more resources "
+                    "(lightwork.init(num_cpus=..., num_gpus=..., resources={...}))."
+                )
+            return_ids = tuple(self.next_object_id() for _ in range(options.get("num_returns", 1)))
+            record = TaskRecord(task_id, name, 0, time.monotonic(), arg_size=stored.size)
+            task = TaskSpec(
+                task_id, key, name, stored, deps, return_ids, len(return_ids), shape,
+                options.get("max_retries", 3), options.get("retry_exceptions", False), 0, record,
+            )
+            self.submit(task, blob)
+        except BaseException:
+            if stored.path is not None:
+                _unlink(stored.path)
+            raise
+        return [ObjectRef(object_id) for object_id in return_ids]
+
+    def submit(self, task: TaskSpec, function_blob: bytes | None) -> None:
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            if function_blob is not None:
+                self.functions.setdefault(task.function_key, function_blob)
+                self.function_names[task.function_key] = task.name
+            for object_id in task.return_ids:
+                self.objects.create(object_id, 0, task.task_id)
+            try:
+                self.register_task(task, task.args.contained)
+            except BaseException:
+                self.tasks.pop(task.task_id, None)
+                for object_id in task.return_ids:
+                    self.objects.entries.pop(object_id, None)
+                raise
+            self._dispatch()
+
+    def _drain_refs_if_any(self) -> None:
+        if ref_counter._released:
+            with self.lock:
+                self._drain_refs()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise exceptions.RuntimeSystemError(
+                "the lightwork runtime was shut down; call lightwork.init() to start a new one")
+
+    def put(self, value: Any) -> ObjectRef:
+        object_id = self.next_object_id()
+        stored = serialization.serialize(value, f"{self.session.shm_dir}/{object_id:x}")
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            entry = self.objects.create(object_id, 0)
+            self.objects.resolve(entry, stored)
+            return ObjectRef(object_id)
+
+    def get(self, ids: list[int], timeout: float | None) -> list[Any]:
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            entries = [self.lookup(i) for i in ids]
+            pending = [e for e in entries if e.state == PENDING]
+            countdown = None
+            if pending:
+                countdown = Countdown(len(pending))
+                for entry in pending:
+                    entry.waiters.append(countdown.hit)
+        if countdown is not None:
+            start = time.monotonic()
+            finished = countdown.event.wait(timeout)
+            self.log.add_span(DriverSpan("get", start, time.monotonic(), len(ids), threading.get_ident()))
+            if not finished:
+                with self.lock:
+                    for entry in pending:
+                        if countdown.hit in entry.waiters:
+                            entry.waiters.remove(countdown.hit)
+                still = sum(1 for e in pending if e.state == PENDING)
+                raise exceptions.GetTimeoutError(
+                    f"get timed out after {timeout} s: {still} of {len(ids)} object(s) not ready. "
+                    "Raise the timeout, or use wait() to take the ready ones first.")
+        return [_value_of(entry) for entry in entries]
+
+    def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> list[int]:
+        """Ids (in input order) of up to ``num_returns`` objects that are ready."""
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            entries = [self.lookup(i) for i in ids]
+            ready = sum(1 for e in entries if e.state != PENDING)
+            countdown = None
+            if ready < num_returns and timeout != 0:
+                countdown = Countdown(num_returns - ready)
+                for entry in entries:
+                    if entry.state == PENDING:
+                        entry.waiters.append(countdown.hit)
+        if countdown is not None:
+            start = time.monotonic()
+            countdown.event.wait(timeout)
+            self.log.add_span(DriverSpan("wait", start, time.monotonic(), len(ids), threading.get_ident()))
+            with self.lock:
+                for entry in entries:
+                    if countdown.hit in entry.waiters:
+                        entry.waiters.remove(countdown.hit)
+        return [e.object_id for e in entries if e.state != PENDING][:num_returns]
+
+    def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def complete(entry: ObjectEntry, keep: ObjectRef = ref) -> None:
+            def run() -> None:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(_value_of(entry))
+                    except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                        future.set_exception(exc)
+            self._deferred.append(run)
+
+        with self.lock:
+            self._check_open()
+            entry = self.lookup(ref.id)
+            if entry.state == PENDING:
+                entry.waiters.append(complete)
+                return future
+        complete(entry)
+        for run in self._deferred_pop():
+            run()
+        return future
+
+    def _deferred_pop(self) -> list[Callable[[], None]]:
+        with self.lock:
+            deferred, self._deferred = self._deferred, []
+        return deferred
+
+    def runtime_context(self) -> dict[str, Any]:
+        return {"job_id": self.job_id, "task_id": None, "worker_id": 0,
+                "node_id": self.node_id, "resources": {}, "gpu_ids": (),
+                "namespace": self.namespace, "pid": os.getpid()}
+
+    def task_id_of(self, object_id: int) -> int:
+        with self.lock:
+            return self.lookup(object_id).task_id
+
+    # ------------------------------------------------------------------ shutdown
+    def shutdown(self) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            error = exceptions.RuntimeSystemError(
+                "the lightwork runtime was shut down while this object was pending")
+            for entry in list(self.objects.entries.values()):
+                if entry.state == PENDING:
+                    self._resolve(entry, None, error)
+        self._wake()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=2.0)
+        for conn in list(self.workers.values()):
+            try:
+                conn.sock.close()
+            except OSError:
+                pass
+        self.forkserver.stop()
+        with self.lock:
+            self.objects.unlink_all()
+        self.session.remove()
+        self.selector.close()
+        os.close(self._wake_read)
+        os.close(self._wake_write)
+        if ref_counter.on_borrow == self._on_driver_borrow:
+            ref_counter.on_borrow = None
+
+    # ------------------------------------------------------------------ introspection
+    def resources(self) -> tuple[dict[str, float], dict[str, float]]:
+        with self.lock:
+            total = {k: v for k, v in self.scheduler.total.items() if v or k == "CPU"}
+            available = {k: max(0.0, self.scheduler.available.get(k, 0.0)) for k in total}
+            return total, available
+
+
+class _CallbackCountdown:
+    __slots__ = ("remaining", "callback")
+
+    def __init__(self, remaining: int, callback: Callable[[], None]) -> None:
+        self.remaining = remaining
+        self.callback = callback
+
+    def hit(self, entry: ObjectEntry) -> None:
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.callback()
+
+
+def _value_of(entry: ObjectEntry) -> Any:
+    if entry.state == READY:
+        assert entry.stored is not None
+        return serialization.loads(entry.stored)
+    error = entry.error
+    if isinstance(error, Stored):
+        error = serialization.loads(error)
+    if isinstance(error, exceptions.TaskError):
+        raise error.as_instanceof_cause()
+    assert isinstance(error, BaseException)
+    raise error
+
+
+def _error_summary(error: Any) -> str:
+    if isinstance(error, Stored):
+        try:
+            error = serialization.loads(error)
+        except Exception:
+            return "error (could not be loaded)"
+    if isinstance(error, exceptions.TaskError) and error.cause is not None:
+        return f"{type(error.cause).__name__}: {error.cause}"
+    return f"{type(error).__name__}: {error}"
+
+
+def describe_exit(status: int | None) -> str:
+    if status is None:
+        return "its exit status is unknown (the process closed its connection)"
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"it was killed by signal {-code} ({name})"
+    return f"it exited with code {code} (sys.exit or os._exit in the task, or a native crash)"
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,141 @@
+"""The driver's object table: every object of the session and who keeps it alive.
+
+Plain state, no I/O: the node mutates it while holding its lock and carries out what it
+returns (unlinking segment files, waking waiters).
+
+An entry is PENDING until its creating task finishes, then READY (``stored`` holds the
+serialized value) or FAILED (``error`` holds the exception to raise). It stays in the
+table while anything holds it:
+
+* ``driver_holds``: a live ``ObjectRef`` in the driver process;
+* ``holders``: ids of workers that hold a ref (their own result refs, puts, borrows);
+* ``task_uses``: pending tasks that take it as an argument or carry it inside one;
+* ``containers``: stored objects whose value contains a ref to it.
+
+When all four are empty the entry is freed: its segment file is unlinked and the ids it
+contained lose a container. A later lookup of a freed id raises
+``ReferenceCountingAssertionError``; ids are never reused, so a freed id is detectable
+by being lower than the owner's counter and absent from the table.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightwork._runtime.serialization import Stored
+
+PENDING = 0
+READY = 1
+FAILED = 2
+
+
+@dataclass(slots=True)
+class ObjectEntry:
+    object_id: int
+    owner: int  # 0 = driver, else the worker id whose call created it
+    task_id: int = 0  # creating task, 0 for put
+    state: int = PENDING
+    stored: Stored | None = None
+    error: BaseException | Stored | None = None
+    driver_holds: bool = False
+    holders: set[int] = field(default_factory=set)
+    task_uses: int = 0
+    containers: int = 0
+    waiters: list[Callable[[ObjectEntry], None]] = field(default_factory=list)
+
+    def held(self) -> bool:
+        return bool(self.driver_holds or self.holders or self.task_uses or self.containers)
+
+    @property
+    def size(self) -> int:
+        return self.stored.size if self.stored is not None else 0
+
+
+class ObjectTable:
+    def __init__(self) -> None:
+        self.entries: dict[int, ObjectEntry] = {}
+        self.bytes_in_segments = 0
+        self.freed_count = 0
+
+    def create(self, object_id: int, owner: int, task_id: int = 0) -> ObjectEntry:
+        entry = ObjectEntry(object_id, owner, task_id)
+        if owner == 0:
+            entry.driver_holds = True
+        else:
+            entry.holders.add(owner)
+        self.entries[object_id] = entry
+        return entry
+
+    def get(self, object_id: int) -> ObjectEntry | None:
+        return self.entries.get(object_id)
+
+    def resolve(self, entry: ObjectEntry, stored: Stored | None, error: Any = None) -> list[Callable]:
+        """Make ``entry`` READY (or FAILED); return the waiters to call."""
+        if entry.state != PENDING:
+            return []
+        if error is not None:
+            entry.state = FAILED
+            entry.error = error
+        else:
+            assert stored is not None
+            entry.state = READY
+            entry.stored = stored
+            if stored.path is not None:
+                self.bytes_in_segments += stored.size
+            for contained_id in stored.contained:
+                inner = self.entries.get(contained_id)
+                if inner is not None:
+                    inner.containers += 1
+        waiters = entry.waiters
+        entry.waiters = []
+        return waiters
+
+    def lose(self, entry: ObjectEntry, error: BaseException) -> list[Callable]:
+        """The object's value is gone (its owner died): from now on it raises ``error``."""
+        stored = entry.stored
+        if stored is not None:
+            self._drop_value(stored)
+        entry.stored = None
+        entry.state = PENDING
+        return self.resolve(entry, None, error)
+
+    def _drop_value(self, stored: Stored) -> list[ObjectEntry]:
+        """Unlink the value's segment; return the entries it contained refs to."""
+        if stored.path is not None:
+            self.bytes_in_segments -= stored.size
+            _unlink(stored.path)
+        inner_entries = []
+        for contained_id in stored.contained:
+            inner = self.entries.get(contained_id)
+            if inner is not None:
+                inner.containers -= 1
+                inner_entries.append(inner)
+        return inner_entries
+
+    def release_if_unheld(self, entry: ObjectEntry) -> None:
+        """Free ``entry`` (and, transitively, what only it kept) if nothing holds it."""
+        stack = [entry]
+        while stack:
+            current = stack.pop()
+            if current.held() or self.entries.get(current.object_id) is not current:
+                continue
+            del self.entries[current.object_id]
+            self.freed_count += 1
+            if current.stored is not None:
+                stack.extend(self._drop_value(current.stored))
+
+    def unlink_all(self) -> None:
+        for entry in self.entries.values():
+            if entry.stored is not None and entry.stored.path is not None:
+                _unlink(entry.stored.path)
+        self.entries.clear()
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

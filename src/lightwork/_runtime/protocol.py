@@ -1,0 +1,115 @@
+"""Frames between the driver and its workers.
+
+Every driver<->worker channel is an inherited Unix socket pair: no listening socket
+carries pickles, so no other user of the machine can inject work.
+
+A frame is a 4-byte little-endian length and a pickled message. Several frames are sent
+with one write when there are several to send (batches of tasks, batches of results):
+that is what makes many short tasks cheap. Messages are tuples whose first item is one of
+the kinds below; user values inside them are already serialized (``Stored``), so decoding
+a frame never runs user code.
+
+Driver -> worker: ``TASK``, ``FUNCTION``, ``REPLY``, ``EXIT``.
+Worker -> driver: ``DONE``, ``SUBMIT``, ``PUT``, ``GET``, ``WAIT``, ``BORROW``,
+``RELEASE``, ``BLOCKED``, ``UNBLOCKED``, ``BOUNCE``, ``CANCEL``, ``CALL``.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+from typing import Any
+
+TASK = 1
+FUNCTION = 2
+REPLY = 3
+EXIT = 4
+DONE = 10
+SUBMIT = 11
+PUT = 12
+GET = 13
+WAIT = 14
+BORROW = 15
+RELEASE = 16
+BLOCKED = 17
+UNBLOCKED = 18
+BOUNCE = 19
+CANCEL = 20
+CALL = 21
+
+_LENGTH = struct.Struct("<I")
+_RECV_SIZE = 1 << 18
+
+
+def encode(message: tuple[Any, ...]) -> bytes:
+    payload = pickle.dumps(message, protocol=5)
+    return _LENGTH.pack(len(payload)) + payload
+
+
+def encode_many(messages: list[tuple[Any, ...]]) -> bytes:
+    return b"".join([encode(message) for message in messages])
+
+
+class FrameDecoder:
+    """Accumulates bytes and yields whole messages."""
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[Any, ...]]:
+        buffer = self._buffer
+        buffer += data
+        messages = []
+        position = 0
+        end = len(buffer)
+        while end - position >= 4:
+            (length,) = _LENGTH.unpack_from(buffer, position)
+            if end - position - 4 < length:
+                break
+            start = position + 4
+            messages.append(pickle.loads(memoryview(buffer)[start : start + length]))
+            position = start + length
+        if position:
+            del buffer[:position]
+        return messages
+
+
+class BlockingConnection:
+    """The worker's end: blocking sends and receives on one socket.
+
+    Only one thread receives at a time (the caller holds ``recv_lock`` or is the only
+    thread); sends are serialized by ``send_lock``.
+    """
+
+    def __init__(self, sock: socket.socket) -> None:
+        import threading
+
+        self.sock = sock
+        self._decoder = FrameDecoder()
+        self._pending: list[tuple[Any, ...]] = []
+        self.send_lock = threading.Lock()
+        self.recv_lock = threading.RLock()
+
+    def send(self, messages: list[tuple[Any, ...]]) -> None:
+        data = encode_many(messages)
+        with self.send_lock:
+            self.sock.sendall(data)
+
+    def recv(self) -> tuple[Any, ...] | None:
+        """The next message, or None when the driver has closed the channel."""
+        while not self._pending:
+            try:
+                data = self.sock.recv(_RECV_SIZE)
+            except (ConnectionResetError, OSError):
+                return None
+            if not data:
+                return None
+            self._pending = self._decoder.feed(data)
+            self._pending.reverse()
+        return self._pending.pop()
+
+    def has_buffered(self) -> bool:
+        return bool(self._pending)

@@ -1,0 +1,263 @@
+"""Task placement: which ready task runs on which worker, and when.
+
+Pure decision logic with no I/O, so tests drive it without processes. The node calls it
+while holding its lock and carries out the assignments it returns.
+
+State, each piece owned here:
+
+* ``available``: resources not held by running tasks (CPU, GPU and custom names);
+  ``total`` is fixed at ``init``. A worker blocked in ``get``/``wait`` lends the
+  resources of its task back, and takes them again when it resumes (which may briefly
+  oversubscribe, as in Ray; nothing new is placed until ``available`` recovers).
+* ``ready``: one FIFO queue per resource shape, so a task waiting for a GPU never holds
+  back CPU-only tasks behind it.
+* workers: ``idle`` ones, and busy ones with their ``inflight`` tasks in order.
+
+Policy: a ready task goes to an idle worker when its resources fit. Short tasks (the
+function's recent mean run time below ``SHORT_TASK_S``) may also be queued behind a
+running task of the same shape on a busy worker, up to a depth that covers a few
+milliseconds of work, so workers never wait for a round trip between tiny tasks; long
+or unknown tasks are never queued behind another, so they spread over the workers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightwork._runtime.events import TaskRecord
+from lightwork._runtime.serialization import Stored
+
+SHORT_TASK_S = 0.001
+PIPELINE_WINDOW_S = 0.002
+MAX_PIPELINE_DEPTH = 16
+_EPS = 1e-9
+
+# task states
+WAITING = "PENDING_ARGS_AVAIL"
+READY = "PENDING_NODE_ASSIGNMENT"
+DISPATCHED = "SUBMITTED_TO_WORKER"
+FINISHED = "FINISHED"
+FAILED = "FAILED"
+
+Shape = tuple[tuple[str, float], ...]
+
+
+@dataclass(slots=True, eq=False)
+class TaskSpec:
+    task_id: int
+    function_key: bytes
+    name: str
+    args: Stored
+    deps: tuple[int, ...]  # ids of top-level ref arguments, in ArgSlot order
+    return_ids: tuple[int, ...]
+    num_returns: int
+    shape: Shape
+    max_retries: int
+    retry_exceptions: Any
+    owner: int
+    record: TaskRecord
+    attempt: int = 0
+    unready: int = 0
+    state: str = WAITING
+    cancelled: bool = False
+    worker: WorkerSlot | None = None
+
+
+@dataclass(slots=True, eq=False)
+class WorkerSlot:
+    worker_id: int
+    inflight: deque[TaskSpec] = field(default_factory=deque)
+    held: Shape = ()
+    blocked: int = 0
+    alive: bool = True
+
+
+def make_shape(resources: dict[str, float]) -> Shape:
+    return tuple(sorted((name, float(amount)) for name, amount in resources.items() if amount))
+
+
+class Scheduler:
+    def __init__(self, total: dict[str, float]) -> None:
+        self.total = dict(total)
+        self.available = dict(total)
+        self.ready: dict[Shape, deque[TaskSpec]] = {}
+        self.workers: dict[int, WorkerSlot] = {}
+        self.idle: dict[int, WorkerSlot] = {}  # insertion-ordered set
+        self.mean_run_time: dict[bytes, float] = {}
+        self.starving = 0  # ready tasks that fit but found no worker in the last pass
+
+    # -- resources -------------------------------------------------------------------
+    def check_feasible(self, shape: Shape) -> str | None:
+        """Why a task of this shape can never run here, or None if it can."""
+        for name, amount in shape:
+            have = self.total.get(name, 0.0)
+            if amount > have + _EPS:
+                return (
+                    f"it needs {amount:g} {name} but the runtime has {have:g} in total"
+                )
+        return None
+
+    def _fits(self, shape: Shape) -> bool:
+        available = self.available
+        return all(available.get(name, 0.0) + _EPS >= amount for name, amount in shape)
+
+    def _acquire(self, shape: Shape) -> None:
+        for name, amount in shape:
+            self.available[name] -= amount
+
+    def _give_back(self, shape: Shape) -> None:
+        for name, amount in shape:
+            self.available[name] += amount
+
+    # -- workers ---------------------------------------------------------------------
+    def add_worker(self, worker_id: int) -> WorkerSlot:
+        slot = WorkerSlot(worker_id)
+        self.workers[worker_id] = slot
+        self.idle[worker_id] = slot
+        return slot
+
+    def remove_worker(self, slot: WorkerSlot) -> list[TaskSpec]:
+        """Forget a dead worker; return its inflight tasks (the first was running)."""
+        slot.alive = False
+        self.workers.pop(slot.worker_id, None)
+        self.idle.pop(slot.worker_id, None)
+        if slot.inflight and not slot.blocked:
+            self._give_back(slot.held)
+        slot.held = ()
+        tasks = list(slot.inflight)
+        slot.inflight.clear()
+        for task in tasks:
+            task.worker = None
+        return tasks
+
+    def block(self, slot: WorkerSlot) -> None:
+        slot.blocked += 1
+        if slot.blocked == 1 and slot.inflight:
+            self._give_back(slot.held)
+
+    def unblock(self, slot: WorkerSlot) -> None:
+        slot.blocked -= 1
+        if slot.blocked == 0 and slot.inflight:
+            self._acquire(slot.held)
+
+    # -- tasks -----------------------------------------------------------------------
+    def make_ready(self, task: TaskSpec, front: bool = False) -> None:
+        task.state = READY
+        queue = self.ready.get(task.shape)
+        if queue is None:
+            queue = self.ready[task.shape] = deque()
+        if front:
+            queue.appendleft(task)
+        else:
+            queue.append(task)
+
+    def remove_ready(self, task: TaskSpec) -> bool:
+        queue = self.ready.get(task.shape)
+        if queue is None:
+            return False
+        try:
+            queue.remove(task)
+        except ValueError:
+            return False
+        return True
+
+    def finish(self, slot: WorkerSlot, task: TaskSpec, run_time: float) -> None:
+        """``task`` (the head of ``slot.inflight``) ended on its worker."""
+        if slot.inflight and slot.inflight[0] is task:
+            slot.inflight.popleft()
+        else:
+            slot.inflight.remove(task)
+        task.worker = None
+        previous = self.mean_run_time.get(task.function_key)
+        self.mean_run_time[task.function_key] = (
+            run_time if previous is None else 0.7 * previous + 0.3 * run_time
+        )
+        if slot.inflight:
+            following = slot.inflight[0].shape
+            if following != slot.held and not slot.blocked:
+                self._give_back(slot.held)
+                self._acquire(following)
+            slot.held = following
+        else:
+            if not slot.blocked:
+                self._give_back(slot.held)
+            slot.held = ()
+            if slot.alive:
+                self.idle[slot.worker_id] = slot
+
+    def take_back(self, slot: WorkerSlot, task: TaskSpec) -> None:
+        """A queued, unstarted task came back from its worker: run it elsewhere first."""
+        if task in slot.inflight:
+            slot.inflight.remove(task)
+            task.worker = None
+            if not slot.inflight:
+                if not slot.blocked:
+                    self._give_back(slot.held)
+                slot.held = ()
+                if slot.alive:
+                    self.idle[slot.worker_id] = slot
+        self.make_ready(task, front=True)
+
+    def schedule(self) -> list[tuple[TaskSpec, WorkerSlot]]:
+        """Assign ready tasks to workers; set ``starving`` to the workers still wanted."""
+        assignments: list[tuple[TaskSpec, WorkerSlot]] = []
+        starving = 0
+        empty = []
+        for shape, queue in self.ready.items():
+            while queue:
+                task = queue[0]
+                slot = self._place(task)
+                if slot is None:
+                    if self._fits(shape):
+                        starving += min(len(queue), max(1, int(self.available.get("CPU", 1))))
+                    break
+                queue.popleft()
+                task.state = DISPATCHED
+                task.worker = slot
+                slot.inflight.append(task)
+                assignments.append((task, slot))
+            if not queue:
+                empty.append(shape)
+        for shape in empty:
+            del self.ready[shape]
+        self.starving = starving
+        return assignments
+
+    def _place(self, task: TaskSpec) -> WorkerSlot | None:
+        shape = task.shape
+        if self.idle and self._fits(shape):
+            worker_id, slot = next(iter(self.idle.items()))
+            del self.idle[worker_id]
+            self._acquire(shape)
+            slot.held = shape
+            return slot
+        depth = self.pipeline_depth(task.function_key)
+        if depth <= 1:
+            return None
+        best: WorkerSlot | None = None
+        for slot in self.workers.values():
+            if (
+                slot.inflight
+                and not slot.blocked
+                and slot.held == shape
+                and len(slot.inflight) < depth
+                and (best is None or len(slot.inflight) < len(best.inflight))
+            ):
+                best = slot
+        return best
+
+    def pipeline_depth(self, function_key: bytes) -> int:
+        run_time = self.mean_run_time.get(function_key)
+        if run_time is None or run_time >= SHORT_TASK_S:
+            return 1
+        return max(2, min(MAX_PIPELINE_DEPTH, int(PIPELINE_WINDOW_S / max(run_time, 1e-5))))
+
+    def queued_count(self) -> int:
+        return sum(len(queue) for queue in self.ready.values())
+
+    def worker_cap(self) -> int:
+        blocked = sum(1 for slot in self.workers.values() if slot.blocked)
+        return math.ceil(self.total.get("CPU", 1.0)) + blocked + 8

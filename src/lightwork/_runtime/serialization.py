@@ -1,0 +1,185 @@
+"""Turning values into stored objects and back.
+
+A value is pickled with cloudpickle, protocol 5. Buffers of at least
+``OUT_OF_BAND_MIN`` bytes (numpy arrays, bytes-likes) are taken out of band. The result is
+a :class:`Stored` object in one of two forms:
+
+* inline: the pickle and its few out-of-band buffers travel inside protocol frames;
+  used when the whole value is smaller than ``SHARED_MEMORY_MIN``;
+* shared memory: the pickle and the buffers are written once into a file in the
+  session's directory under ``/dev/shm``; any process of the session maps it read-only
+  and unpickles with buffers that point into the mapping, so a 160 MB array is read
+  without a copy (and comes back read-only, as in Ray).
+
+The segment file belongs to the driver's object table, which unlinks it when the object
+is freed; mappings that readers still hold stay valid until they are dropped. The whole
+directory is removed at shutdown, or by the fork server if the driver dies.
+
+Layout of a segment file: a pickled header (the pickle's length and the offset and length
+of each buffer), then the pickle, then each buffer at a 64-byte aligned offset.
+"""
+
+from __future__ import annotations
+
+import io
+import mmap
+import os
+import pickle
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+from lightwork._object_ref import collecting_refs
+
+OUT_OF_BAND_MIN = 64 * 1024
+SHARED_MEMORY_MIN = 256 * 1024
+_ALIGN = 64
+_LAYOUT = struct.Struct("<Q")
+
+
+@dataclass(slots=True)
+class Stored:
+    """A serialized value: inline (``data``, ``buffers``) or in a segment (``path``)."""
+
+    data: bytes = b""
+    buffers: tuple[bytes, ...] = ()
+    path: str | None = None
+    size: int = 0
+    contained: tuple[int, ...] = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Stored, (self.data, self.buffers, self.path, self.size, self.contained))
+
+
+class SerializationError(TypeError):
+    """A value could not be pickled; the message names what could not be."""
+
+
+def dumps(value: Any) -> tuple[bytes, list[pickle.PickleBuffer], list[int]]:
+    """Pickle ``value``; return the pickle, its out-of-band buffers and contained ref ids."""
+    buffers: list[pickle.PickleBuffer] = []
+
+    def keep_large_out_of_band(buf: pickle.PickleBuffer) -> bool:
+        if buf.raw().nbytes >= OUT_OF_BAND_MIN:
+            buffers.append(buf)
+            return False
+        return True
+
+    with collecting_refs() as ids:
+        try:
+            data = cloudpickle.dumps(value, protocol=5, buffer_callback=keep_large_out_of_band)
+        except Exception as exc:
+            raise SerializationError(describe_unpicklable(value, exc)) from exc
+    return data, buffers, ids
+
+
+def describe_unpicklable(value: Any, exc: BaseException) -> str:
+    """Say which part of ``value`` cannot be pickled, as precisely as we can find it."""
+    culprit = _find_unpicklable(value, depth=0)
+    what = f"{type(culprit).__name__} object {_short_repr(culprit)}" if culprit is not None else (
+        f"{type(value).__name__} object {_short_repr(value)}"
+    )
+    return (
+        f"cannot serialize {what}: {type(exc).__name__}: {exc}. Values sent to or from "
+        "tasks must be picklable by cloudpickle; create such objects inside the task, or "
+        "hold them in an actor, instead of passing them."
+    )
+
+
+def _find_unpicklable(value: Any, depth: int) -> Any:
+    if depth > 4:
+        return None
+    children: list[Any] = []
+    if isinstance(value, dict):
+        children = list(value.values())
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        children = list(value)
+    elif hasattr(value, "__dict__") and not isinstance(value, type):
+        children = list(vars(value).values())
+    for child in children:
+        try:
+            cloudpickle.dumps(child)
+        except Exception:
+            return _find_unpicklable(child, depth + 1) or child
+    return None if depth else (value if not children else None)
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def serialize(value: Any, segment_path: str | None) -> Stored:
+    """Serialize ``value``; write it to ``segment_path`` if it is large."""
+    data, buffers, ids = dumps(value)
+    return store(data, buffers, ids, segment_path)
+
+
+def store(
+    data: bytes, buffers: list[pickle.PickleBuffer], ids: list[int], segment_path: str | None
+) -> Stored:
+    raws = [buf.raw() for buf in buffers]
+    size = len(data) + sum(raw.nbytes for raw in raws)
+    contained = tuple(ids)
+    if segment_path is None or size < SHARED_MEMORY_MIN:
+        return Stored(data, tuple(bytes(raw) for raw in raws), None, size, contained)
+    write_segment(segment_path, data, raws)
+    return Stored(b"", (), segment_path, size, contained)
+
+
+def write_segment(path: str, data: bytes, raws: list[memoryview]) -> None:
+    offsets = []
+    position = 0
+    for raw in raws:
+        offsets.append((position, raw.nbytes))
+        position = _aligned(position + raw.nbytes)
+    header = pickle.dumps((len(data), offsets), protocol=5)
+    body_start = _aligned(_LAYOUT.size + len(header) + len(data))
+    total = body_start + position
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, max(total, 1))
+        with mmap.mmap(fd, max(total, 1)) as mapped:
+            mapped[: _LAYOUT.size] = _LAYOUT.pack(len(header))
+            start = _LAYOUT.size
+            mapped[start : start + len(header)] = header
+            start += len(header)
+            mapped[start : start + len(data)] = data
+            for (offset, length), raw in zip(offsets, raws):
+                begin = body_start + offset
+                mapped[begin : begin + length] = raw.cast("B") if raw.format != "B" else raw
+    finally:
+        os.close(fd)
+
+
+def _aligned(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def loads(stored: Stored) -> Any:
+    """The value of ``stored``; arrays in a segment point into a read-only mapping."""
+    if stored.path is None:
+        return pickle.loads(stored.data, buffers=stored.buffers)
+    fd = os.open(stored.path, os.O_RDONLY)
+    try:
+        mapped = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    view = memoryview(mapped)
+    (header_len,) = _LAYOUT.unpack_from(view, 0)
+    start = _LAYOUT.size
+    data_len, offsets = pickle.loads(view[start : start + header_len])
+    start += header_len
+    data = view[start : start + data_len]
+    body_start = _aligned(start + data_len)
+    buffers = [view[body_start + offset : body_start + offset + length] for offset, length in offsets]
+    return pickle.loads(data, buffers=buffers)
+
+
+def dumps_frame_value(value: Any) -> bytes:
+    """Plain pickle for runtime messages that carry no user buffers."""
+    out = io.BytesIO()
+    cloudpickle.dump(value, out, protocol=5)
+    return out.getvalue()

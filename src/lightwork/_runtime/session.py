@@ -1,0 +1,134 @@
+"""The session's directories and its fork server process.
+
+A session has two private directories (mode 0700):
+
+* ``<tmp>/lightwork-<uid>/session_<time>_<pid>``: the place for the control socket and
+  logs that diagnostics attach to;
+* ``/dev/shm/lightwork-session_<time>_<pid>``: shared-memory segment files of large
+  objects (falls back to a folder in the session directory where ``/dev/shm`` is absent).
+
+Both are removed at shutdown, by the fork server if the driver dies, and at the next
+``init`` on this machine if both of those were killed (their pid is gone).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+SHM_ROOT = "/dev/shm"
+SHM_PREFIX = "lightwork-"
+
+
+def sessions_root() -> str:
+    return os.path.join(tempfile.gettempdir(), f"lightwork-{os.getuid()}")
+
+
+@dataclass
+class Session:
+    name: str
+    directory: str
+    shm_dir: str
+
+    @classmethod
+    def create(cls) -> Session:
+        remove_stale_sessions()
+        name = time.strftime("session_%Y-%m-%d_%H-%M-%S_") + f"{time.monotonic_ns() % 1000000:06d}_{os.getpid()}"
+        root = sessions_root()
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        directory = os.path.join(root, name)
+        os.mkdir(directory, 0o700)
+        if os.path.isdir(SHM_ROOT) and os.access(SHM_ROOT, os.W_OK):
+            shm_dir = os.path.join(SHM_ROOT, SHM_PREFIX + name)
+        else:
+            shm_dir = os.path.join(directory, "objects")
+        os.mkdir(shm_dir, 0o700)
+        return cls(name, directory, shm_dir)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.shm_dir, ignore_errors=True)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _pid_of(name: str) -> int | None:
+    try:
+        return int(name.rsplit("_", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_sessions() -> None:
+    """Remove directories of sessions whose driver and fork server are both gone."""
+    candidates = []
+    if os.path.isdir(SHM_ROOT):
+        candidates += [
+            os.path.join(SHM_ROOT, entry)
+            for entry in os.listdir(SHM_ROOT)
+            if entry.startswith(SHM_PREFIX + "session_")
+        ]
+    root = sessions_root()
+    if os.path.isdir(root):
+        candidates += [os.path.join(root, entry) for entry in os.listdir(root)]
+    for path in candidates:
+        pid = _pid_of(os.path.basename(path))
+        if pid is not None and pid != os.getpid() and not _alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+class ForkServer:
+    """Handle on the fork server process (see ``forkserver.py``)."""
+
+    def __init__(self, session: Session) -> None:
+        parent_end, child_end = socket.socketpair()
+        src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        code = (
+            "import sys; sys.path.insert(0, sys.argv[1]); "
+            "from lightwork._runtime.forkserver import main; "
+            "main(int(sys.argv[2]), sys.argv[3:])"
+        )
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", code, src, str(child_end.fileno()), session.shm_dir,
+             session.directory],
+            pass_fds=(child_end.fileno(),),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        child_end.close()
+        self.control = parent_end
+
+    def spawn(self, worker_id: int, config: dict, worker_end: socket.socket) -> None:
+        import pickle
+
+        from lightwork._runtime.forkserver import SPAWN
+
+        payload = pickle.dumps((SPAWN, worker_id, config))
+        socket.send_fds(
+            self.control, [len(payload).to_bytes(4, "little") + payload], [worker_end.fileno()]
+        )
+
+    def stop(self, timeout: float = 2.0) -> None:
+        try:
+            self.control.close()
+        except OSError:
+            pass
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

@@ -1,0 +1,374 @@
+"""The worker process: run tasks sent by the driver, send results back.
+
+One socket to the driver carries everything. The main thread reads a frame, runs the
+task, and sends the result; when more task frames are already buffered, results are
+held back briefly and sent together (batching), but never longer than ``FLUSH_AFTER_S``.
+
+A task may call the API itself (nested ``remote``/``put``/``get``/``wait``). Submissions
+and puts are one-way messages with ids minted here. ``get``/``wait`` send a request and
+then read the socket until the reply arrives. Whichever thread needs the next frame reads
+it (one at a time, under ``_cond``) and routes it: a reply goes to the thread waiting for
+it, a task goes to the inbox. While a thread waits, this worker does not start new tasks,
+so task frames in the inbox are bounced back for the driver to place elsewhere, and the
+driver lends this worker's CPU back to the pool.
+
+The loop is defensive: a user error is a result, never a crash of the loop. The process
+ends when the driver closes the socket (or sends EXIT); faulthandler is on, so a fatal
+error leaves a stack on stderr.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import itertools
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from typing import Any
+
+import cloudpickle
+
+from lightwork import exceptions
+from lightwork._object_ref import PROCESS_ID_SHIFT, ObjectRef, ref_counter
+from lightwork._runtime import protocol as p
+from lightwork._runtime import serialization
+from lightwork._runtime.calls import ArgSlot, prepare_args, resource_demand
+from lightwork._runtime.scheduler import make_shape
+from lightwork._runtime.serialization import SerializationError, Stored
+
+FLUSH_AFTER_S = 0.001
+
+
+def error_outcome(name: str, exc: BaseException) -> Stored:
+    """Serialize a user exception as a TaskError, dropping the cause if it won't pickle."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    err = exceptions.TaskError(name, tb, exc, os.getpid())
+    try:
+        return serialization.serialize(err, None)
+    except Exception:
+        return serialization.serialize(exceptions.TaskError(name, tb, None, os.getpid()), None)
+
+
+class Worker:
+    """The worker's runtime: task loop, and the API as seen from inside a task."""
+
+    def __init__(self, sock: socket.socket, worker_id: int, config: dict[str, Any]) -> None:
+        self.conn = p.BlockingConnection(sock)
+        self.worker_id = worker_id
+        self.job_id = config["job_id"]
+        self.shm_dir = config["shm_dir"]
+        self.node_id = config["node_id"]
+        self.total: dict[str, float] = config["total"]
+        self._batching_submits = False
+        self.functions: dict[bytes, Any] = {}
+        self.function_blobs: dict[bytes, bytes] = {}
+        self.sent_functions: set[bytes] = set()
+        self.inbox: deque[tuple[Any, ...]] = deque()
+        self.outbox: deque[tuple[Any, ...]] = deque()
+        self.replies: dict[int, Any] = {}
+        self._cond = threading.Condition()
+        self._reading = False
+        self._waiting = 0
+        self._ids = itertools.count(1)
+        self._requests = itertools.count(1)
+        self.current: tuple[Any, ...] | None = None
+        self.cancel_requested = False
+        self.actor: Any = None
+        ref_counter.reset()
+        ref_counter.on_borrow = self._note_borrow
+
+    # -- ids and messages ------------------------------------------------------------
+    def next_object_id(self) -> int:
+        return (self.worker_id << PROCESS_ID_SHIFT) | next(self._ids)
+
+    def _note_borrow(self, object_id: int) -> None:
+        self.outbox.append((p.BORROW, object_id))
+
+    def send(self, messages: list[tuple[Any, ...]]) -> None:
+        """Send ``messages`` after whatever is queued, with reference releases last."""
+        gone = ref_counter.drain()
+        outbox = self.outbox
+        if outbox:
+            queued = []
+            while outbox:  # popleft is atomic: other threads may append meanwhile
+                queued.append(outbox.popleft())
+            messages = queued + messages
+        if gone:
+            messages.append((p.RELEASE, gone))
+        if messages:
+            self.conn.send(messages)
+
+    # -- reading ---------------------------------------------------------------------
+    def _read_one(self) -> None:
+        """Read one frame (caller holds the reading turn) and route it."""
+        message = self.conn.recv()
+        if message is None:
+            os._exit(0)  # the driver is gone: nothing to report to, nothing to keep
+        kind = message[0]
+        with self._cond:
+            if kind == p.REPLY:
+                self.replies[message[1]] = message[2]
+            elif kind == p.FUNCTION:
+                self.function_blobs[message[1]] = message[2]
+            elif kind == p.TASK and self._waiting:
+                self.outbox.append((p.BOUNCE, message[1][0]))
+            else:
+                self.inbox.append(message)
+            self._cond.notify_all()
+
+    def _take_turn(self, done: Any) -> Any:
+        """Read frames until ``done()`` returns something other than None; return it."""
+        while True:
+            with self._cond:
+                result = done()
+                if result is not None:
+                    return result
+                if self._reading:
+                    self._cond.wait()
+                    continue
+                self._reading = True
+            try:
+                self._read_one()
+            finally:
+                with self._cond:
+                    self._reading = False
+                    self._cond.notify_all()
+
+    def _next_inbox(self) -> tuple[Any, ...] | None:
+        return self.inbox.popleft() if self.inbox else None
+
+    # -- the task loop ---------------------------------------------------------------
+    def run(self) -> None:
+        pending_results: list[tuple[Any, ...]] = []
+        first_pending = 0.0
+        while True:
+            if pending_results and (
+                not (self.inbox or self.conn.has_buffered())
+                or time.monotonic() - first_pending > FLUSH_AFTER_S
+            ):
+                self.send(pending_results)
+                pending_results = []
+            message = self._take_turn(self._next_inbox)
+            kind = message[0]
+            if kind == p.TASK:
+                result = self.execute(message[1])
+                if not pending_results:
+                    first_pending = time.monotonic()
+                pending_results.append(result)
+            elif kind == p.EXIT:
+                if pending_results:
+                    self.send(pending_results)
+                return
+
+    def function(self, key: bytes) -> Any:
+        fn = self.functions.get(key)
+        if fn is None:
+            fn = self.functions[key] = cloudpickle.loads(self.function_blobs.pop(key))
+        return fn
+
+    def execute(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
+        (task_id, key, name, args_stored, dep_values, return_ids, resources, gpu_ids) = frame
+        started = time.monotonic()
+        self.current = frame
+        self.cancel_requested = False
+        _set_gpu_env(gpu_ids)
+        outcome: Any
+        args_loaded = started
+        try:
+            fn = self.function(key)
+            args, kwargs = serialization.loads(args_stored)
+            if dep_values:
+                values = [serialization.loads(stored) for stored in dep_values]
+                args = [values[a.index] if type(a) is ArgSlot else a for a in args]
+                for k, v in kwargs.items():
+                    if type(v) is ArgSlot:
+                        kwargs[k] = values[v.index]
+            args_loaded = time.monotonic()
+            result = fn(*args, **kwargs)
+            del args, kwargs
+            finished = time.monotonic()
+            outcome = self.store_results(name, result, return_ids)
+            del result
+        except KeyboardInterrupt:
+            finished = time.monotonic()
+            outcome = "cancelled"
+        except SerializationError as exc:
+            finished = time.monotonic()
+            outcome = ("error", serialization.serialize(
+                exceptions.TaskError(name, f"{exc}\n", exc, os.getpid()), None))
+        except BaseException as exc:  # noqa: BLE001 - user errors become results
+            finished = time.monotonic()
+            outcome = ("error", error_outcome(name, exc))
+        self.current = None
+        return (p.DONE, task_id, outcome, (started, args_loaded, finished, time.monotonic()))
+
+    def store_results(self, name: str, result: Any, return_ids: tuple[int, ...]) -> Any:
+        if len(return_ids) == 1:
+            values = [result]
+        elif not return_ids:
+            return []
+        else:
+            try:
+                values = list(result)
+            except TypeError:
+                values = None
+            if values is None or len(values) != len(return_ids):
+                got = "a non-iterable" if values is None else f"{len(values)} values"
+                raise ValueError(
+                    f"task {name} was declared with num_returns={len(return_ids)} but "
+                    f"returned {got}; return a tuple of exactly {len(return_ids)} items or "
+                    "change num_returns"
+                )
+        return [
+            serialization.serialize(value, f"{self.shm_dir}/{object_id:x}")
+            for value, object_id in zip(values, return_ids)
+        ]
+
+    # -- the API from inside a task --------------------------------------------------
+    def submit_task(
+        self, key: bytes, blob: bytes, name: str, args: tuple, kwargs: dict,
+        options: dict[str, Any],
+    ) -> list[ObjectRef]:
+        task_id = self.next_object_id()
+        stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
+        shape = make_shape(resource_demand(options, 1.0))
+        for resource, amount in shape:
+            have = self.total.get(resource, 0.0)
+            if amount > have + 1e-9:
+                raise ValueError(
+                    f"task {name} can never be scheduled: it needs {amount:g} {resource} "
+                    f"but the runtime has {have:g} in total"
+                )
+        return_ids = tuple(self.next_object_id() for _ in range(options.get("num_returns", 1)))
+        refs = [ObjectRef(object_id) for object_id in return_ids]
+        if key not in self.sent_functions:
+            self.sent_functions.add(key)
+            self.outbox.append((p.FUNCTION, key, blob))
+        self.outbox.append((
+            p.SUBMIT, task_id, key, name, stored, deps, return_ids, shape,
+            options.get("max_retries", 3), options.get("retry_exceptions", False),
+        ))
+        if len(self.outbox) >= 64 or not self._batching_submits:
+            self.send([])
+        return refs
+
+    def get(self, ids: list[int], timeout: float | None) -> list[Any]:
+        self.send([])
+        reply = self.request((p.GET, ids, timeout))
+        if reply == "timeout":
+            raise exceptions.GetTimeoutError(
+                f"get timed out after {timeout} s waiting for {len(ids)} object(s)")
+        values = []
+        for kind, payload in reply:
+            if kind == "ok":
+                values.append(serialization.loads(payload))
+                continue
+            error = serialization.loads(payload) if isinstance(payload, Stored) else payload
+            if isinstance(error, exceptions.TaskError):
+                raise error.as_instanceof_cause()
+            raise error
+        return values
+
+    def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> list[int]:
+        self.send([])
+        return self.request((p.WAIT, ids, num_returns, timeout))
+
+    def cancel(self, ids: list[int], force: bool) -> None:
+        self.send([(p.CANCEL, ids, force)])
+
+    def future(self, ref: ObjectRef) -> Any:
+        import concurrent.futures
+
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def fetch() -> None:
+            try:
+                future.set_result(self.get([ref.id], None)[0])
+            except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                future.set_exception(exc)
+
+        threading.Thread(target=fetch, daemon=True).start()
+        return future
+
+    def task_id_of(self, object_id: int) -> int:
+        return 0
+
+    def runtime_context(self) -> dict[str, Any]:
+        frame = self.current
+        return {
+            "job_id": self.job_id,
+            "task_id": frame[0] if frame else None,
+            "worker_id": self.worker_id,
+            "node_id": self.node_id,
+            "resources": dict(frame[6]) if frame else {},
+            "gpu_ids": frame[7] if frame else (),
+            "namespace": None,
+            "pid": os.getpid(),
+        }
+
+    def resources(self) -> tuple[dict[str, float], dict[str, float]]:
+        return dict(self.total), dict(self.total)
+
+    def put(self, value: Any) -> ObjectRef:
+        object_id = self.next_object_id()
+        stored = serialization.serialize(value, f"{self.shm_dir}/{object_id:x}")
+        ref = ObjectRef(object_id)
+        self.send([(p.PUT, object_id, stored)])
+        return ref
+
+    def request(self, message: tuple[Any, ...]) -> Any:
+        """Send a GET/WAIT/CALL request and wait for its reply, bouncing queued tasks."""
+        request_id = next(self._requests)
+        with self._cond:
+            self._waiting += 1
+            bounced = [(p.BOUNCE, m[1][0]) for m in self.inbox if m[0] == p.TASK]
+            self.inbox = deque(m for m in self.inbox if m[0] != p.TASK)
+        try:
+            self.send(bounced + [(message[0], request_id, *message[1:])])
+            return self._take_turn(lambda: self.replies.pop(request_id, None))
+        finally:
+            with self._cond:
+                self._waiting -= 1
+            if self.outbox:
+                self.send([])
+
+
+def _set_gpu_env(gpu_ids: tuple[int, ...]) -> None:
+    if gpu_ids:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    worker = _current_worker
+    if worker is not None and worker.current is not None:
+        worker.cancel_requested = True
+        raise KeyboardInterrupt
+
+
+_current_worker: Worker | None = None
+
+
+def main(fd: int, worker_id: int, config: dict[str, Any]) -> None:
+    """Entry point in the forked child."""
+    global _current_worker
+    faulthandler.enable()
+    sys.path[:] = config["sys_path"]
+    try:
+        os.chdir(config["cwd"])
+    except OSError:
+        pass
+    os.environ.update(config["env"])
+    sock = socket.socket(fileno=fd)
+    worker = Worker(sock, worker_id, config)
+    _current_worker = worker
+    signal.signal(signal.SIGINT, _on_sigint)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    from lightwork import _api
+
+    _api._install_worker_core(worker)
+    worker.run()

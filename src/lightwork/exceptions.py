@@ -1,0 +1,176 @@
+"""The public error hierarchy.
+
+Two kinds of failure are never confused:
+
+* the user's code raised: ``TaskError`` (alias ``RayTaskError``), re-raised in the
+  caller as an instance of *both* ``TaskError`` and the user's own exception class, so
+  ``except ValueError`` keeps working; its message carries the remote traceback;
+* the runtime broke: a worker crashed, an object was lost, an actor died — each has its
+  own class below, and its message says what happened and what to do next.
+
+Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working after
+``import lightwork as ray``::
+
+    LightworkError (RayError)
+    ├── TaskError (RayTaskError)            user code raised; also the user's class
+    ├── ActorError (RayActorError)
+    │   └── ActorDiedError
+    ├── WorkerCrashedError                  process died while running a task
+    ├── ObjectLostError
+    │   ├── OwnerDiedError
+    │   ├── ObjectReconstructionFailedError
+    │   └── ReferenceCountingAssertionError
+    ├── GetTimeoutError                     also a built-in TimeoutError
+    ├── TaskCancelledError
+    └── SystemError_ (RaySystemError)       the runtime itself failed
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ActorDiedError",
+    "ActorError",
+    "GetTimeoutError",
+    "LightworkError",
+    "ObjectLostError",
+    "ObjectReconstructionFailedError",
+    "OwnerDiedError",
+    "RayActorError",
+    "RayError",
+    "RaySystemError",
+    "RayTaskError",
+    "ReferenceCountingAssertionError",
+    "RuntimeSystemError",
+    "TaskCancelledError",
+    "TaskError",
+    "WorkerCrashedError",
+]
+
+
+class LightworkError(Exception):
+    """Base class of every error the runtime raises."""
+
+
+class TaskError(LightworkError):
+    """A task or actor method raised; ``cause`` is the user's exception.
+
+    ``get`` raises an instance of a class derived from both this class and the user's
+    exception class (see :meth:`as_instanceof_cause`).
+    """
+
+    def __init__(
+        self,
+        function_name: str,
+        traceback_str: str,
+        cause: BaseException | None,
+        pid: int | None = None,
+    ) -> None:
+        self.function_name = function_name
+        self.traceback_str = traceback_str
+        self.cause = cause
+        self.pid = pid
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = f" (pid={self.pid})" if self.pid else ""
+        return f"task {self.function_name}{where} raised:\n{self.traceback_str.rstrip()}"
+
+    def __str__(self) -> str:
+        return self._message()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TaskError, (self.function_name, self.traceback_str, self.cause, self.pid))
+
+    def as_instanceof_cause(self) -> TaskError:
+        """This error as an instance of a class deriving from the user's class too."""
+        cause_cls = type(self.cause) if self.cause is not None else None
+        if cause_cls is None or issubclass(cause_cls, TaskError):
+            return self
+        try:
+            derived = _dual_class(cause_cls)
+            err = derived.__new__(derived)
+        except TypeError:  # a class we cannot subclass (final, odd metaclass, layout)
+            return self
+        TaskError.__init__(err, self.function_name, self.traceback_str, self.cause, self.pid)
+        err.args = (self._message(),)
+        err.__dict__.update(getattr(self.cause, "__dict__", {}))
+        return err
+
+
+_DUAL_CLASSES: dict[type, type] = {}
+
+
+def _dual_class(cause_cls: type) -> type:
+    derived = _DUAL_CLASSES.get(cause_cls)
+    if derived is None:
+
+        def reduce(self: TaskError) -> tuple[Any, ...]:
+            return (_rebuild_dual, (self.function_name, self.traceback_str, self.cause, self.pid))
+
+        derived = type(
+            f"TaskError({cause_cls.__name__})",
+            (TaskError, cause_cls),
+            {"__str__": TaskError.__str__, "__reduce__": reduce, "__module__": __name__},
+        )
+        _DUAL_CLASSES[cause_cls] = derived
+    return derived
+
+
+def _rebuild_dual(name: str, tb: str, cause: BaseException | None, pid: int | None) -> TaskError:
+    return TaskError(name, tb, cause, pid).as_instanceof_cause()
+
+
+class ActorError(LightworkError):
+    """An actor cannot run the call."""
+
+
+class ActorDiedError(ActorError):
+    """The actor's process died or its constructor raised."""
+
+
+class WorkerCrashedError(LightworkError):
+    """The worker process running the task died (crash, signal, ``os._exit``)."""
+
+
+class ObjectLostError(LightworkError):
+    """The object's value is no longer stored anywhere."""
+
+    def __init__(self, object_id: str, message: str = "") -> None:
+        self.object_id = object_id
+        super().__init__(message or f"object {object_id} was lost")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.object_id, str(self)))
+
+
+class OwnerDiedError(ObjectLostError):
+    """The process that created the object (its owner) died, taking the object with it."""
+
+
+class ObjectReconstructionFailedError(ObjectLostError):
+    """The object was lost and re-running the task that made it failed or was not allowed."""
+
+
+class ReferenceCountingAssertionError(ObjectLostError):
+    """The object was already freed because no reference to it remained."""
+
+
+class GetTimeoutError(LightworkError, TimeoutError):
+    """``get`` did not finish within its ``timeout``."""
+
+
+class TaskCancelledError(LightworkError):
+    """The task was cancelled with ``cancel`` before it finished."""
+
+
+class RuntimeSystemError(LightworkError):
+    """The runtime itself failed (a bug or a broken environment)."""
+
+
+# Ray's names, so `except ray.exceptions.X` keeps working.
+RayError = LightworkError
+RayTaskError = TaskError
+RayActorError = ActorError
+RaySystemError = RuntimeSystemError

@@ -1,0 +1,111 @@
+"""Fixtures for lightwork's behaviour suite (tasks, objects, errors, cleanup).
+
+Conformance switch
+------------------
+``LIGHTWORK_TEST_AGAINST_RAY=1 python -m pytest tests/`` runs this suite against real
+Ray (``pip install ray``): ``lightwork`` and ``lightwork.exceptions`` are aliased to
+``ray`` and ``ray.exceptions`` before any test module imports them. This checks that
+the tests describe Ray's behaviour, not just ours. Tests of lightwork-only contracts
+(its shared-memory directory, its error-message wording) are marked ``lightwork_only``
+and skipped under the switch; a few tests assert behaviour the spec (issue 2) asks
+for and Ray lacks — those fail against Ray on purpose and say so in their docstring.
+
+Runtimes
+--------
+Starting a runtime is the expensive part of this suite, so most tests share one
+module-scoped runtime (``ray_start``: 4 CPUs). Tests about init/shutdown or crash
+cleanup take ``fresh_runtime`` (nothing running before, shut down after) and call
+``init`` themselves. Every module ends with the runtime shut down, so a test that
+leaves it running cannot leak into the next module.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import sys
+
+import pytest
+
+AGAINST_RAY = os.environ.get("LIGHTWORK_TEST_AGAINST_RAY") == "1"
+
+if AGAINST_RAY:
+    import ray
+    import ray.cloudpickle as _cloudpickle
+    import ray.exceptions
+
+    sys.modules["lightwork"] = ray
+    sys.modules["lightwork.exceptions"] = ray.exceptions
+else:
+    import cloudpickle as _cloudpickle
+
+import helpers  # noqa: E402  (tests/ is on sys.path: pytest's rootdir-less conftest)
+
+# A hang prints every thread's stack (pytest-timeout also dumps at its deadline).
+faulthandler.enable()
+
+# Functions defined in test modules are shipped to workers by value, so no test depends
+# on workers being able to import tests/ (that contract has its own test with a module
+# written to tmp_path, in test_worker_env.py).
+_cloudpickle.register_pickle_by_value(helpers)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "lightwork_only: a lightwork contract Ray does not have; skipped against Ray"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    registered = set()
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__ not in registered:
+            registered.add(module.__name__)
+            _cloudpickle.register_pickle_by_value(module)
+        if AGAINST_RAY and item.get_closest_marker("lightwork_only"):
+            item.add_marker(pytest.mark.skip(reason="lightwork-only contract"))
+
+
+def _shutdown_if_running() -> None:
+    import lightwork
+
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_runtime_leaks_between_modules():
+    yield
+    _shutdown_if_running()
+
+
+@pytest.fixture(scope="module")
+def ray_start():
+    """One 4-CPU runtime shared by the tests of a module."""
+    import lightwork
+
+    _shutdown_if_running()
+    lightwork.init(num_cpus=4)
+    yield lightwork
+    lightwork.shutdown()
+
+
+@pytest.fixture
+def fresh_runtime():
+    """No runtime before the test; whatever the test started is shut down after it."""
+    import lightwork
+
+    _shutdown_if_running()
+    yield lightwork
+    _shutdown_if_running()
+
+
+@pytest.fixture
+def wait_until():
+    return helpers.wait_until
+
+
+@pytest.fixture
+def against_ray() -> bool:
+    return AGAINST_RAY

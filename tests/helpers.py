@@ -1,0 +1,151 @@
+"""Small helpers shared by the behaviour suite.
+
+The functions that run *inside tasks* (``wait_for_file``, ``arrive_and_wait``,
+``count_attempt``) only touch the file system, so tests can coordinate tasks with the
+driver structurally (barriers, gates, attempt counters) instead of timing them.
+conftest.py registers this module for pickling by value, so workers never need to
+import it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Iterable
+
+SHM_GLOB = "/dev/shm/lightwork-*"
+
+# Prepended to every driver script run in a subprocess, so the conformance switch
+# (LIGHTWORK_TEST_AGAINST_RAY=1, see conftest.py) applies there too.
+ALIAS_PRELUDE = """\
+import os as _os, sys as _sys
+if _os.environ.get("LIGHTWORK_TEST_AGAINST_RAY") == "1":
+    import ray as _ray, ray.exceptions as _rex
+    _sys.modules["lightwork"] = _ray
+    _sys.modules["lightwork.exceptions"] = _rex
+"""
+
+
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout: float = 5.0,
+    interval: float = 0.02,
+    message: str = "condition",
+) -> Any:
+    """Poll ``predicate`` until it returns a truthy value; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {message}")
+        time.sleep(interval)
+
+
+# ---- used inside tasks -------------------------------------------------------------
+
+
+def wait_for_file(path: str, limit: float = 20.0) -> bool:
+    """Block until ``path`` exists (a gate the driver opens); give up after ``limit`` s.
+
+    Sleeping in short steps keeps the task interruptible (cancel) and bounded (a test
+    that forgets to open the gate still ends).
+    """
+    deadline = time.monotonic() + limit
+    while not os.path.exists(path):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def arrive_and_wait(directory: str, name: str, parties: int, limit: float = 20.0) -> bool:
+    """A file-system barrier: True iff ``parties`` tasks were inside it at the same time."""
+    open(os.path.join(directory, f"arrived-{name}"), "w").close()
+    deadline = time.monotonic() + limit
+    while len(glob.glob(os.path.join(directory, "arrived-*"))) < parties:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def count_attempt(directory: str) -> int:
+    """Record one attempt of a task (with its pid) and return how many came before."""
+    before = len(glob.glob(os.path.join(directory, "attempt-*")))
+    with open(os.path.join(directory, f"attempt-{time.time_ns()}-{os.getpid()}"), "w") as f:
+        f.write(str(os.getpid()))
+    return before
+
+
+def attempts(directory: str) -> list[int]:
+    """Pids of the recorded attempts, oldest first."""
+    paths = sorted(glob.glob(os.path.join(directory, "attempt-*")))
+    return [int(open(p).read()) for p in paths]
+
+
+# ---- used in the driver ------------------------------------------------------------
+
+
+def shm_dirs() -> set[str]:
+    return set(glob.glob(SHM_GLOB))
+
+
+def descendants(pid: int | None = None) -> list[int]:
+    import psutil
+
+    try:
+        proc = psutil.Process(pid if pid is not None else os.getpid())
+        return [p.pid for p in proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def still_running(pids: Iterable[int]) -> list[int]:
+    """The pids that are still alive. A zombie counts as gone: it holds no memory, only
+    a process-table entry until its parent (possibly init) reaps it."""
+    import psutil
+
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def script_env() -> dict[str, str]:
+    """Environment for a driver subprocess that imports the same lightwork as we do."""
+    import lightwork
+
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(lightwork.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in [pkg_parent, env.get("PYTHONPATH", "")] if p
+    )
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONFAULTHANDLER"] = "1"
+    return env
+
+
+def write_script(directory: str, name: str, body: str) -> str:
+    path = os.path.join(directory, name)
+    with open(path, "w") as f:
+        f.write(ALIAS_PRELUDE + body)
+    return path
+
+
+def run_script(path: str, timeout: float = 40.0) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, path],
+        env=script_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
