@@ -116,8 +116,9 @@ class ChildReport:
         tmp.replace(self.path)
 
 
-def run_child(peer_name: str, workloads: list[str], quick: bool, result_path: Path,
-              timeout_s: float) -> int:
+def run_child(
+    peer_name: str, workloads: list[str], quick: bool, result_path: Path, timeout_s: float
+) -> int:
     """Body of ``run.py --child PEER``: measure one peer, write ``result_path``."""
     if timeout_s > 20:
         faulthandler.dump_traceback_later(timeout_s - 10, exit=False)
@@ -220,37 +221,59 @@ def kill_survivors(seen: dict[int, float]) -> list[str]:
     return killed
 
 
+def wait_or_kill(proc: subprocess.Popen[bytes], deadline: float) -> tuple[bool, dict[int, float]]:
+    """Wait for ``proc`` until ``deadline`` (perf_counter), then kill its process group.
+
+    Returns (timed out, every descendant seen meanwhile); the descendants are recorded
+    while they still hang under the child, since once it exits they are orphans.
+    """
+    seen: dict[int, float] = {}
+    while True:
+        seen.update(descendants(proc.pid))
+        try:
+            proc.wait(timeout=0.5)
+            return False, seen
+        except subprocess.TimeoutExpired:
+            if time.perf_counter() > deadline:
+                seen.update(descendants(proc.pid))
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return True, seen
+
+
 def run_peer(peer: str, workloads: list[str], quick: bool, timeout_s: float) -> dict[str, Any]:
     """Run one peer's child process; return its report plus how the process ended."""
     LOG_DIR.mkdir(exist_ok=True)
     log_path = LOG_DIR / f"{peer}.log"
     with tempfile.TemporaryDirectory(prefix=f"bench-{peer}-") as workdir:
         result_path = Path(workdir) / "result.json"
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", peer,
-               "--result-file", str(result_path), "--timeout", str(timeout_s),
-               "--figures", ",".join(workloads) or "none"]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            peer,
+            "--result-file",
+            str(result_path),
+            "--timeout",
+            str(timeout_s),
+            "--figures",
+            ",".join(workloads) or "none",
+        ]
         if quick:
             cmd.append("--quick")
         started = time.perf_counter()
         with open(log_path, "w") as log:
             # Own session, so a timeout can kill the peer's whole process group.
-            proc = subprocess.Popen(cmd, cwd=workdir, env=child_env(peer), stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-            seen: dict[int, float] = {}
-            timed_out = False
-            while True:
-                seen.update(descendants(proc.pid))
-                try:
-                    proc.wait(timeout=0.5)
-                    break
-                except subprocess.TimeoutExpired:
-                    if time.perf_counter() - started > timeout_s:
-                        timed_out = True
-                        seen.update(descendants(proc.pid))
-                        os.killpg(proc.pid, signal.SIGKILL)
-                        proc.wait()
-                        break
+            proc = subprocess.Popen(
+                cmd,
+                cwd=workdir,
+                env=child_env(peer),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            timed_out, seen = wait_or_kill(proc, started + timeout_s)
         elapsed = time.perf_counter() - started
         if not timed_out:
             time.sleep(2.0)  # give a clean shutdown time to reap its daemons
@@ -303,6 +326,7 @@ def cell(report: dict[str, Any], row: str) -> str:
 
 def ratios(reports: dict[str, dict[str, Any]], row: str) -> dict[str, Any]:
     """lightwork / ray and lightwork / best other runtime, where both have numbers."""
+
     def value(peer: str) -> float | None:
         return reports.get(peer, {}).get("figures", {}).get(row)
 
@@ -332,19 +356,25 @@ def render_table(reports: dict[str, dict[str, Any]], rows: list[str]) -> str:
             verdict = ""
         else:
             verdict = "✓" if lw is not None and lw <= target else "✗"
-        lines.append([
-            row,
-            *(cell(reports[p], row) if p in PEERS or row in reports[p]["figures"] else ""
-              for p in peers),
-            f"{r['lightwork/ray']:.2f}" if "lightwork/ray" in r else "",
-            f"{r['lightwork/best']:.2f} {r['best_peer']}" if "lightwork/best" in r else "",
-            f"≤ {target:g}" if target is not None else "",
-            verdict,
-        ])
+        lines.append(
+            [
+                row,
+                *(
+                    cell(reports[p], row) if p in PEERS or row in reports[p]["figures"] else ""
+                    for p in peers
+                ),
+                f"{r['lightwork/ray']:.2f}" if "lightwork/ray" in r else "",
+                f"{r['lightwork/best']:.2f} {r['best_peer']}" if "lightwork/best" in r else "",
+                f"≤ {target:g}" if target is not None else "",
+                verdict,
+            ]
+        )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     out = []
     for n, line in enumerate(lines):
-        cells = [line[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(line[1:], widths[1:])]
+        cells = [line[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(line[1:], widths[1:], strict=True)
+        ]
         out.append("  ".join(cells).rstrip())
         if n == 0:
             out.append("-" * len(out[0]))
@@ -370,10 +400,15 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     try:  # read-only: which commit was measured, if there is one
-        info["git_commit"] = subprocess.run(
-            ["git", "-C", str(REPO_DIR), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=10,
-        ).stdout.strip() or None
+        info["git_commit"] = (
+            subprocess.run(
+                ["git", "-C", str(REPO_DIR), "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         info["git_commit"] = None
     return info
@@ -390,27 +425,44 @@ def select_workloads(figures: str | None) -> tuple[list[str], list[str]]:
     row_to_workload = {row: w for w, extras in EXTRA_ROWS.items() for row in extras}
     unknown = wanted - set(TARGETS)
     if unknown:
-        raise SystemExit(f"unknown figure(s) {', '.join(sorted(unknown))}; "
-                         f"choose from {', '.join(TARGETS)}")
+        raise SystemExit(
+            f"unknown figure(s) {', '.join(sorted(unknown))}; choose from {', '.join(TARGETS)}"
+        )
     chosen = {row_to_workload.get(name, name) for name in wanted} & set(WORKLOADS)
     workloads = [w for w in WORKLOADS if w in chosen]
-    rows = [row for row in TARGETS if row in wanted or row in LIFECYCLE_ROWS
-            or row_to_workload.get(row) in chosen or row in chosen]
+    rows = [
+        row
+        for row in TARGETS
+        if row in wanted
+        or row in LIFECYCLE_ROWS
+        or row_to_workload.get(row) in chosen
+        or row in chosen
+    ]
     return workloads, rows
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Compare lightwork with Ray, Dask and "
-                                     "concurrent.futures on the same machine.")
-    parser.add_argument("--only", help="comma-separated peers "
-                        f"(default: {','.join(PEERS + BASELINES)})")
-    parser.add_argument("--quick", action="store_true",
-                        help="far fewer repetitions: a smoke test, not a measurement")
-    parser.add_argument("--figures", help=f"comma-separated figures (default: all): "
-                        f"{', '.join(TARGETS)}")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help=f"seconds per peer before it is killed (default "
-                        f"{DEFAULT_TIMEOUT_S:.0f}, {QUICK_TIMEOUT_S:.0f} with --quick)")
+    parser = argparse.ArgumentParser(
+        description="Compare lightwork with Ray, Dask and concurrent.futures on the same machine."
+    )
+    parser.add_argument(
+        "--only", help=f"comma-separated peers (default: {','.join(PEERS + BASELINES)})"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="far fewer repetitions: a smoke test, not a measurement",
+    )
+    parser.add_argument(
+        "--figures", help=f"comma-separated figures (default: all): {', '.join(TARGETS)}"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds per peer before it is killed (default "
+        f"{DEFAULT_TIMEOUT_S:.0f}, {QUICK_TIMEOUT_S:.0f} with --quick)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--result-file", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -430,8 +482,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         peers = [p.strip() for p in args.only.split(",") if p.strip()]
         unknown = set(peers) - set(PEERS + BASELINES)
         if unknown:
-            raise SystemExit(f"unknown peer(s) {', '.join(sorted(unknown))}; "
-                             f"choose from {', '.join(PEERS + BASELINES)}")
+            raise SystemExit(
+                f"unknown peer(s) {', '.join(sorted(unknown))}; "
+                f"choose from {', '.join(PEERS + BASELINES)}"
+            )
 
     load_before = [round(x, 2) for x in os.getloadavg()]
     reports: dict[str, dict[str, Any]] = {}
@@ -441,20 +495,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             peer_workloads = [w for w in workloads if w in BASELINE_WORKLOADS]
             if not peer_workloads:
                 continue
-        print(f"[bench] {peer}: running {len(peer_workloads)} workload(s)...",
-              file=sys.stderr, flush=True)
+        print(
+            f"[bench] {peer}: running {len(peer_workloads)} workload(s)...",
+            file=sys.stderr,
+            flush=True,
+        )
         report = run_peer(peer, peer_workloads, args.quick, timeout_s)
         reports[peer] = report
-        print(f"[bench] {peer}: {report.get('status')} in {report['elapsed_s']:.1f} s",
-              file=sys.stderr, flush=True)
+        print(
+            f"[bench] {peer}: {report.get('status')} in {report['elapsed_s']:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
 
     print()
     mode = "QUICK (smoke test, not a measurement)" if args.quick else "full"
     machine = machine_info()
     machine["load_average_before"] = load_before
     machine["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-    print(f"lightwork bench — {mode}; {machine['cpu_count']} CPUs, Python "
-          f"{machine['python']}; 4 worker slots per peer; lower is better")
+    print(
+        f"lightwork bench — {mode}; {machine['cpu_count']} CPUs, Python "
+        f"{machine['python']}; 4 worker slots per peer; lower is better"
+    )
     print()
     print(render_table(reports, rows))
     problems = [(p, r) for p, r in reports.items() if r.get("status") != "ok" or r["notes"]]
@@ -470,15 +532,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {peer} {', '.join(note_rows)}: {note}")
     for peer, report in reports.items():
         if report.get("leftover_processes"):
-            print(f"  {peer}: left {len(report['leftover_processes'])} process(es) "
-                  f"running after shutdown (killed)")
+            print(
+                f"  {peer}: left {len(report['leftover_processes'])} process(es) "
+                f"running after shutdown (killed)"
+            )
 
     results = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "mode": "quick" if args.quick else "full",
         "machine": machine,
-        "settings": {"peers": peers, "workloads": workloads, "timeout_s": timeout_s,
-                     "worker_slots": 4},
+        "settings": {
+            "peers": peers,
+            "workloads": workloads,
+            "timeout_s": timeout_s,
+            "worker_slots": 4,
+        },
         "targets": {row: TARGETS[row] for row in rows},
         "peers": reports,
         "ratios": {row: ratios(reports, row) for row in rows},
@@ -486,8 +554,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     tmp = RESULTS_PATH.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     tmp.replace(RESULTS_PATH)
-    print(f"\nresults: {RESULTS_PATH.relative_to(REPO_DIR)}; logs: "
-          f"{LOG_DIR.relative_to(REPO_DIR)}/")
+    print(
+        f"\nresults: {RESULTS_PATH.relative_to(REPO_DIR)}; logs: {LOG_DIR.relative_to(REPO_DIR)}/"
+    )
     return 0
 
 

@@ -2,7 +2,8 @@
 
 A workload gets an already started peer and a :class:`Settings` (how many
 repetitions), and returns ``{row name: value}``; most return one row,
-``put_once_160mb_s`` also returns the put time as ``put_160mb_s``. Lower is better
+``put_once_160mb_s`` also returns the put time as ``put_160mb_s`` and
+``idle_worker_rss_mb`` adds two rows kept in results.json only. Lower is better
 for every row. A workload raises :class:`peers.NotSupported` for a concept the peer
 lacks; any other exception is the peer failing and is recorded as such.
 
@@ -86,13 +87,14 @@ SLEEP_FIGURE_TASKS = 20_000  # the figure is "20k tasks"; quick runs scale up to
 SYNC_BATCH = 100
 
 
-def warm_up(peer: Peer) -> None:
-    """Make every worker slot run a task and import numpy (for the array figures)."""
-    import numpy as np
-
-    tiny = np.zeros(1)
+def warm_up(peer: Peer, numpy: bool = True) -> None:
+    """Make every worker slot run a task and, unless told not to, import numpy."""
     peer.get([peer.submit(pid_after, 0.01) for _ in range(4 * WORKER_SLOTS)])
-    peer.get([peer.submit(array_nbytes, tiny) for _ in range(4 * WORKER_SLOTS)])
+    if numpy:
+        import numpy as np
+
+        tiny = np.zeros(1)
+        peer.get([peer.submit(array_nbytes, tiny) for _ in range(4 * WORKER_SLOTS)])
 
 
 def make_big_array(settings: Settings) -> Any:
@@ -108,18 +110,29 @@ def idle_worker_rss_mb(peer: Peer, settings: Settings) -> dict[str, float]:
     """Median resident memory of the processes that ran tasks, once they are idle.
 
     The workers are the processes our tasks report (``os.getpid()`` inside a task),
-    which is exact for every peer; the driver itself is never counted.
+    which is exact for every peer; the driver itself is never counted. The warm-up
+    runs only no-ops, so the workers have not imported numpy. RSS counts pages shared
+    with a fork parent in full, so the unique memory (USS) is returned alongside
+    (results.json only), with how many workers were measured.
     """
     import psutil
 
-    warm_up(peer)
+    warm_up(peer, numpy=False)
     pids = set(peer.get([peer.submit(pid_after, 0.02) for _ in range(4 * WORKER_SLOTS)]))
     pids.discard(os.getpid())
     if not pids:
         raise NotSupported(f"{peer.name} ran every task in the driver process")
     time.sleep(1.0)  # let the workers settle back to idle
-    rss = [psutil.Process(pid).memory_info().rss / 2**20 for pid in sorted(pids)]
-    return {"idle_worker_rss_mb": statistics.median(rss)}
+    rss, uss = [], []
+    for pid in sorted(pids):
+        info = psutil.Process(pid).memory_full_info()
+        rss.append(info.rss / 2**20)
+        uss.append(info.uss / 2**20)
+    return {
+        "idle_worker_rss_mb": statistics.median(rss),
+        "idle_worker_uss_mb": statistics.median(uss),
+        "idle_workers_measured": len(pids),
+    }
 
 
 def sync_roundtrip_us(peer: Peer, settings: Settings) -> dict[str, float]:
@@ -220,7 +233,10 @@ WORKLOADS: dict[str, Workload] = {
 }
 
 #: Rows a workload may produce besides its own name.
-EXTRA_ROWS: dict[str, tuple[str, ...]] = {"put_once_160mb_s": ("put_160mb_s",)}
+EXTRA_ROWS: dict[str, tuple[str, ...]] = {
+    "put_once_160mb_s": ("put_160mb_s",),
+    "idle_worker_rss_mb": ("idle_worker_uss_mb", "idle_workers_measured"),
+}
 
 #: Workloads the serial baseline runs (it has no runtime for the others).
 BASELINE_WORKLOADS: tuple[str, ...] = ("sleep_20k_s",)

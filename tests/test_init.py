@@ -122,11 +122,11 @@ def test_init_accepts_ray_keyword_arguments():
 
 
 def test_init_resources_appear_in_cluster_resources():
-    ray.init(num_cpus=3, resources={"widget": 2, "gizmo": 0.5})
+    ray.init(num_cpus=3, resources={"widget": 2, "gizmo": 3})
     resources = ray.cluster_resources()
     assert resources["CPU"] == pytest.approx(3)
     assert resources["widget"] == pytest.approx(2)
-    assert resources["gizmo"] == pytest.approx(0.5)
+    assert resources["gizmo"] == pytest.approx(3)
     available = ray.available_resources()
     assert available["CPU"] == pytest.approx(3)
 

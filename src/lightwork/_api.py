@@ -286,19 +286,19 @@ def wait(
     if isinstance(object_refs, ObjectRef):
         raise TypeError("wait() expects a list of ObjectRefs; wrap a single ref: wait([ref])")
     refs = _refs_of(object_refs, "wait()")
+    if not refs:
+        return [], []
     if len(set(refs)) != len(refs):
         raise ValueError("wait() requires a list of unique ObjectRefs; remove the duplicates")
     if isinstance(num_returns, bool) or not isinstance(num_returns, int):
         raise TypeError(f"num_returns must be an int, got {num_returns!r}")
-    if num_returns < 1 and refs:
+    if num_returns < 1:
         raise ValueError(f"num_returns must be >= 1, got {num_returns}")
     if num_returns > len(refs):
         raise ValueError(
             f"num_returns={num_returns} is more than the {len(refs)} ref(s) passed to wait()"
         )
     timeout = _check_timeout(timeout)
-    if not refs:
-        return [], []
     ready_ids = set(_core().wait([ref.id for ref in refs], num_returns, timeout))
     ready = [ref for ref in refs if ref.id in ready_ids]
     not_ready = [ref for ref in refs if ref.id not in ready_ids]

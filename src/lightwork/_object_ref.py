@@ -38,6 +38,9 @@ class RefCounter:
         self._lock = threading.Lock()
         # Called with an id whose count went 0 -> 1 through unpickling (a borrowed ref).
         self.on_borrow: Callable[[int], None] | None = None
+        # Called when a release is queued and none was pending: the runtime's wake-up,
+        # so objects are freed promptly even while the program makes no calls.
+        self.on_first_release: Callable[[], None] | None = None
 
     def add(self, object_id: int, borrowed: bool) -> None:
         with self._lock:
@@ -47,7 +50,11 @@ class RefCounter:
             self.on_borrow(object_id)
 
     def release_later(self, object_id: int) -> None:
-        self._released.append(object_id)
+        released = self._released
+        was_empty = not released
+        released.append(object_id)
+        if was_empty and self.on_first_release is not None:
+            self.on_first_release()
 
     def drain(self) -> list[int]:
         """Apply pending releases; return the ids this process no longer references."""

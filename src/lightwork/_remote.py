@@ -30,9 +30,9 @@ class RemoteFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
-            f"remote function {_name(self._function)} cannot be called directly; "
-            f"use {self._function.__name__}.remote(...) to run it as a task (and "
-            "lightwork.get() on the result), or call the original function directly"
+            f"remote function {_name(self._function)} cannot be called directly: use "
+            f".remote(), as in {self._function.__name__}.remote(...), to run it as a task "
+            "and lightwork.get() the result"
         )
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:

@@ -85,17 +85,20 @@ class TaskError(LightworkError):
 
     def as_instanceof_cause(self) -> TaskError:
         """This error as an instance of a class deriving from the user's class too."""
-        cause_cls = type(self.cause) if self.cause is not None else None
-        if cause_cls is None or issubclass(cause_cls, TaskError):
+        cause = self.cause
+        while isinstance(cause, TaskError):  # a nested task's error: the user's class
+            cause = cause.cause
+        cause_cls = type(cause) if cause is not None else None
+        if cause_cls is None:
             return self
         try:
             derived = _dual_class(cause_cls)
             err = derived.__new__(derived)
         except TypeError:  # a class we cannot subclass (final, odd metaclass, layout)
             return self
-        TaskError.__init__(err, self.function_name, self.traceback_str, self.cause, self.pid)
+        err.__dict__.update(getattr(cause, "__dict__", {}))  # e.g. OSError's errno
+        TaskError.__init__(err, self.function_name, self.traceback_str, cause, self.pid)
         err.args = (self._message(),)
-        err.__dict__.update(getattr(self.cause, "__dict__", {}))
         return err
 
 

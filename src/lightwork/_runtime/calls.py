@@ -124,9 +124,13 @@ def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict
     return options
 
 
+class InvalidAmountError(TypeError, ValueError):
+    """A resource amount that is not a number (both a TypeError and a ValueError)."""
+
+
 def check_amount(name: str, amount: Any) -> float:
     if isinstance(amount, bool) or not isinstance(amount, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {amount!r} ({type(amount).__name__})")
+        raise InvalidAmountError(f"{name} must be a number, got {amount!r} ({type(amount).__name__})")
     if amount < 0:
         raise ValueError(f"{name} must be >= 0, got {amount}")
     return float(amount)

@@ -146,6 +146,7 @@ class Node:
         self._fs_decoder = bytearray()
         self.selector.register(self.forkserver.control, selectors.EVENT_READ, "forkserver")
         ref_counter.on_borrow = self._on_driver_borrow
+        ref_counter.on_first_release = self._wake
         with self.lock:
             for _ in range(max(1, int(num_cpus))):
                 self._start_worker()
@@ -208,46 +209,56 @@ class Node:
 
     # ------------------------------------------------------------------ the I/O loop
     def _loop(self) -> None:
-        selector = self.selector
         while not self.closed:
-            timeout = None
-            if self._timers:
-                timeout = max(0.0, self._timers[0][0] - time.monotonic())
-            try:
-                events = selector.select(0.5 if timeout is None else min(timeout, 0.5))
-            except OSError:
-                if self.closed:
-                    return
-                raise
-            with self.lock:
-                if self.closed:
-                    return
-                for key, mask in events:
-                    data = key.data
-                    if data == "wake":
-                        try:
-                            os.read(self._wake_read, 4096)
-                        except BlockingIOError:
-                            pass
-                    elif data == "forkserver":
-                        self._read_forkserver()
-                    else:
-                        if mask & selectors.EVENT_WRITE:
-                            self._flush(data)
-                            if not data.out and not data.dead:
-                                selector.modify(data.sock, selectors.EVENT_READ, data)
-                        if mask & selectors.EVENT_READ:
-                            self._read_worker(data)
-                for conn in self._want_write:
-                    if not conn.dead and conn.out:
-                        selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-                self._want_write.clear()
-                self._drain_refs()
-                self._run_timers()
-                self._dispatch()
-                deferred, self._deferred = self._deferred, []
-            for callback in deferred:
-                callback()
+            if not self._poll(0.5):
+                return
+
+    def _poll(self, longest: float | None) -> bool:
+        """Wait for I/O up to ``longest`` seconds and apply it; False once closed.
+
+        The I/O thread calls this in its loop; a thread blocked in ``get`` calls it too,
+        so a result can wake its waiter directly instead of through the I/O thread.
+        Both may be woken by the same frame; the lock makes one of them read it.
+        """
+        selector = self.selector
+        timeout = longest
+        if self._timers:
+            until_timer = max(0.0, self._timers[0][0] - time.monotonic())
+            timeout = until_timer if timeout is None else min(timeout, until_timer)
+        try:
+            events = selector.select(timeout)
+        except (OSError, ValueError):
+            return not self.closed
+        with self.lock:
+            if self.closed:
+                return False
+            for key, mask in events:
+                data = key.data
+                if data == "wake":
+                    try:
+                        os.read(self._wake_read, 4096)
+                    except BlockingIOError:
+                        pass
+                elif data == "forkserver":
+                    self._read_forkserver()
+                else:
+                    if mask & selectors.EVENT_WRITE:
+                        self._flush(data)
+                        if not data.out and not data.dead:
+                            selector.modify(data.sock, selectors.EVENT_READ, data)
+                    if mask & selectors.EVENT_READ:
+                        self._read_worker(data)
+            for conn in self._want_write:
+                if not conn.dead and conn.out:
+                    selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+            self._want_write.clear()
+            self._drain_refs()
+            self._run_timers()
+            self._dispatch()
+            deferred, self._deferred = self._deferred, []
+        for callback in deferred:
+            callback()
+        return True
 
     def _read_worker(self, conn: WorkerConn) -> None:
         chunks = []
@@ -660,7 +671,7 @@ class Node:
             self._requeue(task)
         if tasks:
             self._on_task_crashed(tasks[0], conn)
-        for object_id in conn.holds:
+        for object_id in conn.holds | conn.owned:
             entry = self.objects.entries.get(object_id)
             if entry is None:
                 continue
@@ -770,7 +781,10 @@ class Node:
                 for object_id in task.return_ids:
                     self.objects.entries.pop(object_id, None)
                 raise
-            self._dispatch()
+            if self.scheduler.idle or not self.scheduler.workers:
+                self._dispatch()
+            # else: every worker is busy; the next result frees one and the poller
+            # dispatches a whole batch then, instead of one frame per submit here.
 
     def _drain_refs_if_any(self) -> None:
         if ref_counter._released:
@@ -805,7 +819,7 @@ class Node:
                     entry.waiters.append(countdown.hit)
         if countdown is not None:
             start = time.monotonic()
-            finished = countdown.event.wait(timeout)
+            finished = self._block_on(countdown, timeout)
             self.log.add_span(DriverSpan("get", start, time.monotonic(), len(ids), threading.get_ident()))
             if not finished:
                 with self.lock:
@@ -833,13 +847,29 @@ class Node:
                         entry.waiters.append(countdown.hit)
         if countdown is not None:
             start = time.monotonic()
-            countdown.event.wait(timeout)
+            self._block_on(countdown, timeout)
             self.log.add_span(DriverSpan("wait", start, time.monotonic(), len(ids), threading.get_ident()))
             with self.lock:
                 for entry in entries:
                     if countdown.hit in entry.waiters:
                         entry.waiters.remove(countdown.hit)
         return [e.object_id for e in entries if e.state != PENDING][:num_returns]
+
+    def _block_on(self, countdown: Countdown, timeout: float | None) -> bool:
+        """Wait until ``countdown`` completes, polling the workers from this thread."""
+        if threading.current_thread() is self._thread:
+            return countdown.event.wait(timeout)  # a callback on the I/O thread: no polling
+        deadline = None if timeout is None else time.monotonic() + timeout
+        event = countdown.event
+        while not event.is_set():
+            remaining = None
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+            if not self._poll(0.05 if remaining is None else min(remaining, 0.05)):
+                return event.is_set()
+        return True
 
     def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -906,6 +936,7 @@ class Node:
         os.close(self._wake_write)
         if ref_counter.on_borrow == self._on_driver_borrow:
             ref_counter.on_borrow = None
+            ref_counter.on_first_release = None
 
     # ------------------------------------------------------------------ introspection
     def resources(self) -> tuple[dict[str, float], dict[str, float]]:

@@ -111,8 +111,14 @@ def _short_repr(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+_SCALARS = (int, float, str, bool, type(None))
+
+
 def serialize(value: Any, segment_path: str | None) -> Stored:
     """Serialize ``value``; write it to ``segment_path`` if it is large."""
+    if type(value) in _SCALARS:  # the common tiny result: skip cloudpickle's set-up
+        data = pickle.dumps(value, protocol=5)
+        return Stored(data, (), None, len(data), ())
     data, buffers, ids = dumps(value)
     return store(data, buffers, ids, segment_path)
 

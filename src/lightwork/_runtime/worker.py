@@ -249,6 +249,8 @@ class Worker:
         if key not in self.sent_functions:
             self.sent_functions.add(key)
             self.outbox.append((p.FUNCTION, key, blob))
+            if key not in self.functions:  # the driver may run it here: keep the code
+                self.function_blobs[key] = blob
         self.outbox.append((
             p.SUBMIT, task_id, key, name, stored, deps, return_ids, shape,
             options.get("max_retries", 3), options.get("retry_exceptions", False),

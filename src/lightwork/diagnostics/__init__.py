@@ -1,0 +1,54 @@
+"""Reading what the runtime recorded.
+
+``task_records()`` and ``blocked_spans()`` read the always-on event log (see
+``lightwork._runtime.events``): one record per task with its timestamps on the driver
+and on the worker, and the spans the driver spent blocked in ``get``/``wait``. Later
+diagnostics (timeline, profilers, the advisor) are built on these.
+"""
+
+from __future__ import annotations
+
+from lightwork._runtime.events import DriverSpan, TaskRecord
+
+__all__ = ["DriverSpan", "TaskRecord", "blocked_spans", "dropped_counts", "task_records"]
+
+
+def _node():  # type: ignore[no-untyped-def]
+    from lightwork import _api
+
+    node = _api._node
+    if node is None or node.closed:
+        raise RuntimeError(
+            "no lightwork runtime is running in this process; call lightwork.init() first "
+            "(the event log lives as long as the runtime)"
+        )
+    return node
+
+
+def task_records(include_unfinished: bool = True) -> list[TaskRecord]:
+    """Copies of the records of ended tasks (oldest first), then of unfinished ones."""
+    node = _node()
+    with node.lock:
+        records = [_copy(record) for record in node.log.tasks]
+        if include_unfinished:
+            records += [_copy(task.record) for task in node.tasks.values()]
+    return records
+
+
+def blocked_spans() -> list[DriverSpan]:
+    """Spans the driver's threads spent blocked in ``get`` and ``wait`` (oldest first)."""
+    node = _node()
+    with node.lock:
+        return list(node.log.spans)
+
+
+def dropped_counts() -> dict[str, int]:
+    """How many task records and spans the bounded log has dropped (oldest first)."""
+    node = _node()
+    return {"tasks": node.log.dropped_tasks, "spans": node.log.dropped_spans}
+
+
+def _copy(record: TaskRecord) -> TaskRecord:
+    copy = TaskRecord(**record.as_dict())
+    copy.retries = list(record.retries)
+    return copy
