@@ -138,7 +138,6 @@ def do_some_work(x):
 
 
 def test_tip1_remote_returns_ids_and_get_after_loop_is_parallel():
-    start = time.time()
     results = [do_some_work.remote(x) for x in range(4)]
     assert all(isinstance(r, ray.ObjectRef) for r in results)
     assert all(str(r) for r in results)  # printable, as the guide prints them
@@ -154,7 +153,6 @@ def test_tip1_remote_returns_ids_and_get_after_loop_is_parallel():
     assert ray.get(results) == r_serial == r_parallel == [0, 1, 2, 3]
     assert t_serial >= 4 * SLEEP
     assert t_parallel < 3 * SLEEP, f"parallel {t_parallel:.2f} s vs serial {t_serial:.2f} s"
-    assert time.time() - start > 0
 
 
 def tiny_work(x):

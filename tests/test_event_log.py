@@ -1,0 +1,91 @@
+"""The always-on event log: every task's life, complete and ordered, and bounded."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import lightwork
+from lightwork.diagnostics import blocked_spans, dropped_counts, task_records
+
+pytestmark = pytest.mark.lightwork_only
+
+
+@pytest.fixture
+def runtime(fresh_runtime):
+    lightwork.init(num_cpus=2, event_budget=50)
+    yield
+    lightwork.shutdown()
+
+
+def _phases(record):
+    return [record.submitted, record.deps_ready, record.dispatched, record.started,
+            record.args_loaded, record.finished, record.stored, record.seen]
+
+
+def test_records_are_complete_and_ordered(runtime):
+    @lightwork.remote
+    def work(x):
+        time.sleep(0.01)
+        return x * 2
+
+    first = work.remote(10)
+    second = work.remote(first)  # a dependency: second waits for first's result
+    assert lightwork.get(second) == 40
+    records = {r.task_id: r for r in task_records()}
+    assert len(records) == 2
+    for record in records.values():
+        assert record.name.endswith("work")
+        assert record.state in ("FINISHED", "FAILED")
+        assert record.worker_id > 0
+        times = _phases(record)
+        assert all(t > 0 for t in times), record
+        assert times == sorted(times), record  # each phase at or after the one before
+        assert record.finished - record.args_loaded >= 0.009  # the task's sleep
+    ordered = sorted(records.values(), key=lambda r: r.submitted)
+    # The dependent task became ready only after its dependency's result was stored.
+    assert ordered[1].deps_ready >= ordered[0].stored
+    assert ordered[0].result_size > 0 and ordered[1].arg_size > 0
+
+
+def test_failures_and_retries_are_recorded(runtime):
+    @lightwork.remote(max_retries=1, retry_exceptions=True)
+    def fails():
+        raise KeyError("nope")
+
+    with pytest.raises(KeyError):
+        lightwork.get(fails.remote())
+    [record] = [r for r in task_records() if r.name.endswith("fails")]
+    assert record.state == "FAILED"
+    assert "KeyError" in record.error
+    assert record.attempt == 1 and len(record.retries) == 1
+
+
+def test_blocked_get_is_a_driver_span(runtime):
+    @lightwork.remote
+    def slow():
+        time.sleep(0.2)
+
+    before = time.monotonic()
+    lightwork.get(slow.remote())
+    spans = [s for s in blocked_spans() if s.kind == "get" and s.start >= before]
+    assert spans and spans[-1].end - spans[-1].start >= 0.15
+
+
+def test_log_is_bounded_and_counts_what_it_dropped(runtime):
+    @lightwork.remote
+    def noop():
+        return None
+
+    lightwork.get([noop.remote() for _ in range(80)])
+    finished = [r for r in task_records(include_unfinished=False)]
+    assert len(finished) == 50  # the budget given to init
+    assert dropped_counts()["tasks"] == 30
+    seen = [r.seen for r in finished]
+    assert seen == sorted(seen)  # kept in the order tasks ended; the oldest were dropped
+
+
+def test_reading_the_log_without_a_runtime_says_what_to_do(fresh_runtime):
+    with pytest.raises(RuntimeError, match="init"):
+        task_records()

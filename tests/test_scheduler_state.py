@@ -1,0 +1,113 @@
+"""The scheduler's decisions, driven without processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from lightwork._runtime.calls import EMPTY_ARGS
+from lightwork._runtime.events import TaskRecord
+from lightwork._runtime.scheduler import Scheduler, TaskSpec, make_shape
+
+pytestmark = pytest.mark.lightwork_only
+
+
+def task(task_id, cpus=1.0, key=b"f", **resources):
+    shape = make_shape({"CPU": cpus, **resources})
+    return TaskSpec(task_id, key, "f", EMPTY_ARGS, (), (task_id + 1000,), 1, shape, 3, False, 0,
+                    TaskRecord(task_id, "f", 0, 0.0))
+
+
+def test_tasks_go_to_idle_workers_until_resources_run_out():
+    s = Scheduler({"CPU": 2.0})
+    for worker_id in (1, 2, 3):
+        s.add_worker(worker_id)
+    for i in range(4):
+        s.make_ready(task(i))
+    placed = s.schedule()
+    assert [t.task_id for t, _ in placed] == [0, 1]
+    assert len({slot.worker_id for _, slot in placed}) == 2
+    assert s.available["CPU"] == 0
+    assert s.queued_count() == 2
+
+
+def test_finishing_gives_resources_back_and_the_next_task_runs():
+    s = Scheduler({"CPU": 1.0})
+    s.add_worker(1)
+    first, second = task(0), task(1)
+    s.make_ready(first)
+    s.make_ready(second)
+    [(placed, slot)] = s.schedule()
+    assert placed is first and s.schedule() == []
+    s.finish(slot, first, run_time=0.5)
+    assert s.available["CPU"] == 1.0
+    assert [t for t, _ in s.schedule()] == [second]
+
+
+def test_a_gpu_task_waiting_does_not_block_cpu_tasks_behind_it():
+    s = Scheduler({"CPU": 2.0, "GPU": 1.0})
+    s.add_worker(1)
+    s.add_worker(2)
+    s.make_ready(task(0, GPU=1.0))
+    s.make_ready(task(1, GPU=1.0))
+    s.make_ready(task(2))
+    placed = [t.task_id for t, _ in s.schedule()]
+    assert placed == [0, 2]  # task 1 waits for the GPU; task 2 does not wait for task 1
+
+
+def test_short_tasks_are_queued_behind_running_ones_long_ones_are_not():
+    s = Scheduler({"CPU": 1.0})
+    s.add_worker(1)
+    s.mean_run_time[b"short"] = 0.0001
+    s.mean_run_time[b"long"] = 0.5
+    s.make_ready(task(0, key=b"short"))
+    for i in range(1, 5):
+        s.make_ready(task(i, key=b"short"))
+    assert len(s.schedule()) == 5  # all on the one worker, pipelined
+    s2 = Scheduler({"CPU": 1.0})
+    s2.add_worker(1)
+    s2.mean_run_time[b"long"] = 0.5
+    for i in range(3):
+        s2.make_ready(task(i, key=b"long"))
+    assert len(s2.schedule()) == 1
+
+
+def test_blocked_worker_lends_its_cpu_and_takes_it_back():
+    s = Scheduler({"CPU": 1.0})
+    slot = s.add_worker(1)
+    parent = task(0)
+    s.make_ready(parent)
+    s.schedule()
+    assert s.available["CPU"] == 0
+    s.block(slot)
+    assert s.available["CPU"] == 1.0
+    s.unblock(slot)
+    assert s.available["CPU"] == 0
+
+
+def test_dead_worker_returns_its_tasks_and_resources():
+    s = Scheduler({"CPU": 1.0})
+    slot = s.add_worker(1)
+    s.mean_run_time[b"f"] = 0.0001
+    for i in range(3):
+        s.make_ready(task(i))
+    s.schedule()
+    returned = s.remove_worker(slot)
+    assert [t.task_id for t in returned] == [0, 1, 2]
+    assert s.available["CPU"] == 1.0 and not s.workers
+
+
+def test_infeasible_shapes_are_explained():
+    s = Scheduler({"CPU": 2.0, "GPU": 0.0})
+    assert s.check_feasible(make_shape({"CPU": 2.0})) is None
+    assert "3 CPU" in s.check_feasible(make_shape({"CPU": 3.0}))
+    assert "custom" in s.check_feasible(make_shape({"CPU": 1.0, "custom": 1.0}))
+
+
+def test_remote_on_a_class_says_actors_are_not_available_yet():
+    import lightwork
+
+    with pytest.raises(TypeError, match="actors are not available"):
+
+        @lightwork.remote
+        class Counter:
+            pass
