@@ -102,12 +102,3 @@ def test_infeasible_shapes_are_explained():
     assert "3 CPU" in s.check_feasible(make_shape({"CPU": 3.0}))
     assert "custom" in s.check_feasible(make_shape({"CPU": 1.0, "custom": 1.0}))
 
-
-def test_remote_on_a_class_says_actors_are_not_available_yet():
-    import lightwork
-
-    with pytest.raises(TypeError, match="actors are not available"):
-
-        @lightwork.remote
-        class Counter:
-            pass

@@ -5,6 +5,7 @@ call that needs it) starts the embedded runtime.
 """
 
 from lightwork import exceptions
+from lightwork._actor import ActorClass, ActorHandle, get_actor, kill, method
 from lightwork._api import (
     available_resources,
     cancel,
@@ -22,22 +23,31 @@ from lightwork._api import (
 )
 from lightwork._object_ref import ObjectRef
 
+from lightwork import actor, util  # noqa: E402  (Ray's ray.actor / ray.util namespaces)
+
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActorClass",
+    "ActorHandle",
     "ObjectRef",
+    "actor",
     "available_resources",
     "cancel",
     "cluster_resources",
     "exceptions",
     "get",
+    "get_actor",
     "get_gpu_ids",
     "get_runtime_context",
     "init",
     "is_initialized",
+    "kill",
+    "method",
     "nodes",
     "put",
     "remote",
     "shutdown",
+    "util",
     "wait",
 ]

@@ -1,18 +1,278 @@
-"""``@remote`` on a class: actors.
+"""``@remote`` on a class: ActorClass, ActorHandle, ActorMethod.
 
-Actors (stateful worker processes with Ray's actor API) are the next piece of the runtime
-to land. Until then, decorating a class says so at the decoration site, so a program
-that needs actors fails at once with a message instead of half-way through a run.
+``Cls.remote(*args)`` asks the core to start the actor in its own process and returns an
+:class:`ActorHandle` at once. The handle holds an ``ObjectRef`` to the actor's handle
+object (see ``_runtime/actors.py``), so handles are counted like any other reference:
+the actor's process ends when no handle to it remains anywhere, unless it is detached.
+Handles pickle, so they can be passed to tasks and other actors and called from there.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 from typing import Any
 
+import cloudpickle
 
-def make_actor_class(cls: type, options: dict[str, Any]) -> Any:
-    raise TypeError(
-        f"@remote on class {cls.__qualname__}: actors are not available in this lightwork "
-        "release yet (tasks, objects and the diagnostics are). Run the class's methods "
-        "inside remote functions for now, or use Ray for actor code."
+from lightwork._object_ref import ObjectRef
+from lightwork._runtime.actors import Actor
+from lightwork._runtime.calls import check_amount, check_options
+from lightwork._runtime.scheduler import make_shape
+from lightwork._runtime.serialization import SerializationError, describe_unpicklable
+
+ACTOR_OPTIONS = {
+    "name", "namespace", "lifetime", "get_if_exists", "max_restarts", "max_task_retries",
+    "max_concurrency", "num_cpus", "num_gpus", "resources", "memory",
+    "scheduling_strategy", "runtime_env", "max_pending_calls", "concurrency_groups",
+    "label_selector", "accelerator_type", "placement_group",
+    "placement_group_bundle_index", "_metadata",
+}
+_NUM_RETURNS = "__lightwork_num_returns__"
+
+
+def method(*, num_returns: int = 1, concurrency_group: str | None = None) -> Any:
+    """Options for one actor method: ``@lightwork.method(num_returns=2)``."""
+    if isinstance(num_returns, bool) or not isinstance(num_returns, int) or num_returns < 0:
+        raise ValueError(f"num_returns must be a non-negative int, got {num_returns!r}")
+
+    def decorate(function: Any) -> Any:
+        setattr(function, _NUM_RETURNS, num_returns)
+        return function
+
+    return decorate
+
+
+def _methods_of(cls: type) -> dict[str, int]:
+    methods = {}
+    for name, member in inspect.getmembers(cls):
+        if not callable(member) or (name.startswith("__") and name.endswith("__")):
+            continue
+        methods[name] = getattr(member, _NUM_RETURNS, 1)
+    methods["__ray_terminate__"] = 1
+    return methods
+
+
+class ActorClass:
+    """A class made remote: ``Cls.remote(*args)`` starts an actor and returns its handle."""
+
+    def __init__(self, cls: type, options: dict[str, Any]) -> None:
+        self._cls = cls
+        self._options = _check_actor_options(options, cls.__qualname__)
+        self._methods = _methods_of(cls)
+        self._key: bytes | None = None
+        self._blob: bytes | None = None
+        self.__name__ = cls.__name__
+        self.__qualname__ = cls.__qualname__
+        self.__doc__ = cls.__doc__
+        self.__module__ = cls.__module__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"actor class {self._cls.__qualname__} cannot be instantiated directly: use "
+            f".remote(), as in {self._cls.__name__}.remote(...), to start an actor"
+        )
+
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        return _create(self, args, kwargs, self._options)
+
+    def options(self, **options: Any) -> _BoundActorOptions:
+        _check_actor_options(options, self._cls.__qualname__)
+        return _BoundActorOptions(self, {**self._options, **options})
+
+    def _payload(self) -> tuple[bytes, bytes]:
+        if self._key is None:
+            try:
+                blob = cloudpickle.dumps(self._cls)
+            except Exception as exc:
+                raise SerializationError(describe_unpicklable(self._cls, exc)) from exc
+            self._blob = blob
+            self._key = hashlib.blake2b(blob, digest_size=16).digest()
+        assert self._blob is not None
+        return self._key, self._blob
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ActorClass, (self._cls, self._options))
+
+    def __repr__(self) -> str:
+        return f"<lightwork actor class {self._cls.__qualname__}>"
+
+
+class _BoundActorOptions:
+    def __init__(self, actor_class: ActorClass, options: dict[str, Any]) -> None:
+        self._actor_class = actor_class
+        self._options = options
+
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        return _create(self._actor_class, args, kwargs, self._options)
+
+
+def _check_actor_options(options: dict[str, Any], what: str) -> dict[str, Any]:
+    check_options({k: v for k, v in options.items() if k in ("num_cpus", "num_gpus", "resources", "memory")},
+                  ACTOR_OPTIONS, f"actor class {what}")
+    unknown = sorted(set(options) - ACTOR_OPTIONS)
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for actor class {what}; "
+            f"valid options are: {', '.join(sorted(ACTOR_OPTIONS))}"
+        )
+    lifetime = options.get("lifetime")
+    if lifetime not in (None, "detached", "non_detached"):
+        raise ValueError(f"lifetime must be None, 'detached' or 'non_detached', got {lifetime!r}")
+    if lifetime == "detached" and not options.get("name"):
+        raise ValueError("a detached actor needs a name (options(name=..., lifetime='detached'))")
+    name = options.get("name")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    for key in ("max_restarts", "max_task_retries"):
+        value = options.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+            raise ValueError(f"{key} must be an int >= -1 (-1: forever), got {value!r}")
+    concurrency = options.get("max_concurrency")
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise ValueError(f"max_concurrency must be an int >= 1, got {concurrency!r}")
+    return options
+
+
+def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[str, Any]) -> ActorHandle:
+    from lightwork._api import _core
+    from lightwork._runtime.calls import prepare_args
+
+    core = _core()
+    name = options.get("name")
+    namespace = options.get("namespace")
+    if name is not None and options.get("get_if_exists"):
+        found = core.actor_request("get_actor", name, namespace)
+        if found is not None:
+            return ActorHandle(ObjectRef(found[0], _borrowed=True), found[1], found[2])
+    key, blob = actor_class._payload()
+    extra = {"GPU": float(options["num_gpus"])} if options.get("num_gpus") else {}
+    for resource, amount in (options.get("resources") or {}).items():
+        extra[resource] = check_amount(f"resources[{resource!r}]", amount)
+    if options.get("num_cpus") is not None:
+        place = hold = make_shape({"CPU": float(options["num_cpus"]), **extra})
+    else:  # Ray's default: 1 CPU to be placed, none held while it runs
+        place, hold = make_shape({"CPU": 1.0, **extra}), make_shape(extra)
+    actor_id = core.next_object_id()
+    stored, deps = prepare_args(args, kwargs, None)
+    actor = Actor(
+        actor_id, actor_class._cls.__qualname__, key, stored, deps, place, hold, name,
+        namespace, options.get("lifetime") == "detached", options.get("max_restarts", 0),
+        options.get("max_task_retries", 0), options.get("max_concurrency") or 0, 0,
+        methods=actor_class._methods,
     )
+    core.create_actor(actor, blob)
+    return ActorHandle(ObjectRef(actor_id), actor.class_name, actor_class._methods)
+
+
+class ActorHandle:
+    """A reference to a running actor; call its methods with ``handle.method.remote()``."""
+
+    def __init__(self, ref: ObjectRef, class_name: str, methods: dict[str, int]) -> None:
+        self._ref = ref
+        self._class_name = class_name
+        self._methods = methods
+
+    @property
+    def _actor_id(self) -> str:
+        return self._ref.hex()
+
+    def __getattr__(self, name: str) -> ActorMethod:
+        methods = self.__dict__.get("_methods")
+        if methods is None or name.startswith("__") and name != "__ray_terminate__":
+            raise AttributeError(name)
+        if name not in methods:
+            raise AttributeError(
+                f"actor {self._class_name} has no method {name!r}. A handle exposes only the "
+                f"actor's methods, not its attributes: to read {name!r}, add a method such "
+                f"as `def get_{name}(self): return self.{name}` and call "
+                f"handle.get_{name}.remote()"
+            )
+        return ActorMethod(self, name, methods[name])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ActorHandle, (self._ref, self._class_name, self._methods))
+
+    def __repr__(self) -> str:
+        return f"Actor({self._class_name}, {self._ref.hex()})"
+
+    def __hash__(self) -> int:
+        return hash(self._ref)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActorHandle) and other._ref == self._ref
+
+
+class ActorMethod:
+    """``handle.method``: ``.remote(*args)`` queues a call and returns its ObjectRef(s)."""
+
+    def __init__(self, handle: ActorHandle, name: str, num_returns: int, call_name: str | None = None) -> None:
+        self._handle = handle
+        self._name = name
+        self._num_returns = num_returns
+        self._call_name = call_name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"actor method {self._handle._class_name}.{self._name} cannot be called directly: "
+            f"use .remote(), as in handle.{self._name}.remote(...)"
+        )
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        from lightwork._api import _core
+
+        handle = self._handle
+        name = self._call_name or f"{handle._class_name}.{self._name}"
+        refs = _core().submit_actor_task(
+            handle._ref.id, self._name, name, args, kwargs, self._num_returns
+        )
+        if self._num_returns == 1:
+            return refs[0]
+        return None if self._num_returns == 0 else refs
+
+    def options(self, *, num_returns: int | None = None, name: str | None = None, **ignored: Any) -> ActorMethod:
+        count = self._num_returns if num_returns is None else num_returns
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"num_returns must be a non-negative int, got {count!r}")
+        return ActorMethod(self._handle, self._name, count, name)
+
+
+def make_actor_class(cls: type, options: dict[str, Any]) -> ActorClass:
+    return ActorClass(cls, options)
+
+
+def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
+    """The handle of the live actor called ``name`` (in ``namespace``)."""
+    from lightwork._api import _core
+
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"get_actor() needs an actor name, got {name!r}")
+    found = _core().actor_request("get_actor", name, namespace)
+    if found is None:
+        raise ValueError(
+            f"no live actor named {name!r} in namespace {namespace!r}; create it with "
+            f"Cls.options(name={name!r}).remote(), or check the name and namespace"
+        )
+    return ActorHandle(ObjectRef(found[0], _borrowed=True), found[1], found[2])
+
+
+def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
+    """Kill the actor's process now; pending and later calls raise ActorDiedError."""
+    from lightwork._api import _core
+
+    if not isinstance(actor, ActorHandle):
+        raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}: {actor!r:.80}")
+    _core().actor_request("kill", actor._ref.id, bool(no_restart))
+
+
+def exit_actor() -> None:
+    """End the current actor from inside one of its methods, after that method returns."""
+    from lightwork import _api
+    from lightwork._runtime.worker import ActorExit
+
+    worker = _api._worker
+    if worker is None or worker.actor is None and worker.actor_id == 0:
+        raise TypeError("exit_actor() can only be called inside an actor's method")
+    raise ActorExit(0)

@@ -41,6 +41,7 @@ from typing import Any
 from lightwork import exceptions
 from lightwork._object_ref import ObjectRef, ref_counter
 from lightwork._runtime import forkserver
+from lightwork._runtime.actors import Actor, ActorManager
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
 from lightwork._runtime.events import DriverSpan, EventLog, TaskRecord
@@ -82,6 +83,7 @@ class WorkerConn:
     eof_at: float = 0.0
     dead: bool = False
     started_at: float = field(default_factory=time.monotonic)
+    actor: Any = None  # the Actor this process runs, or None for a pooled task worker
 
 
 class Countdown:
@@ -132,6 +134,8 @@ class Node:
         self._deferred: list[Callable[[], None]] = []
         self._want_write: set[WorkerConn] = set()
         self.closed = False
+        self.actors = ActorManager(self)
+        self.objects.on_actor_freed = self.actors.handle_freed
         # One thread per task slot unless the user chose: the "no speedup" trap of
         # multi-threaded numpy running in every worker at once.
         self.worker_env = {name: "1" for name in THREAD_VARS if name not in os.environ}
@@ -157,7 +161,7 @@ class Node:
     def next_object_id(self) -> int:
         return next(self._ids)
 
-    def _start_worker(self) -> WorkerConn:
+    def _start_worker(self, pooled: bool = True) -> WorkerConn:
         worker_id = next(self._worker_ids)
         ours, theirs = socket.socketpair()
         config = {
@@ -172,7 +176,7 @@ class Node:
         self.forkserver.spawn(worker_id, config, theirs)
         theirs.close()
         ours.setblocking(False)
-        slot = self.scheduler.add_worker(worker_id)
+        slot = self.scheduler.add_worker(worker_id) if pooled else WorkerSlot(worker_id)
         conn = WorkerConn(worker_id, ours, slot)
         self.workers[worker_id] = conn
         self.selector.register(ours, selectors.EVENT_READ, conn)
@@ -327,7 +331,10 @@ class Node:
     def _handle(self, conn: WorkerConn, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == p.DONE:
-            self._on_done(conn, message[1], message[2], message[3])
+            if conn.actor is not None:
+                self.actors.on_done(conn, message[1], message[2], message[3])
+            else:
+                self._on_done(conn, message[1], message[2], message[3])
         elif kind == p.SUBMIT:
             self._on_worker_submit(conn, message)
         elif kind == p.FUNCTION:
@@ -360,6 +367,8 @@ class Node:
                 self.scheduler.take_back(conn.slot, task)
         elif kind == p.CANCEL:
             self._cancel_ids(message[1], message[2])
+        elif kind == p.CALL:
+            self._on_worker_call(conn, message[1], message[2], message[3:])
 
     def _on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
         task = self.tasks.get(task_id)
@@ -474,7 +483,12 @@ class Node:
             if entry.state == FAILED:
                 self._fail_task(task, entry.error)
                 return
-        self.scheduler.make_ready(task)
+        if task.actor_id:
+            actor = self.actors.actors.get(task.actor_id)
+            if actor is not None:
+                self.actors.pump(actor)
+        else:
+            self.scheduler.make_ready(task)
 
     def _fail_task(self, task: TaskSpec, error: Any) -> None:
         for object_id in task.return_ids:
@@ -506,7 +520,9 @@ class Node:
         scheduler = self.scheduler
         while True:
             self._send_assignments(scheduler.schedule())
-            room = scheduler.worker_cap() - len(self.workers)
+            if self.actors.pending:
+                self.actors.place_pending()
+            room = scheduler.worker_cap() - len(scheduler.workers)
             to_start = min(scheduler.starving, room)
             if to_start <= 0:
                 return
@@ -562,10 +578,10 @@ class Node:
 
     # ------------------------------------------------------------------ worker requests
     def _on_worker_submit(self, conn: WorkerConn, message: tuple[Any, ...]) -> None:
-        (_, task_id, key, name, args, deps, return_ids, shape, max_retries, retry) = message
+        (_, task_id, key, name, args, deps, return_ids, shape, max_retries, retry, actor_id) = message
         record = TaskRecord(task_id, name, conn.worker_id, time.monotonic(), arg_size=args.size)
         task = TaskSpec(task_id, key, name, args, deps, return_ids, len(return_ids), shape,
-                        max_retries, retry, conn.worker_id, record)
+                        max_retries, retry, conn.worker_id, record, actor_id=actor_id)
         for object_id in return_ids:
             self.objects.create(object_id, conn.worker_id, task_id)
             conn.holds.add(object_id)
@@ -574,6 +590,31 @@ class Node:
             self.register_task(task, args.contained)
         except exceptions.ObjectLostError as exc:
             self._fail_task(task, exc)
+            return
+        if actor_id:
+            self.actors.add_call(actor_id, task)
+
+    def _on_worker_call(self, conn: WorkerConn, request_id: int, what: str, args: tuple) -> None:
+        """A worker asks the driver to do something only the driver can (actor registry)."""
+        try:
+            if what == "create_actor":
+                actor = args[0]
+                actor.owner = conn.worker_id
+                self.actors.create(actor)
+                conn.holds.add(actor.actor_id)
+                conn.owned.add(actor.actor_id)
+                result: Any = None
+            elif what == "get_actor":
+                found = self.actors.lookup_name(args[0], args[1])
+                result = None if found is None else (found.actor_id, found.class_name, found.methods)
+            elif what == "kill":
+                self.actors.kill(args[0], args[1])
+                result = None
+            else:
+                raise ValueError(f"unknown request {what!r}")
+            self._reply(conn, request_id, ("ok", result))
+        except Exception as exc:  # noqa: BLE001 - the caller re-raises it
+            self._reply(conn, request_id, ("err", exc))
 
     def _reply(self, conn: WorkerConn, request_id: int, payload: Any) -> None:
         self._send(conn, [(p.REPLY, request_id, payload)])
@@ -666,11 +707,14 @@ class Node:
             return
         conn.dead = True
         self.workers.pop(conn.worker_id, None)
-        tasks = self.scheduler.remove_worker(conn.slot)
-        for task in tasks[1:]:
-            self._requeue(task)
-        if tasks:
-            self._on_task_crashed(tasks[0], conn)
+        if conn.actor is not None:
+            self.actors.on_worker_death(conn, describe_exit(conn.exit_status))
+        else:
+            tasks = self.scheduler.remove_worker(conn.slot)
+            for task in tasks[1:]:
+                self._requeue(task)
+            if tasks:
+                self._on_task_crashed(tasks[0], conn)
         for object_id in conn.holds | conn.owned:
             entry = self.objects.entries.get(object_id)
             if entry is None:
@@ -764,6 +808,50 @@ class Node:
                 _unlink(stored.path)
             raise
         return [ObjectRef(object_id) for object_id in return_ids]
+
+    def create_actor(self, actor: Actor, blob: bytes) -> None:
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            self.functions.setdefault(actor.class_key, blob)
+            self.actors.create(actor)
+
+    def submit_actor_task(
+        self, actor_id: int, method: str, name: str, args: tuple, kwargs: dict,
+        num_returns: int,
+    ) -> list[ObjectRef]:
+        task_id = self.next_object_id()
+        stored, deps = prepare_args(args, kwargs, f"{self.session.shm_dir}/a{task_id:x}")
+        return_ids = tuple(self.next_object_id() for _ in range(num_returns))
+        record = TaskRecord(task_id, name, 0, time.monotonic(), arg_size=stored.size)
+        task = TaskSpec(task_id, method, name, stored, deps, return_ids, num_returns, (), 0,
+                        False, 0, record, actor_id=actor_id)
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            for object_id in return_ids:
+                self.objects.create(object_id, 0, task_id)
+            try:
+                self.register_task(task, stored.contained)
+            except BaseException:
+                for object_id in return_ids:
+                    self.objects.entries.pop(object_id, None)
+                if stored.path is not None:
+                    _unlink(stored.path)
+                raise
+            self.actors.add_call(actor_id, task)
+        return [ObjectRef(object_id) for object_id in return_ids]
+
+    def actor_request(self, what: str, *args: Any) -> Any:
+        with self.lock:
+            self._check_open()
+            if what == "get_actor":
+                found = self.actors.lookup_name(args[0], args[1])
+                return None if found is None else (found.actor_id, found.class_name, found.methods)
+            if what == "kill":
+                self.actors.kill(args[0], args[1])
+                return None
+            raise ValueError(f"unknown request {what!r}")
 
     def submit(self, task: TaskSpec, function_blob: bytes | None) -> None:
         self._drain_refs_if_any()
@@ -900,7 +988,8 @@ class Node:
         return deferred
 
     def runtime_context(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "task_id": None, "worker_id": 0,
+        return {"actor_id": None, "actor_name": None,
+                "job_id": self.job_id, "task_id": None, "worker_id": 0,
                 "node_id": self.node_id, "resources": {}, "gpu_ids": (),
                 "namespace": self.namespace, "pid": os.getpid()}
 

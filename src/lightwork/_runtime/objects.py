@@ -57,6 +57,9 @@ class ObjectEntry:
 class ObjectTable:
     def __init__(self) -> None:
         self.entries: dict[int, ObjectEntry] = {}
+        # Ids of actor handle objects; freeing one calls ``on_actor_freed`` (set by the node).
+        self.actor_handles: set[int] = set()
+        self.on_actor_freed: Callable[[int], None] | None = None
         self.bytes_in_segments = 0
         self.freed_count = 0
 
@@ -124,6 +127,10 @@ class ObjectTable:
                 continue
             del self.entries[current.object_id]
             self.freed_count += 1
+            if current.object_id in self.actor_handles:
+                self.actor_handles.discard(current.object_id)
+                if self.on_actor_freed is not None:
+                    self.on_actor_freed(current.object_id)
             if current.stored is not None:
                 stack.extend(self._drop_value(current.stored))
 

@@ -9,7 +9,7 @@ that is what makes many short tasks cheap. Messages are tuples whose first item 
 the kinds below; user values inside them are already serialized (``Stored``), so decoding
 a frame never runs user code.
 
-Driver -> worker: ``TASK``, ``FUNCTION``, ``REPLY``, ``EXIT``.
+Driver -> worker: ``TASK``, ``FUNCTION``, ``REPLY``, ``EXIT``, ``ACTOR_INIT``.
 Worker -> driver: ``DONE``, ``SUBMIT``, ``PUT``, ``GET``, ``WAIT``, ``BORROW``,
 ``RELEASE``, ``BLOCKED``, ``UNBLOCKED``, ``BOUNCE``, ``CANCEL``, ``CALL``.
 """
@@ -25,6 +25,7 @@ TASK = 1
 FUNCTION = 2
 REPLY = 3
 EXIT = 4
+ACTOR_INIT = 5
 DONE = 10
 SUBMIT = 11
 PUT = 12

@@ -64,6 +64,7 @@ class TaskSpec:
     state: str = WAITING
     cancelled: bool = False
     worker: WorkerSlot | None = None
+    actor_id: int = 0  # a method call of this actor, else 0 for a plain task
 
 
 @dataclass(slots=True, eq=False)

@@ -20,6 +20,7 @@ error leaves a stack on stderr.
 from __future__ import annotations
 
 import faulthandler
+import inspect
 import itertools
 import os
 import signal
@@ -76,9 +77,15 @@ class Worker:
         self._waiting = 0
         self._ids = itertools.count(1)
         self._requests = itertools.count(1)
-        self.current: tuple[Any, ...] | None = None
+        self._local = threading.local()
         self.cancel_requested = False
         self.actor: Any = None
+        self.actor_id = 0
+        self.actor_name: str | None = None
+        self.pool: CallPool | None = None
+        self.loop: AsyncRunner | None = None
+        self.exiting = False
+        self.bounce_when_waiting = True
         ref_counter.reset()
         ref_counter.on_borrow = self._note_borrow
 
@@ -115,7 +122,7 @@ class Worker:
                 self.replies[message[1]] = message[2]
             elif kind == p.FUNCTION:
                 self.function_blobs[message[1]] = message[2]
-            elif kind == p.TASK and self._waiting:
+            elif kind == p.TASK and self._waiting and self.bounce_when_waiting:
                 self.outbox.append((p.BOUNCE, message[1][0]))
             else:
                 self.inbox.append(message)
@@ -156,10 +163,19 @@ class Worker:
             message = self._take_turn(self._next_inbox)
             kind = message[0]
             if kind == p.TASK:
+                if self.pool is not None:
+                    self.pool.submit(message[1])
+                    continue
                 result = self.execute(message[1])
                 if not pending_results:
                     first_pending = time.monotonic()
                 pending_results.append(result)
+                if self.exiting:
+                    self.send(pending_results)
+                    return
+            elif kind == p.ACTOR_INIT:
+                self.send(pending_results + [self.start_actor(message[1])])
+                pending_results = []
             elif kind == p.EXIT:
                 if pending_results:
                     self.send(pending_results)
@@ -171,6 +187,23 @@ class Worker:
             fn = self.functions[key] = cloudpickle.loads(self.function_blobs.pop(key))
         return fn
 
+    @property
+    def current(self) -> tuple[Any, ...] | None:
+        return getattr(self._local, "frame", None)
+
+    @current.setter
+    def current(self, frame: tuple[Any, ...] | None) -> None:
+        self._local.frame = frame
+
+    def target(self, key: Any) -> Any:
+        """The callable a task frame names: a function by hash, or an actor method."""
+        if type(key) is bytes:
+            return self.function(key)
+        if key == "__ray_terminate__":
+            self.exiting = True
+            return _noop
+        return getattr(self.actor, key)
+
     def execute(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         (task_id, key, name, args_stored, dep_values, return_ids, resources, gpu_ids) = frame
         started = time.monotonic()
@@ -180,16 +213,12 @@ class Worker:
         outcome: Any
         args_loaded = started
         try:
-            fn = self.function(key)
-            args, kwargs = serialization.loads(args_stored)
-            if dep_values:
-                values = [serialization.loads(stored) for stored in dep_values]
-                args = [values[a.index] if type(a) is ArgSlot else a for a in args]
-                for k, v in kwargs.items():
-                    if type(v) is ArgSlot:
-                        kwargs[k] = values[v.index]
+            fn = self.target(key)
+            args, kwargs = load_args(args_stored, dep_values)
             args_loaded = time.monotonic()
             result = fn(*args, **kwargs)
+            if self.loop is not None and inspect.iscoroutine(result):
+                result = self.loop.run(result)
             del args, kwargs
             finished = time.monotonic()
             outcome = self.store_results(name, result, return_ids)
@@ -197,6 +226,10 @@ class Worker:
         except KeyboardInterrupt:
             finished = time.monotonic()
             outcome = "cancelled"
+        except ActorExit:
+            finished = time.monotonic()
+            self.exiting = True
+            outcome = ("exit", None)
         except SerializationError as exc:
             finished = time.monotonic()
             outcome = ("error", serialization.serialize(
@@ -206,6 +239,27 @@ class Worker:
             outcome = ("error", error_outcome(name, exc))
         self.current = None
         return (p.DONE, task_id, outcome, (started, args_loaded, finished, time.monotonic()))
+
+    def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Create this worker's actor instance; the DONE says whether ``__init__`` worked."""
+        (task_id, key, name, args_stored, dep_values, actor_id, actor_name, concurrency) = frame
+        started = time.monotonic()
+        self.actor_id, self.actor_name = actor_id, actor_name
+        self.bounce_when_waiting = False  # an actor's calls cannot run anywhere else
+        outcome: Any = []
+        try:
+            cls = self.function(key)
+            args, kwargs = load_args(args_stored, dep_values)
+            if _is_async_class(cls):
+                self.loop = AsyncRunner(concurrency or 1000)
+                self.pool = CallPool(self, self.loop.limit)
+            elif concurrency and concurrency > 1:
+                self.pool = CallPool(self, concurrency)
+            self.actor = cls(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - reported as the actor's death cause
+            outcome = ("error", error_outcome(f"{name}.__init__", exc))
+        now = time.monotonic()
+        return (p.DONE, task_id, outcome, (started, started, now, now))
 
     def store_results(self, name: str, result: Any, return_ids: tuple[int, ...]) -> Any:
         if len(return_ids) == 1:
@@ -253,11 +307,37 @@ class Worker:
                 self.function_blobs[key] = blob
         self.outbox.append((
             p.SUBMIT, task_id, key, name, stored, deps, return_ids, shape,
-            options.get("max_retries", 3), options.get("retry_exceptions", False),
+            options.get("max_retries", 3), options.get("retry_exceptions", False), 0,
         ))
         if len(self.outbox) >= 64 or not self._batching_submits:
             self.send([])
         return refs
+
+    def create_actor(self, actor: Any, blob: bytes) -> None:
+        if actor.class_key not in self.sent_functions:
+            self.sent_functions.add(actor.class_key)
+            self.outbox.append((p.FUNCTION, actor.class_key, blob))
+        self.actor_request("create_actor", actor)
+
+    def submit_actor_task(
+        self, actor_id: int, method: str, name: str, args: tuple, kwargs: dict,
+        num_returns: int,
+    ) -> list[ObjectRef]:
+        task_id = self.next_object_id()
+        stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
+        return_ids = tuple(self.next_object_id() for _ in range(num_returns))
+        refs = [ObjectRef(object_id) for object_id in return_ids]
+        self.outbox.append((p.SUBMIT, task_id, method, name, stored, deps, return_ids, (), 0,
+                            False, actor_id))
+        self.send([])
+        return refs
+
+    def actor_request(self, what: str, *args: Any) -> Any:
+        self.send([])
+        kind, result = self.request((p.CALL, what, *args))
+        if kind == "err":
+            raise result
+        return result
 
     def get(self, ids: list[int], timeout: float | None) -> list[Any]:
         self.send([])
@@ -303,6 +383,8 @@ class Worker:
     def runtime_context(self) -> dict[str, Any]:
         frame = self.current
         return {
+            "actor_id": f"{self.actor_id:020x}" if self.actor_id else None,
+            "actor_name": self.actor_name,
             "job_id": self.job_id,
             "task_id": frame[0] if frame else None,
             "worker_id": self.worker_id,
@@ -338,6 +420,68 @@ class Worker:
                 self._waiting -= 1
             if self.outbox:
                 self.send([])
+
+
+def load_args(args_stored: Stored, dep_values: Any) -> tuple[list[Any], dict[str, Any]]:
+    args, kwargs = serialization.loads(args_stored)
+    if dep_values:
+        values = [serialization.loads(stored) for stored in dep_values]
+        args = [values[a.index] if type(a) is ArgSlot else a for a in args]
+        for k, v in kwargs.items():
+            if type(v) is ArgSlot:
+                kwargs[k] = values[v.index]
+    return args, kwargs
+
+
+class ActorExit(SystemExit):
+    """Raised by ``exit_actor()``: finish the current call, then end the actor's process."""
+
+
+def _noop() -> None:
+    return None
+
+
+def _is_async_class(cls: type) -> bool:
+    return any(
+        inspect.iscoroutinefunction(member) for _, member in inspect.getmembers(cls, callable)
+    )
+
+
+class CallPool:
+    """Runs an actor's calls on ``size`` threads (threaded and async actors)."""
+
+    def __init__(self, worker: Worker, size: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.worker = worker
+        self.executor = ThreadPoolExecutor(size, thread_name_prefix="lightwork-actor")
+
+    def submit(self, frame: tuple[Any, ...]) -> None:
+        self.executor.submit(self._run, frame)
+
+    def _run(self, frame: tuple[Any, ...]) -> None:
+        worker = self.worker
+        result = worker.execute(frame)
+        worker.send([result])
+        if worker.exiting:
+            os._exit(0)
+
+
+class AsyncRunner:
+    """The event loop of an async actor, in its own thread; calls share it."""
+
+    def __init__(self, limit: int) -> None:
+        import asyncio
+
+        self.limit = limit
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="lightwork-actor-loop",
+                         daemon=True).start()
+
+    def run(self, coroutine: Any) -> Any:
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
 
 def _set_gpu_env(gpu_ids: tuple[int, ...]) -> None:

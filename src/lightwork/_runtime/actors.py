@@ -1,0 +1,382 @@
+"""Actors on the driver: one worker process each, calls delivered in order.
+
+An actor is named by the id of a small *handle object* in the object table. Every
+``ActorHandle`` holds an ``ObjectRef`` to it, so the ordinary reference counting tells
+when no handle remains anywhere (driver, tasks, other actors, inside stored objects);
+pending calls pin it too. When the handle object is freed the actor's process is asked to
+exit — unless the actor is detached, which the registry pins until ``kill``/``shutdown``.
+
+States: PENDING (waiting for resources to be placed) -> STARTING (process forked,
+``__init__`` sent) -> ALIVE -> DEAD, or ALIVE -> RESTARTING -> ALIVE when the process
+died and ``max_restarts`` allows. Placement needs the actor's ``place`` resources free
+(1 CPU by default) and holds its ``hold`` resources for its lifetime (none by default,
+as in Ray).
+
+Calls wait in ``queue`` until their arguments are ready and the actor is ALIVE; the head
+is sent first, so calls run in submission order. Sent calls are in ``inflight``. When the
+process dies they are re-sent after a restart (up to ``max_task_retries``) or fail with
+``ActorDiedError`` naming the cause.
+
+Runs under the node's lock; the node routes frames from actor workers here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lightwork import exceptions
+from lightwork._runtime import protocol as p
+from lightwork._runtime import serialization
+from lightwork._runtime.scheduler import FINISHED, Shape, TaskSpec, WorkerSlot
+
+if TYPE_CHECKING:
+    from lightwork._runtime.node import Node, WorkerConn
+
+PENDING = "PENDING_CREATION"
+STARTING = "STARTING"
+ALIVE = "ALIVE"
+RESTARTING = "RESTARTING"
+DEAD = "DEAD"
+
+
+@dataclass(eq=False)
+class Actor:
+    actor_id: int
+    class_name: str
+    class_key: bytes
+    args: serialization.Stored
+    deps: tuple[int, ...]
+    place: Shape
+    hold: Shape
+    name: str | None
+    namespace: str | None
+    detached: bool
+    max_restarts: int
+    max_task_retries: int
+    max_concurrency: int
+    owner: int
+    state: str = PENDING
+    conn: WorkerConn | None = None
+    creation_task: int = 0
+    queue: deque[TaskSpec] = field(default_factory=deque)
+    inflight: dict[int, TaskSpec] = field(default_factory=dict)
+    restarts: int = 0
+    no_restart: bool = False
+    death_cause: str = ""
+    init_error: Any = None
+    calls_done: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    methods: dict[str, int] = field(default_factory=dict)
+
+
+class ActorManager:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.actors: dict[int, Actor] = {}
+        self.names: dict[tuple[str | None, str], int] = {}
+        self.pending: deque[Actor] = deque()
+
+    # -- creation --------------------------------------------------------------------
+    def create(self, actor: Actor) -> None:
+        node = self.node
+        if actor.namespace is None:
+            actor.namespace = node.namespace
+        problem = node.scheduler.check_feasible(actor.place) or node.scheduler.check_feasible(actor.hold)
+        if problem:
+            raise ValueError(
+                f"actor {actor.class_name} can never be placed: {problem}. Lower its "
+                "resource request with .options(), or start lightwork with more resources."
+            )
+        if actor.name is not None:
+            key = (actor.namespace, actor.name)
+            if key in self.names and self.actors[self.names[key]].state != DEAD:
+                raise ValueError(
+                    f"an actor named {actor.name!r} already exists in namespace "
+                    f"{actor.namespace!r}; pick another name, or use get_if_exists=True"
+                )
+        entries = [node.lookup(object_id) for object_id in actor.deps]
+        entry = node.objects.create(actor.actor_id, actor.owner)
+        node.objects.actor_handles.add(actor.actor_id)
+        node.objects.resolve(entry, serialization.serialize(None, None))
+        if actor.detached:
+            entry.task_uses += 1  # the registry keeps a detached actor alive
+        for dep in entries:
+            dep.task_uses += 1  # until the constructor has run
+        self.actors[actor.actor_id] = actor
+        if actor.name is not None:
+            self.names[(actor.namespace, actor.name)] = actor.actor_id
+        self.pending.append(actor)
+        self.place_pending()
+
+    def place_pending(self) -> None:
+        """Start the actors whose resources are free, in creation order."""
+        scheduler = self.node.scheduler
+        waiting: deque[Actor] = deque()
+        while self.pending:
+            actor = self.pending.popleft()
+            if actor.state == DEAD:
+                continue
+            ready = all(
+                self.node.objects.entries[d].state != 0 for d in actor.deps
+                if d in self.node.objects.entries
+            )
+            if ready and scheduler._fits(actor.place) and scheduler._fits(actor.hold):
+                scheduler._acquire(actor.hold)
+                self._start(actor)
+            else:
+                waiting.append(actor)
+        self.pending = waiting
+
+    def _start(self, actor: Actor) -> None:
+        node = self.node
+        conn = node._start_worker(pooled=False)
+        conn.actor = actor
+        actor.conn = conn
+        actor.state = STARTING if actor.state == PENDING else RESTARTING
+        actor.creation_task = node.next_object_id()
+        dep_values = []
+        for object_id in actor.deps:
+            dep = node.objects.entries.get(object_id)
+            if dep is None or dep.state != 1:  # a dependency failed or vanished
+                self._die(actor, f"an argument of its constructor failed: {_describe(dep)}")
+                return
+            dep_values.append(dep.stored)
+        messages: list[tuple[Any, ...]] = []
+        if actor.class_key not in conn.functions:
+            conn.functions.add(actor.class_key)
+            messages.append((p.FUNCTION, actor.class_key, node.functions[actor.class_key]))
+        messages.append((p.ACTOR_INIT, (
+            actor.creation_task, actor.class_key, actor.class_name, actor.args, dep_values,
+            actor.actor_id, actor.name, actor.max_concurrency,
+        )))
+        node._send(conn, messages)
+
+    # -- calls -----------------------------------------------------------------------
+    def add_call(self, actor_id: int, task: TaskSpec) -> None:
+        actor = self.actors.get(actor_id)
+        if actor is None or actor.state == DEAD:
+            self.node._fail_task(task, self._died_error(actor, task.name))
+            return
+        actor.queue.append(task)
+        self.node.lookup(actor_id).task_uses += 1  # a pending call keeps the actor alive
+        self.pump(actor)
+
+    def pump(self, actor: Actor) -> None:
+        """Send the calls at the head of the queue whose arguments are ready."""
+        if actor.state != ALIVE or actor.conn is None:
+            return
+        node = self.node
+        batch: list[tuple[Any, ...]] = []
+        now = time.monotonic()
+        queue = actor.queue
+        while queue:
+            task = queue[0]
+            if task.state == "FAILED":  # an argument failed: the call already has its error
+                queue.popleft()
+                node._unuse(task.actor_id)
+                continue
+            if task.unready:
+                break
+            queue.popleft()
+            task.state = "SUBMITTED_TO_WORKER"
+            record = task.record
+            record.dispatched = now
+            record.worker_id = actor.conn.worker_id
+            record.attempt = task.attempt
+            record.state = task.state
+            dep_values = [node.objects.entries[d].stored for d in task.deps] if task.deps else ()
+            actor.inflight[task.task_id] = task
+            batch.append((p.TASK, (
+                task.task_id, task.function_key, task.name, task.args, dep_values,
+                task.return_ids, task.shape, (),
+            )))
+        if batch:
+            node._send(actor.conn, batch)
+
+    def on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
+        actor = conn.actor
+        node = self.node
+        if task_id == actor.creation_task:
+            if outcome:  # ("error", Stored): the constructor raised
+                actor.init_error = outcome[1]
+                actor.no_restart = True
+                self._die(actor, "its constructor (__init__) raised:\n" + _traceback_of(outcome[1]))
+                node._send(conn, [(p.EXIT,)])
+                return
+            actor.state = ALIVE
+            self.pump(actor)
+            return
+        task = actor.inflight.pop(task_id, None)
+        if task is None:
+            return
+        record = task.record
+        record.started, record.args_loaded, record.finished, record.stored = times
+        record.seen = time.monotonic()
+        record.pid = conn.pid
+        actor.calls_done += 1
+        if outcome == "cancelled" or (isinstance(outcome, tuple) and outcome[0] == "exit"):
+            reason = "exit_actor() was called in" if outcome != "cancelled" else "cancel() interrupted"
+            self._finish_call(task, error=exceptions.ActorDiedError(
+                f"actor {actor.class_name}: {reason} method {task.name}"))
+            if outcome != "cancelled":
+                actor.no_restart = True
+                actor.death_cause = "it called exit_actor()"
+            return
+        if isinstance(outcome, tuple) and outcome[0] == "error":
+            self._finish_call(task, error=outcome[1])
+            return
+        if task.function_key == "__ray_terminate__":
+            actor.no_restart = True
+            actor.death_cause = "it was terminated with __ray_terminate__"
+        for object_id, stored in zip(task.return_ids, outcome):
+            record.result_size += stored.size
+            entry = node.objects.get(object_id)
+            if entry is None:
+                if stored.path is not None:
+                    os.unlink(stored.path)
+                continue
+            node._resolve(entry, stored)
+        self._finish_call(task)
+
+    def _finish_call(self, task: TaskSpec, error: Any = None) -> None:
+        node = self.node
+        if error is not None:
+            node._fail_task(task, error)
+        else:
+            node._end_task(task, FINISHED)
+        node._unuse(task.actor_id)
+
+    # -- death -----------------------------------------------------------------------
+    def on_worker_death(self, conn: WorkerConn, how: str) -> None:
+        actor = conn.actor
+        node = self.node
+        node.scheduler._give_back(actor.hold)
+        actor.conn = None
+        if actor.state == DEAD:
+            return
+        if not actor.death_cause:
+            actor.death_cause = f"its process (pid {conn.pid}) died: {how}"
+        can_restart = not actor.no_restart and (
+            actor.max_restarts < 0 or actor.restarts < actor.max_restarts
+        )
+        if not can_restart:
+            self._die(actor, actor.death_cause)
+            return
+        actor.restarts += 1
+        retry = []
+        for task in actor.inflight.values():
+            if actor.max_task_retries < 0 or task.attempt < actor.max_task_retries:
+                task.attempt += 1
+                task.record.retries.append((time.monotonic(), f"actor restarted: {how}"))
+                retry.append(task)
+            else:
+                self._finish_call(task, self._died_error(actor, task.name))
+        actor.inflight.clear()
+        actor.queue.extendleft(reversed(retry))
+        actor.death_cause = ""
+        actor.state = RESTARTING
+        self.pending.appendleft(actor)
+        self.place_pending()
+
+    def _die(self, actor: Actor, cause: str) -> None:
+        actor.state = DEAD
+        actor.death_cause = actor.death_cause or cause
+        for task in list(actor.inflight.values()) + list(actor.queue):
+            if task.state != "FAILED":
+                self._finish_call(task, self._died_error(actor, task.name))
+            else:
+                self.node._unuse(task.actor_id)
+        actor.inflight.clear()
+        actor.queue.clear()
+        for object_id in actor.deps:  # the constructor's arguments, kept for restarts
+            self.node._unuse(object_id)
+        actor.deps = ()
+        if actor in self.pending:
+            self.pending.remove(actor)
+        if actor.name is not None and self.names.get((actor.namespace, actor.name)) == actor.actor_id:
+            del self.names[(actor.namespace, actor.name)]
+        entry = self.node.objects.entries.get(actor.actor_id)
+        if actor.detached and entry is not None:
+            actor.detached = False
+            entry.task_uses -= 1
+            self.node.objects.release_if_unheld(entry)
+
+    def _died_error(self, actor: Actor | None, method: str) -> exceptions.ActorDiedError:
+        if actor is None:
+            return exceptions.ActorDiedError(
+                f"cannot call {method}: the actor is unknown to this runtime (it ended, or "
+                "its handle came from another session)")
+        return exceptions.ActorDiedError(
+            f"actor {actor.class_name} (id {actor.actor_id:020x}) cannot run {method}: "
+            f"the actor died because {actor.death_cause or 'it ended'}. Calls made after "
+            "an actor's death fail; create a new actor, or set max_restarts (and "
+            "max_task_retries) to have it restarted."
+        )
+
+    def kill(self, actor_id: int, no_restart: bool) -> None:
+        actor = self.actors.get(actor_id)
+        if actor is None or actor.state == DEAD:
+            return
+        if no_restart:
+            actor.no_restart = True
+            actor.death_cause = "it was killed with kill()"
+        conn = actor.conn
+        if conn is not None and conn.pid:
+            try:
+                os.kill(conn.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        elif conn is None:
+            self._die(actor, "it was killed with kill() before it started")
+
+    def handle_freed(self, actor_id: int) -> None:
+        """No handle to the actor remains anywhere: end its process."""
+        actor = self.actors.get(actor_id)
+        if actor is None or actor.state == DEAD:
+            return
+        actor.no_restart = True
+        actor.death_cause = "all handles to it went out of scope"
+        if actor.name is not None and self.names.get((actor.namespace, actor.name)) == actor_id:
+            del self.names[(actor.namespace, actor.name)]  # ending: no longer found by name
+        if actor.conn is not None:
+            self.node._send(actor.conn, [(p.EXIT,)])
+        else:
+            self._die(actor, actor.death_cause)
+
+    def forget(self, actor: Actor) -> None:
+        if actor.state == DEAD and actor.conn is None:
+            self.actors.pop(actor.actor_id, None)
+
+    def lookup_name(self, name: str, namespace: str | None) -> Actor | None:
+        actor_id = self.names.get((namespace or self.node.namespace, name))
+        actor = self.actors.get(actor_id) if actor_id is not None else None
+        return actor if actor is not None and actor.state != DEAD else None
+
+    def shutdown(self) -> None:
+        for actor in self.actors.values():
+            actor.state = DEAD
+
+
+def _traceback_of(error: Any) -> str:
+    try:
+        loaded = serialization.loads(error) if isinstance(error, serialization.Stored) else error
+    except Exception:
+        return "(the error could not be loaded)"
+    return getattr(loaded, "traceback_str", str(loaded))
+
+
+def _describe(entry: Any) -> str:
+    if entry is None:
+        return "it was freed"
+    error = entry.error
+    if isinstance(error, serialization.Stored):
+        return _traceback_of(error)
+    return str(error)
+
+
+__all__ = ["Actor", "ActorManager", "WorkerSlot"]
