@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -72,11 +73,18 @@ def exercise_runtime(tmp_path) -> object:
     return ray.put(np.ones(4_000_000))  # 32 MB: a shared-memory object
 
 
+def session_descendants(baseline: set[int]) -> list[int]:
+    """Our descendants that did not exist before this session (earlier sessions in this
+    process may still be winding down)."""
+    return [pid for pid in descendants() if pid not in baseline]
+
+
 def test_shutdown_leaves_no_process_and_no_shared_memory(fresh_runtime, tmp_path):
     before = shm_dirs()
+    baseline = set(descendants())
     ray.init(num_cpus=2)
     ref = exercise_runtime(tmp_path)
-    pids = descendants()
+    pids = session_descendants(baseline)
     assert pids, "the runtime started no process"
     if not AGAINST_RAY:
         assert session_shm_dirs(before, os.getpid()), "no /dev/shm/lightwork-* for the session"
@@ -85,8 +93,29 @@ def test_shutdown_leaves_no_process_and_no_shared_memory(fresh_runtime, tmp_path
     assert_all_gone(pids, before, os.getpid(), "shutdown()")
 
 
+def test_shutdown_with_a_task_in_flight_returns_and_cleans_up(fresh_runtime, tmp_path):
+    before = shm_dirs()
+    baseline = set(descendants())
+    ray.init(num_cpus=2)
+
+    @ray.remote
+    def sleeps_long(d):
+        count_attempt(d)
+        time.sleep(60)
+
+    ref = sleeps_long.remote(str(tmp_path))
+    wait_until(lambda: attempts(str(tmp_path)), timeout=10, message="task to start")
+    pids = session_descendants(baseline)
+    start = time.monotonic()
+    ray.shutdown()
+    assert time.monotonic() - start < 20, "shutdown waited for the running task"
+    del ref
+    assert_all_gone(pids + attempts(str(tmp_path)), before, os.getpid(), "shutdown() mid-task")
+
+
 def test_worker_crash_leaves_no_process_behind(fresh_runtime, tmp_path):
     before = shm_dirs()
+    baseline = set(descendants())
     ray.init(num_cpus=2)
 
     @ray.remote(max_retries=0)
@@ -105,7 +134,7 @@ def test_worker_crash_leaves_no_process_behind(fresh_runtime, tmp_path):
     (tmp_path / "after").mkdir()
     ref = exercise_runtime(tmp_path / "after")  # the runtime still works
     assert ray.get(ref).shape == (4_000_000,)
-    pids = descendants()
+    pids = session_descendants(baseline)
     ray.shutdown()
     assert_all_gone(pids + [crashed], before, os.getpid(), "a worker crash and shutdown()")
 

@@ -441,6 +441,9 @@ def test_unpicklable_argument_fails_at_remote_naming_the_type():
     with pytest.raises(Exception) as info:
         take.remote(threading.Lock())
     assert "lock" in str(info.value).lower()
+    with pytest.raises(Exception) as info:
+        take.remote([1, {"deep": threading.Lock()}])
+    assert "lock" in str(info.value).lower()
     assert_runtime_healthy()
 
 

@@ -162,6 +162,19 @@ def test_use_after_shutdown_restarts_or_fails_clearly_but_never_hangs():
         assert str(value)
 
 
+def test_get_of_a_ref_from_a_previous_session_never_hangs():
+    """Spec: use after shutdown is a clear error or works, never a hang. Ray hangs here
+    (the ref's owner is gone and the new session waits for it)."""
+    ray.init(num_cpus=1)
+    old = plus_one.remote(1)
+    assert ray.get(old) == 2
+    ray.shutdown()
+    status, value = run_with_deadline(lambda: ray.get(old, timeout=None), deadline=20)
+    if status == "error":
+        assert isinstance(value, (RuntimeError, ray.exceptions.RayError)), repr(value)
+        assert not isinstance(value, ray.exceptions.GetTimeoutError)
+
+
 def test_init_after_shutdown_gives_a_working_runtime():
     ray.init(num_cpus=1)
     ray.shutdown()

@@ -318,3 +318,45 @@ def test_object_kept_alive_while_a_task_result_holds_it(wait_until):
     time.sleep(0.2)
     [[inner_again]] = ray.get(outer)
     assert ray.get(inner_again).sum() == 1_000_000
+
+
+def test_pending_task_keeps_its_argument_alive(gate):
+    @ray.remote
+    def after_gate(ready, value):
+        return value
+
+    value = ray.put(np.arange(500_000))
+    ref = after_gate.remote(gated.remote(gate), value)
+    del value
+    gc.collect()
+    time.sleep(0.2)
+    open(gate, "w").close()
+    assert int(ray.get(ref, timeout=10).sum()) == sum(range(500_000))
+
+
+def test_ref_inside_a_stored_object_keeps_it_alive():
+    inner = ray.put("inner value")
+    outer = ray.put({"inner": inner})
+    del inner
+    gc.collect()
+    time.sleep(0.2)
+    assert ray.get(ray.get(outer)["inner"], timeout=10) == "inner value"
+
+
+def test_wait_accepts_fetch_local_false():
+    refs = [ray.put(1), ray.put(2)]
+    assert ray.wait(refs, num_returns=2, fetch_local=False, timeout=5) == (refs, [])
+
+
+def test_put_of_unpicklable_value_names_it():
+    import threading
+
+    with pytest.raises(Exception) as info:
+        ray.put(threading.Lock())
+    assert "lock" in str(info.value).lower()
+
+
+def test_get_of_large_array_is_zero_copy():
+    ref = ray.put(np.ones(2_000_000))
+    a, b = ray.get(ref), ray.get(ref)
+    assert np.shares_memory(a, b), "two gets of one stored array copied the data"

@@ -166,3 +166,37 @@ def test_negative_custom_resource_is_valueerror():
 
     with pytest.raises(ValueError):
         ray.remote(resources={"widget": -1})(f).remote()
+
+
+def test_nested_gets_do_not_deadlock_with_more_parents_than_cpus():
+    @ray.remote
+    def child(i):
+        return -i
+
+    @ray.remote
+    def parent(i):
+        return ray.get(child.remote(i))
+
+    # 8 parents on 2 CPUs: each blocked parent must lend its slot to a child.
+    assert ray.get([parent.remote(i) for i in range(8)], timeout=40) == [-i for i in range(8)]
+
+
+def test_crashed_task_releases_its_resources():
+    @ray.remote(num_cpus=2, resources={"widget": 1}, max_retries=0)
+    def crash():
+        os._exit(3)
+
+    with pytest.raises(ray.exceptions.WorkerCrashedError):
+        ray.get(crash.remote(), timeout=20)
+    wait_until(
+        lambda: ray.available_resources().get("CPU", 0) == 2
+        and ray.available_resources().get("widget", 0) == 1,
+        timeout=10,
+        message="resources of the crashed task to be released",
+    )
+
+    @ray.remote(num_cpus=2, resources={"widget": 1})
+    def whole_node():
+        return "fits"
+
+    assert ray.get(whole_node.remote(), timeout=20) == "fits"

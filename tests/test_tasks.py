@@ -119,7 +119,7 @@ def test_options_override_for_one_call_only():
     def two():
         return 1, 2
 
-    a, b = two.options(num_returns=2).remote()
+    a, b = two.options(num_returns=2, name="renamed-two").remote()
     assert ray.get([a, b]) == [1, 2]
     # The original function keeps its own options.
     assert ray.get(two.remote()) == (1, 2)
@@ -280,3 +280,13 @@ def test_many_small_tasks_all_complete():
     assert ray.get([square.remote(i) for i in range(500)], timeout=40) == [
         i * i for i in range(500)
     ]
+
+
+def test_task_with_many_objectref_arguments():
+    refs = [add.remote(i, 0) for i in range(200)]
+
+    @ray.remote
+    def total(*values):
+        return sum(values)
+
+    assert ray.get(total.remote(*refs), timeout=30) == sum(range(200))

@@ -132,6 +132,9 @@ class Node:
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_seq = itertools.count()
         self._deferred: list[Callable[[], None]] = []
+        # Observers of task life (diagnostics): called as fn(event, record) outside the
+        # lock, in the thread that applied the change; event is "submitted" or "ended".
+        self.task_listeners: list[Callable[[str, TaskRecord], None]] = []
         self._want_write: set[WorkerConn] = set()
         self.closed = False
         self.actors = ActorManager(self)
@@ -457,6 +460,8 @@ class Node:
         """Add a new task (lock held): pin its arguments, wait for its dependencies."""
         deps = [self.lookup(object_id) for object_id in task.deps]
         self.tasks[task.task_id] = task
+        if self.task_listeners:
+            self._notify("submitted", task.record)
         unready = 0
         for entry in deps:
             entry.task_uses += 1
@@ -509,6 +514,21 @@ class Node:
         if task.args.path is not None:
             _unlink(task.args.path)
         self.log.finish_task(task.record)
+        if self.task_listeners:
+            self._notify("ended", task.record)
+
+    def _notify(self, event: str, record: TaskRecord) -> None:
+        for listener in list(self.task_listeners):
+            self._deferred.append(lambda fn=listener: fn(event, record))
+
+    def add_task_listener(self, listener: Callable[[str, TaskRecord], None]) -> None:
+        with self.lock:
+            self.task_listeners.append(listener)
+
+    def remove_task_listener(self, listener: Callable[[str, TaskRecord], None]) -> None:
+        with self.lock:
+            if listener in self.task_listeners:
+                self.task_listeners.remove(listener)
 
     def _unuse(self, object_id: int) -> None:
         entry = self.objects.entries.get(object_id)
