@@ -62,7 +62,7 @@ LOG_DIR = BENCH_DIR / "logs"
 sys.path.insert(0, str(BENCH_DIR))
 
 from peers import BASELINES, PEER_ENV, PEERS, NotSupported, make_peer  # noqa: E402
-from workloads import BASELINE_WORKLOADS, EXTRA_ROWS, WORKLOADS, Settings  # noqa: E402
+from workloads import BASELINE_WORKLOADS, EXTRA_ROWS, WORKLOADS, Settings, noop  # noqa: E402
 
 #: Table rows in order, with lightwork's target (None: reported, no target).
 TARGETS: dict[str, float | None] = {
@@ -131,11 +131,10 @@ def run_child(
         peer.load()
         report.data["details"]["import_s"] = time.perf_counter() - start
         report.data["versions"] = peer.versions()
-        import workloads as wl
 
         start = time.perf_counter()
         peer.start()
-        peer.get([peer.submit(wl.noop)])
+        peer.get([peer.submit(noop)])
         if peer.has_runtime:
             report.figure("init_to_first_result_s", time.perf_counter() - start)
     except Exception as exc:

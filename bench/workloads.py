@@ -61,6 +61,8 @@ def pid_after(seconds: float) -> int:
 @dataclass(frozen=True)
 class Settings:
     sync_calls: int = 2_000
+    #: Stop adding sync batches once this much time went into them (slow peers).
+    sync_budget_s: float = 15.0
     async_tasks: int = 10_000
     async_runs: int = 3
     #: Stop repeating the async run once this much time went into it (slow peers).
@@ -74,6 +76,7 @@ class Settings:
     def quick(cls) -> Settings:
         return cls(
             sync_calls=200,
+            sync_budget_s=5.0,
             async_tasks=1_000,
             async_runs=1,
             async_budget_s=5.0,
@@ -140,16 +143,25 @@ def idle_worker_rss_mb(peer: Peer, settings: Settings) -> dict[str, float]:
 
 
 def sync_roundtrip_us(peer: Peer, settings: Settings) -> dict[str, float]:
-    """``get(f.remote())`` of a no-op, one at a time: median per-call time of batches."""
+    """``get(f.remote())`` of a no-op, one at a time: median per-call time of batches.
+
+    Batches of 100 calls, up to ``sync_calls`` in all, fewer for a peer so slow that
+    the batches exceed ``sync_budget_s`` (at least 3 batches are always measured).
+    """
     warm_up(peer)
     for _ in range(SYNC_BATCH):
         peer.get([peer.submit(noop)])
     per_call_us: list[float] = []
+    spent = 0.0
     for _ in range(max(1, settings.sync_calls // SYNC_BATCH)):
         start = time.perf_counter()
         for _ in range(SYNC_BATCH):
             peer.get([peer.submit(noop)])
-        per_call_us.append((time.perf_counter() - start) / SYNC_BATCH * 1e6)
+        elapsed = time.perf_counter() - start
+        per_call_us.append(elapsed / SYNC_BATCH * 1e6)
+        spent += elapsed
+        if spent > settings.sync_budget_s and len(per_call_us) >= 3:
+            break
     return {"sync_roundtrip_us": statistics.median(per_call_us)}
 
 

@@ -355,8 +355,3 @@ def test_put_of_unpicklable_value_names_it():
         ray.put(threading.Lock())
     assert "lock" in str(info.value).lower()
 
-
-def test_get_of_large_array_is_zero_copy():
-    ref = ray.put(np.ones(2_000_000))
-    a, b = ray.get(ref), ray.get(ref)
-    assert np.shares_memory(a, b), "two gets of one stored array copied the data"

@@ -938,7 +938,8 @@ class Node:
                 raise exceptions.GetTimeoutError(
                     f"get timed out after {timeout} s: {still} of {len(ids)} object(s) not ready. "
                     "Raise the timeout, or use wait() to take the ready ones first.")
-        return [_value_of(entry) for entry in entries]
+        mappings = self.objects.mappings
+        return [_value_of(entry, mappings) for entry in entries]
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> list[int]:
         """Ids (in input order) of up to ``num_returns`` objects that are ready."""
@@ -1068,10 +1069,10 @@ class _CallbackCountdown:
             self.callback()
 
 
-def _value_of(entry: ObjectEntry) -> Any:
+def _value_of(entry: ObjectEntry, mappings: dict[str, memoryview] | None = None) -> Any:
     if entry.state == READY:
         assert entry.stored is not None
-        return serialization.loads(entry.stored)
+        return serialization.loads(entry.stored, mappings)
     error = entry.error
     if isinstance(error, Stored):
         error = serialization.loads(error)

@@ -57,6 +57,9 @@ class ObjectEntry:
 class ObjectTable:
     def __init__(self) -> None:
         self.entries: dict[int, ObjectEntry] = {}
+        # Segment path -> the driver's one mapping of it; dropped when the object is freed
+        # (readers' arrays keep the mapping itself alive as long as they need it).
+        self.mappings: dict[str, memoryview] = {}
         # Ids of actor handle objects; freeing one calls ``on_actor_freed`` (set by the node).
         self.actor_handles: set[int] = set()
         self.on_actor_freed: Callable[[int], None] | None = None
@@ -109,6 +112,7 @@ class ObjectTable:
         """Unlink the value's segment; return the entries it contained refs to."""
         if stored.path is not None:
             self.bytes_in_segments -= stored.size
+            self.mappings.pop(stored.path, None)
             _unlink(stored.path)
         inner_entries = []
         for contained_id in stored.contained:

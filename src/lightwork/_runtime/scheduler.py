@@ -13,11 +13,12 @@ State, each piece owned here:
   back CPU-only tasks behind it.
 * workers: ``idle`` ones, and busy ones with their ``inflight`` tasks in order.
 
-Policy: a ready task goes to an idle worker when its resources fit. Short tasks (the
-function's recent mean run time below ``SHORT_TASK_S``) may also be queued behind a
-running task of the same shape on a busy worker, up to a depth that covers a few
-milliseconds of work, so workers never wait for a round trip between tiny tasks; long
-or unknown tasks are never queued behind another, so they spread over the workers.
+Policy: a ready task goes to an idle worker when its resources fit (the node starts a
+worker when none is idle). When they do not fit — every slot is busy — short tasks (the
+function's recent mean run time below ``SHORT_TASK_S``) may be queued behind a running
+task of the same shape, up to a depth that covers a few milliseconds of work, so workers
+never wait for a round trip between tiny tasks; long or unknown tasks are never queued
+behind another, so they spread over the workers as slots free up.
 """
 
 from __future__ import annotations
@@ -229,12 +230,15 @@ class Scheduler:
 
     def _place(self, task: TaskSpec) -> WorkerSlot | None:
         shape = task.shape
-        if self.idle and self._fits(shape):
+        if self._fits(shape):
+            if not self.idle:
+                return None  # the node starts a worker: a free slot beats a queue
             worker_id, slot = next(iter(self.idle.items()))
             del self.idle[worker_id]
             self._acquire(shape)
             slot.held = shape
             return slot
+        # Every slot of this shape is busy: queue short tasks behind running ones.
         depth = self.pipeline_depth(task.function_key)
         if depth <= 1:
             return None

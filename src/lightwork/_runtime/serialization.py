@@ -164,16 +164,23 @@ def _aligned(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def loads(stored: Stored) -> Any:
-    """The value of ``stored``; arrays in a segment point into a read-only mapping."""
+def loads(stored: Stored, mappings: dict[str, memoryview] | None = None) -> Any:
+    """The value of ``stored``; arrays in a segment point into a read-only mapping.
+
+    With ``mappings`` (the driver's, owned by its object table), a segment is mapped once
+    and every ``get`` of it returns views of the same memory.
+    """
     if stored.path is None:
         return pickle.loads(stored.data, buffers=stored.buffers)
-    fd = os.open(stored.path, os.O_RDONLY)
-    try:
-        mapped = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-    finally:
-        os.close(fd)
-    view = memoryview(mapped)
+    view = mappings.get(stored.path) if mappings is not None else None
+    if view is None:
+        fd = os.open(stored.path, os.O_RDONLY)
+        try:
+            view = memoryview(mmap.mmap(fd, 0, prot=mmap.PROT_READ))
+        finally:
+            os.close(fd)
+        if mappings is not None:
+            mappings[stored.path] = view
     (header_len,) = _LAYOUT.unpack_from(view, 0)
     start = _LAYOUT.size
     data_len, offsets = pickle.loads(view[start : start + header_len])
