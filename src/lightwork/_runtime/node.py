@@ -87,18 +87,26 @@ class WorkerConn:
 
 
 class Countdown:
-    """Wakes a blocked caller when ``remaining`` objects have resolved."""
+    """Wakes a blocked caller when ``remaining`` objects have resolved.
 
-    __slots__ = ("remaining", "event")
+    The caller may be polling the workers itself (``Node._block_on``); when another
+    thread completes the countdown, ``wake`` interrupts the caller's select.
+    """
+
+    __slots__ = ("remaining", "event", "waiter", "wake")
 
     def __init__(self, remaining: int) -> None:
         self.remaining = remaining
         self.event = threading.Event()
+        self.waiter = threading.get_ident()
+        self.wake: Callable[[], None] | None = None
 
     def hit(self, entry: ObjectEntry) -> None:
         self.remaining -= 1
         if self.remaining <= 0:
             self.event.set()
+            if self.wake is not None and threading.get_ident() != self.waiter:
+                self.wake()
 
 
 class Node:
@@ -152,6 +160,14 @@ class Node:
         self.forkserver.control.setblocking(False)
         self._fs_decoder = bytearray()
         self.selector.register(self.forkserver.control, selectors.EVENT_READ, "forkserver")
+        # A second epoll over the worker sockets for the thread leading a blocked get:
+        # epoll wakes one waiter per event, so the leader cannot share the I/O thread's.
+        self._leader_selector = selectors.DefaultSelector()
+        self._leader_wake_read, self._leader_wake_write = os.pipe()
+        os.set_blocking(self._leader_wake_read, False)
+        os.set_blocking(self._leader_wake_write, False)
+        self._leader_selector.register(self._leader_wake_read, selectors.EVENT_READ, "wake")
+        self._leader = threading.Lock()
         ref_counter.on_borrow = self._on_driver_borrow
         ref_counter.on_first_release = self._wake
         with self.lock:
@@ -183,11 +199,18 @@ class Node:
         conn = WorkerConn(worker_id, ours, slot)
         self.workers[worker_id] = conn
         self.selector.register(ours, selectors.EVENT_READ, conn)
+        self._leader_selector.register(ours, selectors.EVENT_READ, conn)
         return conn
 
     def _wake(self) -> None:
         try:
             os.write(self._wake_write, b"x")
+        except BlockingIOError:
+            pass
+
+    def _wake_leader(self) -> None:
+        try:
+            os.write(self._leader_wake_write, b"x")
         except BlockingIOError:
             pass
 
@@ -220,14 +243,15 @@ class Node:
             if not self._poll(0.5):
                 return
 
-    def _poll(self, longest: float | None) -> bool:
+    def _poll(self, longest: float | None, leading: bool = False) -> bool:
         """Wait for I/O up to ``longest`` seconds and apply it; False once closed.
 
-        The I/O thread calls this in its loop; a thread blocked in ``get`` calls it too,
-        so a result can wake its waiter directly instead of through the I/O thread.
-        Both may be woken by the same frame; the lock makes one of them read it.
+        The I/O thread calls this in its loop. The thread leading a blocked ``get``
+        calls it too (``leading``, on its own epoll), so a result wakes its waiter
+        directly instead of through the I/O thread. Both may be woken by the same
+        frame; the lock makes one of them read it, the other finds nothing.
         """
-        selector = self.selector
+        selector = self._leader_selector if leading else self.selector
         timeout = longest
         if self._timers:
             until_timer = max(0.0, self._timers[0][0] - time.monotonic())
@@ -243,22 +267,24 @@ class Node:
                 data = key.data
                 if data == "wake":
                     try:
-                        os.read(self._wake_read, 4096)
+                        os.read(key.fd, 4096)
                     except BlockingIOError:
                         pass
                 elif data == "forkserver":
                     self._read_forkserver()
                 else:
-                    if mask & selectors.EVENT_WRITE:
+                    if mask & selectors.EVENT_WRITE:  # only the I/O thread's epoll asks
                         self._flush(data)
                         if not data.out and not data.dead:
-                            selector.modify(data.sock, selectors.EVENT_READ, data)
+                            self.selector.modify(data.sock, selectors.EVENT_READ, data)
                     if mask & selectors.EVENT_READ:
                         self._read_worker(data)
-            for conn in self._want_write:
-                if not conn.dead and conn.out:
-                    selector.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-            self._want_write.clear()
+            if not leading:
+                for conn in self._want_write:
+                    if not conn.dead and conn.out:
+                        self.selector.modify(
+                            conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+                self._want_write.clear()
             self._drain_refs()
             self._run_timers()
             self._dispatch()
@@ -712,10 +738,11 @@ class Node:
         if conn.eof_at:
             return
         conn.eof_at = time.monotonic()
-        try:
-            self.selector.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
+        for selector in (self.selector, self._leader_selector):
+            try:
+                selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
         conn.sock.close()
         if conn.exit_status is not None:
             self._finish_worker_death(conn)
@@ -966,19 +993,23 @@ class Node:
 
     def _block_on(self, countdown: Countdown, timeout: float | None) -> bool:
         """Wait until ``countdown`` completes, polling the workers from this thread."""
-        if threading.current_thread() is self._thread:
-            return countdown.event.wait(timeout)  # a callback on the I/O thread: no polling
-        deadline = None if timeout is None else time.monotonic() + timeout
         event = countdown.event
-        while not event.is_set():
-            remaining = None
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-            if not self._poll(0.05 if remaining is None else min(remaining, 0.05)):
-                return event.is_set()
-        return True
+        if threading.current_thread() is self._thread or not self._leader.acquire(blocking=False):
+            return event.wait(timeout)  # the I/O thread or the leading getter completes it
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            countdown.wake = self._wake_leader
+            while not event.is_set():
+                remaining = None
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                if not self._poll(remaining, leading=True):
+                    return event.is_set()
+            return True
+        finally:
+            self._leader.release()
 
     def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -1042,8 +1073,9 @@ class Node:
             self.objects.unlink_all()
         self.session.remove()
         self.selector.close()
-        os.close(self._wake_read)
-        os.close(self._wake_write)
+        self._leader_selector.close()
+        for fd in (self._wake_read, self._wake_write, self._leader_wake_read, self._leader_wake_write):
+            os.close(fd)
         if ref_counter.on_borrow == self._on_driver_borrow:
             ref_counter.on_borrow = None
             ref_counter.on_first_release = None
