@@ -75,7 +75,8 @@ class RefCounter:
         return gone
 
     def holds(self, object_id: int) -> bool:
-        return object_id in self._counts or object_id in self._released
+        """Whether a live ref counts (a re-borrow may follow a drain that reported it gone)."""
+        return object_id in self._counts
 
     def held_ids(self) -> list[int]:
         with self._lock:

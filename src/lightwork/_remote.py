@@ -14,7 +14,7 @@ from typing import Any
 
 import cloudpickle
 
-from lightwork._runtime.calls import IGNORED_OPTIONS, TASK_OPTIONS, check_options
+from lightwork._runtime.calls import IGNORED_OPTIONS, TASK_OPTIONS, CallSpec, check_options
 from lightwork._runtime.serialization import SerializationError, describe_unpicklable
 
 
@@ -26,6 +26,7 @@ class RemoteFunction:
         self._options = check_options(dict(options), TASK_OPTIONS, f"remote function {_name(function)}")
         self._key: bytes | None = None
         self._blob: bytes | None = None
+        self._spec: CallSpec | None = None
         functools.update_wrapper(self, function, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -36,7 +37,14 @@ class RemoteFunction:
         )
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        return _submit(self, args, kwargs, self._options)
+        spec = self._spec
+        if spec is None:
+            spec = self._spec = self._call_spec(self._options)
+        return _submit(spec, args, kwargs)
+
+    def _call_spec(self, options: dict[str, Any]) -> CallSpec:
+        key, blob = self._payload()
+        return CallSpec(key, blob, options.get("name") or _name(self._function), options)
 
     def options(self, **options: Any) -> _BoundOptions:
         """This function with some options changed for the calls made through the result."""
@@ -70,9 +78,13 @@ class _BoundOptions:
     def __init__(self, function: RemoteFunction, options: dict[str, Any]) -> None:
         self._remote_function = function
         self._options = options
+        self._spec: CallSpec | None = None
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        return _submit(self._remote_function, args, kwargs, self._options)
+        spec = self._spec
+        if spec is None:
+            spec = self._spec = self._remote_function._call_spec(self._options)
+        return _submit(spec, args, kwargs)
 
     def options(self, **options: Any) -> _BoundOptions:
         check_options(options, TASK_OPTIONS, "remote function")
@@ -83,14 +95,9 @@ def _name(function: Any) -> str:
     return getattr(function, "__qualname__", None) or getattr(function, "__name__", repr(function))
 
 
-def _submit(rf: RemoteFunction, args: tuple, kwargs: dict, options: dict[str, Any]) -> Any:
-    from lightwork._api import _core
-
-    key, blob = rf._payload()
-    name = options.get("name") or _name(rf._function)
-    core = _core()
-    refs = core.submit_task(key, blob, name, args, kwargs, options)
-    num_returns = options.get("num_returns", 1)
+def _submit(spec: CallSpec, args: tuple, kwargs: dict) -> Any:
+    refs = _api._core().submit_task(spec, args, kwargs)
+    num_returns = spec.num_returns
     if num_returns == 1:
         return refs[0]
     if num_returns == 0:
@@ -99,3 +106,5 @@ def _submit(rf: RemoteFunction, args: tuple, kwargs: dict, options: dict[str, An
 
 
 __all__ = ["IGNORED_OPTIONS", "RemoteFunction"]
+
+from lightwork import _api  # noqa: E402  (_api imports this module: bind it after)

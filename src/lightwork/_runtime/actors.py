@@ -272,7 +272,7 @@ class ActorManager:
         for task in actor.inflight.values():
             if actor.max_task_retries < 0 or task.attempt < actor.max_task_retries:
                 task.attempt += 1
-                task.record.retries.append((time.monotonic(), f"actor restarted: {how}"))
+                task.record.retries += ((time.monotonic(), f"actor restarted: {how}"),)
                 retry.append(task)
             else:
                 self._finish_call(task, self._died_error(actor, task.name))

@@ -67,6 +67,34 @@ def prepare_args(
     return serialization.serialize((new_args, new_kwargs), segment_path), tuple(deps)
 
 
+class CallSpec:
+    """What every call of one remote function with one set of options shares.
+
+    Computed once per (function, options) and reused by each ``.remote()``.
+    """
+
+    __slots__ = ("key", "blob", "name", "shape", "num_returns", "max_retries", "retry_exceptions")
+
+    def __init__(self, key: bytes, blob: bytes, name: str, options: dict[str, Any]) -> None:
+        from lightwork._runtime.scheduler import make_shape
+
+        self.key = key
+        self.blob = blob
+        self.name = name
+        self.shape = make_shape(resource_demand(options, 1.0))
+        self.num_returns: int = options.get("num_returns", 1)
+        self.max_retries: int = options.get("max_retries", 3)
+        self.retry_exceptions: Any = options.get("retry_exceptions", False)
+
+
+def infeasible_message(name: str, problem: str) -> str:
+    return (
+        f"task {name} can never be scheduled: {problem}. Lower its resource request with "
+        ".options(), or start lightwork with more resources "
+        "(lightwork.init(num_cpus=..., num_gpus=..., resources={...}))."
+    )
+
+
 # -- options ---------------------------------------------------------------------------
 TASK_OPTIONS = {
     "num_returns", "num_cpus", "num_gpus", "resources", "max_retries", "retry_exceptions",

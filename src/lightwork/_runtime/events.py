@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 DEFAULT_BUDGET = 200_000
@@ -48,7 +48,7 @@ class TaskRecord:
     result_size: int = 0
     state: str = "PENDING_ARGS_AVAIL"
     error: str | None = None
-    retries: list[tuple[float, str]] = field(default_factory=list)
+    retries: tuple[tuple[float, str], ...] = ()  # (time, reason); a tuple: no GC tracking
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

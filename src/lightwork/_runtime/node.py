@@ -46,7 +46,7 @@ from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
 from lightwork._runtime.events import DriverSpan, EventLog, TaskRecord
 from lightwork._runtime.objects import FAILED, PENDING, READY, ObjectEntry, ObjectTable
-from lightwork._runtime.calls import prepare_args, resource_demand
+from lightwork._runtime.calls import CallSpec, infeasible_message, prepare_args
 from lightwork._runtime.scheduler import (
     DISPATCHED,
     FAILED as TASK_FAILED,
@@ -136,6 +136,7 @@ class Node:
         self.gpu_free: dict[int, float] = {i: 1.0 for i in range(int(num_gpus))}
         self.task_gpus: dict[int, list[tuple[int, float]]] = {}
         self._ids = itertools.count(1)
+        self._feasible_shapes: set[tuple] = set()
         self._worker_ids = itertools.count(1)
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_seq = itertools.count()
@@ -377,14 +378,14 @@ class Node:
         elif kind == p.BORROW:
             entry = self.objects.get(message[1])
             if entry is not None:
-                entry.holders.add(conn.worker_id)
+                entry.add_holder(conn.worker_id)
                 conn.holds.add(message[1])
         elif kind == p.RELEASE:
             for object_id in message[1]:
                 conn.holds.discard(object_id)
                 entry = self.objects.get(object_id)
                 if entry is not None:
-                    entry.holders.discard(conn.worker_id)
+                    entry.discard_holder(conn.worker_id)
                     self.objects.release_if_unheld(entry)
         elif kind == p.GET:
             self._on_worker_get(conn, message[1], message[2], message[3])
@@ -417,7 +418,7 @@ class Node:
             self._requeue(task)
         elif outcome[0] == "error":
             if self._should_retry_error(task, outcome[1]):
-                record.retries.append((record.seen, "exception"))
+                record.retries += ((record.seen, "exception"),)
                 task.attempt += 1
                 self._requeue(task)
             else:
@@ -493,7 +494,7 @@ class Node:
             entry.task_uses += 1
             if entry.state == PENDING:
                 unready += 1
-                entry.waiters.append(lambda _e, t=task: self._dep_ready(t))
+                entry.add_waiter(lambda _e, t=task: self._dep_ready(t))
         for object_id in contained:
             entry = self.objects.entries.get(object_id)
             if entry is not None:
@@ -696,7 +697,7 @@ class Node:
 
         countdown = _CallbackCountdown(len(pending), lambda: finish(False))
         for entry in pending:
-            entry.waiters.append(countdown.hit)
+            entry.add_waiter(countdown.hit)
         if timeout is not None:
             self._add_timer(timeout, lambda: finish(True))
 
@@ -729,7 +730,7 @@ class Node:
         for object_id in ids:
             entry = self.objects.entries.get(object_id)
             if entry is not None and entry.state == PENDING:
-                entry.waiters.append(countdown.hit)
+                entry.add_waiter(countdown.hit)
         if timeout is not None:
             self._add_timer(timeout, finish)
 
@@ -766,7 +767,7 @@ class Node:
             entry = self.objects.entries.get(object_id)
             if entry is None:
                 continue
-            entry.holders.discard(conn.worker_id)
+            entry.discard_holder(conn.worker_id)
             if object_id in conn.owned:
                 self._lose_owned(entry, conn)
             self.objects.release_if_unheld(entry)
@@ -785,7 +786,7 @@ class Node:
     def _on_task_crashed(self, task: TaskSpec, conn: WorkerConn) -> None:
         self._release_gpus(task.task_id)
         how = describe_exit(conn.exit_status)
-        task.record.retries.append((time.monotonic(), f"worker crashed: {how}"))
+        task.record.retries += ((time.monotonic(), f"worker crashed: {how}"),)
         if task.cancelled:
             self._fail_task(task, exceptions.TaskCancelledError(
                 f"task {task.name} was cancelled (force=True killed its worker)"))
@@ -828,28 +829,25 @@ class Node:
             self._cancel_ids(object_ids, force)
 
     # ------------------------------------------------------------------ the API
-    def submit_task(
-        self, key: bytes, blob: bytes, name: str, args: tuple, kwargs: dict,
-        options: dict[str, Any],
-    ) -> list[ObjectRef]:
-        task_id = self.next_object_id()
-        stored, deps = prepare_args(args, kwargs, f"{self.session.shm_dir}/a{task_id:x}")
-        try:
-            shape = make_shape(resource_demand(options, 1.0))
+    def submit_task(self, spec: CallSpec, args: tuple, kwargs: dict) -> list[ObjectRef]:
+        shape = spec.shape
+        if shape not in self._feasible_shapes:
             problem = self.scheduler.check_feasible(shape)
             if problem:
-                raise ValueError(
-                    f"task {name} can never be scheduled: {problem}. Lower its resource "
-                    "request with .options(), or start lightwork with more resources "
-                    "(lightwork.init(num_cpus=..., num_gpus=..., resources={...}))."
-                )
-            return_ids = tuple(self.next_object_id() for _ in range(options.get("num_returns", 1)))
-            record = TaskRecord(task_id, name, 0, time.monotonic(), arg_size=stored.size)
+                raise ValueError(infeasible_message(spec.name, problem))
+            self._feasible_shapes.add(shape)
+        ids = self._ids
+        task_id = next(ids)
+        stored, deps = prepare_args(args, kwargs, f"{self.session.shm_dir}/a{task_id:x}")
+        try:
+            return_ids = (next(ids),) if spec.num_returns == 1 else tuple(
+                next(ids) for _ in range(spec.num_returns))
+            record = TaskRecord(task_id, spec.name, 0, time.monotonic(), arg_size=stored.size)
             task = TaskSpec(
-                task_id, key, name, stored, deps, return_ids, len(return_ids), shape,
-                options.get("max_retries", 3), options.get("retry_exceptions", False), 0, record,
+                task_id, spec.key, spec.name, stored, deps, return_ids, spec.num_returns, shape,
+                spec.max_retries, spec.retry_exceptions, 0, record,
             )
-            self.submit(task, blob)
+            self.submit(task, spec.blob)
         except BaseException:
             if stored.path is not None:
                 _unlink(stored.path)
@@ -951,7 +949,7 @@ class Node:
             if pending:
                 countdown = Countdown(len(pending))
                 for entry in pending:
-                    entry.waiters.append(countdown.hit)
+                    entry.add_waiter(countdown.hit)
         if countdown is not None:
             start = time.monotonic()
             finished = self._block_on(countdown, timeout)
@@ -959,8 +957,7 @@ class Node:
             if not finished:
                 with self.lock:
                     for entry in pending:
-                        if countdown.hit in entry.waiters:
-                            entry.waiters.remove(countdown.hit)
+                        entry.remove_waiter(countdown.hit)
                 still = sum(1 for e in pending if e.state == PENDING)
                 raise exceptions.GetTimeoutError(
                     f"get timed out after {timeout} s: {still} of {len(ids)} object(s) not ready. "
@@ -980,15 +977,14 @@ class Node:
                 countdown = Countdown(num_returns - ready)
                 for entry in entries:
                     if entry.state == PENDING:
-                        entry.waiters.append(countdown.hit)
+                        entry.add_waiter(countdown.hit)
         if countdown is not None:
             start = time.monotonic()
             self._block_on(countdown, timeout)
             self.log.add_span(DriverSpan("wait", start, time.monotonic(), len(ids), threading.get_ident()))
             with self.lock:
                 for entry in entries:
-                    if countdown.hit in entry.waiters:
-                        entry.waiters.remove(countdown.hit)
+                    entry.remove_waiter(countdown.hit)
         return [e.object_id for e in entries if e.state != PENDING][:num_returns]
 
     def _block_on(self, countdown: Countdown, timeout: float | None) -> bool:
@@ -1027,7 +1023,7 @@ class Node:
             self._check_open()
             entry = self.lookup(ref.id)
             if entry.state == PENDING:
-                entry.waiters.append(complete)
+                entry.add_waiter(complete)
                 return future
         complete(entry)
         for run in self._deferred_pop():

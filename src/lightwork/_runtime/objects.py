@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from lightwork._runtime.serialization import Stored
@@ -41,13 +41,35 @@ class ObjectEntry:
     stored: Stored | None = None
     error: BaseException | Stored | None = None
     driver_holds: bool = False
-    holders: set[int] = field(default_factory=set)
+    # Created on first use: most objects never have a holder or a waiter, and fewer
+    # containers per object means less work for the garbage collector.
+    holders: set[int] | None = None
     task_uses: int = 0
     containers: int = 0
-    waiters: list[Callable[[ObjectEntry], None]] = field(default_factory=list)
+    waiters: list[Callable[[ObjectEntry], None]] | None = None
 
     def held(self) -> bool:
         return bool(self.driver_holds or self.holders or self.task_uses or self.containers)
+
+    def add_holder(self, worker_id: int) -> None:
+        if self.holders is None:
+            self.holders = {worker_id}
+        else:
+            self.holders.add(worker_id)
+
+    def discard_holder(self, worker_id: int) -> None:
+        if self.holders:
+            self.holders.discard(worker_id)
+
+    def add_waiter(self, waiter: Callable[[ObjectEntry], None]) -> None:
+        if self.waiters is None:
+            self.waiters = [waiter]
+        else:
+            self.waiters.append(waiter)
+
+    def remove_waiter(self, waiter: Callable[[ObjectEntry], None]) -> None:
+        if self.waiters and waiter in self.waiters:
+            self.waiters.remove(waiter)
 
     @property
     def size(self) -> int:
@@ -71,7 +93,7 @@ class ObjectTable:
         if owner == 0:
             entry.driver_holds = True
         else:
-            entry.holders.add(owner)
+            entry.holders = {owner}
         self.entries[object_id] = entry
         return entry
 
@@ -96,8 +118,8 @@ class ObjectTable:
                 if inner is not None:
                     inner.containers += 1
         waiters = entry.waiters
-        entry.waiters = []
-        return waiters
+        entry.waiters = None
+        return waiters or []
 
     def lose(self, entry: ObjectEntry, error: BaseException) -> list[Callable]:
         """The object's value is gone (its owner died): from now on it raises ``error``."""

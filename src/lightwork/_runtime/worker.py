@@ -38,8 +38,7 @@ from lightwork import exceptions
 from lightwork._object_ref import PROCESS_ID_SHIFT, ObjectRef, ref_counter
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
-from lightwork._runtime.calls import ArgSlot, prepare_args, resource_demand
-from lightwork._runtime.scheduler import make_shape
+from lightwork._runtime.calls import ArgSlot, CallSpec, infeasible_message, prepare_args
 from lightwork._runtime.serialization import SerializationError, Stored
 
 FLUSH_AFTER_S = 0.001
@@ -284,30 +283,25 @@ class Worker:
         ]
 
     # -- the API from inside a task --------------------------------------------------
-    def submit_task(
-        self, key: bytes, blob: bytes, name: str, args: tuple, kwargs: dict,
-        options: dict[str, Any],
-    ) -> list[ObjectRef]:
-        task_id = self.next_object_id()
-        stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
-        shape = make_shape(resource_demand(options, 1.0))
-        for resource, amount in shape:
+    def submit_task(self, spec: CallSpec, args: tuple, kwargs: dict) -> list[ObjectRef]:
+        for resource, amount in spec.shape:
             have = self.total.get(resource, 0.0)
             if amount > have + 1e-9:
-                raise ValueError(
-                    f"task {name} can never be scheduled: it needs {amount:g} {resource} "
-                    f"but the runtime has {have:g} in total"
-                )
-        return_ids = tuple(self.next_object_id() for _ in range(options.get("num_returns", 1)))
+                raise ValueError(infeasible_message(
+                    spec.name, f"it needs {amount:g} {resource} but the runtime has {have:g} in total"))
+        task_id = self.next_object_id()
+        stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
+        return_ids = tuple(self.next_object_id() for _ in range(spec.num_returns))
         refs = [ObjectRef(object_id) for object_id in return_ids]
+        key = spec.key
         if key not in self.sent_functions:
             self.sent_functions.add(key)
-            self.outbox.append((p.FUNCTION, key, blob))
+            self.outbox.append((p.FUNCTION, key, spec.blob))
             if key not in self.functions:  # the driver may run it here: keep the code
-                self.function_blobs[key] = blob
+                self.function_blobs[key] = spec.blob
         self.outbox.append((
-            p.SUBMIT, task_id, key, name, stored, deps, return_ids, shape,
-            options.get("max_retries", 3), options.get("retry_exceptions", False), 0,
+            p.SUBMIT, task_id, key, spec.name, stored, deps, return_ids, spec.shape,
+            spec.max_retries, spec.retry_exceptions, 0,
         ))
         if len(self.outbox) >= 64 or not self._batching_submits:
             self.send([])

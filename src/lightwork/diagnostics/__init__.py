@@ -49,6 +49,4 @@ def dropped_counts() -> dict[str, int]:
 
 
 def _copy(record: TaskRecord) -> TaskRecord:
-    copy = TaskRecord(**record.as_dict())
-    copy.retries = list(record.retries)
-    return copy
+    return TaskRecord(**record.as_dict())

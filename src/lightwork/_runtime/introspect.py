@@ -1,0 +1,155 @@
+"""Read-only views of the driver's runtime state, and the blocking-call hook.
+
+Diagnostics (``lightwork.diagnostics``, ``lightwork.dask``) live above the runtime and
+must not reach into the node's tables while they change, so what they need to read is
+gathered here, always under ``node.lock`` and always as copies:
+
+* :func:`task_graph_of` — for some object ids, the tasks that make them and, walking
+  back through top-level ref arguments, every *unfinished* task they still depend on
+  (what a ``get`` is waiting for);
+* :func:`process_ids` — the driver, every live worker and actor process;
+* :func:`node_or_none` — the driver's node, or None (not started, or in a worker).
+
+Blocking-call observers
+-----------------------
+``blocking_observers`` is the one hook the public ``get``/``wait`` call into. It is a
+plain list so that the API can test it for emptiness with no function call (the hot
+path pays one truth test when nothing observes). ``_api`` calls :func:`observe_call`
+only when the list is non-empty::
+
+    observer(kind, refs) -> end | None     # before blocking; kind is "get" or "wait"
+    end(failed: bool) -> None              # after returning (failed: it raised)
+
+Observers run in the calling thread. An observer that raises is a bug in diagnostics,
+never the user's problem, so its error is reported with ``sys.unraisablehook`` and the
+call goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+BlockingObserver = Callable[[str, list[Any]], "Callable[[bool], None] | None"]
+
+blocking_observers: list[BlockingObserver] = []
+
+
+def observe_call(kind: str, refs: list[Any], call: Callable[[], Any]) -> Any:
+    """Run ``call`` (the core get/wait) between the observers' start and end."""
+    ends: list[Callable[[bool], None]] = []
+    for observer in list(blocking_observers):
+        try:
+            end = observer(kind, refs)
+        except Exception as exc:  # noqa: BLE001 - a diagnostics bug must not break get
+            _report(exc, observer)
+            continue
+        if end is not None:
+            ends.append(end)
+    failed = True
+    try:
+        result = call()
+        failed = False
+        return result
+    finally:
+        for end in ends:
+            try:
+                end(failed)
+            except Exception as exc:  # noqa: BLE001
+                _report(exc, end)
+
+
+def _report(exc: BaseException, where: Any) -> None:
+    sys.unraisablehook(sys.UnraisableHookArgs(  # type: ignore[attr-defined]
+        type(exc), exc, exc.__traceback__, f"lightwork blocking-call observer {where!r}", where))
+
+
+def node_or_none() -> Any:
+    """The driver's running node, or None (no runtime, shut down, or inside a worker)."""
+    from lightwork import _api
+
+    if _api._worker is not None:
+        return None
+    node = _api._node
+    if node is None or node.closed:
+        return None
+    return node
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """One unfinished task, as a ``get`` sees it."""
+
+    task_id: int
+    name: str
+    dep_task_ids: tuple[int, ...]  # creating tasks of its top-level ref arguments
+    return_ids: tuple[int, ...]
+    record: Any  # the live TaskRecord (mutated by the node; read its times once ended)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectView:
+    object_id: int
+    task_id: int  # 0 for put()
+    state: int  # 0 pending, 1 ready, 2 failed; -1 already freed
+
+
+def task_graph_of(node: Any, object_ids: Iterable[int]) -> tuple[list[ObjectView], dict[int, TaskView]]:
+    """The objects asked for, and the unfinished tasks they (transitively) wait on."""
+    objects: list[ObjectView] = []
+    tasks: dict[int, TaskView] = {}
+    with node.lock:
+        entries = node.objects.entries
+        live = node.tasks
+        stack: list[int] = []
+        for object_id in object_ids:
+            entry = entries.get(object_id)
+            if entry is None:
+                objects.append(ObjectView(object_id, 0, -1))
+                continue
+            objects.append(ObjectView(object_id, entry.task_id, entry.state))
+            if entry.task_id in live:
+                stack.append(entry.task_id)
+        while stack:
+            task_id = stack.pop()
+            if task_id in tasks:
+                continue
+            spec = live.get(task_id)
+            if spec is None:
+                continue
+            dep_tasks = []
+            for dep in spec.deps:
+                dep_entry = entries.get(dep)
+                if dep_entry is not None and dep_entry.task_id in live:
+                    dep_tasks.append(dep_entry.task_id)
+                    stack.append(dep_entry.task_id)
+            tasks[task_id] = TaskView(task_id, spec.name, tuple(dict.fromkeys(dep_tasks)),
+                                      tuple(spec.return_ids), spec.record)
+    return objects, tasks
+
+
+def ready_value(node: Any, object_id: int) -> tuple[bool, Any]:
+    """``(True, value)`` if the object is alive and ready, else ``(False, None)``."""
+    with node.lock:
+        entry = node.objects.entries.get(object_id)
+        if entry is None or entry.state != 1:
+            return False, None
+    try:
+        return True, node.get([object_id], 0)[0]
+    except Exception:  # noqa: BLE001 - freed between the check and the read
+        return False, None
+
+
+def process_ids(node: Any | None) -> list[int]:
+    """The driver's pid, then the pid of every live worker and actor process."""
+    pids = [os.getpid()]
+    if node is None:
+        return pids
+    with node.lock:
+        for conn in node.workers.values():
+            if conn.pid and not conn.dead:
+                pids.append(conn.pid)
+    return pids
