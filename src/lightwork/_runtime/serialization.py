@@ -143,21 +143,23 @@ def write_segment(path: str, data: bytes, raws: list[memoryview]) -> None:
         position = _aligned(position + raw.nbytes)
     header = pickle.dumps((len(data), offsets), protocol=5)
     body_start = _aligned(_LAYOUT.size + len(header) + len(data))
-    total = body_start + position
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        os.ftruncate(fd, max(total, 1))
-        with mmap.mmap(fd, max(total, 1)) as mapped:
-            mapped[: _LAYOUT.size] = _LAYOUT.pack(len(header))
-            start = _LAYOUT.size
-            mapped[start : start + len(header)] = header
-            start += len(header)
-            mapped[start : start + len(data)] = data
-            for (offset, length), raw in zip(offsets, raws):
-                begin = body_start + offset
-                mapped[begin : begin + length] = raw.cast("B") if raw.format != "B" else raw
+        # pwrite, not a writable mapping: tmpfs then allocates pages without a page
+        # fault per 4 KiB, which makes writing a large array about 1.5x faster.
+        os.ftruncate(fd, max(body_start + position, 1))
+        _pwrite_all(fd, _LAYOUT.pack(len(header)) + header + data, 0)
+        for (offset, _length), raw in zip(offsets, raws):
+            _pwrite_all(fd, raw, body_start + offset)
     finally:
         os.close(fd)
+
+
+def _pwrite_all(fd: int, data: Any, offset: int) -> None:
+    view = memoryview(data).cast("B")
+    written = 0
+    while written < view.nbytes:
+        written += os.pwrite(fd, view[written:], offset + written)
 
 
 def _aligned(n: int) -> int:
