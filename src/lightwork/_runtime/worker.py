@@ -36,6 +36,7 @@ import cloudpickle
 
 from lightwork import exceptions
 from lightwork._object_ref import PROCESS_ID_SHIFT, ObjectRef, ref_counter
+from lightwork._runtime import control
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
 from lightwork._runtime.calls import ArgSlot, CallSpec, infeasible_message, prepare_args
@@ -116,16 +117,19 @@ class Worker:
         if message is None:
             os._exit(0)  # the driver is gone: nothing to report to, nothing to keep
         kind = message[0]
+        bounce = False
         with self._cond:
             if kind == p.REPLY:
                 self.replies[message[1]] = message[2]
             elif kind == p.FUNCTION:
                 self.function_blobs[message[1]] = message[2]
             elif kind == p.TASK and self._waiting and self.bounce_when_waiting:
-                self.outbox.append((p.BOUNCE, message[1][0]))
+                bounce = True
             else:
                 self.inbox.append(message)
             self._cond.notify_all()
+        if bounce:  # now, not with the next send: this worker is blocked until a reply
+            self.send([(p.BOUNCE, message[1][0])])
 
     def _take_turn(self, done: Any) -> Any:
         """Read frames until ``done()`` returns something other than None; return it."""
@@ -504,6 +508,7 @@ def main(fd: int, worker_id: int, config: dict[str, Any]) -> None:
         pass
     os.environ.update(config["env"])
     sock = socket.socket(fileno=fd)
+    control.install_worker_hooks(worker_id, config)  # stack dumps on SIGUSR1, profile spans
     worker = Worker(sock, worker_id, config)
     _current_worker = worker
     signal.signal(signal.SIGINT, _on_sigint)
