@@ -16,6 +16,7 @@ from typing import Any
 import cloudpickle
 
 from lightwork._object_ref import ObjectRef
+from lightwork._remote import callsite
 from lightwork._runtime.actors import Actor
 from lightwork._runtime.calls import check_amount, check_options
 from lightwork._runtime.scheduler import make_shape
@@ -226,7 +227,7 @@ class ActorMethod:
         handle = self._handle
         name = self._call_name or f"{handle._class_name}.{self._name}"
         refs = _core().submit_actor_task(
-            handle._ref.id, self._name, name, args, kwargs, self._num_returns
+            handle._ref.id, self._name, name, args, kwargs, self._num_returns, callsite(1)
         )
         if self._num_returns == 1:
             return refs[0]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lightwork._object_ref import ObjectRef
-from lightwork._remote import RemoteFunction
+from lightwork._remote import RemoteFunction, callsite
 
 _node: Any = None  # the driver's Node while initialized
 _worker: Any = None  # set inside worker processes
@@ -254,11 +254,11 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
     """The value(s) of ``object_refs`` (one ref, or a list), blocking until ready."""
     timeout = _check_timeout(timeout)
     if isinstance(object_refs, ObjectRef):
-        return _core().get([object_refs.id], timeout)[0]
+        return _core().get([object_refs.id], timeout, callsite(1))[0]
     refs = _refs_of(object_refs, "get()")
     if not refs:
         return []
-    return _core().get([ref.id for ref in refs], timeout)
+    return _core().get([ref.id for ref in refs], timeout, callsite(1))
 
 
 def put(value: Any) -> ObjectRef:
@@ -299,7 +299,7 @@ def wait(
             f"num_returns={num_returns} is more than the {len(refs)} ref(s) passed to wait()"
         )
     timeout = _check_timeout(timeout)
-    ready_ids = set(_core().wait([ref.id for ref in refs], num_returns, timeout))
+    ready_ids = set(_core().wait([ref.id for ref in refs], num_returns, timeout, callsite(1)))
     ready = [ref for ref in refs if ref.id in ready_ids]
     not_ready = [ref for ref in refs if ref.id not in ready_ids]
     return ready, not_ready

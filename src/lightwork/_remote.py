@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import sys
 from typing import Any
 
 import cloudpickle
@@ -95,8 +96,15 @@ def _name(function: Any) -> str:
     return getattr(function, "__qualname__", None) or getattr(function, "__name__", repr(function))
 
 
+def callsite(depth: int) -> tuple[str, int, str]:
+    """(file, line, function) of the user's frame ``depth`` levels above the caller."""
+    frame = sys._getframe(depth + 1)
+    code = frame.f_code
+    return (code.co_filename, frame.f_lineno, code.co_name)
+
+
 def _submit(spec: CallSpec, args: tuple, kwargs: dict) -> Any:
-    refs = _api._core().submit_task(spec, args, kwargs)
+    refs = _api._core().submit_task(spec, args, kwargs, callsite(2))
     num_returns = spec.num_returns
     if num_returns == 1:
         return refs[0]

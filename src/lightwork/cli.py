@@ -1,17 +1,36 @@
-"""The ``lightwork`` command line.
+"""The ``lightwork`` command line (also ``python -m lightwork``).
 
 ``lightwork demo`` reproduces the loop experiments of Ray's profiling guide (ex1: ``get``
 inside the loop, ex2: ``get`` after the loop, ex3: serial driver work between
-submissions) on a 4-CPU runtime and prints the timings beside the ideal ones.
+submissions) on a 4-CPU runtime, prints the timings beside the ideal ones and writes
+their timeline.
+
+The other commands attach to a running program on this machine, through the control
+socket of its session (the newest of this user's sessions, or ``--session NAME``, or
+``--address SOCKET``; see ``lightwork._runtime.control``):
+
+    lightwork status                       resources, workers, actors, queues, objects
+    lightwork list tasks|actors|workers|objects [--filter k=v] [--limit N] [--format json]
+    lightwork summary tasks                per function: states, run times, queued time
+    lightwork memory                       objects by owner, reference kind and size
+    lightwork timeline [--output FILE]     Chrome trace JSON for ui.perfetto.dev
+    lightwork stack [--native]             every thread of the driver and each worker
+
+Exit status: 0 on success, 1 when no session answers (none running, it ended, or its
+driver did not reply in time), 2 for a usage error such as an unknown filter key.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
+
+from lightwork._runtime import control
 
 
 def _loop_experiments(out: TextIO, sleep_s: float = 0.5, serial_s: float = 0.3) -> dict[str, float]:
@@ -62,8 +81,9 @@ def _loop_experiments(out: TextIO, sleep_s: float = 0.5, serial_s: float = 0.3) 
     return timings
 
 
-def demo(out: TextIO = sys.stdout) -> int:
+def demo(out: TextIO = sys.stdout, timeline_path: str | None = "lightwork-demo-timeline.json") -> int:
     import lightwork
+    from lightwork.diagnostics.timeline import timeline
 
     print("lightwork demo: the loop experiments of Ray's profiling guide (4 CPUs)\n", file=out)
     start = time.perf_counter()
@@ -71,6 +91,11 @@ def demo(out: TextIO = sys.stdout) -> int:
     print(f"init took {time.perf_counter() - start:.3f} s\n", file=out)
     try:
         _loop_experiments(out)
+        if timeline_path:
+            timeline(timeline_path)
+            print(f"\ntimeline of the experiments: {os.path.abspath(timeline_path)}\n"
+                  "  open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing",
+                  file=out)
     finally:
         start = time.perf_counter()
         lightwork.shutdown()
@@ -78,17 +103,192 @@ def demo(out: TextIO = sys.stdout) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+# ---------------------------------------------------------------------------- formatting
+TABLE_COLUMNS = {
+    "tasks": ("task_id", "name", "state", "type", "worker_id", "pid", "attempt", "queued_s",
+              "run_s", "error"),
+    "actors": ("actor_id", "class_name", "name", "state", "pid", "running", "queued",
+               "calls_done", "restarts", "death_cause"),
+    "workers": ("worker_id", "pid", "kind", "state", "actor_class", "running", "queued",
+                "cpu_percent", "rss"),
+    "objects": ("object_id", "owner", "state", "size", "location", "reference_kind",
+                "task_name", "holders"),
+    "summary": ("name", "type", "count", "state_counts", "mean_run_s", "p50_run_s",
+                "p95_run_s", "total_queued_s"),
+    "owners": ("owner", "count", "bytes"),
+    "kinds": ("kind", "count", "bytes"),
+}
+_BYTES = {"size", "rss", "bytes", "arg_size", "result_size"}
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def _cell(column: str, value: Any, width: int = 48) -> str:
+    if value is None:
+        return "-"
+    if column in _BYTES:
+        return human_bytes(value)
+    if isinstance(value, float):
+        return f"{value:.3f}" if column.endswith("_s") else f"{value:g}"
+    if isinstance(value, dict):
+        value = " ".join(f"{k}={v}" for k, v in value.items())
+    elif isinstance(value, list):
+        value = ",".join(str(v) for v in value)
+    text = str(value).replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def print_table(rows: list[dict[str, Any]], columns: tuple[str, ...], out: TextIO) -> None:
+    cells = [[_cell(c, row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip(), file=out)
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip(), file=out)
+
+
+def print_status(s: dict[str, Any], out: TextIO) -> None:
+    res = s["resources"]
+    used = ", ".join(f"{k} {res['used'][k]:g}/{v:g}" for k, v in res["total"].items())
+    counts = lambda d: ", ".join(f"{k} {v}" for k, v in sorted(d.items())) or "none"  # noqa: E731
+    t, o, log = s["tasks"], s["objects"], s["event_log"]
+    lines = [
+        ("session", f"{s['session']} (driver pid {s['driver_pid']}, up {s['uptime_s']:.1f} s)"),
+        ("resources", f"{used} in use"),
+        ("workers", f"{s['worker_count']} ({counts(s['workers'])})"),
+        ("actors", counts(s["actors"])),
+        ("tasks", f"running {t['running']}, queued {t['queued']}, waiting for arguments "
+                  f"{t['waiting_for_args']}; ended: finished {t['finished']}, failed {t['failed']}"),
+        ("objects", f"{o['count']} ({human_bytes(o['bytes'])}; "
+                    f"{human_bytes(o['shared_memory_bytes'])} in shared memory)"),
+        ("event log", f"{log['task_records']} task records (budget {log['budget']}); dropped "
+                      f"{log['dropped_tasks']} records, {log['dropped_spans']} spans"),
+    ]
+    for key, value in lines:
+        print(f"{key:<11}{value}", file=out)
+
+
+def print_memory(m: dict[str, Any], out: TextIO) -> None:
+    print(f"{m['objects']} objects, {human_bytes(m['total_bytes'])} "
+          f"({human_bytes(m['shared_memory_bytes'])} in shared memory); "
+          f"{m['freed_objects']} freed so far\n", file=out)
+    print("by owner:", file=out)
+    print_table(m["by_owner"], TABLE_COLUMNS["owners"], out)
+    print("\nby reference kind:", file=out)
+    print_table(m["by_reference_kind"], TABLE_COLUMNS["kinds"], out)
+    print("\nlargest objects:", file=out)
+    print_table(m["largest"], TABLE_COLUMNS["objects"], out)
+
+
+# ---------------------------------------------------------------------------- commands
+def _attach(args: Any, out: TextIO) -> int:
+    from lightwork.diagnostics import stack as stacks
+    from lightwork.diagnostics.timeline import build_trace, write_trace
+
+    path = control.resolve_socket(args.session, args.address)
+    timeout = args.timeout
+    as_json = getattr(args, "format", "table") == "json"
+
+    def ask(op: str, **op_args: Any) -> Any:
+        return control.request(path, op, op_args, timeout=timeout)
+
+    if args.command == "status":
+        result = ask("status")
+        print(json.dumps(result, indent=1), file=out) if as_json else print_status(result, out)
+    elif args.command == "list":
+        result = ask("list", kind=args.kind, filters=args.filter or [], limit=args.limit)
+        if as_json:
+            print(json.dumps(result["rows"], indent=1), file=out)
+        else:
+            print_table(result["rows"], TABLE_COLUMNS[args.kind], out)
+            if result["total"] > len(result["rows"]):
+                print(f"(showing {len(result['rows'])} of {result['total']}; use --limit)", file=out)
+    elif args.command == "summary":
+        result = ask("summarize_tasks")
+        if as_json:
+            print(json.dumps(result, indent=1), file=out)
+        else:
+            print_table(result["functions"], TABLE_COLUMNS["summary"], out)
+            print(f"({result['total_tasks']} tasks; {result['dropped_records']} older records "
+                  "dropped by the event budget)", file=out)
+    elif args.command == "memory":
+        result = ask("memory_summary")
+        print(json.dumps(result, indent=1), file=out) if as_json else print_memory(result, out)
+    elif args.command == "timeline":
+        timeout = max(timeout, 60.0)
+        data = ask("timeline_data")
+        events = build_trace(data)
+        output = args.output or f"lightwork-timeline-{data['session']}.json"
+        write_trace(output, events, data)
+        print(f"wrote {len(events)} trace events to {os.path.abspath(output)}\n"
+              "  open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing",
+              file=out)
+    elif args.command == "stack":
+        timeout = args.process_timeout + 10.0
+        data = ask("stacks", timeout=args.process_timeout)
+        print(stacks.format_stacks(data, full=args.full), file=out, end="")
+        if args.native:
+            print("\n" + stacks.native_stacks(data, timeout=max(5.0, args.process_timeout)),
+                  file=out, end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lightwork", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="run the profiling guide's loop experiments")
     commands.add_parser("version", help="print the version")
-    args: Any = parser.parse_args(argv)
+    attach = argparse.ArgumentParser(add_help=False)
+    attach.add_argument("--session", help="attach to this session (name, or its end) "
+                        "instead of the newest one")
+    attach.add_argument("--address", help="path of a session's control socket")
+    attach.add_argument("--timeout", type=float, default=10.0,
+                        help="seconds to wait for the driver to answer (default 10)")
+    formats = argparse.ArgumentParser(add_help=False)
+    formats.add_argument("--format", choices=("table", "json"), default="table")
+    commands.add_parser("status", parents=[attach, formats], help="what the session is doing")
+    listing = commands.add_parser("list", parents=[attach, formats], help="list tasks, actors, …")
+    listing.add_argument("kind", choices=("tasks", "actors", "workers", "objects"))
+    listing.add_argument("--filter", action="append", metavar="KEY=VALUE",
+                         help="keep rows where KEY=VALUE (or KEY!=VALUE); repeatable; "
+                         "wildcards work: name=*work")
+    listing.add_argument("--limit", type=int, default=100, help="at most this many rows (100)")
+    summary = commands.add_parser("summary", parents=[attach, formats], help="summaries")
+    summary.add_argument("what", choices=("tasks",))
+    commands.add_parser("memory", parents=[attach, formats], help="object store use")
+    trace = commands.add_parser("timeline", parents=[attach], help="write a Chrome trace")
+    trace.add_argument("--output", "-o", help="file to write (default "
+                       "lightwork-timeline-<session>.json in the current directory)")
+    dump = commands.add_parser("stack", parents=[attach], help="stacks of every process")
+    dump.add_argument("--native", action="store_true", help="also native frames via py-spy")
+    dump.add_argument("--full", action="store_true", help="do not fold lightwork's own frames")
+    dump.add_argument("--process-timeout", type=float, default=control.DEFAULT_STACK_TIMEOUT_S,
+                      help="seconds to wait for each process's dump (default 2)")
+    return parser
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    args: Any = build_parser().parse_args(argv)
     if args.command == "demo":
-        return demo()
+        return demo(out)
     if args.command == "version":
         import lightwork
 
-        print(lightwork.__version__)
+        print(lightwork.__version__, file=out)
         return 0
-    return 2
+    try:
+        return _attach(args, out)
+    except control.ControlError as exc:
+        print(f"lightwork: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, TypeError) as exc:
+        print(f"lightwork: error: {exc}", file=sys.stderr)
+        return 2

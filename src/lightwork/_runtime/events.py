@@ -49,6 +49,7 @@ class TaskRecord:
     state: str = "PENDING_ARGS_AVAIL"
     error: str | None = None
     retries: tuple[tuple[float, str], ...] = ()  # (time, reason); a tuple: no GC tracking
+    callsite: tuple[str, int, str] | None = None  # (file, line, function) of the .remote()
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -63,6 +64,8 @@ class DriverSpan:
     end: float
     object_count: int
     thread_id: int
+    first_object_id: int = 0
+    callsite: tuple[str, int, str] | None = None  # (file, line, function) of the call
 
 
 class EventLog:

@@ -30,8 +30,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 BlockingObserver = Callable[[str, list[Any]], "Callable[[bool], None] | None"]
 
@@ -79,9 +78,8 @@ def node_or_none() -> Any:
     return node
 
 
-@dataclass(frozen=True, slots=True)
-class TaskView:
-    """One unfinished task, as a ``get`` sees it."""
+class TaskView(NamedTuple):
+    """One unfinished task, as a ``get`` sees it (a tuple: thousands are made at once)."""
 
     task_id: int
     name: str
@@ -90,8 +88,7 @@ class TaskView:
     record: Any  # the live TaskRecord (mutated by the node; read its times once ended)
 
 
-@dataclass(frozen=True, slots=True)
-class ObjectView:
+class ObjectView(NamedTuple):
     object_id: int
     task_id: int  # 0 for put()
     state: int  # 0 pending, 1 ready, 2 failed; -1 already freed
@@ -101,6 +98,7 @@ def task_graph_of(node: Any, object_ids: Iterable[int]) -> tuple[list[ObjectView
     """The objects asked for, and the unfinished tasks they (transitively) wait on."""
     objects: list[ObjectView] = []
     tasks: dict[int, TaskView] = {}
+    no_deps: tuple[int, ...] = ()
     with node.lock:
         entries = node.objects.entries
         live = node.tasks
@@ -120,14 +118,16 @@ def task_graph_of(node: Any, object_ids: Iterable[int]) -> tuple[list[ObjectView
             spec = live.get(task_id)
             if spec is None:
                 continue
-            dep_tasks = []
-            for dep in spec.deps:
-                dep_entry = entries.get(dep)
-                if dep_entry is not None and dep_entry.task_id in live:
-                    dep_tasks.append(dep_entry.task_id)
-                    stack.append(dep_entry.task_id)
-            tasks[task_id] = TaskView(task_id, spec.name, tuple(dict.fromkeys(dep_tasks)),
-                                      tuple(spec.return_ids), spec.record)
+            dep_tasks = no_deps
+            if spec.deps:
+                found = []
+                for dep in spec.deps:
+                    dep_entry = entries.get(dep)
+                    if dep_entry is not None and dep_entry.task_id in live:
+                        found.append(dep_entry.task_id)
+                        stack.append(dep_entry.task_id)
+                dep_tasks = tuple(dict.fromkeys(found))
+            tasks[task_id] = TaskView(task_id, spec.name, dep_tasks, spec.return_ids, spec.record)
     return objects, tasks
 
 

@@ -41,6 +41,7 @@ from typing import Any
 from lightwork import exceptions
 from lightwork._object_ref import ObjectRef, ref_counter
 from lightwork._runtime import forkserver
+from lightwork._runtime import control
 from lightwork._runtime.actors import Actor, ActorManager
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
@@ -176,6 +177,7 @@ class Node:
                 self._start_worker()
         self._thread = threading.Thread(target=self._loop, name="lightwork-node", daemon=True)
         self._thread.start()
+        self.control = control.start(self)  # diagnostics side-car: socket, sampler
 
     # ------------------------------------------------------------------ ids, workers
     def next_object_id(self) -> int:
@@ -192,6 +194,8 @@ class Node:
             "shm_dir": self.session.shm_dir,
             "node_id": self.node_id,
             "total": dict(self.scheduler.total),
+            "session_dir": self.session.directory,
+            "event_budget": self.log.budget,
         }
         self.forkserver.spawn(worker_id, config, theirs)
         theirs.close()
@@ -829,7 +833,9 @@ class Node:
             self._cancel_ids(object_ids, force)
 
     # ------------------------------------------------------------------ the API
-    def submit_task(self, spec: CallSpec, args: tuple, kwargs: dict) -> list[ObjectRef]:
+    def submit_task(
+        self, spec: CallSpec, args: tuple, kwargs: dict, callsite: Any = None
+    ) -> list[ObjectRef]:
         shape = spec.shape
         if shape not in self._feasible_shapes:
             problem = self.scheduler.check_feasible(shape)
@@ -842,7 +848,8 @@ class Node:
         try:
             return_ids = (next(ids),) if spec.num_returns == 1 else tuple(
                 next(ids) for _ in range(spec.num_returns))
-            record = TaskRecord(task_id, spec.name, 0, time.monotonic(), arg_size=stored.size)
+            record = TaskRecord(task_id, spec.name, 0, time.monotonic(), arg_size=stored.size,
+                                callsite=callsite)
             task = TaskSpec(
                 task_id, spec.key, spec.name, stored, deps, return_ids, spec.num_returns, shape,
                 spec.max_retries, spec.retry_exceptions, 0, record,
@@ -863,12 +870,13 @@ class Node:
 
     def submit_actor_task(
         self, actor_id: int, method: str, name: str, args: tuple, kwargs: dict,
-        num_returns: int,
+        num_returns: int, callsite: Any = None,
     ) -> list[ObjectRef]:
         task_id = self.next_object_id()
         stored, deps = prepare_args(args, kwargs, f"{self.session.shm_dir}/a{task_id:x}")
         return_ids = tuple(self.next_object_id() for _ in range(num_returns))
-        record = TaskRecord(task_id, name, 0, time.monotonic(), arg_size=stored.size)
+        record = TaskRecord(task_id, name, 0, time.monotonic(), arg_size=stored.size,
+                            callsite=callsite)
         task = TaskSpec(task_id, method, name, stored, deps, return_ids, num_returns, (), 0,
                         False, 0, record, actor_id=actor_id)
         self._drain_refs_if_any()
@@ -939,7 +947,7 @@ class Node:
             self.objects.resolve(entry, stored)
             return ObjectRef(object_id)
 
-    def get(self, ids: list[int], timeout: float | None) -> list[Any]:
+    def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
         self._drain_refs_if_any()
         with self.lock:
             self._check_open()
@@ -953,7 +961,8 @@ class Node:
         if countdown is not None:
             start = time.monotonic()
             finished = self._block_on(countdown, timeout)
-            self.log.add_span(DriverSpan("get", start, time.monotonic(), len(ids), threading.get_ident()))
+            self.log.add_span(DriverSpan("get", start, time.monotonic(), len(ids),
+                                         threading.get_ident(), ids[0], callsite))
             if not finished:
                 with self.lock:
                     for entry in pending:
@@ -965,7 +974,9 @@ class Node:
         mappings = self.objects.mappings
         return [_value_of(entry, mappings) for entry in entries]
 
-    def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> list[int]:
+    def wait(
+        self, ids: list[int], num_returns: int, timeout: float | None, callsite: Any = None
+    ) -> list[int]:
         """Ids (in input order) of up to ``num_returns`` objects that are ready."""
         self._drain_refs_if_any()
         with self.lock:
@@ -981,7 +992,8 @@ class Node:
         if countdown is not None:
             start = time.monotonic()
             self._block_on(countdown, timeout)
-            self.log.add_span(DriverSpan("wait", start, time.monotonic(), len(ids), threading.get_ident()))
+            self.log.add_span(DriverSpan("wait", start, time.monotonic(), len(ids),
+                                         threading.get_ident(), ids[0], callsite))
             with self.lock:
                 for entry in entries:
                     entry.remove_waiter(countdown.hit)
@@ -1047,6 +1059,7 @@ class Node:
 
     # ------------------------------------------------------------------ shutdown
     def shutdown(self) -> None:
+        self.control.stop()
         with self.lock:
             if self.closed:
                 return

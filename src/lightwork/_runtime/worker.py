@@ -287,7 +287,9 @@ class Worker:
         ]
 
     # -- the API from inside a task --------------------------------------------------
-    def submit_task(self, spec: CallSpec, args: tuple, kwargs: dict) -> list[ObjectRef]:
+    def submit_task(
+        self, spec: CallSpec, args: tuple, kwargs: dict, callsite: Any = None
+    ) -> list[ObjectRef]:
         for resource, amount in spec.shape:
             have = self.total.get(resource, 0.0)
             if amount > have + 1e-9:
@@ -319,7 +321,7 @@ class Worker:
 
     def submit_actor_task(
         self, actor_id: int, method: str, name: str, args: tuple, kwargs: dict,
-        num_returns: int,
+        num_returns: int, callsite: Any = None,
     ) -> list[ObjectRef]:
         task_id = self.next_object_id()
         stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
@@ -337,7 +339,7 @@ class Worker:
             raise result
         return result
 
-    def get(self, ids: list[int], timeout: float | None) -> list[Any]:
+    def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
         self.send([])
         reply = self.request((p.GET, ids, timeout))
         if reply == "timeout":
@@ -354,7 +356,9 @@ class Worker:
             raise error
         return values
 
-    def wait(self, ids: list[int], num_returns: int, timeout: float | None) -> list[int]:
+    def wait(
+        self, ids: list[int], num_returns: int, timeout: float | None, callsite: Any = None
+    ) -> list[int]:
         self.send([])
         return self.request((p.WAIT, ids, num_returns, timeout))
 

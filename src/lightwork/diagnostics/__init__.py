@@ -4,13 +4,49 @@
 ``lightwork._runtime.events``): one record per task with its timestamps on the driver
 and on the worker, and the spans the driver spent blocked in ``get``/``wait``. Later
 diagnostics (timeline, profilers, the advisor) are built on these.
+
+Dask's diagnostics, for Dask graphs run by ``lightwork.dask.get`` and for plain tasks
+(a ``get``/``wait`` inside an active callback is one run): ``Callback`` and
+``add_callbacks`` (``callbacks.py``), ``ProgressBar`` (``progress.py``), ``Profiler``,
+``ResourceProfiler``, ``CacheProfiler`` and their namedtuples (``profilers.py``),
+``visualize`` (``visualize.py``, needs bokeh). Code written against
+``dask.diagnostics`` works after changing only its imports.
 """
 
 from __future__ import annotations
 
 from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork.diagnostics.callbacks import Callback, add_callbacks, current_task_record
+from lightwork.diagnostics.profilers import (
+    CacheData,
+    CacheProfiler,
+    Profiler,
+    ResourceData,
+    ResourceProfiler,
+    TaskData,
+)
+from lightwork.diagnostics.progress import ProgressBar, format_time
+from lightwork.diagnostics.visualize import visualize
 
-__all__ = ["DriverSpan", "TaskRecord", "blocked_spans", "dropped_counts", "task_records"]
+__all__ = [
+    "CacheData",
+    "CacheProfiler",
+    "Callback",
+    "DriverSpan",
+    "Profiler",
+    "ProgressBar",
+    "ResourceData",
+    "ResourceProfiler",
+    "TaskData",
+    "TaskRecord",
+    "add_callbacks",
+    "blocked_spans",
+    "current_task_record",
+    "dropped_counts",
+    "format_time",
+    "task_records",
+    "visualize",
+]
 
 
 def _node():  # type: ignore[no-untyped-def]

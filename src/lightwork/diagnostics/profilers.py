@@ -1,0 +1,308 @@
+"""``Profiler``, ``ResourceProfiler``, ``CacheProfiler``: Dask's profilers on lightwork.
+
+Results are lists of Dask's namedtuples (same names, same fields, same order):
+``TaskData(key, task, start_time, end_time, worker_id)``, ``ResourceData(time, mem,
+cpu)``, ``CacheData(key, task, metric, cache_time, free_time)``. Every time is
+``time.monotonic()`` seconds: the clock of the runtime's event log, which on Linux is
+the clock of Dask's ``default_timer`` too, so ``start_time``/``end_time`` and the
+results line up in the plots.
+
+What differs from Dask, on purpose:
+
+* ``Profiler`` takes a task's start and end from the worker that ran it (the task's
+  ``TaskRecord``, via ``current_task_record()``), and its lightwork worker id; only
+  under a foreign scheduler (Dask's own) does it fall back to pretask/posttask times.
+* ``ResourceProfiler`` samples, in a thread of the driver, the driver plus every worker
+  and actor process and all their children (the fork server's workers are the
+  driver's descendants), summing RSS (MB) and CPU (%). Each process's CPU counter is
+  primed when first seen, so no sample reports a spurious 0% for it; a last sample is
+  taken when collection stops, so short runs have one. It has no per-task hook.
+* ``start_time``/``end_time`` are set also when a profiler is used through
+  ``register()`` (the first ``start`` and the last ``finish``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import namedtuple
+from collections.abc import Callable
+from typing import Any
+
+from lightwork._runtime import introspect
+from lightwork.diagnostics.callbacks import Callback, current_task_record
+
+__all__ = ["CacheData", "CacheProfiler", "Profiler", "ResourceData", "ResourceProfiler",
+           "TaskData"]
+
+TaskData = namedtuple("TaskData", ("key", "task", "start_time", "end_time", "worker_id"))
+ResourceData = namedtuple("ResourceData", ("time", "mem", "cpu"))
+CacheData = namedtuple("CacheData", ("key", "task", "metric", "cache_time", "free_time"))
+
+_now = time.monotonic
+
+
+class _Timed(Callback):
+    """start_time/end_time bookkeeping shared by the profilers."""
+
+    start_time: float | None
+    end_time: float | None
+
+    def __enter__(self) -> Any:
+        self.clear()
+        self._entered = True
+        self.start_time = _now()
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._entered = False
+        self.end_time = _now()
+        super().__exit__(*exc)
+
+    def _mark_start(self) -> None:
+        if self.start_time is None:
+            self.start_time = _now()
+
+    def _mark_finish(self) -> None:
+        if not getattr(self, "_entered", False):
+            self.end_time = _now()
+
+    def clear(self) -> None:
+        self.start_time = None
+        self.end_time = None
+
+    def visualize(self, **kwargs: Any) -> Any:
+        """A bokeh plot of the results; see :func:`lightwork.diagnostics.visualize`."""
+        from lightwork.diagnostics.visualize import visualize
+
+        return visualize(self, **kwargs)
+
+
+class Profiler(_Timed):
+    """Per task: key, task, start and end time on its worker, worker id."""
+
+    _posttask_needs_result = False
+
+    def __init__(self) -> None:
+        self.results: list[TaskData] = []
+        self._dsk: dict[Any, Any] = {}
+        self._started: dict[Any, float] = {}
+        self.clear()
+
+    def _start(self, dsk: Any) -> None:
+        self._mark_start()
+        self._dsk.update(dsk)
+
+    def _pretask(self, key: Any, dsk: Any, state: Any) -> None:
+        self._started[key] = _now()
+
+    def _posttask(self, key: Any, value: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        record = current_task_record()
+        started = self._started.pop(key, None)
+        if record is not None and record.finished:
+            data = TaskData(key, dsk[key], record.started, record.finished, record.worker_id)
+        else:
+            end = _now()
+            data = TaskData(key, dsk[key], end if started is None else started, end, worker_id)
+        self.results.append(data)
+
+    def _posttask_batch(self, items: list[tuple[Any, Any, Any]], dsk: Any, state: Any) -> None:
+        append = self.results.append
+        for key, worker_id, record in items:
+            if record is not None and record.finished:
+                append(TaskData(key, dsk[key], record.started, record.finished, record.worker_id))
+            else:  # ran on the driver (an alias): no worker times
+                now = _now()
+                append(TaskData(key, dsk[key], now, now, worker_id))
+
+    def _finish(self, dsk: Any, state: Any, failed: bool) -> None:
+        self._mark_finish()
+
+    def _plot(self, **kwargs: Any) -> Any:
+        from lightwork.diagnostics.visualize import plot_tasks
+
+        return plot_tasks(self.results, self._dsk, self.start_time, self.end_time, **kwargs)
+
+    def clear(self) -> None:
+        """Forget old results (needed between runs when registered globally)."""
+        self.results = []
+        self._dsk = {}
+        self._started = {}
+        super().clear()
+
+
+class CacheProfiler(_Timed):
+    """Per task: how long its value stayed in the scheduler's cache, and its size."""
+
+    def __init__(self, metric: Callable[[Any], Any] | None = None,
+                 metric_name: str | None = None) -> None:
+        self._metric = metric if metric is not None else _count
+        self._posttask_needs_result = metric is not None
+        if metric_name:
+            self._metric_name = metric_name
+        elif metric is not None:
+            self._metric_name = getattr(metric, "__name__", type(metric).__name__)
+        else:
+            self._metric_name = "count"
+        self.results: list[CacheData] = []
+        self._dsk: dict[Any, Any] = {}
+        self._cache: dict[Any, tuple[Any, float]] = {}
+        self.clear()
+
+    def _start(self, dsk: Any) -> None:
+        self._mark_start()
+        self._dsk.update(dsk)
+
+    def _posttask(self, key: Any, value: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        now = _now()
+        self._cache[key] = (self._metric(value), now)
+        cache = self._cache
+        for gone in [k for k in state["released"] if k in cache] if len(
+                state["released"]) < len(cache) else [k for k in cache if k in state["released"]]:
+            metric, since = cache.pop(gone)
+            self.results.append(CacheData(gone, dsk[gone], metric, since, now))
+
+    def _finish(self, dsk: Any, state: Any, failed: bool) -> None:
+        now = _now()
+        for key, (metric, since) in self._cache.items():
+            self.results.append(CacheData(key, dsk[key], metric, since, now))
+        self._cache.clear()
+        self._mark_finish()
+
+    def _plot(self, **kwargs: Any) -> Any:
+        from lightwork.diagnostics.visualize import plot_cache
+
+        return plot_cache(self.results, self._dsk, self.start_time, self.end_time,
+                          self._metric_name, **kwargs)
+
+    def clear(self) -> None:
+        self.results = []
+        self._cache = {}
+        self._dsk = {}
+        super().clear()
+
+
+def _count(value: Any) -> int:
+    return 1
+
+
+class ResourceProfiler(_Timed):
+    """Every ``dt`` seconds: memory (MB) and CPU (%) of the driver and all workers."""
+
+    def __init__(self, dt: float = 1) -> None:
+        if not dt > 0:
+            raise ValueError(f"ResourceProfiler(dt=...) must be > 0 seconds, got {dt!r}")
+        self._dt = dt
+        self._entered = False
+        self._sampler: _Sampler | None = None
+        self.results: list[ResourceData] = []
+        self.clear()
+
+    def __enter__(self) -> Any:
+        result = super().__enter__()
+        self._start_collect()
+        return result
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop_collect()
+        super().__exit__(*exc)
+
+    def _start(self, dsk: Any) -> None:
+        self._mark_start()
+        self._start_collect()
+
+    def _finish(self, dsk: Any, state: Any, failed: bool) -> None:
+        if not self._entered:
+            self._stop_collect()
+        self._mark_finish()
+
+    def _start_collect(self) -> None:
+        if self._sampler is None:
+            self._sampler = _Sampler(self._dt)
+            self._sampler.start()
+
+    def _stop_collect(self) -> None:
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            self.results.extend(sampler.stop())
+
+    def close(self) -> None:
+        """Stop sampling (results so far are kept)."""
+        self._stop_collect()
+
+    def __del__(self) -> None:
+        sampler = getattr(self, "_sampler", None)
+        if sampler is not None:
+            sampler.halt.set()
+
+    def clear(self) -> None:
+        self.results = []
+        super().clear()
+
+    def _plot(self, **kwargs: Any) -> Any:
+        from lightwork.diagnostics.visualize import plot_resources
+
+        return plot_resources(self.results, self.start_time, self.end_time, **kwargs)
+
+
+class _Sampler(threading.Thread):
+    def __init__(self, dt: float) -> None:
+        super().__init__(name="lightwork-resource-profiler", daemon=True)
+        import psutil
+
+        self.psutil = psutil
+        self.dt = dt
+        self.halt = threading.Event()
+        self.samples: list[ResourceData] = []
+        self.processes: dict[int, Any] = {}
+        self._refresh()  # prime every CPU counter now: the first sample is a real one
+
+    def _refresh(self) -> list[tuple[Any, bool]]:
+        """(process, counts its CPU) for the driver, the workers and their children."""
+        psutil = self.psutil
+        pids = set(introspect.process_ids(introspect.node_or_none()))
+        roots = list(pids)
+        for pid in roots:
+            try:
+                pids.update(child.pid for child in psutil.Process(pid).children(recursive=True))
+            except psutil.Error:
+                continue
+        current: list[tuple[Any, bool]] = []
+        for pid in pids:
+            process = self.processes.get(pid)
+            primed = process is not None
+            if process is None:
+                try:
+                    process = psutil.Process(pid)
+                    process.cpu_percent(None)
+                except psutil.Error:
+                    continue
+                self.processes[pid] = process
+            current.append((process, primed))
+        for pid in set(self.processes) - pids:
+            del self.processes[pid]
+        return current
+
+    def _sample(self) -> None:
+        mem = cpu = 0.0
+        for process, primed in self._refresh():
+            try:
+                if process.status() == self.psutil.STATUS_ZOMBIE:
+                    continue
+                rss = process.memory_info().rss
+                percent = process.cpu_percent(None) if primed else 0.0
+            except self.psutil.Error:
+                continue
+            mem += rss
+            cpu += percent
+        self.samples.append(ResourceData(_now(), mem / 1e6, cpu))
+
+    def run(self) -> None:
+        while not self.halt.wait(self.dt):
+            self._sample()
+
+    def stop(self) -> list[ResourceData]:
+        self.halt.set()
+        self.join()
+        self._sample()
+        return self.samples

@@ -1,0 +1,187 @@
+"""ProgressBar, Profiler, ResourceProfiler, CacheProfiler, visualize (issue 5)."""
+
+from __future__ import annotations
+
+import io
+import operator
+import sys
+
+import pytest
+
+dask = pytest.importorskip("dask")
+
+import lightwork  # noqa: E402
+import lightwork.dask  # noqa: E402
+from lightwork.diagnostics import (  # noqa: E402
+    CacheProfiler,
+    Profiler,
+    ProgressBar,
+    ResourceProfiler,
+    format_time,
+    visualize,
+)
+
+DSK = {"x": 1, "y": (operator.add, "x", 10), "z": (operator.mul, "y", 2)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime():
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+    lightwork.init(num_cpus=2)
+    yield
+    lightwork.shutdown()
+
+
+class FakeClock:
+    """0.0 at the bar's start, then a fixed later time."""
+
+    def __init__(self, later):
+        self.calls = 0
+        self.later = later
+
+    def __call__(self):
+        self.calls += 1
+        return 0.0 if self.calls == 1 else self.later
+
+
+@pytest.mark.parametrize("seconds", [0, 2e-7, 0.00012345, 0.001234, 0.5, 1, 1.234, 123.456,
+                                     599, 1234.567, 7300, 12345.67, 123456.78, 1234567.89])
+def test_format_time_is_dasks(seconds):
+    from dask.utils import format_time as dask_format_time
+
+    assert format_time(seconds) == dask_format_time(seconds)
+
+
+def test_progress_bar_text_is_dasks():
+    from dask.diagnostics import ProgressBar as DaskBar
+
+    out = io.StringIO()
+    with ProgressBar(out=out, dt=60, clock=FakeClock(1.234)):
+        assert lightwork.dask.get(DSK, "z") == 22
+    text = out.getvalue()
+    assert text.endswith("\r[" + "#" * 40 + "] | 100% Completed | 1.23 s\n")
+    dask_out = io.StringIO()
+    DaskBar(out=dask_out)._draw_bar(1, 1.234)
+    assert text.rstrip("\n").split("\r")[-1] == dask_out.getvalue().split("\r")[-1]
+
+
+def test_progress_bar_width_minimum_and_last_duration():
+    out = io.StringIO()
+    bar = ProgressBar(width=10, out=out, dt=60, clock=FakeClock(2.5))
+    with bar:
+        lightwork.dask.get(DSK, "z")
+    assert out.getvalue().endswith("[##########] | 100% Completed | 2.50 s\n")
+    assert bar.last_duration == 2.5
+    quiet = io.StringIO()
+    with ProgressBar(minimum=10, out=quiet, clock=FakeClock(2.5)):
+        lightwork.dask.get(DSK, "z")
+    assert quiet.getvalue() == ""
+
+
+def test_progress_bar_on_failure_ends_the_line():
+    out = io.StringIO()
+
+    def bad(v):
+        raise RuntimeError("x")
+
+    with pytest.raises(RuntimeError):
+        with ProgressBar(out=out, dt=60, clock=FakeClock(1.0)):
+            lightwork.dask.get({"a": 1, "b": (bad, "a")}, "b")
+    assert out.getvalue().endswith("\n") and "100%" not in out.getvalue()
+
+
+def test_profiler_results_have_dasks_shape_and_worker_times():
+    from dask.diagnostics.profile import TaskData as DaskTaskData
+
+    with Profiler() as prof:
+        lightwork.dask.get(DSK, "z")
+    assert prof.results[0]._fields == DaskTaskData._fields
+    assert sorted(r.key for r in prof.results) == ["y", "z"]
+    workers = set(lightwork._api._node.workers)
+    for r in prof.results:
+        assert prof.start_time <= r.start_time <= r.end_time <= prof.end_time
+        assert r.worker_id in workers
+        assert r.task is prof._dsk[r.key]
+    prof.clear()
+    assert prof.results == [] and prof.start_time is None
+
+
+def test_registered_profiler_sets_start_and_end_time():
+    prof = Profiler()
+    prof.register()
+    try:
+        lightwork.dask.get(DSK, "z")
+    finally:
+        prof.unregister()
+    assert prof.start_time is not None and prof.end_time is not None
+    assert prof.start_time <= prof.results[0].start_time
+
+
+def test_cache_profiler_shape_metric_and_release_order():
+    from dask.diagnostics.profile import CacheData as DaskCacheData
+
+    with CacheProfiler() as cprof:
+        lightwork.dask.get(DSK, "z")
+    assert cprof.results[0]._fields == DaskCacheData._fields
+    by_key = {r.key: r for r in cprof.results}
+    assert set(by_key) == {"y", "z"} and all(r.metric == 1 for r in cprof.results)
+    assert by_key["y"].cache_time <= by_key["y"].free_time <= by_key["z"].free_time
+    with CacheProfiler(metric=lambda v: v * 100, metric_name="hundreds") as sized:
+        lightwork.dask.get(DSK, "z")
+    assert {r.key: r.metric for r in sized.results} == {"y": 1100, "z": 2200}
+    assert sized._metric_name == "hundreds"
+
+
+def test_resource_profiler_shape_and_no_zero_first_sample():
+    import dask.array as da
+    from dask.diagnostics.profile import ResourceData as DaskResourceData
+
+    x = da.random.default_rng(0).random((600, 600), chunks=(200, 200))
+    with ResourceProfiler(dt=0.01) as rprof:
+        (x @ x.T).sum().compute(scheduler=lightwork.dask.get)
+    assert rprof.results and rprof.results[0]._fields == DaskResourceData._fields
+    assert rprof.start_time <= rprof.results[0].time <= rprof.end_time
+    assert all(r.mem > 0 for r in rprof.results)
+    # mem is summed over the driver and every worker: more than the driver alone
+    import psutil
+
+    assert rprof.results[-1].mem > psutil.Process().memory_info().rss / 1e6
+    assert rprof._sampler is None  # stopped with the block
+
+
+def test_resource_profiler_registered_collects_only_during_runs():
+    rprof = ResourceProfiler(dt=0.01)
+    rprof.register()
+    try:
+        lightwork.dask.get(DSK, "z")
+    finally:
+        rprof.unregister()
+    assert rprof.results and rprof._sampler is None
+    with pytest.raises(ValueError):
+        ResourceProfiler(dt=0)
+
+
+def test_visualize_stacks_the_three_profilers(tmp_path):
+    pytest.importorskip("bokeh")
+    import dask.array as da
+
+    a = da.random.default_rng(2).random((400, 50), chunks=(100, 50))
+    q, r = da.linalg.qr(a)
+    with Profiler() as prof, ResourceProfiler(dt=0.01) as rprof, CacheProfiler() as cprof:
+        q.dot(r).compute(scheduler=lightwork.dask.get)
+    path = tmp_path / "profile.html"
+    layout = visualize([prof, rprof, cprof], filename=str(path), show=False)
+    assert path.exists() and "Cache Size (count)" in path.read_text()
+    assert len(layout.children) == 3
+    single = prof.visualize(filename=str(tmp_path / "p.html"), show=False)
+    colors = set(single.renderers[0].data_source.data["color"])
+    groups = set(single.renderers[0].data_source.data["group"])
+    assert len(colors) <= len(groups) < len(prof.results)  # one colour per function
+
+
+def test_visualize_without_bokeh_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "bokeh", None)
+    monkeypatch.setitem(sys.modules, "bokeh.plotting", None)
+    with pytest.raises(ImportError, match=r"lightwork\[viz\]"):
+        visualize(Profiler(), show=False, save=False)
