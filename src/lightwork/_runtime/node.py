@@ -147,6 +147,7 @@ class Node:
         self.task_listeners: list[Callable[[str, TaskRecord], None]] = []
         self._want_write: set[WorkerConn] = set()
         self.closed = False
+        self.broken = ""  # why the runtime cannot go on (a dead fork server, a bug), or ""
         self.actors = ActorManager(self)
         self.objects.on_actor_freed = self.actors.handle_freed
         # One thread per task slot unless the user chose: the "no speedup" trap of
@@ -197,7 +198,13 @@ class Node:
             "session_dir": self.session.directory,
             "event_budget": self.log.budget,
         }
-        self.forkserver.spawn(worker_id, config, theirs)
+        try:
+            self.forkserver.spawn(worker_id, config, theirs)
+        except OSError as exc:
+            theirs.close()
+            ours.close()
+            raise exceptions.RuntimeSystemError(
+                f"cannot start a worker: the fork server is gone ({exc})") from exc
         theirs.close()
         ours.setblocking(False)
         slot = self.scheduler.add_worker(worker_id) if pooled else WorkerSlot(worker_id)
@@ -244,9 +251,33 @@ class Node:
 
     # ------------------------------------------------------------------ the I/O loop
     def _loop(self) -> None:
-        while not self.closed:
-            if not self._poll(0.5):
+        try:
+            while not self.closed:
+                if not self._poll(0.5):
+                    return
+        except BaseException as exc:  # noqa: BLE001 - a runtime bug: fail loudly, never hang
+            import traceback
+
+            self.fail_runtime(
+                "its I/O thread failed:\n" + "".join(traceback.format_exception(exc)).rstrip())
+
+    def fail_runtime(self, reason: str) -> None:
+        """The runtime cannot go on: every pending object and later call raises, with why."""
+        with self.lock:
+            if self.broken or self.closed:
                 return
+            self.broken = reason
+            error = exceptions.RuntimeSystemError(
+                f"the lightwork runtime stopped working: {reason}\nCall lightwork.shutdown() "
+                "and lightwork.init() to start a new runtime.")
+            for entry in list(self.objects.entries.values()):
+                if entry.state == PENDING:
+                    self._resolve(entry, None, error)
+            deferred, self._deferred = self._deferred, []
+        print(f"lightwork: the runtime stopped working: {reason}", file=sys.stderr)
+        self._wake_leader()
+        for callback in deferred:
+            callback()
 
     def _poll(self, longest: float | None, leading: bool = False) -> bool:
         """Wait for I/O up to ``longest`` seconds and apply it; False once closed.
@@ -331,6 +362,11 @@ class Node:
             data = b""
         if not data:
             self.selector.unregister(control)
+            if not self.closed:
+                code = self.forkserver.process.poll()
+                self._deferred.append(lambda: self.fail_runtime(
+                    f"the fork server (pid {self.forkserver.process.pid}) exited with code "
+                    f"{code}, so no worker can be started; its error, if any, is above"))
             return
         buffer = self._fs_decoder
         buffer += data
@@ -569,16 +605,20 @@ class Node:
 
     def _dispatch(self) -> None:
         scheduler = self.scheduler
-        while True:
-            self._send_assignments(scheduler.schedule())
-            if self.actors.pending:
-                self.actors.place_pending()
-            room = scheduler.worker_cap() - len(scheduler.workers)
-            to_start = min(scheduler.starving, room)
-            if to_start <= 0:
-                return
-            for _ in range(to_start):
-                self._start_worker()
+        try:
+            while True:
+                self._send_assignments(scheduler.schedule())
+                if self.actors.pending:
+                    self.actors.place_pending()
+                room = scheduler.worker_cap() - len(scheduler.workers)
+                to_start = min(scheduler.starving, room)
+                if to_start <= 0:
+                    return
+                for _ in range(to_start):
+                    self._start_worker()
+        except exceptions.RuntimeSystemError as exc:
+            reason = str(exc)  # fail outside this call: it may run under a user's API call
+            self._deferred.append(lambda: self.fail_runtime(reason))
 
     def _send_assignments(self, assignments: list[tuple[TaskSpec, WorkerSlot]]) -> None:
         if assignments:
@@ -936,6 +976,10 @@ class Node:
         if self.closed:
             raise exceptions.RuntimeSystemError(
                 "the lightwork runtime was shut down; call lightwork.init() to start a new one")
+        if self.broken:
+            raise exceptions.RuntimeSystemError(
+                f"the lightwork runtime stopped working: {self.broken}\nCall "
+                "lightwork.shutdown() and lightwork.init() to start a new runtime.")
 
     def put(self, value: Any) -> ObjectRef:
         object_id = self.next_object_id()
