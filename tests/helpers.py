@@ -92,7 +92,34 @@ def attempts(directory: str) -> list[int]:
 
 
 def shm_dirs() -> set[str]:
-    return set(glob.glob(SHM_GLOB))
+    """Session directories in /dev/shm that could be this test's.
+
+    A session's name ends with its driver's pid. Directories of drivers that are alive
+    but not this process or one of its children belong to other programs on the machine
+    (another test run, say) and are left out; dead drivers' directories are kept, since a
+    test may have killed its own driver.
+    """
+    ours = {os.getpid(), *descendants()}
+    found = set()
+    for path in glob.glob(SHM_GLOB):
+        try:
+            pid = int(path.rsplit("_", 1)[1])
+        except (IndexError, ValueError):
+            found.add(path)
+            continue
+        if pid in ours or not _alive(pid):
+            found.add(path)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def descendants(pid: int | None = None) -> list[int]:

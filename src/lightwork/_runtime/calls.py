@@ -95,6 +95,25 @@ def infeasible_message(name: str, problem: str) -> str:
     )
 
 
+LARGE_ARGUMENT_BYTES = 1 << 20
+
+
+def large_arguments(args: tuple, kwargs: dict) -> tuple[tuple[int, int], ...]:
+    """(id(), size) of the arguments of a megabyte or more passed by value.
+
+    Called only for calls whose arguments went to shared memory, so its cost is off the
+    common path; the advisor uses it to spot the same big value sent again and again.
+    """
+    found = []
+    for value in (*args, *kwargs.values()):
+        size = getattr(value, "nbytes", None)
+        if size is None and isinstance(value, (bytes, bytearray)):
+            size = len(value)
+        if isinstance(size, int) and size >= LARGE_ARGUMENT_BYTES:
+            found.append((id(value), size))
+    return tuple(found)
+
+
 # -- options ---------------------------------------------------------------------------
 TASK_OPTIONS = {
     "num_returns", "num_cpus", "num_gpus", "resources", "max_retries", "retry_exceptions",

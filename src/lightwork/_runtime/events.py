@@ -50,6 +50,8 @@ class TaskRecord:
     error: str | None = None
     retries: tuple[tuple[float, str], ...] = ()  # (time, reason); a tuple: no GC tracking
     callsite: tuple[str, int, str] | None = None  # (file, line, function) of the .remote()
+    actor_id: int = 0  # the actor whose method this call is, or 0 for a task
+    large_args: tuple[tuple[int, int], ...] = ()  # (id(), nbytes) of big by-value arguments
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -66,6 +68,10 @@ class DriverSpan:
     thread_id: int
     first_object_id: int = 0
     callsite: tuple[str, int, str] | None = None  # (file, line, function) of the call
+    first_task_id: int = 0  # the task that makes the first object waited on
+    ready_before: int = 0  # objects already ready when the call began
+    first_ready: float = 0.0  # when the first of the others became ready
+    last_ready: float = 0.0  # ... and the last
 
 
 class EventLog:
@@ -79,13 +85,30 @@ class EventLog:
         self.dropped_spans = 0
         self.started_at = time.monotonic()
         self.started_at_wall = time.time()
+        # Records not yet seen by a watcher (the advisor), or None when nobody watches.
+        self.fresh_tasks: list[TaskRecord] | None = None
+        self.fresh_spans: list[DriverSpan] | None = None
 
     def finish_task(self, record: TaskRecord) -> None:
         if len(self.tasks) == self.budget:
             self.dropped_tasks += 1
         self.tasks.append(record)
+        if self.fresh_tasks is not None:
+            self.fresh_tasks.append(record)
 
     def add_span(self, span: DriverSpan) -> None:
         if len(self.spans) == self.budget:
             self.dropped_spans += 1
         self.spans.append(span)
+        if self.fresh_spans is not None:
+            self.fresh_spans.append(span)
+
+    def watch(self) -> None:
+        """Start keeping the records that ``take_fresh`` hands out."""
+        self.fresh_tasks, self.fresh_spans = [], []
+
+    def take_fresh(self) -> tuple[list[TaskRecord], list[DriverSpan]]:
+        """The records added since the last call (call with the runtime's lock held)."""
+        tasks, spans = self.fresh_tasks or [], self.fresh_spans or []
+        self.fresh_tasks, self.fresh_spans = [], []
+        return tasks, spans

@@ -47,7 +47,7 @@ from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
 from lightwork._runtime.events import DriverSpan, EventLog, TaskRecord
 from lightwork._runtime.objects import FAILED, PENDING, READY, ObjectEntry, ObjectTable
-from lightwork._runtime.calls import CallSpec, infeasible_message, prepare_args
+from lightwork._runtime.calls import CallSpec, infeasible_message, large_arguments, prepare_args
 from lightwork._runtime.scheduler import (
     DISPATCHED,
     FAILED as TASK_FAILED,
@@ -890,6 +890,8 @@ class Node:
                 next(ids) for _ in range(spec.num_returns))
             record = TaskRecord(task_id, spec.name, 0, time.monotonic(), arg_size=stored.size,
                                 callsite=callsite)
+            if stored.path is not None:
+                record.large_args = large_arguments(args, kwargs)
             task = TaskSpec(
                 task_id, spec.key, spec.name, stored, deps, return_ids, spec.num_returns, shape,
                 spec.max_retries, spec.retry_exceptions, 0, record,
@@ -916,7 +918,9 @@ class Node:
         stored, deps = prepare_args(args, kwargs, f"{self.session.shm_dir}/a{task_id:x}")
         return_ids = tuple(self.next_object_id() for _ in range(num_returns))
         record = TaskRecord(task_id, name, 0, time.monotonic(), arg_size=stored.size,
-                            callsite=callsite)
+                            callsite=callsite, actor_id=actor_id)
+        if stored.path is not None:
+            record.large_args = large_arguments(args, kwargs)
         task = TaskSpec(task_id, method, name, stored, deps, return_ids, num_returns, (), 0,
                         False, 0, record, actor_id=actor_id)
         self._drain_refs_if_any()
@@ -1005,8 +1009,7 @@ class Node:
         if countdown is not None:
             start = time.monotonic()
             finished = self._block_on(countdown, timeout)
-            self.log.add_span(DriverSpan("get", start, time.monotonic(), len(ids),
-                                         threading.get_ident(), ids[0], callsite))
+            self.log.add_span(self._span("get", start, entries, pending, callsite))
             if not finished:
                 with self.lock:
                     for entry in pending:
@@ -1036,12 +1039,25 @@ class Node:
         if countdown is not None:
             start = time.monotonic()
             self._block_on(countdown, timeout)
-            self.log.add_span(DriverSpan("wait", start, time.monotonic(), len(ids),
-                                         threading.get_ident(), ids[0], callsite))
+            self.log.add_span(self._span(
+                "wait", start, entries, [e for e in entries if e.ready_at >= start or e.state == PENDING],
+                callsite))
             with self.lock:
                 for entry in entries:
                     entry.remove_waiter(countdown.hit)
         return [e.object_id for e in entries if e.state != PENDING][:num_returns]
+
+    def _span(
+        self, kind: str, start: float, entries: list[ObjectEntry], waited: list[ObjectEntry],
+        callsite: Any,
+    ) -> DriverSpan:
+        """The record of one blocked get/wait, with when its objects became ready."""
+        ready_times = [e.ready_at for e in waited if e.ready_at]
+        return DriverSpan(
+            kind, start, time.monotonic(), len(entries), threading.get_ident(),
+            entries[0].object_id, callsite, entries[0].task_id, len(entries) - len(waited),
+            min(ready_times, default=0.0), max(ready_times, default=0.0),
+        )
 
     def _block_on(self, countdown: Countdown, timeout: float | None) -> bool:
         """Wait until ``countdown`` completes, polling the workers from this thread."""

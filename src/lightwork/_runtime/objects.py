@@ -21,6 +21,7 @@ by being lower than the owner's counter and absent from the table.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ class ObjectEntry:
     task_uses: int = 0
     containers: int = 0
     waiters: list[Callable[[ObjectEntry], None]] | None = None
+    ready_at: float = 0.0  # when it became READY or FAILED (time.monotonic)
 
     def held(self) -> bool:
         return bool(self.driver_holds or self.holders or self.task_uses or self.containers)
@@ -104,6 +106,7 @@ class ObjectTable:
         """Make ``entry`` READY (or FAILED); return the waiters to call."""
         if entry.state != PENDING:
             return []
+        entry.ready_at = time.monotonic()
         if error is not None:
             entry.state = FAILED
             entry.error = error
