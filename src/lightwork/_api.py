@@ -17,6 +17,8 @@ from typing import Any
 
 from lightwork._object_ref import ObjectRef
 from lightwork._remote import RemoteFunction, callsite
+from lightwork._runtime.introspect import blocking_observers as _observers
+from lightwork._runtime.introspect import observe_call as _observe_call
 
 _node: Any = None  # the driver's Node while initialized
 _worker: Any = None  # set inside worker processes
@@ -253,12 +255,17 @@ def _refs_of(object_refs: Any, call: str) -> list[ObjectRef]:
 def get(object_refs: Any, *, timeout: float | None = None) -> Any:
     """The value(s) of ``object_refs`` (one ref, or a list), blocking until ready."""
     timeout = _check_timeout(timeout)
-    if isinstance(object_refs, ObjectRef):
-        return _core().get([object_refs.id], timeout, callsite(1))[0]
-    refs = _refs_of(object_refs, "get()")
+    single = isinstance(object_refs, ObjectRef)
+    refs = [object_refs] if single else _refs_of(object_refs, "get()")
     if not refs:
         return []
-    return _core().get([ref.id for ref in refs], timeout, callsite(1))
+    ids = [ref.id for ref in refs]
+    site = callsite(1)
+    if _observers:  # diagnostics callbacks follow this get as one run
+        values = _observe_call("get", refs, lambda: _core().get(ids, timeout, site))
+    else:
+        values = _core().get(ids, timeout, site)
+    return values[0] if single else values
 
 
 def put(value: Any) -> ObjectRef:
@@ -299,7 +306,13 @@ def wait(
             f"num_returns={num_returns} is more than the {len(refs)} ref(s) passed to wait()"
         )
     timeout = _check_timeout(timeout)
-    ready_ids = set(_core().wait([ref.id for ref in refs], num_returns, timeout, callsite(1)))
+    ids = [ref.id for ref in refs]
+    site = callsite(1)
+
+    def call() -> list[int]:
+        return _core().wait(ids, num_returns, timeout, site)
+
+    ready_ids = set(_observe_call("wait", refs, call) if _observers else call())
     ready = [ref for ref in refs if ref.id in ready_ids]
     not_ready = [ref for ref in refs if ref.id not in ready_ids]
     return ready, not_ready

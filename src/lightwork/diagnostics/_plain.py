@@ -69,6 +69,12 @@ class PlainRun:
 
     # -- the caller's thread ------------------------------------------------------------
     def start(self) -> None:
+        if not self.hooks.uses_graph:
+            # Every callback ignores the graph (e.g. ResourceProfiler): no per-task work.
+            with self.lock:
+                self.hooks.start(self.dsk)
+                self.state = self._initial_state({})
+            return
         objects, tasks = introspect.task_graph_of(self.node, [ref.id for ref in self.refs])
         key_of_task = self.key_of_task
         for task_id, view in tasks.items():

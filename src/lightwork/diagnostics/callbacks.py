@@ -266,6 +266,9 @@ class Hooks:
         self.per_task = bool(self.pretask or self.posttask)
         self.follows_tasks = bool(self.per_task or self.posttask_batch or any(
             getattr(cb, "_start_state", None) for cb in callbacks))
+        # A callback sets ``_uses_graph = False`` when it reads neither dsk nor state.
+        self.uses_graph = self.follows_tasks or any(
+            getattr(cb, "_uses_graph", True) for cb in callbacks)
         self.started: list[Callback] = []
         self._token: contextvars.Token[bool] | None = None
 

@@ -189,6 +189,8 @@ def _count(value: Any) -> int:
 class ResourceProfiler(_Timed):
     """Every ``dt`` seconds: memory (MB) and CPU (%) of the driver and all workers."""
 
+    _uses_graph = False  # a plain get under it builds no graph: no per-task cost
+
     def __init__(self, dt: float = 1) -> None:
         if not dt > 0:
             raise ValueError(f"ResourceProfiler(dt=...) must be > 0 seconds, got {dt!r}")
