@@ -216,14 +216,17 @@ def test_retries_crashes_and_cancellations_are_instants(runtime, tmp_path):
         raise ValueError("always")
 
     @lightwork.remote
-    def gate(path):
+    def gate(started, path):
+        open(started, "w").close()
         return helpers.wait_for_file(path)
 
     assert lightwork.get(crash_once.remote(str(tmp_path))) == "ok"
     with pytest.raises(ValueError):
         lightwork.get(flaky.remote())
-    ref = gate.remote(str(tmp_path / "never"))
-    helpers.wait_until(lambda: any(t["state"] == "RUNNING" for t in _state().list_tasks(name="gate")))
+    started = str(tmp_path / "started")
+    ref = gate.remote(started, str(tmp_path / "never"))
+    helpers.wait_until(lambda: os.path.exists(started), timeout=20)  # inside the function
+    assert [t["state"] for t in _state().list_tasks(name="gate")] == ["RUNNING"]
     lightwork.cancel(ref)
     with pytest.raises(lightwork.exceptions.TaskCancelledError):
         lightwork.get(ref)

@@ -22,8 +22,11 @@ from lightwork._api import (
     wait,
 )
 from lightwork._object_ref import ObjectRef
+from lightwork.diagnostics.advisor import advise
+from lightwork.diagnostics.stack import stack
+from lightwork.diagnostics.timeline import profile, timeline
 
-from lightwork import actor, util  # noqa: E402  (Ray's ray.actor / ray.util namespaces)
+from lightwork import actor, state, util  # noqa: E402  (ray.actor, ray.util, ray.util.state)
 
 __version__ = "0.1.0"
 
@@ -32,6 +35,7 @@ __all__ = [
     "ActorHandle",
     "ObjectRef",
     "actor",
+    "advise",
     "available_resources",
     "cancel",
     "cluster_resources",
@@ -45,9 +49,13 @@ __all__ = [
     "kill",
     "method",
     "nodes",
+    "profile",
     "put",
     "remote",
     "shutdown",
+    "stack",
+    "state",
+    "timeline",
     "util",
     "wait",
 ]

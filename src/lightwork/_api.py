@@ -98,12 +98,14 @@ def init(
     ignore_reinit_error: bool = False,
     namespace: str | None = None,
     event_budget: int | None = None,
+    advisor: bool = True,
     **ray_kwargs: Any,
 ) -> InitContext:
     """Start the embedded runtime in this process.
 
     ``num_cpus`` defaults to the machine's CPU count. Ray's dashboard and logging
     arguments are accepted; those with no meaning here are noted and ignored.
+    ``advisor=False`` turns off the advisor's warnings (``lightwork.advise()`` still works).
     """
     global _node
     from lightwork._runtime.calls import check_amount
@@ -151,6 +153,11 @@ def init(
         from lightwork._runtime.node import Node
 
         _node = Node(cpus, gpus, custom, namespace, budget)
+        if advisor:
+            from lightwork.diagnostics.advisor import Advisor
+
+            _node.advisor = Advisor(_node, init_callsite=callsite(1))
+            _node.advisor.start()
     if noted:
         print(
             f"lightwork: ignoring Ray-only init argument(s) {', '.join(noted)} "
@@ -175,6 +182,8 @@ def shutdown() -> None:
     with _init_lock:
         node, _node = _node, None
     if node is not None:
+        if node.advisor is not None:
+            node.advisor.stop()
         node.shutdown()
 
 
@@ -265,7 +274,15 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
         values = _observe_call("get", refs, lambda: _core().get(ids, timeout, site))
     else:
         values = _core().get(ids, timeout, site)
+    _deliver_advice()
     return values[0] if single else values
+
+
+def _deliver_advice() -> None:
+    """Warn, in the user's thread, about what the advisor found since the last call."""
+    node = _node
+    if node is not None and node.advisor is not None and node.advisor.undelivered:
+        node.advisor.deliver_warnings()
 
 
 def put(value: Any) -> ObjectRef:
@@ -313,6 +330,7 @@ def wait(
         return _core().wait(ids, num_returns, timeout, site)
 
     ready_ids = set(_observe_call("wait", refs, call) if _observers else call())
+    _deliver_advice()
     ready = [ref for ref in refs if ref.id in ready_ids]
     not_ready = [ref for ref in refs if ref.id not in ready_ids]
     return ready, not_ready

@@ -81,7 +81,8 @@ def _loop_experiments(out: TextIO, sleep_s: float = 0.5, serial_s: float = 0.3) 
     return timings
 
 
-def demo(out: TextIO = sys.stdout, timeline_path: str | None = "lightwork-demo-timeline.json") -> int:
+def demo(out: TextIO = sys.stdout,
+         timeline_path: str | None = "lightwork-demo-timeline.json") -> int:
     import lightwork
     from lightwork.diagnostics.timeline import timeline
 
@@ -165,7 +166,8 @@ def print_status(s: dict[str, Any], out: TextIO) -> None:
         ("workers", f"{s['worker_count']} ({counts(s['workers'])})"),
         ("actors", counts(s["actors"])),
         ("tasks", f"running {t['running']}, queued {t['queued']}, waiting for arguments "
-                  f"{t['waiting_for_args']}; ended: finished {t['finished']}, failed {t['failed']}"),
+                  f"{t['waiting_for_args']}; ended: finished {t['finished']}, "
+                  f"failed {t['failed']}"),
         ("objects", f"{o['count']} ({human_bytes(o['bytes'])}; "
                     f"{human_bytes(o['shared_memory_bytes'])} in shared memory)"),
         ("event log", f"{log['task_records']} task records (budget {log['budget']}); dropped "
@@ -209,7 +211,8 @@ def _attach(args: Any, out: TextIO) -> int:
         else:
             print_table(result["rows"], TABLE_COLUMNS[args.kind], out)
             if result["total"] > len(result["rows"]):
-                print(f"(showing {len(result['rows'])} of {result['total']}; use --limit)", file=out)
+                shown = len(result["rows"])
+                print(f"(showing {shown} of {result['total']}; use --limit)", file=out)
     elif args.command == "summary":
         result = ask("summarize_tasks")
         if as_json:

@@ -44,7 +44,8 @@ def query(op: str, request_timeout: float = 30.0, **args: Any) -> Any:
         "(from another terminal, `lightwork status` attaches to a running program)")
 
 
-def _list(kind: str, filters: Any, limit: int | None, equals: dict[str, Any]) -> list[dict[str, Any]]:
+def _list(kind: str, filters: Any, limit: int | None,
+          equals: dict[str, Any]) -> list[dict[str, Any]]:
     parsed = views.parse_filters(filters) + [(k, "=", v) for k, v in equals.items()]
     result = query("list", kind=kind, filters=parsed, limit=limit)
     return result["rows"]

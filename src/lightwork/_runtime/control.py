@@ -1,12 +1,12 @@
 """The control socket: how diagnostics reach a running session from another terminal.
 
-    lightwork status|list|…|stack (any process of this user)      the driver process
-    ┌─────────────────────────────┐  <session dir>/control.sock  ┌──────────────────────────┐
-    │ request(op, args) ──── one JSON line ───────────────────►  │ thread "lightwork-control"│
-    │        ◄──────────────────── one JSON line ─────────────── │ accepts; one short-lived  │
-    └─────────────────────────────┘  (Unix socket, mode 0600)    │ thread per connection;    │
-                                                                 │ samples CPU/memory       │
-                                                                 └──────────────────────────┘
+    lightwork status|list|…|stack                     the driver process
+    ┌────────────────────────┐ <session>/control.sock ┌────────────────────────────┐
+    │ request(op, args) ──── one JSON line ─────────► │ thread "lightwork-control": │
+    │        ◄────────────── one JSON line ────────── │ accepts, a short-lived     │
+    └────────────────────────┘ (Unix socket, 0600)    │ thread per connection;     │
+                                                      │ samples CPU/memory         │
+                                                      └────────────────────────────┘
 
 Protocol: a request is one line of JSON ``{"op": name, "args": {...}}``; the reply is
 one line ``{"ok": true, "result": ...}`` or ``{"ok": false, "type": "ValueError",
@@ -185,9 +185,12 @@ class ControlServer:
                 raise ValueError("request args must be a JSON object")
             reply: dict[str, Any] = {"ok": True, "result": dispatch(self.node, request["op"], args)}
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply
-            kind = type(exc).__name__ if isinstance(exc, (ValueError, TypeError)) else "ControlError"
-            if isinstance(exc, json.JSONDecodeError):
-                kind = "ValueError"
+            # The client re-raises these two as themselves (usage errors), others as
+            # ControlError; UnicodeDecodeError and JSONDecodeError are ValueErrors.
+            kind = ("ValueError" if isinstance(exc, ValueError)
+                    else "TypeError" if isinstance(exc, TypeError) else "ControlError")
+            if isinstance(exc, (UnicodeDecodeError, json.JSONDecodeError)):
+                exc = ValueError(f"the request is not one line of UTF-8 JSON ({exc})")
             reply = {"ok": False, "type": kind, "error": str(exc) or kind}
         return json.dumps(reply, default=str).encode() + b"\n"
 
@@ -257,7 +260,8 @@ class ControlServer:
             previous = self._cpu_seen.get(pid)
             self._cpu_seen[pid] = (now, cpu)
             if previous is not None and now > previous[0]:
-                readings.append((pid, round(100.0 * (cpu - previous[1]) / (now - previous[0]), 1), rss))
+                percent = 100.0 * (cpu - previous[1]) / (now - previous[0])
+                readings.append((pid, round(percent, 1), rss))
         for pid in set(self._procs) - set(pids):
             self._procs.pop(pid, None)
             self._cpu_seen.pop(pid, None)
@@ -398,6 +402,11 @@ def collect_stacks(node: Node, timeout: float = DEFAULT_STACK_TIMEOUT_S) -> dict
             time.sleep(0.01)
             for worker_id, entry in list(pending.items()):
                 target, path, offset, last, stable = entry
+                if _exited(target["pid"]):  # e.g. killed by cancel(force=True) just now
+                    target.update(status="exited", note="the process exited",
+                                  text=_read_from(path, offset))
+                    del pending[worker_id]
+                    continue
                 size = _size(path)
                 if size > offset and size == last:
                     entry[4] = stable + 1
@@ -412,6 +421,23 @@ def collect_stacks(node: Node, timeout: float = DEFAULT_STACK_TIMEOUT_S) -> dict
                 f"no complete answer within {timeout:g} s (the process may be stopped, "
                 "or stuck in the kernel); " + ("partial output below" if text else "no output")))
     return result
+
+
+def _exited(pid: int) -> bool:
+    """Gone or a zombie: it will never write its dump (a stopped process may, later)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except FileNotFoundError:
+        return True
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        return False
 
 
 def _size(path: str) -> int:

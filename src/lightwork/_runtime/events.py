@@ -72,6 +72,8 @@ class DriverSpan:
     ready_before: int = 0  # objects already ready when the call began
     first_ready: float = 0.0  # when the first of the others became ready
     last_ready: float = 0.0  # ... and the last
+    shortest: float = 0.0  # of the others, the least time from creation to ready
+    longest: float = 0.0  # ... and the most
 
 
 class EventLog:

@@ -148,6 +148,7 @@ class Node:
         self._want_write: set[WorkerConn] = set()
         self.closed = False
         self.broken = ""  # why the runtime cannot go on (a dead fork server, a bug), or ""
+        self.advisor: Any = None  # set by init() unless advisor=False (diagnostics layer)
         self.actors = ActorManager(self)
         self.objects.on_actor_freed = self.actors.handle_freed
         # One thread per task slot unless the user chose: the "no speedup" trap of
@@ -1052,11 +1053,14 @@ class Node:
         callsite: Any,
     ) -> DriverSpan:
         """The record of one blocked get/wait, with when its objects became ready."""
-        ready_times = [e.ready_at for e in waited if e.ready_at]
+        ready = [e for e in waited if e.ready_at]
+        ready_times = [e.ready_at for e in ready]
+        durations = [e.ready_at - e.created_at for e in ready]
         return DriverSpan(
             kind, start, time.monotonic(), len(entries), threading.get_ident(),
             entries[0].object_id, callsite, entries[0].task_id, len(entries) - len(waited),
             min(ready_times, default=0.0), max(ready_times, default=0.0),
+            min(durations, default=0.0), max(durations, default=0.0),
         )
 
     def _block_on(self, countdown: Countdown, timeout: float | None) -> bool:

@@ -49,6 +49,7 @@ class ObjectEntry:
     containers: int = 0
     waiters: list[Callable[[ObjectEntry], None]] | None = None
     ready_at: float = 0.0  # when it became READY or FAILED (time.monotonic)
+    created_at: float = 0.0  # when its put() or task submission registered it
 
     def held(self) -> bool:
         return bool(self.driver_holds or self.holders or self.task_uses or self.containers)
@@ -91,7 +92,7 @@ class ObjectTable:
         self.freed_count = 0
 
     def create(self, object_id: int, owner: int, task_id: int = 0) -> ObjectEntry:
-        entry = ObjectEntry(object_id, owner, task_id)
+        entry = ObjectEntry(object_id, owner, task_id, created_at=time.monotonic())
         if owner == 0:
             entry.driver_holds = True
         else:

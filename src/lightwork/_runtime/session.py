@@ -117,10 +117,20 @@ class ForkServer:
 
         from lightwork._runtime.forkserver import SPAWN
 
+        import select
+
         payload = pickle.dumps((SPAWN, worker_id, config))
-        socket.send_fds(
-            self.control, [len(payload).to_bytes(4, "little") + payload], [worker_end.fileno()]
-        )
+        frame = [len(payload).to_bytes(4, "little") + payload]
+        deadline = time.monotonic() + 10.0
+        while True:  # the control socket is non-blocking (the I/O loop reads it)
+            try:
+                socket.send_fds(self.control, frame, [worker_end.fileno()])
+                return
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                select.select([], [self.control], [], left)
 
     def stop(self, timeout: float = 2.0) -> None:
         try:

@@ -17,7 +17,8 @@ Task states follow Ray's vocabulary. Ended tasks are ``FINISHED`` or ``FAILED``
 PENDING_ARGS_AVAIL         waiting for an argument (an ``ObjectRef``) to be ready
 PENDING_NODE_ASSIGNMENT    ready, in the scheduler's queue (or an actor's queue)
 SUBMITTED_TO_WORKER        sent to a worker, queued there behind a running task
-RUNNING                    at the head of its worker (within an actor's concurrency)
+RUNNING                    at the head of its worker (within an actor's concurrency):
+                           the worker runs it, or has it in flight and starts it next
 RUNNING_IN_RAY_GET         running, and its worker is blocked in a nested get or wait
 =========================  ===========================================================
 
@@ -336,7 +337,8 @@ def object_rows(node: Node) -> list[dict[str, Any]]:
             for e in table.entries.values()
         ]
         wanted = {c[2] for c in copied if c[2] and c[2] not in live_names}
-        ended_names = {r.task_id: r.name for r in node.log.tasks if r.task_id in wanted} if wanted else {}
+        ended_names = ({r.task_id: r.name for r in node.log.tasks if r.task_id in wanted}
+                       if wanted else {})
     rows = []
     for (object_id, owner, task_id, state, size, path, driver_holds, holders, uses,
          containers, pinned, handle, error) in copied:
@@ -395,7 +397,9 @@ def memory_summary(node: Node, top: int = 10) -> dict[str, Any]:
         "total_bytes": sum(row["size"] for row in rows),
         "shared_memory_bytes": shm_bytes,
         "freed_objects": freed,
-        "by_owner": [{"owner": k, "count": c, "bytes": b} for k, (c, b) in sorted(by_owner.items())],
+        "by_owner": [
+            {"owner": k, "count": c, "bytes": b} for k, (c, b) in sorted(by_owner.items())
+        ],
         "by_reference_kind": [
             {"kind": k, "count": c, "bytes": b}
             for k, (c, b) in sorted(by_kind.items(), key=lambda item: -item[1][1])
@@ -508,7 +512,8 @@ def _equal(actual: Any, wanted: Any) -> bool:
             return False
     text, pattern = str(actual).lower(), str(wanted).lower()
     # Functions defined inside functions are named "outer.<locals>.f": "f" matches too.
-    return fnmatch.fnmatchcase(text, pattern) or fnmatch.fnmatchcase(text.split(".<locals>.")[-1], pattern)
+    short = text.split(".<locals>.")[-1]
+    return fnmatch.fnmatchcase(text, pattern) or fnmatch.fnmatchcase(short, pattern)
 
 
 # ---------------------------------------------------------------------------- timeline
@@ -540,7 +545,8 @@ def timeline_data(node: Node) -> dict[str, Any]:
         "budget": budget,
         "record_fields": list(RECORD_FIELDS),
         "tasks": [_record_row(record) for record in snap.ended],
-        "live": [list(values) + [state, actor_id, pid] for values, state, actor_id, pid in snap.live],
+        "live": [list(values) + [state, actor_id, pid]
+                 for values, state, actor_id, pid in snap.live],
         "spans": spans,
         "threads": {str(ident): name for ident, name in threads.items()},
         "workers": {str(wid): info for wid, info in workers.items()},

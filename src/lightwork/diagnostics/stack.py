@@ -31,7 +31,8 @@ from lightwork._runtime.control import DEFAULT_STACK_TIMEOUT_S
 
 __all__ = ["StackDump", "format_stacks", "native_stacks", "parse_faulthandler", "stack"]
 
-_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\])? \(most recent call first\):")
+_THREAD = re.compile(
+    r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\])? \(most recent call first\):")
 _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -72,7 +73,8 @@ def parse_faulthandler(text: str) -> list[dict[str, Any]]:
     for line in text.splitlines():
         match = _THREAD.match(line)
         if match:
-            name = match.group(3) or ("wrote this dump" if match.group(1) == "Current thread" else "")
+            current = match.group(1) == "Current thread"
+            name = match.group(3) or ("wrote this dump" if current else "")
             threads.append({"id": int(match.group(2), 16), "name": name, "frames": [], "notes": []})
             continue
         if not threads:
@@ -99,7 +101,8 @@ def _format_thread(thread: dict[str, Any], full: bool) -> list[str]:
         if folded == 1:
             folded = 0  # folding one line saves nothing
     if folded:
-        lines.append(f"  [{folded} outer frames of lightwork and thread start-up; --full shows them]")
+        lines.append(
+            f"  [{folded} outer frames of lightwork and thread start-up; --full shows them]")
     for filename, lineno, function in frames[folded:]:
         lines.append(f'  File "{filename}", line {lineno}, in {function}')
         source = linecache.getline(filename, lineno).strip()

@@ -168,8 +168,8 @@ class _Builder:
 
     def span(self, name: str, cat: str, pid: int, tid: int, start: float, end: float,
              args: dict[str, Any] | None = None) -> dict[str, Any]:
-        event = {"name": name, "cat": cat, "ph": "X", "ts": start, "dur": round(max(0.0, end - start), 3),
-                 "pid": pid, "tid": tid}
+        event = {"name": name, "cat": cat, "ph": "X", "ts": start,
+                 "dur": round(max(0.0, end - start), 3), "pid": pid, "tid": tid}
         if args:
             event["args"] = args
         self.add(event)
@@ -186,7 +186,8 @@ class _Builder:
         if process not in self.process_names:
             self.process_order[process] = worker_id
             if info.get("actor_class"):
-                self.process_names[process] = f"actor {short_name(info['actor_class'])} (pid {real or '?'})"
+                actor = short_name(info["actor_class"])
+                self.process_names[process] = f"actor {actor} (pid {real or '?'})"
             else:
                 self.process_names[process] = f"worker {worker_id} (pid {real or '?'})"
         return process
@@ -244,7 +245,8 @@ class _Builder:
         if previous_end is not None:
             queued_from = max(queued_from, previous_end)
         if queued_from < start:
-            self.span("queued", "queue", pid, tid, queued_from, start, {"task_id": record["task_id"]})
+            self.span("queued", "queue", pid, tid, queued_from, start,
+                      {"task_id": record["task_id"]})
         began = record["started"] or record["dispatched"]
         args = {
             "task_id": record["task_id"], "name": record["name"], "attempt": record["attempt"],
@@ -285,12 +287,14 @@ class _Builder:
             for ts, _ in submits:
                 counts[ts] = counts.get(ts, 0) + 1
             for ts in points:
-                self.span("submit", "submit", pid, tid, ts, ts + anchor_dur[ts], {"tasks": counts[ts]})
+                self.span("submit", "submit", pid, tid, ts, ts + anchor_dur[ts],
+                          {"tasks": counts[ts]})
             for ts, task_id in submits:
                 end_pid, end_tid, end_ts = ends[task_id]
                 flow = {"name": "task", "cat": "flow", "id": task_id}
                 self.add({**flow, "ph": "s", "pid": pid, "tid": tid, "ts": ts + anchor_dur[ts] / 2})
-                self.add({**flow, "ph": "f", "bp": "e", "pid": end_pid, "tid": end_tid, "ts": end_ts})
+                self.add({**flow, "ph": "f", "bp": "e", "pid": end_pid, "tid": end_tid,
+                          "ts": end_ts})
 
     def task_instants(self, record: dict[str, Any]) -> None:
         name = short_name(record["name"])
@@ -299,10 +303,12 @@ class _Builder:
             kind = "worker crashed" if str(reason).startswith("worker crashed") else "retry"
             if str(reason).startswith("actor restarted"):
                 kind = "actor restarted"
-            self.instant(f"{kind}: {name}", self.driver, EVENTS_TID, self.us(t), {**base, "reason": reason})
+            self.instant(f"{kind}: {name}", self.driver, EVENTS_TID, self.us(t),
+                         {**base, "reason": reason})
         error = record["error"]
         if error:
-            when = max(record[k] or 0.0 for k in ("submitted", "deps_ready", "dispatched", "finished", "seen"))
+            times = ("submitted", "deps_ready", "dispatched", "finished", "seen")
+            when = max(record[k] or 0.0 for k in times)
             kind = "cancelled" if "Cancelled" in error else "failed"
             self.instant(f"{kind}: {name}", self.driver, EVENTS_TID, self.us(when),
                          {**base, "error": error, "worker_id": record["worker_id"]})
@@ -313,7 +319,8 @@ class _Builder:
         for r in records:
             live = "live_state" in r
             if r["deps_ready"]:
-                began = r["started"] or (r["dispatched"] if str(r.get("live_state", "")).startswith("RUNNING") else 0.0)
+                running = str(r.get("live_state", "")).startswith("RUNNING")
+                began = r["started"] or (r["dispatched"] if running else 0.0)
                 until = began or r["finished"] or r["seen"] or (now if live else r["deps_ready"])
                 changes += [(r["deps_ready"], 1, 0), (until, -1, 0)]
                 if began:
@@ -321,7 +328,8 @@ class _Builder:
         if not changes:
             return
         changes.sort()
-        resolution = max(1.0, (self.us(changes[-1][0]) - self.us(changes[0][0])) / MAX_COUNTER_POINTS)
+        extent = self.us(changes[-1][0]) - self.us(changes[0][0])
+        resolution = max(1.0, extent / MAX_COUNTER_POINTS)
         queued = running = 0
         bucket_ts: float | None = None
         for i, (t, dq, dr) in enumerate(changes):
@@ -333,7 +341,8 @@ class _Builder:
             last = i + 1 == len(changes)
             if last or self.us(changes[i + 1][0]) - bucket_ts >= resolution:
                 self.add({"name": "tasks", "cat": "counter", "ph": "C", "ts": bucket_ts,
-                          "pid": self.driver, "tid": 0, "args": {"queued": queued, "running": running}})
+                          "pid": self.driver, "tid": 0,
+                          "args": {"queued": queued, "running": running}})
                 bucket_ts = None
 
     # -- driver --------------------------------------------------------------------------
@@ -393,8 +402,8 @@ class _Builder:
                     self.process_order.setdefault(pid, 1_000_000)
                 else:
                     continue
-                self.add({"name": "cpu %", "cat": "usage", "ph": "C", "ts": ts, "pid": row, "tid": 0,
-                          "args": {"cpu": cpu}})
+                self.add({"name": "cpu %", "cat": "usage", "ph": "C", "ts": ts, "pid": row,
+                          "tid": 0, "args": {"cpu": cpu}})
                 self.add({"name": "memory MB", "cat": "usage", "ph": "C", "ts": ts, "pid": row,
                           "tid": 0, "args": {"rss": round(rss / 2**20, 2)}})
             self.add({"name": "session cpu %", "cat": "usage", "ph": "C", "ts": ts,
@@ -408,7 +417,8 @@ class _Builder:
         budget = self.data.get("budget")
         parts = [f"{n} {what}" for what, n in (
             ("task records", dropped.get("tasks", 0)), ("blocked spans", dropped.get("spans", 0)),
-            ("profile spans", dropped.get("profile", 0)), ("usage samples", dropped.get("samples", 0)),
+            ("profile spans", dropped.get("profile", 0)),
+            ("usage samples", dropped.get("samples", 0)),
         ) if n]
         note = (f"event budget {budget}: dropped the oldest " + ", ".join(parts)) if parts \
             else f"event budget {budget}: nothing dropped"
@@ -422,15 +432,18 @@ class _Builder:
         if any(e.get("tid") == EVENTS_TID for e in self.events):
             self.thread_names[(self.driver, EVENTS_TID)] = "events"
         for pid, name in self.process_names.items():
-            meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}})
             functions = self.functions.get(pid)
-            if functions and name.startswith("worker"):
+            if functions and name.startswith("worker"):  # "worker 3: f, g (pid 123)"
                 top = sorted(functions, key=lambda f: -functions[f])[:3]
-                meta[-1]["args"]["name"] = f"{name.split(' (pid')[0]}: {', '.join(top)} ({name.split(' (', 1)[1]}"
+                head, _, tail = name.partition(" (")
+                name = f"{head}: {', '.join(top)} ({tail}"
+            meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                         "args": {"name": name}})
             meta.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
                          "args": {"sort_index": self.process_order.get(pid, 0)}})
         for (pid, tid), name in self.thread_names.items():
-            meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
+            meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                         "args": {"name": name}})
             meta.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
                          "args": {"sort_index": tid}})
         return meta

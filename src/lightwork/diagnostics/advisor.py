@@ -1,0 +1,537 @@
+"""The advisor: name the classic parallel-programming mistakes while the program runs.
+
+Reads the always-on event log (task records and the driver's blocked get/wait spans)
+and a few runtime facts; never touches the hot path. A daemon thread wakes every
+``interval`` seconds, takes the records added since its last look (``EventLog.take_fresh``,
+under the runtime's lock), folds them into per-call-site statistics, and checks each
+rule. A rule that fires produces a :class:`Finding`: what was seen (evidence numbers), where
+(file, line and function of the user's call), and the fix, in the user's terms.
+
+Each finding is reported once per (kind, call site):
+
+* queued for the driver's thread, which emits it as a Python warning of category
+  :class:`AdviceWarning` at its next ``get``/``wait`` — so ``warnings`` filters apply,
+  including turning advice into errors — pointing at the user's line;
+* kept for :func:`advise` (data plus a printed report), ``lightwork advise`` and the
+  timeline, which shows each finding as an instant event at the time it was seen.
+
+Rules (``KINDS``), with what each looks at:
+
+get-in-loop       consecutive blocked ``get`` of one object from one call site, each
+                  task submitted after the previous get returned, while slots were free
+tiny-tasks        a function's median run time below a few times the per-task overhead
+large-arg-repeated the same big value (same object, same size) passed by value again
+                  and again from one call site
+wait-for-slowest  a ``get`` of many objects whose results became ready over a wide spread
+actor-bottleneck  calls queue on one actor while task slots sit idle
+serial-driver     the driver's own work between submissions while workers idle (Amdahl)
+oversubscription  a worker using more CPU than its task's share (threaded libraries)
+fewer-slots       ``num_cpus`` above the machine's cores
+refs-pinned       the object store filling with objects only forgotten driver refs hold
+
+The thresholds are module constants; they are deliberately conservative: a finding must
+be worth the user's attention, and well-written programs must get none.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import warnings
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightwork._runtime.events import DriverSpan, TaskRecord
+
+KINDS = (
+    "get-in-loop", "tiny-tasks", "large-arg-repeated", "wait-for-slowest",
+    "actor-bottleneck", "serial-driver", "oversubscription", "fewer-slots", "refs-pinned",
+)
+
+GET_IN_LOOP_MIN = 4  # consecutive one-object gets from one call site
+TINY_MIN_TASKS = 200
+TINY_RATIO = 3.0  # median run time below this many times the per-task overhead
+TASK_OVERHEAD_S = 40e-6  # the runtime's per-task cost on a 2-core machine (bench)
+LARGE_ARG_MIN_REPEATS = 3
+SLOWEST_MIN_OBJECTS = 4
+SLOWEST_MIN_WAIT_S = 0.2
+SLOWEST_SPREAD = 0.5  # the results' spread is at least half of the blocked time
+ACTOR_MIN_CALLS = 5
+ACTOR_QUEUE_RATIO = 3.0  # calls waited this many times their run time on average
+ACTOR_MIN_BUSY_S = 0.3  # total work of those calls: tiny calls are the tiny-tasks case
+ACTOR_MIN_UTILIZATION = 0.7  # the actor was busy this much of the time
+SERIAL_MIN_TASKS = 5
+SERIAL_FRACTION = 0.3
+SERIAL_MAX_UTILIZATION = 0.6
+OVERSUBSCRIBED_CPU = 1.6  # cores used by one single-CPU task's process
+PINNED_MIN_BYTES = 256 << 20
+
+
+class AdviceWarning(UserWarning):
+    """A lightwork advisor finding; filter it with ``warnings`` like any warning."""
+
+
+@dataclass
+class Finding:
+    kind: str
+    title: str
+    evidence: dict[str, Any]
+    suggestion: str
+    callsite: tuple[str, int, str] | None = None
+    seen_at: float = field(default_factory=time.monotonic)
+
+    def where(self) -> str:
+        if self.callsite is None:
+            return "(no call site)"
+        filename, line, function = self.callsite
+        return f"{filename}:{line} in {function}"
+
+    def message(self) -> str:
+        return f"[{self.kind}] {self.title} at {self.where()}. Fix: {self.suggestion}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "title": self.title, "evidence": self.evidence,
+            "suggestion": self.suggestion,
+            "callsite": list(self.callsite) if self.callsite else None,
+            "seen_at": self.seen_at,
+        }
+
+
+@dataclass
+class _Site:
+    """What one call site of ``.remote()`` has done so far."""
+
+    name: str
+    count: int = 0
+    run_times: deque[float] = field(default_factory=lambda: deque(maxlen=512))
+    arg_counts: dict[tuple[int, int], int] = field(default_factory=dict)
+
+
+class Advisor:
+    def __init__(
+        self, node: Any, interval: float = 0.25, watch: bool = True,
+        init_callsite: tuple[str, int, str] | None = None,
+    ) -> None:
+        self.init_callsite = init_callsite
+        self.node = node
+        self.interval = interval
+        self.findings: list[Finding] = []
+        self.undelivered: deque[Finding] = deque()
+        self._reported: set[tuple[str, Any]] = set()
+        self._sites: dict[Any, _Site] = {}
+        self._records: dict[int, TaskRecord] = {}  # recent, by task id
+        self._recent: deque[TaskRecord] = deque(maxlen=4096)
+        self._spans: deque[DriverSpan] = deque(maxlen=4096)
+        self._get_runs: dict[Any, list[DriverSpan]] = defaultdict(list)
+        self._cpu_seen: dict[int, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.cpus = float(node.scheduler.total.get("CPU", 1.0))
+        if watch:
+            node.log.watch()
+        self._check_machine()
+
+    def feed(self, tasks: list[TaskRecord], spans: list[DriverSpan]) -> None:
+        """Analyse records given directly (the whole log, when no advisor was running)."""
+        with self._lock:
+            for record in tasks:
+                self._add_record(record)
+            for span in spans:
+                self._add_span(span)
+            self._check_tiny_tasks()
+            self._check_serial_driver()
+            self._check_actor_bottleneck()
+
+    # -- the thread ------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="lightwork-advisor", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.step()
+            except Exception:  # noqa: BLE001 - the advisor must never disturb the program
+                import traceback
+
+                traceback.print_exc()
+                return
+
+    def step(self) -> None:
+        """Take the new records and check every rule (also called by ``advise``)."""
+        node = self.node
+        with node.lock:
+            if node.closed:
+                return
+            tasks, spans = node.log.take_fresh()
+            pinned = self._pinned_bytes() if node.objects.bytes_in_segments >= PINNED_MIN_BYTES else None
+        with self._lock:
+            for record in tasks:
+                self._add_record(record)
+            for span in spans:
+                self._add_span(span)
+            self._check_tiny_tasks()
+            self._check_serial_driver()
+            self._check_actor_bottleneck()
+            self._check_oversubscription()
+            if pinned is not None:
+                self._check_pinned(*pinned)
+
+    # -- reporting -------------------------------------------------------------------
+    def _report(self, finding: Finding, key: Any = None) -> None:
+        identity = (finding.kind, key if key is not None else finding.callsite)
+        if identity in self._reported:
+            return
+        self._reported.add(identity)
+        self.findings.append(finding)
+        self.undelivered.append(finding)
+
+    def deliver_warnings(self) -> None:
+        """Emit queued findings as warnings (called in the driver's thread by the API)."""
+        while self.undelivered:
+            try:
+                finding = self.undelivered.popleft()
+            except IndexError:
+                return
+            filename, line = ("lightwork", 0) if finding.callsite is None else finding.callsite[:2]
+            warnings.warn_explicit(
+                finding.message(), AdviceWarning, filename, line, module="lightwork.advisor")
+
+    # -- folding records in -------------------------------------------------------------
+    def _add_record(self, record: TaskRecord) -> None:
+        self._records[record.task_id] = record
+        self._recent.append(record)
+        if len(self._records) > 8192:
+            for old in list(self._records)[:4096]:
+                del self._records[old]
+        if record.owner != 0 or record.callsite is None:
+            return
+        site = self._sites.get(record.callsite)
+        if site is None:
+            site = self._sites[record.callsite] = _Site(record.name)
+        site.count += 1
+        if record.state == "FINISHED" and record.finished:
+            site.run_times.append(record.finished - record.args_loaded)
+        for fingerprint in record.large_args:
+            repeats = site.arg_counts.get(fingerprint, 0) + 1
+            site.arg_counts[fingerprint] = repeats
+            if repeats >= LARGE_ARG_MIN_REPEATS:
+                self._report(Finding(
+                    "large-arg-repeated",
+                    f"the same {_size(fingerprint[1])} argument was passed by value to "
+                    f"{record.name} {repeats} times",
+                    {"bytes": fingerprint[1], "times": repeats, "function": record.name},
+                    f"store it once with ref = lightwork.put(value) and pass ref to each "
+                    f"{record.name}.remote(...) call: each by-value call copies "
+                    f"{_size(fingerprint[1])} again",
+                    record.callsite,
+                ))
+
+    def _add_span(self, span: DriverSpan) -> None:
+        self._spans.append(span)
+        if span.kind == "get" and span.object_count == 1:
+            run = self._get_runs[span.callsite]
+            run.append(span)
+            self._check_get_in_loop(span.callsite, run)
+        elif span.kind == "get":
+            self._get_runs.pop(span.callsite, None)
+        if span.kind == "get" and span.object_count >= SLOWEST_MIN_OBJECTS:
+            self._check_wait_for_slowest(span)
+
+    # -- the rules ---------------------------------------------------------------------
+    def _check_get_in_loop(self, callsite: Any, run: list[DriverSpan]) -> None:
+        # Keep only a chain in which each get's task was submitted after the previous
+        # get returned: the driver waited for each result before starting the next.
+        chain: list[DriverSpan] = []
+        for span in run[-(GET_IN_LOOP_MIN * 4):]:
+            record = self._records.get(span.first_task_id)
+            if record is None or (chain and record.submitted < chain[-1].end):
+                chain = []
+            if record is not None:
+                chain.append(span)
+        run[:] = chain
+        if len(chain) < GET_IN_LOOP_MIN or self.cpus < 2:
+            return
+        blocked = sum(span.end - span.start for span in chain)
+        wall = chain[-1].end - chain[0].start
+        if blocked < 0.5 * wall:
+            return
+        name = self._records[chain[-1].first_task_id].name
+        self._report(Finding(
+            "get-in-loop",
+            f"get() waited for each {name} task before the next was submitted "
+            f"({len(chain)} times in a row, {blocked:.2f} s blocked) while "
+            f"{self.cpus - 1:g} of {self.cpus:g} CPU slots sat idle",
+            {"gets_in_a_row": len(chain), "blocked_s": round(blocked, 4),
+             "cpus": self.cpus, "function": name},
+            "submit all the tasks first and get once: refs = [f.remote(x) for x in items]; "
+            "results = lightwork.get(refs)",
+            callsite,
+        ))
+
+    def _check_tiny_tasks(self) -> None:
+        for callsite, site in self._sites.items():
+            if site.count < TINY_MIN_TASKS or len(site.run_times) < TINY_MIN_TASKS // 2:
+                continue
+            median = statistics.median(site.run_times)
+            if median >= TINY_RATIO * TASK_OVERHEAD_S:
+                continue
+            target = max(10 * TASK_OVERHEAD_S, 1e-3)
+            batch = min(10_000, max(2, round(target / max(median, 1e-7))))
+            self._report(Finding(
+                "tiny-tasks",
+                f"{site.name} tasks run for {median * 1e6:.1f} µs (median of "
+                f"{len(site.run_times)}), less than the ~{TASK_OVERHEAD_S * 1e6:.0f} µs each "
+                "task costs the runtime",
+                {"median_run_s": median, "tasks": site.count,
+                 "overhead_s": TASK_OVERHEAD_S, "suggested_batch": batch},
+                f"give each task more work: process about {batch} items per task (a list or "
+                "a range per call) so the work outweighs the per-task cost",
+                callsite,
+            ))
+
+    def _check_wait_for_slowest(self, span: DriverSpan) -> None:
+        blocked = span.end - span.start
+        if blocked < SLOWEST_MIN_WAIT_S or not span.first_ready:
+            return
+        # Results spread out because the tasks took very different times (not because
+        # they were submitted at different times: that is the serial-driver case).
+        spread = span.last_ready - span.first_ready
+        if spread < SLOWEST_SPREAD * blocked or span.longest - span.shortest < SLOWEST_SPREAD * blocked:
+            return
+        self._report(Finding(
+            "wait-for-slowest",
+            f"get() of {span.object_count} results blocked {blocked:.2f} s while they became "
+            f"ready over {spread:.2f} s: the first results sat idle until the slowest one "
+            "arrived",
+            {"objects": span.object_count, "blocked_s": round(blocked, 4),
+             "spread_s": round(spread, 4), "ready_before": span.ready_before},
+            "process results as they finish: while refs: done, refs = "
+            "lightwork.wait(refs, num_returns=1); handle(lightwork.get(done[0]))",
+            span.callsite,
+        ))
+
+    def _check_serial_driver(self) -> None:
+        # Over the last submissions from one call site: the time between the first and
+        # the last submission, less the driver's time blocked in get/wait, is the
+        # driver's own serial work; the time no task ran is what it cost the workers.
+        by_site: dict[Any, list[TaskRecord]] = defaultdict(list)
+        for record in self._recent:
+            if record.owner == 0 and record.callsite is not None and record.finished:
+                by_site[record.callsite].append(record)
+        for callsite, records in by_site.items():
+            if len(records) < SERIAL_MIN_TASKS or ("serial-driver", callsite) in self._reported:
+                continue
+            records.sort(key=lambda r: r.submitted)
+            window = records[-SERIAL_MIN_TASKS * 4:]
+            first, last = window[0].submitted, window[-1].submitted
+            wall = max(r.seen for r in window) - first
+            blocked = sum(
+                max(0.0, min(span.end, last) - max(span.start, first)) for span in self._spans
+            )
+            serial = (last - first) - blocked
+            if wall <= 0 or serial / wall < SERIAL_FRACTION:
+                continue
+            busy = sum(r.finished - r.started for r in window)
+            utilization = busy / (self.cpus * wall)
+            if utilization >= SERIAL_MAX_UTILIZATION:
+                continue
+            self._report(Finding(
+                "serial-driver",
+                f"the driver spent {serial:.2f} s of {wall:.2f} s ({serial / wall:.0%}) in its "
+                f"own code between submissions of {records[-1].name}, so the {self.cpus:g} "
+                f"CPU slots were only {utilization:.0%} busy: the speed-up cannot exceed "
+                f"{wall / serial:.1f}x (Amdahl's law)",
+                {"serial_s": round(serial, 4), "wall_s": round(wall, 4),
+                 "slot_utilization": round(utilization, 3), "tasks": len(window)},
+                "submit the tasks before the driver's own work (or make that work a task "
+                "too), so workers run while the driver computes",
+                callsite,
+            ))
+
+    def _check_actor_bottleneck(self) -> None:
+        by_actor: dict[int, list[TaskRecord]] = defaultdict(list)
+        for record in self._recent:
+            if record.actor_id and record.started:
+                by_actor[record.actor_id].append(record)
+        for actor_id, records in by_actor.items():
+            if len(records) < ACTOR_MIN_CALLS or ("actor-bottleneck", actor_id) in self._reported:
+                continue
+            busy = sum(r.finished - r.started for r in records)
+            run = busy / len(records)
+            queued = sum(r.started - r.submitted for r in records) / len(records)
+            if busy < ACTOR_MIN_BUSY_S or queued < ACTOR_QUEUE_RATIO * run:
+                continue
+            # Were task slots idle meanwhile? Few plain tasks ran during those calls.
+            begin = min(r.submitted for r in records)
+            end = max(r.finished for r in records)
+            if busy < ACTOR_MIN_UTILIZATION * (end - begin):
+                continue  # the actor itself was often idle: not the bottleneck
+            task_time = sum(
+                min(r.finished, end) - max(r.started, begin) for r in self._recent
+                if not r.actor_id and r.started and r.finished > begin and r.started < end
+            )
+            idle_slots = self.cpus - 1 - task_time / max(end - begin, 1e-9)
+            if idle_slots < 1:
+                continue
+            name = records[-1].name
+            self._report(Finding(
+                "actor-bottleneck",
+                f"calls to one actor ({name.split('.')[0]}) waited {queued:.3f} s on average "
+                f"for {run:.3f} s of work each ({len(records)} calls) while about "
+                f"{idle_slots:.0f} CPU slots were idle",
+                {"calls": len(records), "mean_queued_s": round(queued, 4),
+                 "mean_run_s": round(run, 4), "idle_slots": round(idle_slots, 1),
+                 "method": name},
+                "create several actors and spread the calls (lightwork.util.ActorPool), or "
+                "make the work a task if it needs no actor state",
+                records[-1].callsite,
+            ), key=actor_id)
+
+    def _check_oversubscription(self) -> None:
+        import psutil
+
+        node = self.node
+        with node.lock:
+            running = [
+                (conn.pid, conn.slot.inflight[0].name, dict(conn.slot.inflight[0].shape).get("CPU", 1.0))
+                for conn in node.workers.values()
+                if conn.pid and conn.actor is None and conn.slot.inflight
+            ]
+        now = time.monotonic()
+        for pid, name, cpus in running:
+            try:
+                times = psutil.Process(pid).cpu_times()
+            except psutil.Error:
+                continue
+            used = times.user + times.system
+            previous = self._cpu_seen.get(pid)
+            self._cpu_seen[pid] = (now, used)
+            if previous is None or now - previous[0] < 0.2:
+                continue
+            cores = (used - previous[1]) / (now - previous[0])
+            if cores > OVERSUBSCRIBED_CPU * max(cpus, 1.0):
+                self._report(Finding(
+                    "oversubscription",
+                    f"a {name} task used {cores:.1f} cores but asked for {cpus:g} CPU: "
+                    "several such tasks at once compete for the same cores",
+                    {"cores_used": round(cores, 2), "num_cpus": cpus, "pid": pid,
+                     "function": name},
+                    f"limit the library's threads (OMP_NUM_THREADS/MKL_NUM_THREADS=1 in the "
+                    f"task, or threadpoolctl), or declare them: {name}.options(num_cpus="
+                    f"{max(2, round(cores))})",
+                    None,
+                ), key=name)
+
+    def _check_machine(self) -> None:
+        import os
+
+        cores = os.cpu_count() or 1
+        if self.cpus > cores:
+            self._report(Finding(
+                "fewer-slots",
+                f"lightwork.init(num_cpus={self.cpus:g}) on a machine with {cores} cores: "
+                f"{self.cpus:g} tasks run at once but share {cores} cores, so CPU-bound work "
+                f"speeds up at most {cores}x",
+                {"num_cpus": self.cpus, "cores": cores},
+                f"use num_cpus={cores} (the default) for CPU-bound work; more slots only help "
+                "tasks that wait (I/O, sleeps)",
+                self.init_callsite,
+            ), key="init")
+
+    def _pinned_bytes(self) -> tuple[int, int, dict[Any, int]]:
+        """(bytes, count, bytes by task name) of stored objects held only by driver refs."""
+        total = count = 0
+        by_name: dict[Any, int] = defaultdict(int)
+        for entry in self.node.objects.entries.values():
+            stored = entry.stored
+            if stored is None or stored.path is None:
+                continue
+            if entry.driver_holds and not (entry.holders or entry.task_uses or entry.containers):
+                total += stored.size
+                count += 1
+                task = self.node.tasks.get(entry.task_id)
+                by_name[task.name if task else "put()"] += stored.size
+        return total, count, dict(by_name)
+
+    def _check_pinned(self, total: int, count: int, by_name: dict[Any, int]) -> None:
+        if total < PINNED_MIN_BYTES or count < 4:
+            return
+        top = max(by_name, key=by_name.get) if by_name else "put()"
+        self._report(Finding(
+            "refs-pinned",
+            f"{count} objects ({_size(total)}) stay in the object store only because the "
+            f"driver still holds their ObjectRefs (most from {top})",
+            {"objects": count, "bytes": total, "largest_source": top},
+            "drop refs you no longer need (del refs, or keep only the results you use) so "
+            "their memory is freed",
+            None,
+        ), key="store")
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by ``intervals``."""
+    total = 0.0
+    end = float("-inf")
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} B"
+
+
+def report(findings: list[Finding]) -> str:
+    """A short human-readable report of ``findings``."""
+    if not findings:
+        return "lightwork advisor: no findings: nothing looks wrong so far."
+    lines = [f"lightwork advisor: {len(findings)} finding(s)"]
+    for number, finding in enumerate(findings, 1):
+        lines.append(f"{number}. [{finding.kind}] {finding.title}")
+        lines.append(f"   at {finding.where()}")
+        lines.append(f"   fix: {finding.suggestion}")
+    return "\n".join(lines)
+
+
+def advise(print_report: bool = True) -> list[Finding]:
+    """The advisor's findings so far, as data; also prints a short report.
+
+    Works with ``init(advisor=False)`` too: the whole event log is then analysed now.
+    """
+    from lightwork import _api
+
+    node = _api._node
+    if node is None or node.closed:
+        raise RuntimeError(
+            "no lightwork runtime is running in this process; call lightwork.advise() "
+            "before lightwork.shutdown() (the advisor reads the live event log)"
+        )
+    advisor = node.advisor
+    if advisor is None:
+        advisor = Advisor(node, watch=False)
+        with node.lock:
+            tasks, spans = list(node.log.tasks), list(node.log.spans)
+        advisor.feed(tasks, spans)
+    else:
+        advisor.step()
+        advisor.deliver_warnings()
+    findings = list(advisor.findings)
+    if print_report:
+        print(report(findings))
+    return findings
