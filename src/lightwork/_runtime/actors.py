@@ -215,7 +215,8 @@ class ActorManager:
         if task is None:
             return
         record = task.record
-        record.started, record.args_loaded, record.finished, record.stored = times
+        (record.started, record.args_loaded, record.finished, record.stored,
+         record.cpu_time) = times
         record.seen = time.monotonic()
         record.pid = conn.pid
         actor.calls_done += 1

@@ -73,7 +73,8 @@ class CallSpec:
     Computed once per (function, options) and reused by each ``.remote()``.
     """
 
-    __slots__ = ("key", "blob", "name", "shape", "num_returns", "max_retries", "retry_exceptions")
+    __slots__ = ("key", "blob", "name", "shape", "cpus", "num_returns", "max_retries",
+                 "retry_exceptions")
 
     def __init__(self, key: bytes, blob: bytes, name: str, options: dict[str, Any]) -> None:
         from lightwork._runtime.scheduler import make_shape
@@ -82,6 +83,7 @@ class CallSpec:
         self.blob = blob
         self.name = name
         self.shape = make_shape(resource_demand(options, 1.0))
+        self.cpus = dict(self.shape).get("CPU", 0.0)
         self.num_returns: int = options.get("num_returns", 1)
         self.max_retries: int = options.get("max_retries", 3)
         self.retry_exceptions: Any = options.get("retry_exceptions", False)

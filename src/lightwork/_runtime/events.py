@@ -51,6 +51,8 @@ class TaskRecord:
     retries: tuple[tuple[float, str], ...] = ()  # (time, reason); a tuple: no GC tracking
     callsite: tuple[str, int, str] | None = None  # (file, line, function) of the .remote()
     actor_id: int = 0  # the actor whose method this call is, or 0 for a task
+    num_cpus: float = 1.0  # the CPUs the task asked for
+    cpu_time: float = 0.0  # CPU seconds its worker process used while running it
     large_args: tuple[tuple[int, int], ...] = ()  # (id(), nbytes) of big by-value arguments
 
     def as_dict(self) -> dict[str, Any]:

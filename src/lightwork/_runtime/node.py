@@ -445,12 +445,13 @@ class Node:
         task = self.tasks.get(task_id)
         if task is None or task.worker is not conn.slot:
             return
-        started, args_loaded, finished, stored_at = times
+        started, args_loaded, finished, stored_at, cpu_time = times
         self.scheduler.finish(conn.slot, task, finished - args_loaded)
         self._release_gpus(task.task_id)
         record = task.record
         record.started, record.args_loaded = started, args_loaded
         record.finished, record.stored = finished, stored_at
+        record.cpu_time = cpu_time
         record.seen = time.monotonic()
         if task.cancelled:
             self._fail_task(task, exceptions.TaskCancelledError(
@@ -890,7 +891,7 @@ class Node:
             return_ids = (next(ids),) if spec.num_returns == 1 else tuple(
                 next(ids) for _ in range(spec.num_returns))
             record = TaskRecord(task_id, spec.name, 0, time.monotonic(), arg_size=stored.size,
-                                callsite=callsite)
+                                callsite=callsite, num_cpus=spec.cpus)
             if stored.path is not None:
                 record.large_args = large_arguments(args, kwargs)
             task = TaskSpec(

@@ -210,6 +210,7 @@ class Worker:
     def execute(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         (task_id, key, name, args_stored, dep_values, return_ids, resources, gpu_ids) = frame
         started = time.monotonic()
+        cpu_started = time.process_time()  # all threads: shows tasks that oversubscribe
         self.current = frame
         self.cancel_requested = False
         _set_gpu_env(gpu_ids)
@@ -241,7 +242,8 @@ class Worker:
             finished = time.monotonic()
             outcome = ("error", error_outcome(name, exc))
         self.current = None
-        return (p.DONE, task_id, outcome, (started, args_loaded, finished, time.monotonic()))
+        cpu = time.process_time() - cpu_started
+        return (p.DONE, task_id, outcome, (started, args_loaded, finished, time.monotonic(), cpu))
 
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         """Create this worker's actor instance; the DONE says whether ``__init__`` worked."""
@@ -262,7 +264,7 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001 - reported as the actor's death cause
             outcome = ("error", error_outcome(f"{name}.__init__", exc))
         now = time.monotonic()
-        return (p.DONE, task_id, outcome, (started, started, now, now))
+        return (p.DONE, task_id, outcome, (started, started, now, now, 0.0))
 
     def store_results(self, name: str, result: Any, return_ids: tuple[int, ...]) -> Any:
         if len(return_ids) == 1:

@@ -25,7 +25,7 @@ large-arg-repeated the same big value (same object, same size) passed by value a
 wait-for-slowest  a ``get`` of many objects whose results became ready over a wide spread
 actor-bottleneck  calls queue on one actor while task slots sit idle
 serial-driver     the driver's own work between submissions while workers idle (Amdahl)
-oversubscription  a worker using more CPU than its task's share (threaded libraries)
+oversubscription  a task whose process used more CPU time than its share (threads)
 fewer-slots       ``num_cpus`` above the machine's cores
 refs-pinned       the object store filling with objects only forgotten driver refs hold
 
@@ -66,6 +66,7 @@ SERIAL_MIN_TASKS = 5
 SERIAL_FRACTION = 0.3
 SERIAL_MAX_UTILIZATION = 0.6
 OVERSUBSCRIBED_CPU = 1.6  # cores used by one single-CPU task's process
+OVERSUBSCRIBED_MIN_S = 0.2  # only tasks long enough for CPU time to mean something
 PINNED_MIN_BYTES = 256 << 20
 
 
@@ -126,7 +127,6 @@ class Advisor:
         self._recent: deque[TaskRecord] = deque(maxlen=4096)
         self._spans: deque[DriverSpan] = deque(maxlen=4096)
         self._get_runs: dict[Any, list[DriverSpan]] = defaultdict(list)
-        self._cpu_seen: dict[int, tuple[float, float]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -182,7 +182,6 @@ class Advisor:
             self._check_tiny_tasks()
             self._check_serial_driver()
             self._check_actor_bottleneck()
-            self._check_oversubscription()
             if pinned is not None:
                 self._check_pinned(*pinned)
 
@@ -213,6 +212,8 @@ class Advisor:
         if len(self._records) > 8192:
             for old in list(self._records)[:4096]:
                 del self._records[old]
+        if record.cpu_time:
+            self._check_oversubscription(record)
         if record.owner != 0 or record.callsite is None:
             return
         site = self._sites.get(record.callsite)
@@ -397,40 +398,25 @@ class Advisor:
                 records[-1].callsite,
             ), key=actor_id)
 
-    def _check_oversubscription(self) -> None:
-        import psutil
-
-        node = self.node
-        with node.lock:
-            running = [
-                (conn.pid, conn.slot.inflight[0].name, dict(conn.slot.inflight[0].shape).get("CPU", 1.0))
-                for conn in node.workers.values()
-                if conn.pid and conn.actor is None and conn.slot.inflight
-            ]
-        now = time.monotonic()
-        for pid, name, cpus in running:
-            try:
-                times = psutil.Process(pid).cpu_times()
-            except psutil.Error:
-                continue
-            used = times.user + times.system
-            previous = self._cpu_seen.get(pid)
-            self._cpu_seen[pid] = (now, used)
-            if previous is None or now - previous[0] < 0.2:
-                continue
-            cores = (used - previous[1]) / (now - previous[0])
-            if cores > OVERSUBSCRIBED_CPU * max(cpus, 1.0):
-                self._report(Finding(
-                    "oversubscription",
-                    f"a {name} task used {cores:.1f} cores but asked for {cpus:g} CPU: "
-                    "several such tasks at once compete for the same cores",
-                    {"cores_used": round(cores, 2), "num_cpus": cpus, "pid": pid,
-                     "function": name},
-                    f"limit the library's threads (OMP_NUM_THREADS/MKL_NUM_THREADS=1 in the "
-                    f"task, or threadpoolctl), or declare them: {name}.options(num_cpus="
-                    f"{max(2, round(cores))})",
-                    None,
-                ), key=name)
+    def _check_oversubscription(self, record: TaskRecord) -> None:
+        wall = record.finished - record.args_loaded
+        if wall < OVERSUBSCRIBED_MIN_S or not record.cpu_time:
+            return
+        cores = record.cpu_time / wall
+        share = max(record.num_cpus, 1.0)
+        if cores <= OVERSUBSCRIBED_CPU * share:
+            return
+        name = record.name
+        self._report(Finding(
+            "oversubscription",
+            f"a {name} task used {cores:.1f} cores for {wall:.2f} s but asked for "
+            f"{record.num_cpus:g} CPU: such tasks side by side compete for the same cores",
+            {"cores_used": round(cores, 2), "num_cpus": record.num_cpus,
+             "run_s": round(wall, 3), "function": name},
+            f"limit the library's threads inside the task (OMP_NUM_THREADS=1, threadpoolctl), "
+            f"or declare them: {name}.options(num_cpus={max(2, round(cores))})",
+            record.callsite,
+        ), key=name)
 
     def _check_machine(self) -> None:
         import os

@@ -1,0 +1,313 @@
+"""The advisor: each mistake is reported; the corrected program is not.
+
+Every test runs a program with the mistake and checks the finding (kind, evidence, call
+site), then the corrected program on a fresh runtime and checks silence for that kind.
+Programs are small versions of the Ray guides' examples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+import warnings
+
+import pytest
+
+import lightwork
+from lightwork.diagnostics.advisor import AdviceWarning
+
+pytestmark = pytest.mark.lightwork_only
+CPUS = min(2, os.cpu_count() or 1)  # never more slots than cores: no fewer-slots noise
+
+
+@pytest.fixture
+def runtime(fresh_runtime):
+    def start(**options):
+        lightwork.shutdown()
+        lightwork.init(num_cpus=options.pop("num_cpus", CPUS), **options)
+
+    yield start
+    lightwork.shutdown()
+
+
+def kinds(findings):
+    return {finding.kind for finding in findings}
+
+
+def findings_of(kind):
+    return [f for f in lightwork.advise(print_report=False) if f.kind == kind]
+
+
+@lightwork.remote
+def sleeper(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def test_get_in_a_loop_is_reported_with_its_line_and_submit_all_is_not(runtime):
+    runtime()
+    results = []
+    for _ in range(5):
+        results.append(lightwork.get(sleeper.remote(0.05)))  # the mistake: this line
+    line = _line_of("results.append(lightwork.get(sleeper.remote(0.05)))")
+    [finding] = findings_of("get-in-loop")
+    assert finding.callsite[0] == __file__ and finding.callsite[1] == line
+    assert finding.evidence["gets_in_a_row"] >= 4
+    assert "submit all" in finding.suggestion
+
+    runtime()
+    refs = [sleeper.remote(0.05) for _ in range(5)]
+    lightwork.get(refs)
+    assert findings_of("get-in-loop") == []
+
+
+def test_tiny_tasks_are_reported_with_a_batch_size_and_batched_tasks_are_not(runtime):
+    @lightwork.remote
+    def add_one(x):
+        return x + 1
+
+    runtime()
+    lightwork.get([add_one.remote(i) for i in range(400)])
+    [finding] = findings_of("tiny-tasks")
+    assert finding.evidence["tasks"] == 400
+    assert finding.evidence["suggested_batch"] >= 2
+    assert f"about {finding.evidence['suggested_batch']} items" in finding.suggestion
+
+    @lightwork.remote
+    def add_one_to_each(xs):
+        deadline = time.perf_counter() + 0.005  # a batch is a few ms of work
+        out = [x + 1 for x in xs]
+        while time.perf_counter() < deadline:
+            pass
+        return out
+
+    runtime()
+    lightwork.get([add_one_to_each.remote(list(range(i, i + 20))) for i in range(0, 400, 20)])
+    assert findings_of("tiny-tasks") == []
+
+
+def test_same_large_argument_by_value_is_reported_and_put_once_is_not(runtime):
+    np = pytest.importorskip("numpy")
+
+    @lightwork.remote
+    def total(a):
+        return float(a.sum())
+
+    array = np.ones(300_000)  # 2.4 MB
+    runtime()
+    lightwork.get([total.remote(array) for _ in range(4)])
+    [finding] = findings_of("large-arg-repeated")
+    assert finding.evidence["bytes"] == array.nbytes and finding.evidence["times"] >= 3
+    assert "lightwork.put" in finding.suggestion
+
+    runtime()
+    ref = lightwork.put(array)
+    lightwork.get([total.remote(ref) for _ in range(4)])
+    assert findings_of("large-arg-repeated") == []
+
+
+def test_waiting_for_the_slowest_is_reported_and_wait_loop_is_not(runtime):
+    durations = [0.05, 0.05, 0.05, 0.7]
+    runtime()
+    lightwork.get([sleeper.remote(d) for d in durations])
+    [finding] = findings_of("wait-for-slowest")
+    assert finding.evidence["objects"] == 4
+    assert finding.evidence["spread_s"] >= 0.3
+    assert "lightwork.wait" in finding.suggestion
+
+    runtime()
+    pending = [sleeper.remote(d) for d in durations]
+    while pending:
+        done, pending = lightwork.wait(pending, num_returns=1)
+        lightwork.get(done[0])
+    assert findings_of("wait-for-slowest") == []
+
+
+def test_one_busy_actor_is_reported_and_a_pool_of_actors_is_not(runtime):
+    @lightwork.remote
+    class Sleeper:
+        def work(self, seconds):
+            time.sleep(seconds)
+            return seconds
+
+    runtime()
+    one = Sleeper.remote()
+    lightwork.get([one.work.remote(0.08) for _ in range(9)])
+    [finding] = findings_of("actor-bottleneck")
+    assert finding.evidence["calls"] >= 5
+    assert finding.evidence["mean_queued_s"] > finding.evidence["mean_run_s"]
+    assert "ActorPool" in finding.suggestion
+
+    runtime()
+    pool = [Sleeper.remote() for _ in range(CPUS)]
+    lightwork.get([pool[i % CPUS].work.remote(0.08) for i in range(2 * CPUS)])
+    assert findings_of("actor-bottleneck") == []
+
+
+def test_serial_driver_work_between_submissions_is_reported(runtime):
+    def other_work():
+        time.sleep(0.1)
+
+    runtime()
+    refs = []
+    for _ in range(6):
+        other_work()
+        refs.append(sleeper.remote(0.1))
+    lightwork.get(refs)
+    [finding] = findings_of("serial-driver")
+    assert finding.evidence["serial_s"] >= 0.4
+    assert "Amdahl" in finding.title
+
+    runtime()  # corrected: submit first, then the driver's own work overlaps the tasks
+    refs = [sleeper.remote(0.1) for _ in range(6)]
+    for _ in range(6):
+        other_work()
+    lightwork.get(refs)
+    assert findings_of("serial-driver") == []
+
+
+def _burn_in_threads(threads, seconds):
+    data = b"x" * (8 << 20)
+    deadline = time.monotonic() + seconds
+
+    def burn():
+        while time.monotonic() < deadline:
+            hashlib.sha256(data).digest()  # releases the GIL: truly parallel
+
+    workers = [threading.Thread(target=burn) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return threads
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores to oversubscribe")
+def test_a_task_using_more_cores_than_its_share_is_reported(runtime):
+    runtime()
+    burner = lightwork.remote(_burn_in_threads)
+    lightwork.get(burner.remote(4, 1.2))
+    [finding] = findings_of("oversubscription")
+    assert finding.evidence["cores_used"] > 1.5
+    assert "num_cpus" in finding.suggestion
+
+    runtime()
+    lightwork.get(burner.remote(1, 1.2))
+    assert findings_of("oversubscription") == []
+
+
+def test_more_slots_than_cores_is_reported_at_init(runtime):
+    cores = os.cpu_count() or 1
+    runtime(num_cpus=cores + 2)
+    [finding] = findings_of("fewer-slots")
+    assert finding.evidence == {"num_cpus": cores + 2, "cores": cores}
+    assert finding.callsite is not None
+
+    runtime(num_cpus=cores)
+    assert findings_of("fewer-slots") == []
+
+
+def test_store_filled_by_forgotten_refs_is_reported_and_released_refs_are_not(runtime):
+    runtime()
+    kept = [lightwork.put(bytes(70 << 20)) for _ in range(4)]  # 280 MB, never used again
+    [finding] = findings_of("refs-pinned")
+    assert finding.evidence["objects"] == 4 and finding.evidence["bytes"] >= 280 << 20
+    del kept
+
+    runtime()
+    for _ in range(4):
+        ref = lightwork.put(bytes(70 << 20))
+        assert len(lightwork.get(ref)) == 70 << 20
+        del ref
+    time.sleep(0.1)
+    assert findings_of("refs-pinned") == []
+
+
+def test_well_written_programs_get_no_finding(runtime):
+    np = pytest.importorskip("numpy")
+    runtime()
+
+    @lightwork.remote
+    def chunk_sum(xs):
+        time.sleep(0.02)
+        return sum(xs)
+
+    @lightwork.remote
+    def scale(a, k):
+        time.sleep(0.02)
+        return float(a.sum()) * k
+
+    @lightwork.remote
+    class Worker:
+        def work(self, x):
+            time.sleep(0.02)
+            return x * 2
+
+    # a pipeline with wait
+    pending = [sleeper.remote(0.02 * (i % 3 + 1)) for i in range(8)]
+    while pending:
+        done, pending = lightwork.wait(pending, num_returns=1)
+        lightwork.get(done)
+    # batched tasks
+    lightwork.get([chunk_sum.remote(list(range(i, i + 100))) for i in range(0, 1000, 100)])
+    # a big argument put once
+    ref = lightwork.put(np.ones(400_000))
+    lightwork.get([scale.remote(ref, k) for k in range(6)])
+    # a pool of actors
+    pool = lightwork.util.ActorPool([Worker.remote() for _ in range(CPUS)])
+    assert sorted(pool.map_unordered(lambda a, v: a.work.remote(v), range(8))) == [
+        2 * v for v in range(8)
+    ]
+    assert lightwork.advise(print_report=False) == []
+
+
+def test_findings_warn_once_in_the_users_thread_and_filters_apply(runtime):
+    runtime()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AdviceWarning)
+        for _ in range(6):
+            lightwork.get(sleeper.remote(0.03))
+        time.sleep(0.4)  # the advisor looks every 0.25 s
+        lightwork.get(sleeper.remote(0.0))
+        lightwork.get(sleeper.remote(0.0))
+    advice = [w for w in caught if issubclass(w.category, AdviceWarning)]
+    assert len(advice) == 1 and "get-in-loop" in str(advice[0].message)
+    assert advice[0].filename == __file__
+
+    runtime()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AdviceWarning)
+        with pytest.raises(AdviceWarning, match="get-in-loop"):
+            for _ in range(12):
+                lightwork.get(sleeper.remote(0.03))
+                time.sleep(0.03)
+
+
+def test_advisor_off_means_no_warnings_but_advise_still_reads_the_log(runtime, capsys):
+    runtime(advisor=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AdviceWarning)
+        for _ in range(5):
+            lightwork.get(sleeper.remote(0.03))
+        time.sleep(0.3)
+        lightwork.get(sleeper.remote(0.0))
+    assert not [w for w in caught if issubclass(w.category, AdviceWarning)]
+    findings = lightwork.advise()
+    assert "get-in-loop" in kinds(findings)
+    printed = capsys.readouterr().out
+    assert "get-in-loop" in printed and "fix:" in printed
+
+
+def test_advise_without_a_runtime_says_what_to_do(fresh_runtime):
+    with pytest.raises(RuntimeError, match="before lightwork.shutdown"):
+        lightwork.advise()
+
+
+def _line_of(text):
+    with open(__file__) as source:
+        for number, line in enumerate(source, 1):
+            if text in line and "_line_of" not in line:
+                return number
+    raise AssertionError(text)
