@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import lightwork as ray
-from helpers import SHM_GLOB, wait_for_file, wait_until
+from helpers import SHM_GLOB, wait_for_file
 
 pytestmark = pytest.mark.usefixtures("ray_start")
 

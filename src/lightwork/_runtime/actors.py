@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from lightwork import exceptions
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
+from lightwork._runtime.objects import unlink_quietly
 from lightwork._runtime.scheduler import FINISHED, Shape, TaskSpec, WorkerSlot
 
 if TYPE_CHECKING:
@@ -239,7 +240,7 @@ class ActorManager:
             entry = node.objects.get(object_id)
             if entry is None:
                 if stored.path is not None:
-                    os.unlink(stored.path)
+                    unlink_quietly(stored.path)
                 continue
             node._resolve(entry, stored)
         self._finish_call(task)

@@ -294,7 +294,8 @@ def _peer_uid(conn: socket.socket) -> int | None:
 
 
 # ---------------------------------------------------------------------------- operations
-OPS = ("ping", "status", "list", "summarize_tasks", "memory_summary", "timeline_data", "stacks")
+OPS = ("ping", "status", "list", "summarize_tasks", "memory_summary", "timeline_data", "stacks",
+       "advise")
 
 
 def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
@@ -318,6 +319,8 @@ def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
         return views.memory_summary(node)
     if op == "timeline_data":
         return views.timeline_data(node)
+    if op == "advise":
+        return views.advice(node)
     if op == "stacks":
         timeout = float(args.get("timeout", DEFAULT_STACK_TIMEOUT_S))
         if not 0 < timeout <= 60:

@@ -24,7 +24,6 @@ Reference counting: see ``objects.py`` (the table) and ``_object_ref.py`` (per p
 
 from __future__ import annotations
 
-import concurrent.futures
 import heapq
 import itertools
 import os
@@ -39,15 +38,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightwork import exceptions
-from lightwork._object_ref import ObjectRef, ref_counter
+from lightwork._object_ref import ref_counter
 from lightwork._runtime import forkserver
 from lightwork._runtime import control
-from lightwork._runtime.actors import Actor, ActorManager
+from lightwork._runtime.actors import ActorManager
+from lightwork._runtime.driver_calls import DriverCalls
+from lightwork._runtime.worker_requests import WorkerRequests
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
-from lightwork._runtime.events import DriverSpan, EventLog, TaskRecord
-from lightwork._runtime.objects import FAILED, PENDING, READY, ObjectEntry, ObjectTable
-from lightwork._runtime.calls import CallSpec, infeasible_message, large_arguments, prepare_args
+from lightwork._runtime.events import EventLog, TaskRecord
+from lightwork._runtime.objects import FAILED, PENDING, ObjectEntry, ObjectTable, unlink_quietly
 from lightwork._runtime.scheduler import (
     DISPATCHED,
     FAILED as TASK_FAILED,
@@ -57,7 +57,6 @@ from lightwork._runtime.scheduler import (
     Scheduler,
     TaskSpec,
     WorkerSlot,
-    make_shape,
 )
 from lightwork._runtime.serialization import Stored
 from lightwork._runtime.session import ForkServer, Session
@@ -87,30 +86,7 @@ class WorkerConn:
     actor: Any = None  # the Actor this process runs, or None for a pooled task worker
 
 
-class Countdown:
-    """Wakes a blocked caller when ``remaining`` objects have resolved.
-
-    The caller may be polling the workers itself (``Node._block_on``); when another
-    thread completes the countdown, ``wake`` interrupts the caller's select.
-    """
-
-    __slots__ = ("remaining", "event", "waiter", "wake")
-
-    def __init__(self, remaining: int) -> None:
-        self.remaining = remaining
-        self.event = threading.Event()
-        self.waiter = threading.get_ident()
-        self.wake: Callable[[], None] | None = None
-
-    def hit(self, entry: ObjectEntry) -> None:
-        self.remaining -= 1
-        if self.remaining <= 0:
-            self.event.set()
-            if self.wake is not None and threading.get_ident() != self.waiter:
-                self.wake()
-
-
-class Node:
+class Node(DriverCalls, WorkerRequests):
     """One session of the embedded runtime in the driver process."""
 
     def __init__(
@@ -471,7 +447,7 @@ class Node:
                 entry = self.objects.get(object_id)
                 if entry is None:
                     if stored.path is not None:
-                        _unlink(stored.path)
+                        unlink_quietly(stored.path)
                     continue
                 self._resolve(entry, stored)
             self._end_task(task, FINISHED)
@@ -581,7 +557,7 @@ class Node:
         for object_id in task.args.contained:
             self._unuse(object_id)
         if task.args.path is not None:
-            _unlink(task.args.path)
+            unlink_quietly(task.args.path)
         self.log.finish_task(task.record)
         if self.task_listeners:
             self._notify("ended", task.record)
@@ -668,117 +644,6 @@ class Node:
     def _release_gpus(self, task_id: int) -> None:
         for gpu_id, share in self.task_gpus.pop(task_id, ()):
             self.gpu_free[gpu_id] += share
-
-    # ------------------------------------------------------------------ worker requests
-    def _on_worker_submit(self, conn: WorkerConn, message: tuple[Any, ...]) -> None:
-        (_, task_id, key, name, args, deps, return_ids, shape, max_retries, retry, actor_id) = message
-        record = TaskRecord(task_id, name, conn.worker_id, time.monotonic(), arg_size=args.size)
-        task = TaskSpec(task_id, key, name, args, deps, return_ids, len(return_ids), shape,
-                        max_retries, retry, conn.worker_id, record, actor_id=actor_id)
-        for object_id in return_ids:
-            self.objects.create(object_id, conn.worker_id, task_id)
-            conn.holds.add(object_id)
-            conn.owned.add(object_id)
-        try:
-            self.register_task(task, args.contained)
-        except exceptions.ObjectLostError as exc:
-            self._fail_task(task, exc)
-            return
-        if actor_id:
-            self.actors.add_call(actor_id, task)
-
-    def _on_worker_call(self, conn: WorkerConn, request_id: int, what: str, args: tuple) -> None:
-        """A worker asks the driver to do something only the driver can (actor registry)."""
-        try:
-            if what == "create_actor":
-                actor = args[0]
-                actor.owner = conn.worker_id
-                self.actors.create(actor)
-                conn.holds.add(actor.actor_id)
-                conn.owned.add(actor.actor_id)
-                result: Any = None
-            elif what == "get_actor":
-                found = self.actors.lookup_name(args[0], args[1])
-                result = None if found is None else (found.actor_id, found.class_name, found.methods)
-            elif what == "kill":
-                self.actors.kill(args[0], args[1])
-                result = None
-            else:
-                raise ValueError(f"unknown request {what!r}")
-            self._reply(conn, request_id, ("ok", result))
-        except Exception as exc:  # noqa: BLE001 - the caller re-raises it
-            self._reply(conn, request_id, ("err", exc))
-
-    def _reply(self, conn: WorkerConn, request_id: int, payload: Any) -> None:
-        self._send(conn, [(p.REPLY, request_id, payload)])
-
-    def _payload(self, object_id: int) -> tuple[str, Any]:
-        entry = self.objects.entries.get(object_id)
-        if entry is None:
-            try:
-                self.lookup(object_id)
-            except exceptions.ObjectLostError as exc:
-                return ("err", exc)
-        assert entry is not None
-        if entry.state == READY:
-            return ("ok", entry.stored)
-        return ("err", entry.error)
-
-    def _on_worker_get(self, conn: WorkerConn, request_id: int, ids: list[int], timeout: Any) -> None:
-        pending = [e for e in (self.objects.entries.get(i) for i in ids) if e is not None and e.state == PENDING]
-        if not pending:
-            self._reply(conn, request_id, [self._payload(i) for i in ids])
-            return
-        self.scheduler.block(conn.slot)
-        state = {"done": False}
-
-        def finish(timed_out: bool) -> None:
-            if state["done"]:
-                return
-            state["done"] = True
-            if not conn.dead:
-                self.scheduler.unblock(conn.slot)
-            payload = "timeout" if timed_out else [self._payload(i) for i in ids]
-            self._reply(conn, request_id, payload)
-
-        countdown = _CallbackCountdown(len(pending), lambda: finish(False))
-        for entry in pending:
-            entry.add_waiter(countdown.hit)
-        if timeout is not None:
-            self._add_timer(timeout, lambda: finish(True))
-
-    def _on_worker_wait(self, conn: WorkerConn, request_id: int, ids: list[int],
-                        num_returns: int, timeout: Any) -> None:
-        def ready_ids() -> list[int]:
-            out = []
-            for object_id in ids:
-                entry = self.objects.entries.get(object_id)
-                if entry is None or entry.state != PENDING:
-                    out.append(object_id)
-            return out
-
-        ready = ready_ids()
-        if len(ready) >= num_returns or timeout == 0:
-            self._reply(conn, request_id, ready[:num_returns])
-            return
-        self.scheduler.block(conn.slot)
-        state = {"done": False}
-
-        def finish() -> None:
-            if state["done"]:
-                return
-            state["done"] = True
-            if not conn.dead:
-                self.scheduler.unblock(conn.slot)
-            self._reply(conn, request_id, ready_ids()[:num_returns])
-
-        countdown = _CallbackCountdown(num_returns - len(ready), finish)
-        for object_id in ids:
-            entry = self.objects.entries.get(object_id)
-            if entry is not None and entry.state == PENDING:
-                entry.add_waiter(countdown.hit)
-        if timeout is not None:
-            self._add_timer(timeout, finish)
 
     # ------------------------------------------------------------------ worker death
     def _on_worker_eof(self, conn: WorkerConn) -> None:
@@ -870,258 +735,6 @@ class Node:
                     except ProcessLookupError:
                         pass
 
-    def cancel(self, object_ids: list[int], force: bool) -> None:
-        with self.lock:
-            self._cancel_ids(object_ids, force)
-
-    # ------------------------------------------------------------------ the API
-    def submit_task(
-        self, spec: CallSpec, args: tuple, kwargs: dict, callsite: Any = None
-    ) -> list[ObjectRef]:
-        shape = spec.shape
-        if shape not in self._feasible_shapes:
-            problem = self.scheduler.check_feasible(shape)
-            if problem:
-                raise ValueError(infeasible_message(spec.name, problem))
-            self._feasible_shapes.add(shape)
-        ids = self._ids
-        task_id = next(ids)
-        stored, deps = prepare_args(args, kwargs, f"{self.session.shm_dir}/a{task_id:x}")
-        try:
-            return_ids = (next(ids),) if spec.num_returns == 1 else tuple(
-                next(ids) for _ in range(spec.num_returns))
-            record = TaskRecord(task_id, spec.name, 0, time.monotonic(), arg_size=stored.size,
-                                callsite=callsite, num_cpus=spec.cpus)
-            if stored.path is not None:
-                record.large_args = large_arguments(args, kwargs)
-            task = TaskSpec(
-                task_id, spec.key, spec.name, stored, deps, return_ids, spec.num_returns, shape,
-                spec.max_retries, spec.retry_exceptions, 0, record,
-            )
-            self.submit(task, spec.blob)
-        except BaseException:
-            if stored.path is not None:
-                _unlink(stored.path)
-            raise
-        return [ObjectRef(object_id) for object_id in return_ids]
-
-    def create_actor(self, actor: Actor, blob: bytes) -> None:
-        self._drain_refs_if_any()
-        with self.lock:
-            self._check_open()
-            self.functions.setdefault(actor.class_key, blob)
-            self.actors.create(actor)
-
-    def submit_actor_task(
-        self, actor_id: int, method: str, name: str, args: tuple, kwargs: dict,
-        num_returns: int, callsite: Any = None,
-    ) -> list[ObjectRef]:
-        task_id = self.next_object_id()
-        stored, deps = prepare_args(args, kwargs, f"{self.session.shm_dir}/a{task_id:x}")
-        return_ids = tuple(self.next_object_id() for _ in range(num_returns))
-        record = TaskRecord(task_id, name, 0, time.monotonic(), arg_size=stored.size,
-                            callsite=callsite, actor_id=actor_id)
-        if stored.path is not None:
-            record.large_args = large_arguments(args, kwargs)
-        task = TaskSpec(task_id, method, name, stored, deps, return_ids, num_returns, (), 0,
-                        False, 0, record, actor_id=actor_id)
-        self._drain_refs_if_any()
-        with self.lock:
-            self._check_open()
-            for object_id in return_ids:
-                self.objects.create(object_id, 0, task_id)
-            try:
-                self.register_task(task, stored.contained)
-            except BaseException:
-                for object_id in return_ids:
-                    self.objects.entries.pop(object_id, None)
-                if stored.path is not None:
-                    _unlink(stored.path)
-                raise
-            self.actors.add_call(actor_id, task)
-        return [ObjectRef(object_id) for object_id in return_ids]
-
-    def actor_request(self, what: str, *args: Any) -> Any:
-        with self.lock:
-            self._check_open()
-            if what == "get_actor":
-                found = self.actors.lookup_name(args[0], args[1])
-                return None if found is None else (found.actor_id, found.class_name, found.methods)
-            if what == "kill":
-                self.actors.kill(args[0], args[1])
-                return None
-            raise ValueError(f"unknown request {what!r}")
-
-    def submit(self, task: TaskSpec, function_blob: bytes | None) -> None:
-        self._drain_refs_if_any()
-        with self.lock:
-            self._check_open()
-            if function_blob is not None:
-                self.functions.setdefault(task.function_key, function_blob)
-                self.function_names[task.function_key] = task.name
-            for object_id in task.return_ids:
-                self.objects.create(object_id, 0, task.task_id)
-            try:
-                self.register_task(task, task.args.contained)
-            except BaseException:
-                self.tasks.pop(task.task_id, None)
-                for object_id in task.return_ids:
-                    self.objects.entries.pop(object_id, None)
-                raise
-            if self.scheduler.idle or not self.scheduler.workers:
-                self._dispatch()
-            # else: every worker is busy; the next result frees one and the poller
-            # dispatches a whole batch then, instead of one frame per submit here.
-
-    def _drain_refs_if_any(self) -> None:
-        if ref_counter._released:
-            with self.lock:
-                self._drain_refs()
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise exceptions.RuntimeSystemError(
-                "the lightwork runtime was shut down; call lightwork.init() to start a new one")
-        if self.broken:
-            raise exceptions.RuntimeSystemError(
-                f"the lightwork runtime stopped working: {self.broken}\nCall "
-                "lightwork.shutdown() and lightwork.init() to start a new runtime.")
-
-    def put(self, value: Any) -> ObjectRef:
-        object_id = self.next_object_id()
-        stored = serialization.serialize(value, f"{self.session.shm_dir}/{object_id:x}")
-        self._drain_refs_if_any()
-        with self.lock:
-            self._check_open()
-            entry = self.objects.create(object_id, 0)
-            self.objects.resolve(entry, stored)
-            return ObjectRef(object_id)
-
-    def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
-        self._drain_refs_if_any()
-        with self.lock:
-            self._check_open()
-            entries = [self.lookup(i) for i in ids]
-            pending = [e for e in entries if e.state == PENDING]
-            countdown = None
-            if pending:
-                countdown = Countdown(len(pending))
-                for entry in pending:
-                    entry.add_waiter(countdown.hit)
-        if countdown is not None:
-            start = time.monotonic()
-            finished = self._block_on(countdown, timeout)
-            self.log.add_span(self._span("get", start, entries, pending, callsite))
-            if not finished:
-                with self.lock:
-                    for entry in pending:
-                        entry.remove_waiter(countdown.hit)
-                still = sum(1 for e in pending if e.state == PENDING)
-                raise exceptions.GetTimeoutError(
-                    f"get timed out after {timeout} s: {still} of {len(ids)} object(s) not ready. "
-                    "Raise the timeout, or use wait() to take the ready ones first.")
-        mappings = self.objects.mappings
-        return [_value_of(entry, mappings) for entry in entries]
-
-    def wait(
-        self, ids: list[int], num_returns: int, timeout: float | None, callsite: Any = None
-    ) -> list[int]:
-        """Ids (in input order) of up to ``num_returns`` objects that are ready."""
-        self._drain_refs_if_any()
-        with self.lock:
-            self._check_open()
-            entries = [self.lookup(i) for i in ids]
-            ready = sum(1 for e in entries if e.state != PENDING)
-            countdown = None
-            if ready < num_returns and timeout != 0:
-                countdown = Countdown(num_returns - ready)
-                for entry in entries:
-                    if entry.state == PENDING:
-                        entry.add_waiter(countdown.hit)
-        if countdown is not None:
-            start = time.monotonic()
-            self._block_on(countdown, timeout)
-            self.log.add_span(self._span(
-                "wait", start, entries, [e for e in entries if e.ready_at >= start or e.state == PENDING],
-                callsite))
-            with self.lock:
-                for entry in entries:
-                    entry.remove_waiter(countdown.hit)
-        return [e.object_id for e in entries if e.state != PENDING][:num_returns]
-
-    def _span(
-        self, kind: str, start: float, entries: list[ObjectEntry], waited: list[ObjectEntry],
-        callsite: Any,
-    ) -> DriverSpan:
-        """The record of one blocked get/wait, with when its objects became ready."""
-        ready = [e for e in waited if e.ready_at]
-        ready_times = [e.ready_at for e in ready]
-        durations = [e.ready_at - e.created_at for e in ready]
-        return DriverSpan(
-            kind, start, time.monotonic(), len(entries), threading.get_ident(),
-            entries[0].object_id, callsite, entries[0].task_id, len(entries) - len(waited),
-            min(ready_times, default=0.0), max(ready_times, default=0.0),
-            min(durations, default=0.0), max(durations, default=0.0),
-        )
-
-    def _block_on(self, countdown: Countdown, timeout: float | None) -> bool:
-        """Wait until ``countdown`` completes, polling the workers from this thread."""
-        event = countdown.event
-        if threading.current_thread() is self._thread or not self._leader.acquire(blocking=False):
-            return event.wait(timeout)  # the I/O thread or the leading getter completes it
-        try:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            countdown.wake = self._wake_leader
-            while not event.is_set():
-                remaining = None
-                if deadline is not None:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return False
-                if not self._poll(remaining, leading=True):
-                    return event.is_set()
-            return True
-        finally:
-            self._leader.release()
-
-    def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-        def complete(entry: ObjectEntry, keep: ObjectRef = ref) -> None:
-            def run() -> None:
-                if future.set_running_or_notify_cancel():
-                    try:
-                        future.set_result(_value_of(entry))
-                    except BaseException as exc:  # noqa: BLE001 - delivered to the future
-                        future.set_exception(exc)
-            self._deferred.append(run)
-
-        with self.lock:
-            self._check_open()
-            entry = self.lookup(ref.id)
-            if entry.state == PENDING:
-                entry.add_waiter(complete)
-                return future
-        complete(entry)
-        for run in self._deferred_pop():
-            run()
-        return future
-
-    def _deferred_pop(self) -> list[Callable[[], None]]:
-        with self.lock:
-            deferred, self._deferred = self._deferred, []
-        return deferred
-
-    def runtime_context(self) -> dict[str, Any]:
-        return {"actor_id": None, "actor_name": None,
-                "job_id": self.job_id, "task_id": None, "worker_id": 0,
-                "node_id": self.node_id, "resources": {}, "gpu_ids": (),
-                "namespace": self.namespace, "pid": os.getpid()}
-
-    def task_id_of(self, object_id: int) -> int:
-        with self.lock:
-            return self.lookup(object_id).task_id
-
     # ------------------------------------------------------------------ shutdown
     def shutdown(self) -> None:
         self.control.stop()
@@ -1154,40 +767,6 @@ class Node:
             ref_counter.on_borrow = None
             ref_counter.on_first_release = None
 
-    # ------------------------------------------------------------------ introspection
-    def resources(self) -> tuple[dict[str, float], dict[str, float]]:
-        with self.lock:
-            total = {k: v for k, v in self.scheduler.total.items() if v or k == "CPU"}
-            available = {k: max(0.0, self.scheduler.available.get(k, 0.0)) for k in total}
-            return total, available
-
-
-class _CallbackCountdown:
-    __slots__ = ("remaining", "callback")
-
-    def __init__(self, remaining: int, callback: Callable[[], None]) -> None:
-        self.remaining = remaining
-        self.callback = callback
-
-    def hit(self, entry: ObjectEntry) -> None:
-        self.remaining -= 1
-        if self.remaining == 0:
-            self.callback()
-
-
-def _value_of(entry: ObjectEntry, mappings: dict[str, memoryview] | None = None) -> Any:
-    if entry.state == READY:
-        assert entry.stored is not None
-        return serialization.loads(entry.stored, mappings)
-    error = entry.error
-    if isinstance(error, Stored):
-        error = serialization.loads(error)
-    if isinstance(error, exceptions.TaskError):
-        raise error.as_instanceof_cause()
-    assert isinstance(error, BaseException)
-    raise error
-
-
 def _error_summary(error: Any) -> str:
     if isinstance(error, Stored):
         try:
@@ -1210,10 +789,3 @@ def describe_exit(status: int | None) -> str:
             name = f"signal {-code}"
         return f"it was killed by signal {-code} ({name})"
     return f"it exited with code {code} (sys.exit or os._exit in the task, or a native crash)"
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass

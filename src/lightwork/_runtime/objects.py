@@ -139,7 +139,7 @@ class ObjectTable:
         if stored.path is not None:
             self.bytes_in_segments -= stored.size
             self.mappings.pop(stored.path, None)
-            _unlink(stored.path)
+            unlink_quietly(stored.path)
         inner_entries = []
         for contained_id in stored.contained:
             inner = self.entries.get(contained_id)
@@ -167,11 +167,11 @@ class ObjectTable:
     def unlink_all(self) -> None:
         for entry in self.entries.values():
             if entry.stored is not None and entry.stored.path is not None:
-                _unlink(entry.stored.path)
+                unlink_quietly(entry.stored.path)
         self.entries.clear()
 
 
-def _unlink(path: str) -> None:
+def unlink_quietly(path: str) -> None:
     try:
         os.unlink(path)
     except FileNotFoundError:

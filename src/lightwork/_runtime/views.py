@@ -518,18 +518,25 @@ def _equal(actual: Any, wanted: Any) -> bool:
 
 # ---------------------------------------------------------------------------- timeline
 def timeline_data(node: Node) -> dict[str, Any]:
-    """The raw material of the timeline, compact (rows are lists, keys listed once)."""
+    """The raw material of the timeline, compact (rows are lists, keys listed once).
+
+    Also the advisor's findings (instants on the timeline) and its input: every task
+    record and blocked span in full, as dicts, bounded by the event budget like the log.
+    """
+    from lightwork.diagnostics import advisor  # the diagnostics layer, loaded on demand
+
     sidecar = _sidecar(node)
     if sidecar is not None:
         sidecar.sample_now()
     snap = _Snapshot(node)
     with node.lock:
-        spans = [(s.kind, s.start, s.end, s.object_count, s.thread_id) for s in node.log.spans]
+        span_records = list(node.log.spans)
         dropped_spans = node.log.dropped_spans
         budget = node.log.budget
         live_workers = {
             conn.worker_id: _worker_info(conn) for conn in node.workers.values()
         }
+    spans = [(s.kind, s.start, s.end, s.object_count, s.thread_id) for s in span_records]
     workers = dict(sidecar.known_workers()) if sidecar is not None else {}
     workers.update(live_workers)
     threads = {t.ident: t.name for t in threading.enumerate() if t.ident is not None}
@@ -554,7 +561,19 @@ def timeline_data(node: Node) -> dict[str, Any]:
         "samples": samples,
         "dropped": {"tasks": snap.dropped_tasks, "spans": dropped_spans,
                     "profile": dropped_profile, "samples": dropped_samples},
+        "findings": [f.as_dict() for f in advisor.current_findings(node, snap.ended, span_records)],
+        # The log as the advisor reads it, so ``lightwork advise FILE`` can re-run it.
+        "advisor_input": advisor.analysis_input(node, snap.ended, span_records),
     }
+
+
+def advice(node: Node) -> dict[str, Any]:
+    """The advisor's findings (its live ones, or a one-off analysis of the whole log)."""
+    from lightwork.diagnostics import advisor  # the diagnostics layer, loaded on demand
+
+    findings = advisor.current_findings(node)
+    return {"session": node.session.name, "live": node.advisor is not None,
+            "findings": [finding.as_dict() for finding in findings]}
 
 
 def _worker_info(conn: Any) -> dict[str, Any]:

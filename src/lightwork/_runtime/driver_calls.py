@@ -1,0 +1,338 @@
+"""The driver's side of the public API, as methods of the Node (a mixin).
+
+``submit_task``/``submit_actor_task``/``create_actor``/``put`` register work under the
+node's lock and dispatch it from the caller's thread (no hand-off on the submit path);
+``get``/``wait`` register a :class:`Countdown` on the pending objects and block on it.
+The first blocked caller *leads*: it polls the worker sockets itself on its own epoll,
+so the result that completes its countdown wakes it directly; other blocked callers wait
+on their countdown's event, set by whichever thread applied the result.
+
+Every method here runs in a user thread; state belongs to the node (``node.py``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from lightwork import exceptions
+from lightwork._object_ref import ObjectRef, ref_counter
+from lightwork._runtime import serialization
+from lightwork._runtime.actors import Actor
+from lightwork._runtime.calls import CallSpec, infeasible_message, large_arguments, prepare_args
+from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork._runtime.objects import PENDING, READY, ObjectEntry, unlink_quietly
+from lightwork._runtime.scheduler import TaskSpec
+from lightwork._runtime.serialization import Stored
+
+if TYPE_CHECKING:
+    from lightwork._runtime.node import Node
+
+    _Base = Node
+else:
+    _Base = object
+
+
+class Countdown:
+    """Wakes a blocked caller when ``remaining`` objects have resolved.
+
+    The caller may be polling the workers itself (``Node._block_on``); when another
+    thread completes the countdown, ``wake`` interrupts the caller's select.
+    """
+
+    __slots__ = ("remaining", "event", "waiter", "wake")
+
+    def __init__(self, remaining: int) -> None:
+        self.remaining = remaining
+        self.event = threading.Event()
+        self.waiter = threading.get_ident()
+        self.wake: Callable[[], None] | None = None
+
+    def hit(self, entry: ObjectEntry) -> None:
+        self.remaining -= 1
+        if self.remaining <= 0:
+            self.event.set()
+            if self.wake is not None and threading.get_ident() != self.waiter:
+                self.wake()
+
+
+class DriverCalls(_Base):
+    """The public API's operations on the driver's runtime."""
+
+    def cancel(self, object_ids: list[int], force: bool) -> None:
+        with self.lock:
+            self._cancel_ids(object_ids, force)
+
+    # ------------------------------------------------------------------ the API
+    def submit_task(
+        self, spec: CallSpec, args: tuple, kwargs: dict, callsite: Any = None
+    ) -> list[ObjectRef]:
+        shape = spec.shape
+        if shape not in self._feasible_shapes:
+            problem = self.scheduler.check_feasible(shape)
+            if problem:
+                raise ValueError(infeasible_message(spec.name, problem))
+            self._feasible_shapes.add(shape)
+        ids = self._ids
+        task_id = next(ids)
+        stored, deps = prepare_args(args, kwargs, f"{self.session.shm_dir}/a{task_id:x}")
+        try:
+            return_ids = (next(ids),) if spec.num_returns == 1 else tuple(
+                next(ids) for _ in range(spec.num_returns))
+            record = TaskRecord(task_id, spec.name, 0, time.monotonic(), arg_size=stored.size,
+                                callsite=callsite, num_cpus=spec.cpus)
+            if stored.path is not None:
+                record.large_args = large_arguments(args, kwargs)
+            task = TaskSpec(
+                task_id, spec.key, spec.name, stored, deps, return_ids, spec.num_returns, shape,
+                spec.max_retries, spec.retry_exceptions, 0, record,
+            )
+            self.submit(task, spec.blob)
+        except BaseException:
+            if stored.path is not None:
+                unlink_quietly(stored.path)
+            raise
+        return [ObjectRef(object_id) for object_id in return_ids]
+
+    def create_actor(self, actor: Actor, blob: bytes) -> None:
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            self.functions.setdefault(actor.class_key, blob)
+            self.actors.create(actor)
+
+    def submit_actor_task(
+        self, actor_id: int, method: str, name: str, args: tuple, kwargs: dict,
+        num_returns: int, callsite: Any = None,
+    ) -> list[ObjectRef]:
+        task_id = self.next_object_id()
+        stored, deps = prepare_args(args, kwargs, f"{self.session.shm_dir}/a{task_id:x}")
+        return_ids = tuple(self.next_object_id() for _ in range(num_returns))
+        record = TaskRecord(task_id, name, 0, time.monotonic(), arg_size=stored.size,
+                            callsite=callsite, actor_id=actor_id)
+        if stored.path is not None:
+            record.large_args = large_arguments(args, kwargs)
+        task = TaskSpec(task_id, method, name, stored, deps, return_ids, num_returns, (), 0,
+                        False, 0, record, actor_id=actor_id)
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            for object_id in return_ids:
+                self.objects.create(object_id, 0, task_id)
+            try:
+                self.register_task(task, stored.contained)
+            except BaseException:
+                for object_id in return_ids:
+                    self.objects.entries.pop(object_id, None)
+                if stored.path is not None:
+                    unlink_quietly(stored.path)
+                raise
+            self.actors.add_call(actor_id, task)
+        return [ObjectRef(object_id) for object_id in return_ids]
+
+    def actor_request(self, what: str, *args: Any) -> Any:
+        with self.lock:
+            self._check_open()
+            if what == "get_actor":
+                found = self.actors.lookup_name(args[0], args[1])
+                return None if found is None else (found.actor_id, found.class_name, found.methods)
+            if what == "kill":
+                self.actors.kill(args[0], args[1])
+                return None
+            raise ValueError(f"unknown request {what!r}")
+
+    def submit(self, task: TaskSpec, function_blob: bytes | None) -> None:
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            if function_blob is not None:
+                self.functions.setdefault(task.function_key, function_blob)
+                self.function_names[task.function_key] = task.name
+            for object_id in task.return_ids:
+                self.objects.create(object_id, 0, task.task_id)
+            try:
+                self.register_task(task, task.args.contained)
+            except BaseException:
+                self.tasks.pop(task.task_id, None)
+                for object_id in task.return_ids:
+                    self.objects.entries.pop(object_id, None)
+                raise
+            if self.scheduler.idle or not self.scheduler.workers:
+                self._dispatch()
+            # else: every worker is busy; the next result frees one and the poller
+            # dispatches a whole batch then, instead of one frame per submit here.
+
+    def _drain_refs_if_any(self) -> None:
+        if ref_counter._released:
+            with self.lock:
+                self._drain_refs()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise exceptions.RuntimeSystemError(
+                "the lightwork runtime was shut down; call lightwork.init() to start a new one")
+        if self.broken:
+            raise exceptions.RuntimeSystemError(
+                f"the lightwork runtime stopped working: {self.broken}\nCall "
+                "lightwork.shutdown() and lightwork.init() to start a new runtime.")
+
+    def put(self, value: Any) -> ObjectRef:
+        object_id = self.next_object_id()
+        stored = serialization.serialize(value, f"{self.session.shm_dir}/{object_id:x}")
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            entry = self.objects.create(object_id, 0)
+            self.objects.resolve(entry, stored)
+            return ObjectRef(object_id)
+
+    def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            entries = [self.lookup(i) for i in ids]
+            pending = [e for e in entries if e.state == PENDING]
+            countdown = None
+            if pending:
+                countdown = Countdown(len(pending))
+                for entry in pending:
+                    entry.add_waiter(countdown.hit)
+        if countdown is not None:
+            start = time.monotonic()
+            finished = self._block_on(countdown, timeout)
+            self.log.add_span(self._span("get", start, entries, pending, callsite))
+            if not finished:
+                with self.lock:
+                    for entry in pending:
+                        entry.remove_waiter(countdown.hit)
+                still = sum(1 for e in pending if e.state == PENDING)
+                raise exceptions.GetTimeoutError(
+                    f"get timed out after {timeout} s: {still} of {len(ids)} object(s) not ready. "
+                    "Raise the timeout, or use wait() to take the ready ones first.")
+        mappings = self.objects.mappings
+        return [_value_of(entry, mappings) for entry in entries]
+
+    def wait(
+        self, ids: list[int], num_returns: int, timeout: float | None, callsite: Any = None
+    ) -> list[int]:
+        """Ids (in input order) of up to ``num_returns`` objects that are ready."""
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            entries = [self.lookup(i) for i in ids]
+            ready = sum(1 for e in entries if e.state != PENDING)
+            countdown = None
+            if ready < num_returns and timeout != 0:
+                countdown = Countdown(num_returns - ready)
+                for entry in entries:
+                    if entry.state == PENDING:
+                        entry.add_waiter(countdown.hit)
+        if countdown is not None:
+            start = time.monotonic()
+            self._block_on(countdown, timeout)
+            self.log.add_span(self._span(
+                "wait", start, entries, [e for e in entries if e.ready_at >= start or e.state == PENDING],
+                callsite))
+            with self.lock:
+                for entry in entries:
+                    entry.remove_waiter(countdown.hit)
+        return [e.object_id for e in entries if e.state != PENDING][:num_returns]
+
+    def _span(
+        self, kind: str, start: float, entries: list[ObjectEntry], waited: list[ObjectEntry],
+        callsite: Any,
+    ) -> DriverSpan:
+        """The record of one blocked get/wait, with when its objects became ready."""
+        ready = [e for e in waited if e.ready_at]
+        ready_times = [e.ready_at for e in ready]
+        durations = [e.ready_at - e.created_at for e in ready]
+        return DriverSpan(
+            kind, start, time.monotonic(), len(entries), threading.get_ident(),
+            entries[0].object_id, callsite, entries[0].task_id, len(entries) - len(waited),
+            min(ready_times, default=0.0), max(ready_times, default=0.0),
+            min(durations, default=0.0), max(durations, default=0.0),
+        )
+
+    def _block_on(self, countdown: Countdown, timeout: float | None) -> bool:
+        """Wait until ``countdown`` completes, polling the workers from this thread."""
+        event = countdown.event
+        if threading.current_thread() is self._thread or not self._leader.acquire(blocking=False):
+            return event.wait(timeout)  # the I/O thread or the leading getter completes it
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            countdown.wake = self._wake_leader
+            while not event.is_set():
+                remaining = None
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                if not self._poll(remaining, leading=True):
+                    return event.is_set()
+            return True
+        finally:
+            self._leader.release()
+
+    def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def complete(entry: ObjectEntry, keep: ObjectRef = ref) -> None:
+            def run() -> None:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(_value_of(entry))
+                    except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                        future.set_exception(exc)
+            self._deferred.append(run)
+
+        with self.lock:
+            self._check_open()
+            entry = self.lookup(ref.id)
+            if entry.state == PENDING:
+                entry.add_waiter(complete)
+                return future
+        complete(entry)
+        for run in self._deferred_pop():
+            run()
+        return future
+
+    def _deferred_pop(self) -> list[Callable[[], None]]:
+        with self.lock:
+            deferred, self._deferred = self._deferred, []
+        return deferred
+
+    def runtime_context(self) -> dict[str, Any]:
+        return {"actor_id": None, "actor_name": None,
+                "job_id": self.job_id, "task_id": None, "worker_id": 0,
+                "node_id": self.node_id, "resources": {}, "gpu_ids": (),
+                "namespace": self.namespace, "pid": os.getpid()}
+
+    def task_id_of(self, object_id: int) -> int:
+        with self.lock:
+            return self.lookup(object_id).task_id
+
+    # ------------------------------------------------------------------ introspection
+    def resources(self) -> tuple[dict[str, float], dict[str, float]]:
+        with self.lock:
+            total = {k: v for k, v in self.scheduler.total.items() if v or k == "CPU"}
+            available = {k: max(0.0, self.scheduler.available.get(k, 0.0)) for k in total}
+            return total, available
+
+
+
+def _value_of(entry: ObjectEntry, mappings: dict[str, memoryview] | None = None) -> Any:
+    if entry.state == READY:
+        assert entry.stored is not None
+        return serialization.loads(entry.stored, mappings)
+    error = entry.error
+    if isinstance(error, Stored):
+        error = serialization.loads(error)
+    if isinstance(error, exceptions.TaskError):
+        raise error.as_instanceof_cause()
+    assert isinstance(error, BaseException)
+    raise error
+

@@ -1,0 +1,153 @@
+"""Requests from workers: nested submissions, get/wait from inside tasks, actor calls.
+
+A worker blocked in ``get``/``wait`` lends its CPU back to the pool (``Scheduler.block``)
+until the reply is sent; a reply is sent when every object is ready or the timeout fires
+(a timer of the I/O loop). Methods of the Node (a mixin), called with its lock held.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from lightwork import exceptions
+from lightwork._runtime import protocol as p
+from lightwork._runtime.events import TaskRecord
+from lightwork._runtime.objects import PENDING, READY, ObjectEntry
+from lightwork._runtime.scheduler import TaskSpec
+
+if TYPE_CHECKING:
+    from lightwork._runtime.node import Node, WorkerConn
+
+    _Base = Node
+else:
+    _Base = object
+
+
+class WorkerRequests(_Base):
+    """Handlers of the requests a worker sends on behalf of its running task."""
+
+    def _on_worker_submit(self, conn: WorkerConn, message: tuple[Any, ...]) -> None:
+        (_, task_id, key, name, args, deps, return_ids, shape, max_retries, retry, actor_id) = message
+        record = TaskRecord(task_id, name, conn.worker_id, time.monotonic(), arg_size=args.size)
+        task = TaskSpec(task_id, key, name, args, deps, return_ids, len(return_ids), shape,
+                        max_retries, retry, conn.worker_id, record, actor_id=actor_id)
+        for object_id in return_ids:
+            self.objects.create(object_id, conn.worker_id, task_id)
+            conn.holds.add(object_id)
+            conn.owned.add(object_id)
+        try:
+            self.register_task(task, args.contained)
+        except exceptions.ObjectLostError as exc:
+            self._fail_task(task, exc)
+            return
+        if actor_id:
+            self.actors.add_call(actor_id, task)
+
+    def _on_worker_call(self, conn: WorkerConn, request_id: int, what: str, args: tuple) -> None:
+        """A worker asks the driver to do something only the driver can (actor registry)."""
+        try:
+            if what == "create_actor":
+                actor = args[0]
+                actor.owner = conn.worker_id
+                self.actors.create(actor)
+                conn.holds.add(actor.actor_id)
+                conn.owned.add(actor.actor_id)
+                result: Any = None
+            elif what == "get_actor":
+                found = self.actors.lookup_name(args[0], args[1])
+                result = None if found is None else (found.actor_id, found.class_name, found.methods)
+            elif what == "kill":
+                self.actors.kill(args[0], args[1])
+                result = None
+            else:
+                raise ValueError(f"unknown request {what!r}")
+            self._reply(conn, request_id, ("ok", result))
+        except Exception as exc:  # noqa: BLE001 - the caller re-raises it
+            self._reply(conn, request_id, ("err", exc))
+
+    def _reply(self, conn: WorkerConn, request_id: int, payload: Any) -> None:
+        self._send(conn, [(p.REPLY, request_id, payload)])
+
+    def _payload(self, object_id: int) -> tuple[str, Any]:
+        entry = self.objects.entries.get(object_id)
+        if entry is None:
+            try:
+                self.lookup(object_id)
+            except exceptions.ObjectLostError as exc:
+                return ("err", exc)
+        assert entry is not None
+        if entry.state == READY:
+            return ("ok", entry.stored)
+        return ("err", entry.error)
+
+    def _on_worker_get(self, conn: WorkerConn, request_id: int, ids: list[int], timeout: Any) -> None:
+        pending = [e for e in (self.objects.entries.get(i) for i in ids) if e is not None and e.state == PENDING]
+        if not pending:
+            self._reply(conn, request_id, [self._payload(i) for i in ids])
+            return
+        self.scheduler.block(conn.slot)
+        state = {"done": False}
+
+        def finish(timed_out: bool) -> None:
+            if state["done"]:
+                return
+            state["done"] = True
+            if not conn.dead:
+                self.scheduler.unblock(conn.slot)
+            payload = "timeout" if timed_out else [self._payload(i) for i in ids]
+            self._reply(conn, request_id, payload)
+
+        countdown = _CallbackCountdown(len(pending), lambda: finish(False))
+        for entry in pending:
+            entry.add_waiter(countdown.hit)
+        if timeout is not None:
+            self._add_timer(timeout, lambda: finish(True))
+
+    def _on_worker_wait(self, conn: WorkerConn, request_id: int, ids: list[int],
+                        num_returns: int, timeout: Any) -> None:
+        def ready_ids() -> list[int]:
+            out = []
+            for object_id in ids:
+                entry = self.objects.entries.get(object_id)
+                if entry is None or entry.state != PENDING:
+                    out.append(object_id)
+            return out
+
+        ready = ready_ids()
+        if len(ready) >= num_returns or timeout == 0:
+            self._reply(conn, request_id, ready[:num_returns])
+            return
+        self.scheduler.block(conn.slot)
+        state = {"done": False}
+
+        def finish() -> None:
+            if state["done"]:
+                return
+            state["done"] = True
+            if not conn.dead:
+                self.scheduler.unblock(conn.slot)
+            self._reply(conn, request_id, ready_ids()[:num_returns])
+
+        countdown = _CallbackCountdown(num_returns - len(ready), finish)
+        for object_id in ids:
+            entry = self.objects.entries.get(object_id)
+            if entry is not None and entry.state == PENDING:
+                entry.add_waiter(countdown.hit)
+        if timeout is not None:
+            self._add_timer(timeout, finish)
+
+
+class _CallbackCountdown:
+    __slots__ = ("remaining", "callback")
+
+    def __init__(self, remaining: int, callback: Callable[[], None]) -> None:
+        self.remaining = remaining
+        self.callback = callback
+
+    def hit(self, entry: ObjectEntry) -> None:
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.callback()
+
