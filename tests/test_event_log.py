@@ -89,3 +89,18 @@ def test_log_is_bounded_and_counts_what_it_dropped(runtime):
 def test_reading_the_log_without_a_runtime_says_what_to_do(fresh_runtime):
     with pytest.raises(RuntimeError, match="init"):
         task_records()
+
+
+def test_a_zero_budget_turns_the_log_off(fresh_runtime):
+    lightwork.init(num_cpus=1, event_budget=0)
+
+    @lightwork.remote
+    def noop():
+        return 7
+
+    assert lightwork.get([noop.remote() for _ in range(5)]) == [7] * 5
+    assert task_records(include_unfinished=False) == []
+    assert lightwork._api._node.advisor is None
+    lightwork.shutdown()
+    with pytest.raises(ValueError, match="event budget"):
+        lightwork.init(event_budget=-1)

@@ -106,6 +106,8 @@ def init(
     ``num_cpus`` defaults to the machine's CPU count. Ray's dashboard and logging
     arguments are accepted; those with no meaning here are noted and ignored.
     ``advisor=False`` turns off the advisor's warnings (``lightwork.advise()`` still works).
+    ``event_budget`` bounds the event log (task records kept); ``0`` turns it off, and with
+    it the timeline, the profilers and the advisor (only for measuring what it costs).
     """
     global _node
     from lightwork._runtime.calls import check_amount
@@ -141,7 +143,11 @@ def init(
             custom[str(name)] = check_amount(f"resources[{name!r}]", amount)
     if object_store_memory is not None:
         check_amount("object_store_memory", object_store_memory)
-    budget = 200_000 if event_budget is None else int(event_budget)
+    budget = 200_000 if event_budget is None else event_budget
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise ValueError(
+            f"event_budget must be an int >= 0 (records kept; 0 turns the event log off), "
+            f"got {event_budget!r}")
     with _init_lock:
         if _node is not None and not _node.closed:
             if ignore_reinit_error:
@@ -153,7 +159,7 @@ def init(
         from lightwork._runtime.node import Node
 
         _node = Node(cpus, gpus, custom, namespace, budget)
-        if advisor:
+        if advisor and budget:
             from lightwork.diagnostics.advisor import Advisor
 
             _node.advisor = Advisor(_node, init_callsite=callsite(1))

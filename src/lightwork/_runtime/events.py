@@ -80,9 +80,10 @@ class DriverSpan:
 
 class EventLog:
     def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
-        if budget < 1:
-            raise ValueError(f"the event budget must be at least 1, got {budget}")
+        if budget < 0:
+            raise ValueError(f"the event budget must be >= 0 (0 turns the log off), got {budget}")
         self.budget = budget
+        self.enabled = budget > 0
         self.tasks: deque[TaskRecord] = deque(maxlen=budget)
         self.spans: deque[DriverSpan] = deque(maxlen=budget)
         self.dropped_tasks = 0
@@ -94,6 +95,8 @@ class EventLog:
         self.fresh_spans: list[DriverSpan] | None = None
 
     def finish_task(self, record: TaskRecord) -> None:
+        if not self.enabled:
+            return
         if len(self.tasks) == self.budget:
             self.dropped_tasks += 1
         self.tasks.append(record)
@@ -101,6 +104,8 @@ class EventLog:
             self.fresh_tasks.append(record)
 
     def add_span(self, span: DriverSpan) -> None:
+        if not self.enabled:
+            return
         if len(self.spans) == self.budget:
             self.dropped_spans += 1
         self.spans.append(span)
