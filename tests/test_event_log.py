@@ -102,5 +102,5 @@ def test_a_zero_budget_turns_the_log_off(fresh_runtime):
     assert task_records(include_unfinished=False) == []
     assert lightwork._api._node.advisor is None
     lightwork.shutdown()
-    with pytest.raises(ValueError, match="event budget"):
+    with pytest.raises(ValueError, match="event_budget must be an int >= 0"):
         lightwork.init(event_budget=-1)
