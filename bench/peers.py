@@ -11,10 +11,22 @@ Ray's core API the figures need:
     put()       store a value once, return a handle         ~ ray.put(value)
     shutdown()  stop everything                            ~ ray.shutdown()
 
+and, for the actor figures:
+
+    start_actor(cls)        start an actor, return its handle   ~ Cls.remote()
+    call(actor, "m", *a)    call a method, return a handle      ~ actor.m.remote(*a)
+    ready(handles, timeout) how many handles have a value       ~ ray.wait(...)
+
+A handle from ``call`` goes to ``get`` like any other. Actors are dropped by
+dropping their handles, as the Ray lessons do.
+
 Lightwork and Ray have the same module API, so one adapter (:class:`RayApiPeer`)
 serves both; only the ``init`` keywords differ. Dask and ``concurrent.futures`` get
 thin adapters. A peer without a concept raises :class:`NotSupported`, which the
-harness reports as "n/a" rather than as a failure.
+harness reports as "n/a" rather than as a failure: ``concurrent.futures`` has no
+actors, and a Dask actor is an object living in a worker process (its calls run on
+that worker's actor thread), not a process of its own, so it has no per-actor
+memory figure (``actors_have_processes``).
 
 :class:`SerialPeer` is not a runtime: it runs each task at submit time in the
 driver, giving the "plain Python loop" baseline for the sleep figure.
@@ -28,6 +40,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import logging
+import time
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -46,6 +59,8 @@ class Peer(ABC):
     name: str
     #: False for the serial baseline: there is no runtime to start, stop or measure.
     has_runtime: bool = True
+    #: Whether each actor runs in a process of its own (Ray's model).
+    actors_have_processes: bool = True
 
     @abstractmethod
     def load(self) -> None:
@@ -66,6 +81,18 @@ class Peer(ABC):
     def put(self, value: Any) -> Any:
         """Store ``value`` once; the handle can be passed to :meth:`submit`."""
         raise NotSupported(f"{self.name} has no object store (no put)")
+
+    def start_actor(self, cls: type) -> Any:
+        """Start an actor of ``cls`` (no arguments); return its handle at once."""
+        raise NotSupported(f"{self.name} has no actors")
+
+    def call(self, actor: Any, method: str, *args: Any) -> Any:
+        """Call ``actor.method(*args)``; return a handle for :meth:`get`."""
+        raise NotSupported(f"{self.name} has no actors")
+
+    def ready(self, handles: Sequence[Any], timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for every handle; return how many have a value."""
+        raise NotSupported(f"{self.name} cannot wait with a timeout")
 
     @abstractmethod
     def shutdown(self) -> None:
@@ -91,8 +118,8 @@ class RayApiPeer(Peer):
         self._module_name = module
         self._init_kwargs = init_kwargs
         self._api: Any = None
-        # ``remote(fn)`` once per function: Ray registers (pickles and exports) a
-        # function when it is wrapped, and we time calls, not registrations.
+        # ``remote(fn)`` once per function or actor class: Ray registers (pickles and
+        # exports) it when it is wrapped, and we time calls, not registrations.
         self._remote_fns: dict[Callable[..., Any], Any] = {}
 
     def load(self) -> None:
@@ -113,6 +140,19 @@ class RayApiPeer(Peer):
     def put(self, value: Any) -> Any:
         return self._api.put(value)
 
+    def start_actor(self, cls: type) -> Any:
+        actor_cls = self._remote_fns.get(cls)
+        if actor_cls is None:
+            actor_cls = self._remote_fns[cls] = self._api.remote(cls)
+        return actor_cls.remote()
+
+    def call(self, actor: Any, method: str, *args: Any) -> Any:
+        return getattr(actor, method).remote(*args)
+
+    def ready(self, handles: Sequence[Any], timeout: float) -> int:
+        done, _ = self._api.wait(list(handles), num_returns=len(handles), timeout=timeout)
+        return len(done)
+
     def shutdown(self) -> None:
         self._api.shutdown()
 
@@ -121,18 +161,38 @@ class RayApiPeer(Peer):
         return {self._module_name: str(version)}
 
 
+class _DaskActor:
+    """A Dask actor being created: the creation future, then the proxy to call."""
+
+    __slots__ = ("future", "proxy")
+
+    def __init__(self, future: Any) -> None:
+        self.future = future
+        self.proxy: Any = None
+
+    def resolve(self) -> Any:
+        # ``submit(cls, actor=True)`` gives a future of the proxy; waiting for it here,
+        # on the first call, lets many actors be created at once (submit all, then call).
+        if self.proxy is None:
+            self.proxy = self.future.result()
+        return self.proxy
+
+
 class DaskPeer(Peer):
     """``distributed.LocalCluster`` with 4 single-threaded worker processes."""
 
     name = "dask"
+    actors_have_processes = False
 
     def __init__(self) -> None:
         self._distributed: Any = None
+        self._actor_future: Any = None
         self._cluster: Any = None
         self._client: Any = None
 
     def load(self) -> None:
         self._distributed = importlib.import_module("distributed")
+        self._actor_future = importlib.import_module("distributed.actor").BaseActorFuture
 
     def start(self) -> None:
         dist = self._distributed
@@ -153,7 +213,25 @@ class DaskPeer(Peer):
         return self._client.submit(fn, *args, pure=False)
 
     def get(self, handles: Sequence[Any]) -> list[Any]:
+        if handles and all(isinstance(h, self._actor_future) for h in handles):
+            # Actor calls return ActorFutures, which ``gather`` does not take.
+            return [h.result() for h in handles]
         return list(self._client.gather(list(handles)))
+
+    def start_actor(self, cls: type) -> Any:
+        return _DaskActor(self._client.submit(cls, actor=True, pure=False))
+
+    def call(self, actor: Any, method: str, *args: Any) -> Any:
+        return getattr(actor.resolve(), method)(*args)
+
+    def ready(self, handles: Sequence[Any], timeout: float) -> int:
+        # ActorFutures have no ``wait``; they are few and cheap to poll.
+        deadline = time.perf_counter() + timeout
+        while True:
+            done = sum(1 for h in handles if h.done())
+            if done == len(handles) or time.perf_counter() >= deadline:
+                return done
+            time.sleep(0.01)
 
     def put(self, value: Any) -> Any:
         # hash=False: ray.put does not hash the data either; hashing 160 MB is not

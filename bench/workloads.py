@@ -2,16 +2,18 @@
 
 A workload gets an already started peer and a :class:`Settings` (how many
 repetitions), and returns ``{row name: value}``; most return one row,
-``put_once_160mb_s`` also returns the put time as ``put_160mb_s`` and
-``idle_worker_rss_mb`` adds two rows kept in results.json only. Lower is better
-for every row. A workload raises :class:`peers.NotSupported` for a concept the peer
-lacks; any other exception is the peer failing and is recorded as such.
+``put_once_160mb_s`` also returns the put time as ``put_160mb_s``, and
+``idle_worker_rss_mb``, ``idle_actor_rss_mb`` and ``actors_200_start_s`` add rows
+kept in results.json only. Lower is better for every row. A workload raises
+:class:`peers.NotSupported` for a concept the peer lacks and :class:`OverBudget`
+when a peer is too slow to finish within the figure's time budget; any other
+exception is the peer failing and is recorded as such.
 
 Rules every workload follows, so the figures compare like with like:
 
-* The task functions below live in this module, which the harness puts on
-  ``PYTHONPATH`` for every peer's workers; they are imported by name, never shipped
-  as code, so no peer pays for pickling a function by value.
+* The task functions and the actor class below live in this module, which the
+  harness puts on ``PYTHONPATH`` for every peer's workers; they are imported by
+  name, never shipped as code, so no peer pays for pickling a function by value.
 * Each workload warms the peer up first (all worker slots have run a task and
   imported numpy), so a figure measures steady state, not worker start-up. The one
   figure about start-up, ``init_to_first_result_s``, is timed by ``run.py`` around
@@ -20,7 +22,9 @@ Rules every workload follows, so the figures compare like with like:
   clock starts.
 
 The order of ``WORKLOADS`` is the order a peer's subprocess runs them: the idle
-memory reading comes first, before any 160 MB array has passed through a worker.
+memory readings come first, before any 160 MB array has passed through a worker
+(Ray may host an actor in a pooled worker that ran tasks), and the 200 actors come
+last, since a peer may still be reaping them when the next figure would start.
 """
 
 from __future__ import annotations
@@ -55,6 +59,28 @@ def pid_after(seconds: float) -> int:
     return os.getpid()
 
 
+class Idle:
+    """The actor of every actor figure: its methods do nothing measurable."""
+
+    def ping(self) -> None:
+        return None
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class OverBudget(Exception):
+    """The peer did not finish within the figure's time budget: report a lower bound.
+
+    ``bound`` is the budget in the row's unit; ``detail`` says how far it got.
+    """
+
+    def __init__(self, bound: float, detail: str) -> None:
+        super().__init__(f"> {bound:g}; {detail}")
+        self.bound = bound
+        self.detail = detail
+
+
 # --- settings ------------------------------------------------------------------------
 
 
@@ -71,6 +97,13 @@ class Settings:
     big_array_bytes: int = 160_000_000
     big_array_tasks: int = 10
     get_repeats: int = 5
+    #: Actors started one after another for the start-up figure (median).
+    actor_starts: int = 5
+    #: Idle actors whose memory is read (median).
+    idle_actors: int = 3
+    many_actors: int = 200
+    #: Give up waiting for the many actors after this long (Ray takes minutes on 2 cores).
+    many_actors_budget_s: float = 180.0
 
     @classmethod
     def quick(cls) -> Settings:
@@ -82,12 +115,19 @@ class Settings:
             async_budget_s=5.0,
             sleep_tasks=2_000,
             get_repeats=2,
+            actor_starts=3,
+            idle_actors=1,
+            many_actors=20,
+            many_actors_budget_s=30.0,
         )
 
 
 SLEEP_S = 0.0001
 SLEEP_FIGURE_TASKS = 20_000  # the figure is "20k tasks"; quick runs scale up to it
 SYNC_BATCH = 100
+MANY_ACTORS_FIGURE = 200  # the figure is "200 actors"; quick runs scale up to it
+#: How long the 200-actor figure waits (untimed) for the dropped actors' processes.
+ACTORS_EXIT_WAIT_S = 60.0
 
 
 def warm_up(peer: Peer, numpy: bool = True) -> None:
@@ -142,37 +182,36 @@ def idle_worker_rss_mb(peer: Peer, settings: Settings) -> dict[str, float]:
     }
 
 
-def sync_roundtrip_us(peer: Peer, settings: Settings) -> dict[str, float]:
-    """``get(f.remote())`` of a no-op, one at a time: median per-call time of batches.
+def median_sync_us(submit: Callable[[], Any], peer: Peer, settings: Settings) -> float:
+    """``get([submit()])`` one at a time: median per-call microseconds of batches.
 
     Batches of 100 calls, up to ``sync_calls`` in all, fewer for a peer so slow that
     the batches exceed ``sync_budget_s`` (at least 3 batches are always measured).
     """
-    warm_up(peer)
     for _ in range(SYNC_BATCH):
-        peer.get([peer.submit(noop)])
+        peer.get([submit()])
     per_call_us: list[float] = []
     spent = 0.0
     for _ in range(max(1, settings.sync_calls // SYNC_BATCH)):
         start = time.perf_counter()
         for _ in range(SYNC_BATCH):
-            peer.get([peer.submit(noop)])
+            peer.get([submit()])
         elapsed = time.perf_counter() - start
         per_call_us.append(elapsed / SYNC_BATCH * 1e6)
         spent += elapsed
         if spent > settings.sync_budget_s and len(per_call_us) >= 3:
             break
-    return {"sync_roundtrip_us": statistics.median(per_call_us)}
+    return statistics.median(per_call_us)
 
 
-def async_per_task_us(peer: Peer, settings: Settings) -> dict[str, float]:
-    """Submit N no-ops, then get them all: best per-task time over a few runs."""
-    warm_up(peer)
+def best_async_us(submit: Callable[[], Any], peer: Peer, settings: Settings) -> float:
+    """Submit ``async_tasks`` calls, then get them all: best per-call microseconds
+    over ``async_runs`` runs (fewer if they take over ``async_budget_s``)."""
     best = float("inf")
     spent = 0.0
     for _ in range(settings.async_runs):
         start = time.perf_counter()
-        handles = [peer.submit(noop) for _ in range(settings.async_tasks)]
+        handles = [submit() for _ in range(settings.async_tasks)]
         peer.get(handles)
         elapsed = time.perf_counter() - start
         del handles
@@ -180,7 +219,19 @@ def async_per_task_us(peer: Peer, settings: Settings) -> dict[str, float]:
         spent += elapsed
         if spent > settings.async_budget_s:
             break
-    return {"async_per_task_us": best / settings.async_tasks * 1e6}
+    return best / settings.async_tasks * 1e6
+
+
+def sync_roundtrip_us(peer: Peer, settings: Settings) -> dict[str, float]:
+    """``get(f.remote())`` of a no-op, one at a time (see :func:`median_sync_us`)."""
+    warm_up(peer)
+    return {"sync_roundtrip_us": median_sync_us(lambda: peer.submit(noop), peer, settings)}
+
+
+def async_per_task_us(peer: Peer, settings: Settings) -> dict[str, float]:
+    """Submit N no-ops, then get them all: best per-task time over a few runs."""
+    warm_up(peer)
+    return {"async_per_task_us": best_async_us(lambda: peer.submit(noop), peer, settings)}
 
 
 def sleep_20k_s(peer: Peer, settings: Settings) -> dict[str, float]:
@@ -235,23 +286,151 @@ def get_160mb_ms(peer: Peer, settings: Settings) -> dict[str, float]:
     return {"get_160mb_ms": statistics.median(times_ms)}
 
 
+def idle_actor_rss_mb(peer: Peer, settings: Settings) -> dict[str, float]:
+    """Median resident memory of idle actor processes (the pid each actor reports).
+
+    Like :func:`idle_worker_rss_mb`: the actors have answered one call and then idled
+    for 1 s; the unique memory (USS) goes to results.json alongside. The actors are
+    dropped at the end.
+    """
+    import psutil
+
+    if not peer.actors_have_processes:
+        # Say where the actors live, so the n/a is informative rather than a shrug.
+        actor = peer.start_actor(Idle)
+        (pid,) = peer.get([peer.call(actor, "pid")])
+        host = psutil.Process(pid).memory_info().rss / 2**20
+        raise NotSupported(
+            f"{peer.name} actors are objects inside a worker process, not processes of "
+            f"their own (the hosting worker's RSS: {host:.0f} MB)"
+        )
+    warm_up(peer, numpy=False)
+    actors = [peer.start_actor(Idle) for _ in range(settings.idle_actors)]
+    pids = peer.get([peer.call(actor, "pid") for actor in actors])
+    if os.getpid() in pids:
+        raise NotSupported(f"{peer.name} ran an actor in the driver process")
+    time.sleep(1.0)  # let the actors settle back to idle
+    rss, uss = [], []
+    for pid in pids:
+        info = psutil.Process(pid).memory_full_info()
+        rss.append(info.rss / 2**20)
+        uss.append(info.uss / 2**20)
+    del actors
+    return {
+        "idle_actor_rss_mb": statistics.median(rss),
+        "idle_actor_uss_mb": statistics.median(uss),
+    }
+
+
+def actor_start_first_call_ms(peer: Peer, settings: Settings) -> dict[str, float]:
+    """From ``Cls.remote()`` until the actor's first call returns: median milliseconds.
+
+    The actors are started one after another and kept until the end, so each start
+    is a new actor; one untimed start first registers the class (Ray exports it on
+    first use). A peer may place an actor in an idle pooled worker (Ray does while it
+    has some), which this figure rewards as it would reward the user.
+    """
+    warm_up(peer, numpy=False)
+    actors = [peer.start_actor(Idle)]
+    peer.get([peer.call(actors[0], "ping")])
+    times_ms: list[float] = []
+    for _ in range(settings.actor_starts):
+        start = time.perf_counter()
+        actor = peer.start_actor(Idle)
+        peer.get([peer.call(actor, "ping")])
+        times_ms.append((time.perf_counter() - start) * 1e3)
+        actors.append(actor)
+    del actors, actor
+    return {"actor_start_first_call_ms": statistics.median(times_ms)}
+
+
+def actor_sync_call_us(peer: Peer, settings: Settings) -> dict[str, float]:
+    """``get(a.ping.remote())`` on one actor, one call at a time (:func:`median_sync_us`)."""
+    actor = peer.start_actor(Idle)
+    us = median_sync_us(lambda: peer.call(actor, "ping"), peer, settings)
+    return {"actor_sync_call_us": us}
+
+
+def actor_async_per_call_us(peer: Peer, settings: Settings) -> dict[str, float]:
+    """10,000 calls to one actor submitted, then ``get`` them all: best per call."""
+    actor = peer.start_actor(Idle)
+    peer.get([peer.call(actor, "ping") for _ in range(SYNC_BATCH)])
+    us = best_async_us(lambda: peer.call(actor, "ping"), peer, settings)
+    return {"actor_async_per_call_us": us}
+
+
+def actors_200_start_s(peer: Peer, settings: Settings) -> dict[str, float]:
+    """Start 200 actors, call each once, drop them: seconds until every call answered.
+
+    All the actors are started before any call is made, as the lessons' loops do.
+    Quick runs start ``many_actors`` and scale up to 200. After the clock stops the
+    handles are dropped and, for peers whose actors are processes, the figure waits
+    (untimed, up to 60 s) for those processes to exit, so they do not weigh on the
+    shutdown figure; results.json gets that time as ``actors_200_exit_s``.
+    """
+    warm_up(peer, numpy=False)
+    n = settings.many_actors
+    start = time.perf_counter()
+    actors = [peer.start_actor(Idle) for _ in range(n)]
+    calls = [peer.call(actor, "pid") for actor in actors]
+    answered = peer.ready(calls, settings.many_actors_budget_s)
+    elapsed = time.perf_counter() - start
+    if answered < n:
+        del actors, calls
+        raise OverBudget(
+            settings.many_actors_budget_s * MANY_ACTORS_FIGURE / n,
+            f"{answered} of {n} actors answered within {settings.many_actors_budget_s:g} s",
+        )
+    pids = set(peer.get(calls))
+    rows = {"actors_200_start_s": elapsed * MANY_ACTORS_FIGURE / n}
+    del actors, calls
+    if peer.actors_have_processes:
+        rows["actors_200_exit_s"] = wait_for_exit(pids, ACTORS_EXIT_WAIT_S)
+    return rows
+
+
+def wait_for_exit(pids: set[int], limit: float) -> float:
+    """Seconds until none of ``pids`` runs (zombies count as gone); ``limit`` at most."""
+    import psutil
+
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit:
+        alive = 0
+        for pid in pids:
+            try:
+                alive += psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                pass
+        if not alive:
+            break
+        time.sleep(0.05)
+    return time.perf_counter() - start
+
+
 Workload = Callable[[Peer, Settings], dict[str, float]]
 
 #: Workload name -> function, in the order a peer's subprocess runs them.
 WORKLOADS: dict[str, Workload] = {
     "idle_worker_rss_mb": idle_worker_rss_mb,
+    "idle_actor_rss_mb": idle_actor_rss_mb,
     "sync_roundtrip_us": sync_roundtrip_us,
     "async_per_task_us": async_per_task_us,
     "sleep_20k_s": sleep_20k_s,
     "by_value_160mb_s": by_value_160mb_s,
     "put_once_160mb_s": put_once_160mb_s,
     "get_160mb_ms": get_160mb_ms,
+    "actor_start_first_call_ms": actor_start_first_call_ms,
+    "actor_sync_call_us": actor_sync_call_us,
+    "actor_async_per_call_us": actor_async_per_call_us,
+    "actors_200_start_s": actors_200_start_s,
 }
 
 #: Rows a workload may produce besides its own name.
 EXTRA_ROWS: dict[str, tuple[str, ...]] = {
     "put_once_160mb_s": ("put_160mb_s",),
     "idle_worker_rss_mb": ("idle_worker_uss_mb", "idle_workers_measured"),
+    "idle_actor_rss_mb": ("idle_actor_uss_mb",),
+    "actors_200_start_s": ("actors_200_exit_s",),
 }
 
 #: Workloads the serial baseline runs (it has no runtime for the others).
