@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from lightwork import exceptions
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
-from lightwork._runtime.objects import unlink_quietly
 from lightwork._runtime.scheduler import FINISHED, Shape, TaskSpec, WorkerSlot
 
 if TYPE_CHECKING:
@@ -235,14 +234,7 @@ class ActorManager:
         if task.function_key == "__ray_terminate__":
             actor.no_restart = True
             actor.death_cause = "it was terminated with __ray_terminate__"
-        for object_id, stored in zip(task.return_ids, outcome):
-            record.result_size += stored.size
-            entry = node.objects.get(object_id)
-            if entry is None:
-                if stored.path is not None:
-                    unlink_quietly(stored.path)
-                continue
-            node._resolve(entry, stored)
+        node.store_results(task, outcome)
         self._finish_call(task)
 
     def _finish_call(self, task: TaskSpec, error: Any = None) -> None:

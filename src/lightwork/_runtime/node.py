@@ -442,15 +442,19 @@ class Node(DriverCalls, WorkerRequests):
             else:
                 self._fail_task(task, outcome[1])
         else:
-            for object_id, stored in zip(task.return_ids, outcome):
-                record.result_size += stored.size
-                entry = self.objects.get(object_id)
-                if entry is None:
-                    if stored.path is not None:
-                        unlink_quietly(stored.path)
-                    continue
-                self._resolve(entry, stored)
+            self.store_results(task, outcome)
             self._end_task(task, FINISHED)
+
+    def store_results(self, task: TaskSpec, results: list[Stored]) -> None:
+        """Resolve a finished task's return objects (dropping those nobody holds)."""
+        for object_id, stored in zip(task.return_ids, results):
+            task.record.result_size += stored.size
+            entry = self.objects.get(object_id)
+            if entry is None:  # every ref to it was dropped while the task ran
+                if stored.path is not None:
+                    unlink_quietly(stored.path)
+                continue
+            self._resolve(entry, stored)
 
     def _should_retry_error(self, task: TaskSpec, error: Stored) -> bool:
         retry = task.retry_exceptions
