@@ -145,7 +145,7 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
     name = options.get("name")
     namespace = options.get("namespace")
     if name is not None and options.get("get_if_exists"):
-        found = core.actor_request("get_actor", name, namespace)
+        found = core.driver_request("get_actor", name, namespace)
         if found is not None:
             return ActorHandle(ObjectRef(found[0], _borrowed=True), found[1], found[2])
     key, blob = actor_class._payload()
@@ -250,7 +250,7 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
 
     if not isinstance(name, str) or not name:
         raise ValueError(f"get_actor() needs an actor name, got {name!r}")
-    found = _core().actor_request("get_actor", name, namespace)
+    found = _core().driver_request("get_actor", name, namespace)
     if found is None:
         raise ValueError(
             f"no live actor named {name!r} in namespace {namespace!r}; create it with "
@@ -265,7 +265,7 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}: {actor!r:.80}")
-    _core().actor_request("kill", actor._ref.id, bool(no_restart))
+    _core().driver_request("kill", actor._ref.id, bool(no_restart))
 
 
 def exit_actor() -> None:

@@ -134,7 +134,7 @@ class DriverCalls(_Base):
             self.actors.add_call(actor_id, task)
         return [ObjectRef(object_id) for object_id in return_ids]
 
-    def actor_request(self, what: str, *args: Any) -> Any:
+    def driver_request(self, what: str, *args: Any) -> Any:
         with self.lock:
             self._check_open()
             if what == "get_actor":
@@ -143,6 +143,8 @@ class DriverCalls(_Base):
             if what == "kill":
                 self.actors.kill(args[0], args[1])
                 return None
+            if what == "task_id_of":
+                return self.lookup(args[0]).task_id
             raise ValueError(f"unknown request {what!r}")
 
     def submit(self, task: TaskSpec, function_blob: bytes | None) -> None:
@@ -151,7 +153,6 @@ class DriverCalls(_Base):
             self._check_open()
             if function_blob is not None:
                 self.functions.setdefault(task.function_key, function_blob)
-                self.function_names[task.function_key] = task.name
             for object_id in task.return_ids:
                 self.objects.create(object_id, 0, task.task_id)
             try:

@@ -107,7 +107,6 @@ class Node(DriverCalls, WorkerRequests):
         self.scheduler = Scheduler(total)
         self.log = EventLog(event_budget)
         self.functions: dict[bytes, bytes] = {}
-        self.function_names: dict[bytes, str] = {}
         self.tasks: dict[int, TaskSpec] = {}
         self.workers: dict[int, WorkerConn] = {}
         self.gpu_free: dict[int, float] = {i: 1.0 for i in range(int(num_gpus))}

@@ -21,7 +21,6 @@ of each buffer), then the pickle, then each buffer at a 64-byte aligned offset.
 
 from __future__ import annotations
 
-import io
 import mmap
 import os
 import pickle
@@ -191,10 +190,3 @@ def loads(stored: Stored, mappings: dict[str, memoryview] | None = None) -> Any:
     body_start = _aligned(start + data_len)
     buffers = [view[body_start + offset : body_start + offset + length] for offset, length in offsets]
     return pickle.loads(data, buffers=buffers)
-
-
-def dumps_frame_value(value: Any) -> bytes:
-    """Plain pickle for runtime messages that carry no user buffers."""
-    out = io.BytesIO()
-    cloudpickle.dump(value, out, protocol=5)
-    return out.getvalue()

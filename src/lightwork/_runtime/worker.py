@@ -65,7 +65,6 @@ class Worker:
         self.shm_dir = config["shm_dir"]
         self.node_id = config["node_id"]
         self.total: dict[str, float] = config["total"]
-        self._batching_submits = False
         self.functions: dict[bytes, Any] = {}
         self.function_blobs: dict[bytes, bytes] = {}
         self.sent_functions: set[bytes] = set()
@@ -78,7 +77,6 @@ class Worker:
         self._ids = itertools.count(1)
         self._requests = itertools.count(1)
         self._local = threading.local()
-        self.cancel_requested = False
         self.actor: Any = None
         self.actor_id = 0
         self.actor_name: str | None = None
@@ -212,7 +210,6 @@ class Worker:
         started = time.monotonic()
         cpu_started = time.process_time()  # all threads: shows tasks that oversubscribe
         self.current = frame
-        self.cancel_requested = False
         _set_gpu_env(gpu_ids)
         outcome: Any
         args_loaded = started
@@ -311,15 +308,14 @@ class Worker:
             p.SUBMIT, task_id, key, spec.name, stored, deps, return_ids, spec.shape,
             spec.max_retries, spec.retry_exceptions, 0,
         ))
-        if len(self.outbox) >= 64 or not self._batching_submits:
-            self.send([])
+        self.send([])  # now: the driver places it while this task goes on
         return refs
 
     def create_actor(self, actor: Any, blob: bytes) -> None:
         if actor.class_key not in self.sent_functions:
             self.sent_functions.add(actor.class_key)
             self.outbox.append((p.FUNCTION, actor.class_key, blob))
-        self.actor_request("create_actor", actor)
+        self.driver_request("create_actor", actor)
 
     def submit_actor_task(
         self, actor_id: int, method: str, name: str, args: tuple, kwargs: dict,
@@ -334,7 +330,7 @@ class Worker:
         self.send([])
         return refs
 
-    def actor_request(self, what: str, *args: Any) -> Any:
+    def driver_request(self, what: str, *args: Any) -> Any:
         self.send([])
         kind, result = self.request((p.CALL, what, *args))
         if kind == "err":
@@ -382,7 +378,7 @@ class Worker:
         return future
 
     def task_id_of(self, object_id: int) -> int:
-        return 0
+        return self.driver_request("task_id_of", object_id)
 
     def runtime_context(self) -> dict[str, Any]:
         frame = self.current
@@ -496,7 +492,6 @@ def _set_gpu_env(gpu_ids: tuple[int, ...]) -> None:
 def _on_sigint(signum: int, frame: Any) -> None:
     worker = _current_worker
     if worker is not None and worker.current is not None:
-        worker.cancel_requested = True
         raise KeyboardInterrupt
 
 

@@ -58,6 +58,8 @@ class WorkerRequests(_Base):
             elif what == "get_actor":
                 found = self.actors.lookup_name(args[0], args[1])
                 result = None if found is None else (found.actor_id, found.class_name, found.methods)
+            elif what == "task_id_of":
+                result = self.lookup(args[0]).task_id
             elif what == "kill":
                 self.actors.kill(args[0], args[1])
                 result = None
