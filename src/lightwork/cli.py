@@ -1,9 +1,15 @@
 """The ``lightwork`` command line (also ``python -m lightwork``).
 
-``lightwork demo`` reproduces the loop experiments of Ray's profiling guide (ex1: ``get``
-inside the loop, ex2: ``get`` after the loop, ex3: serial driver work between
-submissions) on a 4-CPU runtime, prints the timings beside the ideal ones and writes
-their timeline.
+``lightwork demo [--output-dir DIR]`` reproduces the loop experiments of Ray's profiling
+guide (ex1: ``get`` inside the loop, ex2: ``get`` after the loop, ex3: serial driver work
+between submissions) on a 4-CPU runtime, prints the timings beside the ideal ones and
+what the advisor found in each, and writes their timeline (findings included). It ends
+with the Dask diagnostics guide's example: a QR decomposition of a random dask array run
+on lightwork under ``Profiler``, ``ResourceProfiler`` and ``CacheProfiler``, plotted to an
+HTML file (skipped, saying what to install, without dask or bokeh).
+
+``lightwork advise FILE`` re-runs the advisor on a saved timeline file (the trace's
+``otherData`` carries the event log as the advisor reads it); no session is needed.
 
 The other commands attach to a running program on this machine, through the control
 socket of its session (the newest of this user's sessions, or ``--session NAME``, or
@@ -15,6 +21,7 @@ socket of its session (the newest of this user's sessions, or ``--session NAME``
     lightwork memory                       objects by owner, reference kind and size
     lightwork timeline [--output FILE]     Chrome trace JSON for ui.perfetto.dev
     lightwork stack [--native]             every thread of the driver and each worker
+    lightwork advise [--format json]       the advisor's findings: mistakes and their fixes
 
 Exit status: 0 on success, 1 when no session answers (none running, it ended, or its
 driver did not reply in time), 2 for a usage error such as an unknown filter key.
@@ -81,27 +88,106 @@ def _loop_experiments(out: TextIO, sleep_s: float = 0.5, serial_s: float = 0.3) 
     return timings
 
 
-def demo(out: TextIO = sys.stdout,
-         timeline_path: str | None = "lightwork-demo-timeline.json") -> int:
+DEMO_TIMELINE = "lightwork-demo-timeline.json"
+DEMO_PROFILE = "lightwork-demo-dask-profile.html"
+EXPERIMENT_FUNCTIONS = ("ex1", "ex2", "ex3")
+_DASK_MISSING = ("the Dask example needs dask[array] and bokeh: install them with "
+                 "pip install 'lightwork[test]' (or pip install 'lightwork[dask,viz]' numpy)")
+
+
+def demo(out: TextIO = sys.stdout, timeline_path: str | None = DEMO_TIMELINE,
+         output_dir: str | None = None) -> int:
+    """The demo; its files go to ``output_dir`` (else beside ``timeline_path``)."""
+    import warnings
+
     import lightwork
+    from lightwork.diagnostics.advisor import AdviceWarning, advise
     from lightwork.diagnostics.timeline import timeline
 
+    if output_dir is not None:
+        os.makedirs(output_dir, exist_ok=True)
+        timeline_path = os.path.join(output_dir, os.path.basename(timeline_path or DEMO_TIMELINE))
+        profile_path = os.path.join(output_dir, DEMO_PROFILE)
+    else:
+        profile_path = os.path.join(os.path.dirname(timeline_path or ""), DEMO_PROFILE)
     print("lightwork demo: the loop experiments of Ray's profiling guide (4 CPUs)\n", file=out)
     start = time.perf_counter()
-    lightwork.init(num_cpus=4)
-    print(f"init took {time.perf_counter() - start:.3f} s\n", file=out)
-    try:
-        _loop_experiments(out)
-        if timeline_path:
-            timeline(timeline_path)
-            print(f"\ntimeline of the experiments: {os.path.abspath(timeline_path)}\n"
-                  "  open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing",
-                  file=out)
-    finally:
-        start = time.perf_counter()
-        lightwork.shutdown()
+    with warnings.catch_warnings():
+        # The demo prints the findings itself; as warnings they would say it twice.
+        warnings.simplefilter("ignore", AdviceWarning)
+        lightwork.init(num_cpus=4)
+        print(f"init took {time.perf_counter() - start:.3f} s\n", file=out)
+        try:
+            _loop_experiments(out)
+            print_demo_findings(advise(print_report=False), out)
+            if timeline_path:
+                timeline(timeline_path)
+                print(f"\ntimeline of the experiments, with the findings on the driver's "
+                      f"events row: {os.path.abspath(timeline_path)}\n"
+                      "  open it at https://ui.perfetto.dev (Open trace file) or in "
+                      "chrome://tracing; re-run the advisor on it with "
+                      f"lightwork advise {timeline_path}", file=out)
+            _dask_example(out, profile_path)
+        finally:
+            start = time.perf_counter()
+            lightwork.shutdown()
     print(f"\nshutdown took {time.perf_counter() - start:.3f} s", file=out)
     return 0
+
+
+def print_demo_findings(findings: list[Any], out: TextIO) -> None:
+    """The advisor's findings, by experiment (the function of their call site)."""
+    import linecache
+
+    print("\nwhat the advisor found (lightwork.advise(); a running program also gets each "
+          "as an AdviceWarning):", file=out)
+    by_label: dict[str, list[Any]] = {name: [] for name in EXPERIMENT_FUNCTIONS}
+    for finding in findings:
+        function = finding.callsite[2] if finding.callsite else ""
+        label = function if function in by_label else "init" if function == "demo" else "other"
+        by_label.setdefault(label, []).append(finding)
+    for label, found in by_label.items():
+        if not found:
+            print(f"{label:<6}no findings", file=out)
+        for finding in found:
+            print(f"{label:<6}[{finding.kind}] {finding.title}", file=out)
+            if finding.callsite:
+                filename, line, _ = finding.callsite
+                code = linecache.getline(filename, line).strip()
+                print(f"{'':<6}at {finding.where()}" + (f": {code}" if code else ""), file=out)
+            print(f"{'':<6}fix: {finding.suggestion}", file=out)
+
+
+def _dask_example(out: TextIO, profile_path: str) -> None:
+    """The Dask diagnostics guide's example, computed on lightwork."""
+    print("\nthe Dask diagnostics guide's example on lightwork: QR of a random dask array "
+          "with Profiler, ResourceProfiler and CacheProfiler", file=out)
+    try:
+        import bokeh  # noqa: F401  (visualize needs it; check before computing)
+        import dask.array as da
+        import numpy as np
+    except ImportError as exc:
+        print(f"skipped: {exc.name} is not installed; {_DASK_MISSING}", file=out)
+        return
+    import lightwork.dask
+    from lightwork.diagnostics import CacheProfiler, Profiler, ResourceProfiler, visualize
+
+    a = da.random.random((10000, 1000), chunks=(1000, 1000))
+    q, r = da.linalg.qr(a)
+    a2 = q.dot(r)
+    start = time.perf_counter()
+    with lightwork.dask.enable():
+        with Profiler() as prof, ResourceProfiler(dt=0.25) as rprof, CacheProfiler() as cprof:
+            result = a2.compute()
+        took = time.perf_counter() - start
+        same = bool(np.allclose(result, a.compute()))
+    print(f"computed q.dot(r) for a {a.shape[0]}x{a.shape[1]} array in {a.npartitions} chunks: "
+          f"{len(prof.results)} tasks in {took:.2f} s; q.dot(r) equals a: {same}", file=out)
+    print(f"  Profiler: {len(prof.results)} TaskData, ResourceProfiler: {len(rprof.results)} "
+          f"ResourceData, CacheProfiler: {len(cprof.results)} CacheData", file=out)
+    visualize([prof, rprof, cprof], filename=profile_path, show=False)
+    print(f"profile plot (tasks by worker, CPU and memory, cache): "
+          f"{os.path.abspath(profile_path)}\n  open it in a web browser", file=out)
 
 
 # ---------------------------------------------------------------------------- formatting
@@ -233,6 +319,17 @@ def _attach(args: Any, out: TextIO) -> int:
         print(f"wrote {len(events)} trace events to {os.path.abspath(output)}\n"
               "  open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing",
               file=out)
+    elif args.command == "advise":
+        from lightwork.diagnostics.advisor import Finding, report
+
+        result = ask("advise")
+        if as_json:
+            print(json.dumps(result["findings"], indent=1), file=out)
+        else:
+            source = ("its advisor" if result["live"] else
+                      "a one-off analysis of its event log (it runs with advisor=False)")
+            print(f"session {result['session']}, from {source}:", file=out)
+            print(report([Finding.from_dict(f) for f in result["findings"]]), file=out)
     elif args.command == "stack":
         timeout = args.process_timeout + 10.0
         data = ask("stacks", timeout=args.process_timeout)
@@ -243,10 +340,42 @@ def _attach(args: Any, out: TextIO) -> int:
     return 0
 
 
+def advise_file(path: str, as_json: bool, out: TextIO) -> int:
+    """``lightwork advise FILE``: re-run the advisor on a saved timeline file."""
+    from lightwork.diagnostics.advisor import analyse, report
+
+    try:
+        with open(path) as f:
+            trace = json.load(f)
+    except OSError as exc:
+        raise ValueError(f"cannot read the timeline file {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not a JSON timeline file ({exc})") from None
+    other = trace.get("otherData") if isinstance(trace, dict) else None
+    data = other.get("advisor_input") if isinstance(other, dict) else None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"{path} carries no advisor input: only timelines written by lightwork.timeline("
+            "FILE), `lightwork timeline --output FILE` or the demo of this lightwork version "
+            "can be analysed; write a new one from the running program")
+    findings = analyse(data)
+    if as_json:
+        print(json.dumps([finding.as_dict() for finding in findings], indent=1), file=out)
+    else:
+        print(f"{path}: {len(data.get('tasks', []))} task records and "
+              f"{len(data.get('spans', []))} blocked spans re-analysed "
+              f"({data.get('cpus', 0):g} CPU slots, {data.get('cores')} cores):", file=out)
+        print(report(findings), file=out)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lightwork", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help="run the profiling guide's loop experiments")
+    demo_parser = commands.add_parser(
+        "demo", help="the profiling guide's loop experiments, the advisor, a Dask profile")
+    demo_parser.add_argument("--output-dir", help="where to write the demo's timeline and "
+                             "profile plot (default: the current directory)")
     commands.add_parser("version", help="print the version")
     attach = argparse.ArgumentParser(add_help=False)
     attach.add_argument("--session", help="attach to this session (name, or its end) "
@@ -269,6 +398,10 @@ def build_parser() -> argparse.ArgumentParser:
     trace = commands.add_parser("timeline", parents=[attach], help="write a Chrome trace")
     trace.add_argument("--output", "-o", help="file to write (default "
                        "lightwork-timeline-<session>.json in the current directory)")
+    advice = commands.add_parser("advise", parents=[attach, formats],
+                                 help="the advisor's findings (a session, or a timeline FILE)")
+    advice.add_argument("file", nargs="?", metavar="FILE",
+                        help="a timeline file to re-analyse instead of a running session")
     dump = commands.add_parser("stack", parents=[attach], help="stacks of every process")
     dump.add_argument("--native", action="store_true", help="also native frames via py-spy")
     dump.add_argument("--full", action="store_true", help="do not fold lightwork's own frames")
@@ -281,13 +414,15 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     args: Any = build_parser().parse_args(argv)
     if args.command == "demo":
-        return demo(out)
+        return demo(out, output_dir=args.output_dir)
     if args.command == "version":
         import lightwork
 
         print(lightwork.__version__, file=out)
         return 0
     try:
+        if args.command == "advise" and args.file:
+            return advise_file(args.file, args.format == "json", out)
         return _attach(args, out)
     except control.ControlError as exc:
         print(f"lightwork: {exc}", file=sys.stderr)

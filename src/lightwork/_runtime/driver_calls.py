@@ -143,8 +143,6 @@ class DriverCalls(_Base):
             if what == "kill":
                 self.actors.kill(args[0], args[1])
                 return None
-            if what == "task_id_of":
-                return self.lookup(args[0]).task_id
             raise ValueError(f"unknown request {what!r}")
 
     def submit(self, task: TaskSpec, function_blob: bytes | None) -> None:

@@ -15,6 +15,13 @@ Each finding is reported once per (kind, call site):
 * kept for :func:`advise` (data plus a printed report), ``lightwork advise`` and the
   timeline, which shows each finding as an instant event at the time it was seen.
 
+Without a live advisor (``init(advisor=False)``, or a saved timeline file), the same
+rules run on records given to :meth:`Advisor.feed`, which replays them in the order the
+log received them, in steps like the live thread's, so each finding's ``seen_at`` is the
+log time at which its evidence was complete. An ``Advisor`` needs no runtime for that:
+``Advisor(cpus=..., cores=...)``. :func:`analysis_input` turns the log into plain JSON
+(embedded in timeline files) and :func:`analyse` re-runs the rules on it.
+
 Rules (``KINDS``), with what each looks at:
 
 get-in-loop       consecutive blocked ``get`` of one object from one call site, each
@@ -35,12 +42,15 @@ be worth the user's attention, and well-written programs must get none.
 
 from __future__ import annotations
 
+import math
+import os
 import statistics
 import threading
 import time
 import warnings
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from itertools import groupby
 from typing import Any
 
 from lightwork._runtime.events import DriverSpan, TaskRecord
@@ -68,6 +78,8 @@ SERIAL_MAX_UTILIZATION = 0.6
 OVERSUBSCRIBED_CPU = 1.6  # cores used by one single-CPU task's process
 OVERSUBSCRIBED_MIN_S = 0.2  # only tasks long enough for CPU time to mean something
 PINNED_MIN_BYTES = 256 << 20
+SLOWEST_WAVES_SLACK = 1.5  # spread up to this times what running in waves explains is fine
+REPLAY_MAX_STEPS = 200  # a replayed log is checked at most this many times
 
 
 class AdviceWarning(UserWarning):
@@ -100,6 +112,17 @@ class Finding:
             "seen_at": self.seen_at,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        """The inverse of :meth:`as_dict` (for findings that travelled as JSON)."""
+        callsite = data.get("callsite")
+        return cls(
+            str(data["kind"]), str(data["title"]), dict(data.get("evidence") or {}),
+            str(data.get("suggestion", "")),
+            (str(callsite[0]), int(callsite[1]), str(callsite[2])) if callsite else None,
+            float(data.get("seen_at") or 0.0),
+        )
+
 
 @dataclass
 class _Site:
@@ -112,10 +135,22 @@ class _Site:
 
 
 class Advisor:
+    """The rules and what they have seen so far.
+
+    Live: ``Advisor(node)`` reads the node's log (``start`` runs the thread, ``step`` one
+    look). Offline: ``Advisor(cpus=n, cores=m)`` with no node analyses only what
+    :meth:`feed` gives it; ``cpus`` are the runtime's CPU slots and ``cores`` the
+    machine's (both as they were where the records came from), ``started_at`` the log
+    time the records begin at (when the machine finding is seen).
+    """
+
     def __init__(
-        self, node: Any, interval: float = 0.25, watch: bool = True,
-        init_callsite: tuple[str, int, str] | None = None,
+        self, node: Any = None, interval: float = 0.25, watch: bool = True,
+        init_callsite: tuple[str, int, str] | None = None, *,
+        cpus: float | None = None, cores: int | None = None, started_at: float | None = None,
     ) -> None:
+        if node is None and cpus is None:
+            raise TypeError("Advisor() needs a runtime node or, to analyse records, cpus=")
         self.init_callsite = init_callsite
         self.node = node
         self.interval = interval
@@ -130,21 +165,46 @@ class Advisor:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.cpus = float(node.scheduler.total.get("CPU", 1.0))
-        if watch:
+        self._replay_at: float | None = None  # log time of the step being replayed
+        self.cpus = float(cpus if cpus is not None else node.scheduler.total.get("CPU", 1.0))
+        self.cores = int(cores or os.cpu_count() or 1)
+        if watch and node is not None:
             node.log.watch()
-        self._check_machine()
+        if started_at is None and node is not None:
+            started_at = node.log.started_at
+        self._check_machine(started_at)
 
     def feed(self, tasks: list[TaskRecord], spans: list[DriverSpan]) -> None:
-        """Analyse records given directly (the whole log, when no advisor was running)."""
+        """Analyse records given directly (the whole log when no advisor was running).
+
+        They are replayed in the order the log received them (a task when the driver
+        saw it end, a span when it ended), in steps of ``interval`` seconds of log time
+        (longer for a long log: at most ``REPLAY_MAX_STEPS``), each step checked as the
+        live thread checks it; a finding's ``seen_at`` is the last log time of its step.
+        """
+        timed: list[tuple[float, int, Any]] = [(_logged_at(r), 0, r) for r in tasks]
+        timed += [(span.end, 1, span) for span in spans]
+        if not timed:
+            return
+        timed.sort(key=lambda item: (item[0], item[1]))
+        first, last = timed[0][0], timed[-1][0]
+        width = max(self.interval, (last - first) / REPLAY_MAX_STEPS, 1e-9)
         with self._lock:
-            for record in tasks:
-                self._add_record(record)
-            for span in spans:
-                self._add_span(span)
-            self._check_tiny_tasks()
-            self._check_serial_driver()
-            self._check_actor_bottleneck()
+            try:
+                for _, group in groupby(timed, key=lambda item: (item[0] - first) // width):
+                    step = list(group)
+                    self._replay_at = step[-1][0]
+                    for _, kind, item in step:  # tasks first, as take_fresh hands them out
+                        if kind == 0:
+                            self._add_record(item)
+                    for _, kind, item in step:
+                        if kind == 1:
+                            self._add_span(item)
+                    self._check_tiny_tasks()
+                    self._check_serial_driver()
+                    self._check_actor_bottleneck()
+            finally:
+                self._replay_at = None
 
     # -- the thread ------------------------------------------------------------------
     def start(self) -> None:
@@ -169,6 +229,8 @@ class Advisor:
     def step(self) -> None:
         """Take the new records and check every rule (also called by ``advise``)."""
         node = self.node
+        if node is None:
+            return  # an offline advisor sees only what feed() gives it
         with node.lock:
             if node.closed:
                 return
@@ -191,6 +253,8 @@ class Advisor:
         if identity in self._reported:
             return
         self._reported.add(identity)
+        if self._replay_at is not None:
+            finding.seen_at = self._replay_at
         self.findings.append(finding)
         self.undelivered.append(finding)
 
@@ -309,6 +373,12 @@ class Advisor:
         spread = span.last_ready - span.first_ready
         if spread < SLOWEST_SPREAD * blocked or span.longest - span.shortest < SLOWEST_SPREAD * blocked:
             return
+        # Nor because there were more tasks than slots: equal tasks then finish in waves
+        # about one task apart (the guide's "submit all, then get once" on 5 tasks and 4
+        # CPUs): ``shortest`` is about one task's time, since the first wave never queued.
+        waves = math.ceil(max(1, span.object_count - span.ready_before) / max(self.cpus, 1.0))
+        if spread <= SLOWEST_WAVES_SLACK * (waves - 1) * span.shortest:
+            return
         self._report(Finding(
             "wait-for-slowest",
             f"get() of {span.object_count} results blocked {blocked:.2f} s while they became "
@@ -418,11 +488,10 @@ class Advisor:
             record.callsite,
         ), key=name)
 
-    def _check_machine(self) -> None:
-        import os
-
-        cores = os.cpu_count() or 1
+    def _check_machine(self, started_at: float | None) -> None:
+        cores = self.cores
         if self.cpus > cores:
+            self._replay_at = started_at  # seen as the runtime started
             self._report(Finding(
                 "fewer-slots",
                 f"lightwork.init(num_cpus={self.cpus:g}) on a machine with {cores} cores: "
@@ -433,6 +502,7 @@ class Advisor:
                 "tasks that wait (I/O, sleeps)",
                 self.init_callsite,
             ), key="init")
+            self._replay_at = None
 
     def _pinned_bytes(self) -> tuple[int, int, dict[Any, int]]:
         """(bytes, count, bytes by task name) of stored objects held only by driver refs."""
@@ -495,6 +565,80 @@ def report(findings: list[Finding]) -> str:
     return "\n".join(lines)
 
 
+def _logged_at(record: TaskRecord) -> float:
+    """When the log received ``record``: the driver saw the task end (or its last time)."""
+    return (record.seen or record.stored or record.finished or record.dispatched
+            or record.deps_ready or record.submitted)
+
+
+def current_findings(node: Any, tasks: list[TaskRecord] | None = None,
+                     spans: list[DriverSpan] | None = None) -> list[Finding]:
+    """The findings of ``node``'s advisor after one more look, or of a one-off analysis.
+
+    With ``advisor=False`` the whole log is analysed now (``tasks`` and ``spans``: a
+    copy of it the caller already took, to avoid a second one).
+    """
+    advisor = node.advisor
+    if advisor is not None:
+        advisor.step()
+        with advisor._lock:
+            return list(advisor.findings)
+    if tasks is None or spans is None:
+        with node.lock:
+            tasks, spans = list(node.log.tasks), list(node.log.spans)
+    advisor = Advisor(node, watch=False)
+    advisor.feed(tasks, spans)
+    return list(advisor.findings)
+
+
+def analysis_input(node: Any, tasks: list[TaskRecord],
+                   spans: list[DriverSpan]) -> dict[str, Any]:
+    """What :func:`analyse` needs to re-run the rules later, as plain JSON-able data."""
+    advisor = node.advisor
+    return {
+        "cpus": float(node.scheduler.total.get("CPU", 1.0)),
+        "cores": os.cpu_count() or 1,
+        "started_at": node.log.started_at,
+        "init_callsite": list(advisor.init_callsite) if advisor is not None
+        and advisor.init_callsite else None,
+        "tasks": [_plain(record) for record in tasks],
+        "spans": [_plain(span) for span in spans],
+    }
+
+
+def _plain(record: TaskRecord | DriverSpan) -> dict[str, Any]:
+    out = {}
+    for f in fields(record):
+        value = getattr(record, f.name)
+        out[f.name] = _lists(value) if isinstance(value, tuple) else value
+    return out
+
+
+def _lists(value: Any) -> Any:
+    return [_lists(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def _restore(cls: Any, row: dict[str, Any]) -> Any:
+    known = {f.name for f in fields(cls)}  # ignore fields a newer lightwork added
+    return cls(**{k: _tuples(v) if isinstance(v, list) else v
+                  for k, v in row.items() if k in known})
+
+
+def analyse(data: dict[str, Any]) -> list[Finding]:
+    """Re-run the rules on :func:`analysis_input` data (e.g. from a timeline file)."""
+    callsite = data.get("init_callsite")
+    advisor = Advisor(cpus=float(data["cpus"]), cores=int(data.get("cores") or 1),
+                      started_at=data.get("started_at"),
+                      init_callsite=tuple(callsite) if callsite else None)  # type: ignore[arg-type]
+    advisor.feed([_restore(TaskRecord, row) for row in data.get("tasks", [])],
+                 [_restore(DriverSpan, row) for row in data.get("spans", [])])
+    return list(advisor.findings)
+
+
 def advise(print_report: bool = True) -> list[Finding]:
     """The advisor's findings so far, as data; also prints a short report.
 
@@ -508,16 +652,9 @@ def advise(print_report: bool = True) -> list[Finding]:
             "no lightwork runtime is running in this process; call lightwork.advise() "
             "before lightwork.shutdown() (the advisor reads the live event log)"
         )
-    advisor = node.advisor
-    if advisor is None:
-        advisor = Advisor(node, watch=False)
-        with node.lock:
-            tasks, spans = list(node.log.tasks), list(node.log.spans)
-        advisor.feed(tasks, spans)
-    else:
-        advisor.step()
-        advisor.deliver_warnings()
-    findings = list(advisor.findings)
+    findings = current_findings(node)
+    if node.advisor is not None:
+        node.advisor.deliver_warnings()
     if print_report:
         print(report(findings))
     return findings

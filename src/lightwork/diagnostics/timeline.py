@@ -12,8 +12,10 @@ Layout (pid/tid are integers, named by ``process_name``/``thread_name`` metadata
 * the driver (its pid): one row per thread with the time it spent blocked in ``get``
   and ``wait`` (a ``get`` inside a loop is a staircase of spans, each over one task) and
   its ``profile`` spans; a ``submit`` row holding the start of every flow arrow; an
-  ``events`` row with instants for retries, crashes, failures and cancellations; the
-  ``tasks`` counter (queued / running) and the session's total CPU and memory.
+  ``events`` row with instants for retries, crashes, failures, cancellations and the
+  advisor's findings (``advice: get-in-loop`` at the time it was seen, with its title,
+  evidence, fix and call site as args); the ``tasks`` counter (queued / running) and the
+  session's total CPU and memory.
 * every worker process (its pid; a synthetic pid above ``SYNTHETIC_PID`` when a pooled
   worker exited before its pid was seen): named by the functions it ran, or by its
   actor's class, and its pid. Each task is a span ``[started, stored]`` with children
@@ -29,6 +31,10 @@ Times are microseconds since ``init`` on ``time.monotonic``, the clock of every 
 Counters are coalesced into at most ~20,000 points per series. The log is bounded by
 the event budget (``init(event_budget=...)``): the oldest records go first, and the
 trace says how many (driver's ``process_labels``, an instant at 0, ``otherData``).
+
+The written file's ``otherData`` also carries the advisor's input (``advisor_input``:
+every task record and blocked span the log held, as dicts, and the CPU count) and its
+findings, so ``lightwork advise FILE`` re-runs the analysis offline.
 
 ``profile(name, extra_data=None)`` records a custom span in the driver (a ring bounded
 by the budget), a task or an actor (appended to the worker's file in the session
@@ -78,6 +84,8 @@ def write_trace(filename: str, events: list[dict[str, Any]], data: dict[str, Any
             "started_at_unix_s": data.get("base_wall"),
             "event_budget": data.get("budget"),
             "dropped": data.get("dropped", {}),
+            "findings": data.get("findings", []),
+            "advisor_input": data.get("advisor_input"),
         },
     }
     with open(filename, "w") as f:
@@ -175,8 +183,9 @@ class _Builder:
         self.add(event)
         return event
 
-    def instant(self, name: str, pid: int, tid: int, ts: float, args: dict[str, Any]) -> None:
-        self.add({"name": name, "cat": "event", "ph": "i", "s": "t", "ts": ts, "pid": pid,
+    def instant(self, name: str, pid: int, tid: int, ts: float, args: dict[str, Any],
+                cat: str = "event") -> None:
+        self.add({"name": name, "cat": cat, "ph": "i", "s": "t", "ts": ts, "pid": pid,
                   "tid": tid, "args": args})
 
     def worker_pid(self, worker_id: int, pid: int = 0) -> int:
@@ -379,6 +388,18 @@ class _Builder:
         self.process_names.setdefault(pid, f"process {pid}")
         return pid
 
+    def findings(self) -> None:
+        """The advisor's findings, on the driver's events row when each was seen."""
+        for finding in self.data.get("findings", []):
+            callsite = finding.get("callsite")
+            where = f"{callsite[0]}:{callsite[1]} in {callsite[2]}" if callsite else None
+            args = {"kind": finding["kind"], "title": finding["title"],
+                    "evidence": finding.get("evidence", {}),
+                    "suggestion": finding.get("suggestion"), "callsite": where}
+            ts = max(0.0, self.us(float(finding.get("seen_at") or self.base)))
+            self.instant(f"advice: {finding['kind']}", self.driver, EVENTS_TID, ts, args,
+                         cat="advice")
+
     # -- resources ----------------------------------------------------------------------
     def usage(self) -> None:
         forkserver = self.data.get("forkserver_pid")
@@ -455,6 +476,7 @@ def build_trace(data: dict[str, Any]) -> list[dict[str, Any]]:
     builder.driver_spans()
     builder.tasks()
     builder.profile_spans()
+    builder.findings()
     builder.usage()
     meta = builder.metadata()
     builder.events.sort(key=lambda e: (e["ts"], -e.get("dur", 0.0)))
