@@ -198,14 +198,29 @@ def test_a_task_using_more_cores_than_its_share_is_reported(runtime):
     assert findings_of("oversubscription") == []
 
 
-def test_more_slots_than_cores_is_reported_at_init(runtime):
-    cores = os.cpu_count() or 1
-    runtime(num_cpus=cores + 2)
-    [finding] = findings_of("fewer-slots")
-    assert finding.evidence == {"num_cpus": cores + 2, "cores": cores}
-    assert finding.callsite is not None
+def _spin(seconds):
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        pass
+    return seconds
 
-    runtime(num_cpus=cores)
+
+def test_more_cpu_bound_tasks_at_once_than_cores_is_reported_at_init(runtime):
+    cores = os.cpu_count() or 1
+    spin = lightwork.remote(_spin)
+    runtime(num_cpus=cores + 2)
+    lightwork.get([spin.remote(0.3) for _ in range(cores + 2)])
+    [finding] = findings_of("fewer-slots")
+    assert finding.evidence["num_cpus"] == cores + 2 and finding.evidence["cores"] == cores
+    assert finding.evidence["tasks_at_once"] > cores
+    assert finding.callsite is not None and finding.callsite[2] == "start"  # the init call
+
+    runtime(num_cpus=cores)  # corrected: one slot per core
+    lightwork.get([spin.remote(0.3) for _ in range(cores + 2)])
+    assert findings_of("fewer-slots") == []
+
+    runtime(num_cpus=cores + 2)  # more slots than cores is right for tasks that wait
+    lightwork.get([sleeper.remote(0.3) for _ in range(cores + 2)])
     assert findings_of("fewer-slots") == []
 
 

@@ -112,9 +112,16 @@ def test_offline_analysis_of_plain_records_needs_no_runtime():
     assert again.as_dict() == finding.as_dict()
     assert Finding.from_dict(json.loads(json.dumps(finding.as_dict()))) == finding
 
-    # The machine finding comes from the recorded counts, seen when the log began.
-    [slots] = analyse({**plain, "cpus": 8, "cores": 2, "tasks": [], "spans": []})
-    assert slots.kind == "fewer-slots" and slots.seen_at == 99.0
+    # More slots than cores: found from CPU-bound tasks that shared the cores, at the
+    # log time the advisor saw them end (not at init, and not for tasks that wait).
+    spinning = [TaskRecord(i, "spin", 0, 200.0, worker_id=i, started=200.0,
+                           args_loaded=200.0, finished=201.0, stored=201.0, seen=201.0,
+                           state="FINISHED", cpu_time=0.5).as_dict() for i in range(10, 14)]
+    [slots] = analyse({**plain, "cpus": 8, "cores": 2, "tasks": spinning, "spans": []})
+    assert slots.kind == "fewer-slots" and slots.evidence["tasks_at_once"] > 2
+    assert slots.seen_at == 201.0
+    sleeping = [dict(record, cpu_time=0.001) for record in spinning]
+    assert analyse({**plain, "cpus": 8, "cores": 2, "tasks": sleeping, "spans": []}) == []
     with pytest.raises(TypeError, match="cpus="):
         Advisor()
 

@@ -33,7 +33,7 @@ wait-for-slowest  a ``get`` of many objects whose results became ready over a wi
 actor-bottleneck  calls queue on one actor while task slots sit idle
 serial-driver     the driver's own work between submissions while workers idle (Amdahl)
 oversubscription  a task whose process used more CPU time than its share (threads)
-fewer-slots       ``num_cpus`` above the machine's cores
+fewer-slots       more CPU-bound tasks at once than the machine has cores (num_cpus too high)
 refs-pinned       the object store filling with objects only forgotten driver refs hold
 
 The thresholds are module constants; they are deliberately conservative: a finding must
@@ -77,6 +77,8 @@ SERIAL_FRACTION = 0.3
 SERIAL_MAX_UTILIZATION = 0.6
 OVERSUBSCRIBED_CPU = 1.6  # cores used by one single-CPU task's process
 OVERSUBSCRIBED_MIN_S = 0.2  # only tasks long enough for CPU time to mean something
+CPU_BOUND_MIN_S = 0.01  # tasks shorter than this say little about the cores' use
+CORES_BUSY_SHARE = 0.75  # tasks at once kept this share of the cores busy
 PINNED_MIN_BYTES = 256 << 20
 SLOWEST_WAVES_SLACK = 1.5  # spread up to this times what running in waves explains is fine
 REPLAY_MAX_STEPS = 200  # a replayed log is checked at most this many times
@@ -140,8 +142,8 @@ class Advisor:
     Live: ``Advisor(node)`` reads the node's log (``start`` runs the thread, ``step`` one
     look). Offline: ``Advisor(cpus=n, cores=m)`` with no node analyses only what
     :meth:`feed` gives it; ``cpus`` are the runtime's CPU slots and ``cores`` the
-    machine's (both as they were where the records came from), ``started_at`` the log
-    time the records begin at (when the machine finding is seen).
+    machine's (both as they were where the records came from); ``started_at`` (the log
+    time the records begin at) is accepted for saved files and not needed.
     """
 
     def __init__(
@@ -159,6 +161,7 @@ class Advisor:
         self._reported: set[tuple[str, Any]] = set()
         self._sites: dict[Any, _Site] = {}
         self._records: dict[int, TaskRecord] = {}  # recent, by task id
+        self._long_tasks: deque[tuple[float, float, float]] = deque(maxlen=64)
         self._recent: deque[TaskRecord] = deque(maxlen=4096)
         self._spans: deque[DriverSpan] = deque(maxlen=4096)
         self._get_runs: dict[Any, list[DriverSpan]] = defaultdict(list)
@@ -170,9 +173,6 @@ class Advisor:
         self.cores = int(cores or os.cpu_count() or 1)
         if watch and node is not None:
             node.log.watch()
-        if started_at is None and node is not None:
-            started_at = node.log.started_at
-        self._check_machine(started_at)
 
     def feed(self, tasks: list[TaskRecord], spans: list[DriverSpan]) -> None:
         """Analyse records given directly (the whole log when no advisor was running).
@@ -241,9 +241,10 @@ class Advisor:
                 self._add_record(record)
             for span in spans:
                 self._add_span(span)
-            self._check_tiny_tasks()
-            self._check_serial_driver()
-            self._check_actor_bottleneck()
+            if tasks or spans:  # the rules below only change when records arrive
+                self._check_tiny_tasks()
+                self._check_serial_driver()
+                self._check_actor_bottleneck()
             if pinned is not None:
                 self._check_pinned(*pinned)
 
@@ -278,6 +279,8 @@ class Advisor:
                 del self._records[old]
         if record.cpu_time:
             self._check_oversubscription(record)
+            if self.cpus > self.cores:
+                self._check_fewer_slots(record)
         if record.owner != 0 or record.callsite is None:
             return
         site = self._sites.get(record.callsite)
@@ -488,21 +491,34 @@ class Advisor:
             record.callsite,
         ), key=name)
 
-    def _check_machine(self, started_at: float | None) -> None:
+    def _check_fewer_slots(self, record: TaskRecord) -> None:
+        # More slots than cores is right for tasks that wait (I/O, sleeps); it is the
+        # mistake when more tasks than cores ran at once and together kept every core
+        # busy: CPU-bound work sharing cores.
+        run = record.finished - record.args_loaded
+        if run < CPU_BOUND_MIN_S:
+            return
+        recent = self._long_tasks
+        recent.append((record.args_loaded, record.finished, record.cpu_time))
         cores = self.cores
-        if self.cpus > cores:
-            self._replay_at = started_at  # seen as the runtime started
-            self._report(Finding(
-                "fewer-slots",
-                f"lightwork.init(num_cpus={self.cpus:g}) on a machine with {cores} cores: "
-                f"{self.cpus:g} tasks run at once but share {cores} cores, so CPU-bound work "
-                f"speeds up at most {cores}x",
-                {"num_cpus": self.cpus, "cores": cores},
-                f"use num_cpus={cores} (the default) for CPU-bound work; more slots only help "
-                "tasks that wait (I/O, sleeps)",
-                self.init_callsite,
-            ), key="init")
-            self._replay_at = None
+        at_once = _most_at_once([(start, end) for start, end, _ in recent])
+        if at_once <= cores:
+            return
+        busy_cores = sum(cpu for _, _, cpu in recent) / _union([(s, e) for s, e, _ in recent])
+        if busy_cores < CORES_BUSY_SHARE * cores:
+            return
+        self._report(Finding(
+            "fewer-slots",
+            f"lightwork.init(num_cpus={self.cpus:g}) on a machine with {cores} cores: "
+            f"{at_once} CPU-bound tasks (like {record.name}) ran at once and kept "
+            f"{busy_cores:.1f} of {cores} cores busy: they shared the cores, so the work "
+            f"speeds up at most {cores}x",
+            {"num_cpus": self.cpus, "cores": cores, "tasks_at_once": at_once,
+             "busy_cores": round(busy_cores, 2)},
+            f"use num_cpus={cores} (the default) for CPU-bound work; more slots than cores "
+            "only help tasks that wait (I/O, sleeps)",
+            self.init_callsite,
+        ), key="init")
 
     def _pinned_bytes(self) -> tuple[int, int, dict[Any, int]]:
         """(bytes, count, bytes by task name) of stored objects held only by driver refs."""
@@ -532,6 +548,16 @@ class Advisor:
             "their memory is freed",
             None,
         ), key="store")
+
+
+def _most_at_once(intervals: Any) -> int:
+    """The largest number of ``intervals`` that overlap at one time."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    most = running = 0
+    for _, step in edges:
+        running += step
+        most = max(most, running)
+    return most
 
 
 def _union(intervals: list[tuple[float, float]]) -> float:
