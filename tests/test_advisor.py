@@ -184,8 +184,21 @@ def _burn_in_threads(threads, seconds):
     return threads
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores to oversubscribe")
+def skip_unless_cores_are_idle():
+    """CPU-time findings measure how much CPU tasks got: other programs' load on the
+    machine (a parallel test run, say) takes it from them, so wait for idle cores."""
+    import psutil
+
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs two cores")
+    for _ in range(10):
+        if psutil.cpu_percent(interval=0.3) < 30:
+            return
+    pytest.skip("the machine's cores are busy with other programs")
+
+
 def test_a_task_using_more_cores_than_its_share_is_reported(runtime):
+    skip_unless_cores_are_idle()
     runtime()
     burner = lightwork.remote(_burn_in_threads)
     lightwork.get(burner.remote(4, 1.2))
@@ -206,6 +219,7 @@ def _spin(seconds):
 
 
 def test_more_cpu_bound_tasks_at_once_than_cores_is_reported_at_init(runtime):
+    skip_unless_cores_are_idle()
     cores = os.cpu_count() or 1
     spin = lightwork.remote(_spin)
     runtime(num_cpus=cores + 2)
