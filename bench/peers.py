@@ -324,10 +324,16 @@ PEER_ENV: dict[str, dict[str, str]] = {
 }
 
 
+def lightwork_peer(**init_kwargs: Any) -> Peer:
+    """Lightwork started with ``init(num_cpus=4, **init_kwargs)``; the cost figures use
+    ``event_budget=0`` and ``advisor=False`` to measure what the defaults cost."""
+    return RayApiPeer("lightwork", "lightwork", {"num_cpus": WORKER_SLOTS, **init_kwargs})
+
+
 def make_peer(name: str) -> Peer:
     """The adapter for one peer name (see ``PEERS``)."""
     if name == "lightwork":
-        return RayApiPeer("lightwork", "lightwork", {"num_cpus": WORKER_SLOTS})
+        return lightwork_peer()
     if name == "ray":
         return RayApiPeer("ray", "ray", _quiet_ray_kwargs())
     if name == "dask":
@@ -344,4 +350,12 @@ PEERS: tuple[str, ...] = ("lightwork", "ray", "dask", "futures")
 #: Baselines that only run some figures.
 BASELINES: tuple[str, ...] = ("serial",)
 
-__all__ = ["BASELINES", "PEERS", "PEER_ENV", "NotSupported", "Peer", "make_peer"]
+__all__ = [
+    "BASELINES",
+    "PEERS",
+    "PEER_ENV",
+    "NotSupported",
+    "Peer",
+    "lightwork_peer",
+    "make_peer",
+]

@@ -33,6 +33,13 @@ file never replaces a good one).
 Every figure is "lower is better". The table shows lightwork's value divided by
 Ray's and by the best other runtime's (the serial baseline is not a runtime and is
 never "best"), and checks lightwork against its targets.
+
+A second, small table, "lightwork diagnostics cost", compares lightwork with itself:
+a figure with one of its diagnostics on and off (``COST_ROWS``). The ProgressBar,
+Profiler and ResourceProfiler variants run in lightwork's child, after the other
+figures; the ``init`` variants (event log off, advisor off) need sessions of their
+own, so a second lightwork child (``--own-init``, log ``lightwork-cost.log``) starts
+and stops them itself.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -65,6 +72,8 @@ from peers import BASELINES, PEER_ENV, PEERS, NotSupported, make_peer  # noqa: E
 from workloads import (  # noqa: E402
     BASELINE_WORKLOADS,
     EXTRA_ROWS,
+    LIGHTWORK_INIT_WORKLOADS,
+    LIGHTWORK_WORKLOADS,
     WORKLOADS,
     OverBudget,
     Settings,
@@ -91,6 +100,52 @@ TARGETS: dict[str, float | None] = {
 }
 #: Rows every peer with a runtime produces, whatever ``--figures`` says.
 LIFECYCLE_ROWS = ("init_to_first_result_s", "shutdown_s")
+
+
+class CostRow(NamedTuple):
+    """One row of the diagnostics cost table: a lightwork figure with and without."""
+
+    diagnostic: str
+    figure: str
+    on: str  # figure name with the diagnostic on
+    off: str  # ... and off
+    #: The most the figure may grow with the diagnostic on, in percent.
+    target_pct: float
+
+
+_TASKS, _DASK = "20k tasks, s", "20k-task Dask graph, s"
+_RP = "ResourceProfiler(dt=0.25)"
+#: The "lightwork diagnostics cost" table. ResourceProfiler's target is "no per-task
+#: cost": a sampling thread costs time per second, not per task, so it is held to the
+#: noise allowance of the event log.
+COST_ROWS: dict[str, CostRow] = {
+    "event_log": CostRow(
+        "event log (default vs event_budget=0)",
+        "async_per_task_us",
+        "async_per_task_us_default",
+        "async_per_task_us_event_log_off",
+        5,
+    ),
+    "advisor": CostRow(
+        "advisor (default vs advisor=False)",
+        "async_per_task_us",
+        "async_per_task_us_default",
+        "async_per_task_us_advisor_off",
+        2,
+    ),
+    "tasks_progressbar": CostRow(
+        "ProgressBar", _TASKS, "tasks_20k_progressbar_s", "tasks_20k_s", 10
+    ),
+    "tasks_profiler": CostRow("Profiler", _TASKS, "tasks_20k_profiler_s", "tasks_20k_s", 10),
+    "tasks_resource_profiler": CostRow(
+        _RP, _TASKS, "tasks_20k_resource_profiler_s", "tasks_20k_s", 5
+    ),
+    "dask_progressbar": CostRow("ProgressBar", _DASK, "dask_20k_progressbar_s", "dask_20k_s", 10),
+    "dask_profiler": CostRow("Profiler", _DASK, "dask_20k_profiler_s", "dask_20k_s", 10),
+    "dask_resource_profiler": CostRow(_RP, _DASK, "dask_20k_resource_profiler_s", "dask_20k_s", 5),
+}
+#: Every workload that feeds the cost table (lightwork only).
+COST_WORKLOADS = (*LIGHTWORK_WORKLOADS, *LIGHTWORK_INIT_WORKLOADS)
 
 # Ray needs about two minutes for the 200 actors alone on a 2-core machine.
 DEFAULT_TIMEOUT_S = 420.0
@@ -161,7 +216,8 @@ def run_child(
         rows = (name, *EXTRA_ROWS.get(name, ()))
         print(f"--- {peer_name}: {name}", flush=True)
         try:
-            for row, value in WORKLOADS[name](peer, settings).items():
+            workload = WORKLOADS.get(name) or LIGHTWORK_WORKLOADS[name]
+            for row, value in workload(peer, settings).items():
                 report.figure(row, value)
         except NotSupported as exc:
             report.note(rows, f"n/a: {exc}")
@@ -179,6 +235,33 @@ def run_child(
     except Exception as exc:
         traceback.print_exc()
         report.note(["shutdown_s"], f"error: {type(exc).__name__}: {exc}")
+    report.data["status"] = "ok"
+    report.save()
+    faulthandler.cancel_dump_traceback_later()
+    return 0
+
+
+def run_own_init_child(
+    workloads: list[str], quick: bool, result_path: Path, timeout_s: float
+) -> int:
+    """Body of ``run.py --child lightwork --own-init``: workloads that start and stop
+    lightwork themselves, so this child has no session of its own to time."""
+    if timeout_s > 20:
+        faulthandler.dump_traceback_later(timeout_s - 10, exit=False)
+    report = ChildReport("lightwork", result_path)
+    settings = Settings.quick() if quick else Settings()
+    peer = make_peer("lightwork")
+    peer.load()  # only for its version: each workload starts its own sessions
+    report.data["versions"] = peer.versions()
+    for name in workloads:
+        rows = (name, *EXTRA_ROWS.get(name, ()))
+        print(f"--- lightwork: {name}", flush=True)
+        try:
+            for row, value in LIGHTWORK_INIT_WORKLOADS[name](settings).items():
+                report.figure(row, value)
+        except Exception as exc:
+            traceback.print_exc()
+            report.note(rows, f"error: {type(exc).__name__}: {exc}")
     report.data["status"] = "ok"
     report.save()
     faulthandler.cancel_dump_traceback_later()
@@ -255,11 +338,18 @@ def wait_or_kill(proc: subprocess.Popen[bytes], deadline: float) -> tuple[bool, 
                 return True, seen
 
 
-def run_peer(peer: str, workloads: list[str], quick: bool, timeout_s: float) -> dict[str, Any]:
-    """Run one peer's child process; return its report plus how the process ended."""
+def run_peer(
+    peer: str, workloads: list[str], quick: bool, timeout_s: float, own_init: bool = False
+) -> dict[str, Any]:
+    """Run one peer's child process; return its report plus how the process ended.
+
+    ``own_init``: the workloads start and stop the runtime themselves (lightwork's
+    ``LIGHTWORK_INIT_WORKLOADS``); the child's log is then ``PEER-cost.log``.
+    """
     LOG_DIR.mkdir(exist_ok=True)
-    log_path = LOG_DIR / f"{peer}.log"
-    with tempfile.TemporaryDirectory(prefix=f"bench-{peer}-") as workdir:
+    label = f"{peer}-cost" if own_init else peer
+    log_path = LOG_DIR / f"{label}.log"
+    with tempfile.TemporaryDirectory(prefix=f"bench-{label}-") as workdir:
         result_path = Path(workdir) / "result.json"
         cmd = [
             sys.executable,
@@ -275,6 +365,8 @@ def run_peer(peer: str, workloads: list[str], quick: bool, timeout_s: float) -> 
         ]
         if quick:
             cmd.append("--quick")
+        if own_init:
+            cmd.append("--own-init")
         started = time.perf_counter()
         with open(log_path, "w") as log:
             # Own session, so a timeout can kill the peer's whole process group.
@@ -385,16 +477,85 @@ def render_table(reports: dict[str, dict[str, Any]], rows: list[str]) -> str:
                 verdict,
             ]
         )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return align(lines)
+
+
+def align(lines: list[list[str]], left: int = 1) -> str:
+    """The first ``left`` columns left-aligned, the rest right-aligned; a rule under
+    the header (the first line)."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     out = []
     for n, line in enumerate(lines):
-        cells = [line[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(line[1:], widths[1:], strict=True)
+        cells = [
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(line, widths, strict=True))
         ]
         out.append("  ".join(cells).rstrip())
         if n == 0:
             out.append("-" * len(out[0]))
     return "\n".join(out)
+
+
+def cost_results(figures: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Each ``COST_ROWS`` row whose two figures were measured: both, and the change."""
+    out: dict[str, dict[str, Any]] = {}
+    for row, cost in COST_ROWS.items():
+        on, off = figures.get(cost.on), figures.get(cost.off)
+        if on is None or not off:
+            continue
+        change_pct = (on / off - 1) * 100
+        out[row] = {
+            "on": on,
+            "off": off,
+            "change_pct": change_pct,
+            "target_pct": cost.target_pct,
+            "ok": change_pct <= cost.target_pct,
+        }
+    return out
+
+
+#: Cost figure -> the workload that measures it.
+COST_FIGURE_WORKLOAD = {row: w for w in COST_WORKLOADS for row in EXTRA_ROWS[w]}
+
+
+def cost_figures(main: dict[str, Any], own_init: dict[str, Any] | None) -> dict[str, float]:
+    """The cost figures of lightwork's child and of its ``--own-init`` child, together."""
+    return {**main.get("figures", {}), **(own_init or {}).get("figures", {})}
+
+
+def render_cost_table(
+    main: dict[str, Any], own_init: dict[str, Any] | None, costs: list[str]
+) -> str:
+    """The diagnostics cost table: a row for each cost whose workload ran (``costs``).
+
+    ``main`` is the report of lightwork's child, ``own_init`` that of the second
+    child; a cell shows the figure, or why it is missing, from the child that owns it.
+    """
+    results = cost_results(cost_figures(main, own_init))
+    empty: dict[str, Any] = {"figures": {}, "notes": {}, "status": "not run"}
+
+    def source(figure: str) -> dict[str, Any]:
+        if COST_FIGURE_WORKLOAD[figure] in LIGHTWORK_INIT_WORKLOADS:
+            return own_init or empty
+        return main
+
+    lines = [["diagnostic", "figure", "on", "off", "change", "target", ""]]
+    for row, cost in COST_ROWS.items():
+        if COST_FIGURE_WORKLOAD[cost.on] not in costs:
+            continue
+        result = results.get(row)
+        lines.append(
+            [
+                cost.diagnostic,
+                cost.figure,
+                cell(source(cost.on), cost.on),
+                cell(source(cost.off), cost.off),
+                f"{result['change_pct']:+.1f}%" if result else "",
+                f"≤ {cost.target_pct:g}%",
+                ("✓" if result["ok"] else "✗") if result else "✗",
+            ]
+        )
+    return align(lines, left=2)
 
 
 def machine_info() -> dict[str, Any]:
@@ -433,16 +594,17 @@ def machine_info() -> dict[str, Any]:
 # --- command line --------------------------------------------------------------------
 
 
-def select_workloads(figures: str | None) -> tuple[list[str], list[str]]:
-    """(workloads to run, table rows to show) for a ``--figures`` value."""
+def select_workloads(figures: str | None) -> tuple[list[str], list[str], list[str]]:
+    """(workloads to run, table rows to show, cost workloads) for a ``--figures`` value."""
     if not figures:
-        return list(WORKLOADS), list(TARGETS)
+        return list(WORKLOADS), list(TARGETS), list(COST_WORKLOADS)
     wanted = {name.strip() for name in figures.split(",") if name.strip()}
     row_to_workload = {row: w for w, extras in EXTRA_ROWS.items() for row in extras}
-    unknown = wanted - set(TARGETS)
+    unknown = wanted - set(TARGETS) - set(COST_WORKLOADS)
     if unknown:
         raise SystemExit(
-            f"unknown figure(s) {', '.join(sorted(unknown))}; choose from {', '.join(TARGETS)}"
+            f"unknown figure(s) {', '.join(sorted(unknown))}; choose from "
+            f"{', '.join((*TARGETS, *COST_WORKLOADS))}"
         )
     chosen = {row_to_workload.get(name, name) for name in wanted} & set(WORKLOADS)
     workloads = [w for w in WORKLOADS if w in chosen]
@@ -454,7 +616,7 @@ def select_workloads(figures: str | None) -> tuple[list[str], list[str]]:
         or row_to_workload.get(row) in chosen
         or row in chosen
     ]
-    return workloads, rows
+    return workloads, rows, [w for w in COST_WORKLOADS if w in wanted]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -470,7 +632,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="far fewer repetitions: a smoke test, not a measurement",
     )
     parser.add_argument(
-        "--figures", help=f"comma-separated figures (default: all): {', '.join(TARGETS)}"
+        "--figures",
+        help=f"comma-separated figures (default: all): {', '.join(TARGETS)}; "
+        f"lightwork's diagnostics cost: {', '.join(COST_WORKLOADS)}",
     )
     parser.add_argument(
         "--timeout",
@@ -481,6 +645,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--result-file", help=argparse.SUPPRESS)
+    parser.add_argument("--own-init", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -490,9 +655,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.child:
         workloads = [] if args.figures == "none" else args.figures.split(",")
+        if args.own_init:
+            return run_own_init_child(workloads, args.quick, Path(args.result_file), timeout_s)
         return run_child(args.child, workloads, args.quick, Path(args.result_file), timeout_s)
 
-    workloads, rows = select_workloads(args.figures)
+    workloads, rows, costs = select_workloads(args.figures)
     peers = list(PEERS + BASELINES)
     if args.only:
         peers = [p.strip() for p in args.only.split(",") if p.strip()]
@@ -505,8 +672,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     load_before = [round(x, 2) for x in os.getloadavg()]
     reports: dict[str, dict[str, Any]] = {}
+    # The second lightwork child, for the diagnostics cost of init settings.
+    own_init_report: dict[str, Any] | None = None
+    own_init_costs = [w for w in costs if w in LIGHTWORK_INIT_WORKLOADS]
     for peer in peers:
         peer_workloads = workloads
+        if peer == "lightwork":
+            peer_workloads = workloads + [w for w in costs if w in LIGHTWORK_WORKLOADS]
         if peer in BASELINES:
             peer_workloads = [w for w in workloads if w in BASELINE_WORKLOADS]
             if not peer_workloads:
@@ -523,6 +695,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
+        if peer == "lightwork" and own_init_costs:
+            print(
+                "[bench] lightwork: diagnostics cost with other init settings...",
+                file=sys.stderr,
+                flush=True,
+            )
+            own_init_report = run_peer(peer, own_init_costs, args.quick, timeout_s, own_init=True)
+            print(
+                f"[bench] lightwork-cost: {own_init_report.get('status')} in "
+                f"{own_init_report['elapsed_s']:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+    children = dict(reports)
+    if own_init_report is not None:
+        children["lightwork-cost"] = own_init_report
 
     print()
     mode = "QUICK (smoke test, not a measurement)" if args.quick else "full"
@@ -535,7 +723,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print()
     print(render_table(reports, rows))
-    problems = [(p, r) for p, r in reports.items() if r.get("status") != "ok" or r["notes"]]
+    problems = [(p, r) for p, r in children.items() if r.get("status") != "ok" or r["notes"]]
     if problems:
         print()
     for peer, report in problems:
@@ -546,12 +734,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             by_note.setdefault(note, []).append(row)
         for note, note_rows in by_note.items():
             print(f"  {peer} {', '.join(note_rows)}: {note}")
-    for peer, report in reports.items():
+    for peer, report in children.items():
         if report.get("leftover_processes"):
             print(
                 f"  {peer}: left {len(report['leftover_processes'])} process(es) "
                 f"running after shutdown (killed)"
             )
+
+    show_costs = "lightwork" in reports and bool(costs)
+    if show_costs:
+        print()
+        print(
+            "lightwork diagnostics cost — one figure with each diagnostic on and off; "
+            "best of interleaved runs; change = on / off - 1"
+        )
+        print()
+        print(render_cost_table(reports["lightwork"], own_init_report, costs))
 
     results = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -560,6 +758,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "settings": {
             "peers": peers,
             "workloads": workloads,
+            "cost_workloads": costs if show_costs else [],
             "timeout_s": timeout_s,
             "worker_slots": 4,
         },
@@ -567,6 +766,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "peers": reports,
         "ratios": {row: ratios(reports, row) for row in rows},
     }
+    if show_costs:
+        # The on/off figures themselves are in the reports (peers.lightwork and, for the
+        # init settings, lightwork_cost.own_init_child).
+        results["lightwork_cost"] = {
+            "targets_pct": {row: cost.target_pct for row, cost in COST_ROWS.items()},
+            "rows": cost_results(cost_figures(reports["lightwork"], own_init_report)),
+            "own_init_child": own_init_report,
+        }
     tmp = RESULTS_PATH.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     tmp.replace(RESULTS_PATH)

@@ -25,18 +25,29 @@ The order of ``WORKLOADS`` is the order a peer's subprocess runs them: the idle
 memory readings come first, before any 160 MB array has passed through a worker
 (Ray may host an actor in a pooled worker that ran tasks), and the 200 actors come
 last, since a peer may still be reaping them when the next figure would start.
+
+Lightwork alone also measures what its diagnostics cost: the same figure with a
+diagnostic on and off, for the "lightwork diagnostics cost" table. The variants run
+in turn (A, B, C, A, B, C, ...; each round starting one variant later) and each keeps
+its best, so a drift in the machine's load weighs on all of them alike.
+``LIGHTWORK_WORKLOADS`` run in lightwork's subprocess after ``WORKLOADS``, in its
+session; ``LIGHTWORK_INIT_WORKLOADS`` start and stop sessions themselves (they
+compare ``init`` settings), so ``run.py`` gives them a second lightwork subprocess.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import io
 import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from peers import WORKER_SLOTS, NotSupported, Peer
+from peers import WORKER_SLOTS, NotSupported, Peer, lightwork_peer
 
 # --- task functions (run inside the peers' workers) --------------------------------
 
@@ -51,6 +62,10 @@ def sleep_for(seconds: float) -> None:
 
 def array_nbytes(array: Any) -> int:
     return int(array.nbytes)
+
+
+def inc(x: int) -> int:
+    return x + 1
 
 
 def pid_after(seconds: float) -> int:
@@ -104,6 +119,15 @@ class Settings:
     many_actors: int = 200
     #: Give up waiting for the many actors after this long (Ray takes minutes on 2 cores).
     many_actors_budget_s: float = 180.0
+    #: Lightwork's diagnostics cost: tasks per run, rounds of interleaved variants (the
+    #: Dask graph takes seconds a run, so fewer), and when to stop adding rounds.
+    cost_tasks: int = 20_000
+    cost_rounds: int = 4
+    dask_cost_rounds: int = 3
+    cost_budget_s: float = 45.0
+    #: Sessions started per ``init`` variant, and async runs in each.
+    cost_sessions: int = 5
+    cost_async_runs: int = 3
 
     @classmethod
     def quick(cls) -> Settings:
@@ -119,6 +143,12 @@ class Settings:
             idle_actors=1,
             many_actors=20,
             many_actors_budget_s=30.0,
+            cost_tasks=2_000,
+            cost_rounds=1,
+            dask_cost_rounds=1,
+            cost_budget_s=10.0,
+            cost_sessions=1,
+            cost_async_runs=1,
         )
 
 
@@ -126,6 +156,9 @@ SLEEP_S = 0.0001
 SLEEP_FIGURE_TASKS = 20_000  # the figure is "20k tasks"; quick runs scale up to it
 SYNC_BATCH = 100
 MANY_ACTORS_FIGURE = 200  # the figure is "200 actors"; quick runs scale up to it
+COST_FIGURE_TASKS = 20_000  # the cost figures are "20k tasks"; quick runs scale up to it
+#: ResourceProfiler's sampling interval in the cost figures (Dask's default is 1 s).
+RESOURCE_DT_S = 0.25
 #: How long the 200-actor figure waits (untimed) for the dropped actors' processes.
 ACTORS_EXIT_WAIT_S = 60.0
 
@@ -407,6 +440,141 @@ def wait_for_exit(pids: set[int], limit: float) -> float:
     return time.perf_counter() - start
 
 
+# --- lightwork diagnostics cost (lightwork only) ------------------------------------
+
+
+def best_interleaved(
+    variants: dict[str, Callable[[], float]], rounds: int, budget_s: float
+) -> dict[str, float]:
+    """Run every variant once per round, in turn, and keep each one's lowest value.
+
+    Each round starts one variant later than the one before, so no variant always
+    follows the same other one (whose garbage or exiting processes it would inherit);
+    the heap is collected, untimed, before each run. After a round, no further round
+    starts once ``budget_s`` has gone by (the first round always runs in full).
+    """
+    names = list(variants)
+    best = dict.fromkeys(names, float("inf"))
+    start = time.perf_counter()
+    for n in range(rounds):
+        shift = n % len(names)
+        for name in names[shift:] + names[:shift]:
+            gc.collect()
+            best[name] = min(best[name], variants[name]())
+        if time.perf_counter() - start > budget_s:
+            break
+    return best
+
+
+def timed(body: Callable[[], Any], make_context: Callable[[], Any]) -> Callable[[], float]:
+    """A variant for :func:`best_interleaved`: seconds of ``with make_context(): body()``,
+    entering and leaving the context included (the user pays for those too)."""
+
+    def run() -> float:
+        start = time.perf_counter()
+        with make_context():
+            body()
+        return time.perf_counter() - start
+
+    return run
+
+
+def diagnostics_variants(suffix: str) -> dict[str, Callable[[], Any]]:
+    """Row name -> context factory: none, ProgressBar, Profiler, ResourceProfiler."""
+    from lightwork.diagnostics import Profiler, ProgressBar, ResourceProfiler
+
+    return {
+        f"{suffix}_s": contextlib.nullcontext,
+        f"{suffix}_progressbar_s": lambda: ProgressBar(out=io.StringIO()),
+        f"{suffix}_profiler_s": Profiler,
+        f"{suffix}_resource_profiler_s": lambda: ResourceProfiler(dt=RESOURCE_DT_S),
+    }
+
+
+def tasks_diagnostics_cost(peer: Peer, settings: Settings) -> dict[str, float]:
+    """20,000 no-op tasks submitted, then got, inside ``with ProgressBar(...)``,
+    ``Profiler()``, ``ResourceProfiler(dt=0.25)`` or nothing: best seconds of each
+    (``tasks_20k_s``, ``tasks_20k_progressbar_s``, ...); quick runs scale up to 20k."""
+    warm_up(peer)
+    n = settings.cost_tasks
+
+    def body() -> None:
+        peer.get([peer.submit(noop) for _ in range(n)])
+
+    variants = {row: timed(body, make) for row, make in diagnostics_variants("tasks_20k").items()}
+    best = best_interleaved(variants, settings.cost_rounds, settings.cost_budget_s)
+    return {row: seconds * COST_FIGURE_TASKS / n for row, seconds in best.items()}
+
+
+def dask_diagnostics_cost(peer: Peer, settings: Settings) -> dict[str, float]:
+    """A Dask graph of 20,000 independent ``inc`` tasks and their sum, run by
+    ``lightwork.dask.get`` under each diagnostic as in :func:`tasks_diagnostics_cost`
+    (``dask_20k_s``, ``dask_20k_progressbar_s``, ...). The graph is a plain dict, so
+    no Dask optimisation pass is timed."""
+    try:
+        import dask  # noqa: F401
+    except ImportError as exc:
+        raise NotSupported(f"dask is not installed ({exc}); pip install 'dask'") from exc
+    import lightwork.dask
+
+    def sum_graph(n: int) -> dict[Any, Any]:
+        graph: dict[Any, Any] = {("inc", i): (inc, i) for i in range(n)}
+        graph["total"] = (sum, [("inc", i) for i in range(n)])
+        return graph
+
+    warm_up(peer)
+    # The first graph run pays for importing the Dask adapter in the workers; not a cost.
+    lightwork.dask.get(sum_graph(4 * WORKER_SLOTS), "total")
+    n = settings.cost_tasks
+    graph = sum_graph(n)
+    expected = n * (n + 1) // 2
+
+    def body() -> None:
+        total = lightwork.dask.get(graph, "total")
+        assert total == expected, total
+
+    variants = {row: timed(body, make) for row, make in diagnostics_variants("dask_20k").items()}
+    best = best_interleaved(variants, settings.dask_cost_rounds, settings.cost_budget_s)
+    return {row: seconds * COST_FIGURE_TASKS / n for row, seconds in best.items()}
+
+
+#: ``init`` keywords (on top of ``num_cpus=4``) of the event-log cost variants.
+INIT_VARIANTS: dict[str, dict[str, Any]] = {
+    "async_per_task_us_default": {},
+    # event_budget=0 turns the event log off, and with it the advisor.
+    "async_per_task_us_event_log_off": {"event_budget": 0},
+    "async_per_task_us_advisor_off": {"advisor": False},
+}
+
+
+def async_in_new_session(init_kwargs: dict[str, Any], settings: Settings) -> Callable[[], float]:
+    """A variant for :func:`best_interleaved`: start lightwork with ``init_kwargs``,
+    warm up, return the best ``async_per_task_us`` of a few runs, shut down."""
+
+    def run() -> float:
+        peer = lightwork_peer(**init_kwargs)
+        peer.load()
+        peer.start()
+        try:
+            warm_up(peer)
+            return best_async_us(lambda: peer.submit(noop), peer, settings)
+        finally:
+            peer.shutdown()
+
+    return run
+
+
+def event_log_cost(settings: Settings) -> dict[str, float]:
+    """``async_per_task_us`` with ``init`` at its defaults, with the event log off
+    (``event_budget=0``) and with only the advisor off (``advisor=False``): best over
+    ``cost_sessions`` fresh sessions of each, started in turn."""
+    per_session = replace(settings, async_runs=settings.cost_async_runs)
+    variants = {
+        row: async_in_new_session(kwargs, per_session) for row, kwargs in INIT_VARIANTS.items()
+    }
+    return best_interleaved(variants, settings.cost_sessions, settings.cost_budget_s)
+
+
 Workload = Callable[[Peer, Settings], dict[str, float]]
 
 #: Workload name -> function, in the order a peer's subprocess runs them.
@@ -431,7 +599,26 @@ EXTRA_ROWS: dict[str, tuple[str, ...]] = {
     "idle_worker_rss_mb": ("idle_worker_uss_mb", "idle_workers_measured"),
     "idle_actor_rss_mb": ("idle_actor_uss_mb",),
     "actors_200_start_s": ("actors_200_exit_s",),
+    "tasks_diagnostics_cost": tuple(
+        f"tasks_20k{v}_s" for v in ("", "_progressbar", "_profiler", "_resource_profiler")
+    ),
+    "dask_diagnostics_cost": tuple(
+        f"dask_20k{v}_s" for v in ("", "_progressbar", "_profiler", "_resource_profiler")
+    ),
+    "event_log_cost": tuple(INIT_VARIANTS),
 }
 
 #: Workloads the serial baseline runs (it has no runtime for the others).
 BASELINE_WORKLOADS: tuple[str, ...] = ("sleep_20k_s",)
+
+#: Lightwork-only workloads, run in lightwork's subprocess after ``WORKLOADS``.
+LIGHTWORK_WORKLOADS: dict[str, Workload] = {
+    "tasks_diagnostics_cost": tasks_diagnostics_cost,
+    "dask_diagnostics_cost": dask_diagnostics_cost,
+}
+
+#: Lightwork-only workloads that start and stop lightwork themselves (several ``init``
+#: settings), run in a second lightwork subprocess with no session of its own.
+LIGHTWORK_INIT_WORKLOADS: dict[str, Callable[[Settings], dict[str, float]]] = {
+    "event_log_cost": event_log_cost,
+}
