@@ -74,6 +74,29 @@ def test_live_and_ended_task_states(runtime, tmp_path):
     assert failed["worker_id"] and failed["pid"] and failed["run_s"] is not None
 
 
+def test_a_task_blocked_in_a_nested_wait_is_running_in_ray_wait(runtime, tmp_path):
+    gate = str(tmp_path / "gate")
+
+    @lightwork.remote
+    def blocked(path):
+        return helpers.wait_for_file(path)
+
+    @lightwork.remote
+    def waits(path):
+        ready, _ = lightwork.wait([blocked.remote(path)], timeout=30)
+        return len(ready)
+
+    ref = waits.remote(gate)
+    task_id = lightwork._api._node.task_id_of(ref.id)
+
+    def state_of():
+        return _by_id(state.list_tasks(limit=None)).get(task_id, {}).get("state")
+
+    helpers.wait_until(lambda: state_of() == "RUNNING_IN_RAY_WAIT", message="nested wait")
+    open(gate, "w").close()
+    assert lightwork.get(ref) == 1
+
+
 def test_filters_limits_and_bad_filters(runtime):
     @lightwork.remote
     def ping(i):

@@ -74,6 +74,7 @@ class WorkerSlot:
     inflight: deque[TaskSpec] = field(default_factory=deque)
     held: Shape = ()
     blocked: int = 0
+    blocked_in: str = ""  # "get" or "wait": the nested call the worker last blocked in
     alive: bool = True
 
 

@@ -19,12 +19,9 @@ PENDING_NODE_ASSIGNMENT    ready, in the scheduler's queue (or an actor's queue)
 SUBMITTED_TO_WORKER        sent to a worker, queued there behind a running task
 RUNNING                    at the head of its worker (within an actor's concurrency):
                            the worker runs it, or has it in flight and starts it next
-RUNNING_IN_RAY_GET         running, and its worker is blocked in a nested get or wait
+RUNNING_IN_RAY_GET         running, and its worker is blocked in a nested ``get``
+RUNNING_IN_RAY_WAIT        running, and its worker is blocked in a nested ``wait``
 =========================  ===========================================================
-
-The node records *that* a worker is blocked in a nested call, not whether it was
-``get`` or ``wait``; both show as RUNNING_IN_RAY_GET and RUNNING_IN_RAY_WAIT is not
-reported by the local runtime yet.
 
 Filters (``filter_rows``) are ``(key, op, value)`` with op ``=`` or ``!=``; strings
 compare case-insensitively with shell wildcards (``name=*work``; a function defined in
@@ -124,11 +121,17 @@ def live_task_state(node: Node, task: Any) -> str:
             return state
         conn = actor.conn
         blocked = conn is not None and conn.slot.blocked > 0 and (actor.max_concurrency or 1) <= 1
-        return "RUNNING_IN_RAY_GET" if blocked else "RUNNING"
+        return _running_state(conn.slot) if blocked else "RUNNING"
     slot = task.worker
     if slot is None or not slot.inflight or slot.inflight[0] is not task:
         return state
-    return "RUNNING_IN_RAY_GET" if slot.blocked > 0 else "RUNNING"
+    return _running_state(slot)
+
+
+def _running_state(slot: Any) -> str:
+    if slot.blocked <= 0:
+        return "RUNNING"
+    return "RUNNING_IN_RAY_WAIT" if slot.blocked_in == "wait" else "RUNNING_IN_RAY_GET"
 
 
 def _live_pid(node: Node, task: Any) -> int:

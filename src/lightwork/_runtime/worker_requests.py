@@ -89,6 +89,7 @@ class WorkerRequests(_Base):
         if not pending:
             self._reply(conn, request_id, [self._payload(i) for i in ids])
             return
+        conn.slot.blocked_in = "get"
         self.scheduler.block(conn.slot)
         state = {"done": False}
 
@@ -121,6 +122,7 @@ class WorkerRequests(_Base):
         if len(ready) >= num_returns or timeout == 0:
             self._reply(conn, request_id, ready[:num_returns])
             return
+        conn.slot.blocked_in = "wait"
         self.scheduler.block(conn.slot)
         state = {"done": False}
 

@@ -73,6 +73,7 @@ ACTOR_QUEUE_RATIO = 3.0  # calls waited this many times their run time on averag
 ACTOR_MIN_BUSY_S = 0.3  # total work of those calls: tiny calls are the tiny-tasks case
 ACTOR_MIN_UTILIZATION = 0.7  # the actor was busy this much of the time
 SERIAL_MIN_TASKS = 5
+SERIAL_WINDOW = 20  # the last submissions of a call site the serial-driver rule looks at
 SERIAL_FRACTION = 0.3
 SERIAL_MAX_UTILIZATION = 0.6
 OVERSUBSCRIBED_CPU = 1.6  # cores used by one single-CPU task's process
@@ -134,6 +135,7 @@ class _Site:
     count: int = 0
     run_times: deque[float] = field(default_factory=lambda: deque(maxlen=512))
     arg_counts: dict[tuple[int, int], int] = field(default_factory=dict)
+    recent: deque[TaskRecord] = field(default_factory=lambda: deque(maxlen=SERIAL_WINDOW))
 
 
 class Advisor:
@@ -163,6 +165,9 @@ class Advisor:
         self._records: dict[int, TaskRecord] = {}  # recent, by task id
         self._long_tasks: deque[tuple[float, float, float]] = deque(maxlen=64)
         self._recent: deque[TaskRecord] = deque(maxlen=4096)
+        self._actor_calls: dict[int, deque[TaskRecord]] = {}
+        self._touched_sites: set[Any] = set()
+        self._touched_actors: set[int] = set()
         self._spans: deque[DriverSpan] = deque(maxlen=4096)
         self._get_runs: dict[Any, list[DriverSpan]] = defaultdict(list)
         self._lock = threading.Lock()
@@ -200,9 +205,7 @@ class Advisor:
                     for _, kind, item in step:
                         if kind == 1:
                             self._add_span(item)
-                    self._check_tiny_tasks()
-                    self._check_serial_driver()
-                    self._check_actor_bottleneck()
+                    self._check_touched()
             finally:
                 self._replay_at = None
 
@@ -242,9 +245,7 @@ class Advisor:
             for span in spans:
                 self._add_span(span)
             if tasks or spans:  # the rules below only change when records arrive
-                self._check_tiny_tasks()
-                self._check_serial_driver()
-                self._check_actor_bottleneck()
+                self._check_touched()
             if pinned is not None:
                 self._check_pinned(*pinned)
 
@@ -272,23 +273,33 @@ class Advisor:
 
     # -- folding records in -------------------------------------------------------------
     def _add_record(self, record: TaskRecord) -> None:
+        # This runs once per task: keep it to a few dict and deque operations.
         self._records[record.task_id] = record
         self._recent.append(record)
         if len(self._records) > 8192:
             for old in list(self._records)[:4096]:
                 del self._records[old]
-        if record.cpu_time:
+        if record.cpu_time and record.finished - record.args_loaded >= CPU_BOUND_MIN_S:
             self._check_oversubscription(record)
             if self.cpus > self.cores:
                 self._check_fewer_slots(record)
+        if record.actor_id:
+            calls = self._actor_calls.get(record.actor_id)
+            if calls is None:
+                calls = self._actor_calls[record.actor_id] = deque(maxlen=64)
+            calls.append(record)
+            self._touched_actors.add(record.actor_id)
         if record.owner != 0 or record.callsite is None:
             return
         site = self._sites.get(record.callsite)
         if site is None:
             site = self._sites[record.callsite] = _Site(record.name)
         site.count += 1
-        if record.state == "FINISHED" and record.finished:
-            site.run_times.append(record.finished - record.args_loaded)
+        self._touched_sites.add(record.callsite)
+        if record.finished:
+            site.recent.append(record)
+            if site.count <= 512 or site.count % 8 == 0:  # a sample is enough for a median
+                site.run_times.append(record.finished - record.args_loaded)
         for fingerprint in record.large_args:
             repeats = site.arg_counts.get(fingerprint, 0) + 1
             site.arg_counts[fingerprint] = repeats
@@ -346,26 +357,38 @@ class Advisor:
             callsite,
         ))
 
-    def _check_tiny_tasks(self) -> None:
-        for callsite, site in self._sites.items():
-            if site.count < TINY_MIN_TASKS or len(site.run_times) < TINY_MIN_TASKS // 2:
-                continue
-            median = statistics.median(site.run_times)
-            if median >= TINY_RATIO * TASK_OVERHEAD_S:
-                continue
-            target = max(10 * TASK_OVERHEAD_S, 1e-3)
-            batch = min(10_000, max(2, round(target / max(median, 1e-7))))
-            self._report(Finding(
-                "tiny-tasks",
-                f"{site.name} tasks run for {median * 1e6:.1f} µs (median of "
-                f"{len(site.run_times)}), less than the ~{TASK_OVERHEAD_S * 1e6:.0f} µs each "
-                "task costs the runtime",
-                {"median_run_s": median, "tasks": site.count,
-                 "overhead_s": TASK_OVERHEAD_S, "suggested_batch": batch},
-                f"give each task more work: process about {batch} items per task (a list or "
-                "a range per call) so the work outweighs the per-task cost",
-                callsite,
-            ))
+    def _check_touched(self) -> None:
+        """Check the rules for the call sites and actors that got records since last time."""
+        sites, self._touched_sites = self._touched_sites, set()
+        actors, self._touched_actors = self._touched_actors, set()
+        for callsite in sites:
+            site = self._sites[callsite]
+            self._check_tiny_tasks(callsite, site)
+            self._check_serial_driver(callsite, site)
+        for actor_id in actors:
+            self._check_actor_bottleneck(actor_id, self._actor_calls[actor_id])
+
+    def _check_tiny_tasks(self, callsite: Any, site: _Site) -> None:
+        if ("tiny-tasks", callsite) in self._reported:
+            return
+        if site.count < TINY_MIN_TASKS or len(site.run_times) < TINY_MIN_TASKS // 2:
+            return
+        median = statistics.median(site.run_times)
+        if median >= TINY_RATIO * TASK_OVERHEAD_S:
+            return
+        target = max(10 * TASK_OVERHEAD_S, 1e-3)
+        batch = min(10_000, max(2, round(target / max(median, 1e-7))))
+        self._report(Finding(
+            "tiny-tasks",
+            f"{site.name} tasks run for {median * 1e6:.1f} µs (median of "
+            f"{len(site.run_times)}), less than the ~{TASK_OVERHEAD_S * 1e6:.0f} µs each "
+            "task costs the runtime",
+            {"median_run_s": median, "tasks": site.count,
+             "overhead_s": TASK_OVERHEAD_S, "suggested_batch": batch},
+            f"give each task more work: process about {batch} items per task (a list or "
+            "a range per call) so the work outweighs the per-task cost",
+            callsite,
+        ))
 
     def _check_wait_for_slowest(self, span: DriverSpan) -> None:
         blocked = span.end - span.start
@@ -394,82 +417,76 @@ class Advisor:
             span.callsite,
         ))
 
-    def _check_serial_driver(self) -> None:
+    def _check_serial_driver(self, callsite: Any, site: _Site) -> None:
         # Over the last submissions from one call site: the time between the first and
         # the last submission, less the driver's time blocked in get/wait, is the
-        # driver's own serial work; the time no task ran is what it cost the workers.
-        by_site: dict[Any, list[TaskRecord]] = defaultdict(list)
-        for record in self._recent:
-            if record.owner == 0 and record.callsite is not None and record.finished:
-                by_site[record.callsite].append(record)
-        for callsite, records in by_site.items():
-            if len(records) < SERIAL_MIN_TASKS or ("serial-driver", callsite) in self._reported:
-                continue
-            records.sort(key=lambda r: r.submitted)
-            window = records[-SERIAL_MIN_TASKS * 4:]
-            first, last = window[0].submitted, window[-1].submitted
-            wall = max(r.seen for r in window) - first
-            blocked = sum(
-                max(0.0, min(span.end, last) - max(span.start, first)) for span in self._spans
-            )
-            serial = (last - first) - blocked
-            if wall <= 0 or serial / wall < SERIAL_FRACTION:
-                continue
-            busy = sum(r.finished - r.started for r in window)
-            utilization = busy / (self.cpus * wall)
-            if utilization >= SERIAL_MAX_UTILIZATION:
-                continue
-            self._report(Finding(
-                "serial-driver",
-                f"the driver spent {serial:.2f} s of {wall:.2f} s ({serial / wall:.0%}) in its "
-                f"own code between submissions of {records[-1].name}, so the {self.cpus:g} "
-                f"CPU slots were only {utilization:.0%} busy: the speed-up cannot exceed "
-                f"{wall / serial:.1f}x (Amdahl's law)",
-                {"serial_s": round(serial, 4), "wall_s": round(wall, 4),
-                 "slot_utilization": round(utilization, 3), "tasks": len(window)},
-                "submit the tasks before the driver's own work (or make that work a task "
-                "too), so workers run while the driver computes",
-                callsite,
-            ))
+        # driver's own serial work; the slots' low use is what it cost the workers.
+        if len(site.recent) < SERIAL_MIN_TASKS or ("serial-driver", callsite) in self._reported:
+            return
+        window = sorted(site.recent, key=lambda r: r.submitted)
+        first, last = window[0].submitted, window[-1].submitted
+        wall = max(r.seen for r in window) - first
+        blocked = 0.0
+        for span in reversed(self._spans):
+            if span.end < first:
+                break
+            blocked += max(0.0, min(span.end, last) - max(span.start, first))
+        serial = (last - first) - blocked
+        if wall <= 0 or serial / wall < SERIAL_FRACTION:
+            return
+        busy = sum(r.finished - r.started for r in window)
+        utilization = busy / (self.cpus * wall)
+        if utilization >= SERIAL_MAX_UTILIZATION:
+            return
+        self._report(Finding(
+            "serial-driver",
+            f"the driver spent {serial:.2f} s of {wall:.2f} s ({serial / wall:.0%}) in its "
+            f"own code between submissions of {site.name}, so the {self.cpus:g} "
+            f"CPU slots were only {utilization:.0%} busy: the speed-up cannot exceed "
+            f"{wall / serial:.1f}x (Amdahl's law)",
+            {"serial_s": round(serial, 4), "wall_s": round(wall, 4),
+             "slot_utilization": round(utilization, 3), "tasks": len(window)},
+            "submit the tasks before the driver's own work (or make that work a task "
+            "too), so workers run while the driver computes",
+            callsite,
+        ))
 
-    def _check_actor_bottleneck(self) -> None:
-        by_actor: dict[int, list[TaskRecord]] = defaultdict(list)
-        for record in self._recent:
-            if record.actor_id and record.started:
-                by_actor[record.actor_id].append(record)
-        for actor_id, records in by_actor.items():
-            if len(records) < ACTOR_MIN_CALLS or ("actor-bottleneck", actor_id) in self._reported:
-                continue
-            busy = sum(r.finished - r.started for r in records)
-            run = busy / len(records)
-            queued = sum(r.started - r.submitted for r in records) / len(records)
-            if busy < ACTOR_MIN_BUSY_S or queued < ACTOR_QUEUE_RATIO * run:
-                continue
-            # Were task slots idle meanwhile? Few plain tasks ran during those calls.
-            begin = min(r.submitted for r in records)
-            end = max(r.finished for r in records)
-            if busy < ACTOR_MIN_UTILIZATION * (end - begin):
-                continue  # the actor itself was often idle: not the bottleneck
-            task_time = sum(
-                min(r.finished, end) - max(r.started, begin) for r in self._recent
-                if not r.actor_id and r.started and r.finished > begin and r.started < end
-            )
-            idle_slots = self.cpus - 1 - task_time / max(end - begin, 1e-9)
-            if idle_slots < 1:
-                continue
-            name = records[-1].name
-            self._report(Finding(
-                "actor-bottleneck",
-                f"calls to one actor ({name.split('.')[0]}) waited {queued:.3f} s on average "
-                f"for {run:.3f} s of work each ({len(records)} calls) while about "
-                f"{idle_slots:.0f} CPU slots were idle",
-                {"calls": len(records), "mean_queued_s": round(queued, 4),
-                 "mean_run_s": round(run, 4), "idle_slots": round(idle_slots, 1),
-                 "method": name},
-                "create several actors and spread the calls (lightwork.util.ActorPool), or "
-                "make the work a task if it needs no actor state",
-                records[-1].callsite,
-            ), key=actor_id)
+    def _check_actor_bottleneck(self, actor_id: int, calls: deque[TaskRecord]) -> None:
+        if len(calls) < ACTOR_MIN_CALLS or ("actor-bottleneck", actor_id) in self._reported:
+            return
+        records = [r for r in calls if r.started]
+        if len(records) < ACTOR_MIN_CALLS:
+            return
+        busy = sum(r.finished - r.started for r in records)
+        run = busy / len(records)
+        queued = sum(r.started - r.submitted for r in records) / len(records)
+        if busy < ACTOR_MIN_BUSY_S or queued < ACTOR_QUEUE_RATIO * run:
+            return
+        # Were task slots idle meanwhile? Few plain tasks ran during those calls.
+        begin = min(r.submitted for r in records)
+        end = max(r.finished for r in records)
+        if busy < ACTOR_MIN_UTILIZATION * (end - begin):
+            return  # the actor itself was often idle: not the bottleneck
+        task_time = sum(
+            min(r.finished, end) - max(r.started, begin) for r in self._recent
+            if not r.actor_id and r.started and r.finished > begin and r.started < end
+        )
+        idle_slots = self.cpus - 1 - task_time / max(end - begin, 1e-9)
+        if idle_slots < 1:
+            return
+        name = records[-1].name
+        self._report(Finding(
+            "actor-bottleneck",
+            f"calls to one actor ({name.split('.')[0]}) waited {queued:.3f} s on average "
+            f"for {run:.3f} s of work each ({len(records)} calls) while about "
+            f"{idle_slots:.0f} CPU slots were idle",
+            {"calls": len(records), "mean_queued_s": round(queued, 4),
+             "mean_run_s": round(run, 4), "idle_slots": round(idle_slots, 1),
+             "method": name},
+            "create several actors and spread the calls (lightwork.util.ActorPool), or "
+            "make the work a task if it needs no actor state",
+            records[-1].callsite,
+        ), key=actor_id)
 
     def _check_oversubscription(self, record: TaskRecord) -> None:
         wall = record.finished - record.args_loaded
