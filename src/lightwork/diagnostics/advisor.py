@@ -78,6 +78,7 @@ SERIAL_FRACTION = 0.3
 SERIAL_MAX_UTILIZATION = 0.6
 OVERSUBSCRIBED_CPU = 1.6  # cores used by one single-CPU task's process
 OVERSUBSCRIBED_MIN_S = 0.2  # only tasks long enough for CPU time to mean something
+SAMPLE_PER_STEP = 500  # records looked at in full per step; more are sampled
 CPU_BOUND_MIN_S = 0.01  # tasks shorter than this say little about the cores' use
 CORES_BUSY_SHARE = 0.75  # tasks at once kept this share of the cores busy
 PINNED_MIN_BYTES = 256 << 20
@@ -240,8 +241,15 @@ class Advisor:
             tasks, spans = node.log.take_fresh()
             pinned = self._pinned_bytes() if node.objects.bytes_in_segments >= PINNED_MIN_BYTES else None
         with self._lock:
-            for record in tasks:
-                self._add_record(record)
+            stride = max(1, len(tasks) // SAMPLE_PER_STEP)
+            for index, record in enumerate(tasks):
+                # A flood of tasks: a sample tells the statistical rules as much, for a
+                # fraction of the time this thread takes from the program. Big arguments
+                # and long tasks are always looked at.
+                if index % stride == 0:
+                    self._add_record(record, stride)
+                elif record.large_args or record.finished - record.args_loaded >= CPU_BOUND_MIN_S:
+                    self._add_record(record, 0)
             for span in spans:
                 self._add_span(span)
             if tasks or spans:  # the rules below only change when records arrive
@@ -272,8 +280,9 @@ class Advisor:
                 finding.message(), AdviceWarning, filename, line, module="lightwork.advisor")
 
     # -- folding records in -------------------------------------------------------------
-    def _add_record(self, record: TaskRecord) -> None:
-        # This runs once per task: keep it to a few dict and deque operations.
+    def _add_record(self, record: TaskRecord, weight: int = 1) -> None:
+        # This runs once per task: keep it to a few dict and deque operations. ``weight``
+        # is how many tasks a sampled record stands for (0: already counted).
         self._records[record.task_id] = record
         self._recent.append(record)
         if len(self._records) > 8192:
@@ -294,12 +303,11 @@ class Advisor:
         site = self._sites.get(record.callsite)
         if site is None:
             site = self._sites[record.callsite] = _Site(record.name)
-        site.count += 1
+        site.count += weight
         self._touched_sites.add(record.callsite)
         if record.finished:
             site.recent.append(record)
-            if site.count <= 512 or site.count % 8 == 0:  # a sample is enough for a median
-                site.run_times.append(record.finished - record.args_loaded)
+            site.run_times.append(record.finished - record.args_loaded)  # the last 512
         for fingerprint in record.large_args:
             repeats = site.arg_counts.get(fingerprint, 0) + 1
             site.arg_counts[fingerprint] = repeats
