@@ -101,6 +101,17 @@ def ray_start():
     lightwork.shutdown()
 
 
+@pytest.fixture(scope="module")
+def two_cpus():
+    """One 2-CPU runtime shared by the tests of a module."""
+    import lightwork
+
+    _shutdown_if_running()
+    lightwork.init(num_cpus=2)
+    yield lightwork
+    lightwork.shutdown()
+
+
 @pytest.fixture
 def fresh_runtime():
     """No runtime before the test; whatever the test started is shut down after it."""

@@ -176,3 +176,35 @@ def run_script(path: str, timeout: float = 40.0) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
     )
+
+
+def start_session_driver(body: str) -> dict[str, Any]:
+    """Run a driver script that prints ``SOCKET <path>`` and waits for a gate file.
+
+    Returns what tests need to talk to it (``env`` with its own short TMPDIR, ``home``,
+    ``script``, ``socket``, ``pid``, ``gate``, ``process``); end it with
+    :func:`stop_session_driver`.
+    """
+    import tempfile
+
+    home = tempfile.mkdtemp(prefix="lw")  # short: a Unix socket path has ~104 bytes
+    env = script_env()
+    env["TMPDIR"] = home
+    script = write_script(home, "driver.py", body)
+    gate = os.path.join(home, "gate")
+    driver = subprocess.Popen([sys.executable, script, gate], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    line = driver.stdout.readline()
+    assert line.startswith("SOCKET"), line + driver.stderr.read()
+    return {"env": env, "home": home, "script": script, "socket": line.split()[1],
+            "pid": driver.pid, "gate": gate, "process": driver}
+
+
+def stop_session_driver(info: dict[str, Any]) -> None:
+    """Open the driver's gate, check it ended cleanly, and remove its directory."""
+    import shutil
+
+    open(info["gate"], "w").close()
+    out, err = info["process"].communicate(timeout=30)
+    assert "DONE" in out, err
+    shutil.rmtree(info["home"], ignore_errors=True)

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import helpers
 import pytest
@@ -150,22 +148,11 @@ print("DONE", flush=True)
 
 @pytest.fixture(scope="module")
 def session():
-    home = tempfile.mkdtemp(prefix="lw")  # short: a Unix socket path has ~104 bytes
-    env = helpers.script_env()
-    env["TMPDIR"] = home
-    script = helpers.write_script(home, "driver.py", DRIVER)
-    gate = os.path.join(home, "gate")
-    driver = subprocess.Popen([sys.executable, script, gate], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    line = driver.stdout.readline()
-    assert line.startswith("SOCKET"), line + driver.stderr.read()
-    with open(script) as f:
-        mistake = next(n for n, text in enumerate(f, 1) if "# get in a loop" in text)
-    yield {"env": env, "home": home, "script": script, "line": mistake}
-    open(gate, "w").close()
-    out, err = driver.communicate(timeout=30)
-    assert "DONE" in out, err
-    shutil.rmtree(home, ignore_errors=True)
+    info = helpers.start_session_driver(DRIVER)
+    with open(info["script"]) as f:
+        info["line"] = next(n for n, text in enumerate(f, 1) if "# get in a loop" in text)
+    yield info
+    helpers.stop_session_driver(info)
 
 
 def run(env, *args):

@@ -69,21 +69,9 @@ print("DONE", flush=True)
 
 @pytest.fixture(scope="module")
 def session():
-    home = tempfile.mkdtemp(prefix="lw")  # short: a Unix socket path has ~104 bytes
-    env = helpers.script_env()
-    env["TMPDIR"] = home
-    script = helpers.write_script(home, "driver.py", DRIVER)
-    gate = os.path.join(home, "gate")
-    driver = subprocess.Popen([sys.executable, script, gate], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    line = driver.stdout.readline()
-    assert line.startswith("SOCKET"), line + driver.stderr.read()
-    info = {"env": env, "home": home, "socket": line.split()[1], "pid": driver.pid}
+    info = helpers.start_session_driver(DRIVER)
     yield info
-    open(gate, "w").close()
-    out, err = driver.communicate(timeout=30)
-    assert "DONE" in out, err
-    shutil.rmtree(home, ignore_errors=True)
+    helpers.stop_session_driver(info)
 
 
 def run(session, *args, env=None):

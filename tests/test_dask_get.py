@@ -16,12 +16,8 @@ from dask.utils_test import GetFunctionTestMixin, inc  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
-def runtime():
-    if lightwork.is_initialized():
-        lightwork.shutdown()
-    lightwork.init(num_cpus=2)
+def runtime(two_cpus):
     yield
-    lightwork.shutdown()
 
 
 class TestConformance(GetFunctionTestMixin):

@@ -19,12 +19,8 @@ DSK = {"a": (operator.add, 1, 2), "b": (operator.add, 3, "a"), "c": (operator.mu
 
 
 @pytest.fixture(scope="module", autouse=True)
-def runtime():
-    if lightwork.is_initialized():
-        lightwork.shutdown()
-    lightwork.init(num_cpus=2)
+def runtime(two_cpus):
     yield
-    lightwork.shutdown()
 
 
 class Recorder(Callback):

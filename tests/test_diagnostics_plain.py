@@ -17,12 +17,8 @@ STATE_KEYS = {"dependencies", "dependents", "waiting", "waiting_data", "cache", 
 
 
 @pytest.fixture(scope="module", autouse=True)
-def runtime():
-    if lightwork.is_initialized():
-        lightwork.shutdown()
-    lightwork.init(num_cpus=2)
+def runtime(two_cpus):
     yield
-    lightwork.shutdown()
 
 
 @pytest.fixture(autouse=True)

@@ -25,12 +25,8 @@ DSK = {"x": 1, "y": (operator.add, "x", 10), "z": (operator.mul, "y", 2)}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def runtime():
-    if lightwork.is_initialized():
-        lightwork.shutdown()
-    lightwork.init(num_cpus=2)
+def runtime(two_cpus):
     yield
-    lightwork.shutdown()
 
 
 class FakeClock:
