@@ -109,14 +109,7 @@ class _BoundActorOptions:
 
 
 def _check_actor_options(options: dict[str, Any], what: str) -> dict[str, Any]:
-    check_options({k: v for k, v in options.items() if k in ("num_cpus", "num_gpus", "resources", "memory")},
-                  ACTOR_OPTIONS, f"actor class {what}")
-    unknown = sorted(set(options) - ACTOR_OPTIONS)
-    if unknown:
-        raise ValueError(
-            f"unknown option(s) {', '.join(map(repr, unknown))} for actor class {what}; "
-            f"valid options are: {', '.join(sorted(ACTOR_OPTIONS))}"
-        )
+    check_options(options, ACTOR_OPTIONS, f"actor class {what}")  # names, resource amounts
     lifetime = options.get("lifetime")
     if lifetime not in (None, "detached", "non_detached"):
         raise ValueError(f"lifetime must be None, 'detached' or 'non_detached', got {lifetime!r}")
