@@ -203,7 +203,8 @@ class DriverCalls(_Base):
         if countdown is not None:
             start = time.monotonic()
             finished = self._block_on(countdown, timeout)
-            self.log.add_span(self._span("get", start, entries, pending, callsite))
+            if self.log.enabled:
+                self.log.add_span(self._span("get", start, entries, pending, callsite))
             if not finished:
                 with self.lock:
                     for entry in pending:
@@ -233,9 +234,9 @@ class DriverCalls(_Base):
         if countdown is not None:
             start = time.monotonic()
             self._block_on(countdown, timeout)
-            self.log.add_span(self._span(
-                "wait", start, entries, [e for e in entries if e.ready_at >= start or e.state == PENDING],
-                callsite))
+            if self.log.enabled:
+                waited = [e for e in entries if e.ready_at >= start or e.state == PENDING]
+                self.log.add_span(self._span("wait", start, entries, waited, callsite))
             with self.lock:
                 for entry in entries:
                     entry.remove_waiter(countdown.hit)
