@@ -117,8 +117,8 @@ class Node(DriverCalls, WorkerRequests):
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_seq = itertools.count()
         self._deferred: list[Callable[[], None]] = []
-        # Observers of task life (diagnostics): called as fn(event, record) outside the
-        # lock, in the thread that applied the change; event is "submitted" or "ended".
+        # Observers of task life (diagnostics): called as fn("ended", record) outside the
+        # lock, in the thread that applied the change, when a task finished or failed.
         self.task_listeners: list[Callable[[str, TaskRecord], None]] = []
         self._want_write: set[WorkerConn] = set()
         self.closed = False
@@ -508,8 +508,6 @@ class Node(DriverCalls, WorkerRequests):
         """Add a new task (lock held): pin its arguments, wait for its dependencies."""
         deps = [self.lookup(object_id) for object_id in task.deps]
         self.tasks[task.task_id] = task
-        if self.task_listeners:
-            self._notify("submitted", task.record)
         unready = 0
         for entry in deps:
             entry.task_uses += 1
@@ -566,8 +564,8 @@ class Node(DriverCalls, WorkerRequests):
             self._notify("ended", task.record)
 
     def _notify(self, event: str, record: TaskRecord) -> None:
-        for listener in list(self.task_listeners):
-            self._deferred.append(lambda fn=listener: fn(event, record))
+        listeners = tuple(self.task_listeners)
+        self._deferred.append(lambda: [listener(event, record) for listener in listeners])
 
     def add_task_listener(self, listener: Callable[[str, TaskRecord], None]) -> None:
         with self.lock:
