@@ -90,26 +90,25 @@ def _no_runtime_leaks_between_modules():
     _shutdown_if_running()
 
 
-@pytest.fixture(scope="module")
-def ray_start():
-    """One 4-CPU runtime shared by the tests of a module."""
+def _module_runtime(num_cpus):
     import lightwork
 
     _shutdown_if_running()
-    lightwork.init(num_cpus=4)
+    lightwork.init(num_cpus=num_cpus)
     yield lightwork
     lightwork.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_start():
+    """One 4-CPU runtime shared by the tests of a module."""
+    yield from _module_runtime(4)
 
 
 @pytest.fixture(scope="module")
 def two_cpus():
     """One 2-CPU runtime shared by the tests of a module."""
-    import lightwork
-
-    _shutdown_if_running()
-    lightwork.init(num_cpus=2)
-    yield lightwork
-    lightwork.shutdown()
+    yield from _module_runtime(2)
 
 
 @pytest.fixture

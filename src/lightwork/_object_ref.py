@@ -22,7 +22,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections import deque
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from typing import Any
 
@@ -77,10 +77,6 @@ class RefCounter:
     def holds(self, object_id: int) -> bool:
         """Whether a live ref counts (a re-borrow may follow a drain that reported it gone)."""
         return object_id in self._counts
-
-    def held_ids(self) -> list[int]:
-        with self._lock:
-            return list(self._counts)
 
     def reset(self) -> None:
         with self._lock:
@@ -170,10 +166,6 @@ class ObjectRef:
 
 def _rebuild_ref(object_id: int) -> ObjectRef:
     return ObjectRef(object_id, _borrowed=True)
-
-
-def ids_of(refs: Iterable[ObjectRef]) -> list[int]:
-    return [ref._id for ref in refs]
 
 
 ObjectRef.__module__ = "lightwork"

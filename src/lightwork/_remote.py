@@ -15,7 +15,7 @@ from typing import Any
 
 import cloudpickle
 
-from lightwork._runtime.calls import IGNORED_OPTIONS, TASK_OPTIONS, CallSpec, check_options
+from lightwork._runtime.calls import TASK_OPTIONS, CallSpec, check_options
 from lightwork._runtime.serialization import SerializationError, describe_unpicklable
 
 
@@ -113,6 +113,6 @@ def _submit(spec: CallSpec, args: tuple, kwargs: dict) -> Any:
     return refs
 
 
-__all__ = ["IGNORED_OPTIONS", "RemoteFunction"]
+__all__ = ["RemoteFunction"]
 
 from lightwork import _api  # noqa: E402  (_api imports this module: bind it after)

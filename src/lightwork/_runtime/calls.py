@@ -117,16 +117,13 @@ def large_arguments(args: tuple, kwargs: dict) -> tuple[tuple[int, int], ...]:
 
 
 # -- options ---------------------------------------------------------------------------
+# Ray's task options. From "memory" on they are accepted and have no effect on one
+# machine (placement, environments, labels), so Ray code passing them keeps working.
 TASK_OPTIONS = {
     "num_returns", "num_cpus", "num_gpus", "resources", "max_retries", "retry_exceptions",
     "name", "memory", "scheduling_strategy", "runtime_env", "accelerator_type",
     "max_calls", "placement_group", "placement_group_bundle_index",
     "_metadata", "label_selector",
-}
-# Ray options accepted and ignored on one machine (no effect on placement here).
-IGNORED_OPTIONS = {
-    "memory", "scheduling_strategy", "runtime_env", "accelerator_type", "max_calls",
-    "placement_group", "placement_group_bundle_index", "_metadata", "label_selector",
 }
 
 

@@ -44,7 +44,7 @@ from lightwork import _api
 from lightwork._object_ref import ObjectRef
 from lightwork.dask._execute import run_graph_node
 from lightwork.dask._graph import needed_subgraph
-from lightwork.diagnostics.callbacks import Hooks
+from lightwork.diagnostics.callbacks import Hooks, dask_state
 
 _remote_by_name: dict[str, Any] = {}
 _remote_lock = threading.Lock()
@@ -166,17 +166,7 @@ class DaskRun:
             else:
                 ready.append(key)
         ready.sort(key=self.priority.__getitem__, reverse=True)
-        return {
-            "dependencies": dependencies,
-            "dependents": dependents,
-            "waiting": waiting,
-            "waiting_data": {key: set(dents) for key, dents in dependents.items() if dents},
-            "cache": cache,
-            "ready": ready,
-            "running": set(),
-            "finished": set(),
-            "released": set(),
-        }
+        return dask_state(dependencies, dependents, waiting, cache, ready, set())
 
     def _fire_tasks(self) -> None:
         from dask._task_spec import Alias

@@ -28,7 +28,7 @@ import threading
 from typing import Any, NamedTuple
 
 from lightwork._runtime import introspect
-from lightwork.diagnostics.callbacks import Hooks
+from lightwork.diagnostics.callbacks import Hooks, dask_state
 
 ENDED_STATES = ("FINISHED", "FAILED")
 BATCH = 256
@@ -154,17 +154,8 @@ class PlainRun:
                         if dependents[dep] is _NO_KEYS:
                             dependents[dep] = set()
                         dependents[dep].add(key)
-        return {
-            "dependencies": dependencies,
-            "dependents": dependents,
-            "waiting": waiting,
-            "waiting_data": {key: set(dents) for key, dents in dependents.items() if dents},
-            "cache": cache,
-            "ready": [],
-            "running": {key for key in self.key_of_task.values() if key not in waiting},
-            "finished": set(),
-            "released": set(),
-        }
+        running = {key for key in self.key_of_task.values() if key not in waiting}
+        return dask_state(dependencies, dependents, waiting, cache, [], running)
 
     def _apply(self, ended: list[tuple[str, Any]]) -> None:
         for key, record in ended:

@@ -248,6 +248,24 @@ def active_callbacks(explicit: Iterable[Any] | None = None) -> list[Callback]:
 
 
 # -- firing -------------------------------------------------------------------------------
+def dask_state(
+    dependencies: dict[Any, Any], dependents: dict[Any, Any], waiting: dict[Any, set[Any]],
+    cache: dict[Any, Any], ready: list[Any], running: set[Any],
+) -> dict[str, Any]:
+    """The ``state`` a run hands to callbacks, with Dask's keys (one shape for both runs)."""
+    return {
+        "dependencies": dependencies,
+        "dependents": dependents,
+        "waiting": waiting,
+        "waiting_data": {key: set(dents) for key, dents in dependents.items() if dents},
+        "cache": cache,
+        "ready": ready,
+        "running": running,
+        "finished": set(),
+        "released": set(),
+    }
+
+
 class Hooks:
     """The hooks of one run's callbacks, called in Dask's order with Dask's arguments."""
 
