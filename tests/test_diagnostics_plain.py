@@ -8,9 +8,15 @@ import time
 import pytest
 
 import lightwork
-from lightwork._object_ref import ObjectRef
 from lightwork._runtime import introspect
-from lightwork.diagnostics import CacheProfiler, Callback, Profiler, ProgressBar
+from lightwork.diagnostics import (
+    CacheProfiler,
+    Callback,
+    Profiler,
+    ProgressBar,
+    ResourceProfiler,
+)
+from lightwork.diagnostics._plain import RemoteCall
 
 STATE_KEYS = {"dependencies", "dependents", "waiting", "waiting_data", "cache", "ready",
               "running", "finished", "released"}
@@ -18,36 +24,6 @@ STATE_KEYS = {"dependencies", "dependents", "waiting", "waiting_data", "cache", 
 
 @pytest.fixture(scope="module", autouse=True)
 def runtime(two_cpus):
-    yield
-
-
-@pytest.fixture(autouse=True)
-def observed_get(monkeypatch):
-    """Until ``_api.get``/``wait`` call ``introspect.observe_call`` themselves (the change
-    described in issue 5's note), wrap them here the same way."""
-    from lightwork import _api
-
-    if getattr(_api, "_observe_call", None) is not None:
-        yield
-        return
-    plain_get, plain_wait = _api.get, _api.wait
-
-    def get(object_refs, *, timeout=None):
-        if not introspect.blocking_observers:
-            return plain_get(object_refs, timeout=timeout)
-        refs = [object_refs] if isinstance(object_refs, ObjectRef) else list(object_refs)
-        return introspect.observe_call("get", refs,
-                                       lambda: plain_get(object_refs, timeout=timeout))
-
-    def wait(object_refs, **kwargs):
-        if not introspect.blocking_observers:
-            return plain_wait(object_refs, **kwargs)
-        return introspect.observe_call("wait", list(object_refs),
-                                       lambda: plain_wait(object_refs, **kwargs))
-
-    for target in (_api, lightwork):
-        monkeypatch.setattr(target, "get", get)
-        monkeypatch.setattr(target, "wait", wait)
     yield
 
 
@@ -166,3 +142,86 @@ def test_no_observer_left_once_callbacks_end():
     with Profiler():
         pass
     assert not introspect.blocking_observers
+
+
+def test_progress_bar_moves_as_tasks_end():
+    out = io.StringIO()
+    refs = [nap.remote(0.15) for _ in range(6)]  # 3 rounds on 2 CPUs
+    with ProgressBar(out=out, dt=0.01):
+        lightwork.get(refs)
+    shown = [int(part.split("%")[0].rsplit("|", 1)[1]) for part in out.getvalue().split("\r")
+             if "% Completed" in part]
+    assert shown == sorted(shown) and shown[-1] == 100
+    assert any(0 < percent < 100 for percent in shown), shown
+
+
+def test_profiler_task_names_its_dependencies_in_the_run():
+    a = nap.remote(0.2)
+    b = add.remote(a, 1)
+    with Profiler() as prof:
+        lightwork.get(b)
+    by_group = {r.key.split("-")[0]: r for r in prof.results}
+    assert set(by_group) == {"nap", "add"}
+    call = by_group["add"].task
+    assert isinstance(call, RemoteCall) and call.name == "add"
+    assert call.dependencies == {by_group["nap"].key}
+    assert by_group["nap"].end_time <= by_group["add"].start_time
+
+
+def test_profiler_gives_the_same_results_with_a_state_keeping_callback():
+    """Profiler alone keeps no Dask state; next to a pretask hook the run keeps it."""
+    def keys_of(extra):
+        a = nap.remote(0.1)
+        refs = [add.remote(a, i) for i in range(3)]
+        with Profiler() as prof, extra:
+            lightwork.get(refs)
+        return sorted(r.key.split("-")[0] for r in prof.results), len(
+            {r.key for r in prof.results})
+
+    pretask_keys = []
+    with_state = keys_of(Callback(pretask=lambda key, dsk, state: pretask_keys.append(key)))
+    assert keys_of(ResourceProfiler(dt=5)) == with_state == (["add", "add", "add", "nap"], 4)
+    assert len(pretask_keys) == 4
+
+
+def test_profiler_results_do_not_keep_objects_alive(wait_until):
+    node = lightwork._api._node
+    before = len(node.objects.entries)
+    refs = [square.remote(i) for i in range(50)]
+    with Profiler() as prof:
+        lightwork.get(refs)
+    del refs
+    assert wait_until(lambda: len(node.objects.entries) <= before, timeout=10)
+    assert len(prof.results) == 50  # read after the objects are gone
+    assert {r.task.name for r in prof.results} == {"square"}
+
+
+def test_a_failing_task_listener_does_not_stop_the_runtime(monkeypatch):
+    seen = []
+    monkeypatch.setattr("sys.unraisablehook", lambda args: seen.append(args.exc_value))
+
+    def broken(records):
+        raise RuntimeError("diagnostics bug")
+
+    node = lightwork._api._node
+    node.add_task_listener(broken)
+    try:
+        assert lightwork.get([square.remote(i) for i in range(5)]) == [0, 1, 4, 9, 16]
+    finally:
+        node.remove_task_listener(broken)
+    assert lightwork.get(square.remote(3)) == 9
+    assert seen and all(str(exc) == "diagnostics bug" for exc in seen)
+
+
+def test_a_failing_blocking_observer_does_not_break_get(monkeypatch):
+    seen = []
+    monkeypatch.setattr("sys.unraisablehook", lambda args: seen.append(args))
+
+    def broken(kind, refs):
+        raise RuntimeError("observer bug")
+
+    monkeypatch.setattr(introspect, "blocking_observers", [broken])
+    monkeypatch.setattr(lightwork._api, "_observers", introspect.blocking_observers)
+    assert lightwork.get(square.remote(4)) == 16
+    assert [str(args.exc_value) for args in seen] == ["observer bug"]
+    assert "blocking-call observer" in seen[0].err_msg

@@ -6,8 +6,8 @@ gathered here, always under ``node.lock`` and always as copies:
 
 * :func:`task_graph_of` — for some object ids, the tasks that make them and, walking
   back through top-level ref arguments, every *unfinished* task they still depend on
-  (what a ``get`` is waiting for);
-* :func:`process_ids` — the driver, every live worker and actor process;
+  (what a ``get`` is waiting for), as plain ids and tuples: it runs under the runtime's
+  lock for every ``get`` that callbacks observe, so it must be quick;
 * :func:`node_or_none` — the driver's node, or None (not started, or in a worker).
 
 Blocking-call observers
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import SimpleNamespace
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
@@ -61,9 +62,15 @@ def observe_call(kind: str, refs: list[Any], call: Callable[[], Any]) -> Any:
                 _report(exc, end)
 
 
+def report_unraisable(exc: BaseException, message: str, where: Any) -> None:
+    """Hand a diagnostics bug to ``sys.unraisablehook`` (printed, never raised)."""
+    sys.unraisablehook(SimpleNamespace(exc_type=type(exc), exc_value=exc,
+                                       exc_traceback=exc.__traceback__,
+                                       err_msg=f"{message} {where!r}", object=where))
+
+
 def _report(exc: BaseException, where: Any) -> None:
-    sys.unraisablehook(sys.UnraisableHookArgs(  # type: ignore[attr-defined]
-        type(exc), exc, exc.__traceback__, f"lightwork blocking-call observer {where!r}", where))
+    report_unraisable(exc, "Exception ignored in lightwork blocking-call observer", where)
 
 
 def node_or_none() -> Any:
@@ -88,15 +95,10 @@ class TaskView(NamedTuple):
     record: Any  # the live TaskRecord (mutated by the node; read its times once ended)
 
 
-class ObjectView(NamedTuple):
-    object_id: int
-    task_id: int  # 0 for put()
-    state: int  # 0 pending, 1 ready, 2 failed; -1 already freed
-
-
-def task_graph_of(node: Any, object_ids: Iterable[int]) -> tuple[list[ObjectView], dict[int, TaskView]]:
-    """The objects asked for, and the unfinished tasks they (transitively) wait on."""
-    objects: list[ObjectView] = []
+def task_graph_of(node: Any, object_ids: Iterable[int]) -> tuple[list[int], dict[int, TaskView]]:
+    """For the objects asked for: the id of the task that makes each (0 for a ``put``,
+    -1 if already freed), and the unfinished tasks they (transitively) wait on."""
+    made_by: list[int] = []
     tasks: dict[int, TaskView] = {}
     no_deps: tuple[int, ...] = ()
     with node.lock:
@@ -106,18 +108,17 @@ def task_graph_of(node: Any, object_ids: Iterable[int]) -> tuple[list[ObjectView
         for object_id in object_ids:
             entry = entries.get(object_id)
             if entry is None:
-                objects.append(ObjectView(object_id, 0, -1))
+                made_by.append(-1)
                 continue
-            objects.append(ObjectView(object_id, entry.task_id, entry.state))
-            if entry.task_id in live:
-                stack.append(entry.task_id)
+            task_id = entry.task_id
+            made_by.append(task_id)
+            if task_id in live:
+                stack.append(task_id)
         while stack:
             task_id = stack.pop()
             if task_id in tasks:
                 continue
-            spec = live.get(task_id)
-            if spec is None:
-                continue
+            spec = live[task_id]
             dep_tasks = no_deps
             if spec.deps:
                 found = []
@@ -128,7 +129,7 @@ def task_graph_of(node: Any, object_ids: Iterable[int]) -> tuple[list[ObjectView
                         stack.append(dep_entry.task_id)
                 dep_tasks = tuple(dict.fromkeys(found))
             tasks[task_id] = TaskView(task_id, spec.name, dep_tasks, spec.return_ids, spec.record)
-    return objects, tasks
+    return made_by, tasks
 
 
 def ready_value(node: Any, object_id: int) -> tuple[bool, Any]:
@@ -141,15 +142,3 @@ def ready_value(node: Any, object_id: int) -> tuple[bool, Any]:
         return True, node.get([object_id], 0)[0]
     except Exception:  # noqa: BLE001 - freed between the check and the read
         return False, None
-
-
-def process_ids(node: Any | None) -> list[int]:
-    """The driver's pid, then the pid of every live worker and actor process."""
-    pids = [os.getpid()]
-    if node is None:
-        return pids
-    with node.lock:
-        for conn in node.workers.values():
-            if conn.pid and not conn.dead:
-                pids.append(conn.pid)
-    return pids

@@ -47,6 +47,7 @@ from lightwork._runtime.worker_requests import WorkerRequests
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
 from lightwork._runtime.events import EventLog, TaskRecord
+from lightwork._runtime.introspect import report_unraisable
 from lightwork._runtime.objects import FAILED, PENDING, ObjectEntry, ObjectTable, unlink_quietly
 from lightwork._runtime.scheduler import (
     DISPATCHED,
@@ -117,9 +118,12 @@ class Node(DriverCalls, WorkerRequests):
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_seq = itertools.count()
         self._deferred: list[Callable[[], None]] = []
-        # Observers of task life (diagnostics): called as fn("ended", record) outside the
-        # lock, in the thread that applied the change, when a task finished or failed.
-        self.task_listeners: list[Callable[[str, TaskRecord], None]] = []
+        # Observers of task ends (diagnostics): called as fn(records) outside the lock, in
+        # the thread that applied the ends, with the TaskRecords of the tasks that
+        # finished or failed since the last delivery, in the order they ended. The node
+        # pays one append per ended task while any listener is registered.
+        self.task_listeners: list[Callable[[list[TaskRecord]], None]] = []
+        self._ended_unheard: list[TaskRecord] = []
         self._want_write: set[WorkerConn] = set()
         self.closed = False
         self.broken = ""  # why the runtime cannot go on (a dead fork server, a bug), or ""
@@ -561,17 +565,27 @@ class Node(DriverCalls, WorkerRequests):
             unlink_quietly(task.args.path)
         self.log.finish_task(task.record)
         if self.task_listeners:
-            self._notify("ended", task.record)
+            if not self._ended_unheard:
+                self._deferred.append(self._tell_listeners)
+            self._ended_unheard.append(task.record)
 
-    def _notify(self, event: str, record: TaskRecord) -> None:
-        listeners = tuple(self.task_listeners)
-        self._deferred.append(lambda: [listener(event, record) for listener in listeners])
+    def _tell_listeners(self) -> None:
+        with self.lock:
+            ended, self._ended_unheard = self._ended_unheard, []
+            listeners = tuple(self.task_listeners)
+        if ended:
+            for listener in listeners:
+                try:
+                    listener(ended)
+                except Exception as exc:  # noqa: BLE001 - a diagnostics bug must not stop I/O
+                    report_unraisable(exc, "Exception ignored in lightwork task listener",
+                                      listener)
 
-    def add_task_listener(self, listener: Callable[[str, TaskRecord], None]) -> None:
+    def add_task_listener(self, listener: Callable[[list[TaskRecord]], None]) -> None:
         with self.lock:
             self.task_listeners.append(listener)
 
-    def remove_task_listener(self, listener: Callable[[str, TaskRecord], None]) -> None:
+    def remove_task_listener(self, listener: Callable[[list[TaskRecord]], None]) -> None:
         with self.lock:
             if listener in self.task_listeners:
                 self.task_listeners.remove(listener)

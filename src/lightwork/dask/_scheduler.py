@@ -14,10 +14,10 @@ stack, newly ready tasks pushed in reverse priority so the most urgent is popped
 ``window`` tasks are in flight: enough to keep every worker busy while the driver
 reacts to results, few enough that the order above still decides what runs.
 
-Events: a task listener on the node (``add_task_listener``) receives each task's end, in
-whichever thread applied it, and puts the ``TaskRecord`` on this run's queue; the
-calling thread takes them off, updates the state and fires the callbacks, so hooks run
-in the caller's thread as with Dask. A task can end before ``submit`` has told us its
+Events: a task listener on the node (``add_task_listener``) receives batches of ended
+tasks, in whichever thread applied them, and puts the ``TaskRecord`` of each task of
+this run on its queue; the calling thread takes them off, updates the state and fires
+the callbacks, so hooks run in the caller's thread as with Dask. A task can end before ``submit`` has told us its
 id; the listener parks such records in ``early`` under ``self.lock`` and the submitter
 collects them.
 
@@ -104,7 +104,7 @@ class DaskRun:
             needed = needed_subgraph(self.graph, self.wanted)
             self.state = self._initial_state(needed)
             hooks.start_state(dsk, self.state)
-            self.node.add_task_listener(self._on_task)
+            self.node.add_task_listener(self._on_tasks)
             self.listening = True
             state = self.state
             while state["waiting"] or state["ready"] or self.inflight:
@@ -128,7 +128,7 @@ class DaskRun:
             return values
         finally:
             if self.listening:
-                self.node.remove_task_listener(self._on_task)
+                self.node.remove_task_listener(self._on_tasks)
             self.inflight.clear()
             hooks.finish(dsk, self.state, failed)
 
@@ -182,7 +182,7 @@ class DaskRun:
                 cache[key] = cache[node.target]
                 self._finish_task(key)
                 hooks.fire_posttask(key, self._result(key), graph, state, None)
-                hooks.fire_posttask_batch([(key, None, None)], graph, state)
+                hooks.fire_posttask_batch([(key, node, None, None)], graph, state)
                 continue
             dep_keys = tuple(node.dependencies)
             ref = _remote_for(_group_name(key)).remote(node, dep_keys, *[cache[d] for d in dep_keys])
@@ -194,7 +194,7 @@ class DaskRun:
             if record is not None:
                 self.queue.put(record)
 
-    def _task_ended(self, record: Any) -> tuple[Hashable, int, Any]:
+    def _task_ended(self, record: Any) -> tuple[Hashable, Any, int, Any]:
         key = self.key_of_task.pop(record.task_id)
         ref = self.inflight.pop(key)
         state = self.state
@@ -206,7 +206,7 @@ class DaskRun:
         if self.hooks.posttask:
             self.hooks.fire_posttask(key, self._result(key), self.graph, state,
                                      record.worker_id, record)
-        return key, record.worker_id, record
+        return key, self.graph[key], record.worker_id, record
 
     def _finish_task(self, key: Hashable) -> None:
         """Dask's bookkeeping for a finished task: ready its dependents, release inputs."""
@@ -250,14 +250,14 @@ class DaskRun:
         return values
 
     # -- any thread ----------------------------------------------------------------------
-    def _on_task(self, event: str, record: Any) -> None:
-        if event != "ended":
-            return
+    def _on_tasks(self, records: list[Any]) -> None:
         with self.lock:
-            if record.task_id in self.key_of_task:
-                self.queue.put(record)
-            elif self.listening:
-                self.early[record.task_id] = record
+            key_of_task = self.key_of_task
+            for record in records:
+                if record.task_id in key_of_task:
+                    self.queue.put(record)
+                elif self.listening:
+                    self.early[record.task_id] = record
 
 
 def run_nested(graph: dict[Hashable, Any], wanted: list[Hashable]) -> dict[Hashable, Any]:

@@ -9,22 +9,38 @@ exists (``put``, or its task finished) is data: key ``"<name>-<object id>"`` in
 empty; ``running`` holds the tasks whose dependencies are finished (queued or running on
 a worker — the driver cannot tell which), ``waiting`` the others.
 
+Three kinds of run, by what the callbacks need (``Hooks.run_needs``)
+-------------------------------------------------------------------
+* ``"nothing"`` (only ``ResourceProfiler``-like callbacks): ``start`` and ``finish``
+  with an empty graph; no graph is looked up, nothing happens per task.
+* ``"tasks"`` (lightwork's ``ProgressBar``/``Profiler``, which say they read neither the
+  graph nor the state): :class:`TaskRun` finds the run's unfinished tasks and keeps the
+  records of those that end, in end order — one membership test and one append per
+  task. Progress is ``(ended, total)`` from those; keys, graph entries and the ended
+  tasks' batch for ``_posttask_batch`` are made once, as the run finishes.
+* ``"state"`` (any other callback — a user's ``PrintKeys``, ``CacheProfiler``):
+  :class:`StateRun` also builds the Dask graph and state and keeps them current task by
+  task, firing ``pretask``/``posttask`` as Dask would.
+
 Threads and lock
 ----------------
-``_on_task`` runs in whichever thread applied a result (outside the runtime's lock);
-``start`` and ``end`` run in the caller's thread. ``self.lock`` serializes them, so hooks
-never run concurrently for one run. ``end`` sweeps the records of tasks that ended but
-whose event has not been delivered yet (the node wakes ``get`` before it runs deferred
-listeners), then closes the run; a late event finds it closed and is dropped.
+The node tells a run of ended tasks in batches (``node.add_task_listener``), in
+whichever thread applied them (outside the runtime's lock); ``start`` and ``end`` run in
+the caller's thread. ``self.lock`` serializes them, so hooks never run concurrently for
+one run. ``start`` registers the listener before it looks the graph up (under the
+lock), so no task can end unheard after the lookup; ends of tasks outside the graph
+(they were already data) are ignored. ``end`` sweeps the records of tasks that ended but
+whose batch has not been delivered yet (the node wakes ``get`` before it runs deferred
+listeners), then closes the run; a late batch finds it closed and is dropped.
 
-Batching: with no per-task hook (``Hooks.per_task`` false), ended records are queued
-and applied ``BATCH`` at a time (and at the end), so a progress bar or profiler costs
-a list append per task on the runtime's thread, not a state update.
+In a ``StateRun`` with no per-task hook (``Hooks.per_task`` false), ended records are
+queued and applied ``BATCH`` at a time (and at the end).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from lightwork._runtime import introspect
@@ -47,7 +63,20 @@ class RemoteCall(NamedTuple):
         return f"{self.name}({deps})"
 
 
-class PlainRun:
+def start_run(node: Any, kind: str, refs: list[Any], hooks: Hooks) -> Callable[[bool], None]:
+    """Start the run of one ``get``/``wait`` (``kind``) on ``refs``; returns its ``end``."""
+    needs = hooks.run_needs
+    if needs == "nothing":
+        hooks.start({})
+        return lambda failed: hooks.finish({}, {}, failed)
+    run = (TaskRun if needs == "tasks" else StateRun)(node, kind, refs, hooks)
+    run.start()
+    return run.end
+
+
+class TaskRun:
+    """The run's unfinished tasks and the records of those that ended (end order)."""
+
     def __init__(self, node: Any, kind: str, refs: list[Any], hooks: Hooks) -> None:
         self.node = node
         self.kind = kind
@@ -55,91 +84,147 @@ class PlainRun:
         self.hooks = hooks
         self.lock = threading.RLock()
         self.closed = False
+        self.tasks: dict[int, introspect.TaskView] = {}
+        self.made_by: list[int] = []  # per ref: its task id, 0 for a put, -1 if freed
+        self.ended: list[Any] = []  # TaskRecords of the run's tasks, as they ended
         self.dsk: dict[str, Any] = {}
         self.state: dict[str, Any] = {}
-        self.key_of_task: dict[int, str] = {}
-        self.records: dict[str, Any] = {}
-        self.return_ids: dict[str, tuple[int, ...]] = {}
-        self.wanted: set[str] = set()
-        self.ref_of: dict[str, Any] = {}
-        self.pending: list[tuple[str, Any]] = []
-        self.batch: list[tuple[str, Any, Any]] = []
-        self.failed: set[str] = set()
-        self.listening = False
 
     # -- the caller's thread ------------------------------------------------------------
     def start(self) -> None:
-        if not self.hooks.uses_graph:
-            # Every callback ignores the graph (e.g. ResourceProfiler): no per-task work.
-            with self.lock:
-                self.hooks.start(self.dsk)
-                self.state = self._initial_state({})
+        self.node.add_task_listener(self._on_ended)
+        with self.lock:
+            self.made_by, self.tasks = introspect.task_graph_of(
+                self.node, [ref.id for ref in self.refs])
+            self._begin()
+
+    def _begin(self) -> None:
+        self.hooks.start(self.dsk)
+        self.hooks.start_progress(self.progress)
+
+    def end(self, failed: bool) -> None:
+        self.node.remove_task_listener(self._on_ended)
+        with self.lock:
+            self._sweep()
+            self.closed = True
+            self._close(failed)
+
+    def _close(self, failed: bool) -> None:
+        hooks = self.hooks
+        if hooks.posttask_batch and self.ended:
+            hooks.fire_posttask_batch(_finished_items(self.ended, self.tasks), self.dsk,
+                                      self.state)
+        hooks.finish(self.dsk, self.state, failed)
+
+    def progress(self) -> tuple[int, int]:
+        """(tasks of the run that ended, tasks in the run)."""
+        return len(self.ended), len(self.tasks)
+
+    # -- any thread ----------------------------------------------------------------------
+    def _on_ended(self, records: list[Any]) -> None:
+        with self.lock:
+            if self.closed:
+                return
+            tasks = self.tasks
+            mine = [record for record in records if record.task_id in tasks]
+            if mine:
+                self._heard(mine)
+
+    # -- under self.lock -----------------------------------------------------------------
+    def _heard(self, records: list[Any]) -> None:
+        self.ended.extend(records)
+
+    def _sweep(self) -> None:
+        """Account for tasks that ended before their batch reached this run."""
+        heard = {record.task_id for record in self.ended}
+        if len(heard) == len(self.tasks):
             return
-        objects, tasks = introspect.task_graph_of(self.node, [ref.id for ref in self.refs])
-        key_of_task = self.key_of_task
-        for task_id, view in tasks.items():
-            key_of_task[task_id] = f"{view.name}-{task_id}"
-        dsk = self.dsk
-        records, return_ids = self.records, self.return_ids
-        for task_id, view in tasks.items():
-            key = key_of_task[task_id]
-            deps = frozenset([key_of_task[t] for t in view.dep_task_ids]) if (
-                view.dep_task_ids) else _NO_KEYS
-            dsk[key] = RemoteCall(view.name, task_id, deps)
-            records[key] = view.record
-            return_ids[key] = view.return_ids
+        late = [view.record for task_id, view in self.tasks.items()
+                if task_id not in heard and view.record.state in ENDED_STATES]
+        if late:
+            late.sort(key=lambda record: record.finished)
+            self._heard(late)
+
+    def key_of(self, task_id: int) -> str:
+        return _key_of(self.tasks, task_id)
+
+    def call_of(self, task_id: int) -> RemoteCall:
+        return _call_of(self.tasks, task_id)
+
+
+def _key_of(tasks: dict[int, introspect.TaskView], task_id: int) -> str:
+    return f"{tasks[task_id].name}-{task_id}"
+
+
+def _call_of(tasks: dict[int, introspect.TaskView], task_id: int) -> RemoteCall:
+    view = tasks[task_id]
+    deps = frozenset([_key_of(tasks, t) for t in view.dep_task_ids]) if (
+        view.dep_task_ids) else _NO_KEYS
+    return RemoteCall(view.name, task_id, deps)
+
+
+def _finished_items(ended: list[Any], tasks: dict[int, introspect.TaskView]) -> Iterator[
+        tuple[str, RemoteCall, int, Any]]:
+    """``_posttask_batch`` items of the finished tasks, made as they are read (the hook
+    may keep them for later: they hold records and names, never ObjectRefs)."""
+    for record in ended:
+        if record.state == "FINISHED":
+            task_id = record.task_id
+            yield _key_of(tasks, task_id), _call_of(tasks, task_id), record.worker_id, record
+
+
+class StateRun(TaskRun):
+    """A :class:`TaskRun` that also keeps Dask's graph and state, task by task."""
+
+    def __init__(self, node: Any, kind: str, refs: list[Any], hooks: Hooks) -> None:
+        super().__init__(node, kind, refs, hooks)
+        self.key_of_task: dict[int, str] = {}
+        self.wanted: set[str] = set()
+        self.ref_of: dict[str, Any] = {}
+        self.pending: list[Any] = []
+        self.batch: list[tuple[str, Any, Any, Any]] = []
+        self.failed: set[str] = set()
+
+    def _begin(self) -> None:
+        key_of_task, dsk = self.key_of_task, self.dsk
+        for task_id in self.tasks:
+            key_of_task[task_id] = self.key_of(task_id)
+        for task_id in self.tasks:
+            dsk[key_of_task[task_id]] = self.call_of(task_id)
         cache: dict[str, Any] = {}
-        for ref, obj in zip(self.refs, objects):
-            key = key_of_task.get(obj.task_id)
+        for ref, task_id in zip(self.refs, self.made_by):
+            key = key_of_task.get(task_id)
             if key is None:
-                key = f"{'put' if obj.task_id == 0 else 'object'}-{obj.object_id}"
+                key = f"{'put' if task_id == 0 else 'object'}-{ref.id}"
                 dsk[key] = ref
                 cache[key] = ref
             self.wanted.add(key)
             self.ref_of.setdefault(key, ref)
-        with self.lock:
-            self.hooks.start(dsk)
-            self.state = self._initial_state(cache)
-            self.hooks.start_state(dsk, self.state)
-            if self.hooks.follows_tasks and self.key_of_task:
-                self.node.add_task_listener(self._on_task)
-                self.listening = True
-                for key in sorted(self.state["running"]) if self.hooks.pretask else ():
-                    self.hooks.fire_pretask(key, dsk, self.state)
-            self._sweep()
+        hooks = self.hooks
+        hooks.start(dsk)
+        self.state = self._initial_state(cache)
+        hooks.start_state(dsk, self.state)
+        for key in sorted(self.state["running"]) if hooks.pretask else ():
+            hooks.fire_pretask(key, dsk, self.state)
 
-    def end(self, failed: bool) -> None:
-        if self.listening:
-            self.node.remove_task_listener(self._on_task)
-        with self.lock:
-            self._apply(self._take_pending())
-            self._sweep()
-            self.closed = True
-            self.hooks.finish(self.dsk, self.state, failed)
-
-    # -- any thread ----------------------------------------------------------------------
-    def _on_task(self, event: str, record: Any) -> None:
-        if event != "ended" or self.closed:
-            return
-        key = self.key_of_task.get(record.task_id)
-        if key is None:
-            return
-        if not self.hooks.per_task:
-            pending = self.pending
-            pending.append((key, record))  # atomic; applied in batches
-            if len(pending) < BATCH:
-                return
-        else:
-            self.pending.append((key, record))
-        with self.lock:
-            if not self.closed:
-                self._apply(self._take_pending())
-
-    def _take_pending(self) -> list[tuple[str, Any]]:
-        pending, self.pending = self.pending, []
-        return pending
+    def _close(self, failed: bool) -> None:
+        self.hooks.finish(self.dsk, self.state, failed)
 
     # -- under self.lock -----------------------------------------------------------------
+    def _heard(self, records: list[Any]) -> None:
+        self.pending.extend(records)
+        if self.hooks.per_task or len(self.pending) >= BATCH:
+            self._apply_pending()
+
+    def _sweep(self) -> None:
+        self._apply_pending()
+        super()._sweep()
+        self._apply_pending()
+
+    def _apply_pending(self) -> None:
+        pending, self.pending = self.pending, []
+        self._apply(pending)
+
     def _initial_state(self, cache: dict[str, Any]) -> dict[str, Any]:
         dependencies: dict[str, Any] = dict.fromkeys(cache, _NO_KEYS)
         dependents: dict[str, Any] = dict.fromkeys(self.dsk, _NO_KEYS)
@@ -157,40 +242,30 @@ class PlainRun:
         running = {key for key in self.key_of_task.values() if key not in waiting}
         return dask_state(dependencies, dependents, waiting, cache, [], running)
 
-    def _apply(self, ended: list[tuple[str, Any]]) -> None:
-        for key, record in ended:
-            self._task_ended(key, record)
-        self._flush_batch()
-
-    def _flush_batch(self) -> None:
+    def _apply(self, ended: list[Any]) -> None:
+        key_of_task = self.key_of_task
+        for record in ended:
+            self._task_ended(key_of_task[record.task_id], record)
         if self.batch:
             batch, self.batch = self.batch, []
             self.hooks.fire_posttask_batch(batch, self.dsk, self.state)
-
-    def _sweep(self) -> None:
-        """Account for tasks that ended before their event reached this run."""
-        state = self.state
-        finished, failed = state["finished"], self.failed
-        for key, record in self.records.items():
-            if record.state in ENDED_STATES and key not in finished and key not in failed:
-                self._task_ended(key, record)
-        self._flush_batch()
 
     def _task_ended(self, key: str, record: Any) -> None:
         state = self.state
         if key in state["finished"] or key in self.failed:
             return
+        self.ended.append(record)
         if record.state != "FINISHED":
             # Dask fires no posttask for a task that raised; the error reaches the caller.
             self.failed.add(key)
             state["waiting"].pop(key, None)
             state["running"].discard(key)
             return
-        # A task can end before one of its dependencies' events arrived (the runtime
-        # delivers events in the order it applied them, but two threads may deliver).
+        # A task can end before one of its dependencies' batch arrived (the runtime
+        # delivers ends in the order it applied them, but two threads may deliver).
         for dep in sorted(state["waiting"].get(key, ())):
-            dep_record = self.records.get(dep)
-            if dep_record is not None:
+            dep_record = self.tasks[self.dsk[dep].task_id].record
+            if dep_record.state in ENDED_STATES:
                 self._task_ended(dep, dep_record)
         dsk = self.dsk
         state["waiting"].pop(key, None)
@@ -222,11 +297,11 @@ class PlainRun:
             result = None
             if hooks.posttask_needs_result:
                 values = [introspect.ready_value(self.node, oid)[1]
-                          for oid in self.return_ids[key]]
+                          for oid in self.tasks[record.task_id].return_ids]
                 result = values[0] if len(values) == 1 else tuple(values)
             hooks.fire_posttask(key, result, dsk, state, record.worker_id, record)
         if hooks.posttask_batch:
-            self.batch.append((key, record.worker_id, record))
+            self.batch.append((key, dsk[key], record.worker_id, record))
         if hooks.pretask:
             for dependent in newly_running:
                 hooks.fire_pretask(dependent, dsk, state)

@@ -49,16 +49,28 @@ Timing from the worker
 ----------------------
 While ``posttask`` hooks run, :func:`current_task_record` returns the task's
 ``TaskRecord`` (start/finish times stamped by the worker, worker id); foreign hooks just
-see Dask's arguments. lightwork's own profilers go further: a ``_posttask_batch(items,
-dsk, state)`` method (items of ``(key, worker_id, record)``) replaces their per-task
-``_posttask`` under lightwork's schedulers, so a run can hand them ended tasks in
-batches (Dask's schedulers still call ``_posttask``).
+see Dask's arguments.
+
+lightwork's own diagnostics (an extension of the protocol)
+-----------------------------------------------------------
+lightwork's runs know more than Dask's hooks can carry, and its own diagnostics use it
+to cost (almost) nothing per task:
+
+* ``_posttask_batch(items, dsk, state)``, an iterable of ``(key, task, worker_id,
+  TaskRecord)``, replaces ``_pretask``/``_posttask`` under lightwork's schedulers: a run
+  hands over ended tasks in batches (Dask's schedulers still call the per-task hooks).
+  The hook may keep ``items`` and read them later, once (``Profiler`` does: a plain run
+  makes each item's key and graph entry only as it is read);
+* ``_start_progress(progress)`` replaces ``_start_state``: ``progress()`` returns
+  ``(tasks ended, tasks in the run)`` at any moment, from any thread;
+* ``_run_needs`` says what the run must build (see :class:`Callback`): a plain ``get``
+  whose callbacks all say "tasks" keeps no Dask state (``ProgressBar``, ``Profiler``),
+  one whose callbacks all say "nothing" not even a graph (``ResourceProfiler``).
 
 Cost
 ----
-A run of plain tasks with no per-task hook (only ``start_state``/batch hooks, e.g.
-``ProgressBar``, ``Profiler``) updates its state in batches of ``BATCH`` ended tasks
-(and at the end); with per-task hooks it updates on every task.
+See ``_plain.py`` for what each kind of plain run does per task; a Dask graph run keeps
+its state anyway, so there the extensions only save the per-task calls.
 """
 
 from __future__ import annotations
@@ -91,6 +103,10 @@ class Callback:
     # posttask hooks get the task's value unless they say they don't need it (fetching
     # every value to the driver would cost a copy per task).
     _posttask_needs_result = True
+    # What a lightwork run must build for this callback: "state" (Dask's graph and
+    # state, kept current task by task), "tasks" (the run's tasks and their ends only;
+    # the hooks read neither ``dsk`` nor ``state``) or "nothing" (no graph at all).
+    _run_needs = "state"
 
     def __init__(
         self,
@@ -266,27 +282,36 @@ def dask_state(
     }
 
 
+def state_progress(state: dict[str, Any] | None) -> tuple[int, int]:
+    """(tasks finished, tasks in the run) of a Dask-shaped ``state``."""
+    if not state:
+        return 0, 0
+    done = len(state["finished"])
+    return done, done + len(state["ready"]) + len(state["waiting"]) + len(state["running"])
+
+
+#: What a lightwork run builds for its callbacks, least first (``Callback._run_needs``).
+RUN_NEEDS = ("nothing", "tasks", "state")
+
+
 class Hooks:
     """The hooks of one run's callbacks, called in Dask's order with Dask's arguments."""
 
     def __init__(self, callbacks: list[Callback]) -> None:
         self.callbacks = callbacks
-        self.pretask = [h for cb in callbacks if (h := getattr(cb, "_pretask", None))]
-        # lightwork's own profilers take ended tasks in batches (``_posttask_batch(items,
-        # dsk, state)``, items of (key, worker_id, TaskRecord | None)): no per-task call.
-        self.posttask_batch = [h for cb in callbacks
-                               if (h := getattr(cb, "_posttask_batch", None))]
-        posttask = [(h, cb._posttask_needs_result) for cb in callbacks
-                    if getattr(cb, "_posttask_batch", None) is None
-                    and (h := getattr(cb, "_posttask", None))]
+        # lightwork's own profilers take ended tasks in batches (``_posttask_batch``):
+        # lightwork's runs call neither their ``_pretask`` nor their ``_posttask``.
+        batched = [cb for cb in callbacks if getattr(cb, "_posttask_batch", None) is not None]
+        self.posttask_batch = [cb._posttask_batch for cb in batched]  # type: ignore[attr-defined]
+        per_task = [cb for cb in callbacks if not any(cb is b for b in batched)]
+        self.pretask = [h for cb in per_task if (h := getattr(cb, "_pretask", None))]
+        posttask = [(h, cb._posttask_needs_result) for cb in per_task
+                    if (h := getattr(cb, "_posttask", None))]
         self.posttask = [h for h, _ in posttask]
         self.posttask_needs_result = any(needs for _, needs in posttask)
         self.per_task = bool(self.pretask or self.posttask)
-        self.follows_tasks = bool(self.per_task or self.posttask_batch or any(
-            getattr(cb, "_start_state", None) for cb in callbacks))
-        # A callback sets ``_uses_graph = False`` when it reads neither dsk nor state.
-        self.uses_graph = self.follows_tasks or any(
-            getattr(cb, "_uses_graph", True) for cb in callbacks)
+        self.run_needs = max((getattr(cb, "_run_needs", "state") for cb in callbacks),
+                             key=RUN_NEEDS.index, default="nothing")
         self.started: list[Callback] = []
         self._token: contextvars.Token[bool] | None = None
 
@@ -302,10 +327,21 @@ class Hooks:
             self.started.append(cb)
 
     def start_state(self, dsk: Any, state: dict[str, Any]) -> None:
+        """``_start_state``, or ``_start_progress`` with the state's progress if defined."""
         for cb in self.callbacks:
+            if getattr(cb, "_start_progress", None) is not None:
+                cb._start_progress(lambda: state_progress(state))  # type: ignore[attr-defined]
+                continue
             hook = getattr(cb, "_start_state", None)
             if hook is not None:
                 hook(dsk, state)
+
+    def start_progress(self, progress: Callable[[], tuple[int, int]]) -> None:
+        """For a run that keeps no Dask state: ``_start_progress`` hooks only."""
+        for cb in self.callbacks:
+            hook = getattr(cb, "_start_progress", None)
+            if hook is not None:
+                hook(progress)
 
     def fire_pretask(self, key: Any, dsk: Any, state: dict[str, Any]) -> None:
         for hook in self.pretask:
@@ -320,11 +356,10 @@ class Hooks:
         finally:
             _current.record = None
 
-    def fire_posttask_batch(self, items: list[tuple[Any, Any, Any]], dsk: Any,
+    def fire_posttask_batch(self, items: Iterable[tuple[Any, Any, Any, Any]], dsk: Any,
                             state: dict[str, Any]) -> None:
-        if items:
-            for hook in self.posttask_batch:
-                hook(items, dsk, state)
+        for hook in self.posttask_batch:
+            hook(items, dsk, state)
 
     def finish(self, dsk: Any, state: dict[str, Any], failed: bool) -> None:
         try:
@@ -348,8 +383,6 @@ def _observe_blocking(kind: str, refs: list[Any]) -> Callable[[bool], None] | No
     node = introspect.node_or_none()
     if node is None:
         return None  # inside a worker: the driver's callbacks do not follow nested calls
-    from lightwork.diagnostics._plain import PlainRun
+    from lightwork.diagnostics._plain import start_run
 
-    run = PlainRun(node, kind, refs, Hooks(callbacks))
-    run.start()
-    return run.end
+    return start_run(node, kind, refs, Hooks(callbacks))

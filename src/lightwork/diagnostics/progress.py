@@ -4,8 +4,9 @@ The text is Dask's, character for character: ``\\r[####    ] | 42% Completed | 1
 redrawn every ``dt`` seconds by a daemon thread once ``minimum`` seconds have passed,
 then a final bar and a newline when the run finishes (the line is always finished, so
 the next log line starts clean). Progress is ``finished / (ready + waiting + running +
-finished)`` read from the run's state, which the bar takes in ``start_state``: it has
-no per-task hook, so it adds nothing to each task.
+finished)`` read from Dask's state under Dask's schedulers (``start_state``); lightwork's
+runs hand the bar a ``progress()`` that counts for it (``_start_progress``). It has no
+per-task hook, so it adds nothing to each task.
 
 In Jupyter (an IPython kernel with ``ipywidgets``) and with no ``out`` given, the bar is
 a widget instead of text. ``clock`` (keyword only) is injectable for tests; it must be
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from lightwork.diagnostics.callbacks import Callback
+from lightwork.diagnostics.callbacks import Callback, state_progress
 
 __all__ = ["ProgressBar", "format_time"]
 
@@ -47,15 +48,14 @@ def format_time(seconds: float) -> str:
     return f"{n * 1e6:.2f} us"
 
 
-def _progress(state: dict[str, Any] | None) -> tuple[int, int]:
-    if not state:
-        return 0, 0
-    done = len(state["finished"])
-    return done, done + len(state["ready"]) + len(state["waiting"]) + len(state["running"])
+def _no_progress() -> tuple[int, int]:
+    return 0, 0
 
 
 class ProgressBar(Callback):
     """A progress bar on ``out`` (default ``sys.stdout``) while a computation runs."""
+
+    _run_needs = "tasks"  # reads progress counts, never dsk or state
 
     def __init__(self, minimum: float = 0, width: int = 40, dt: float = 0.1,
                  out: IO[str] | None = None, *,
@@ -66,7 +66,7 @@ class ProgressBar(Callback):
         self._use_widget = out is None and _in_notebook()
         self._file = sys.stdout if out is None else out
         self._clock = clock
-        self._state: dict[str, Any] | None = None
+        self._progress: Callable[[], tuple[int, int]] = _no_progress
         self._start_time = 0.0
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
@@ -74,14 +74,19 @@ class ProgressBar(Callback):
         self.last_duration = 0.0
 
     def _start(self, dsk: Any) -> None:
-        self._state = None
+        self._progress = _no_progress
         self._start_time = self._clock()
         self._stop = threading.Event()
         self._timer = threading.Thread(target=self._tick, name="lightwork-progress", daemon=True)
         self._timer.start()
 
     def _start_state(self, dsk: Any, state: dict[str, Any]) -> None:
-        self._state = state
+        """Under Dask's own schedulers: progress read from Dask's state."""
+        self._progress = lambda: state_progress(state)
+
+    def _start_progress(self, progress: Callable[[], tuple[int, int]]) -> None:
+        """Under lightwork's: the run counts for us."""
+        self._progress = progress
 
     def _finish(self, dsk: Any, state: dict[str, Any], errored: bool) -> None:
         self._stop.set()
@@ -92,7 +97,7 @@ class ProgressBar(Callback):
         self.last_duration = elapsed
         if elapsed < self._minimum:
             return
-        done, total = _progress(state or self._state)
+        done, total = self._progress()
         if not errored:
             self._draw(done / total if total else 1.0, elapsed)
         elif done < total:
@@ -107,7 +112,7 @@ class ProgressBar(Callback):
         while not self._stop.is_set():
             elapsed = self._clock() - self._start_time
             if elapsed > self._minimum:
-                done, total = _progress(self._state)
+                done, total = self._progress()
                 if not total:
                     self._draw(0, elapsed)
                 elif done < total:

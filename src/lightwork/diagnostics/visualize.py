@@ -125,7 +125,7 @@ def _label(value: Any, size: int) -> str:
     return text if len(text) <= size else text[: size - 3] + "..."
 
 
-def plot_tasks(results: list[Any], dsk: Any, start_time: float | None, end_time: float | None,
+def plot_tasks(results: list[Any], start_time: float | None, end_time: float | None,
                palette: str = "Viridis", label_size: int = 60, **kwargs: Any) -> Any:
     bp = _bokeh()
     from bokeh.models import HoverTool
@@ -197,7 +197,7 @@ def plot_resources(results: list[Any], start_time: float | None, end_time: float
     return fig
 
 
-def plot_cache(results: list[Any], dsk: Any, start_time: float | None, end_time: float | None,
+def plot_cache(results: list[Any], start_time: float | None, end_time: float | None,
                metric_name: str, palette: str = "Viridis", label_size: int = 60,
                **kwargs: Any) -> Any:
     bp = _bokeh()
