@@ -56,6 +56,29 @@ def test_put_get_roundtrip_of_user_class_through_a_task():
     assert ray.get(move.remote(ray.put(Point(1, 2)))) == Point(2, 2)
 
 
+def test_values_defined_in_main_and_lambdas_travel_by_value(monkeypatch):
+    """The quick standard pickler would name ``__main__.Probe``, which the workers'
+    ``__main__`` does not have; such values, and lambdas, go by value."""
+    import sys
+
+    probe = type("Probe", (), {"__eq__": lambda self, other: type(other).__name__ == "Probe",
+                               "scale": lambda self, x: 3 * x})
+    probe.__module__ = "__main__"
+    monkeypatch.setattr(sys.modules["__main__"], "Probe", probe, raising=False)
+
+    @ray.remote
+    def use(obj):
+        return type(obj).__name__, obj.scale(2)
+
+    @ray.remote
+    def call(fn):
+        return fn(5)
+
+    assert ray.get(use.remote(probe())) == ("Probe", 6)
+    assert ray.get(use.remote(ray.put(probe()))) == ("Probe", 6)
+    assert ray.get(call.remote(lambda x: x + 1)) == 6
+
+
 def test_objectref_is_hashable_printable_and_distinct():
     a, b = ray.put(1), ray.put(1)
     assert a != b

@@ -1,6 +1,8 @@
 """Turning values into stored objects and back.
 
-A value is pickled with cloudpickle, protocol 5. Buffers of at least
+A value is pickled with protocol 5: by the standard pickler when everything in it is
+importable by name in a worker (several times quicker), else by cloudpickle (functions
+and classes from ``__main__``, lambdas, local definitions). Buffers of at least
 ``OUT_OF_BAND_MIN`` bytes (numpy arrays, bytes-likes) are taken out of band. The result is
 a :class:`Stored` object in one of two forms:
 
@@ -67,11 +69,38 @@ def dumps(value: Any) -> tuple[bytes, list[pickle.PickleBuffer], list[int]]:
         return True
 
     with collecting_refs() as ids:
-        try:
-            data = cloudpickle.dumps(value, protocol=5, buffer_callback=keep_large_out_of_band)
-        except Exception as exc:
-            raise SerializationError(describe_unpicklable(value, exc)) from exc
+        data = _dumps_by_reference(value, keep_large_out_of_band)
+        if data is None:
+            buffers.clear()
+            ids.clear()
+            try:
+                data = cloudpickle.dumps(value, protocol=5,
+                                         buffer_callback=keep_large_out_of_band)
+            except Exception as exc:
+                raise SerializationError(describe_unpicklable(value, exc)) from exc
     return data, buffers, ids
+
+
+def _dumps_by_reference(value: Any, buffer_callback: Any) -> bytes | None:
+    """The plain pickle of ``value``, or None where only cloudpickle gets it right.
+
+    The standard pickler is several times quicker than cloudpickle's pure-Python
+    reducer hooks, and gives the same bytes' meaning whenever everything in ``value`` is
+    importable by name in the worker. It is not for: anything from ``__main__`` (the
+    workers' ``__main__`` is not the driver's: it would pickle "by reference" to nothing
+    there), lambdas and local functions or classes (it refuses them), and modules
+    registered with ``cloudpickle.register_pickle_by_value``.
+    """
+    try:
+        data = pickle.dumps(value, protocol=5, buffer_callback=buffer_callback)
+    except Exception:  # noqa: BLE001 - not picklable by name: cloudpickle decides
+        return None
+    # A global is pickled as its module's name and its own: a value that may name one
+    # of these modules goes to cloudpickle (a false alarm only costs time).
+    if b"__main__" in data or any(
+            name.encode() in data for name in cloudpickle.list_registry_pickle_by_value()):
+        return None
+    return data
 
 
 def describe_unpicklable(value: Any, exc: BaseException) -> str:
