@@ -76,6 +76,7 @@ from workloads import (  # noqa: E402
     LIGHTWORK_WORKLOADS,
     WORKLOADS,
     OverBudget,
+    change_row,
     Settings,
     noop,
 )
@@ -503,7 +504,8 @@ def cost_results(figures: dict[str, float]) -> dict[str, dict[str, Any]]:
         on, off = figures.get(cost.on), figures.get(cost.off)
         if on is None or not off:
             continue
-        change_pct = (on / off - 1) * 100
+        # The paired change (median over rounds) when measured; else the best values'.
+        change_pct = figures.get(change_row(cost.on), (on / off - 1) * 100)
         out[row] = {
             "on": on,
             "off": off,
@@ -746,7 +748,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         print(
             "lightwork diagnostics cost — one figure with each diagnostic on and off; "
-            "best of interleaved runs; change = on / off - 1"
+            "best of interleaved runs; change = median over rounds of on / off - 1"
         )
         print()
         print(render_cost_table(reports["lightwork"], own_init_report, costs))

@@ -122,9 +122,9 @@ class Settings:
     #: Lightwork's diagnostics cost: tasks per run, rounds of interleaved variants (the
     #: Dask graph takes seconds a run, so fewer), and when to stop adding rounds.
     cost_tasks: int = 20_000
-    cost_rounds: int = 4
-    dask_cost_rounds: int = 3
-    cost_budget_s: float = 45.0
+    cost_rounds: int = 10
+    dask_cost_rounds: int = 6
+    cost_budget_s: float = 60.0
     #: Sessions started per ``init`` variant, and async runs in each.
     cost_sessions: int = 5
     cost_async_runs: int = 3
@@ -443,10 +443,10 @@ def wait_for_exit(pids: set[int], limit: float) -> float:
 # --- lightwork diagnostics cost (lightwork only) ------------------------------------
 
 
-def best_interleaved(
+def interleaved(
     variants: dict[str, Callable[[], float]], rounds: int, budget_s: float
-) -> dict[str, float]:
-    """Run every variant once per round, in turn, and keep each one's lowest value.
+) -> dict[str, list[float]]:
+    """Run every variant once per round, in turn; each variant's values, round by round.
 
     Each round starts one variant later than the one before, so no variant always
     follows the same other one (whose garbage or exiting processes it would inherit);
@@ -454,20 +454,39 @@ def best_interleaved(
     starts once ``budget_s`` has gone by (the first round always runs in full).
     """
     names = list(variants)
-    best = dict.fromkeys(names, float("inf"))
+    values: dict[str, list[float]] = {name: [] for name in names}
     start = time.perf_counter()
     for n in range(rounds):
         shift = n % len(names)
         for name in names[shift:] + names[:shift]:
             gc.collect()
-            best[name] = min(best[name], variants[name]())
+            values[name].append(variants[name]())
         if time.perf_counter() - start > budget_s:
             break
-    return best
+    return values
+
+
+def change_row(row: str) -> str:
+    """The figure that holds ``row``'s change against its baseline, in percent."""
+    return f"{row}_change_pct"
+
+
+def with_changes(values: dict[str, list[float]], baseline: str, scale: float = 1.0) -> dict[
+        str, float]:
+    """Each variant's best value (times ``scale``) and, for each but ``baseline``, its
+    change: the median over rounds of its value over the baseline's in the same round,
+    minus one, in percent. Pairing the runs of one round cancels the slow drifts of a
+    shared machine, which move best-of values taken minutes apart by ±10%."""
+    out = {row: min(v) * scale for row, v in values.items()}
+    for row, v in values.items():
+        if row != baseline:
+            out[change_row(row)] = (statistics.median(
+                a / b for a, b in zip(v, values[baseline])) - 1) * 100
+    return out
 
 
 def timed(body: Callable[[], Any], make_context: Callable[[], Any]) -> Callable[[], float]:
-    """A variant for :func:`best_interleaved`: seconds of ``with make_context(): body()``,
+    """A variant for :func:`interleaved`: seconds of ``with make_context(): body()``,
     entering and leaving the context included (the user pays for those too)."""
 
     def run() -> float:
@@ -502,8 +521,8 @@ def tasks_diagnostics_cost(peer: Peer, settings: Settings) -> dict[str, float]:
         peer.get([peer.submit(noop) for _ in range(n)])
 
     variants = {row: timed(body, make) for row, make in diagnostics_variants("tasks_20k").items()}
-    best = best_interleaved(variants, settings.cost_rounds, settings.cost_budget_s)
-    return {row: seconds * COST_FIGURE_TASKS / n for row, seconds in best.items()}
+    values = interleaved(variants, settings.cost_rounds, settings.cost_budget_s)
+    return with_changes(values, "tasks_20k_s", COST_FIGURE_TASKS / n)
 
 
 def dask_diagnostics_cost(peer: Peer, settings: Settings) -> dict[str, float]:
@@ -534,8 +553,8 @@ def dask_diagnostics_cost(peer: Peer, settings: Settings) -> dict[str, float]:
         assert total == expected, total
 
     variants = {row: timed(body, make) for row, make in diagnostics_variants("dask_20k").items()}
-    best = best_interleaved(variants, settings.dask_cost_rounds, settings.cost_budget_s)
-    return {row: seconds * COST_FIGURE_TASKS / n for row, seconds in best.items()}
+    values = interleaved(variants, settings.dask_cost_rounds, settings.cost_budget_s)
+    return with_changes(values, "dask_20k_s", COST_FIGURE_TASKS / n)
 
 
 #: ``init`` keywords (on top of ``num_cpus=4``) of the event-log cost variants.
@@ -548,7 +567,7 @@ INIT_VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def async_in_new_session(init_kwargs: dict[str, Any], settings: Settings) -> Callable[[], float]:
-    """A variant for :func:`best_interleaved`: start lightwork with ``init_kwargs``,
+    """A variant for :func:`interleaved`: start lightwork with ``init_kwargs``,
     warm up, return the best ``async_per_task_us`` of a few runs, shut down."""
 
     def run() -> float:
@@ -572,7 +591,8 @@ def event_log_cost(settings: Settings) -> dict[str, float]:
     variants = {
         row: async_in_new_session(kwargs, per_session) for row, kwargs in INIT_VARIANTS.items()
     }
-    return best_interleaved(variants, settings.cost_sessions, settings.cost_budget_s)
+    values = interleaved(variants, settings.cost_sessions, settings.cost_budget_s)
+    return with_changes(values, "async_per_task_us_default")
 
 
 Workload = Callable[[Peer, Settings], dict[str, float]]
@@ -593,19 +613,27 @@ WORKLOADS: dict[str, Workload] = {
     "actors_200_start_s": actors_200_start_s,
 }
 
+#: The diagnostics the cost workloads time, as they appear in figure names.
+DIAGNOSTICS = ("progressbar", "profiler", "resource_profiler")
+
 #: Rows a workload may produce besides its own name.
 EXTRA_ROWS: dict[str, tuple[str, ...]] = {
     "put_once_160mb_s": ("put_160mb_s",),
     "idle_worker_rss_mb": ("idle_worker_uss_mb", "idle_workers_measured"),
     "idle_actor_rss_mb": ("idle_actor_uss_mb",),
     "actors_200_start_s": ("actors_200_exit_s",),
-    "tasks_diagnostics_cost": tuple(
-        f"tasks_20k{v}_s" for v in ("", "_progressbar", "_profiler", "_resource_profiler")
+    "tasks_diagnostics_cost": (
+        "tasks_20k_s",
+        *(f"tasks_20k_{v}_s{c}" for v in DIAGNOSTICS for c in ("", "_change_pct")),
     ),
-    "dask_diagnostics_cost": tuple(
-        f"dask_20k{v}_s" for v in ("", "_progressbar", "_profiler", "_resource_profiler")
+    "dask_diagnostics_cost": (
+        "dask_20k_s",
+        *(f"dask_20k_{v}_s{c}" for v in DIAGNOSTICS for c in ("", "_change_pct")),
     ),
-    "event_log_cost": tuple(INIT_VARIANTS),
+    "event_log_cost": (
+        *INIT_VARIANTS,
+        *(change_row(row) for row in INIT_VARIANTS if row != "async_per_task_us_default"),
+    ),
 }
 
 #: Workloads the serial baseline runs (it has no runtime for the others).

@@ -63,8 +63,7 @@ def get(dsk: Any, keys: Any, *, callbacks: Any = None, num_workers: int | None =
             chosen = active_callbacks(explicit)
         if num_workers is None:
             num_workers = max(1, int(node.resources()[0].get("CPU", 1)))
-        window = 2 * num_workers + 2
-        values = DaskRun(node, graph, wanted, Hooks(chosen), window, cache).run()
+        values = DaskRun(node, graph, wanted, Hooks(chosen), num_workers, cache).run()
     return nest(keys, values)
 
 

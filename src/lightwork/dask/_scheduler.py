@@ -12,7 +12,12 @@ Task selection: Dask's. Keys are prioritised with ``dask.order.order``; ``ready`
 stack, newly ready tasks pushed in reverse priority so the most urgent is popped first
 (depth first: finish a branch and free its inputs before opening new ones). At most
 ``window`` tasks are in flight: enough to keep every worker busy while the driver
-reacts to results, few enough that the order above still decides what runs.
+reacts to results, few enough that the order above still decides what runs. It starts
+at ``2 * workers + 2`` and follows the tasks: a worker stays busy if, while its result
+travels back and the next task travels out (the round trip), it has others queued, so
+the window is ``workers * (1 + round trip / run time)`` of the latest batch, between
+its start and ``MAX_WINDOW_PER_WORKER * workers``. Long tasks keep it small (the order
+rules); tiny ones widen it (the round trip would rule).
 
 Events: a task listener on the node (``add_task_listener``) receives batches of ended
 tasks, in whichever thread applied them, and puts the ``TaskRecord`` of each task of
@@ -46,6 +51,7 @@ from lightwork.dask._execute import run_graph_node
 from lightwork.dask._graph import needed_subgraph
 from lightwork.diagnostics.callbacks import Hooks, dask_state
 
+MAX_WINDOW_PER_WORKER = 32
 _remote_by_name: dict[str, Any] = {}
 _remote_lock = threading.Lock()
 
@@ -77,14 +83,16 @@ def _group_name(key: Hashable) -> str:
 
 class DaskRun:
     def __init__(self, node: Any, graph: dict[Hashable, Any], wanted: list[Hashable],
-                 hooks: Hooks, window: int, cache: Mapping[Hashable, Any] | None = None) -> None:
+                 hooks: Hooks, workers: int, cache: Mapping[Hashable, Any] | None = None) -> None:
         self.node = node
         self.core = _api._core()
         self.graph = graph
         self.wanted = wanted
         self.results = set(wanted)
         self.hooks = hooks
-        self.window = max(1, window)
+        self.workers = max(1, workers)
+        self.min_window = 2 * self.workers + 2
+        self.window = self.min_window
         self.given_cache = dict(cache or {})
         self.state: dict[str, Any] = {}
         self.priority: dict[Hashable, int] = {}
@@ -122,6 +130,7 @@ class DaskRun:
                     except queue.Empty:
                         break
                 batch = [self._task_ended(record) for record in records]
+                self._resize_window(records)
                 hooks.fire_posttask_batch(batch, dsk, state)
             values = self._fetch_results()
             failed = False
@@ -193,6 +202,15 @@ class DaskRun:
                 record = self.early.pop(task_id, None)
             if record is not None:
                 self.queue.put(record)
+
+    def _resize_window(self, records: list[Any]) -> None:
+        run = trip = 0.0
+        for record in records:
+            run += record.finished - record.started
+            trip += (record.seen - record.submitted) - (record.finished - record.started)
+        wanted = self.workers * (1 + trip / max(run, 1e-6))
+        self.window = int(min(max(wanted, self.min_window),
+                              MAX_WINDOW_PER_WORKER * self.workers))
 
     def _task_ended(self, record: Any) -> tuple[Hashable, Any, int, Any]:
         key = self.key_of_task.pop(record.task_id)

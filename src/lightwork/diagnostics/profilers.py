@@ -263,6 +263,16 @@ class ResourceProfiler(_Timed):
 
 
 class _Sampler(threading.Thread):
+    """Samples the driver's process family every ``dt`` seconds.
+
+    Finding the family means reading every process's ``/proc`` entry, so it is done at
+    most every ``RESCAN_S`` seconds; in between, the processes already found are sampled
+    (two reads each). A process found in a scan is sampled from the next sample on: its
+    CPU counter is primed when found, so its first share is a real one.
+    """
+
+    RESCAN_S = 1.0
+
     def __init__(self, dt: float) -> None:
         super().__init__(name="lightwork-resource-profiler", daemon=True)
         import psutil
@@ -271,46 +281,47 @@ class _Sampler(threading.Thread):
         self.dt = dt
         self.halt = threading.Event()
         self.samples: list[ResourceData] = []
-        self.processes: dict[int, Any] = {}
         self.pid = os.getpid()
-        self._refresh()  # prime every CPU counter now: the first sample is a real one
+        self.processes: dict[int, Any] = {}  # pid -> psutil.Process, CPU counter primed
+        self.scanned = 0.0
+        self._rescan()  # prime every CPU counter now: the first sample is a real one
 
-    def _refresh(self) -> list[tuple[Any, bool]]:
-        """(process, counts its CPU) for this process and all its descendants: the
-        fork server, every worker and actor process, and their children."""
+    def _rescan(self) -> set[int]:
+        """Find this process and all its descendants (the fork server, every worker and
+        actor process, and their children); return the pids found for the first time."""
         psutil = self.psutil
+        self.scanned = _now()
         try:
             me = self.processes.get(self.pid) or psutil.Process(self.pid)
             family = [me, *me.children(recursive=True)]  # one scan of /proc
         except psutil.Error:
-            family = []
-        current: list[tuple[Any, bool]] = []
-        alive = set()
+            return set()
+        known, self.processes = self.processes, {}
         for found in family:
-            process = self.processes.get(found.pid)
-            primed = process is not None
+            process = known.get(found.pid)
             if process is None:
                 process = found
                 try:
                     process.cpu_percent(None)
                 except psutil.Error:
                     continue
-                self.processes[found.pid] = process
-            alive.add(found.pid)
-            current.append((process, primed))
-        for pid in set(self.processes) - alive:
-            del self.processes[pid]
-        return current
+            self.processes[found.pid] = process
+        return self.processes.keys() - known.keys()
 
     def _sample(self) -> None:
+        # A process primed just now has no CPU share yet: its memory counts, its CPU not.
+        fresh = self._rescan() if _now() - self.scanned >= self.RESCAN_S else set()
+        psutil = self.psutil
         mem = cpu = 0.0
-        for process, primed in self._refresh():
+        for pid, process in list(self.processes.items()):
             try:
-                if process.status() == self.psutil.STATUS_ZOMBIE:
-                    continue
+                with process.oneshot():  # one read of /proc/PID/stat for both
+                    if process.status() == psutil.STATUS_ZOMBIE:
+                        continue
+                    percent = 0.0 if pid in fresh else process.cpu_percent(None)
                 rss = process.memory_info().rss
-                percent = process.cpu_percent(None) if primed else 0.0
-            except self.psutil.Error:
+            except psutil.Error:
+                self.processes.pop(pid, None)  # gone since the last scan
                 continue
             mem += rss
             cpu += percent
