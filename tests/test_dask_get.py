@@ -176,3 +176,19 @@ def test_nested_get_inside_a_task():
         return ld.get({"x": 1, "y": (inc, "x"), "z": (operator.add, "x", "y")}, ["z", "y"])
 
     assert lightwork.get(inner.remote()) == (3, 2)
+
+
+def test_a_by_value_function_travels_once_per_worker_not_per_task():
+    """A local function with a big closure would make every task carry 300 KB."""
+    from lightwork.diagnostics import task_records
+
+    table = bytes(range(256)) * 1200  # ~300 KB, captured by value
+
+    def lookup(i):
+        return table[i]
+
+    graph = {("t", i): (lookup, i) for i in range(40)}
+    graph["total"] = (sum, [("t", i) for i in range(40)])
+    assert lightwork.dask.get(graph, "total") == sum(range(40))
+    sizes = [r.arg_size for r in task_records() if r.name.startswith("t")][-40:]
+    assert len(sizes) == 40 and max(sizes) < 4096, sizes

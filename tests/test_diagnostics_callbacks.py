@@ -168,3 +168,30 @@ def test_bad_callback_objects_are_rejected():
         Callback(pretask=42)
     with pytest.raises(TypeError):
         add_callbacks((None, None))
+    with pytest.raises(TypeError, match="presubmit"):
+        Callback(presubmit="not callable")
+
+
+def test_submit_hooks_see_each_submitted_task_and_its_ref():
+    pre, post = [], []
+    cb = Callback(presubmit=lambda key, task, deps: pre.append((key, set(deps))),
+                  postsubmit=lambda key, task, deps, ref: post.append((key, task, ref)))
+    with cb:
+        assert lightwork.dask.get({**DSK, "d": "c"}, "d") == 18  # "d" is an alias
+    assert pre == [("a", set()), ("b", {"a"}), ("c", {"a", "b"})]
+    assert [key for key, _, _ in post] == ["a", "b", "c"]
+    assert all(isinstance(ref, lightwork.ObjectRef) for _, _, ref in post)
+    assert lightwork.get(post[-1][2]) == 18  # the hook's ref names the task's result
+    assert post[0][1].dependencies == frozenset()  # the graph node itself
+
+
+def test_submit_hooks_do_not_fire_for_plain_tasks():
+    @lightwork.remote
+    def one():
+        return 1
+
+    seen = []
+    with Callback(presubmit=lambda *args: seen.append(args),
+                  postsubmit=lambda *args: seen.append(args)):
+        assert lightwork.get(one.remote()) == 1
+    assert seen == []

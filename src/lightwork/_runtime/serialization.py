@@ -69,7 +69,7 @@ def dumps(value: Any) -> tuple[bytes, list[pickle.PickleBuffer], list[int]]:
         return True
 
     with collecting_refs() as ids:
-        data = _dumps_by_reference(value, keep_large_out_of_band)
+        data = dumps_by_reference(value, keep_large_out_of_band)
         if data is None:
             buffers.clear()
             ids.clear()
@@ -81,7 +81,7 @@ def dumps(value: Any) -> tuple[bytes, list[pickle.PickleBuffer], list[int]]:
     return data, buffers, ids
 
 
-def _dumps_by_reference(value: Any, buffer_callback: Any) -> bytes | None:
+def dumps_by_reference(value: Any, buffer_callback: Any = None) -> bytes | None:
     """The plain pickle of ``value``, or None where only cloudpickle gets it right.
 
     The standard pickler is several times quicker than cloudpickle's pure-Python

@@ -40,6 +40,7 @@ graph is submitted at once in dependency order and the outputs fetched (no callb
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from collections.abc import Hashable, Mapping
@@ -47,7 +48,8 @@ from typing import Any
 
 from lightwork import _api
 from lightwork._object_ref import ObjectRef
-from lightwork.dask._execute import run_graph_node
+from lightwork._runtime import serialization
+from lightwork.dask._execute import run_graph_node, run_task, without_function
 from lightwork.dask._graph import needed_subgraph
 from lightwork.diagnostics.callbacks import Hooks, dask_state
 
@@ -101,6 +103,10 @@ class DaskRun:
         self.key_of_task: dict[int, Hashable] = {}
         self.early: dict[int, Any] = {}
         self.inflight: dict[Hashable, ObjectRef] = {}
+        # Task functions seen, by id (kept alive here): (function, pickled by value?).
+        self.by_value: dict[int, tuple[Any, bool]] = {}
+        # (key group, id of a by-value function) -> run_task bound to it, as a remote.
+        self.remotes: dict[tuple[str, int], Any] = {}
         self.listening = False
 
     # -- the calling thread --------------------------------------------------------------
@@ -194,14 +200,37 @@ class DaskRun:
                 hooks.fire_posttask_batch([(key, node, None, None)], graph, state)
                 continue
             dep_keys = tuple(node.dependencies)
-            ref = _remote_for(_group_name(key)).remote(node, dep_keys, *[cache[d] for d in dep_keys])
+            hooks.fire_presubmit(key, node, dep_keys)
+            remote, shipped = self._remote_of(key, node)
+            ref = remote.remote(shipped, dep_keys, *[cache[d] for d in dep_keys])
             self.inflight[key] = ref
+            hooks.fire_postsubmit(key, node, dep_keys, ref)
             task_id = ref.task_id()
             with self.lock:
                 self.key_of_task[task_id] = key
                 record = self.early.pop(task_id, None)
             if record is not None:
                 self.queue.put(record)
+
+    def _remote_of(self, key: Hashable, node: Any) -> tuple[Any, Any]:
+        """The remote function that runs ``node``, and what to send it as the node."""
+        from dask._task_spec import Task
+
+        name = _group_name(key)
+        if type(node) is not Task:
+            return _remote_for(name), node
+        func = node.func
+        by_value = self.by_value.get(id(func))
+        if by_value is None:
+            by_value = self.by_value[id(func)] = (
+                func, serialization.dumps_by_reference(func) is None)
+        if not by_value[1]:
+            return _remote_for(name), node
+        remote = self.remotes.get((name, id(func)))
+        if remote is None:
+            remote = _api.remote(functools.partial(run_task, func)).options(name=name)
+            self.remotes[(name, id(func))] = remote
+        return remote, without_function(node)
 
     def _resize_window(self, records: list[Any]) -> None:
         run = trip = 0.0

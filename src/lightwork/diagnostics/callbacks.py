@@ -11,6 +11,12 @@ A :class:`Callback` has up to five hooks, with Dask's signatures::
     finish(dsk, state, failed)                   always, also when the run raised
 
 given as keyword arguments or as ``_start``/``_start_state``/... methods of a subclass.
+Two more, lightwork's (as Ray's Dask callbacks have), fire in a Dask graph run as the
+scheduler hands each task to the runtime — not for aliases, which run on the driver, and
+not in plain runs, whose tasks were submitted before the ``get``::
+
+    presubmit(key, task, dependencies)           about to submit ``task`` (the graph node)
+    postsubmit(key, task, dependencies, ref)     submitted; ``ref`` is its ObjectRef
 ``state`` has Dask's keys (``dependencies``, ``dependents``, ``waiting``,
 ``waiting_data``, ``cache``, ``ready``, ``running``, ``finished``, ``released``); its
 ``cache`` holds ObjectRefs (or literals), not values: values stay in the object store.
@@ -86,6 +92,7 @@ from lightwork._runtime import introspect
 __all__ = ["Callback", "add_callbacks", "current_task_record"]
 
 HOOKS = ("_start", "_start_state", "_pretask", "_posttask", "_finish")
+SUBMIT_HOOKS = ("_presubmit", "_postsubmit")  # lightwork's additions (Dask graph runs)
 
 _lock = threading.Lock()
 _registered: list[Callback] = []
@@ -115,8 +122,12 @@ class Callback:
         pretask: Callable[..., Any] | None = None,
         posttask: Callable[..., Any] | None = None,
         finish: Callable[..., Any] | None = None,
+        *,
+        presubmit: Callable[..., Any] | None = None,
+        postsubmit: Callable[..., Any] | None = None,
     ) -> None:
-        for name, hook in zip(HOOKS, (start, start_state, pretask, posttask, finish)):
+        given = (start, start_state, pretask, posttask, finish, presubmit, postsubmit)
+        for name, hook in zip(HOOKS + SUBMIT_HOOKS, given):
             if hook is not None:
                 if not callable(hook):
                     raise TypeError(f"Callback({name[1:]}=...) must be callable, got {hook!r}")
@@ -310,6 +321,8 @@ class Hooks:
         self.posttask = [h for h, _ in posttask]
         self.posttask_needs_result = any(needs for _, needs in posttask)
         self.per_task = bool(self.pretask or self.posttask)
+        self.presubmit = [h for cb in callbacks if (h := getattr(cb, "_presubmit", None))]
+        self.postsubmit = [h for cb in callbacks if (h := getattr(cb, "_postsubmit", None))]
         self.run_needs = max((getattr(cb, "_run_needs", "state") for cb in callbacks),
                              key=RUN_NEEDS.index, default="nothing")
         self.started: list[Callback] = []
@@ -346,6 +359,15 @@ class Hooks:
     def fire_pretask(self, key: Any, dsk: Any, state: dict[str, Any]) -> None:
         for hook in self.pretask:
             hook(key, dsk, state)
+
+    def fire_presubmit(self, key: Any, task: Any, dependencies: tuple[Any, ...]) -> None:
+        for hook in self.presubmit:
+            hook(key, task, dependencies)
+
+    def fire_postsubmit(self, key: Any, task: Any, dependencies: tuple[Any, ...],
+                        ref: Any) -> None:
+        for hook in self.postsubmit:
+            hook(key, task, dependencies, ref)
 
     def fire_posttask(self, key: Any, result: Any, dsk: Any, state: dict[str, Any],
                       worker_id: Any, record: Any = None) -> None:
