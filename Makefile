@@ -3,6 +3,13 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The oldest Dask lightwork supports, with numpy and pandas of its time: `make test` also
+# runs the Dask tests against it, in a venv of its own.
+OLDEST_VENV := .venv-oldest-dask
+OLDEST_STAMP := $(OLDEST_VENV)/.installed
+OLDEST_PINS := 'dask[array,bag,dataframe]==2024.11.1' 'numpy<2.2' 'pandas<2.3'
+DASK_TESTS := tests/test_dask_get.py tests/test_diagnostics_callbacks.py \
+	tests/test_diagnostics_profilers.py tests/test_diagnostics_plain.py
 
 .PHONY: demo test bench clean
 
@@ -14,6 +21,11 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
+$(OLDEST_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install -q -e '.[test]' $(OLDEST_PINS)
+	touch $(OLDEST_STAMP)
+
 $(VENV)/.bench-installed: pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install -q -e '.[test,bench]'
 	touch $@
@@ -21,11 +33,12 @@ $(VENV)/.bench-installed: pyproject.toml | $(VENV)/bin/python
 demo: $(STAMP)
 	$(PY) -m lightwork demo
 
-test: $(STAMP)
+test: $(STAMP) $(OLDEST_STAMP)
 	$(PY) -m pytest -q
+	$(OLDEST_VENV)/bin/python -m pytest -q $(DASK_TESTS)
 
 bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/run.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) $(OLDEST_VENV) build src/*.egg-info

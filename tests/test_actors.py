@@ -337,4 +337,6 @@ def test_many_actors_start_answer_and_leave_nothing_behind():
     wait_until(lambda: not still_running(pids), timeout=15, message="60 actors to exit")
     after = {p.pid for p in me.children(recursive=True)}
     assert not set(pids) & after
-    assert after - before <= set()  # the pool's task workers existed before
+    # Actors may start in the pool's idle workers, which the pool then replaces: at
+    # most one pool of fresh task workers, nothing per actor.
+    assert len(after - before) <= int(ray.cluster_resources()["CPU"])

@@ -186,14 +186,15 @@ def test_profiler_gives_the_same_results_with_a_state_keeping_callback():
 
 def test_profiler_results_do_not_keep_objects_alive(wait_until):
     node = lightwork._api._node
-    before = len(node.objects.entries)
-    refs = [square.remote(i) for i in range(50)]
+    gate = nap.remote(0.3)  # holds all 50 back: each is still unfinished when get starts
+    refs = [add.remote(gate, i) for i in range(50)]
+    ids = [ref.id for ref in refs] + [gate.id]
     with Profiler() as prof:
         lightwork.get(refs)
-    del refs
-    assert wait_until(lambda: len(node.objects.entries) <= before, timeout=10)
-    assert len(prof.results) == 50  # read after the objects are gone
-    assert {r.task.name for r in prof.results} == {"square"}
+    del refs, gate
+    assert wait_until(lambda: not any(i in node.objects.entries for i in ids), timeout=10)
+    assert len(prof.results) == 51  # read after the objects are gone
+    assert sorted({r.task.name for r in prof.results}) == ["add", "nap"]
 
 
 def test_a_failing_task_listener_does_not_stop_the_runtime(monkeypatch):

@@ -97,13 +97,13 @@ def test_a_stopped_worker_times_out_alone(runtime):
     try:
         from lightwork.state import query
 
-        data = query("stacks", timeout=0.5)
+        data = query("stacks", timeout=2.0)  # the healthy ones answer well within it
         by_id = {w["worker_id"]: w for w in data["workers"]}
         assert by_id[victim.worker_id]["status"] == "timeout"
         assert "may be stopped" in by_id[victim.worker_id]["note"]
         others = [w for w in data["workers"] if w["worker_id"] != victim.worker_id]
         assert others and all(w["status"] == "ok" and w["text"] for w in others)
-        assert "[timeout: no complete answer within 0.5 s" in format_stacks(data)
+        assert "[timeout: no complete answer within 2.0 s" in format_stacks(data)
     finally:
         os.kill(victim.pid, signal.SIGCONT)
 

@@ -74,6 +74,14 @@ def _remote_for(name: str) -> Any:
     return remote
 
 
+def _alias_target(node: Any) -> Hashable:
+    """The key an ``Alias`` names (dask 2024.11–2024.12.0 hold it as a ``TaskRef``)."""
+    from dask._task_spec import TaskRef
+
+    target = node.target
+    return target.key if isinstance(target, TaskRef) else target
+
+
 def _group_name(key: Hashable) -> str:
     from dask.utils import key_split
 
@@ -194,7 +202,7 @@ class DaskRun:
             hooks.fire_pretask(key, graph, state)
             node = graph[key]
             if isinstance(node, Alias):
-                cache[key] = cache[node.target]
+                cache[key] = cache[_alias_target(node)]
                 self._finish_task(key)
                 hooks.fire_posttask(key, self._result(key), graph, state, None)
                 hooks.fire_posttask_batch([(key, node, None, None)], graph, state)
@@ -333,7 +341,7 @@ def run_nested(graph: dict[Hashable, Any], wanted: list[Hashable]) -> dict[Hasha
             if isinstance(node, DataNode):
                 cache[key] = node()
             elif isinstance(node, Alias):
-                cache[key] = cache[node.target]
+                cache[key] = cache[_alias_target(node)]
             else:
                 dep_keys = tuple(node.dependencies)
                 cache[key] = _remote_for(_group_name(key)).remote(
