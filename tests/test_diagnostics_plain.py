@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+import helpers
 import lightwork
 from lightwork._runtime import introspect
 from lightwork.diagnostics import (
@@ -226,3 +227,29 @@ def test_a_failing_blocking_observer_does_not_break_get(monkeypatch):
     assert lightwork.get(square.remote(4)) == 16
     assert [str(args.exc_value) for args in seen] == ["observer bug"]
     assert "blocking-call observer" in seen[0].err_msg
+
+
+def test_a_diagnostics_bug_is_printed_by_default_and_get_goes_on(tmp_path):
+    """Python's default unraisable hook accepts only its own argument type."""
+    path = helpers.write_script(str(tmp_path), "observer_bug.py", """
+import lightwork
+from lightwork._runtime import introspect
+
+lightwork.init(num_cpus=1)
+
+def broken(kind, refs):
+    raise RuntimeError("observer bug")
+
+introspect.blocking_observers.append(broken)
+
+@lightwork.remote
+def three():
+    return 3
+
+print("got", lightwork.get(three.remote()))
+""")
+    done = helpers.run_script(path)
+    assert done.returncode == 0, done.stderr
+    assert "got 3" in done.stdout
+    assert "Exception ignored in lightwork blocking-call observer" in done.stderr
+    assert "RuntimeError: observer bug" in done.stderr

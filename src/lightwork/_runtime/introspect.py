@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from types import SimpleNamespace
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
@@ -63,10 +64,19 @@ def observe_call(kind: str, refs: list[Any], call: Callable[[], Any]) -> Any:
 
 
 def report_unraisable(exc: BaseException, message: str, where: Any) -> None:
-    """Hand a diagnostics bug to ``sys.unraisablehook`` (printed, never raised)."""
-    sys.unraisablehook(SimpleNamespace(exc_type=type(exc), exc_value=exc,
-                                       exc_traceback=exc.__traceback__,
-                                       err_msg=f"{message} {where!r}", object=where))
+    """Report a diagnostics bug as Python reports an exception it cannot raise.
+
+    A hook the user or a tool installed (pytest's, say) gets it through
+    ``sys.unraisablehook``; the default hook accepts only the interpreter's own
+    argument type, which Python code cannot build, so then it is printed the same way.
+    """
+    hook = sys.unraisablehook
+    if hook is not sys.__unraisablehook__:
+        hook(SimpleNamespace(exc_type=type(exc), exc_value=exc, exc_traceback=exc.__traceback__,
+                             err_msg=f"{message} {where!r}", object=where))
+        return
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    print(f"{message} {where!r}:\n{text}", file=sys.stderr, end="")
 
 
 def _report(exc: BaseException, where: Any) -> None:

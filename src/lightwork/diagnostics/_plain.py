@@ -63,13 +63,13 @@ class RemoteCall(NamedTuple):
         return f"{self.name}({deps})"
 
 
-def start_run(node: Any, kind: str, refs: list[Any], hooks: Hooks) -> Callable[[bool], None]:
-    """Start the run of one ``get``/``wait`` (``kind``) on ``refs``; returns its ``end``."""
+def start_run(node: Any, refs: list[Any], hooks: Hooks) -> Callable[[bool], None]:
+    """Start the run of one ``get``/``wait`` on ``refs``; returns its ``end``."""
     needs = hooks.run_needs
     if needs == "nothing":
         hooks.start({})
         return lambda failed: hooks.finish({}, {}, failed)
-    run = (TaskRun if needs == "tasks" else StateRun)(node, kind, refs, hooks)
+    run = (TaskRun if needs == "tasks" else StateRun)(node, refs, hooks)
     run.start()
     return run.end
 
@@ -77,9 +77,8 @@ def start_run(node: Any, kind: str, refs: list[Any], hooks: Hooks) -> Callable[[
 class TaskRun:
     """The run's unfinished tasks and the records of those that ended (end order)."""
 
-    def __init__(self, node: Any, kind: str, refs: list[Any], hooks: Hooks) -> None:
+    def __init__(self, node: Any, refs: list[Any], hooks: Hooks) -> None:
         self.node = node
-        self.kind = kind
         self.refs = refs
         self.hooks = hooks
         self.lock = threading.RLock()
@@ -176,8 +175,8 @@ def _finished_items(ended: list[Any], tasks: dict[int, introspect.TaskView]) -> 
 class StateRun(TaskRun):
     """A :class:`TaskRun` that also keeps Dask's graph and state, task by task."""
 
-    def __init__(self, node: Any, kind: str, refs: list[Any], hooks: Hooks) -> None:
-        super().__init__(node, kind, refs, hooks)
+    def __init__(self, node: Any, refs: list[Any], hooks: Hooks) -> None:
+        super().__init__(node, refs, hooks)
         self.key_of_task: dict[int, str] = {}
         self.wanted: set[str] = set()
         self.ref_of: dict[str, Any] = {}

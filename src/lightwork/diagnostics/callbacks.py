@@ -407,4 +407,4 @@ def _observe_blocking(kind: str, refs: list[Any]) -> Callable[[bool], None] | No
         return None  # inside a worker: the driver's callbacks do not follow nested calls
     from lightwork.diagnostics._plain import start_run
 
-    return start_run(node, kind, refs, Hooks(callbacks))
+    return start_run(node, refs, Hooks(callbacks))

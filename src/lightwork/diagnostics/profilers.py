@@ -14,7 +14,8 @@ What differs from Dask, on purpose:
   under a foreign scheduler (Dask's own) does it fall back to pretask/posttask times.
 * ``ResourceProfiler`` samples, in a thread of the driver, the driver and all its
   descendants (the fork server's workers and actors are among them), summing RSS (MB)
-  and CPU (%); one scan of ``/proc`` per sample. Each process's CPU counter is
+  and CPU (%); it looks for new processes (a scan of ``/proc``) at most once a second
+  and reads two small files per known process per sample. Each process's CPU counter is
   primed when first seen, so no sample reports a spurious 0% for it; a last sample is
   taken when collection stops, so short runs have one. It has no per-task hook.
 * ``start_time``/``end_time`` are set also when a profiler is used through
