@@ -122,9 +122,9 @@ class Settings:
     #: Lightwork's diagnostics cost: tasks per run, rounds of interleaved variants (the
     #: Dask graph takes seconds a run, so fewer), and when to stop adding rounds.
     cost_tasks: int = 20_000
-    cost_rounds: int = 10
+    cost_rounds: int = 20
     dask_cost_rounds: int = 6
-    cost_budget_s: float = 60.0
+    cost_budget_s: float = 75.0
     #: Sessions started per ``init`` variant, and async runs in each.
     cost_sessions: int = 5
     cost_async_runs: int = 3

@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 import time
 
+import helpers
 import pytest
 
-import helpers
 import lightwork
 from lightwork._runtime import introspect
 from lightwork.diagnostics import (

@@ -27,11 +27,10 @@ call goes on.
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
-from types import SimpleNamespace
 from collections.abc import Callable, Iterable
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 BlockingObserver = Callable[[str, list[Any]], "Callable[[bool], None] | None"]
