@@ -107,22 +107,15 @@ class TaskView(NamedTuple):
 def task_graph_of(node: Any, object_ids: Iterable[int]) -> tuple[list[int], dict[int, TaskView]]:
     """For the objects asked for: the id of the task that makes each (0 for a ``put``,
     -1 if already freed), and the unfinished tasks they (transitively) wait on."""
-    made_by: list[int] = []
     tasks: dict[int, TaskView] = {}
     no_deps: tuple[int, ...] = ()
+    view = tuple.__new__  # TaskView(...) would run namedtuple's Python-level __new__
     with node.lock:
         entries = node.objects.entries
         live = node.tasks
-        stack: list[int] = []
-        for object_id in object_ids:
-            entry = entries.get(object_id)
-            if entry is None:
-                made_by.append(-1)
-                continue
-            task_id = entry.task_id
-            made_by.append(task_id)
-            if task_id in live:
-                stack.append(task_id)
+        made_by = [entry.task_id if entry is not None else -1
+                   for entry in map(entries.get, object_ids)]
+        stack = [task_id for task_id in made_by if task_id in live]
         while stack:
             task_id = stack.pop()
             if task_id in tasks:
@@ -137,7 +130,8 @@ def task_graph_of(node: Any, object_ids: Iterable[int]) -> tuple[list[int], dict
                         found.append(dep_entry.task_id)
                         stack.append(dep_entry.task_id)
                 dep_tasks = tuple(dict.fromkeys(found))
-            tasks[task_id] = TaskView(task_id, spec.name, dep_tasks, spec.return_ids, spec.record)
+            tasks[task_id] = view(TaskView, (task_id, spec.name, dep_tasks, spec.return_ids,
+                                             spec.record))
     return made_by, tasks
 
 
