@@ -166,10 +166,22 @@ def _finished_items(ended: list[Any], tasks: dict[int, introspect.TaskView]) -> 
         tuple[str, RemoteCall, int, Any]]:
     """``_posttask_batch`` items of the finished tasks, made as they are read (the hook
     may keep them for later: they hold records and names, never ObjectRefs)."""
+    keys: dict[int, str] = {}  # a dependency's key is made once, not once per dependent
+
+    def key_of(task_id: int) -> str:
+        key = keys.get(task_id)
+        if key is None:
+            key = keys[task_id] = _key_of(tasks, task_id)
+        return key
+
+    make = tuple.__new__  # RemoteCall(...) would run namedtuple's Python-level __new__
     for record in ended:
         if record.state == "FINISHED":
             task_id = record.task_id
-            yield _key_of(tasks, task_id), _call_of(tasks, task_id), record.worker_id, record
+            view = tasks[task_id]
+            deps = frozenset(map(key_of, view.dep_task_ids)) if view.dep_task_ids else _NO_KEYS
+            yield (key_of(task_id), make(RemoteCall, (view.name, task_id, deps)),
+                   record.worker_id, record)
 
 
 class StateRun(TaskRun):
