@@ -11,7 +11,7 @@ OLDEST_PINS := 'dask[array,bag,dataframe]==2024.11.1' 'numpy<2.2' 'pandas<2.3'
 DASK_TESTS := tests/test_dask_get.py tests/test_diagnostics_callbacks.py \
 	tests/test_diagnostics_profilers.py tests/test_diagnostics_plain.py
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean browser
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,12 +33,19 @@ $(VENV)/.bench-installed: pyproject.toml | $(VENV)/bin/python
 demo: $(STAMP)
 	$(PY) -m lightwork demo
 
-test: $(STAMP) $(OLDEST_STAMP)
+test: $(STAMP) $(OLDEST_STAMP) browser
 	$(PY) -m pytest -q
 	$(OLDEST_VENV)/bin/python -m pytest -q $(DASK_TESTS)
 
 bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/run.py
+
+# Chromium, for the test that opens visualize()'s HTML in a real browser. Installed when
+# this runs as root with apt-get (as in CI); otherwise that one test is skipped, saying so.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+		&& apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
+		|| echo "Chromium is not installed: the browser test will be skipped"
 
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) build src/*.egg-info

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import operator
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -176,6 +178,29 @@ def test_visualize_stacks_the_three_profilers(tmp_path):
     colors = set(single.renderers[0].data_source.data["color"])
     groups = set(single.renderers[0].data_source.data["group"])
     assert len(colors) <= len(groups) < len(prof.results)  # one colour per function
+
+
+def test_visualize_html_renders_in_a_real_browser(tmp_path):
+    """The written file, opened in headless Chromium: BokehJS (inlined, so no network)
+    builds the three plots without a script error."""
+    pytest.importorskip("bokeh")
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("no Chromium on this machine (make test installs it when it runs as root)")
+    with Profiler() as prof, ResourceProfiler(dt=0.01) as rprof, CacheProfiler() as cprof:
+        lightwork.dask.get(DSK, "z")
+    path = tmp_path / "profile.html"
+    visualize([prof, rprof, cprof], filename=str(path), show=False, mode="inline")
+    shot = tmp_path / "shot.png"
+    done = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
+         "--v=0", "--virtual-time-budget=5000", "--window-size=900,1200",
+         f"--screenshot={shot}", path.as_uri()],
+        capture_output=True, text=True, timeout=60)
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    assert any("document idle" in line for line in console), done.stderr[-2000:]
+    assert not [line for line in console if "Error" in line or "Uncaught" in line], console
+    assert shot.stat().st_size > 10_000  # a blank page is a few kB
 
 
 def test_visualize_without_bokeh_names_the_extra(monkeypatch):

@@ -185,9 +185,11 @@ def _dask_example(out: TextIO, profile_path: str) -> None:
           f"{len(prof.results)} tasks in {took:.2f} s; q.dot(r) equals a: {same}", file=out)
     print(f"  Profiler: {len(prof.results)} TaskData, ResourceProfiler: {len(rprof.results)} "
           f"ResourceData, CacheProfiler: {len(cprof.results)} CacheData", file=out)
-    visualize([prof, rprof, cprof], filename=profile_path, show=False)
+    # BokehJS inside the file: the plot opens offline too (Dask's default loads it from a CDN).
+    visualize([prof, rprof, cprof], filename=profile_path, show=False, mode="inline")
     print(f"profile plot (tasks by worker, CPU and memory, cache): "
-          f"{os.path.abspath(profile_path)}\n  open it in a web browser", file=out)
+          f"{os.path.abspath(profile_path)}\n  open it in a web browser (works offline)",
+          file=out)
 
 
 # ---------------------------------------------------------------------------- formatting
