@@ -132,6 +132,20 @@ def test_bad_inputs_have_clear_errors():
         lightwork.dask.get({"x": 1}, "x", num_workers=0)
 
 
+def test_a_task_function_that_cannot_be_pickled_is_named():
+    import threading
+
+    lock = threading.Lock()
+
+    def locked_inc(x):
+        with lock:
+            return x + 1
+
+    with pytest.raises(TypeError, match=r"Dask task 'b'.*lock"):
+        lightwork.dask.get({"a": 1, "b": (locked_inc, "a")}, "b")
+    assert lightwork.dask.get({"a": 1, "b": (inc, "a")}, "b") == 2  # the runtime goes on
+
+
 def test_dask_missing_names_the_extra(monkeypatch):
     for name in [m for m in sys.modules if m == "dask" or m.startswith("dask.")]:
         monkeypatch.delitem(sys.modules, name)

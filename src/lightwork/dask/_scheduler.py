@@ -22,9 +22,9 @@ rules); tiny ones widen it (the round trip would rule).
 Events: a task listener on the node (``add_task_listener``) receives batches of ended
 tasks, in whichever thread applied them, and puts the ``TaskRecord`` of each task of
 this run on its queue; the calling thread takes them off, updates the state and fires
-the callbacks, so hooks run in the caller's thread as with Dask. A task can end before ``submit`` has told us its
-id; the listener parks such records in ``early`` under ``self.lock`` and the submitter
-collects them.
+the callbacks, so hooks run in the caller's thread as with Dask. A task can end before
+``submit`` has told us its id; the listener parks such records in ``early`` under
+``self.lock`` and the submitter collects them.
 
 Aliases run on the driver (the alias's cache entry is its target's ref); ``DataNode``
 values are ``cache`` entries from the start, as in Dask, and no hook fires for them.
@@ -45,6 +45,8 @@ import queue
 import threading
 from collections.abc import Hashable, Mapping
 from typing import Any
+
+import cloudpickle
 
 from lightwork import _api
 from lightwork._object_ref import ObjectRef
@@ -236,6 +238,12 @@ class DaskRun:
             return _remote_for(name), node
         remote = self.remotes.get((name, id(func)))
         if remote is None:
+            try:  # once per function: say which task's function it is if it cannot go
+                cloudpickle.dumps(func)
+            except Exception as exc:
+                raise serialization.SerializationError(
+                    f"the function of Dask task {key!r} cannot be sent to the workers: "
+                    + serialization.describe_unpicklable(func, exc)) from exc
             remote = _api.remote(functools.partial(run_task, func)).options(name=name)
             self.remotes[(name, id(func))] = remote
         return remote, without_function(node)
