@@ -104,3 +104,25 @@ def test_a_zero_budget_turns_the_log_off(fresh_runtime):
     lightwork.shutdown()
     with pytest.raises(ValueError, match="event_budget must be an int >= 0"):
         lightwork.init(event_budget=-1)
+
+
+def test_the_ring_costs_the_garbage_collector_nothing(runtime):
+    """Ended records are kept as plain tuples, which the collector stops tracking; a
+    read gives records back, equal to what the task lived through."""
+    import gc
+
+    @lightwork.remote
+    def work(x):
+        return x
+
+    assert lightwork.get([work.remote(i) for i in range(20)]) == list(range(20))
+    node = lightwork._api._node
+    gc.collect()
+    gc.collect()  # the first untracks the inner tuples (call site), the second the outer
+    with node.lock:
+        frozen = list(node.log.tasks)
+    assert len(frozen) == 20 and not any(gc.is_tracked(values) for values in frozen)
+    records = task_records(include_unfinished=False)
+    assert len(records) == 20 and all(r.name.endswith("work") for r in records)
+    assert all(r.state == "FINISHED" and r.finished >= r.started > 0 for r in records)
+    assert {r.task_id for r in records} == {values[0] for values in frozen}

@@ -97,7 +97,7 @@ class _Snapshot:
 
     def __init__(self, node: Node, with_records: bool = True) -> None:
         with node.lock:
-            self.ended: list[TaskRecord] = list(node.log.tasks) if with_records else []
+            self.ended: list[TaskRecord] = node.log.task_records() if with_records else []
             self.live = [
                 (_record_row(task.record), live_task_state(node, task), task.actor_id,
                  _live_pid(node, task))
@@ -340,8 +340,7 @@ def object_rows(node: Node) -> list[dict[str, Any]]:
             for e in table.entries.values()
         ]
         wanted = {c[2] for c in copied if c[2] and c[2] not in live_names}
-        ended_names = ({r.task_id: r.name for r in node.log.tasks if r.task_id in wanted}
-                       if wanted else {})
+        ended_names = node.log.ended_names(wanted) if wanted else {}
     rows = []
     for (object_id, owner, task_id, state, size, path, driver_holds, holders, uses,
          containers, pinned, handle, error) in copied:
@@ -424,7 +423,7 @@ def status(node: Node) -> dict[str, Any]:
         object_bytes = sum(entry.size for entry in node.objects.entries.values())
         shm_bytes = node.objects.bytes_in_segments
         log = node.log
-        ended = Counter(record.state for record in log.tasks)
+        ended = Counter(log.ended_states())
         log_facts = {"task_records": len(log.tasks), "budget": log.budget,
                      "dropped_tasks": log.dropped_tasks, "dropped_spans": log.dropped_spans}
     return {

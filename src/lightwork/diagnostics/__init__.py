@@ -15,7 +15,7 @@ Dask's diagnostics, for Dask graphs run by ``lightwork.dask.get`` and for plain 
 
 from __future__ import annotations
 
-from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork._runtime.events import DriverSpan, TaskRecord, freeze
 from lightwork.diagnostics.callbacks import Callback, add_callbacks, current_task_record
 from lightwork.diagnostics.profilers import (
     CacheData,
@@ -65,7 +65,7 @@ def task_records(include_unfinished: bool = True) -> list[TaskRecord]:
     """Copies of the records of ended tasks (oldest first), then of unfinished ones."""
     node = _node()
     with node.lock:
-        records = [_copy(record) for record in node.log.tasks]
+        records = node.log.task_records()  # new objects already
         if include_unfinished:
             records += [_copy(task.record) for task in node.tasks.values()]
     return records
@@ -85,4 +85,4 @@ def dropped_counts() -> dict[str, int]:
 
 
 def _copy(record: TaskRecord) -> TaskRecord:
-    return TaskRecord(**record.as_dict())
+    return TaskRecord(*freeze(record))

@@ -636,7 +636,7 @@ def current_findings(node: Any, tasks: list[TaskRecord] | None = None,
             return list(advisor.findings)
     if tasks is None or spans is None:
         with node.lock:
-            tasks, spans = list(node.log.tasks), list(node.log.spans)
+            tasks, spans = node.log.task_records(), list(node.log.spans)
     advisor = Advisor(node, watch=False)
     advisor.feed(tasks, spans)
     return list(advisor.findings)
