@@ -29,6 +29,18 @@ if _os.environ.get("LIGHTWORK_TEST_AGAINST_RAY") == "1":
 """
 
 
+class FakeClock:
+    """A clock for progress displays: 0.0 when first read (the start), then ``later``."""
+
+    def __init__(self, later: float) -> None:
+        self.calls = 0
+        self.later = later
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return 0.0 if self.calls == 1 else self.later
+
+
 def wait_until(
     predicate: Callable[[], Any],
     timeout: float = 5.0,

@@ -44,20 +44,10 @@ def nap(seconds):
     return seconds
 
 
-class FakeClock:
-    def __init__(self, later):
-        self.calls = 0
-        self.later = later
-
-    def __call__(self):
-        self.calls += 1
-        return 0.0 if self.calls == 1 else self.later
-
-
 def test_progress_bar_reaches_100_percent_as_get_returns():
     out = io.StringIO()
     refs = [square.remote(i) for i in range(40)]
-    with ProgressBar(out=out, dt=60, clock=FakeClock(0.5)):
+    with ProgressBar(out=out, dt=60, clock=helpers.FakeClock(0.5)):
         assert lightwork.get(refs) == [i * i for i in range(40)]
     assert out.getvalue().endswith("\r[" + "#" * 40 + "] | 100% Completed | 500.00 ms\n")
 

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import helpers
 import pytest
 
 dask = pytest.importorskip("dask")
@@ -32,18 +33,6 @@ def runtime(two_cpus):
     yield
 
 
-class FakeClock:
-    """0.0 at the bar's start, then a fixed later time."""
-
-    def __init__(self, later):
-        self.calls = 0
-        self.later = later
-
-    def __call__(self):
-        self.calls += 1
-        return 0.0 if self.calls == 1 else self.later
-
-
 @pytest.mark.parametrize("seconds", [0, 2e-7, 0.00012345, 0.001234, 0.5, 1, 1.234, 123.456,
                                      599, 1234.567, 7300, 12345.67, 123456.78, 1234567.89])
 def test_format_time_is_dasks(seconds):
@@ -56,7 +45,7 @@ def test_progress_bar_text_is_dasks():
     from dask.diagnostics import ProgressBar as DaskBar
 
     out = io.StringIO()
-    with ProgressBar(out=out, dt=60, clock=FakeClock(1.234)):
+    with ProgressBar(out=out, dt=60, clock=helpers.FakeClock(1.234)):
         assert lightwork.dask.get(DSK, "z") == 22
     text = out.getvalue()
     assert text.endswith("\r[" + "#" * 40 + "] | 100% Completed | 1.23 s\n")
@@ -67,13 +56,13 @@ def test_progress_bar_text_is_dasks():
 
 def test_progress_bar_width_minimum_and_last_duration():
     out = io.StringIO()
-    bar = ProgressBar(width=10, out=out, dt=60, clock=FakeClock(2.5))
+    bar = ProgressBar(width=10, out=out, dt=60, clock=helpers.FakeClock(2.5))
     with bar:
         lightwork.dask.get(DSK, "z")
     assert out.getvalue().endswith("[##########] | 100% Completed | 2.50 s\n")
     assert bar.last_duration == 2.5
     quiet = io.StringIO()
-    with ProgressBar(minimum=10, out=quiet, clock=FakeClock(2.5)):
+    with ProgressBar(minimum=10, out=quiet, clock=helpers.FakeClock(2.5)):
         lightwork.dask.get(DSK, "z")
     assert quiet.getvalue() == ""
 
@@ -85,7 +74,7 @@ def test_progress_bar_on_failure_ends_the_line():
         raise RuntimeError("x")
 
     with pytest.raises(RuntimeError):
-        with ProgressBar(out=out, dt=60, clock=FakeClock(1.0)):
+        with ProgressBar(out=out, dt=60, clock=helpers.FakeClock(1.0)):
             lightwork.dask.get({"a": 1, "b": (bad, "a")}, "b")
     assert out.getvalue().endswith("\n") and "100%" not in out.getvalue()
 
