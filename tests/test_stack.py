@@ -16,10 +16,8 @@ pytestmark = pytest.mark.lightwork_only
 
 
 @pytest.fixture(scope="module")
-def runtime():
-    lightwork.init(num_cpus=2)
+def runtime(two_cpus):
     yield
-    lightwork.shutdown()
 
 
 def test_driver_and_workers_stuck_in_c_code(runtime, tmp_path):

@@ -20,10 +20,8 @@ pytestmark = pytest.mark.lightwork_only
 
 
 @pytest.fixture(scope="module")
-def runtime():
-    lightwork.init(num_cpus=2)
+def runtime(two_cpus):
     yield
-    lightwork.shutdown()
 
 
 def _by_id(rows):

@@ -144,22 +144,16 @@ class TaskRun:
             late.sort(key=lambda record: record.finished)
             self._heard(late)
 
-    def key_of(self, task_id: int) -> str:
-        return _key_of(self.tasks, task_id)
-
-    def call_of(self, task_id: int) -> RemoteCall:
-        return _call_of(self.tasks, task_id)
-
 
 def _key_of(tasks: dict[int, introspect.TaskView], task_id: int) -> str:
     return f"{tasks[task_id].name}-{task_id}"
 
 
-def _call_of(tasks: dict[int, introspect.TaskView], task_id: int) -> RemoteCall:
-    view = tasks[task_id]
-    deps = frozenset([_key_of(tasks, t) for t in view.dep_task_ids]) if (
-        view.dep_task_ids) else _NO_KEYS
-    return RemoteCall(view.name, task_id, deps)
+def _call_of(view: introspect.TaskView, key_of: Callable[[int], str]) -> RemoteCall:
+    """The graph entry of a task, its dependencies named by ``key_of``."""
+    deps = frozenset(map(key_of, view.dep_task_ids)) if view.dep_task_ids else _NO_KEYS
+    # tuple.__new__: RemoteCall(...) would run namedtuple's Python-level __new__
+    return tuple.__new__(RemoteCall, (view.name, view.task_id, deps))
 
 
 def _finished_items(ended: list[Any], tasks: dict[int, introspect.TaskView]) -> Iterator[
@@ -174,14 +168,10 @@ def _finished_items(ended: list[Any], tasks: dict[int, introspect.TaskView]) -> 
             key = keys[task_id] = _key_of(tasks, task_id)
         return key
 
-    make = tuple.__new__  # RemoteCall(...) would run namedtuple's Python-level __new__
     for record in ended:
         if record.state == "FINISHED":
             task_id = record.task_id
-            view = tasks[task_id]
-            deps = frozenset(map(key_of, view.dep_task_ids)) if view.dep_task_ids else _NO_KEYS
-            yield (key_of(task_id), make(RemoteCall, (view.name, task_id, deps)),
-                   record.worker_id, record)
+            yield key_of(task_id), _call_of(tasks[task_id], key_of), record.worker_id, record
 
 
 class StateRun(TaskRun):
@@ -197,11 +187,11 @@ class StateRun(TaskRun):
         self.failed: set[str] = set()
 
     def _begin(self) -> None:
-        key_of_task, dsk = self.key_of_task, self.dsk
-        for task_id in self.tasks:
-            key_of_task[task_id] = self.key_of(task_id)
-        for task_id in self.tasks:
-            dsk[key_of_task[task_id]] = self.call_of(task_id)
+        key_of_task, dsk, tasks = self.key_of_task, self.dsk, self.tasks
+        for task_id in tasks:
+            key_of_task[task_id] = _key_of(tasks, task_id)
+        for task_id, view in tasks.items():
+            dsk[key_of_task[task_id]] = _call_of(view, key_of_task.__getitem__)
         cache: dict[str, Any] = {}
         for ref, task_id in zip(self.refs, self.made_by):
             key = key_of_task.get(task_id)
