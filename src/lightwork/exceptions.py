@@ -22,6 +22,10 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     │   └── ReferenceCountingAssertionError
     ├── GetTimeoutError                     also a built-in TimeoutError
     ├── TaskCancelledError
+    ├── ObjectStoreFullError                no room in memory nor on the spill disk
+    ├── OutOfMemoryError                    the memory monitor killed the task's worker
+    ├── PendingCallsLimitExceeded           an actor's max_pending_calls was reached
+    ├── UnsupportedOnBackend                also NotImplementedError: not on this engine
     └── SystemError_ (RaySystemError)       the runtime itself failed
 """
 
@@ -36,7 +40,10 @@ __all__ = [
     "LightworkError",
     "ObjectLostError",
     "ObjectReconstructionFailedError",
+    "ObjectStoreFullError",
+    "OutOfMemoryError",
     "OwnerDiedError",
+    "PendingCallsLimitExceeded",
     "RayActorError",
     "RayError",
     "RaySystemError",
@@ -45,6 +52,7 @@ __all__ = [
     "RuntimeSystemError",
     "TaskCancelledError",
     "TaskError",
+    "UnsupportedOnBackend",
     "WorkerCrashedError",
 ]
 
@@ -166,6 +174,25 @@ class GetTimeoutError(LightworkError, TimeoutError):
 
 class TaskCancelledError(LightworkError):
     """The task was cancelled with ``cancel`` before it finished."""
+
+
+class ObjectStoreFullError(LightworkError):
+    """An object fits neither in the store's memory budget nor on the spill disk."""
+
+
+class OutOfMemoryError(LightworkError):
+    """The machine ran low on memory and the memory monitor killed the task's worker."""
+
+
+class PendingCallsLimitExceeded(LightworkError):
+    """An actor already has ``max_pending_calls`` calls waiting; this one was refused."""
+
+
+class UnsupportedOnBackend(LightworkError, NotImplementedError):
+    """The backend in use (a cluster engine) cannot do what was asked.
+
+    The message names the feature, the backend and what to do instead.
+    """
 
 
 class RuntimeSystemError(LightworkError):
