@@ -37,6 +37,9 @@ class Backend:
     name: str = ""
     #: The driver-side runtime state the diagnostics read, or None (see the module doc).
     node: Any = None
+    #: False in a worker process: there the API serves a task's nested calls, and
+    #: init/shutdown belong to the driver.
+    in_driver: bool = True
 
     # -- lifetime ------------------------------------------------------------------------
     @property
