@@ -8,6 +8,7 @@ from lightwork import exceptions
 from lightwork._actor import ActorClass, ActorHandle, get_actor, kill, method
 from lightwork._api import (
     available_resources,
+    backend,
     cancel,
     cluster_resources,
     get,
@@ -38,6 +39,7 @@ __all__ = [
     "actor",
     "advise",
     "available_resources",
+    "backend",
     "cancel",
     "cluster_resources",
     "exceptions",
