@@ -107,7 +107,9 @@ class Pool:
         self._actor_class = lightwork.remote(_PoolProcess).options(**(ray_remote_args or {}))
         count = processes or max(1, int(lightwork.cluster_resources().get("CPU", 1)))
         self._processes = count
-        self._lock = threading.Lock()  # guards the roster and counts (callbacks race)
+        # Guards the roster and counts. Reentrant: a chunk already answered when it is
+        # submitted runs its done-callback (_answered) at once, in the submitting thread.
+        self._lock = threading.RLock()
         self._actors: list[Any] = [self._start_actor() for _ in range(count)]
         self._outstanding: list[int] = [0] * count  # chunks not yet answered, per slot
         self._given: list[int] = [0] * count  # chunks given to the slot's current process
