@@ -48,7 +48,7 @@ from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
 from lightwork._runtime.events import EventLog, TaskRecord
 from lightwork._runtime.introspect import report_unraisable
-from lightwork._runtime.objects import FAILED, PENDING, ObjectEntry, ObjectTable, unlink_quietly
+from lightwork._runtime.objects import FAILED, PENDING, ObjectEntry, ObjectTable
 from lightwork._runtime.scheduler import (
     DISPATCHED,
     FAILED as TASK_FAILED,
@@ -61,6 +61,7 @@ from lightwork._runtime.scheduler import (
 )
 from lightwork._runtime.serialization import Stored
 from lightwork._runtime.session import ForkServer, Session
+from lightwork._runtime.store import SegmentStore
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
@@ -104,7 +105,9 @@ class Node(DriverCalls, WorkerRequests):
         self.session = Session.create()
         self.node_id = self.session.name
         self.lock = threading.RLock()
-        self.objects = ObjectTable()
+        self.store = SegmentStore(self.session.shm_dir, pool_limit=_default_pool_limit(self.session.shm_dir))
+        serialization.MAPS.spill_dir = None
+        self.objects = ObjectTable(self.store.release)
         self.scheduler = Scheduler(total)
         self.log = EventLog(event_budget)
         self.functions: dict[bytes, bytes] = {}
@@ -419,6 +422,11 @@ class Node(DriverCalls, WorkerRequests):
             self._cancel_ids(message[1], message[2])
         elif kind == p.CALL:
             self._on_worker_call(conn, message[1], message[2], message[3:])
+        elif kind == p.MAPPED:
+            self.store.add_reader(message[1], conn.worker_id)
+        elif kind == p.UNMAPPED:
+            for path in message[1]:
+                self.store.remove_reader(path, conn.worker_id)
 
     def _on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
         task = self.tasks.get(task_id)
@@ -455,7 +463,7 @@ class Node(DriverCalls, WorkerRequests):
             entry = self.objects.get(object_id)
             if entry is None:  # every ref to it was dropped while the task ran
                 if stored.path is not None:
-                    unlink_quietly(stored.path)
+                    self.store.release(stored.path)
                 continue
             self._resolve(entry, stored)
 
@@ -562,7 +570,7 @@ class Node(DriverCalls, WorkerRequests):
         for object_id in task.args.contained:
             self._unuse(object_id)
         if task.args.path is not None:
-            unlink_quietly(task.args.path)
+            self.store.release(task.args.path)
         self.log.finish_task(task.record)
         if self.task_listeners:
             if not self._ended_unheard:
@@ -681,6 +689,7 @@ class Node(DriverCalls, WorkerRequests):
             return
         conn.dead = True
         self.workers.pop(conn.worker_id, None)
+        self.store.forget_worker(conn.worker_id)
         if conn.actor is not None:
             self.actors.on_worker_death(conn, describe_exit(conn.exit_status))
         else:
@@ -773,6 +782,8 @@ class Node(DriverCalls, WorkerRequests):
         self.forkserver.stop()
         with self.lock:
             self.objects.unlink_all()
+            self.store.close()
+        serialization.MAPS.clear()
         self.session.remove()
         self.selector.close()
         self._leader_selector.close()
@@ -781,6 +792,15 @@ class Node(DriverCalls, WorkerRequests):
         if ref_counter.on_borrow == self._on_driver_borrow:
             ref_counter.on_borrow = None
             ref_counter.on_first_release = None
+
+def _default_pool_limit(shm_dir: str) -> int:
+    """Bytes of freed segments kept for reuse: a quarter of what /dev/shm can hold."""
+    try:
+        stats = os.statvfs(shm_dir)
+        return stats.f_blocks * stats.f_frsize // 4
+    except OSError:
+        return 1 << 30
+
 
 def _error_summary(error: Any) -> str:
     if isinstance(error, Stored):

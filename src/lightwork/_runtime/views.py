@@ -39,6 +39,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from lightwork._runtime import serialization
 from lightwork._runtime.events import TaskRecord
 
 if TYPE_CHECKING:
@@ -335,7 +336,7 @@ def object_rows(node: Node) -> list[dict[str, Any]]:
             (e.object_id, e.owner, e.task_id, e.state, e.size,
              e.stored.path if e.stored is not None else None, e.driver_holds,
              sorted(e.holders or ()), e.task_uses, e.containers,
-             e.stored is not None and e.stored.path in table.mappings,
+             e.stored is not None and e.stored.path in serialization.MAPS,
              e.object_id in table.actor_handles, e.error)
             for e in table.entries.values()
         ]
