@@ -42,6 +42,7 @@ import mmap
 import os
 import pickle
 import struct
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,6 +56,9 @@ OUT_OF_BAND_MIN = 64 * 1024
 SHARED_MEMORY_MIN = 256 * 1024
 _ALIGN = 64
 _LAYOUT = struct.Struct("<Q")
+#: Buffers from this size are copied by numpy (when loaded), which releases the GIL, so
+#: the I/O thread goes on while a large value is written.
+_GIL_FREE_COPY_MIN = 1 << 20
 
 
 @dataclass(slots=True)
@@ -222,9 +226,15 @@ def write_into(view: memoryview, plan: Layout, data: bytes, raws: list[memoryvie
     start = len(plan.prefix)
     view[:start] = plan.prefix
     view[start : start + len(data)] = data
+    numpy = sys.modules.get("numpy")  # its copy lets go of the GIL; never imported here
     for (offset, length), raw in zip(plan.offsets, raws):
         begin = plan.body_start + offset
-        view[begin : begin + length] = raw
+        if numpy is not None and length >= _GIL_FREE_COPY_MIN:
+            destination = numpy.frombuffer(view[begin : begin + length], dtype=numpy.uint8)
+            numpy.copyto(destination, numpy.frombuffer(raw, dtype=numpy.uint8))
+            del destination
+        else:
+            view[begin : begin + length] = raw
 
 
 def write_segment(path: str, data: bytes, raws: list[memoryview]) -> None:
