@@ -31,6 +31,7 @@ from lightwork._runtime.serialization import Stored
 
 if TYPE_CHECKING:
     from lightwork._runtime.node import Node
+    from lightwork._runtime.store import SegmentStore
 
     _Base = Node
 else:
@@ -213,7 +214,8 @@ class DriverCalls(_Base):
                 raise exceptions.GetTimeoutError(
                     f"get timed out after {timeout} s: {still} of {len(ids)} object(s) not ready. "
                     "Raise the timeout, or use wait() to take the ready ones first.")
-        return [_value_of(entry) for entry in entries]
+        store = self.store
+        return [_value_of(entry, store) for entry in entries]
 
     def wait(
         self, ids: list[int], num_returns: int, timeout: float | None, callsite: Any = None
@@ -323,10 +325,13 @@ class DriverCalls(_Base):
 
 
 
-def _value_of(entry: ObjectEntry) -> Any:
+def _value_of(entry: ObjectEntry, store: SegmentStore | None = None) -> Any:
     if entry.state == READY:
-        assert entry.stored is not None
-        return serialization.loads(entry.stored)
+        stored = entry.stored
+        assert stored is not None
+        if stored.path is not None and store is not None:
+            store.touch(stored.path)  # least recently used spills first
+        return serialization.loads(stored)
     error = entry.error
     if isinstance(error, Stored):
         error = serialization.loads(error)

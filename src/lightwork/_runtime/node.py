@@ -62,7 +62,8 @@ from lightwork._runtime.scheduler import (
 )
 from lightwork._runtime.serialization import Stored
 from lightwork._runtime.session import ForkServer, Session
-from lightwork._runtime.store import SegmentStore
+from lightwork._runtime.spill import Spiller
+from lightwork._runtime.store import SegmentStore, default_budget
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
@@ -99,16 +100,20 @@ class Node(DriverCalls, WorkerRequests):
         resources: dict[str, float],
         namespace: str | None,
         event_budget: int,
+        object_store_memory: int | None = None,
+        spill_dir: str | None = None,
     ) -> None:
         total = {"CPU": float(num_cpus), "GPU": float(num_gpus), **resources}
         self.namespace = namespace
         self.job_id = 1
-        self.session = Session.create()
+        self.session = Session.create(spill_root=spill_dir)
         self.node_id = self.session.name
         self.lock = threading.RLock()
-        self.store = SegmentStore(self.session.shm_dir, pool_limit=_default_pool_limit(self.session.shm_dir))
-        serialization.MAPS.spill_dir = None
-        self.objects = ObjectTable(self.store.release)
+        budget = object_store_memory or default_budget(self.session.shm_dir)
+        self.store = SegmentStore(self.session.shm_dir, budget, self.session.spill_dir)
+        serialization.MAPS.spill_dir = self.session.spill_dir
+        self.objects = ObjectTable(self.store.release, self.store.track)
+        self.spiller = Spiller(self)
         self.scheduler = Scheduler(total)
         self.log = EventLog(event_budget)
         self.functions: dict[bytes, bytes] = {}
@@ -178,6 +183,7 @@ class Node(DriverCalls, WorkerRequests):
             "as_ray": ray_alias.installed(),
             "job_id": self.job_id,
             "shm_dir": self.session.shm_dir,
+            "spill_dir": self.session.spill_dir,
             "node_id": self.node_id,
             "total": dict(self.scheduler.total),
             "session_dir": self.session.directory,
@@ -426,6 +432,7 @@ class Node(DriverCalls, WorkerRequests):
             self._on_worker_call(conn, message[1], message[2], message[3:])
         elif kind == p.MAPPED:
             self.store.add_reader(message[1], conn.worker_id)
+            self.store.touch(message[1])
         elif kind == p.UNMAPPED:
             for path in message[1]:
                 self.store.remove_reader(path, conn.worker_id)
@@ -782,6 +789,7 @@ class Node(DriverCalls, WorkerRequests):
             except OSError:
                 pass
         self.forkserver.stop()
+        self.spiller.stop()
         with self.lock:
             self.objects.unlink_all()
             self.store.close()
@@ -794,15 +802,6 @@ class Node(DriverCalls, WorkerRequests):
         if ref_counter.on_borrow == self._on_driver_borrow:
             ref_counter.on_borrow = None
             ref_counter.on_first_release = None
-
-def _default_pool_limit(shm_dir: str) -> int:
-    """Bytes of freed segments kept for reuse: a quarter of what /dev/shm can hold."""
-    try:
-        stats = os.statvfs(shm_dir)
-        return stats.f_blocks * stats.f_frsize // 4
-    except OSError:
-        return 1 << 30
-
 
 def _error_summary(error: Any) -> str:
     if isinstance(error, Stored):

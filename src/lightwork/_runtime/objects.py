@@ -88,9 +88,14 @@ class ObjectEntry:
 
 
 class ObjectTable:
-    def __init__(self, release_segment: Callable[[str], None] = unlink_quietly) -> None:
+    def __init__(
+        self,
+        release_segment: Callable[[str], None] = unlink_quietly,
+        track_segment: Callable[[str, int, int], None] | None = None,
+    ) -> None:
         self.entries: dict[int, ObjectEntry] = {}
         self.release_segment = release_segment
+        self.track_segment = track_segment  # a value's segment now belongs to an object
         # Ids of actor handle objects; freeing one calls ``on_actor_freed`` (set by the node).
         self.actor_handles: set[int] = set()
         self.on_actor_freed: Callable[[int], None] | None = None
@@ -123,6 +128,8 @@ class ObjectTable:
             entry.stored = stored
             if stored.path is not None:
                 self.bytes_in_segments += stored.size
+                if self.track_segment is not None:
+                    self.track_segment(stored.path, stored.size, entry.object_id)
             for contained_id in stored.contained:
                 inner = self.entries.get(contained_id)
                 if inner is not None:

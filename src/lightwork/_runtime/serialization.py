@@ -282,6 +282,16 @@ def allocate_file(fd: int, size: int, path: str) -> None:
         os.ftruncate(fd, size)  # a file system without fallocate: best effort
 
 
+def segment_length(path: str) -> int:
+    """Bytes of segment ``path`` that hold its value (a recycled segment may be longer)."""
+    with open(path, "rb") as file:
+        (header_len,) = _LAYOUT.unpack(file.read(_LAYOUT.size))
+        data_len, offsets = pickle.loads(file.read(header_len))
+    body_start = _aligned(_LAYOUT.size + header_len + data_len)
+    end = max((offset + length for offset, length in offsets), default=0)
+    return body_start + end if offsets else _LAYOUT.size + header_len + data_len
+
+
 def _free_bytes(directory: str) -> int:
     try:
         stats = os.statvfs(directory)
@@ -360,6 +370,17 @@ class MappedSegments:
 
     def __contains__(self, path: object) -> bool:
         return path in self._mappings
+
+    def close_if_unviewed(self, path: str) -> bool:
+        """Close ``path``'s mapping if nothing points into it; True if none is left open."""
+        with self._lock:
+            mapping = self._mappings.get(path)
+            if mapping is None:
+                return True
+            if not _closed(mapping):
+                return False
+            del self._mappings[path]
+            return True
 
     def __len__(self) -> int:
         return len(self._mappings)

@@ -19,6 +19,15 @@ old one (an array from ``get``, an argument an actor kept):
 A freed segment that someone still reads is unlinked instead: the reader's mapping stays
 valid, and the memory returns to the system when the reader drops its view.
 
+The budget (``init(object_store_memory=)``; by default 30% of the machine's memory,
+capped by what ``/dev/shm`` has free, as in Ray) bounds live segments plus pooled ones.
+A driver write that would pass it first trims the pool, then asks the spiller
+(``spill.py``) to move the least recently used objects to disk and waits, at most
+``ROOM_WAIT_S``, for room; when nothing more can be spilled it raises
+``ObjectStoreFullError``. Workers write their own segments without asking (they report
+them with the result); the spiller then brings the store back under the budget.
+``live`` is kept in least-recently-used order (``touch``).
+
 Thread safety: the store has its own lock, taken briefly and never while calling out;
 ``write`` runs in user threads (``put``, by-value arguments), ``release`` and the reader
 reports on the node's I/O thread under the node lock.
@@ -30,9 +39,12 @@ import itertools
 import mmap
 import os
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lightwork._runtime import serialization
+from lightwork.exceptions import ObjectStoreFullError
 
 #: Capacity granularity: a segment is allocated in whole units of this.
 SEGMENT_UNIT = 64 * 1024
@@ -40,6 +52,15 @@ SEGMENT_UNIT = 64 * 1024
 #: ``REUSE_SLACK`` bytes; a smaller value gets a new segment instead of wasting the rest.
 REUSE_RATIO = 2
 REUSE_SLACK = 4 * 1024 * 1024
+#: The longest a driver write waits for the spiller to make room before it fails.
+ROOM_WAIT_S = 1.5
+#: Once spilling, the spiller goes on until live bytes are this share of the budget, so
+#: the next writes find room without waiting.
+SPILL_TO = 0.9
+#: Share of the machine's memory the store may use by default (Ray's default).
+DEFAULT_BUDGET_SHARE = 0.3
+#: The smallest budget accepted: a few large objects.
+MIN_BUDGET = 4 * 1024 * 1024
 
 
 @dataclass(slots=True, eq=False)
@@ -47,21 +68,32 @@ class Segment:
     path: str
     capacity: int
     mapping: mmap.mmap | None = None  # the driver's writable mapping, faulted in
+    object_id: int = 0  # the object it holds (0: a call's arguments, or not yet known)
 
 
 class SegmentStore:
     """Segments of the session's shared-memory directory (see the module docstring)."""
 
-    def __init__(self, shm_dir: str, pool_limit: int) -> None:
+    def __init__(self, shm_dir: str, budget: int, spill_dir: str | None = None) -> None:
         self.shm_dir = shm_dir
-        self.pool_limit = pool_limit
+        self.budget = budget
+        self.pool_limit = budget // 4
+        self.spill_dir = spill_dir
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # notified when bytes are freed
         self._names = itertools.count(1)
         self.free: list[Segment] = []  # recycled, most recently freed last
-        self.live: dict[str, Segment] = {}  # segments written here that hold a value
+        self.live: dict[str, Segment] = {}  # value segments, least recently used first
         self.readers: dict[str, set[int]] = {}  # segment path -> workers that map it
+        self.spilled: dict[str, int] = {}  # spill file path -> bytes
+        self.live_bytes = 0
         self.pooled_bytes = 0
+        self.spilled_bytes = 0
+        self.spilled_total = 0  # objects ever spilled
         self.recycled_count = 0
+        self.on_pressure: Callable[[], None] | None = None  # wakes the spiller
+        self.wanted = 0  # bytes a writer waits for
+        self.spill_stuck: str | None = None  # why the spiller cannot free more, if so
         self.closed = False
 
     # ---------------------------------------------------------------- writing
@@ -70,6 +102,7 @@ class SegmentStore:
         plan = serialization.layout(data, raws)
         segment = self._take(plan.total)
         if segment is None:
+            self._make_room(plan.total)
             segment = self._create(plan.total)
         try:
             if segment.mapping is None:
@@ -84,7 +117,79 @@ class SegmentStore:
             raise
         with self._lock:
             self.live[segment.path] = segment
+            self.live_bytes += segment.capacity
         return segment.path
+
+    def _make_room(self, size: int) -> None:
+        """Return once ``size`` new bytes fit in the budget; else ObjectStoreFullError."""
+        if size > self.budget:
+            raise ObjectStoreFullError(
+                f"an object of {size:,} bytes is larger than the whole object store "
+                f"budget ({self.budget:,} bytes). Pass a larger object_store_memory to "
+                "init(), or split the value into smaller objects.")
+        deadline = time.monotonic() + ROOM_WAIT_S
+        with self._lock:
+            try:
+                while True:
+                    over = self.live_bytes + self.pooled_bytes + size - self.budget
+                    if over <= 0:
+                        return
+                    if self.pooled_bytes:
+                        self._trim_locked(max(0, self.pooled_bytes - over))
+                        continue
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self.spill_stuck is not None or self.closed:
+                        raise self._full_error(size)
+                    self.wanted = max(self.wanted, size)
+                    if self.on_pressure is not None:
+                        self.on_pressure()
+                    self._room.wait(min(left, 0.05))
+            finally:
+                self.wanted = 0
+
+    def _full_error(self, size: int) -> ObjectStoreFullError:
+        why = self.spill_stuck or "the spiller could not move objects to disk in time"
+        spill = ""
+        if self.spill_dir is not None:
+            spill = (f" The spill directory {self.spill_dir} holds {self.spilled_bytes:,} "
+                     f"bytes and has {serialization._free_bytes(self.spill_dir):,} free.")
+        return ObjectStoreFullError(
+            f"the object store is full: an object of {size:,} bytes does not fit; "
+            f"{self.live_bytes:,} of the {self.budget:,}-byte budget hold objects in use "
+            f"({why}).{spill} Drop ObjectRefs you no longer need, pass a larger "
+            "object_store_memory to init(), or give the spill directory more room.")
+
+    def wait_for_room(self) -> None:
+        """Wake writers waiting in ``_make_room`` (something was freed or spilled)."""
+        with self._lock:
+            self._room.notify_all()
+
+    @property
+    def over_budget(self) -> int:
+        """Bytes to spill: down to ``SPILL_TO`` of the budget, with room for a waiting write."""
+        target = int(self.budget * SPILL_TO) - self.wanted
+        return self.live_bytes + self.pooled_bytes - target
+
+    def touch(self, path: str) -> None:
+        """``path`` was just used: it is the last to spill."""
+        with self._lock:
+            segment = self.live.pop(path, None)
+            if segment is not None:
+                self.live[path] = segment
+
+    def track(self, path: str, size: int, object_id: int) -> None:
+        """A value segment now belongs to object ``object_id`` (a worker's: count it)."""
+        wake = False
+        with self._lock:
+            segment = self.live.get(path)
+            if segment is None and path not in self.spilled:
+                segment = self.live[path] = Segment(path, size)
+                self.live_bytes += size
+                wake = self.live_bytes + self.pooled_bytes + self.wanted > self.budget
+            if segment is not None:
+                segment.object_id = object_id
+        if wake and self.on_pressure is not None:
+            self.on_pressure()
 
     def _take(self, size: int) -> Segment | None:
         with self._lock:
@@ -140,12 +245,22 @@ class SegmentStore:
         """The value in segment ``path`` is freed: recycle the segment, or unlink it."""
         unviewed = serialization.MAPS.forget(path)
         with self._lock:
+            self._room.notify_all()
+            size = self.spilled.pop(path, None)
+            if size is not None:
+                self.spilled_bytes -= size
+                self.readers.pop(path, None)
+                serialization._unlink_quietly(path)
+                return
             segment = self.live.pop(path, None)
+            if segment is not None:
+                self.live_bytes -= segment.capacity
             read_elsewhere = self.readers.pop(path, None)
             if unviewed and not read_elsewhere and not self.closed:
                 if segment is None:  # a worker wrote it: adopt it
                     segment = Segment(path, _file_size(path))
-                if segment.capacity and self.pooled_bytes + segment.capacity <= self.pool_limit:
+                room = min(self.pool_limit, self.budget - self.live_bytes)
+                if segment.capacity and self.pooled_bytes + segment.capacity <= room:
                     self.free.append(segment)
                     self.pooled_bytes += segment.capacity
                     return
@@ -159,32 +274,64 @@ class SegmentStore:
             segment.mapping = None
         serialization._unlink_quietly(segment.path)
 
-    def trim(self, keep: int = 0) -> int:
-        """Unlink recycled segments until at most ``keep`` bytes stay pooled; bytes freed."""
-        dropped = []
+    def trim(self, keep: int = 0) -> None:
+        """Unlink recycled segments until at most ``keep`` bytes stay pooled."""
         with self._lock:
-            while self.free and self.pooled_bytes > keep:
-                segment = self.free.pop(0)
-                self.pooled_bytes -= segment.capacity
-                dropped.append(segment)
-        for segment in dropped:
-            self._discard(segment)
-        return sum(segment.capacity for segment in dropped)
+            self._trim_locked(keep)
+
+    def _trim_locked(self, keep: int) -> None:
+        while self.free and self.pooled_bytes > keep:
+            segment = self.free.pop(0)
+            self.pooled_bytes -= segment.capacity
+            self._discard(segment)  # unlink only: cheap enough to do holding the lock
+
+    # ---------------------------------------------------------------- spilling
+    def spill_path(self, path: str) -> str:
+        assert self.spill_dir is not None
+        return os.path.join(self.spill_dir, os.path.basename(path))
+
+    def moved_to_disk(self, path: str, spill_path: str, size: int) -> None:
+        """Segment ``path`` now lives in ``spill_path``: free its memory."""
+        serialization.MAPS.forget(path)
+        with self._lock:
+            segment = self.live.pop(path, None)
+            if segment is not None:
+                self.live_bytes -= segment.capacity
+            self.readers.pop(path, None)
+            self.spilled[spill_path] = size
+            self.spilled_bytes += size
+            self.spilled_total += 1
+            self._room.notify_all()
+        # Never recycled: a reader may have been sent the old path just now (it finds the
+        # spill file once this name is gone, but a reused segment would show new data).
+        self._discard(segment or Segment(path, 0))
 
     def close(self) -> None:
         """Unmap and unlink everything this store wrote (the session is ending)."""
         with self._lock:
             self.closed = True
             segments = self.free + list(self.live.values())
-            self.free, self.live, self.pooled_bytes = [], {}, 0
+            self.free, self.live, self.pooled_bytes, self.live_bytes = [], {}, 0, 0
+            spilled, self.spilled = list(self.spilled), {}
             self.readers.clear()
+            self._room.notify_all()
         for segment in segments:
             self._discard(segment)
+        for path in spilled:
+            serialization._unlink_quietly(path)
 
-    # ---------------------------------------------------------------- facts
-    @property
-    def live_bytes(self) -> int:
-        return sum(segment.capacity for segment in list(self.live.values()))
+    def summary(self) -> dict[str, object]:
+        with self._lock:
+            return {
+                "budget_bytes": self.budget,
+                "used_bytes": self.live_bytes,
+                "pooled_bytes": self.pooled_bytes,
+                "spilled_bytes": self.spilled_bytes,
+                "spilled_objects": len(self.spilled),
+                "spilled_total": self.spilled_total,
+                "spill_dir": self.spill_dir,
+                "spill_error": self.spill_stuck,
+            }
 
 
 # MAP_POPULATE faults the whole new mapping in with one call instead of one fault per page.
@@ -204,3 +351,33 @@ def _file_size(path: str) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0
+
+
+def default_budget(shm_dir: str) -> int:
+    """30% of the machine's memory, capped by what ``shm_dir``'s file system has free."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        total = 8 << 30
+    budget = int(total * DEFAULT_BUDGET_SHARE)
+    free = serialization._free_bytes(shm_dir)
+    return max(MIN_BUDGET, min(budget, free) if free else budget)
+
+
+def check_budget(value: object, shm_dir: str) -> int:
+    """Validate ``init(object_store_memory=)``; return the budget in bytes."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise TypeError(
+            f"object_store_memory must be a number of bytes (an int), got {value!r}")
+    if value < MIN_BUDGET:
+        raise ValueError(
+            f"object_store_memory={value!r} is too small: the store needs at least "
+            f"{MIN_BUDGET:,} bytes (4 MiB); pass a larger number of bytes, or leave it out "
+            "for the default (30% of memory)")
+    free = serialization._free_bytes(shm_dir)
+    if free and value > free:
+        raise ValueError(
+            f"object_store_memory={value:,} bytes is more than the {free:,} bytes free in "
+            f"{os.path.dirname(shm_dir) or shm_dir}, where objects live; pass at most "
+            f"{free:,}, or leave it out for the default")
+    return int(value)
