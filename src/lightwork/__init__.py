@@ -23,6 +23,7 @@ from lightwork._api import (
     wait,
 )
 from lightwork._object_ref import ObjectRef
+from lightwork._runtime.ray_alias import install_as_ray
 from lightwork.diagnostics.advisor import advise
 from lightwork.diagnostics.stack import stack
 from lightwork.diagnostics.timeline import profile, timeline
@@ -47,6 +48,7 @@ __all__ = [
     "get_gpu_ids",
     "get_runtime_context",
     "init",
+    "install_as_ray",
     "is_initialized",
     "kill",
     "method",
