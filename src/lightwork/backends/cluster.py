@@ -296,7 +296,9 @@ class DistributedBackend(Backend):
                 for address, info in workers.items()}
         return self._worker_resources
 
-    def submit_task(self, spec: Any, args: tuple, kwargs: dict, callsite: Any = None) -> list[ObjectRef]:
+    def submit_task(
+        self, spec: Any, args: tuple, kwargs: dict, callsite: Any = None
+    ) -> list[ObjectRef]:
         self._check_open()
         if ref_counter._released:
             self._drain()

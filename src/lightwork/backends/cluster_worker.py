@@ -108,7 +108,9 @@ def error_of(name: str, exc: BaseException) -> Failed:
     return Failed(error)
 
 
-def _should_retry(exc: BaseException, retry_exceptions: Any, attempt: int, max_retries: int) -> bool:
+def _should_retry(
+    exc: BaseException, retry_exceptions: Any, attempt: int, max_retries: int
+) -> bool:
     if not retry_exceptions or not (max_retries < 0 or attempt < max_retries):
         return False
     return retry_exceptions is True or isinstance(exc, tuple(retry_exceptions))
