@@ -21,6 +21,7 @@ from lightwork._runtime.introspect import blocking_observers as _observers
 from lightwork._runtime.introspect import observe_call as _observe_call
 
 _node: Any = None  # the driver's Node while initialized
+_dashboard: Any = None  # the dashboard child of init(dashboard=True), if any
 _worker: Any = None  # set inside worker processes
 _init_lock = threading.RLock()
 
@@ -99,6 +100,7 @@ def init(
     namespace: str | None = None,
     event_budget: int | None = None,
     advisor: bool = True,
+    dashboard: bool = False,
     **ray_kwargs: Any,
 ) -> InitContext:
     """Start the embedded runtime in this process.
@@ -108,6 +110,8 @@ def init(
     ``advisor=False`` turns off the advisor's warnings (``lightwork.advise()`` still works).
     ``event_budget`` bounds the event log (task records kept); ``0`` turns it off, and with
     it the timeline, the profilers and the advisor (only for measuring what it costs).
+    ``dashboard=True`` (or Ray's ``include_dashboard=True``) starts the live dashboard in a
+    process of its own and prints its URL (``lightwork.dashboard``).
     """
     global _node
     from lightwork._runtime.calls import check_amount
@@ -130,6 +134,9 @@ def init(
         import logging
 
         logging.getLogger("lightwork").setLevel(ray_kwargs.pop("logging_level"))
+    if not isinstance(dashboard, bool):
+        raise TypeError(f"dashboard must be True or False, got {dashboard!r}")
+    dashboard = dashboard or bool(ray_kwargs.pop("include_dashboard", None))
     noted = sorted(k for k, v in ray_kwargs.items() if v not in (None, False))
     cpus = float(os.cpu_count() or 1) if num_cpus is None else check_amount("num_cpus", num_cpus)
     gpus = 0.0 if num_gpus is None else check_amount("num_gpus", num_gpus)
@@ -164,6 +171,8 @@ def init(
 
             _node.advisor = Advisor(_node, init_callsite=callsite(1))
             _node.advisor.start()
+    if dashboard:
+        _start_dashboard()
     if noted:
         print(
             f"lightwork: ignoring Ray-only init argument(s) {', '.join(noted)} "
@@ -173,20 +182,42 @@ def init(
     return _context()
 
 
+def _start_dashboard() -> None:
+    global _dashboard
+    from lightwork.dashboard import launch
+
+    if _dashboard is not None:
+        _dashboard.stop()
+        _dashboard = None
+    if _node.control.error:
+        print(f"lightwork: no dashboard: {_node.control.error}", file=sys.stderr)
+        return
+    try:
+        _dashboard = launch.start(_node.control.path)
+    except (OSError, RuntimeError) as exc:  # the program runs on without its dashboard
+        print(f"lightwork: no dashboard: {exc}", file=sys.stderr)
+        return
+    print(f"lightwork: dashboard at {_dashboard.url}", file=sys.stderr)
+
+
 def _context() -> InitContext:
     return InitContext(
         session_dir=_node.session.directory,
         node_id=_node.node_id,
         address="local",
-        dashboard_url=None,
+        dashboard_url=_dashboard.url if _dashboard is not None else None,
     )
 
 
 def shutdown() -> None:
     """Stop the runtime: workers exit, shared memory is released. Safe to call twice."""
     global _node
+    global _dashboard
     with _init_lock:
         node, _node = _node, None
+        dashboard, _dashboard = _dashboard, None
+    if dashboard is not None:
+        dashboard.final_sync()  # its last look while the session is still open
     if node is not None:
         if node.advisor is not None:
             node.advisor.stop()

@@ -8,6 +8,11 @@
                                                       │ samples CPU/memory         │
                                                       └────────────────────────────┘
 
+The live dashboard (``lightwork.dashboard``) reads the session through the same socket,
+with incremental ``dashboard_*`` operations (``lightwork/dashboard/feed.py``); the two
+that change the program (cancel a task, kill an actor) are sent only by a dashboard
+started with ``--allow-actions``.
+
 Protocol: a request is one line of JSON ``{"op": name, "args": {...}}``; the reply is
 one line ``{"ok": true, "result": ...}`` or ``{"ok": false, "type": "ValueError",
 "error": message}``. Never pickle: a peer can at worst ask for a view. The socket lives
@@ -295,7 +300,7 @@ def _peer_uid(conn: socket.socket) -> int | None:
 
 # ---------------------------------------------------------------------------- operations
 OPS = ("ping", "status", "list", "summarize_tasks", "memory_summary", "timeline_data", "stacks",
-       "advise")
+       "advise", "dashboard_sync", "dashboard_cancel", "dashboard_kill")
 
 
 def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
@@ -326,6 +331,11 @@ def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
         if not 0 < timeout <= 60:
             raise ValueError(f"the stack timeout must be in (0, 60] seconds, got {timeout}")
         return collect_stacks(node, timeout)
+    if op.startswith("dashboard_"):
+        # The live dashboard's incremental feed (and its opt-in actions), loaded on demand.
+        from lightwork.dashboard import feed
+
+        return feed.dispatch(node, op, args)
     raise ValueError(f"unknown operation {op!r}; known: {', '.join(OPS)}")
 
 
