@@ -223,7 +223,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     sent_generation, last_sent = payload["overview"]["generation"], now
                     data = json.dumps(payload, separators=(",", ":"))
                     self.wfile.write(f"event: update\ndata: {data}\n\n".encode())
-                    self.wfile.flush()
+                else:
+                    self.wfile.write(b": still here\n\n")  # finds a closed page within a second
+                self.wfile.flush()
                 time.sleep(interval)
         except (BrokenPipeError, ConnectionResetError, OSError):
             pass

@@ -63,8 +63,11 @@ def start(socket_path: str, port: int = 0, linger_s: float = LINGER_S) -> Dashbo
     """Start the dashboard child for the session at ``socket_path``; return once it serves."""
     command = [sys.executable, "-m", "lightwork", "dashboard", "--address", socket_path,
                "--port", str(port), "--child", "--linger", str(linger_s)]
+    # Its stderr goes nowhere: holding the program's stderr open would keep whoever reads
+    # the program's output (a pipe, ``subprocess.run``) waiting for the dashboard to exit.
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               start_new_session=True, env=_child_env())
+                               stderr=subprocess.DEVNULL, start_new_session=True,
+                               env=_child_env())
     try:
         url = _read_line(process, STARTUP_TIMEOUT_S)
     except TimeoutError:

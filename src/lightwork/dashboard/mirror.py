@@ -278,6 +278,9 @@ class Mirror:
             stop_at = start - 5.0
             while row >= 0:
                 done = stored[row] or finished[row]
+                if not done:  # cancelled before it ran: nothing to draw
+                    row -= 1
+                    continue
                 if done < stop_at:
                     break
                 if done >= start:
