@@ -323,9 +323,12 @@ function onStreamHover(event) {
   const hit = (state.streamBoxes || []).find((b) => px >= b.x0 - 1 && px <= b.x1 + 1 && py >= b.y0 && py <= b.y1);
   if (!hit) { tip.classList.add("hidden"); return; }
   tip.textContent = hit.info();
-  tip.style.left = event.clientX + 12 + "px";
-  tip.style.top = event.clientY + 12 + "px";
   tip.classList.remove("hidden");
+  // Beside the pointer, flipped to its left near the window's right edge.
+  const width = tip.offsetWidth;
+  const left = event.clientX + 12 + width > window.innerWidth ? event.clientX - 12 - width : event.clientX + 12;
+  tip.style.left = Math.max(0, left) + "px";
+  tip.style.top = event.clientY + 12 + "px";
 }
 
 // ---------------------------------------------------------------- tables
