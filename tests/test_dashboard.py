@@ -359,10 +359,21 @@ def test_newest_reads_only_what_is_new_and_counts_what_was_lost():
 def test_the_get_observer_goes_away_when_no_dashboard_asks(runtime, monkeypatch):
     from lightwork._runtime import introspect
 
-    feed._progress.touch()
+    feed._progress.touch(runtime["node"])
     assert feed._progress._observe in introspect.blocking_observers
     monkeypatch.setattr(feed, "OBSERVER_IDLE_S", 0.0)
     lightwork.get(square.remote(3))
+    assert feed._progress._observe not in introspect.blocking_observers
+
+
+def test_the_get_observer_goes_away_with_the_session(fresh_runtime):
+    from lightwork._runtime import introspect
+
+    lightwork.init(num_cpus=1)
+    node = lightwork._api._node
+    feed.sync(node, 0, 0, 10, 10)
+    assert feed._progress._observe in introspect.blocking_observers
+    lightwork.shutdown()
     assert feed._progress._observe not in introspect.blocking_observers
 
 

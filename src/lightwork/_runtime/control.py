@@ -102,6 +102,9 @@ class ControlServer:
         self._last_sample_at = 0.0
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        # Run at stop: what diagnostics attached for the session's life undo themselves
+        # (the dashboard's get/wait observer).
+        self.stop_hooks: list[Any] = []
 
     def start(self) -> ControlServer:
         if len(self.path) > MAX_SOCKET_PATH:
@@ -125,6 +128,12 @@ class ControlServer:
 
     def stop(self) -> None:
         self._stop.set()
+        for hook in self.stop_hooks:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - a diagnostics hook must not block shutdown
+                pass
+        self.stop_hooks.clear()
         listener, self._listener = self._listener, None
         if listener is not None:
             try:

@@ -90,7 +90,7 @@ def _int_arg(args: dict[str, Any], key: str, default: int) -> int:
 def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
          live_limit: int) -> dict[str, Any]:
     began = time.perf_counter()
-    _progress.touch()
+    _progress.touch(node)
     with node.lock:
         log = node.log
         task_total = log.dropped_tasks + len(log.tasks)
@@ -217,21 +217,29 @@ class _BlockingCalls:
         self._last_sync = 0.0
         self._serial = itertools.count(1)
 
-    def touch(self) -> None:
+    def touch(self, node: Node) -> None:
         from lightwork._runtime import introspect
 
         self._last_sync = time.monotonic()
         if self._observe not in introspect.blocking_observers:
             introspect.blocking_observers.append(self._observe)
+            sidecar = getattr(node, "control", None)
+            if sidecar is not None and self.detach not in sidecar.stop_hooks:
+                sidecar.stop_hooks.append(self.detach)  # the session ends: stop observing
+
+    def detach(self) -> None:
+        from lightwork._runtime import introspect
+
+        try:
+            introspect.blocking_observers.remove(self._observe)
+        except ValueError:
+            pass
+        with self._lock:
+            self._calls.clear()
 
     def _observe(self, kind: str, refs: list[Any]) -> Any:
         if time.monotonic() - self._last_sync > OBSERVER_IDLE_S:
-            from lightwork._runtime import introspect
-
-            try:  # nobody looks any more: stop costing anything
-                introspect.blocking_observers.remove(self._observe)
-            except ValueError:
-                pass
+            self.detach()  # nobody looks any more: stop costing anything
             return None
         key = next(self._serial)
         thread = threading.current_thread().name
