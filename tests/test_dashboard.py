@@ -247,6 +247,7 @@ def test_overview_counts_resources_workers_and_findings(client):
     assert {"cpu_percent", "rss"} <= set(driver)
     assert o["actors"]["ALIVE"] >= 1 and o["actor_count"] == sum(o["actors"].values())
     assert o["store"]["objects"] >= 1 and "shared_memory_bytes" in o["store"]
+    assert o["store"]["budget"] > 0 and o["store"]["spilled_bytes"] == 0
     assert isinstance(o["findings"], list)
     assert o["history"] and o["actions"] is False
 

@@ -188,10 +188,9 @@ def _store_facts(node: Node) -> dict[str, Any]:
         "shared_memory_bytes": table.bytes_in_segments,
         "freed_objects": getattr(table, "freed_count", None),
     }
-    # A memory budget and spilling belong to the object store's own work (issue 11);
-    # shown when the store has them.
-    for key in ("budget", "memory_budget", "spilled_bytes", "spilled_count"):
-        value = getattr(table, key, None)
+    store = getattr(node, "store", None)  # the segment store: budget and spilling
+    for key in ("budget", "spilled_bytes", "spilled_total"):
+        value = getattr(store, key, None)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             facts[key] = value
     return facts

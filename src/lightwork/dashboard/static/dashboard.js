@@ -127,9 +127,11 @@ function renderOverview(o) {
   const s = o.store || {};
   store.append(el("div", `${fmtNumber(s.objects)} objects, ${fmtBytes(s.shared_memory_bytes)} ` +
     "in shared memory"));
-  const budget = s.budget || s.memory_budget;
+  const budget = s.budget;
   if (budget) { store.append(el("div", "budget " + fmtBytes(budget))); store.append(bar(s.shared_memory_bytes / budget)); }
-  if (s.spilled_bytes !== undefined) store.append(el("div", "spilled " + fmtBytes(s.spilled_bytes)));
+  if (s.spilled_bytes !== undefined) {
+    store.append(el("div", `spilled to disk: ${fmtBytes(s.spilled_bytes)} now, ${fmtNumber(s.spilled_total)} objects in all`));
+  }
   drawHistory(o.history || []);
   renderProgress(o.progress || []);
   renderFindings(o.findings);
