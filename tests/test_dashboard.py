@@ -193,7 +193,8 @@ def test_actions_need_the_origin_and_the_token_then_cancel_and_kill(runtime, tmp
         ref = parked.remote(gate)
         server.sync_now()
         task_id = next(r[0] for r in server.mirror.live["rows"] if r[1].endswith("parked"))
-        body = json.dumps({"task_id": task_id}).encode()
+        # force: the task is running a loop; a polite cancel may wait for a check point.
+        body = json.dumps({"task_id": task_id, "force": True}).encode()
         json_type = {"Content-Type": "application/json"}
         with_token = Client(server, cookie=server.token)
         cross = with_token.request("/api/actions/cancel", "POST", body=body,
