@@ -480,27 +480,33 @@ class Advisor:
         blocked = span.end - span.start
         if blocked < SLOWEST_MIN_WAIT_S or not span.first_ready:
             return
-        # Results spread out because the tasks took very different times (not because
-        # they were submitted at different times: that is the serial-driver case).
-        spread = span.last_ready - span.first_ready
-        if spread < SLOWEST_SPREAD * blocked or span.longest - span.shortest < SLOWEST_SPREAD * blocked:
-            return
-        # Nor because there were more tasks than slots: equal tasks then finish in waves
-        # about one task apart (the guide's "submit all, then get once" on 5 tasks and 4
-        # CPUs): ``shortest`` is about one task's time, since the first wave never queued.
-        waves = math.ceil(max(1, span.object_count - span.ready_before) / max(self.cpus, 1.0))
-        if spread <= SLOWEST_WAVES_SLACK * (waves - 1) * span.shortest:
-            return
-        # And the slowest task itself ran much longer than the typical one (its run, from
-        # the records of the call site's tasks the get waited for): equal tasks slowed
-        # by a loaded machine spread out too, and wait() would not help them.
+        # The call site's tasks the get waited for, from their records: the time they
+        # ran while the driver waited is what counts, not the workers' start-up before.
         first = self._records.get(span.first_task_id)
         if first is None:
             return
-        runs = [r.finished - r.started for r in self._recent
-                if r.callsite == first.callsite and r.started and r.owner == first.owner
-                and first.submitted <= r.submitted and r.finished <= span.end]
-        if not runs or max(runs) - statistics.median(runs) < SLOWEST_SPREAD * blocked:
+        waited = [r for r in self._recent
+                  if r.callsite == first.callsite and r.started and r.owner == first.owner
+                  and first.submitted <= r.submitted and r.finished <= span.end]
+        if not waited:
+            return
+        active = span.end - max(span.start, min(r.started for r in waited))
+        # Results spread out because the tasks took very different times (not because
+        # they were submitted at different times: that is the serial-driver case).
+        spread = span.last_ready - span.first_ready
+        if spread < SLOWEST_SPREAD * active or span.longest - span.shortest < SLOWEST_SPREAD * active:
+            return
+        # Nor because there were more tasks than slots: equal tasks then finish in waves
+        # about one task apart (the guide's "submit all, then get once" on 5 tasks and 4
+        # CPUs).
+        runs = [r.finished - r.started for r in waited]
+        typical = statistics.median(runs)
+        waves = math.ceil(max(1, span.object_count - span.ready_before) / max(self.cpus, 1.0))
+        if spread <= SLOWEST_WAVES_SLACK * (waves - 1) * typical:
+            return
+        # And the slowest task itself ran much longer than the typical one: equal tasks
+        # slowed by a loaded machine spread out too, and wait() would not help them.
+        if max(runs) - typical < SLOWEST_SPREAD * active:
             return
         self._report(Finding(
             "wait-for-slowest",
