@@ -18,7 +18,7 @@ import cloudpickle
 from lightwork._object_ref import ObjectRef
 from lightwork._remote import callsite
 from lightwork._runtime.actors import Actor
-from lightwork._runtime.calls import check_amount, check_options
+from lightwork._runtime.calls import ArgumentCheck, check_amount, check_options
 from lightwork._runtime.scheduler import make_shape
 from lightwork._runtime.serialization import SerializationError, describe_unpicklable
 
@@ -30,6 +30,7 @@ ACTOR_OPTIONS = {
     "placement_group_bundle_index", "_metadata",
 }
 _NUM_RETURNS = "__lightwork_num_returns__"
+_BUILT_IN_METHODS = ("__ray_terminate__", "__ray_ready__")
 
 
 def method(*, num_returns: int = 1, concurrency_group: str | None = None) -> Any:
@@ -51,6 +52,7 @@ def _methods_of(cls: type) -> dict[str, int]:
             continue
         methods[name] = getattr(member, _NUM_RETURNS, 1)
     methods["__ray_terminate__"] = 1
+    methods["__ray_ready__"] = 1  # Ray's: a call that returns True once the actor is up
     return methods
 
 
@@ -61,6 +63,7 @@ class ActorClass:
         self._cls = cls
         self._options = _check_actor_options(options, cls.__qualname__)
         self._methods = _methods_of(cls)
+        self._checks: dict[str, ArgumentCheck] | None = None  # made at the first .remote()
         self._key: bytes | None = None
         self._blob: bytes | None = None
         self.__name__ = cls.__name__
@@ -80,6 +83,23 @@ class ActorClass:
     def options(self, **options: Any) -> _BoundActorOptions:
         _check_actor_options(options, self._cls.__qualname__)
         return _BoundActorOptions(self, {**self._options, **options})
+
+    def _argument_checks(self) -> dict[str, ArgumentCheck]:
+        """Signature checks of the constructor ("__init__") and of each method, by name."""
+        if self._checks is None:
+            cls = self._cls
+            qualname = cls.__qualname__
+            checks = {"__init__": ArgumentCheck(cls, qualname)}
+            for name in self._methods:
+                static = inspect.getattr_static(cls, name, None)
+                if static is None:
+                    continue
+                # A plain function is called bound: its first parameter is the instance.
+                checks[name] = ArgumentCheck(
+                    getattr(cls, name), f"{qualname}.{name}",
+                    skip_first=inspect.isfunction(static))
+            self._checks = checks
+        return self._checks
 
     def _payload(self) -> tuple[bytes, bytes]:
         if self._key is None:
@@ -134,7 +154,9 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
     from lightwork._api import _core
     from lightwork._runtime.calls import prepare_args
 
-    core = _core()
+    checks = actor_class._argument_checks()
+    checks["__init__"].bind(args, kwargs)
+    core = _core(args, kwargs)
     name = options.get("name")
     namespace = options.get("namespace")
     if name is not None and options.get("get_if_exists"):
@@ -158,16 +180,22 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
         methods=actor_class._methods,
     )
     core.create_actor(actor, blob)
-    return ActorHandle(ObjectRef(actor_id), actor.class_name, actor_class._methods)
+    return ActorHandle(ObjectRef(actor_id), actor.class_name, actor_class._methods, checks)
 
 
 class ActorHandle:
     """A reference to a running actor; call its methods with ``handle.method.remote()``."""
 
-    def __init__(self, ref: ObjectRef, class_name: str, methods: dict[str, int]) -> None:
+    def __init__(
+        self, ref: ObjectRef, class_name: str, methods: dict[str, int],
+        checks: dict[str, ArgumentCheck] | None = None,
+    ) -> None:
         self._ref = ref
         self._class_name = class_name
         self._methods = methods
+        # Signature checks of the methods, where this process has the class (the handle
+        # Cls.remote() returned); a handle rebuilt elsewhere leaves the check to the actor.
+        self._checks = checks
 
     @property
     def _actor_id(self) -> str:
@@ -175,7 +203,7 @@ class ActorHandle:
 
     def __getattr__(self, name: str) -> ActorMethod:
         methods = self.__dict__.get("_methods")
-        if methods is None or name.startswith("__") and name != "__ray_terminate__":
+        if methods is None or name.startswith("__") and name not in _BUILT_IN_METHODS:
             raise AttributeError(name)
         if name not in methods:
             raise AttributeError(
@@ -218,8 +246,13 @@ class ActorMethod:
         from lightwork._api import _core
 
         handle = self._handle
+        checks = handle._checks
+        if checks is not None:
+            check = checks.get(self._name)
+            if check is not None and (kwargs or not check.low <= len(args) <= check.high):
+                check.bind(args, kwargs)
         name = self._call_name or f"{handle._class_name}.{self._name}"
-        refs = _core().submit_actor_task(
+        refs = _core((handle,)).submit_actor_task(
             handle._ref.id, self._name, name, args, kwargs, self._num_returns, callsite(1)
         )
         if self._num_returns == 1:
@@ -258,7 +291,7 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}: {actor!r:.80}")
-    _core().driver_request("kill", actor._ref.id, bool(no_restart))
+    _core((actor,)).driver_request("kill", actor._ref.id, bool(no_restart))
 
 
 def exit_actor() -> None:

@@ -1,9 +1,16 @@
 """The public API: init/shutdown/get/put/wait/cancel and friends, with argument checks.
 
 Every call validates its arguments here and says what was wrong and what to do, then
-hands the work to the process's *core*: the driver's :class:`Node`, or, inside a worker,
-the :class:`Worker` (nested calls travel to the driver). The first call that needs a
-runtime starts a default one, as Ray does. Importing lightwork starts nothing.
+hands the work to the process's *backend* (``lightwork.backends``): the embedded runtime
+(the driver's :class:`Node`, or, inside one of its workers, the :class:`Worker`), or a Dask
+distributed cluster. ``_core()`` returns it; the first call that needs a runtime starts
+the default one (embedded, or the cluster named by ``LIGHTWORK_ADDRESS``), as Ray does.
+Importing lightwork starts nothing.
+
+``_backend`` is the one owner of "what runs this process's calls". ``_node`` and
+``_worker`` are the embedded runtime's own objects, kept for the code that is about that
+runtime alone (its control socket, its worker loop); diagnostics reach the run's record
+through :func:`driver_node`.
 """
 
 from __future__ import annotations
@@ -20,8 +27,9 @@ from lightwork._remote import RemoteFunction, callsite
 from lightwork._runtime.introspect import blocking_observers as _observers
 from lightwork._runtime.introspect import observe_call as _observe_call
 
-_node: Any = None  # the driver's Node while initialized
-_worker: Any = None  # set inside worker processes
+_backend: Any = None  # the Backend running this process's calls (see lightwork.backends)
+_node: Any = None  # the embedded runtime's Node, when the local backend runs in the driver
+_worker: Any = None  # set inside the embedded runtime's worker processes
 _init_lock = threading.RLock()
 
 # Ray's init arguments that have no meaning for the embedded runtime. Asking for what
@@ -29,7 +37,7 @@ _init_lock = threading.RLock()
 RAY_ONLY_INIT_ARGS = {
     "include_dashboard", "dashboard_host", "dashboard_port", "log_to_driver",
     "logging_format", "logging_config", "configure_logging", "local_mode", "runtime_env",
-    "_temp_dir", "object_spilling_config", "_system_config", "storage", "job_config",
+    "_temp_dir", "_system_config", "storage", "job_config",
     "_node_ip_address", "_redis_password", "_plasma_directory", "_metrics_export_port",
     "_enable_object_reconstruction", "_tracing_startup_hook", "labels", "_memory",
     "enable_resource_isolation", "system_reserved_cpu", "system_reserved_memory",
@@ -101,24 +109,27 @@ def init(
     advisor: bool = True,
     **ray_kwargs: Any,
 ) -> InitContext:
-    """Start the embedded runtime in this process.
+    """Start the embedded runtime in this process, or connect to a cluster.
 
-    ``num_cpus`` defaults to the machine's CPU count. Ray's dashboard and logging
+    ``address`` picks the backend (``lightwork.backends``): None (or the
+    ``LIGHTWORK_ADDRESS`` environment variable) for the embedded runtime;
+    ``"tcp://host:port"``, a scheduler file or a ``distributed.Client`` for a Dask
+    cluster; ``"local-cluster"`` to start a Dask cluster of ``num_cpus`` worker processes
+    on this machine. ``num_cpus`` defaults to the machine's CPU count. Ray's dashboard and logging
     arguments are accepted; those with no meaning here are noted and ignored.
     ``advisor=False`` turns off the advisor's warnings (``lightwork.advise()`` still works).
     ``event_budget`` bounds the event log (task records kept); ``0`` turns it off, and with
     it the timeline, the profilers and the advisor (only for measuring what it costs).
     """
-    global _node
+    global _node, _backend
     from lightwork._runtime.calls import check_amount
+    from lightwork.backends import parse_address
 
-    if _worker is not None:
+    if _worker is not None or (_backend is not None and _backend.node is None):
         raise RuntimeError("lightwork.init() cannot be called inside a task or actor")
-    if address not in (None, "local", "auto"):
-        raise ValueError(
-            f"address={address!r}: lightwork runs an embedded runtime on this machine and "
-            "cannot connect to a cluster yet; call init() without an address"
-        )
+    backend_name, target = parse_address(address)
+    spill_dir = _spill_dir_option(ray_kwargs.pop("_spill_dir", None),
+                                  ray_kwargs.pop("object_spilling_config", None))
     unknown = sorted(set(ray_kwargs) - RAY_ONLY_INIT_ARGS - {"logging_level"})
     if unknown:
         raise TypeError(
@@ -142,28 +153,37 @@ def init(
                 raise ValueError("use num_cpus/num_gpus instead of resources={'CPU'/'GPU': ...}")
             custom[str(name)] = check_amount(f"resources[{name!r}]", amount)
     if object_store_memory is not None:
-        check_amount("object_store_memory", object_store_memory)
+        from lightwork._runtime.session import SHM_ROOT
+        from lightwork._runtime.store import check_budget
+
+        object_store_memory = check_budget(object_store_memory, SHM_ROOT + "/.")
     budget = 200_000 if event_budget is None else event_budget
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise ValueError(
             f"event_budget must be an int >= 0 (records kept; 0 turns the event log off), "
             f"got {event_budget!r}")
     with _init_lock:
-        if _node is not None and not _node.closed:
+        if _backend is not None and not _backend.closed:
             if ignore_reinit_error:
                 return _context()
             raise RuntimeError(
                 "lightwork.init() was already called in this process; call "
                 "lightwork.shutdown() first, or pass ignore_reinit_error=True"
             )
+        if backend_name == "distributed":
+            raise ValueError(
+                f"address={address!r}: the Dask distributed backend is not there yet; call "
+                "init() without an address for the embedded runtime")
         from lightwork._runtime.node import Node
+        from lightwork.backends.local import LocalBackend
 
-        _node = Node(cpus, gpus, custom, namespace, budget)
+        node = Node(cpus, gpus, custom, namespace, budget, object_store_memory, spill_dir)
         if advisor and budget:
             from lightwork.diagnostics.advisor import Advisor
 
-            _node.advisor = Advisor(_node, init_callsite=callsite(1))
-            _node.advisor.start()
+            node.advisor = Advisor(node, init_callsite=callsite(1))
+            node.advisor.start()
+        _node, _backend = node, LocalBackend(node, in_driver=True)
     if noted:
         print(
             f"lightwork: ignoring Ray-only init argument(s) {', '.join(noted)} "
@@ -173,49 +193,145 @@ def init(
     return _context()
 
 
+def _spill_dir_option(spill_dir: Any, spilling_config: Any) -> str | None:
+    """The spill directory from ``_spill_dir=`` or Ray's ``object_spilling_config``."""
+    if spilling_config is not None:
+        import json
+
+        config = spilling_config
+        if isinstance(config, str):
+            try:
+                config = json.loads(config)
+            except ValueError as exc:
+                raise ValueError(
+                    f"object_spilling_config is not valid JSON ({exc}); pass e.g. "
+                    '\'{"type": "filesystem", "params": {"directory_path": "/tmp/spill"}}\''
+                ) from None
+        params = config.get("params", {}) if isinstance(config, dict) else None
+        if (not isinstance(config, dict) or config.get("type") != "filesystem"
+                or not isinstance(params, dict) or "directory_path" not in params):
+            raise ValueError(
+                f"object_spilling_config={spilling_config!r}: lightwork spills to a local "
+                'directory only; pass {"type": "filesystem", "params": {"directory_path": '
+                '"/path/on/disk"}}')
+        path = params["directory_path"]
+        spill_dir = path[0] if isinstance(path, (list, tuple)) and path else path
+    if spill_dir is None:
+        return None
+    if not isinstance(spill_dir, (str, os.PathLike)):
+        raise TypeError(f"the spill directory must be a path (str), got {spill_dir!r}")
+    spill_dir = os.path.abspath(os.fspath(spill_dir))
+    if not os.path.isdir(spill_dir):
+        raise ValueError(
+            f"spill directory {spill_dir} does not exist; create it (on a disk, not "
+            "tmpfs) or leave the option out to spill into the session directory")
+    return spill_dir
+
+
 def _context() -> InitContext:
+    backend = _backend
+    node = backend.node
     return InitContext(
-        session_dir=_node.session.directory,
-        node_id=_node.node_id,
-        address="local",
+        session_dir=getattr(getattr(node, "session", None), "directory", None),
+        node_id=backend.runtime_context()["node_id"],
+        address=backend.address(),
+        backend=backend.name,
         dashboard_url=None,
     )
 
 
 def shutdown() -> None:
-    """Stop the runtime: workers exit, shared memory is released. Safe to call twice."""
-    global _node
+    """Stop the runtime (or disconnect from the cluster). Safe to call twice.
+
+    Embedded: workers exit, shared memory is released. Cluster: this program's tasks and
+    actors are released; a ``local-cluster`` started by ``init`` is closed.
+    """
+    global _node, _backend
     with _init_lock:
-        node, _node = _node, None
-    if node is not None:
-        if node.advisor is not None:
-            node.advisor.stop()
-        node.shutdown()
+        if _backend is not None and _backend.node is None:
+            return  # inside a task or actor: the driver owns the runtime
+        backend, _backend, _node = _backend, None, None
+    if backend is not None:
+        backend.shutdown()
 
 
 atexit.register(shutdown)
 
 
 def is_initialized() -> bool:
-    return _worker is not None or (_node is not None and not _node.closed)
+    return _backend is not None and not _backend.closed
 
 
-def _core() -> Any:
-    if _worker is not None:
-        return _worker
-    node = _node
-    if node is None or node.closed:
+def backend() -> str:
+    """Which backend runs this process's calls: "local" or "distributed".
+
+    Does not start a runtime: before ``init`` it names the one the first call would start.
+    """
+    current = _backend
+    if current is not None and not current.closed:
+        return current.name
+    from lightwork.backends import parse_address
+
+    return parse_address(None)[0]
+
+
+def _core(uses: Any = (), named: dict[str, Any] | None = None) -> Any:
+    """The process's backend, starting a default runtime if none runs.
+
+    ``uses`` (and the values of ``named``) are what the caller is about to hand to the
+    backend: refs, actor handles, a call's arguments. With no runtime running, a ref or
+    handle among them can only come from a session that ended, so that raises
+    ``SessionEndedError`` instead of starting a runtime in which it would not be found.
+    """
+    backend = _backend
+    if backend is None or backend.closed:
         with _init_lock:
-            if _node is None or _node.closed:
+            if _backend is None or _backend.closed:
+                _refuse_ended_session(uses)
+                if named:
+                    _refuse_ended_session(named.values())
                 init()
-            node = _node
-    return node
+            backend = _backend
+    return backend
+
+
+def driver_node() -> Any:
+    """The run's driver-side record the diagnostics read (``Backend.node``), or None."""
+    backend = _backend
+    if backend is None or backend.closed:
+        return None
+    return backend.node
+
+
+def _refuse_ended_session(values: Any) -> None:
+    from lightwork._actor import ActorHandle
+    from lightwork._object_ref import ended_session_message
+    from lightwork.exceptions import SessionEndedError
+
+    for value in values:
+        if isinstance(value, ActorHandle):
+            value = value._ref
+            what = f"actor handle {value.hex()}"
+        elif isinstance(value, ObjectRef):
+            what = repr(value)
+        else:
+            continue
+        raise SessionEndedError(value.hex(), ended_session_message(what, running=False))
 
 
 def _install_worker_core(worker: Any) -> None:
-    global _worker, _node
-    _worker = worker
-    _node = None
+    """Inside an embedded-runtime worker process: its calls go to ``worker``."""
+    global _worker, _node, _backend
+    from lightwork.backends.local import LocalBackend
+
+    _worker, _node = worker, None
+    _backend = LocalBackend(worker, in_driver=False)
+
+
+def _install_backend(backend: Any) -> None:
+    """Inside a cluster worker: the calls of the task running there go to ``backend``."""
+    global _backend
+    _backend = backend
 
 
 # -- decorators ---------------------------------------------------------------------------
@@ -277,16 +393,17 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
     ids = [ref.id for ref in refs]
     site = callsite(1)
     if _observers:  # diagnostics callbacks follow this get as one run
-        values = _observe_call("get", refs, lambda: _core().get(ids, timeout, site))
+        values = _observe_call("get", refs, lambda: _core(refs).get(ids, timeout, site))
     else:
-        values = _core().get(ids, timeout, site)
+        values = _core(refs).get(ids, timeout, site)
     _deliver_advice()
     return values[0] if single else values
 
 
 def _deliver_advice() -> None:
     """Warn, in the user's thread, about what the advisor found since the last call."""
-    node = _node
+    backend = _backend
+    node = None if backend is None else backend.node
     if node is not None and node.advisor is not None and node.advisor.undelivered:
         node.advisor.deliver_warnings()
 
@@ -333,7 +450,7 @@ def wait(
     site = callsite(1)
 
     def call() -> list[int]:
-        return _core().wait(ids, num_returns, timeout, site)
+        return _core(refs).wait(ids, num_returns, timeout, site)
 
     ready_ids = set(_observe_call("wait", refs, call) if _observers else call())
     _deliver_advice()
@@ -346,7 +463,7 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     """Cancel the task that makes ``object_ref``; its ``get`` raises TaskCancelledError."""
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef returned by a task, got {object_ref!r:.80}")
-    _core().cancel([object_ref.id], bool(force))
+    _core((object_ref,)).cancel([object_ref.id], bool(force))
 
 
 # -- introspection ------------------------------------------------------------------------
@@ -367,7 +484,5 @@ def get_gpu_ids() -> list[int]:
 
 
 def nodes() -> list[dict[str, Any]]:
-    """One entry: this machine (Ray lists every node of the cluster)."""
-    total = cluster_resources()
-    return [{"NodeID": _core().runtime_context()["node_id"], "Alive": True,
-             "Resources": total, "NodeManagerAddress": "127.0.0.1"}]
+    """One entry per machine: this one for the embedded runtime, each cluster worker's."""
+    return _core().nodes()

@@ -45,13 +45,40 @@ from lightwork._runtime.serialization import SerializationError, Stored
 FLUSH_AFTER_S = 0.001
 
 
+# Frames in these files are lightwork's own (worker loop, serialization, the API's
+# plumbing): a remote traceback shown to the user leaves them out.
+_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def user_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback (with its chained exceptions) without lightwork's frames.
+
+    A stack made only of lightwork frames (an error in lightwork itself) is kept whole.
+    """
+    formatted = traceback.TracebackException.from_exception(exc)
+    seen: set[int] = set()
+    pending = [formatted]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        kept = [f for f in current.stack if not f.filename.startswith(_LIGHTWORK_DIR)]
+        if kept and len(kept) != len(current.stack):
+            current.stack = traceback.StackSummary.from_list(kept)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return "".join(formatted.format())
+
+
 def error_outcome(name: str, exc: BaseException) -> Stored:
-    """Serialize a user exception as a TaskError, dropping the cause if it won't pickle."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    err = exceptions.TaskError(name, tb, exc, os.getpid())
+    """Serialize a user exception as a TaskError (see TaskError for how its cause travels)."""
     try:
-        return serialization.serialize(err, None)
-    except Exception:
+        tb = user_traceback(exc)
+    except Exception:  # noqa: BLE001 - never lose the error over its formatting
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        return serialization.serialize(exceptions.TaskError(name, tb, exc, os.getpid()), None)
+    except Exception:  # noqa: BLE001 - the cause is packed safely; this is a last resort
         return serialization.serialize(exceptions.TaskError(name, tb, None, os.getpid()), None)
 
 
@@ -86,6 +113,10 @@ class Worker:
         self.bounce_when_waiting = True
         ref_counter.reset()
         ref_counter.on_borrow = self._note_borrow
+        # The driver recycles a segment only when no worker maps it: say so before any
+        # message that could end this worker's use of the object (outbox goes first).
+        serialization.MAPS.on_map = self._note_mapped
+        serialization.MAPS.spill_dir = config.get("spill_dir")
 
     # -- ids and messages ------------------------------------------------------------
     def next_object_id(self) -> int:
@@ -93,6 +124,15 @@ class Worker:
 
     def _note_borrow(self, object_id: int) -> None:
         self.outbox.append((p.BORROW, object_id))
+
+    def _note_mapped(self, path: str) -> None:
+        self.outbox.append((p.MAPPED, path))
+
+    def _report_unmapped(self) -> None:
+        """Close the segments no value of this process points into; tell the driver."""
+        closed = serialization.MAPS.release_unused()
+        if closed:
+            self.outbox.append((p.UNMAPPED, closed))
 
     def send(self, messages: list[tuple[Any, ...]]) -> None:
         """Send ``messages`` after whatever is queued, with reference releases last."""
@@ -203,6 +243,8 @@ class Worker:
         if key == "__ray_terminate__":
             self.exiting = True
             return _noop
+        if key == "__ray_ready__":
+            return _ready
         return getattr(self.actor, key)
 
     def execute(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -243,6 +285,9 @@ class Worker:
             finished = time.monotonic()
             outcome = ("error", error_outcome(name, exc))
         self.current = None
+        if len(serialization.MAPS):
+            args = kwargs = result = None  # the failed paths may still hold them
+            self._report_unmapped()
         return (p.DONE, task_id, outcome, (started, args_loaded, finished, time.monotonic(), cpu))
 
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -440,6 +485,10 @@ class ActorExit(SystemExit):
     """Raised by ``exit_actor()``: finish the current call, then end the actor's process."""
 
 
+def _ready() -> bool:
+    return True
+
+
 def _noop() -> None:
     return None
 
@@ -511,6 +560,10 @@ def main(fd: int, worker_id: int, config: dict[str, Any]) -> None:
     except OSError:
         pass
     os.environ.update(config["env"])
+    if config.get("as_ray"):  # the driver runs a Ray program: its modules `import ray`
+        from lightwork._runtime import ray_alias
+
+        ray_alias.install_as_ray()
     sock = socket.socket(fileno=fd)
     control.install_worker_hooks(worker_id, config)  # stack dumps on SIGUSR1, profile spans
     worker = Worker(sock, worker_id, config)
