@@ -241,7 +241,7 @@ def human_duration(seconds: float) -> str:
 
 def _header(column: str) -> str:
     """Durations carry their unit in each cell: the header drops the ``_s``."""
-    return (column[:-2] if column.endswith("_s") else column).upper()
+    return column.removesuffix("_s").upper()
 
 
 def _cell(column: str, value: Any, width: int = 48) -> str:
