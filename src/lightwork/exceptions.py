@@ -157,11 +157,20 @@ class ObjectLostError(LightworkError):
 
 
 class OwnerDiedError(ObjectLostError):
-    """The process that created the object (its owner) died, taking the object with it."""
+    """The object's value is gone and the process that created it (its owner) is dead.
+
+    On one machine a dead worker's objects are adopted by the driver and stay readable;
+    this is raised only when such an object's value then vanished too (its shared-memory
+    file was removed) and no task can rebuild it (a ``put``, or an actor's result).
+    """
 
 
 class ObjectReconstructionFailedError(ObjectLostError):
-    """The object was lost and re-running the task that made it failed or was not allowed."""
+    """A task result was lost and re-running its task failed or was not allowed.
+
+    The message says why: ``max_retries`` used up (or 0), an argument freed or lost for
+    good, by-value arguments too large to have been kept, or an actor call's result.
+    """
 
 
 class ReferenceCountingAssertionError(ObjectLostError):

@@ -231,6 +231,14 @@ class ActorManager:
         if isinstance(outcome, tuple) and outcome[0] == "error":
             self._finish_call(task, error=outcome[1])
             return
+        if isinstance(outcome, tuple) and outcome[0] == "lost":
+            # Re-sending the call after a rebuild would reorder it behind later calls.
+            self._finish_call(task, error=exceptions.ObjectLostError(
+                f"{task.task_id:020x}",
+                f"an argument of actor call {task.name} vanished from shared memory "
+                f"({outcome[1]}) before the call could read it; actor calls are not re-run "
+                "to rebuild arguments. Keep /dev/shm intact while lightwork runs."))
+            return
         if task.function_key == "__ray_terminate__":
             actor.no_restart = True
             actor.death_cause = "it was terminated with __ray_terminate__"

@@ -25,6 +25,7 @@ from lightwork._runtime import serialization
 from lightwork._runtime.actors import Actor
 from lightwork._runtime.calls import CallSpec, infeasible_message, large_arguments, prepare_args
 from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork._runtime.lineage import value_vanished
 from lightwork._runtime.objects import PENDING, READY, ObjectEntry, unlink_quietly
 from lightwork._runtime.scheduler import TaskSpec
 from lightwork._runtime.serialization import Stored
@@ -214,7 +215,14 @@ class DriverCalls(_Base):
                     f"get timed out after {timeout} s: {still} of {len(ids)} object(s) not ready. "
                     "Raise the timeout, or use wait() to take the ready ones first.")
         mappings = self.objects.mappings
-        return [_value_of(entry, mappings) for entry in entries]
+        try:
+            return [_value_of(entry, mappings) for entry in entries]
+        except FileNotFoundError:  # a segment vanished from /dev/shm: rebuild, then read
+            with self.lock:
+                for entry in entries:
+                    if value_vanished(entry, mappings):
+                        self.recover_lost(entry)
+            return self.get(ids, timeout, callsite)
 
     def wait(
         self, ids: list[int], num_returns: int, timeout: float | None, callsite: Any = None

@@ -171,7 +171,13 @@ def write_segment(path: str, data: bytes, raws: list[memoryview]) -> None:
         position = _aligned(position + raw.nbytes)
     header = pickle.dumps((len(data), offsets), protocol=5)
     body_start = _aligned(_LAYOUT.size + len(header) + len(data))
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        # A retried task (its worker died after writing) or a re-run that rebuilds a lost
+        # result: replace the file; a reader's mapping keeps the old one's pages alive.
+        os.unlink(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         # pwrite, not a writable mapping: tmpfs then allocates pages without a page
         # fault per 4 KiB, which makes writing a large array about 1.5x faster.

@@ -227,6 +227,9 @@ class Worker:
         except KeyboardInterrupt:
             finished = time.monotonic()
             outcome = "cancelled"
+        except LostArgument as lost:  # the driver rebuilds it and sends the task again
+            finished = time.monotonic()
+            outcome = ("lost", lost.path)
         except ActorExit:
             finished = time.monotonic()
             self.exiting = True
@@ -422,10 +425,21 @@ class Worker:
                 self.send([])
 
 
+class LostArgument(Exception):
+    """A ref argument's segment file vanished before the task could read it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+
 def load_args(args_stored: Stored, dep_values: Any) -> tuple[list[Any], dict[str, Any]]:
     args, kwargs = serialization.loads(args_stored)
     if dep_values:
-        values = [serialization.loads(stored) for stored in dep_values]
+        try:
+            values = [serialization.loads(stored) for stored in dep_values]
+        except FileNotFoundError as exc:
+            raise LostArgument(exc.filename) from exc
         args = [values[a.index] if type(a) is ArgSlot else a for a in args]
         for k, v in kwargs.items():
             if type(v) is ArgSlot:

@@ -7,6 +7,7 @@ until the reply is sent; a reply is sent when every object is ready or the timeo
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -85,6 +86,12 @@ class WorkerRequests(_Base):
         return ("err", entry.error)
 
     def _on_worker_get(self, conn: WorkerConn, request_id: int, ids: list[int], timeout: Any) -> None:
+        for object_id in ids:
+            entry = self.objects.entries.get(object_id)
+            stored = entry.stored if entry is not None else None
+            # The driver's own mapping does not help a worker: it opens the file by name.
+            if stored is not None and stored.path is not None and not os.path.exists(stored.path):
+                self.recover_lost(entry)
         pending = [e for e in (self.objects.entries.get(i) for i in ids) if e is not None and e.state == PENDING]
         if not pending:
             self._reply(conn, request_id, [self._payload(i) for i in ids])
