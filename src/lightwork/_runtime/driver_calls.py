@@ -122,9 +122,10 @@ class DriverCalls(_Base):
         self._drain_refs_if_any()
         with self.lock:
             self._check_open()
-            for object_id in return_ids:
-                self.objects.create(object_id, 0, task_id)
             try:
+                self.actors.check_room(actor_id)
+                for object_id in return_ids:
+                    self.objects.create(object_id, 0, task_id)
                 self.register_task(task, stored.contained)
             except BaseException:
                 for object_id in return_ids:

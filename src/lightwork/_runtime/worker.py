@@ -84,6 +84,15 @@ class Worker:
         self.loop: AsyncRunner | None = None
         self.exiting = False
         self.bounce_when_waiting = True
+        # Results of finished tasks held back to be sent in one batch with the next ones.
+        # Every send carries them first, and a late-flush thread sends them if the task
+        # that followed runs longer than FLUSH_AFTER_S (it might never end: a blocked
+        # actor call, or a parent waiting for a child that needs one of these results).
+        self._held: list[tuple[Any, ...]] = []
+        self._held_since = 0.0
+        self._tasks_started = 0
+        self._flush_soon: threading.Event | None = None
+        self._send_lock = threading.Lock()  # one sender at a time: BORROW before RELEASE
         ref_counter.reset()
         ref_counter.on_borrow = self._note_borrow
 
@@ -95,18 +104,30 @@ class Worker:
         self.outbox.append((p.BORROW, object_id))
 
     def send(self, messages: list[tuple[Any, ...]]) -> None:
-        """Send ``messages`` after whatever is queued, with reference releases last."""
-        gone = ref_counter.drain()
-        outbox = self.outbox
-        if outbox:
-            queued = []
-            while outbox:  # popleft is atomic: other threads may append meanwhile
-                queued.append(outbox.popleft())
-            messages = queued + messages
-        if gone:
-            messages.append((p.RELEASE, gone))
-        if messages:
-            self.conn.send(messages)
+        """Send held results and queued messages, then ``messages``, releases last."""
+        with self._send_lock:
+            gone = ref_counter.drain()
+            outbox = self.outbox
+            if outbox or self._held:
+                queued, self._held = self._held, []
+                while outbox:  # popleft is atomic: other threads may append meanwhile
+                    queued.append(outbox.popleft())
+                messages = queued + messages
+            if gone:
+                messages.append((p.RELEASE, gone))
+            if messages:
+                self.conn.send(messages)
+
+    def _flush_late(self) -> None:
+        """Send held results when the task after them has run for FLUSH_AFTER_S."""
+        assert self._flush_soon is not None
+        while True:
+            self._flush_soon.wait()
+            self._flush_soon.clear()
+            started = self._tasks_started
+            time.sleep(FLUSH_AFTER_S)
+            if self._held and self._tasks_started == started:
+                self.send([])
 
     # -- reading ---------------------------------------------------------------------
     def _read_one(self) -> None:
@@ -152,35 +173,40 @@ class Worker:
 
     # -- the task loop ---------------------------------------------------------------
     def run(self) -> None:
-        pending_results: list[tuple[Any, ...]] = []
-        first_pending = 0.0
         while True:
-            if pending_results and (
+            if self._held and (
                 not (self.inbox or self.conn.has_buffered())
-                or time.monotonic() - first_pending > FLUSH_AFTER_S
+                or time.monotonic() - self._held_since > FLUSH_AFTER_S
             ):
-                self.send(pending_results)
-                pending_results = []
+                self.send([])
             message = self._take_turn(self._next_inbox)
             kind = message[0]
             if kind == p.TASK:
                 if self.pool is not None:
                     self.pool.submit(message[1])
                     continue
+                self._tasks_started += 1
+                if self._held:
+                    self._wake_late_flush()
                 result = self.execute(message[1])
-                if not pending_results:
-                    first_pending = time.monotonic()
-                pending_results.append(result)
+                with self._send_lock:
+                    if not self._held:
+                        self._held_since = time.monotonic()
+                    self._held.append(result)
                 if self.exiting:
-                    self.send(pending_results)
+                    self.send([])
                     return
             elif kind == p.ACTOR_INIT:
-                self.send(pending_results + [self.start_actor(message[1])])
-                pending_results = []
+                self.send([self.start_actor(message[1])])
             elif kind == p.EXIT:
-                if pending_results:
-                    self.send(pending_results)
+                self.send([])
                 return
+
+    def _wake_late_flush(self) -> None:
+        if self._flush_soon is None:
+            self._flush_soon = threading.Event()
+            threading.Thread(target=self._flush_late, name="lightwork-flush", daemon=True).start()
+        self._flush_soon.set()
 
     def function(self, key: bytes) -> Any:
         fn = self.functions.get(key)

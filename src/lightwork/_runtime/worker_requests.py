@@ -39,8 +39,10 @@ class WorkerRequests(_Base):
             conn.holds.add(object_id)
             conn.owned.add(object_id)
         try:
+            if actor_id:
+                self.actors.check_room(actor_id)
             self.register_task(task, args.contained)
-        except exceptions.ObjectLostError as exc:
+        except (exceptions.ObjectLostError, exceptions.PendingCallsLimitExceeded) as exc:
             self._fail_task(task, exc)
             return
         if actor_id:
