@@ -99,6 +99,8 @@ def init(
     namespace: str | None = None,
     event_budget: int | None = None,
     advisor: bool = True,
+    _memory_usage_threshold: float | None = None,
+    _memory_monitor_refresh_ms: float | None = None,
     **ray_kwargs: Any,
 ) -> InitContext:
     """Start the embedded runtime in this process.
@@ -108,6 +110,8 @@ def init(
     ``advisor=False`` turns off the advisor's warnings (``lightwork.advise()`` still works).
     ``event_budget`` bounds the event log (task records kept); ``0`` turns it off, and with
     it the timeline, the profilers and the advisor (only for measuring what it costs).
+    ``_memory_usage_threshold`` (default 0.95) and ``_memory_monitor_refresh_ms`` (250; 0
+    turns it off) set the memory monitor (``lightwork._runtime.memory_monitor``).
     """
     global _node
     from lightwork._runtime.calls import check_amount
@@ -143,6 +147,10 @@ def init(
             custom[str(name)] = check_amount(f"resources[{name!r}]", amount)
     if object_store_memory is not None:
         check_amount("object_store_memory", object_store_memory)
+    from lightwork._runtime.memory_monitor import MemoryMonitor, configure
+
+    memory_threshold, memory_refresh_s = configure(_memory_usage_threshold,
+                                                   _memory_monitor_refresh_ms)
     budget = 200_000 if event_budget is None else event_budget
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise ValueError(
@@ -159,6 +167,8 @@ def init(
         from lightwork._runtime.node import Node
 
         _node = Node(cpus, gpus, custom, namespace, budget)
+        _node.memory_monitor = MemoryMonitor(_node, memory_threshold, memory_refresh_s)
+        _node.memory_monitor.start()
         if advisor and budget:
             from lightwork.diagnostics.advisor import Advisor
 

@@ -51,6 +51,7 @@ from lightwork._runtime import serialization
 from lightwork._runtime.events import EventLog, TaskRecord
 from lightwork._runtime.introspect import report_unraisable
 from lightwork._runtime.lineage import Lineage, keeps_lineage
+from lightwork._runtime.memory_monitor import OOM_REASON, MemoryMonitor, handle_oom_death
 from lightwork._runtime.objects import FAILED, PENDING, ObjectEntry, ObjectTable, unlink_quietly
 from lightwork._runtime.scheduler import (
     DISPATCHED,
@@ -88,6 +89,7 @@ class WorkerConn:
     dead: bool = False
     started_at: float = field(default_factory=time.monotonic)
     actor: Any = None  # the Actor this process runs, or None for a pooled task worker
+    oom_kill: str = ""  # why the memory monitor killed it, or ""
 
 
 class Node(DriverCalls, WorkerRequests, Lineage):
@@ -131,6 +133,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         self.closed = False
         self.broken = ""  # why the runtime cannot go on (a dead fork server, a bug), or ""
         self.advisor: Any = None  # set by init() unless advisor=False (diagnostics layer)
+        self.memory_monitor: MemoryMonitor | None = None  # started by init()
         self.actors = ActorManager(self)
         self.objects.on_actor_freed = self.actors.handle_freed
         # One thread per task slot unless the user chose: the "no speedup" trap of
@@ -714,10 +717,14 @@ class Node(DriverCalls, WorkerRequests, Lineage):
     def _on_task_crashed(self, task: TaskSpec, conn: WorkerConn) -> None:
         self._release_gpus(task.task_id)
         how = describe_exit(conn.exit_status)
+        if conn.oom_kill:
+            how = f"{OOM_REASON} ({how})"
         task.record.retries += ((time.monotonic(), f"worker crashed: {how}"),)
         if task.cancelled:
             self._fail_task(task, exceptions.TaskCancelledError(
                 f"task {task.name} was cancelled (force=True killed its worker)"))
+        elif conn.oom_kill:
+            handle_oom_death(self, task, conn)
         elif task.max_retries < 0 or task.attempt < task.max_retries:
             task.attempt += 1
             self._requeue(task)
@@ -755,6 +762,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
     # ------------------------------------------------------------------ shutdown
     def shutdown(self) -> None:
         self.control.stop()
+        if self.memory_monitor is not None:
+            self.memory_monitor.stop()
         with self.lock:
             if self.closed:
                 return
