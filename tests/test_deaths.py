@@ -264,3 +264,28 @@ def test_retry_after_a_crash_that_left_a_result_segment_behind(tmp_path):
 
     assert ray.get(write_then_die.remote(str(tmp_path)), timeout=20) == b"new" * BIG
     assert len(attempts(str(tmp_path))) == 2
+
+
+# ---- regressions found by the chaos suite ----------------------------------------------
+
+
+def test_failed_object_is_freed_after_its_error_was_raised():
+    """Raising the table's own exception object hung the get's frames, and the ref in
+    them, on its traceback: the failed object was never freed."""
+
+    @ray.remote(max_retries=0)
+    def crash() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    ref = crash.remote()
+    object_id = ref.id
+    with pytest.raises(exc.WorkerCrashedError):
+        ray.get(ref, timeout=20)
+    with pytest.raises(exc.WorkerCrashedError):  # raised again, as a fresh copy
+        ray.get(ref, timeout=20)
+    del ref
+    import gc
+
+    gc.collect()
+    wait_until(lambda: ray.get([]) == [] and object_id not in _api._node.objects.entries,
+               timeout=5, message="the failed object to be freed")

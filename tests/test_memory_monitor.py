@@ -198,7 +198,7 @@ def test_actor_is_killed_only_when_no_task_runs(monitor, tmp_path):
 
     actor = Big.remote()
     assert ray.get(actor.ping.remote(), timeout=10) == "pong"
-    ref, directory = start(tmp_path, "task", max_retries=0)
+    ref, _ = start(tmp_path, "task", max_retries=0)
     kill_once(monitor)  # the task, not the actor
     with pytest.raises(exc.OutOfMemoryError):
         ray.get(ref, timeout=10)

@@ -65,7 +65,8 @@ class TaskError(LightworkError):
     """A task or actor method raised; ``cause`` is the user's exception.
 
     ``get`` raises an instance of a class derived from both this class and the user's
-    exception class (see :meth:`as_instanceof_cause`).
+    exception class (see :meth:`as_instanceof_cause`), except for exceptions that are not
+    ``Exception`` (a ``sys.exit`` in the task): those come back as a plain ``TaskError``.
     """
 
     def __init__(
@@ -97,7 +98,10 @@ class TaskError(LightworkError):
         while isinstance(cause, TaskError):  # a nested task's error: the user's class
             cause = cause.cause
         cause_cls = type(cause) if cause is not None else None
-        if cause_cls is None:
+        if cause_cls is None or not issubclass(cause_cls, Exception):
+            # SystemExit, KeyboardInterrupt, GeneratorExit: as their instance, an uncaught
+            # task error would end the driver (silently, for sys.exit(0)) instead of
+            # reporting the task's failure.
             return self
         try:
             derived = _dual_class(cause_cls)

@@ -13,6 +13,7 @@ Every method here runs in a user thread; state belongs to the node (``node.py``)
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import os
 import threading
 import time
@@ -341,7 +342,10 @@ def _value_of(entry: ObjectEntry, mappings: dict[str, memoryview] | None = None)
     if isinstance(error, Stored):
         error = serialization.loads(error)
     if isinstance(error, exceptions.TaskError):
-        raise error.as_instanceof_cause()
+        raised = error.as_instanceof_cause()
+        raise copy.copy(error) if raised is error else raised
     assert isinstance(error, BaseException)
-    raise error
+    # A copy: raising the table's own exception object would hang this call's frames (and
+    # the ObjectRefs in them) on its __traceback__, so the object could never be freed.
+    raise copy.copy(error)
 

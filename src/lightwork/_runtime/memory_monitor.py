@@ -32,7 +32,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 

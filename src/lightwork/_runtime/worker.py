@@ -2,7 +2,9 @@
 
 One socket to the driver carries everything. The main thread reads a frame, runs the
 task, and sends the result; when more task frames are already buffered, results are
-held back briefly and sent together (batching), but never longer than ``FLUSH_AFTER_S``.
+held back briefly and sent together (batching), but never longer than ``FLUSH_AFTER_S``:
+only results of tasks shorter than that are held, every send carries them, and a
+late-flush thread sends them if the next task runs longer.
 
 A task may call the API itself (nested ``remote``/``put``/``get``/``wait``). Submissions
 and puts are one-way messages with ids minted here. ``get``/``wait`` send a request and
@@ -188,14 +190,19 @@ class Worker:
                 self._tasks_started += 1
                 if self._held:
                     self._wake_late_flush()
+                started = time.monotonic()
                 result = self.execute(message[1])
+                if self.exiting or time.monotonic() - started >= FLUSH_AFTER_S:
+                    # Batching only pays for tiny tasks; holding a longer task's result
+                    # would only lose it (and re-run the task) if this worker died.
+                    self.send([result])
+                    if self.exiting:
+                        return
+                    continue
                 with self._send_lock:
                     if not self._held:
                         self._held_since = time.monotonic()
                     self._held.append(result)
-                if self.exiting:
-                    self.send([])
-                    return
             elif kind == p.ACTOR_INIT:
                 self.send([self.start_actor(message[1])])
             elif kind == p.EXIT:
