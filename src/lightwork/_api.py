@@ -37,7 +37,7 @@ _init_lock = threading.RLock()
 RAY_ONLY_INIT_ARGS = {
     "include_dashboard", "dashboard_host", "dashboard_port", "log_to_driver",
     "logging_format", "logging_config", "configure_logging", "local_mode", "runtime_env",
-    "_temp_dir", "object_spilling_config", "_system_config", "storage", "job_config",
+    "_temp_dir", "_system_config", "storage", "job_config",
     "_node_ip_address", "_redis_password", "_plasma_directory", "_metrics_export_port",
     "_enable_object_reconstruction", "_tracing_startup_hook", "labels", "_memory",
     "enable_resource_isolation", "system_reserved_cpu", "system_reserved_memory",
@@ -132,6 +132,8 @@ def init(
     if _worker is not None or (_backend is not None and _backend.node is None):
         raise RuntimeError("lightwork.init() cannot be called inside a task or actor")
     backend_name, target = parse_address(address)
+    spill_dir = _spill_dir_option(ray_kwargs.pop("_spill_dir", None),
+                                  ray_kwargs.pop("object_spilling_config", None))
     unknown = sorted(set(ray_kwargs) - RAY_ONLY_INIT_ARGS - {"logging_level"})
     if unknown:
         raise TypeError(
@@ -155,7 +157,10 @@ def init(
                 raise ValueError("use num_cpus/num_gpus instead of resources={'CPU'/'GPU': ...}")
             custom[str(name)] = check_amount(f"resources[{name!r}]", amount)
     if object_store_memory is not None:
-        check_amount("object_store_memory", object_store_memory)
+        from lightwork._runtime.session import SHM_ROOT
+        from lightwork._runtime.store import check_budget
+
+        object_store_memory = check_budget(object_store_memory, SHM_ROOT + "/.")
     from lightwork._runtime.memory_monitor import MemoryMonitor, configure
 
     memory_threshold, memory_refresh_s = configure(_memory_usage_threshold,
@@ -180,7 +185,7 @@ def init(
         from lightwork._runtime.node import Node
         from lightwork.backends.local import LocalBackend
 
-        node = Node(cpus, gpus, custom, namespace, budget)
+        node = Node(cpus, gpus, custom, namespace, budget, object_store_memory, spill_dir)
         node.memory_monitor = MemoryMonitor(node, memory_threshold, memory_refresh_s)
         node.memory_monitor.start()
         if advisor and budget:
@@ -196,6 +201,41 @@ def init(
             file=sys.stderr,
         )
     return _context()
+
+
+def _spill_dir_option(spill_dir: Any, spilling_config: Any) -> str | None:
+    """The spill directory from ``_spill_dir=`` or Ray's ``object_spilling_config``."""
+    if spilling_config is not None:
+        import json
+
+        config = spilling_config
+        if isinstance(config, str):
+            try:
+                config = json.loads(config)
+            except ValueError as exc:
+                raise ValueError(
+                    f"object_spilling_config is not valid JSON ({exc}); pass e.g. "
+                    '\'{"type": "filesystem", "params": {"directory_path": "/tmp/spill"}}\''
+                ) from None
+        params = config.get("params", {}) if isinstance(config, dict) else None
+        if (not isinstance(config, dict) or config.get("type") != "filesystem"
+                or not isinstance(params, dict) or "directory_path" not in params):
+            raise ValueError(
+                f"object_spilling_config={spilling_config!r}: lightwork spills to a local "
+                'directory only; pass {"type": "filesystem", "params": {"directory_path": '
+                '"/path/on/disk"}}')
+        path = params["directory_path"]
+        spill_dir = path[0] if isinstance(path, (list, tuple)) and path else path
+    if spill_dir is None:
+        return None
+    if not isinstance(spill_dir, (str, os.PathLike)):
+        raise TypeError(f"the spill directory must be a path (str), got {spill_dir!r}")
+    spill_dir = os.path.abspath(os.fspath(spill_dir))
+    if not os.path.isdir(spill_dir):
+        raise ValueError(
+            f"spill directory {spill_dir} does not exist; create it (on a disk, not "
+            "tmpfs) or leave the option out to spill into the session directory")
+    return spill_dir
 
 
 def _context() -> InitContext:
@@ -245,11 +285,21 @@ def backend() -> str:
     return parse_address(None)[0]
 
 
-def _core() -> Any:
+def _core(uses: Any = (), named: dict[str, Any] | None = None) -> Any:
+    """The process's backend, starting a default runtime if none runs.
+
+    ``uses`` (and the values of ``named``) are what the caller is about to hand to the
+    backend: refs, actor handles, a call's arguments. With no runtime running, a ref or
+    handle among them can only come from a session that ended, so that raises
+    ``SessionEndedError`` instead of starting a runtime in which it would not be found.
+    """
     backend = _backend
     if backend is None or backend.closed:
         with _init_lock:
             if _backend is None or _backend.closed:
+                _refuse_ended_session(uses)
+                if named:
+                    _refuse_ended_session(named.values())
                 init()
             backend = _backend
     return backend
@@ -261,6 +311,22 @@ def driver_node() -> Any:
     if backend is None or backend.closed:
         return None
     return backend.node
+
+
+def _refuse_ended_session(values: Any) -> None:
+    from lightwork._actor import ActorHandle
+    from lightwork._object_ref import ended_session_message
+    from lightwork.exceptions import SessionEndedError
+
+    for value in values:
+        if isinstance(value, ActorHandle):
+            value = value._ref
+            what = f"actor handle {value.hex()}"
+        elif isinstance(value, ObjectRef):
+            what = repr(value)
+        else:
+            continue
+        raise SessionEndedError(value.hex(), ended_session_message(what, running=False))
 
 
 def _install_worker_core(worker: Any) -> None:
@@ -337,9 +403,9 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
     ids = [ref.id for ref in refs]
     site = callsite(1)
     if _observers:  # diagnostics callbacks follow this get as one run
-        values = _observe_call("get", refs, lambda: _core().get(ids, timeout, site))
+        values = _observe_call("get", refs, lambda: _core(refs).get(ids, timeout, site))
     else:
-        values = _core().get(ids, timeout, site)
+        values = _core(refs).get(ids, timeout, site)
     _deliver_advice()
     return values[0] if single else values
 
@@ -394,7 +460,7 @@ def wait(
     site = callsite(1)
 
     def call() -> list[int]:
-        return _core().wait(ids, num_returns, timeout, site)
+        return _core(refs).wait(ids, num_returns, timeout, site)
 
     ready_ids = set(_observe_call("wait", refs, call) if _observers else call())
     _deliver_advice()
@@ -407,7 +473,7 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     """Cancel the task that makes ``object_ref``; its ``get`` raises TaskCancelledError."""
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef returned by a task, got {object_ref!r:.80}")
-    _core().cancel([object_ref.id], bool(force))
+    _core((object_ref,)).cancel([object_ref.id], bool(force))
 
 
 # -- introspection ------------------------------------------------------------------------

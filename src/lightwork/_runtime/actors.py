@@ -175,6 +175,9 @@ class ActorManager:
 
     def add_call(self, actor_id: int, task: TaskSpec) -> None:
         actor = self.actors.get(actor_id)
+        if actor is None and self.node.id_floor.minted_before(actor_id):
+            self.node._fail_task(task, self.node.ended_session_error(actor_id, actor=True))
+            return
         if actor is None or actor.state == DEAD:
             self.node._fail_task(task, self._died_error(actor, task.name))
             return
@@ -338,6 +341,8 @@ class ActorManager:
 
     def kill(self, actor_id: int, no_restart: bool) -> None:
         actor = self.actors.get(actor_id)
+        if actor is None and self.node.id_floor.minted_before(actor_id):
+            raise self.node.ended_session_error(actor_id, actor=True)
         if actor is None or actor.state == DEAD:
             return
         if no_restart:

@@ -35,7 +35,7 @@ class ArgSlot:
 
 
 def prepare_args(
-    args: tuple[Any, ...], kwargs: dict[str, Any], segment_path: str | None
+    args: tuple[Any, ...], kwargs: dict[str, Any], segment_path: serialization.SegmentTarget
 ) -> tuple[Stored, tuple[int, ...]]:
     """Serialize a call's arguments; return them and the ids of top-level ref arguments."""
     if not args and not kwargs:

@@ -2,8 +2,8 @@
 
 What can be lost on one machine: nothing dies with a worker (inline values travel to the
 driver's table, large ones are segment files in ``/dev/shm`` that the driver adopts), so
-a value is lost only when its segment file vanished before anyone mapped it (removed
-from ``/dev/shm`` by hand, or by a tmpfs clean-up). The loss is noticed where the value
+a value is lost only when its segment file vanished, and was neither spilled nor mapped
+by the reader already (removed from ``/dev/shm`` by hand, or by a tmpfs clean-up). The loss is noticed where the value
 is read: by ``get`` in the driver, or by a worker loading a task's arguments (its task
 then comes back with ``("lost", path)`` and waits for the rebuilt value).
 
@@ -33,11 +33,13 @@ import time
 from typing import TYPE_CHECKING
 
 from lightwork import exceptions
+from lightwork._runtime import serialization
 from lightwork._runtime.objects import FAILED, PENDING, READY, ObjectEntry
 from lightwork._runtime.scheduler import WAITING, TaskSpec
 
 if TYPE_CHECKING:
     from lightwork._runtime.node import Node
+    from lightwork._runtime.store import SegmentStore
 
     _Base = Node
 else:
@@ -52,11 +54,22 @@ def keeps_lineage(task: TaskSpec) -> bool:
             and task.args.size <= LINEAGE_ARGS_MAX)
 
 
-def value_vanished(entry: ObjectEntry, mappings: dict[str, memoryview]) -> bool:
-    """Whether ``entry`` is READY but its segment file is gone (and not mapped here)."""
+def value_vanished(entry: ObjectEntry, store: SegmentStore | None) -> bool:
+    """Whether ``entry`` is READY but its value can no longer be read in this process:
+    its segment file is gone, not spilled, and not mapped here already."""
     stored = entry.stored
-    return (entry.state == READY and stored is not None and stored.path is not None
-            and stored.path not in mappings and not os.path.exists(stored.path))
+    if entry.state != READY or stored is None or stored.path is None:
+        return False
+    return stored.path not in serialization.MAPS and not file_exists(stored.path, store)
+
+
+def file_exists(path: str, store: SegmentStore | None) -> bool:
+    """Whether a worker can open segment ``path`` (in shared memory, or spilled)."""
+    if os.path.exists(path):
+        return True
+    spill_dir = store.spill_dir if store is not None else None
+    return spill_dir is not None and os.path.exists(
+        os.path.join(spill_dir, os.path.basename(path)))
 
 
 class Lineage(_Base):
@@ -76,7 +89,9 @@ class Lineage(_Base):
         lost = None
         for object_id in task.deps:
             dep = self.objects.entries.get(object_id)
-            if dep is not None and dep.stored is not None and dep.stored.path == path:
+            # By name: a spilled value's file is found under the spill directory.
+            if dep is not None and dep.stored is not None and dep.stored.path is not None \
+                    and os.path.basename(dep.stored.path) == os.path.basename(path):
                 lost = dep
                 break
         if lost is None:  # not one of its ref arguments: its own by-value arguments
@@ -121,7 +136,7 @@ class Lineage(_Base):
         released = []
         for return_id in task.return_ids:
             result = self.objects.entries.get(return_id)
-            if result is not None and value_vanished(result, self.objects.mappings):
+            if result is not None and value_vanished(result, self.store):
                 released += self.objects.forget_value(result)
         if entry.state == READY:
             released += self.objects.forget_value(entry)
@@ -144,7 +159,7 @@ class Lineage(_Base):
                         "keep a ref to the arguments of results you may need rebuilt")
             if dep.state == FAILED:
                 return f"its argument {dep_id:020x} failed: {dep.error}"
-            if value_vanished(dep, self.objects.mappings):
+            if value_vanished(dep, self.store):
                 error = self._rebuild(dep, visiting)
                 if error is not None:
                     self.objects.lose(dep, error)

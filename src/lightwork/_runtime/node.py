@@ -40,7 +40,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightwork import exceptions
-from lightwork._object_ref import ref_counter
+from lightwork._object_ref import (
+    DRIVER_IDS,
+    WORKER_NUMBERS,
+    IdFloor,
+    ended_session_message,
+    ref_counter,
+)
 from lightwork._runtime import forkserver
 from lightwork._runtime import control
 from lightwork._runtime.actors import ActorManager
@@ -53,7 +59,7 @@ from lightwork._runtime.events import EventLog, TaskRecord
 from lightwork._runtime.introspect import report_unraisable
 from lightwork._runtime.lineage import Lineage, keeps_lineage
 from lightwork._runtime.memory_monitor import OOM_REASON, MemoryMonitor, handle_oom_death
-from lightwork._runtime.objects import FAILED, PENDING, ObjectEntry, ObjectTable, unlink_quietly
+from lightwork._runtime.objects import FAILED, PENDING, ObjectEntry, ObjectTable
 from lightwork._runtime.scheduler import (
     DISPATCHED,
     FAILED as TASK_FAILED,
@@ -66,6 +72,8 @@ from lightwork._runtime.scheduler import (
 )
 from lightwork._runtime.serialization import Stored
 from lightwork._runtime.session import ForkServer, Session
+from lightwork._runtime.spill import Spiller
+from lightwork._runtime.store import SegmentStore, default_budget
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
@@ -103,14 +111,20 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         resources: dict[str, float],
         namespace: str | None,
         event_budget: int,
+        object_store_memory: int | None = None,
+        spill_dir: str | None = None,
     ) -> None:
         total = {"CPU": float(num_cpus), "GPU": float(num_gpus), **resources}
         self.namespace = namespace
         self.job_id = 1
-        self.session = Session.create()
+        self.session = Session.create(spill_root=spill_dir)
         self.node_id = self.session.name
         self.lock = threading.RLock()
-        self.objects = ObjectTable()
+        budget = object_store_memory or default_budget(self.session.shm_dir)
+        self.store = SegmentStore(self.session.shm_dir, budget, self.session.spill_dir)
+        serialization.MAPS.spill_dir = self.session.spill_dir
+        self.objects = ObjectTable(self.store.release, self.store.track)
+        self.spiller = Spiller(self)
         self.scheduler = Scheduler(total)
         self.log = EventLog(event_budget)
         self.functions: dict[bytes, bytes] = {}
@@ -118,9 +132,11 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         self.workers: dict[int, WorkerConn] = {}
         self.gpu_free: dict[int, float] = {i: 1.0 for i in range(int(num_gpus))}
         self.task_gpus: dict[int, list[tuple[int, float]]] = {}
-        self._ids = itertools.count(1)
+        # Ids and worker numbers continue from the previous session (see _object_ref.py).
+        self.id_floor = IdFloor()
+        self._ids = DRIVER_IDS
         self._feasible_shapes: set[tuple] = set()
-        self._worker_ids = itertools.count(1)
+        self._worker_ids = WORKER_NUMBERS
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_seq = itertools.count()
         self._deferred: list[Callable[[], None]] = []
@@ -181,6 +197,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             "as_ray": ray_alias.installed(),
             "job_id": self.job_id,
             "shm_dir": self.session.shm_dir,
+            "spill_dir": self.session.spill_dir,
             "node_id": self.node_id,
             "total": dict(self.scheduler.total),
             "session_dir": self.session.directory,
@@ -427,6 +444,12 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             self._cancel_ids(message[1], message[2])
         elif kind == p.CALL:
             self._on_worker_call(conn, message[1], message[2], message[3:])
+        elif kind == p.MAPPED:
+            self.store.add_reader(message[1], conn.worker_id)
+            self.store.touch(message[1])
+        elif kind == p.UNMAPPED:
+            for path in message[1]:
+                self.store.remove_reader(path, conn.worker_id)
 
     def _on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
         task = self.tasks.get(task_id)
@@ -469,7 +492,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                 # was intact when the task re-ran to rebuild another (lineage.py).
                 if stored.path is not None and (entry is None or entry.stored is None
                                                 or entry.stored.path != stored.path):
-                    unlink_quietly(stored.path)
+                    self.store.release(stored.path)
                 continue
             entry.lineage = lineage
             self._resolve(entry, stored)
@@ -513,6 +536,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
     def lookup(self, object_id: int) -> ObjectEntry:
         entry = self.objects.entries.get(object_id)
         if entry is None:
+            if self.id_floor.minted_before(object_id):
+                raise self.ended_session_error(object_id)
             raise exceptions.ReferenceCountingAssertionError(
                 f"{object_id:020x}",
                 f"object {object_id:020x} was already freed: no reference to it remained "
@@ -521,6 +546,13 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                 "need the object.",
             )
         return entry
+
+    def ended_session_error(
+        self, object_id: int, actor: bool = False
+    ) -> exceptions.SessionEndedError:
+        what = f"actor handle {object_id:020x}" if actor else f"ObjectRef({object_id:020x})"
+        return exceptions.SessionEndedError(
+            f"{object_id:020x}", ended_session_message(what, running=True))
 
     # ------------------------------------------------------------------ tasks
     def register_task(self, task: TaskSpec, contained: tuple[int, ...]) -> None:
@@ -577,7 +609,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         for object_id in task.args.contained:
             self._unuse(object_id)
         if task.args.path is not None:
-            unlink_quietly(task.args.path)
+            self.store.release(task.args.path)
         self.log.finish_task(task.record)
         if self.task_listeners:
             if not self._ended_unheard:
@@ -696,6 +728,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             return
         conn.dead = True
         self.workers.pop(conn.worker_id, None)
+        self.store.forget_worker(conn.worker_id)
         if conn.actor is not None:
             self.actors.on_worker_death(conn, describe_exit(conn.exit_status))
         else:
@@ -784,8 +817,11 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             except OSError:
                 pass
         self.forkserver.stop()
+        self.spiller.stop()
         with self.lock:
             self.objects.unlink_all()
+            self.store.close()
+        serialization.MAPS.clear()
         self.session.remove()
         self.selector.close()
         self._leader_selector.close()

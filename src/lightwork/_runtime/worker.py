@@ -97,6 +97,10 @@ class Worker:
         self._send_lock = threading.Lock()  # one sender at a time: BORROW before RELEASE
         ref_counter.reset()
         ref_counter.on_borrow = self._note_borrow
+        # The driver recycles a segment only when no worker maps it: say so before any
+        # message that could end this worker's use of the object (outbox goes first).
+        serialization.MAPS.on_map = self._note_mapped
+        serialization.MAPS.spill_dir = config.get("spill_dir")
 
     # -- ids and messages ------------------------------------------------------------
     def next_object_id(self) -> int:
@@ -104,6 +108,15 @@ class Worker:
 
     def _note_borrow(self, object_id: int) -> None:
         self.outbox.append((p.BORROW, object_id))
+
+    def _note_mapped(self, path: str) -> None:
+        self.outbox.append((p.MAPPED, path))
+
+    def _report_unmapped(self) -> None:
+        """Close the segments no value of this process points into; tell the driver."""
+        closed = serialization.MAPS.release_unused()
+        if closed:
+            self.outbox.append((p.UNMAPPED, closed))
 
     def send(self, messages: list[tuple[Any, ...]]) -> None:
         """Send held results and queued messages, then ``messages``, releases last."""
@@ -277,6 +290,9 @@ class Worker:
             finished = time.monotonic()
             outcome = ("error", error_outcome(name, exc))
         self.current = None
+        if len(serialization.MAPS):
+            args = kwargs = result = None  # the failed paths may still hold them
+            self._report_unmapped()
         cpu = time.process_time() - cpu_started
         return (p.DONE, task_id, outcome, (started, args_loaded, finished, time.monotonic(), cpu))
 

@@ -7,7 +7,6 @@ until the reply is sent; a reply is sent when every object is ready or the timeo
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from lightwork import exceptions
 from lightwork._runtime import protocol as p
 from lightwork._runtime.events import TaskRecord
+from lightwork._runtime.lineage import file_exists
 from lightwork._runtime.objects import PENDING, READY, ObjectEntry
 from lightwork._runtime.scheduler import TaskSpec
 
@@ -92,7 +92,8 @@ class WorkerRequests(_Base):
             entry = self.objects.entries.get(object_id)
             stored = entry.stored if entry is not None else None
             # The driver's own mapping does not help a worker: it opens the file by name.
-            if stored is not None and stored.path is not None and not os.path.exists(stored.path):
+            if stored is not None and stored.path is not None and not file_exists(
+                    stored.path, self.store):
                 self.recover_lost(entry)
         pending = [e for e in (self.objects.entries.get(i) for i in ids) if e is not None and e.state == PENDING]
         if not pending:
