@@ -34,6 +34,11 @@ def entry_of(ref: ray.ObjectRef):
     return _api._node.objects.entries[ref.id]
 
 
+def segment_freed(path: str) -> bool:
+    """The store no longer counts ``path`` as a live value (it unlinked or pooled it)."""
+    return path not in _api._node.store.live
+
+
 def worker_gone(pid: int) -> bool:
     return pid not in {conn.pid for conn in list(_api._node.workers.values())}
 
@@ -119,7 +124,7 @@ def test_adopted_object_is_freed_when_the_last_ref_goes():
     wait_until(lambda: worker_gone(pid), timeout=5, message="the runtime to see the death")
     object_id = ref.id
     del ref
-    wait_until(lambda: object_id not in _api._node.objects.entries and not os.path.exists(path),
+    wait_until(lambda: object_id not in _api._node.objects.entries and segment_freed(path),
                timeout=5, message="the adopted object to be freed")
 
 
@@ -168,7 +173,8 @@ def test_lost_task_result_is_rebuilt_by_rerunning_its_task(tmp_path):
     # The rebuilt value is a new segment, freed like any other.
     path = segment_of(ref)
     del ref
-    wait_until(lambda: not os.path.exists(path), timeout=5, message="the rebuilt value to be freed")
+    wait_until(lambda: ray.get([]) == [] and segment_freed(path), timeout=5,
+               message="the rebuilt value to be freed")
 
 
 def test_rebuilding_counts_against_max_retries(tmp_path):
@@ -187,10 +193,20 @@ def test_rebuilding_counts_against_max_retries(tmp_path):
 
 def test_value_the_driver_has_mapped_survives_its_file(tmp_path):
     ref = make_bytes.remote(str(tmp_path), b"m")
-    assert ray.get(ref, timeout=20) == b"m" * BIG
+    value = ray.get(ref, timeout=20)  # held: the driver keeps the segment mapped
     os.unlink(segment_of(ref))
-    assert ray.get(ref, timeout=20) == b"m" * BIG
+    assert ray.get(ref, timeout=20) == value == b"m" * BIG
     assert len(attempts(str(tmp_path))) == 1
+
+
+def test_lost_segment_is_never_recycled_for_a_new_value(tmp_path):
+    ref = make_bytes.options(max_retries=2).remote(str(tmp_path), b"z")
+    ray.wait([ref], timeout=20)
+    lost = segment_of(ref)
+    os.unlink(lost)
+    assert ray.get(ref, timeout=20) == b"z" * BIG
+    assert all(segment.path != lost for segment in _api._node.store.free)
+    assert ray.get(ray.put(b"p" * BIG), timeout=10) == b"p" * BIG
 
 
 def test_task_with_max_retries_zero_is_not_rebuilt(tmp_path):

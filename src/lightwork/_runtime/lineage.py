@@ -79,6 +79,7 @@ class Lineage(_Base):
         """``entry``'s value vanished: start rebuilding it, or make it fail saying why."""
         if entry.state != READY:
             return
+        self._note_vanished(entry)
         error = self._rebuild(entry, set())
         if error is not None:
             for waiter in self.objects.lose(entry, error):
@@ -110,6 +111,10 @@ class Lineage(_Base):
         else:
             self._deps_ready(task)
 
+    def _note_vanished(self, entry: ObjectEntry) -> None:
+        if entry.stored is not None and entry.stored.path is not None:
+            self.store.forget_lost(entry.stored.path)
+
     def _rebuild(self, entry: ObjectEntry, visiting: set[int]) -> BaseException | None:
         """Re-submit the task that made ``entry``; return the error if it cannot be."""
         object_id = f"{entry.object_id:020x}"
@@ -137,6 +142,7 @@ class Lineage(_Base):
         for return_id in task.return_ids:
             result = self.objects.entries.get(return_id)
             if result is not None and value_vanished(result, self.store):
+                self._note_vanished(result)
                 released += self.objects.forget_value(result)
         if entry.state == READY:
             released += self.objects.forget_value(entry)
@@ -160,6 +166,7 @@ class Lineage(_Base):
             if dep.state == FAILED:
                 return f"its argument {dep_id:020x} failed: {dep.error}"
             if value_vanished(dep, self.store):
+                self._note_vanished(dep)
                 error = self._rebuild(dep, visiting)
                 if error is not None:
                     self.objects.lose(dep, error)
