@@ -215,6 +215,10 @@ class Worker:
                 with self._send_lock:
                     if not self._held:
                         self._held_since = time.monotonic()
+                    # What the task queued (MAPPED reports, borrows) goes before its result.
+                    outbox = self.outbox
+                    while outbox:
+                        self._held.append(outbox.popleft())
                     self._held.append(result)
             elif kind == p.ACTOR_INIT:
                 self.send([self.start_actor(message[1])])
