@@ -47,13 +47,40 @@ from lightwork._runtime.serialization import SerializationError, Stored
 FLUSH_AFTER_S = 0.001
 
 
+# Frames in these files are lightwork's own (worker loop, serialization, the API's
+# plumbing): a remote traceback shown to the user leaves them out.
+_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def user_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback (with its chained exceptions) without lightwork's frames.
+
+    A stack made only of lightwork frames (an error in lightwork itself) is kept whole.
+    """
+    formatted = traceback.TracebackException.from_exception(exc)
+    seen: set[int] = set()
+    pending = [formatted]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        kept = [f for f in current.stack if not f.filename.startswith(_LIGHTWORK_DIR)]
+        if kept and len(kept) != len(current.stack):
+            current.stack = traceback.StackSummary.from_list(kept)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return "".join(formatted.format())
+
+
 def error_outcome(name: str, exc: BaseException) -> Stored:
-    """Serialize a user exception as a TaskError, dropping the cause if it won't pickle."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    err = exceptions.TaskError(name, tb, exc, os.getpid())
+    """Serialize a user exception as a TaskError (see TaskError for how its cause travels)."""
     try:
-        return serialization.serialize(err, None)
-    except Exception:
+        tb = user_traceback(exc)
+    except Exception:  # noqa: BLE001 - never lose the error over its formatting
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        return serialization.serialize(exceptions.TaskError(name, tb, exc, os.getpid()), None)
+    except Exception:  # noqa: BLE001 - the cause is packed safely; this is a last resort
         return serialization.serialize(exceptions.TaskError(name, tb, None, os.getpid()), None)
 
 
@@ -260,20 +287,24 @@ class Worker:
     def execute(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         (task_id, key, name, args_stored, dep_values, return_ids, resources, gpu_ids) = frame
         started = time.monotonic()
-        cpu_started = time.process_time()  # all threads: shows tasks that oversubscribe
         self.current = frame
         _set_gpu_env(gpu_ids)
         outcome: Any
         args_loaded = started
+        # The process's CPU time (all threads: shows tasks that oversubscribe) over the
+        # call alone: loading arguments and storing results are the runtime's work.
+        cpu = cpu_started = 0.0
         try:
             fn = self.target(key)
             args, kwargs = load_args(args_stored, dep_values)
             args_loaded = time.monotonic()
+            cpu_started = time.process_time()
             result = fn(*args, **kwargs)
             if self.loop is not None and inspect.iscoroutine(result):
                 result = self.loop.run(result)
             del args, kwargs
             finished = time.monotonic()
+            cpu = time.process_time() - cpu_started
             outcome = self.store_results(name, result, return_ids)
             del result
         except KeyboardInterrupt:
@@ -297,7 +328,6 @@ class Worker:
         if len(serialization.MAPS):
             args = kwargs = result = None  # the failed paths may still hold them
             self._report_unmapped()
-        cpu = time.process_time() - cpu_started
         return (p.DONE, task_id, outcome, (started, args_loaded, finished, time.monotonic(), cpu))
 
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
