@@ -30,8 +30,9 @@ $(VENV)/.bench-installed: pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install -q -e '.[test,bench]'
 	touch $@
 
+# make demo DEMO_ARGS=--dashboard also serves the demo's live dashboard (URL printed).
 demo: $(STAMP)
-	$(PY) -m lightwork demo
+	$(PY) -m lightwork demo $(DEMO_ARGS)
 
 test: $(STAMP) $(OLDEST_STAMP) browser
 	$(PY) -m pytest -q
