@@ -293,3 +293,24 @@ class Counter:
 def test_actor_calls_run_in_order(backend):
     counter = Counter.remote()
     assert lightwork.get([counter.incr.remote() for _ in range(100)]) == list(range(1, 101))
+
+
+# ---- diagnostics ------------------------------------------------------------------------
+@gap("distributed", "the event log is not filled from the cluster yet")
+def test_timeline_state_and_advisor_read_the_run(backend):
+    lightwork.get([add.remote(i) for i in range(4)])
+    events = lightwork.timeline()
+    assert any(e.get("name", "").endswith("add") for e in events)
+    assert lightwork.state.summarize_tasks()
+    assert isinstance(lightwork.advise(print_report=False), list)
+
+
+def test_diagnostics_on_distributed_say_they_are_unsupported(backend):
+    if backend == "local":
+        assert lightwork.state.list_tasks(limit=1) is not None
+        return
+    for call in (lightwork.timeline, lightwork.state.list_tasks, lightwork.stack,
+                 lambda: lightwork.advise(print_report=False),
+                 lightwork.diagnostics.task_records):
+        with pytest.raises(exceptions.UnsupportedOnBackend, match="distributed backend"):
+            call()
