@@ -62,6 +62,7 @@ class TaskRecord:
     num_cpus: float = 1.0  # the CPUs the task asked for
     cpu_time: float = 0.0  # CPU seconds its worker process used while running it
     large_args: tuple[tuple[int, int], ...] = ()  # (id(), nbytes) of big by-value arguments
+    yields: tuple[float, ...] = ()  # when a generator task yielded each item
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
