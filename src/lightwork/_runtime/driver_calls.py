@@ -13,6 +13,7 @@ Every method here runs in a user thread; state belongs to the node (``node.py``)
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import os
 import threading
 import time
@@ -25,6 +26,7 @@ from lightwork._runtime import serialization
 from lightwork._runtime.actors import Actor
 from lightwork._runtime.calls import CallSpec, infeasible_message, large_arguments, prepare_args
 from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork._runtime.lineage import value_vanished
 from lightwork._runtime.objects import PENDING, READY, ObjectEntry
 from lightwork._runtime.scheduler import TaskSpec
 from lightwork._runtime.serialization import Stored
@@ -83,14 +85,16 @@ class DriverCalls(_Base):
             self._feasible_shapes.add(shape)
         ids = self._ids
         task_id = next(ids)
+        submitted = time.monotonic()  # before the copy: the copy is part of submitting
         stored, deps = prepare_args(args, kwargs, self.store)
         try:
             return_ids = (next(ids),) if spec.num_returns == 1 else tuple(
                 next(ids) for _ in range(spec.num_returns))
-            record = TaskRecord(task_id, spec.name, 0, time.monotonic(), arg_size=stored.size,
+            record = TaskRecord(task_id, spec.name, 0, submitted, arg_size=stored.size,
                                 callsite=callsite, num_cpus=spec.cpus)
             if stored.path is not None:
                 record.large_args = large_arguments(args, kwargs)
+                record.copy_s = time.monotonic() - submitted
             task = TaskSpec(
                 task_id, spec.key, spec.name, stored, deps, return_ids, spec.num_returns, shape,
                 spec.max_retries, spec.retry_exceptions, 0, record,
@@ -116,20 +120,23 @@ class DriverCalls(_Base):
         if actor_id not in self.actors.actors and self.id_floor.minted_before(actor_id):
             raise self.ended_session_error(actor_id, actor=True)
         task_id = self.next_object_id()
+        submitted = time.monotonic()
         stored, deps = prepare_args(args, kwargs, self.store)
         return_ids = tuple(self.next_object_id() for _ in range(num_returns))
-        record = TaskRecord(task_id, name, 0, time.monotonic(), arg_size=stored.size,
+        record = TaskRecord(task_id, name, 0, submitted, arg_size=stored.size,
                             callsite=callsite, actor_id=actor_id)
         if stored.path is not None:
             record.large_args = large_arguments(args, kwargs)
+            record.copy_s = time.monotonic() - submitted
         task = TaskSpec(task_id, method, name, stored, deps, return_ids, num_returns, (), 0,
                         False, 0, record, actor_id=actor_id)
         self._drain_refs_if_any()
         with self.lock:
             self._check_open()
-            for object_id in return_ids:
-                self.objects.create(object_id, 0, task_id)
             try:
+                self.actors.check_room(actor_id)
+                for object_id in return_ids:
+                    self.objects.create(object_id, 0, task_id)
                 self.register_task(task, stored.contained)
             except BaseException:
                 for object_id in return_ids:
@@ -267,7 +274,14 @@ class DriverCalls(_Base):
                     f"get timed out after {timeout} s: {still} of {len(ids)} object(s) not ready. "
                     "Raise the timeout, or use wait() to take the ready ones first.")
         store = self.store
-        return [_value_of(entry, store) for entry in entries]
+        try:
+            return [_value_of(entry, store) for entry in entries]
+        except FileNotFoundError:  # a segment vanished from /dev/shm: rebuild, then read
+            with self.lock:
+                for entry in entries:
+                    if value_vanished(entry, store):
+                        self.recover_lost(entry)
+            return self.get(ids, timeout, callsite)
 
     def wait(
         self, ids: list[int], num_returns: int, timeout: float | None, callsite: Any = None
@@ -388,7 +402,10 @@ def _value_of(entry: ObjectEntry, store: SegmentStore | None = None) -> Any:
     if isinstance(error, Stored):
         error = serialization.loads(error)
     if isinstance(error, exceptions.TaskError):
-        raise error.as_instanceof_cause()
+        raised = error.as_instanceof_cause()
+        raise copy.copy(error) if raised is error else raised
     assert isinstance(error, BaseException)
-    raise error
+    # A copy: raising the table's own exception object would hang this call's frames (and
+    # the ObjectRefs in them) on its __traceback__, so the object could never be freed.
+    raise copy.copy(error)
 
