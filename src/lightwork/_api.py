@@ -133,7 +133,7 @@ def init(
     from lightwork._runtime.calls import check_amount
     from lightwork.backends import parse_address
 
-    if _worker is not None or (_backend is not None and _backend.node is None):
+    if _worker is not None or (_backend is not None and not _backend.in_driver):
         raise RuntimeError("lightwork.init() cannot be called inside a task or actor")
     backend_name, target = parse_address(address)
     spill_dir = _spill_dir_option(ray_kwargs.pop("_spill_dir", None),
@@ -186,9 +186,12 @@ def init(
                 "lightwork.shutdown() first, or pass ignore_reinit_error=True"
             )
         if backend_name == "distributed":
-            raise ValueError(
-                f"address={address!r}: the Dask distributed backend is not there yet; call "
-                "init() without an address for the embedded runtime")
+            from lightwork.backends.cluster import DistributedBackend
+
+            _backend = DistributedBackend.connect(
+                target, num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
+                namespace=namespace)
+            return _context()
         from lightwork._runtime.node import Node
         from lightwork.backends.local import LocalBackend
 
@@ -288,7 +291,7 @@ def shutdown() -> None:
     """
     global _node, _backend, _dashboard
     with _init_lock:
-        if _backend is not None and _backend.node is None:
+        if _backend is not None and not _backend.in_driver:
             return  # inside a task or actor: the driver owns the runtime
         backend, _backend, _node = _backend, None, None
         dashboard, _dashboard = _dashboard, None
