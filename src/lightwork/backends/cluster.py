@@ -310,6 +310,10 @@ class DistributedBackend(Backend):
         self, spec: Any, args: tuple, kwargs: dict, callsite: Any = None
     ) -> list[ObjectRef]:
         self._check_open()
+        if spec.stream:
+            raise unsupported(
+                f"a generator task ({spec.name}, num_returns='streaming')",
+                "return a list instead, or set num_returns=k for k values")
         if ref_counter._released:
             self._drain()
         restrictions = self._restrictions(spec)
