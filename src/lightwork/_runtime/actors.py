@@ -8,7 +8,11 @@ exit — unless the actor is detached, which the registry pins until ``kill``/``
 
 States: PENDING (waiting for resources to be placed) -> STARTING (process forked,
 ``__init__`` sent) -> ALIVE -> DEAD, or ALIVE -> RESTARTING -> ALIVE when the process
-died and ``max_restarts`` allows. Placement needs the actor's ``place`` resources free
+died and ``max_restarts`` allows. ``kill`` wins in every state: the actor is DEAD at
+once (its calls fail naming kill, its name is free) and its process gets SIGKILL, at
+once or as soon as the fork server reports its pid (``WorkerConn.doomed``); news from a
+doomed process is ignored. ``kill(no_restart=False)`` within ``max_restarts`` makes it
+RESTARTING instead. Placement needs the actor's ``place`` resources free
 (1 CPU by default) and holds its ``hold`` resources for its lifetime (none by default,
 as in Ray).
 
@@ -168,7 +172,7 @@ class ActorManager:
 
     def pump(self, actor: Actor) -> None:
         """Send the calls at the head of the queue whose arguments are ready."""
-        if actor.state != ALIVE or actor.conn is None:
+        if actor.state != ALIVE or actor.conn is None or actor.conn.doomed:
             return
         node = self.node
         batch: list[tuple[Any, ...]] = []
@@ -201,6 +205,8 @@ class ActorManager:
     def on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
         actor = conn.actor
         node = self.node
+        if conn.doomed or actor.state == DEAD:
+            return  # killed: its calls are failed or retried when its process is gone
         if task_id == actor.creation_task:
             if outcome:  # ("error", Stored): the constructor raised
                 actor.init_error = outcome[1]
@@ -255,10 +261,7 @@ class ActorManager:
             return
         if not actor.death_cause:
             actor.death_cause = f"its process (pid {conn.pid}) died: {how}"
-        can_restart = not actor.no_restart and (
-            actor.max_restarts < 0 or actor.restarts < actor.max_restarts
-        )
-        if not can_restart:
+        if not self._can_restart(actor):
             self._die(actor, actor.death_cause)
             return
         actor.restarts += 1
@@ -313,20 +316,44 @@ class ActorManager:
         )
 
     def kill(self, actor_id: int, no_restart: bool) -> None:
+        """``kill()``: the actor ends now, whatever state it is in (Ray's semantics).
+
+        With ``no_restart`` (the default), or when ``max_restarts`` is used up, the actor
+        is DEAD at once: its queued and running calls fail naming ``kill``, later calls
+        fail, its name is free, and its process (if any) gets SIGKILL. Otherwise its
+        process is killed and it restarts as after a crash (RESTARTING at once, so no call
+        is sent to the doomed process).
+        """
         actor = self.actors.get(actor_id)
         if actor is None or actor.state == DEAD:
             return
-        if no_restart:
+        conn = actor.conn
+        if no_restart or not self._can_restart(actor):
             actor.no_restart = True
             actor.death_cause = "it was killed with kill()"
-        conn = actor.conn
-        if conn is not None and conn.pid:
+            self._die(actor, actor.death_cause)
+            if conn is not None:
+                self._end_process(conn)
+            return
+        if conn is None:  # waiting for placement: no process to kill, a restart all the same
+            actor.restarts += 1
+            return
+        actor.death_cause = "it was killed with kill(no_restart=False)"
+        actor.state = RESTARTING
+        self._end_process(conn)
+
+    def _end_process(self, conn: WorkerConn) -> None:
+        """SIGKILL an actor's process now, or as soon as the fork server gives its pid."""
+        conn.doomed = True
+        if conn.pid:
             try:
                 os.kill(conn.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        elif conn is None:
-            self._die(actor, "it was killed with kill() before it started")
+
+    def _can_restart(self, actor: Actor) -> bool:
+        return not actor.no_restart and (
+            actor.max_restarts < 0 or actor.restarts < actor.max_restarts)
 
     def handle_freed(self, actor_id: int) -> None:
         """No handle to the actor remains anywhere: end its process."""

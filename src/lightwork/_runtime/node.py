@@ -85,6 +85,7 @@ class WorkerConn:
     dead: bool = False
     started_at: float = field(default_factory=time.monotonic)
     actor: Any = None  # the Actor this process runs, or None for a pooled task worker
+    doomed: bool = False  # killed on purpose: SIGKILL sent, or sent once its pid is known
 
 
 class Node(DriverCalls, WorkerRequests):
@@ -361,6 +362,11 @@ class Node(DriverCalls, WorkerRequests):
                 continue
             if message[0] == forkserver.SPAWNED:
                 conn.pid = message[2]
+                if conn.doomed:  # kill() came before the fork server said which pid
+                    try:
+                        os.kill(conn.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
             elif message[0] == forkserver.EXITED:
                 conn.exit_status = message[3]
                 if conn.eof_at:
