@@ -36,6 +36,11 @@ if AGAINST_RAY:
 
     sys.modules["lightwork"] = ray
     sys.modules["lightwork.exceptions"] = ray.exceptions
+    import importlib
+
+    for _name in ("util", "util.queue", "util.multiprocessing", "util.state",
+                  "util.scheduling_strategies", "util.placement_group"):
+        sys.modules[f"lightwork.{_name}"] = importlib.import_module(f"ray.{_name}")
 else:
     import cloudpickle as _cloudpickle
 

@@ -8,6 +8,7 @@ from lightwork import exceptions
 from lightwork._actor import ActorClass, ActorHandle, get_actor, kill, method
 from lightwork._api import (
     available_resources,
+    backend,
     cancel,
     cluster_resources,
     get,
@@ -22,6 +23,7 @@ from lightwork._api import (
     wait,
 )
 from lightwork._object_ref import ObjectRef
+from lightwork._runtime.ray_alias import install_as_ray
 from lightwork.diagnostics.advisor import advise
 from lightwork.diagnostics.stack import stack
 from lightwork.diagnostics.timeline import profile, timeline
@@ -37,6 +39,7 @@ __all__ = [
     "actor",
     "advise",
     "available_resources",
+    "backend",
     "cancel",
     "cluster_resources",
     "exceptions",
@@ -45,6 +48,7 @@ __all__ = [
     "get_gpu_ids",
     "get_runtime_context",
     "init",
+    "install_as_ray",
     "is_initialized",
     "kill",
     "method",

@@ -30,6 +30,7 @@ ACTOR_OPTIONS = {
     "placement_group_bundle_index", "_metadata",
 }
 _NUM_RETURNS = "__lightwork_num_returns__"
+_BUILT_IN_METHODS = ("__ray_terminate__", "__ray_ready__")
 
 
 def method(*, num_returns: int = 1, concurrency_group: str | None = None) -> Any:
@@ -51,6 +52,7 @@ def _methods_of(cls: type) -> dict[str, int]:
             continue
         methods[name] = getattr(member, _NUM_RETURNS, 1)
     methods["__ray_terminate__"] = 1
+    methods["__ray_ready__"] = 1  # Ray's: a call that returns True once the actor is up
     return methods
 
 
@@ -175,7 +177,7 @@ class ActorHandle:
 
     def __getattr__(self, name: str) -> ActorMethod:
         methods = self.__dict__.get("_methods")
-        if methods is None or name.startswith("__") and name != "__ray_terminate__":
+        if methods is None or name.startswith("__") and name not in _BUILT_IN_METHODS:
             raise AttributeError(name)
         if name not in methods:
             raise AttributeError(

@@ -1,9 +1,16 @@
 """The public API: init/shutdown/get/put/wait/cancel and friends, with argument checks.
 
 Every call validates its arguments here and says what was wrong and what to do, then
-hands the work to the process's *core*: the driver's :class:`Node`, or, inside a worker,
-the :class:`Worker` (nested calls travel to the driver). The first call that needs a
-runtime starts a default one, as Ray does. Importing lightwork starts nothing.
+hands the work to the process's *backend* (``lightwork.backends``): the embedded runtime
+(the driver's :class:`Node`, or, inside one of its workers, the :class:`Worker`), or a Dask
+distributed cluster. ``_core()`` returns it; the first call that needs a runtime starts
+the default one (embedded, or the cluster named by ``LIGHTWORK_ADDRESS``), as Ray does.
+Importing lightwork starts nothing.
+
+``_backend`` is the one owner of "what runs this process's calls". ``_node`` and
+``_worker`` are the embedded runtime's own objects, kept for the code that is about that
+runtime alone (its control socket, its worker loop); diagnostics reach the run's record
+through :func:`driver_node`.
 """
 
 from __future__ import annotations
@@ -20,8 +27,9 @@ from lightwork._remote import RemoteFunction, callsite
 from lightwork._runtime.introspect import blocking_observers as _observers
 from lightwork._runtime.introspect import observe_call as _observe_call
 
-_node: Any = None  # the driver's Node while initialized
-_worker: Any = None  # set inside worker processes
+_backend: Any = None  # the Backend running this process's calls (see lightwork.backends)
+_node: Any = None  # the embedded runtime's Node, when the local backend runs in the driver
+_worker: Any = None  # set inside the embedded runtime's worker processes
 _init_lock = threading.RLock()
 
 # Ray's init arguments that have no meaning for the embedded runtime. Asking for what
@@ -101,24 +109,25 @@ def init(
     advisor: bool = True,
     **ray_kwargs: Any,
 ) -> InitContext:
-    """Start the embedded runtime in this process.
+    """Start the embedded runtime in this process, or connect to a cluster.
 
-    ``num_cpus`` defaults to the machine's CPU count. Ray's dashboard and logging
+    ``address`` picks the backend (``lightwork.backends``): None (or the
+    ``LIGHTWORK_ADDRESS`` environment variable) for the embedded runtime;
+    ``"tcp://host:port"``, a scheduler file or a ``distributed.Client`` for a Dask
+    cluster; ``"local-cluster"`` to start a Dask cluster of ``num_cpus`` worker processes
+    on this machine. ``num_cpus`` defaults to the machine's CPU count. Ray's dashboard and logging
     arguments are accepted; those with no meaning here are noted and ignored.
     ``advisor=False`` turns off the advisor's warnings (``lightwork.advise()`` still works).
     ``event_budget`` bounds the event log (task records kept); ``0`` turns it off, and with
     it the timeline, the profilers and the advisor (only for measuring what it costs).
     """
-    global _node
+    global _node, _backend
     from lightwork._runtime.calls import check_amount
+    from lightwork.backends import parse_address
 
-    if _worker is not None:
+    if _worker is not None or (_backend is not None and _backend.node is None):
         raise RuntimeError("lightwork.init() cannot be called inside a task or actor")
-    if address not in (None, "local", "auto"):
-        raise ValueError(
-            f"address={address!r}: lightwork runs an embedded runtime on this machine and "
-            "cannot connect to a cluster yet; call init() without an address"
-        )
+    backend_name, target = parse_address(address)
     unknown = sorted(set(ray_kwargs) - RAY_ONLY_INIT_ARGS - {"logging_level"})
     if unknown:
         raise TypeError(
@@ -149,21 +158,27 @@ def init(
             f"event_budget must be an int >= 0 (records kept; 0 turns the event log off), "
             f"got {event_budget!r}")
     with _init_lock:
-        if _node is not None and not _node.closed:
+        if _backend is not None and not _backend.closed:
             if ignore_reinit_error:
                 return _context()
             raise RuntimeError(
                 "lightwork.init() was already called in this process; call "
                 "lightwork.shutdown() first, or pass ignore_reinit_error=True"
             )
+        if backend_name == "distributed":
+            raise ValueError(
+                f"address={address!r}: the Dask distributed backend is not there yet; call "
+                "init() without an address for the embedded runtime")
         from lightwork._runtime.node import Node
+        from lightwork.backends.local import LocalBackend
 
-        _node = Node(cpus, gpus, custom, namespace, budget)
+        node = Node(cpus, gpus, custom, namespace, budget)
         if advisor and budget:
             from lightwork.diagnostics.advisor import Advisor
 
-            _node.advisor = Advisor(_node, init_callsite=callsite(1))
-            _node.advisor.start()
+            node.advisor = Advisor(node, init_callsite=callsite(1))
+            node.advisor.start()
+        _node, _backend = node, LocalBackend(node, in_driver=True)
     if noted:
         print(
             f"lightwork: ignoring Ray-only init argument(s) {', '.join(noted)} "
@@ -174,48 +189,83 @@ def init(
 
 
 def _context() -> InitContext:
+    backend = _backend
+    node = backend.node
     return InitContext(
-        session_dir=_node.session.directory,
-        node_id=_node.node_id,
-        address="local",
+        session_dir=getattr(getattr(node, "session", None), "directory", None),
+        node_id=backend.runtime_context()["node_id"],
+        address=backend.address(),
+        backend=backend.name,
         dashboard_url=None,
     )
 
 
 def shutdown() -> None:
-    """Stop the runtime: workers exit, shared memory is released. Safe to call twice."""
-    global _node
+    """Stop the runtime (or disconnect from the cluster). Safe to call twice.
+
+    Embedded: workers exit, shared memory is released. Cluster: this program's tasks and
+    actors are released; a ``local-cluster`` started by ``init`` is closed.
+    """
+    global _node, _backend
     with _init_lock:
-        node, _node = _node, None
-    if node is not None:
-        if node.advisor is not None:
-            node.advisor.stop()
-        node.shutdown()
+        if _backend is not None and _backend.node is None:
+            return  # inside a task or actor: the driver owns the runtime
+        backend, _backend, _node = _backend, None, None
+    if backend is not None:
+        backend.shutdown()
 
 
 atexit.register(shutdown)
 
 
 def is_initialized() -> bool:
-    return _worker is not None or (_node is not None and not _node.closed)
+    return _backend is not None and not _backend.closed
+
+
+def backend() -> str:
+    """Which backend runs this process's calls: "local" or "distributed".
+
+    Does not start a runtime: before ``init`` it names the one the first call would start.
+    """
+    current = _backend
+    if current is not None and not current.closed:
+        return current.name
+    from lightwork.backends import parse_address
+
+    return parse_address(None)[0]
 
 
 def _core() -> Any:
-    if _worker is not None:
-        return _worker
-    node = _node
-    if node is None or node.closed:
+    backend = _backend
+    if backend is None or backend.closed:
         with _init_lock:
-            if _node is None or _node.closed:
+            if _backend is None or _backend.closed:
                 init()
-            node = _node
-    return node
+            backend = _backend
+    return backend
+
+
+def driver_node() -> Any:
+    """The run's driver-side record the diagnostics read (``Backend.node``), or None."""
+    backend = _backend
+    if backend is None or backend.closed:
+        return None
+    return backend.node
 
 
 def _install_worker_core(worker: Any) -> None:
-    global _worker, _node
-    _worker = worker
-    _node = None
+    """Inside an embedded-runtime worker process: its calls go to ``worker``."""
+    global _worker, _node, _backend
+    from lightwork.backends.local import LocalBackend
+
+    _worker, _node = worker, None
+    _backend = LocalBackend(worker, in_driver=False)
+
+
+def _install_backend(backend: Any) -> None:
+    """Inside a cluster worker: the calls of the task running there go to ``backend``."""
+    global _backend
+    _backend = backend
 
 
 # -- decorators ---------------------------------------------------------------------------
@@ -286,7 +336,8 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
 
 def _deliver_advice() -> None:
     """Warn, in the user's thread, about what the advisor found since the last call."""
-    node = _node
+    backend = _backend
+    node = None if backend is None else backend.node
     if node is not None and node.advisor is not None and node.advisor.undelivered:
         node.advisor.deliver_warnings()
 
@@ -367,7 +418,5 @@ def get_gpu_ids() -> list[int]:
 
 
 def nodes() -> list[dict[str, Any]]:
-    """One entry: this machine (Ray lists every node of the cluster)."""
-    total = cluster_resources()
-    return [{"NodeID": _core().runtime_context()["node_id"], "Alive": True,
-             "Resources": total, "NodeManagerAddress": "127.0.0.1"}]
+    """One entry per machine: this one for the embedded runtime, each cluster worker's."""
+    return _core().nodes()

@@ -8,6 +8,9 @@ with the Dask diagnostics guide's example: a QR decomposition of a random dask a
 on lightwork under ``Profiler``, ``ResourceProfiler`` and ``CacheProfiler``, plotted to an
 HTML file (skipped, saying what to install, without dask or bokeh).
 
+``lightwork run script.py [args]`` (or ``run -m module``) runs a program written for Ray
+unchanged: ``import ray`` gives lightwork (see ``lightwork._runtime.ray_alias``).
+
 ``lightwork advise FILE`` re-runs the advisor on a saved timeline file (the trace's
 ``otherData`` carries the event log as the advisor reads it); no session is needed.
 
@@ -379,6 +382,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo_parser.add_argument("--output-dir", help="where to write the demo's timeline and "
                              "profile plot (default: the current directory)")
     commands.add_parser("version", help="print the version")
+    run_parser = commands.add_parser(
+        "run", help="run a Ray program on lightwork, unchanged (`import ray` gives lightwork)")
+    run_parser.add_argument("-m", dest="as_module", action="store_true",
+                            help="TARGET is a module name, as with `python -m`")
+    run_parser.add_argument("target", metavar="TARGET", help="the script (or module) to run")
+    run_parser.add_argument("args", nargs=argparse.REMAINDER, help="the program's arguments")
     attach = argparse.ArgumentParser(add_help=False)
     attach.add_argument("--session", help="attach to this session (name, or its end) "
                         "instead of the newest one")
@@ -417,6 +426,15 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     args: Any = build_parser().parse_args(argv)
     if args.command == "demo":
         return demo(out, output_dir=args.output_dir)
+    if args.command == "run":
+        from lightwork._runtime import ray_alias
+
+        try:
+            ray_alias.run(args.target, args.args, as_module=args.as_module)
+        except FileNotFoundError as exc:
+            print(f"lightwork: {exc}", file=sys.stderr)
+            return 2
+        return 0
     if args.command == "version":
         import lightwork
 

@@ -32,8 +32,8 @@ def query(op: str, request_timeout: float = 30.0, **args: Any) -> Any:
     """Run one diagnostics operation (``control.OPS``) against this process's session."""
     from lightwork import _api
 
-    node = _api._node
-    if node is not None and not node.closed:
+    node = _api.driver_node()
+    if node is not None:
         return control.dispatch(node, op, args)
     if _api._worker is not None:
         path = control.worker_socket_path()

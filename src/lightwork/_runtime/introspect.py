@@ -86,12 +86,7 @@ def node_or_none() -> Any:
     """The driver's running node, or None (no runtime, shut down, or inside a worker)."""
     from lightwork import _api
 
-    if _api._worker is not None:
-        return None
-    node = _api._node
-    if node is None or node.closed:
-        return None
-    return node
+    return _api.driver_node()
 
 
 class TaskView(NamedTuple):

@@ -46,6 +46,7 @@ from lightwork._runtime.driver_calls import DriverCalls
 from lightwork._runtime.worker_requests import WorkerRequests
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
+from lightwork._runtime import ray_alias
 from lightwork._runtime.events import EventLog, TaskRecord
 from lightwork._runtime.introspect import report_unraisable
 from lightwork._runtime.objects import FAILED, PENDING, ObjectEntry, ObjectTable, unlink_quietly
@@ -172,6 +173,7 @@ class Node(DriverCalls, WorkerRequests):
             "sys_path": list(sys.path),
             "cwd": os.getcwd(),
             "env": self.worker_env,
+            "as_ray": ray_alias.installed(),
             "job_id": self.job_id,
             "shm_dir": self.session.shm_dir,
             "node_id": self.node_id,

@@ -203,6 +203,8 @@ class Worker:
         if key == "__ray_terminate__":
             self.exiting = True
             return _noop
+        if key == "__ray_ready__":
+            return _ready
         return getattr(self.actor, key)
 
     def execute(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -437,6 +439,10 @@ class ActorExit(SystemExit):
     """Raised by ``exit_actor()``: finish the current call, then end the actor's process."""
 
 
+def _ready() -> bool:
+    return True
+
+
 def _noop() -> None:
     return None
 
@@ -508,6 +514,10 @@ def main(fd: int, worker_id: int, config: dict[str, Any]) -> None:
     except OSError:
         pass
     os.environ.update(config["env"])
+    if config.get("as_ray"):  # the driver runs a Ray program: its modules `import ray`
+        from lightwork._runtime import ray_alias
+
+        ray_alias.install_as_ray()
     sock = socket.socket(fileno=fd)
     control.install_worker_hooks(worker_id, config)  # stack dumps on SIGUSR1, profile spans
     worker = Worker(sock, worker_id, config)

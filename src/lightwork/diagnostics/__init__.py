@@ -52,8 +52,8 @@ __all__ = [
 def _node():  # type: ignore[no-untyped-def]
     from lightwork import _api
 
-    node = _api._node
-    if node is None or node.closed:
+    node = _api.driver_node()
+    if node is None:
         raise RuntimeError(
             "no lightwork runtime is running in this process; call lightwork.init() first "
             "(the event log lives as long as the runtime)"

@@ -697,8 +697,8 @@ def advise(print_report: bool = True) -> list[Finding]:
     """
     from lightwork import _api
 
-    node = _api._node
-    if node is None or node.closed:
+    node = _api.driver_node()
+    if node is None:
         raise RuntimeError(
             "no lightwork runtime is running in this process; call lightwork.advise() "
             "before lightwork.shutdown() (the advisor reads the live event log)"

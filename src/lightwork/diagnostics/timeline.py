@@ -130,8 +130,8 @@ def _jsonable(extra: dict[str, Any] | None) -> dict[str, Any]:
 def _record_profile(name: str, start: float, end: float, extra: dict[str, Any]) -> None:
     from lightwork import _api
 
-    node = _api._node
-    if node is not None and not node.closed:
+    node = _api.driver_node()
+    if node is not None:
         sidecar = getattr(node, "control", None)
         if sidecar is not None:
             sidecar.add_profile([name, start, end, os.getpid(), threading.get_ident(), None, extra])

@@ -1,0 +1,71 @@
+"""Ray's scheduling strategies, passed as ``.options(scheduling_strategy=...)``.
+
+On one machine every strategy places on this node; what they still mean:
+
+* ``PlacementGroupSchedulingStrategy`` runs the task or actor inside a placement group's
+  bundle, on the resources the bundle reserved (see ``lightwork.util.placement_group``);
+* ``NodeAffinitySchedulingStrategy`` names a node: this node's id works, and any other
+  id fails at submission unless ``soft=True`` (then it runs here, as Ray would fall back);
+* the strings ``"DEFAULT"`` and ``"SPREAD"`` are accepted and place here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["STRATEGY_NAMES", "NodeAffinitySchedulingStrategy",
+           "PlacementGroupSchedulingStrategy"]
+
+STRATEGY_NAMES = ("DEFAULT", "SPREAD")
+
+
+class PlacementGroupSchedulingStrategy:
+    """Run inside ``placement_group``: in bundle ``placement_group_bundle_index`` (-1: any).
+
+    ``placement_group_capture_child_tasks=True`` makes the tasks this task or actor
+    submits run in the same group unless they say otherwise.
+    """
+
+    def __init__(self, placement_group: Any, placement_group_bundle_index: int = -1,
+                 placement_group_capture_child_tasks: bool | None = None) -> None:
+        from lightwork.util.placement_group import PlacementGroup
+
+        if not isinstance(placement_group, PlacementGroup):
+            raise TypeError(
+                "PlacementGroupSchedulingStrategy needs the PlacementGroup returned by "
+                f"placement_group(...), got {type(placement_group).__name__}: "
+                f"{placement_group!r:.80}")
+        index = placement_group_bundle_index
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"placement_group_bundle_index must be an int, got {index!r}")
+        if index < -1 or index >= placement_group.bundle_count:
+            raise ValueError(
+                f"placement_group_bundle_index={index} is out of range for {placement_group!r}, "
+                f"which has {placement_group.bundle_count} bundle(s): use 0.."
+                f"{placement_group.bundle_count - 1}, or -1 for any bundle")
+        self.placement_group = placement_group
+        self.placement_group_bundle_index = index
+        self.placement_group_capture_child_tasks = placement_group_capture_child_tasks
+
+    def __repr__(self) -> str:
+        return (f"PlacementGroupSchedulingStrategy({self.placement_group!r}, "
+                f"bundle_index={self.placement_group_bundle_index}, "
+                f"capture_child_tasks={self.placement_group_capture_child_tasks})")
+
+
+class NodeAffinitySchedulingStrategy:
+    """Run on the node ``node_id`` (``soft=True``: anywhere if that node cannot)."""
+
+    def __init__(self, node_id: str, soft: bool, _spill_on_unavailable: bool = False,
+                 _fail_on_unavailable: bool = False) -> None:
+        if not isinstance(node_id, str):
+            raise TypeError(
+                f"NodeAffinitySchedulingStrategy needs a node id string (from "
+                f"lightwork.get_runtime_context().get_node_id()), got {node_id!r:.80}")
+        self.node_id = node_id
+        self.soft = bool(soft)
+        self._spill_on_unavailable = _spill_on_unavailable
+        self._fail_on_unavailable = _fail_on_unavailable
+
+    def __repr__(self) -> str:
+        return f"NodeAffinitySchedulingStrategy(node_id={self.node_id!r}, soft={self.soft})"

@@ -1,0 +1,94 @@
+"""The backend seam: which backend runs, how an address picks one, and that the local
+backend adds nothing to the embedded runtime's calls."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from helpers import script_env
+
+import lightwork
+from lightwork import _api
+from lightwork.backends import parse_address
+
+pytestmark = pytest.mark.lightwork_only
+
+
+@lightwork.remote
+def backend_inside() -> str:
+    return lightwork.backend()
+
+
+@lightwork.remote
+def init_inside() -> str:
+    try:
+        lightwork.init()
+    except RuntimeError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_backend_is_local_for_the_embedded_runtime(fresh_runtime):
+    assert lightwork.backend() == "local"  # before init: the one a call would start
+    context = lightwork.init(num_cpus=1)
+    assert lightwork.backend() == "local"
+    assert context["backend"] == "local" and context["address"] == "local"
+    assert lightwork.get(backend_inside.remote()) == "local"
+
+
+def test_local_backend_calls_the_runtime_directly(fresh_runtime):
+    """The seam costs the hot path nothing: the interface's methods are the Node's own."""
+    from lightwork._runtime.node import Node
+
+    lightwork.init(num_cpus=1)
+    backend = _api._core()
+    assert backend.submit_task.__func__ is Node.submit_task
+    assert backend.get.__func__ is Node.get
+    assert backend.node is _api._node and _api.driver_node() is _api._node
+
+
+def test_init_inside_a_task_is_refused(fresh_runtime):
+    lightwork.init(num_cpus=1)
+    assert "cannot be called inside a task" in lightwork.get(init_inside.remote())
+
+
+@pytest.mark.parametrize("address", [None, "", "local", "auto"])
+def test_local_addresses(address, monkeypatch):
+    monkeypatch.delenv("LIGHTWORK_ADDRESS", raising=False)
+    assert parse_address(address) == ("local", None)
+
+
+def test_cluster_addresses(tmp_path, monkeypatch):
+    monkeypatch.delenv("LIGHTWORK_ADDRESS", raising=False)
+    scheduler_file = tmp_path / "scheduler.json"
+    scheduler_file.write_text("{}")
+    assert parse_address("tcp://10.0.0.1:8786") == ("distributed", "tcp://10.0.0.1:8786")
+    assert parse_address("local-cluster") == ("distributed", "local-cluster")
+    assert parse_address(str(scheduler_file)) == ("distributed", str(scheduler_file))
+
+
+def test_environment_variable_names_the_address(monkeypatch):
+    monkeypatch.setenv("LIGHTWORK_ADDRESS", "tcp://10.0.0.1:8786")
+    assert parse_address(None) == ("distributed", "tcp://10.0.0.1:8786")
+    assert lightwork.backend() == "distributed"  # before init: what init would connect to
+    assert parse_address("auto") == ("distributed", "tcp://10.0.0.1:8786")
+    assert parse_address("local") == ("local", None)  # as with Ray: "local" means here
+
+
+def test_bad_addresses_say_what_is_accepted(monkeypatch):
+    monkeypatch.delenv("LIGHTWORK_ADDRESS", raising=False)
+    with pytest.raises(ValueError, match="tcp://host:port"):
+        parse_address("no-such-scheduler-file.json")
+    with pytest.raises(TypeError, match="distributed.Client"):
+        parse_address(8786)
+
+
+def test_import_lightwork_never_imports_distributed():
+    code = ("import sys, lightwork, lightwork.backends, lightwork.backends.local\n"
+            "print('distributed' in sys.modules, 'dask' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], env=script_env(), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
