@@ -14,12 +14,11 @@ import asyncio
 import os
 
 import pytest
+from helpers import wait_for_file, wait_until
 
 import lightwork as ray
 from lightwork import exceptions as exc
 from lightwork import state
-
-from helpers import wait_for_file, wait_until
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -34,7 +33,7 @@ def runtime():
 def _node():
     from lightwork import _api
 
-    return _api._core()
+    return _api.driver_node()
 
 
 def _row(handle):
@@ -151,7 +150,7 @@ class Async:
         return os.getpid()
 
     async def hold(self):
-        open(os.path.join(self.gate_dir, "call-entered"), "w").close()
+        open(os.path.join(self.gate_dir, "call-entered"), "w").close()  # noqa: ASYNC230
         while not os.path.exists(os.path.join(self.gate_dir, "call-release")):
             await asyncio.sleep(0.01)
         return "released"
