@@ -41,6 +41,8 @@ from ray.util import ActorPool, inspect_serializability
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ray.exceptions import RayTaskError, GetTimeoutError, ObjectStoreFullError
 from ray import exceptions as rex
+from ray.util.queue import Queue, Empty
+import ray.util.multiprocessing
 from helper_mod import triple, through_ray
 
 ray.init(num_cpus=2)
@@ -53,6 +55,9 @@ def plus_one(x):
 class Doubler:
     def go(self, x):
         return 2 * x
+
+def triple_plain(x):
+    return 3 * x
 
 @ray.remote
 def boom():
@@ -67,6 +72,11 @@ try:
 except RayTaskError as exc:
     print("caught", isinstance(exc, KeyError), rex.RayTaskError is RayTaskError)
 print("ready", ray.get(Doubler.remote().__ray_ready__.remote()))
+queue = Queue()
+queue.put_nowait_batch([1, 2])
+print("queue", queue.get(), queue.get_nowait(), issubclass(Empty, __import__("queue").Empty))
+with ray.util.multiprocessing.Pool(2) as pool:
+    print("pool-map", pool.map(triple_plain, range(4)))
 print("argv", sys.argv[1:])
 print("same", ray.get is __import__("lightwork").get, ray.__name__)
 sys.exit(7)
@@ -89,6 +99,8 @@ def test_run_command_runs_a_ray_program_unchanged(tmp_path):
     assert lines["by-name"] == "(15, 'lightwork')"
     assert lines["caught"] == "True True"
     assert lines["ready"] == "True"
+    assert lines["queue"] == "1 2 True"
+    assert lines["pool-map"] == "[0, 3, 6, 9]"
     assert lines["argv"] == "['--flag', 'x']"
     assert lines["same"] == "True lightwork"
 
@@ -124,7 +136,7 @@ def test_install_as_ray_in_process_and_unknown_ray_libraries(tmp_path):
         import lightwork
         lightwork.install_as_ray()
         lightwork.install_as_ray()  # twice is fine
-        import ray, ray.util.queue, ray.actor
+        import ray, ray.util.multiprocessing, ray.actor
         print(ray is lightwork, ray.actor.exit_actor is lightwork.actor.exit_actor)
         try:
             import ray.data

@@ -136,7 +136,7 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
     from lightwork._api import _core
     from lightwork._runtime.calls import prepare_args
 
-    core = _core()
+    core = _core(args, kwargs)
     name = options.get("name")
     namespace = options.get("namespace")
     if name is not None and options.get("get_if_exists"):
@@ -221,7 +221,7 @@ class ActorMethod:
 
         handle = self._handle
         name = self._call_name or f"{handle._class_name}.{self._name}"
-        refs = _core().submit_actor_task(
+        refs = _core((handle,)).submit_actor_task(
             handle._ref.id, self._name, name, args, kwargs, self._num_returns, callsite(1)
         )
         if self._num_returns == 1:
@@ -260,7 +260,7 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}: {actor!r:.80}")
-    _core().driver_request("kill", actor._ref.id, bool(no_restart))
+    _core((actor,)).driver_request("kill", actor._ref.id, bool(no_restart))
 
 
 def exit_actor() -> None:

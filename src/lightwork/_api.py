@@ -235,11 +235,21 @@ def backend() -> str:
     return parse_address(None)[0]
 
 
-def _core() -> Any:
+def _core(uses: Any = (), named: dict[str, Any] | None = None) -> Any:
+    """The process's backend, starting a default runtime if none runs.
+
+    ``uses`` (and the values of ``named``) are what the caller is about to hand to the
+    backend: refs, actor handles, a call's arguments. With no runtime running, a ref or
+    handle among them can only come from a session that ended, so that raises
+    ``SessionEndedError`` instead of starting a runtime in which it would not be found.
+    """
     backend = _backend
     if backend is None or backend.closed:
         with _init_lock:
             if _backend is None or _backend.closed:
+                _refuse_ended_session(uses)
+                if named:
+                    _refuse_ended_session(named.values())
                 init()
             backend = _backend
     return backend
@@ -251,6 +261,22 @@ def driver_node() -> Any:
     if backend is None or backend.closed:
         return None
     return backend.node
+
+
+def _refuse_ended_session(values: Any) -> None:
+    from lightwork._actor import ActorHandle
+    from lightwork._object_ref import ended_session_message
+    from lightwork.exceptions import SessionEndedError
+
+    for value in values:
+        if isinstance(value, ActorHandle):
+            value = value._ref
+            what = f"actor handle {value.hex()}"
+        elif isinstance(value, ObjectRef):
+            what = repr(value)
+        else:
+            continue
+        raise SessionEndedError(value.hex(), ended_session_message(what, running=False))
 
 
 def _install_worker_core(worker: Any) -> None:
@@ -327,9 +353,9 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
     ids = [ref.id for ref in refs]
     site = callsite(1)
     if _observers:  # diagnostics callbacks follow this get as one run
-        values = _observe_call("get", refs, lambda: _core().get(ids, timeout, site))
+        values = _observe_call("get", refs, lambda: _core(refs).get(ids, timeout, site))
     else:
-        values = _core().get(ids, timeout, site)
+        values = _core(refs).get(ids, timeout, site)
     _deliver_advice()
     return values[0] if single else values
 
@@ -384,7 +410,7 @@ def wait(
     site = callsite(1)
 
     def call() -> list[int]:
-        return _core().wait(ids, num_returns, timeout, site)
+        return _core(refs).wait(ids, num_returns, timeout, site)
 
     ready_ids = set(_observe_call("wait", refs, call) if _observers else call())
     _deliver_advice()
@@ -397,7 +423,7 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     """Cancel the task that makes ``object_ref``; its ``get`` raises TaskCancelledError."""
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef returned by a task, got {object_ref!r:.80}")
-    _core().cancel([object_ref.id], bool(force))
+    _core((object_ref,)).cancel([object_ref.id], bool(force))
 
 
 # -- introspection ------------------------------------------------------------------------

@@ -4,6 +4,14 @@ An ``ObjectRef`` is a cheap handle: an integer id whose high bits name the proce
 made it (0 is the driver, ``n`` is worker ``n``) and whose low bits are that process's
 counter, so any process can mint ids without asking anyone.
 
+Ids are unique across the sessions of one driver process (``shutdown()`` then ``init()``):
+the driver's counter and the worker numbers (:data:`DRIVER_IDS`, :data:`WORKER_NUMBERS`)
+are never reset, so a new session never hands out an id an old ref still carries. A
+session remembers where its ids start (:class:`IdFloor`); an id it does not know and that
+is below its floor comes from an ended session, and using it raises
+``SessionEndedError`` instead of finding another object. The check runs only when an id
+is missing from the object table, so the hot path pays nothing for it.
+
 Reference counting, per process: every live ``ObjectRef`` instance counts once in the
 process's :class:`RefCounter`. ``__init__`` increments under a lock; ``__del__`` only
 appends the id to a deque (it may run in any thread, at any allocation, even while that
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Generator
@@ -27,6 +36,40 @@ from contextlib import contextmanager
 from typing import Any
 
 PROCESS_ID_SHIFT = 40
+
+# Never reset in this process (see the module docstring): every session draws from them.
+DRIVER_IDS = itertools.count(1)
+WORKER_NUMBERS = itertools.count(1)
+
+
+class IdFloor:
+    """Where one session's ids start: anything minted below it belongs to an ended session."""
+
+    __slots__ = ("first_object_id", "first_worker")
+
+    def __init__(self) -> None:
+        self.first_object_id = next(DRIVER_IDS)
+        self.first_worker = next(WORKER_NUMBERS)
+
+    def minted_before(self, object_id: int) -> bool:
+        process = object_id >> PROCESS_ID_SHIFT
+        if process == 0:
+            return object_id < self.first_object_id
+        return process < self.first_worker
+
+
+def ended_session_message(what: str, running: bool) -> str:
+    """Why ``what`` (an object ref or actor handle) cannot be used, and what to do."""
+    if running:
+        now = "This session cannot see it: "
+    else:
+        now = "No lightwork runtime is running now, and none was started for it: "
+    return (
+        f"{what} belongs to a lightwork session that has ended (shutdown() was called after "
+        f"it was made), so its object or actor is gone. {now}objects and actors do not "
+        "outlive their session. Call lightwork.init() if needed, then make it again in the "
+        "new session (call the task again, put() the value again, or create the actor again)."
+    )
 
 
 class RefCounter:
@@ -153,7 +196,7 @@ class ObjectRef:
         """A ``concurrent.futures.Future`` that completes with the object's value."""
         from lightwork._api import _core
 
-        return _core().future(self)
+        return _core((self,)).future(self)
 
     def __await__(self) -> Generator[Any, None, Any]:
         return asyncio.wrap_future(self.future()).__await__()
@@ -161,7 +204,7 @@ class ObjectRef:
     def task_id(self) -> int:
         from lightwork._api import _core
 
-        return _core().task_id_of(self._id)
+        return _core((self,)).task_id_of(self._id)
 
 
 def _rebuild_ref(object_id: int) -> ObjectRef:

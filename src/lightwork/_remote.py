@@ -104,7 +104,7 @@ def callsite(depth: int) -> tuple[str, int, str]:
 
 
 def _submit(spec: CallSpec, args: tuple, kwargs: dict) -> Any:
-    refs = _api._core().submit_task(spec, args, kwargs, callsite(2))
+    refs = _api._core(args, kwargs).submit_task(spec, args, kwargs, callsite(2))
     num_returns = spec.num_returns
     if num_returns == 1:
         return refs[0]

@@ -19,7 +19,8 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     ├── ObjectLostError
     │   ├── OwnerDiedError
     │   ├── ObjectReconstructionFailedError
-    │   └── ReferenceCountingAssertionError
+    │   ├── ReferenceCountingAssertionError
+    │   └── SessionEndedError               a ref or actor handle from an ended session
     ├── GetTimeoutError                     also a built-in TimeoutError
     ├── TaskCancelledError
     ├── ObjectStoreFullError                no room in memory nor on the spill disk
@@ -50,6 +51,7 @@ __all__ = [
     "RayTaskError",
     "ReferenceCountingAssertionError",
     "RuntimeSystemError",
+    "SessionEndedError",
     "TaskCancelledError",
     "TaskError",
     "UnsupportedOnBackend",
@@ -166,6 +168,16 @@ class ObjectReconstructionFailedError(ObjectLostError):
 
 class ReferenceCountingAssertionError(ObjectLostError):
     """The object was already freed because no reference to it remained."""
+
+
+class SessionEndedError(ObjectLostError):
+    """The ref or actor handle was made in a session that ``shutdown()`` ended.
+
+    Ids are never reused within a process, so an old ref cannot name a new object; using
+    one (``get``, ``wait``, ``cancel``, a task argument, an old actor handle's methods,
+    ``kill``) raises this error, also before any new ``init()`` (no runtime is started
+    for it).
+    """
 
 
 class GetTimeoutError(LightworkError, TimeoutError):

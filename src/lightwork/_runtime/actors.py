@@ -163,6 +163,9 @@ class ActorManager:
     # -- calls -----------------------------------------------------------------------
     def add_call(self, actor_id: int, task: TaskSpec) -> None:
         actor = self.actors.get(actor_id)
+        if actor is None and self.node.id_floor.minted_before(actor_id):
+            self.node._fail_task(task, self.node.ended_session_error(actor_id, actor=True))
+            return
         if actor is None or actor.state == DEAD:
             self.node._fail_task(task, self._died_error(actor, task.name))
             return
@@ -325,6 +328,8 @@ class ActorManager:
         is sent to the doomed process).
         """
         actor = self.actors.get(actor_id)
+        if actor is None and self.node.id_floor.minted_before(actor_id):
+            raise self.node.ended_session_error(actor_id, actor=True)
         if actor is None or actor.state == DEAD:
             return
         conn = actor.conn

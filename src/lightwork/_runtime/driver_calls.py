@@ -65,6 +65,9 @@ class DriverCalls(_Base):
 
     def cancel(self, object_ids: list[int], force: bool) -> None:
         with self.lock:
+            for object_id in object_ids:
+                if object_id not in self.objects.entries and self.id_floor.minted_before(object_id):
+                    raise self.ended_session_error(object_id)
             self._cancel_ids(object_ids, force)
 
     # ------------------------------------------------------------------ the API
@@ -109,6 +112,8 @@ class DriverCalls(_Base):
         self, actor_id: int, method: str, name: str, args: tuple, kwargs: dict,
         num_returns: int, callsite: Any = None,
     ) -> list[ObjectRef]:
+        if actor_id not in self.actors.actors and self.id_floor.minted_before(actor_id):
+            raise self.ended_session_error(actor_id, actor=True)
         task_id = self.next_object_id()
         stored, deps = prepare_args(args, kwargs, f"{self.session.shm_dir}/a{task_id:x}")
         return_ids = tuple(self.next_object_id() for _ in range(num_returns))

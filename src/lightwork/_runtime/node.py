@@ -38,7 +38,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightwork import exceptions
-from lightwork._object_ref import ref_counter
+from lightwork._object_ref import (
+    DRIVER_IDS,
+    WORKER_NUMBERS,
+    IdFloor,
+    ended_session_message,
+    ref_counter,
+)
 from lightwork._runtime import forkserver
 from lightwork._runtime import control
 from lightwork._runtime.actors import ActorManager
@@ -115,9 +121,11 @@ class Node(DriverCalls, WorkerRequests):
         self.workers: dict[int, WorkerConn] = {}
         self.gpu_free: dict[int, float] = {i: 1.0 for i in range(int(num_gpus))}
         self.task_gpus: dict[int, list[tuple[int, float]]] = {}
-        self._ids = itertools.count(1)
+        # Ids and worker numbers continue from the previous session (see _object_ref.py).
+        self.id_floor = IdFloor()
+        self._ids = DRIVER_IDS
         self._feasible_shapes: set[tuple] = set()
-        self._worker_ids = itertools.count(1)
+        self._worker_ids = WORKER_NUMBERS
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_seq = itertools.count()
         self._deferred: list[Callable[[], None]] = []
@@ -512,6 +520,8 @@ class Node(DriverCalls, WorkerRequests):
     def lookup(self, object_id: int) -> ObjectEntry:
         entry = self.objects.entries.get(object_id)
         if entry is None:
+            if self.id_floor.minted_before(object_id):
+                raise self.ended_session_error(object_id)
             raise exceptions.ReferenceCountingAssertionError(
                 f"{object_id:020x}",
                 f"object {object_id:020x} was already freed: no reference to it remained "
@@ -520,6 +530,13 @@ class Node(DriverCalls, WorkerRequests):
                 "need the object.",
             )
         return entry
+
+    def ended_session_error(
+        self, object_id: int, actor: bool = False
+    ) -> exceptions.SessionEndedError:
+        what = f"actor handle {object_id:020x}" if actor else f"ObjectRef({object_id:020x})"
+        return exceptions.SessionEndedError(
+            f"{object_id:020x}", ended_session_message(what, running=True))
 
     # ------------------------------------------------------------------ tasks
     def register_task(self, task: TaskSpec, contained: tuple[int, ...]) -> None:

@@ -1,0 +1,171 @@
+"""``lightwork.util.multiprocessing.Pool``: the standard library's Pool interface."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import lightwork
+from lightwork.util.multiprocessing import Pool, TimeoutError
+
+
+@pytest.fixture(scope="module")
+def runtime(two_cpus):
+    return two_cpus
+
+
+def _square(x):
+    return x * x
+
+
+def _add(a, b, c=0):
+    return a + b + c
+
+
+def _pid(_):
+    return os.getpid()
+
+
+def _set_tag(tag):
+    os.environ["POOL_TAG"] = tag  # the initializer's effect, seen by every call in the process
+
+
+def _read_tag(_):
+    return os.environ.get("POOL_TAG")
+
+
+class PoolFailure(Exception):
+    pass
+
+
+def _fail_on_three(x):
+    if x == 3:
+        raise PoolFailure(f"item {x} failed")
+    return x
+
+
+def test_map_starmap_apply_and_imap_give_the_stdlib_results(runtime):
+    with Pool(2) as pool:
+        assert pool.map(_square, range(10)) == [x * x for x in range(10)]
+        assert pool.map(_square, range(7), chunksize=3) == [x * x for x in range(7)]
+        assert pool.map(_square, []) == []
+        assert pool.starmap(_add, [(1, 2), (3, 4)]) == [3, 7]
+        assert pool.apply(_add, (1, 2), {"c": 10}) == 13
+        assert list(pool.imap(_square, range(6))) == [0, 1, 4, 9, 16, 25]
+        assert list(pool.imap(_square, range(6), chunksize=4)) == [0, 1, 4, 9, 16, 25]
+        assert sorted(pool.imap_unordered(_square, range(6))) == [0, 1, 4, 9, 16, 25]
+
+
+def test_work_is_spread_over_the_processes(runtime):
+    with Pool(2) as pool:
+        pids = pool.map(_pid, range(8), chunksize=1)
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+
+
+def test_initializer_runs_in_every_process(runtime):
+    with Pool(2, initializer=_set_tag, initargs=("ready",)) as pool:
+        assert set(pool.map(_read_tag, range(8), chunksize=1)) == {"ready"}
+
+
+def test_maxtasksperchild_replaces_processes(runtime):
+    with Pool(1, maxtasksperchild=2) as pool:
+        pids = pool.map(_pid, range(6), chunksize=1)
+    assert len(set(pids)) == 3  # 6 chunks, 2 per process
+    assert pids[0] == pids[1] and pids[2] == pids[3] and pids[4] == pids[5]
+
+
+def test_errors_come_back_as_the_users_type_with_the_remote_traceback(runtime):
+    with Pool(2) as pool:
+        with pytest.raises(PoolFailure, match="item 3 failed") as caught:
+            pool.map(_fail_on_three, range(6))
+        assert type(caught.value) is PoolFailure
+        assert "_fail_on_three" in str(caught.value.__cause__)
+        with pytest.raises(PoolFailure):
+            list(pool.imap(_fail_on_three, range(6)))
+        result = pool.apply_async(_fail_on_three, (3,))
+        result.wait(timeout=30)
+        assert result.ready() and not result.successful()
+        with pytest.raises(PoolFailure):
+            result.get()
+
+
+def test_async_results_ready_wait_get_timeout_and_callbacks(runtime):
+    import threading
+
+    answered = threading.Event()
+    seen = []
+
+    def remember(value):
+        seen.append(value)
+        answered.set()
+
+    with Pool(2) as pool:
+        slow = pool.apply_async(time.sleep, (0.5,))
+        assert not slow.ready()
+        with pytest.raises(ValueError):
+            slow.successful()  # not ready yet: the stdlib raises ValueError
+        with pytest.raises(TimeoutError):
+            slow.get(timeout=0.01)
+        slow.wait()
+        assert slow.ready() and slow.successful() and slow.get() is None
+        mapped = pool.map_async(_square, [1, 2, 3], callback=remember)
+        assert mapped.get(timeout=30) == [1, 4, 9]
+        assert answered.wait(10) and seen == [[1, 4, 9]]
+        errors = []
+        failed = pool.apply_async(_fail_on_three, (3,), error_callback=errors.append)
+        failed.wait(30)
+        time.sleep(0.2)  # the callback thread runs right after the result
+        assert len(errors) == 1 and isinstance(errors[0], PoolFailure)
+
+
+def test_imap_next_with_timeout(runtime):
+    with Pool(1) as pool:
+        iterator = pool.imap(time.sleep, [0.5])
+        with pytest.raises(TimeoutError):
+            iterator.next(timeout=0.01)
+        assert iterator.next(timeout=30) is None
+        with pytest.raises(StopIteration):
+            next(iterator)
+
+
+def test_close_join_and_terminate(runtime):
+    pool = Pool(2)
+    pending = pool.map_async(_square, range(4))
+    with pytest.raises(ValueError, match="still running"):
+        pool.join()
+    pool.close()
+    with pytest.raises(ValueError, match="not running"):
+        pool.map(_square, [1])
+    pool.join()
+    assert pending.get(timeout=1) == [0, 1, 4, 9]  # close lets outstanding work finish
+    other = Pool(1)
+    other.terminate()
+    other.join()
+    with pytest.raises(ValueError, match="not running"):
+        other.apply(_square, (2,))
+
+
+def test_bad_arguments_are_refused(runtime):
+    with pytest.raises(ValueError, match="processes"):
+        Pool(0)
+    with pytest.raises(ValueError, match="maxtasksperchild"):
+        Pool(1, maxtasksperchild=0)
+    with Pool(1) as pool:
+        with pytest.raises(ValueError, match="chunksize"):
+            pool.map(_square, [1], chunksize=0)
+        with pytest.raises(TypeError, match="function"):
+            pool.map(42, [1])
+
+
+@pytest.mark.lightwork_only
+def test_an_initializer_that_raises_names_the_error(runtime):
+    """lightwork-only: the standard library respawns such processes forever (a hang)."""
+
+    def broken():
+        raise RuntimeError("no database")
+
+    with Pool(1, initializer=broken) as pool, pytest.raises(
+            lightwork.exceptions.ActorDiedError, match="no database"):
+        pool.map(_square, [1, 2])
