@@ -425,7 +425,8 @@ class Node(DriverCalls, WorkerRequests):
                     entry.discard_holder(conn.worker_id)
                     self.objects.release_if_unheld(entry)
         elif kind == p.GET:
-            self._on_worker_get(conn, message[1], message[2], message[3])
+            self._on_worker_get(conn, message[1], message[2], message[3],
+                                message[4] if len(message) > 4 else None)
         elif kind == p.WAIT:
             self._on_worker_wait(conn, *message[1:])
         elif kind == p.BOUNCE:

@@ -385,10 +385,16 @@ class Worker:
 
     def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
         self.send([])
-        reply = self.request((p.GET, ids, timeout))
+        context = None
+        if self.actor_id:  # lets the driver tell a get that can never return (actors.py)
+            on_loop = self.loop is not None and threading.current_thread() is self.loop.thread
+            context = (on_loop, self.current[2] if self.current else None, callsite)
+        reply = self.request((p.GET, ids, timeout, context))
         if reply == "timeout":
             raise exceptions.GetTimeoutError(
                 f"get timed out after {timeout} s waiting for {len(ids)} object(s)")
+        if type(reply) is tuple:  # ("deadlock", message)
+            raise exceptions.ActorDeadlockError(reply[1])
         values = []
         for kind, payload in reply:
             if kind == "ok":
@@ -525,8 +531,9 @@ class AsyncRunner:
 
         self.limit = limit
         self._loop = asyncio.new_event_loop()
-        threading.Thread(target=self._loop.run_forever, name="lightwork-actor-loop",
-                         daemon=True).start()
+        self.thread = threading.Thread(target=self._loop.run_forever, name="lightwork-actor-loop",
+                                       daemon=True)
+        self.thread.start()
 
     def run(self, coroutine: Any) -> Any:
         import asyncio
