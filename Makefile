@@ -11,7 +11,7 @@ OLDEST_PINS := 'dask[array,bag,dataframe]==2024.11.1' 'numpy<2.2' 'pandas<2.3'
 DASK_TESTS := tests/test_dask_get.py tests/test_diagnostics_callbacks.py \
 	tests/test_diagnostics_profilers.py tests/test_diagnostics_plain.py
 
-.PHONY: demo test bench clean browser
+.PHONY: demo test chaos bench clean browser
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ demo: $(STAMP)
 test: $(STAMP) $(OLDEST_STAMP) browser
 	$(PY) -m pytest -q
 	$(OLDEST_VENV)/bin/python -m pytest -q $(DASK_TESTS)
+
+# The chaos suite's full-size variants (minutes each); `make test` runs scaled-down ones.
+chaos: $(STAMP)
+	$(PY) -m pytest -q -m chaos
 
 bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/run.py

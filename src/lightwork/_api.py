@@ -37,7 +37,7 @@ _init_lock = threading.RLock()
 RAY_ONLY_INIT_ARGS = {
     "include_dashboard", "dashboard_host", "dashboard_port", "log_to_driver",
     "logging_format", "logging_config", "configure_logging", "local_mode", "runtime_env",
-    "_temp_dir", "object_spilling_config", "_system_config", "storage", "job_config",
+    "_temp_dir", "_system_config", "storage", "job_config",
     "_node_ip_address", "_redis_password", "_plasma_directory", "_metrics_export_port",
     "_enable_object_reconstruction", "_tracing_startup_hook", "labels", "_memory",
     "enable_resource_isolation", "system_reserved_cpu", "system_reserved_memory",
@@ -128,6 +128,8 @@ def init(
     if _worker is not None or (_backend is not None and _backend.node is None):
         raise RuntimeError("lightwork.init() cannot be called inside a task or actor")
     backend_name, target = parse_address(address)
+    spill_dir = _spill_dir_option(ray_kwargs.pop("_spill_dir", None),
+                                  ray_kwargs.pop("object_spilling_config", None))
     unknown = sorted(set(ray_kwargs) - RAY_ONLY_INIT_ARGS - {"logging_level"})
     if unknown:
         raise TypeError(
@@ -151,7 +153,10 @@ def init(
                 raise ValueError("use num_cpus/num_gpus instead of resources={'CPU'/'GPU': ...}")
             custom[str(name)] = check_amount(f"resources[{name!r}]", amount)
     if object_store_memory is not None:
-        check_amount("object_store_memory", object_store_memory)
+        from lightwork._runtime.session import SHM_ROOT
+        from lightwork._runtime.store import check_budget
+
+        object_store_memory = check_budget(object_store_memory, SHM_ROOT + "/.")
     budget = 200_000 if event_budget is None else event_budget
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise ValueError(
@@ -172,7 +177,7 @@ def init(
         from lightwork._runtime.node import Node
         from lightwork.backends.local import LocalBackend
 
-        node = Node(cpus, gpus, custom, namespace, budget)
+        node = Node(cpus, gpus, custom, namespace, budget, object_store_memory, spill_dir)
         if advisor and budget:
             from lightwork.diagnostics.advisor import Advisor
 
@@ -186,6 +191,41 @@ def init(
             file=sys.stderr,
         )
     return _context()
+
+
+def _spill_dir_option(spill_dir: Any, spilling_config: Any) -> str | None:
+    """The spill directory from ``_spill_dir=`` or Ray's ``object_spilling_config``."""
+    if spilling_config is not None:
+        import json
+
+        config = spilling_config
+        if isinstance(config, str):
+            try:
+                config = json.loads(config)
+            except ValueError as exc:
+                raise ValueError(
+                    f"object_spilling_config is not valid JSON ({exc}); pass e.g. "
+                    '\'{"type": "filesystem", "params": {"directory_path": "/tmp/spill"}}\''
+                ) from None
+        params = config.get("params", {}) if isinstance(config, dict) else None
+        if (not isinstance(config, dict) or config.get("type") != "filesystem"
+                or not isinstance(params, dict) or "directory_path" not in params):
+            raise ValueError(
+                f"object_spilling_config={spilling_config!r}: lightwork spills to a local "
+                'directory only; pass {"type": "filesystem", "params": {"directory_path": '
+                '"/path/on/disk"}}')
+        path = params["directory_path"]
+        spill_dir = path[0] if isinstance(path, (list, tuple)) and path else path
+    if spill_dir is None:
+        return None
+    if not isinstance(spill_dir, (str, os.PathLike)):
+        raise TypeError(f"the spill directory must be a path (str), got {spill_dir!r}")
+    spill_dir = os.path.abspath(os.fspath(spill_dir))
+    if not os.path.isdir(spill_dir):
+        raise ValueError(
+            f"spill directory {spill_dir} does not exist; create it (on a disk, not "
+            "tmpfs) or leave the option out to spill into the session directory")
+    return spill_dir
 
 
 def _context() -> InitContext:

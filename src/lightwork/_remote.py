@@ -15,7 +15,7 @@ from typing import Any
 
 import cloudpickle
 
-from lightwork._runtime.calls import TASK_OPTIONS, CallSpec, check_options
+from lightwork._runtime.calls import TASK_OPTIONS, ArgumentCheck, CallSpec, check_options
 from lightwork._runtime.serialization import SerializationError, describe_unpicklable
 
 
@@ -28,6 +28,7 @@ class RemoteFunction:
         self._key: bytes | None = None
         self._blob: bytes | None = None
         self._spec: CallSpec | None = None
+        self._arguments: ArgumentCheck | None = None
         functools.update_wrapper(self, function, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -45,7 +46,10 @@ class RemoteFunction:
 
     def _call_spec(self, options: dict[str, Any]) -> CallSpec:
         key, blob = self._payload()
-        return CallSpec(key, blob, options.get("name") or _name(self._function), options)
+        if self._arguments is None:
+            self._arguments = ArgumentCheck(self._function, _name(self._function))
+        return CallSpec(key, blob, options.get("name") or _name(self._function), options,
+                        self._arguments)
 
     def options(self, **options: Any) -> _BoundOptions:
         """This function with some options changed for the calls made through the result."""
@@ -104,6 +108,9 @@ def callsite(depth: int) -> tuple[str, int, str]:
 
 
 def _submit(spec: CallSpec, args: tuple, kwargs: dict) -> Any:
+    check = spec.arguments
+    if kwargs or not check.low <= len(args) <= check.high:
+        check.bind(args, kwargs)
     refs = _api._core(args, kwargs).submit_task(spec, args, kwargs, callsite(2))
     num_returns = spec.num_returns
     if num_returns == 1:

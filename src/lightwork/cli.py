@@ -261,6 +261,7 @@ def print_status(s: dict[str, Any], out: TextIO) -> None:
                   f"failed {t['failed']}"),
         ("objects", f"{o['count']} ({human_bytes(o['bytes'])}; "
                     f"{human_bytes(o['shared_memory_bytes'])} in shared memory)"),
+        ("store", describe_store(s.get("store"))),
         ("event log", f"{log['task_records']} task records (budget {log['budget']}); dropped "
                       f"{log['dropped_tasks']} records, {log['dropped_spans']} spans"),
     ]
@@ -268,10 +269,24 @@ def print_status(s: dict[str, Any], out: TextIO) -> None:
         print(f"{key:<11}{value}", file=out)
 
 
+def describe_store(store: dict[str, Any] | None) -> str:
+    """One line on the object store: used/budget, pooled, spilled."""
+    if not store:
+        return "n/a"
+    text = (f"{human_bytes(store['used_bytes'])} / {human_bytes(store['budget_bytes'])} budget "
+            f"in use, {human_bytes(store['pooled_bytes'])} kept for reuse; spilled "
+            f"{store['spilled_objects']} objects ({human_bytes(store['spilled_bytes'])}) to "
+            f"{store['spill_dir']}, {store['spilled_total']} spills so far")
+    if store.get("spill_error"):
+        text += f"; spilling stopped: {store['spill_error']}"
+    return text
+
+
 def print_memory(m: dict[str, Any], out: TextIO) -> None:
     print(f"{m['objects']} objects, {human_bytes(m['total_bytes'])} "
           f"({human_bytes(m['shared_memory_bytes'])} in shared memory); "
-          f"{m['freed_objects']} freed so far\n", file=out)
+          f"{m['freed_objects']} freed so far", file=out)
+    print(f"store: {describe_store(m.get('store'))}\n", file=out)
     print("by owner:", file=out)
     print_table(m["by_owner"], TABLE_COLUMNS["owners"], out)
     print("\nby reference kind:", file=out)

@@ -25,12 +25,13 @@ from lightwork._runtime import serialization
 from lightwork._runtime.actors import Actor
 from lightwork._runtime.calls import CallSpec, infeasible_message, large_arguments, prepare_args
 from lightwork._runtime.events import DriverSpan, TaskRecord
-from lightwork._runtime.objects import PENDING, READY, ObjectEntry, unlink_quietly
+from lightwork._runtime.objects import PENDING, READY, ObjectEntry
 from lightwork._runtime.scheduler import TaskSpec
 from lightwork._runtime.serialization import Stored
 
 if TYPE_CHECKING:
     from lightwork._runtime.node import Node
+    from lightwork._runtime.store import SegmentStore
 
     _Base = Node
 else:
@@ -82,7 +83,7 @@ class DriverCalls(_Base):
             self._feasible_shapes.add(shape)
         ids = self._ids
         task_id = next(ids)
-        stored, deps = prepare_args(args, kwargs, f"{self.session.shm_dir}/a{task_id:x}")
+        stored, deps = prepare_args(args, kwargs, self.store)
         try:
             return_ids = (next(ids),) if spec.num_returns == 1 else tuple(
                 next(ids) for _ in range(spec.num_returns))
@@ -97,7 +98,7 @@ class DriverCalls(_Base):
             self.submit(task, spec.blob)
         except BaseException:
             if stored.path is not None:
-                unlink_quietly(stored.path)
+                self.store.release(stored.path)
             raise
         return [ObjectRef(object_id) for object_id in return_ids]
 
@@ -115,7 +116,7 @@ class DriverCalls(_Base):
         if actor_id not in self.actors.actors and self.id_floor.minted_before(actor_id):
             raise self.ended_session_error(actor_id, actor=True)
         task_id = self.next_object_id()
-        stored, deps = prepare_args(args, kwargs, f"{self.session.shm_dir}/a{task_id:x}")
+        stored, deps = prepare_args(args, kwargs, self.store)
         return_ids = tuple(self.next_object_id() for _ in range(num_returns))
         record = TaskRecord(task_id, name, 0, time.monotonic(), arg_size=stored.size,
                             callsite=callsite, actor_id=actor_id)
@@ -134,7 +135,7 @@ class DriverCalls(_Base):
                 for object_id in return_ids:
                     self.objects.entries.pop(object_id, None)
                 if stored.path is not None:
-                    unlink_quietly(stored.path)
+                    self.store.release(stored.path)
                 raise
             self.actors.add_call(actor_id, task)
         return [ObjectRef(object_id) for object_id in return_ids]
@@ -186,7 +187,7 @@ class DriverCalls(_Base):
 
     def put(self, value: Any) -> ObjectRef:
         object_id = self.next_object_id()
-        stored = serialization.serialize(value, f"{self.session.shm_dir}/{object_id:x}")
+        stored = serialization.serialize(value, self.store)
         self._drain_refs_if_any()
         with self.lock:
             self._check_open()
@@ -218,8 +219,8 @@ class DriverCalls(_Base):
                 raise exceptions.GetTimeoutError(
                     f"get timed out after {timeout} s: {still} of {len(ids)} object(s) not ready. "
                     "Raise the timeout, or use wait() to take the ready ones first.")
-        mappings = self.objects.mappings
-        return [_value_of(entry, mappings) for entry in entries]
+        store = self.store
+        return [_value_of(entry, store) for entry in entries]
 
     def wait(
         self, ids: list[int], num_returns: int, timeout: float | None, callsite: Any = None
@@ -329,10 +330,13 @@ class DriverCalls(_Base):
 
 
 
-def _value_of(entry: ObjectEntry, mappings: dict[str, memoryview] | None = None) -> Any:
+def _value_of(entry: ObjectEntry, store: SegmentStore | None = None) -> Any:
     if entry.state == READY:
-        assert entry.stored is not None
-        return serialization.loads(entry.stored, mappings)
+        stored = entry.stored
+        assert stored is not None
+        if stored.path is not None and store is not None:
+            store.touch(stored.path)  # least recently used spills first
+        return serialization.loads(stored)
     error = entry.error
     if isinstance(error, Stored):
         error = serialization.loads(error)

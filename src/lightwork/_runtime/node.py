@@ -55,7 +55,7 @@ from lightwork._runtime import serialization
 from lightwork._runtime import ray_alias
 from lightwork._runtime.events import EventLog, TaskRecord
 from lightwork._runtime.introspect import report_unraisable
-from lightwork._runtime.objects import FAILED, PENDING, ObjectEntry, ObjectTable, unlink_quietly
+from lightwork._runtime.objects import FAILED, PENDING, ObjectEntry, ObjectTable
 from lightwork._runtime.scheduler import (
     DISPATCHED,
     FAILED as TASK_FAILED,
@@ -68,6 +68,8 @@ from lightwork._runtime.scheduler import (
 )
 from lightwork._runtime.serialization import Stored
 from lightwork._runtime.session import ForkServer, Session
+from lightwork._runtime.spill import Spiller
+from lightwork._runtime.store import SegmentStore, default_budget
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
@@ -106,14 +108,20 @@ class Node(DriverCalls, WorkerRequests):
         resources: dict[str, float],
         namespace: str | None,
         event_budget: int,
+        object_store_memory: int | None = None,
+        spill_dir: str | None = None,
     ) -> None:
         total = {"CPU": float(num_cpus), "GPU": float(num_gpus), **resources}
         self.namespace = namespace
         self.job_id = 1
-        self.session = Session.create()
+        self.session = Session.create(spill_root=spill_dir)
         self.node_id = self.session.name
         self.lock = threading.RLock()
-        self.objects = ObjectTable()
+        budget = object_store_memory or default_budget(self.session.shm_dir)
+        self.store = SegmentStore(self.session.shm_dir, budget, self.session.spill_dir)
+        serialization.MAPS.spill_dir = self.session.spill_dir
+        self.objects = ObjectTable(self.store.release, self.store.track)
+        self.spiller = Spiller(self)
         self.scheduler = Scheduler(total)
         self.log = EventLog(event_budget)
         self.functions: dict[bytes, bytes] = {}
@@ -185,6 +193,7 @@ class Node(DriverCalls, WorkerRequests):
             "as_ray": ray_alias.installed(),
             "job_id": self.job_id,
             "shm_dir": self.session.shm_dir,
+            "spill_dir": self.session.spill_dir,
             "node_id": self.node_id,
             "total": dict(self.scheduler.total),
             "session_dir": self.session.directory,
@@ -439,6 +448,12 @@ class Node(DriverCalls, WorkerRequests):
             self._cancel_ids(message[1], message[2])
         elif kind == p.CALL:
             self._on_worker_call(conn, message[1], message[2], message[3:])
+        elif kind == p.MAPPED:
+            self.store.add_reader(message[1], conn.worker_id)
+            self.store.touch(message[1])
+        elif kind == p.UNMAPPED:
+            for path in message[1]:
+                self.store.remove_reader(path, conn.worker_id)
 
     def _on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
         task = self.tasks.get(task_id)
@@ -478,7 +493,7 @@ class Node(DriverCalls, WorkerRequests):
             entry = self.objects.get(object_id)
             if entry is None:  # every ref to it was dropped while the task ran
                 if stored.path is not None:
-                    unlink_quietly(stored.path)
+                    self.store.release(stored.path)
                 continue
             self._resolve(entry, stored)
 
@@ -594,7 +609,7 @@ class Node(DriverCalls, WorkerRequests):
         for object_id in task.args.contained:
             self._unuse(object_id)
         if task.args.path is not None:
-            unlink_quietly(task.args.path)
+            self.store.release(task.args.path)
         self.log.finish_task(task.record)
         if self.task_listeners:
             if not self._ended_unheard:
@@ -713,6 +728,7 @@ class Node(DriverCalls, WorkerRequests):
             return
         conn.dead = True
         self.workers.pop(conn.worker_id, None)
+        self.store.forget_worker(conn.worker_id)
         if conn.actor is not None:
             self.actors.on_worker_death(conn, describe_exit(conn.exit_status))
         else:
@@ -836,8 +852,11 @@ class Node(DriverCalls, WorkerRequests):
             except OSError:
                 pass
         self.forkserver.stop()
+        self.spiller.stop()
         with self.lock:
             self.objects.unlink_all()
+            self.store.close()
+        serialization.MAPS.clear()
         self.session.remove()
         self.selector.close()
         self._leader_selector.close()

@@ -1,7 +1,8 @@
 """The driver's object table: every object of the session and who keeps it alive.
 
-Plain state, no I/O: the node mutates it while holding its lock and carries out what it
-returns (unlinking segment files, waking waiters).
+Plain state: the node mutates it while holding its lock and carries out what it returns
+(waking waiters). A freed value's segment goes back to ``release_segment`` (the store's
+``release``: recycled or unlinked).
 
 An entry is PENDING until its creating task finishes, then READY (``stored`` holds the
 serialized value) or FAILED (``error`` holds the exception to raise). It stays in the
@@ -12,7 +13,7 @@ table while anything holds it:
 * ``task_uses``: pending tasks that take it as an argument or carry it inside one;
 * ``containers``: stored objects whose value contains a ref to it.
 
-When all four are empty the entry is freed: its segment file is unlinked and the ids it
+When all four are empty the entry is freed: its segment is released and the ids it
 contained lose a container. A later lookup of a freed id raises
 ``ReferenceCountingAssertionError``; ids are never reused, so a freed id is detectable
 by being lower than the owner's counter and absent from the table.
@@ -27,6 +28,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightwork._runtime.serialization import Stored
+
+def unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
 
 PENDING = 0
 READY = 1
@@ -80,11 +88,14 @@ class ObjectEntry:
 
 
 class ObjectTable:
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        release_segment: Callable[[str], None] = unlink_quietly,
+        track_segment: Callable[[str, int, int], None] | None = None,
+    ) -> None:
         self.entries: dict[int, ObjectEntry] = {}
-        # Segment path -> the driver's one mapping of it; dropped when the object is freed
-        # (readers' arrays keep the mapping itself alive as long as they need it).
-        self.mappings: dict[str, memoryview] = {}
+        self.release_segment = release_segment
+        self.track_segment = track_segment  # a value's segment now belongs to an object
         # Ids of actor handle objects; freeing one calls ``on_actor_freed`` (set by the node).
         self.actor_handles: set[int] = set()
         self.on_actor_freed: Callable[[int], None] | None = None
@@ -117,6 +128,8 @@ class ObjectTable:
             entry.stored = stored
             if stored.path is not None:
                 self.bytes_in_segments += stored.size
+                if self.track_segment is not None:
+                    self.track_segment(stored.path, stored.size, entry.object_id)
             for contained_id in stored.contained:
                 inner = self.entries.get(contained_id)
                 if inner is not None:
@@ -135,11 +148,10 @@ class ObjectTable:
         return self.resolve(entry, None, error)
 
     def _drop_value(self, stored: Stored) -> list[ObjectEntry]:
-        """Unlink the value's segment; return the entries it contained refs to."""
+        """Release the value's segment; return the entries it contained refs to."""
         if stored.path is not None:
             self.bytes_in_segments -= stored.size
-            self.mappings.pop(stored.path, None)
-            unlink_quietly(stored.path)
+            self.release_segment(stored.path)
         inner_entries = []
         for contained_id in stored.contained:
             inner = self.entries.get(contained_id)
@@ -171,8 +183,3 @@ class ObjectTable:
         self.entries.clear()
 
 
-def unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -11,7 +11,8 @@ a frame never runs user code.
 
 Driver -> worker: ``TASK``, ``FUNCTION``, ``REPLY``, ``EXIT``, ``ACTOR_INIT``.
 Worker -> driver: ``DONE``, ``SUBMIT``, ``PUT``, ``GET``, ``WAIT``, ``BORROW``,
-``RELEASE``, ``BLOCKED``, ``UNBLOCKED``, ``BOUNCE``, ``CANCEL``, ``CALL``.
+``RELEASE``, ``BLOCKED``, ``UNBLOCKED``, ``BOUNCE``, ``CANCEL``, ``CALL``, ``MAPPED``,
+``UNMAPPED`` (which shared-memory segments the worker maps: see ``store.py``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ UNBLOCKED = 18
 BOUNCE = 19
 CANCEL = 20
 CALL = 21
+MAPPED = 22
+UNMAPPED = 23
 
 _LENGTH = struct.Struct("<I")
 

@@ -15,9 +15,23 @@ a :class:`Stored` object in one of two forms:
   and unpickles with buffers that point into the mapping, so a 160 MB array is read
   without a copy (and comes back read-only, as in Ray).
 
-The segment file belongs to the driver's object table, which unlinks it when the object
-is freed; mappings that readers still hold stay valid until they are dropped. The whole
-directory is removed at shutdown, or by the fork server if the driver dies.
+Who writes a segment: the driver writes into recycled segments it keeps mapped and
+faulted in (``store.py``'s :class:`SegmentStore`, any object with a ``write`` method);
+a worker writes a fresh file (``write_segment``), allocated with ``posix_fallocate`` so a
+full ``/dev/shm`` is an :class:`ObjectStoreFullError` now rather than a SIGBUS later.
+
+Readers: every process maps a segment once (:data:`MAPS`, its :class:`MappedSegments`)
+and hands out views of that mapping. A segment may be reused for a new object only once
+no reader anywhere still holds a view into it: ``MappedSegments.forget`` says so for
+this process (an ``mmap`` refuses to close while a view exists), and workers report
+which segments they mapped (``on_map``, at once) and which they let go
+(``release_unused``, after each task) so the driver can tell for theirs. A segment the
+store moved to disk (spilled) is found under the same name in ``spill_dir``: a reader
+that was sent the old path before the move opens the spill file instead.
+
+The segment file belongs to the driver's store, which recycles or unlinks it when the
+object is freed; mappings that readers still hold stay valid until they are dropped. The
+whole directory is removed at shutdown, or by the fork server if the driver dies.
 
 Layout of a segment file: a pickled header (the pickle's length and the offset and length
 of each buffer), then the pickle, then each buffer at a 64-byte aligned offset.
@@ -25,12 +39,16 @@ of each buffer), then the pickle, then each buffer at a 64-byte aligned offset.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import pickle
 import struct
+import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import cloudpickle
 
@@ -40,6 +58,9 @@ OUT_OF_BAND_MIN = 64 * 1024
 SHARED_MEMORY_MIN = 256 * 1024
 _ALIGN = 64
 _LAYOUT = struct.Struct("<Q")
+#: Buffers from this size are copied by numpy (when loaded), which releases the GIL, so
+#: the I/O thread goes on while a large value is written.
+_GIL_FREE_COPY_MIN = 1 << 20
 
 
 @dataclass(slots=True)
@@ -54,6 +75,17 @@ class Stored:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Stored, (self.data, self.buffers, self.path, self.size, self.contained))
+
+
+class SegmentWriter(Protocol):
+    """Where a large value goes: writes the segment, returns the path readers open."""
+
+    def write(self, data: bytes, raws: list[memoryview]) -> str: ...
+
+
+#: Where ``serialize`` puts a large value: a writer, the path of a new segment file, or
+#: None to keep every value inline.
+SegmentTarget = SegmentWriter | str | None
 
 
 class SerializationError(TypeError):
@@ -144,8 +176,8 @@ def _short_repr(value: Any) -> str:
 _SCALARS = (int, float, str, bool, type(None))
 
 
-def serialize(value: Any, segment_path: str | None) -> Stored:
-    """Serialize ``value``; write it to ``segment_path`` if it is large."""
+def serialize(value: Any, segment_path: SegmentTarget) -> Stored:
+    """Serialize ``value``; write it to ``segment_path`` (see ``SegmentTarget``) if large."""
     kind = type(value)
     if kind in _SCALARS:  # the common tiny result: skip cloudpickle's set-up
         data = pickle.dumps(value, protocol=5)
@@ -183,35 +215,127 @@ def _bytes_out_of_band(value: bytes) -> tuple[bytes, list[pickle.PickleBuffer]]:
 
 
 def store(
-    data: bytes, buffers: list[pickle.PickleBuffer], ids: list[int], segment_path: str | None
+    data: bytes, buffers: list[pickle.PickleBuffer], ids: list[int], segment_path: SegmentTarget
 ) -> Stored:
     raws = [buf.raw() for buf in buffers]
     size = len(data) + sum(raw.nbytes for raw in raws)
     contained = tuple(ids)
     if segment_path is None or size < SHARED_MEMORY_MIN:
         return Stored(data, tuple(bytes(raw) for raw in raws), None, size, contained)
-    write_segment(segment_path, data, raws)
-    return Stored(b"", (), segment_path, size, contained)
+    if isinstance(segment_path, str):
+        write_segment(segment_path, data, raws)
+        path = segment_path
+    else:
+        path = segment_path.write(data, raws)
+    return Stored(b"", (), path, size, contained)
 
 
-def write_segment(path: str, data: bytes, raws: list[memoryview]) -> None:
+@dataclass(slots=True)
+class Layout:
+    """Where each part of a value goes in its segment (see the module docstring)."""
+
+    prefix: bytes  # the header's length and the header
+    body_start: int  # offset of the first buffer
+    offsets: list[tuple[int, int]]  # (offset from body_start, length) of each buffer
+    total: int  # bytes the segment needs
+
+
+def layout(data: bytes, raws: list[memoryview]) -> Layout:
     offsets = []
     position = 0
     for raw in raws:
         offsets.append((position, raw.nbytes))
         position = _aligned(position + raw.nbytes)
     header = pickle.dumps((len(data), offsets), protocol=5)
-    body_start = _aligned(_LAYOUT.size + len(header) + len(data))
+    prefix = _LAYOUT.pack(len(header)) + header
+    body_start = _aligned(len(prefix) + len(data))
+    return Layout(prefix, body_start, offsets, max(body_start + position, 1))
+
+
+def write_into(view: memoryview, plan: Layout, data: bytes, raws: list[memoryview]) -> None:
+    """Copy a value into ``view`` (a writable mapping at least ``plan.total`` long)."""
+    start = len(plan.prefix)
+    view[:start] = plan.prefix
+    view[start : start + len(data)] = data
+    numpy = sys.modules.get("numpy")  # its copy lets go of the GIL; never imported here
+    for (offset, length), raw in zip(plan.offsets, raws):
+        begin = plan.body_start + offset
+        if numpy is not None and length >= _GIL_FREE_COPY_MIN:
+            destination = numpy.frombuffer(view[begin : begin + length], dtype=numpy.uint8)
+            numpy.copyto(destination, numpy.frombuffer(raw, dtype=numpy.uint8))
+            del destination
+        else:
+            view[begin : begin + length] = raw
+
+
+def write_segment(path: str, data: bytes, raws: list[memoryview]) -> None:
+    """Write a value into a new segment file at ``path`` (the worker's way)."""
+    plan = layout(data, raws)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        # pwrite, not a writable mapping: tmpfs then allocates pages without a page
-        # fault per 4 KiB, which makes writing a large array about 1.5x faster.
-        os.ftruncate(fd, max(body_start + position, 1))
-        _pwrite_all(fd, _LAYOUT.pack(len(header)) + header + data, 0)
-        for (offset, _length), raw in zip(offsets, raws):
-            _pwrite_all(fd, raw, body_start + offset)
-    finally:
+        allocate_file(fd, plan.total, path)
+        # pwrite, not a writable mapping: no page fault per 4 KiB of a fresh mapping.
+        _pwrite_all(fd, plan.prefix + data, 0)
+        for (offset, _length), raw in zip(plan.offsets, raws):
+            _pwrite_all(fd, raw, plan.body_start + offset)
+    except BaseException:
         os.close(fd)
+        fd = -1
+        _unlink_quietly(path)
+        raise
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def allocate_file(fd: int, size: int, path: str) -> None:
+    """Give the file ``size`` bytes of real pages now: a full tmpfs fails here, not later.
+
+    A file grown with ``ftruncate`` alone gets its tmpfs pages on first write, and a
+    write into a mapping that finds no free page is a SIGBUS; ``posix_fallocate`` takes
+    them up front and says ENOSPC instead.
+    """
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            from lightwork.exceptions import ObjectStoreFullError
+
+            directory = os.path.dirname(path)
+            free = _free_bytes(directory)
+            raise ObjectStoreFullError(
+                f"no room for an object of {size:,} bytes in shared memory ({directory} has "
+                f"{free:,} bytes free). Free objects you no longer need (drop their "
+                "ObjectRefs), lower object_store_memory so the store spills to disk sooner, "
+                "or make /dev/shm larger.") from exc
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        os.ftruncate(fd, size)  # a file system without fallocate: best effort
+
+
+def segment_length(path: str) -> int:
+    """Bytes of segment ``path`` that hold its value (a recycled segment may be longer)."""
+    with open(path, "rb") as file:
+        (header_len,) = _LAYOUT.unpack(file.read(_LAYOUT.size))
+        data_len, offsets = pickle.loads(file.read(header_len))
+    body_start = _aligned(_LAYOUT.size + header_len + data_len)
+    end = max((offset + length for offset, length in offsets), default=0)
+    return body_start + end if offsets else _LAYOUT.size + header_len + data_len
+
+
+def _free_bytes(directory: str) -> int:
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return 0
+    return stats.f_bavail * stats.f_frsize
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _pwrite_all(fd: int, data: Any, offset: int) -> None:
@@ -225,28 +349,111 @@ def _aligned(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def loads(stored: Stored, mappings: dict[str, memoryview] | None = None) -> Any:
+class MappedSegments:
+    """This process's read-only mappings of segments: one per segment, shared by all views.
+
+    Only the ``mmap`` objects are kept, never a view of them: whether one can be closed
+    then says exactly whether a value read from it is still alive. ``on_map`` (set in
+    workers) hears of each new mapping before any view of it exists. ``spill_dir`` is
+    where the store moves segments it spills; a path that is gone from shared memory is
+    looked for there.
+    """
+
+    def __init__(self) -> None:
+        self._mappings: dict[str, mmap.mmap] = {}
+        self._lock = threading.Lock()
+        self.on_map: Callable[[str], None] | None = None
+        self.spill_dir: str | None = None
+
+    def parts(self, path: str) -> tuple[memoryview, list[memoryview]]:
+        """The pickle and the buffers of the value in segment ``path``, as views of it."""
+        with self._lock:  # views are taken under the lock: release_unused may close it
+            mapping = self._mappings.get(path)
+            if mapping is None:
+                mapping = self._mappings[path] = self._map(path)
+                if self.on_map is not None:
+                    self.on_map(path)
+            view = memoryview(mapping)
+            try:
+                (header_len,) = _LAYOUT.unpack_from(view, 0)
+                start = _LAYOUT.size
+                data_len, offsets = pickle.loads(view[start : start + header_len])
+                start += header_len
+                data = view[start : start + data_len]
+                body_start = _aligned(start + data_len)
+                buffers = [view[body_start + offset : body_start + offset + length]
+                           for offset, length in offsets]
+            finally:
+                view.release()  # the slices keep the mapping exported, the whole view not
+            return data, buffers
+
+    def _map(self, path: str) -> mmap.mmap:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            if self.spill_dir is None:
+                raise
+            fd = os.open(os.path.join(self.spill_dir, os.path.basename(path)), os.O_RDONLY)
+        try:
+            return mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._mappings
+
+    def close_if_unviewed(self, path: str) -> bool:
+        """Close ``path``'s mapping if nothing points into it; True if none is left open."""
+        with self._lock:
+            mapping = self._mappings.get(path)
+            if mapping is None:
+                return True
+            if not _closed(mapping):
+                return False
+            del self._mappings[path]
+            return True
+
+    def __len__(self) -> int:
+        return len(self._mappings)
+
+    def forget(self, path: str) -> bool:
+        """Stop keeping ``path`` mapped; True if no value read from it is still alive."""
+        with self._lock:
+            mapping = self._mappings.pop(path, None)
+            return mapping is None or _closed(mapping)
+
+    def release_unused(self) -> list[str]:
+        """Close every mapping no value points into any more; return their paths."""
+        with self._lock:
+            closed = [path for path, mapping in self._mappings.items() if _closed(mapping)]
+            for path in closed:
+                del self._mappings[path]
+        return closed
+
+    def clear(self) -> None:
+        with self._lock:
+            self._mappings.clear()
+
+
+def _closed(mapping: mmap.mmap) -> bool:
+    try:
+        mapping.close()  # refuses (BufferError) while any array or view points into it
+    except BufferError:
+        return False
+    return True
+
+
+#: This process's mappings (the driver's store and a worker's reports both read it).
+MAPS = MappedSegments()
+
+
+def loads(stored: Stored) -> Any:
     """The value of ``stored``; arrays in a segment point into a read-only mapping.
 
-    With ``mappings`` (the driver's, owned by its object table), a segment is mapped once
-    and every ``get`` of it returns views of the same memory.
+    A segment is mapped once per process (:data:`MAPS`), and every ``get`` of it returns
+    views of the same memory.
     """
     if stored.path is None:
         return pickle.loads(stored.data, buffers=stored.buffers)
-    view = mappings.get(stored.path) if mappings is not None else None
-    if view is None:
-        fd = os.open(stored.path, os.O_RDONLY)
-        try:
-            view = memoryview(mmap.mmap(fd, 0, prot=mmap.PROT_READ))
-        finally:
-            os.close(fd)
-        if mappings is not None:
-            mappings[stored.path] = view
-    (header_len,) = _LAYOUT.unpack_from(view, 0)
-    start = _LAYOUT.size
-    data_len, offsets = pickle.loads(view[start : start + header_len])
-    start += header_len
-    data = view[start : start + data_len]
-    body_start = _aligned(start + data_len)
-    buffers = [view[body_start + offset : body_start + offset + length] for offset, length in offsets]
+    data, buffers = MAPS.parts(stored.path)
     return pickle.loads(data, buffers=buffers)

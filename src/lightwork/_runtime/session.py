@@ -7,8 +7,13 @@ A session has two private directories (mode 0700):
 * ``/dev/shm/lightwork-session_<time>_<pid>``: shared-memory segment files of large
   objects (falls back to a folder in the session directory where ``/dev/shm`` is absent).
 
-Both are removed at shutdown, by the fork server if the driver dies, and at the next
-``init`` on this machine if both of those were killed (their pid is gone).
+and a spill directory on disk for objects moved out of memory (``spill.py``): ``spill``
+in the session directory, or ``lightwork-spill-session_<...>`` inside the directory the
+user chose (``init(_spill_dir=)`` or Ray's ``object_spilling_config``).
+
+All are removed at shutdown, by the fork server if the driver dies, and (all but a
+user-chosen spill directory) at the next ``init`` on this machine if both of those were
+killed (their pid is gone).
 """
 
 from __future__ import annotations
@@ -35,9 +40,10 @@ class Session:
     name: str
     directory: str
     shm_dir: str
+    spill_dir: str
 
     @classmethod
-    def create(cls) -> Session:
+    def create(cls, spill_root: str | None = None) -> Session:
         remove_stale_sessions()
         name = time.strftime("session_%Y-%m-%d_%H-%M-%S_") + f"{time.monotonic_ns() % 1000000:06d}_{os.getpid()}"
         root = sessions_root()
@@ -49,10 +55,19 @@ class Session:
         else:
             shm_dir = os.path.join(directory, "objects")
         os.mkdir(shm_dir, 0o700)
-        return cls(name, directory, shm_dir)
+        if spill_root is None:
+            spill_dir = os.path.join(directory, "spill")
+        else:
+            spill_dir = os.path.join(spill_root, "lightwork-spill-" + name)
+        try:
+            os.makedirs(spill_dir, 0o700)
+        except OSError:
+            pass  # a read-only spill root: the spiller reports it when it first needs it
+        return cls(name, directory, shm_dir, spill_dir)
 
     def remove(self) -> None:
         shutil.rmtree(self.shm_dir, ignore_errors=True)
+        shutil.rmtree(self.spill_dir, ignore_errors=True)
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
@@ -104,7 +119,7 @@ class ForkServer:
         )
         self.process = subprocess.Popen(
             [sys.executable, "-c", code, src, str(child_end.fileno()), session.shm_dir,
-             session.directory],
+             session.spill_dir, session.directory],
             pass_fds=(child_end.fileno(),),
             stdin=subprocess.DEVNULL,
             start_new_session=True,

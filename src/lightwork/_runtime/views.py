@@ -40,6 +40,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from lightwork._runtime import serialization
 from lightwork._runtime.events import TaskRecord
 
 if TYPE_CHECKING:
@@ -342,10 +343,11 @@ def object_rows(node: Node) -> list[dict[str, Any]]:
             (e.object_id, e.owner, e.task_id, e.state, e.size,
              e.stored.path if e.stored is not None else None, e.driver_holds,
              sorted(e.holders or ()), e.task_uses, e.containers,
-             e.stored is not None and e.stored.path in table.mappings,
+             e.stored is not None and e.stored.path in serialization.MAPS,
              e.object_id in table.actor_handles, e.error)
             for e in table.entries.values()
         ]
+        spilled = set(node.store.spilled)
         wanted = {c[2] for c in copied if c[2] and c[2] not in live_names}
         ended_names = node.log.ended_names(wanted) if wanted else {}
     rows = []
@@ -371,7 +373,8 @@ def object_rows(node: Node) -> list[dict[str, Any]]:
             else ("(actor handle)" if handle else "(put)"),
             "state": _OBJECT_STATES.get(state, str(state)),
             "size": size,
-            "location": "shared memory" if path else ("inline" if state == 1 else None),
+            "location": ("spilled" if path in spilled else "shared memory") if path
+            else ("inline" if state == 1 else None),
             "reference_kind": primary,
             "reference_kinds": kinds,
             "holders": (["driver"] if driver_holds else []) + [f"worker {h}" for h in holders],
@@ -401,11 +404,13 @@ def memory_summary(node: Node, top: int = 10) -> dict[str, Any]:
     with node.lock:
         shm_bytes = node.objects.bytes_in_segments
         freed = node.objects.freed_count
+    store = node.store.summary()
     return {
         "objects": len(rows),
         "total_bytes": sum(row["size"] for row in rows),
         "shared_memory_bytes": shm_bytes,
         "freed_objects": freed,
+        "store": store,
         "by_owner": [
             {"owner": k, "count": c, "bytes": b} for k, (c, b) in sorted(by_owner.items())
         ],
@@ -456,6 +461,7 @@ def status(node: Node) -> dict[str, Any]:
             "failed": ended["FAILED"],
         },
         "objects": {"count": objects, "bytes": object_bytes, "shared_memory_bytes": shm_bytes},
+        "store": node.store.summary(),
         "event_log": log_facts,
     }
 

@@ -45,13 +45,40 @@ from lightwork._runtime.serialization import SerializationError, Stored
 FLUSH_AFTER_S = 0.001
 
 
+# Frames in these files are lightwork's own (worker loop, serialization, the API's
+# plumbing): a remote traceback shown to the user leaves them out.
+_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def user_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback (with its chained exceptions) without lightwork's frames.
+
+    A stack made only of lightwork frames (an error in lightwork itself) is kept whole.
+    """
+    formatted = traceback.TracebackException.from_exception(exc)
+    seen: set[int] = set()
+    pending = [formatted]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        kept = [f for f in current.stack if not f.filename.startswith(_LIGHTWORK_DIR)]
+        if kept and len(kept) != len(current.stack):
+            current.stack = traceback.StackSummary.from_list(kept)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return "".join(formatted.format())
+
+
 def error_outcome(name: str, exc: BaseException) -> Stored:
-    """Serialize a user exception as a TaskError, dropping the cause if it won't pickle."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    err = exceptions.TaskError(name, tb, exc, os.getpid())
+    """Serialize a user exception as a TaskError (see TaskError for how its cause travels)."""
     try:
-        return serialization.serialize(err, None)
-    except Exception:
+        tb = user_traceback(exc)
+    except Exception:  # noqa: BLE001 - never lose the error over its formatting
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        return serialization.serialize(exceptions.TaskError(name, tb, exc, os.getpid()), None)
+    except Exception:  # noqa: BLE001 - the cause is packed safely; this is a last resort
         return serialization.serialize(exceptions.TaskError(name, tb, None, os.getpid()), None)
 
 
@@ -96,6 +123,10 @@ class Worker:
         self.interrupted = 0  # the task a KeyboardInterrupt was raised in (at most once)
         ref_counter.reset()
         ref_counter.on_borrow = self._note_borrow
+        # The driver recycles a segment only when no worker maps it: say so before any
+        # message that could end this worker's use of the object (outbox goes first).
+        serialization.MAPS.on_map = self._note_mapped
+        serialization.MAPS.spill_dir = config.get("spill_dir")
 
     # -- ids and messages ------------------------------------------------------------
     def next_object_id(self) -> int:
@@ -103,6 +134,15 @@ class Worker:
 
     def _note_borrow(self, object_id: int) -> None:
         self.outbox.append((p.BORROW, object_id))
+
+    def _note_mapped(self, path: str) -> None:
+        self.outbox.append((p.MAPPED, path))
+
+    def _report_unmapped(self) -> None:
+        """Close the segments no value of this process points into; tell the driver."""
+        closed = serialization.MAPS.release_unused()
+        if closed:
+            self.outbox.append((p.UNMAPPED, closed))
 
     def send(self, messages: list[tuple[Any, ...]]) -> None:
         """Send ``messages`` after whatever is queued, with reference releases last."""
@@ -246,6 +286,8 @@ class Worker:
         self.current = None
         if outcome == "cancelled":
             self.cancelled_ids.discard(frame[0])
+        if len(serialization.MAPS):  # _execute's locals (args, result) are gone by now
+            self._report_unmapped()
         cpu = time.process_time() - cpu_started
         return (p.DONE, frame[0], outcome, (started, args_loaded, finished, time.monotonic(), cpu))
 

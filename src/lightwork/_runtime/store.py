@@ -1,0 +1,383 @@
+"""The driver's shared memory: recycled segments and who still reads them.
+
+Writing a large value into fresh tmpfs pages costs a page allocation, a zeroing and a
+page fault per 4 KiB: several times the copy itself. So the driver keeps the segments of
+freed objects (up to ``pool_limit`` bytes) mapped writable and faulted in, and writes the
+next large value into one of them: a ``put`` or a by-value argument then costs one
+``memcpy``. A segment is one file under the session's ``/dev/shm`` directory; a recycled
+one keeps its name (names are opaque to readers).
+
+A segment may hold a new value only when no reader anywhere still has a view into its
+old one (an array from ``get``, an argument an actor kept):
+
+* in the driver, ``serialization.MAPS.forget`` says so (an ``mmap`` cannot be closed
+  while a view of it exists);
+* a worker reports each segment it maps (``MAPPED``, sent before anything that could
+  end the worker's use of the object) and each mapping it has closed (``UNMAPPED``,
+  after each task); ``readers`` holds, per segment, the workers that map it.
+
+A freed segment that someone still reads is unlinked instead: the reader's mapping stays
+valid, and the memory returns to the system when the reader drops its view.
+
+The budget (``init(object_store_memory=)``; by default 30% of the machine's memory,
+capped by what ``/dev/shm`` has free, as in Ray) bounds live segments plus pooled ones.
+A driver write that would pass it first trims the pool, then asks the spiller
+(``spill.py``) to move the least recently used objects to disk and waits, at most
+``ROOM_WAIT_S``, for room; when nothing more can be spilled it raises
+``ObjectStoreFullError``. Workers write their own segments without asking (they report
+them with the result); the spiller then brings the store back under the budget.
+``live`` is kept in least-recently-used order (``touch``).
+
+Thread safety: the store has its own lock, taken briefly and never while calling out;
+``write`` runs in user threads (``put``, by-value arguments), ``release`` and the reader
+reports on the node's I/O thread under the node lock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lightwork._runtime import serialization
+from lightwork.exceptions import ObjectStoreFullError
+
+#: Capacity granularity: a segment is allocated in whole units of this.
+SEGMENT_UNIT = 64 * 1024
+#: A recycled segment may hold a value this many times smaller than its capacity, plus
+#: ``REUSE_SLACK`` bytes; a smaller value gets a new segment instead of wasting the rest.
+REUSE_RATIO = 2
+REUSE_SLACK = 4 * 1024 * 1024
+#: The longest a driver write waits for the spiller to make room before it fails.
+ROOM_WAIT_S = 1.5
+#: Once spilling, the spiller goes on until live bytes are this share of the budget, so
+#: the next writes find room without waiting.
+SPILL_TO = 0.9
+#: Share of the machine's memory the store may use by default (Ray's default).
+DEFAULT_BUDGET_SHARE = 0.3
+#: The smallest budget accepted: a few large objects.
+MIN_BUDGET = 4 * 1024 * 1024
+
+
+@dataclass(slots=True, eq=False)
+class Segment:
+    path: str
+    capacity: int
+    mapping: mmap.mmap | None = None  # the driver's writable mapping, faulted in
+    object_id: int = 0  # the object it holds (0: a call's arguments, or not yet known)
+
+
+class SegmentStore:
+    """Segments of the session's shared-memory directory (see the module docstring)."""
+
+    def __init__(self, shm_dir: str, budget: int, spill_dir: str | None = None) -> None:
+        self.shm_dir = shm_dir
+        self.budget = budget
+        self.pool_limit = budget // 4
+        self.spill_dir = spill_dir
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # notified when bytes are freed
+        self._names = itertools.count(1)
+        self.free: list[Segment] = []  # recycled, most recently freed last
+        self.live: dict[str, Segment] = {}  # value segments, least recently used first
+        self.readers: dict[str, set[int]] = {}  # segment path -> workers that map it
+        self.spilled: dict[str, int] = {}  # spill file path -> bytes
+        self.live_bytes = 0
+        self.pooled_bytes = 0
+        self.spilled_bytes = 0
+        self.spilled_total = 0  # objects ever spilled
+        self.recycled_count = 0
+        self.on_pressure: Callable[[], None] | None = None  # wakes the spiller
+        self.wanted = 0  # bytes a writer waits for
+        self.spill_stuck: str | None = None  # why the spiller cannot free more, if so
+        self.closed = False
+
+    # ---------------------------------------------------------------- writing
+    def write(self, data: bytes, raws: list[memoryview]) -> str:
+        """Write a value into a recycled (or new) segment; return its path."""
+        plan = serialization.layout(data, raws)
+        segment = self._take(plan.total)
+        if segment is None:
+            self._make_room(plan.total)
+            segment = self._create(plan.total)
+        try:
+            if segment.mapping is None:
+                segment.mapping = _map_writable(segment.path)
+            view = memoryview(segment.mapping)
+            try:
+                serialization.write_into(view, plan, data, raws)
+            finally:
+                view.release()
+        except BaseException:
+            self._discard(segment)
+            raise
+        with self._lock:
+            self.live[segment.path] = segment
+            self.live_bytes += segment.capacity
+        return segment.path
+
+    def _make_room(self, size: int) -> None:
+        """Return once ``size`` new bytes fit in the budget; else ObjectStoreFullError."""
+        if size > self.budget:
+            raise ObjectStoreFullError(
+                f"an object of {size:,} bytes is larger than the whole object store "
+                f"budget ({self.budget:,} bytes). Pass a larger object_store_memory to "
+                "init(), or split the value into smaller objects.")
+        deadline = time.monotonic() + ROOM_WAIT_S
+        with self._lock:
+            try:
+                while True:
+                    over = self.live_bytes + self.pooled_bytes + size - self.budget
+                    if over <= 0:
+                        return
+                    if self.pooled_bytes:
+                        self._trim_locked(max(0, self.pooled_bytes - over))
+                        continue
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self.spill_stuck is not None or self.closed:
+                        raise self._full_error(size)
+                    self.wanted = max(self.wanted, size)
+                    if self.on_pressure is not None:
+                        self.on_pressure()
+                    self._room.wait(min(left, 0.05))
+            finally:
+                self.wanted = 0
+
+    def _full_error(self, size: int) -> ObjectStoreFullError:
+        why = self.spill_stuck or "the spiller could not move objects to disk in time"
+        spill = ""
+        if self.spill_dir is not None:
+            spill = (f" The spill directory {self.spill_dir} holds {self.spilled_bytes:,} "
+                     f"bytes and has {serialization._free_bytes(self.spill_dir):,} free.")
+        return ObjectStoreFullError(
+            f"the object store is full: an object of {size:,} bytes does not fit; "
+            f"{self.live_bytes:,} of the {self.budget:,}-byte budget hold objects in use "
+            f"({why}).{spill} Drop ObjectRefs you no longer need, pass a larger "
+            "object_store_memory to init(), or give the spill directory more room.")
+
+    def wait_for_room(self) -> None:
+        """Wake writers waiting in ``_make_room`` (something was freed or spilled)."""
+        with self._lock:
+            self._room.notify_all()
+
+    @property
+    def over_budget(self) -> int:
+        """Bytes to spill: down to ``SPILL_TO`` of the budget, with room for a waiting write."""
+        target = int(self.budget * SPILL_TO) - self.wanted
+        return self.live_bytes + self.pooled_bytes - target
+
+    def touch(self, path: str) -> None:
+        """``path`` was just used: it is the last to spill."""
+        with self._lock:
+            segment = self.live.pop(path, None)
+            if segment is not None:
+                self.live[path] = segment
+
+    def track(self, path: str, size: int, object_id: int) -> None:
+        """A value segment now belongs to object ``object_id`` (a worker's: count it)."""
+        wake = False
+        with self._lock:
+            segment = self.live.get(path)
+            if segment is None and path not in self.spilled:
+                segment = self.live[path] = Segment(path, size)
+                self.live_bytes += size
+                wake = self.live_bytes + self.pooled_bytes + self.wanted > self.budget
+            if segment is not None:
+                segment.object_id = object_id
+        if wake and self.on_pressure is not None:
+            self.on_pressure()
+
+    def _take(self, size: int) -> Segment | None:
+        with self._lock:
+            best = None
+            for segment in self.free:
+                if segment.capacity >= size and (
+                        best is None or segment.capacity < best.capacity):
+                    best = segment
+            if best is None or best.capacity > size * REUSE_RATIO + REUSE_SLACK:
+                return None
+            self.free.remove(best)
+            self.pooled_bytes -= best.capacity
+            self.recycled_count += 1
+            return best
+
+    def _create(self, size: int) -> Segment:
+        capacity = -(-size // SEGMENT_UNIT) * SEGMENT_UNIT
+        path = f"{self.shm_dir}/s{next(self._names):x}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            serialization.allocate_file(fd, capacity, path)
+            mapping = mmap.mmap(fd, capacity, flags=mmap.MAP_SHARED | _POPULATE)
+        except BaseException:
+            serialization._unlink_quietly(path)
+            raise
+        finally:
+            os.close(fd)
+        return Segment(path, capacity, mapping)
+
+    # ---------------------------------------------------------------- readers
+    def add_reader(self, path: str, worker_id: int) -> None:
+        with self._lock:
+            self.readers.setdefault(path, set()).add(worker_id)
+
+    def remove_reader(self, path: str, worker_id: int) -> None:
+        with self._lock:
+            readers = self.readers.get(path)
+            if readers is not None:
+                readers.discard(worker_id)
+                if not readers:
+                    del self.readers[path]
+
+    def forget_worker(self, worker_id: int) -> None:
+        """A worker died: its mappings died with it."""
+        with self._lock:
+            for path in [p for p, ids in self.readers.items() if worker_id in ids]:
+                self.readers[path].discard(worker_id)
+                if not self.readers[path]:
+                    del self.readers[path]
+
+    # ---------------------------------------------------------------- freeing
+    def release(self, path: str) -> None:
+        """The value in segment ``path`` is freed: recycle the segment, or unlink it."""
+        unviewed = serialization.MAPS.forget(path)
+        with self._lock:
+            self._room.notify_all()
+            size = self.spilled.pop(path, None)
+            if size is not None:
+                self.spilled_bytes -= size
+                self.readers.pop(path, None)
+                serialization._unlink_quietly(path)
+                return
+            segment = self.live.pop(path, None)
+            if segment is not None:
+                self.live_bytes -= segment.capacity
+            read_elsewhere = self.readers.pop(path, None)
+            if unviewed and not read_elsewhere and not self.closed:
+                if segment is None:  # a worker wrote it: adopt it
+                    segment = Segment(path, _file_size(path))
+                room = min(self.pool_limit, self.budget - self.live_bytes)
+                if segment.capacity and self.pooled_bytes + segment.capacity <= room:
+                    self.free.append(segment)
+                    self.pooled_bytes += segment.capacity
+                    return
+        if segment is None:
+            segment = Segment(path, 0)
+        self._discard(segment)
+
+    def _discard(self, segment: Segment) -> None:
+        if segment.mapping is not None:
+            segment.mapping.close()
+            segment.mapping = None
+        serialization._unlink_quietly(segment.path)
+
+    def trim(self, keep: int = 0) -> None:
+        """Unlink recycled segments until at most ``keep`` bytes stay pooled."""
+        with self._lock:
+            self._trim_locked(keep)
+
+    def _trim_locked(self, keep: int) -> None:
+        while self.free and self.pooled_bytes > keep:
+            segment = self.free.pop(0)
+            self.pooled_bytes -= segment.capacity
+            self._discard(segment)  # unlink only: cheap enough to do holding the lock
+
+    # ---------------------------------------------------------------- spilling
+    def spill_path(self, path: str) -> str:
+        assert self.spill_dir is not None
+        return os.path.join(self.spill_dir, os.path.basename(path))
+
+    def moved_to_disk(self, path: str, spill_path: str, size: int) -> None:
+        """Segment ``path`` now lives in ``spill_path``: free its memory."""
+        serialization.MAPS.forget(path)
+        with self._lock:
+            segment = self.live.pop(path, None)
+            if segment is not None:
+                self.live_bytes -= segment.capacity
+            self.readers.pop(path, None)
+            self.spilled[spill_path] = size
+            self.spilled_bytes += size
+            self.spilled_total += 1
+            self._room.notify_all()
+        # Never recycled: a reader may have been sent the old path just now (it finds the
+        # spill file once this name is gone, but a reused segment would show new data).
+        self._discard(segment or Segment(path, 0))
+
+    def close(self) -> None:
+        """Unmap and unlink everything this store wrote (the session is ending)."""
+        with self._lock:
+            self.closed = True
+            segments = self.free + list(self.live.values())
+            self.free, self.live, self.pooled_bytes, self.live_bytes = [], {}, 0, 0
+            spilled, self.spilled = list(self.spilled), {}
+            self.readers.clear()
+            self._room.notify_all()
+        for segment in segments:
+            self._discard(segment)
+        for path in spilled:
+            serialization._unlink_quietly(path)
+
+    def summary(self) -> dict[str, object]:
+        with self._lock:
+            return {
+                "budget_bytes": self.budget,
+                "used_bytes": self.live_bytes,
+                "pooled_bytes": self.pooled_bytes,
+                "spilled_bytes": self.spilled_bytes,
+                "spilled_objects": len(self.spilled),
+                "spilled_total": self.spilled_total,
+                "spill_dir": self.spill_dir,
+                "spill_error": self.spill_stuck,
+            }
+
+
+# MAP_POPULATE faults the whole new mapping in with one call instead of one fault per page.
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+
+
+def _map_writable(path: str) -> mmap.mmap:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | _POPULATE)
+    finally:
+        os.close(fd)
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def default_budget(shm_dir: str) -> int:
+    """30% of the machine's memory, capped by what ``shm_dir``'s file system has free."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        total = 8 << 30
+    budget = int(total * DEFAULT_BUDGET_SHARE)
+    free = serialization._free_bytes(shm_dir)
+    return max(MIN_BUDGET, min(budget, free) if free else budget)
+
+
+def check_budget(value: object, shm_dir: str) -> int:
+    """Validate ``init(object_store_memory=)``; return the budget in bytes."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise TypeError(
+            f"object_store_memory must be a number of bytes (an int), got {value!r}")
+    if value < MIN_BUDGET:
+        raise ValueError(
+            f"object_store_memory={value!r} is too small: the store needs at least "
+            f"{MIN_BUDGET:,} bytes (4 MiB); pass a larger number of bytes, or leave it out "
+            "for the default (30% of memory)")
+    free = serialization._free_bytes(shm_dir)
+    if free and value > free:
+        raise ValueError(
+            f"object_store_memory={value:,} bytes is more than the {free:,} bytes free in "
+            f"{os.path.dirname(shm_dir) or shm_dir}, where objects live; pass at most "
+            f"{free:,}, or leave it out for the default")
+    return int(value)

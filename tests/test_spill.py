@@ -1,0 +1,266 @@
+"""The store's budget, spilling to disk, and what happens when even the disk is full.
+
+The default variants are scaled down to a few seconds; the full sizes of issue 11's chaos
+cases (256 MB budget, 150 arrays of 8-24 MB, 1,500 gets) run under ``-m chaos``
+(``make chaos``).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import zlib
+
+import numpy as np
+import pytest
+
+import lightwork as ray
+from lightwork import _api
+from lightwork.exceptions import ObjectStoreFullError
+
+MB = 1 << 20
+
+
+def _store():
+    return _api._node.store
+
+
+def _spill_files(directory: str) -> list[str]:
+    found = []
+    for root, _, files in os.walk(directory):
+        found += [os.path.join(root, name) for name in files]
+    return found
+
+
+# ------------------------------------------------------------------ the budget
+@pytest.mark.parametrize("value, error, words", [
+    (True, TypeError, "number of bytes"),
+    ("1GB", TypeError, "number of bytes"),
+    (-5, ValueError, "too small"),
+    (1000, ValueError, "too small"),
+    (1 << 60, ValueError, "free"),
+])
+def test_object_store_memory_is_validated(fresh_runtime, value, error, words):
+    with pytest.raises(error, match=words):
+        ray.init(num_cpus=1, object_store_memory=value)
+    assert not ray.is_initialized()
+
+
+def test_default_budget_is_a_share_of_memory_capped_by_shm(fresh_runtime):
+    ray.init(num_cpus=1)
+    budget = _store().budget
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    shm = os.statvfs("/dev/shm")
+    assert 0 < budget <= 0.3 * memory + 1
+    assert budget <= shm.f_bavail * shm.f_frsize + 1
+
+
+@pytest.mark.parametrize("config, words", [
+    ("not json", "not valid JSON"),
+    ({"type": "smart_open", "params": {"uri": "s3://x"}}, "local directory only"),
+])
+def test_spilling_config_is_validated(fresh_runtime, config, words):
+    with pytest.raises(ValueError, match=words):
+        ray.init(num_cpus=1, object_spilling_config=config)
+
+
+def test_missing_spill_dir_is_an_error(fresh_runtime, tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        ray.init(num_cpus=1, _spill_dir=str(tmp_path / "nowhere"))
+
+
+def test_status_and_memory_summary_show_the_store(fresh_runtime):
+    ray.init(num_cpus=1, object_store_memory=64 * MB)
+    ref = ray.put(np.ones(MB, dtype=np.uint8))
+    summary = ray.memory_summary() if hasattr(ray, "memory_summary") else None
+    from lightwork._runtime import views
+
+    store = views.memory_summary(_api._node)["store"]
+    assert store["budget_bytes"] == 64 * MB
+    assert store["used_bytes"] >= MB
+    assert views.status(_api._node)["store"]["budget_bytes"] == 64 * MB
+    del ref, summary
+
+
+# ------------------------------------------------------------------ spilling
+def _spill_run(budget: int, count: int, sizes: tuple[int, int], gets: int,
+               spill_dir: str | None = None) -> None:
+    """Put ``count`` arrays past ``budget``; ``gets`` random reads are bit-exact; tasks
+    read spilled arguments; dropping the refs empties the spill directory."""
+    kwargs = {"_spill_dir": spill_dir} if spill_dir else {}
+    ray.init(num_cpus=2, object_store_memory=budget, **kwargs)
+    store = _store()
+    rng = np.random.default_rng(11)
+    refs, sums = [], []
+    for _ in range(count):
+        array = rng.integers(0, 255, int(rng.integers(*sizes)), dtype=np.uint8)
+        refs.append(ray.put(array))
+        sums.append(zlib.crc32(array))
+    assert store.spilled_total > 0, "nothing was spilled"
+    assert store.live_bytes <= budget
+
+    @ray.remote
+    def checksum(array):
+        return zlib.crc32(array)
+
+    picks = rng.integers(0, count, gets)
+    for index in picks[: gets // 2]:
+        assert zlib.crc32(ray.get(refs[index])) == sums[index]
+    tasks = [checksum.remote(refs[i]) for i in picks[gets // 2 :]]
+    assert ray.get(tasks) == [sums[i] for i in picks[gets // 2 :]]
+    ready, _ = ray.wait(refs, num_returns=count, timeout=10)
+    assert len(ready) == count
+
+    directory = store.spill_dir
+    assert _spill_files(directory)
+    del refs, tasks, ready
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while _spill_files(directory) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _spill_files(directory) == []
+    ray.shutdown()
+    assert not os.path.exists(directory)
+
+
+def test_spill_gets_are_bit_exact_and_files_go_with_refs(fresh_runtime):
+    _spill_run(budget=24 * MB, count=30, sizes=(MB, 3 * MB), gets=150)
+
+
+@pytest.mark.chaos
+@pytest.mark.timeout(300)
+def test_chaos_spill_full_size(fresh_runtime):
+    _spill_run(budget=256 * MB, count=150, sizes=(8 * MB, 24 * MB), gets=1500)
+
+
+def test_spilled_object_of_a_dead_worker_is_removed(fresh_runtime):
+    ray.init(num_cpus=2, object_store_memory=16 * MB)
+
+    @ray.remote
+    class Maker:
+        def make(self, n):
+            return [ray.put(np.full(2 * MB, i, dtype=np.uint8)) for i in range(n)]
+
+        def pid(self):
+            return os.getpid()
+
+    maker = Maker.remote()
+    inner = ray.get(maker.make.remote(12))  # refs owned by the actor's worker
+    deadline = time.monotonic() + 5
+    while _store().spilled_total == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    directory = _store().spill_dir
+    assert _spill_files(directory)
+    os.kill(ray.get(maker.pid.remote()), signal.SIGKILL)
+    del inner
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while _spill_files(directory) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _spill_files(directory) == []
+
+
+def test_spill_files_removed_when_the_driver_is_killed(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, numpy as np, lightwork as ray, time
+        ray.init(num_cpus=1, object_store_memory={16 * MB}, _spill_dir={str(tmp_path)!r})
+        refs = [ray.put(np.full({2 * MB}, i, dtype=np.uint8)) for i in range(16)]
+        store = ray._api._node.store
+        while not store.spilled_total:
+            time.sleep(0.02)
+        print("spilled", flush=True)
+        time.sleep(60)
+    """)
+    driver = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline().strip() == "spilled"
+        assert _spill_files(str(tmp_path))
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+        deadline = time.monotonic() + 5
+        while os.listdir(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.listdir(tmp_path) == []
+    finally:
+        driver.kill()
+        driver.wait()
+
+
+def test_ray_spilling_config_form_is_used(fresh_runtime, tmp_path):
+    config = json.dumps({"type": "filesystem", "params": {"directory_path": str(tmp_path)}})
+    ray.init(num_cpus=1, object_store_memory=8 * MB, object_spilling_config=config)
+    assert _store().spill_dir.startswith(str(tmp_path))
+    refs = [ray.put(np.full(2 * MB, i, dtype=np.uint8)) for i in range(8)]
+    assert [int(ray.get(r)[0]) for r in refs] == list(range(8))
+    assert _spill_files(str(tmp_path))
+    ray.shutdown()
+    assert os.listdir(tmp_path) == []
+
+
+# ------------------------------------------------------------------ store full
+def test_object_larger_than_budget_fails_at_once(fresh_runtime):
+    ray.init(num_cpus=1, object_store_memory=8 * MB)
+    started = time.monotonic()
+    with pytest.raises(ObjectStoreFullError, match="larger than the whole object store"):
+        ray.put(np.zeros(9 * MB, dtype=np.uint8))
+    assert time.monotonic() - started < 2
+
+
+def _mount_tmpfs(directory: str, options: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", directory],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"mount is not permitted here: {done.stderr.strip()}")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A spill directory on a 4 MiB file system (a tmpfs stands in for a full disk)."""
+    directory = tmp_path / "disk"
+    directory.mkdir()
+    _mount_tmpfs(str(directory), "size=4m")
+    yield str(directory)
+    subprocess.run(["umount", "-l", str(directory)], check=False)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    directory = tmp_path / "ro"
+    directory.mkdir()
+    _mount_tmpfs(str(directory), "ro,size=1m")
+    yield str(directory)
+    subprocess.run(["umount", "-l", str(directory)], check=False)
+
+
+def test_pinned_objects_past_budget_and_disk_fail_fast(fresh_runtime, small_disk):
+    ray.init(num_cpus=1, object_store_memory=8 * MB, _spill_dir=small_disk)
+    first = ray.put(np.full(6 * MB, 1, dtype=np.uint8))
+    started = time.monotonic()
+    with pytest.raises(ObjectStoreFullError) as caught:
+        ray.put(np.full(6 * MB, 2, dtype=np.uint8))
+    assert time.monotonic() - started < 2
+    message = str(caught.value)
+    assert "budget" in message and small_disk in message and "object_store_memory" in message
+    assert ray.get(first)[-1] == 1  # what was stored stays readable
+
+
+def test_read_only_spill_dir_keeps_data_and_reports_once(fresh_runtime, read_only_dir, caplog):
+    ray.init(num_cpus=1, object_store_memory=8 * MB, _spill_dir=read_only_dir)
+    refs = [ray.put(np.full(2 * MB, i, dtype=np.uint8)) for i in range(3)]
+    with caplog.at_level(logging.ERROR, logger="lightwork"):
+        for i in range(3):
+            with pytest.raises(ObjectStoreFullError, match="spill directory"):
+                ray.put(np.full(3 * MB, 9, dtype=np.uint8))
+    reports = [r for r in caplog.records if "spilling objects to disk stopped" in r.getMessage()]
+    assert len(reports) == 1
+    assert [int(ray.get(r)[0]) for r in refs] == [0, 1, 2]
+    assert _store().summary()["spill_error"]

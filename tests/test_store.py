@@ -1,0 +1,134 @@
+"""The object store's shared memory: recycled segments never change a value a reader holds."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import lightwork as ray
+from lightwork import _api
+from lightwork._runtime import serialization
+
+MB = 1_000_000
+
+
+@pytest.fixture(autouse=True)
+def runtime(two_cpus):
+    yield
+
+
+def _store():
+    return _api._node.store
+
+
+def _churn(fill: int, count: int = 12, size: int = 2 * MB) -> None:
+    """Write ``count`` large objects at once (so every pooled segment is taken), in the
+    driver and in workers, read them, and free them."""
+
+    @ray.remote
+    def make(n, value):
+        return np.full(n, value, dtype=np.uint8)
+
+    @ray.remote
+    def first(a):
+        return int(a[0])
+
+    for _ in range(2):
+        refs = [ray.put(np.full(size, fill, dtype=np.uint8)) for _ in range(count)]
+        refs += [make.remote(size, fill) for _ in range(count // 2)]
+        assert ray.get([first.remote(ref) for ref in refs]) == [fill] * len(refs)
+        by_value = [first.remote(np.full(size, fill, dtype=np.uint8)) for _ in range(count)]
+        assert ray.get(by_value) == [fill] * count
+        del refs, by_value
+        gc.collect()
+
+
+def test_freed_segments_are_reused():
+    before = _store().recycled_count
+    _churn(3, count=4)
+    assert _store().recycled_count > before, "no segment was recycled"
+
+
+def test_view_held_in_driver_survives_reuse():
+    ref = ray.put(np.full(2 * MB, 7, dtype=np.uint8))
+    held = ray.get(ref)
+    path = _api._node.objects.get(ref.id).stored.path
+    del ref
+    gc.collect()
+    before = _store().recycled_count
+    _churn(9)
+    assert _store().recycled_count > before
+    assert path not in [segment.path for segment in _store().free]
+    assert held.min() == held.max() == 7
+    assert not held.flags.writeable
+
+
+def test_task_result_view_held_in_driver_survives_reuse():
+    @ray.remote
+    def make():
+        return np.full(2 * MB, 5, dtype=np.uint8)
+
+    ref = make.remote()
+    held = ray.get(ref)
+    del ref
+    gc.collect()
+    _churn(9)
+    assert held.min() == held.max() == 5
+
+
+def test_view_held_in_actor_survives_reuse():
+    @ray.remote
+    class Keeper:
+        def keep(self, array):
+            self.array = array  # a view into the argument's segment, kept past the call
+            return int(array[0])
+
+        def look(self, array):
+            return int(array[0])
+
+        def kept(self):
+            return int(self.array.min()), int(self.array.max())
+
+    keeper = Keeper.remote()
+    assert ray.get(keeper.keep.remote(np.full(2 * MB, 7, dtype=np.uint8))) == 7
+    for _ in range(8):  # by-value arguments the actor reads and lets go: these recycle
+        assert ray.get(keeper.look.remote(np.full(2 * MB, 9, dtype=np.uint8))) == 9
+    _churn(9)
+    assert ray.get(keeper.kept.remote()) == (7, 7)
+
+
+def test_view_held_in_task_worker_survives_reuse():
+    @ray.remote
+    def keep(array):
+        import sys
+
+        sys.lightwork_test_kept = array  # stays in the worker process after the task
+        return int(array[0])
+
+    @ray.remote
+    def kept():
+        import sys
+
+        value = getattr(sys, "lightwork_test_kept", None)
+        return None if value is None else (int(value.min()), int(value.max()))
+
+    assert ray.get(keep.remote(np.full(2 * MB, 7, dtype=np.uint8))) == 7
+    _churn(9)
+    seen = {ray.get(kept.remote()) for _ in range(8)} - {None}
+    assert seen == {(7, 7)}
+
+
+def test_mapping_table_reports_closing_only_unviewed():
+    segments = serialization.MappedSegments()
+    ref = ray.put(np.full(2 * MB, 1, dtype=np.uint8))
+    path = _api._node.objects.get(ref.id).stored.path
+    data, buffers = segments.parts(path)
+    view = np.frombuffer(buffers[0], dtype=np.uint8)
+    del data, buffers
+    assert segments.release_unused() == []
+    assert path in segments
+    del view
+    assert segments.release_unused() == [path]
+    assert path not in segments
