@@ -276,10 +276,10 @@ class Worker:
         if _test_gate_dir is not None:
             _hold_at_gate("dispatched", frame[2])
         started = time.monotonic()
-        cpu_started = time.process_time()  # all threads: shows tasks that oversubscribe
         args_loaded = finished = started
+        cpu = 0.0
         try:
-            outcome, args_loaded, finished = self._execute(frame, started)
+            outcome, args_loaded, finished, cpu = self._execute(frame, started)
         except KeyboardInterrupt:  # a cancel that landed outside _execute's own handlers
             finished = time.monotonic()
             outcome = "cancelled"
@@ -288,14 +288,16 @@ class Worker:
             self.cancelled_ids.discard(frame[0])
         if len(serialization.MAPS):  # _execute's locals (args, result) are gone by now
             self._report_unmapped()
-        cpu = time.process_time() - cpu_started
         return (p.DONE, frame[0], outcome, (started, args_loaded, finished, time.monotonic(), cpu))
 
-    def _execute(self, frame: tuple[Any, ...], started: float) -> tuple[Any, float, float]:
-        """Run one task; return its outcome and when its arguments were loaded and it ended."""
+    def _execute(self, frame: tuple[Any, ...], started: float) -> tuple[Any, float, float, float]:
+        """Run one task: its outcome, when its arguments were loaded and it ended, its CPU."""
         (task_id, key, name, args_stored, dep_values, return_ids, _resources, gpu_ids) = frame
         outcome: Any
         args_loaded = started
+        # The process's CPU time (all threads: shows tasks that oversubscribe) over the
+        # call alone: loading arguments and storing results are the runtime's work.
+        cpu = cpu_started = 0.0
         try:
             self.current = frame  # from here a SIGINT naming this task interrupts it
             if (self.cancel_signalled or self.cancelled_ids) and self.cancelled(task_id):
@@ -305,11 +307,13 @@ class Worker:
             fn = self.target(key)
             args, kwargs = load_args(args_stored, dep_values)
             args_loaded = time.monotonic()
+            cpu_started = time.process_time()
             result = fn(*args, **kwargs)
             if self.loop is not None and inspect.iscoroutine(result):
                 result = self.loop.run(result)
             del args, kwargs
             finished = time.monotonic()
+            cpu = time.process_time() - cpu_started
             outcome = self.store_results(name, result, return_ids)
             del result
         except KeyboardInterrupt as exc:
@@ -328,7 +332,7 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001 - user errors become results
             finished = time.monotonic()
             outcome = ("error", error_outcome(name, exc))
-        return outcome, args_loaded, finished
+        return outcome, args_loaded, finished, cpu
 
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         """Create this worker's actor instance; the DONE says whether ``__init__`` worked."""
