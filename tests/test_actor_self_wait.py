@@ -9,12 +9,15 @@ actors may wait on their own calls while a slot is free; that must keep working.
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from helpers import arrive_and_wait, wait_for_file, wait_until
 
 import lightwork as ray
 from lightwork import exceptions as exc
 from lightwork import state
+from lightwork.cli import print_status
 
 pytestmark = pytest.mark.lightwork_only  # Ray hangs on these programs
 
@@ -60,6 +63,10 @@ def test_a_sync_actor_getting_its_own_call_raises_instead_of_hanging():
                 if r["actor_id"] == int(actor._actor_id, 16)]
     assert report["method"] == "Single.outer" and report["waits_for"] == ["Single.inner"]
     assert "test_actor_self_wait.py" in report["callsite"]
+    text = io.StringIO()
+    print_status(ray.state.status(), text)
+    [line] = [line for line in text.getvalue().splitlines() if line.startswith("deadlocks")]
+    assert "Single.outer waiting for Single.inner at" in line
 
 
 def test_a_get_with_a_timeout_times_out_instead():
