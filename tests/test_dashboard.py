@@ -447,6 +447,13 @@ def test_mirror_filters_and_sorts_like_a_brute_force_as_records_arrive():
     expected = [i for i in range(4000) if i % 10 == 0 and names[i % 3] == "b.train"]
     assert again["total"] == len(expected)
     assert [r["task_id"] for r in again["rows"]] == expected[::-1][:5]
+    every = [mirror._ended_row(i) for i in range(4000)]
+    for key in ("run_s", "queued_s"):
+        page = mirror.tasks(sort=key, descending=True, page_size=200, page=3)
+        wanted = sorted((r[key] for r in every), reverse=True)[600:800]
+        assert [r[key] for r in page["rows"]] == wanted, key
+    states = mirror.tasks(sort="state", descending=False, page_size=200)
+    assert {r["state"] for r in states["rows"]} == {"FAILED"}  # F before FINISHED
     sizes = mirror.tasks(sort="name", descending=False, page_size=200)
     assert [r["name"] for r in sizes["rows"]] == ["a.load"] * 200
     summary = {f["name"]: f for f in mirror.function_summary()["functions"]}
