@@ -297,6 +297,18 @@ def seeds_good_versions():
     lightwork.get([s.actor_func.remote() for s in sleepers])
 
 
+def streaming_generator():
+    """Ray's streaming generator: read each item as the task yields it."""
+
+    @lightwork.remote
+    def produce(n):
+        for i in range(n):
+            time.sleep(0.05)
+            yield i
+
+    assert [lightwork.get(ref) for ref in produce.remote(10)] == list(range(10))
+
+
 def driver_work_overlapping_tasks():
     """Submit first, then the driver's own work, then get: the workers run meanwhile."""
     refs = [work.remote(0.1, x) for x in range(6)]
@@ -309,7 +321,7 @@ PROGRAMS = [
     progress_polling, progress_polling_of_fewer_tasks_than_slots, pipeline_with_wait, bounded_in_flight, dependent_chain_by_ref,
     synchronous_parameter_server, asynchronous_parameter_server,
     calls_on_one_stateful_actor, actor_pool, big_results, nested_tasks,
-    seeds_good_versions, driver_work_overlapping_tasks,
+    seeds_good_versions, streaming_generator, driver_work_overlapping_tasks,
 ]
 
 
