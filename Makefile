@@ -43,6 +43,7 @@ chaos: $(STAMP)
 
 bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/run.py
+	$(PY) bench/spill.py
 
 # Chromium, for the test that opens visualize()'s HTML in a real browser. Installed when
 # this runs as root with apt-get (as in CI); otherwise that one test is skipped, saying so.
