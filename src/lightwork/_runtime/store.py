@@ -36,6 +36,7 @@ reports on the node's I/O thread under the node lock.
 from __future__ import annotations
 
 import itertools
+import math
 import mmap
 import os
 import threading
@@ -46,8 +47,6 @@ from dataclasses import dataclass
 from lightwork._runtime import serialization
 from lightwork.exceptions import ObjectStoreFullError
 
-#: Capacity granularity: a segment is allocated in whole units of this.
-SEGMENT_UNIT = 64 * 1024
 #: A recycled segment may hold a value this many times smaller than its capacity, plus
 #: ``REUSE_SLACK`` bytes; a smaller value gets a new segment instead of wasting the rest.
 REUSE_RATIO = 2
@@ -103,7 +102,11 @@ class SegmentStore:
         segment = self._take(plan.total)
         if segment is None:
             self._make_room(plan.total)
-            segment = self._create(plan.total)
+            segment = self._create(data, raws)
+            with self._lock:
+                self.live[segment.path] = segment
+                self.live_bytes += segment.capacity
+            return segment.path
         try:
             if segment.mapping is None:
                 segment.mapping = _map_writable(segment.path)
@@ -205,19 +208,10 @@ class SegmentStore:
             self.recycled_count += 1
             return best
 
-    def _create(self, size: int) -> Segment:
-        capacity = -(-size // SEGMENT_UNIT) * SEGMENT_UNIT
+    def _create(self, data: bytes, raws: list[memoryview]) -> Segment:
+        """A new segment holding the value (mapped writable only once it is recycled)."""
         path = f"{self.shm_dir}/s{next(self._names):x}"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            serialization.allocate_file(fd, capacity, path)
-            mapping = mmap.mmap(fd, capacity, flags=mmap.MAP_SHARED | _POPULATE)
-        except BaseException:
-            serialization._unlink_quietly(path)
-            raise
-        finally:
-            os.close(fd)
-        return Segment(path, capacity, mapping)
+        return Segment(path, serialization.write_segment(path, data, raws))
 
     # ---------------------------------------------------------------- readers
     def add_reader(self, path: str, worker_id: int) -> None:
@@ -366,7 +360,7 @@ def default_budget(shm_dir: str) -> int:
 
 def check_budget(value: object, shm_dir: str) -> int:
     """Validate ``init(object_store_memory=)``; return the budget in bytes."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         raise TypeError(
             f"object_store_memory must be a number of bytes (an int), got {value!r}")
     if value < MIN_BUDGET:
