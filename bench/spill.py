@@ -44,7 +44,7 @@ def _drop_page_cache() -> bool:
 def measure() -> dict[str, float | None]:
     import lightwork
 
-    lightwork.init(num_cpus=2, object_store_memory=BUDGET)
+    lightwork.init(num_cpus=2, object_store_memory=BUDGET, advisor=False)
     node = lightwork._api._node
     store, spiller = node.store, node.spiller
     arrays = [np.full(ARRAY, i % 251, dtype=np.uint8) for i in range(TOTAL // ARRAY)]

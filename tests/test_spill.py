@@ -260,6 +260,34 @@ def test_pinned_objects_past_budget_and_disk_fail_fast(fresh_runtime, small_disk
     assert ray.get(first)[-1] == 1  # what was stored stays readable
 
 
+def test_objects_in_use_past_the_budget_fail_fast(fresh_runtime, tmp_path):
+    """Nothing can be spilled (a running task reads each object): ObjectStoreFullError
+    at once, naming why; the tasks then finish."""
+    from helpers import wait_for_file
+
+    ray.init(num_cpus=2, object_store_memory=8 * MB)
+    gate = str(tmp_path / "gate")
+
+    @ray.remote
+    def hold(array, index):
+        open(os.path.join(os.path.dirname(gate), f"started-{index}"), "w").close()
+        wait_for_file(gate)
+        return int(array[0])
+
+    refs = [ray.put(np.full(3 * MB, i, dtype=np.uint8)) for i in range(2)]
+    try:
+        running = [hold.remote(ref, i) for i, ref in enumerate(refs)]
+        for i in range(2):
+            assert wait_for_file(str(tmp_path / f"started-{i}"), 20)
+        started = time.monotonic()
+        with pytest.raises(ObjectStoreFullError, match="in use"):
+            ray.put(np.full(3 * MB, 9, dtype=np.uint8))
+        assert time.monotonic() - started < 2
+    finally:
+        open(gate, "w").close()
+    assert ray.get(running, timeout=20) == [0, 1]
+
+
 def test_read_only_spill_dir_keeps_data_and_reports_once(fresh_runtime, read_only_dir, caplog):
     ray.init(num_cpus=1, object_store_memory=8 * MB, _spill_dir=read_only_dir)
     refs = [ray.put(np.full(2 * MB, i, dtype=np.uint8)) for i in range(3)]
@@ -304,3 +332,52 @@ def test_full_shared_memory_is_an_error_not_a_crash(fresh_runtime, tmp_path, mon
         ray.shutdown()
     finally:
         subprocess.run(["umount", "-l", str(shm)], check=False)
+
+
+def test_a_stalled_disk_never_stalls_tasks_or_gets(fresh_runtime, monkeypatch):
+    """The spill thread blocked in its copy (a disk that hangs): tasks, small puts and
+    gets of objects in memory go on meanwhile; spilling finishes once the disk answers."""
+    import threading
+
+    from lightwork._runtime import spill
+
+    disk_answers = threading.Event()
+    copying = threading.Event()
+    real_copy = spill._copy_file
+
+    def hanging_copy(source, target):
+        copying.set()
+        disk_answers.wait(30)
+        real_copy(source, target)
+
+    monkeypatch.setattr(spill, "_copy_file", hanging_copy)
+    ray.init(num_cpus=2, object_store_memory=8 * MB)
+    refs = [ray.put(np.full(2 * MB, i, dtype=np.uint8)) for i in range(3)]
+    outcome = []
+
+    def write():
+        try:
+            outcome.append(ray.put(np.full(3 * MB, 7, dtype=np.uint8)))
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            outcome.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()  # needs room: waits for the spiller, which hangs on the disk
+    assert copying.wait(10)
+
+    @ray.remote
+    def add(a, b):
+        return a + b
+
+    try:
+        assert ray.get([add.remote(i, 1) for i in range(200)], timeout=20) == list(range(1, 201))
+        assert ray.get(ray.put(list(range(1000))), timeout=5)[-1] == 999
+        assert int(ray.get(refs[1], timeout=5)[0]) == 1
+        assert _store().spilled_total == 0
+        assert outcome == []  # still waiting for room, not failed
+    finally:
+        disk_answers.set()
+    writer.join(10)
+    assert _store().spilled_total >= 1
+    assert len(outcome) == 1 and int(ray.get(outcome[0])[0]) == 7, outcome
+    assert [int(ray.get(r)[0]) for r in refs] == [0, 1, 2]

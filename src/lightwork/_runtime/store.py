@@ -51,8 +51,10 @@ from lightwork.exceptions import ObjectStoreFullError
 #: ``REUSE_SLACK`` bytes; a smaller value gets a new segment instead of wasting the rest.
 REUSE_RATIO = 2
 REUSE_SLACK = 4 * 1024 * 1024
-#: The longest a driver write waits for the spiller to make room before it fails.
-ROOM_WAIT_S = 1.5
+#: The longest a driver write waits for the spiller to make room while it is still moving
+#: objects (a slow disk); with nothing left to move, or a broken spill disk, it fails
+#: at once.
+ROOM_WAIT_S = 60.0
 #: Once spilling, the spiller goes on until live bytes are this share of the budget, so
 #: the next writes find room without waiting.
 SPILL_TO = 0.9
@@ -93,6 +95,7 @@ class SegmentStore:
         self.on_pressure: Callable[[], None] | None = None  # wakes the spiller
         self.wanted = 0  # bytes a writer waits for
         self.spill_stuck: str | None = None  # why the spiller cannot free more, if so
+        self.nothing_to_spill = False  # the spiller found every object in memory in use
         self.closed = False
 
     # ---------------------------------------------------------------- writing
@@ -132,6 +135,7 @@ class SegmentStore:
                 "init(), or split the value into smaller objects.")
         deadline = time.monotonic() + ROOM_WAIT_S
         with self._lock:
+            self.nothing_to_spill = False  # the spiller looks again for this write
             try:
                 while True:
                     over = self.live_bytes + self.pooled_bytes + size - self.budget
@@ -141,17 +145,20 @@ class SegmentStore:
                         self._trim_locked(max(0, self.pooled_bytes - over))
                         continue
                     left = deadline - time.monotonic()
-                    if left <= 0 or self.spill_stuck is not None or self.closed:
+                    if (left <= 0 or self.spill_stuck is not None or self.closed
+                            or self.nothing_to_spill or self.on_pressure is None):
                         raise self._full_error(size)
                     self.wanted = max(self.wanted, size)
-                    if self.on_pressure is not None:
-                        self.on_pressure()
+                    self.on_pressure()  # cheap (an Event) when the spiller is awake
                     self._room.wait(min(left, 0.05))
             finally:
                 self.wanted = 0
 
     def _full_error(self, size: int) -> ObjectStoreFullError:
-        why = self.spill_stuck or "the spiller could not move objects to disk in time"
+        why = self.spill_stuck or (
+            "every object in memory is in use: read by a running task or a worker, or "
+            "an array in the driver points into it" if self.nothing_to_spill
+            else f"the spiller did not make room within {ROOM_WAIT_S:.0f} s")
         spill = ""
         if self.spill_dir is not None:
             spill = (f" The spill directory {self.spill_dir} holds {self.spilled_bytes:,} "
@@ -162,9 +169,12 @@ class SegmentStore:
             f"({why}).{spill} Drop ObjectRefs you no longer need, pass a larger "
             "object_store_memory to init(), or give the spill directory more room.")
 
-    def wait_for_room(self) -> None:
-        """Wake writers waiting in ``_make_room`` (something was freed or spilled)."""
+    def wait_for_room(self, nothing_to_spill: bool = False) -> None:
+        """Wake writers waiting in ``_make_room``: something was freed or spilled, or
+        (``nothing_to_spill``) the spiller found nothing it may move."""
         with self._lock:
+            if nothing_to_spill and self.over_budget > 0:
+                self.nothing_to_spill = True
             self._room.notify_all()
 
     @property
