@@ -18,7 +18,7 @@ import cloudpickle
 from lightwork._object_ref import ObjectRef
 from lightwork._remote import callsite
 from lightwork._runtime.actors import Actor
-from lightwork._runtime.calls import check_amount, check_options
+from lightwork._runtime.calls import ArgumentCheck, check_amount, check_options
 from lightwork._runtime.scheduler import make_shape
 from lightwork._runtime.serialization import SerializationError, describe_unpicklable
 
@@ -63,6 +63,7 @@ class ActorClass:
         self._cls = cls
         self._options = _check_actor_options(options, cls.__qualname__)
         self._methods = _methods_of(cls)
+        self._checks: dict[str, ArgumentCheck] | None = None  # made at the first .remote()
         self._key: bytes | None = None
         self._blob: bytes | None = None
         self.__name__ = cls.__name__
@@ -82,6 +83,23 @@ class ActorClass:
     def options(self, **options: Any) -> _BoundActorOptions:
         _check_actor_options(options, self._cls.__qualname__)
         return _BoundActorOptions(self, {**self._options, **options})
+
+    def _argument_checks(self) -> dict[str, ArgumentCheck]:
+        """Signature checks of the constructor ("__init__") and of each method, by name."""
+        if self._checks is None:
+            cls = self._cls
+            qualname = cls.__qualname__
+            checks = {"__init__": ArgumentCheck(cls, qualname)}
+            for name in self._methods:
+                static = inspect.getattr_static(cls, name, None)
+                if static is None:
+                    continue
+                # A plain function is called bound: its first parameter is the instance.
+                checks[name] = ArgumentCheck(
+                    getattr(cls, name), f"{qualname}.{name}",
+                    skip_first=inspect.isfunction(static))
+            self._checks = checks
+        return self._checks
 
     def _payload(self) -> tuple[bytes, bytes]:
         if self._key is None:
@@ -112,6 +130,10 @@ class _BoundActorOptions:
 
 def _check_actor_options(options: dict[str, Any], what: str) -> dict[str, Any]:
     check_options(options, ACTOR_OPTIONS, f"actor class {what}")  # names, resource amounts
+    if options.get("scheduling_strategy") is not None:
+        from lightwork.util.scheduling_strategies import check_strategy
+
+        check_strategy(options["scheduling_strategy"], f"actor class {what}")
     lifetime = options.get("lifetime")
     if lifetime not in (None, "detached", "non_detached"):
         raise ValueError(f"lifetime must be None, 'detached' or 'non_detached', got {lifetime!r}")
@@ -136,6 +158,8 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
     from lightwork._api import _core
     from lightwork._runtime.calls import prepare_args
 
+    checks = actor_class._argument_checks()
+    checks["__init__"].bind(args, kwargs)
     core = _core(args, kwargs)
     name = options.get("name")
     namespace = options.get("namespace")
@@ -151,6 +175,11 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
         place = hold = make_shape({"CPU": float(options["num_cpus"]), **extra})
     else:  # Ray's default: 1 CPU to be placed, none held while it runs
         place, hold = make_shape({"CPU": 1.0, **extra}), make_shape(extra)
+    if options.get("scheduling_strategy") is not None or options.get("placement_group") is not None:
+        from lightwork.util.scheduling_strategies import shape_for
+
+        what = f"actor {actor_class._cls.__qualname__}"
+        place, hold = shape_for(options, place, what), shape_for(options, hold, what)
     actor_id = core.next_object_id()
     stored, deps = prepare_args(args, kwargs, None)
     actor = Actor(
@@ -160,16 +189,22 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
         methods=actor_class._methods,
     )
     core.create_actor(actor, blob)
-    return ActorHandle(ObjectRef(actor_id), actor.class_name, actor_class._methods)
+    return ActorHandle(ObjectRef(actor_id), actor.class_name, actor_class._methods, checks)
 
 
 class ActorHandle:
     """A reference to a running actor; call its methods with ``handle.method.remote()``."""
 
-    def __init__(self, ref: ObjectRef, class_name: str, methods: dict[str, int]) -> None:
+    def __init__(
+        self, ref: ObjectRef, class_name: str, methods: dict[str, int],
+        checks: dict[str, ArgumentCheck] | None = None,
+    ) -> None:
         self._ref = ref
         self._class_name = class_name
         self._methods = methods
+        # Signature checks of the methods, where this process has the class (the handle
+        # Cls.remote() returned); a handle rebuilt elsewhere leaves the check to the actor.
+        self._checks = checks
 
     @property
     def _actor_id(self) -> str:
@@ -220,6 +255,11 @@ class ActorMethod:
         from lightwork._api import _core
 
         handle = self._handle
+        checks = handle._checks
+        if checks is not None:
+            check = checks.get(self._name)
+            if check is not None and (kwargs or not check.low <= len(args) <= check.high):
+                check.bind(args, kwargs)
         name = self._call_name or f"{handle._class_name}.{self._name}"
         refs = _core((handle,)).submit_actor_task(
             handle._ref.id, self._name, name, args, kwargs, self._num_returns, callsite(1)

@@ -15,7 +15,7 @@ from typing import Any
 
 import cloudpickle
 
-from lightwork._runtime.calls import TASK_OPTIONS, CallSpec, check_options
+from lightwork._runtime.calls import TASK_OPTIONS, ArgumentCheck, CallSpec, check_options
 from lightwork._runtime.serialization import SerializationError, describe_unpicklable
 
 
@@ -25,9 +25,11 @@ class RemoteFunction:
     def __init__(self, function: Any, options: dict[str, Any]) -> None:
         self._function = function
         self._options = check_options(dict(options), TASK_OPTIONS, f"remote function {_name(function)}")
+        _check_strategy(self._options, f"remote function {_name(function)}")
         self._key: bytes | None = None
         self._blob: bytes | None = None
         self._spec: CallSpec | None = None
+        self._arguments: ArgumentCheck | None = None
         functools.update_wrapper(self, function, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -45,11 +47,20 @@ class RemoteFunction:
 
     def _call_spec(self, options: dict[str, Any]) -> CallSpec:
         key, blob = self._payload()
-        return CallSpec(key, blob, options.get("name") or _name(self._function), options)
+        if self._arguments is None:
+            self._arguments = ArgumentCheck(self._function, _name(self._function))
+        spec = CallSpec(key, blob, options.get("name") or _name(self._function), options,
+                        self._arguments)
+        if options.get("scheduling_strategy") is not None or options.get("placement_group") is not None:
+            from lightwork.util.scheduling_strategies import shape_for
+
+            spec.shape = shape_for(options, spec.shape, f"task {spec.name}")
+        return spec
 
     def options(self, **options: Any) -> _BoundOptions:
         """This function with some options changed for the calls made through the result."""
         check_options(options, TASK_OPTIONS, f"remote function {_name(self._function)}")
+        _check_strategy(options, f"remote function {_name(self._function)}")
         return _BoundOptions(self, {**self._options, **options})
 
     def _payload(self) -> tuple[bytes, bytes]:
@@ -89,7 +100,15 @@ class _BoundOptions:
 
     def options(self, **options: Any) -> _BoundOptions:
         check_options(options, TASK_OPTIONS, "remote function")
+        _check_strategy(options, "remote function")
         return _BoundOptions(self._remote_function, {**self._options, **options})
+
+
+def _check_strategy(options: dict[str, Any], what: str) -> None:
+    if options.get("scheduling_strategy") is not None:
+        from lightwork.util.scheduling_strategies import check_strategy
+
+        check_strategy(options["scheduling_strategy"], what)
 
 
 def _name(function: Any) -> str:
@@ -104,6 +123,9 @@ def callsite(depth: int) -> tuple[str, int, str]:
 
 
 def _submit(spec: CallSpec, args: tuple, kwargs: dict) -> Any:
+    check = spec.arguments
+    if kwargs or not check.low <= len(args) <= check.high:
+        check.bind(args, kwargs)
     refs = _api._core(args, kwargs).submit_task(spec, args, kwargs, callsite(2))
     num_returns = spec.num_returns
     if num_returns == 1:

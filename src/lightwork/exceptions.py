@@ -13,6 +13,8 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
 
     LightworkError (RayError)
     ├── TaskError (RayTaskError)            user code raised; also the user's class
+    ├── UnserializableException             stands in for a user's exception that could
+    │                                       not be sent back; type name and message kept
     ├── ActorError (RayActorError)
     │   └── ActorDiedError
     ├── WorkerCrashedError                  process died while running a task
@@ -23,6 +25,7 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     │   └── SessionEndedError               a ref or actor handle from an ended session
     ├── GetTimeoutError                     also a built-in TimeoutError
     ├── TaskCancelledError
+    ├── TaskPlacementGroupRemoved           the task's placement group was removed
     ├── ObjectStoreFullError                no room in memory nor on the spill disk
     ├── OutOfMemoryError                    the memory monitor killed the task's worker
     ├── PendingCallsLimitExceeded           an actor's max_pending_calls was reached
@@ -53,7 +56,9 @@ __all__ = [
     "RuntimeSystemError",
     "SessionEndedError",
     "TaskCancelledError",
+    "TaskPlacementGroupRemoved",
     "TaskError",
+    "UnserializableException",
     "UnsupportedOnBackend",
     "WorkerCrashedError",
 ]
@@ -68,6 +73,17 @@ class TaskError(LightworkError):
 
     ``get`` raises an instance of a class derived from both this class and the user's
     exception class (see :meth:`as_instanceof_cause`).
+
+    How the cause travels from the worker: pickled on its own, inside the error (see
+    :func:`_pack_cause`), so a cause that cannot be rebuilt never makes the whole error
+    unreadable. The sender checks that the pickle loads again; when it does not (an
+    ``__init__`` whose required arguments are not the exception's ``args``, such as
+    ``subprocess.CalledProcessError`` or ``MyError(a, b)`` calling ``super().__init__(msg)``),
+    the cause is sent as its class, ``args`` and ``__dict__`` and rebuilt without calling
+    ``__init__``. When even that fails (an attribute holding a lock, a class the receiver
+    cannot import), the cause becomes an :class:`UnserializableException` keeping the
+    original type's name and message; the task name and the remote traceback are kept in
+    every case.
     """
 
     def __init__(
@@ -81,17 +97,28 @@ class TaskError(LightworkError):
         self.traceback_str = traceback_str
         self.cause = cause
         self.pid = pid
-        super().__init__(self._message())
+        # Not super().__init__: in a class derived from the user's class too, that would
+        # be the user's __init__, which may need arguments we do not have.
+        Exception.__init__(self, self._message())
 
     def _message(self) -> str:
         where = f" (pid={self.pid})" if self.pid else ""
-        return f"task {self.function_name}{where} raised:\n{self.traceback_str.rstrip()}"
+        text = f"task {self.function_name}{where} raised:\n{self.traceback_str.rstrip()}"
+        cause = self.cause
+        if isinstance(cause, UnserializableException):
+            text += (
+                f"\n(the exception, a {cause.type_name}, {cause.reason}; it is raised here "
+                "as lightwork.exceptions.UnserializableException, with its type name in "
+                ".type_name and its message in .message)"
+            )
+        return text
 
     def __str__(self) -> str:
         return self._message()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (TaskError, (self.function_name, self.traceback_str, self.cause, self.pid))
+        return (_unpack_task_error, (
+            self.function_name, self.traceback_str, _pack_cause(self.cause), self.pid, False))
 
     def as_instanceof_cause(self) -> TaskError:
         """This error as an instance of a class deriving from the user's class too."""
@@ -107,9 +134,95 @@ class TaskError(LightworkError):
         except TypeError:  # a class we cannot subclass (final, odd metaclass, layout)
             return self
         err.__dict__.update(getattr(cause, "__dict__", {}))  # e.g. OSError's errno
-        TaskError.__init__(err, self.function_name, self.traceback_str, cause, self.pid)
+        TaskError.__init__(err, self.function_name, self.traceback_str, self.cause, self.pid)
         err.args = (self._message(),)
         return err
+
+
+class UnserializableException(LightworkError):
+    """Stands in for a task's exception that could not be sent back or rebuilt.
+
+    It is the ``cause`` of the ``TaskError`` that ``get`` raises (which is an instance of
+    both). ``type_name`` is the original exception's qualified class name, ``message``
+    its ``str()``, ``reason`` why it could not travel (e.g. an attribute holding a lock).
+    The remote traceback is in the TaskError's message.
+    """
+
+    def __init__(self, type_name: str, message: str, reason: str) -> None:
+        self.type_name = type_name
+        self.message = message
+        self.reason = reason
+        super().__init__(f"{type_name}: {message}" if message else type_name)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (UnserializableException, (self.type_name, self.message, self.reason))
+
+
+def _type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _pack_cause(cause: BaseException | None) -> tuple[Any, ...] | None:
+    """The cause as (pickle, type name, message), with a pickle that is known to load."""
+    if cause is None:
+        return None
+    import pickle
+
+    import cloudpickle
+
+    try:
+        message = str(cause)
+    except Exception as exc:  # noqa: BLE001 - a broken __str__ must not lose the error
+        message = f"<str() failed: {type(exc).__name__}>"
+    reason = ""
+    for attempt in (cause, _CauseByState(cause)):
+        try:
+            data = cloudpickle.dumps(attempt, protocol=5)
+            pickle.loads(data)  # the receiver runs the same code: make sure it loads
+            return (data, _type_name(cause), message, "")
+        except Exception as exc:  # noqa: BLE001 - try the next form, then give up
+            reason = reason or f"{type(exc).__name__}: {exc}"
+    return (None, _type_name(cause), message, f"could not be pickled ({reason})")
+
+
+def _unpack_cause(packed: tuple[Any, ...] | None) -> BaseException | None:
+    if packed is None:
+        return None
+    import pickle
+
+    data, type_name, message, reason = packed
+    if data is not None:
+        try:
+            return pickle.loads(data)
+        except Exception as exc:  # noqa: BLE001 - e.g. a class this process cannot import
+            reason = f"could not be rebuilt here ({type(exc).__name__}: {exc})"
+    return UnserializableException(type_name, message, reason)
+
+
+def _unpack_task_error(
+    name: str, tb: str, packed: tuple[Any, ...] | None, pid: int | None, dual: bool
+) -> TaskError:
+    error = TaskError(name, tb, _unpack_cause(packed), pid)
+    return error.as_instanceof_cause() if dual else error
+
+
+class _CauseByState:
+    """Pickles an exception as its class, args and attributes, never calling __init__."""
+
+    def __init__(self, cause: BaseException) -> None:
+        self.cause = cause
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        cause = self.cause
+        return (_restore_cause, (type(cause), cause.args, dict(getattr(cause, "__dict__", {}))))
+
+
+def _restore_cause(cls: type, args: tuple, state: dict[str, Any]) -> BaseException:
+    cause = cls.__new__(cls, *args)
+    cause.args = args
+    cause.__dict__.update(state)
+    return cause
 
 
 _DUAL_CLASSES: dict[type, type] = {}
@@ -120,7 +233,8 @@ def _dual_class(cause_cls: type) -> type:
     if derived is None:
 
         def reduce(self: TaskError) -> tuple[Any, ...]:
-            return (_rebuild_dual, (self.function_name, self.traceback_str, self.cause, self.pid))
+            return (_unpack_task_error, (
+                self.function_name, self.traceback_str, _pack_cause(self.cause), self.pid, True))
 
         derived = type(
             f"TaskError({cause_cls.__name__})",
@@ -129,10 +243,6 @@ def _dual_class(cause_cls: type) -> type:
         )
         _DUAL_CLASSES[cause_cls] = derived
     return derived
-
-
-def _rebuild_dual(name: str, tb: str, cause: BaseException | None, pid: int | None) -> TaskError:
-    return TaskError(name, tb, cause, pid).as_instanceof_cause()
 
 
 class ActorError(LightworkError):
@@ -186,6 +296,10 @@ class GetTimeoutError(LightworkError, TimeoutError):
 
 class TaskCancelledError(LightworkError):
     """The task was cancelled with ``cancel`` before it finished."""
+
+
+class TaskPlacementGroupRemoved(LightworkError):
+    """The task was to run in a placement group that was removed before it could start."""
 
 
 class ObjectStoreFullError(LightworkError):

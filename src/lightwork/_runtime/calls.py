@@ -12,6 +12,7 @@ through cloudpickle (functions and classes defined in ``__main__`` must travel b
 from __future__ import annotations
 
 import numbers
+import sys
 from typing import Any
 
 from lightwork._object_ref import ObjectRef
@@ -67,18 +68,83 @@ def prepare_args(
     return serialization.serialize((new_args, new_kwargs), segment_path), tuple(deps)
 
 
+class ArgumentCheck:
+    """Checks a call's arguments against the callee's signature at ``.remote()``, as Ray does.
+
+    The common call, positional arguments only and as many as the function takes, passes
+    on two comparisons (``low <= len(args) <= high``); anything else (keyword arguments,
+    a count out of range) is bound with ``inspect.Signature.bind`` once per *shape* (the
+    number of positional arguments and the keyword names, which alone decide whether a
+    call binds); shapes that bound are remembered, so repeated keyword calls stay cheap.
+    A callee without a readable signature (some builtins) is not checked.
+    """
+
+    __slots__ = ("fitting_shapes", "high", "low", "signature", "what")
+
+    def __init__(self, callee: Any, what: str, skip_first: bool = False) -> None:
+        import inspect
+
+        self.what = what
+        self.fitting_shapes: set[tuple[Any, ...]] = set()
+        try:
+            signature: inspect.Signature | None = inspect.signature(callee)
+        except (TypeError, ValueError):
+            signature = None
+        if signature is not None and skip_first:
+            parameters = list(signature.parameters.values())[1:]
+            signature = signature.replace(parameters=parameters)
+        self.signature = signature
+        if signature is None:
+            self.low, self.high = 0, sys.maxsize
+            return
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        low = high = 0
+        for parameter in signature.parameters.values():
+            if parameter.kind in positional:
+                high += 1
+                if parameter.default is inspect.Parameter.empty:
+                    low += 1
+            elif parameter.kind == inspect.Parameter.VAR_POSITIONAL:
+                high = sys.maxsize
+            elif (parameter.kind == inspect.Parameter.KEYWORD_ONLY
+                  and parameter.default is inspect.Parameter.empty):
+                low = sys.maxsize  # a required keyword: never the quick path
+        self.low, self.high = low, high
+
+    def bind(self, args: tuple, kwargs: dict[str, Any]) -> None:
+        """Raise TypeError naming the callee when ``args``/``kwargs`` do not fit it."""
+        if self.signature is None:
+            return
+        shape = (len(args), *kwargs)
+        if shape in self.fitting_shapes:
+            return
+        try:
+            self.signature.bind(*args, **kwargs)
+            if len(self.fitting_shapes) < 64:  # bounded: keyword names may be made up per call
+                self.fitting_shapes.add(shape)
+        except TypeError as exc:
+            raise TypeError(
+                f"{self.what}.remote() was called with arguments that do not match "
+                f"{self.what}{self.signature}: {exc}"
+            ) from None
+
+
 class CallSpec:
     """What every call of one remote function with one set of options shares.
 
     Computed once per (function, options) and reused by each ``.remote()``.
     """
 
-    __slots__ = ("key", "blob", "name", "shape", "cpus", "num_returns", "max_retries",
-                 "retry_exceptions")
+    __slots__ = ("arguments", "key", "blob", "name", "shape", "cpus", "num_returns",
+                 "max_retries", "retry_exceptions")
 
-    def __init__(self, key: bytes, blob: bytes, name: str, options: dict[str, Any]) -> None:
+    def __init__(
+        self, key: bytes, blob: bytes, name: str, options: dict[str, Any],
+        arguments: ArgumentCheck | None = None,
+    ) -> None:
         from lightwork._runtime.scheduler import make_shape
 
+        self.arguments = arguments or ArgumentCheck(None, name)
         self.key = key
         self.blob = blob
         self.name = name

@@ -45,13 +45,40 @@ from lightwork._runtime.serialization import SerializationError, Stored
 FLUSH_AFTER_S = 0.001
 
 
+# Frames in these files are lightwork's own (worker loop, serialization, the API's
+# plumbing): a remote traceback shown to the user leaves them out.
+_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def user_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback (with its chained exceptions) without lightwork's frames.
+
+    A stack made only of lightwork frames (an error in lightwork itself) is kept whole.
+    """
+    formatted = traceback.TracebackException.from_exception(exc)
+    seen: set[int] = set()
+    pending = [formatted]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        kept = [f for f in current.stack if not f.filename.startswith(_LIGHTWORK_DIR)]
+        if kept and len(kept) != len(current.stack):
+            current.stack = traceback.StackSummary.from_list(kept)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return "".join(formatted.format())
+
+
 def error_outcome(name: str, exc: BaseException) -> Stored:
-    """Serialize a user exception as a TaskError, dropping the cause if it won't pickle."""
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    err = exceptions.TaskError(name, tb, exc, os.getpid())
+    """Serialize a user exception as a TaskError (see TaskError for how its cause travels)."""
     try:
-        return serialization.serialize(err, None)
-    except Exception:
+        tb = user_traceback(exc)
+    except Exception:  # noqa: BLE001 - never lose the error over its formatting
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        return serialization.serialize(exceptions.TaskError(name, tb, exc, os.getpid()), None)
+    except Exception:  # noqa: BLE001 - the cause is packed safely; this is a last resort
         return serialization.serialize(exceptions.TaskError(name, tb, None, os.getpid()), None)
 
 
