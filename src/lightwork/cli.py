@@ -25,6 +25,8 @@ socket of its session (the newest of this user's sessions, or ``--session NAME``
     lightwork timeline [--output FILE]     Chrome trace JSON for ui.perfetto.dev
     lightwork stack [--native]             every thread of the driver and each worker
     lightwork advise [--format json]       the advisor's findings: mistakes and their fixes
+    lightwork dashboard [--port N] [--open] [--allow-actions]
+                                           a live dashboard in the browser (lightwork.dashboard)
 
 Exit status: 0 on success, 1 when no session answers (none running, it ended, or its
 driver did not reply in time), 2 for a usage error such as an unknown filter key.
@@ -433,6 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--full", action="store_true", help="do not fold lightwork's own frames")
     dump.add_argument("--process-timeout", type=float, default=control.DEFAULT_STACK_TIMEOUT_S,
                       help="seconds to wait for each process's dump (default 2)")
+    from lightwork.dashboard import add_command
+
+    add_command(commands, attach)
     return parser
 
 
@@ -456,6 +461,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
         print(lightwork.__version__, file=out)
         return 0
     try:
+        if args.command == "dashboard":
+            from lightwork.dashboard import run_command
+
+            return run_command(args, out)
         if args.command == "advise" and args.file:
             return advise_file(args.file, args.format == "json", out)
         return _attach(args, out)
