@@ -109,6 +109,8 @@ def init(
     event_budget: int | None = None,
     advisor: bool = True,
     dashboard: bool = False,
+    _memory_usage_threshold: float | None = None,
+    _memory_monitor_refresh_ms: float | None = None,
     **ray_kwargs: Any,
 ) -> InitContext:
     """Start the embedded runtime in this process, or connect to a cluster.
@@ -124,6 +126,8 @@ def init(
     it the timeline, the profilers and the advisor (only for measuring what it costs).
     ``dashboard=True`` (or Ray's ``include_dashboard=True``) starts the live dashboard in a
     process of its own and prints its URL (``lightwork.dashboard``).
+    ``_memory_usage_threshold`` (default 0.95) and ``_memory_monitor_refresh_ms`` (250; 0
+    turns it off) set the memory monitor (``lightwork._runtime.memory_monitor``).
     """
     global _node, _backend
     from lightwork._runtime.calls import check_amount
@@ -164,6 +168,10 @@ def init(
         from lightwork._runtime.store import check_budget
 
         object_store_memory = check_budget(object_store_memory, SHM_ROOT + "/.")
+    from lightwork._runtime.memory_monitor import MemoryMonitor, configure
+
+    memory_threshold, memory_refresh_s = configure(_memory_usage_threshold,
+                                                   _memory_monitor_refresh_ms)
     budget = 200_000 if event_budget is None else event_budget
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise ValueError(
@@ -185,6 +193,8 @@ def init(
         from lightwork.backends.local import LocalBackend
 
         node = Node(cpus, gpus, custom, namespace, budget, object_store_memory, spill_dir)
+        node.memory_monitor = MemoryMonitor(node, memory_threshold, memory_refresh_s)
+        node.memory_monitor.start()
         if advisor and budget:
             from lightwork.diagnostics.advisor import Advisor
 

@@ -1,6 +1,6 @@
 """The ``lightwork`` command line (also ``python -m lightwork``).
 
-``lightwork demo [--output-dir DIR]`` reproduces the loop experiments of Ray's profiling
+``lightwork demo [--output-dir DIR] [--dashboard]`` reproduces the loop experiments of Ray's profiling
 guide (ex1: ``get`` inside the loop, ex2: ``get`` after the loop, ex3: serial driver work
 between submissions) on a 4-CPU runtime, prints the timings beside the ideal ones and
 what the advisor found in each, and writes their timeline (findings included). It ends
@@ -101,7 +101,7 @@ _DASK_MISSING = ("the Dask example needs dask[array] and bokeh: install them wit
 
 
 def demo(out: TextIO = sys.stdout, timeline_path: str | None = DEMO_TIMELINE,
-         output_dir: str | None = None) -> int:
+         output_dir: str | None = None, dashboard: bool = False) -> int:
     """The demo; its files go to ``output_dir`` (else beside ``timeline_path``)."""
     import warnings
 
@@ -120,7 +120,7 @@ def demo(out: TextIO = sys.stdout, timeline_path: str | None = DEMO_TIMELINE,
     with warnings.catch_warnings():
         # The demo prints the findings itself; as warnings they would say it twice.
         warnings.simplefilter("ignore", AdviceWarning)
-        lightwork.init(num_cpus=4)
+        lightwork.init(num_cpus=4, dashboard=dashboard)  # the URL goes to stderr
         print(f"init took {time.perf_counter() - start:.3f} s\n", file=out)
         try:
             _loop_experiments(out)
@@ -207,8 +207,10 @@ TABLE_COLUMNS = {
                 "cpu_percent", "rss"),
     "objects": ("object_id", "owner", "state", "size", "location", "reference_kind",
                 "task_name", "holders"),
+    # Queued time per task (mean, p95), not summed: a sum over tasks that queue side by
+    # side is task-seconds, far above the run's wall time (it is in the JSON output).
     "summary": ("name", "type", "count", "state_counts", "mean_run_s", "p50_run_s",
-                "p95_run_s", "total_queued_s"),
+                "p95_run_s", "mean_queued_s", "p95_queued_s"),
     "owners": ("owner", "count", "bytes"),
     "kinds": ("kind", "count", "bytes"),
 }
@@ -225,13 +227,32 @@ def human_bytes(n: float | None) -> str:
     return f"{n:.1f} TB"
 
 
+def human_duration(seconds: float) -> str:
+    """A duration with its unit, so that microseconds do not read as 0.000."""
+    size = abs(seconds)
+    if size == 0:
+        return "0 s"
+    if size >= 1:
+        return f"{seconds:.3f} s"
+    if size >= 1e-3:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds * 1e6:.1f} µs"
+
+
+def _header(column: str) -> str:
+    """Durations carry their unit in each cell: the header drops the ``_s``."""
+    return column.removesuffix("_s").upper()
+
+
 def _cell(column: str, value: Any, width: int = 48) -> str:
     if value is None:
         return "-"
     if column in _BYTES:
         return human_bytes(value)
+    if column.endswith("_s") and isinstance(value, (int, float)):
+        return human_duration(value)
     if isinstance(value, float):
-        return f"{value:.3f}" if column.endswith("_s") else f"{value:g}"
+        return f"{value:g}"
     if isinstance(value, dict):
         value = " ".join(f"{k}={v}" for k, v in value.items())
     elif isinstance(value, list):
@@ -242,8 +263,8 @@ def _cell(column: str, value: Any, width: int = 48) -> str:
 
 def print_table(rows: list[dict[str, Any]], columns: tuple[str, ...], out: TextIO) -> None:
     cells = [[_cell(c, row.get(c)) for c in columns] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip(), file=out)
+    widths = [max([len(_header(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    print("  ".join(_header(c).ljust(w) for c, w in zip(columns, widths)).rstrip(), file=out)
     for r in cells:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip(), file=out)
 
@@ -396,6 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     demo_parser = commands.add_parser(
         "demo", help="the profiling guide's loop experiments, the advisor, a Dask profile")
+    demo_parser.add_argument("--dashboard", action="store_true",
+                             help="serve the live dashboard of the demo's session (URL printed)")
     demo_parser.add_argument("--output-dir", help="where to write the demo's timeline and "
                              "profile plot (default: the current directory)")
     commands.add_parser("version", help="print the version")
@@ -444,17 +467,44 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     args: Any = build_parser().parse_args(argv)
-    if args.command == "demo":
-        return demo(out, output_dir=args.output_dir)
-    if args.command == "run":
-        from lightwork._runtime import ray_alias
+    if args.command == "run":  # the program's own output is its business
+        return _run_program(args)
+    try:
+        status = _command(args, out)
+        out.flush()  # inside the try: a reader gone at the final flush is the same case
+        return status
+    except BrokenPipeError:
+        # The reader stopped early (``lightwork list tasks | head``): the output it
+        # wanted was written, so no traceback. Point stdout at /dev/null so the
+        # interpreter's own flush at exit does not fail again.
+        if out is sys.stdout:
+            _stdout_to_devnull()
+        return 1
 
-        try:
-            ray_alias.run(args.target, args.args, as_module=args.as_module)
-        except FileNotFoundError as exc:
-            print(f"lightwork: {exc}", file=sys.stderr)
-            return 2
-        return 0
+
+def _stdout_to_devnull() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind stdout (a test's stream)
+        pass
+
+
+def _run_program(args: Any) -> int:
+    from lightwork._runtime import ray_alias
+
+    try:
+        ray_alias.run(args.target, args.args, as_module=args.as_module)
+    except FileNotFoundError as exc:
+        print(f"lightwork: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _command(args: Any, out: TextIO) -> int:
+    if args.command == "demo":
+        return demo(out, output_dir=args.output_dir, dashboard=args.dashboard)
     if args.command == "version":
         import lightwork
 

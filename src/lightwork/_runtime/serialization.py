@@ -245,7 +245,13 @@ def write_into(view: memoryview, plan: Layout, data: bytes, raws: list[memoryvie
 def write_segment(path: str, data: bytes, raws: list[memoryview]) -> int:
     """Write a value into a new segment file at ``path``; return the file's length."""
     plan = layout(data, raws)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        # A retried task (its worker died after writing) or a re-run that rebuilds a lost
+        # result: replace the file; a reader's mapping keeps the old one's pages alive.
+        os.unlink(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         # pwrite, not a writable mapping: tmpfs allocates each page as it is written
         # (no page fault per 4 KiB, no zeroing pass), and a full tmpfs is ENOSPC here.

@@ -154,11 +154,13 @@ class Mirror:
 
     def _add_tasks(self, tasks: dict[str, Any]) -> None:
         first = len(self.state_of)
-        columns = tasks["columns"]
-        for name, column in self.floats.items():
-            column.frombytes(base64.b64decode(columns[name]))
-        for name, column in self.ints.items():
-            column.frombytes(base64.b64decode(columns[name]))
+        for kind, encoded, columns in (("d", tasks["floats"], self.floats),
+                                       ("q", tasks["ints"], self.ints)):
+            rows = array.array(kind)
+            rows.frombytes(base64.b64decode(encoded))
+            width = len(columns)
+            for k, column in enumerate(columns.values()):  # FLOAT_/INT_COLUMNS order
+                column.extend(rows[k::width])
         name_index, state_index = self._name_index, self._state_index
         names = [name_index.get(n) if n in name_index else self._intern_name(n)
                  for n in tasks["names"]]
@@ -228,6 +230,9 @@ class Mirror:
         if self.live["total"] > len(self.live["rows"]):
             banners.append(f"{self.live['total']:,} tasks are queued or running; the table "
                            f"lists the first {len(self.live['rows']):,} of them")
+        if self.actor_count > len(self.actors):
+            banners.append(f"{self.actor_count:,} actors; the actors view lists the first "
+                           f"{len(self.actors):,}")
         return {"session": self.session, "ended": self.ended, "end_reason": self.end_reason,
                 "synced_ago_s": round(time.monotonic() - self.synced_at, 1)
                 if self.synced_at else None,
