@@ -261,8 +261,8 @@ class SegmentStore:
                 self.live_bytes -= segment.capacity
             read_elsewhere = self.readers.pop(path, None)
             if unviewed and not read_elsewhere and not self.closed:
-                if segment is None:  # a worker wrote it: adopt it
-                    segment = Segment(path, _file_size(path))
+                if segment is None or segment.mapping is None:  # not yet ours to write
+                    segment = self._adopt(path)
                 room = min(self.pool_limit, self.budget - self.live_bytes)
                 if segment.capacity and self.pooled_bytes + segment.capacity <= room:
                     self.free.append(segment)
@@ -286,6 +286,16 @@ class SegmentStore:
         if segment is not None and segment.mapping is not None:
             segment.mapping.close()
             segment.mapping = None
+
+    def _adopt(self, path: str) -> Segment:
+        """Take a freed segment for reuse under a new name of the driver's: a worker's
+        task re-run (a retry, a lineage rebuild) writes its old name again."""
+        new_path = f"{self.shm_dir}/s{next(self._names):x}"
+        try:
+            os.rename(path, new_path)
+        except OSError:
+            return Segment(path, 0)  # gone or unmovable: not pooled (capacity 0)
+        return Segment(new_path, _file_size(new_path))
 
     def _discard(self, segment: Segment) -> None:
         if segment.mapping is not None:
