@@ -171,9 +171,9 @@ def with_history(n_tasks: int) -> dict[str, Any]:
 
 def synthetic(records: int) -> dict[str, Any]:
     import psutil
+    from test_dashboard import _synthetic_sync
 
     from lightwork.dashboard.mirror import Mirror
-    from test_dashboard import _synthetic_sync
 
     before = psutil.Process().memory_info().rss
     mirror = Mirror()

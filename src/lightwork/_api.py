@@ -133,7 +133,7 @@ def init(
     from lightwork._runtime.calls import check_amount
     from lightwork.backends import parse_address
 
-    if _worker is not None or (_backend is not None and _backend.node is None):
+    if _worker is not None or (_backend is not None and not _backend.in_driver):
         raise RuntimeError("lightwork.init() cannot be called inside a task or actor")
     backend_name, target = parse_address(address)
     spill_dir = _spill_dir_option(ray_kwargs.pop("_spill_dir", None),
@@ -152,6 +152,12 @@ def init(
     if not isinstance(dashboard, bool):
         raise TypeError(f"dashboard must be True or False, got {dashboard!r}")
     dashboard = dashboard or bool(ray_kwargs.pop("include_dashboard", None))
+    dashboard_port = ray_kwargs.pop("dashboard_port", None) if dashboard else None
+    if dashboard_port is not None and (isinstance(dashboard_port, bool)
+                                       or not isinstance(dashboard_port, int)
+                                       or not 0 <= dashboard_port <= 65535):
+        raise ValueError(f"dashboard_port must be a port number (0 picks a free one), "
+                         f"got {dashboard_port!r}")
     noted = sorted(k for k, v in ray_kwargs.items() if v not in (None, False))
     cpus = float(os.cpu_count() or 1) if num_cpus is None else check_amount("num_cpus", num_cpus)
     gpus = 0.0 if num_gpus is None else check_amount("num_gpus", num_gpus)
@@ -186,9 +192,12 @@ def init(
                 "lightwork.shutdown() first, or pass ignore_reinit_error=True"
             )
         if backend_name == "distributed":
-            raise ValueError(
-                f"address={address!r}: the Dask distributed backend is not there yet; call "
-                "init() without an address for the embedded runtime")
+            from lightwork.backends.cluster import DistributedBackend
+
+            _backend = DistributedBackend.connect(
+                target, num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
+                namespace=namespace)
+            return _context()
         from lightwork._runtime.node import Node
         from lightwork.backends.local import LocalBackend
 
@@ -202,7 +211,7 @@ def init(
             node.advisor.start()
         _node, _backend = node, LocalBackend(node, in_driver=True)
     if dashboard:
-        _start_dashboard()
+        _start_dashboard(dashboard_port or 0)
     if noted:
         print(
             f"lightwork: ignoring Ray-only init argument(s) {', '.join(noted)} "
@@ -212,7 +221,7 @@ def init(
     return _context()
 
 
-def _start_dashboard() -> None:
+def _start_dashboard(port: int) -> None:
     global _dashboard
     from lightwork.dashboard import launch
 
@@ -226,7 +235,7 @@ def _start_dashboard() -> None:
         print(f"lightwork: no dashboard: {_node.control.error}", file=sys.stderr)
         return
     try:
-        _dashboard = launch.start(_node.control.path)
+        _dashboard = launch.start(_node.control.path, port)
     except (OSError, RuntimeError) as exc:  # the program runs on without its dashboard
         print(f"lightwork: no dashboard: {exc}", file=sys.stderr)
         return
@@ -288,7 +297,7 @@ def shutdown() -> None:
     """
     global _node, _backend, _dashboard
     with _init_lock:
-        if _backend is not None and _backend.node is None:
+        if _backend is not None and not _backend.in_driver:
             return  # inside a task or actor: the driver owns the runtime
         backend, _backend, _node = _backend, None, None
         dashboard, _dashboard = _dashboard, None

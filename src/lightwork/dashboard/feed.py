@@ -12,9 +12,9 @@ A sync is incremental. The dashboard sends the cursors it reached, and gets:
   ``dropped_tasks + len(ring)`` records ever appended, so a cursor is that count; the
   new ones are the newest ``count - cursor`` of the ring, read from its right end (no
   walk over the older records). Those that fell out of the ring before they were read
-  are counted in ``lost``. The numbers travel as two ``array`` buffers (float64 and
-  int64, the fields of each row in turn), base64 of their bytes (encoding floats as JSON
-  text costs ten times more), and the names and states as plain lists. JSON and arrays of numbers only: nothing
+  are counted in ``lost``. The numbers travel packed (``struct``, one fixed-size row per
+  record, base64; encoding floats as JSON text costs ten times more), the names and
+  states as plain lists. JSON and arrays of numbers only: nothing
   received is ever unpickled.
 * the driver's blocked ``get``/``wait`` spans since ``span_cursor`` (the same scheme);
 * the live picture, small by construction: counts of live tasks by state, the first
@@ -35,10 +35,10 @@ Actions (``dashboard_cancel``, ``dashboard_kill``) exist only for the dashboard'
 
 from __future__ import annotations
 
-import array
 import base64
 import itertools
 import operator
+import struct
 import threading
 import time
 from collections import Counter
@@ -155,25 +155,26 @@ def _newest(ring: Any, total: int, cursor: int, limit: int) -> tuple[list[Any], 
     return newest[:wanted], lost, start + wanted
 
 
-_FLOAT_GETTER = operator.itemgetter(*(_FIELD_NAMES.index(n) for n in FLOAT_COLUMNS))
-_INT_GETTER = operator.itemgetter(*(_FIELD_NAMES.index(n) for n in INT_COLUMNS))
+#: One row's numbers: the float fields, then the int fields (native order: one machine).
+ROW_FORMAT = f"={len(FLOAT_COLUMNS)}d{len(INT_COLUMNS)}q"
+_ROW = struct.Struct(ROW_FORMAT)
+_NUMBERS = operator.itemgetter(*(_FIELD_NAMES.index(n) for n in FLOAT_COLUMNS + INT_COLUMNS))
 
 
 def _columns(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
-    """The records as two interleaved numeric arrays (float64 and int64, row by row, in
-    ``FLOAT_COLUMNS``/``INT_COLUMNS`` order), base64; names, states and errors as lists.
+    """The records' numbers as packed rows (``ROW_FORMAT``), base64; names, states and
+    errors as lists.
 
-    One ``itemgetter`` per kind picks a row's fields at once and the array is built from
-    the flattened values: about three times cheaper than a pass per column.
+    One ``itemgetter`` call picks a row's numbers and one ``Struct.pack`` packs them, both
+    in C (``starmap``): no Python loop per field, about twice cheaper than building an
+    array per column.
     """
     if not rows:
         return {"count": 0}
-    floats = array.array("d", [x for values in map(_FLOAT_GETTER, rows) for x in values])
-    ints = array.array("q", [x for values in map(_INT_GETTER, rows) for x in values])
+    packed = b"".join(itertools.starmap(_ROW.pack, map(_NUMBERS, rows)))
     return {
         "count": len(rows),
-        "floats": base64.b64encode(floats.tobytes()).decode(),
-        "ints": base64.b64encode(ints.tobytes()).decode(),
+        "rows": base64.b64encode(packed).decode(),
         "names": [row[_NAME] for row in rows],
         "states": [row[_STATE] for row in rows],
         "retries": [len(row[_RETRIES]) for row in rows],
@@ -272,7 +273,7 @@ class _BlockingCalls:
             if total <= MAX_PROGRESS_OBJECTS:
                 ready = 0
                 for ref in refs:
-                    entry = entries.get(getattr(ref, "id", None))
+                    entry = entries.get(getattr(ref, "id", -1))
                     if entry is None or entry.state != 0:  # 0 is PENDING
                         ready += 1
             out.append({"kind": kind, "thread": thread, "since": since, "objects": total,
