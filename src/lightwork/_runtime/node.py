@@ -498,7 +498,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                                                 or entry.stored.path != stored.path):
                     self.store.release(stored.path)
                 continue
-            entry.lineage = lineage
+            if stored.path is not None:  # an inline value lives in this table: never lost
+                entry.lineage = lineage
             self._resolve(entry, stored)
 
     def _should_retry_error(self, task: TaskSpec, error: Stored) -> bool:
