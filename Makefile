@@ -45,6 +45,7 @@ chaos: $(STAMP)
 
 bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/run.py
+	$(PY) bench/spill.py
 	$(PY) bench/dashboard.py
 	$(PY) bench/queue.py
 
