@@ -367,6 +367,23 @@ def test_a_saved_timeline_replays_as_an_ended_session(runtime, client, tmp_path)
         replay.load(str(tmp_path / "missing.json"))
 
 
+def test_no_page_open_means_no_sync(runtime, monkeypatch):
+    from lightwork.dashboard import server as server_module
+
+    monkeypatch.setattr(server_module, "IDLE_AFTER_S", 0.3)
+    monkeypatch.setattr(server_module, "SYNC_INTERVAL_S", 0.1)
+    server = DashboardServer(runtime["node"].control.path, port=0).start()
+    try:
+        Client(server, cookie=server.token).json("/api/overview")  # a visit: active
+        helpers.wait_until(lambda: server.mirror.syncs >= 3, message="syncs while active")
+        time.sleep(1.0)  # idle now (and any sync under way has ended)
+        idle_count = server.mirror.syncs
+        time.sleep(0.8)
+        assert server.mirror.syncs == idle_count
+    finally:
+        server.stop()
+
+
 # ---------------------------------------------------------------------------- the feed
 def test_newest_reads_only_what_is_new_and_counts_what_was_lost():
     ring: deque[int] = deque(maxlen=5)
@@ -381,6 +398,27 @@ def test_newest_reads_only_what_is_new_and_counts_what_was_lost():
     assert feed._newest(ring, 10, 50, 100) == ([5, 6, 7, 8, 9], 5, 10)  # a stale cursor
     with pytest.raises(ValueError, match="task_cursor"):
         feed.dispatch(None, "dashboard_sync", {"task_cursor": -1})  # type: ignore[arg-type]
+
+
+def test_live_counts_match_the_state_api_while_tasks_run_and_queue(runtime, tmp_path):
+    from collections import Counter
+
+    from lightwork._runtime import views
+
+    node = runtime["node"]
+    gate = str(tmp_path / "gate")
+    refs = [parked.remote(gate) for _ in range(5)]  # 2 CPUs: 2 run, 3 queue
+    call = runtime["tally"].add.remote(7)
+    try:
+        helpers.wait_until(lambda: feed.sync(node, 0, 0, 1, 10)["live"]["counts"].get(
+            "RUNNING", 0) >= 2, message="two tasks running")
+        with node.lock:
+            expected = Counter(views.live_task_state(node, t) for t in node.tasks.values())
+            counts = feed._live_counts(node)
+        assert counts == +expected and counts["RUNNING"] >= 2
+    finally:
+        open(gate, "w").close()
+    assert lightwork.get(refs, timeout=20) == [True] * 5 and lightwork.get(call) == 7
 
 
 def test_the_get_observer_goes_away_when_no_dashboard_asks(runtime, monkeypatch):
@@ -520,6 +558,35 @@ def test_the_page_keeps_the_final_state_after_the_program_ends():
         assert gone.status == 410 and "ended" in json.loads(gone.data)["error"]
     finally:
         server.stop()
+
+
+def test_the_command_attaches_prints_its_url_and_says_what_went_wrong(tmp_path):
+    info = helpers.start_session_driver(DRIVER)
+    command = [sys.executable, "-m", "lightwork", "dashboard", "--port", "0"]
+    process = subprocess.Popen(command, env=info["env"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("lightwork dashboard of session session_"), line
+        url = line.split(": ", 1)[1].strip()
+        assert url.startswith("http://127.0.0.1:") and "token=" in url
+        port, token = int(url.split(":")[2].split("/")[0]), url.split("token=")[1]
+        fake = DashboardServer.__new__(DashboardServer)
+        fake.port, fake.cookie_name, fake.token = port, f"lightwork_dashboard_{port}", token
+        assert Client(fake, cookie=token).json("/api/overview")["tasks"]["ended"]["FINISHED"] == 30
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+        helpers.stop_session_driver(info)
+    env = helpers.script_env()
+    env["TMPDIR"] = tempfile.mkdtemp(prefix="lw")  # no session there
+    for args, code, words in ((["--port", "0"], 1, "no running lightwork session"),
+                              (["--port", "70000"], 2, "--port"),
+                              (["--from", str(tmp_path / "none.json")], 2, "cannot read")):
+        done = subprocess.run(command[:4] + args, env=env, capture_output=True, text=True,
+                              timeout=30, check=False)
+        assert done.returncode == code, (args, done.stderr)
+        assert words in done.stderr
 
 
 def test_init_dashboard_prints_the_url_once_and_shows_the_final_state(tmp_path):

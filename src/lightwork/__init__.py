@@ -11,6 +11,7 @@ from lightwork import (
     exceptions,
 )
 from lightwork._actor import ActorClass, ActorHandle, get_actor, kill, method
+from lightwork._generator import DynamicObjectRefGenerator, ObjectRefGenerator
 from lightwork._api import (
     available_resources,
     backend,
@@ -65,7 +66,9 @@ __version__ = "0.1.0"
 __all__ = [
     "ActorClass",
     "ActorHandle",
+    "DynamicObjectRefGenerator",
     "ObjectRef",
+    "ObjectRefGenerator",
     "actor",
     "advise",
     "available_resources",

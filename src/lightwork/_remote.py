@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import sys
 from typing import Any
 
 import cloudpickle
 
+from lightwork._generator import ObjectRefGenerator
 from lightwork._runtime.calls import TASK_OPTIONS, ArgumentCheck, CallSpec, check_options
 from lightwork._runtime.serialization import SerializationError, describe_unpicklable
 
@@ -46,7 +48,12 @@ class RemoteFunction:
         return _submit(spec, args, kwargs)
 
     def _call_spec(self, options: dict[str, Any]) -> CallSpec:
-        key, blob = self._payload()
+        function = self._function
+        if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+            # A generator streams unless told otherwise (Ray's default since 2.8); a retry
+            # would yield its items again, so it is not retried unless asked.
+            options = {"num_returns": "streaming", "max_retries": 0, **options}
+        key, blob = self._payload(dynamic=options.get("num_returns") == "dynamic")
         if self._arguments is None:
             self._arguments = ArgumentCheck(self._function, _name(self._function))
         spec = CallSpec(key, blob, options.get("name") or _name(self._function), options,
@@ -63,7 +70,12 @@ class RemoteFunction:
         _check_strategy(options, f"remote function {_name(self._function)}")
         return _BoundOptions(self, {**self._options, **options})
 
-    def _payload(self) -> tuple[bytes, bytes]:
+    def _payload(self, dynamic: bool = False) -> tuple[bytes, bytes]:
+        if dynamic:  # the function runs inside DynamicReturns: another payload
+            from lightwork._generator import DynamicReturns
+
+            blob = cloudpickle.dumps(DynamicReturns(self._function))
+            return hashlib.blake2b(blob, digest_size=16).digest(), blob
         if self._key is None:
             try:
                 blob = cloudpickle.dumps(self._function)
@@ -141,7 +153,7 @@ def _submit(spec: CallSpec, args: tuple, kwargs: dict) -> Any:
     refs = _api._core(args, kwargs).submit_task(spec, args, kwargs, callsite(2))
     num_returns = spec.num_returns
     if num_returns == 1:
-        return refs[0]
+        return ObjectRefGenerator(refs[0]) if spec.stream else refs[0]
     if num_returns == 0:
         return None
     return refs

@@ -125,6 +125,10 @@ class ControlServer:
         self._thread.start()
         return self
 
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
     def stop(self) -> None:
         self._stop.set()
         for hook in self.stop_hooks:
