@@ -21,16 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
 from typing import Any, Callable
-
-# bench/ holds modules named like the standard library's (queue.py): keep it off the path.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 
 def noop() -> None:
