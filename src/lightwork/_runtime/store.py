@@ -267,6 +267,8 @@ class SegmentStore:
                 if segment.capacity and self.pooled_bytes + segment.capacity <= room:
                     self.free.append(segment)
                     self.pooled_bytes += segment.capacity
+                    if segment.mapping is None and self.on_pressure is not None:
+                        self.on_pressure()  # the background thread maps it (prepare_pool)
                     return
         if segment is None:
             segment = Segment(path, 0)
@@ -286,6 +288,33 @@ class SegmentStore:
         if segment is not None and segment.mapping is not None:
             segment.mapping.close()
             segment.mapping = None
+
+    def prepare_pool(self) -> None:
+        """Map pooled segments writable and fault them in, off the writers' path (run by
+        the spill thread): a write into a prepared segment is one ``memcpy``."""
+        while True:
+            with self._lock:
+                segment = next((s for s in self.free if s.mapping is None), None)
+                if segment is None or self.closed:
+                    return
+                self.free.remove(segment)  # out while mapping; still counted as pooled
+            try:
+                mapping = _map_writable(segment.path)
+            except (OSError, ValueError):
+                with self._lock:
+                    self.pooled_bytes -= segment.capacity
+                self._discard(segment)
+                continue
+            with self._lock:
+                segment.mapping = mapping
+                if self.closed:
+                    self.pooled_bytes -= segment.capacity
+                    discard = True
+                else:
+                    self.free.append(segment)
+                    discard = False
+            if discard:
+                self._discard(segment)
 
     def _adopt(self, path: str) -> Segment:
         """Take a freed segment for reuse under a new name of the driver's: a worker's
