@@ -292,29 +292,23 @@ class SegmentStore:
     def prepare_pool(self) -> None:
         """Map pooled segments writable and fault them in, off the writers' path (run by
         the spill thread): a write into a prepared segment is one ``memcpy``."""
+        tried: set[int] = set()
         while True:
             with self._lock:
-                segment = next((s for s in self.free if s.mapping is None), None)
+                segment = next((s for s in self.free
+                                if s.mapping is None and id(s) not in tried), None)
                 if segment is None or self.closed:
                     return
-                self.free.remove(segment)  # out while mapping; still counted as pooled
+            tried.add(id(segment))
             try:
-                mapping = _map_writable(segment.path)
+                mapping = _map_writable(segment.path)  # it stays in the pool meanwhile
             except (OSError, ValueError):
-                with self._lock:
-                    self.pooled_bytes -= segment.capacity
-                self._discard(segment)
-                continue
+                continue  # taken or trimmed meanwhile: nothing to prepare
             with self._lock:
-                segment.mapping = mapping
-                if self.closed:
-                    self.pooled_bytes -= segment.capacity
-                    discard = True
-                else:
-                    self.free.append(segment)
-                    discard = False
-            if discard:
-                self._discard(segment)
+                if segment.mapping is None and any(s is segment for s in self.free):
+                    segment.mapping = mapping
+                    continue
+            mapping.close()  # a writer took it (and mapped it) or it was trimmed
 
     def _adopt(self, path: str) -> Segment:
         """Take a freed segment for reuse under a new name of the driver's: a worker's
