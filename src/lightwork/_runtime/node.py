@@ -108,6 +108,7 @@ class Node(DriverCalls, WorkerRequests):
         event_budget: int,
         object_store_memory: int | None = None,
         spill_dir: str | None = None,
+        runtime_env: dict[str, Any] | None = None,
     ) -> None:
         total = {"CPU": float(num_cpus), "GPU": float(num_gpus), **resources}
         self.namespace = namespace
@@ -150,6 +151,10 @@ class Node(DriverCalls, WorkerRequests):
         # One thread per task slot unless the user chose: the "no speedup" trap of
         # multi-threaded numpy running in every worker at once.
         self.worker_env = {name: "1" for name in THREAD_VARS if name not in os.environ}
+        # init(runtime_env=...), normalized (runtime_env.py): set in every worker at start.
+        self.runtime_env = runtime_env
+        if runtime_env is not None:
+            self.worker_env.update(runtime_env["env_vars"])
         # Started before our I/O thread exists; it execs, so user threads do not matter.
         self.forkserver = ForkServer(self.session)
         self.selector = selectors.DefaultSelector()
@@ -184,9 +189,10 @@ class Node(DriverCalls, WorkerRequests):
     def _start_worker(self, pooled: bool = True) -> WorkerConn:
         worker_id = next(self._worker_ids)
         ours, theirs = socket.socketpair()
+        job_env = self.runtime_env
         config = {
-            "sys_path": list(sys.path),
-            "cwd": os.getcwd(),
+            "sys_path": job_env["paths"] + sys.path if job_env else list(sys.path),
+            "cwd": (job_env and job_env["working_dir"]) or os.getcwd(),
             "env": self.worker_env,
             "as_ray": ray_alias.installed(),
             "job_id": self.job_id,
