@@ -137,7 +137,10 @@ def test_install_as_ray_in_process_and_unknown_ray_libraries(tmp_path):
         lightwork.install_as_ray()
         lightwork.install_as_ray()  # twice is fine
         import ray, ray.util.multiprocessing, ray.actor
-        print(ray is lightwork, ray.actor.exit_actor is lightwork.actor.exit_actor)
+        import ray.util.placement_group
+        from ray.util.placement_group import placement_group, PlacementGroup
+        print(ray is lightwork, ray.actor.exit_actor is lightwork.actor.exit_actor,
+              ray.util.placement_group is placement_group is lightwork.util.placement_group)
         try:
             import ray.data
         except ModuleNotFoundError as exc:
@@ -149,7 +152,7 @@ def test_install_as_ray_in_process_and_unknown_ray_libraries(tmp_path):
     """))
     done = _run(["prog.py"], str(tmp_path))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["True True", "missing ray.data True",
+    assert done.stdout.splitlines() == ["True True True", "missing ray.data True",
                                         "private ray._private"]
 
 

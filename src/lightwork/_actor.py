@@ -145,6 +145,10 @@ class _BoundActorOptions:
 
 def _check_actor_options(options: dict[str, Any], what: str) -> dict[str, Any]:
     check_options(options, ACTOR_OPTIONS, f"actor class {what}")  # names, resource amounts
+    if options.get("scheduling_strategy") is not None:
+        from lightwork.util.scheduling_strategies import check_strategy
+
+        check_strategy(options["scheduling_strategy"], f"actor class {what}")
     lifetime = options.get("lifetime")
     if lifetime not in (None, "detached", "non_detached"):
         raise ValueError(f"lifetime must be None, 'detached' or 'non_detached', got {lifetime!r}")
@@ -186,6 +190,11 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
         place = hold = make_shape({"CPU": float(options["num_cpus"]), **extra})
     else:  # Ray's default: 1 CPU to be placed, none held while it runs
         place, hold = make_shape({"CPU": 1.0, **extra}), make_shape(extra)
+    if options.get("scheduling_strategy") is not None or options.get("placement_group") is not None:
+        from lightwork.util.scheduling_strategies import shape_for
+
+        what = f"actor {actor_class._cls.__qualname__}"
+        place, hold = shape_for(options, place, what), shape_for(options, hold, what)
     actor_id = core.next_object_id()
     stored, deps = prepare_args(args, kwargs, None)
     actor = Actor(

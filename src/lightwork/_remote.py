@@ -27,6 +27,7 @@ class RemoteFunction:
     def __init__(self, function: Any, options: dict[str, Any]) -> None:
         self._function = function
         self._options = check_options(dict(options), TASK_OPTIONS, f"remote function {_name(function)}")
+        _check_strategy(self._options, f"remote function {_name(function)}")
         self._key: bytes | None = None
         self._blob: bytes | None = None
         self._spec: CallSpec | None = None
@@ -53,12 +54,18 @@ class RemoteFunction:
             key, blob = self._payload_with_env(options["runtime_env"], blob)
         if self._arguments is None:
             self._arguments = ArgumentCheck(self._function, _name(self._function))
-        return CallSpec(key, blob, options.get("name") or _name(self._function), options,
+        spec = CallSpec(key, blob, options.get("name") or _name(self._function), options,
                         self._arguments)
+        if options.get("scheduling_strategy") is not None or options.get("placement_group") is not None:
+            from lightwork.util.scheduling_strategies import shape_for
+
+            spec.shape = shape_for(options, spec.shape, f"task {spec.name}")
+        return spec
 
     def options(self, **options: Any) -> _BoundOptions:
         """This function with some options changed for the calls made through the result."""
         check_options(options, TASK_OPTIONS, f"remote function {_name(self._function)}")
+        _check_strategy(options, f"remote function {_name(self._function)}")
         return _BoundOptions(self, {**self._options, **options})
 
     def _payload(self) -> tuple[bytes, bytes]:
@@ -108,7 +115,15 @@ class _BoundOptions:
 
     def options(self, **options: Any) -> _BoundOptions:
         check_options(options, TASK_OPTIONS, "remote function")
+        _check_strategy(options, "remote function")
         return _BoundOptions(self._remote_function, {**self._options, **options})
+
+
+def _check_strategy(options: dict[str, Any], what: str) -> None:
+    if options.get("scheduling_strategy") is not None:
+        from lightwork.util.scheduling_strategies import check_strategy
+
+        check_strategy(options["scheduling_strategy"], what)
 
 
 def _name(function: Any) -> str:

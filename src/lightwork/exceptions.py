@@ -25,6 +25,7 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     │   └── SessionEndedError               a ref or actor handle from an ended session
     ├── GetTimeoutError                     also a built-in TimeoutError
     ├── TaskCancelledError
+    ├── TaskPlacementGroupRemoved           the task's placement group was removed
     ├── ObjectStoreFullError                no room in memory nor on the spill disk
     ├── OutOfMemoryError                    the memory monitor killed the task's worker
     ├── PendingCallsLimitExceeded           an actor's max_pending_calls was reached
@@ -55,6 +56,7 @@ __all__ = [
     "RuntimeSystemError",
     "SessionEndedError",
     "TaskCancelledError",
+    "TaskPlacementGroupRemoved",
     "TaskError",
     "UnserializableException",
     "UnsupportedOnBackend",
@@ -294,6 +296,10 @@ class GetTimeoutError(LightworkError, TimeoutError):
 
 class TaskCancelledError(LightworkError):
     """The task was cancelled with ``cancel`` before it finished."""
+
+
+class TaskPlacementGroupRemoved(LightworkError):
+    """The task was to run in a placement group that was removed before it could start."""
 
 
 class ObjectStoreFullError(LightworkError):

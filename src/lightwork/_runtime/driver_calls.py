@@ -149,7 +149,52 @@ class DriverCalls(_Base):
             if what == "kill":
                 self.actors.kill(args[0], args[1])
                 return None
+            if what == "placement_group":
+                return self.placement_group_request(*args)
             raise ValueError(f"unknown request {what!r}")
+
+    # ------------------------------------------------------------------ placement groups
+    def placement_group_request(self, op: str, *args: Any) -> Any:
+        """``create``/``remove``/``table`` of placement groups (caller holds the lock).
+
+        The decisions are the scheduler's (see ``scheduler.py``); this carries them out:
+        dispatch what a new reservation or a returned one lets run, fail what a removal
+        strands, and forget cached feasibility of the removed group's resource names."""
+        scheduler = self.scheduler
+        if op == "create":
+            group_id, group_hex, name, bundles, strategy = args
+            if name and any(group.name == name and group.state != "REMOVED"
+                            for group in scheduler.groups.values()):
+                raise ValueError(
+                    f"a placement group named {name!r} already exists; pick another name, or "
+                    "remove it first (lightwork.util.remove_placement_group)")
+            scheduler.add_group(group_id, group_hex, name, bundles, strategy)
+            self._dispatch()
+            return None
+        if op == "remove":
+            group = scheduler.remove_group(args[0])
+            if group is None:
+                raise ValueError(f"no placement group with id {args[0]} in this session")
+            removed = scheduler.removed_names
+            self._feasible_shapes = {shape for shape in self._feasible_shapes
+                                     if not any(name in removed for name, _ in shape)}
+            for actor in list(self.actors.actors.values()):
+                if actor.state != "DEAD" and any(
+                        name in removed for name, _ in (*actor.place, *actor.hold)):
+                    self.actors.kill(actor.actor_id, True)
+                    actor.death_cause = "its placement group was removed"
+            self._dispatch()
+            return None
+        if op == "table":
+            return {group.hex: group.row(self.node_id) for group in scheduler.groups.values()}
+        raise ValueError(f"unknown placement group request {op!r}")
+
+    def _fail_orphaned_tasks(self) -> None:
+        orphaned, self.scheduler.orphaned = self.scheduler.orphaned, []
+        for task in orphaned:
+            self._fail_task(task, exceptions.TaskPlacementGroupRemoved(
+                f"task {task.name} was to run in a placement group that was removed before "
+                "it could start; create a new group, or submit it without one"))
 
     def submit(self, task: TaskSpec, function_blob: bytes | None) -> None:
         self._drain_refs_if_any()

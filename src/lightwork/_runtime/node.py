@@ -641,6 +641,8 @@ class Node(DriverCalls, WorkerRequests):
         try:
             while True:
                 self._send_assignments(scheduler.schedule())
+                if scheduler.orphaned:
+                    self._fail_orphaned_tasks()
                 if self.actors.pending:
                     self.actors.place_pending()
                 room = scheduler.worker_cap() - len(scheduler.workers)

@@ -7,7 +7,8 @@ Two routes, both through :func:`install_as_ray`:
 * a program (or a test's conftest) calls ``lightwork.install_as_ray()`` before its first
   ``import ray``.
 
-The alias is a meta-path finder placed first on ``sys.meta_path``: ``ray`` is
+The alias is a meta-path finder placed first on ``sys.meta_path`` (and every lightwork
+module already imported is entered in ``sys.modules`` under its Ray name): ``ray`` is
 ``lightwork``, and ``ray.X.Y`` is ``lightwork.X.Y`` (``ray.util.queue``,
 ``ray.exceptions``, ``ray.util.state``, ...). The loader puts the *lightwork* module
 itself in ``sys.modules`` under the Ray name, so ``ray.get is lightwork.get``, classes
@@ -62,6 +63,7 @@ class _AliasLoader(importlib.abc.Loader):
         # The import system returns whatever sys.modules holds under the name once the
         # loader is done, so the Ray name ends up bound to the lightwork module itself.
         sys.modules[module.__name__] = importlib.import_module(self.target)
+        _alias_imported_modules()
 
 
 class RayAliasFinder(importlib.abc.MetaPathFinder):
@@ -105,6 +107,21 @@ def install_as_ray() -> None:
             "lightwork.install_as_ray() before anything imports ray, or use "
             "`python -m lightwork run script.py`")
     sys.meta_path.insert(0, RayAliasFinder())
+    _alias_imported_modules()
+
+
+def _alias_imported_modules() -> None:
+    """Enter every imported lightwork module in ``sys.modules`` under its Ray name.
+
+    An import of a name already there binds nothing on its parent package. That matters
+    for ``import ray.util.placement_group``: ``lightwork.util.placement_group`` is the
+    function (as in Ray), and a fresh import would overwrite it with the module.
+    """
+    for name, module in list(sys.modules.items()):
+        if name == _TARGET or name.startswith(_TARGET + "."):
+            ray_name = _RAY + name[len(_TARGET):]
+            if _lightwork_name(ray_name) == name:  # not a private module
+                sys.modules.setdefault(ray_name, module)
 
 
 def uninstall_as_ray() -> None:

@@ -19,6 +19,21 @@ function's recent mean run time below ``SHORT_TASK_S``) may be queued behind a r
 task of the same shape, up to a depth that covers a few milliseconds of work, so workers
 never wait for a round trip between tiny tasks; long or unknown tasks are never queued
 behind another, so they spread over the workers as slots free up.
+
+Placement groups (Ray's, with one-machine semantics). A group reserves its bundles'
+resources: they leave ``available`` and come back under group names, as in Ray —
+``CPU_group_<hex>`` for the whole group and ``CPU_group_<i>_<hex>`` for bundle ``i``
+(likewise GPU and custom resources, plus ``bundle_group_<hex>``, the sliver that
+``PlacementGroup.ready()`` asks for). A task placed in the group asks for the group names
+instead of the plain ones (:func:`group_shape`; a task for bundle ``i`` takes both names,
+so bundle and group totals both hold), so tasks outside cannot use the reservation and
+tasks inside use only it; nothing else in the policy changes. Groups are reserved in
+creation order (``pending_groups``) as soon as their whole demand fits. Every strategy
+but STRICT_SPREAD is satisfied on one node; what can never fit (STRICT_SPREAD of more
+than one bundle, a bundle or a group larger than the machine) is refused at creation.
+Removing a group gives its resources back; its names leave ``total`` and keep a negative
+``available``, so tasks still running in it give back into a name nothing can use, and
+ready tasks for it are handed to the node to fail (``orphaned``).
 """
 
 from __future__ import annotations
@@ -91,6 +106,10 @@ class Scheduler:
         self.idle: dict[int, WorkerSlot] = {}  # insertion-ordered set
         self.mean_run_time: dict[bytes, float] = {}
         self.starving = 0  # ready tasks that fit but found no worker in the last pass
+        self.groups: dict[int, PlacementGroupState] = {}
+        self.pending_groups: deque[PlacementGroupState] = deque()
+        self.removed_names: set[str] = set()  # resource names of removed groups
+        self.orphaned: list[TaskSpec] = []  # ready tasks of removed groups, for the node to fail
 
     # -- resources -------------------------------------------------------------------
     def check_feasible(self, shape: Shape) -> str | None:
@@ -206,6 +225,8 @@ class Scheduler:
 
     def schedule(self) -> list[tuple[TaskSpec, WorkerSlot]]:
         """Assign ready tasks to workers; set ``starving`` to the workers still wanted."""
+        if self.pending_groups:
+            self.reserve_groups()
         assignments: list[tuple[TaskSpec, WorkerSlot]] = []
         starving = 0
         empty = []
@@ -216,6 +237,8 @@ class Scheduler:
                 if slot is None:
                     if self._fits(shape):
                         starving += min(len(queue), max(1, int(self.available.get("CPU", 1))))
+                    else:
+                        self._orphan_if_removed(shape, queue)
                     break
                 queue.popleft()
                 task.state = DISPATCHED
@@ -255,6 +278,11 @@ class Scheduler:
                 best = slot
         return best
 
+    def _orphan_if_removed(self, shape: Shape, queue: deque[TaskSpec]) -> None:
+        if self.removed_names and any(name in self.removed_names for name, _ in shape):
+            self.orphaned.extend(queue)
+            queue.clear()
+
     def pipeline_depth(self, function_key: bytes) -> int:
         run_time = self.mean_run_time.get(function_key)
         if run_time is None or run_time >= SHORT_TASK_S:
@@ -267,3 +295,132 @@ class Scheduler:
     def worker_cap(self) -> int:
         blocked = sum(1 for slot in self.workers.values() if slot.blocked)
         return math.ceil(self.total.get("CPU", 1.0)) + blocked + 8
+
+    # -- placement groups (see the module docstring) -----------------------------------
+    def add_group(self, group_id: int, group_hex: str, name: str,
+                  bundles: list[dict[str, float]], strategy: str) -> PlacementGroupState:
+        """Register a group and reserve it now if its resources are free (else when they are).
+
+        Raises ValueError, saying why, for a group this node can never hold."""
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        problem = _group_problem(self, bundles, strategy)
+        if problem:
+            raise ValueError(f"placement group {name or group_hex}: {problem}")
+        group = PlacementGroupState(group_id, group_hex, name, [dict(b) for b in bundles], strategy)
+        for index, bundle in enumerate(group.bundles):
+            for resource, amount in [*bundle.items(), ("bundle", BUNDLE_UNITS)]:
+                for key in (group_resource(resource, group_hex), group_resource(resource, group_hex, index)):
+                    group.names[key] = group.names.get(key, 0.0) + amount
+        for key, amount in group.names.items():
+            self.total[key] = amount  # feasible from now on; usable once reserved
+            self.available.setdefault(key, 0.0)
+        self.groups[group_id] = group
+        self.pending_groups.append(group)
+        self.reserve_groups()
+        return group
+
+    def reserve_groups(self) -> None:
+        """Reserve pending groups in creation order while their whole demand fits."""
+        pending = self.pending_groups
+        while pending:
+            group = pending[0]
+            demand = group.demand
+            if not self._fits(demand):
+                return
+            self._acquire(demand)
+            for key, amount in group.names.items():
+                self.available[key] += amount
+            group.state = GROUP_CREATED
+            pending.popleft()
+
+    def remove_group(self, group_id: int) -> PlacementGroupState | None:
+        """Give a group's reservation back; its ready tasks go to ``orphaned``."""
+        group = self.groups.get(group_id)
+        if group is None or group.state == GROUP_REMOVED:
+            return group
+        if group.state == GROUP_CREATED:
+            self._give_back(group.demand)
+        else:
+            self.pending_groups.remove(group)
+        for key, amount in group.names.items():
+            self.total.pop(key, None)
+            # Reserved and unused, this reaches 0; a running task's give-back brings it back to 0.
+            self.available[key] -= amount
+            self.removed_names.add(key)
+        group.state = GROUP_REMOVED
+        for shape, queue in list(self.ready.items()):
+            self._orphan_if_removed(shape, queue)
+            if not queue:
+                del self.ready[shape]
+        return group
+
+
+# -- placement groups ----------------------------------------------------------------------
+STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+GROUP_PENDING, GROUP_CREATED, GROUP_REMOVED = "PENDING", "CREATED", "REMOVED"
+BUNDLE_UNITS = 1000.0  # each bundle's "bundle" resource; a ready() check takes a sliver
+READY_CHECK_UNITS = 0.001
+
+
+def group_resource(name: str, group_hex: str, index: int = -1) -> str:
+    """Ray's name for resource ``name`` reserved by a group (``index`` -1: any bundle)."""
+    return f"{name}_group_{group_hex}" if index < 0 else f"{name}_group_{index}_{group_hex}"
+
+
+def group_shape(shape: Shape, group_hex: str, index: int) -> Shape:
+    """The shape a task of ``shape`` asks for inside a group (bundle ``index``, -1: any)."""
+    demand: dict[str, float] = {}
+    for name, amount in shape:
+        demand[group_resource(name, group_hex)] = amount
+        if index >= 0:
+            demand[group_resource(name, group_hex, index)] = amount
+    return make_shape(demand)
+
+
+@dataclass(slots=True, eq=False)
+class PlacementGroupState:
+    group_id: int
+    hex: str
+    name: str
+    bundles: list[dict[str, float]]
+    strategy: str
+    state: str = GROUP_PENDING
+    names: dict[str, float] = field(default_factory=dict)  # group resource name -> amount
+
+    @property
+    def demand(self) -> Shape:
+        """The plain resources the whole group takes from ``available`` when reserved."""
+        total: dict[str, float] = {}
+        for bundle in self.bundles:
+            for name, amount in bundle.items():
+                total[name] = total.get(name, 0.0) + amount
+        return make_shape(total)
+
+    def row(self, node_id: str) -> dict[str, Any]:
+        return {
+            "placement_group_id": self.hex,
+            "name": self.name,
+            "bundles": {index: dict(bundle) for index, bundle in enumerate(self.bundles)},
+            "bundles_to_node_id": {index: node_id for index in range(len(self.bundles))},
+            "strategy": self.strategy,
+            "state": self.state,
+        }
+
+
+def _group_problem(scheduler: Scheduler, bundles: list[dict[str, float]], strategy: str) -> str | None:
+    if strategy == "STRICT_SPREAD" and len(bundles) > 1:
+        return (f"STRICT_SPREAD puts each of its {len(bundles)} bundles on a different node, "
+                "and this runtime is one node; use PACK or SPREAD (on one machine they place "
+                "every bundle here), or a single bundle")
+    for index, bundle in enumerate(bundles):
+        problem = scheduler.check_feasible(make_shape(bundle))
+        if problem:
+            return f"bundle {index} ({bundle}) can never be reserved: {problem}"
+    group = PlacementGroupState(0, "", "", bundles, strategy)
+    problem = scheduler.check_feasible(group.demand)
+    if problem:
+        return f"the {len(bundles)} bundles together can never be reserved on this node: {problem}"
+    return None
+
+

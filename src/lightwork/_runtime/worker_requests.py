@@ -63,6 +63,8 @@ class WorkerRequests(_Base):
             elif what == "kill":
                 self.actors.kill(args[0], args[1])
                 result = None
+            elif what == "placement_group":
+                result = self.placement_group_request(*args)
             else:
                 raise ValueError(f"unknown request {what!r}")
             self._reply(conn, request_id, ("ok", result))

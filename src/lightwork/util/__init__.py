@@ -1,5 +1,7 @@
 """Ray's ``ray.util``: ``ActorPool``, ``inspect_serializability``, placement groups, and the
-submodules ``queue``, ``multiprocessing``, ``state`` and ``scheduling_strategies``."""
+submodules ``queue``, ``multiprocessing``, ``state``, ``scheduling_strategies`` and
+``placement_group`` (as in Ray, ``lightwork.util.placement_group`` is the function; the
+module is reached by ``from lightwork.util.placement_group import ...``)."""
 
 from __future__ import annotations
 
@@ -7,10 +9,20 @@ from typing import Any
 
 from lightwork.util import scheduling_strategies, state
 from lightwork.util.actor_pool import ActorPool
+from lightwork.util.placement_group import (  # the function shadows its module, as in Ray
+    PlacementGroup,
+    get_current_placement_group,
+    get_placement_group,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
 from lightwork.util.serializability import inspect_serializability
 
-__all__ = ["ActorPool", "inspect_serializability", "multiprocessing", "queue",
-           "scheduling_strategies", "state"]
+__all__ = ["ActorPool", "PlacementGroup", "get_current_placement_group", "get_placement_group",
+           "inspect_serializability", "multiprocessing", "placement_group",
+           "placement_group_table", "queue", "remove_placement_group", "scheduling_strategies",
+           "state"]
 
 
 def __getattr__(name: str) -> Any:

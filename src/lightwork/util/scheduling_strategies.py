@@ -69,3 +69,42 @@ class NodeAffinitySchedulingStrategy:
 
     def __repr__(self) -> str:
         return f"NodeAffinitySchedulingStrategy(node_id={self.node_id!r}, soft={self.soft})"
+
+
+def check_strategy(strategy: Any, what: str) -> None:
+    """Refuse a ``scheduling_strategy`` option that is none of Ray's kinds."""
+    if strategy is None or strategy in STRATEGY_NAMES:
+        return
+    if isinstance(strategy, (PlacementGroupSchedulingStrategy, NodeAffinitySchedulingStrategy)):
+        return
+    raise ValueError(
+        f"scheduling_strategy={strategy!r:.80} for {what} is not one of Ray's strategies: "
+        "use None, 'DEFAULT', 'SPREAD', PlacementGroupSchedulingStrategy(...) or "
+        "NodeAffinitySchedulingStrategy(...) from lightwork.util.scheduling_strategies")
+
+
+def shape_for(options: dict[str, Any], shape: Any, what: str) -> Any:
+    """The resource shape of a call with these options, once its strategy is applied:
+    inside a placement group, the group's resource names; elsewhere ``shape`` itself.
+    A NodeAffinity to another node (not soft) fails here, at ``.remote()``."""
+    strategy = options.get("scheduling_strategy")
+    legacy_group = options.get("placement_group")  # Ray's older options
+    if strategy is None and legacy_group not in (None, "default"):
+        strategy = PlacementGroupSchedulingStrategy(
+            legacy_group, options.get("placement_group_bundle_index", -1))
+    if strategy is None or isinstance(strategy, str):
+        return shape
+    if isinstance(strategy, NodeAffinitySchedulingStrategy):
+        if not strategy.soft:
+            import lightwork
+
+            here = lightwork.get_runtime_context().get_node_id()
+            if strategy.node_id != here:
+                raise ValueError(
+                    f"{what} has NodeAffinitySchedulingStrategy(node_id={strategy.node_id!r}, "
+                    f"soft=False), but this runtime is one node, {here!r}; use that id "
+                    "(lightwork.get_runtime_context().get_node_id()) or soft=True")
+        return shape
+    from lightwork.util.placement_group import shape_in_group
+
+    return shape_in_group(shape, strategy, what)
