@@ -766,8 +766,7 @@ class Node(DriverCalls, WorkerRequests):
             self._fail_task(task, exceptions.WorkerCrashedError(
                 f"the worker process (pid {conn.pid}) running task {task.name} died: {how}. "
                 f"The task was tried {task.attempt + 1} time(s) (max_retries={task.max_retries}). "
-                "Check the worker's output above for a traceback; a SIGKILL often means "
-                "the machine ran out of memory."))
+                f"Check the worker's output above for a traceback{crash_hint(conn.exit_status)}."))
 
     # ------------------------------------------------------------------ cancel
     def _cancel_ids(self, object_ids: list[int], force: bool) -> None:
@@ -837,6 +836,14 @@ def _error_summary(error: Any) -> str:
     if isinstance(error, exceptions.TaskError) and error.cause is not None:
         return f"{type(error.cause).__name__}: {error.cause}"
     return f"{type(error).__name__}: {error}"
+
+
+def crash_hint(status: int | None) -> str:
+    """A likely cause worth naming for this wait status, as a clause (or "")."""
+    if status is not None and os.waitstatus_to_exitcode(status) == -signal.SIGKILL:
+        return ("; a SIGKILL often means the machine ran out of memory (the kernel's "
+                "out-of-memory killer), unless a person or program killed it")
+    return ""
 
 
 def describe_exit(status: int | None) -> str:
