@@ -43,9 +43,10 @@ chaos: $(STAMP)
 
 bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/run.py
+	$(PY) bench/dashboard.py
 
-# Chromium, for the test that opens visualize()'s HTML in a real browser. Installed when
-# this runs as root with apt-get (as in CI); otherwise that one test is skipped, saying so.
+# Chromium, for the tests that open visualize()'s HTML and the dashboard in a real browser. Installed when
+# this runs as root with apt-get (as in CI); otherwise those tests are skipped, saying so.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
 		&& apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \

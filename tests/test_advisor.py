@@ -16,7 +16,7 @@ import warnings
 import pytest
 
 import lightwork
-from lightwork.diagnostics.advisor import AdviceWarning
+from lightwork.diagnostics.advisor import PINNED_MIN_AGE_S, AdviceWarning
 
 pytestmark = pytest.mark.lightwork_only
 CPUS = min(2, os.cpu_count() or 1)  # never more slots than cores: no fewer-slots noise
@@ -241,8 +241,14 @@ def test_more_cpu_bound_tasks_at_once_than_cores_is_reported_at_init(runtime):
 def test_store_filled_by_forgotten_refs_is_reported_and_released_refs_are_not(runtime):
     runtime()
     kept = [lightwork.put(bytes(70 << 20)) for _ in range(4)]  # 280 MB, never used again
+    assert findings_of("refs-pinned") == []  # just made: the driver may be about to use them
+    time.sleep(PINNED_MIN_AGE_S + 0.1)
     [finding] = findings_of("refs-pinned")
     assert finding.evidence["objects"] == 4 and finding.evidence["bytes"] >= 280 << 20
+    kept.append(lightwork.put(bytes(70 << 20)))
+    time.sleep(PINNED_MIN_AGE_S + 0.1)
+    [finding] = findings_of("refs-pinned")  # reported once, with the peak's figures
+    assert finding.evidence["objects"] == 5 and finding.evidence["bytes"] >= 350 << 20
     del kept
 
     runtime()
@@ -250,8 +256,27 @@ def test_store_filled_by_forgotten_refs_is_reported_and_released_refs_are_not(ru
         ref = lightwork.put(bytes(70 << 20))
         assert len(lightwork.get(ref)) == 70 << 20
         del ref
-    time.sleep(0.1)
+    time.sleep(PINNED_MIN_AGE_S + 0.1)
     assert findings_of("refs-pinned") == []
+
+
+def test_pinned_results_are_counted_in_full_and_named_by_their_call_site(runtime):
+    """Once reported "4 objects (1.9 GB) at (no call site)" while 16 were pinned."""
+    make = lightwork.remote(_make_bytes)
+    runtime()
+    refs = [make.remote(20 << 20) for _ in range(16)]  # the line named
+    line = _line_of("refs = [make.remote(20 << 20) for _ in range(16)]")
+    lightwork.wait(refs, num_returns=len(refs))
+    time.sleep(PINNED_MIN_AGE_S + 0.1)
+    [finding] = findings_of("refs-pinned")
+    assert finding.evidence["objects"] == 16 and finding.evidence["bytes"] >= 320 << 20
+    assert finding.evidence["largest_source"] == "_make_bytes"
+    assert finding.callsite is not None and finding.callsite[1] == line
+    del refs
+
+
+def _make_bytes(size):
+    return bytes(size)
 
 
 def test_well_written_programs_get_no_finding(runtime):

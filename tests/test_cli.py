@@ -126,6 +126,15 @@ def test_summary_and_memory(session):
     summary = run(session, "summary", "tasks")
     assert summary.returncode == 0
     assert "square" in summary.stdout and "FINISHED=8" in summary.stdout
+    header = summary.stdout.splitlines()[0].split()
+    assert "MEAN_QUEUED" in header and "P95_QUEUED" in header
+    assert "TOTAL_QUEUED_S" not in header  # summed over tasks it read as wall time
+    [square] = [line for line in summary.stdout.splitlines() if line.startswith("square")]
+    assert " 0.000" not in square  # squares run for microseconds: shown with their unit
+    assert "µs" in square or "ms" in square
+    rows = json.loads(run(session, "summary", "tasks", "--format", "json").stdout)
+    [row] = [f for f in rows["functions"] if f["name"] == "square"]
+    assert 0 <= row["mean_queued_s"] <= row["p95_queued_s"] or row["count"] == 1
     memory = run(session, "memory")
     assert "by reference kind:" in memory.stdout and "LOCAL_REFERENCE" in memory.stdout
     as_json = json.loads(run(session, "memory", "--format", "json").stdout)
@@ -218,3 +227,29 @@ def test_version_and_demo_still_work(monkeypatch, tmp_path, fresh_runtime):
     events = load_trace(path)
     gets = [e for e in events if e["ph"] == "X" and e["name"] == "get"]
     assert len(gets) >= 5 + 2  # ex1's staircase of five, then ex2's and ex3's single get
+
+
+@pytest.mark.parametrize("durations", [
+    (0, "0 s"), (4.2e-05, "42.0 µs"), (0.0009999, "999.9 µs"), (0.0123, "12.3 ms"),
+    (1.5, "1.500 s"),
+])
+def test_durations_show_their_unit(durations):
+    seconds, text = durations
+    assert cli.human_duration(seconds) == text
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(session):
+    """``lightwork list tasks | head``: a real pipe whose reader is gone."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first write
+    try:
+        done = subprocess.run([sys.executable, "-m", "lightwork", "list", "tasks"],
+                              env=session["env"], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 1
+    assert done.stderr == ""  # no BrokenPipeError traceback, no "Exception ignored"
+    piped = subprocess.run(f"{sys.executable} -m lightwork list tasks | head -n 1", shell=True,
+                           env=session["env"], capture_output=True, text=True, timeout=60)
+    assert piped.stdout.split()[:2] == ["TASK_ID", "NAME"] and piped.stderr == ""

@@ -197,3 +197,55 @@ def test_visualize_without_bokeh_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "bokeh.plotting", None)
     with pytest.raises(ImportError, match=r"lightwork\[viz\]"):
         visualize(Profiler(), show=False, save=False)
+
+
+def test_profiler_gives_alias_tasks_a_worker_id():
+    """A dask.array run has many Alias tasks (resolved on the driver): each gets the
+    worker that made its target, so sorting the worker ids works (it once met None)."""
+    import dask.array as da
+    from dask._task_spec import Alias, DataNode, Task, TaskRef
+
+    x = da.ones((40, 40), chunks=(10, 10))
+    with Profiler() as prof:
+        (x + x.T).sum().compute(scheduler=lightwork.dask.get)
+    workers = set(lightwork._api._node.workers)
+    ids = sorted({r.worker_id for r in prof.results})  # once a TypeError: None among ints
+    assert all(isinstance(worker_id, int) for worker_id in ids) and set(ids) <= workers
+
+    graph = {"a": DataNode("a", 10), "b": Task("b", operator.add, TaskRef("a"), 5),
+             "c": Alias("c", "b"), "d": Alias("d", "a")}
+    seen = []
+    with Profiler() as prof, Callback(posttask=lambda key, r, dsk, s, wid: seen.append(
+            (key, wid))):
+        assert lightwork.dask.get(graph, ["c", "d"]) == (15, 10)
+    by_key = {r.key: r.worker_id for r in prof.results}
+    assert by_key["c"] == by_key["b"] in workers  # the alias's target's worker
+    assert by_key["d"] == 0  # the target is a literal: the driver (worker 0)
+    assert dict(seen) == by_key  # posttask hooks get the same ids
+
+
+def test_resource_profiler_plots_plain_tuples_as_dask_does():
+    """Dask's own tests set results to plain (time, mem, cpu) tuples."""
+    pytest.importorskip("bokeh")
+    import warnings
+
+    rprof = ResourceProfiler(dt=0.01)
+    for results in ([], [(1.0, 0, 0)], [(0.2, 100.0, 50.0), (0.8, 120.0, 150.0)]):
+        rprof.results = results
+        rprof.start_time, rprof.end_time = 0.0, 1.0
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            plot = rprof.visualize(show=False, save=False)
+        assert not caught
+        assert (plot.x_range.start, plot.x_range.end) == (0, 1)
+    assert plot.y_range.end == 150.0  # the largest CPU figure of the tuples
+
+
+def test_visualize_file_path_warns_like_dask(tmp_path):
+    pytest.importorskip("bokeh")
+    with Profiler() as prof:
+        lightwork.dask.get(DSK, "z")
+    path = tmp_path / "old-name.html"
+    with pytest.warns(FutureWarning, match="filename"):
+        prof.visualize(file_path=str(path), show=False, save=True)
+    assert path.exists()

@@ -29,6 +29,7 @@ from lightwork._runtime.introspect import observe_call as _observe_call
 
 _backend: Any = None  # the Backend running this process's calls (see lightwork.backends)
 _node: Any = None  # the embedded runtime's Node, when the local backend runs in the driver
+_dashboard: Any = None  # the dashboard child of init(dashboard=True), if any
 _worker: Any = None  # set inside the embedded runtime's worker processes
 _init_lock = threading.RLock()
 
@@ -108,6 +109,7 @@ def init(
     event_budget: int | None = None,
     advisor: bool = True,
     runtime_env: dict[str, Any] | None = None,
+    dashboard: bool = False,
     **ray_kwargs: Any,
 ) -> InitContext:
     """Start the embedded runtime in this process, or connect to a cluster.
@@ -124,6 +126,8 @@ def init(
     ``runtime_env`` is the job-wide default of every task and actor: ``env_vars``,
     ``working_dir`` and ``py_modules`` (local paths) are applied in every worker; other
     keys are warned about once (see ``_runtime/runtime_env.py``).
+    ``dashboard=True`` (or Ray's ``include_dashboard=True``) starts the live dashboard in a
+    process of its own and prints its URL (``lightwork.dashboard``).
     """
     global _node, _backend
     from lightwork._runtime.calls import check_amount
@@ -145,6 +149,9 @@ def init(
         import logging
 
         logging.getLogger("lightwork").setLevel(ray_kwargs.pop("logging_level"))
+    if not isinstance(dashboard, bool):
+        raise TypeError(f"dashboard must be True or False, got {dashboard!r}")
+    dashboard = dashboard or bool(ray_kwargs.pop("include_dashboard", None))
     noted = sorted(k for k, v in ray_kwargs.items() if v not in (None, False))
     cpus = float(os.cpu_count() or 1) if num_cpus is None else check_amount("num_cpus", num_cpus)
     gpus = 0.0 if num_gpus is None else check_amount("num_gpus", num_gpus)
@@ -192,6 +199,8 @@ def init(
             node.advisor = Advisor(node, init_callsite=callsite(1))
             node.advisor.start()
         _node, _backend = node, LocalBackend(node, in_driver=True)
+    if dashboard:
+        _start_dashboard()
     if noted:
         print(
             f"lightwork: ignoring Ray-only init argument(s) {', '.join(noted)} "
@@ -199,6 +208,27 @@ def init(
             file=sys.stderr,
         )
     return _context()
+
+
+def _start_dashboard() -> None:
+    global _dashboard
+    from lightwork.dashboard import launch
+
+    if _dashboard is not None:
+        _dashboard.stop()
+        _dashboard = None
+    if _node is None:
+        print("lightwork: no dashboard: it shows the embedded runtime only", file=sys.stderr)
+        return
+    if _node.control.error:
+        print(f"lightwork: no dashboard: {_node.control.error}", file=sys.stderr)
+        return
+    try:
+        _dashboard = launch.start(_node.control.path)
+    except (OSError, RuntimeError) as exc:  # the program runs on without its dashboard
+        print(f"lightwork: no dashboard: {exc}", file=sys.stderr)
+        return
+    print(f"lightwork: dashboard at {_dashboard.url}", file=sys.stderr)
 
 
 def _spill_dir_option(spill_dir: Any, spilling_config: Any) -> str | None:
@@ -244,7 +274,7 @@ def _context() -> InitContext:
         node_id=backend.runtime_context()["node_id"],
         address=backend.address(),
         backend=backend.name,
-        dashboard_url=None,
+        dashboard_url=_dashboard.url if _dashboard is not None else None,
     )
 
 
@@ -254,11 +284,14 @@ def shutdown() -> None:
     Embedded: workers exit, shared memory is released. Cluster: this program's tasks and
     actors are released; a ``local-cluster`` started by ``init`` is closed.
     """
-    global _node, _backend
+    global _node, _backend, _dashboard
     with _init_lock:
         if _backend is not None and _backend.node is None:
             return  # inside a task or actor: the driver owns the runtime
         backend, _backend, _node = _backend, None, None
+        dashboard, _dashboard = _dashboard, None
+    if dashboard is not None:
+        dashboard.final_sync()  # its last look while the session is still open
     if backend is not None:
         backend.shutdown()
 

@@ -25,6 +25,8 @@ socket of its session (the newest of this user's sessions, or ``--session NAME``
     lightwork timeline [--output FILE]     Chrome trace JSON for ui.perfetto.dev
     lightwork stack [--native]             every thread of the driver and each worker
     lightwork advise [--format json]       the advisor's findings: mistakes and their fixes
+    lightwork dashboard [--port N] [--open] [--allow-actions]
+                                           a live dashboard in the browser (lightwork.dashboard)
 
 Exit status: 0 on success, 1 when no session answers (none running, it ended, or its
 driver did not reply in time), 2 for a usage error such as an unknown filter key.
@@ -205,8 +207,10 @@ TABLE_COLUMNS = {
                 "cpu_percent", "rss"),
     "objects": ("object_id", "owner", "state", "size", "location", "reference_kind",
                 "task_name", "holders"),
+    # Queued time per task (mean, p95), not summed: a sum over tasks that queue side by
+    # side is task-seconds, far above the run's wall time (it is in the JSON output).
     "summary": ("name", "type", "count", "state_counts", "mean_run_s", "p50_run_s",
-                "p95_run_s", "total_queued_s"),
+                "p95_run_s", "mean_queued_s", "p95_queued_s"),
     "owners": ("owner", "count", "bytes"),
     "kinds": ("kind", "count", "bytes"),
 }
@@ -223,13 +227,32 @@ def human_bytes(n: float | None) -> str:
     return f"{n:.1f} TB"
 
 
+def human_duration(seconds: float) -> str:
+    """A duration with its unit, so that microseconds do not read as 0.000."""
+    size = abs(seconds)
+    if size == 0:
+        return "0 s"
+    if size >= 1:
+        return f"{seconds:.3f} s"
+    if size >= 1e-3:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds * 1e6:.1f} µs"
+
+
+def _header(column: str) -> str:
+    """Durations carry their unit in each cell: the header drops the ``_s``."""
+    return column.removesuffix("_s").upper()
+
+
 def _cell(column: str, value: Any, width: int = 48) -> str:
     if value is None:
         return "-"
     if column in _BYTES:
         return human_bytes(value)
+    if column.endswith("_s") and isinstance(value, (int, float)):
+        return human_duration(value)
     if isinstance(value, float):
-        return f"{value:.3f}" if column.endswith("_s") else f"{value:g}"
+        return f"{value:g}"
     if isinstance(value, dict):
         value = " ".join(f"{k}={v}" for k, v in value.items())
     elif isinstance(value, list):
@@ -240,8 +263,8 @@ def _cell(column: str, value: Any, width: int = 48) -> str:
 
 def print_table(rows: list[dict[str, Any]], columns: tuple[str, ...], out: TextIO) -> None:
     cells = [[_cell(c, row.get(c)) for c in columns] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip(), file=out)
+    widths = [max([len(_header(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    print("  ".join(_header(c).ljust(w) for c, w in zip(columns, widths)).rstrip(), file=out)
     for r in cells:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip(), file=out)
 
@@ -433,29 +456,63 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--full", action="store_true", help="do not fold lightwork's own frames")
     dump.add_argument("--process-timeout", type=float, default=control.DEFAULT_STACK_TIMEOUT_S,
                       help="seconds to wait for each process's dump (default 2)")
+    from lightwork.dashboard import add_command
+
+    add_command(commands, attach)
     return parser
 
 
 def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     args: Any = build_parser().parse_args(argv)
+    if args.command == "run":  # the program's own output is its business
+        return _run_program(args)
+    try:
+        status = _command(args, out)
+        out.flush()  # inside the try: a reader gone at the final flush is the same case
+        return status
+    except BrokenPipeError:
+        # The reader stopped early (``lightwork list tasks | head``): the output it
+        # wanted was written, so no traceback. Point stdout at /dev/null so the
+        # interpreter's own flush at exit does not fail again.
+        if out is sys.stdout:
+            _stdout_to_devnull()
+        return 1
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind stdout (a test's stream)
+        pass
+
+
+def _run_program(args: Any) -> int:
+    from lightwork._runtime import ray_alias
+
+    try:
+        ray_alias.run(args.target, args.args, as_module=args.as_module)
+    except FileNotFoundError as exc:
+        print(f"lightwork: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _command(args: Any, out: TextIO) -> int:
     if args.command == "demo":
         return demo(out, output_dir=args.output_dir)
-    if args.command == "run":
-        from lightwork._runtime import ray_alias
-
-        try:
-            ray_alias.run(args.target, args.args, as_module=args.as_module)
-        except FileNotFoundError as exc:
-            print(f"lightwork: {exc}", file=sys.stderr)
-            return 2
-        return 0
     if args.command == "version":
         import lightwork
 
         print(lightwork.__version__, file=out)
         return 0
     try:
+        if args.command == "dashboard":
+            from lightwork.dashboard import run_command
+
+            return run_command(args, out)
         if args.command == "advise" and args.file:
             return advise_file(args.file, args.format == "json", out)
         return _attach(args, out)

@@ -8,6 +8,11 @@
                                                       │ samples CPU/memory         │
                                                       └────────────────────────────┘
 
+The live dashboard (``lightwork.dashboard``) reads the session through the same socket,
+with incremental ``dashboard_*`` operations (``lightwork/dashboard/feed.py``); the two
+that change the program (cancel a task, kill an actor) are sent only by a dashboard
+started with ``--allow-actions``.
+
 Protocol: a request is one line of JSON ``{"op": name, "args": {...}}``; the reply is
 one line ``{"ok": true, "result": ...}`` or ``{"ok": false, "type": "ValueError",
 "error": message}``. Never pickle: a peer can at worst ask for a view. The socket lives
@@ -97,6 +102,9 @@ class ControlServer:
         self._last_sample_at = 0.0
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        # Run at stop: what diagnostics attached for the session's life undo themselves
+        # (the dashboard's get/wait observer).
+        self.stop_hooks: list[Any] = []
 
     def start(self) -> ControlServer:
         if len(self.path) > MAX_SOCKET_PATH:
@@ -120,6 +128,12 @@ class ControlServer:
 
     def stop(self) -> None:
         self._stop.set()
+        for hook in self.stop_hooks:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - a diagnostics hook must not block shutdown
+                pass
+        self.stop_hooks.clear()
         listener, self._listener = self._listener, None
         if listener is not None:
             try:
@@ -295,7 +309,7 @@ def _peer_uid(conn: socket.socket) -> int | None:
 
 # ---------------------------------------------------------------------------- operations
 OPS = ("ping", "status", "list", "summarize_tasks", "memory_summary", "timeline_data", "stacks",
-       "advise")
+       "advise", "dashboard_sync", "dashboard_cancel", "dashboard_kill")
 
 
 def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
@@ -326,6 +340,11 @@ def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
         if not 0 < timeout <= 60:
             raise ValueError(f"the stack timeout must be in (0, 60] seconds, got {timeout}")
         return collect_stacks(node, timeout)
+    if op.startswith("dashboard_"):
+        # The live dashboard's incremental feed (and its opt-in actions), loaded on demand.
+        from lightwork.dashboard import feed
+
+        return feed.dispatch(node, op, args)
     raise ValueError(f"unknown operation {op!r}; known: {', '.join(OPS)}")
 
 

@@ -83,14 +83,16 @@ class DriverCalls(_Base):
             self._feasible_shapes.add(shape)
         ids = self._ids
         task_id = next(ids)
+        submitted = time.monotonic()  # before the copy: the copy is part of submitting
         stored, deps = prepare_args(args, kwargs, self.store)
         try:
             return_ids = (next(ids),) if spec.num_returns == 1 else tuple(
                 next(ids) for _ in range(spec.num_returns))
-            record = TaskRecord(task_id, spec.name, 0, time.monotonic(), arg_size=stored.size,
+            record = TaskRecord(task_id, spec.name, 0, submitted, arg_size=stored.size,
                                 callsite=callsite, num_cpus=spec.cpus)
             if stored.path is not None:
                 record.large_args = large_arguments(args, kwargs)
+                record.copy_s = time.monotonic() - submitted
             task = TaskSpec(
                 task_id, spec.key, spec.name, stored, deps, return_ids, spec.num_returns, shape,
                 spec.max_retries, spec.retry_exceptions, 0, record,
@@ -116,12 +118,14 @@ class DriverCalls(_Base):
         if actor_id not in self.actors.actors and self.id_floor.minted_before(actor_id):
             raise self.ended_session_error(actor_id, actor=True)
         task_id = self.next_object_id()
+        submitted = time.monotonic()
         stored, deps = prepare_args(args, kwargs, self.store)
         return_ids = tuple(self.next_object_id() for _ in range(num_returns))
-        record = TaskRecord(task_id, name, 0, time.monotonic(), arg_size=stored.size,
+        record = TaskRecord(task_id, name, 0, submitted, arg_size=stored.size,
                             callsite=callsite, actor_id=actor_id)
         if stored.path is not None:
             record.large_args = large_arguments(args, kwargs)
+            record.copy_s = time.monotonic() - submitted
         task = TaskSpec(task_id, method, name, stored, deps, return_ids, num_returns, (), 0,
                         False, 0, record, actor_id=actor_id)
         self._drain_refs_if_any()

@@ -62,6 +62,8 @@ class TaskRecord:
     num_cpus: float = 1.0  # the CPUs the task asked for
     cpu_time: float = 0.0  # CPU seconds its worker process used while running it
     large_args: tuple[tuple[int, int], ...] = ()  # (id(), nbytes) of big by-value arguments
+    copy_s: float = 0.0  # time .remote() spent copying big arguments (only those: 0 else)
+    dep_tasks: tuple[int, ...] = ()  # the tasks making the refs it took as arguments
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -26,8 +26,10 @@ the callbacks, so hooks run in the caller's thread as with Dask. A task can end 
 ``submit`` has told us its id; the listener parks such records in ``early`` under
 ``self.lock`` and the submitter collects them.
 
-Aliases run on the driver (the alias's cache entry is its target's ref); ``DataNode``
-values are ``cache`` entries from the start, as in Dask, and no hook fires for them.
+Aliases run on the driver (the alias's cache entry is its target's ref); their hooks
+get the worker id of the task that made the target (``DRIVER_WORKER_ID`` for a literal),
+never None. ``DataNode`` values are ``cache`` entries from the start, as in Dask, and no
+hook fires for them.
 
 Failure: the first task that fails ends the run; its error is fetched from the object
 store, which re-raises the user's exception type with the remote traceback. Tasks still
@@ -56,6 +58,7 @@ from lightwork.dask._graph import needed_subgraph
 from lightwork.diagnostics.callbacks import Hooks, dask_state
 
 MAX_WINDOW_PER_WORKER = 32
+DRIVER_WORKER_ID = 0  # lightwork's workers are numbered from 1; 0 is the driver (owner 0)
 _remote_by_name: dict[str, Any] = {}
 _remote_lock = threading.Lock()
 
@@ -112,6 +115,7 @@ class DaskRun:
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.key_of_task: dict[int, Hashable] = {}
         self.early: dict[int, Any] = {}
+        self.worker_of: dict[Hashable, int] = {}  # the worker that made each finished key
         self.inflight: dict[Hashable, ObjectRef] = {}
         # Task functions seen, by id (kept alive here): (function, pickled by value?).
         self.by_value: dict[int, tuple[Any, bool]] = {}
@@ -204,10 +208,14 @@ class DaskRun:
             hooks.fire_pretask(key, graph, state)
             node = graph[key]
             if isinstance(node, Alias):
-                cache[key] = cache[_alias_target(node)]
+                target = _alias_target(node)
+                cache[key] = cache[target]
+                # The alias's value is its target's: so is its worker (the driver's
+                # id when the target is a literal), never None, as Dask gives a thread.
+                worker_id = self.worker_of[key] = self.worker_of.get(target, DRIVER_WORKER_ID)
                 self._finish_task(key)
-                hooks.fire_posttask(key, self._result(key), graph, state, None)
-                hooks.fire_posttask_batch([(key, node, None, None)], graph, state)
+                hooks.fire_posttask(key, self._result(key), graph, state, worker_id)
+                hooks.fire_posttask_batch([(key, node, worker_id, None)], graph, state)
                 continue
             dep_keys = tuple(node.dependencies)
             hooks.fire_presubmit(key, node, dep_keys)
@@ -265,6 +273,7 @@ class DaskRun:
             self.core.get([ref.id], None)  # raises the task's error, with its traceback
             raise RuntimeError(f"Dask task {key!r} failed: {record.error}")
         state["cache"][key] = ref
+        self.worker_of[key] = record.worker_id
         self._finish_task(key)
         if self.hooks.posttask:
             self.hooks.fire_posttask(key, self._result(key), self.graph, state,

@@ -61,6 +61,7 @@ KINDS = (
 )
 
 GET_IN_LOOP_MIN = 4  # consecutive one-object gets from one call site
+GET_IN_LOOP_MIN_IDLE = 0.5  # slots idle on average over those gets
 TINY_MIN_TASKS = 200
 TINY_RATIO = 3.0  # median run time below this many times the per-task overhead
 TASK_OVERHEAD_S = 40e-6  # the runtime's per-task cost on a 2-core machine (bench)
@@ -75,13 +76,19 @@ ACTOR_MIN_UTILIZATION = 0.7  # the actor was busy this much of the time
 SERIAL_MIN_TASKS = 5
 SERIAL_WINDOW = 20  # the last submissions of a call site the serial-driver rule looks at
 SERIAL_FRACTION = 0.3
+SERIAL_MIN_S = 0.25  # less serial work than this is not worth a finding
 SERIAL_MAX_UTILIZATION = 0.6
 OVERSUBSCRIBED_CPU = 1.6  # cores used by one single-CPU task's process
 OVERSUBSCRIBED_MIN_S = 0.2  # only tasks long enough for CPU time to mean something
+CORES_MEASURE_SLACK = 1.1  # CPU time over wall time above this times the cores: not real
 SAMPLE_PER_STEP = 500  # records looked at in full per step; more are sampled
 CPU_BOUND_MIN_S = 0.01  # tasks shorter than this say little about the cores' use
 CORES_BUSY_SHARE = 0.75  # tasks at once kept this share of the cores busy
 PINNED_MIN_BYTES = 256 << 20
+PINNED_MIN_AGE_S = 1.0  # objects ready for less time than this are probably about to be read
+BUSY_BUCKET_S = 0.05  # resolution of the record of how busy the slots were
+BUSY_MAX_BUCKETS = 100_000
+CHAIN_MAX_LOOKUP = 256  # records visited looking for a dependency on the previous get
 SLOWEST_WAVES_SLACK = 1.5  # spread up to this times what running in waves explains is fine
 REPLAY_MAX_STEPS = 200  # a replayed log is checked at most this many times
 
@@ -169,7 +176,11 @@ class Advisor:
         self._actor_calls: dict[int, deque[TaskRecord]] = {}
         self._touched_sites: set[Any] = set()
         self._touched_actors: set[int] = set()
+        self._actor_cpu_checks: list[TaskRecord] = []
         self._spans: deque[DriverSpan] = deque(maxlen=4096)
+        self._busy = _SlotTime()  # every task's and call's run, for how busy slots were
+        self._running: list[tuple[float, float, TaskRecord]] = []  # unended work
+        self._now = 0.0  # log time of the current look
         self._get_runs: dict[Any, list[DriverSpan]] = defaultdict(list)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -196,10 +207,14 @@ class Advisor:
         first, last = timed[0][0], timed[-1][0]
         width = max(self.interval, (last - first) / REPLAY_MAX_STEPS, 1e-9)
         with self._lock:
+            # How busy the slots were comes from every run in the records (the replay
+            # knows the runs that had not ended yet at a step, unlike the live thread).
+            for record in tasks:
+                self._busy.add_record(record)
             try:
                 for _, group in groupby(timed, key=lambda item: (item[0] - first) // width):
                     step = list(group)
-                    self._replay_at = step[-1][0]
+                    self._replay_at = self._now = step[-1][0]
                     for _, kind, item in step:  # tasks first, as take_fresh hands them out
                         if kind == 0:
                             self._add_record(item)
@@ -240,7 +255,13 @@ class Advisor:
                 return
             tasks, spans = node.log.take_fresh()
             pinned = self._pinned_bytes() if node.objects.bytes_in_segments >= PINNED_MIN_BYTES else None
+            running = _running_work(node)
         with self._lock:
+            self._now = time.monotonic()
+            self._running = running
+            busy = self._busy
+            for record in tasks:  # all of them, sampled or not: a cheap sum per record
+                busy.add_record(record)
             stride = max(1, len(tasks) // SAMPLE_PER_STEP)
             for index, record in enumerate(tasks):
                 # A flood of tasks: a sample tells the statistical rules as much, for a
@@ -289,7 +310,10 @@ class Advisor:
             for old in list(self._records)[:4096]:
                 del self._records[old]
         if record.cpu_time and record.finished - record.args_loaded >= CPU_BOUND_MIN_S:
-            self._check_oversubscription(record)
+            if record.actor_id:  # checked once the step's other calls are in (overlaps)
+                self._actor_cpu_checks.append(record)
+            else:
+                self._check_oversubscription(record)
             if self.cpus > self.cores:
                 self._check_fewer_slots(record)
         if record.actor_id:
@@ -338,10 +362,16 @@ class Advisor:
     def _check_get_in_loop(self, callsite: Any, run: list[DriverSpan]) -> None:
         # Keep only a chain in which each get's task was submitted after the previous
         # get returned: the driver waited for each result before starting the next.
+        # A step that needs the previous one (its task depends, through refs, on the
+        # previous get's task) or a call on the same actor (they run one at a time
+        # anyway) gains nothing from submitting first: it starts a new chain.
         chain: list[DriverSpan] = []
         for span in run[-(GET_IN_LOOP_MIN * 4):]:
             record = self._records.get(span.first_task_id)
-            if record is None or (chain and record.submitted < chain[-1].end):
+            if record is None or (chain and (
+                    record.submitted < chain[-1].end
+                    or self._needs_previous(record, chain[-1].first_task_id)
+                    or self._others_in_flight(record, chain[-1].end, span.end))):
                 chain = []
             if record is not None:
                 chain.append(span)
@@ -349,24 +379,72 @@ class Advisor:
         if len(chain) < GET_IN_LOOP_MIN or self.cpus < 2:
             return
         blocked = sum(span.end - span.start for span in chain)
-        wall = chain[-1].end - chain[0].start
+        begin, end = chain[0].start, chain[-1].end
+        wall = end - begin
         if blocked < 0.5 * wall:
+            return
+        # Slots must have sat idle meanwhile (measured from the runs), else nothing
+        # was lost: an actor pool, say, gets one result at a time with every actor busy.
+        busy = self._busy_between(begin, end)
+        idle_slots = self.cpus - busy / wall
+        if idle_slots < GET_IN_LOOP_MIN_IDLE:
             return
         name = self._records[chain[-1].first_task_id].name
         self._report(Finding(
             "get-in-loop",
             f"get() waited for each {name} task before the next was submitted "
             f"({len(chain)} times in a row, {blocked:.2f} s blocked) while "
-            f"{self.cpus - 1:g} of {self.cpus:g} CPU slots sat idle",
+            f"{idle_slots:.1f} of {self.cpus:g} CPU slots sat idle on average",
             {"gets_in_a_row": len(chain), "blocked_s": round(blocked, 4),
-             "cpus": self.cpus, "function": name},
+             "cpus": self.cpus, "idle_slots": round(idle_slots, 2), "function": name},
             "submit all the tasks first and get once: refs = [f.remote(x) for x in items]; "
             "results = lightwork.get(refs)",
             callsite,
         ))
 
+    def _busy_between(self, begin: float, end: float) -> float:
+        """Slot-seconds of work done between ``begin`` and ``end``, ended or running."""
+        return self._busy.between(begin, end) + sum(
+            slots * max(0.0, min(self._now, end) - max(since, begin))
+            for since, slots, _ in self._running
+        )
+
+    def _others_in_flight(self, record: TaskRecord, since: float, until: float) -> bool:
+        """Whether the driver kept more of ``record``'s call site's tasks in flight than
+        the one it waited for (a bounded pipeline, an actor pool): not one at a time."""
+        site = self._sites.get(record.callsite)
+        candidates = list(site.recent) if site is not None else []
+        candidates += [task for _, _, task in self._running]
+        return any(
+            other.task_id != record.task_id and other.callsite == record.callsite
+            and since <= other.submitted < until
+            for other in candidates
+        )
+
+    def _needs_previous(self, record: TaskRecord, previous_task_id: int) -> bool:
+        """Whether ``record``'s task could not run before the previous get's task."""
+        previous = self._records.get(previous_task_id)
+        if previous is not None and record.actor_id and previous.actor_id == record.actor_id:
+            return True
+        seen: set[int] = set()
+        todo = list(record.dep_tasks)
+        while todo and len(seen) < CHAIN_MAX_LOOKUP:
+            task_id = todo.pop()
+            if task_id == previous_task_id:
+                return True
+            if task_id in seen:
+                continue
+            seen.add(task_id)
+            upstream = self._records.get(task_id)
+            if upstream is not None:
+                todo.extend(upstream.dep_tasks)
+        return False
+
     def _check_touched(self) -> None:
         """Check the rules for the call sites and actors that got records since last time."""
+        calls, self._actor_cpu_checks = self._actor_cpu_checks, []
+        for record in calls:
+            self._check_oversubscription(record)
         sites, self._touched_sites = self._touched_sites, set()
         actors, self._touched_actors = self._touched_actors, set()
         for callsite in sites:
@@ -402,16 +480,33 @@ class Advisor:
         blocked = span.end - span.start
         if blocked < SLOWEST_MIN_WAIT_S or not span.first_ready:
             return
+        # The call site's tasks the get waited for, from their records: the time they
+        # ran while the driver waited is what counts, not the workers' start-up before.
+        first = self._records.get(span.first_task_id)
+        if first is None:
+            return
+        waited = [r for r in self._recent
+                  if r.callsite == first.callsite and r.started and r.owner == first.owner
+                  and first.submitted <= r.submitted and r.finished <= span.end]
+        if not waited:
+            return
+        active = span.end - max(span.start, min(r.started for r in waited))
         # Results spread out because the tasks took very different times (not because
         # they were submitted at different times: that is the serial-driver case).
         spread = span.last_ready - span.first_ready
-        if spread < SLOWEST_SPREAD * blocked or span.longest - span.shortest < SLOWEST_SPREAD * blocked:
+        if spread < SLOWEST_SPREAD * active or span.longest - span.shortest < SLOWEST_SPREAD * active:
             return
         # Nor because there were more tasks than slots: equal tasks then finish in waves
         # about one task apart (the guide's "submit all, then get once" on 5 tasks and 4
-        # CPUs): ``shortest`` is about one task's time, since the first wave never queued.
+        # CPUs).
+        runs = [r.finished - r.started for r in waited]
+        typical = statistics.median(runs)
         waves = math.ceil(max(1, span.object_count - span.ready_before) / max(self.cpus, 1.0))
-        if spread <= SLOWEST_WAVES_SLACK * (waves - 1) * span.shortest:
+        if spread <= SLOWEST_WAVES_SLACK * (waves - 1) * typical:
+            return
+        # And the slowest task itself ran much longer than the typical one: equal tasks
+        # slowed by a loaded machine spread out too, and wait() would not help them.
+        if max(runs) - typical < SLOWEST_SPREAD * active:
             return
         self._report(Finding(
             "wait-for-slowest",
@@ -427,8 +522,10 @@ class Advisor:
 
     def _check_serial_driver(self, callsite: Any, site: _Site) -> None:
         # Over the last submissions from one call site: the time between the first and
-        # the last submission, less the driver's time blocked in get/wait, is the
-        # driver's own serial work; the slots' low use is what it cost the workers.
+        # the last submission, less the driver's time blocked in get/wait and the time
+        # lightwork itself spent copying big arguments inside .remote(), is the driver's
+        # own serial work; how busy the slots were over that time (every task and
+        # actor call that ran, from their spans) says whether it cost the workers.
         if len(site.recent) < SERIAL_MIN_TASKS or ("serial-driver", callsite) in self._reported:
             return
         window = sorted(site.recent, key=lambda r: r.submitted)
@@ -439,10 +536,11 @@ class Advisor:
             if span.end < first:
                 break
             blocked += max(0.0, min(span.end, last) - max(span.start, first))
-        serial = (last - first) - blocked
-        if wall <= 0 or serial / wall < SERIAL_FRACTION:
+        copying = sum(r.copy_s for r in window[:-1])  # the last copy is after ``last``
+        serial = (last - first) - blocked - copying
+        if wall <= 0 or serial < SERIAL_MIN_S or serial / wall < SERIAL_FRACTION:
             return
-        busy = sum(r.finished - r.started for r in window)
+        busy = self._busy_between(first, first + wall)
         utilization = busy / (self.cpus * wall)
         if utilization >= SERIAL_MAX_UTILIZATION:
             return
@@ -470,11 +568,12 @@ class Advisor:
         queued = sum(r.started - r.submitted for r in records) / len(records)
         if busy < ACTOR_MIN_BUSY_S or queued < ACTOR_QUEUE_RATIO * run:
             return
-        # Were task slots idle meanwhile? Few plain tasks ran during those calls.
+        # Was the actor busy from its first call on (its start-up is not idleness)?
         begin = min(r.submitted for r in records)
         end = max(r.finished for r in records)
-        if busy < ACTOR_MIN_UTILIZATION * (end - begin):
+        if busy < ACTOR_MIN_UTILIZATION * (end - min(r.started for r in records)):
             return  # the actor itself was often idle: not the bottleneck
+        # Were task slots idle meanwhile? Few plain tasks ran during those calls.
         task_time = sum(
             min(r.finished, end) - max(r.started, begin) for r in self._recent
             if not r.actor_id and r.started and r.finished > begin and r.started < end
@@ -504,6 +603,14 @@ class Advisor:
         share = max(record.num_cpus, 1.0)
         if cores <= OVERSUBSCRIBED_CPU * share:
             return
+        # A process cannot use more cores than the machine has: such a figure is not a
+        # measurement of the call. Nor is the fix possible when the runtime has fewer
+        # CPU slots than the num_cpus it would advise.
+        wanted = max(2, round(cores))
+        if cores > self.cores * CORES_MEASURE_SLACK or wanted > self.cpus:
+            return
+        if record.actor_id and self._concurrent_call(record):
+            return  # the process's CPU time covers the actor's other calls too
         name = record.name
         self._report(Finding(
             "oversubscription",
@@ -512,9 +619,22 @@ class Advisor:
             {"cores_used": round(cores, 2), "num_cpus": record.num_cpus,
              "run_s": round(wall, 3), "function": name},
             f"limit the library's threads inside the task (OMP_NUM_THREADS=1, threadpoolctl), "
-            f"or declare them: {name}.options(num_cpus={max(2, round(cores))})",
+            f"or declare them: {name}.options(num_cpus={wanted})",
             record.callsite,
         ), key=name)
+
+    def _concurrent_call(self, record: TaskRecord) -> bool:
+        """Whether another call of ``record``'s actor ran while it did (threaded actors)."""
+        node = self.node
+        if node is not None:
+            actor = getattr(getattr(node, "actors", None), "actors", {}).get(record.actor_id)
+            if actor is not None and (getattr(actor, "max_concurrency", 1) or 1) > 1:
+                return True
+        return any(
+            other is not record and other.started < record.finished
+            and other.finished > record.started
+            for other in self._actor_calls.get(record.actor_id, ())
+        )
 
     def _check_fewer_slots(self, record: TaskRecord) -> None:
         # More slots than cores is right for tasks that wait (I/O, sleeps); it is the
@@ -545,34 +665,103 @@ class Advisor:
             self.init_callsite,
         ), key="init")
 
-    def _pinned_bytes(self) -> tuple[int, int, dict[Any, int]]:
-        """(bytes, count, bytes by task name) of stored objects held only by driver refs."""
+    def _pinned_bytes(self) -> tuple[int, int, dict[int, int]]:
+        """(bytes, count, bytes by creating task id, 0 for put) of the stored objects
+        held only by driver refs, ready for at least ``PINNED_MIN_AGE_S`` (lock held)."""
         total = count = 0
-        by_name: dict[Any, int] = defaultdict(int)
+        by_task: dict[int, int] = defaultdict(int)
+        settled = time.monotonic() - PINNED_MIN_AGE_S  # results just made are about to be read
         for entry in self.node.objects.entries.values():
             stored = entry.stored
-            if stored is None or stored.path is None:
+            if stored is None or stored.path is None or entry.ready_at > settled:
                 continue
             if entry.driver_holds and not (entry.holders or entry.task_uses or entry.containers):
                 total += stored.size
                 count += 1
-                task = self.node.tasks.get(entry.task_id)
-                by_name[task.name if task else "put()"] += stored.size
-        return total, count, dict(by_name)
+                by_task[entry.task_id] += stored.size
+        return total, count, dict(by_task)
 
-    def _check_pinned(self, total: int, count: int, by_name: dict[Any, int]) -> None:
+    def _check_pinned(self, total: int, count: int, by_task: dict[int, int]) -> None:
         if total < PINNED_MIN_BYTES or count < 4:
             return
-        top = max(by_name, key=by_name.get) if by_name else "put()"
-        self._report(Finding(
+        # Name the call site that made most of those bytes (put() has none).
+        by_source: dict[Any, int] = defaultdict(int)
+        for task_id, nbytes in by_task.items():
+            record = self._records.get(task_id) if task_id else None
+            source = (record.name, record.callsite) if record is not None else ("put()", None)
+            by_source[source] += nbytes
+        top, callsite = max(by_source, key=by_source.__getitem__)
+        finding = Finding(
             "refs-pinned",
             f"{count} objects ({_size(total)}) stay in the object store only because the "
             f"driver still holds their ObjectRefs (most from {top})",
             {"objects": count, "bytes": total, "largest_source": top},
             "drop refs you no longer need (del refs, or keep only the results you use) so "
             "their memory is freed",
-            None,
-        ), key="store")
+            callsite,
+        )
+        for earlier in self.findings:
+            if earlier.kind == "refs-pinned":
+                # Reported once; its figures follow the peak, not the first crossing.
+                if total > earlier.evidence["bytes"]:
+                    earlier.title, earlier.evidence = finding.title, finding.evidence
+                    earlier.callsite = finding.callsite
+                return
+        self._report(finding, key="store")
+
+
+class _SlotTime:
+    """Slot-seconds of work done, in buckets of log time, to ask how busy slots were.
+
+    A window's answer counts its edge buckets whole, so it errs towards "busy": a rule
+    that fires on idle slots then errs towards silence.
+    """
+
+    def __init__(self, width: float = BUSY_BUCKET_S) -> None:
+        self.width = width
+        self.buckets: dict[int, float] = defaultdict(float)
+
+    def add_record(self, record: TaskRecord) -> None:
+        if record.started and record.finished > record.started:
+            slots = 1.0 if record.actor_id else max(1.0, record.num_cpus)
+            self.add(record.started, record.finished, slots)
+
+    def add(self, start: float, end: float, slots: float) -> None:
+        width, buckets = self.width, self.buckets
+        first, last = int(start // width), int(end // width)
+        if first == last:
+            buckets[first] += (end - start) * slots
+        else:
+            buckets[first] += ((first + 1) * width - start) * slots
+            for bucket in range(first + 1, last):
+                buckets[bucket] += width * slots
+            buckets[last] += (end - last * width) * slots
+        if len(buckets) > BUSY_MAX_BUCKETS:
+            for old in sorted(buckets)[: BUSY_MAX_BUCKETS // 2]:
+                del buckets[old]
+
+    def between(self, start: float, end: float) -> float:
+        buckets = self.buckets
+        return sum(buckets.get(bucket, 0.0)
+                   for bucket in range(int(start // self.width), int(end // self.width) + 1))
+
+
+def _running_work(node: Any) -> list[tuple[float, float, TaskRecord]]:
+    """(since, slots, record) of the tasks and actor calls running now (lock held)."""
+    running = []
+    for conn in getattr(node, "workers", {}).values():
+        actor = getattr(conn, "actor", None)
+        if actor is not None:
+            calls = list(actor.inflight.values())[:1]
+        else:
+            calls = list(conn.slot.inflight)[:1]
+        for task in calls:
+            record = task.record
+            since = record.dispatched or record.submitted
+            if since:
+                running.append(
+                    (since, 1.0 if record.actor_id else max(1.0, record.num_cpus), record))
+    return running
 
 
 def _most_at_once(intervals: Any) -> int:

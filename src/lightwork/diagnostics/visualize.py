@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import random
 import re
+import warnings
 from collections import defaultdict
 from itertools import accumulate, cycle
 from typing import Any
+
+from lightwork.diagnostics.profilers import CacheData, ResourceData, TaskData
 
 __all__ = ["plot_cache", "plot_resources", "plot_tasks", "visualize"]
 
@@ -39,9 +42,15 @@ def visualize(profilers: Any, filename: str = "profile.html", show: bool = True,
 
     ``show`` opens the plot in a browser; ``save`` (default: when not in a notebook)
     writes it to ``filename``; ``mode`` goes to ``bokeh.io.output_file``; other keyword
-    arguments go to ``bokeh.plotting.figure``. Returns the bokeh layout.
+    arguments go to ``bokeh.plotting.figure``. Returns the bokeh layout. ``file_path``,
+    Dask's old name for ``filename``, still works and warns as Dask does.
     """
     bp = _bokeh()
+    if "file_path" in kwargs:
+        warnings.warn(
+            "visualize(file_path=...) is deprecated; pass filename=... instead (as in Dask)",
+            FutureWarning, stacklevel=2)
+        filename = kwargs.pop("file_path")
     from bokeh.io import state as io_state
 
     if save is None:
@@ -76,6 +85,12 @@ def visualize(profilers: Any, filename: str = "profile.html", show: bool = True,
         bp.output_file(filename, mode=mode)
         bp.save(layout)
     return layout
+
+
+def _as(record_type: Any, results: Any) -> list[Any]:
+    """``results`` as ``record_type`` tuples: Dask's plots take plain tuples in its
+    fields' order too (its own tests pass them), so these do."""
+    return [r if type(r) is record_type else record_type(*r) for r in results]
 
 
 def _figure_defaults(kwargs: dict[str, Any], tools: str) -> dict[str, Any]:
@@ -131,6 +146,7 @@ def plot_tasks(results: list[Any], start_time: float | None, end_time: float | N
     from bokeh.models import HoverTool
 
     options = _figure_defaults(kwargs, "hover,save,reset,xwheel_zoom,xpan")
+    results = _as(TaskData, results)
     if results:
         start = start_time if start_time is not None else min(r.start_time for r in results)
         end = end_time if end_time is not None else max(r.end_time for r in results)
@@ -173,6 +189,7 @@ def plot_resources(results: list[Any], start_time: float | None, end_time: float
     from bokeh.models import LinearAxis, Range1d
 
     options = _figure_defaults(kwargs, "save,reset,xwheel_zoom,xpan")
+    results = _as(ResourceData, results)
     if results:
         start = start_time if start_time is not None else results[0].time
         end = end_time if end_time is not None else results[-1].time
@@ -204,6 +221,7 @@ def plot_cache(results: list[Any], start_time: float | None, end_time: float | N
     from bokeh.models import HoverTool
 
     options = _figure_defaults(kwargs, "hover,save,reset,wheel_zoom,xpan")
+    results = _as(CacheData, results)
     if results:
         start = start_time if start_time is not None else min(r.cache_time for r in results)
         end = end_time if end_time is not None else max(r.free_time for r in results)

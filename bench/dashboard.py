@@ -1,0 +1,205 @@
+"""What the live dashboard costs, and how fast it answers (``make bench`` runs it).
+
+Usage (from the repository root)::
+
+    python bench/dashboard.py [--tasks 10000] [--rounds 3] [--records 1000000]
+
+Figures, written to ``bench/dashboard_results.json`` and printed:
+
+* ``throughput_*``: 10,000 empty tasks (submit all, get all) on a 2-CPU runtime, with no
+  dashboard, and with a dashboard process attached and a page open (an event stream
+  read by a separate client process, as a browser would). Rounds alternate so the
+  machine's load drifts equally over both; the median of each is compared.
+* ``driver_sync_ms``: the driver's own time per ``dashboard_sync`` (``cost_s`` of the
+  replies), mean and max over the run.
+* with ``--history`` tasks recorded (100,000): the dashboard process's RSS, and the p95
+  latency of the overview, the tasks page and the per-function summary over HTTP.
+* with ``--records`` synthetic records (1,000,000) in a mirror: the time of a tasks page
+  (default order, filtered, sorted once and again), the summary, the stream; its memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT.parent / "tests"))  # the synthetic sync of the tests
+
+CLIENT = r"""
+import sys, urllib.request
+url, cookie = sys.argv[1], sys.argv[2]
+request = urllib.request.Request(url, headers={"Cookie": cookie})
+with urllib.request.urlopen(request) as stream:
+    for line in stream:
+        pass
+"""
+
+
+def http_get(port: int, token: str, path: str) -> tuple[float, Any]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        headers={"Cookie": f"lightwork_dashboard_{port}={token}"})
+    start = time.perf_counter()
+    with urllib.request.urlopen(request) as response:
+        body = response.read()
+    return time.perf_counter() - start, json.loads(body)
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
+    import lightwork
+    from lightwork.dashboard import launch
+
+    lightwork.init(num_cpus=2, advisor=False)
+
+    @lightwork.remote
+    def noop(i: int) -> int:
+        return i
+
+    lightwork.get([noop.remote(i) for i in range(1000)])  # warm the workers
+    node = lightwork._api._node
+    child = launch.start(node.control.path, port=0)
+    port = int(child.url.split(":")[2].split("/")[0])
+    token = child.url.split("token=")[1]
+    without, with_page, costs = [], [], []
+    try:
+        for _ in range(rounds):
+            start = time.perf_counter()
+            lightwork.get([noop.remote(i) for i in range(n_tasks)])
+            without.append(n_tasks / (time.perf_counter() - start))
+            client = subprocess.Popen([sys.executable, "-c", CLIENT,
+                                       f"http://127.0.0.1:{port}/api/events?view=stream",
+                                       f"lightwork_dashboard_{port}={token}"])
+            time.sleep(1.5)  # the page is open and updating
+            start = time.perf_counter()
+            lightwork.get([noop.remote(i) for i in range(n_tasks)])
+            with_page.append(n_tasks / (time.perf_counter() - start))
+            time.sleep(1.2)
+            costs.append(http_get(port, token, "/api/overview")[1]["driver_cost_s"])
+            client.terminate()
+            client.wait()
+            time.sleep(11)  # the dashboard goes idle: no page, no syncs
+    finally:
+        child.stop()
+        lightwork.shutdown()
+    base, page = statistics.median(without), statistics.median(with_page)
+    return {"tasks": n_tasks, "rounds": rounds,
+            "throughput_no_dashboard_per_s": round(base),
+            "throughput_page_open_per_s": round(page),
+            "page_open_cost_percent": round(100 * (base - page) / base, 1),
+            "driver_sync_ms_mean": round(1000 * statistics.mean(costs), 2),
+            "driver_sync_ms_max": round(1000 * max(costs), 2),
+            "runs_no_dashboard": [round(x) for x in without],
+            "runs_page_open": [round(x) for x in with_page]}
+
+
+def with_history(n_tasks: int) -> dict[str, Any]:
+    import psutil
+
+    import lightwork
+    from lightwork.dashboard import launch
+
+    lightwork.init(num_cpus=2, advisor=False)
+
+    @lightwork.remote
+    def noop(i: int) -> int:
+        return i
+
+    node = lightwork._api._node
+    child = launch.start(node.control.path, port=0)
+    port = int(child.url.split(":")[2].split("/")[0])
+    token = child.url.split("token=")[1]
+    try:
+        for first in range(0, n_tasks, 20_000):
+            lightwork.get([noop.remote(i) for i in range(first, min(n_tasks, first + 20_000))])
+        time.sleep(0.5)
+        first_paint, _ = http_get(port, token, "/api/overview")  # syncs up first
+        time.sleep(2.0)
+        timings: dict[str, list[float]] = {"overview": [], "tasks": [], "functions": [],
+                                           "stream": []}
+        paths = {"overview": "/api/overview", "tasks": "/api/tasks?page_size=100",
+                 "functions": "/api/functions", "stream": "/api/stream?window=30"}
+        for _ in range(40):
+            for name, path in paths.items():
+                timings[name].append(http_get(port, token, path)[0])
+        recorded = http_get(port, token, "/api/overview")[1]["tasks"]["recorded"]
+        rss = psutil.Process(child.process.pid).memory_info().rss
+    finally:
+        child.stop()
+        lightwork.shutdown()
+    return {"tasks_recorded": recorded, "dashboard_rss_mb": round(rss / 1e6, 1),
+            "first_overview_ms": round(1000 * first_paint, 1),
+            **{f"{name}_p95_ms": round(1000 * p95(values), 2) for name, values in timings.items()}}
+
+
+def synthetic(records: int) -> dict[str, Any]:
+    import psutil
+
+    from lightwork.dashboard.mirror import Mirror
+    from test_dashboard import _synthetic_sync
+
+    before = psutil.Process().memory_info().rss
+    mirror = Mirror()
+    names = [f"pipeline.stage_{i}" for i in range(20)]
+    for first in range(0, records, 100_000):
+        reply = _synthetic_sync(first, min(100_000, records - first), names, 1000.0)
+        reply["budget"] = records
+        mirror.apply(reply)
+    memory = psutil.Process().memory_info().rss - before
+
+    def timed(call: Any) -> float:
+        start = time.perf_counter()
+        call()
+        return round(1000 * (time.perf_counter() - start), 1)
+
+    return {
+        "records": records, "mirror_mb": round(memory / 1e6, 1),
+        "tasks_page_newest_ms": timed(lambda: mirror.tasks(page=3)),
+        "tasks_page_filtered_first_ms": timed(lambda: mirror.tasks(name="stage_7",
+                                                                   state="FINISHED")),
+        "tasks_page_filtered_again_ms": timed(lambda: mirror.tasks(name="stage_7",
+                                                                   state="FINISHED", page=2)),
+        "tasks_sorted_by_run_first_ms": timed(lambda: mirror.tasks(sort="run_s")),
+        "tasks_sorted_by_run_again_ms": timed(lambda: mirror.tasks(sort="run_s", page=5)),
+        "functions_first_ms": timed(mirror.function_summary),
+        "functions_again_ms": timed(mirror.function_summary),
+        "stream_ms": timed(lambda: mirror.stream(30.0)),
+        "overview_ms": timed(mirror.overview),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tasks", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--history", type=int, default=100_000)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--output", default=str(ROOT / "dashboard_results.json"))
+    args = parser.parse_args(argv)
+    results = {"machine": {"cpus": os.cpu_count(), "load_1m": os.getloadavg()[0]},
+               "throughput": throughput(args.tasks, args.rounds),
+               "history": with_history(args.history),
+               "synthetic": synthetic(args.records)}
+    for part, figures in results.items():
+        print(f"== {part}")
+        for key, value in figures.items():
+            print(f"  {key:<34} {value}")
+    Path(args.output).write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,299 @@
+"""The driver's side of the dashboard: what one ``dashboard_sync`` request copies out.
+
+This module runs inside the watched program (``control.dispatch`` imports it on the
+first dashboard request), in the control server's connection thread. Everything else of
+the dashboard runs in its own process (``lightwork.dashboard.server``), so the program
+pays only for these requests, about one a second while a page is open and none when
+no dashboard is attached.
+
+A sync is incremental. The dashboard sends the cursors it reached, and gets:
+
+* the task records that ended since ``task_cursor``. The event log's ring holds
+  ``dropped_tasks + len(ring)`` records ever appended, so a cursor is that count; the
+  new ones are the newest ``count - cursor`` of the ring, read from its right end (no
+  walk over the older records). Those that fell out of the ring before they were read
+  are counted in ``lost``. The records travel as columns: one ``array`` per numeric
+  field, base64 of its bytes (encoding floats as JSON text costs ten times more), and
+  the names and states as plain lists. JSON and arrays of numbers only: nothing
+  received is ever unpickled.
+* the driver's blocked ``get``/``wait`` spans since ``span_cursor`` (the same scheme);
+* the live picture, small by construction: counts of live tasks by state, the first
+  ``live_limit`` live tasks (submission order), what each worker runs now, actors,
+  resources, the last CPU/RSS sample, the advisor's findings as it has them (its own
+  thread keeps them current; nothing is analysed here) and the running ``get``/``wait``
+  calls of the driver with how many of their objects are ready;
+* ``cost_s``, the time this took, from which the dashboard spaces its requests so that
+  it never takes more than about 1% of the driver's time.
+
+Progress of running ``get``/``wait`` calls comes from an observer on the blocking calls
+(``introspect.blocking_observers``), installed by the first sync and removed by itself
+once no sync came for ``OBSERVER_IDLE_S``: while no page is open, ``get`` pays nothing.
+
+Actions (``dashboard_cancel``, ``dashboard_kill``) exist only for the dashboard's
+``--allow-actions`` mode; the dashboard process checks the token and the origin first.
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import itertools
+import operator
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from lightwork._runtime import views
+from lightwork._runtime.events import TaskRecord
+
+if TYPE_CHECKING:
+    from lightwork._runtime.node import Node
+
+OPS = ("dashboard_sync", "dashboard_cancel", "dashboard_kill")
+DEFAULT_MAX_RECORDS = 50_000  # per sync; the dashboard asks again at once for the rest
+DEFAULT_LIVE_LIMIT = 2_000
+MAX_ACTORS = 2_000
+MAX_PROGRESS_OBJECTS = 100_000  # larger get/wait calls report their size, not progress
+OBSERVER_IDLE_S = 30.0
+
+_FIELD_NAMES = tuple(TaskRecord.__dataclass_fields__)
+#: Columns sent as float64 arrays (monotonic seconds) and as int64 arrays.
+FLOAT_COLUMNS = ("submitted", "deps_ready", "dispatched", "started", "args_loaded",
+                 "finished", "stored")
+INT_COLUMNS = ("task_id", "worker_id", "pid", "attempt", "arg_size", "result_size", "actor_id")
+_NAME, _STATE, _ERROR, _RETRIES = (_FIELD_NAMES.index(n) for n in ("name", "state", "error",
+                                                                     "retries"))
+MAX_ERROR_CHARS = 300
+
+
+def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
+    if op == "dashboard_sync":
+        return sync(node, _int_arg(args, "task_cursor", 0), _int_arg(args, "span_cursor", 0),
+                    _int_arg(args, "max_records", DEFAULT_MAX_RECORDS),
+                    _int_arg(args, "live_limit", DEFAULT_LIVE_LIMIT))
+    if op == "dashboard_cancel":
+        return cancel_task(node, _int_arg(args, "task_id", -1), bool(args.get("force", False)))
+    if op == "dashboard_kill":
+        return kill_actor(node, str(args.get("actor_id", "")))
+    raise ValueError(f"unknown dashboard operation {op!r}; known: {', '.join(OPS)}")
+
+
+def _int_arg(args: dict[str, Any], key: str, default: int) -> int:
+    value = args.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{key} must be an integer >= 0, got {value!r}")
+    return value
+
+
+# ---------------------------------------------------------------------------- sync
+def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
+         live_limit: int) -> dict[str, Any]:
+    began = time.perf_counter()
+    _progress.touch(node)
+    with node.lock:
+        log = node.log
+        task_total = log.dropped_tasks + len(log.tasks)
+        new_tasks, task_lost, task_next = _newest(log.tasks, task_total, task_cursor, max_records)
+        span_total = log.dropped_spans + len(log.spans)
+        new_spans, span_lost, span_next = _newest(log.spans, span_total, span_cursor, max_records)
+        live_counts = Counter(views.live_task_state(node, task) for task in node.tasks.values())
+        live = [
+            (task.task_id, task.name, views.live_task_state(node, task), task.record.worker_id,
+             task.actor_id, task.record.submitted, task.record.dispatched, task.record.attempt)
+            for task in itertools.islice(node.tasks.values(), live_limit)
+        ]
+        scheduler = node.scheduler
+        resources = {k: [max(0.0, v - scheduler.available.get(k, 0.0)), v]
+                     for k, v in scheduler.total.items() if v or k == "CPU"}
+        store = _store_facts(node)
+        progress = _progress.snapshot(node)
+        now = time.monotonic()
+    workers = views.worker_rows(node)
+    actors = views.actor_rows(node)[:MAX_ACTORS]
+    sidecar = getattr(node, "control", None)
+    known = sidecar.known_workers() if sidecar is not None else {}
+    reply = {
+        "session": node.session.name,
+        "now": now,
+        "base": node.log.started_at,
+        "base_wall": node.log.started_at_wall,
+        "budget": node.log.budget,
+        "tasks": {"cursor": task_next, "lost": task_lost, **_columns(new_tasks)},
+        "spans": {"cursor": span_next, "lost": span_lost,
+                  "rows": [[s.kind, s.start, s.end, s.object_count, s.thread_id,
+                            _where(s.callsite)] for s in new_spans]},
+        "live": {"counts": dict(live_counts), "rows": live, "total": sum(live_counts.values())},
+        "resources": resources,
+        "workers": workers,
+        "known_workers": {str(wid): info for wid, info in known.items()},
+        "actors": actors,
+        "actor_count": len(node.actors.actors),
+        "store": store,
+        "findings": _findings(node),
+        "progress": progress,
+    }
+    reply["cost_s"] = time.perf_counter() - began
+    return reply
+
+
+def _newest(ring: Any, total: int, cursor: int, limit: int) -> tuple[list[Any], int, int]:
+    """The ring's items appended since ``cursor`` (at most ``limit``, oldest first)."""
+    if cursor > total:  # a cursor from another session, or the log was reset
+        cursor = 0
+    available = len(ring)
+    first_kept = total - available
+    lost = max(0, first_kept - cursor)
+    start = max(cursor, first_kept)
+    wanted = min(limit, total - start)
+    if wanted <= 0:
+        return [], lost, total
+    # Read from the right end: the newest ``total - start`` items, then keep the oldest
+    # ``wanted`` of them; the older part of the ring is never walked.
+    newest = list(itertools.islice(reversed(ring), total - start))
+    newest.reverse()
+    return newest[:wanted], lost, start + wanted
+
+
+def _columns(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    if not rows:
+        return {"count": 0}
+    out: dict[str, Any] = {"count": len(rows)}
+    encoded = {}
+    for kind, names in (("d", FLOAT_COLUMNS), ("q", INT_COLUMNS)):
+        for name in names:
+            getter = operator.itemgetter(_FIELD_NAMES.index(name))
+            encoded[name] = base64.b64encode(array.array(kind, map(getter, rows)).tobytes()).decode()
+    out["columns"] = encoded
+    out["names"] = [row[_NAME] for row in rows]
+    out["states"] = [row[_STATE] for row in rows]
+    out["retries"] = [len(row[_RETRIES]) for row in rows]
+    out["errors"] = [[i, str(row[_ERROR])[:MAX_ERROR_CHARS]] for i, row in enumerate(rows)
+                     if row[_ERROR]]
+    return out
+
+
+def _where(callsite: Any) -> str | None:
+    if not callsite:
+        return None
+    filename, line, function = callsite
+    return f"{filename}:{line} in {function}"
+
+
+def _store_facts(node: Node) -> dict[str, Any]:
+    """What the object store reports about itself (lock held); absent facts are None."""
+    table = node.objects
+    facts: dict[str, Any] = {
+        "objects": len(table.entries),
+        "shared_memory_bytes": table.bytes_in_segments,
+        "freed_objects": getattr(table, "freed_count", None),
+    }
+    store = getattr(node, "store", None)  # the segment store: budget and spilling
+    for key in ("budget", "spilled_bytes", "spilled_total"):
+        value = getattr(store, key, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            facts[key] = value
+    return facts
+
+
+def _findings(node: Node) -> list[dict[str, Any]] | None:
+    """The live advisor's findings as it has them (None when the advisor is off)."""
+    advisor = getattr(node, "advisor", None)
+    if advisor is None:
+        return None
+    with advisor._lock:
+        findings = list(advisor.findings)
+    return [finding.as_dict() for finding in findings]
+
+
+# ---------------------------------------------------------------------------- progress
+class _BlockingCalls:
+    """The driver's running ``get``/``wait`` calls, while a dashboard is attached."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[int, tuple[str, list[Any], float, str]] = {}
+        self._last_sync = 0.0
+        self._serial = itertools.count(1)
+
+    def touch(self, node: Node) -> None:
+        from lightwork._runtime import introspect
+
+        self._last_sync = time.monotonic()
+        if self._observe not in introspect.blocking_observers:
+            introspect.blocking_observers.append(self._observe)
+            sidecar = getattr(node, "control", None)
+            if sidecar is not None and self.detach not in sidecar.stop_hooks:
+                sidecar.stop_hooks.append(self.detach)  # the session ends: stop observing
+
+    def detach(self) -> None:
+        from lightwork._runtime import introspect
+
+        try:
+            introspect.blocking_observers.remove(self._observe)
+        except ValueError:
+            pass
+        with self._lock:
+            self._calls.clear()
+
+    def _observe(self, kind: str, refs: list[Any]) -> Any:
+        if time.monotonic() - self._last_sync > OBSERVER_IDLE_S:
+            self.detach()  # nobody looks any more: stop costing anything
+            return None
+        key = next(self._serial)
+        thread = threading.current_thread().name
+        with self._lock:
+            self._calls[key] = (kind, refs, time.monotonic(), thread)
+
+        def end(failed: bool) -> None:
+            with self._lock:
+                self._calls.pop(key, None)
+
+        return end
+
+    def snapshot(self, node: Node) -> list[dict[str, Any]]:
+        """Each running call: kind, thread, since, objects and how many are ready (lock held)."""
+        with self._lock:
+            calls = list(self._calls.values())
+        out = []
+        entries = node.objects.entries
+        for kind, refs, since, thread in calls:
+            total = len(refs)
+            ready = None
+            if total <= MAX_PROGRESS_OBJECTS:
+                ready = 0
+                for ref in refs:
+                    entry = entries.get(getattr(ref, "id", None))
+                    if entry is None or entry.state != 0:  # 0 is PENDING
+                        ready += 1
+            out.append({"kind": kind, "thread": thread, "since": since, "objects": total,
+                        "ready": ready})
+        return out
+
+
+_progress = _BlockingCalls()
+
+
+# ---------------------------------------------------------------------------- actions
+def cancel_task(node: Node, task_id: int, force: bool) -> dict[str, Any]:
+    with node.lock:
+        task = node.tasks.get(task_id)
+        return_ids = list(task.return_ids) if task is not None else None
+    if return_ids is None:
+        raise ValueError(f"task {task_id} is not running or queued (it ended, or the id is "
+                         "wrong); refresh the table and pick a live task")
+    node.cancel(return_ids, force)
+    return {"cancelled": task_id}
+
+
+def kill_actor(node: Node, actor_hex: str) -> dict[str, Any]:
+    try:
+        actor_id = int(actor_hex, 16)
+    except ValueError:
+        raise ValueError(f"actor_id must be the actor's hex id, got {actor_hex!r}") from None
+    with node.lock:
+        known = actor_id in node.actors.actors
+    if not known:
+        raise ValueError(f"no actor {actor_hex} in this session; refresh the actors view")
+    node.driver_request("kill", actor_id, True)
+    return {"killed": actor_hex}

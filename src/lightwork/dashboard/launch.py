@@ -1,0 +1,108 @@
+"""``init(dashboard=True)``: the dashboard as a process beside the program.
+
+The program starts ``python -m lightwork dashboard --address SOCKET --child`` and reads
+the URL from the first line of its output (the child makes the token; it never appears
+on a command line). The child:
+
+* is in a session of its own (``start_new_session``), so a Ctrl-C meant for the program
+  does not print a second traceback from the dashboard;
+* syncs every ``IDLE_SYNC_S`` seconds even with no page open (cheap: one incremental
+  request), so a page opened after the program ended still shows its final state;
+* gets one last sync at ``shutdown()``: the program writes ``sync`` on the child's stdin
+  and waits for the answer (at most ``FINAL_SYNC_TIMEOUT_S``) before closing its session;
+* exits once the session ended and no page was open for ``LINGER_S`` seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+from typing import Any
+
+STARTUP_TIMEOUT_S = 15.0
+FINAL_SYNC_TIMEOUT_S = 3.0
+LINGER_S = 60.0
+IDLE_SYNC_S = 5.0
+
+
+class DashboardProcess:
+    """The program's handle on its dashboard child."""
+
+    def __init__(self, process: subprocess.Popen[bytes], url: str) -> None:
+        self.process = process
+        self.url = url
+
+    def final_sync(self) -> None:
+        """Ask the child for a last sync and wait for it (the session is still open)."""
+        process = self.process
+        if process.poll() is not None or process.stdin is None or process.stdout is None:
+            return
+        try:
+            process.stdin.write(b"sync\n")
+            process.stdin.flush()
+            _read_line(process, FINAL_SYNC_TIMEOUT_S)
+            process.stdin.close()
+        except (OSError, TimeoutError):
+            pass
+
+    def stop(self) -> None:
+        """End the child now (tests; a program that wants no page after it ends)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5.0)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start(socket_path: str, port: int = 0, linger_s: float = LINGER_S) -> DashboardProcess:
+    """Start the dashboard child for the session at ``socket_path``; return once it serves."""
+    command = [sys.executable, "-m", "lightwork", "dashboard", "--address", socket_path,
+               "--port", str(port), "--child", "--linger", str(linger_s)]
+    # Its stderr goes nowhere: holding the program's stderr open would keep whoever reads
+    # the program's output (a pipe, ``subprocess.run``) waiting for the dashboard to exit.
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, start_new_session=True,
+                               env=_child_env())
+    try:
+        url = _read_line(process, STARTUP_TIMEOUT_S)
+    except TimeoutError:
+        process.kill()
+        process.wait()
+        raise RuntimeError(f"the dashboard did not start within {STARTUP_TIMEOUT_S:g} s; run "
+                           "`lightwork dashboard` in a terminal to see why") from None
+    if not url.startswith("http://127.0.0.1:"):
+        process.wait(5.0)
+        raise RuntimeError("the dashboard could not start (see the message above); run "
+                           "`lightwork dashboard` in a terminal to retry")
+    return DashboardProcess(process, url)
+
+
+def _read_line(process: subprocess.Popen[bytes], timeout: float) -> str:
+    """One line of the child's stdout within ``timeout`` (raw reads: no buffering surprises)."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    data = b""
+    while not data.endswith(b"\n"):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace").strip()
+
+
+def _child_env() -> dict[str, Any]:
+    env = dict(os.environ)
+    env.pop("PYTHONSTARTUP", None)
+    return env

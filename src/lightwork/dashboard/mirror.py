@@ -1,0 +1,537 @@
+"""The dashboard process's copy of a session, and every query the page makes of it.
+
+:class:`Mirror` applies the driver's incremental syncs (``feed.sync``) and answers the
+views. It is the only state of the dashboard process; one lock guards it (the HTTP
+handlers read, the sync thread writes).
+
+Ended tasks are kept as columns (``array`` of float64/int64/int32, names and states as
+small-int indexes into tables), about 100 bytes per task, against about 1 kB for a dict
+per task: 100,000 tasks cost about 10 MB, 1,000,000 about 100 MB. The copy keeps as many
+as the session's event budget (the driver's ring holds no more); past that the oldest
+go in chunks of a tenth and are counted in ``trimmed``. Row numbers are positions in the
+columns, so a trim shifts them: the caches below are dropped then.
+
+Queries stay fast at a million records because nothing walks every record per request:
+
+* the task stream walks back from the newest record until the window's start, and keeps
+  at most ``MAX_STREAM_SPANS`` rectangles (the page says when the cap cut some);
+* the tasks table's default order (newest first) is the columns backwards: a page is
+  ``page_size`` reads. A filter's matching row numbers are cached and extended with the
+  rows that arrived since; another sort order is cached per filter and, when rows
+  arrived, re-sorted (Timsort merges the sorted run with the new tail);
+* per-function counts, queued time and run times are kept as records arrive; the
+  percentiles sort a function's run times when asked (cached until it gets more);
+* history (tasks by state, finished count) is one point per sync, bounded.
+
+Live tasks (queued and running) come whole with each sync, at most ``live_limit`` of
+them (the page says when there are more).
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import bisect
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from lightwork.dashboard.feed import FLOAT_COLUMNS, INT_COLUMNS
+
+MAX_STREAM_SPANS = 4_000
+MAX_PAGE_SIZE = 200
+HISTORY_POINTS = 3_600
+MAX_DRIVER_SPANS = 100_000
+ENDED_STATES = ("FINISHED", "FAILED")
+LIVE_STATES = ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER",
+               "RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT")
+SORT_KEYS = ("submitted", "task_id", "run_s", "queued_s", "arg_size", "result_size",
+             "worker_id", "name", "state")
+TASK_COLUMNS = ("task_id", "name", "state", "worker_id", "pid", "actor_id", "attempt",
+                "submitted_s", "queued_s", "run_s", "arg_size", "result_size", "retries", "error")
+
+
+class Mirror:
+    """A session as the dashboard process knows it."""
+
+    def __init__(self, session: str = "") -> None:
+        self.lock = threading.Lock()
+        self.session = session
+        self.ended = False
+        self.end_reason = ""
+        self.synced_at = 0.0  # monotonic time of the last sync (driver clock = ours)
+        self.syncs = 0
+        self.generation = 0  # bumps when the data changes
+        self.base = 0.0
+        self.base_wall = 0.0
+        self.now = 0.0
+        self.budget = 200_000
+        self.task_cursor = 0
+        self.span_cursor = 0
+        self.lost = 0  # records that left the driver's ring before we read them
+        self.trimmed = 0  # records we dropped to stay within the budget
+        self.driver_cost_s = 0.0  # the driver's time spent on the last sync
+        # Ended tasks, by column.
+        self.floats = {name: array.array("d") for name in FLOAT_COLUMNS}
+        self.ints = {name: array.array("q") for name in INT_COLUMNS}
+        self.name_of = array.array("i")
+        self.state_of = array.array("b")
+        self.retries = array.array("i")
+        self.errors: dict[int, str] = {}
+        self.names: list[str] = []
+        self._name_index: dict[str, int] = {}
+        self.states: list[str] = list(ENDED_STATES)
+        self._state_index = {s: i for i, s in enumerate(self.states)}
+        # Per function: [counts by state index, queued total, run times].
+        self.functions: dict[int, list[Any]] = {}
+        self._percentiles: dict[int, tuple[int, float | None, float | None]] = {}
+        self.ended_counts: dict[str, int] = {}
+        self.driver_spans: deque[list[Any]] = deque(maxlen=MAX_DRIVER_SPANS)
+        self.history: deque[list[Any]] = deque(maxlen=HISTORY_POINTS)
+        self._filter_cache: dict[Any, list[Any]] = {}
+        self._sort_cache: dict[Any, tuple[int, list[int]]] = {}
+        # The live picture, replaced whole by every sync.
+        self.live: dict[str, Any] = {"counts": {}, "rows": [], "total": 0}
+        self.resources: dict[str, list[float]] = {}
+        self.workers: list[dict[str, Any]] = []
+        self.known_workers: dict[str, Any] = {}
+        self.actors: list[dict[str, Any]] = []
+        self.actor_count = 0
+        self.store: dict[str, Any] = {}
+        self.findings: list[dict[str, Any]] | None = None
+        self.progress: list[dict[str, Any]] = []
+
+    # ---------------------------------------------------------------- applying syncs
+    def apply(self, reply: dict[str, Any]) -> int:
+        """Take one sync reply in; return how many task records it carried."""
+        with self.lock:
+            self.session = reply["session"]
+            self.base, self.base_wall = reply["base"], reply["base_wall"]
+            self.now = reply["now"]
+            self.budget = max(1, int(reply["budget"] or 1))
+            self.driver_cost_s = float(reply.get("cost_s", 0.0))
+            tasks = reply["tasks"]
+            self.lost += int(tasks["lost"])
+            count = int(tasks["count"])
+            if count:
+                self._add_tasks(tasks)
+            self.task_cursor = int(tasks["cursor"])
+            spans = reply["spans"]
+            self.driver_spans.extend(spans["rows"])
+            self.span_cursor = int(spans["cursor"])
+            self.live = reply["live"]
+            self.resources = reply["resources"]
+            self.workers = reply["workers"]
+            self.known_workers.update(reply["known_workers"])
+            for row in self.workers:
+                if row["worker_id"]:
+                    info = self.known_workers.setdefault(str(row["worker_id"]), {})
+                    info.update(pid=row["pid"], actor_class=row["actor_class"],
+                                actor_id=row["actor_id"])
+            self.actors = reply["actors"]
+            self.actor_count = reply["actor_count"]
+            self.store = reply["store"]
+            self.findings = reply["findings"]
+            self.progress = reply["progress"]
+            self.history.append([self.now, dict(self.live["counts"]),
+                                 self.ended_counts.get("FINISHED", 0),
+                                 self.ended_counts.get("FAILED", 0)])
+            self.synced_at = time.monotonic()
+            self.syncs += 1
+            self.generation += 1
+            if len(self.state_of) > self.budget + self.budget // 10:
+                self._trim(len(self.state_of) - self.budget)
+            return count
+
+    def mark_ended(self, reason: str) -> None:
+        with self.lock:
+            if not self.ended:
+                self.ended, self.end_reason = True, reason
+                self.live = {"counts": {}, "rows": [], "total": 0}
+                self.progress = []
+                self.generation += 1
+
+    def _add_tasks(self, tasks: dict[str, Any]) -> None:
+        first = len(self.state_of)
+        columns = tasks["columns"]
+        for name, column in self.floats.items():
+            column.frombytes(base64.b64decode(columns[name]))
+        for name, column in self.ints.items():
+            column.frombytes(base64.b64decode(columns[name]))
+        name_index, state_index = self._name_index, self._state_index
+        names = [name_index.get(n) if n in name_index else self._intern_name(n)
+                 for n in tasks["names"]]
+        states = [state_index.get(s) if s in state_index else self._intern_state(s)
+                  for s in tasks["states"]]
+        self.name_of.extend(names)
+        self.state_of.extend(states)
+        self.retries.extend(tasks["retries"])
+        for i, text in tasks["errors"]:
+            self.errors[first + int(i)] = str(text)
+        self._account(first)
+        for state_name, n in _count(tasks["states"]).items():
+            self.ended_counts[state_name] = self.ended_counts.get(state_name, 0) + n
+
+    def _intern_name(self, name: str) -> int:
+        self._name_index[name] = len(self.names)
+        self.names.append(name)
+        return self._name_index[name]
+
+    def _intern_state(self, state: str) -> int:
+        self._state_index[state] = len(self.states)
+        self.states.append(state)
+        return self._state_index[state]
+
+    def _trim(self, n: int) -> None:
+        """Forget the oldest ``n`` ended records (the copy stays within the budget)."""
+        for column in (*self.floats.values(), *self.ints.values(), self.name_of, self.state_of,
+                       self.retries):
+            del column[:n]
+        self.errors = {row - n: text for row, text in self.errors.items() if row >= n}
+        self.trimmed += n
+        self._filter_cache.clear()
+        self._sort_cache.clear()
+        # Per-function figures describe the records kept: recount them.
+        self.functions.clear()
+        self._percentiles.clear()
+        self._account(0)
+
+    def _account(self, first: int) -> None:
+        """Add rows ``first`` onwards to the per-function counts, queued and run times."""
+        loaded, finished = self.floats["args_loaded"], self.floats["finished"]
+        deps, begun = self.floats["deps_ready"], self.floats["started"]
+        dispatched = self.floats["dispatched"]
+        for row in range(first, len(self.state_of)):
+            group = self.functions.get(self.name_of[row])
+            if group is None:
+                group = self.functions[self.name_of[row]] = [{}, 0.0, array.array("d")]
+            state = self.state_of[row]
+            group[0][state] = group[0].get(state, 0) + 1
+            if deps[row]:
+                until = begun[row] or dispatched[row] or finished[row]
+                group[1] += max(0.0, until - deps[row]) if until else 0.0
+            if finished[row] and loaded[row]:
+                group[2].append(finished[row] - loaded[row])
+
+    # ---------------------------------------------------------------- views
+    def header(self) -> dict[str, Any]:
+        """What every view carries: session, liveness, and the banners to show."""
+        banners = []
+        if self.lost:
+            banners.append(f"{self.lost:,} task records left the session's event log before "
+                           "the dashboard read them (budget "
+                           f"{self.budget:,}; raise it with init(event_budget=...))")
+        if self.trimmed:
+            banners.append(f"the dashboard keeps the newest {self.budget:,} task records "
+                           f"(the event budget); {self.trimmed:,} older ones are not shown")
+        if self.live["total"] > len(self.live["rows"]):
+            banners.append(f"{self.live['total']:,} tasks are queued or running; the table "
+                           f"lists the first {len(self.live['rows']):,} of them")
+        return {"session": self.session, "ended": self.ended, "end_reason": self.end_reason,
+                "synced_ago_s": round(time.monotonic() - self.synced_at, 1)
+                if self.synced_at else None,
+                "generation": self.generation, "banners": banners}
+
+    def overview(self, history_s: float = 300.0) -> dict[str, Any]:
+        with self.lock:
+            since = self.now - history_s
+            history = [point for point in self.history if point[0] >= since]
+            throughput = _rate(history, 10.0)
+            return {
+                **self.header(),
+                "uptime_s": self.now - self.base if self.base else 0.0,
+                "resources": self.resources,
+                "workers": self.workers,
+                "tasks": {"live": self.live["counts"], "ended": self.ended_counts,
+                          "recorded": len(self.state_of)},
+                "history": [[round(t - self.base, 3), live, done, failed]
+                            for t, live, done, failed in history],
+                "throughput": throughput,
+                "actors": _count(row["state"] for row in self.actors),
+                "actor_count": self.actor_count,
+                "store": self.store,
+                "findings": self.findings,
+                "progress": [{**call, "since": round(self.now - call["since"], 3)}
+                             for call in self.progress],
+                "driver_cost_s": self.driver_cost_s,
+            }
+
+    def stream(self, window_s: float = 30.0, max_spans: int = MAX_STREAM_SPANS) -> dict[str, Any]:
+        """The last ``window_s`` seconds: task spans per worker row, the driver's blocked
+        spans, running tasks; times in seconds since the session began."""
+        window_s = min(max(1.0, window_s), 3600.0)
+        with self.lock:
+            end = self.now
+            start = end - window_s
+            base = self.base
+            f = self.floats
+            begun, loaded, finished, stored = (f["started"], f["args_loaded"], f["finished"],
+                                               f["stored"])
+            worker_of, task_ids = self.ints["worker_id"], self.ints["task_id"]
+            spans = []
+            capped = False
+            row = len(self.state_of) - 1
+            # Records arrive in the order the driver saw them end; a task that ended
+            # long before its record came back still sits near its neighbours, so the
+            # walk stops a little past the window's start.
+            stop_at = start - 5.0
+            while row >= 0:
+                done = stored[row] or finished[row]
+                if not done:  # cancelled before it ran: nothing to draw
+                    row -= 1
+                    continue
+                if done < stop_at:
+                    break
+                if done >= start:
+                    if len(spans) >= max_spans:
+                        capped = True
+                        break
+                    opened = begun[row] or loaded[row] or done
+                    spans.append([worker_of[row], self.name_of[row], _r(opened - base),
+                                  _r(done - base), task_ids[row], _r(loaded[row] - base),
+                                  _r(finished[row] - base), self.state_of[row]])
+                row -= 1
+            running = [[r[3], r[1], _r((r[6] or r[5]) - base), r[0], r[2]]
+                       for r in self.live["rows"] if str(r[2]).startswith("RUNNING")]
+            driver = [[kind, _r(s - base), _r(e - base), count, where]
+                      for kind, s, e, count, _thread, where in self.driver_spans if e >= start]
+            rows = self._stream_rows({s[0] for s in spans} | {r[0] for r in running})
+            return {**self.header(), "start": _r(start - base), "end": _r(end - base),
+                    "names": self.names, "states": self.states, "rows": rows, "spans": spans,
+                    "running": running, "driver": driver, "capped": capped,
+                    "max_spans": max_spans}
+
+    def _stream_rows(self, worker_ids: set[int]) -> list[dict[str, Any]]:
+        live = {row["worker_id"] for row in self.workers}
+        rows = []
+        for worker_id in sorted(worker_ids | (live - {0})):
+            info = self.known_workers.get(str(worker_id), {})
+            label = (f"{info['actor_class']} (actor)" if info.get("actor_class")
+                     else f"worker {worker_id}")
+            rows.append({"worker_id": worker_id, "label": label, "pid": info.get("pid"),
+                         "alive": worker_id in live})
+        return rows
+
+    def tasks(self, state: str = "", name: str = "", worker: str = "", sort: str = "submitted",
+              descending: bool = True, page: int = 0, page_size: int = 100) -> dict[str, Any]:
+        if sort not in SORT_KEYS:
+            raise ValueError(f"cannot sort tasks by {sort!r}; choose one of {', '.join(SORT_KEYS)}")
+        if not 1 <= page_size <= MAX_PAGE_SIZE:
+            raise ValueError(f"page_size must be between 1 and {MAX_PAGE_SIZE}, got {page_size}")
+        if page < 0:
+            raise ValueError(f"page must be >= 0, got {page}")
+        worker_id = None
+        if worker:
+            try:
+                worker_id = int(worker)
+            except ValueError:
+                raise ValueError(f"worker must be a worker id (an integer), got {worker!r}") from None
+        with self.lock:
+            live = [r for r in self.live["rows"]
+                    if (not state or r[2] == state) and (not name or _name_matches(r[1], name))
+                    and (worker_id is None or r[3] == worker_id)]
+            if sort in ("submitted", "task_id"):
+                live.sort(key=lambda r: r[0], reverse=descending)
+            ended = self._matching(state, name, worker_id)
+            order = self._ordered(ended, (state, name, worker_id), sort, descending)
+            total = len(live) + len(order)
+            first = page * page_size
+            rows = [self._live_row(r) for r in live[first:first + page_size]]
+            wanted = page_size - len(rows)
+            start = max(0, first - len(live))
+            if wanted > 0:
+                rows += [self._ended_row(i) for i in order.slice(start, start + wanted)]
+            return {**self.header(), "rows": rows, "total": total, "page": page,
+                    "page_size": page_size, "recorded": len(self.state_of) + self.live["total"],
+                    "columns": list(TASK_COLUMNS), "names": sorted(set(self.names)),
+                    "states": list(LIVE_STATES) + [s for s in self.states if s not in LIVE_STATES]}
+
+    def _matching(self, state: str, name: str, worker_id: int | None) -> _Rows:
+        """Row numbers of ended tasks matching the filters, oldest first (cached)."""
+        n = len(self.state_of)
+        if not state and not name and worker_id is None:
+            return _Rows(None, n)
+        if state and state not in self._state_index:
+            return _Rows([], n)
+        key = (state, name, worker_id)
+        cached = self._filter_cache.get(key)
+        if cached is None:
+            cached = self._filter_cache[key] = [0, []]
+        scanned, rows = cached
+        if scanned < n:
+            wanted_state = self._state_index.get(state, -1) if state else None
+            wanted_names = ({i for i, full in enumerate(self.names) if _name_matches(full, name)}
+                            if name else None)
+            state_of, name_of, worker_of = self.state_of, self.name_of, self.ints["worker_id"]
+            rows.extend(
+                i for i in range(scanned, n)
+                if (wanted_state is None or state_of[i] == wanted_state)
+                and (wanted_names is None or name_of[i] in wanted_names)
+                and (worker_id is None or worker_of[i] == worker_id))
+            cached[0] = n
+        return _Rows(rows, n)
+
+    def _ordered(self, matched: _Rows, filters: Any, sort: str, descending: bool) -> _Rows:
+        if sort in ("submitted", "task_id"):  # the columns' own order, near enough
+            return matched.reversed() if descending else matched
+        key = (filters, sort)
+        cached = self._sort_cache.get(key)
+        rows = matched.as_list()
+        if cached is None or cached[0] != len(rows):
+            sort_key = self._sort_key(sort)
+            if cached is not None and cached[0] < len(rows):
+                order = cached[1] + rows[cached[0]:]  # a sorted run and the new tail
+            else:
+                order = list(rows)
+            order.sort(key=sort_key)
+            cached = self._sort_cache[key] = (len(rows), order)
+        ordered = _Rows(cached[1], len(cached[1]))
+        return ordered.reversed() if descending else ordered
+
+    def _sort_key(self, sort: str) -> Any:
+        if sort == "run_s":
+            loaded, finished = self.floats["args_loaded"], self.floats["finished"]
+            return lambda i: finished[i] - loaded[i] if finished[i] and loaded[i] else -1.0
+        if sort == "queued_s":
+            return lambda i: self._queued(i)
+        if sort == "name":
+            names, name_of = self.names, self.name_of
+            return lambda i: names[name_of[i]]
+        if sort == "state":
+            states, state_of = self.states, self.state_of
+            return lambda i: states[state_of[i]]
+        return self.ints[sort].__getitem__
+
+    def _queued(self, row: int) -> float:
+        f = self.floats
+        deps = f["deps_ready"][row]
+        if not deps:
+            return 0.0
+        until = f["started"][row] or f["dispatched"][row] or f["finished"][row]
+        return max(0.0, until - deps) if until else 0.0
+
+    def _ended_row(self, i: int) -> dict[str, Any]:
+        f, n = self.floats, self.ints
+        run = f["finished"][i] - f["args_loaded"][i] if f["finished"][i] and f["args_loaded"][i] \
+            else None
+        return {"task_id": n["task_id"][i], "name": self.names[self.name_of[i]],
+                "state": self.states[self.state_of[i]],
+                "worker_id": n["worker_id"][i] if n["worker_id"][i] > 0 else None,
+                "pid": n["pid"][i] or self.known_workers.get(str(n["worker_id"][i]), {}).get("pid"),
+                "actor_id": f"{n['actor_id'][i]:020x}" if n["actor_id"][i] else None,
+                "attempt": n["attempt"][i],
+                "submitted_s": _r(f["submitted"][i] - self.base),
+                "queued_s": _r(self._queued(i)), "run_s": _r(run) if run is not None else None,
+                "arg_size": n["arg_size"][i], "result_size": n["result_size"][i],
+                "retries": self.retries[i], "error": self.errors.get(i)}
+
+    def _live_row(self, r: list[Any]) -> dict[str, Any]:
+        task_id, name, state, worker_id, actor_id, submitted, _dispatched, attempt = r
+        return {"task_id": task_id, "name": name, "state": state,
+                "worker_id": worker_id if worker_id > 0 else None, "pid": None,
+                "actor_id": f"{actor_id:020x}" if actor_id else None, "attempt": attempt,
+                "submitted_s": _r(submitted - self.base), "queued_s": None, "run_s": None,
+                "arg_size": None, "result_size": None, "retries": 0, "error": None,
+                "live": True}
+
+    def function_summary(self) -> dict[str, Any]:
+        with self.lock:
+            live_by_name: dict[str, dict[str, int]] = {}
+            for r in self.live["rows"]:
+                counts = live_by_name.setdefault(r[1], {})
+                counts[r[2]] = counts.get(r[2], 0) + 1
+            functions = []
+            for index, (by_state, queued, runs) in self.functions.items():
+                name = self.names[index]
+                p50, p95 = self._run_percentiles(index, runs)
+                counts = {self.states[s]: c for s, c in by_state.items()}
+                counts.update(live_by_name.pop(name, {}))
+                functions.append({"name": name, "count": sum(counts.values()),
+                                  "state_counts": counts, "p50_run_s": p50, "p95_run_s": p95,
+                                  "mean_run_s": _r(sum(runs) / len(runs)) if runs else None,
+                                  "total_queued_s": _r(queued)})
+            for name, counts in live_by_name.items():
+                functions.append({"name": name, "count": sum(counts.values()),
+                                  "state_counts": counts, "p50_run_s": None, "p95_run_s": None,
+                                  "mean_run_s": None, "total_queued_s": None})
+            functions.sort(key=lambda s: (-s["count"], s["name"]))
+            return {**self.header(), "functions": functions}
+
+    def _run_percentiles(self, index: int, runs: array.array) -> tuple[Any, Any]:
+        cached = self._percentiles.get(index)
+        if cached is not None and cached[0] == len(runs):
+            return cached[1], cached[2]
+        ordered = sorted(runs)
+        p50, p95 = _percentile(ordered, 0.5), _percentile(ordered, 0.95)
+        self._percentiles[index] = (len(runs), p50, p95)
+        return p50, p95
+
+    def actor_view(self) -> dict[str, Any]:
+        with self.lock:
+            return {**self.header(), "actors": self.actors, "total": self.actor_count}
+
+
+class _Rows:
+    """Row numbers, without building the list when it is every row (``rows is None``)."""
+
+    def __init__(self, rows: list[int] | None, n: int, backwards: bool = False) -> None:
+        self.rows, self.n, self.backwards = rows, n, backwards
+
+    def __len__(self) -> int:
+        return self.n if self.rows is None else len(self.rows)
+
+    def reversed(self) -> _Rows:
+        return _Rows(self.rows, self.n, not self.backwards)
+
+    def as_list(self) -> list[int]:
+        return list(range(self.n)) if self.rows is None else self.rows
+
+    def slice(self, start: int, stop: int) -> list[int]:
+        size = len(self)
+        stop = min(stop, size)
+        if start >= stop:
+            return []
+        if self.backwards:
+            positions = range(size - 1 - start, size - 1 - stop, -1)
+        else:
+            positions = range(start, stop)
+        if self.rows is None:
+            return list(positions)
+        return [self.rows[p] for p in positions]
+
+
+def _name_matches(full: str, wanted: str) -> bool:
+    """A function matches by its full name or its last part (``module.f`` matches ``f``)."""
+    return full == wanted or full.rsplit(".", 1)[-1] == wanted or wanted.lower() in full.lower()
+
+
+def _count(items: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return counts
+
+
+def _rate(history: list[list[Any]], over_s: float) -> float | None:
+    """Tasks ended per second over the last ``over_s`` seconds of history."""
+    if len(history) < 2:
+        return None
+    last = history[-1]
+    times = [point[0] for point in history]
+    first = history[max(0, bisect.bisect_left(times, last[0] - over_s) - 0)]
+    if last[0] <= first[0]:
+        return None
+    done = (last[2] + last[3]) - (first[2] + first[3])
+    return round(done / (last[0] - first[0]), 1)
+
+
+def _percentile(ordered: list[float], q: float) -> float | None:
+    if not ordered:
+        return None
+    index = min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.999999) - 1))
+    return _r(ordered[index])
+
+
+def _r(seconds: float) -> float:
+    return round(seconds, 6)

@@ -1,0 +1,265 @@
+"""The dashboard's web server: a process of its own, on loopback, behind a token.
+
+    browser ──HTTP/SSE (127.0.0.1:PORT, token)──► dashboard process ──control socket──► driver
+                                                  ┌─────────────────────────────┐
+                                                  │ HTTP threads: read Mirror   │
+                                                  │ sync thread: dashboard_sync │
+                                                  │   about 1/s while a page is │
+                                                  │   open, never when none is  │
+                                                  └─────────────────────────────┘
+
+Standard library only (``http.server.ThreadingHTTPServer``): it imports in tens of
+milliseconds and keeps the process near 20 MB, and the page needs nothing more than
+JSON endpoints and Server-Sent Events (one long GET per open page, one update a second
+at most).
+
+Security, on by default:
+
+* the socket is bound to 127.0.0.1 only;
+* a 128-bit random token (``secrets.token_urlsafe(16)``) is made per server and printed
+  in the URL (``/?token=...``). The first visit trades it for an ``HttpOnly;
+  SameSite=Strict`` cookie (named after the port: cookies ignore ports) and is
+  redirected to a URL without it. Every request, the page and its scripts included,
+  needs the cookie or the token: none gets 401, a wrong one 403 (compared in constant
+  time);
+* the ``Host`` header must name 127.0.0.1, localhost or [::1] with this port, else 403:
+  a DNS-rebinding page (``evil.example`` resolving to 127.0.0.1) is refused even before
+  the token is looked at;
+* no CORS header is ever sent, so no other origin can read a response; every response
+  carries a strict Content-Security-Policy (scripts and styles from this server only),
+  ``nosniff``, ``no-referrer`` and ``no-store``;
+* nothing received is unpickled: the driver's answers are JSON and arrays of numbers;
+* actions that change the program (cancel a task, kill an actor) answer 403 unless the
+  server was started with ``allow_actions``. Then they are POST only, with a JSON body,
+  an ``Origin`` of this server and the token. Only GET and POST exist (others: 405).
+
+Another local user cannot attach: the control socket accepts only its owner's uid, and
+the token is printed only to the terminal of who started the dashboard (never put on a
+command line, where ``ps`` would show it).
+
+The page keeps working after the program ends: the mirror keeps the last state and
+every view says the session ended. The stacks, objects and trace need the live driver
+and say so.
+"""
+
+from __future__ import annotations
+
+import hmac
+import http.server
+import json
+import os
+import secrets
+import sys
+import threading
+import time
+import urllib.parse
+from http import HTTPStatus
+from typing import Any
+
+from lightwork._runtime import control
+from lightwork.dashboard.feed import DEFAULT_MAX_RECORDS
+from lightwork.dashboard.mirror import Mirror
+
+DEFAULT_PORT = 8265  # Ray's dashboard port, so muscle memory works
+PORT_TRIES = 20
+SYNC_INTERVAL_S = 1.0
+IDLE_AFTER_S = 10.0  # no page and no request for this long: stop syncing
+DRIVER_SHARE = 0.01  # space syncs so they take at most this share of the driver's time
+MAX_BODY_BYTES = 10_000
+STATIC_DIR = os.path.join(os.path.dirname(__file__), "static")
+STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; "
+                                "img-src 'self' data:; connect-src 'self'; "
+                                "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+class DashboardServer:
+    """One dashboard: a mirror of one session, its sync thread and its HTTP server."""
+
+    def __init__(self, socket_path: str, port: int = DEFAULT_PORT, allow_actions: bool = False,
+                 linger_s: float | None = None, idle_sync_s: float | None = None) -> None:
+        self.socket_path = socket_path
+        self.allow_actions = allow_actions
+        self.linger_s = linger_s
+        self.idle_sync_s = idle_sync_s
+        self.token = secrets.token_urlsafe(16)  # 128 random bits
+        self.mirror = Mirror()
+        self.clients = 0  # open event streams
+        self.last_request = time.monotonic()
+        self.last_client = time.monotonic()
+        self._stop = threading.Event()
+        self._sync_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._cache: dict[str, tuple[float, Any]] = {}
+        self.httpd = _bind(port)
+        self.port = self.httpd.server_address[1]
+        self.httpd.dashboard = self  # type: ignore[attr-defined]
+        self.allowed_hosts = {f"{h}:{self.port}" for h in ("127.0.0.1", "localhost", "[::1]")}
+        self.allowed_origins = {f"http://{host}" for host in self.allowed_hosts}
+        self.cookie_name = f"lightwork_dashboard_{self.port}"
+        self._sync_thread = threading.Thread(target=self._sync_loop, daemon=True,
+                                             name="lightwork-dashboard-sync")
+        self._serve_thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/?token={self.token}"
+
+    # ---------------------------------------------------------------- lifetime
+    def start(self) -> DashboardServer:
+        """Sync once (so the first page has data), then serve in background threads."""
+        self.sync_now()
+        self._sync_thread.start()
+        self._serve_thread = threading.Thread(target=self.httpd.serve_forever, daemon=True,
+                                              name="lightwork-dashboard-http")
+        self._serve_thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def wait(self) -> None:
+        """Block until stopped, or until the session ended and no page looked for ``linger_s``."""
+        while not self._stop.wait(0.5):
+            if (self.linger_s is not None and self.mirror.ended and self.clients == 0
+                    and time.monotonic() - max(self.last_client, self.last_request)
+                    > self.linger_s):
+                break
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    # ---------------------------------------------------------------- syncing
+    def sync_now(self) -> bool:
+        """Bring the mirror up to date; False when the session has ended."""
+        if self.mirror.ended:
+            return False
+        with self._sync_lock:
+            try:
+                while True:
+                    reply = control.request(self.socket_path, "dashboard_sync", {
+                        "task_cursor": self.mirror.task_cursor,
+                        "span_cursor": self.mirror.span_cursor,
+                    }, timeout=10.0)
+                    count = self.mirror.apply(reply)
+                    if count < DEFAULT_MAX_RECORDS or self._stop.is_set():
+                        return True
+            except control.NotAnsweringError:
+                return True  # busy driver: try again later
+            except (control.ControlError, OSError, ValueError) as exc:
+                if os.path.exists(self.socket_path) and not isinstance(exc, control.NoSessionError):
+                    return True
+                self.mirror.mark_ended("the program ended (its session closed)")
+                return False
+
+    def _sync_loop(self) -> None:
+        while not self._stop.is_set():
+            interval = max(SYNC_INTERVAL_S, self.mirror.driver_cost_s / DRIVER_SHARE)
+            active = self.clients > 0 or time.monotonic() - self.last_request < IDLE_AFTER_S
+            if not active:
+                interval = self.idle_sync_s if self.idle_sync_s is not None else SYNC_INTERVAL_S
+            self._wake.wait(interval)
+            self._wake.clear()
+            if self._stop.is_set() or self.mirror.ended:
+                continue
+            active = self.clients > 0 or time.monotonic() - self.last_request < IDLE_AFTER_S
+            if active or self.idle_sync_s is not None:
+                self.sync_now()
+
+    # ---------------------------------------------------------------- driver queries
+    def ask(self, op: str, args: dict[str, Any] | None = None, timeout: float = 10.0,
+            cache_s: float = 0.0) -> Any:
+        """A one-off control request (stacks, objects, trace); cached ``cache_s`` seconds."""
+        key = json.dumps([op, args], sort_keys=True)
+        cached = self._cache.get(key)
+        if cached is not None and time.monotonic() - cached[0] < cache_s:
+            return cached[1]
+        if self.mirror.ended:
+            if cached is not None:
+                return cached[1]
+            raise SessionEnded("the program ended: this view needs the running program")
+        try:
+            result = control.request(self.socket_path, op, args or {}, timeout=timeout)
+        except control.NoSessionError:
+            self.mirror.mark_ended("the program ended (its session closed)")
+            if cached is not None:
+                return cached[1]
+            raise SessionEnded("the program ended: this view needs the running program") from None
+        self._cache[key] = (time.monotonic(), result)
+        return result
+
+
+class SessionEnded(RuntimeError):
+    """A view needs the live driver, and the program has ended."""
+
+
+def _bind(port: int) -> http.server.ThreadingHTTPServer:
+    from lightwork.dashboard.handler import Handler
+
+    tries = PORT_TRIES if port == DEFAULT_PORT else 1
+    for attempt in range(tries):
+        try:
+            httpd = http.server.ThreadingHTTPServer(("127.0.0.1", port + attempt), Handler)
+        except OSError:
+            if attempt == tries - 1:
+                raise
+            continue
+        httpd.daemon_threads = True
+        return httpd
+    raise OSError(f"no free port from {port}")  # pragma: no cover - the loop raises first
+
+
+def serve(socket_path: str, port: int = DEFAULT_PORT, allow_actions: bool = False,
+          open_browser: bool = False, linger_s: float | None = None,
+          idle_sync_s: float | None = None, out: Any = None, announce: bool = True,
+          on_start: Any = None) -> int:
+    """Run a dashboard until Ctrl-C (or, with ``linger_s``, until the session ended and no
+    page was open for that long). Prints the URL first."""
+    out = out or sys.stdout
+    server = DashboardServer(socket_path, port, allow_actions, linger_s, idle_sync_s).start()
+    if on_start is not None:
+        on_start(server)
+    if announce:
+        print(f"lightwork dashboard of session {server.mirror.session}: {server.url}",
+              file=out, flush=True)
+        if server.allow_actions:
+            print("actions are ON: the page can cancel tasks and kill actors", file=out,
+                  flush=True)
+    else:
+        print(server.url, file=out, flush=True)
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(server.url)
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+def status_text(code: int) -> str:
+    return HTTPStatus(code).phrase
+
+
+def parse_query(path: str) -> tuple[str, dict[str, str]]:
+    parsed = urllib.parse.urlsplit(path)
+    query = {k: v[-1] for k, v in urllib.parse.parse_qs(parsed.query, keep_blank_values=True).items()}
+    return parsed.path, query
+
+
+def same_token(given: str | None, token: str) -> bool:
+    return given is not None and hmac.compare_digest(given.encode(), token.encode())

@@ -1,0 +1,152 @@
+"""The advisor's rules on records built by hand: the evidence each finding needs.
+
+An offline ``Advisor(cpus=..., cores=...)`` analyses exactly the records it is fed, so
+these tests pin down, without timing noise, what each rule may and may not conclude:
+no finding from lightwork's own work, from a window too short to matter, from a CPU
+figure no process can reach, or with a fix the runtime cannot carry out.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork.diagnostics.advisor import Advisor
+
+SITE = ("program.py", 10, "<module>")
+T0 = 1000.0
+
+
+def _task(task_id, submitted, started, finished, **fields):
+    fields.setdefault("callsite", SITE)
+    return TaskRecord(task_id, fields.pop("name", "f"), 0, submitted, started=started,
+                      args_loaded=started, finished=finished, stored=finished,
+                      seen=finished, state="FINISHED", **fields)
+
+
+def _findings(records, spans=(), cpus=2, cores=2):
+    advisor = Advisor(cpus=cpus, cores=cores)
+    advisor.feed(list(records), list(spans))
+    return advisor.findings
+
+
+def _kinds(records, spans=(), **machine):
+    return {finding.kind for finding in _findings(records, spans, **machine)}
+
+
+def _serial_submissions(gap, run, copy_s=0.0, count=6):
+    """``count`` tasks submitted ``gap`` apart, each running ``run`` at once."""
+    return [
+        _task(i + 1, T0 + i * gap, T0 + i * gap + copy_s, T0 + i * gap + copy_s + run,
+              copy_s=copy_s)
+        for i in range(count)
+    ]
+
+
+def test_driver_work_between_submissions_is_serial_driver():
+    [finding] = _findings(_serial_submissions(gap=0.2, run=0.05))
+    assert finding.kind == "serial-driver"
+    assert finding.evidence["serial_s"] >= 0.8 - 1e-9  # four gaps of 0.2 s at least
+    assert finding.evidence["slot_utilization"] < 0.6
+
+
+def test_a_window_too_short_to_matter_is_not_reported():
+    """Once fired on "0.00 s of 0.01 s"."""
+    assert _kinds(_serial_submissions(gap=0.002, run=0.0005)) == set()
+
+
+def test_lightwork_copying_big_arguments_is_not_the_drivers_work():
+    """The gaps are .remote() copying a big argument: large-arg-repeated's business."""
+    records = _serial_submissions(gap=0.2, run=0.05, copy_s=0.19)
+    assert _kinds(records) == set()
+
+
+def test_busy_slots_come_from_every_run_not_only_the_call_sites():
+    """The π tutorial's shape: polls a second apart while two long tasks keep both
+    slots busy: the driver's sleep cost nothing."""
+    polls = [_task(10 + i, T0 + i, T0 + i + 0.001, T0 + i + 0.002, actor_id=1,
+                   name="ProgressActor.get_progress") for i in range(5)]
+    samplers = [_task(i, T0 - 0.01, T0, T0 + 4.5, callsite=("program.py", 5, "<module>"),
+                      name="sampling_task") for i in (1, 2)]
+    assert _kinds(polls + samplers) == set()
+    assert _kinds(polls) == {"serial-driver"}  # the same polls with idle slots
+
+
+def _get_chain(records, gap=0.0):
+    """One blocked get of each record's result, from one line, as the records ran."""
+    return [DriverSpan("get", r.submitted, r.finished + gap, 1, 1, first_object_id=r.task_id + 100,
+                       callsite=("program.py", 20, "<module>"), first_task_id=r.task_id)
+            for r in records]
+
+
+def _one_at_a_time(count=6, run=0.1, **fields):
+    records, now = [], T0
+    for i in range(count):
+        records.append(_task(i + 1, now, now + 0.001, now + 0.001 + run, **fields))
+        now += run + 0.002
+    return records
+
+
+def test_independent_tasks_got_one_at_a_time_are_get_in_loop():
+    records = _one_at_a_time()
+    [finding] = _findings(records, _get_chain(records))
+    assert finding.kind == "get-in-loop" and finding.evidence["gets_in_a_row"] >= 4
+    assert 0.5 <= finding.evidence["idle_slots"] <= 1.0
+
+
+def test_a_chain_of_dependent_steps_is_not_get_in_loop():
+    """Each step takes the previous step's result by ref (the parameter server)."""
+    records = _one_at_a_time()
+    for previous, record in itertools.pairwise(records):
+        record.dep_tasks = (previous.task_id,)
+    assert _kinds(records, _get_chain(records)) == set()
+
+
+def test_a_dependency_through_an_intermediate_task_is_found():
+    records = _one_at_a_time()
+    middle = []
+    for n, (previous, record) in enumerate(itertools.pairwise(records)):
+        gradient = _task(500 + n, record.submitted, record.submitted, record.submitted,
+                         dep_tasks=(previous.task_id,), callsite=("program.py", 19, "<module>"))
+        record.dep_tasks = (gradient.task_id,)
+        middle.append(gradient)
+    assert _kinds(records + middle, _get_chain(records)) == set()
+
+
+def test_calls_on_one_actor_got_one_at_a_time_are_not_get_in_loop():
+    records = _one_at_a_time(actor_id=7)
+    assert _kinds(records, _get_chain(records)) == set()
+
+
+def test_gets_while_other_work_keeps_the_slots_busy_are_not_get_in_loop():
+    records = _one_at_a_time()
+    background = _task(99, T0 - 0.01, T0, T0 + 1.0, callsite=("program.py", 3, "<module>"))
+    assert _kinds(records + [background], _get_chain(records)) == set()
+
+
+def _cpu_task(cpu_time, run=1.0, num_cpus=1.0):
+    return _task(1, T0, T0, T0 + run, cpu_time=cpu_time, num_cpus=num_cpus)
+
+
+def test_a_task_using_two_cores_on_one_cpu_is_oversubscription():
+    [finding] = _findings([_cpu_task(1.9)], cpus=2, cores=2)
+    assert finding.kind == "oversubscription"
+    assert "num_cpus=2" in finding.suggestion
+
+
+def test_no_oversubscription_beyond_the_machines_cores():
+    """Once "14.4 cores" on a 2-core machine: not a measurement of the task."""
+    assert _kinds([_cpu_task(14.4)], cpus=2, cores=2) == set()
+
+
+def test_no_oversubscription_finding_whose_fix_the_runtime_cannot_run():
+    """Advising num_cpus=4 to a runtime with 2 CPU slots would make the task infeasible."""
+    assert _kinds([_cpu_task(3.8)], cpus=2, cores=8) == set()
+    [finding] = _findings([_cpu_task(3.8)], cpus=4, cores=8)
+    assert "num_cpus=4" in finding.suggestion
+
+
+def test_overlapping_calls_of_a_threaded_actor_are_not_oversubscription():
+    """Each call's process CPU time also counts the other calls running beside it."""
+    calls = [_task(i, T0, T0, T0 + 1.0, cpu_time=1.9, actor_id=3) for i in (1, 2)]
+    assert "oversubscription" not in _kinds(calls, cpus=2, cores=2)

@@ -1,0 +1,531 @@
+"""The live dashboard: its JSON endpoints, its security, and the session's end.
+
+A module-scoped 2-CPU runtime runs a few tasks and an actor; dashboards are served from
+this process (threads) and read the runtime through its control socket, as the real
+dashboard process does. Requests go through ``http.client`` so each test sets exactly
+the headers it means (Host, Origin, Cookie).
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import http.client
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from typing import Any
+
+import helpers
+import pytest
+
+import lightwork
+from lightwork.dashboard import feed
+from lightwork.dashboard.mirror import Mirror
+from lightwork.dashboard.server import DashboardServer
+
+pytestmark = pytest.mark.lightwork_only
+
+
+@lightwork.remote
+def square(x: int) -> int:
+    return x * x
+
+
+@lightwork.remote
+def broken() -> None:
+    raise KeyError("on purpose")
+
+
+@lightwork.remote
+def parked(path: str) -> bool:
+    while not os.path.exists(path):
+        time.sleep(0.02)
+    return True
+
+
+@lightwork.remote
+class Tally:
+    def add(self, n: int) -> int:
+        return n
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+    lightwork.init(num_cpus=2)
+    tally = Tally.remote()
+    lightwork.get([square.remote(i) for i in range(20)] + [tally.add.remote(1)])
+    with pytest.raises(KeyError):
+        lightwork.get(broken.remote())
+    for i in range(3):  # a get in a loop: a staircase on the driver's row
+        lightwork.get(square.remote(i))
+    yield {"node": lightwork._api._node, "tally": tally}
+    lightwork.shutdown()
+
+
+@pytest.fixture(scope="module")
+def dashboard(runtime):
+    server = DashboardServer(runtime["node"].control.path, port=0).start()
+    yield server
+    server.stop()
+
+
+class Client:
+    """Requests with chosen headers; ``cookie`` is sent when set."""
+
+    def __init__(self, server: DashboardServer, cookie: str | None = None) -> None:
+        self.server = server
+        self.cookie = cookie
+
+    def request(self, path: str, method: str = "GET", headers: dict[str, str] | None = None,
+                body: bytes | None = None, host: str | None = None) -> http.client.HTTPResponse:
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=20)
+        sent = {"Host": host if host is not None else f"127.0.0.1:{self.server.port}"}
+        if self.cookie:
+            sent["Cookie"] = f"{self.server.cookie_name}={self.cookie}"
+        sent.update(headers or {})
+        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        for key, value in sent.items():
+            conn.putheader(key, value)
+        if body is not None:
+            conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body)
+        response = conn.getresponse()
+        response.data = response.read()  # type: ignore[attr-defined]
+        conn.close()
+        return response
+
+    def json(self, path: str) -> Any:
+        response = self.request(path)
+        assert response.status == 200, (path, response.status, response.data)
+        return json.loads(response.data)
+
+
+@pytest.fixture
+def client(dashboard) -> Client:
+    dashboard.sync_now()
+    return Client(dashboard, cookie=dashboard.token)
+
+
+# ---------------------------------------------------------------------------- security
+def test_listens_on_loopback_only_with_a_128_bit_token(dashboard):
+    assert dashboard.httpd.server_address[0] == "127.0.0.1"
+    assert len(base64.urlsafe_b64decode(dashboard.token + "==")) == 16
+    assert dashboard.url == f"http://127.0.0.1:{dashboard.port}/?token={dashboard.token}"
+    other = DashboardServer(dashboard.socket_path, port=0)
+    try:
+        assert other.token != dashboard.token
+    finally:
+        other.httpd.server_close()
+
+
+@pytest.mark.parametrize("path", ["/", "/static/dashboard.js", "/api/overview", "/api/trace",
+                                  "/api/events?view=overview"])
+def test_every_request_needs_the_token(dashboard, path):
+    response = Client(dashboard).request(path)
+    assert response.status == 401
+    assert "token" in json.loads(response.data)["error"]
+    wrong = Client(dashboard, cookie="not-the-token").request(path)
+    assert wrong.status == 403
+
+
+def test_the_token_in_the_url_becomes_a_strict_httponly_cookie(dashboard):
+    response = Client(dashboard).request(f"/?token={dashboard.token}")
+    assert response.status == 303
+    assert response.getheader("Location") == "/"
+    cookie = response.getheader("Set-Cookie")
+    assert cookie.startswith(f"{dashboard.cookie_name}={dashboard.token};")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert Client(dashboard).request("/?token=wrong").status == 403
+    page = Client(dashboard, cookie=dashboard.token).request("/")
+    assert page.status == 200 and b"lightwork dashboard" in page.data
+    assert "script-src 'self'" in page.getheader("Content-Security-Policy")
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:{port}", "127.0.0.1",
+                                  "127.0.0.1:1", "localhost:{other}", ""])
+def test_a_foreign_host_header_is_refused_even_with_the_token(dashboard, host):
+    host = host.format(port=dashboard.port, other=dashboard.port + 1)
+    response = Client(dashboard, cookie=dashboard.token).request("/api/overview", host=host)
+    assert response.status == 403
+    assert "Host" in json.loads(response.data)["error"]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "[::1]:{port}"])
+def test_loopback_host_names_are_accepted(dashboard, host):
+    response = Client(dashboard, cookie=dashboard.token).request(
+        "/api/overview", host=host.format(port=dashboard.port))
+    assert response.status == 200
+
+
+def test_no_cors_headers_and_only_get_and_post(client):
+    response = client.request("/api/overview", headers={"Origin": "http://evil.example"})
+    assert response.status == 200
+    assert not [h for h in response.headers if h.lower().startswith("access-control")]
+    for method in ("OPTIONS", "DELETE", "PUT", "PATCH"):
+        refused = client.request("/api/overview", method=method,
+                                 headers={"Origin": "http://evil.example"})
+        assert refused.status == 405, method
+        assert not [h for h in refused.headers if h.lower().startswith("access-control")]
+
+
+def test_actions_are_off_by_default(client, runtime):
+    body = json.dumps({"actor_id": runtime["tally"]._ref.hex()}).encode()
+    response = client.request("/api/actions/kill", "POST", body=body, headers={
+        "Origin": f"http://127.0.0.1:{client.server.port}", "Content-Type": "application/json"})
+    assert response.status == 403
+    assert "--allow-actions" in json.loads(response.data)["error"]
+    assert lightwork.get(runtime["tally"].add.remote(2)) == 2  # still alive
+
+
+def test_actions_need_the_origin_and_the_token_then_cancel_and_kill(runtime, tmp_path):
+    server = DashboardServer(runtime["node"].control.path, port=0, allow_actions=True).start()
+    try:
+        origin = f"http://127.0.0.1:{server.port}"
+        gate = str(tmp_path / "gate")
+        ref = parked.remote(gate)
+        server.sync_now()
+        task_id = next(r[0] for r in server.mirror.live["rows"] if r[1].endswith("parked"))
+        # force: the task is running a loop; a polite cancel may wait for a check point.
+        body = json.dumps({"task_id": task_id, "force": True}).encode()
+        json_type = {"Content-Type": "application/json"}
+        with_token = Client(server, cookie=server.token)
+        cross = with_token.request("/api/actions/cancel", "POST", body=body,
+                                   headers={"Origin": "http://evil.example", **json_type})
+        assert cross.status == 403 and "cross-origin" in json.loads(cross.data)["error"]
+        no_origin = with_token.request("/api/actions/cancel", "POST", body=body, headers=json_type)
+        assert no_origin.status == 403
+        no_token = Client(server).request("/api/actions/cancel", "POST", body=body,
+                                          headers={"Origin": origin, **json_type})
+        assert no_token.status == 401
+        as_form = with_token.request("/api/actions/cancel", "POST", body=b"task_id=1", headers={
+            "Origin": origin, "Content-Type": "application/x-www-form-urlencoded"})
+        assert as_form.status == 415
+        assert lightwork.wait([ref], timeout=0)[1] == [ref]  # nothing was cancelled so far
+        done = with_token.request("/api/actions/cancel", "POST", body=body,
+                                  headers={"Origin": origin, **json_type})
+        assert done.status == 200, done.data
+        with pytest.raises(lightwork.exceptions.TaskCancelledError):
+            lightwork.get(ref, timeout=20)
+        bad = with_token.request("/api/actions/kill", "POST", body=b'{"actor_id": "zz"}',
+                                 headers={"Origin": origin, **json_type})
+        assert bad.status == 400 and "hex id" in json.loads(bad.data)["error"]
+        victim = Tally.remote()
+        lightwork.get(victim.add.remote(1))
+        kill = with_token.request("/api/actions/kill", "POST",
+                                  body=json.dumps({"actor_id": victim._ref.hex()}).encode(),
+                                  headers={"Origin": origin, **json_type})
+        assert kill.status == 200, kill.data
+        with pytest.raises(lightwork.exceptions.RayActorError):
+            lightwork.get(victim.add.remote(2), timeout=20)
+    finally:
+        open(str(tmp_path / "gate"), "w").close()
+        server.stop()
+
+
+def test_nothing_received_is_unpickled():
+    folder = pathlib.Path(feed.__file__).parent
+    source = "".join((folder / name).read_text()
+                     for name in ("feed.py", "mirror.py", "server.py", "handler.py"))
+    assert "pickle" not in source.replace("unpickled", "").replace("never pickle", "")
+
+
+# ---------------------------------------------------------------------------- endpoints
+def test_overview_counts_resources_workers_and_findings(client):
+    o = client.json("/api/overview")
+    assert o["session"] == lightwork._api._node.session.name and o["ended"] is False
+    assert o["tasks"]["ended"]["FINISHED"] >= 24 and o["tasks"]["ended"]["FAILED"] >= 1
+    assert o["resources"]["CPU"][1] == 2.0
+    driver = o["workers"][0]
+    assert driver["kind"] == "driver" and driver["pid"] == os.getpid()
+    assert {"cpu_percent", "rss"} <= set(driver)
+    assert o["actors"]["ALIVE"] >= 1 and o["actor_count"] == sum(o["actors"].values())
+    assert o["store"]["objects"] >= 1 and "shared_memory_bytes" in o["store"]
+    assert o["store"]["budget"] > 0 and o["store"]["spilled_bytes"] == 0
+    assert isinstance(o["findings"], list)
+    assert o["history"] and o["actions"] is False
+
+
+def test_stream_has_spans_per_worker_and_the_driver_staircase(client):
+    s = client.json("/api/stream?window=600")
+    names = {s["names"][span[1]] for span in s["spans"]}
+    assert {"square", "broken", "Tally.add"} <= {n.rsplit(".<locals>.", 1)[-1] for n in names}
+    rows = {row["worker_id"] for row in s["rows"]}
+    assert all(span[0] in rows for span in s["spans"])
+    assert any(row["label"].startswith("Tally") for row in s["rows"])
+    for worker, _, start, end, _, loaded, finished, _ in s["spans"]:
+        assert start <= loaded <= finished <= end
+    gets = [d for d in s["driver"] if d[0] == "get"]
+    assert len(gets) >= 3 and all(d[2] >= d[1] for d in gets)
+    assert s["end"] - s["start"] == pytest.approx(600, abs=0.01)
+
+
+def test_tasks_table_pages_filters_and_sorts_on_the_server(client):
+    t = client.json("/api/tasks?page_size=5")
+    assert len(t["rows"]) == 5 and t["total"] >= 25
+    ids = [r["task_id"] for r in t["rows"]]
+    assert ids == sorted(ids, reverse=True)  # newest first
+    second = client.json("/api/tasks?page_size=5&page=1")
+    assert not {r["task_id"] for r in second["rows"]} & set(ids)
+    failed = client.json("/api/tasks?state=FAILED&name=broken")
+    assert [r["name"].rsplit(".", 1)[-1] for r in failed["rows"]] == ["broken"]
+    assert "KeyError" in failed["rows"][0]["error"]
+    squares = client.json("/api/tasks?name=square&sort=run_s&order=asc&page_size=200")
+    runs = [r["run_s"] for r in squares["rows"]]
+    assert len(runs) == squares["total"] >= 23 and runs == sorted(runs)
+    worker = squares["rows"][0]["worker_id"]
+    on_worker = client.json(f"/api/tasks?worker={worker}&page_size=200")
+    assert on_worker["total"] >= 1 and {r["worker_id"] for r in on_worker["rows"]} == {worker}
+
+
+@pytest.mark.parametrize("query, word", [
+    ("page_size=1000", "page_size"), ("sort=password", "sort"), ("page=-1", "page"),
+    ("worker=abc", "worker"), ("page=x", "page")])
+def test_bad_table_parameters_are_a_400_saying_what_to_fix(client, query, word):
+    response = client.request("/api/tasks?" + query)
+    assert response.status == 400
+    assert word in json.loads(response.data)["error"]
+
+
+def test_bad_view_and_window_are_refused(client):
+    assert client.request("/api/stream?window=-3").status == 400
+    assert client.request("/api/nothing").status == 404
+    assert client.request("/static/../server.py").status == 404
+    assert client.request("/api/events?view=stacks").status == 400
+
+
+def test_functions_actors_objects_stacks_and_trace(client, runtime):
+    functions = {f["name"].rsplit(".", 1)[-1]: f for f in client.json("/api/functions")["functions"]}
+    square_summary = functions["square"]
+    assert square_summary["state_counts"]["FINISHED"] >= 23
+    assert 0 <= square_summary["p50_run_s"] <= square_summary["p95_run_s"]
+    assert functions["broken"]["state_counts"] == {"FAILED": 1}
+    actors = client.json("/api/actors")["actors"]
+    assert [a["class_name"] for a in actors if a["state"] == "ALIVE"] == ["Tally"]
+    objects = client.json("/api/objects")
+    assert objects["objects"] >= 1 and "by_reference_kind" in objects
+    stacks = client.json("/api/stacks?target=all")
+    assert "=== driver" in stacks["text"] and "all" in stacks["targets"]
+    worker_id = int(stacks["targets"][2])
+    one = client.json(f"/api/stacks?target={worker_id}")
+    assert one["text"].startswith(f"=== worker {worker_id}")
+    assert client.request("/api/stacks?target=99999").status == 404
+    trace = client.request("/api/trace")
+    assert trace.status == 200 and "attachment" in trace.getheader("Content-Disposition")
+    events = json.loads(trace.data)["traceEvents"]
+    assert any(e.get("name", "").endswith("square") for e in events)
+
+
+def test_events_stream_pushes_the_overview_and_the_view(client):
+    conn = http.client.HTTPConnection("127.0.0.1", client.server.port, timeout=10)
+    conn.request("GET", "/api/events?view=tasks&page_size=3", headers={
+        "Host": f"127.0.0.1:{client.server.port}",
+        "Cookie": f"{client.server.cookie_name}={client.server.token}"})
+    response = conn.getresponse()
+    assert response.status == 200
+    assert response.getheader("Content-Type") == "text/event-stream"
+    helpers.wait_until(lambda: client.server.clients == 1, message="the stream to count")
+    lines = []
+    while not (lines and lines[-1] == b"\n" and any(x.startswith(b"data:") for x in lines)):
+        lines.append(response.fp.readline())
+    data = json.loads(next(x for x in lines if x.startswith(b"data:"))[5:])
+    assert set(data) == {"overview", "tasks"} and len(data["tasks"]["rows"]) == 3
+    response.close()
+    conn.close()
+    helpers.wait_until(lambda: client.server.clients == 0, message="the stream to close")
+
+
+# ---------------------------------------------------------------------------- the feed
+def test_newest_reads_only_what_is_new_and_counts_what_was_lost():
+    ring: deque[int] = deque(maxlen=5)
+    for i in range(3):
+        ring.append(i)
+    assert feed._newest(ring, 3, 0, 100) == ([0, 1, 2], 0, 3)
+    assert feed._newest(ring, 3, 3, 100) == ([], 0, 3)
+    for i in range(3, 10):
+        ring.append(i)  # 10 appended, the ring keeps 5..9
+    assert feed._newest(ring, 10, 3, 100) == ([5, 6, 7, 8, 9], 2, 10)
+    assert feed._newest(ring, 10, 6, 2) == ([6, 7], 0, 8)
+    assert feed._newest(ring, 10, 50, 100) == ([5, 6, 7, 8, 9], 5, 10)  # a stale cursor
+    with pytest.raises(ValueError, match="task_cursor"):
+        feed.dispatch(None, "dashboard_sync", {"task_cursor": -1})  # type: ignore[arg-type]
+
+
+def test_the_get_observer_goes_away_when_no_dashboard_asks(runtime, monkeypatch):
+    from lightwork._runtime import introspect
+
+    feed._progress.touch(runtime["node"])
+    assert feed._progress._observe in introspect.blocking_observers
+    monkeypatch.setattr(feed, "OBSERVER_IDLE_S", 0.0)
+    lightwork.get(square.remote(3))
+    assert feed._progress._observe not in introspect.blocking_observers
+
+
+def test_the_get_observer_goes_away_with_the_session(fresh_runtime):
+    from lightwork._runtime import introspect
+
+    lightwork.init(num_cpus=1)
+    node = lightwork._api._node
+    feed.sync(node, 0, 0, 10, 10)
+    assert feed._progress._observe in introspect.blocking_observers
+    lightwork.shutdown()
+    assert feed._progress._observe not in introspect.blocking_observers
+
+
+# ---------------------------------------------------------------------------- the mirror
+def _synthetic_sync(first_id: int, count: int, names: list[str], base: float) -> dict[str, Any]:
+    ids = list(range(first_id, first_id + count))
+    floats = {}
+    for offset, name in enumerate(feed.FLOAT_COLUMNS):
+        floats[name] = array.array("d", (base + i * 0.001 + offset * 1e-4 for i in ids))
+    ints = {name: array.array("q", ids if name == "task_id" else
+                              (i % 4 + 1 if name == "worker_id" else 0 for i in ids))
+            for name in feed.INT_COLUMNS}
+    columns = {k: base64.b64encode(v.tobytes()).decode() for k, v in {**floats, **ints}.items()}
+    return {
+        "session": "synthetic", "now": base + (first_id + count) * 0.001, "base": base,
+        "base_wall": 0.0, "budget": 1_000_000, "cost_s": 0.0,
+        "tasks": {"cursor": first_id + count, "lost": 0, "count": count, "columns": columns,
+                  "names": [names[i % len(names)] for i in ids],
+                  "states": ["FAILED" if i % 10 == 0 else "FINISHED" for i in ids],
+                  "retries": [0] * count, "errors": [[j, "boom"] for j, i in enumerate(ids)
+                                                     if i % 10 == 0]},
+        "spans": {"cursor": 0, "lost": 0, "rows": []},
+        "live": {"counts": {}, "rows": [], "total": 0}, "resources": {}, "workers": [],
+        "known_workers": {}, "actors": [], "actor_count": 0, "store": {}, "findings": [],
+        "progress": [],
+    }
+
+
+def test_mirror_filters_and_sorts_like_a_brute_force_as_records_arrive():
+    mirror = Mirror()
+    names = ["a.load", "b.train", "c.save"]
+    mirror.apply(_synthetic_sync(0, 3000, names, 100.0))
+    first = mirror.tasks(state="FAILED", name="train", sort="task_id", descending=False,
+                         page_size=200)
+    expected = [i for i in range(3000) if i % 10 == 0 and names[i % 3] == "b.train"]
+    assert first["total"] == len(expected)
+    assert [r["task_id"] for r in first["rows"]] == expected[:200]
+    assert first["rows"][0]["error"] == "boom"
+    by_worker = mirror.tasks(worker="2", sort="run_s", page=1, page_size=50)
+    assert {r["worker_id"] for r in by_worker["rows"]} == {2}
+    mirror.apply(_synthetic_sync(3000, 1000, names, 100.0))  # the cached filter grows
+    again = mirror.tasks(state="FAILED", name="train", sort="task_id", descending=True,
+                         page_size=5)
+    expected = [i for i in range(4000) if i % 10 == 0 and names[i % 3] == "b.train"]
+    assert again["total"] == len(expected)
+    assert [r["task_id"] for r in again["rows"]] == expected[::-1][:5]
+    sizes = mirror.tasks(sort="name", descending=False, page_size=200)
+    assert [r["name"] for r in sizes["rows"]] == ["a.load"] * 200
+    summary = {f["name"]: f for f in mirror.function_summary()["functions"]}
+    assert sum(f["count"] for f in summary.values()) == 4000
+    assert summary["a.load"]["state_counts"]["FAILED"] == len(
+        [i for i in range(4000) if i % 10 == 0 and i % 3 == 0])
+
+
+def test_mirror_keeps_the_budget_and_says_so():
+    mirror = Mirror()
+    reply = _synthetic_sync(0, 1200, ["f"], 50.0)
+    reply["budget"] = 1000
+    mirror.apply(reply)
+    assert len(mirror.state_of) == 1000 and mirror.trimmed == 200
+    assert any("newest 1,000" in banner for banner in mirror.header()["banners"])
+    page = mirror.tasks(sort="task_id", descending=False, page_size=1)
+    assert page["rows"][0]["task_id"] == 200 and page["total"] == 1000
+    assert mirror.function_summary()["functions"][0]["count"] == 1000
+    lost = _synthetic_sync(1200, 10, ["f"], 50.0)
+    lost["tasks"]["lost"] = 7
+    mirror.apply(lost)
+    assert any("7 task records left" in banner for banner in mirror.header()["banners"])
+
+
+def test_stream_caps_rectangles_and_says_so():
+    mirror = Mirror()
+    mirror.apply(_synthetic_sync(0, 5000, ["f"], 10.0))
+    s = mirror.stream(window_s=60, max_spans=100)
+    assert len(s["spans"]) == 100 and s["capped"] is True
+    assert [span[4] for span in s["spans"]] == list(range(4999, 4899, -1))  # the newest
+
+
+# ---------------------------------------------------------------------------- lifetime
+DRIVER = """
+import sys, lightwork
+lightwork.init(num_cpus=2)
+
+@lightwork.remote
+def work(i):
+    return i
+
+lightwork.get([work.remote(i) for i in range(30)])
+print("SOCKET", lightwork._api._node.control.path, flush=True)
+import os, time
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+lightwork.get([work.remote(i) for i in range(5)])
+print("DONE", flush=True)
+"""
+
+
+def test_the_page_keeps_the_final_state_after_the_program_ends():
+    info = helpers.start_session_driver(DRIVER)
+    server = DashboardServer(info["socket"], port=0).start()
+    try:
+        client = Client(server, cookie=server.token)
+        assert client.json("/api/overview")["tasks"]["ended"]["FINISHED"] == 30
+        helpers.stop_session_driver(info)
+        assert server.sync_now() is False
+        overview = client.json("/api/overview")
+        assert overview["ended"] is True and "ended" in overview["end_reason"]
+        assert client.json("/api/tasks")["total"] == 30  # what it saw before the end
+        gone = client.request("/api/stacks?target=all")
+        assert gone.status == 410 and "ended" in json.loads(gone.data)["error"]
+    finally:
+        server.stop()
+
+
+def test_init_dashboard_prints_the_url_once_and_shows_the_final_state(tmp_path):
+    script = helpers.write_script(str(tmp_path), "prog.py", """
+import json, lightwork, sys
+ctx = lightwork.init(num_cpus=2, include_dashboard=True)
+
+@lightwork.remote
+def work(i):
+    return i
+
+lightwork.get([work.remote(i) for i in range(40)])
+print("URL", ctx["dashboard_url"], flush=True)
+print("PID", lightwork._api._dashboard.process.pid, flush=True)
+lightwork.shutdown()
+""")
+    env = helpers.script_env()
+    env["TMPDIR"] = tempfile.mkdtemp(prefix="lw")  # short: a Unix socket path has ~104 bytes
+    done = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True,
+                          timeout=40, check=False)
+    assert done.returncode == 0, done.stderr
+    url = done.stdout.split("URL ", 1)[1].split()[0]
+    pid = int(done.stdout.split("PID ", 1)[1].split()[0])
+    assert done.stderr.count("dashboard at http://127.0.0.1:") == 1
+    assert url in done.stderr and "ignoring Ray-only" not in done.stderr
+    port = int(url.split(":")[2].split("/")[0])
+    token = url.split("token=")[1]
+    fake = DashboardServer.__new__(DashboardServer)  # just the fields the Client needs
+    fake.port, fake.cookie_name, fake.token = port, f"lightwork_dashboard_{port}", token
+    overview = helpers.wait_until(
+        lambda: (o := Client(fake, cookie=token).json("/api/overview"))["ended"] and o,
+        timeout=20, message="the dashboard to see the program end")
+    try:
+        assert overview["tasks"]["ended"]["FINISHED"] == 40  # the final sync at shutdown
+    finally:
+        os.kill(pid, 15)
+
+
+def test_init_rejects_a_non_boolean_dashboard(fresh_runtime):
+    with pytest.raises(TypeError, match="dashboard must be True or False"):
+        lightwork.init(num_cpus=1, dashboard="yes")

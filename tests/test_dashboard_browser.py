@@ -1,0 +1,149 @@
+"""The dashboard in a real browser: headless Chromium driven by Playwright.
+
+A driver program runs in another process: a ``get`` inside a loop (the advisor's
+``get-in-loop``), then a slow trickle of tasks, until the test opens its gate. The
+dashboard is served from this process, reading the program's control socket. The test
+uses the system Chromium (``make test`` installs it; nothing downloads browsers here)
+and lets the page reach nothing but the dashboard: every other request is recorded and
+refused, and there must be none.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import helpers
+from lightwork.dashboard.server import DashboardServer
+
+pytestmark = pytest.mark.lightwork_only
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+DRIVER = """
+import os, sys, time
+import lightwork
+
+lightwork.init(num_cpus=2)
+
+@lightwork.remote
+def step(i):
+    time.sleep(0.02)
+    return i
+
+@lightwork.remote
+def trickle(i):
+    time.sleep(0.15)
+    return i
+
+for i in range(12):  # a get inside the loop: the advisor's get-in-loop
+    lightwork.get(step.remote(i))
+print("SOCKET", lightwork._api._node.control.path, flush=True)
+gate = sys.argv[1]
+i = 0
+while not os.path.exists(gate):
+    lightwork.get([trickle.remote(i), trickle.remote(i + 1)])
+    i += 2
+print("DONE", flush=True)
+"""
+
+
+@pytest.fixture
+def browser_page():
+    if CHROMIUM is None:
+        pytest.skip("Chromium is not installed (make test installs it with apt-get as root)")
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="playwright is not installed (pip install playwright)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                             args=["--no-sandbox"])
+        try:
+            yield browser.new_page(viewport={"width": 1280, "height": 900})
+        finally:
+            browser.close()
+
+
+def test_the_page_shows_the_running_program(browser_page, tmp_path):
+    page = browser_page
+    info = helpers.start_session_driver(DRIVER)
+    server = DashboardServer(info["socket"], port=0).start()
+    errors: list[str] = []
+    foreign: list[str] = []
+    origin = f"http://127.0.0.1:{server.port}/"
+
+    def route(route_request):
+        url = route_request.request.url
+        if url.startswith(origin):
+            route_request.continue_()
+        else:
+            foreign.append(url)
+            route_request.abort()
+
+    page.on("console", lambda message: errors.append(message.text)
+            if message.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.route("**/*", route)
+    try:
+        page.goto(server.url)
+        assert "token=" not in page.url  # traded for the cookie
+        page.wait_for_function("() => document.getElementById('liveness').textContent === 'live'")
+
+        # Counts change as tasks finish.
+        finished = page.locator(".count-FINISHED")
+        finished.wait_for()
+        first = int(finished.inner_text().replace(",", ""))
+        page.wait_for_function(
+            f"() => Number(document.querySelector('.count-FINISHED').textContent.replace(/,/g, '')) > {first}",
+            timeout=15_000)
+
+        # The advisor's finding for the get inside the loop, with its call site and fix.
+        page.locator(".finding", has_text="get-in-loop").wait_for(timeout=15_000)
+        card = page.locator(".finding", has_text="get-in-loop").first.inner_text()
+        assert "driver.py" in card and "Fix:" in card
+
+        # The task stream draws spans for tasks that ran, and hovering names one.
+        page.click("#tabs button[data-view=stream]")
+        page.wait_for_function("() => state.streamBoxes && state.streamBoxes.filter("
+                               "b => b.y0 > 30).length > 3", timeout=15_000)
+        box = page.evaluate("(() => { const b = state.streamBoxes.find(b => b.y0 > 30); "
+                            "const r = document.getElementById('stream').getBoundingClientRect();"
+                            " return {x: r.left + (b.x0 + b.x1) / 2, y: r.top + (b.y0 + b.y1) / 2};"
+                            "})()")
+        page.mouse.move(box["x"], box["y"])
+        tooltip = page.locator("#tooltip")
+        tooltip.wait_for(state="visible")
+        assert "task" in tooltip.inner_text() and ("trickle" in tooltip.inner_text()
+                                                   or "step" in tooltip.inner_text())
+        assert page.evaluate("state.stream.driver.length") > 0  # the driver's staircase
+        page.screenshot(path=str(tmp_path / "dashboard-stream.png"), full_page=True)
+
+        # The tasks table: one page from the server, at most 100 rows in the DOM.
+        page.click("#tabs button[data-view=tasks]")
+        page.wait_for_function("() => document.querySelectorAll('#tasks tr').length > 5")
+        assert page.locator("#tasks tr").count() <= 101
+        page.select_option("#f-state", "FINISHED")
+        page.wait_for_function("() => [...document.querySelectorAll('#tasks td:nth-child(3)')]"
+                               ".every(td => td.textContent === 'FINISHED')")
+
+        # A stack dump, read-only.
+        page.click("#tabs button[data-view=stacks]")
+        page.click("#stack-targets button[data-target=all]")
+        page.wait_for_function("() => document.getElementById('stack-text').textContent"
+                               ".includes('=== driver')", timeout=15_000)
+
+        page.click("#tabs button[data-view=overview]")
+        page.screenshot(path=str(tmp_path / "dashboard-overview.png"), full_page=True)
+
+        # The program ends: the page says so and keeps its last state.
+        helpers.stop_session_driver(info)
+        info = None
+        page.locator("#banners .ended").wait_for(timeout=20_000)
+        assert page.locator("#liveness").inner_text() == "ended"
+        assert int(page.locator(".count-FINISHED").inner_text().replace(",", "")) > first
+    finally:
+        if info is not None:
+            helpers.stop_session_driver(info)
+        server.stop()
+    assert errors == []
+    assert foreign == []
