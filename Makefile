@@ -30,20 +30,23 @@ $(VENV)/.bench-installed: pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install -q -e '.[test,bench]'
 	touch $@
 
+# make demo DEMO_ARGS=--dashboard also serves the demo's live dashboard (URL printed).
 demo: $(STAMP)
-	$(PY) -m lightwork demo
+	$(PY) -m lightwork demo $(DEMO_ARGS)
 
 test: $(STAMP) $(OLDEST_STAMP) browser
 	$(PY) -m pytest -q
 	$(OLDEST_VENV)/bin/python -m pytest -q $(DASK_TESTS)
 
-# The chaos suite's full-size variants (minutes each); `make test` runs scaled-down ones.
+# The chaos suite's full-size variants (minutes each; figures printed on stderr);
+# `make test` runs scaled-down ones.
 chaos: $(STAMP)
-	$(PY) -m pytest -q -m chaos
+	$(PY) -m pytest -q -s -m chaos -o timeout=900
 
 bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/run.py
 	$(PY) bench/dashboard.py
+	$(PY) bench/queue.py
 
 # Chromium, for the tests that open visualize()'s HTML and the dashboard in a real browser. Installed when
 # this runs as root with apt-get (as in CI); otherwise those tests are skipped, saying so.

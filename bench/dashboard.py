@@ -11,7 +11,10 @@ Figures, written to ``bench/dashboard_results.json`` and printed:
   read by a separate client process, as a browser would). Rounds alternate so the
   machine's load drifts equally over both; the median of each is compared.
 * ``driver_sync_ms``: the driver's own time per ``dashboard_sync`` (``cost_s`` of the
-  replies), mean and max over the run.
+  replies), mean and max over the run; ``feed_us_per_task``: what one task record costs
+  the driver to hand over (sync and JSON encoding, measured apart, best of 5), and its
+  share of the driver's time per task at full speed, a figure the machine's load
+  disturbs much less than two throughputs measured apart.
 * with ``--history`` tasks recorded (100,000): the dashboard process's RSS, and the p95
   latency of the overview, the tasks page and the per-function summary over HTTP.
 * with ``--records`` synthetic records (1,000,000) in a mirror: the time of a tasks page
@@ -95,11 +98,32 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
     finally:
         child.stop()
         lightwork.shutdown()
+    # The driver's own work per record, measured apart (best of 5, same conditions): a
+    # sync of the last n_tasks records and the JSON encoding of its reply.
+    from lightwork.dashboard import feed
+
+    lightwork.init(num_cpus=2, advisor=False)
+    lightwork.get([noop.remote(i) for i in range(n_tasks)])
+    node = lightwork._api._node
+    sync_s = encode_s = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        reply = feed.sync(node, 0, 0, n_tasks, 2000)
+        sync_s = min(sync_s, time.perf_counter() - start)
+        start = time.perf_counter()
+        json.dumps(reply, default=str)
+        encode_s = min(encode_s, time.perf_counter() - start)
+    lightwork.shutdown()
     base, page = statistics.median(without), statistics.median(with_page)
+    per_task_us = 1e6 / max(without)
+    feed_us = 1e6 * (sync_s + encode_s) / n_tasks
     return {"tasks": n_tasks, "rounds": rounds,
             "throughput_no_dashboard_per_s": round(base),
             "throughput_page_open_per_s": round(page),
             "page_open_cost_percent": round(100 * (base - page) / base, 1),
+            "driver_us_per_task": round(per_task_us, 1),
+            "feed_us_per_task": round(feed_us, 2),
+            "feed_share_at_full_speed_percent": round(100 * feed_us / per_task_us, 1),
             "driver_sync_ms_mean": round(1000 * statistics.mean(costs), 2),
             "driver_sync_ms_max": round(1000 * max(costs), 2),
             "runs_no_dashboard": [round(x) for x in without],
@@ -147,9 +171,9 @@ def with_history(n_tasks: int) -> dict[str, Any]:
 
 def synthetic(records: int) -> dict[str, Any]:
     import psutil
+    from test_dashboard import _synthetic_sync
 
     from lightwork.dashboard.mirror import Mirror
-    from test_dashboard import _synthetic_sync
 
     before = psutil.Process().memory_info().rss
     mirror = Mirror()
@@ -184,7 +208,7 @@ def synthetic(records: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--history", type=int, default=100_000)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--output", default=str(ROOT / "dashboard_results.json"))

@@ -59,6 +59,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "lightwork_only: a lightwork contract Ray does not have; skipped against Ray"
     )
+    config.addinivalue_line(
+        "markers", "lw_gap(backend, reason): a known gap of one backend in the conformance "
+        "suite (an xfail(strict=True) there)"
+    )
 
 
 def pytest_ignore_collect(collection_path, config):

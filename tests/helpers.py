@@ -89,8 +89,11 @@ def arrive_and_wait(directory: str, name: str, parties: int, limit: float = 20.0
 def count_attempt(directory: str) -> int:
     """Record one attempt of a task (with its pid) and return how many came before."""
     before = len(glob.glob(os.path.join(directory, "attempt-*")))
-    with open(os.path.join(directory, f"attempt-{time.time_ns()}-{os.getpid()}"), "w") as f:
+    name = f"attempt-{time.time_ns()}-{os.getpid()}"
+    # Written under another name, then renamed: a reader never sees an empty file.
+    with open(os.path.join(directory, f".{name}"), "w") as f:
         f.write(str(os.getpid()))
+    os.replace(os.path.join(directory, f".{name}"), os.path.join(directory, name))
     return before
 
 

@@ -285,21 +285,6 @@ def test_runtime_context_inside_actor_names_it():
     assert task_id is not None
 
 
-def test_object_put_by_a_dead_actor_raises_owner_died():
-    counter = Counter.remote()
-    [ref] = ray.get(counter.put_something.remote())
-    ray.kill(counter)
-
-    def owner_died():
-        try:
-            ray.get(ref, timeout=5)
-        except exc.OwnerDiedError as err:
-            return err
-        return None
-
-    wait_until(owner_died, timeout=8, interval=0.1, message="OwnerDiedError")
-
-
 def test_infeasible_actor_fails_at_creation():
     with pytest.raises(ValueError, match="can never be placed"):
         Counter.options(num_cpus=64).remote()

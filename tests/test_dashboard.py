@@ -8,7 +8,6 @@ the headers it means (Host, Origin, Cookie).
 
 from __future__ import annotations
 
-import array
 import base64
 import http.client
 import json
@@ -342,6 +341,32 @@ def test_events_stream_pushes_the_overview_and_the_view(client):
     helpers.wait_until(lambda: client.server.clients == 0, message="the stream to close")
 
 
+def test_a_saved_timeline_replays_as_an_ended_session(runtime, client, tmp_path):
+    from lightwork.dashboard import replay
+
+    path = str(tmp_path / "trace.json")
+    lightwork.timeline(path)
+    live = client.json("/api/functions")["functions"]
+    server = DashboardServer(None, port=0, mirror=replay.load(path)).start()
+    try:
+        replayed = Client(server, cookie=server.token)
+        overview = replayed.json("/api/overview")
+        assert overview["ended"] is True and "replayed from" in overview["end_reason"]
+        counts = {f["name"]: f["state_counts"].get("FINISHED", 0) for f in live}
+        again = {f["name"]: f["state_counts"].get("FINISHED", 0)
+                 for f in replayed.json("/api/functions")["functions"]}
+        assert again == counts
+        assert replayed.json("/api/stream?window=3600")["spans"]
+        assert replayed.request("/api/stacks?target=all").status == 410
+    finally:
+        server.stop()
+    (tmp_path / "plain.json").write_text('{"traceEvents": []}')
+    with pytest.raises(ValueError, match="carries no event log"):
+        replay.load(str(tmp_path / "plain.json"))
+    with pytest.raises(ValueError, match="cannot read"):
+        replay.load(str(tmp_path / "missing.json"))
+
+
 # ---------------------------------------------------------------------------- the feed
 def test_newest_reads_only_what_is_new_and_counts_what_was_lost():
     ring: deque[int] = deque(maxlen=5)
@@ -381,22 +406,22 @@ def test_the_get_observer_goes_away_with_the_session(fresh_runtime):
 
 # ---------------------------------------------------------------------------- the mirror
 def _synthetic_sync(first_id: int, count: int, names: list[str], base: float) -> dict[str, Any]:
-    ids = list(range(first_id, first_id + count))
-    floats = {}
-    for offset, name in enumerate(feed.FLOAT_COLUMNS):
-        floats[name] = array.array("d", (base + i * 0.001 + offset * 1e-4 for i in ids))
-    ints = {name: array.array("q", ids if name == "task_id" else
-                              (i % 4 + 1 if name == "worker_id" else 0 for i in ids))
-            for name in feed.INT_COLUMNS}
-    columns = {k: base64.b64encode(v.tobytes()).decode() for k, v in {**floats, **ints}.items()}
+    """A sync reply carrying ``count`` ended tasks, as ``feed._columns`` encodes them."""
+    from lightwork._runtime.events import TaskRecord, freeze
+
+    rows = []
+    for i in range(first_id, first_id + count):
+        t = base + i * 0.001
+        rows.append(freeze(TaskRecord(
+            i, names[i % len(names)], 0, t, worker_id=i % 4 + 1, deps_ready=t + 1e-4,
+            dispatched=t + 2e-4, started=t + 3e-4, args_loaded=t + 4e-4,
+            finished=t + 5e-4 + (i % 7) * 1e-5, stored=t + 6e-4 + (i % 7) * 1e-5,
+            state="FAILED" if i % 10 == 0 else "FINISHED",
+            error="boom" if i % 10 == 0 else None)))
     return {
         "session": "synthetic", "now": base + (first_id + count) * 0.001, "base": base,
         "base_wall": 0.0, "budget": 1_000_000, "cost_s": 0.0,
-        "tasks": {"cursor": first_id + count, "lost": 0, "count": count, "columns": columns,
-                  "names": [names[i % len(names)] for i in ids],
-                  "states": ["FAILED" if i % 10 == 0 else "FINISHED" for i in ids],
-                  "retries": [0] * count, "errors": [[j, "boom"] for j, i in enumerate(ids)
-                                                     if i % 10 == 0]},
+        "tasks": {"cursor": first_id + count, "lost": 0, **feed._columns(rows)},
         "spans": {"cursor": 0, "lost": 0, "rows": []},
         "live": {"counts": {}, "rows": [], "total": 0}, "resources": {}, "workers": [],
         "known_workers": {}, "actors": [], "actor_count": 0, "store": {}, "findings": [],
@@ -422,6 +447,13 @@ def test_mirror_filters_and_sorts_like_a_brute_force_as_records_arrive():
     expected = [i for i in range(4000) if i % 10 == 0 and names[i % 3] == "b.train"]
     assert again["total"] == len(expected)
     assert [r["task_id"] for r in again["rows"]] == expected[::-1][:5]
+    every = [mirror._ended_row(i) for i in range(4000)]
+    for key in ("run_s", "queued_s"):
+        page = mirror.tasks(sort=key, descending=True, page_size=200, page=3)
+        wanted = sorted((r[key] for r in every), reverse=True)[600:800]
+        assert [r[key] for r in page["rows"]] == wanted, key
+    states = mirror.tasks(sort="state", descending=False, page_size=200)
+    assert {r["state"] for r in states["rows"]} == {"FAILED"}  # F before FINISHED
     sizes = mirror.tasks(sort="name", descending=False, page_size=200)
     assert [r["name"] for r in sizes["rows"]] == ["a.load"] * 200
     summary = {f["name"]: f for f in mirror.function_summary()["functions"]}

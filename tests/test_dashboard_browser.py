@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import shutil
 
+import helpers
 import pytest
 
-import helpers
 from lightwork.dashboard.server import DashboardServer
 
 pytestmark = pytest.mark.lightwork_only
@@ -126,12 +126,15 @@ def test_the_page_shows_the_running_program(browser_page, tmp_path):
         page.wait_for_function("() => [...document.querySelectorAll('#tasks td:nth-child(3)')]"
                                ".every(td => td.textContent === 'FINISHED')")
 
+        page.screenshot(path=str(tmp_path / "dashboard-tasks.png"), full_page=True)
+
         # A stack dump, read-only.
         page.click("#tabs button[data-view=stacks]")
         page.click("#stack-targets button[data-target=all]")
         page.wait_for_function("() => document.getElementById('stack-text').textContent"
                                ".includes('=== driver')", timeout=15_000)
 
+        page.screenshot(path=str(tmp_path / "dashboard-stacks.png"))
         page.click("#tabs button[data-view=overview]")
         page.screenshot(path=str(tmp_path / "dashboard-overview.png"), full_page=True)
 

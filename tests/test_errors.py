@@ -324,29 +324,6 @@ def test_crash_of_a_dependency_fails_the_dependent():
 # ---- lost objects ------------------------------------------------------------------
 
 
-def test_object_put_by_a_worker_that_died_raises_owner_died(wait_until):
-    @ray.remote
-    def put_in_worker():
-        # Large enough that no runtime inlines it into the result message.
-        return os.getpid(), [ray.put(b"owned by the worker" * 100_000)]
-
-    pid, [ref] = ray.get(put_in_worker.remote(), timeout=20)
-    os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: not still_running([pid]), timeout=5, message="worker to die")
-
-    # The runtime learns of the death asynchronously: allow it a few seconds.
-    def owner_died_error():
-        try:
-            ray.get(ref, timeout=10)
-        except exc.OwnerDiedError as err:
-            return err
-        return None
-
-    err = wait_until(owner_died_error, timeout=8, interval=0.2, message="OwnerDiedError")
-    assert isinstance(err, exc.ObjectLostError)
-    assert_runtime_healthy()
-
-
 def test_unpickled_ref_to_a_freed_object_raises_reference_counting_error():
     ref = ray.put("short-lived " * 1000)
     blob = cloudpickle.dumps(ref)

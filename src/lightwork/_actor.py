@@ -161,6 +161,10 @@ def _check_actor_options(options: dict[str, Any], what: str) -> dict[str, Any]:
         value = options.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < -1:
             raise ValueError(f"{key} must be an int >= -1 (-1: forever), got {value!r}")
+    pending = options.get("max_pending_calls", -1)
+    if isinstance(pending, bool) or not isinstance(pending, int) or not (pending == -1 or pending > 0):
+        raise ValueError(
+            f"max_pending_calls must be a positive int, or -1 for no limit, got {pending!r}")
     concurrency = options.get("max_concurrency")
     if concurrency is not None and (
         isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
@@ -201,7 +205,7 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
         actor_id, actor_class._cls.__qualname__, key, stored, deps, place, hold, name,
         namespace, options.get("lifetime") == "detached", options.get("max_restarts", 0),
         options.get("max_task_retries", 0), options.get("max_concurrency") or 0, 0,
-        methods=actor_class._methods,
+        methods=actor_class._methods, max_pending_calls=options.get("max_pending_calls", -1),
     )
     core.create_actor(actor, blob)
     return ActorHandle(ObjectRef(actor_id), actor.class_name, actor_class._methods, checks)

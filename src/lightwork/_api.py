@@ -110,6 +110,8 @@ def init(
     advisor: bool = True,
     runtime_env: dict[str, Any] | None = None,
     dashboard: bool = False,
+    _memory_usage_threshold: float | None = None,
+    _memory_monitor_refresh_ms: float | None = None,
     **ray_kwargs: Any,
 ) -> InitContext:
     """Start the embedded runtime in this process, or connect to a cluster.
@@ -128,12 +130,14 @@ def init(
     keys are warned about once (see ``_runtime/runtime_env.py``).
     ``dashboard=True`` (or Ray's ``include_dashboard=True``) starts the live dashboard in a
     process of its own and prints its URL (``lightwork.dashboard``).
+    ``_memory_usage_threshold`` (default 0.95) and ``_memory_monitor_refresh_ms`` (250; 0
+    turns it off) set the memory monitor (``lightwork._runtime.memory_monitor``).
     """
     global _node, _backend
     from lightwork._runtime.calls import check_amount
     from lightwork.backends import parse_address
 
-    if _worker is not None or (_backend is not None and _backend.node is None):
+    if _worker is not None or (_backend is not None and not _backend.in_driver):
         raise RuntimeError("lightwork.init() cannot be called inside a task or actor")
     backend_name, target = parse_address(address)
     spill_dir = _spill_dir_option(ray_kwargs.pop("_spill_dir", None),
@@ -168,9 +172,12 @@ def init(
         from lightwork._runtime.store import check_budget
 
         object_store_memory = check_budget(object_store_memory, SHM_ROOT + "/.")
+    from lightwork._runtime.memory_monitor import MemoryMonitor, configure
     from lightwork._runtime.runtime_env import normalize
 
     job_env = normalize(runtime_env, "init()")
+    memory_threshold, memory_refresh_s = configure(_memory_usage_threshold,
+                                                   _memory_monitor_refresh_ms)
     budget = 200_000 if event_budget is None else event_budget
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise ValueError(
@@ -185,14 +192,19 @@ def init(
                 "lightwork.shutdown() first, or pass ignore_reinit_error=True"
             )
         if backend_name == "distributed":
-            raise ValueError(
-                f"address={address!r}: the Dask distributed backend is not there yet; call "
-                "init() without an address for the embedded runtime")
+            from lightwork.backends.cluster import DistributedBackend
+
+            _backend = DistributedBackend.connect(
+                target, num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
+                namespace=namespace)
+            return _context()
         from lightwork._runtime.node import Node
         from lightwork.backends.local import LocalBackend
 
         node = Node(cpus, gpus, custom, namespace, budget, object_store_memory, spill_dir,
                     runtime_env=job_env)
+        node.memory_monitor = MemoryMonitor(node, memory_threshold, memory_refresh_s)
+        node.memory_monitor.start()
         if advisor and budget:
             from lightwork.diagnostics.advisor import Advisor
 
@@ -286,7 +298,7 @@ def shutdown() -> None:
     """
     global _node, _backend, _dashboard
     with _init_lock:
-        if _backend is not None and _backend.node is None:
+        if _backend is not None and not _backend.in_driver:
             return  # inside a task or actor: the driver owns the runtime
         backend, _backend, _node = _backend, None, None
         dashboard, _dashboard = _dashboard, None

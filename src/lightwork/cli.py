@@ -1,6 +1,6 @@
 """The ``lightwork`` command line (also ``python -m lightwork``).
 
-``lightwork demo [--output-dir DIR]`` reproduces the loop experiments of Ray's profiling
+``lightwork demo [--output-dir DIR] [--dashboard]`` reproduces the loop experiments of Ray's profiling
 guide (ex1: ``get`` inside the loop, ex2: ``get`` after the loop, ex3: serial driver work
 between submissions) on a 4-CPU runtime, prints the timings beside the ideal ones and
 what the advisor found in each, and writes their timeline (findings included). It ends
@@ -101,7 +101,7 @@ _DASK_MISSING = ("the Dask example needs dask[array] and bokeh: install them wit
 
 
 def demo(out: TextIO = sys.stdout, timeline_path: str | None = DEMO_TIMELINE,
-         output_dir: str | None = None) -> int:
+         output_dir: str | None = None, dashboard: bool = False) -> int:
     """The demo; its files go to ``output_dir`` (else beside ``timeline_path``)."""
     import warnings
 
@@ -120,7 +120,7 @@ def demo(out: TextIO = sys.stdout, timeline_path: str | None = DEMO_TIMELINE,
     with warnings.catch_warnings():
         # The demo prints the findings itself; as warnings they would say it twice.
         warnings.simplefilter("ignore", AdviceWarning)
-        lightwork.init(num_cpus=4)
+        lightwork.init(num_cpus=4, dashboard=dashboard)  # the URL goes to stderr
         print(f"init took {time.perf_counter() - start:.3f} s\n", file=out)
         try:
             _loop_experiments(out)
@@ -417,6 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     demo_parser = commands.add_parser(
         "demo", help="the profiling guide's loop experiments, the advisor, a Dask profile")
+    demo_parser.add_argument("--dashboard", action="store_true",
+                             help="serve the live dashboard of the demo's session (URL printed)")
     demo_parser.add_argument("--output-dir", help="where to write the demo's timeline and "
                              "profile plot (default: the current directory)")
     commands.add_parser("version", help="print the version")
@@ -502,7 +504,7 @@ def _run_program(args: Any) -> int:
 
 def _command(args: Any, out: TextIO) -> int:
     if args.command == "demo":
-        return demo(out, output_dir=args.output_dir)
+        return demo(out, output_dir=args.output_dir, dashboard=args.dashboard)
     if args.command == "version":
         import lightwork
 

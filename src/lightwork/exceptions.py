@@ -72,7 +72,8 @@ class TaskError(LightworkError):
     """A task or actor method raised; ``cause`` is the user's exception.
 
     ``get`` raises an instance of a class derived from both this class and the user's
-    exception class (see :meth:`as_instanceof_cause`).
+    exception class (see :meth:`as_instanceof_cause`), except for exceptions that are not
+    ``Exception`` (a ``sys.exit`` in the task): those come back as a plain ``TaskError``.
 
     How the cause travels from the worker: pickled on its own, inside the error (see
     :func:`_pack_cause`), so a cause that cannot be rebuilt never makes the whole error
@@ -126,7 +127,10 @@ class TaskError(LightworkError):
         while isinstance(cause, TaskError):  # a nested task's error: the user's class
             cause = cause.cause
         cause_cls = type(cause) if cause is not None else None
-        if cause_cls is None:
+        if cause_cls is None or not issubclass(cause_cls, Exception):
+            # SystemExit, KeyboardInterrupt, GeneratorExit: as their instance, an uncaught
+            # task error would end the driver (silently, for sys.exit(0)) instead of
+            # reporting the task's failure.
             return self
         try:
             derived = _dual_class(cause_cls)
@@ -269,11 +273,20 @@ class ObjectLostError(LightworkError):
 
 
 class OwnerDiedError(ObjectLostError):
-    """The process that created the object (its owner) died, taking the object with it."""
+    """The object's value is gone and the process that created it (its owner) is dead.
+
+    On one machine a dead worker's objects are adopted by the driver and stay readable;
+    this is raised only when such an object's value then vanished too (its shared-memory
+    file was removed) and no task can rebuild it (a ``put``, or an actor's result).
+    """
 
 
 class ObjectReconstructionFailedError(ObjectLostError):
-    """The object was lost and re-running the task that made it failed or was not allowed."""
+    """A task result was lost and re-running its task failed or was not allowed.
+
+    The message says why: ``max_retries`` used up (or 0), an argument freed or lost for
+    good, by-value arguments too large to have been kept, or an actor call's result.
+    """
 
 
 class ReferenceCountingAssertionError(ObjectLostError):

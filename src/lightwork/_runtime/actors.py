@@ -12,7 +12,9 @@ died and ``max_restarts`` allows. Placement needs the actor's ``place`` resource
 (1 CPU by default) and holds its ``hold`` resources for its lifetime (none by default,
 as in Ray).
 
-Calls wait in ``queue`` until their arguments are ready and the actor is ALIVE; the head
+At most ``max_pending_calls`` calls (queued plus running) are accepted at once; the
+next one raises ``PendingCallsLimitExceeded`` in the caller (from a task or an actor it
+becomes the call's result error). Calls wait in ``queue`` until their arguments are ready and the actor is ALIVE; the head
 is sent first, so calls run in submission order. Sent calls are in ``inflight``. When the
 process dies they are re-sent after a restart (up to ``max_task_retries``) or fail with
 ``ActorDiedError`` naming the cause.
@@ -72,6 +74,7 @@ class Actor:
     calls_done: int = 0
     started_at: float = field(default_factory=time.monotonic)
     methods: dict[str, int] = field(default_factory=dict)
+    max_pending_calls: int = -1  # queued + running calls allowed at once; -1: no limit
 
 
 class ActorManager:
@@ -157,6 +160,19 @@ class ActorManager:
         node._send(conn, messages)
 
     # -- calls -----------------------------------------------------------------------
+    def check_room(self, actor_id: int) -> None:
+        """Refuse a new call while ``max_pending_calls`` calls are queued or running."""
+        actor = self.actors.get(actor_id)
+        if actor is None or actor.max_pending_calls < 0:
+            return
+        pending = len(actor.queue) + len(actor.inflight)
+        if pending >= actor.max_pending_calls:
+            raise exceptions.PendingCallsLimitExceeded(
+                f"actor {actor.class_name} (id {actor.actor_id:020x}) already has {pending} "
+                f"pending calls, its max_pending_calls={actor.max_pending_calls}: this call "
+                "was refused. Wait for some results (get or wait) before calling again, or "
+                "raise max_pending_calls with .options().")
+
     def add_call(self, actor_id: int, task: TaskSpec) -> None:
         actor = self.actors.get(actor_id)
         if actor is None and self.node.id_floor.minted_before(actor_id):
@@ -233,6 +249,14 @@ class ActorManager:
             return
         if isinstance(outcome, tuple) and outcome[0] == "error":
             self._finish_call(task, error=outcome[1])
+            return
+        if isinstance(outcome, tuple) and outcome[0] == "lost":
+            # Re-sending the call after a rebuild would reorder it behind later calls.
+            self._finish_call(task, error=exceptions.ObjectLostError(
+                f"{task.task_id:020x}",
+                f"an argument of actor call {task.name} vanished from shared memory "
+                f"({outcome[1]}) before the call could read it; actor calls are not re-run "
+                "to rebuild arguments. Keep /dev/shm intact while lightwork runs."))
             return
         if task.function_key == "__ray_terminate__":
             actor.no_restart = True

@@ -13,6 +13,7 @@ Every method here runs in a user thread; state belongs to the node (``node.py``)
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import os
 import threading
 import time
@@ -25,6 +26,7 @@ from lightwork._runtime import serialization
 from lightwork._runtime.actors import Actor
 from lightwork._runtime.calls import CallSpec, infeasible_message, large_arguments, prepare_args
 from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork._runtime.lineage import value_vanished
 from lightwork._runtime.objects import PENDING, READY, ObjectEntry
 from lightwork._runtime.scheduler import TaskSpec
 from lightwork._runtime.serialization import Stored
@@ -131,9 +133,10 @@ class DriverCalls(_Base):
         self._drain_refs_if_any()
         with self.lock:
             self._check_open()
-            for object_id in return_ids:
-                self.objects.create(object_id, 0, task_id)
             try:
+                self.actors.check_room(actor_id)
+                for object_id in return_ids:
+                    self.objects.create(object_id, 0, task_id)
                 self.register_task(task, stored.contained)
             except BaseException:
                 for object_id in return_ids:
@@ -269,7 +272,14 @@ class DriverCalls(_Base):
                     f"get timed out after {timeout} s: {still} of {len(ids)} object(s) not ready. "
                     "Raise the timeout, or use wait() to take the ready ones first.")
         store = self.store
-        return [_value_of(entry, store) for entry in entries]
+        try:
+            return [_value_of(entry, store) for entry in entries]
+        except FileNotFoundError:  # a segment vanished from /dev/shm: rebuild, then read
+            with self.lock:
+                for entry in entries:
+                    if value_vanished(entry, store):
+                        self.recover_lost(entry)
+            return self.get(ids, timeout, callsite)
 
     def wait(
         self, ids: list[int], num_returns: int, timeout: float | None, callsite: Any = None
@@ -390,7 +400,10 @@ def _value_of(entry: ObjectEntry, store: SegmentStore | None = None) -> Any:
     if isinstance(error, Stored):
         error = serialization.loads(error)
     if isinstance(error, exceptions.TaskError):
-        raise error.as_instanceof_cause()
+        raised = error.as_instanceof_cause()
+        raise copy.copy(error) if raised is error else raised
     assert isinstance(error, BaseException)
-    raise error
+    # A copy: raising the table's own exception object would hang this call's frames (and
+    # the ObjectRefs in them) on its __traceback__, so the object could never be freed.
+    raise copy.copy(error)
 

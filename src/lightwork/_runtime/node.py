@@ -16,8 +16,10 @@ the driver never blocks on a worker that is itself blocked on the driver.
 Workers: ``Session``'s fork server starts them; ``EXITED`` from it gives the wait status
 of a dead worker, so the error names the exit code or signal. A worker is dead when its
 socket closes; its running task is retried (``max_retries``) or fails with
-``WorkerCrashedError``, its queued tasks go back to the queue, objects it owned raise
-``OwnerDiedError``, and what it borrowed is released.
+``WorkerCrashedError``, its queued tasks go back to the queue, what it borrowed is
+released, and the objects it owned are adopted by the driver: their values never lived
+only in the worker (inline values travel to the driver's table, large ones are segment
+files in ``/dev/shm``), so they stay readable for as long as someone holds a ref.
 
 Reference counting: see ``objects.py`` (the table) and ``_object_ref.py`` (per process).
 """
@@ -55,6 +57,8 @@ from lightwork._runtime import serialization
 from lightwork._runtime import ray_alias
 from lightwork._runtime.events import EventLog, TaskRecord
 from lightwork._runtime.introspect import report_unraisable
+from lightwork._runtime.lineage import Lineage, keeps_lineage
+from lightwork._runtime.memory_monitor import OOM_REASON, MemoryMonitor, handle_oom_death
 from lightwork._runtime.objects import FAILED, PENDING, ObjectEntry, ObjectTable
 from lightwork._runtime.scheduler import (
     DISPATCHED,
@@ -94,9 +98,10 @@ class WorkerConn:
     dead: bool = False
     started_at: float = field(default_factory=time.monotonic)
     actor: Any = None  # the Actor this process runs, or None for a pooled task worker
+    oom_kill: str = ""  # why the memory monitor killed it, or ""
 
 
-class Node(DriverCalls, WorkerRequests):
+class Node(DriverCalls, WorkerRequests, Lineage):
     """One session of the embedded runtime in the driver process."""
 
     def __init__(
@@ -146,6 +151,7 @@ class Node(DriverCalls, WorkerRequests):
         self.closed = False
         self.broken = ""  # why the runtime cannot go on (a dead fork server, a bug), or ""
         self.advisor: Any = None  # set by init() unless advisor=False (diagnostics layer)
+        self.memory_monitor: MemoryMonitor | None = None  # started by init()
         self.actors = ActorManager(self)
         self.objects.on_actor_freed = self.actors.handle_freed
         # One thread per task slot unless the user chose: the "no speedup" trap of
@@ -468,6 +474,8 @@ class Node(DriverCalls, WorkerRequests):
                 f"task {task.name} was cancelled with cancel() before it finished"))
         elif outcome == "cancelled":  # a cancel signal meant for the task before this one
             self._requeue(task)
+        elif outcome[0] == "lost":  # an argument's segment vanished: rebuild it, then rerun
+            self.recover_lost_argument(task, outcome[1])
         elif outcome[0] == "error":
             if self._should_retry_error(task, outcome[1]):
                 record.retries += ((record.seen, "exception"),)
@@ -481,13 +489,18 @@ class Node(DriverCalls, WorkerRequests):
 
     def store_results(self, task: TaskSpec, results: list[Stored]) -> None:
         """Resolve a finished task's return objects (dropping those nobody holds)."""
+        lineage = task if keeps_lineage(task) else None
         for object_id, stored in zip(task.return_ids, results):
             task.record.result_size += stored.size
             entry = self.objects.get(object_id)
-            if entry is None:  # every ref to it was dropped while the task ran
-                if stored.path is not None:
+            if entry is None or entry.state != PENDING:
+                # Every ref to it was dropped while the task ran, or it is a result that
+                # was intact when the task re-ran to rebuild another (lineage.py).
+                if stored.path is not None and (entry is None or entry.stored is None
+                                                or entry.stored.path != stored.path):
                     self.store.release(stored.path)
                 continue
+            entry.lineage = lineage
             self._resolve(entry, stored)
 
     def _should_retry_error(self, task: TaskSpec, error: Stored) -> bool:
@@ -739,28 +752,24 @@ class Node(DriverCalls, WorkerRequests):
             if entry is None:
                 continue
             entry.discard_holder(conn.worker_id)
-            if object_id in conn.owned:
-                self._lose_owned(entry, conn)
+            if entry.owner == conn.worker_id:
+                # Its bytes are in the driver's table (inline) or in /dev/shm, not in the
+                # dead process: the driver adopts it instead of losing it.
+                entry.owner = 0
+                entry.orphaned_by = conn.worker_id
             self.objects.release_if_unheld(entry)
-
-    def _lose_owned(self, entry: ObjectEntry, conn: WorkerConn) -> None:
-        error = exceptions.OwnerDiedError(
-            f"{entry.object_id:020x}",
-            f"object {entry.object_id:020x} was created by worker {conn.worker_id} "
-            f"(pid {conn.pid}), which died ({describe_exit(conn.exit_status)}); an object "
-            "lives only as long as the process whose put() or remote() call created it. "
-            "Create long-lived objects in the driver, or return values instead of refs.",
-        )
-        for waiter in self.objects.lose(entry, error):
-            waiter(entry)
 
     def _on_task_crashed(self, task: TaskSpec, conn: WorkerConn) -> None:
         self._release_gpus(task.task_id)
         how = describe_exit(conn.exit_status)
+        if conn.oom_kill:
+            how = f"{OOM_REASON} ({how})"
         task.record.retries += ((time.monotonic(), f"worker crashed: {how}"),)
         if task.cancelled:
             self._fail_task(task, exceptions.TaskCancelledError(
                 f"task {task.name} was cancelled (force=True killed its worker)"))
+        elif conn.oom_kill:
+            handle_oom_death(self, task, conn)
         elif task.max_retries < 0 or task.attempt < task.max_retries:
             task.attempt += 1
             self._requeue(task)
@@ -797,6 +806,8 @@ class Node(DriverCalls, WorkerRequests):
     # ------------------------------------------------------------------ shutdown
     def shutdown(self) -> None:
         self.control.stop()
+        if self.memory_monitor is not None:
+            self.memory_monitor.stop()
         with self.lock:
             if self.closed:
                 return

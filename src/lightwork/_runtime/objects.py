@@ -13,6 +13,10 @@ table while anything holds it:
 * ``task_uses``: pending tasks that take it as an argument or carry it inside one;
 * ``containers``: stored objects whose value contains a ref to it.
 
+A dead worker's objects are adopted by the driver (``owner`` becomes 0): their values
+live here or in ``/dev/shm``, never only in the worker. A value whose segment vanished
+is rebuilt from ``lineage`` where it can be (see ``lineage.py``).
+
 When all four are empty the entry is freed: its segment is released and the ids it
 contained lose a container. A later lookup of a freed id raises
 ``ReferenceCountingAssertionError``; ids are never reused, so a freed id is detectable
@@ -58,6 +62,10 @@ class ObjectEntry:
     waiters: list[Callable[[ObjectEntry], None]] | None = None
     ready_at: float = 0.0  # when it became READY or FAILED (time.monotonic)
     created_at: float = 0.0  # when its put() or task submission registered it
+    # The finished task that made it, kept so a lost value can be rebuilt (lineage.py);
+    # None for puts, actor results, and tasks that cannot be re-run.
+    lineage: Any = None
+    orphaned_by: int = 0  # the dead worker that owned it before the driver adopted it
 
     def held(self) -> bool:
         return bool(self.driver_holds or self.holders or self.task_uses or self.containers)
@@ -146,6 +154,19 @@ class ObjectTable:
         entry.stored = None
         entry.state = PENDING
         return self.resolve(entry, None, error)
+
+    def forget_value(self, entry: ObjectEntry) -> list[ObjectEntry]:
+        """A READY entry's value vanished and will be rebuilt: make it PENDING again.
+
+        Return the entries its value contained refs to, for the caller to release once
+        the rebuilding task holds what it needs.
+        """
+        inner: list[ObjectEntry] = []
+        if entry.stored is not None:
+            inner = self._drop_value(entry.stored)
+        entry.stored = None
+        entry.state = PENDING
+        return inner
 
     def _drop_value(self, stored: Stored) -> list[ObjectEntry]:
         """Release the value's segment; return the entries it contained refs to."""

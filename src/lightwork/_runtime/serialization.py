@@ -240,7 +240,13 @@ def write_into(view: memoryview, plan: Layout, data: bytes, raws: list[memoryvie
 def write_segment(path: str, data: bytes, raws: list[memoryview]) -> None:
     """Write a value into a new segment file at ``path`` (the worker's way)."""
     plan = layout(data, raws)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        # A retried task (its worker died after writing) or a re-run that rebuilds a lost
+        # result: replace the file; a reader's mapping keeps the old one's pages alive.
+        os.unlink(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         allocate_file(fd, plan.total, path)
         # pwrite, not a writable mapping: no page fault per 4 KiB of a fresh mapping.

@@ -268,6 +268,21 @@ class SegmentStore:
             segment = Segment(path, 0)
         self._discard(segment)
 
+    def forget_lost(self, path: str) -> None:
+        """Segment ``path``'s file vanished (removed behind our back): never recycle it.
+
+        Its object is then freed or rebuilt (``lineage.py``) through ``release`` as
+        usual, which finds nothing left to pool.
+        """
+        with self._lock:
+            segment = self.live.pop(path, None)
+            if segment is not None:
+                self.live_bytes -= segment.capacity
+            self.readers.pop(path, None)
+        if segment is not None and segment.mapping is not None:
+            segment.mapping.close()
+            segment.mapping = None
+
     def _discard(self, segment: Segment) -> None:
         if segment.mapping is not None:
             segment.mapping.close()

@@ -2,7 +2,9 @@
 
 One socket to the driver carries everything. The main thread reads a frame, runs the
 task, and sends the result; when more task frames are already buffered, results are
-held back briefly and sent together (batching), but never longer than ``FLUSH_AFTER_S``.
+held back briefly and sent together (batching), but never longer than ``FLUSH_AFTER_S``:
+only results of tasks shorter than that are held, every send carries them, and a
+late-flush thread sends them if the next task runs longer.
 
 A task may call the API itself (nested ``remote``/``put``/``get``/``wait``). Submissions
 and puts are one-way messages with ids minted here. ``get``/``wait`` send a request and
@@ -111,6 +113,15 @@ class Worker:
         self.loop: AsyncRunner | None = None
         self.exiting = False
         self.bounce_when_waiting = True
+        # Results of finished tasks held back to be sent in one batch with the next ones.
+        # Every send carries them first, and a late-flush thread sends them if the task
+        # that followed runs longer than FLUSH_AFTER_S (it might never end: a blocked
+        # actor call, or a parent waiting for a child that needs one of these results).
+        self._held: list[tuple[Any, ...]] = []
+        self._held_since = 0.0
+        self._tasks_started = 0
+        self._flush_soon: threading.Event | None = None
+        self._send_lock = threading.Lock()  # one sender at a time: BORROW before RELEASE
         ref_counter.reset()
         ref_counter.on_borrow = self._note_borrow
         # The driver recycles a segment only when no worker maps it: say so before any
@@ -135,18 +146,30 @@ class Worker:
             self.outbox.append((p.UNMAPPED, closed))
 
     def send(self, messages: list[tuple[Any, ...]]) -> None:
-        """Send ``messages`` after whatever is queued, with reference releases last."""
-        gone = ref_counter.drain()
-        outbox = self.outbox
-        if outbox:
-            queued = []
-            while outbox:  # popleft is atomic: other threads may append meanwhile
-                queued.append(outbox.popleft())
-            messages = queued + messages
-        if gone:
-            messages.append((p.RELEASE, gone))
-        if messages:
-            self.conn.send(messages)
+        """Send held results and queued messages, then ``messages``, releases last."""
+        with self._send_lock:
+            gone = ref_counter.drain()
+            outbox = self.outbox
+            if outbox or self._held:
+                queued, self._held = self._held, []
+                while outbox:  # popleft is atomic: other threads may append meanwhile
+                    queued.append(outbox.popleft())
+                messages = queued + messages
+            if gone:
+                messages.append((p.RELEASE, gone))
+            if messages:
+                self.conn.send(messages)
+
+    def _flush_late(self) -> None:
+        """Send held results when the task after them has run for FLUSH_AFTER_S."""
+        assert self._flush_soon is not None
+        while True:
+            self._flush_soon.wait()
+            self._flush_soon.clear()
+            started = self._tasks_started
+            time.sleep(FLUSH_AFTER_S)
+            if self._held and self._tasks_started == started:
+                self.send([])
 
     # -- reading ---------------------------------------------------------------------
     def _read_one(self) -> None:
@@ -192,35 +215,49 @@ class Worker:
 
     # -- the task loop ---------------------------------------------------------------
     def run(self) -> None:
-        pending_results: list[tuple[Any, ...]] = []
-        first_pending = 0.0
         while True:
-            if pending_results and (
+            if self._held and (
                 not (self.inbox or self.conn.has_buffered())
-                or time.monotonic() - first_pending > FLUSH_AFTER_S
+                or time.monotonic() - self._held_since > FLUSH_AFTER_S
             ):
-                self.send(pending_results)
-                pending_results = []
+                self.send([])
             message = self._take_turn(self._next_inbox)
             kind = message[0]
             if kind == p.TASK:
                 if self.pool is not None:
                     self.pool.submit(message[1])
                     continue
+                self._tasks_started += 1
+                if self._held:
+                    self._wake_late_flush()
+                started = time.monotonic()
                 result = self.execute(message[1])
-                if not pending_results:
-                    first_pending = time.monotonic()
-                pending_results.append(result)
-                if self.exiting:
-                    self.send(pending_results)
-                    return
+                if self.exiting or time.monotonic() - started >= FLUSH_AFTER_S:
+                    # Batching only pays for tiny tasks; holding a longer task's result
+                    # would only lose it (and re-run the task) if this worker died.
+                    self.send([result])
+                    if self.exiting:
+                        return
+                    continue
+                with self._send_lock:
+                    if not self._held:
+                        self._held_since = time.monotonic()
+                    # What the task queued (MAPPED reports, borrows) goes before its result.
+                    outbox = self.outbox
+                    while outbox:
+                        self._held.append(outbox.popleft())
+                    self._held.append(result)
             elif kind == p.ACTOR_INIT:
-                self.send(pending_results + [self.start_actor(message[1])])
-                pending_results = []
+                self.send([self.start_actor(message[1])])
             elif kind == p.EXIT:
-                if pending_results:
-                    self.send(pending_results)
+                self.send([])
                 return
+
+    def _wake_late_flush(self) -> None:
+        if self._flush_soon is None:
+            self._flush_soon = threading.Event()
+            threading.Thread(target=self._flush_late, name="lightwork-flush", daemon=True).start()
+        self._flush_soon.set()
 
     def function(self, key: bytes) -> Any:
         fn = self.functions.get(key)
@@ -273,6 +310,9 @@ class Worker:
         except KeyboardInterrupt:
             finished = time.monotonic()
             outcome = "cancelled"
+        except LostArgument as lost:  # the driver rebuilds it and sends the task again
+            finished = time.monotonic()
+            outcome = ("lost", lost.path)
         except ActorExit:
             finished = time.monotonic()
             self.exiting = True
@@ -470,10 +510,21 @@ class Worker:
                 self.send([])
 
 
+class LostArgument(Exception):
+    """A ref argument's segment file vanished before the task could read it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+
 def load_args(args_stored: Stored, dep_values: Any) -> tuple[list[Any], dict[str, Any]]:
     args, kwargs = serialization.loads(args_stored)
     if dep_values:
-        values = [serialization.loads(stored) for stored in dep_values]
+        try:
+            values = [serialization.loads(stored) for stored in dep_values]
+        except FileNotFoundError as exc:
+            raise LostArgument(exc.filename) from exc
         args = [values[a.index] if type(a) is ArgSlot else a for a in args]
         for k, v in kwargs.items():
             if type(v) is ArgSlot:

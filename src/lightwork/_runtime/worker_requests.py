@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from lightwork import exceptions
 from lightwork._runtime import protocol as p
 from lightwork._runtime.events import TaskRecord
+from lightwork._runtime.lineage import file_exists
 from lightwork._runtime.objects import PENDING, READY, ObjectEntry
 from lightwork._runtime.scheduler import TaskSpec
 
@@ -38,8 +39,10 @@ class WorkerRequests(_Base):
             conn.holds.add(object_id)
             conn.owned.add(object_id)
         try:
+            if actor_id:
+                self.actors.check_room(actor_id)
             self.register_task(task, args.contained)
-        except exceptions.ObjectLostError as exc:
+        except (exceptions.ObjectLostError, exceptions.PendingCallsLimitExceeded) as exc:
             self._fail_task(task, exc)
             return
         if actor_id:
@@ -87,6 +90,13 @@ class WorkerRequests(_Base):
         return ("err", entry.error)
 
     def _on_worker_get(self, conn: WorkerConn, request_id: int, ids: list[int], timeout: Any) -> None:
+        for object_id in ids:
+            entry = self.objects.entries.get(object_id)
+            stored = entry.stored if entry is not None else None
+            # The driver's own mapping does not help a worker: it opens the file by name.
+            if stored is not None and stored.path is not None and not file_exists(
+                    stored.path, self.store):
+                self.recover_lost(entry)
         pending = [e for e in (self.objects.entries.get(i) for i in ids) if e is not None and e.state == PENDING]
         if not pending:
             self._reply(conn, request_id, [self._payload(i) for i in ids])

@@ -37,6 +37,9 @@ class Backend:
     name: str = ""
     #: The driver-side runtime state the diagnostics read, or None (see the module doc).
     node: Any = None
+    #: False in a worker process: there the API serves a task's nested calls, and
+    #: init/shutdown belong to the driver.
+    in_driver: bool = True
 
     # -- lifetime ------------------------------------------------------------------------
     @property
@@ -53,7 +56,9 @@ class Backend:
         raise NotImplementedError
 
     # -- tasks -----------------------------------------------------------------------------
-    def submit_task(self, spec: Any, args: tuple, kwargs: dict, callsite: Any = None) -> list[ObjectRef]:
+    def submit_task(
+        self, spec: Any, args: tuple, kwargs: dict, callsite: Any = None
+    ) -> list[ObjectRef]:
         """Start one task of ``spec`` (a ``_runtime.calls.CallSpec``: function key and
         pickled code, name, resource shape, num_returns, retries); return its
         ``spec.num_returns`` refs. Top-level ref arguments are resolved to values before

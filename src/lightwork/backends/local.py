@@ -28,6 +28,7 @@ class LocalBackend(Backend):
 
     def __init__(self, core: Any, in_driver: bool) -> None:
         self.core = core
+        self.in_driver = in_driver
         self.node = core if in_driver else None
         for operation in _BOUND:  # see the module docstring: no wrapper on the hot path
             setattr(self, operation, getattr(core, operation))

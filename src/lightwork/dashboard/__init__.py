@@ -1,6 +1,7 @@
 """The live dashboard: watch a running program in a browser.
 
     lightwork dashboard [--session NAME] [--port N] [--open] [--allow-actions]
+    lightwork dashboard --from FILE        # replay a saved timeline (a post-mortem)
     lightwork.init(dashboard=True)          # or include_dashboard=True, Ray's argument
 
 Pieces (each module's docstring has its design):
@@ -13,6 +14,7 @@ Pieces (each module's docstring has its design):
 * ``server`` and ``handler`` — the HTTP server (standard library), its security (loopback,
   token, Host check, no CORS, opt-in actions) and its routes, with Server-Sent Events;
 * ``launch`` — the child process ``init(dashboard=True)`` starts;
+* ``replay`` — ``--from FILE``: a mirror loaded from a saved timeline's event log;
 * ``static/`` — the page: plain JavaScript and a canvas, no library, no CDN.
 
 The dashboard needs nothing beyond lightwork's own dependencies (the ``dashboard`` extra
@@ -44,6 +46,9 @@ def add_command(commands: Any, attach: argparse.ArgumentParser) -> None:
     parser.add_argument("--linger", type=float, default=None, metavar="SECONDS",
                         help="after the program ends, exit once no page was open for this "
                         "long (default: serve the final state until Ctrl-C)")
+    parser.add_argument("--from", dest="from_file", metavar="FILE",
+                        help="replay a saved timeline file (lightwork timeline -o FILE) "
+                        "instead of attaching to a running program")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -56,6 +61,14 @@ def run_command(args: Any, out: TextIO) -> int:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}")
     if args.linger is not None and args.linger < 0:
         raise ValueError(f"--linger must be >= 0 seconds, got {args.linger}")
+    if args.from_file:
+        from lightwork.dashboard import replay
+
+        if args.allow_actions:
+            raise ValueError("--allow-actions needs a running program; a replay (--from) "
+                             "has nothing to act on")
+        return server.serve(None, args.port, False, args.open, args.linger, out=out,
+                            mirror=replay.load(args.from_file))
     path = control.resolve_socket(args.session, args.address)
     control.request(path, "ping", timeout=args.timeout)  # fail now, with the CLI's message
     if args.child:

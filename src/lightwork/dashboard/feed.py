@@ -12,9 +12,9 @@ A sync is incremental. The dashboard sends the cursors it reached, and gets:
   ``dropped_tasks + len(ring)`` records ever appended, so a cursor is that count; the
   new ones are the newest ``count - cursor`` of the ring, read from its right end (no
   walk over the older records). Those that fell out of the ring before they were read
-  are counted in ``lost``. The records travel as columns: one ``array`` per numeric
-  field, base64 of its bytes (encoding floats as JSON text costs ten times more), and
-  the names and states as plain lists. JSON and arrays of numbers only: nothing
+  are counted in ``lost``. The numbers travel packed (``struct``, one fixed-size row per
+  record, base64; encoding floats as JSON text costs ten times more), the names and
+  states as plain lists. JSON and arrays of numbers only: nothing
   received is ever unpickled.
 * the driver's blocked ``get``/``wait`` spans since ``span_cursor`` (the same scheme);
 * the live picture, small by construction: counts of live tasks by state, the first
@@ -35,10 +35,10 @@ Actions (``dashboard_cancel``, ``dashboard_kill``) exist only for the dashboard'
 
 from __future__ import annotations
 
-import array
 import base64
 import itertools
 import operator
+import struct
 import threading
 import time
 from collections import Counter
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from lightwork._runtime.node import Node
 
 OPS = ("dashboard_sync", "dashboard_cancel", "dashboard_kill")
-DEFAULT_MAX_RECORDS = 50_000  # per sync; the dashboard asks again at once for the rest
+DEFAULT_MAX_RECORDS = 20_000  # per sync (bounds both sides' peak memory); the rest comes next
 DEFAULT_LIVE_LIMIT = 2_000
 MAX_ACTORS = 2_000
 MAX_PROGRESS_OBJECTS = 100_000  # larger get/wait calls report their size, not progress
@@ -155,22 +155,32 @@ def _newest(ring: Any, total: int, cursor: int, limit: int) -> tuple[list[Any], 
     return newest[:wanted], lost, start + wanted
 
 
+#: One row's numbers: the float fields, then the int fields (native order: one machine).
+ROW_FORMAT = f"={len(FLOAT_COLUMNS)}d{len(INT_COLUMNS)}q"
+_ROW = struct.Struct(ROW_FORMAT)
+_NUMBERS = operator.itemgetter(*(_FIELD_NAMES.index(n) for n in FLOAT_COLUMNS + INT_COLUMNS))
+
+
 def _columns(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """The records' numbers as packed rows (``ROW_FORMAT``), base64; names, states and
+    errors as lists.
+
+    One ``itemgetter`` call picks a row's numbers and one ``Struct.pack`` packs them, both
+    in C (``starmap``): no Python loop per field, about twice cheaper than building an
+    array per column.
+    """
     if not rows:
         return {"count": 0}
-    out: dict[str, Any] = {"count": len(rows)}
-    encoded = {}
-    for kind, names in (("d", FLOAT_COLUMNS), ("q", INT_COLUMNS)):
-        for name in names:
-            getter = operator.itemgetter(_FIELD_NAMES.index(name))
-            encoded[name] = base64.b64encode(array.array(kind, map(getter, rows)).tobytes()).decode()
-    out["columns"] = encoded
-    out["names"] = [row[_NAME] for row in rows]
-    out["states"] = [row[_STATE] for row in rows]
-    out["retries"] = [len(row[_RETRIES]) for row in rows]
-    out["errors"] = [[i, str(row[_ERROR])[:MAX_ERROR_CHARS]] for i, row in enumerate(rows)
-                     if row[_ERROR]]
-    return out
+    packed = b"".join(itertools.starmap(_ROW.pack, map(_NUMBERS, rows)))
+    return {
+        "count": len(rows),
+        "rows": base64.b64encode(packed).decode(),
+        "names": [row[_NAME] for row in rows],
+        "states": [row[_STATE] for row in rows],
+        "retries": [len(row[_RETRIES]) for row in rows],
+        "errors": [[i, str(row[_ERROR])[:MAX_ERROR_CHARS]] for i, row in enumerate(rows)
+                   if row[_ERROR]],
+    }
 
 
 def _where(callsite: Any) -> str | None:

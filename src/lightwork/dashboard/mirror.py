@@ -18,7 +18,8 @@ Queries stay fast at a million records because nothing walks every record per re
 * the tasks table's default order (newest first) is the columns backwards: a page is
   ``page_size`` reads. A filter's matching row numbers are cached and extended with the
   rows that arrived since; another sort order is cached per filter and, when rows
-  arrived, re-sorted (Timsort merges the sorted run with the new tail);
+  arrived, re-sorted (Timsort merges the sorted run with the new tail). Scans and sort
+  keys run in C (``map``/``compress`` over column slices, ``array.__getitem__`` keys);
 * per-function counts, queued time and run times are kept as records arrive; the
   percentiles sort a function's run times when asked (cached until it gets more);
 * history (tasks by state, finished count) is one point per sync, bounded.
@@ -32,6 +33,9 @@ from __future__ import annotations
 import array
 import base64
 import bisect
+import functools
+import itertools
+import operator
 import threading
 import time
 from collections import deque
@@ -43,6 +47,7 @@ MAX_STREAM_SPANS = 4_000
 MAX_PAGE_SIZE = 200
 HISTORY_POINTS = 3_600
 MAX_DRIVER_SPANS = 100_000
+PERCENTILE_REFRESH_S = 5.0
 ENDED_STATES = ("FINISHED", "FAILED")
 LIVE_STATES = ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER",
                "RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT")
@@ -85,12 +90,13 @@ class Mirror:
         self._state_index = {s: i for i, s in enumerate(self.states)}
         # Per function: [counts by state index, queued total, run times].
         self.functions: dict[int, list[Any]] = {}
-        self._percentiles: dict[int, tuple[int, float | None, float | None]] = {}
+        self._percentiles: dict[int, tuple[int, Any, Any, Any, float]] = {}
         self.ended_counts: dict[str, int] = {}
         self.driver_spans: deque[list[Any]] = deque(maxlen=MAX_DRIVER_SPANS)
         self.history: deque[list[Any]] = deque(maxlen=HISTORY_POINTS)
         self._filter_cache: dict[Any, list[Any]] = {}
         self._sort_cache: dict[Any, tuple[int, list[int]]] = {}
+        self._derived: dict[str, list[Any]] = {}  # sort keys derived from the columns
         # The live picture, replaced whole by every sync.
         self.live: dict[str, Any] = {"counts": {}, "rows": [], "total": 0}
         self.resources: dict[str, list[float]] = {}
@@ -154,11 +160,19 @@ class Mirror:
 
     def _add_tasks(self, tasks: dict[str, Any]) -> None:
         first = len(self.state_of)
-        columns = tasks["columns"]
-        for name, column in self.floats.items():
-            column.frombytes(base64.b64decode(columns[name]))
-        for name, column in self.ints.items():
-            column.frombytes(base64.b64decode(columns[name]))
+        packed = base64.b64decode(tasks["rows"])
+        # Rows of ROW_FORMAT: read the buffer once as doubles and once as int64s, and take
+        # each column with a strided slice (in C).
+        width = len(self.floats) + len(self.ints)
+        if len(packed) != 8 * width * int(tasks["count"]):
+            raise ValueError("a sync's packed rows do not match its count")
+        as_floats, as_ints = array.array("d"), array.array("q")
+        as_floats.frombytes(packed)
+        as_ints.frombytes(packed)
+        for k, column in enumerate(self.floats.values()):  # FLOAT_COLUMNS order
+            column.extend(as_floats[k::width])
+        for k, column in enumerate(self.ints.values(), start=len(self.floats)):
+            column.extend(as_ints[k::width])
         name_index, state_index = self._name_index, self._state_index
         names = [name_index.get(n) if n in name_index else self._intern_name(n)
                  for n in tasks["names"]]
@@ -192,6 +206,7 @@ class Mirror:
         self.trimmed += n
         self._filter_cache.clear()
         self._sort_cache.clear()
+        self._derived.clear()
         # Per-function figures describe the records kept: recount them.
         self.functions.clear()
         self._percentiles.clear()
@@ -228,6 +243,9 @@ class Mirror:
         if self.live["total"] > len(self.live["rows"]):
             banners.append(f"{self.live['total']:,} tasks are queued or running; the table "
                            f"lists the first {len(self.live['rows']):,} of them")
+        if self.actor_count > len(self.actors):
+            banners.append(f"{self.actor_count:,} actors; the actors view lists the first "
+                           f"{len(self.actors):,}")
         return {"session": self.session, "ended": self.ended, "end_reason": self.end_reason,
                 "synced_ago_s": round(time.monotonic() - self.synced_at, 1)
                 if self.synced_at else None,
@@ -348,7 +366,11 @@ class Mirror:
                     "states": list(LIVE_STATES) + [s for s in self.states if s not in LIVE_STATES]}
 
     def _matching(self, state: str, name: str, worker_id: int | None) -> _Rows:
-        """Row numbers of ended tasks matching the filters, oldest first (cached)."""
+        """Row numbers of ended tasks matching the filters, oldest first (cached).
+
+        The scan of the rows not seen yet runs in C: a ``map`` per filter over a slice
+        of its column gives booleans, ``compress`` keeps the matching row numbers.
+        """
         n = len(self.state_of)
         if not state and not name and worker_id is None:
             return _Rows(None, n)
@@ -360,15 +382,27 @@ class Mirror:
             cached = self._filter_cache[key] = [0, []]
         scanned, rows = cached
         if scanned < n:
-            wanted_state = self._state_index.get(state, -1) if state else None
-            wanted_names = ({i for i, full in enumerate(self.names) if _name_matches(full, name)}
-                            if name else None)
-            state_of, name_of, worker_of = self.state_of, self.name_of, self.ints["worker_id"]
-            rows.extend(
-                i for i in range(scanned, n)
-                if (wanted_state is None or state_of[i] == wanted_state)
-                and (wanted_names is None or name_of[i] in wanted_names)
-                and (worker_id is None or worker_of[i] == worker_id))
+            tests: list[tuple[Any, Any]] = []  # (column, a C callable: value -> bool)
+            if name:
+                wanted = {i for i, full in enumerate(self.names) if _name_matches(full, name)}
+                only = next(iter(wanted)) if len(wanted) == 1 else None
+                tests.append((self.name_of, wanted.__contains__ if only is None
+                              else functools.partial(operator.eq, only)))
+            if state:
+                tests.append((self.state_of,
+                              functools.partial(operator.eq, self._state_index[state])))
+            if worker_id is not None:
+                tests.append((self.ints["worker_id"], functools.partial(operator.eq, worker_id)))
+            # The first test scans the new rows; each next one only the survivors.
+            column, test = tests[0]
+            found = list(itertools.compress(range(scanned, n), map(test, column[scanned:n])))
+            for column, test in tests[1:]:
+                if not found:
+                    break
+                values = ((column[found[0]],) if len(found) == 1
+                          else operator.itemgetter(*found)(column))
+                found = list(itertools.compress(found, map(test, values)))
+            rows.extend(found)
             cached[0] = n
         return _Rows(rows, n)
 
@@ -377,31 +411,52 @@ class Mirror:
             return matched.reversed() if descending else matched
         key = (filters, sort)
         cached = self._sort_cache.get(key)
-        rows = matched.as_list()
-        if cached is None or cached[0] != len(rows):
-            sort_key = self._sort_key(sort)
-            if cached is not None and cached[0] < len(rows):
+        count = len(matched)
+        if cached is None or cached[0] != count:
+            rows = matched.as_list()
+            if cached is not None and cached[0] < count:
                 order = cached[1] + rows[cached[0]:]  # a sorted run and the new tail
             else:
                 order = list(rows)
-            order.sort(key=sort_key)
-            cached = self._sort_cache[key] = (len(rows), order)
+            order.sort(key=self._sort_key(sort))
+            cached = self._sort_cache[key] = (count, order)
         ordered = _Rows(cached[1], len(cached[1]))
         return ordered.reversed() if descending else ordered
 
     def _sort_key(self, sort: str) -> Any:
-        if sort == "run_s":
-            loaded, finished = self.floats["args_loaded"], self.floats["finished"]
-            return lambda i: finished[i] - loaded[i] if finished[i] and loaded[i] else -1.0
-        if sort == "queued_s":
-            return lambda i: self._queued(i)
-        if sort == "name":
-            names, name_of = self.names, self.name_of
-            return lambda i: names[name_of[i]]
-        if sort == "state":
-            states, state_of = self.states, self.state_of
-            return lambda i: states[state_of[i]]
-        return self.ints[sort].__getitem__
+        """A C-level key: ``__getitem__`` of a column, or of a derived column kept up to
+        date with the rows (run and queued times; name and state by alphabetical rank)."""
+        if sort in self.ints:
+            return self.ints[sort].__getitem__
+        n = len(self.state_of)
+        derived = self._derived.get(sort)
+        if sort in ("name", "state"):
+            labels = self.names if sort == "name" else self.states
+            of = self.name_of if sort == "name" else self.state_of
+            if derived is None or derived[0] != len(labels):  # a new label moves the ranks
+                ranks = [0] * len(labels)
+                for rank, index in enumerate(sorted(range(len(labels)), key=labels.__getitem__)):
+                    ranks[index] = rank
+                derived = self._derived[sort] = [len(labels), ranks, array.array("i")]
+            values = derived[2]
+            if len(values) < n:
+                values.extend(map(derived[1].__getitem__, of[len(values):n]))
+            return values.__getitem__
+        if derived is None:
+            derived = self._derived[sort] = [0, None, array.array("d")]
+        values = derived[2]
+        if len(values) < n:
+            first = len(values)
+            if sort == "run_s":
+                f = self.floats
+                loaded = f["args_loaded"][first:n]
+                values.extend(map(operator.sub, f["finished"][first:n], loaded))
+                # Never started (cancelled, failed before running): first when ascending.
+                for i in itertools.compress(range(first, n), map(operator.not_, loaded)):
+                    values[i] = -1.0
+            else:  # queued_s
+                values.extend(self._queued(i) for i in range(first, n))
+        return values.__getitem__
 
     def _queued(self, row: int) -> float:
         f = self.floats
@@ -444,12 +499,12 @@ class Mirror:
             functions = []
             for index, (by_state, queued, runs) in self.functions.items():
                 name = self.names[index]
-                p50, p95 = self._run_percentiles(index, runs)
+                p50, p95, mean = self._run_percentiles(index, runs)
                 counts = {self.states[s]: c for s, c in by_state.items()}
                 counts.update(live_by_name.pop(name, {}))
                 functions.append({"name": name, "count": sum(counts.values()),
                                   "state_counts": counts, "p50_run_s": p50, "p95_run_s": p95,
-                                  "mean_run_s": _r(sum(runs) / len(runs)) if runs else None,
+                                  "mean_run_s": mean,
                                   "total_queued_s": _r(queued)})
             for name, counts in live_by_name.items():
                 functions.append({"name": name, "count": sum(counts.values()),
@@ -458,14 +513,19 @@ class Mirror:
             functions.sort(key=lambda s: (-s["count"], s["name"]))
             return {**self.header(), "functions": functions}
 
-    def _run_percentiles(self, index: int, runs: array.array) -> tuple[Any, Any]:
+    def _run_percentiles(self, index: int, runs: array.array) -> tuple[Any, Any, Any]:
+        """p50, p95 and mean of a function's run times: computed again when it has more,
+        at most every ``PERCENTILE_REFRESH_S`` (a million times cost a sort of ~0.1 s)."""
         cached = self._percentiles.get(index)
-        if cached is not None and cached[0] == len(runs):
-            return cached[1], cached[2]
+        now = time.monotonic()
+        if cached is not None and (cached[0] == len(runs)
+                                   or now - cached[4] < PERCENTILE_REFRESH_S):
+            return cached[1], cached[2], cached[3]
         ordered = sorted(runs)
         p50, p95 = _percentile(ordered, 0.5), _percentile(ordered, 0.95)
-        self._percentiles[index] = (len(runs), p50, p95)
-        return p50, p95
+        mean = _r(sum(ordered) / len(ordered)) if ordered else None
+        self._percentiles[index] = (len(runs), p50, p95, mean, now)
+        return p50, p95, mean
 
     def actor_view(self) -> dict[str, Any]:
         with self.lock:
@@ -534,4 +594,5 @@ def _percentile(ordered: list[float], q: float) -> float | None:
 
 
 def _r(seconds: float) -> float:
-    return round(seconds, 6)
+    """To the microsecond (``round(x, 6)`` is ten times slower: it goes through text)."""
+    return int(seconds * 1e6 + (0.5 if seconds >= 0 else -0.5)) / 1e6

@@ -53,7 +53,6 @@ import sys
 import threading
 import time
 import urllib.parse
-from http import HTTPStatus
 from typing import Any
 
 from lightwork._runtime import control
@@ -83,14 +82,15 @@ SECURITY_HEADERS = {
 class DashboardServer:
     """One dashboard: a mirror of one session, its sync thread and its HTTP server."""
 
-    def __init__(self, socket_path: str, port: int = DEFAULT_PORT, allow_actions: bool = False,
-                 linger_s: float | None = None, idle_sync_s: float | None = None) -> None:
+    def __init__(self, socket_path: str | None, port: int = DEFAULT_PORT,
+                 allow_actions: bool = False, linger_s: float | None = None,
+                 idle_sync_s: float | None = None, mirror: Mirror | None = None) -> None:
         self.socket_path = socket_path
         self.allow_actions = allow_actions
         self.linger_s = linger_s
         self.idle_sync_s = idle_sync_s
         self.token = secrets.token_urlsafe(16)  # 128 random bits
-        self.mirror = Mirror()
+        self.mirror = mirror or Mirror()  # given: a replay (``--from FILE``), no socket
         self.clients = 0  # open event streams
         self.last_request = time.monotonic()
         self.last_client = time.monotonic()
@@ -143,7 +143,7 @@ class DashboardServer:
     # ---------------------------------------------------------------- syncing
     def sync_now(self) -> bool:
         """Bring the mirror up to date; False when the session has ended."""
-        if self.mirror.ended:
+        if self.mirror.ended or self.socket_path is None:
             return False
         with self._sync_lock:
             try:
@@ -185,7 +185,7 @@ class DashboardServer:
         cached = self._cache.get(key)
         if cached is not None and time.monotonic() - cached[0] < cache_s:
             return cached[1]
-        if self.mirror.ended:
+        if self.mirror.ended or self.socket_path is None:
             if cached is not None:
                 return cached[1]
             raise SessionEnded("the program ended: this view needs the running program")
@@ -196,7 +196,8 @@ class DashboardServer:
             if cached is not None:
                 return cached[1]
             raise SessionEnded("the program ended: this view needs the running program") from None
-        self._cache[key] = (time.monotonic(), result)
+        if cache_s > 0:  # never keep what is not reused (a trace can be large)
+            self._cache[key] = (time.monotonic(), result)
         return result
 
 
@@ -220,14 +221,16 @@ def _bind(port: int) -> http.server.ThreadingHTTPServer:
     raise OSError(f"no free port from {port}")  # pragma: no cover - the loop raises first
 
 
-def serve(socket_path: str, port: int = DEFAULT_PORT, allow_actions: bool = False,
+def serve(socket_path: str | None, port: int = DEFAULT_PORT, allow_actions: bool = False,
           open_browser: bool = False, linger_s: float | None = None,
           idle_sync_s: float | None = None, out: Any = None, announce: bool = True,
-          on_start: Any = None) -> int:
+          on_start: Any = None, mirror: Mirror | None = None) -> int:
     """Run a dashboard until Ctrl-C (or, with ``linger_s``, until the session ended and no
-    page was open for that long). Prints the URL first."""
+    page was open for that long). Prints the URL first. Without a socket, ``mirror`` is
+    a replay of a timeline file."""
     out = out or sys.stdout
-    server = DashboardServer(socket_path, port, allow_actions, linger_s, idle_sync_s).start()
+    server = DashboardServer(socket_path, port, allow_actions, linger_s, idle_sync_s,
+                             mirror).start()
     if on_start is not None:
         on_start(server)
     if announce:
@@ -249,10 +252,6 @@ def serve(socket_path: str, port: int = DEFAULT_PORT, allow_actions: bool = Fals
     finally:
         server.stop()
     return 0
-
-
-def status_text(code: int) -> str:
-    return HTTPStatus(code).phrase
 
 
 def parse_query(path: str) -> tuple[str, dict[str, str]]:

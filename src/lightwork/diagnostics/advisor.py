@@ -25,16 +25,30 @@ log time at which its evidence was complete. An ``Advisor`` needs no runtime for
 Rules (``KINDS``), with what each looks at:
 
 get-in-loop       consecutive blocked ``get`` of one object from one call site, each
-                  task submitted after the previous get returned, while slots were free
+                  task submitted after the previous get returned and alone in flight,
+                  not needing the previous step (no dependency through refs, not a call
+                  on the same actor), while slots sat idle (measured)
 tiny-tasks        a function's median run time below a few times the per-task overhead
 large-arg-repeated the same big value (same object, same size) passed by value again
                   and again from one call site
 wait-for-slowest  a ``get`` of many objects whose results became ready over a wide spread
-actor-bottleneck  calls queue on one actor while task slots sit idle
-serial-driver     the driver's own work between submissions while workers idle (Amdahl)
+                  because one task ran much longer than the typical one
+actor-bottleneck  calls queue on one busy actor while task slots sit idle
+serial-driver     the driver's own work between submissions while the slots idled (Amdahl)
 oversubscription  a task whose process used more CPU time than its share (threads)
 fewer-slots       more CPU-bound tasks at once than the machine has cores (num_cpus too high)
-refs-pinned       the object store filling with objects only forgotten driver refs hold
+refs-pinned       the object store filling with settled objects only driver refs hold
+
+Never wrong: a finding is made only on evidence computed from what happened, and a
+false one teaches users to ignore the advisor. How busy the slots were comes from the
+spans of every task and actor call that ran (``_measure.SlotTime``, plus the runs still
+going), never from the call site's own tasks alone; a task's CPU is its worker's process
+CPU time over the call itself (arguments loaded, result not yet stored); the driver's
+serial time leaves out its blocked get/wait time and lightwork's own copying of big
+arguments inside ``.remote()`` (``TaskRecord.copy_s``). No finding advises a fix the
+runtime cannot carry out (``num_cpus`` above its CPU slots) or reports a figure no
+process can reach (more cores than the machine has). ``tests/test_advisor_corpus.py``
+holds correct programs in the styles Ray's docs teach; each must get no finding.
 
 The thresholds are module constants; they are deliberately conservative: a finding must
 be worth the user's attention, and well-written programs must get none.
@@ -49,11 +63,20 @@ import threading
 import time
 import warnings
 from collections import defaultdict, deque
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
 from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork.diagnostics._measure import (
+    SlotTime,
+    logged_at,
+    most_at_once,
+    plain,
+    restore,
+    running_work,
+    union,
+)
 
 KINDS = (
     "get-in-loop", "tiny-tasks", "large-arg-repeated", "wait-for-slowest",
@@ -86,8 +109,6 @@ CPU_BOUND_MIN_S = 0.01  # tasks shorter than this say little about the cores' us
 CORES_BUSY_SHARE = 0.75  # tasks at once kept this share of the cores busy
 PINNED_MIN_BYTES = 256 << 20
 PINNED_MIN_AGE_S = 1.0  # objects ready for less time than this are probably about to be read
-BUSY_BUCKET_S = 0.05  # resolution of the record of how busy the slots were
-BUSY_MAX_BUCKETS = 100_000
 CHAIN_MAX_LOOKUP = 256  # records visited looking for a dependency on the previous get
 SLOWEST_WAVES_SLACK = 1.5  # spread up to this times what running in waves explains is fine
 REPLAY_MAX_STEPS = 200  # a replayed log is checked at most this many times
@@ -178,7 +199,7 @@ class Advisor:
         self._touched_actors: set[int] = set()
         self._actor_cpu_checks: list[TaskRecord] = []
         self._spans: deque[DriverSpan] = deque(maxlen=4096)
-        self._busy = _SlotTime()  # every task's and call's run, for how busy slots were
+        self._busy = SlotTime()  # every task's and call's run, for how busy slots were
         self._running: list[tuple[float, float, TaskRecord]] = []  # unended work
         self._now = 0.0  # log time of the current look
         self._get_runs: dict[Any, list[DriverSpan]] = defaultdict(list)
@@ -199,7 +220,7 @@ class Advisor:
         (longer for a long log: at most ``REPLAY_MAX_STEPS``), each step checked as the
         live thread checks it; a finding's ``seen_at`` is the last log time of its step.
         """
-        timed: list[tuple[float, int, Any]] = [(_logged_at(r), 0, r) for r in tasks]
+        timed: list[tuple[float, int, Any]] = [(logged_at(r), 0, r) for r in tasks]
         timed += [(span.end, 1, span) for span in spans]
         if not timed:
             return
@@ -255,7 +276,7 @@ class Advisor:
                 return
             tasks, spans = node.log.take_fresh()
             pinned = self._pinned_bytes() if node.objects.bytes_in_segments >= PINNED_MIN_BYTES else None
-            running = _running_work(node)
+            running = running_work(node)
         with self._lock:
             self._now = time.monotonic()
             self._running = running
@@ -646,10 +667,10 @@ class Advisor:
         recent = self._long_tasks
         recent.append((record.args_loaded, record.finished, record.cpu_time))
         cores = self.cores
-        at_once = _most_at_once([(start, end) for start, end, _ in recent])
+        at_once = most_at_once([(start, end) for start, end, _ in recent])
         if at_once <= cores:
             return
-        busy_cores = sum(cpu for _, _, cpu in recent) / _union([(s, e) for s, e, _ in recent])
+        busy_cores = sum(cpu for _, _, cpu in recent) / union([(s, e) for s, e, _ in recent])
         if busy_cores < CORES_BUSY_SHARE * cores:
             return
         self._report(Finding(
@@ -710,82 +731,6 @@ class Advisor:
         self._report(finding, key="store")
 
 
-class _SlotTime:
-    """Slot-seconds of work done, in buckets of log time, to ask how busy slots were.
-
-    A window's answer counts its edge buckets whole, so it errs towards "busy": a rule
-    that fires on idle slots then errs towards silence.
-    """
-
-    def __init__(self, width: float = BUSY_BUCKET_S) -> None:
-        self.width = width
-        self.buckets: dict[int, float] = defaultdict(float)
-
-    def add_record(self, record: TaskRecord) -> None:
-        if record.started and record.finished > record.started:
-            slots = 1.0 if record.actor_id else max(1.0, record.num_cpus)
-            self.add(record.started, record.finished, slots)
-
-    def add(self, start: float, end: float, slots: float) -> None:
-        width, buckets = self.width, self.buckets
-        first, last = int(start // width), int(end // width)
-        if first == last:
-            buckets[first] += (end - start) * slots
-        else:
-            buckets[first] += ((first + 1) * width - start) * slots
-            for bucket in range(first + 1, last):
-                buckets[bucket] += width * slots
-            buckets[last] += (end - last * width) * slots
-        if len(buckets) > BUSY_MAX_BUCKETS:
-            for old in sorted(buckets)[: BUSY_MAX_BUCKETS // 2]:
-                del buckets[old]
-
-    def between(self, start: float, end: float) -> float:
-        buckets = self.buckets
-        return sum(buckets.get(bucket, 0.0)
-                   for bucket in range(int(start // self.width), int(end // self.width) + 1))
-
-
-def _running_work(node: Any) -> list[tuple[float, float, TaskRecord]]:
-    """(since, slots, record) of the tasks and actor calls running now (lock held)."""
-    running = []
-    for conn in getattr(node, "workers", {}).values():
-        actor = getattr(conn, "actor", None)
-        if actor is not None:
-            calls = list(actor.inflight.values())[:1]
-        else:
-            calls = list(conn.slot.inflight)[:1]
-        for task in calls:
-            record = task.record
-            since = record.dispatched or record.submitted
-            if since:
-                running.append(
-                    (since, 1.0 if record.actor_id else max(1.0, record.num_cpus), record))
-    return running
-
-
-def _most_at_once(intervals: Any) -> int:
-    """The largest number of ``intervals`` that overlap at one time."""
-    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
-    most = running = 0
-    for _, step in edges:
-        running += step
-        most = max(most, running)
-    return most
-
-
-def _union(intervals: list[tuple[float, float]]) -> float:
-    """Total length covered by ``intervals``."""
-    total = 0.0
-    end = float("-inf")
-    for start, stop in sorted(intervals):
-        if stop <= end:
-            continue
-        total += stop - max(start, end)
-        end = stop
-    return total
-
-
 def _size(nbytes: int) -> str:
     for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
         if nbytes >= scale:
@@ -803,12 +748,6 @@ def report(findings: list[Finding]) -> str:
         lines.append(f"   at {finding.where()}")
         lines.append(f"   fix: {finding.suggestion}")
     return "\n".join(lines)
-
-
-def _logged_at(record: TaskRecord) -> float:
-    """When the log received ``record``: the driver saw the task end (or its last time)."""
-    return (record.seen or record.stored or record.finished or record.dispatched
-            or record.deps_ready or record.submitted)
 
 
 def current_findings(node: Any, tasks: list[TaskRecord] | None = None,
@@ -841,31 +780,9 @@ def analysis_input(node: Any, tasks: list[TaskRecord],
         "started_at": node.log.started_at,
         "init_callsite": list(advisor.init_callsite) if advisor is not None
         and advisor.init_callsite else None,
-        "tasks": [_plain(record) for record in tasks],
-        "spans": [_plain(span) for span in spans],
+        "tasks": [plain(record) for record in tasks],
+        "spans": [plain(span) for span in spans],
     }
-
-
-def _plain(record: TaskRecord | DriverSpan) -> dict[str, Any]:
-    out = {}
-    for f in fields(record):
-        value = getattr(record, f.name)
-        out[f.name] = _lists(value) if isinstance(value, tuple) else value
-    return out
-
-
-def _lists(value: Any) -> Any:
-    return [_lists(v) for v in value] if isinstance(value, (tuple, list)) else value
-
-
-def _tuples(value: Any) -> Any:
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
-
-
-def _restore(cls: Any, row: dict[str, Any]) -> Any:
-    known = {f.name for f in fields(cls)}  # ignore fields a newer lightwork added
-    return cls(**{k: _tuples(v) if isinstance(v, list) else v
-                  for k, v in row.items() if k in known})
 
 
 def analyse(data: dict[str, Any]) -> list[Finding]:
@@ -874,8 +791,8 @@ def analyse(data: dict[str, Any]) -> list[Finding]:
     advisor = Advisor(cpus=float(data["cpus"]), cores=int(data.get("cores") or 1),
                       started_at=data.get("started_at"),
                       init_callsite=tuple(callsite) if callsite else None)  # type: ignore[arg-type]
-    advisor.feed([_restore(TaskRecord, row) for row in data.get("tasks", [])],
-                 [_restore(DriverSpan, row) for row in data.get("spans", [])])
+    advisor.feed([restore(TaskRecord, row) for row in data.get("tasks", [])],
+                 [restore(DriverSpan, row) for row in data.get("spans", [])])
     return list(advisor.findings)
 
 

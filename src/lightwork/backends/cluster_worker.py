@@ -1,0 +1,199 @@
+"""What runs inside a Dask worker for the distributed backend.
+
+Every task is :func:`run_task` called by distributed with a small header and the values of
+the task's top-level ref arguments (distributed resolves those futures: they are its
+dependencies). The user's function and the rest of its arguments travel as bytes that
+distributed never looks into, so refs inside containers stay refs (distributed would
+otherwise resolve futures it finds in lists and dicts, and its handling of them races).
+
+Values as they are stored in the cluster
+----------------------------------------
+A task's result is stored as the user's value, except:
+
+* :class:`Failed` — the task raised; it carries the ``TaskError`` (user's exception and
+  remote traceback). Errors are values, not raised, so distributed never retries them
+  behind our back (``retry_exceptions`` is applied here, by exception type, as Ray does)
+  and a task whose argument failed fails with that same error;
+* :class:`WithRefs` — a value containing refs: its pickled bytes plus ``{id: key}`` for
+  every ref inside, so whoever unpickles it can hold those objects (see *borrowing*).
+
+Borrowing
+---------
+Whoever submits a task holds the futures of the refs inside its arguments until the
+task ends, and sends ``{id: key}`` along. Before the task unpickles its arguments, the
+worker's backend learns those keys; unpickling a ref then makes it take a future of its
+own for that key (``RefCounter.on_borrow``), released when the last ref to that id in the
+process is gone. So an object stays alive while any process holds a ref to it, including
+refs a task keeps after it returns (in an actor's state, say). Refs a task returns inside
+its result are held by the worker that made them (``exported``) for its lifetime.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import traceback
+from typing import Any
+
+import cloudpickle
+
+from lightwork import exceptions
+from lightwork._object_ref import collecting_refs
+
+# Values never pickled again to look for refs inside: they cannot hold one.
+_PLAIN_TYPES = (type(None), bool, int, float, complex, str, bytes)
+
+
+class Failed:
+    """A task's error stored as its value."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: exceptions.LightworkError) -> None:
+        self.error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Failed, (self.error,))
+
+
+class WithRefs:
+    """A value containing refs: its pickle, and the cluster key of each ref inside."""
+
+    __slots__ = ("payload", "keys")
+
+    def __init__(self, payload: bytes, keys: dict[int, str]) -> None:
+        self.payload = payload
+        self.keys = keys
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (WithRefs, (self.payload, self.keys))
+
+
+class ArgSlot:
+    """Where the value of the ``index``-th top-level ref argument goes."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ArgSlot, (self.index,))
+
+
+#: The running task's (task id, name, resources) per worker thread, for runtime_context.
+current = threading.local()
+_functions: dict[bytes, Any] = {}
+_functions_lock = threading.Lock()
+
+
+def _function(key: bytes, blob: bytes) -> Any:
+    function = _functions.get(key)
+    if function is None:
+        with _functions_lock:
+            function = _functions.get(key)
+            if function is None:
+                function = _functions[key] = cloudpickle.loads(blob)
+    return function
+
+
+def error_of(name: str, exc: BaseException) -> Failed:
+    """The user's exception as a stored TaskError (without the cause if it won't pickle)."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    error = exceptions.TaskError(name, tb, exc, os.getpid())
+    try:
+        cloudpickle.dumps(exc)
+    except Exception:  # noqa: BLE001 - an unpicklable exception still reports its traceback
+        error = exceptions.TaskError(name, tb, None, os.getpid())
+    return Failed(error)
+
+
+def _should_retry(
+    exc: BaseException, retry_exceptions: Any, attempt: int, max_retries: int
+) -> bool:
+    if not retry_exceptions or not (max_retries < 0 or attempt < max_retries):
+        return False
+    return retry_exceptions is True or isinstance(exc, tuple(retry_exceptions))
+
+
+def run_task(header: tuple[Any, ...], *dep_values: Any) -> Any:
+    """Run one task (see the module docstring); returns its stored result(s)."""
+    (task_id, key, blob, name, payload, keys, num_returns, max_retries, retry_exceptions,
+     resources) = header
+    backend = worker_backend()
+    for value in dep_values:  # an argument that failed fails this task with its error
+        if type(value) is Failed:
+            return value if num_returns == 1 else (value,) * num_returns
+    backend.adopt(keys)  # before unpickling: the refs inside are borrowed with these keys
+    args, kwargs = cloudpickle.loads(payload)
+    if dep_values:
+        values = [backend.decode(value) for value in dep_values]
+        args = [values[a.index] if type(a) is ArgSlot else a for a in args]
+        kwargs = {k: values[v.index] if type(v) is ArgSlot else v for k, v in kwargs.items()}
+    function = _function(key, blob)
+    previous = getattr(current, "task", None)
+    current.task = (task_id, name, resources)
+    attempt = 0
+    try:
+        while True:
+            try:
+                result = function(*args, **kwargs)
+                break
+            except Exception as exc:  # noqa: BLE001 - the user's error becomes the result
+                if _should_retry(exc, retry_exceptions, attempt, max_retries):
+                    attempt += 1
+                    continue
+                failed = error_of(name, exc)
+                return failed if num_returns == 1 else (failed,) * num_returns
+    finally:
+        current.task = previous
+    if num_returns == 1:
+        return backend.encode(result)
+    if num_returns == 0:
+        return None
+    try:
+        parts = tuple(result)
+    except TypeError:
+        parts = ()
+    if len(parts) != num_returns:
+        exc = ValueError(f"task {name} has num_returns={num_returns} but returned "
+                         f"{type(result).__name__} {result!r:.80}; return a sequence of "
+                         f"{num_returns} values")
+        return (error_of(name, exc),) * num_returns
+    return tuple(backend.encode(part) for part in parts)
+
+
+def pick(values: tuple[Any, ...], index: int) -> Any:
+    """The ``index``-th of a task's several returns (its own key, its own ref)."""
+    return values[index]
+
+
+_backend: Any = None
+_backend_lock = threading.Lock()
+
+
+def worker_backend() -> Any:
+    """This worker process's backend, made (and given to the API) on its first task."""
+    global _backend
+    backend = _backend
+    if backend is None:
+        with _backend_lock:
+            if _backend is None:
+                from lightwork import _api
+                from lightwork.backends.cluster import DistributedBackend
+
+                _backend = DistributedBackend(None, in_driver=False)
+                _api._install_backend(_backend)
+            backend = _backend
+    return backend
+
+
+def encode(value: Any, keys_of: Any) -> Any:
+    """``value`` as stored: itself, or a :class:`WithRefs` if refs are inside it."""
+    if type(value) in _PLAIN_TYPES:
+        return value
+    with collecting_refs() as ids:
+        payload = cloudpickle.dumps(value)
+    if not ids:
+        return value
+    return WithRefs(payload, keys_of(ids))

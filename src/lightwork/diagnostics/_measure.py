@@ -1,0 +1,122 @@
+"""What the advisor measures, kept apart from its rules.
+
+* :class:`SlotTime`: slot-seconds of work done, in buckets of log time, from every task's
+  and actor call's run (its span on the worker); a rule asks how busy the CPU slots were
+  over a window. Windows count their edge buckets whole, so the answer errs towards
+  "busy", and a rule that fires on idle slots errs towards silence.
+* :func:`running_work`: the runs that have not ended yet (their records come later).
+* :func:`most_at_once` and :func:`union`: interval arithmetic for the CPU-time rules.
+* :func:`logged_at`: when the log received a record (the replay's order).
+* :func:`plain` and :func:`restore`: records to plain JSON and back (timeline files).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import fields
+from typing import Any
+
+from lightwork._runtime.events import DriverSpan, TaskRecord
+
+BUSY_BUCKET_S = 0.05  # resolution of the record of how busy the slots were
+BUSY_MAX_BUCKETS = 100_000  # past this, the older half is dropped
+
+
+class SlotTime:
+    """Slot-seconds of work done, in buckets of log time, to ask how busy slots were."""
+
+    def __init__(self, width: float = BUSY_BUCKET_S) -> None:
+        self.width = width
+        self.buckets: dict[int, float] = defaultdict(float)
+
+    def add_record(self, record: TaskRecord) -> None:
+        if record.started and record.finished > record.started:
+            slots = 1.0 if record.actor_id else max(1.0, record.num_cpus)
+            self.add(record.started, record.finished, slots)
+
+    def add(self, start: float, end: float, slots: float) -> None:
+        width, buckets = self.width, self.buckets
+        first, last = int(start // width), int(end // width)
+        if first == last:
+            buckets[first] += (end - start) * slots
+        else:
+            buckets[first] += ((first + 1) * width - start) * slots
+            for bucket in range(first + 1, last):
+                buckets[bucket] += width * slots
+            buckets[last] += (end - last * width) * slots
+        if len(buckets) > BUSY_MAX_BUCKETS:
+            for old in sorted(buckets)[: BUSY_MAX_BUCKETS // 2]:
+                del buckets[old]
+
+    def between(self, start: float, end: float) -> float:
+        buckets = self.buckets
+        return sum(buckets.get(bucket, 0.0)
+                   for bucket in range(int(start // self.width), int(end // self.width) + 1))
+
+
+def running_work(node: Any) -> list[tuple[float, float, TaskRecord]]:
+    """(since, slots, record) of the tasks and actor calls running now (lock held)."""
+    running = []
+    for conn in getattr(node, "workers", {}).values():
+        actor = getattr(conn, "actor", None)
+        if actor is not None:
+            calls = list(actor.inflight.values())[:1]
+        else:
+            calls = list(conn.slot.inflight)[:1]
+        for task in calls:
+            record = task.record
+            since = record.dispatched or record.submitted
+            if since:
+                running.append(
+                    (since, 1.0 if record.actor_id else max(1.0, record.num_cpus), record))
+    return running
+
+
+def most_at_once(intervals: Any) -> int:
+    """The largest number of ``intervals`` that overlap at one time."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    most = running = 0
+    for _, step in edges:
+        running += step
+        most = max(most, running)
+    return most
+
+
+def union(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by ``intervals``."""
+    total = 0.0
+    end = float("-inf")
+    for start, stop in sorted(intervals):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def logged_at(record: TaskRecord) -> float:
+    """When the log received ``record``: the driver saw the task end (or its last time)."""
+    return (record.seen or record.stored or record.finished or record.dispatched
+            or record.deps_ready or record.submitted)
+
+
+def plain(record: TaskRecord | DriverSpan) -> dict[str, Any]:
+    out = {}
+    for f in fields(record):
+        value = getattr(record, f.name)
+        out[f.name] = _lists(value) if isinstance(value, tuple) else value
+    return out
+
+
+def _lists(value: Any) -> Any:
+    return [_lists(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def restore(cls: Any, row: dict[str, Any]) -> Any:
+    known = {f.name for f in fields(cls)}  # ignore fields a newer lightwork added
+    return cls(**{k: _tuples(v) if isinstance(v, list) else v
+                  for k, v in row.items() if k in known})

@@ -1,0 +1,110 @@
+"""A real Dask cluster for the tests: ``dask scheduler`` and ``dask worker`` processes.
+
+Started through the dask CLI exactly as a user would (random free ports, no dashboard),
+each in a process group of its own so teardown can check that nothing is left behind.
+Workers run under a nanny (as by default), so a worker killed by a test is restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+DASK = os.path.join(os.path.dirname(sys.executable), "dask")
+
+
+class DaskCluster:
+    """``workers`` single-thread workers, each declaring ``CPU=cpus_per_worker``."""
+
+    def __init__(self, directory: str, workers: int = 2, cpus_per_worker: int = 1) -> None:
+        self.directory = directory
+        self.scheduler_file = os.path.join(directory, "scheduler.json")
+        self.count = workers
+        self.cpus = cpus_per_worker
+        self.processes: list[subprocess.Popen] = []
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = open(os.path.join(self.directory, f"{name}.log"), "wb")
+        self.processes.append(subprocess.Popen(
+            [DASK, *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"}))
+        log.close()
+
+    def start(self, timeout: float = 40.0) -> DaskCluster:
+        self._spawn("scheduler", ["scheduler", "--host", "127.0.0.1", "--port", "0",
+                                  "--no-dashboard", "--scheduler-file", self.scheduler_file])
+        for index in range(self.count):
+            self._spawn(f"worker{index}", [
+                "worker", "--scheduler-file", self.scheduler_file, "--host", "127.0.0.1",
+                "--nthreads", "1", "--resources", f"CPU={self.cpus}", "--no-dashboard",
+                "--name", f"w{index}"])
+        deadline = time.monotonic() + timeout
+        while len(self.worker_pids()) < self.count or not self._registered():
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the dask cluster did not start in {timeout} s; see the "
+                                   f"logs in {self.directory}")
+            if any(p.poll() is not None for p in self.processes):
+                self.stop()
+                raise RuntimeError(f"a dask process exited at start; see {self.directory}")
+            time.sleep(0.2)
+        return self
+
+    def _registered(self) -> bool:
+        """Every worker has registered with the scheduler (its log says so)."""
+        registered = 0
+        for index in range(self.count):
+            with open(os.path.join(self.directory, f"worker{index}.log"), "rb") as f:
+                registered += b"Registered to:" in f.read()
+        return registered == self.count and os.path.exists(self.scheduler_file)
+
+    @property
+    def address(self) -> str:
+        with open(self.scheduler_file) as f:
+            return json.load(f)["address"]
+
+    def worker_pids(self) -> list[int]:
+        """Pids of the worker processes (the nannies' children)."""
+        pids = []
+        for process in self.processes[1:]:
+            try:
+                pids += [c.pid for c in psutil.Process(process.pid).children()
+                         if "multiprocessing" not in " ".join(c.cmdline())
+                         or "spawn_main" in " ".join(c.cmdline())]
+            except psutil.NoSuchProcess:
+                pass
+        return pids
+
+    def stop(self) -> list[str]:
+        """Stop every process; return descriptions of any left behind (none expected)."""
+        groups = [p.pid for p in self.processes]
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for process in self.processes:
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+        time.sleep(0.3)
+        left = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if os.getpgid(proc.pid) in groups and proc.status() != psutil.STATUS_ZOMBIE:
+                    left.append(f"{proc.pid}: {' '.join(proc.info['cmdline'] or [])}")
+            except (ProcessLookupError, psutil.NoSuchProcess):
+                pass
+        for group in groups:  # never leave them to the next test, but report them
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return left
