@@ -41,7 +41,7 @@ test: $(STAMP) $(OLDEST_STAMP) browser
 # The chaos suite's full-size variants (minutes each; figures printed on stderr);
 # `make test` runs scaled-down ones.
 chaos: $(STAMP)
-	$(PY) -m pytest -q -s -m chaos -o timeout=900
+	$(PY) -m pytest -q -s -m chaos -o timeout=900 -o faulthandler_timeout=880
 
 bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/run.py

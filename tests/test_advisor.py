@@ -366,3 +366,45 @@ def _line_of(text):
             if text in line and "_line_of" not in line:
                 return number
     raise AssertionError(text)
+
+
+@lightwork.remote
+class _Selfish:
+    def inner(self):
+        return "inner"
+
+    def outer(self, me):
+        return lightwork.get(me.inner.remote())  # waits for a call queued behind itself
+
+
+def test_an_actor_getting_its_own_call_is_named(runtime):
+    """Issue 12: ``advise`` once said nothing looked wrong while an actor waited for its
+    own call. The runtime now refuses that get (ActorDeadlockError); the advisor names it."""
+    deadlock_error = getattr(lightwork.exceptions, "ActorDeadlockError", None)
+    if deadlock_error is None:
+        pytest.skip("this lightwork does not detect an actor's get of its own call yet")
+    runtime()
+    actor = _Selfish.remote()
+    with pytest.raises(deadlock_error):
+        lightwork.get(actor.outer.remote(actor), timeout=30)
+    [finding] = findings_of("actor-deadlock")
+    assert finding.evidence["method"] == "_Selfish.outer"
+    assert finding.evidence["waits_for"] == ["_Selfish.inner"]
+    assert "async" in finding.suggestion and "max_concurrency" in finding.suggestion
+
+
+def test_the_runtimes_deadlock_reports_become_findings_once(runtime, monkeypatch):
+    """The advisor reads the runtime's reports (``node.actors.deadlocks``, the shape the
+    runtime records them in) and names each once."""
+    from collections import deque
+
+    runtime()
+    report = {"time": time.time(), "actor_id": 7, "class_name": "Single",
+              "method": "Single.outer", "callsite": "prog.py:12 in outer",
+              "waits_for": ["Single.inner"]}
+    node = lightwork._api._node
+    monkeypatch.setattr(node.actors, "deadlocks", deque([report, dict(report)]), raising=False)
+    [finding] = findings_of("actor-deadlock")
+    assert "Single.outer" in finding.title and "prog.py:12" in finding.title
+    assert finding.evidence["waits_for"] == ["Single.inner"]
+    assert findings_of("actor-deadlock") == [finding]  # once, however often it is asked

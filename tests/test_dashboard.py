@@ -367,6 +367,23 @@ def test_a_saved_timeline_replays_as_an_ended_session(runtime, client, tmp_path)
         replay.load(str(tmp_path / "missing.json"))
 
 
+def test_no_page_open_means_no_sync(runtime, monkeypatch):
+    from lightwork.dashboard import server as server_module
+
+    monkeypatch.setattr(server_module, "IDLE_AFTER_S", 0.3)
+    monkeypatch.setattr(server_module, "SYNC_INTERVAL_S", 0.1)
+    server = DashboardServer(runtime["node"].control.path, port=0).start()
+    try:
+        Client(server, cookie=server.token).json("/api/overview")  # a visit: active
+        helpers.wait_until(lambda: server.mirror.syncs >= 3, message="syncs while active")
+        time.sleep(1.0)  # idle now (and any sync under way has ended)
+        idle_count = server.mirror.syncs
+        time.sleep(0.8)
+        assert server.mirror.syncs == idle_count
+    finally:
+        server.stop()
+
+
 # ---------------------------------------------------------------------------- the feed
 def test_newest_reads_only_what_is_new_and_counts_what_was_lost():
     ring: deque[int] = deque(maxlen=5)
@@ -520,6 +537,35 @@ def test_the_page_keeps_the_final_state_after_the_program_ends():
         assert gone.status == 410 and "ended" in json.loads(gone.data)["error"]
     finally:
         server.stop()
+
+
+def test_the_command_attaches_prints_its_url_and_says_what_went_wrong(tmp_path):
+    info = helpers.start_session_driver(DRIVER)
+    command = [sys.executable, "-m", "lightwork", "dashboard", "--port", "0"]
+    process = subprocess.Popen(command, env=info["env"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("lightwork dashboard of session session_"), line
+        url = line.split(": ", 1)[1].strip()
+        assert url.startswith("http://127.0.0.1:") and "token=" in url
+        port, token = int(url.split(":")[2].split("/")[0]), url.split("token=")[1]
+        fake = DashboardServer.__new__(DashboardServer)
+        fake.port, fake.cookie_name, fake.token = port, f"lightwork_dashboard_{port}", token
+        assert Client(fake, cookie=token).json("/api/overview")["tasks"]["ended"]["FINISHED"] == 30
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+        helpers.stop_session_driver(info)
+    env = helpers.script_env()
+    env["TMPDIR"] = tempfile.mkdtemp(prefix="lw")  # no session there
+    for args, code, words in ((["--port", "0"], 1, "no running lightwork session"),
+                              (["--port", "70000"], 2, "--port"),
+                              (["--from", str(tmp_path / "none.json")], 2, "cannot read")):
+        done = subprocess.run(command[:4] + args, env=env, capture_output=True, text=True,
+                              timeout=30, check=False)
+        assert done.returncode == code, (args, done.stderr)
+        assert words in done.stderr
 
 
 def test_init_dashboard_prints_the_url_once_and_shows_the_final_state(tmp_path):

@@ -236,3 +236,14 @@ def test_non_refs_in_get_and_wait_are_both_value_and_type_errors(fresh_runtime):
         assert isinstance(info.value, TypeError)
         assert "ObjectRef" in str(info.value)
     assert not ray.is_initialized()  # a bad argument starts no runtime
+
+
+def test_generator_task_sees_its_env_at_every_item_and_leaves_none(one_worker):
+    @ray.remote
+    def stream(count):
+        for _ in range(count):
+            yield os.environ.get("LW_RTENV_GEN")
+
+    refs = stream.options(runtime_env={"env_vars": {"LW_RTENV_GEN": "g"}}).remote(3)
+    assert [ray.get(ref, timeout=30) for ref in refs] == ["g", "g", "g"]
+    assert ray.get(read_env.remote("LW_RTENV_GEN"), timeout=30)[0] is None

@@ -6,6 +6,7 @@ call that needs it) starts the embedded runtime.
 
 from lightwork import exceptions
 from lightwork._actor import ActorClass, ActorHandle, get_actor, kill, method
+from lightwork._generator import DynamicObjectRefGenerator, ObjectRefGenerator
 from lightwork._api import (
     available_resources,
     backend,
@@ -35,7 +36,9 @@ __version__ = "0.1.0"
 __all__ = [
     "ActorClass",
     "ActorHandle",
+    "DynamicObjectRefGenerator",
     "ObjectRef",
+    "ObjectRefGenerator",
     "actor",
     "advise",
     "available_resources",

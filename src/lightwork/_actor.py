@@ -15,6 +15,7 @@ from typing import Any
 
 import cloudpickle
 
+from lightwork._generator import ObjectRefGenerator
 from lightwork._object_ref import ObjectRef
 from lightwork._remote import callsite
 from lightwork._runtime.actors import Actor
@@ -35,10 +36,9 @@ _NUM_RETURNS = "__lightwork_num_returns__"
 _BUILT_IN_METHODS = ("__ray_terminate__", "__ray_ready__")
 
 
-def method(*, num_returns: int = 1, concurrency_group: str | None = None) -> Any:
+def method(*, num_returns: int | str = 1, concurrency_group: str | None = None) -> Any:
     """Options for one actor method: ``@lightwork.method(num_returns=2)``."""
-    if isinstance(num_returns, bool) or not isinstance(num_returns, int) or num_returns < 0:
-        raise ValueError(f"num_returns must be a non-negative int, got {num_returns!r}")
+    _check_method_returns(num_returns)
 
     def decorate(function: Any) -> Any:
         setattr(function, _NUM_RETURNS, num_returns)
@@ -52,7 +52,10 @@ def _methods_of(cls: type) -> dict[str, int]:
     for name, member in inspect.getmembers(cls):
         if not callable(member) or (name.startswith("__") and name.endswith("__")):
             continue
-        methods[name] = getattr(member, _NUM_RETURNS, 1)
+        default: Any = 1
+        if inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member):
+            default = "streaming"  # a generator method streams, as in Ray
+        methods[name] = getattr(member, _NUM_RETURNS, default)
     methods["__ray_terminate__"] = 1
     methods["__ray_ready__"] = 1  # Ray's: a call that returns True once the actor is up
     return methods
@@ -280,18 +283,30 @@ class ActorMethod:
             if check is not None and (kwargs or not check.low <= len(args) <= check.high):
                 check.bind(args, kwargs)
         name = self._call_name or f"{handle._class_name}.{self._name}"
+        streaming = self._num_returns == "streaming"
         refs = _core((handle,)).submit_actor_task(
-            handle._ref.id, self._name, name, args, kwargs, self._num_returns, callsite(1)
+            handle._ref.id, self._name, name, args, kwargs, 1 if streaming else self._num_returns,
+            callsite(1),
         )
+        if streaming:
+            return ObjectRefGenerator(refs[0])
         if self._num_returns == 1:
             return refs[0]
         return None if self._num_returns == 0 else refs
 
     def options(self, *, num_returns: int | None = None, name: str | None = None, **ignored: Any) -> ActorMethod:
         count = self._num_returns if num_returns is None else num_returns
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"num_returns must be a non-negative int, got {count!r}")
+        _check_method_returns(count)
         return ActorMethod(self._handle, self._name, count, name)
+
+
+def _check_method_returns(count: Any) -> None:
+    if count == "streaming":
+        return
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(
+            f"num_returns must be a non-negative int or 'streaming' (an actor method's "
+            f"'dynamic' is not supported), got {count!r}")
 
 
 def make_actor_class(cls: type, options: dict[str, Any]) -> ActorClass:

@@ -156,6 +156,12 @@ def init(
     if not isinstance(dashboard, bool):
         raise TypeError(f"dashboard must be True or False, got {dashboard!r}")
     dashboard = dashboard or bool(ray_kwargs.pop("include_dashboard", None))
+    dashboard_port = ray_kwargs.pop("dashboard_port", None) if dashboard else None
+    if dashboard_port is not None and (isinstance(dashboard_port, bool)
+                                       or not isinstance(dashboard_port, int)
+                                       or not 0 <= dashboard_port <= 65535):
+        raise ValueError(f"dashboard_port must be a port number (0 picks a free one), "
+                         f"got {dashboard_port!r}")
     noted = sorted(k for k, v in ray_kwargs.items() if v not in (None, False))
     cpus = float(os.cpu_count() or 1) if num_cpus is None else check_amount("num_cpus", num_cpus)
     gpus = 0.0 if num_gpus is None else check_amount("num_gpus", num_gpus)
@@ -212,7 +218,7 @@ def init(
             node.advisor.start()
         _node, _backend = node, LocalBackend(node, in_driver=True)
     if dashboard:
-        _start_dashboard()
+        _start_dashboard(dashboard_port or 0)
     if noted:
         print(
             f"lightwork: ignoring Ray-only init argument(s) {', '.join(noted)} "
@@ -222,7 +228,7 @@ def init(
     return _context()
 
 
-def _start_dashboard() -> None:
+def _start_dashboard(port: int) -> None:
     global _dashboard
     from lightwork.dashboard import launch
 
@@ -236,7 +242,7 @@ def _start_dashboard() -> None:
         print(f"lightwork: no dashboard: {_node.control.error}", file=sys.stderr)
         return
     try:
-        _dashboard = launch.start(_node.control.path)
+        _dashboard = launch.start(_node.control.path, port)
     except (OSError, RuntimeError) as exc:  # the program runs on without its dashboard
         print(f"lightwork: no dashboard: {exc}", file=sys.stderr)
         return

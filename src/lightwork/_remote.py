@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import sys
 from typing import Any
 
 import cloudpickle
 
+from lightwork._generator import ObjectRefGenerator
 from lightwork._runtime.calls import TASK_OPTIONS, ArgumentCheck, CallSpec, check_options
 from lightwork._runtime.runtime_env import cache_key as env_cache_key
 from lightwork._runtime.runtime_env import normalize, payload_with_env
@@ -32,7 +34,7 @@ class RemoteFunction:
         self._blob: bytes | None = None
         self._spec: CallSpec | None = None
         self._arguments: ArgumentCheck | None = None
-        self._env_payloads: dict[str, tuple[bytes, bytes]] = {}  # runtime_env -> key, blob
+        self._env_payloads: dict[str, tuple[bytes, bytes]] = {}  # payload+env -> key, blob
         functools.update_wrapper(self, function, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -49,9 +51,14 @@ class RemoteFunction:
         return _submit(spec, args, kwargs)
 
     def _call_spec(self, options: dict[str, Any]) -> CallSpec:
-        key, blob = self._payload()
+        function = self._function
+        if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+            # A generator streams unless told otherwise (Ray's default since 2.8); a retry
+            # would yield its items again, so it is not retried unless asked.
+            options = {"num_returns": "streaming", "max_retries": 0, **options}
+        key, blob = self._payload(dynamic=options.get("num_returns") == "dynamic")
         if options.get("runtime_env"):
-            key, blob = self._payload_with_env(options["runtime_env"], blob)
+            key, blob = self._payload_with_env(options["runtime_env"], key, blob)
         if self._arguments is None:
             self._arguments = ArgumentCheck(self._function, _name(self._function))
         spec = CallSpec(key, blob, options.get("name") or _name(self._function), options,
@@ -68,7 +75,12 @@ class RemoteFunction:
         _check_strategy(options, f"remote function {_name(self._function)}")
         return _BoundOptions(self, {**self._options, **options})
 
-    def _payload(self) -> tuple[bytes, bytes]:
+    def _payload(self, dynamic: bool = False) -> tuple[bytes, bytes]:
+        if dynamic:  # the function runs inside DynamicReturns: another payload
+            from lightwork._generator import DynamicReturns
+
+            blob = cloudpickle.dumps(DynamicReturns(self._function))
+            return hashlib.blake2b(blob, digest_size=16).digest(), blob
         if self._key is None:
             try:
                 blob = cloudpickle.dumps(self._function)
@@ -82,11 +94,14 @@ class RemoteFunction:
         assert self._blob is not None
         return self._key, self._blob
 
-    def _payload_with_env(self, runtime_env: dict[str, Any], blob: bytes) -> tuple[bytes, bytes]:
+    def _payload_with_env(
+        self, runtime_env: dict[str, Any], key: bytes, blob: bytes
+    ) -> tuple[bytes, bytes]:
+        """(key, blob) of the payload ``key``/``blob`` run under ``runtime_env``."""
         env = normalize(runtime_env, f"remote function {_name(self._function)}")
         if env is None:
-            return self._payload()
-        cache_key = env_cache_key(env)
+            return key, blob
+        cache_key = key.hex() + env_cache_key(env)
         found = self._env_payloads.get(cache_key)
         if found is None:
             found = self._env_payloads[cache_key] = payload_with_env(blob, env, actor=False)
@@ -156,7 +171,7 @@ def _submit(spec: CallSpec, args: tuple, kwargs: dict) -> Any:
     refs = _api._core(args, kwargs).submit_task(spec, args, kwargs, callsite(2))
     num_returns = spec.num_returns
     if num_returns == 1:
-        return refs[0]
+        return ObjectRefGenerator(refs[0]) if spec.stream else refs[0]
     if num_returns == 0:
         return None
     return refs

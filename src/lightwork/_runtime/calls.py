@@ -136,7 +136,7 @@ class CallSpec:
     """
 
     __slots__ = ("arguments", "key", "blob", "name", "shape", "cpus", "num_returns",
-                 "max_retries", "retry_exceptions")
+                 "max_retries", "retry_exceptions", "stream")
 
     def __init__(
         self, key: bytes, blob: bytes, name: str, options: dict[str, Any],
@@ -150,7 +150,11 @@ class CallSpec:
         self.name = name
         self.shape = make_shape(resource_demand(options, 1.0))
         self.cpus = dict(self.shape).get("CPU", 0.0)
-        self.num_returns: int = options.get("num_returns", 1)
+        num_returns = options.get("num_returns", 1)
+        # "streaming": one return ref, the head of the stream the caller reads through an
+        # ObjectRefGenerator; "dynamic": one ref to a generator of refs (see _generator.py).
+        self.stream = num_returns == "streaming"
+        self.num_returns: int = 1 if isinstance(num_returns, str) else num_returns
         self.max_retries: int = options.get("max_retries", 3)
         self.retry_exceptions: Any = options.get("retry_exceptions", False)
 
@@ -193,6 +197,9 @@ TASK_OPTIONS = {
 }
 
 
+GENERATOR_RETURNS = ("streaming", "dynamic")
+
+
 def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
     """Validate option names and values; raise a clear error naming the bad one."""
     unknown = sorted(set(options) - allowed)
@@ -220,10 +227,11 @@ def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict
                     f"use num_cpus/num_gpus instead of resources={{{name!r}: ...}}"
                 )
             check_amount(f"resources[{name!r}]", amount)
-    if "num_returns" in options:
+    if "num_returns" in options and options["num_returns"] not in GENERATOR_RETURNS:
         n = options["num_returns"]
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"num_returns must be a non-negative int, got {n!r}")
+            raise ValueError(
+                f"num_returns must be a non-negative int, 'streaming' or 'dynamic', got {n!r}")
     if "max_retries" in options:
         n = options["max_retries"]
         if not isinstance(n, int) or isinstance(n, bool) or n < -1:

@@ -158,6 +158,8 @@ class DriverCalls(_Base):
                 return None
             if what == "placement_group":
                 return self.placement_group_request(*args)
+            if what == "stream":
+                return self.streams.request(*args)
             raise ValueError(f"unknown request {what!r}")
 
     # ------------------------------------------------------------------ placement groups

@@ -64,6 +64,7 @@ class TaskRecord:
     large_args: tuple[tuple[int, int], ...] = ()  # (id(), nbytes) of big by-value arguments
     copy_s: float = 0.0  # time .remote() spent copying big arguments (only those: 0 else)
     dep_tasks: tuple[int, ...] = ()  # the tasks making the refs it took as arguments
+    yields: tuple[float, ...] = ()  # when a generator task yielded each item
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -72,6 +72,7 @@ from lightwork._runtime.scheduler import (
 )
 from lightwork._runtime.serialization import Stored
 from lightwork._runtime.session import ForkServer, Session
+from lightwork._runtime.streams import StreamTable
 from lightwork._runtime.spill import Spiller
 from lightwork._runtime.store import SegmentStore, default_budget
 
@@ -153,6 +154,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         self.advisor: Any = None  # set by init() unless advisor=False (diagnostics layer)
         self.memory_monitor: MemoryMonitor | None = None  # started by init()
         self.actors = ActorManager(self)
+        self.streams = StreamTable(self)  # generator tasks' yielded items (streams.py)
         self.objects.on_actor_freed = self.actors.handle_freed
         # One thread per task slot unless the user chose: the "no speedup" trap of
         # multi-threaded numpy running in every worker at once.
@@ -438,6 +440,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                 if entry is not None:
                     entry.discard_holder(conn.worker_id)
                     self.objects.release_if_unheld(entry)
+            if self.streams.streams:
+                self.streams.release_unconsumed()
         elif kind == p.GET:
             self._on_worker_get(conn, message[1], message[2], message[3])
         elif kind == p.WAIT:
@@ -500,7 +504,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                                                 or entry.stored.path != stored.path):
                     self.store.release(stored.path)
                 continue
-            entry.lineage = lineage
+            if stored.path is not None:  # an inline value lives in this table: never lost
+                entry.lineage = lineage
             self._resolve(entry, stored)
 
     def _should_retry_error(self, task: TaskSpec, error: Stored) -> bool:
@@ -538,6 +543,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                 if entry is not None and not ref_counter.holds(object_id):
                     entry.driver_holds = False
                     objects.release_if_unheld(entry)
+            if self.streams.streams:  # a dropped generator releases its unread items
+                self.streams.release_unconsumed()
 
     def lookup(self, object_id: int) -> ObjectEntry:
         entry = self.objects.entries.get(object_id)
@@ -612,6 +619,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         task.state = state
         task.record.state = state
         self.tasks.pop(task.task_id, None)
+        if self.streams.streams and task.return_ids:
+            self.streams.on_task_end(task.return_ids[0])
         for object_id in task.deps:
             self._unuse(object_id)
         for object_id in task.args.contained:

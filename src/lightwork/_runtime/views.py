@@ -67,7 +67,7 @@ KEYS = {"tasks": TASK_KEYS, "actors": ACTOR_KEYS, "workers": WORKER_KEYS, "objec
 # ``TaskRecord`` fields, in the order the timeline's compact rows carry them.
 RECORD_FIELDS = ("task_id", "name", "owner", "submitted", "attempt", "worker_id", "pid",
                  "deps_ready", "dispatched", "started", "args_loaded", "finished", "stored",
-                 "seen", "arg_size", "result_size", "state", "error", "retries")
+                 "seen", "arg_size", "result_size", "state", "error", "retries", "yields")
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -83,7 +83,7 @@ def _wall(node: Node, t: float) -> float | None:
 
 def _record_row(record: TaskRecord) -> tuple[Any, ...]:
     return tuple(
-        list(record.retries) if name == "retries" else getattr(record, name)
+        list(getattr(record, name)) if name in ("retries", "yields") else getattr(record, name)
         for name in RECORD_FIELDS
     )
 

@@ -30,6 +30,7 @@ import socket
 import sys
 import threading
 import time
+import types
 import traceback
 from collections import deque
 from typing import Any
@@ -302,6 +303,8 @@ class Worker:
             result = fn(*args, **kwargs)
             if self.loop is not None and inspect.iscoroutine(result):
                 result = self.loop.run(result)
+            if type(result) in _GENERATORS and len(return_ids) == 1:
+                result = self.stream_items(return_ids[0], result)
             del args, kwargs
             finished = time.monotonic()
             cpu = time.process_time() - cpu_started
@@ -372,6 +375,34 @@ class Worker:
             serialization.serialize(value, f"{self.shm_dir}/{object_id:x}")
             for value, object_id in zip(values, return_ids)
         ]
+
+    def stream_items(self, head: int, items: Any) -> None:
+        """Send each item of a generator task to the driver as it is yielded (see
+        ``streams.py``); the task's own result is None. Once the consumer is gone the
+        generator still runs to its end, as in Ray, but its items are not sent."""
+        wanted = [True]
+
+        def send(item: Any) -> None:
+            if wanted[0]:
+                object_id = self.next_object_id()
+                stored = serialization.serialize(item, f"{self.shm_dir}/{object_id:x}")
+                wanted[0] = self.driver_request("stream", "yield", head, object_id, stored)
+
+        if type(items) is types.AsyncGeneratorType:
+            import asyncio
+
+            async def drain() -> None:
+                async for item in items:
+                    await asyncio.to_thread(send, item)  # the actor's loop keeps serving
+
+            if self.loop is not None:
+                self.loop.run(drain())
+            else:
+                asyncio.run(drain())
+            return None
+        for item in items:
+            send(item)
+        return None
 
     # -- the API from inside a task --------------------------------------------------
     def submit_task(
@@ -534,6 +565,9 @@ def load_args(args_stored: Stored, dep_values: Any) -> tuple[list[Any], dict[str
 
 class ActorExit(SystemExit):
     """Raised by ``exit_actor()``: finish the current call, then end the actor's process."""
+
+
+_GENERATORS = (types.GeneratorType, types.AsyncGeneratorType)
 
 
 def _ready() -> bool:

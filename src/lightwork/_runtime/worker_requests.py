@@ -68,6 +68,8 @@ class WorkerRequests(_Base):
                 result = None
             elif what == "placement_group":
                 result = self.placement_group_request(*args)
+            elif what == "stream":
+                result = self.streams.request(*args)
             else:
                 raise ValueError(f"unknown request {what!r}")
             self._reply(conn, request_id, ("ok", result))

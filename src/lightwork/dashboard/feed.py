@@ -273,7 +273,7 @@ class _BlockingCalls:
             if total <= MAX_PROGRESS_OBJECTS:
                 ready = 0
                 for ref in refs:
-                    entry = entries.get(getattr(ref, "id", None))
+                    entry = entries.get(getattr(ref, "id", -1))
                     if entry is None or entry.state != 0:  # 0 is PENDING
                         ready += 1
             out.append({"kind": kind, "thread": thread, "since": since, "objects": total,

@@ -236,7 +236,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     # ---------------------------------------------------------------- POST
     def _post(self, path: str) -> None:
         dashboard = self.dashboard
-        if not dashboard.allow_actions:
+        if not dashboard.allow_actions or dashboard.socket_path is None:
             raise HttpError(403, "actions are off; restart the dashboard with --allow-actions "
                                  "to cancel tasks and kill actors from the page")
         origin = self.headers.get("Origin")
@@ -249,19 +249,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if not 0 < length <= MAX_BODY_BYTES:
             raise HttpError(400, f"an action's body is 1 to {MAX_BODY_BYTES} bytes of JSON")
         body = json.loads(self.rfile.read(length))
+        socket_path = dashboard.socket_path
         if not isinstance(body, dict):
             raise HttpError(400, "an action's body is a JSON object")
         if path == "/api/actions/cancel":
             task_id = body.get("task_id")
             if isinstance(task_id, bool) or not isinstance(task_id, int):
                 raise HttpError(400, f"task_id must be an integer, got {task_id!r}")
-            result = control.request(dashboard.socket_path, "dashboard_cancel",
+            result = control.request(socket_path, "dashboard_cancel",
                                      {"task_id": task_id, "force": bool(body.get("force"))})
         elif path == "/api/actions/kill":
             actor_id = body.get("actor_id")
             if not isinstance(actor_id, str):
                 raise HttpError(400, f"actor_id must be the actor's hex id, got {actor_id!r}")
-            result = control.request(dashboard.socket_path, "dashboard_kill",
+            result = control.request(socket_path, "dashboard_kill",
                                      {"actor_id": actor_id})
         else:
             raise HttpError(404, f"no action {path!r}; actions are /api/actions/cancel and "

@@ -169,14 +169,14 @@ class Mirror:
         as_floats, as_ints = array.array("d"), array.array("q")
         as_floats.frombytes(packed)
         as_ints.frombytes(packed)
-        for k, column in enumerate(self.floats.values()):  # FLOAT_COLUMNS order
-            column.extend(as_floats[k::width])
-        for k, column in enumerate(self.ints.values(), start=len(self.floats)):
-            column.extend(as_ints[k::width])
+        for k, float_column in enumerate(self.floats.values()):  # FLOAT_COLUMNS order
+            float_column.extend(as_floats[k::width])
+        for k, int_column in enumerate(self.ints.values(), start=len(self.floats)):
+            int_column.extend(as_ints[k::width])
         name_index, state_index = self._name_index, self._state_index
-        names = [name_index.get(n) if n in name_index else self._intern_name(n)
+        names = [name_index[n] if n in name_index else self._intern_name(n)
                  for n in tasks["names"]]
-        states = [state_index.get(s) if s in state_index else self._intern_state(s)
+        states = [state_index[s] if s in state_index else self._intern_state(s)
                   for s in tasks["states"]]
         self.name_of.extend(names)
         self.state_of.extend(states)
@@ -199,8 +199,9 @@ class Mirror:
 
     def _trim(self, n: int) -> None:
         """Forget the oldest ``n`` ended records (the copy stays within the budget)."""
-        for column in (*self.floats.values(), *self.ints.values(), self.name_of, self.state_of,
-                       self.retries):
+        columns: list[array.array[Any]] = [*self.floats.values(), *self.ints.values(),
+                                            self.name_of, self.state_of, self.retries]
+        for column in columns:
             del column[:n]
         self.errors = {row - n: text for row, text in self.errors.items() if row >= n}
         self.trimmed += n
@@ -287,7 +288,7 @@ class Mirror:
             begun, loaded, finished, stored = (f["started"], f["args_loaded"], f["finished"],
                                                f["stored"])
             worker_of, task_ids = self.ints["worker_id"], self.ints["task_id"]
-            spans = []
+            spans: list[list[Any]] = []
             capped = False
             row = len(self.state_of) - 1
             # Records arrive in the order the driver saw them end; a task that ended
@@ -320,7 +321,7 @@ class Mirror:
                     "running": running, "driver": driver, "capped": capped,
                     "max_spans": max_spans}
 
-    def _stream_rows(self, worker_ids: set[int]) -> list[dict[str, Any]]:
+    def _stream_rows(self, worker_ids: set[Any]) -> list[dict[str, Any]]:
         live = {row["worker_id"] for row in self.workers}
         rows = []
         for worker_id in sorted(worker_ids | (live - {0})):

@@ -34,7 +34,8 @@ def load(path: str) -> Mirror:
         raise ValueError(f"{path} is not a JSON timeline file ({exc})") from None
     other = trace.get("otherData") if isinstance(trace, dict) else None
     data = other.get("advisor_input") if isinstance(other, dict) else None
-    if not isinstance(data, dict) or not isinstance(data.get("tasks"), list):
+    if (not isinstance(other, dict) or not isinstance(data, dict)
+            or not isinstance(data.get("tasks"), list)):
         raise ValueError(
             f"{path} carries no event log: only timelines written by lightwork.timeline(FILE), "
             "`lightwork timeline -o FILE` or the dashboard's download can be replayed")

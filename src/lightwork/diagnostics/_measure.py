@@ -57,14 +57,17 @@ class SlotTime:
 def running_work(node: Any) -> list[tuple[float, float, TaskRecord]]:
     """(since, slots, record) of the tasks and actor calls running now (lock held)."""
     running = []
+    # Read defensively: a backend whose workers look otherwise just has none to show.
     for conn in getattr(node, "workers", {}).values():
         actor = getattr(conn, "actor", None)
         if actor is not None:
-            calls = list(actor.inflight.values())[:1]
+            calls = list(getattr(actor, "inflight", {}).values())[:1]
         else:
-            calls = list(conn.slot.inflight)[:1]
+            calls = list(getattr(getattr(conn, "slot", None), "inflight", ()))[:1]
         for task in calls:
-            record = task.record
+            record = getattr(task, "record", None)
+            if not isinstance(record, TaskRecord):
+                continue
             since = record.dispatched or record.submitted
             if since:
                 running.append(

@@ -38,6 +38,8 @@ serial-driver     the driver's own work between submissions while the slots idle
 oversubscription  a task whose process used more CPU time than its share (threads)
 fewer-slots       more CPU-bound tasks at once than the machine has cores (num_cpus too high)
 refs-pinned       the object store filling with settled objects only driver refs hold
+actor-deadlock    a get in an actor the runtime refused because it could never return
+                  (its own call on a busy actor, a cycle of actors; the runtime's report)
 
 Never wrong: a finding is made only on evidence computed from what happened, and a
 false one teaches users to ignore the advisor. How busy the slots were comes from the
@@ -81,6 +83,7 @@ from lightwork.diagnostics._measure import (
 KINDS = (
     "get-in-loop", "tiny-tasks", "large-arg-repeated", "wait-for-slowest",
     "actor-bottleneck", "serial-driver", "oversubscription", "fewer-slots", "refs-pinned",
+    "actor-deadlock",
 )
 
 GET_IN_LOOP_MIN = 4  # consecutive one-object gets from one call site
@@ -277,6 +280,8 @@ class Advisor:
             tasks, spans = node.log.take_fresh()
             pinned = self._pinned_bytes() if node.objects.bytes_in_segments >= PINNED_MIN_BYTES else None
             running = running_work(node)
+            # The runtime's own reports of gets in actors that could never return.
+            deadlocks = list(getattr(getattr(node, "actors", None), "deadlocks", ()))
         with self._lock:
             self._now = time.monotonic()
             self._running = running
@@ -298,6 +303,8 @@ class Advisor:
                 self._check_touched()
             if pinned is not None:
                 self._check_pinned(*pinned)
+            for deadlock in deadlocks:
+                self._name_deadlock(deadlock)
 
     # -- reporting -------------------------------------------------------------------
     def _report(self, finding: Finding, key: Any = None) -> None:
@@ -685,6 +692,24 @@ class Advisor:
             "only help tasks that wait (I/O, sleeps)",
             self.init_callsite,
         ), key="init")
+
+    def _name_deadlock(self, report: dict[str, Any]) -> None:
+        """Name a get the runtime refused because it could never return (it raised
+        ``ActorDeadlockError`` in the actor; the finding keeps it in view)."""
+        method = report.get("method") or "a method"
+        waits_for = " -> ".join(report.get("waits_for") or ()) or "another call"
+        where = report.get("callsite") or "(unknown line)"
+        self._report(Finding(
+            "actor-deadlock",
+            f"get() in {method} of actor {report.get('class_name')} at {where} waited for "
+            f"{waits_for}, which could not start until it returned (raised "
+            "ActorDeadlockError)",
+            {"actor_id": report.get("actor_id"), "method": method,
+             "waits_for": list(report.get("waits_for") or ()), "callsite": where},
+            "call the method directly (self.method(...)) instead of through the actor's "
+            "handle, make the method async and await the ref, or raise max_concurrency",
+            None,
+        ), key=(report.get("actor_id"), method, where))
 
     def _pinned_bytes(self) -> tuple[int, int, dict[int, int]]:
         """(bytes, count, bytes by creating task id, 0 for put) of the stored objects

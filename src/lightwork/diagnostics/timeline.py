@@ -23,7 +23,8 @@ Layout (pid/tid are integers, named by ``process_name``/``thread_name`` metadata
   part of its queueing that this row was free (the rest overlaps the previous task; the
   whole wait is in ``args.queued_ms``). Threaded and async actors run calls at once, so
   their calls are spread over as many ``tasks`` rows as were busy together: no two spans
-  on a row overlap, they only nest. Per-process ``cpu %`` and ``memory MB`` counters.
+  on a row overlap, they only nest. A generator task has a ``yield <i>`` instant on its
+  row for each item it yielded. Per-process ``cpu %`` and ``memory MB`` counters.
 * flow arrows from the submitting call (driver or the worker whose task submitted) to
   the execution, by task id.
 
@@ -269,6 +270,9 @@ class _Builder:
         if live:
             args["note"] = "still running when the trace was taken; it began at or after this"
         self.span(name, "task", pid, tid, start, end, args)
+        for index, when in enumerate(record.get("yields") or ()):  # a generator's items
+            self.instant(f"yield {index}", pid, tid, self.us(when),
+                         {"task_id": record["task_id"], "index": index}, cat="yield")
         if not live:
             loaded, finished = self.us(record["args_loaded"]), self.us(record["finished"])
             for phase, a, b in (("load args", start, loaded), ("execute", loaded, finished),

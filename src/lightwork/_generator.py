@@ -1,0 +1,132 @@
+"""Generator tasks: ``ObjectRefGenerator`` (streaming) and ``num_returns="dynamic"``.
+
+Streaming, Ray's default for generator functions and methods since 2.8: ``f.remote()``
+returns an :class:`ObjectRefGenerator` at once. Iterating it (``for``, ``next``,
+``async for``) gives one ObjectRef per yielded item, as soon as the task yields it —
+the task keeps running meanwhile. An exception raised mid-stream is delivered at its
+place: the ref after the last good item raises it on ``get``, and the iteration ends
+after it. ``completed()`` is a ref that resolves when the task ends. Dropping the
+generator early releases the items not read (the task runs to its end, as in Ray). The
+driver-side state is ``lightwork._runtime.streams``; the worker sends items in
+``Worker.stream_items``.
+
+``num_returns="dynamic"`` (Ray's older form): ``f.remote()`` returns one ref; its value is
+a :class:`DynamicObjectRefGenerator` of refs to every item, ready when the task ends.
+The function runs inside :class:`DynamicReturns`, which stores each item as it comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+from lightwork._object_ref import ObjectRef
+
+__all__ = ["DynamicObjectRefGenerator", "ObjectRefGenerator"]
+
+
+class ObjectRefGenerator:
+    """The refs a streaming generator task yields, in order, as it yields them."""
+
+    def __init__(self, head: ObjectRef) -> None:
+        self._head = head
+        self._index = 0
+        self._finished = False
+
+    def __iter__(self) -> ObjectRefGenerator:
+        return self
+
+    def __next__(self) -> ObjectRef:
+        ref = self._next(None)
+        assert ref is not None
+        return ref
+
+    def _next(self, timeout: float | None) -> ObjectRef | None:
+        """The next item's ref, waiting up to ``timeout`` s (None: until it comes);
+        None when the timeout passed first; StopIteration at the end."""
+        from lightwork import _api
+
+        if self._finished:
+            raise StopIteration
+        core = _api._core((self._head,))
+        while True:
+            kind, object_id = core.driver_request("stream", "item", self._head.id, self._index)
+            if kind == "item":
+                self._index += 1
+                return ObjectRef(object_id, _borrowed=True)
+            if kind == "error":  # the head raises the task's error
+                self._index += 1
+                return self._head
+            if kind == "end":
+                self._finished = True
+                raise StopIteration
+            placeholder = ObjectRef(object_id, _borrowed=True)
+            ready = core.wait([placeholder.id], 1, timeout)
+            if not ready:
+                return None
+
+    def __aiter__(self) -> ObjectRefGenerator:
+        return self
+
+    async def __anext__(self) -> ObjectRef:
+        def step() -> ObjectRef | None:
+            try:
+                return self._next(None)
+            except StopIteration:
+                return None  # a StopIteration cannot cross a future
+
+        ref = await asyncio.get_running_loop().run_in_executor(None, step)
+        if ref is None:
+            raise StopAsyncIteration
+        return ref
+
+    def completed(self) -> ObjectRef:
+        """A ref that resolves when the task has ended (to None, or raising its error)."""
+        return self._head
+
+    def is_finished(self) -> bool:
+        """Whether iteration has reached the end of the stream."""
+        return self._finished
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ObjectRefGenerator, (self._head,))
+
+    def __repr__(self) -> str:
+        return f"ObjectRefGenerator({self._head.hex()}, next item {self._index})"
+
+
+class DynamicObjectRefGenerator:
+    """What a ``num_returns="dynamic"`` task's ref resolves to: refs to every item."""
+
+    def __init__(self, refs: list[ObjectRef]) -> None:
+        self._refs = list(refs)
+
+    def __iter__(self) -> Iterator[ObjectRef]:
+        return iter(self._refs)
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def __repr__(self) -> str:
+        return f"DynamicObjectRefGenerator({len(self._refs)} refs)"
+
+
+class DynamicReturns:
+    """Runs a generator function in a ``num_returns="dynamic"`` task: each item is
+    stored as it is yielded, and the task returns the refs."""
+
+    def __init__(self, function: Any) -> None:
+        self.function = function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> DynamicObjectRefGenerator:
+        import lightwork
+
+        result = self.function(*args, **kwargs)
+        try:
+            items = iter(result)
+        except TypeError:
+            raise TypeError(
+                f"a num_returns='dynamic' task must return a generator (or an iterable), "
+                f"got {type(result).__name__}; yield the items, or drop num_returns") from None
+        return DynamicObjectRefGenerator([lightwork.put(item) for item in items])
