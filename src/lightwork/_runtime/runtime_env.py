@@ -13,7 +13,7 @@ Supported keys, after :func:`normalize` (which checks them in the caller, at
 
 Every other key (``pip``, ``conda``, ``uv``, ``container``, ``image_uri``, ...) asks for an
 environment to be *installed*, which lightwork does not do: the task runs in the
-driver's Python environment. That is a warning (:class:`RuntimeEnvWarning`, once per key
+driver's Python environment. That is a warning (``exceptions.RuntimeEnvWarning``, once per key
 per process), not an error, on purpose: Ray programs often list packages that are already
 installed here, and refusing them would break programs that work; when a package is
 missing, the ``ImportError`` that follows comes after a warning saying why. A remote
@@ -50,15 +50,13 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
+from lightwork.exceptions import RuntimeEnvWarning
+
 SUPPORTED = ("env_vars", "working_dir", "py_modules")
 MEANINGLESS_HERE = ("excludes", "config")
 _REMOTE_SUFFIXES = (".zip", ".whl", ".tar.gz", ".tgz")
 
 _warned: set[str] = set()
-
-
-class RuntimeEnvWarning(UserWarning):
-    """A ``runtime_env`` key asks for something lightwork does not do (see the module)."""
 
 
 Env = dict[str, Any]  # normalized: "env_vars" (dict), "working_dir" (str|None), "paths" (list)
