@@ -41,12 +41,14 @@ test: $(STAMP) $(OLDEST_STAMP) browser
 # The chaos suite's full-size variants (minutes each; figures printed on stderr);
 # `make test` runs scaled-down ones.
 chaos: $(STAMP)
-	$(PY) -m pytest -q -s -m chaos -o timeout=900
+	$(PY) -m pytest -q -s -m chaos -o timeout=900 -o faulthandler_timeout=880
 
 bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/run.py
+	$(PY) bench/cluster.py --json bench/cluster-results.json
+	$(PY) bench/spill.py
 	$(PY) bench/dashboard.py
-	$(PY) bench/queue.py
+	$(PY) bench/deep_queue.py
 
 # Chromium, for the tests that open visualize()'s HTML and the dashboard in a real browser. Installed when
 # this runs as root with apt-get (as in CI); otherwise those tests are skipped, saying so.

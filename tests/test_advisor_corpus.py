@@ -75,6 +75,35 @@ def progress_polling():
     assert abs(pi - math.pi) < 0.01 and polls >= 5
 
 
+def progress_polling_of_fewer_tasks_than_slots():
+    """The same polling while a single task runs on one of the two slots: half the slots
+    idle, but the polls do nothing worth submitting earlier."""
+
+    @lightwork.remote
+    class Progress:
+        def __init__(self):
+            self.done = 0.0
+
+        def report(self, done):
+            self.done = done
+
+        def get(self):
+            return self.done
+
+    @lightwork.remote
+    def train(progress, steps):
+        for step in range(steps):
+            _spin(0.1)
+            progress.report.remote((step + 1) / steps)
+        return steps
+
+    progress = Progress.remote()
+    result = train.remote(progress, 12)
+    while lightwork.get(progress.get.remote()) < 1:
+        time.sleep(0.1)
+    assert lightwork.get(result) == 12
+
+
 def pipeline_with_wait():
     """The seeds' tip 4: process each result as soon as it is ready (the driver's own
     processing between results is the point, not a mistake)."""
@@ -268,6 +297,18 @@ def seeds_good_versions():
     lightwork.get([s.actor_func.remote() for s in sleepers])
 
 
+def streaming_generator():
+    """Ray's streaming generator: read each item as the task yields it."""
+
+    @lightwork.remote
+    def produce(n):
+        for i in range(n):
+            time.sleep(0.05)
+            yield i
+
+    assert [lightwork.get(ref) for ref in produce.remote(10)] == list(range(10))
+
+
 def driver_work_overlapping_tasks():
     """Submit first, then the driver's own work, then get: the workers run meanwhile."""
     refs = [work.remote(0.1, x) for x in range(6)]
@@ -277,10 +318,10 @@ def driver_work_overlapping_tasks():
 
 
 PROGRAMS = [
-    progress_polling, pipeline_with_wait, bounded_in_flight, dependent_chain_by_ref,
+    progress_polling, progress_polling_of_fewer_tasks_than_slots, pipeline_with_wait, bounded_in_flight, dependent_chain_by_ref,
     synchronous_parameter_server, asynchronous_parameter_server,
     calls_on_one_stateful_actor, actor_pool, big_results, nested_tasks,
-    seeds_good_versions, driver_work_overlapping_tasks,
+    seeds_good_versions, streaming_generator, driver_work_overlapping_tasks,
 ]
 
 

@@ -303,9 +303,9 @@ def test_large_array_inside_a_container():
     assert int(got["b"][0].sum()) == 7 * 300_000
 
 
-def _shm_bytes() -> int:
+def _shm_bytes(directory: str | None = None) -> int:
     total = 0
-    for root in glob.glob(SHM_GLOB):
+    for root in [directory] if directory else glob.glob(SHM_GLOB):
         for dirpath, _, files in os.walk(root):
             for f in files:
                 try:
@@ -323,17 +323,18 @@ def test_large_object_memory_is_returned_when_last_ref_dropped(wait_until):
     from lightwork import _api
 
     store = _api._node.store
-    before = _shm_bytes() - store.pooled_bytes
+    session_dir = _api._node.session.shm_dir  # this session's only: others may run too
+    before = _shm_bytes(session_dir) - store.pooled_bytes
     ref = ray.put(np.ones(8_000_000, dtype=np.float64))  # 64 MB
-    assert _shm_bytes() - before >= 60_000_000, "large object not in /dev/shm/lightwork-*"
+    assert _shm_bytes(session_dir) - before >= 60_000_000, "large object not in /dev/shm"
     del ref
     gc.collect()
     wait_until(
-        lambda: _shm_bytes() - store.pooled_bytes - before < 8_000_000, timeout=5,
+        lambda: _shm_bytes(session_dir) - store.pooled_bytes - before < 8_000_000, timeout=5,
         message="64 MB to be freed")
     assert store.pooled_bytes <= store.pool_limit
     store.trim()
-    assert _shm_bytes() - before < 8_000_000
+    assert _shm_bytes(session_dir) - before < 8_000_000
 
 
 def test_object_kept_alive_while_a_task_result_holds_it(wait_until):

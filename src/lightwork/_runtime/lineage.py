@@ -13,7 +13,8 @@ What can be rebuilt: the result of a plain task, by re-running it, as long as
   (-1: no limit; 0: never rebuilt);
 * its by-value arguments were kept: the finished task (``ObjectEntry.lineage``) is kept
   only when they are at most ``LINEAGE_ARGS_MAX`` bytes inline, so lineage never pins
-  big arguments in memory;
+  big arguments in memory (and only for results in segments: an inline result lives in
+  the driver's table and cannot be lost, so small results cost nothing here);
 * its ref arguments are still in the table (a freed argument is gone for good), and
   each of them is readable or can be rebuilt in turn (recursively, depth first).
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from lightwork._runtime.serialization import Stored
 
+
 def unlink_quietly(path: str) -> None:
     try:
         os.unlink(path)

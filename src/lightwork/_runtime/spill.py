@@ -75,10 +75,12 @@ class Spiller:
         while not self.closed:
             self._wake.wait()
             self._wake.clear()
+            stuck = False
             while not self.closed and self.store.over_budget > 0 and self.store.spill_stuck is None:
                 if not self._spill_one():
+                    stuck = True
                     break
-            self.store.wait_for_room()
+            self.store.wait_for_room(nothing_to_spill=stuck)
 
     def _spill_one(self) -> bool:
         """Move one object to disk; False when none can be moved now."""

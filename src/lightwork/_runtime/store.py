@@ -36,6 +36,7 @@ reports on the node's I/O thread under the node lock.
 from __future__ import annotations
 
 import itertools
+import math
 import mmap
 import os
 import threading
@@ -46,14 +47,14 @@ from dataclasses import dataclass
 from lightwork._runtime import serialization
 from lightwork.exceptions import ObjectStoreFullError
 
-#: Capacity granularity: a segment is allocated in whole units of this.
-SEGMENT_UNIT = 64 * 1024
 #: A recycled segment may hold a value this many times smaller than its capacity, plus
 #: ``REUSE_SLACK`` bytes; a smaller value gets a new segment instead of wasting the rest.
 REUSE_RATIO = 2
 REUSE_SLACK = 4 * 1024 * 1024
-#: The longest a driver write waits for the spiller to make room before it fails.
-ROOM_WAIT_S = 1.5
+#: The longest a driver write waits for the spiller to make room while it is still moving
+#: objects (a slow disk); with nothing left to move, or a broken spill disk, it fails
+#: at once.
+ROOM_WAIT_S = 60.0
 #: Once spilling, the spiller goes on until live bytes are this share of the budget, so
 #: the next writes find room without waiting.
 SPILL_TO = 0.9
@@ -94,6 +95,7 @@ class SegmentStore:
         self.on_pressure: Callable[[], None] | None = None  # wakes the spiller
         self.wanted = 0  # bytes a writer waits for
         self.spill_stuck: str | None = None  # why the spiller cannot free more, if so
+        self.nothing_to_spill = False  # the spiller found every object in memory in use
         self.closed = False
 
     # ---------------------------------------------------------------- writing
@@ -103,7 +105,11 @@ class SegmentStore:
         segment = self._take(plan.total)
         if segment is None:
             self._make_room(plan.total)
-            segment = self._create(plan.total)
+            segment = self._create(data, raws)
+            with self._lock:
+                self.live[segment.path] = segment
+                self.live_bytes += segment.capacity
+            return segment.path
         try:
             if segment.mapping is None:
                 segment.mapping = _map_writable(segment.path)
@@ -129,6 +135,7 @@ class SegmentStore:
                 "init(), or split the value into smaller objects.")
         deadline = time.monotonic() + ROOM_WAIT_S
         with self._lock:
+            self.nothing_to_spill = False  # the spiller looks again for this write
             try:
                 while True:
                     over = self.live_bytes + self.pooled_bytes + size - self.budget
@@ -138,17 +145,20 @@ class SegmentStore:
                         self._trim_locked(max(0, self.pooled_bytes - over))
                         continue
                     left = deadline - time.monotonic()
-                    if left <= 0 or self.spill_stuck is not None or self.closed:
+                    if (left <= 0 or self.spill_stuck is not None or self.closed
+                            or self.nothing_to_spill or self.on_pressure is None):
                         raise self._full_error(size)
                     self.wanted = max(self.wanted, size)
-                    if self.on_pressure is not None:
-                        self.on_pressure()
+                    self.on_pressure()  # cheap (an Event) when the spiller is awake
                     self._room.wait(min(left, 0.05))
             finally:
                 self.wanted = 0
 
     def _full_error(self, size: int) -> ObjectStoreFullError:
-        why = self.spill_stuck or "the spiller could not move objects to disk in time"
+        why = self.spill_stuck or (
+            "every object in memory is in use: read by a running task or a worker, or "
+            "an array in the driver points into it" if self.nothing_to_spill
+            else f"the spiller did not make room within {ROOM_WAIT_S:.0f} s")
         spill = ""
         if self.spill_dir is not None:
             spill = (f" The spill directory {self.spill_dir} holds {self.spilled_bytes:,} "
@@ -159,9 +169,12 @@ class SegmentStore:
             f"({why}).{spill} Drop ObjectRefs you no longer need, pass a larger "
             "object_store_memory to init(), or give the spill directory more room.")
 
-    def wait_for_room(self) -> None:
-        """Wake writers waiting in ``_make_room`` (something was freed or spilled)."""
+    def wait_for_room(self, nothing_to_spill: bool = False) -> None:
+        """Wake writers waiting in ``_make_room``: something was freed or spilled, or
+        (``nothing_to_spill``) the spiller found nothing it may move."""
         with self._lock:
+            if nothing_to_spill and self.over_budget > 0:
+                self.nothing_to_spill = True
             self._room.notify_all()
 
     @property
@@ -205,19 +218,10 @@ class SegmentStore:
             self.recycled_count += 1
             return best
 
-    def _create(self, size: int) -> Segment:
-        capacity = -(-size // SEGMENT_UNIT) * SEGMENT_UNIT
+    def _create(self, data: bytes, raws: list[memoryview]) -> Segment:
+        """A new segment holding the value (mapped writable only once it is recycled)."""
         path = f"{self.shm_dir}/s{next(self._names):x}"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            serialization.allocate_file(fd, capacity, path)
-            mapping = mmap.mmap(fd, capacity, flags=mmap.MAP_SHARED | _POPULATE)
-        except BaseException:
-            serialization._unlink_quietly(path)
-            raise
-        finally:
-            os.close(fd)
-        return Segment(path, capacity, mapping)
+        return Segment(path, serialization.write_segment(path, data, raws))
 
     # ---------------------------------------------------------------- readers
     def add_reader(self, path: str, worker_id: int) -> None:
@@ -257,8 +261,8 @@ class SegmentStore:
                 self.live_bytes -= segment.capacity
             read_elsewhere = self.readers.pop(path, None)
             if unviewed and not read_elsewhere and not self.closed:
-                if segment is None:  # a worker wrote it: adopt it
-                    segment = Segment(path, _file_size(path))
+                if segment is None or segment.mapping is None:  # not yet ours to write
+                    segment = self._adopt(path)
                 room = min(self.pool_limit, self.budget - self.live_bytes)
                 if segment.capacity and self.pooled_bytes + segment.capacity <= room:
                     self.free.append(segment)
@@ -282,6 +286,16 @@ class SegmentStore:
         if segment is not None and segment.mapping is not None:
             segment.mapping.close()
             segment.mapping = None
+
+    def _adopt(self, path: str) -> Segment:
+        """Take a freed segment for reuse under a new name of the driver's: a worker's
+        task re-run (a retry, a lineage rebuild) writes its old name again."""
+        new_path = f"{self.shm_dir}/s{next(self._names):x}"
+        try:
+            os.rename(path, new_path)
+        except OSError:
+            return Segment(path, 0)  # gone or unmovable: not pooled (capacity 0)
+        return Segment(new_path, _file_size(new_path))
 
     def _discard(self, segment: Segment) -> None:
         if segment.mapping is not None:
@@ -381,7 +395,7 @@ def default_budget(shm_dir: str) -> int:
 
 def check_budget(value: object, shm_dir: str) -> int:
     """Validate ``init(object_store_memory=)``; return the budget in bytes."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         raise TypeError(
             f"object_store_memory must be a number of bytes (an int), got {value!r}")
     if value < MIN_BUDGET:

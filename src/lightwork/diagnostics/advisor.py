@@ -34,7 +34,8 @@ large-arg-repeated the same big value (same object, same size) passed by value a
 wait-for-slowest  a ``get`` of many objects whose results became ready over a wide spread
                   because one task ran much longer than the typical one
 actor-bottleneck  calls queue on one busy actor while task slots sit idle
-serial-driver     the driver's own work between submissions while the slots idled (Amdahl)
+serial-driver     the driver's own work between submissions while the slots idled and
+                  the tasks had work of their own to overlap with it (Amdahl)
 oversubscription  a task whose process used more CPU time than its share (threads)
 fewer-slots       more CPU-bound tasks at once than the machine has cores (num_cpus too high)
 refs-pinned       the object store filling with settled objects only driver refs hold
@@ -104,6 +105,7 @@ SERIAL_WINDOW = 20  # the last submissions of a call site the serial-driver rule
 SERIAL_FRACTION = 0.3
 SERIAL_MIN_S = 0.25  # less serial work than this is not worth a finding
 SERIAL_MAX_UTILIZATION = 0.6
+SERIAL_MIN_WORK_SHARE = 0.5  # the call site's tasks did at least this share of that time
 OVERSUBSCRIBED_CPU = 1.6  # cores used by one single-CPU task's process
 OVERSUBSCRIBED_MIN_S = 0.2  # only tasks long enough for CPU time to mean something
 CORES_MEASURE_SLACK = 1.1  # CPU time over wall time above this times the cores: not real
@@ -568,6 +570,11 @@ class Advisor:
         serial = (last - first) - blocked - copying
         if wall <= 0 or serial < SERIAL_MIN_S or serial / wall < SERIAL_FRACTION:
             return
+        # Submitting first can only overlap the driver's time with these tasks' own work:
+        # calls that do next to nothing (polling a progress actor) gain nothing from it.
+        work = sum(r.finished - r.started for r in window if r.started)
+        if work < SERIAL_MIN_WORK_SHARE * serial:
+            return
         busy = self._busy_between(first, first + wall)
         utilization = busy / (self.cpus * wall)
         if utilization >= SERIAL_MAX_UTILIZATION:
@@ -828,7 +835,7 @@ def advise(print_report: bool = True) -> list[Finding]:
     """
     from lightwork import _api
 
-    node = _api.driver_node()
+    node = _api.diagnostics_node("the advisor")
     if node is None:
         raise RuntimeError(
             "no lightwork runtime is running in this process; call lightwork.advise() "
