@@ -169,3 +169,13 @@ def test_each_yield_is_an_instant_in_the_timeline(runtime):
     yields = [e for e in lightwork.timeline() if e.get("cat") == "yield"]
     assert [e["name"] for e in yields[-3:]] == ["yield 0", "yield 1", "yield 2"]
     assert all(e["ph"] == "i" for e in yields)
+
+
+def test_cancelling_a_stream_ends_it_with_the_cancel(runtime, tmp_path):
+    stream = gated_numbers.remote(3, str(tmp_path / "never"))
+    assert lightwork.get(next(stream), timeout=30) == 0  # the task waits on the gate now
+    lightwork.cancel(stream)
+    with pytest.raises(lightwork.exceptions.TaskCancelledError):
+        lightwork.get(next(stream), timeout=30)
+    with pytest.raises(StopIteration):
+        next(stream)
