@@ -91,7 +91,8 @@ class DashboardServer:
         self.idle_sync_s = idle_sync_s
         self.token = secrets.token_urlsafe(16)  # 128 random bits
         self.mirror = mirror or Mirror()  # given: a replay (``--from FILE``), no socket
-        self.clients = 0  # open event streams
+        self.clients = 0  # open event streams (changed under _clients_lock)
+        self._clients_lock = threading.Lock()
         self.last_request = time.monotonic()
         self.last_client = time.monotonic()
         self._stop = threading.Event()
@@ -139,6 +140,19 @@ class DashboardServer:
     @property
     def stopped(self) -> bool:
         return self._stop.is_set()
+
+    def page_opened(self) -> None:
+        with self._clients_lock:
+            self.clients += 1
+        self._wake.set()  # a page opened: sync now rather than at the idle pace
+
+    def sync_soon(self) -> None:
+        self._wake.set()
+
+    def page_closed(self) -> None:
+        with self._clients_lock:
+            self.clients -= 1
+        self.last_client = time.monotonic()
 
     # ---------------------------------------------------------------- syncing
     def sync_now(self) -> bool:
