@@ -544,7 +544,13 @@ def wait(
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
-    """Cancel the task that makes ``object_ref``; its ``get`` raises TaskCancelledError."""
+    """Cancel the task that makes ``object_ref``; its ``get`` raises TaskCancelledError.
+
+    An ObjectRefGenerator cancels its generator task: the stream ends with the error."""
+    from lightwork._generator import ObjectRefGenerator
+
+    if isinstance(object_ref, ObjectRefGenerator):
+        object_ref = object_ref.completed()
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef returned by a task, got {object_ref!r:.80}")
     _core((object_ref,)).cancel([object_ref.id], bool(force))
