@@ -45,6 +45,7 @@ chaos: $(STAMP)
 
 bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/run.py
+	$(PY) bench/cluster.py --json bench/cluster-results.json
 	$(PY) bench/spill.py
 	$(PY) bench/dashboard.py
 	$(PY) bench/deep_queue.py
