@@ -16,6 +16,10 @@ import os
 import pytest
 from helpers import wait_for_file, wait_until
 
+# The contract is Ray's (kill wins, calls fail with ActorDiedError), but these tests read
+# lightwork's state rows (state, death_cause, worker of the actor) and hold the node's lock.
+pytestmark = pytest.mark.lightwork_only
+
 import lightwork as ray
 from lightwork import exceptions as exc
 from lightwork import state

@@ -23,7 +23,9 @@ A sync is incremental. The dashboard sends the cursors it reached, and gets:
   thread keeps them current; nothing is analysed here) and the running ``get``/``wait``
   calls of the driver with how many of their objects are ready;
 * ``cost_s``, the time this took, from which the dashboard spaces its requests so that
-  it never takes more than about 1% of the driver's time.
+  their fixed part takes at most about 1% of the driver's time (the work per record is
+  the same however they are spaced; the dashboard never waits so long that the ring
+  would overflow before its next request).
 
 Progress of running ``get``/``wait`` calls comes from an observer on the blocking calls
 (``introspect.blocking_observers``), installed by the first sync and removed by itself
