@@ -435,6 +435,18 @@ def test_generator_task_on_distributed_says_it_is_unsupported(backend):
         count_up.remote(3)
 
 
+def inc(x):
+    return x + 1
+
+
+def test_dask_graphs_run_on_the_backend(backend):
+    pytest.importorskip("dask")
+    import lightwork.dask
+
+    graph = {"a": 1, "b": (inc, "a"), "c": (inc, "b"), "d": (sum, ["b", "c"])}
+    assert lightwork.dask.get(graph, "d") == 5
+
+
 # ---- diagnostics ------------------------------------------------------------------------
 @gap("distributed", "the event log is not filled from the cluster yet")
 def test_timeline_state_and_advisor_read_the_run(backend):
