@@ -14,7 +14,8 @@ fails at ``.remote()``.
 ``pg.ready()`` is an ObjectRef that resolves (to ``pg``) once the group is reserved: as
 in Ray, it is a tiny task that runs inside the group. ``remove_placement_group(pg)``
 gives the resources back; actors in the group are killed, tasks still waiting for it
-fail with ``TaskPlacementGroupRemoved``, and running tasks finish.
+(and later submissions to it) fail with ``TaskPlacementGroupRemoved``, and running tasks
+finish.
 
 Not done on one machine: ``placement_group_capture_child_tasks`` (nested tasks run
 outside the group unless they pass the strategy themselves), GPU ids for GPU bundles,
