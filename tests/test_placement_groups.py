@@ -123,6 +123,23 @@ def test_a_task_submits_into_a_group(runtime):
         remove_placement_group(group)
 
 
+def test_capture_child_tasks_places_nested_tasks_in_the_group(runtime):
+    @lightwork.remote
+    def parent():
+        return lightwork.get(current_group.remote(), timeout=30)
+
+    group = placement_group([{"CPU": 1}])
+    try:
+        capturing = PlacementGroupSchedulingStrategy(
+            group, placement_group_capture_child_tasks=True)
+        assert lightwork.get(parent.options(scheduling_strategy=capturing).remote(),
+                             timeout=30) == group.id.hex()
+        assert lightwork.get(parent.options(scheduling_strategy=in_group(group)).remote(),
+                             timeout=30) is None  # without capture the child runs outside
+    finally:
+        remove_placement_group(group)
+
+
 def test_actors_run_in_a_group(runtime):
     @lightwork.remote(num_cpus=1)
     class Counter:

@@ -17,9 +17,10 @@ gives the resources back; actors in the group are killed, tasks still waiting fo
 (and later submissions to it) fail with ``TaskPlacementGroupRemoved``, and running tasks
 finish.
 
-Not done on one machine: ``placement_group_capture_child_tasks`` (nested tasks run
-outside the group unless they pass the strategy themselves), GPU ids for GPU bundles,
-and ``get_current_placement_group()`` inside an actor (it works inside tasks).
+``placement_group_capture_child_tasks=True`` places the tasks that a task submits in its
+group (any bundle) unless they name a strategy themselves. Not done: capture for the
+actors a captured task creates, GPU ids for GPU bundles, and
+``get_current_placement_group()`` inside an actor (it works inside tasks).
 
 The bookkeeping is the scheduler's (``lightwork._runtime.scheduler``); this module
 checks arguments and talks to it through the backend's ``driver_request``.
@@ -228,4 +229,5 @@ def shape_in_group(shape: Shape, strategy: Any, what: str) -> Shape:
         raise ValueError(
             f"{what} needs {demand} but {where} of {group!r} reserves less, so it could "
             "never run there; ask for less with .options(), or make the bundle bigger")
-    return group_shape(shape, group.hex, index)
+    return group_shape(shape, group.hex, index,
+                       capture=bool(strategy.placement_group_capture_child_tasks))
