@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from lightwork._runtime.events import DriverSpan, TaskRecord
 from lightwork.diagnostics.advisor import Advisor
 
@@ -160,3 +162,21 @@ def test_overlapping_calls_of_a_threaded_actor_are_not_oversubscription():
     """Each call's process CPU time also counts the other calls running beside it."""
     calls = [_task(i, T0, T0, T0 + 1.0, cpu_time=1.9, actor_id=3) for i in (1, 2)]
     assert "oversubscription" not in _kinds(calls, cpus=2, cores=2)
+
+
+def test_a_big_argument_is_the_same_only_while_it_is_the_same_object():
+    """id() is reused by a new array made where the last one was freed: not the same."""
+    np = pytest.importorskip("numpy")
+    from lightwork._runtime.calls import large_arguments
+
+    kept = np.ones(300_000)
+    [(identity, size)] = large_arguments((kept,), {})
+    assert large_arguments((), {"a": kept}) == ((identity, size),) and size == kept.nbytes
+    identities = set()
+    for seed in range(6):
+        fresh = np.random.default_rng(seed).random(300_000)
+        identities.add(large_arguments((fresh,), {})[0][0])
+        del fresh  # the next array may well get this one's address
+    assert len(identities) == 6
+    data = b"x" * (2 << 20)  # no weak refs to bytes: the same object, the same content
+    assert large_arguments((data,), {}) == large_arguments((data,), {})
