@@ -180,3 +180,24 @@ def test_a_big_argument_is_the_same_only_while_it_is_the_same_object():
     assert len(identities) == 6
     data = b"x" * (2 << 20)  # no weak refs to bytes: the same object, the same content
     assert large_arguments((data,), {}) == large_arguments((data,), {})
+
+
+def _actor_calls(count=10, run=0.06, deps_wait=True):
+    """Calls on one actor, all submitted at T0, running back to back."""
+    calls = []
+    for i in range(count):
+        ready = T0 + i * run
+        calls.append(_task(i + 1, T0, ready, ready + run, actor_id=5,
+                           deps_ready=ready if deps_wait else T0,
+                           name="program.<locals>.Worker.step"))
+    return calls
+
+
+def test_calls_queued_behind_one_actor_are_actor_bottleneck():
+    [finding] = _findings(_actor_calls(deps_wait=False))
+    assert finding.kind == "actor-bottleneck" and "(Worker)" in finding.title
+
+
+def test_calls_waiting_for_their_arguments_are_not_queued_on_the_actor():
+    """A chain (each call takes the previous result): the wait is for the argument."""
+    assert _kinds(_actor_calls(deps_wait=True)) == set()
