@@ -45,9 +45,10 @@ chaos: $(STAMP)
 
 bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/run.py
+	$(PY) bench/cluster.py --json bench/cluster-results.json
 	$(PY) bench/spill.py
 	$(PY) bench/dashboard.py
-	$(PY) bench/queue.py
+	$(PY) bench/deep_queue.py
 
 # Chromium, for the tests that open visualize()'s HTML and the dashboard in a real browser. Installed when
 # this runs as root with apt-get (as in CI); otherwise those tests are skipped, saying so.

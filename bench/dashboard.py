@@ -160,13 +160,53 @@ def with_history(n_tasks: int) -> dict[str, Any]:
             for name, path in paths.items():
                 timings[name].append(http_get(port, token, path)[0])
         recorded = http_get(port, token, "/api/overview")[1]["tasks"]["recorded"]
+        page = browser_figures(child.url)
         rss = psutil.Process(child.process.pid).memory_info().rss
     finally:
         child.stop()
         lightwork.shutdown()
-    return {"tasks_recorded": recorded, "dashboard_rss_mb": round(rss / 1e6, 1),
+    return {"tasks_recorded": recorded, "dashboard_rss_mb": round(rss / 1e6, 1), **page,
             "first_overview_ms": round(1000 * first_paint, 1),
             **{f"{name}_p95_ms": round(1000 * p95(values), 2) for name, values in timings.items()}}
+
+
+LONG_TASKS = """() => { window.__long = [];
+  new PerformanceObserver((list) => { for (const e of list.getEntries()) window.__long.push(e.duration); })
+    .observe({type: "longtask", buffered: true}); }"""
+
+
+def browser_figures(url: str) -> dict[str, Any]:
+    """In headless Chromium (when there): time to the first data on the page, the longest
+    main-thread task while it shows the overview, stream and tasks for 10 s, DOM rows."""
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return {"browser": "playwright is not installed"}
+    if chromium is None:
+        return {"browser": "chromium is not installed"}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.add_init_script(LONG_TASKS.join(["(", ")()"]))
+        start = time.perf_counter()
+        page.goto(url)
+        page.wait_for_function("() => document.querySelector('.count-FINISHED') !== null")
+        first_data = time.perf_counter() - start
+        for view in ("stream", "tasks", "overview"):
+            page.click(f"#tabs button[data-view={view}]")
+            time.sleep(3.0)
+        page.click("#tabs button[data-view=tasks]")
+        page.wait_for_function("() => document.querySelectorAll('#tasks tr').length > 1")
+        rows = page.evaluate("() => document.querySelectorAll('#tasks tr').length - 1")
+        long_tasks = page.evaluate("() => window.__long")
+        browser.close()
+    return {"first_data_paint_ms": round(1000 * first_data),
+            "longest_main_thread_task_ms": round(max(long_tasks, default=0.0)),
+            "long_tasks_over_200ms": sum(1 for d in long_tasks if d > 200),
+            "table_rows_in_dom": rows}
 
 
 def synthetic(records: int) -> dict[str, Any]:

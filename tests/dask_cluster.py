@@ -33,7 +33,10 @@ class DaskCluster:
         log = open(os.path.join(self.directory, f"{name}.log"), "wb")
         self.processes.append(subprocess.Popen(
             [DASK, *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "PYTHONFAULTHANDLER": "1"}))
+            env={**os.environ, "PYTHONFAULTHANDLER": "1",
+                 # A task is retried once after its worker dies, as max_retries=1 asks on
+                 # the embedded runtime (the scheduler's setting, for every task).
+                 "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}))
         log.close()
 
     def start(self, timeout: float = 40.0) -> DaskCluster:

@@ -176,7 +176,7 @@ def kill_storm(session, tmp_path, count: int) -> None:
 
 
 def test_kill_storm(session, tmp_path):
-    kill_storm(session, tmp_path, 600)
+    kill_storm(session, tmp_path, 300)
 
 
 @pytest.mark.chaos

@@ -218,6 +218,19 @@ def test_a_worker_killed_mid_task_is_retried(backend, tmp_path, wait_until):
     assert lightwork.get(ref, timeout=40) != pid
 
 
+@lightwork.remote
+def die(directory):
+    count_attempt(directory)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_task_that_kills_its_worker_every_time_fails_with_worker_crashed(backend, tmp_path):
+    """One retry (max_retries=1 here; the cluster fixture's allowed-failures=1 there)."""
+    with pytest.raises(exceptions.WorkerCrashedError):
+        lightwork.get(die.options(max_retries=1).remote(str(tmp_path)), timeout=50)
+    assert len(attempts(str(tmp_path))) == 2
+
+
 # ---- nested tasks -----------------------------------------------------------------------
 @lightwork.remote
 def tree(depth, fanout):
@@ -293,3 +306,41 @@ class Counter:
 def test_actor_calls_run_in_order(backend):
     counter = Counter.remote()
     assert lightwork.get([counter.incr.remote() for _ in range(100)]) == list(range(1, 101))
+
+
+@lightwork.remote
+def count_up(n):
+    yield from range(n)
+
+
+@gap("distributed", "generator tasks are not implemented on the distributed backend")
+def test_generator_task_streams(backend):
+    assert [lightwork.get(ref) for ref in count_up.remote(3)] == [0, 1, 2]
+
+
+def test_generator_task_on_distributed_says_it_is_unsupported(backend):
+    if backend == "local":
+        return  # streams: test_generator_task_streams
+    with pytest.raises(exceptions.UnsupportedOnBackend, match="generator task.*distributed"):
+        count_up.remote(3)
+
+
+# ---- diagnostics ------------------------------------------------------------------------
+@gap("distributed", "the event log is not filled from the cluster yet")
+def test_timeline_state_and_advisor_read_the_run(backend):
+    lightwork.get([add.remote(i) for i in range(4)])
+    events = lightwork.timeline()
+    assert any(e.get("name", "").endswith("add") for e in events)
+    assert lightwork.state.summarize_tasks()
+    assert isinstance(lightwork.advise(print_report=False), list)
+
+
+def test_diagnostics_on_distributed_say_they_are_unsupported(backend):
+    if backend == "local":
+        assert lightwork.state.list_tasks(limit=1) is not None
+        return
+    for call in (lightwork.timeline, lightwork.state.list_tasks, lightwork.stack,
+                 lambda: lightwork.advise(print_report=False),
+                 lightwork.diagnostics.task_records):
+        with pytest.raises(exceptions.UnsupportedOnBackend, match="distributed backend"):
+            call()

@@ -400,6 +400,27 @@ def test_newest_reads_only_what_is_new_and_counts_what_was_lost():
         feed.dispatch(None, "dashboard_sync", {"task_cursor": -1})  # type: ignore[arg-type]
 
 
+def test_live_counts_match_the_state_api_while_tasks_run_and_queue(runtime, tmp_path):
+    from collections import Counter
+
+    from lightwork._runtime import views
+
+    node = runtime["node"]
+    gate = str(tmp_path / "gate")
+    refs = [parked.remote(gate) for _ in range(5)]  # 2 CPUs: 2 run, 3 queue
+    call = runtime["tally"].add.remote(7)
+    try:
+        helpers.wait_until(lambda: feed.sync(node, 0, 0, 1, 10)["live"]["counts"].get(
+            "RUNNING", 0) >= 2, message="two tasks running")
+        with node.lock:
+            expected = Counter(views.live_task_state(node, t) for t in node.tasks.values())
+            counts = feed._live_counts(node)
+        assert counts == +expected and counts["RUNNING"] >= 2
+    finally:
+        open(gate, "w").close()
+    assert lightwork.get(refs, timeout=20) == [True] * 5 and lightwork.get(call) == 7
+
+
 def test_the_get_observer_goes_away_when_no_dashboard_asks(runtime, monkeypatch):
     from lightwork._runtime import introspect
 

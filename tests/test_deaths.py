@@ -305,3 +305,30 @@ def test_failed_object_is_freed_after_its_error_was_raised():
     gc.collect()
     wait_until(lambda: ray.get([]) == [] and object_id not in _api._node.objects.entries,
                timeout=5, message="the failed object to be freed")
+
+
+def test_result_of_a_quick_call_arrives_while_the_next_call_blocks(tmp_path):
+    """Workers hold tiny tasks' results back to send them in batches; a result held while
+    the next call ran forever never arrived (found by the actor backpressure test)."""
+    gate = str(tmp_path / "gate")
+
+    @ray.remote
+    class Worker:
+        def quick(self) -> str:
+            return "quick"
+
+        def block(self) -> str:
+            import time as t
+
+            while not os.path.exists(gate):
+                t.sleep(0.005)
+            return "unblocked"
+
+    # Both calls queue before the actor has started, so they reach it in one batch: the
+    # second is already waiting in the worker when the first finishes.
+    actor = Worker.remote()
+    quick, blocked = actor.quick.remote(), actor.block.remote()
+    assert ray.get(quick, timeout=10) == "quick"
+    open(gate, "w").close()
+    assert ray.get(blocked, timeout=10) == "unblocked"
+    ray.kill(actor)

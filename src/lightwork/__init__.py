@@ -4,7 +4,12 @@ Importing this package starts nothing: no thread, no process. ``init()`` (or the
 call that needs it) starts the embedded runtime.
 """
 
-from lightwork import exceptions
+import os as _os
+
+from lightwork import (
+    actor,  # ray.actor
+    exceptions,
+)
 from lightwork._actor import ActorClass, ActorHandle, get_actor, kill, method
 from lightwork._generator import DynamicObjectRefGenerator, ObjectRefGenerator
 from lightwork._api import (
@@ -25,11 +30,36 @@ from lightwork._api import (
 )
 from lightwork._object_ref import ObjectRef
 from lightwork._runtime.ray_alias import install_as_ray
-from lightwork.diagnostics.advisor import advise
-from lightwork.diagnostics.stack import stack
-from lightwork.diagnostics.timeline import profile, timeline
 
-from lightwork import actor, state, util  # noqa: E402  (ray.actor, ray.util, ray.util.state)
+# The diagnostics, ray.util and ray.util.state are a third of this package's import time.
+# The driver imports them here (so ``init()`` pays none of it); the fork server, which
+# imports this package before it can start the first worker, leaves them to first use
+# (PEP 562 ``__getattr__``), so the first tasks start sooner.
+_WORKER_IMPORT_VARIABLE = "_LIGHTWORK_WORKER_IMPORT"  # set by the fork server while it imports
+_LAZY = {
+    "advise": ("lightwork.diagnostics.advisor", "advise"),
+    "stack": ("lightwork.diagnostics.stack", "stack"),
+    "profile": ("lightwork.diagnostics.timeline", "profile"),
+    "timeline": ("lightwork.diagnostics.timeline", "timeline"),
+    "state": ("lightwork.state", None),
+    "util": ("lightwork.util", None),
+}
+
+
+def __getattr__(name: str) -> object:
+    import importlib
+
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'lightwork' has no attribute {name!r}")
+    module = importlib.import_module(where[0])
+    value = module if where[1] is None else getattr(module, where[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 __version__ = "0.1.0"
 
@@ -66,3 +96,9 @@ __all__ = [
     "util",
     "wait",
 ]
+
+
+if _os.environ.get(_WORKER_IMPORT_VARIABLE) != "1":
+    for _name in _LAZY:
+        __getattr__(_name)
+    del _name

@@ -161,6 +161,14 @@ def _check_actor_options(options: dict[str, Any], what: str) -> dict[str, Any]:
     return options
 
 
+def _async_methods(cls: type) -> frozenset[str]:
+    """Names of the coroutine methods (an actor with any is an async actor)."""
+    import inspect
+
+    return frozenset(name for name, member in inspect.getmembers(cls, callable)
+                     if inspect.iscoroutinefunction(member))
+
+
 def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[str, Any]) -> ActorHandle:
     from lightwork._api import _core
     from lightwork._runtime.calls import prepare_args
@@ -193,7 +201,8 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
         actor_id, actor_class._cls.__qualname__, key, stored, deps, place, hold, name,
         namespace, options.get("lifetime") == "detached", options.get("max_restarts", 0),
         options.get("max_task_retries", 0), options.get("max_concurrency") or 0, 0,
-        methods=actor_class._methods, max_pending_calls=options.get("max_pending_calls", -1),
+        methods=actor_class._methods, async_methods=_async_methods(actor_class._cls),
+        max_pending_calls=options.get("max_pending_calls", -1),
     )
     core.create_actor(actor, blob)
     return ActorHandle(ObjectRef(actor_id), actor.class_name, actor_class._methods, checks)

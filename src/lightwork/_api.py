@@ -371,6 +371,21 @@ def _refuse_ended_session(values: Any) -> None:
         raise SessionEndedError(value.hex(), ended_session_message(what, running=False))
 
 
+def diagnostics_node(feature: str) -> Any:
+    """``driver_node()`` for a diagnostic; on a backend that records no run (the cluster
+    backend, for now), UnsupportedOnBackend naming ``feature`` instead of None."""
+    node = driver_node()
+    backend = _backend
+    if node is None and backend is not None and not backend.closed and backend.in_driver:
+        from lightwork.exceptions import UnsupportedOnBackend
+
+        raise UnsupportedOnBackend(
+            f"{feature} is not supported on the {backend.name} backend yet: the cluster's "
+            "tasks are not recorded in lightwork's event log; run on the embedded runtime "
+            "(init() with no address) to use it, or read the Dask dashboard")
+    return node
+
+
 def _install_worker_core(worker: Any) -> None:
     """Inside an embedded-runtime worker process: its calls go to ``worker``."""
     global _worker, _node, _backend

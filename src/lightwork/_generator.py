@@ -17,7 +17,6 @@ The function runs inside :class:`DynamicReturns`, which stores each item as it c
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,6 +74,8 @@ class ObjectRefGenerator:
                 return self._next(None)
             except StopIteration:
                 return None  # a StopIteration cannot cross a future
+
+        import asyncio  # here: a worker's start-up should not pay for asyncio
 
         ref = await asyncio.get_running_loop().run_in_executor(None, step)
         if ref is None:

@@ -26,7 +26,6 @@ context, so the runtime knows which objects a serialized value contains.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import itertools
 import threading
@@ -199,6 +198,8 @@ class ObjectRef:
         return _core((self,)).future(self)
 
     def __await__(self) -> Generator[Any, None, Any]:
+        import asyncio  # here: a worker's start-up should not pay for asyncio
+
         return asyncio.wrap_future(self.future()).__await__()
 
     def task_id(self) -> int:

@@ -288,6 +288,13 @@ def print_status(s: dict[str, Any], out: TextIO) -> None:
         ("event log", f"{log['task_records']} task records (budget {log['budget']}); dropped "
                       f"{log['dropped_tasks']} records, {log['dropped_spans']} spans"),
     ]
+    deadlocks = s.get("actor_deadlocks") or []
+    if deadlocks:  # gets inside actors that could never return (raised ActorDeadlockError)
+        last = deadlocks[-1]
+        summary = (f"{len(deadlocks)} get(s) in actors could never return and raised "
+                   f"ActorDeadlockError; last: {last['method']} waiting for "
+                   f"{' -> '.join(last['waits_for'])} at {last['callsite']}")
+        lines.insert(4, ("deadlocks", summary))
     for key, value in lines:
         print(f"{key:<11}{value}", file=out)
 

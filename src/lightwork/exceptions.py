@@ -16,7 +16,8 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     ├── UnserializableException             stands in for a user's exception that could
     │                                       not be sent back; type name and message kept
     ├── ActorError (RayActorError)
-    │   └── ActorDiedError
+    │   ├── ActorDiedError
+    │   └── ActorDeadlockError              a get inside an actor that can never return
     ├── WorkerCrashedError                  process died while running a task
     ├── ObjectLostError
     │   ├── OwnerDiedError
@@ -38,6 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "ActorDeadlockError",
     "ActorDiedError",
     "ActorError",
     "GetTimeoutError",
@@ -255,6 +257,15 @@ class ActorError(LightworkError):
 
 class ActorDiedError(ActorError):
     """The actor's process died or its constructor raised."""
+
+
+class ActorDeadlockError(ActorError):
+    """A ``get`` inside an actor waits for a call that can never run (lightwork only).
+
+    The actor's free slots are all taken by callers waiting, directly or through other
+    actors, on calls queued behind them: e.g. a method of a ``max_concurrency=1`` actor
+    that gets another call on its own handle. Ray hangs there; lightwork raises.
+    """
 
 
 class WorkerCrashedError(LightworkError):

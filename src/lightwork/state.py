@@ -32,7 +32,7 @@ def query(op: str, request_timeout: float = 30.0, **args: Any) -> Any:
     """Run one diagnostics operation (``control.OPS``) against this process's session."""
     from lightwork import _api
 
-    node = _api.driver_node()
+    node = _api.diagnostics_node(f"the state API ({op})")
     if node is not None:
         return control.dispatch(node, op, args)
     if _api._worker is not None:

@@ -8,7 +8,11 @@ exit — unless the actor is detached, which the registry pins until ``kill``/``
 
 States: PENDING (waiting for resources to be placed) -> STARTING (process forked,
 ``__init__`` sent) -> ALIVE -> DEAD, or ALIVE -> RESTARTING -> ALIVE when the process
-died and ``max_restarts`` allows. Placement needs the actor's ``place`` resources free
+died and ``max_restarts`` allows. ``kill`` wins in every state: the actor is DEAD at
+once (its calls fail naming kill, its name is free) and its process gets SIGKILL, at
+once or as soon as the fork server reports its pid (``WorkerConn.doomed``); news from a
+doomed process is ignored. ``kill(no_restart=False)`` within ``max_restarts`` makes it
+RESTARTING instead. Placement needs the actor's ``place`` resources free
 (1 CPU by default) and holds its ``hold`` resources for its lifetime (none by default,
 as in Ray).
 
@@ -44,6 +48,8 @@ STARTING = "STARTING"
 ALIVE = "ALIVE"
 RESTARTING = "RESTARTING"
 DEAD = "DEAD"
+ASYNC_DEFAULT_CONCURRENCY = 1000  # the worker's default for async actors
+MAX_DEADLOCK_REPORTS = 100
 
 
 @dataclass(eq=False)
@@ -74,7 +80,27 @@ class Actor:
     calls_done: int = 0
     started_at: float = field(default_factory=time.monotonic)
     methods: dict[str, int] = field(default_factory=dict)
+    async_methods: frozenset[str] = frozenset()  # non-empty: an async actor
+    waits: dict[tuple[int, int], Wait] = field(default_factory=dict)  # blocked gets
     max_pending_calls: int = -1  # queued + running calls allowed at once; -1: no limit
+
+    @property
+    def slots(self) -> int:
+        """How many calls run at once: the thread pool of a threaded or async actor."""
+        if self.async_methods:
+            return self.max_concurrency or ASYNC_DEFAULT_CONCURRENCY
+        return self.max_concurrency or 1
+
+
+@dataclass(eq=False)
+class Wait:
+    """A ``get`` blocked inside one of an actor's calls, and the actor calls it awaits."""
+
+    key: tuple[int, int]  # (worker id, request id)
+    calls: list[TaskSpec]  # the pending actor calls among the awaited objects
+    on_loop: bool  # made on an async actor's event loop: no coroutine runs until it ends
+    method: str | None  # the call that made it (from the worker)
+    callsite: Any
 
 
 class ActorManager:
@@ -83,6 +109,9 @@ class ActorManager:
         self.actors: dict[int, Actor] = {}
         self.names: dict[tuple[str | None, str], int] = {}
         self.pending: deque[Actor] = deque()
+        # Gets that could never return, answered with ActorDeadlockError: the state API
+        # and the advisor read them (newest last).
+        self.deadlocks: deque[dict[str, Any]] = deque(maxlen=MAX_DEADLOCK_REPORTS)
 
     # -- creation --------------------------------------------------------------------
     def create(self, actor: Actor) -> None:
@@ -187,7 +216,7 @@ class ActorManager:
 
     def pump(self, actor: Actor) -> None:
         """Send the calls at the head of the queue whose arguments are ready."""
-        if actor.state != ALIVE or actor.conn is None:
+        if actor.state != ALIVE or actor.conn is None or actor.conn.doomed:
             return
         node = self.node
         batch: list[tuple[Any, ...]] = []
@@ -220,6 +249,8 @@ class ActorManager:
     def on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
         actor = conn.actor
         node = self.node
+        if conn.doomed or actor.state == DEAD:
+            return  # killed: its calls are failed or retried when its process is gone
         if task_id == actor.creation_task:
             if outcome:  # ("error", Stored): the constructor raised
                 actor.init_error = outcome[1]
@@ -272,20 +303,107 @@ class ActorManager:
             node._end_task(task, FINISHED)
         node._unuse(task.actor_id)
 
+    # -- gets that can never return ----------------------------------------------------
+    def start_wait(self, actor: Actor, key: tuple[int, int], pending: list[Any],
+                   timeout: Any, context: tuple[bool, str | None, Any]) -> str | None:
+        """Record a get blocked in one of ``actor``'s calls; say why it deadlocks, if so.
+
+        The get can never return when one of the calls it awaits can never run: that
+        call's actor has no slot free for it (its slots, or for a coroutine its event
+        loop, are all held by blocked gets) and each of those gets can itself never return.
+        This get counts as one that cannot (the check is coinductive), so a method of a
+        ``max_concurrency=1`` actor getting its own call, an async method blocking its
+        loop on a coroutine of its own actor, and cycles through other actors (A waits for
+        B which waits for A) are found, while a threaded or async actor with a slot free
+        for the awaited call is left to run. A get with a timeout is never a deadlock.
+        """
+        node = self.node
+        calls = []
+        for entry in pending:
+            task = node.tasks.get(entry.task_id)
+            if task is not None and task.actor_id:
+                calls.append(task)
+        on_loop, method, callsite = context
+        wait = Wait(key, calls, on_loop, method, callsite)
+        if not calls or timeout is not None:
+            return None  # it returns in time: not counted (its slot looks free, so no
+            # deadlock is ever claimed because of it)
+        actor.waits[key] = wait
+        path = self._stuck(wait, set())
+        if path is None:
+            return None
+        del actor.waits[key]
+        return self._deadlock_message(actor, wait, path)
+
+    def _stuck(self, wait: Wait, assumed: set[tuple[int, int]]) -> list[TaskSpec] | None:
+        """The chain of calls that keeps ``wait`` from ever returning, or None."""
+        if wait.key in assumed:
+            return []
+        assumed.add(wait.key)
+        for call in wait.calls:
+            target = self.actors.get(call.actor_id)
+            if target is None or target.state == DEAD:
+                continue  # the call fails: the get returns
+            rest = self._never_runs(target, call.function_key, assumed)
+            if rest is not None:
+                return [call, *rest]
+        assumed.discard(wait.key)
+        return None
+
+    def _never_runs(self, actor: Actor, method: Any, assumed: set[tuple[int, int]]) -> list[TaskSpec] | None:
+        blocked = [w for w in actor.waits.values() if w.calls]
+        if method in actor.async_methods:  # a coroutine runs on the loop: is it held?
+            blocked = [w for w in blocked if w.on_loop]
+            if not blocked:
+                return None
+        elif len(blocked) < actor.slots:
+            return None  # a slot is free, or held by work that is not waiting
+        chain: list[TaskSpec] = []
+        for wait in blocked:
+            rest = self._stuck(wait, assumed)
+            if rest is None:
+                return None
+            chain = chain or rest
+        return chain
+
+    def _deadlock_message(self, actor: Actor, wait: Wait, path: list[TaskSpec]) -> str:
+        where = _format_site(wait.callsite)
+        caller = wait.method or f"a method of {actor.class_name}"
+        chain = " -> ".join(call.name for call in path)
+        first = path[0]
+        if first.actor_id == actor.actor_id and len(path) == 1:
+            why = (f"{first.name} is a call on the same actor, and it cannot start until "
+                   f"{caller} returns: " + (
+                       "the get blocks the actor's event loop" if wait.on_loop else
+                       f"every one of its {actor.slots} slot(s) is taken by a caller waiting"
+                       if actor.slots > 1 else "the caller holds the actor's only slot "
+                       "(max_concurrency=1)"))
+        else:
+            why = (f"it waits for {chain}, which waits, through the actors in between, for "
+                   f"a call that cannot start until {caller} returns (a cycle of actors "
+                   "waiting on each other)")
+        self.deadlocks.append({
+            "time": time.time(), "actor_id": actor.actor_id, "class_name": actor.class_name,
+            "method": wait.method, "callsite": where, "waits_for": [c.name for c in path],
+        })
+        return (
+            f"get() in {caller} (actor {actor.class_name}, id {actor.actor_id:020x}) at {where} "
+            f"would wait forever: {why}. Fix: call the method directly (self.method(...)) "
+            "instead of through the actor's handle, make the method async and `await` the "
+            "ref, or raise max_concurrency so a slot is free for the awaited call.")
+
     # -- death -----------------------------------------------------------------------
     def on_worker_death(self, conn: WorkerConn, how: str) -> None:
         actor = conn.actor
         node = self.node
         node.scheduler._give_back(actor.hold)
         actor.conn = None
+        actor.waits.clear()
         if actor.state == DEAD:
             return
         if not actor.death_cause:
             actor.death_cause = f"its process (pid {conn.pid}) died: {how}"
-        can_restart = not actor.no_restart and (
-            actor.max_restarts < 0 or actor.restarts < actor.max_restarts
-        )
-        if not can_restart:
+        if not self._can_restart(actor):
             self._die(actor, actor.death_cause)
             return
         actor.restarts += 1
@@ -340,22 +458,46 @@ class ActorManager:
         )
 
     def kill(self, actor_id: int, no_restart: bool) -> None:
+        """``kill()``: the actor ends now, whatever state it is in (Ray's semantics).
+
+        With ``no_restart`` (the default), or when ``max_restarts`` is used up, the actor
+        is DEAD at once: its queued and running calls fail naming ``kill``, later calls
+        fail, its name is free, and its process (if any) gets SIGKILL. Otherwise its
+        process is killed and it restarts as after a crash (RESTARTING at once, so no call
+        is sent to the doomed process).
+        """
         actor = self.actors.get(actor_id)
         if actor is None and self.node.id_floor.minted_before(actor_id):
             raise self.node.ended_session_error(actor_id, actor=True)
         if actor is None or actor.state == DEAD:
             return
-        if no_restart:
+        conn = actor.conn
+        if no_restart or not self._can_restart(actor):
             actor.no_restart = True
             actor.death_cause = "it was killed with kill()"
-        conn = actor.conn
-        if conn is not None and conn.pid:
+            self._die(actor, actor.death_cause)
+            if conn is not None:
+                self._end_process(conn)
+            return
+        if conn is None:  # waiting for placement: no process to kill, a restart all the same
+            actor.restarts += 1
+            return
+        actor.death_cause = "it was killed with kill(no_restart=False)"
+        actor.state = RESTARTING
+        self._end_process(conn)
+
+    def _end_process(self, conn: WorkerConn) -> None:
+        """SIGKILL an actor's process now, or as soon as the fork server gives its pid."""
+        conn.doomed = True
+        if conn.pid:
             try:
                 os.kill(conn.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        elif conn is None:
-            self._die(actor, "it was killed with kill() before it started")
+
+    def _can_restart(self, actor: Actor) -> bool:
+        return not actor.no_restart and (
+            actor.max_restarts < 0 or actor.restarts < actor.max_restarts)
 
     def handle_freed(self, actor_id: int) -> None:
         """No handle to the actor remains anywhere: end its process."""
@@ -383,6 +525,12 @@ class ActorManager:
     def shutdown(self) -> None:
         for actor in self.actors.values():
             actor.state = DEAD
+
+
+def _format_site(site: Any) -> str:
+    if isinstance(site, (tuple, list)) and len(site) == 3:
+        return f"{site[0]}:{site[1]} in {site[2]}"
+    return "(unknown call site)"
 
 
 def _traceback_of(error: Any) -> str:

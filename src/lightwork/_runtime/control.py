@@ -54,7 +54,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lightwork._runtime import views
 from lightwork._runtime.session import _alive, _pid_of, sessions_root
 
 if TYPE_CHECKING:
@@ -125,6 +124,10 @@ class ControlServer:
         self._thread = threading.Thread(target=self._serve, name="lightwork-control", daemon=True)
         self._thread.start()
         return self
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
 
     def stop(self) -> None:
         self._stop.set()
@@ -241,6 +244,8 @@ class ControlServer:
         if now - self._last_sample_at < 0.05:
             return  # a CPU percentage needs some time between two readings
         self._last_sample_at = now
+        from lightwork._runtime import views  # driver-side only: workers import this module
+
         node = self.node
         with node.lock:
             pids = [os.getpid()]
@@ -314,6 +319,8 @@ OPS = ("ping", "status", "list", "summarize_tasks", "memory_summary", "timeline_
 
 def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
     """Answer one diagnostics request (in the driver, with the node's state)."""
+    from lightwork._runtime import views  # driver-side only: workers import this module
+
     if op == "ping":
         return {"session": node.session.name, "driver_pid": os.getpid()}
     if op == "status":
@@ -376,7 +383,7 @@ def _describe_worker(node: Node, conn: Any) -> dict[str, Any]:
     actor = conn.actor
     if actor is not None:
         running = [task.name for task in actor.inflight.values()]
-        label = f"actor {actor.class_name} ({views._hex(actor.actor_id)})"
+        label = f"actor {actor.class_name} ({actor.actor_id:020x})"
     else:
         running = [conn.slot.inflight[0].name] if conn.slot.inflight else []
         label = "task worker"

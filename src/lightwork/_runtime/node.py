@@ -99,6 +99,8 @@ class WorkerConn:
     dead: bool = False
     started_at: float = field(default_factory=time.monotonic)
     actor: Any = None  # the Actor this process runs, or None for a pooled task worker
+    doomed: bool = False  # killed on purpose: SIGKILL sent, or sent once its pid is known
+    interrupt_on_spawn: bool = False  # a cancel came before its pid: SIGINT once known
     oom_kill: str = ""  # why the memory monitor killed it, or ""
 
 
@@ -388,6 +390,11 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                 continue
             if message[0] == forkserver.SPAWNED:
                 conn.pid = message[2]
+                if conn.doomed or conn.interrupt_on_spawn:  # kill/cancel came before the pid
+                    try:
+                        os.kill(conn.pid, signal.SIGKILL if conn.doomed else signal.SIGINT)
+                    except ProcessLookupError:
+                        pass
             elif message[0] == forkserver.EXITED:
                 conn.exit_status = message[3]
                 if conn.eof_at:
@@ -437,13 +444,16 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             if self.streams.streams:
                 self.streams.release_unconsumed()
         elif kind == p.GET:
-            self._on_worker_get(conn, message[1], message[2], message[3])
+            self._on_worker_get(conn, message[1], message[2], message[3],
+                                message[4] if len(message) > 4 else None)
         elif kind == p.WAIT:
             self._on_worker_wait(conn, *message[1:])
         elif kind == p.BOUNCE:
             task = self.tasks.get(message[1])
             if task is not None and task.worker is conn.slot:
                 self.scheduler.take_back(conn.slot, task)
+                if task.cancelled and self.scheduler.remove_ready(task):
+                    self._fail_task(task, _cancelled(task, "before it ran"))
         elif kind == p.CANCEL:
             self._cancel_ids(message[1], message[2])
         elif kind == p.CALL:
@@ -468,8 +478,11 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         record.cpu_time = cpu_time
         record.seen = time.monotonic()
         if task.cancelled:
-            self._fail_task(task, exceptions.TaskCancelledError(
-                f"task {task.name} was cancelled with cancel() before it finished"))
+            if type(outcome) is list:  # it finished before the cancel reached it
+                for stored in outcome:
+                    if stored.path is not None:
+                        unlink_quietly(stored.path)
+            self._fail_task(task, _cancelled(task, "before it finished"))
         elif outcome == "cancelled":  # a cancel signal meant for the task before this one
             self._requeue(task)
         elif outcome[0] == "lost":  # an argument's segment vanished: rebuild it, then rerun
@@ -747,7 +760,10 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         else:
             tasks = self.scheduler.remove_worker(conn.slot)
             for task in tasks[1:]:
-                self._requeue(task)
+                if task.cancelled:
+                    self._fail_task(task, _cancelled(task, "before it ran"))
+                else:
+                    self._requeue(task)
             if tasks:
                 self._on_task_crashed(tasks[0], conn)
         for object_id in conn.holds | conn.owned:
@@ -785,27 +801,57 @@ class Node(DriverCalls, WorkerRequests, Lineage):
 
     # ------------------------------------------------------------------ cancel
     def _cancel_ids(self, object_ids: list[int], force: bool) -> None:
+        """Cancel the tasks making these objects; the cancel wins in every state.
+
+        Waiting or ready: the task fails now. Dispatched to a worker: its id goes to the
+        worker's cancel file, then SIGINT (SIGKILL with ``force``) — sent as soon as the
+        fork server gives the worker's pid if it has not yet. The worker checks the file
+        when a SIGINT came, both in the signal handler (the task running now) and before
+        it starts a task, so a cancel landing between dispatch and start is not lost. A
+        task queued on its worker behind another cannot have started: its objects fail
+        now, and ``force`` never kills the worker (that would kill the task ahead of it).
+        """
         for object_id in object_ids:
             entry = self.objects.entries.get(object_id)
             task = self.tasks.get(entry.task_id) if entry is not None else None
             if task is None or task.cancelled:
                 continue
             task.cancelled = True
-            error = exceptions.TaskCancelledError(
-                f"task {task.name} was cancelled with cancel() before it ran")
             if task.state == WAITING or (
                 task.state == TASK_READY and self.scheduler.remove_ready(task)
             ):
-                self._fail_task(task, error)
-            elif task.worker is not None and task.worker.inflight[0] is task:
-                # Running: interrupt it. Queued behind another task on its worker: the
-                # worker will run it, and its result is then replaced by the error.
-                conn = self.workers.get(task.worker.worker_id)
-                if conn is not None and conn.pid:
-                    try:
-                        os.kill(conn.pid, signal.SIGKILL if force else signal.SIGINT)
-                    except ProcessLookupError:
-                        pass
+                self._fail_task(task, _cancelled(task, "before it ran"))
+            elif task.worker is not None:
+                slot = task.worker
+                if slot.inflight and slot.inflight[0] is not task:
+                    self._fail_returns(task, _cancelled(task, "while it was queued on a worker"))
+                    force = False
+                conn = self.workers.get(slot.worker_id)
+                if conn is not None:
+                    self._interrupt(conn, task.task_id, force)
+
+    def _interrupt(self, conn: WorkerConn, task_id: int, force: bool) -> None:
+        try:
+            with open(p.cancel_file(self.session.directory, conn.worker_id), "a") as f:
+                f.write(f"{task_id}\n")
+        except OSError:
+            force = True  # the worker cannot learn which task: end it, the crash path retries
+        if force:
+            conn.doomed = True
+        else:
+            conn.interrupt_on_spawn = True
+        if conn.pid:
+            try:
+                os.kill(conn.pid, signal.SIGKILL if force else signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    def _fail_returns(self, task: TaskSpec, error: Any) -> None:
+        """Fail a task's objects now; the task itself ends when its worker says so."""
+        for object_id in task.return_ids:
+            entry = self.objects.get(object_id)
+            if entry is not None:
+                self._resolve(entry, None, error)
 
     # ------------------------------------------------------------------ shutdown
     def shutdown(self) -> None:
@@ -843,6 +889,10 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         if ref_counter.on_borrow == self._on_driver_borrow:
             ref_counter.on_borrow = None
             ref_counter.on_first_release = None
+
+def _cancelled(task: TaskSpec, when: str) -> exceptions.TaskCancelledError:
+    return exceptions.TaskCancelledError(f"task {task.name} was cancelled with cancel() {when}")
+
 
 def _error_summary(error: Any) -> str:
     if isinstance(error, Stored):

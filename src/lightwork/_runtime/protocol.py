@@ -43,6 +43,17 @@ MAPPED = 22
 UNMAPPED = 23
 
 _LENGTH = struct.Struct("<I")
+
+
+def cancel_file(session_dir: str, worker_id: int) -> str:
+    """Where the driver appends the ids of tasks it cancels on a worker (one per line).
+
+    A cancel is that line, then SIGINT to the worker: a signal carries no task id, and
+    the worker's main thread may be deep in user code, so no frame could be read.
+    """
+    import os
+
+    return os.path.join(session_dir, f"cancel-w{worker_id}")
 _RECV_SIZE = 1 << 18
 
 

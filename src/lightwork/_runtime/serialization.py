@@ -3,7 +3,9 @@
 A value is pickled with protocol 5: by the standard pickler when everything in it is
 importable by name in a worker (several times quicker), else by cloudpickle (functions
 and classes from ``__main__``, lambdas, local definitions). Buffers of at least
-``OUT_OF_BAND_MIN`` bytes (numpy arrays, bytes-likes) are taken out of band. The result is
+``OUT_OF_BAND_MIN`` bytes (numpy arrays, bytes-likes) are taken out of band; a large
+``bytes`` value, which pickle keeps in band, is pickled as ``bytes(<buffer>)`` with its
+buffer out of band (``_bytes_out_of_band``). The result is
 a :class:`Stored` object in one of two forms:
 
 * inline: the pickle and its few out-of-band buffers travel inside protocol frames;
@@ -181,11 +183,40 @@ _SCALARS = (int, float, str, bool, type(None))
 
 def serialize(value: Any, segment_path: SegmentTarget) -> Stored:
     """Serialize ``value``; write it to ``segment_path`` (see ``SegmentTarget``) if large."""
-    if type(value) in _SCALARS:  # the common tiny result: skip cloudpickle's set-up
+    kind = type(value)
+    if kind in _SCALARS:  # the common tiny result: skip cloudpickle's set-up
         data = pickle.dumps(value, protocol=5)
         return Stored(data, (), None, len(data), ())
+    if kind is bytes and len(value) >= OUT_OF_BAND_MIN:
+        return store(*_bytes_out_of_band(value), [], segment_path)
     data, buffers, ids = dumps(value)
     return store(data, buffers, ids, segment_path)
+
+
+class _OutOfBandBytes:
+    """Pickles a ``bytes`` as ``bytes(<out-of-band buffer>)``."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: bytes) -> None:
+        self.value = value
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (bytes, (pickle.PickleBuffer(self.value),))
+
+
+def _bytes_out_of_band(value: bytes) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    """A large ``bytes`` the way an array is stored: its buffer out of band.
+
+    Pickle 5 keeps ``bytes`` in band: the pickler copies it into the pickle (growing its
+    buffer as it goes), the ``__main__`` check scans it, and the segment writer copies
+    the pickle once more; 1 GiB took 7 s where an array of the same size takes 0.5 s.
+    Out of band it is written straight from the value into the segment, and read back
+    with one copy (``bytes`` owns its memory, so it cannot point into the mapping).
+    """
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(_OutOfBandBytes(value), protocol=5, buffer_callback=buffers.append)
+    return data, buffers
 
 
 def store(

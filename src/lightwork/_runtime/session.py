@@ -112,9 +112,13 @@ class ForkServer:
     def __init__(self, session: Session) -> None:
         parent_end, child_end = socket.socketpair()
         src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        # The worker's part of lightwork only (see lightwork/__init__.py): the first
+        # workers start as soon as this import ends.
         code = (
-            "import sys; sys.path.insert(0, sys.argv[1]); "
+            "import os, sys; sys.path.insert(0, sys.argv[1]); "
+            "os.environ['_LIGHTWORK_WORKER_IMPORT'] = '1'; "
             "from lightwork._runtime.forkserver import main; "
+            "del os.environ['_LIGHTWORK_WORKER_IMPORT']; "
             "main(int(sys.argv[2]), sys.argv[3:])"
         )
         self.process = subprocess.Popen(

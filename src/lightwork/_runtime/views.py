@@ -32,6 +32,7 @@ and a list value (``reference_kinds``) matches when it contains the value.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import math
 import os
 import threading
@@ -228,9 +229,13 @@ def _percentile(ordered: list[float], q: float) -> float | None:
 def actor_rows(node: Node) -> list[dict[str, Any]]:
     with node.lock:
         rows = []
+        deadlocks = Counter(report["actor_id"] for report in node.actors.deadlocks)
         for actor in node.actors.actors.values():
             conn = actor.conn
-            running = [task.name.rsplit(".", 1)[-1] for task in actor.inflight.values()]
+            # Calls sent to the process run in order on its slots; the rest of the sent
+            # ones wait in the process behind them: queued, not running.
+            running = [task.name.rsplit(".", 1)[-1]
+                       for task in itertools.islice(actor.inflight.values(), actor.slots)]
             rows.append({
                 "actor_id": _hex(actor.actor_id),
                 "class_name": actor.class_name,
@@ -241,8 +246,10 @@ def actor_rows(node: Node) -> list[dict[str, Any]]:
                 "worker_id": conn.worker_id if conn is not None else None,
                 "restarts": actor.restarts,
                 "max_restarts": actor.max_restarts,
-                "running": len(actor.inflight),
-                "queued": len(actor.queue),
+                "running": len(running),
+                "queued": len(actor.queue) + len(actor.inflight) - len(running),
+                "waiting_in_get": len(actor.waits),
+                "deadlocks": deadlocks.get(actor.actor_id, 0),
                 "calls_done": actor.calls_done,
                 "methods_running": running,
                 "max_concurrency": actor.max_concurrency or 1,
@@ -435,6 +442,7 @@ def status(node: Node) -> dict[str, Any]:
         objects = len(node.objects.entries)
         object_bytes = sum(entry.size for entry in node.objects.entries.values())
         shm_bytes = node.objects.bytes_in_segments
+        deadlocks = list(node.actors.deadlocks)
         log = node.log
         ended = Counter(log.ended_states())
         log_facts = {"task_records": len(log.tasks), "budget": log.budget,
@@ -452,6 +460,7 @@ def status(node: Node) -> dict[str, Any]:
         "workers": dict(Counter(row["state"] for row in workers[1:])),
         "worker_count": len(workers) - 1,
         "actors": dict(actors),
+        "actor_deadlocks": deadlocks,  # gets answered with ActorDeadlockError (actors.py)
         "tasks": {
             "waiting_for_args": states["PENDING_ARGS_AVAIL"],
             "queued": states["PENDING_NODE_ASSIGNMENT"] + states["SUBMITTED_TO_WORKER"],

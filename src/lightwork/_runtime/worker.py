@@ -114,6 +114,16 @@ class Worker:
         self.loop: AsyncRunner | None = None
         self.exiting = False
         self.bounce_when_waiting = True
+        # Cancels: the driver appends a task id to ``cancel_path`` and then sends SIGINT.
+        # The handler only raises a flag (and interrupts the task it names, if running);
+        # the file is read when the flag is up, so a cancel that lands before its task
+        # starts is found when it starts. See ``_on_sigint``.
+        self.cancel_path = p.cancel_file(config.get("session_dir") or self.shm_dir, worker_id)
+        # Up at start: a SIGINT that came before ``main`` installed the handler was lost.
+        self.cancel_signalled = True
+        self.cancelled_ids: set[int] = set()
+        self._cancel_offset = 0
+        self.interrupted = 0  # the task a KeyboardInterrupt was raised in (at most once)
         # Results of finished tasks held back to be sent in one batch with the next ones.
         # Every send carries them first, and a late-flush thread sends them if the task
         # that followed runs longer than FLUSH_AFTER_S (it might never end: a blocked
@@ -285,17 +295,53 @@ class Worker:
             return _ready
         return getattr(self.actor, key)
 
+    def cancelled(self, task_id: int) -> bool:
+        """Whether the driver cancelled ``task_id`` (the file is read only after a SIGINT)."""
+        if self.cancel_signalled:
+            self.cancel_signalled = False  # first: a SIGINT from now on raises it again
+            try:
+                with open(self.cancel_path, "rb") as f:
+                    f.seek(self._cancel_offset)
+                    text = f.read()
+            except OSError:
+                text = b""
+            end = text.rfind(b"\n") + 1  # a line being written now is read next time
+            self._cancel_offset += end
+            self.cancelled_ids.update(int(line) for line in text[:end].split())
+        return task_id in self.cancelled_ids
+
     def execute(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
-        (task_id, key, name, args_stored, dep_values, return_ids, resources, gpu_ids) = frame
+        if _test_gate_dir is not None:
+            _hold_at_gate("dispatched", frame[2])
         started = time.monotonic()
-        self.current = frame
-        _set_gpu_env(gpu_ids)
+        args_loaded = finished = started
+        cpu = 0.0
+        try:
+            outcome, args_loaded, finished, cpu = self._execute(frame, started)
+        except KeyboardInterrupt:  # a cancel that landed outside _execute's own handlers
+            finished = time.monotonic()
+            outcome = "cancelled"
+        self.current = None
+        if outcome == "cancelled":
+            self.cancelled_ids.discard(frame[0])
+        if len(serialization.MAPS):  # _execute's locals (args, result) are gone by now
+            self._report_unmapped()
+        return (p.DONE, frame[0], outcome, (started, args_loaded, finished, time.monotonic(), cpu))
+
+    def _execute(self, frame: tuple[Any, ...], started: float) -> tuple[Any, float, float, float]:
+        """Run one task: its outcome, when its arguments were loaded and it ended, its CPU."""
+        (task_id, key, name, args_stored, dep_values, return_ids, _resources, gpu_ids) = frame
         outcome: Any
         args_loaded = started
         # The process's CPU time (all threads: shows tasks that oversubscribe) over the
         # call alone: loading arguments and storing results are the runtime's work.
         cpu = cpu_started = 0.0
         try:
+            self.current = frame  # from here a SIGINT naming this task interrupts it
+            if (self.cancel_signalled or self.cancelled_ids) and self.cancelled(task_id):
+                self.interrupted = task_id
+                raise KeyboardInterrupt  # cancelled between dispatch and start
+            _set_gpu_env(gpu_ids)
             fn = self.target(key)
             args, kwargs = load_args(args_stored, dep_values)
             args_loaded = time.monotonic()
@@ -310,9 +356,11 @@ class Worker:
             cpu = time.process_time() - cpu_started
             outcome = self.store_results(name, result, return_ids)
             del result
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             finished = time.monotonic()
-            outcome = "cancelled"
+            # Ours (a cancel) or the user's own: only the first is a cancellation.
+            outcome = "cancelled" if self.interrupted == task_id else (
+                "error", error_outcome(name, exc))
         except LostArgument as lost:  # the driver rebuilds it and sends the task again
             finished = time.monotonic()
             outcome = ("lost", lost.path)
@@ -327,11 +375,7 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001 - user errors become results
             finished = time.monotonic()
             outcome = ("error", error_outcome(name, exc))
-        self.current = None
-        if len(serialization.MAPS):
-            args = kwargs = result = None  # the failed paths may still hold them
-            self._report_unmapped()
-        return (p.DONE, task_id, outcome, (started, args_loaded, finished, time.monotonic(), cpu))
+        return outcome, args_loaded, finished, cpu
 
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         """Create this worker's actor instance; the DONE says whether ``__init__`` worked."""
@@ -458,10 +502,16 @@ class Worker:
 
     def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
         self.send([])
-        reply = self.request((p.GET, ids, timeout))
+        context = None
+        if self.actor_id:  # lets the driver tell a get that can never return (actors.py)
+            on_loop = self.loop is not None and threading.current_thread() is self.loop.thread
+            context = (on_loop, self.current[2] if self.current else None, callsite)
+        reply = self.request((p.GET, ids, timeout, context))
         if reply == "timeout":
             raise exceptions.GetTimeoutError(
                 f"get timed out after {timeout} s waiting for {len(ids)} object(s)")
+        if type(reply) is tuple:  # ("deadlock", message)
+            raise exceptions.ActorDeadlockError(reply[1])
         values = []
         for kind, payload in reply:
             if kind == "ok":
@@ -612,8 +662,9 @@ class AsyncRunner:
 
         self.limit = limit
         self._loop = asyncio.new_event_loop()
-        threading.Thread(target=self._loop.run_forever, name="lightwork-actor-loop",
-                         daemon=True).start()
+        self.thread = threading.Thread(target=self._loop.run_forever, name="lightwork-actor-loop",
+                                       daemon=True)
+        self.thread.start()
 
     def run(self, coroutine: Any) -> Any:
         import asyncio
@@ -627,18 +678,42 @@ def _set_gpu_env(gpu_ids: tuple[int, ...]) -> None:
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
+    """A cancel: interrupt the running task if the driver named it, else note it.
+
+    Raises at most once per task (``interrupted``), so the KeyboardInterrupt cannot land
+    a second time while ``execute`` is turning the first into the "cancelled" outcome.
+    """
     worker = _current_worker
-    if worker is not None and worker.current is not None:
+    if worker is None:
+        return
+    worker.cancel_signalled = True
+    running = worker.current
+    if running is not None and worker.interrupted != running[0] and worker.cancelled(running[0]):
+        worker.interrupted = running[0]
         raise KeyboardInterrupt
 
 
 _current_worker: Worker | None = None
 
+# Tests only: LIGHTWORK_TEST_GATE_DIR=<dir> holds a task named N at point P while the
+# file <dir>/P-N.hold exists (and creates <dir>/P-N.reached), so a test can act on a
+# task at an exact point of its life. Read once in ``main``; unset, it costs one check.
+_test_gate_dir: str | None = None
+
+
+def _hold_at_gate(point: str, task_name: str) -> None:
+    gate = os.path.join(_test_gate_dir or "", f"{point}-{task_name}")
+    if os.path.exists(gate + ".hold"):
+        open(gate + ".reached", "w").close()
+        while os.path.exists(gate + ".hold"):
+            time.sleep(0.005)
+
 
 def main(fd: int, worker_id: int, config: dict[str, Any]) -> None:
     """Entry point in the forked child."""
-    global _current_worker
+    global _current_worker, _test_gate_dir
     faulthandler.enable()
+    _test_gate_dir = os.environ.get("LIGHTWORK_TEST_GATE_DIR") or None
     sys.path[:] = config["sys_path"]
     try:
         os.chdir(config["cwd"])

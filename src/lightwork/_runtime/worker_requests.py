@@ -91,7 +91,8 @@ class WorkerRequests(_Base):
             return ("ok", entry.stored)
         return ("err", entry.error)
 
-    def _on_worker_get(self, conn: WorkerConn, request_id: int, ids: list[int], timeout: Any) -> None:
+    def _on_worker_get(self, conn: WorkerConn, request_id: int, ids: list[int], timeout: Any,
+                       context: Any = None) -> None:
         for object_id in ids:
             entry = self.objects.entries.get(object_id)
             stored = entry.stored if entry is not None else None
@@ -103,6 +104,13 @@ class WorkerRequests(_Base):
         if not pending:
             self._reply(conn, request_id, [self._payload(i) for i in ids])
             return
+        actor = conn.actor
+        if actor is not None and context is not None:
+            deadlock = self.actors.start_wait(actor, (conn.worker_id, request_id), pending,
+                                              timeout, context)
+            if deadlock:
+                self._reply(conn, request_id, ("deadlock", deadlock))
+                return
         conn.slot.blocked_in = "get"
         self.scheduler.block(conn.slot)
         state = {"done": False}
@@ -111,6 +119,8 @@ class WorkerRequests(_Base):
             if state["done"]:
                 return
             state["done"] = True
+            if actor is not None:
+                actor.waits.pop((conn.worker_id, request_id), None)
             if not conn.dead:
                 self.scheduler.unblock(conn.slot)
             payload = "timeout" if timed_out else [self._payload(i) for i in ids]

@@ -41,7 +41,9 @@ Inside a task, ``get`` and ``wait`` secede from the worker's thread pool while t
 block and rejoin after, so a task waiting for its children never holds the slot they
 need, even on a cluster of one single-thread worker.
 
-Not done yet on this backend (UnsupportedOnBackend): actors, diagnostics' event log.
+Not done yet on this backend (UnsupportedOnBackend): actors, and the diagnostics (the
+event log is not filled from the cluster, so the timeline, state API, stack, advisor and
+callbacks say so rather than show nothing).
 """
 
 from __future__ import annotations
@@ -125,9 +127,17 @@ class DistributedBackend(Backend):
                 raise ValueError("init(address='local-cluster') cannot share GPUs among its "
                                  "single-thread workers; start workers with the dask CLI "
                                  "and --resources 'GPU=n' instead")
-            cluster = distributed.LocalCluster(
-                n_workers=max(1, workers), threads_per_worker=1, processes=True,
-                resources=declared, dashboard_address=None)
+            try:
+                cluster = distributed.LocalCluster(
+                    n_workers=max(1, workers), threads_per_worker=1, processes=True,
+                    resources=declared, dashboard_address=None)
+            except RuntimeError as exc:
+                raise RuntimeError(
+                    "init(address='local-cluster') could not start its worker processes "
+                    f"({exc}). They start with multiprocessing's spawn, which imports the "
+                    "main script again: put the script's top-level code under `if __name__ "
+                    "== '__main__':`, or start workers with the dask CLI and pass the "
+                    "scheduler's address") from exc
             client = distributed.Client(cluster)
             return cls(client, True, cluster=cluster, owns_client=True, namespace=namespace)
         if num_cpus is not None or num_gpus is not None or resources:
@@ -300,6 +310,10 @@ class DistributedBackend(Backend):
         self, spec: Any, args: tuple, kwargs: dict, callsite: Any = None
     ) -> list[ObjectRef]:
         self._check_open()
+        if spec.stream:
+            raise unsupported(
+                f"a generator task ({spec.name}, num_returns='streaming')",
+                "return a list instead, or set num_returns=k for k values")
         if ref_counter._released:
             self._drain()
         restrictions = self._restrictions(spec)

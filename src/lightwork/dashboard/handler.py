@@ -204,8 +204,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        dashboard.clients += 1
-        dashboard._wake.set()  # a page opened: sync now rather than at the idle pace
+        dashboard.page_opened()
         try:
             sent_generation = -1
             last_sent = 0.0
@@ -230,8 +229,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, OSError):
             pass
         finally:
-            dashboard.clients -= 1
-            dashboard.last_client = time.monotonic()
+            dashboard.page_closed()
 
     # ---------------------------------------------------------------- POST
     def _post(self, path: str) -> None:
@@ -267,7 +265,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             raise HttpError(404, f"no action {path!r}; actions are /api/actions/cancel and "
                                  "/api/actions/kill")
-        dashboard._wake.set()
+        dashboard.sync_soon()
         self._send_json(200, result)
 
     # ---------------------------------------------------------------- responses

@@ -91,13 +91,16 @@ class DashboardServer:
         self.idle_sync_s = idle_sync_s
         self.token = secrets.token_urlsafe(16)  # 128 random bits
         self.mirror = mirror or Mirror()  # given: a replay (``--from FILE``), no socket
-        self.clients = 0  # open event streams
+        self.clients = 0  # open event streams (changed under _clients_lock)
+        self._clients_lock = threading.Lock()
         self.last_request = time.monotonic()
         self.last_client = time.monotonic()
         self._stop = threading.Event()
         self._sync_lock = threading.Lock()
         self._wake = threading.Event()
         self._cache: dict[str, tuple[float, Any]] = {}
+        self._last_sync_at = 0.0
+        self._horizon_s = float("inf")
         self.httpd = _bind(port)
         self.port = self.httpd.server_address[1]
         self.httpd.dashboard = self  # type: ignore[attr-defined]
@@ -140,6 +143,19 @@ class DashboardServer:
     def stopped(self) -> bool:
         return self._stop.is_set()
 
+    def page_opened(self) -> None:
+        with self._clients_lock:
+            self.clients += 1
+        self._wake.set()  # a page opened: sync now rather than at the idle pace
+
+    def sync_soon(self) -> None:
+        self._wake.set()
+
+    def page_closed(self) -> None:
+        with self._clients_lock:
+            self.clients -= 1
+        self.last_client = time.monotonic()
+
     # ---------------------------------------------------------------- syncing
     def sync_now(self) -> bool:
         """Bring the mirror up to date; False when the session has ended."""
@@ -147,13 +163,16 @@ class DashboardServer:
             return False
         with self._sync_lock:
             try:
+                total = 0
                 while True:
                     reply = control.request(self.socket_path, "dashboard_sync", {
                         "task_cursor": self.mirror.task_cursor,
                         "span_cursor": self.mirror.span_cursor,
                     }, timeout=10.0)
                     count = self.mirror.apply(reply)
+                    total += count
                     if count < DEFAULT_MAX_RECORDS or self._stop.is_set():
+                        self._note_rate(total)
                         return True
             except control.NotAnsweringError:
                 return True  # busy driver: try again later
@@ -163,9 +182,20 @@ class DashboardServer:
                 self.mirror.mark_ended("the program ended (its session closed)")
                 return False
 
+    def _note_rate(self, records: int) -> None:
+        """How soon the driver's ring would overflow at the rate records just arrived."""
+        now = time.monotonic()
+        if self._last_sync_at and records:
+            rate = records / max(1e-3, now - self._last_sync_at)
+            self._horizon_s = 0.5 * self.mirror.budget / rate
+        self._last_sync_at = now
+
     def _sync_loop(self) -> None:
         while not self._stop.is_set():
-            interval = max(SYNC_INTERVAL_S, self.mirror.driver_cost_s / DRIVER_SHARE)
+            # Spaced so a sync takes at most DRIVER_SHARE of the driver's time, but never
+            # so far apart that the driver's ring overflows before the next one.
+            interval = max(SYNC_INTERVAL_S, min(self.mirror.driver_cost_s / DRIVER_SHARE,
+                                                self._horizon_s))
             active = self.clients > 0 or time.monotonic() - self.last_request < IDLE_AFTER_S
             if not active:
                 interval = self.idle_sync_s if self.idle_sync_s is not None else SYNC_INTERVAL_S

@@ -52,7 +52,7 @@ __all__ = [
 def _node():  # type: ignore[no-untyped-def]
     from lightwork import _api
 
-    node = _api.driver_node()
+    node = _api.diagnostics_node("the event log")
     if node is None:
         raise RuntimeError(
             "no lightwork runtime is running in this process; call lightwork.init() first "

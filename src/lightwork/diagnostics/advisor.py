@@ -837,7 +837,7 @@ def advise(print_report: bool = True) -> list[Finding]:
     """
     from lightwork import _api
 
-    node = _api.driver_node()
+    node = _api.diagnostics_node("the advisor")
     if node is None:
         raise RuntimeError(
             "no lightwork runtime is running in this process; call lightwork.advise() "

@@ -402,7 +402,11 @@ def _observe_blocking(kind: str, refs: list[Any]) -> Callable[[bool], None] | No
     callbacks = active_callbacks()
     if not callbacks:
         return None
-    node = introspect.node_or_none()
+    from lightwork import _api
+
+    # On a backend that records no run this raises UnsupportedOnBackend, which the hook
+    # reports on stderr: the callbacks never silently show nothing.
+    node = _api.diagnostics_node("Dask-style callbacks (ProgressBar, Profiler, ...)")
     if node is None:
         return None  # inside a worker: the driver's callbacks do not follow nested calls
     from lightwork.diagnostics._plain import start_run

@@ -1,8 +1,11 @@
 """A deep queue: a million no-op tasks queued at once, then run to completion.
 
+(Not ``queue.py``: ``bench/`` is on the peers' ``PYTHONPATH``, and a ``queue`` module there
+hides the standard library's from Ray's imports.)
+
 Usage (from the repository root)::
 
-    python bench/queue.py [--tasks 1000000] [--blocks 10]
+    python bench/deep_queue.py [--tasks 1000000] [--blocks 10]
 
 Every worker slot is first taken by a task that waits for a gate file, so the no-op tasks
 all stay queued while they are submitted. Reported:
