@@ -68,8 +68,7 @@ def test_an_exception_mid_stream_surfaces_at_its_item(runtime):
     assert lightwork.get(refs[:2]) == [0, 10]
     with pytest.raises(StreamFailure, match="failed at item 2"):
         lightwork.get(refs[2])
-    with pytest.raises(StreamFailure):
-        lightwork.get(stream.completed())
+    assert lightwork.get(stream.completed()) is None  # the error was the stream's, as in Ray
 
 
 def test_an_error_before_the_first_item_and_an_empty_generator(runtime):
@@ -155,10 +154,13 @@ def test_a_crash_mid_stream_ends_it_with_the_crash(runtime):
         yield 1
         os._exit(3)
 
-    refs = list(dies_after_one.remote())
+    stream = dies_after_one.remote()
+    refs = list(stream)
     assert lightwork.get(refs[0]) == 1
     with pytest.raises(lightwork.exceptions.WorkerCrashedError):
         lightwork.get(refs[1], timeout=30)
+    with pytest.raises(lightwork.exceptions.WorkerCrashedError):
+        lightwork.get(stream.completed(), timeout=30)
 
 
 @pytest.mark.lightwork_only
@@ -167,3 +169,13 @@ def test_each_yield_is_an_instant_in_the_timeline(runtime):
     yields = [e for e in lightwork.timeline() if e.get("cat") == "yield"]
     assert [e["name"] for e in yields[-3:]] == ["yield 0", "yield 1", "yield 2"]
     assert all(e["ph"] == "i" for e in yields)
+
+
+def test_cancelling_a_stream_ends_it_with_the_cancel(runtime, tmp_path):
+    stream = gated_numbers.remote(3, str(tmp_path / "never"))
+    assert lightwork.get(next(stream), timeout=30) == 0  # the task waits on the gate now
+    lightwork.cancel(stream)
+    with pytest.raises(lightwork.exceptions.TaskCancelledError):
+        lightwork.get(next(stream), timeout=30)
+    with pytest.raises(StopIteration):
+        next(stream)

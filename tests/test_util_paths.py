@@ -51,24 +51,38 @@ def test_inspect_serializability_names_the_global_that_cannot_be_pickled():
     ok, failures = inspect_serializability(_uses_lock, name="uses_lock", print_file=out)
     assert ok is False
     (failure,) = failures
-    assert failure.name == "_lock" and failure.obj is _lock and failure.parent is _uses_lock
+    assert failure.path[-1] == "_lock" and failure.obj is _lock and failure.parent is _uses_lock
     text = out.getvalue()
     assert "uses_lock" in text and "_lock" in text and "FAIL" in text
 
 
-def test_inspect_serializability_looks_inside_objects_and_containers():
+def test_inspect_serializability_names_the_attribute_that_cannot_be_pickled():
     holder = _HoldsLock()
-    ok, failures = inspect_serializability({"k": [holder]}, depth=4, print_file=io.StringIO())
+    ok, failures = inspect_serializability(holder, name="holder", print_file=io.StringIO())
     assert ok is False
     (failure,) = failures
-    assert failure.name == "lock" and failure.parent is holder
+    assert failure.path[-1] == "lock" and failure.parent is holder
 
 
+@pytest.mark.lightwork_only
+def test_inspect_serializability_looks_inside_containers():
+    """lightwork-only: Ray looks at a container's attributes, not at its items."""
+    holder = _HoldsLock()
+    ok, failures = inspect_serializability({"k": [holder]}, name="d", depth=4,
+                                           print_file=io.StringIO())
+    assert ok is False
+    (failure,) = failures
+    assert failure.path == ("d", "['k']", "[0]", "lock") and failure.name == "lock"
+    assert failure.parent is holder
+
+
+@pytest.mark.lightwork_only
 def test_inspect_serializability_depth_one_blames_the_value_itself():
+    """lightwork-only: depth counts the levels looked at, the value included."""
     holder = _HoldsLock()
     ok, failures = inspect_serializability(holder, name="h", depth=1, print_file=io.StringIO())
     assert ok is False
-    assert {(f.name, f.obj is holder) for f in failures} == {("h", True)}
+    assert {(f.path, f.obj is holder) for f in failures} == {(("h",), True)}
 
 
 @pytest.mark.lightwork_only

@@ -106,14 +106,19 @@ def test_async_put_and_get(runtime):
     assert asyncio.run(main()) == ("x", "y")
 
 
-def test_bad_arguments_are_refused_at_the_call(runtime):
-    with pytest.raises(ValueError):
-        Queue(maxsize=-1)
+def test_bad_timeouts_are_refused_at_the_call(runtime):
     q = Queue()
     with pytest.raises(ValueError, match="non-negative"):
         q.put(1, timeout=-1)
     with pytest.raises(ValueError, match="non-negative"):
         q.get(timeout=-1)
+
+
+@pytest.mark.lightwork_only
+def test_a_bad_maxsize_is_refused(runtime):
+    """lightwork-only: Ray's Queue accepts a negative maxsize (asyncio treats it as 0)."""
+    with pytest.raises(ValueError, match="maxsize"):
+        Queue(maxsize=-1)
 
 
 @pytest.mark.lightwork_only

@@ -20,6 +20,8 @@ from lightwork._object_ref import ObjectRef
 from lightwork._remote import callsite
 from lightwork._runtime.actors import Actor
 from lightwork._runtime.calls import ArgumentCheck, check_amount, check_options
+from lightwork._runtime.runtime_env import cache_key as env_cache_key
+from lightwork._runtime.runtime_env import normalize, payload_with_env
 from lightwork._runtime.scheduler import make_shape
 from lightwork._runtime.serialization import SerializationError, describe_unpicklable
 
@@ -67,6 +69,7 @@ class ActorClass:
         self._options = _check_actor_options(options, cls.__qualname__)
         self._methods = _methods_of(cls)
         self._checks: dict[str, ArgumentCheck] | None = None  # made at the first .remote()
+        self._env_payloads: dict[str, tuple[bytes, bytes]] = {}  # runtime_env -> key, blob
         self._key: bytes | None = None
         self._blob: bytes | None = None
         self.__name__ = cls.__name__
@@ -103,6 +106,18 @@ class ActorClass:
                     skip_first=inspect.isfunction(static))
             self._checks = checks
         return self._checks
+
+    def _payload_for(self, options: dict[str, Any]) -> tuple[bytes, bytes]:
+        """(key, blob) of the class, loaded under ``options``' runtime_env if it has one."""
+        key, blob = self._payload()
+        env = normalize(options.get("runtime_env"), f"actor class {self._cls.__qualname__}")
+        if env is None:
+            return key, blob
+        cache_key = env_cache_key(env)
+        found = self._env_payloads.get(cache_key)
+        if found is None:
+            found = self._env_payloads[cache_key] = payload_with_env(blob, env, actor=True)
+        return found
 
     def _payload(self) -> tuple[bytes, bytes]:
         if self._key is None:
@@ -182,7 +197,7 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
         found = core.driver_request("get_actor", name, namespace)
         if found is not None:
             return ActorHandle(ObjectRef(found[0], _borrowed=True), found[1], found[2])
-    key, blob = actor_class._payload()
+    key, blob = actor_class._payload_for(options)
     extra = {"GPU": float(options["num_gpus"])} if options.get("num_gpus") else {}
     for resource, amount in (options.get("resources") or {}).items():
         extra[resource] = check_amount(f"resources[{resource!r}]", amount)

@@ -37,7 +37,7 @@ _init_lock = threading.RLock()
 # they turn on gets a one-line note; they never raise.
 RAY_ONLY_INIT_ARGS = {
     "include_dashboard", "dashboard_host", "dashboard_port", "log_to_driver",
-    "logging_format", "logging_config", "configure_logging", "local_mode", "runtime_env",
+    "logging_format", "logging_config", "configure_logging", "local_mode",
     "_temp_dir", "_system_config", "storage", "job_config",
     "_node_ip_address", "_redis_password", "_plasma_directory", "_metrics_export_port",
     "_enable_object_reconstruction", "_tracing_startup_hook", "labels", "_memory",
@@ -108,6 +108,7 @@ def init(
     namespace: str | None = None,
     event_budget: int | None = None,
     advisor: bool = True,
+    runtime_env: dict[str, Any] | None = None,
     dashboard: bool = False,
     _memory_usage_threshold: float | None = None,
     _memory_monitor_refresh_ms: float | None = None,
@@ -124,6 +125,9 @@ def init(
     ``advisor=False`` turns off the advisor's warnings (``lightwork.advise()`` still works).
     ``event_budget`` bounds the event log (task records kept); ``0`` turns it off, and with
     it the timeline, the profilers and the advisor (only for measuring what it costs).
+    ``runtime_env`` is the job-wide default of every task and actor: ``env_vars``,
+    ``working_dir`` and ``py_modules`` (local paths) are applied in every worker; other
+    keys are warned about once (see ``_runtime/runtime_env.py``).
     ``dashboard=True`` (or Ray's ``include_dashboard=True``) starts the live dashboard in a
     process of its own and prints its URL (``lightwork.dashboard``).
     ``_memory_usage_threshold`` (default 0.95) and ``_memory_monitor_refresh_ms`` (250; 0
@@ -175,7 +179,9 @@ def init(
 
         object_store_memory = check_budget(object_store_memory, SHM_ROOT + "/.")
     from lightwork._runtime.memory_monitor import MemoryMonitor, configure
+    from lightwork._runtime.runtime_env import normalize
 
+    job_env = normalize(runtime_env, "init()")
     memory_threshold, memory_refresh_s = configure(_memory_usage_threshold,
                                                    _memory_monitor_refresh_ms)
     budget = 200_000 if event_budget is None else event_budget
@@ -201,7 +207,8 @@ def init(
         from lightwork._runtime.node import Node
         from lightwork.backends.local import LocalBackend
 
-        node = Node(cpus, gpus, custom, namespace, budget, object_store_memory, spill_dir)
+        node = Node(cpus, gpus, custom, namespace, budget, object_store_memory, spill_dir,
+                    runtime_env=job_env)
         node.memory_monitor = MemoryMonitor(node, memory_threshold, memory_refresh_s)
         node.memory_monitor.start()
         if advisor and budget:
@@ -435,15 +442,24 @@ def _check_timeout(timeout: Any) -> float | None:
     return float(timeout)
 
 
+class NotObjectRefsError(TypeError, ValueError):
+    """``get``/``wait`` was given something other than ObjectRefs.
+
+    Both a ValueError (what Ray's ``get`` raises for a value that is not a ref or a list,
+    and what Ray code catches) and a TypeError (what Ray raises for a list holding a
+    non-ref, and for any bad ``wait`` argument), so either ``except`` clause works.
+    """
+
+
 def _refs_of(object_refs: Any, call: str) -> list[ObjectRef]:
     if not isinstance(object_refs, (list, tuple)):
-        raise TypeError(
+        raise NotObjectRefsError(
             f"{call} expects an ObjectRef or a list of ObjectRefs, got "
             f"{type(object_refs).__name__}: {object_refs!r:.80}"
         )
     for index, ref in enumerate(object_refs):
         if not isinstance(ref, ObjectRef):
-            raise TypeError(
+            raise NotObjectRefsError(
                 f"{call} expects ObjectRefs, but item {index} is a "
                 f"{type(ref).__name__}: {ref!r:.80}; pass the refs returned by .remote() or put()"
             )
@@ -498,7 +514,8 @@ def wait(
     ``timeout=0`` only looks.
     """
     if isinstance(object_refs, ObjectRef):
-        raise TypeError("wait() expects a list of ObjectRefs; wrap a single ref: wait([ref])")
+        raise NotObjectRefsError(
+            "wait() expects a list of ObjectRefs; wrap a single ref: wait([ref])")
     refs = _refs_of(object_refs, "wait()")
     if not refs:
         return [], []
@@ -527,7 +544,13 @@ def wait(
 
 
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
-    """Cancel the task that makes ``object_ref``; its ``get`` raises TaskCancelledError."""
+    """Cancel the task that makes ``object_ref``; its ``get`` raises TaskCancelledError.
+
+    An ObjectRefGenerator cancels its generator task: the stream ends with the error."""
+    from lightwork._generator import ObjectRefGenerator
+
+    if isinstance(object_ref, ObjectRefGenerator):
+        object_ref = object_ref.completed()
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef returned by a task, got {object_ref!r:.80}")
     _core((object_ref,)).cancel([object_ref.id], bool(force))

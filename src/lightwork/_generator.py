@@ -5,7 +5,9 @@ returns an :class:`ObjectRefGenerator` at once. Iterating it (``for``, ``next``,
 ``async for``) gives one ObjectRef per yielded item, as soon as the task yields it —
 the task keeps running meanwhile. An exception raised mid-stream is delivered at its
 place: the ref after the last good item raises it on ``get``, and the iteration ends
-after it. ``completed()`` is a ref that resolves when the task ends. Dropping the
+after it. ``completed()`` is a ref that resolves when the task ends; as in Ray it raises
+only when the task failed outside the generator (its worker crashed, it was cancelled),
+and then the stream's next ref raises the same. Dropping the
 generator early releases the items not read (the task runs to its end, as in Ray). The
 driver-side state is ``lightwork._runtime.streams``; the worker sends items in
 ``Worker.stream_items``.
@@ -83,7 +85,8 @@ class ObjectRefGenerator:
         return ref
 
     def completed(self) -> ObjectRef:
-        """A ref that resolves when the task has ended (to None, or raising its error)."""
+        """A ref that resolves when the task has ended (raising only if the task failed
+        outside the generator's own code: a crash, a cancel)."""
         return self._head
 
     def is_finished(self) -> bool:

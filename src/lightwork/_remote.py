@@ -18,6 +18,8 @@ import cloudpickle
 
 from lightwork._generator import ObjectRefGenerator
 from lightwork._runtime.calls import TASK_OPTIONS, ArgumentCheck, CallSpec, check_options
+from lightwork._runtime.runtime_env import cache_key as env_cache_key
+from lightwork._runtime.runtime_env import normalize, payload_with_env
 from lightwork._runtime.serialization import SerializationError, describe_unpicklable
 
 
@@ -32,6 +34,7 @@ class RemoteFunction:
         self._blob: bytes | None = None
         self._spec: CallSpec | None = None
         self._arguments: ArgumentCheck | None = None
+        self._env_payloads: dict[str, tuple[bytes, bytes]] = {}  # payload+env -> key, blob
         functools.update_wrapper(self, function, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -54,6 +57,8 @@ class RemoteFunction:
             # would yield its items again, so it is not retried unless asked.
             options = {"num_returns": "streaming", "max_retries": 0, **options}
         key, blob = self._payload(dynamic=options.get("num_returns") == "dynamic")
+        if options.get("runtime_env"):
+            key, blob = self._payload_with_env(options["runtime_env"], key, blob)
         if self._arguments is None:
             self._arguments = ArgumentCheck(self._function, _name(self._function))
         spec = CallSpec(key, blob, options.get("name") or _name(self._function), options,
@@ -88,6 +93,19 @@ class RemoteFunction:
             self._key = hashlib.blake2b(blob, digest_size=16).digest()
         assert self._blob is not None
         return self._key, self._blob
+
+    def _payload_with_env(
+        self, runtime_env: dict[str, Any], key: bytes, blob: bytes
+    ) -> tuple[bytes, bytes]:
+        """(key, blob) of the payload ``key``/``blob`` run under ``runtime_env``."""
+        env = normalize(runtime_env, f"remote function {_name(self._function)}")
+        if env is None:
+            return key, blob
+        cache_key = key.hex() + env_cache_key(env)
+        found = self._env_payloads.get(cache_key)
+        if found is None:
+            found = self._env_payloads[cache_key] = payload_with_env(blob, env, actor=False)
+        return found
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (RemoteFunction, (self._function, self._options))

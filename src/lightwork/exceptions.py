@@ -32,6 +32,9 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     ├── PendingCallsLimitExceeded           an actor's max_pending_calls was reached
     ├── UnsupportedOnBackend                also NotImplementedError: not on this engine
     └── SystemError_ (RaySystemError)       the runtime itself failed
+
+One warning lives here too: ``RuntimeEnvWarning`` (a ``runtime_env`` key lightwork does not
+support; see ``_runtime/runtime_env.py``).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ __all__ = [
     "RaySystemError",
     "RayTaskError",
     "ReferenceCountingAssertionError",
+    "RuntimeEnvWarning",
     "RuntimeSystemError",
     "SessionEndedError",
     "TaskCancelledError",
@@ -347,6 +351,12 @@ class UnsupportedOnBackend(LightworkError, NotImplementedError):
 
 class RuntimeSystemError(LightworkError):
     """The runtime itself failed (a bug or a broken environment)."""
+
+
+class RuntimeEnvWarning(UserWarning):
+    """A ``runtime_env`` key asks for what lightwork does not do (install an environment:
+    ``pip``, ``conda``, ``container``, ...); given once per key per process. The task runs
+    in the current Python environment."""
 
 
 # Ray's names, so `except ray.exceptions.X` keeps working.

@@ -450,12 +450,16 @@ class ActorManager:
             return exceptions.ActorDiedError(
                 f"cannot call {method}: the actor is unknown to this runtime (it ended, or "
                 "its handle came from another session)")
+        what = f"actor {actor.class_name} (id {actor.actor_id:020x})"
+        if actor.state != DEAD:  # its process died during this call; it is being restarted
+            return exceptions.ActorDiedError(
+                f"{what} lost the call {method}: {actor.death_cause}. The actor is being "
+                f"restarted (max_restarts={actor.max_restarts}), but calls that were running "
+                f"are not retried (max_task_retries={actor.max_task_retries}); set "
+                "max_task_retries (-1: no limit) if the call is safe to run twice.")
         return exceptions.ActorDiedError(
-            f"actor {actor.class_name} (id {actor.actor_id:020x}) cannot run {method}: "
-            f"the actor died because {actor.death_cause or 'it ended'}. Calls made after "
-            "an actor's death fail; create a new actor, or set max_restarts (and "
-            "max_task_retries) to have it restarted."
-        )
+            f"{what} cannot run {method}: the actor died because "
+            f"{actor.death_cause or 'it ended'}. {_after_death_advice(actor)}")
 
     def kill(self, actor_id: int, no_restart: bool) -> None:
         """``kill()``: the actor ends now, whatever state it is in (Ray's semantics).
@@ -525,6 +529,18 @@ class ActorManager:
     def shutdown(self) -> None:
         for actor in self.actors.values():
             actor.state = DEAD
+
+
+def _after_death_advice(actor: Actor) -> str:
+    """What the user can do, given how the actor was configured and why it died."""
+    if actor.no_restart:  # killed, exit_actor(), constructor failed, no handle left
+        return "Calls made after an actor's death fail; create a new actor."
+    if actor.max_restarts == 0:
+        return ("Calls made after an actor's death fail; create a new actor, or set "
+                "max_restarts (and max_task_retries) to have it restarted when its process dies.")
+    return (f"It was restarted {actor.restarts} time(s), all that max_restarts="
+            f"{actor.max_restarts} allows; find why its process keeps dying (its output is "
+            "above), or raise max_restarts (-1: no limit).")
 
 
 def _format_site(site: Any) -> str:

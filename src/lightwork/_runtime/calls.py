@@ -245,6 +245,10 @@ def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict
     for key in ("num_cpus", "num_gpus", "memory"):
         if key in options and options[key] is not None:
             check_amount(key, options[key])
+    if options.get("runtime_env") is not None:
+        from lightwork._runtime.runtime_env import normalize
+
+        normalize(options["runtime_env"], what)  # raises on a bad one, warns on unsupported keys
     resources = options.get("resources")
     if resources is not None:
         if not isinstance(resources, dict):

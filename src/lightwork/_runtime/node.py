@@ -116,6 +116,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         event_budget: int,
         object_store_memory: int | None = None,
         spill_dir: str | None = None,
+        runtime_env: dict[str, Any] | None = None,
     ) -> None:
         total = {"CPU": float(num_cpus), "GPU": float(num_gpus), **resources}
         self.namespace = namespace
@@ -160,6 +161,10 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         # One thread per task slot unless the user chose: the "no speedup" trap of
         # multi-threaded numpy running in every worker at once.
         self.worker_env = {name: "1" for name in THREAD_VARS if name not in os.environ}
+        # init(runtime_env=...), normalized (runtime_env.py): set in every worker at start.
+        self.runtime_env = runtime_env
+        if runtime_env is not None:
+            self.worker_env.update(runtime_env["env_vars"])
         # Started before our I/O thread exists; it execs, so user threads do not matter.
         self.forkserver = ForkServer(self.session)
         self.selector = selectors.DefaultSelector()
@@ -194,9 +199,10 @@ class Node(DriverCalls, WorkerRequests, Lineage):
     def _start_worker(self, pooled: bool = True) -> WorkerConn:
         worker_id = next(self._worker_ids)
         ours, theirs = socket.socketpair()
+        job_env = self.runtime_env
         config = {
-            "sys_path": list(sys.path),
-            "cwd": os.getcwd(),
+            "sys_path": job_env["paths"] + sys.path if job_env else list(sys.path),
+            "cwd": (job_env and job_env["working_dir"]) or os.getcwd(),
             "env": self.worker_env,
             "as_ray": ray_alias.installed(),
             "job_id": self.job_id,
@@ -796,8 +802,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             self._fail_task(task, exceptions.WorkerCrashedError(
                 f"the worker process (pid {conn.pid}) running task {task.name} died: {how}. "
                 f"The task was tried {task.attempt + 1} time(s) (max_retries={task.max_retries}). "
-                "Check the worker's output above for a traceback; a SIGKILL often means "
-                "the machine ran out of memory."))
+                f"Check the worker's output above for a traceback{crash_hint(conn.exit_status)}."))
 
     # ------------------------------------------------------------------ cancel
     def _cancel_ids(self, object_ids: list[int], force: bool) -> None:
@@ -903,6 +908,14 @@ def _error_summary(error: Any) -> str:
     if isinstance(error, exceptions.TaskError) and error.cause is not None:
         return f"{type(error.cause).__name__}: {error.cause}"
     return f"{type(error).__name__}: {error}"
+
+
+def crash_hint(status: int | None) -> str:
+    """A likely cause worth naming for this wait status, as a clause (or "")."""
+    if status is not None and os.waitstatus_to_exitcode(status) == -signal.SIGKILL:
+        return ("; a SIGKILL often means the machine ran out of memory (the kernel's "
+                "out-of-memory killer), unless a person or program killed it")
+    return ""
 
 
 def describe_exit(status: int | None) -> str:

@@ -13,7 +13,10 @@ The consumer asks for item ``i`` (``"item"``) and gets one of:
 * ``("wait", id)``: not yet; ``id`` is a *placeholder*, a pending object that becomes
   item ``i`` when it is yielded (or resolves when the task ends): the consumer waits on
   it with the ordinary ``wait`` and asks again;
-* ``("error", head)``: the task raised after ``i`` items; getting the head raises it;
+* ``("error", head)``: the task failed after ``i`` items (its worker crashed, it was
+  cancelled): getting the head raises why. An exception raised by the generator itself
+  is not this: the worker sends it as the last item (a failed object), as Ray does, and
+  the task succeeds;
 * ``("end", None)``: the stream ended before item ``i``.
 
 Pins. The driver creates each item's object with no holder but the stream (one
@@ -72,13 +75,15 @@ class StreamTable:
             return None
         raise ValueError(f"unknown stream request {op!r}")
 
-    def on_yield(self, head: int, object_id: int, stored: Stored) -> bool:
-        """A running task yielded ``stored``; return whether anyone still consumes it."""
+    def on_yield(self, head: int, object_id: int, stored: Stored | None,
+                 error: Stored | None = None) -> bool:
+        """A running task yielded ``stored`` (or raised ``error``, its last item); return
+        whether anyone still consumes the stream."""
         node = self.node
         head_entry = node.objects.entries.get(head)
         if head_entry is None:  # the consumer dropped the generator: drop the item
             self.streams.pop(head, None)
-            if stored.path is not None:
+            if stored is not None and stored.path is not None:
                 node.store.release(stored.path)
             return False
         stream = self._stream(head)
@@ -89,7 +94,7 @@ class StreamTable:
         else:
             entry = self._pinned_entry(stream, object_id, head_entry)
         stream.items.append(entry.object_id)
-        node._resolve(entry, stored)
+        node._resolve(entry, stored, error)
         task = node.tasks.get(head_entry.task_id)
         if task is not None:
             task.record.yields += (time.monotonic(),)

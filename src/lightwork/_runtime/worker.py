@@ -350,7 +350,7 @@ class Worker:
             if self.loop is not None and inspect.iscoroutine(result):
                 result = self.loop.run(result)
             if type(result) in _GENERATORS and len(return_ids) == 1:
-                result = self.stream_items(return_ids[0], result)
+                result = self.stream_items(name, return_ids[0], result)
             del args, kwargs
             finished = time.monotonic()
             cpu = time.process_time() - cpu_started
@@ -420,10 +420,11 @@ class Worker:
             for value, object_id in zip(values, return_ids)
         ]
 
-    def stream_items(self, head: int, items: Any) -> None:
+    def stream_items(self, name: str, head: int, items: Any) -> None:
         """Send each item of a generator task to the driver as it is yielded (see
-        ``streams.py``); the task's own result is None. Once the consumer is gone the
-        generator still runs to its end, as in Ray, but its items are not sent."""
+        ``streams.py``); the task's own result is None. An exception the generator raises
+        becomes the stream's last item, as in Ray (the task itself succeeds). Once the
+        consumer is gone the generator still runs to its end, but its items are not sent."""
         wanted = [True]
 
         def send(item: Any) -> None:
@@ -432,20 +433,27 @@ class Worker:
                 stored = serialization.serialize(item, f"{self.shm_dir}/{object_id:x}")
                 wanted[0] = self.driver_request("stream", "yield", head, object_id, stored)
 
-        if type(items) is types.AsyncGeneratorType:
-            import asyncio
+        try:
+            if type(items) is types.AsyncGeneratorType:
+                import asyncio
 
-            async def drain() -> None:
-                async for item in items:
-                    await asyncio.to_thread(send, item)  # the actor's loop keeps serving
+                async def drain() -> None:
+                    async for item in items:
+                        await asyncio.to_thread(send, item)  # the actor's loop keeps serving
 
-            if self.loop is not None:
-                self.loop.run(drain())
+                if self.loop is not None:
+                    self.loop.run(drain())
+                else:
+                    asyncio.run(drain())
             else:
-                asyncio.run(drain())
-            return None
-        for item in items:
-            send(item)
+                for item in items:
+                    send(item)
+        except (ActorExit, SerializationError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's error is the stream's last item
+            if wanted[0]:
+                self.driver_request("stream", "yield", head, self.next_object_id(),
+                                    None, error_outcome(name, exc))
         return None
 
     # -- the API from inside a task --------------------------------------------------

@@ -1,8 +1,8 @@
 """``inspect_serializability``: which part of a value cannot be pickled, and where it sits.
 
 Ray's troubleshooting helper, with Ray's result: ``(serializable, failures)`` where
-``failures`` is a set of :class:`FailureTuple` ``(obj, name, parent)``, one per innermost
-culprit found. It tries cloudpickle on the value (as a task's function, arguments and
+``failures`` is a set of :class:`FailureTuple` (``obj``, ``path`` — the names leading to
+it, ending with its own, also ``name`` — and ``parent``), one per innermost culprit. It tries cloudpickle on the value (as a task's function, arguments and
 results are pickled); on failure it looks one level in and tries each member — a
 function's globals and closure variables, an object's attributes, a class's attributes,
 a container's items, a bound method's object — down to ``depth`` levels, printing each
@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import sys
 from collections.abc import Iterator
-from typing import Any, NamedTuple, TextIO
+from typing import Any, TextIO
 
 import cloudpickle
 
@@ -23,23 +23,32 @@ __all__ = ["FailureTuple", "inspect_serializability"]
 _RULE = "=" * 80
 
 
-class FailureTuple(NamedTuple):
-    """One value that cannot be pickled: the value, its name, and what holds it."""
+class FailureTuple:
+    """One value that cannot be pickled: the value, its name, the names leading to it
+    from the inspected value (``path``), and what holds it (``parent``)."""
 
-    obj: Any
-    name: str
-    parent: Any
+    __slots__ = ("obj", "parent", "path")
+
+    def __init__(self, obj: Any, path: tuple[str, ...], parent: Any) -> None:
+        self.obj = obj
+        self.path = path
+        self.parent = parent
+
+    @property
+    def name(self) -> str:
+        return self.path[-1] if self.path else "unknown"
 
     def __repr__(self) -> str:
-        return f"FailTuple({self.name} [obj={self.obj!r}, parent={self.parent!r}])"
+        return (f"FailTuple({self.name} [path={' -> '.join(self.path)}, obj={self.obj!r}, "
+                f"parent={self.parent!r}])")
 
     # Unpicklable values (locks, sockets) are often unhashable by value: compare by identity.
     def __hash__(self) -> int:
-        return hash((id(self.obj), self.name, id(self.parent)))
+        return hash((id(self.obj), self.path, id(self.parent)))
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, FailureTuple) and self.obj is other.obj
-                and self.name == other.name and self.parent is other.parent)
+                and self.path == other.path and self.parent is other.parent)
 
 
 def inspect_serializability(base_obj: Any, name: str | None = None, depth: int = 3,
@@ -57,15 +66,16 @@ def inspect_serializability(base_obj: Any, name: str | None = None, depth: int =
     print(f"Checking serializability of {label}", file=out)
     print(_RULE, file=out)
     failures: set[FailureTuple] = set()
-    ok = _inspect(base_obj, label, None, depth, failures, out, indent="")
+    ok = _inspect(base_obj, (label,), None, depth, failures, out, indent="")
     if ok:
         print("Serialization succeeded.", file=out)
         return True, failures
     print(_RULE, file=out)
     print("Not serializable:", file=out)
-    for failure in sorted(failures, key=lambda f: f.name):
+    for failure in sorted(failures, key=lambda f: f.path):
         holder = "" if failure.parent is None else f", held by {_label(failure.parent)}"
-        print(f"    {failure.name}: a {type(failure.obj).__name__}{holder}", file=out)
+        print(f"    {' -> '.join(failure.path)}: a {type(failure.obj).__name__}{holder}",
+              file=out)
     print("Values sent to or from tasks and actors are pickled with cloudpickle. Create "
           "such objects inside the task or actor that uses them (or hold them in an "
           "actor), instead of capturing or passing them.", file=out)
@@ -73,8 +83,9 @@ def inspect_serializability(base_obj: Any, name: str | None = None, depth: int =
     return False, failures
 
 
-def _inspect(value: Any, name: str, parent: Any, depth: int, failures: set[FailureTuple],
-             out: TextIO, indent: str) -> bool:
+def _inspect(value: Any, path: tuple[str, ...], parent: Any, depth: int,
+             failures: set[FailureTuple], out: TextIO, indent: str) -> bool:
+    name = path[-1]
     try:
         cloudpickle.dumps(value)
     except Exception as exc:  # noqa: BLE001 - any pickling failure is what we report
@@ -86,9 +97,10 @@ def _inspect(value: Any, name: str, parent: Any, depth: int, failures: set[Failu
                 print(f"{indent}{name} has {len(members)} {_member_kind(value)}; "
                       "checking each...", file=out)
             for member_name, member in members:
-                _inspect(member, member_name, value, depth - 1, failures, out, indent + "    ")
+                _inspect(member, (*path, member_name), value, depth - 1, failures, out,
+                         indent + "    ")
         if len(failures) == before:  # no failing member: this value is the culprit
-            failures.add(FailureTuple(value, name, parent))
+            failures.add(FailureTuple(value, path, parent))
         return False
     if indent:
         print(f"{indent}{name}: ok", file=out)
