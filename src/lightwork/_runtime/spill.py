@@ -1,8 +1,10 @@
 """Spilling: moving the least recently used objects from shared memory to disk.
 
 One daemon thread ("lightwork-spill") per session does all disk I/O, so a slow disk
-never stalls a submission or the node's I/O loop. It sleeps until the store is over its
-budget (``SegmentStore.on_pressure`` wakes it), then, one object at a time:
+never stalls a submission or the node's I/O loop. It sleeps until the store wakes it
+(``SegmentStore.on_pressure``). It first maps and faults in segments that went back to
+the store's pool unmapped (``SegmentStore.prepare_pool``), then, while the store is over
+its budget, spills one object at a time:
 
 1. under the node lock, picks the least recently used object that nothing is reading
    (no pending task uses it, no worker maps it, no array in the driver points into it);
@@ -75,6 +77,7 @@ class Spiller:
         while not self.closed:
             self._wake.wait()
             self._wake.clear()
+            self.store.prepare_pool()
             stuck = False
             while not self.closed and self.store.over_budget > 0 and self.store.spill_stuck is None:
                 if not self._spill_one():

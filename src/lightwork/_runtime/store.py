@@ -267,6 +267,8 @@ class SegmentStore:
                 if segment.capacity and self.pooled_bytes + segment.capacity <= room:
                     self.free.append(segment)
                     self.pooled_bytes += segment.capacity
+                    if segment.mapping is None and self.on_pressure is not None:
+                        self.on_pressure()  # the background thread maps it (prepare_pool)
                     return
         if segment is None:
             segment = Segment(path, 0)
@@ -286,6 +288,27 @@ class SegmentStore:
         if segment is not None and segment.mapping is not None:
             segment.mapping.close()
             segment.mapping = None
+
+    def prepare_pool(self) -> None:
+        """Map pooled segments writable and fault them in, off the writers' path (run by
+        the spill thread): a write into a prepared segment is one ``memcpy``."""
+        tried: set[int] = set()
+        while True:
+            with self._lock:
+                segment = next((s for s in self.free
+                                if s.mapping is None and id(s) not in tried), None)
+                if segment is None or self.closed:
+                    return
+            tried.add(id(segment))
+            try:
+                mapping = _map_writable(segment.path)  # it stays in the pool meanwhile
+            except (OSError, ValueError):
+                continue  # taken or trimmed meanwhile: nothing to prepare
+            with self._lock:
+                if segment.mapping is None and any(s is segment for s in self.free):
+                    segment.mapping = mapping
+                    continue
+            mapping.close()  # a writer took it (and mapped it) or it was trimmed
 
     def _adopt(self, path: str) -> Segment:
         """Take a freed segment for reuse under a new name of the driver's: a worker's
