@@ -139,7 +139,7 @@ def test_one_busy_actor_is_reported_and_a_pool_of_actors_is_not(runtime):
     [finding] = findings_of("actor-bottleneck")
     assert finding.evidence["calls"] >= 5
     assert finding.evidence["mean_queued_s"] > finding.evidence["mean_run_s"]
-    assert "ActorPool" in finding.suggestion
+    assert "ActorPool" in finding.suggestion and "(Sleeper)" in finding.title
 
     runtime()
     pool = [Sleeper.remote() for _ in range(CPUS)]

@@ -309,6 +309,22 @@ def streaming_generator():
     assert [lightwork.get(ref) for ref in produce.remote(10)] == list(range(10))
 
 
+def a_new_big_array_per_call():
+    """Different arrays of one size, each made for its call: not "the same argument again"
+    (a new array often lands at the address of the one just freed)."""
+    np = pytest.importorskip("numpy")
+
+    @lightwork.remote
+    def total(a):
+        return float(a.sum())
+
+    refs = []
+    for seed in range(8):
+        array = np.random.default_rng(seed).random(300_000)  # 2.4 MB, new each time
+        refs.append(total.remote(array))
+    assert len(lightwork.get(refs)) == 8
+
+
 def driver_work_overlapping_tasks():
     """Submit first, then the driver's own work, then get: the workers run meanwhile."""
     refs = [work.remote(0.1, x) for x in range(6)]
@@ -321,7 +337,8 @@ PROGRAMS = [
     progress_polling, progress_polling_of_fewer_tasks_than_slots, pipeline_with_wait, bounded_in_flight, dependent_chain_by_ref,
     synchronous_parameter_server, asynchronous_parameter_server,
     calls_on_one_stateful_actor, actor_pool, big_results, nested_tasks,
-    seeds_good_versions, streaming_generator, driver_work_overlapping_tasks,
+    seeds_good_versions, streaming_generator, a_new_big_array_per_call,
+    driver_work_overlapping_tasks,
 ]
 
 

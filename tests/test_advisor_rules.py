@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from lightwork._runtime.events import DriverSpan, TaskRecord
 from lightwork.diagnostics.advisor import Advisor
 
@@ -160,3 +162,42 @@ def test_overlapping_calls_of_a_threaded_actor_are_not_oversubscription():
     """Each call's process CPU time also counts the other calls running beside it."""
     calls = [_task(i, T0, T0, T0 + 1.0, cpu_time=1.9, actor_id=3) for i in (1, 2)]
     assert "oversubscription" not in _kinds(calls, cpus=2, cores=2)
+
+
+def test_a_big_argument_is_the_same_only_while_it_is_the_same_object():
+    """id() is reused by a new array made where the last one was freed: not the same."""
+    np = pytest.importorskip("numpy")
+    from lightwork._runtime.calls import large_arguments
+
+    kept = np.ones(300_000)
+    [(identity, size)] = large_arguments((kept,), {})
+    assert large_arguments((), {"a": kept}) == ((identity, size),) and size == kept.nbytes
+    identities = set()
+    for seed in range(6):
+        fresh = np.random.default_rng(seed).random(300_000)
+        identities.add(large_arguments((fresh,), {})[0][0])
+        del fresh  # the next array may well get this one's address
+    assert len(identities) == 6
+    data = b"x" * (2 << 20)  # no weak refs to bytes: the same object, the same content
+    assert large_arguments((data,), {}) == large_arguments((data,), {})
+
+
+def _actor_calls(count=10, run=0.06, deps_wait=True):
+    """Calls on one actor, all submitted at T0, running back to back."""
+    calls = []
+    for i in range(count):
+        ready = T0 + i * run
+        calls.append(_task(i + 1, T0, ready, ready + run, actor_id=5,
+                           deps_ready=ready if deps_wait else T0,
+                           name="program.<locals>.Worker.step"))
+    return calls
+
+
+def test_calls_queued_behind_one_actor_are_actor_bottleneck():
+    [finding] = _findings(_actor_calls(deps_wait=False))
+    assert finding.kind == "actor-bottleneck" and "(Worker)" in finding.title
+
+
+def test_calls_waiting_for_their_arguments_are_not_queued_on_the_actor():
+    """A chain (each call takes the previous result): the wait is for the argument."""
+    assert _kinds(_actor_calls(deps_wait=True)) == set()

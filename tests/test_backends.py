@@ -92,3 +92,61 @@ def test_import_lightwork_never_imports_distributed():
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
+
+
+# ---- connecting to a real cluster -------------------------------------------------------
+def test_connect_by_address_and_by_client_and_shutdown_leaves_a_users_client_open(
+        fresh_runtime, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    from dask_cluster import DaskCluster
+
+    cluster = DaskCluster(str(tmp_path), workers=1).start()
+    try:
+        context = lightwork.init(address=cluster.address)
+        assert context["backend"] == "distributed" and context["address"] == cluster.address
+        assert lightwork.get(backend_inside.remote()) == "distributed"
+        with pytest.raises(RuntimeError, match="already called"):
+            lightwork.init(address=cluster.address)
+        lightwork.shutdown()
+        assert not lightwork.is_initialized()
+
+        with distributed.Client(cluster.address) as client:
+            lightwork.init(address=client)
+            assert lightwork.get(lightwork.put("by client")) == "by client"
+            lightwork.shutdown()
+            assert client.status == "running"  # the user's client is the user's to close
+        with pytest.raises(ValueError, match="declare their own"):
+            lightwork.init(address=cluster.address, num_cpus=2)
+    finally:
+        lightwork.shutdown()
+        assert not cluster.stop()
+
+
+LOCAL_CLUSTER_SCRIPT = """
+import lightwork
+
+@lightwork.remote
+def pid():
+    import os
+    return os.getpid()
+
+if __name__ == "__main__":
+    lightwork.init(address="local-cluster", num_cpus=2)
+    pids = lightwork.get([pid.remote() for _ in range(20)])
+    print(lightwork.backend(), lightwork.cluster_resources()["CPU"], len(set(pids)) >= 1)
+    lightwork.shutdown()
+"""
+
+
+def test_local_cluster_starts_and_shutdown_leaves_nothing_behind(tmp_path):
+    pytest.importorskip("distributed")
+    import psutil
+    from helpers import run_script, write_script
+
+    script = write_script(str(tmp_path), "local_cluster.py", LOCAL_CLUSTER_SCRIPT)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    out = run_script(script, timeout=55)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-3:] == ["distributed", "2.0", "True"]
+    left = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    assert not left

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 from dask_cluster import DaskCluster
-from helpers import attempts, count_attempt, wait_for_file
+from helpers import arrive_and_wait, attempts, count_attempt, wait_for_file
 
 import lightwork
 from lightwork import exceptions
@@ -302,10 +302,120 @@ class Counter:
         return self.count
 
 
-@gap("distributed", "actors are not implemented on the distributed backend yet")
 def test_actor_calls_run_in_order(backend):
     counter = Counter.remote()
-    assert lightwork.get([counter.incr.remote() for _ in range(100)]) == list(range(1, 101))
+    assert lightwork.get([counter.incr.remote() for _ in range(1000)]) == list(range(1, 1001))
+
+
+@lightwork.remote
+class Meeter:
+    def meet(self, directory, name, parties):
+        return arrive_and_wait(directory, name, parties)
+
+
+def test_actors_run_at_the_same_time(backend, tmp_path):
+    """Three actors on two slots: two share a worker and must still run at once."""
+    actors = [Meeter.remote() for _ in range(3)]
+    assert lightwork.get([a.meet.remote(str(tmp_path), str(i), 3)
+                          for i, a in enumerate(actors)], timeout=40) == [True] * 3
+
+
+def test_max_concurrency_runs_calls_of_one_actor_at_once(backend, tmp_path):
+    actor = Meeter.options(max_concurrency=2).remote()
+    assert lightwork.get([actor.meet.remote(str(tmp_path), str(i), 2) for i in range(2)],
+                         timeout=40) == [True, True]
+
+
+@lightwork.remote
+class AsyncGate:
+    def __init__(self):
+        import asyncio
+
+        self.opened = asyncio.Event()
+
+    async def wait_open(self):
+        await self.opened.wait()
+        return "through"
+
+    async def open(self):
+        self.opened.set()
+        return "opened"
+
+
+def test_async_actor_runs_calls_concurrently(backend):
+    gate = AsyncGate.remote()
+    waiting = gate.wait_open.remote()
+    assert lightwork.get(gate.open.remote(), timeout=20) == "opened"
+    assert lightwork.get(waiting, timeout=20) == "through"
+
+
+@lightwork.remote
+class Broken:
+    def __init__(self):
+        raise RuntimeError("constructor failed")
+
+    def ping(self):
+        return "pong"
+
+
+def test_an_actor_whose_constructor_raised_is_dead(backend):
+    broken = Broken.remote()
+    with pytest.raises(exceptions.ActorDiedError, match="constructor failed"):
+        lightwork.get(broken.ping.remote(), timeout=20)
+
+
+def test_a_killed_actor_is_dead(backend):
+    counter = Counter.remote()
+    assert lightwork.get(counter.incr.remote()) == 1
+    lightwork.kill(counter)
+    with pytest.raises(exceptions.ActorDiedError):
+        lightwork.get(counter.incr.remote(), timeout=20)
+
+
+@lightwork.remote
+class Pid:
+    def pid(self):
+        return os.getpid()
+
+
+def test_an_actor_whose_worker_is_killed_is_dead_and_nothing_hangs(backend):
+    actor = Pid.remote()
+    os.kill(lightwork.get(actor.pid.remote(), timeout=20), signal.SIGKILL)
+    with pytest.raises(exceptions.ActorDiedError):
+        lightwork.get(actor.pid.remote(), timeout=40)
+
+
+@gap("distributed", "max_restarts is not implemented on the distributed backend yet")
+def test_an_actor_with_max_restarts_comes_back_after_its_worker_dies(backend, wait_until):
+    actor = Pid.options(max_restarts=1).remote()
+    first = lightwork.get(actor.pid.remote(), timeout=20)
+    os.kill(first, signal.SIGKILL)
+    second = wait_until(lambda: _pid_or_none(actor), timeout=40, message="the restart")
+    assert second != first
+
+
+def _pid_or_none(actor):
+    try:
+        return lightwork.get(actor.pid.remote(), timeout=20)
+    except exceptions.ActorDiedError:
+        return None
+
+
+@lightwork.remote
+def use_counter(counter, times):
+    return lightwork.get([counter.incr.remote() for _ in range(times)])[-1]
+
+
+def test_actor_handle_passed_to_a_task(backend):
+    counter = Counter.remote()
+    assert lightwork.get(use_counter.remote(counter, 3), timeout=30) == 3
+    assert lightwork.get(counter.incr.remote()) == 4
+
+
+def test_an_actor_method_error_is_the_users_type(backend):
+    counter = Counter.remote()
+    with pytest.raises(AttributeError):
+        lightwork.get(counter.missing.remote())
 
 
 @lightwork.remote
@@ -323,6 +433,18 @@ def test_generator_task_on_distributed_says_it_is_unsupported(backend):
         return  # streams: test_generator_task_streams
     with pytest.raises(exceptions.UnsupportedOnBackend, match="generator task.*distributed"):
         count_up.remote(3)
+
+
+def inc(x):
+    return x + 1
+
+
+def test_dask_graphs_run_on_the_backend(backend):
+    pytest.importorskip("dask")
+    import lightwork.dask
+
+    graph = {"a": 1, "b": (inc, "a"), "c": (inc, "b"), "d": (sum, ["b", "c"])}
+    assert lightwork.dask.get(graph, "d") == 5
 
 
 # ---- diagnostics ------------------------------------------------------------------------

@@ -110,6 +110,36 @@ def test_current_placement_group_inside_a_task(runtime):
         remove_placement_group(group)
 
 
+def test_a_task_submits_into_a_group(runtime):
+    @lightwork.remote
+    def submit_into(group):
+        strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0)
+        return lightwork.get(current_group.options(scheduling_strategy=strategy).remote())
+
+    group = placement_group([{"CPU": 1}])
+    try:
+        assert lightwork.get(submit_into.remote(group), timeout=30) == group.id.hex()
+    finally:
+        remove_placement_group(group)
+
+
+def test_capture_child_tasks_places_nested_tasks_in_the_group(runtime):
+    @lightwork.remote
+    def parent():
+        return lightwork.get(current_group.remote(), timeout=30)
+
+    group = placement_group([{"CPU": 1}])
+    try:
+        capturing = PlacementGroupSchedulingStrategy(
+            group, placement_group_capture_child_tasks=True)
+        assert lightwork.get(parent.options(scheduling_strategy=capturing).remote(),
+                             timeout=30) == group.id.hex()
+        assert lightwork.get(parent.options(scheduling_strategy=in_group(group)).remote(),
+                             timeout=30) is None  # without capture the child runs outside
+    finally:
+        remove_placement_group(group)
+
+
 def test_actors_run_in_a_group(runtime):
     @lightwork.remote(num_cpus=1)
     class Counter:
@@ -150,8 +180,8 @@ def test_removal_kills_its_actors_and_fails_its_waiting_tasks(runtime, tmp_path)
         lightwork.get(actor.echo.remote(2), timeout=30)
     open(gate, "w").close()
     assert isinstance(lightwork.get(running, timeout=30), int)  # running tasks finish
-    with pytest.raises(ValueError, match="never be scheduled|reserves less|can never"):
-        lightwork.get(gated.options(scheduling_strategy=in_group(group)).remote(gate), timeout=30)
+    with pytest.raises(lightwork.exceptions.TaskPlacementGroupRemoved, match="was removed"):
+        gated.options(scheduling_strategy=in_group(group)).remote(gate)
 
 
 @pytest.mark.lightwork_only

@@ -7,7 +7,13 @@ import pytest
 
 from lightwork._runtime.calls import EMPTY_ARGS
 from lightwork._runtime.events import TaskRecord
-from lightwork._runtime.scheduler import Scheduler, TaskSpec, group_shape, make_shape
+from lightwork._runtime.scheduler import (
+    Scheduler,
+    TaskSpec,
+    captured_shape,
+    group_shape,
+    make_shape,
+)
 
 pytestmark = pytest.mark.lightwork_only
 
@@ -101,3 +107,16 @@ def test_removal_gives_resources_back_and_orphans_queued_tasks():
     s.orphaned.clear()
     assert s.schedule() == [] and s.orphaned == [late]
     assert s.check_feasible(late.shape) is not None
+
+
+def test_a_capturing_task_places_its_children_in_its_group():
+    plain = make_shape({"CPU": 1})
+    parent = group_shape(plain, "aa", 0, capture=True)
+    child = captured_shape(plain, parent)
+    assert dict(child) == {"CPU_group_aa": 1.0, "capture_group_aa": 0.001}
+    assert captured_shape(plain, group_shape(plain, "aa", 0)) == plain  # no capture
+    elsewhere = group_shape(plain, "bb", -1)
+    assert captured_shape(elsewhere, parent) == elsewhere  # a child naming its own group
+    s = scheduler_with_workers(2)
+    s.add_group(1, "aa", "", [{"CPU": 1}], "PACK")
+    assert s.check_feasible(child) is None

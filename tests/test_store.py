@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 
 import numpy as np
 import pytest
@@ -132,3 +133,28 @@ def test_mapping_table_reports_closing_only_unviewed():
     del view
     assert segments.release_unused() == [path]
     assert path not in segments
+
+
+def test_a_reader_sent_the_old_path_finds_the_spill_file(tmp_path):
+    """The spiller moved a segment while a reader was on its way to it: the reader opens
+    the spill file of the same name (the race the spiller leaves open on purpose)."""
+    shm, disk = tmp_path / "shm", tmp_path / "disk"
+    shm.mkdir()
+    disk.mkdir()
+    stored = serialization.serialize(np.arange(100_000), str(shm / "s1"))
+    assert stored.path == str(shm / "s1")
+    os.rename(stored.path, disk / "s1")  # what the spiller's copy-then-unlink leaves
+    maps = serialization.MappedSegments()
+    maps.spill_dir = str(disk)
+    old = serialization.MAPS
+    serialization.MAPS = maps
+    try:
+        value = serialization.loads(stored)
+        assert int(value.sum()) == sum(range(100_000))
+        maps.spill_dir = None
+        del value
+        maps.clear()
+        with pytest.raises(FileNotFoundError):
+            serialization.loads(stored)
+    finally:
+        serialization.MAPS = old

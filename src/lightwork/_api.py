@@ -198,8 +198,14 @@ def init(
                 "lightwork.shutdown() first, or pass ignore_reinit_error=True"
             )
         if backend_name == "distributed":
-            from lightwork.backends.cluster import DistributedBackend
+            from lightwork.backends.cluster import DistributedBackend, unsupported
 
+            if job_env is not None or object_store_memory is not None or spill_dir:
+                raise unsupported(
+                    "init()'s runtime_env, object_store_memory and spilling options",
+                    "the cluster's workers have their own environment and memory settings "
+                    "(dask worker --memory-limit, --preload); pass runtime_env per task "
+                    "with .options() only on the embedded runtime")
             _backend = DistributedBackend.connect(
                 target, num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
                 namespace=namespace)

@@ -26,13 +26,15 @@ context, so the runtime knows which objects a serialized value contains.
 
 from __future__ import annotations
 
-import concurrent.futures
 import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import concurrent.futures
 
 PROCESS_ID_SHIFT = 40
 

@@ -11,8 +11,11 @@ through cloudpickle (functions and classes defined in ``__main__`` must travel b
 
 from __future__ import annotations
 
+import itertools
 import numbers
 import sys
+import weakref
+import zlib
 from typing import Any
 
 from lightwork._object_ref import ObjectRef
@@ -171,7 +174,7 @@ LARGE_ARGUMENT_BYTES = 1 << 20
 
 
 def large_arguments(args: tuple, kwargs: dict) -> tuple[tuple[int, int], ...]:
-    """(id(), size) of the arguments of a megabyte or more passed by value.
+    """(identity, size) of the arguments of a megabyte or more passed by value.
 
     Called only for calls whose arguments went to shared memory, so its cost is off the
     common path; the advisor uses it to spot the same big value sent again and again.
@@ -182,8 +185,39 @@ def large_arguments(args: tuple, kwargs: dict) -> tuple[tuple[int, int], ...]:
         if size is None and isinstance(value, (bytes, bytearray)):
             size = len(value)
         if isinstance(size, int) and size >= LARGE_ARGUMENT_BYTES:
-            found.append((id(value), size))
+            found.append((_identity(value), size))
     return tuple(found)
+
+
+# id() alone is not an identity over time: a loop making a new array per call often gets
+# the address of the one just freed, and the advisor would call them "the same value".
+# A weak reference tells the same object from a new one at a reused address.
+_large_seen: dict[int, tuple[Any, int]] = {}  # id() -> (weak ref, identity)
+_identities = itertools.count(1)
+_SAMPLE = 1 << 12
+
+
+def _identity(value: Any) -> int:
+    key = id(value)
+    try:
+        ref = weakref.ref(value)
+    except TypeError:  # bytes and bytearray take no weak refs: a sample of their content
+        view = memoryview(value).cast("B")
+        middle = len(view) // 2
+        sample = bytes(view[:_SAMPLE]) + bytes(view[middle:middle + _SAMPLE]) + bytes(
+            view[-_SAMPLE:])
+        return hash((key, zlib.crc32(sample)))
+    known = _large_seen.get(key)
+    if known is not None and known[0]() is value:
+        return known[1]
+    if len(_large_seen) >= 1024:  # forget the values that are gone
+        for stale in [k for k, (r, _) in _large_seen.items() if r() is None]:
+            del _large_seen[stale]
+        if len(_large_seen) >= 1024:
+            _large_seen.clear()
+    identity = next(_identities)
+    _large_seen[key] = (ref, identity)
+    return identity
 
 
 # -- options ---------------------------------------------------------------------------

@@ -54,8 +54,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lightwork._runtime.session import _alive, _pid_of, sessions_root
-
 if TYPE_CHECKING:
     from lightwork._runtime.node import Node
 
@@ -589,6 +587,8 @@ class SessionInfo:
 
 def find_sessions() -> list[SessionInfo]:
     """Running sessions of this user on this machine, newest first."""
+    from lightwork._runtime.session import _alive, _pid_of, sessions_root  # not in workers
+
     root = sessions_root()
     found = []
     try:
@@ -623,6 +623,8 @@ def resolve_socket(session: str | None = None, address: str | None = None) -> st
         raise NoSessionError(f"no running lightwork session named {session!r} "
                              f"(running sessions: {names})")
     if not sessions:
+        from lightwork._runtime.session import sessions_root
+
         raise NoSessionError(
             f"no running lightwork session of this user was found (looked in {sessions_root()}); "
             "start one with lightwork.init() in your program and run this command while it runs")

@@ -81,6 +81,11 @@ class DriverCalls(_Base):
         if shape not in self._feasible_shapes:
             problem = self.scheduler.check_feasible(shape)
             if problem:
+                removed = self.scheduler.removed_names
+                if removed and any(name in removed for name, _ in shape):
+                    raise exceptions.TaskPlacementGroupRemoved(
+                        f"task {spec.name} was submitted to a placement group that was "
+                        "removed; create a new group, or submit it without one")
                 raise ValueError(infeasible_message(spec.name, problem))
             self._feasible_shapes.add(shape)
         ids = self._ids

@@ -61,7 +61,7 @@ class TaskRecord:
     actor_id: int = 0  # the actor whose method this call is, or 0 for a task
     num_cpus: float = 1.0  # the CPUs the task asked for
     cpu_time: float = 0.0  # CPU seconds its worker process used while running it
-    large_args: tuple[tuple[int, int], ...] = ()  # (id(), nbytes) of big by-value arguments
+    large_args: tuple[tuple[int, int], ...] = ()  # (identity, nbytes) of big by-value arguments
     copy_s: float = 0.0  # time .remote() spent copying big arguments (only those: 0 else)
     dep_tasks: tuple[int, ...] = ()  # the tasks making the refs it took as arguments
     yields: tuple[float, ...] = ()  # when a generator task yielded each item

@@ -27,7 +27,10 @@ resources: they leave ``available`` and come back under group names, as in Ray â
 ``PlacementGroup.ready()`` asks for). A task placed in the group asks for the group names
 instead of the plain ones (:func:`group_shape`; a task for bundle ``i`` takes both names,
 so bundle and group totals both hold), so tasks outside cannot use the reservation and
-tasks inside use only it; nothing else in the policy changes. Groups are reserved in
+tasks inside use only it; nothing else in the policy changes. A task placed with
+``placement_group_capture_child_tasks`` also takes a sliver of ``capture_group_<hex>``:
+a worker seeing it in its running task's shape places that task's own tasks in the group
+(:func:`captured_shape`). Groups are reserved in
 creation order (``pending_groups``) as soon as their whole demand fits. Every strategy
 but STRICT_SPREAD is satisfied on one node; what can never fit (STRICT_SPREAD of more
 than one bundle, a bundle or a group larger than the machine) is refused at creation.
@@ -309,7 +312,8 @@ class Scheduler:
             raise ValueError(f"placement group {name or group_hex}: {problem}")
         group = PlacementGroupState(group_id, group_hex, name, [dict(b) for b in bundles], strategy)
         for index, bundle in enumerate(group.bundles):
-            for resource, amount in [*bundle.items(), ("bundle", BUNDLE_UNITS)]:
+            for resource, amount in [*bundle.items(), ("bundle", BUNDLE_UNITS),
+                                     (CAPTURE, BUNDLE_UNITS)]:
                 for key in (group_resource(resource, group_hex), group_resource(resource, group_hex, index)):
                     group.names[key] = group.names.get(key, 0.0) + amount
         for key, amount in group.names.items():
@@ -361,6 +365,8 @@ STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 GROUP_PENDING, GROUP_CREATED, GROUP_REMOVED = "PENDING", "CREATED", "REMOVED"
 BUNDLE_UNITS = 1000.0  # each bundle's "bundle" resource; a ready() check takes a sliver
 READY_CHECK_UNITS = 0.001
+CAPTURE = "capture"  # a group resource whose sliver marks a task whose children it captures
+CAPTURE_PREFIX = f"{CAPTURE}_group_"
 
 
 def group_resource(name: str, group_hex: str, index: int = -1) -> str:
@@ -368,14 +374,31 @@ def group_resource(name: str, group_hex: str, index: int = -1) -> str:
     return f"{name}_group_{group_hex}" if index < 0 else f"{name}_group_{index}_{group_hex}"
 
 
-def group_shape(shape: Shape, group_hex: str, index: int) -> Shape:
-    """The shape a task of ``shape`` asks for inside a group (bundle ``index``, -1: any)."""
+def group_shape(shape: Shape, group_hex: str, index: int, capture: bool = False) -> Shape:
+    """The shape a task of ``shape`` asks for inside a group (bundle ``index``, -1: any).
+
+    ``capture``: the task's own tasks run in the group too; it carries a sliver of the
+    group's ``capture`` resource, which the worker reads (see :func:`captured_shape`)."""
     demand: dict[str, float] = {}
     for name, amount in shape:
         demand[group_resource(name, group_hex)] = amount
         if index >= 0:
             demand[group_resource(name, group_hex, index)] = amount
+    if capture:
+        demand[group_resource(CAPTURE, group_hex)] = READY_CHECK_UNITS
     return make_shape(demand)
+
+
+def captured_shape(shape: Shape, parent: Shape) -> Shape:
+    """The shape of a task submitted from a task of shape ``parent``: if the parent runs
+    with ``placement_group_capture_child_tasks``, the same group (any bundle, capturing
+    in turn) unless the task names a group itself; else ``shape`` unchanged."""
+    for name, _ in parent:
+        if name.startswith(CAPTURE_PREFIX):
+            if any("_group_" in own for own, _ in shape):
+                return shape
+            return group_shape(shape, name.rsplit("_", 1)[1], -1, capture=True)
+    return shape
 
 
 @dataclass(slots=True, eq=False)

@@ -43,6 +43,7 @@ from lightwork._runtime import control
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
 from lightwork._runtime.calls import ArgSlot, CallSpec, infeasible_message, prepare_args
+from lightwork._runtime.scheduler import captured_shape
 from lightwork._runtime.serialization import SerializationError, Stored
 
 FLUSH_AFTER_S = 0.001
@@ -462,9 +463,15 @@ class Worker:
     ) -> list[ObjectRef]:
         for resource, amount in spec.shape:
             have = self.total.get(resource, 0.0)
-            if amount > have + 1e-9:
+            # A placement group's resources are newer than this worker's totals: the
+            # strategy already checked the bundle, and the driver fails a removed group's.
+            if amount > have + 1e-9 and "_group_" not in resource:
                 raise ValueError(infeasible_message(
                     spec.name, f"it needs {amount:g} {resource} but the runtime has {have:g} in total"))
+        shape = spec.shape
+        frame = self.current
+        if frame is not None and frame[6]:  # a task in a placement group may capture this one
+            shape = captured_shape(shape, frame[6])
         task_id = self.next_object_id()
         stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
         return_ids = tuple(self.next_object_id() for _ in range(spec.num_returns))
@@ -476,7 +483,7 @@ class Worker:
             if key not in self.functions:  # the driver may run it here: keep the code
                 self.function_blobs[key] = spec.blob
         self.outbox.append((
-            p.SUBMIT, task_id, key, spec.name, stored, deps, return_ids, spec.shape,
+            p.SUBMIT, task_id, key, spec.name, stored, deps, return_ids, shape,
             spec.max_retries, spec.retry_exceptions, 0,
         ))
         self.send([])  # now: the driver places it while this task goes on

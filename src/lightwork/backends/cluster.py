@@ -41,8 +41,9 @@ Inside a task, ``get`` and ``wait`` secede from the worker's thread pool while t
 block and rejoin after, so a task waiting for its children never holds the slot they
 need, even on a cluster of one single-thread worker.
 
-Not done yet on this backend (UnsupportedOnBackend): actors, and the diagnostics (the
-event log is not filled from the cluster, so the timeline, state API, stack, advisor and
+Actors are in ``cluster_actors.py``. Not done yet on this backend (UnsupportedOnBackend):
+named and detached actors, actor restarts, generator tasks, and the diagnostics (the event
+log is not filled from the cluster, so the timeline, state API, stack, advisor and
 callbacks say so rather than show nothing).
 """
 
@@ -53,6 +54,8 @@ import itertools
 import os
 import random
 import threading
+import time
+import uuid
 import zlib
 from typing import Any
 
@@ -110,6 +113,11 @@ class DistributedBackend(Backend):
         self._prefix = random.getrandbits(PROCESS_ID_SHIFT - 17) + 1 << PROCESS_ID_SHIFT
         self._ids = itertools.count(1)
         self._shapes: dict[tuple, dict[str, float] | None] = {}
+        self._proxies: dict[int, Any] = {}  # actor id -> distributed Actor proxy
+        self._killed: dict[int, bool] = {}
+        self._seqs: dict[int, int] = {}  # actor id -> next call number from this process
+        self._caller = uuid.uuid4().hex  # this process, as a caller of actors
+        self._call_borrows: list[tuple[Any, list[Any]]] = []
         self._closed = False
         ref_counter.on_borrow = self._on_borrow
         ref_counter.on_first_release = None
@@ -218,7 +226,8 @@ class DistributedBackend(Backend):
                 future = self.futures.pop(object_id, None)
                 self.keys.pop(object_id, None)
                 self.task_ids.pop(object_id, None)
-                if future is not None and not future.done():
+                if future is not None and not future.done() and hasattr(
+                        future, "add_done_callback"):  # (an actor call runs on regardless)
                     # A dropped ref's task still runs: hold its future until it ends.
                     self._orphans[object_id] = future
                     future.add_done_callback(
@@ -236,7 +245,7 @@ class DistributedBackend(Backend):
 
     def _keys_of(self, ids: list[int]) -> dict[int, str]:
         futures = self.futures
-        return {i: futures[i].key for i in ids if i in futures}
+        return {i: futures[i].key for i in ids if i in futures and futures[i].key is not None}
 
     def encode(self, value: Any) -> Any:
         """``value`` as stored in the cluster (refs inside it are kept alive by us)."""
@@ -361,7 +370,10 @@ class DistributedBackend(Backend):
         def slot(value: Any) -> Any:
             if type(value) is not ObjectRef:
                 return value
-            deps.append(self._future_of(value.id))
+            future = self._future_of(value.id)
+            if future.key is None:  # an actor call's result: not in the cluster, pass it
+                return self.decode(future.stored(None))
+            deps.append(future)
             return ArgSlot(len(deps) - 1)
 
         return tuple(slot(a) for a in args), {k: slot(v) for k, v in kwargs.items()}
@@ -411,6 +423,8 @@ class DistributedBackend(Backend):
         from distributed import wait as wait_futures
 
         try:
+            if any(f.key is None for f in futures):
+                return self._gather_with_actor_results(futures, timeout)
             if timeout is not None:
                 wait_futures(futures, timeout=timeout)
             return self.client.gather(futures)
@@ -422,6 +436,18 @@ class DistributedBackend(Backend):
                 "first.") from None
         except BaseException as exc:
             raise self._system_error(exc, futures) from None
+
+    def _gather_with_actor_results(self, futures: list[Any], timeout: float | None) -> list[Any]:
+        from distributed import wait as wait_futures
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cluster = [f for f in futures if f.key is not None]
+        if cluster and timeout is not None:
+            wait_futures(cluster, timeout=timeout)
+        values = iter(self.client.gather(cluster) if cluster else [])
+        return [next(values) if f.key is not None else f.stored(
+            None if deadline is None else max(0.0, deadline - time.monotonic()))
+            for f in futures]
 
     def _system_error(self, exc: BaseException, futures: list[Any]) -> BaseException:
         """distributed's failure of a future as lightwork's error."""
@@ -459,12 +485,23 @@ class DistributedBackend(Backend):
                     if needed[0] <= 0:
                         event.set()
 
-            for future in futures:
-                if not future.done():
-                    future.add_done_callback(hit)
-            self._blocking(lambda: event.wait(timeout))
+            if any(f.key is None for f in futures):  # actor calls: no done callbacks
+                self._blocking(lambda: self._poll_until(futures, num_returns, timeout))
+            else:
+                for future in futures:
+                    if not future.done():
+                        future.add_done_callback(hit)
+                self._blocking(lambda: event.wait(timeout))
             ready = [i for i, f in zip(ids, futures) if f.done()]
         return ready[:num_returns]
+
+    @staticmethod
+    def _poll_until(futures: list[Any], num_returns: int, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while sum(1 for f in futures if f.done()) < num_returns:
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            time.sleep(0.002)
 
     def _blocking(self, call: Any) -> Any:
         """Run ``call``; inside a task, seceded from the worker's pool while it blocks."""
@@ -499,20 +536,115 @@ class DistributedBackend(Backend):
                 "the lightwork session on the cluster was shut down; call lightwork.init() "
                 "to connect again")
 
-    # -- actors (not yet) --------------------------------------------------------------------
+    # -- actors (see cluster_actors.py) ---------------------------------------------------
     def create_actor(self, actor: Any, blob: bytes) -> None:
-        raise unsupported("actors", "they are not implemented on this backend yet; use "
-                          "tasks, or run on the embedded runtime (init() with no address)")
+        from lightwork._runtime import serialization
+        from lightwork._runtime.calls import ArgSlot as LocalSlot
+        from lightwork.backends.cluster_actors import ActorHost
+
+        self._check_open()
+        if actor.name is not None or actor.detached:
+            raise unsupported("named and detached actors",
+                              "keep the handle and pass it to whoever needs the actor")
+        if actor.max_restarts:
+            raise unsupported("max_restarts", "create the actor again after ActorDiedError")
+        args, kwargs = serialization.loads(actor.args)
+        if actor.deps:  # top-level refs of the constructor: this backend's own slots
+            values = self.get(list(actor.deps), None)
+            args = [values[a.index] if type(a) is LocalSlot else a for a in args]
+            kwargs = {k: values[v.index] if type(v) is LocalSlot else v
+                      for k, v in kwargs.items()}
+        with collecting_refs() as contained:
+            payload = cloudpickle.dumps((tuple(args), kwargs))
+        shape = dict(actor.hold)
+        restrictions = {r: a for r, a in shape.items() if a and not (r == "CPU" and a <= 1)}
+        if restrictions:
+            problem = self._infeasible(restrictions, refresh=True)
+            if problem:
+                raise ValueError(f"actor {actor.class_name} can never be placed on this "
+                                 f"cluster: {problem}")
+        header = (actor.actor_id, actor.class_name, blob, payload,
+                  self._keys_of(contained) if contained else None, actor.max_concurrency,
+                  bool(actor.async_methods))
+        future = self.client.submit(
+            ActorHost, header, actor=True, pure=False, resources=restrictions or None,
+            key=f"{_key_name(actor.class_name)}-{actor.actor_id:x}")
+        with self.lock:
+            self.futures[actor.actor_id] = future
+
+    def _actor(self, actor_id: int) -> Any:
+        """The distributed proxy of the actor, once it exists; ActorDiedError if it is gone."""
+        proxy = self._proxies.get(actor_id)
+        if proxy is None:
+            future = self._future_of(actor_id)
+            try:
+                proxy = future.result()
+            except Exception as exc:  # noqa: BLE001 - its worker died, or it was killed
+                raise self._actor_died(actor_id, exc) from None
+            self._proxies[actor_id] = proxy
+        if self._killed.get(actor_id) or proxy._future is not None and (
+                proxy._future.status not in ("finished", "pending")):
+            raise self._actor_died(actor_id, None)
+        return proxy
+
+    def _actor_died(self, actor_id: int, exc: BaseException | None) -> exceptions.ActorDiedError:
+        why = "it was killed" if self._killed.get(actor_id) else (
+            f"its worker was lost ({type(exc).__name__}: {exc})" if exc else
+            "its worker was lost")
+        return exceptions.ActorDiedError(
+            f"actor {actor_id:020x} is dead: {why}. Create a new actor to go on "
+            "(max_restarts is not supported on the distributed backend)")
 
     def submit_actor_task(self, actor_id: int, method: str, name: str, args: tuple,
                           kwargs: dict, num_returns: int, callsite: Any = None) -> list[ObjectRef]:
-        raise self.create_actor(None, b"")  # type: ignore[func-returns-value]
+        from lightwork.backends.cluster_actors import ActorResult
+
+        self._check_open()
+        if ref_counter._released:
+            self._drain()
+        tops = [a for a in (*args, *kwargs.values()) if type(a) is ObjectRef]
+        if tops:  # resolved here, before the call is sent: its order is kept
+            values = iter(self.get([ref.id for ref in tops], None))
+            args = tuple(next(values) if type(a) is ObjectRef else a for a in args)
+            kwargs = {k: next(values) if type(v) is ObjectRef else v for k, v in kwargs.items()}
+        with collecting_refs() as contained:
+            payload = cloudpickle.dumps((args, kwargs))
+        keys = self._keys_of(contained) if contained else None
+        with self.lock:
+            seq = self._seqs.get(actor_id, 0)
+            self._seqs[actor_id] = seq + 1
+        try:
+            proxy = self._actor(actor_id)
+            call = proxy.call(self._caller, seq, method, name, payload, keys, num_returns)
+        except exceptions.ActorDiedError as died:
+            from distributed.actor import EagerActorFuture
+
+            call = EagerActorFuture(Failed(died) if num_returns <= 1
+                                    else (Failed(died),) * num_returns)
+        if keys:  # hold what the call borrows until it ends (no callback on ActorFuture)
+            if len(self._call_borrows) > 64:
+                self._call_borrows = [(c, h) for c, h in self._call_borrows if not c.done()]
+            self._call_borrows.append((call, [self.futures[i] for i in keys]))
+        refs = []
+        with self.lock:
+            indexes = [None] if num_returns == 1 else list(range(num_returns))
+            for index in indexes:
+                object_id = self.next_object_id()
+                self.futures[object_id] = ActorResult(call, index)
+                refs.append(ObjectRef(object_id))
+        return refs
 
     def driver_request(self, what: str, *args: Any) -> Any:
         if what == "get_actor":
-            return None  # no actor can exist on this backend yet
-        raise unsupported(f"{what!r}", "it needs actors, which are not implemented on "
-                          "this backend yet; run on the embedded runtime")
+            return None  # named actors are refused at creation on this backend
+        if what == "kill":
+            actor_id = args[0]
+            future = self._future_of(actor_id)
+            self._killed[actor_id] = True
+            self.client.cancel([future], force=True)
+            return None
+        raise unsupported(f"{what!r}", "it is not implemented on this backend; run on the "
+                          "embedded runtime (init() with no address)")
 
     # -- introspection -----------------------------------------------------------------------
     def runtime_context(self) -> dict[str, Any]:

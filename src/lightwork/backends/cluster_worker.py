@@ -38,7 +38,7 @@ from typing import Any
 import cloudpickle
 
 from lightwork import exceptions
-from lightwork._object_ref import collecting_refs
+from lightwork._object_ref import collecting_refs, ref_counter
 
 # Values never pickled again to look for refs inside: they cannot hold one.
 _PLAIN_TYPES = (type(None), bool, int, float, complex, str, bytes)
@@ -147,6 +147,9 @@ def run_task(header: tuple[Any, ...], *dep_values: Any) -> Any:
                 return failed if num_returns == 1 else (failed,) * num_returns
     finally:
         current.task = previous
+        del args, kwargs  # the task's refs die here, so the drain below can release them
+        if ref_counter._released:  # borrowed objects this task no longer holds
+            backend._drain()
     if num_returns == 1:
         return backend.encode(result)
     if num_returns == 0:

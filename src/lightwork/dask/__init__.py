@@ -53,6 +53,8 @@ def get(dsk: Any, keys: Any, *, callbacks: Any = None, num_workers: int | None =
     _api._core()  # start a runtime if none is running, as lightwork.get does
     node = introspect.node_or_none()
     if node is None:
+        if callbacks is not None or active_callbacks():  # never silently without them
+            _api.diagnostics_node("Dask callbacks of lightwork.dask.get")
         values = run_nested(graph, wanted)
     else:
         if callbacks is None:

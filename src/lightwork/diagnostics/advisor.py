@@ -600,7 +600,9 @@ class Advisor:
             return
         busy = sum(r.finished - r.started for r in records)
         run = busy / len(records)
-        queued = sum(r.started - r.submitted for r in records) / len(records)
+        # Queued behind the actor's other calls: from when the call could run (its
+        # arguments ready), not from its submission (waiting for arguments is a chain).
+        queued = sum(r.started - max(r.submitted, r.deps_ready) for r in records) / len(records)
         if busy < ACTOR_MIN_BUSY_S or queued < ACTOR_QUEUE_RATIO * run:
             return
         # Was the actor busy from its first call on (its start-up is not idleness)?
@@ -619,7 +621,7 @@ class Advisor:
         name = records[-1].name
         self._report(Finding(
             "actor-bottleneck",
-            f"calls to one actor ({name.split('.')[0]}) waited {queued:.3f} s on average "
+            f"calls to one actor ({name.rsplit('.', 2)[-2] if '.' in name else name}) waited {queued:.3f} s on average "
             f"for {run:.3f} s of work each ({len(records)} calls) while about "
             f"{idle_slots:.0f} CPU slots were idle",
             {"calls": len(records), "mean_queued_s": round(queued, 4),

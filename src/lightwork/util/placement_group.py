@@ -14,11 +14,13 @@ fails at ``.remote()``.
 ``pg.ready()`` is an ObjectRef that resolves (to ``pg``) once the group is reserved: as
 in Ray, it is a tiny task that runs inside the group. ``remove_placement_group(pg)``
 gives the resources back; actors in the group are killed, tasks still waiting for it
-fail with ``TaskPlacementGroupRemoved``, and running tasks finish.
+(and later submissions to it) fail with ``TaskPlacementGroupRemoved``, and running tasks
+finish.
 
-Not done on one machine: ``placement_group_capture_child_tasks`` (nested tasks run
-outside the group unless they pass the strategy themselves), GPU ids for GPU bundles,
-and ``get_current_placement_group()`` inside an actor (it works inside tasks).
+``placement_group_capture_child_tasks=True`` places the tasks that a task submits in its
+group (any bundle) unless they name a strategy themselves. Not done: capture for the
+actors a captured task creates, GPU ids for GPU bundles, and
+``get_current_placement_group()`` inside an actor (it works inside tasks).
 
 The bookkeeping is the scheduler's (``lightwork._runtime.scheduler``); this module
 checks arguments and talks to it through the backend's ``driver_request``.
@@ -227,4 +229,5 @@ def shape_in_group(shape: Shape, strategy: Any, what: str) -> Shape:
         raise ValueError(
             f"{what} needs {demand} but {where} of {group!r} reserves less, so it could "
             "never run there; ask for less with .options(), or make the bundle bigger")
-    return group_shape(shape, group.hex, index)
+    return group_shape(shape, group.hex, index,
+                       capture=bool(strategy.placement_group_capture_child_tasks))

@@ -1,0 +1,173 @@
+"""Actors on the distributed backend: each lightwork actor lives in a distributed actor.
+
+``create_actor`` submits :class:`ActorHost` with ``actor=True``: distributed builds it on
+one worker and keeps it in that worker's memory, and calls reach it directly from the
+caller (not through the scheduler). Distributed runs every actor method of a worker on
+one shared thread, so the host's only method, :meth:`ActorHost.call`, is a coroutine
+(distributed runs it on the worker's event loop) that hands the user's method to the
+actor's *own* thread pool (``max_concurrency`` threads) or, for an async actor, to its own
+event loop thread: two actors on one worker run at the same time, and a slow method never
+blocks the worker's loop.
+
+Order: distributed sends each call as its own message and may deliver them out of
+order, so every call carries ``(caller, seq)``; the host starts a caller's calls in
+``seq`` order (a call waits on the loop for its turn) and, with one thread, runs them in
+that order too.
+
+Results: a call's result comes back to its caller (it is not a cluster key), so the
+driver maps the call's ref to an :class:`ActorResult`. Errors are values, as for tasks
+(``cluster_worker.Failed``); a constructor that raised makes every call fail with
+``ActorDiedError`` carrying its traceback. A killed actor, or one whose worker died, is
+``ActorDiedError``. Not done yet (UnsupportedOnBackend): named/detached actors and
+``max_restarts``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any
+
+import cloudpickle
+
+from lightwork import exceptions
+from lightwork.backends import cluster_worker
+from lightwork.backends.cluster_worker import ArgSlot, Failed, current, error_of
+
+ASYNC_DEFAULT_CONCURRENCY = 1000
+
+
+class ActorHost:
+    """One lightwork actor inside a distributed actor (see the module docstring)."""
+
+    def __init__(self, header: tuple[Any, ...], *dep_values: Any) -> None:
+        actor_id, class_name, blob, payload, keys, max_concurrency, is_async = header
+        self.actor_id = actor_id
+        self.class_name = class_name
+        self.backend = backend = cluster_worker.worker_backend()
+        self.init_error: Failed | None = None
+        self.instance: Any = None
+        backend.adopt(keys)
+        try:
+            args, kwargs = _load_args(backend, payload, dep_values)
+            self.instance = cloudpickle.loads(blob)(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - every call will say the actor died of it
+            self.init_error = error_of(f"{class_name}.__init__", exc)
+        self.next_seq: dict[str, int] = {}
+        self.turns: dict[tuple[str, int], asyncio.Event] = {}
+        self.is_async = is_async
+        slots = max_concurrency or (ASYNC_DEFAULT_CONCURRENCY if is_async else 1)
+        self.executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        if is_async:  # its own loop, in its own thread: never the worker's
+            self.loop = asyncio.new_event_loop()
+            self.limit = asyncio.Semaphore(slots)
+            threading.Thread(target=self.loop.run_forever, daemon=True,
+                             name=f"lightwork-actor-{class_name}").start()
+        else:
+            self.executor = concurrent.futures.ThreadPoolExecutor(
+                slots, thread_name_prefix=f"lightwork-actor-{class_name}")
+
+    async def call(self, caller: str, seq: int, method: str, name: str, payload: bytes,
+                   keys: dict[int, str] | None, num_returns: int) -> Any:
+        """Run one method call in its caller's order; returns its stored result(s)."""
+        if self.next_seq.get(caller, 0) != seq:
+            turn = self.turns.setdefault((caller, seq), asyncio.Event())
+            await turn.wait()
+        try:
+            if self.init_error is not None:
+                died = exceptions.ActorDiedError(
+                    f"actor {self.class_name} died in its constructor:\n"
+                    f"{self.init_error.error}")
+                return _spread(Failed(died), num_returns)
+            if self.is_async:
+                assert self.loop is not None
+                running = asyncio.run_coroutine_threadsafe(
+                    self._run_async(method, name, payload, keys, num_returns), self.loop)
+            else:
+                assert self.executor is not None
+                running = self.executor.submit(
+                    self._run, method, name, payload, keys, num_returns)
+        finally:  # the next call of this caller may start now
+            self.next_seq[caller] = seq + 1
+            successor = self.turns.pop((caller, seq + 1), None)
+            if successor is not None:
+                successor.set()
+        return await asyncio.wrap_future(running)
+
+    def _run(self, method: str, name: str, payload: bytes, keys: Any, num_returns: int) -> Any:
+        previous = getattr(current, "task", None)
+        current.task = (0, name, {})
+        try:
+            self.backend.adopt(keys)
+            args, kwargs = cloudpickle.loads(payload)
+            result = getattr(self.instance, method)(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the user's error is the call's result
+            return _spread(error_of(name, exc), num_returns)
+        finally:
+            current.task = previous
+        return self._store(name, result, num_returns)
+
+    async def _run_async(self, method: str, name: str, payload: bytes, keys: Any,
+                         num_returns: int) -> Any:
+        async with self.limit:
+            try:
+                self.backend.adopt(keys)
+                args, kwargs = cloudpickle.loads(payload)
+                result = getattr(self.instance, method)(*args, **kwargs)
+                if asyncio.iscoroutine(result):
+                    result = await result
+            except Exception as exc:  # noqa: BLE001
+                return _spread(error_of(name, exc), num_returns)
+        return self._store(name, result, num_returns)
+
+    def _store(self, name: str, result: Any, num_returns: int) -> Any:
+        if num_returns == 1:
+            return self.backend.encode(result)
+        if num_returns == 0:
+            return None
+        parts = tuple(result) if isinstance(result, (tuple, list)) else ()
+        if len(parts) != num_returns:
+            exc = ValueError(f"{name} has num_returns={num_returns} but returned {result!r:.80}")
+            return _spread(error_of(name, exc), num_returns)
+        return tuple(self.backend.encode(part) for part in parts)
+
+
+def _spread(failed: Failed, num_returns: int) -> Any:
+    return failed if num_returns <= 1 else (failed,) * num_returns
+
+
+def _load_args(backend: Any, payload: bytes, dep_values: tuple[Any, ...]) -> tuple[list, dict]:
+    args, kwargs = cloudpickle.loads(payload)
+    if dep_values:
+        values = [backend.decode(value) for value in dep_values]
+        args = [values[a.index] if type(a) is ArgSlot else a for a in args]
+        kwargs = {k: values[v.index] if type(v) is ArgSlot else v for k, v in kwargs.items()}
+    return list(args), kwargs
+
+
+class ActorResult:
+    """The driver's side of one actor call's result (``index``: which of several)."""
+
+    __slots__ = ("call", "index", "key")
+
+    def __init__(self, call: Any, index: int | None) -> None:
+        self.call = call  # distributed's ActorFuture
+        self.index = index
+        self.key = None  # not a cluster key: the value lives with the caller
+
+    def done(self) -> bool:
+        return self.call.done()
+
+    def stored(self, timeout: float | None) -> Any:
+        """The call's stored result; raises TimeoutError, or ActorDiedError if lost."""
+        try:
+            value = self.call.result(timeout=timeout)
+        except TimeoutError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the actor's worker is gone
+            return Failed(exceptions.ActorDiedError(
+                f"the actor's worker could not be reached ({type(exc).__name__}: {exc}); "
+                "the actor died with it"))
+        return value if self.index is None else value[self.index]
