@@ -30,6 +30,11 @@ table on stdout and writes every number, with machine information and the peers'
 versions, to ``bench/results.json`` (through ``results.json.tmp``, so a partial
 file never replaces a good one).
 
+A third table, "lightwork vs the pipe floor", divides lightwork's hot-path figures by
+what two bare Python processes need to exchange a small pickled message over a
+socketpair (``floor.py``), measured just before and just after lightwork's child in
+the same run (the lower of the two kept): issue 13's targets are ratios to it.
+
 Every figure is "lower is better". The table shows lightwork's value divided by
 Ray's and by the best other runtime's (the serial baseline is not a runtime and is
 never "best"), and checks lightwork against its targets.
@@ -68,6 +73,8 @@ LOG_DIR = BENCH_DIR / "logs"
 # Importable for the harness too, but the parent uses only names, never runtimes.
 sys.path.insert(0, str(BENCH_DIR))
 
+from floor import FLOOR_RATIOS  # noqa: E402
+from floor import measure as measure_floor  # noqa: E402
 from peers import BASELINES, PEER_ENV, PEERS, NotSupported, make_peer  # noqa: E402
 from workloads import (  # noqa: E402
     BASELINE_WORKLOADS,
@@ -560,6 +567,44 @@ def render_cost_table(
     return align(lines, left=2)
 
 
+def floor_results(
+    lightwork: dict[str, Any] | None, floor: dict[str, list[float]]
+) -> dict[str, dict[str, Any]]:
+    """Each ``FLOOR_RATIOS`` figure lightwork measured: its value, the floor's, the ratio."""
+    out: dict[str, dict[str, Any]] = {}
+    for row, (floor_row, target) in FLOOR_RATIOS.items():
+        value = (lightwork or {}).get("figures", {}).get(row)
+        if value is None or not floor.get(floor_row):
+            continue
+        base = min(floor[floor_row])
+        out[row] = {
+            "value": value,
+            "floor": floor_row,
+            "floor_value": base,
+            "ratio": value / base,
+            "target_ratio": target,
+            "ok": value / base <= target,
+        }
+    return out
+
+
+def render_floor_table(results: dict[str, dict[str, Any]]) -> str:
+    lines = [["figure", "lightwork", "floor", "", "ratio", "target", ""]]
+    for row, r in results.items():
+        lines.append(
+            [
+                row,
+                fmt(r["value"]),
+                fmt(r["floor_value"]),
+                r["floor"],
+                f"{r['ratio']:.1f}×",
+                f"≤ {r['target_ratio']:g}×",
+                "✓" if r["ok"] else "✗",
+            ]
+        )
+    return align(lines)
+
+
 def machine_info() -> dict[str, Any]:
     import psutil
 
@@ -677,6 +722,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The second lightwork child, for the diagnostics cost of init settings.
     own_init_report: dict[str, Any] | None = None
     own_init_costs = [w for w in costs if w in LIGHTWORK_INIT_WORKLOADS]
+    # The pipe floor, measured around lightwork's child when a figure needs it.
+    wants_floor = "lightwork" in peers and any(row in FLOOR_RATIOS for row in rows)
+    floor: dict[str, list[float]] = {}
+
+    def floor_sample() -> None:
+        quick = {"sync_calls": 300, "pipelined": 2_000, "runs": 1}
+        try:
+            for name, value in measure_floor(**(quick if args.quick else {})).items():
+                floor.setdefault(name, []).append(value)
+        except Exception:
+            traceback.print_exc()
+
     for peer in peers:
         peer_workloads = workloads
         if peer == "lightwork":
@@ -690,7 +747,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
+        if peer == "lightwork" and wants_floor:
+            floor_sample()
         report = run_peer(peer, peer_workloads, args.quick, timeout_s)
+        if peer == "lightwork" and wants_floor:
+            floor_sample()
         reports[peer] = report
         print(
             f"[bench] {peer}: {report.get('status')} in {report['elapsed_s']:.1f} s",
@@ -753,6 +814,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         print(render_cost_table(reports["lightwork"], own_init_report, costs))
 
+    floor_rows = floor_results(reports.get("lightwork"), floor)
+    if floor_rows:
+        print()
+        print(
+            "lightwork vs the pipe floor — two bare Python processes exchanging a small "
+            "pickled message over a socketpair (bench/floor.py), lower of before/after"
+        )
+        print()
+        print(render_floor_table(floor_rows))
+
     results = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "mode": "quick" if args.quick else "full",
@@ -767,6 +838,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "targets": {row: TARGETS[row] for row in rows},
         "peers": reports,
         "ratios": {row: ratios(reports, row) for row in rows},
+        "floor": {"samples": floor, "ratios": floor_rows},
     }
     if show_costs:
         # The on/off figures themselves are in the reports (peers.lightwork and, for the
