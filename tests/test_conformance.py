@@ -467,21 +467,28 @@ def test_dask_graphs_run_on_the_backend(backend):
 
 
 # ---- diagnostics ------------------------------------------------------------------------
-@gap("distributed", "the event log is not filled from the cluster yet")
 def test_timeline_state_and_advisor_read_the_run(backend):
-    lightwork.get([add.remote(i) for i in range(4)])
+    from test_timeline import check_trace
+
+    refs = [add.remote(i) for i in range(4)]
+    lightwork.get(refs)
     events = lightwork.timeline()
-    assert any(e.get("name", "").endswith("add") for e in events)
-    assert lightwork.state.summarize_tasks()
+    check_trace(events)
+    assert sum(1 for e in events if e.get("ph") == "X" and e["name"] == "add") >= 4
+    summary = {s["name"]: s for s in lightwork.state.summarize_tasks()["functions"]}
+    assert summary["add"]["count"] >= 4
+    ids = {lightwork._api._core().task_id_of(ref.id) for ref in refs}
+    records = [r for r in lightwork.diagnostics.task_records() if r.task_id in ids]
+    assert len(records) == 4 and all(r.state == "FINISHED" and r.worker_id > 0 for r in records)
     assert isinstance(lightwork.advise(print_report=False), list)
+    assert "Thread MainThread" in str(lightwork.stack())
 
 
-def test_diagnostics_on_distributed_say_they_are_unsupported(backend):
+def test_diagnostics_on_distributed_say_what_is_unsupported(backend):
     if backend == "local":
-        assert lightwork.state.list_tasks(limit=1) is not None
+        assert lightwork.state.list_actors(limit=1) is not None
         return
-    for call in (lightwork.timeline, lightwork.state.list_tasks, lightwork.stack,
-                 lambda: lightwork.advise(print_report=False),
-                 lightwork.diagnostics.task_records):
+    for call in (lightwork.state.list_actors, lightwork.state.list_objects,
+                 lightwork.state.memory_summary, lightwork.state.status):
         with pytest.raises(exceptions.UnsupportedOnBackend, match="distributed backend"):
             call()

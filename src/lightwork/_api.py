@@ -208,7 +208,7 @@ def init(
                     "with .options() only on the embedded runtime")
             _backend = DistributedBackend.connect(
                 target, num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
-                namespace=namespace)
+                namespace=namespace, event_budget=budget)
             return _context()
         from lightwork._runtime.node import Node
         from lightwork.backends.local import LocalBackend
@@ -384,18 +384,24 @@ def _refuse_ended_session(values: Any) -> None:
         raise SessionEndedError(value.hex(), ended_session_message(what, running=False))
 
 
-def diagnostics_node(feature: str) -> Any:
-    """``driver_node()`` for a diagnostic; on a backend that records no run (the cluster
-    backend, for now), UnsupportedOnBackend naming ``feature`` instead of None."""
+def diagnostics_node(feature: str, recorded: bool = False) -> Any:
+    """``driver_node()`` for a diagnostic; on a backend without a ``Node``, its event log
+    (``recorder``, e.g. ``cluster_record.ClusterLog``) if the diagnostic reads only that
+    (``recorded``), else UnsupportedOnBackend naming ``feature`` instead of None."""
     node = driver_node()
     backend = _backend
     if node is None and backend is not None and not backend.closed and backend.in_driver:
+        recorder = getattr(backend, "recorder", None)
+        if recorded and recorder is not None:
+            return recorder
         from lightwork.exceptions import UnsupportedOnBackend
 
+        why = ("its event log is off (init(event_budget=0))" if recorded
+               else "it needs the embedded runtime's own state")
         raise UnsupportedOnBackend(
-            f"{feature} is not supported on the {backend.name} backend yet: the cluster's "
-            "tasks are not recorded in lightwork's event log; run on the embedded runtime "
-            "(init() with no address) to use it, or read the Dask dashboard")
+            f"{feature} is not supported on the {backend.name} backend: {why}; run on the "
+            "embedded runtime (init() with no address) to use it, or read the Dask "
+            "dashboard")
     return node
 
 

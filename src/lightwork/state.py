@@ -32,9 +32,10 @@ def query(op: str, request_timeout: float = 30.0, **args: Any) -> Any:
     """Run one diagnostics operation (``control.OPS``) against this process's session."""
     from lightwork import _api
 
-    node = _api.diagnostics_node(f"the state API ({op})")
+    node = _api.diagnostics_node(f"the state API ({op})", recorded=True)
     if node is not None:
-        return control.dispatch(node, op, args)
+        answer = getattr(node, "answer_query", None)  # a cluster run's event log
+        return answer(op, args) if answer is not None else control.dispatch(node, op, args)
     if _api._worker is not None:
         path = control.worker_socket_path()
         if path is not None:

@@ -41,10 +41,11 @@ Inside a task, ``get`` and ``wait`` secede from the worker's thread pool while t
 block and rejoin after, so a task waiting for its children never holds the slot they
 need, even on a cluster of one single-thread worker.
 
-Actors are in ``cluster_actors.py``. Not done yet on this backend (UnsupportedOnBackend):
-actor restarts, generator tasks, and the diagnostics (the event
-log is not filled from the cluster, so the timeline, state API, stack, advisor and
-callbacks say so rather than show nothing).
+Actors are in ``cluster_actors.py``. Diagnostics: the driver's ``recorder``
+(``cluster_record.ClusterLog``) is the event log of the run, filled from the workers'
+own stamps; the state API's task listing and summary, ``task_records``, the timeline,
+``stack`` and the advisor read it. Not done yet on this backend (UnsupportedOnBackend):
+actor restarts, generator tasks, the Dask-style callbacks and the other state listings.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from lightwork import exceptions
 from lightwork._object_ref import PROCESS_ID_SHIFT, ObjectRef, collecting_refs, ref_counter
 from lightwork.backends import cluster_worker
 from lightwork.backends.base import Backend
+from lightwork.backends.cluster_record import ClusterLog
 from lightwork.backends.cluster_worker import ArgSlot, Failed, WithRefs
 
 CLUSTER_EXTRA = "pip install 'lightwork[cluster]'"
@@ -105,13 +107,18 @@ class DistributedBackend(Backend):
     name = BACKEND
 
     def __init__(self, client: Any, in_driver: bool, cluster: Any = None,
-                 owns_client: bool = False, namespace: str | None = None) -> None:
+                 owns_client: bool = False, namespace: str | None = None,
+                 event_budget: int = 0) -> None:
         self._client = client  # in a worker: made on first use (get_client)
         self._cluster = cluster  # a LocalCluster this backend started, or None
         self._owns_client = owns_client
         self.in_driver = in_driver
         self.namespace = namespace
-        self.node = None  # the event log on the cluster: not done yet (see the docstring)
+        # Not a Node (lightwork.dask and the callbacks need one): the event log of the
+        # cluster run, which the state API, timeline, stack and advisor read.
+        self.node = None
+        self.recorder: ClusterLog | None = (
+            ClusterLog(self, event_budget) if in_driver and event_budget else None)
         self.lock = threading.Lock()
         self.futures: dict[int, Any] = {}
         self.keys: dict[int, str] = {}  # keys of refs this process may borrow
@@ -134,7 +141,8 @@ class DistributedBackend(Backend):
     # -- lifetime ----------------------------------------------------------------------------
     @classmethod
     def connect(cls, target: Any, *, num_cpus: float | None, num_gpus: float | None,
-                resources: dict[str, float], namespace: str | None) -> DistributedBackend:
+                resources: dict[str, float], namespace: str | None,
+                event_budget: int = 0) -> DistributedBackend:
         """Connect to the cluster ``target`` names (see ``lightwork.backends``)."""
         distributed = _import_distributed()
         if target == "local-cluster":
@@ -156,19 +164,22 @@ class DistributedBackend(Backend):
                     "== '__main__':`, or start workers with the dask CLI and pass the "
                     "scheduler's address") from exc
             client = distributed.Client(cluster)
-            return cls(client, True, cluster=cluster, owns_client=True, namespace=namespace)
+            return cls(client, True, cluster=cluster, owns_client=True, namespace=namespace,
+                       event_budget=event_budget)
         if num_cpus is not None or num_gpus is not None or resources:
             raise ValueError(
                 "num_cpus, num_gpus and resources describe a runtime lightwork starts; a "
                 "cluster's workers declare their own (dask worker --nthreads N --resources "
                 "'CPU=N'). Drop them, or use address='local-cluster'")
         if isinstance(target, distributed.Client):
-            return cls(target, True, owns_client=False, namespace=namespace)
+            return cls(target, True, owns_client=False, namespace=namespace,
+                       event_budget=event_budget)
         if "://" in target:
             client = distributed.Client(target, timeout=30)
         else:
             client = distributed.Client(scheduler_file=target, timeout=30)
-        return cls(client, True, owns_client=True, namespace=namespace)
+        return cls(client, True, owns_client=True, namespace=namespace,
+                   event_budget=event_budget)
 
     @property
     def client(self) -> Any:
@@ -188,6 +199,8 @@ class DistributedBackend(Backend):
             if self._closed:
                 return
             self._closed = True
+            if self.recorder is not None:
+                self.recorder.stop()
             self.futures.clear()
             self._orphans.clear()
             self.exported.clear()
@@ -351,8 +364,13 @@ class DistributedBackend(Backend):
         task_id = self.next_object_id()
         num_returns = spec.num_returns
         prefix = _key_name(spec.name)
+        shape = dict(spec.shape)
         header = (task_id, spec.key, spec.blob, spec.name, payload, keys, max(num_returns, 1),
-                  spec.max_retries, spec.retry_exceptions, dict(spec.shape))
+                  spec.max_retries, spec.retry_exceptions, shape)
+        recorder = self.recorder
+        if recorder is not None:
+            recorder.submitted(task_id, spec.name, callsite, len(payload),
+                               num_cpus=shape.get("CPU", 1.0))
         client = self.client
         main = client.submit(cluster_worker.run_task, header, *deps, key=f"{prefix}-{task_id:x}",
                              resources=restrictions, pure=False)
@@ -430,7 +448,12 @@ class DistributedBackend(Backend):
         if ref_counter._released:
             self._drain()
         futures = [self._future_of(i) for i in ids]
-        stored = self._blocking(lambda: self._gather(futures, timeout))
+        start = time.monotonic()
+        try:
+            stored = self._blocking(lambda: self._gather(futures, timeout))
+        finally:
+            if self.recorder is not None:
+                self.recorder.blocked("get", start, ids, callsite, self.task_ids.get(ids[0], 0))
         return [self.decode(value) for value in stored]
 
     def _gather(self, futures: list[Any], timeout: float | None) -> list[Any]:
@@ -499,6 +522,7 @@ class DistributedBackend(Backend):
                     if needed[0] <= 0:
                         event.set()
 
+            start = time.monotonic()
             if any(f.key is None for f in futures):  # actor calls: no done callbacks
                 self._blocking(lambda: self._poll_until(futures, num_returns, timeout))
             else:
@@ -506,6 +530,9 @@ class DistributedBackend(Backend):
                     if not future.done():
                         future.add_done_callback(hit)
                 self._blocking(lambda: event.wait(timeout))
+            if self.recorder is not None:
+                self.recorder.blocked("wait", start, ids, callsite,
+                                      self.task_ids.get(ids[0], 0))
             ready = [i for i, f in zip(ids, futures) if f.done()]
         return ready[:num_returns]
 
@@ -588,6 +615,8 @@ class DistributedBackend(Backend):
             key=f"{_key_name(actor.class_name)}-{actor.actor_id:x}")
         with self.lock:
             self.futures[actor.actor_id] = future
+        if self.recorder is not None:
+            self.recorder.actor_created(actor.actor_id, actor.class_name)
         if actor.name is not None:
             # The scheduler's datasets are the cluster's directory: whoever knows the name
             # finds the actor, and a published actor outlives this client (detached).
@@ -637,9 +666,13 @@ class DistributedBackend(Backend):
         with self.lock:
             seq = self._seqs.get(actor_id, 0)
             self._seqs[actor_id] = seq + 1
+        task_id = self.next_object_id()
+        if self.recorder is not None:
+            self.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id)
         try:
             proxy = self._actor(actor_id)
-            call = proxy.call(self._caller, seq, method, name, payload, keys, num_returns)
+            call = proxy.call(self._caller, seq, method, name, payload, keys, num_returns,
+                              task_id)
         except exceptions.ActorDiedError as died:
             from distributed.actor import EagerActorFuture
 
@@ -655,6 +688,7 @@ class DistributedBackend(Backend):
             for index in indexes:
                 object_id = self.next_object_id()
                 self.futures[object_id] = ActorResult(call, index)
+                self.task_ids[object_id] = task_id
                 refs.append(ObjectRef(object_id))
         return refs
 

@@ -20,7 +20,9 @@ driver maps the call's ref to an :class:`ActorResult`. Errors are values, as for
 ``ActorDiedError`` carrying its traceback. A killed actor, or one whose worker died, is
 ``ActorDiedError``. Named actors are published as scheduler datasets
 (``lightwork-actor/<namespace>/<name>``: the cluster's directory, found from any client);
-a detached one stays published after its driver leaves. Not done yet
+a detached one stays published after its driver leaves. Each call is stamped into the
+event log from the actor's side (``cluster_record.note``, with the call's task id): actor
+calls bypass the scheduler. Not done yet
 (UnsupportedOnBackend): ``max_restarts``.
 """
 
@@ -29,12 +31,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from typing import Any
 
 import cloudpickle
 
 from lightwork import exceptions
-from lightwork.backends import cluster_worker
+from lightwork.backends import cluster_record, cluster_worker
 from lightwork.backends.cluster_worker import ArgSlot, Failed, current, error_of
 
 ASYNC_DEFAULT_CONCURRENCY = 1000
@@ -72,7 +75,7 @@ class ActorHost:
                 slots, thread_name_prefix=f"lightwork-actor-{class_name}")
 
     async def call(self, caller: str, seq: int, method: str, name: str, payload: bytes,
-                   keys: dict[int, str] | None, num_returns: int) -> Any:
+                   keys: dict[int, str] | None, num_returns: int, task_id: int = 0) -> Any:
         """Run one method call in its caller's order; returns its stored result(s)."""
         if self.next_seq.get(caller, 0) != seq:
             turn = self.turns.setdefault((caller, seq), asyncio.Event())
@@ -86,11 +89,12 @@ class ActorHost:
             if self.is_async:
                 assert self.loop is not None
                 running = asyncio.run_coroutine_threadsafe(
-                    self._run_async(method, name, payload, keys, num_returns), self.loop)
+                    self._run_async(method, name, payload, keys, num_returns, task_id),
+                    self.loop)
             else:
                 assert self.executor is not None
                 running = self.executor.submit(
-                    self._run, method, name, payload, keys, num_returns)
+                    self._run, method, name, payload, keys, num_returns, task_id)
         finally:  # the next call of this caller may start now
             self.next_seq[caller] = seq + 1
             successor = self.turns.pop((caller, seq + 1), None)
@@ -98,31 +102,51 @@ class ActorHost:
                 successor.set()
         return await asyncio.wrap_future(running)
 
-    def _run(self, method: str, name: str, payload: bytes, keys: Any, num_returns: int) -> Any:
+    def _run(self, method: str, name: str, payload: bytes, keys: Any, num_returns: int,
+             task_id: int) -> Any:
+        started = time.time()
         previous = getattr(current, "task", None)
         current.task = (0, name, {})
         try:
             self.backend.adopt(keys)
             args, kwargs = cloudpickle.loads(payload)
+            loaded = time.time()
             result = getattr(self.instance, method)(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the user's error is the call's result
+            self._note(task_id, name, started, exc)
             return _spread(error_of(name, exc), num_returns)
         finally:
             current.task = previous
-        return self._store(name, result, num_returns)
+        finished = time.time()
+        stored = self._store(name, result, num_returns)
+        cluster_record.note(task_id, name, self.actor_id, started, loaded, finished,
+                            time.time(), None)
+        return stored
 
     async def _run_async(self, method: str, name: str, payload: bytes, keys: Any,
-                         num_returns: int) -> Any:
+                         num_returns: int, task_id: int) -> Any:
         async with self.limit:
+            started = time.time()
             try:
                 self.backend.adopt(keys)
                 args, kwargs = cloudpickle.loads(payload)
+                loaded = time.time()
                 result = getattr(self.instance, method)(*args, **kwargs)
                 if asyncio.iscoroutine(result):
                     result = await result
             except Exception as exc:  # noqa: BLE001
+                self._note(task_id, name, started, exc)
                 return _spread(error_of(name, exc), num_returns)
-        return self._store(name, result, num_returns)
+        finished = time.time()
+        stored = self._store(name, result, num_returns)
+        cluster_record.note(task_id, name, self.actor_id, started, loaded, finished,
+                            time.time(), None)
+        return stored
+
+    def _note(self, task_id: int, name: str, started: float, exc: BaseException) -> None:
+        now = time.time()
+        cluster_record.note(task_id, name, self.actor_id, started, now, now, now,
+                            cluster_record.error_text(exc))
 
     def _store(self, name: str, result: Any, num_returns: int) -> Any:
         if num_returns == 1:

@@ -26,12 +26,19 @@ own for that key (``RefCounter.on_borrow``), released when the last ref to that 
 process is gone. So an object stays alive while any process holds a ref to it, including
 refs a task keeps after it returns (in an actor's state, say). Refs a task returns inside
 its result are held by the worker that made them (``exported``) for its lifetime.
+
+The event log
+-------------
+:func:`run_task` stamps its start, arguments loaded, finish and result stored (wall
+clock), its retries and its error, into ``cluster_record``'s per-process ring, which the
+driver pulls (see ``cluster_record``).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -39,6 +46,10 @@ import cloudpickle
 
 from lightwork import exceptions
 from lightwork._object_ref import collecting_refs, ref_counter
+from lightwork.backends.cluster_record import error_text as _error_text
+from lightwork.backends.cluster_record import note as _note
+
+_wall = time.time  # the event log's worker-side stamps (see cluster_record)
 
 # Values never pickled again to look for refs inside: they cannot hold one.
 _PLAIN_TYPES = (type(None), bool, int, float, complex, str, bytes)
@@ -118,11 +129,14 @@ def _should_retry(
 
 def run_task(header: tuple[Any, ...], *dep_values: Any) -> Any:
     """Run one task (see the module docstring); returns its stored result(s)."""
+    started = _wall()
     (task_id, key, blob, name, payload, keys, num_returns, max_retries, retry_exceptions,
      resources) = header
     backend = worker_backend()
     for value in dep_values:  # an argument that failed fails this task with its error
         if type(value) is Failed:
+            now = _wall()
+            _note(task_id, name, 0, started, now, now, now, _error_text(value.error))
             return value if num_returns == 1 else (value,) * num_returns
     backend.adopt(keys)  # before unpickling: the refs inside are borrowed with these keys
     args, kwargs = cloudpickle.loads(payload)
@@ -134,6 +148,8 @@ def run_task(header: tuple[Any, ...], *dep_values: Any) -> Any:
     previous = getattr(current, "task", None)
     current.task = (task_id, name, resources)
     attempt = 0
+    retries: tuple[tuple[float, str], ...] = ()
+    loaded = _wall()
     try:
         while True:
             try:
@@ -142,16 +158,23 @@ def run_task(header: tuple[Any, ...], *dep_values: Any) -> Any:
             except Exception as exc:  # noqa: BLE001 - the user's error becomes the result
                 if _should_retry(exc, retry_exceptions, attempt, max_retries):
                     attempt += 1
+                    retries += ((_wall(), f"retry_exceptions: {_error_text(exc)}"),)
                     continue
                 failed = error_of(name, exc)
+                now = _wall()
+                _note(task_id, name, 0, started, loaded, now, now, _error_text(exc), retries)
                 return failed if num_returns == 1 else (failed,) * num_returns
     finally:
         current.task = previous
         del args, kwargs  # the task's refs die here, so the drain below can release them
         if ref_counter._released:  # borrowed objects this task no longer holds
             backend._drain()
+    finished = _wall()
     if num_returns == 1:
-        return backend.encode(result)
+        stored = backend.encode(result)
+        _note(task_id, name, 0, started, loaded, finished, _wall(), None, retries)
+        return stored
+    _note(task_id, name, 0, started, loaded, finished, finished, None, retries)
     if num_returns == 0:
         return None
     try:

@@ -52,7 +52,10 @@ __all__ = [
 def _node():  # type: ignore[no-untyped-def]
     from lightwork import _api
 
-    node = _api.diagnostics_node("the event log")
+    node = _api.diagnostics_node("the event log", recorded=True)
+    sync = getattr(node, "sync", None)  # a cluster run: pull the workers' reports first
+    if sync is not None:
+        sync()
     if node is None:
         raise RuntimeError(
             "no lightwork runtime is running in this process; call lightwork.init() first "

@@ -837,7 +837,10 @@ def advise(print_report: bool = True) -> list[Finding]:
     """
     from lightwork import _api
 
-    node = _api.diagnostics_node("the advisor")
+    node = _api.diagnostics_node("the advisor", recorded=True)
+    sync = getattr(node, "sync", None)  # a cluster run: pull the workers' reports first
+    if sync is not None:
+        sync()
     if node is None:
         raise RuntimeError(
             "no lightwork runtime is running in this process; call lightwork.advise() "

@@ -128,7 +128,7 @@ def format_stacks(data: dict[str, Any], full: bool = False) -> str:
                    f"{worker['label']} · {worker['doing']} ===")
         if worker.get("note"):
             out.append(f"[{worker['status']}: {worker['note']}]")
-        threads = parse_faulthandler(worker.get("text") or "")
+        threads = worker.get("threads") or parse_faulthandler(worker.get("text") or "")
         for thread in threads:
             out += _format_thread(thread, full) + [""]
         if not threads:

@@ -192,10 +192,14 @@ class _Builder:
     def worker_pid(self, worker_id: int, pid: int = 0) -> int:
         info = self.workers.get(worker_id, {})
         real = pid or info.get("pid") or 0
-        process = real or SYNTHETIC_PID + worker_id
+        # A cluster backend gives each row its own trace pid ("row") and title ("label"):
+        # pids of different machines may collide, and an actor shares its worker's pid.
+        process = info.get("row") or real or SYNTHETIC_PID + worker_id
         if process not in self.process_names:
             self.process_order[process] = worker_id
-            if info.get("actor_class"):
+            if info.get("label"):
+                self.process_names[process] = info["label"]
+            elif info.get("actor_class"):
                 actor = short_name(info["actor_class"])
                 self.process_names[process] = f"actor {actor} (pid {real or '?'})"
             else:

@@ -1,0 +1,333 @@
+"""The event log on the distributed backend: the cluster's tasks in lightwork's EventLog.
+
+Who records what
+----------------
+* The driver stamps what it sees: a task's submission (name, call site, argument bytes)
+  when ``.remote()`` hands it to distributed, and the spans it spends blocked in ``get``
+  and ``wait`` (the advisor's get-in-loop rule reads those). A live record waits in
+  :attr:`ClusterLog.tasks` until its worker's report arrives.
+* Each worker process stamps its own side in the task wrapper (``cluster_worker.run_task``)
+  and in the actor host (actor calls bypass the scheduler, so the actor records them):
+  started, arguments loaded, finished, result stored, the retries it ran and the error.
+  :func:`note` appends one tuple to a bounded per-process ring (a few hundred ns; no
+  message per task). Nothing else runs on the task's path.
+* The driver pulls those rings with ``client.run(take)`` — one round trip to every worker,
+  through the engine — whenever a diagnostic reads the log (:meth:`ClusterLog.sync`) and,
+  so that memory stays flat on long runs, once a second from a daemon thread while tasks
+  are in flight. A worker that dies loses its unreported records; its tasks stay live.
+
+One clock
+---------
+Workers stamp ``time.time()``. Each pull also returns the worker's clock; the driver
+takes the offset of every worker from the pull with the shortest round trip seen so far
+(``offset = worker_now - midpoint of the round trip``: within half that round trip), and
+puts the worker's times on the driver's ``time.monotonic`` scale, which the log and the
+timeline use. A start that would precede its submission by clock error is clamped.
+
+Rows
+----
+Each cluster worker (by address) and each actor gets a small row number, the record's
+``worker_id``, in order of first report; the timeline names the rows by address and pid
+(``timeline_info``). Rows use synthetic trace pids, since pids of different machines
+may collide.
+
+What it serves
+--------------
+The state API's task listing and summary, ``task_records``/``blocked_spans``, the
+timeline data and the advisor (:meth:`ClusterLog.answer_query`). Other queries (actors,
+workers and objects listings, memory, status, dashboard) raise UnsupportedOnBackend.
+``stack`` goes through ``client.run`` too (:func:`dump_stacks`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from types import SimpleNamespace
+from typing import Any
+
+from lightwork import exceptions
+from lightwork._runtime.events import DriverSpan, EventLog, TaskRecord
+
+WORKER_RING = 100_000  # reports a worker keeps until the driver pulls them
+PULL_INTERVAL_S = 1.0
+PULL_TIMEOUT_S = 10.0
+SYNTHETIC_ROW = 4_000_000  # the timeline's synthetic pids (``timeline.SYNTHETIC_PID``)
+
+# ------------------------------------------------------------------------- worker side
+_reports: deque[tuple[Any, ...]] = deque(maxlen=WORKER_RING)
+_dropped = [0]
+
+
+def note(task_id: int, name: str, actor_id: int, started: float, loaded: float,
+         finished: float, stored: float, error: str | None,
+         retries: tuple[tuple[float, str], ...] = ()) -> None:
+    """One task or actor call ended in this worker process (wall-clock times)."""
+    if len(_reports) == WORKER_RING:
+        _dropped[0] += 1
+    _reports.append((task_id, name, actor_id, started, loaded, finished, stored, error,
+                     retries))
+
+
+def error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def take(dask_worker: Any = None) -> dict[str, Any]:
+    """What this worker recorded since the last pull (run by ``client.run``)."""
+    taken = []
+    while _reports:  # popleft is atomic: reports noted meanwhile stay for the next pull
+        try:
+            taken.append(_reports.popleft())
+        except IndexError:
+            break
+    dropped, _dropped[0] = _dropped[0], 0
+    return {"pid": os.getpid(), "now": time.time(), "reports": taken, "dropped": dropped}
+
+
+def dump_stacks(dask_worker: Any = None) -> dict[str, Any]:
+    """The Python stack of every thread of this worker process (run by ``client.run``)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    threads = []
+    for ident, frame in sys._current_frames().items():
+        frames = [[f.filename, f.lineno, f.name] for f in traceback.extract_stack(frame)]
+        threads.append({"id": ident, "name": names.get(ident, ""), "frames": frames,
+                        "notes": []})
+    return {"pid": os.getpid(), "threads": threads}
+
+
+# ------------------------------------------------------------------------- driver side
+class _Live:
+    """A submitted task not yet reported (what ``views`` reads of a live task)."""
+
+    __slots__ = ("record", "actor_id")
+    state = "SUBMITTED_TO_WORKER"
+    worker = None
+
+    def __init__(self, record: TaskRecord, actor_id: int) -> None:
+        self.record = record
+        self.actor_id = actor_id
+
+
+class ClusterLog:
+    """The driver's record of a cluster run, read by the diagnostics like a ``Node``'s."""
+
+    def __init__(self, backend: Any, budget: int) -> None:
+        self.backend = backend
+        self.lock = threading.Lock()
+        self.log = EventLog(budget)
+        self.tasks: dict[int, _Live] = {}  # submitted, not reported yet (oldest first)
+        self.workers: dict[int, Any] = {}  # no embedded worker processes (views read it)
+        self.actors = SimpleNamespace(actors={}, deadlocks=[])
+        self.advisor = None
+        self.closed = False
+        self.session = SimpleNamespace(name=f"distributed-{os.getpid()}", directory=None)
+        self.rows: dict[Any, int] = {}  # worker address, or ("actor", id) -> row number
+        self.row_info: dict[int, dict[str, Any]] = {}
+        self._offsets: dict[str, tuple[float, float]] = {}  # address -> (rtt, offset)
+        self._actor_classes: dict[int, str] = {}
+        self._pull_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def scheduler(self) -> Any:
+        """The cluster's CPU slots (the advisor's ``node.scheduler.total``)."""
+        return SimpleNamespace(total=self.backend.resources()[0])
+
+    # -- driver stamps ---------------------------------------------------------------------
+    def submitted(self, task_id: int, name: str, callsite: Any, arg_size: int,
+                  actor_id: int = 0, num_cpus: float = 1.0) -> None:
+        now = time.monotonic()
+        record = TaskRecord(task_id, name, 0, now, deps_ready=now, dispatched=now,
+                            arg_size=arg_size, callsite=callsite, actor_id=actor_id,
+                            num_cpus=num_cpus, state="SUBMITTED_TO_WORKER")
+        with self.lock:
+            self.tasks[task_id] = _Live(record, actor_id)
+            if len(self.tasks) > self.log.budget:  # never reported: drop the oldest
+                del self.tasks[next(iter(self.tasks))]
+                self.log.dropped_tasks += 1
+        if self._thread is None:
+            self._start_pulling()
+
+    def actor_created(self, actor_id: int, class_name: str) -> None:
+        self._actor_classes[actor_id] = class_name
+
+    def blocked(self, kind: str, start: float, ids: list[int], callsite: Any,
+                first_task_id: int) -> None:
+        span = DriverSpan(kind, start, time.monotonic(), len(ids), threading.get_ident(),
+                          ids[0] if ids else 0, callsite, first_task_id)
+        with self.lock:
+            self.log.add_span(span)
+
+    # -- pulling the workers' reports ------------------------------------------------------
+    def _start_pulling(self) -> None:
+        with self._pull_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._pull_loop, daemon=True,
+                                                name="lightwork-cluster-log")
+                self._thread.start()
+
+    def _pull_loop(self) -> None:
+        while not self._stop.wait(PULL_INTERVAL_S):
+            if self.tasks:
+                try:
+                    self.sync()
+                except Exception:  # noqa: BLE001 - a diagnostic never breaks the run; retried
+                    pass
+
+    def stop(self) -> None:
+        self.closed = True
+        self._stop.set()
+
+    def sync(self) -> None:
+        """Pull every worker's reports into the log (one ``client.run`` round trip)."""
+        client = self.backend.client
+        with self._pull_lock:
+            sent = time.time()
+            replies = client.run(take, on_error="ignore")
+            came = time.time()
+            for address, reply in replies.items():
+                self._merge(str(address), reply, sent, came)
+
+    def _merge(self, address: str, reply: dict[str, Any], sent: float, came: float) -> None:
+        rtt, offset = came - sent, reply["now"] - (sent + came) / 2
+        best = self._offsets.get(address)
+        if best is None or rtt < best[0]:
+            self._offsets[address] = best = (rtt, offset)
+        log = self.log
+        shift = best[1] + log.started_at_wall - log.started_at  # worker wall -> monotonic
+        pid = reply["pid"]
+        with self.lock:
+            log.dropped_tasks += reply["dropped"]
+            for (task_id, name, actor_id, started, loaded, finished, stored, error,
+                 retries) in reply["reports"]:
+                live = self.tasks.pop(task_id, None)
+                record = live.record if live is not None else TaskRecord(
+                    task_id, name, 0, started - shift, actor_id=actor_id)
+                started -= shift
+                if started < record.submitted:  # clock error, at most half a round trip
+                    delta = record.submitted - started
+                    started, loaded, finished, stored = (
+                        started + delta, loaded - shift + delta, finished - shift + delta,
+                        stored - shift + delta)
+                else:
+                    loaded, finished, stored = loaded - shift, finished - shift, stored - shift
+                record.started, record.args_loaded = started, loaded
+                record.finished, record.stored, record.seen = finished, stored, stored
+                record.deps_ready = min(record.deps_ready or started, started)
+                record.dispatched = min(record.dispatched or started, started)
+                record.worker_id = self._row(address, pid, actor_id)
+                record.pid = pid
+                record.error = error
+                record.attempt = len(retries)
+                record.retries = tuple((t - shift, reason) for t, reason in retries)
+                record.state = "FAILED" if error else "FINISHED"
+                log.finish_task(record)
+
+    def _row(self, address: str, pid: int, actor_id: int) -> int:
+        key: Any = ("actor", actor_id) if actor_id else address
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = len(self.rows) + 1
+            if actor_id:
+                cls = self._actor_classes.get(actor_id, "actor")
+                self.row_info[row] = {
+                    "pid": pid, "row": SYNTHETIC_ROW + row, "actor_class": cls,
+                    "actor_id": f"{actor_id:020x}", "max_concurrency": 1,
+                    "label": f"actor {cls.split('.<locals>.')[-1]} on {address} (pid {pid})"}
+            else:
+                self.row_info[row] = {"pid": pid, "row": SYNTHETIC_ROW + row,
+                                      "actor_class": None, "actor_id": None,
+                                      "max_concurrency": 1,
+                                      "label": f"worker {address} (pid {pid})"}
+        return row
+
+    # -- queries ---------------------------------------------------------------------------
+    def answer_query(self, op: str, args: dict[str, Any]) -> Any:
+        """The diagnostics operations this log can answer (see the module docstring)."""
+        from lightwork._runtime import views
+
+        if op == "list" and args.get("kind") == "tasks":
+            self.sync()
+            limit = args.get("limit", views.DEFAULT_LIMIT)
+            rows, total = views.filter_rows("tasks", views.task_rows(self),
+                                            args.get("filters"), limit)
+            return {"rows": rows, "total": total}
+        if op == "summarize_tasks":
+            self.sync()
+            return views.summarize_tasks(self)
+        if op == "timeline_data":
+            self.sync()
+            return self.timeline_data()
+        if op == "advise":
+            from lightwork.diagnostics import advisor
+
+            self.sync()
+            return {"session": self.session.name, "live": False,
+                    "findings": [f.as_dict() for f in advisor.current_findings(self)]}
+        if op == "stacks":
+            return self.stacks(float(args.get("timeout", PULL_TIMEOUT_S)))
+        what = f"the state API's {args.get('kind') + ' listing' if op == 'list' else op}"
+        raise exceptions.UnsupportedOnBackend(
+            f"{what} is not supported on the distributed backend: list_tasks, "
+            "summarize_tasks, timeline, stack and advise are; read the Dask dashboard "
+            "for workers, memory and objects")
+
+    def timeline_data(self) -> dict[str, Any]:
+        """``views.timeline_data`` for a cluster run: one row per worker and per actor."""
+        from lightwork._runtime import views
+        from lightwork.diagnostics import advisor
+
+        with self.lock:
+            ended = self.log.task_records()
+            live = [views._record_row(task.record) + (task.state, task.actor_id, 0)
+                    for task in self.tasks.values()]
+            span_records = list(self.log.spans)
+            rows = {str(row): dict(info) for row, info in self.row_info.items()}
+        spans = [(s.kind, s.start, s.end, s.object_count, s.thread_id) for s in span_records]
+        threads = {t.ident: t.name for t in threading.enumerate() if t.ident is not None}
+        return {
+            "session": self.session.name,
+            "driver_pid": os.getpid(),
+            "forkserver_pid": None,
+            "base": self.log.started_at,
+            "base_wall": self.log.started_at_wall,
+            "now": time.monotonic(),
+            "budget": self.log.budget,
+            "record_fields": list(views.RECORD_FIELDS),
+            "tasks": [views._record_row(record) for record in ended],
+            "live": [list(row) for row in live],
+            "spans": spans,
+            "threads": {str(ident): name for ident, name in threads.items()},
+            "workers": rows,
+            "profile": [],
+            "samples": [],
+            "dropped": {"tasks": self.log.dropped_tasks, "spans": self.log.dropped_spans,
+                        "profile": 0, "samples": 0},
+            "findings": [f.as_dict() for f in advisor.current_findings(
+                self, ended, span_records)],
+            "advisor_input": advisor.analysis_input(self, ended, span_records),
+        }
+
+    def stacks(self, timeout: float) -> dict[str, Any]:
+        """``control.collect_stacks``'s reply, with every cluster worker's threads."""
+        from lightwork._runtime.control import driver_threads
+
+        client = self.backend.client
+        replies = client.run(dump_stacks, on_error="return")
+        workers = []
+        for index, (address, reply) in enumerate(sorted(replies.items()), start=1):
+            entry = {"worker_id": index, "label": str(address), "status": "ok",
+                     "note": None, "text": "", "doing": "dask worker"}
+            if isinstance(reply, BaseException):
+                entry.update(pid=0, status="error", note=error_text(reply), threads=[])
+            else:
+                entry.update(pid=reply["pid"], threads=reply["threads"])
+            workers.append(entry)
+        return {"driver": {"pid": os.getpid(), "threads": driver_threads()},
+                "workers": workers, "timeout": timeout}

@@ -1,0 +1,245 @@
+"""The diagnostics on the distributed backend, against a real cluster (``dask scheduler``
+plus two single-thread ``dask worker`` processes, ``dask_cluster.DaskCluster``).
+
+The event log is filled from the workers' own stamps (``backends/cluster_record.py``);
+these tests check what each reader makes of it: task records (times on one clock,
+worker pids, errors, retries, actor calls), the timeline (the same format checks as a
+local one, one row per worker and per actor), the state API, the advisor's get-in-loop
+finding, and ``stack()`` through ``client.run``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+
+import pytest
+from dask_cluster import DaskCluster
+from test_timeline import check_trace, process_names, spans
+
+import lightwork
+from lightwork import exceptions
+from lightwork.backends import cluster_record
+
+pytestmark = pytest.mark.lightwork_only
+pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+    cluster = DaskCluster(str(tmp_path_factory.mktemp("dask"))).start()
+    lightwork.init(address=cluster.scheduler_file)
+    try:
+        yield cluster
+    finally:
+        lightwork.shutdown()
+        left = cluster.stop()
+        assert not left, f"processes left behind by the cluster: {left}"
+
+
+@lightwork.remote
+def slow_add(a, b=0):
+    time.sleep(0.02)
+    return a + b
+
+
+@lightwork.remote
+def fails():
+    raise KeyError("missing")
+
+
+_tries = {"n": 0}
+
+
+@lightwork.remote(max_retries=2, retry_exceptions=[OSError])
+def flaky_once():
+    _tries["n"] += 1  # per worker process: the first try fails, the retry succeeds
+    if _tries["n"] % 2:
+        raise OSError("first try")
+    return "ok"
+
+
+@lightwork.remote
+def sleeps_in_marker_function(seconds):
+    def lightwork_stack_marker():
+        time.sleep(seconds)
+
+    lightwork_stack_marker()
+    return seconds
+
+
+@lightwork.remote
+class Tally:
+    def __init__(self):
+        self.n = 0
+
+    def bump(self):
+        self.n += 1
+        return self.n
+
+
+def records_named(name):
+    return [r for r in lightwork.diagnostics.task_records() if r.name.endswith(name)]
+
+
+def test_task_records_carry_worker_times_on_the_driver_clock(cluster):
+    before = time.monotonic()
+    submit_line = inspect.currentframe().f_lineno + 1
+    assert lightwork.get([slow_add.remote(i) for i in range(6)]) == list(range(6))
+    after = time.monotonic()
+    records = records_named("slow_add")
+    assert len(records) == 6
+    for r in records:
+        assert r.state == "FINISHED" and r.error is None
+        assert before <= r.submitted <= r.started <= r.args_loaded <= r.finished <= r.stored
+        assert r.stored <= after + 0.5  # within the clock-offset estimate's error
+        assert r.finished - r.args_loaded >= 0.015  # the sleep ran between the stamps
+        assert r.pid in cluster.worker_pids() and r.worker_id > 0
+        assert r.arg_size > 0 and r.callsite[0] == __file__ and r.callsite[1] == submit_line
+
+
+def test_errors_and_retries_are_recorded(cluster):
+    with pytest.raises(KeyError):
+        lightwork.get(fails.remote())
+    [failed] = records_named("fails")
+    assert failed.state == "FAILED" and "KeyError" in failed.error
+    assert lightwork.get(flaky_once.remote()) == "ok"
+    [retried] = records_named("flaky_once")
+    assert retried.state == "FINISHED" and retried.attempt == 1
+    assert len(retried.retries) == 1 and "OSError: first try" in retried.retries[0][1]
+    assert retried.started <= retried.retries[0][0] <= retried.finished
+
+
+def test_actor_calls_are_recorded_from_the_actor_side(cluster):
+    tally = Tally.remote()
+    assert lightwork.get([tally.bump.remote() for _ in range(5)]) == [1, 2, 3, 4, 5]
+    calls = records_named("Tally.bump")
+    assert len(calls) == 5 and all(c.actor_id and c.state == "FINISHED" for c in calls)
+    assert len({c.worker_id for c in calls}) == 1  # the actor's own row
+    assert calls[0].worker_id not in {r.worker_id for r in records_named("slow_add")}
+    rows = lightwork.state.list_tasks(filters=[("name", "=", "Tally.bump")])
+    assert len(rows) == 5 and {row["type"] for row in rows} == {"ACTOR_TASK"}
+
+
+def test_timeline_passes_the_format_checks_with_a_row_per_worker_and_actor(cluster, tmp_path):
+    tally = Tally.remote()
+    lightwork.get([slow_add.remote(i) for i in range(4)] + [tally.bump.remote()])
+    path = str(tmp_path / "trace.json")
+    assert lightwork.timeline(path) is None
+    from test_timeline import load_trace
+
+    events = load_trace(path)
+    check_trace(events)
+    names = process_names(events)
+    workers = [n for n in names.values() if n.startswith("worker tcp://")]
+    actors = [n for n in names.values() if n.startswith("actor Tally on tcp://")]
+    assert len(workers) == 2 and actors, names
+    pids = {str(pid) for pid in cluster.worker_pids()}
+    assert all(name.rsplit("(pid ", 1)[1].rstrip(")") in pids for name in workers + actors)
+    task_pids = {e["pid"] for e in spans(events, name="slow_add", cat="task")}
+    assert task_pids and all(names[pid].startswith("worker tcp://") for pid in task_pids)
+    assert any(names[e["pid"]].startswith("actor Tally")
+               for e in spans(events, name="Tally.bump", cat="task"))
+    assert spans(events, name="get", cat="driver")  # the driver's blocked time
+
+
+def test_summary_lists_and_unsupported_listings(cluster):
+    lightwork.get([slow_add.remote(1) for _ in range(3)])
+    summary = lightwork.state.summarize_tasks()
+    by_name = {s["name"]: s for s in summary["functions"]}
+    assert by_name["slow_add"]["count"] >= 3 and by_name["slow_add"]["p50_run_s"] >= 0.015
+    assert lightwork.state.list_tasks(state="FINISHED", limit=2)
+    for call in (lightwork.state.list_actors, lightwork.state.list_workers,
+                 lightwork.state.list_objects, lightwork.state.memory_summary):
+        with pytest.raises(exceptions.UnsupportedOnBackend, match="distributed backend"):
+            call()
+
+
+def test_advisor_names_get_in_loop_on_the_cluster(cluster):
+    for i in range(8):
+        lightwork.get(slow_add.remote(i))  # the anti-pattern, on purpose
+    kinds = {f.kind for f in lightwork.advise(print_report=False)}
+    assert "get-in-loop" in kinds
+
+
+def test_stack_shows_every_worker_thread_through_the_engine(cluster):
+    ref = sleeps_in_marker_function.remote(3.0)
+    deadline = time.monotonic() + 20
+    text = ""
+    while time.monotonic() < deadline:
+        text = str(lightwork.stack())
+        if "lightwork_stack_marker" in text:
+            break
+        time.sleep(0.2)
+    assert "lightwork_stack_marker" in text
+    assert text.count("=== worker ") == 2 and "tcp://127.0.0.1:" in text
+    for pid in cluster.worker_pids():
+        assert f"(pid {pid})" in text
+    assert lightwork.get(ref) == 3.0
+
+
+def test_event_budget_zero_turns_the_cluster_log_off(tmp_path):
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+    cluster = DaskCluster(str(tmp_path), workers=1).start()
+    try:
+        lightwork.init(address=cluster.scheduler_file, event_budget=0)
+        assert lightwork.get(slow_add.remote(1)) == 1
+        with pytest.raises(exceptions.UnsupportedOnBackend, match="event_budget=0"):
+            lightwork.timeline()
+    finally:
+        lightwork.shutdown()
+        assert not cluster.stop()
+
+
+# ---- the clock, without a cluster -------------------------------------------------------
+class _FakeBackend:
+    client = None
+
+    def resources(self):
+        return {"CPU": 2.0}, {"CPU": 2.0}
+
+
+def test_worker_times_are_shifted_by_the_best_round_trips_offset():
+    log = cluster_record.ClusterLog(_FakeBackend(), budget=10)
+    log.submitted(7, "f", None, 10)
+    submitted = log.tasks[7].record.submitted
+    wall = log.log.started_at_wall + (submitted - log.log.started_at)  # driver's wall then
+    skew = 100.0  # the worker's clock runs 100 s ahead
+    reply = {"pid": 42, "now": wall + skew + 1.0, "dropped": 0, "reports": [
+        (7, "f", 0, wall + skew + 0.5, wall + skew + 0.6, wall + skew + 0.9,
+         wall + skew + 0.95, None, ())]}
+    log._merge("tcp://w:1", reply, wall + 0.99, wall + 1.01)  # a 20 ms round trip
+    [record] = log.log.task_records()
+    assert record.started == pytest.approx(submitted + 0.5, abs=0.02)
+    assert record.stored == pytest.approx(submitted + 0.95, abs=0.02)
+    assert record.pid == 42 and record.worker_id == 1 and not log.tasks
+    # a later, slower round trip does not replace the better estimate
+    log._merge("tcp://w:1", {**reply, "now": wall + skew + 5.0, "reports": []},
+               wall + 1.0, wall + 3.0)
+    assert log._offsets["tcp://w:1"][0] == pytest.approx(0.02)
+
+
+def test_a_start_before_its_submission_is_clamped():
+    log = cluster_record.ClusterLog(_FakeBackend(), budget=10)
+    log.submitted(1, "f", None, 0)
+    submitted = log.tasks[1].record.submitted
+    wall = log.log.started_at_wall + (submitted - log.log.started_at)
+    reply = {"pid": 1, "now": wall, "dropped": 3, "reports": [
+        (1, "f", 0, wall - 0.01, wall, wall + 0.1, wall + 0.1, None, ())]}
+    log._merge("tcp://w:1", reply, wall, wall)
+    [record] = log.log.task_records()
+    assert record.started == pytest.approx(submitted)
+    assert record.finished - record.started == pytest.approx(0.11)
+    assert log.log.dropped_tasks == 3
+
+
+def test_take_hands_each_report_out_once():
+    cluster_record.take()
+    for i in range(3):
+        cluster_record.note(i, "g", 0, 1.0, 1.0, 2.0, 2.0, None)
+    reply = cluster_record.take()
+    assert [r[0] for r in reply["reports"]] == [0, 1, 2] and reply["dropped"] == 0
+    assert cluster_record.take()["reports"] == []
