@@ -104,7 +104,7 @@ def dump_stacks(dask_worker: Any = None) -> dict[str, Any]:
 class _Live:
     """A submitted task not yet reported (what ``views`` reads of a live task)."""
 
-    __slots__ = ("record", "actor_id")
+    __slots__ = ("actor_id", "record")
     state = "SUBMITTED_TO_WORKER"
     worker = None
 
@@ -177,7 +177,7 @@ class ClusterLog:
             if self.tasks:
                 try:
                     self.sync()
-                except Exception:  # noqa: BLE001 - a diagnostic never breaks the run; retried
+                except Exception:  # noqa: BLE001, S110 - a diagnostic never breaks the run; retried
                     pass
 
     def stop(self) -> None:
