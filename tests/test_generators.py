@@ -200,7 +200,7 @@ def test_a_retried_generator_yields_each_item_once(runtime, tmp_path):
 
 
 @pytest.mark.lightwork_only
-def test_a_retry_does_not_send_the_items_again(runtime, tmp_path):
+def test_a_retried_generator_has_one_yield_instant_per_item(runtime, tmp_path):
     """lightwork-only: the timeline has one yield instant per item, not per attempt."""
     items = [lightwork.get(ref, timeout=30)
              for ref in crashes_once_after_item_1.remote(str(tmp_path))]
