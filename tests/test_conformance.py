@@ -401,6 +401,25 @@ def _pid_or_none(actor):
         return None
 
 
+def test_named_actors_get_actor_and_get_if_exists(backend):
+    named = Counter.options(name="the-counter").remote()
+    assert lightwork.get(named.incr.remote()) == 1
+    found = lightwork.get_actor("the-counter")
+    assert lightwork.get(found.incr.remote()) == 2
+    same = Counter.options(name="the-counter", get_if_exists=True).remote()
+    assert lightwork.get(same.incr.remote()) == 3
+    with pytest.raises(ValueError, match="the-counter"):
+        Counter.options(name="the-counter").remote()
+    lightwork.kill(named)
+    with pytest.raises(ValueError, match="no live actor"):
+        lightwork.get_actor("the-counter")
+
+
+def test_get_actor_of_an_unknown_name_says_so(backend):
+    with pytest.raises(ValueError, match="no live actor named 'nobody'"):
+        lightwork.get_actor("nobody")
+
+
 @lightwork.remote
 def use_counter(counter, times):
     return lightwork.get([counter.incr.remote() for _ in range(times)])[-1]

@@ -593,7 +593,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         deps = [self.lookup(object_id) for object_id in task.deps]
         self.tasks[task.task_id] = task
         if deps:  # the advisor tells a chain of dependent steps from independent tasks
-            task.record.dep_tasks = tuple(entry.task_id for entry in deps)
+            task.record.dep_tasks = tuple([entry.task_id for entry in deps])  # 3x a genexpr
         unready = 0
         for entry in deps:
             entry.task_uses += 1

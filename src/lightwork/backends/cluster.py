@@ -42,7 +42,7 @@ block and rejoin after, so a task waiting for its children never holds the slot 
 need, even on a cluster of one single-thread worker.
 
 Actors are in ``cluster_actors.py``. Not done yet on this backend (UnsupportedOnBackend):
-named and detached actors, actor restarts, generator tasks, and the diagnostics (the event
+actor restarts, generator tasks, and the diagnostics (the event
 log is not filled from the cluster, so the timeline, state API, stack, advisor and
 callbacks say so rather than show nothing).
 """
@@ -86,6 +86,14 @@ def _import_distributed() -> Any:
     return distributed
 
 
+_ACTOR_DATASET = "lightwork-actor/"
+
+
+def _actor_dataset(name: str, namespace: str | None) -> str:
+    """The scheduler dataset under which a named actor is published."""
+    return f"{_ACTOR_DATASET}{namespace or ''}/{name}"
+
+
 def _key_name(name: str) -> str:
     """A task name as the first part of a distributed key (the dashboard's group name)."""
     return name.split(".<locals>.")[-1].replace("-", "_") or "task"
@@ -118,6 +126,7 @@ class DistributedBackend(Backend):
         self._seqs: dict[int, int] = {}  # actor id -> next call number from this process
         self._caller = uuid.uuid4().hex  # this process, as a caller of actors
         self._call_borrows: list[tuple[Any, list[Any]]] = []
+        self._named: list[str] = []  # named, not detached actors: unpublished at shutdown
         self._closed = False
         ref_counter.on_borrow = self._on_borrow
         ref_counter.on_first_release = None
@@ -184,6 +193,11 @@ class DistributedBackend(Backend):
             self.exported.clear()
         if ref_counter.on_borrow == self._on_borrow:
             ref_counter.on_borrow = None
+        for name in self._named:  # a named actor that is not detached ends with its driver
+            try:
+                self._client.unpublish_dataset(name)
+            except Exception:  # noqa: BLE001 - the cluster may be gone already
+                pass
         if self._owns_client:
             self._client.close()
         if self._cluster is not None:
@@ -543,9 +557,12 @@ class DistributedBackend(Backend):
         from lightwork.backends.cluster_actors import ActorHost
 
         self._check_open()
-        if actor.name is not None or actor.detached:
-            raise unsupported("named and detached actors",
-                              "keep the handle and pass it to whoever needs the actor")
+        namespace = actor.namespace if actor.namespace is not None else self.namespace
+        if actor.name is not None and self.driver_request(
+                "get_actor", actor.name, namespace) is not None:
+            raise ValueError(
+                f"an actor named {actor.name!r} already exists in namespace "
+                f"{namespace!r}; pick another name, or pass get_if_exists=True")
         if actor.max_restarts:
             raise unsupported("max_restarts", "create the actor again after ActorDiedError")
         args, kwargs = serialization.loads(actor.args)
@@ -571,6 +588,13 @@ class DistributedBackend(Backend):
             key=f"{_key_name(actor.class_name)}-{actor.actor_id:x}")
         with self.lock:
             self.futures[actor.actor_id] = future
+        if actor.name is not None:
+            # The scheduler's datasets are the cluster's directory: whoever knows the name
+            # finds the actor, and a published actor outlives this client (detached).
+            entry = (actor.actor_id, actor.class_name, dict(actor.methods), future)
+            self.client.publish_dataset(entry, name=_actor_dataset(actor.name, namespace))
+            if not actor.detached:
+                self._named.append(_actor_dataset(actor.name, namespace))
 
     def _actor(self, actor_id: int) -> Any:
         """The distributed proxy of the actor, once it exists; ActorDiedError if it is gone."""
@@ -636,15 +660,29 @@ class DistributedBackend(Backend):
 
     def driver_request(self, what: str, *args: Any) -> Any:
         if what == "get_actor":
-            return None  # named actors are refused at creation on this backend
+            name, namespace = args[0], args[1] if args[1] is not None else self.namespace
+            entry = self.client.get_dataset(_actor_dataset(name, namespace), default=None)
+            if entry is None:
+                return None
+            actor_id, class_name, methods, future = entry
+            with self.lock:
+                self.futures.setdefault(actor_id, future)
+            return actor_id, class_name, methods
         if what == "kill":
             actor_id = args[0]
             future = self._future_of(actor_id)
             self._killed[actor_id] = True
+            for name in self._published_names_of(future):
+                self.client.unpublish_dataset(name)
             self.client.cancel([future], force=True)
             return None
         raise unsupported(f"{what!r}", "it is not implemented on this backend; run on the "
                           "embedded runtime (init() with no address)")
+
+    def _published_names_of(self, future: Any) -> list[str]:
+        return [name for name in self.client.list_datasets()
+                if isinstance(name, str) and name.startswith(_ACTOR_DATASET)
+                and getattr(self.client.get_dataset(name)[3], "key", None) == future.key]
 
     # -- introspection -----------------------------------------------------------------------
     def runtime_context(self) -> dict[str, Any]:

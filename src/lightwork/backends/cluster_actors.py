@@ -18,8 +18,10 @@ Results: a call's result comes back to its caller (it is not a cluster key), so 
 driver maps the call's ref to an :class:`ActorResult`. Errors are values, as for tasks
 (``cluster_worker.Failed``); a constructor that raised makes every call fail with
 ``ActorDiedError`` carrying its traceback. A killed actor, or one whose worker died, is
-``ActorDiedError``. Not done yet (UnsupportedOnBackend): named/detached actors and
-``max_restarts``.
+``ActorDiedError``. Named actors are published as scheduler datasets
+(``lightwork-actor/<namespace>/<name>``: the cluster's directory, found from any client);
+a detached one stays published after its driver leaves. Not done yet
+(UnsupportedOnBackend): ``max_restarts``.
 """
 
 from __future__ import annotations
