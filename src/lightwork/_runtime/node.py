@@ -492,9 +492,9 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         record.seen = time.monotonic()
         if task.cancelled:
             if type(outcome) is list:  # it finished before the cancel reached it
-                for stored in outcome:
+                for stored in outcome:  # nobody will read them: the store takes them back
                     if stored.path is not None:
-                        unlink_quietly(stored.path)
+                        self.store.release(stored.path)
             self._fail_task(task, _cancelled(task, "before it finished"))
         elif outcome == "cancelled":  # a cancel signal meant for the task before this one
             self._requeue(task)

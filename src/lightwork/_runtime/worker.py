@@ -433,14 +433,19 @@ class Worker:
         """Send each item of a generator task to the driver as it is yielded (see
         ``streams.py``); the task's own result is None. An exception the generator raises
         becomes the stream's last item, as in Ray (the task itself succeeds). Once the
-        consumer is gone the generator still runs to its end, but its items are not sent."""
-        wanted = [True]
+        consumer is gone the generator still runs to its end, but its items are not sent.
+        A re-run (a retry) neither serializes nor sends the yields the driver's reply
+        says the stream already has."""
+        # [yields so far in this run, items the stream holds; None: nobody consumes it]
+        progress: list[Any] = [0, 0]
 
         def send(item: Any) -> None:
-            if wanted[0]:
+            index, have = progress
+            progress[0] = index + 1
+            if have is not None and index >= have:
                 object_id = self.next_object_id()
                 stored = serialization.serialize(item, f"{self.shm_dir}/{object_id:x}")
-                wanted[0] = self.driver_request("stream", "yield", head, object_id, stored)
+                progress[1] = self.driver_request("stream", "yield", head, index, object_id, stored)
 
         try:
             if type(items) is types.AsyncGeneratorType:
@@ -460,8 +465,9 @@ class Worker:
         except (ActorExit, SerializationError):
             raise
         except Exception as exc:  # noqa: BLE001 - the user's error is the stream's last item
-            if wanted[0]:
-                self.driver_request("stream", "yield", head, self.next_object_id(),
+            index, have = progress
+            if have is not None and index >= have:
+                self.driver_request("stream", "yield", head, index, self.next_object_id(),
                                     None, error_outcome(name, exc))
         return None
 
