@@ -589,9 +589,39 @@ def test_the_command_attaches_prints_its_url_and_says_what_went_wrong(tmp_path):
         assert words in done.stderr
 
 
-def test_init_dashboard_prints_the_url_once_and_shows_the_final_state(tmp_path):
-    script = helpers.write_script(str(tmp_path), "prog.py", """
-import json, lightwork, sys
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for a reaper that is not us counts as gone)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _client_of(url: str) -> Client:
+    port = int(url.split(":")[2].split("/")[0])
+    token = url.split("token=")[1]
+    fake = DashboardServer.__new__(DashboardServer)  # just the fields the Client needs
+    fake.port, fake.cookie_name, fake.token = port, f"lightwork_dashboard_{port}", token
+    return Client(fake, cookie=token)
+
+
+def _open_stream(client: Client) -> http.client.HTTPConnection:
+    """An open page: the event stream, read up to its first update."""
+    server = client.server
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
+    conn.request("GET", "/api/events", headers={
+        "Host": f"127.0.0.1:{server.port}", "Cookie": f"{server.cookie_name}={server.token}"})
+    response = conn.getresponse()
+    assert response.status == 200
+    while not response.fp.readline().startswith(b"data:"):
+        pass
+    return conn
+
+
+INIT_DASHBOARD_DRIVER = """
+import os, sys, time, lightwork
 ctx = lightwork.init(num_cpus=2, include_dashboard=True)
 
 @lightwork.remote
@@ -601,28 +631,94 @@ def work(i):
 lightwork.get([work.remote(i) for i in range(40)])
 print("URL", ctx["dashboard_url"], flush=True)
 print("PID", lightwork._api._dashboard.process.pid, flush=True)
-lightwork.shutdown()
-""")
+if sys.argv[1] == "wait":
+    sys.stdin.readline()  # the test opened its page
+    lightwork.shutdown()
+else:
+    time.sleep(120)  # the test kills this program
+"""
+
+
+def _start_init_dashboard(tmp_path: pathlib.Path, mode: str) -> tuple[Any, str, int]:
+    script = helpers.write_script(str(tmp_path), "prog.py", INIT_DASHBOARD_DRIVER)
     env = helpers.script_env()
     env["TMPDIR"] = tempfile.mkdtemp(prefix="lw")  # short: a Unix socket path has ~104 bytes
-    done = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True,
-                          timeout=40, check=False)
-    assert done.returncode == 0, done.stderr
-    url = done.stdout.split("URL ", 1)[1].split()[0]
-    pid = int(done.stdout.split("PID ", 1)[1].split()[0])
-    assert done.stderr.count("dashboard at http://127.0.0.1:") == 1
-    assert url in done.stderr and "ignoring Ray-only" not in done.stderr
-    port = int(url.split(":")[2].split("/")[0])
-    token = url.split("token=")[1]
-    fake = DashboardServer.__new__(DashboardServer)  # just the fields the Client needs
-    fake.port, fake.cookie_name, fake.token = port, f"lightwork_dashboard_{port}", token
-    overview = helpers.wait_until(
-        lambda: (o := Client(fake, cookie=token).json("/api/overview"))["ended"] and o,
-        timeout=20, message="the dashboard to see the program end")
+    process = subprocess.Popen([sys.executable, script, mode], env=env, text=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    url = process.stdout.readline().split("URL ", 1)[1].strip()
+    pid = int(process.stdout.readline().split("PID ", 1)[1])
+    return process, url, pid
+
+
+def test_init_dashboard_prints_the_url_once_and_keeps_an_open_page_for_a_grace_period(
+        tmp_path):
+    process, url, pid = _start_init_dashboard(tmp_path, "wait")
     try:
+        client = _client_of(url)
+        stream = _open_stream(client)  # a page is open when the program ends
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        out, err = process.communicate(timeout=40)
+        assert process.returncode == 0, err
+        assert err.count("dashboard at http://127.0.0.1:") == 1
+        assert url in err and "ignoring Ray-only" not in err
+        overview = helpers.wait_until(
+            lambda: (o := client.json("/api/overview"))["ended"] and o,
+            timeout=20, message="the dashboard to see the program end")
         assert overview["tasks"]["ended"]["FINISHED"] == 40  # the final sync at shutdown
+        assert "stops within 60 s" in overview["end_reason"]  # the page says how long
+        time.sleep(3.0)  # longer than NO_PAGE_EXIT_S: the open page keeps it
+        assert _alive(pid)
+        stream.close()  # the page closes: the dashboard leaves soon after
+        helpers.wait_until(lambda: not _alive(pid), timeout=10,
+                           message="the dashboard to exit once its page closed")
     finally:
-        os.kill(pid, 15)
+        if _alive(pid):
+            os.kill(pid, 9)
+
+
+def test_a_sigkilled_program_leaves_no_dashboard_behind(tmp_path):
+    process, url, pid = _start_init_dashboard(tmp_path, "kill")
+    try:
+        assert _client_of(url).json("/api/overview")["ended"] is False
+        process.kill()  # no page open
+        process.communicate(timeout=30)
+        helpers.wait_until(lambda: not _alive(pid), timeout=5.0,
+                           message="the dashboard to exit after its program was killed")
+    finally:
+        if _alive(pid):
+            os.kill(pid, 9)
+
+
+def test_a_child_dashboard_leaves_on_its_schedule_once_the_program_is_gone(runtime,
+                                                                          monkeypatch):
+    from lightwork.dashboard import server as server_module
+
+    monkeypatch.setattr(server_module, "NO_PAGE_EXIT_S", 0.2)
+    monkeypatch.setattr(server_module, "PAGE_GRACE_S", 1.0)
+    server = DashboardServer(runtime["node"].control.path, port=0,
+                             follow_program=os.getppid()).start()
+    try:
+        time.sleep(0.3)
+        assert not server.time_to_leave()  # the program runs: stay, page or not
+        server.page_opened()
+        server.program_gone()
+        assert server.mirror.ended and "stops within 1 s" in server.mirror.end_reason
+        time.sleep(0.4)
+        assert not server.time_to_leave()  # a page is open: within the grace period
+        helpers.wait_until(server.time_to_leave, timeout=5,
+                           message="the grace period to end with the page still open")
+        server.page_closed()
+    finally:
+        server.stop()
+    user_started = DashboardServer(runtime["node"].control.path, port=0).start()
+    try:
+        user_started.mirror.mark_ended("the program ended")
+        time.sleep(0.4)
+        assert not user_started.time_to_leave()  # the user's own: until Ctrl-C
+    finally:
+        user_started.stop()
 
 
 def test_init_rejects_a_non_boolean_dashboard(fresh_runtime):

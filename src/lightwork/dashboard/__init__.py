@@ -24,6 +24,7 @@ is empty). Importing this package starts nothing.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 from typing import Any, TextIO
@@ -73,10 +74,11 @@ def run_command(args: Any, out: TextIO) -> int:
     control.request(path, "ping", timeout=args.timeout)  # fail now, with the CLI's message
     if args.child:
         # Started by init(dashboard=True): the program's stdin line "sync" asks for a
-        # last sync before its session closes (see launch.py).
-        return server.serve(path, args.port, args.allow_actions, args.open, args.linger,
+        # last sync before its session closes, and the end of its stdin means the
+        # program is gone (see launch.py); it then leaves on the child's schedule.
+        return server.serve(path, args.port, args.allow_actions, args.open, None,
                             idle_sync_s=launch.IDLE_SYNC_S, out=out, announce=False,
-                            on_start=_follow_parent)
+                            on_start=_follow_parent, follow_program=os.getppid())
     return server.serve(path, args.port, args.allow_actions, args.open, args.linger, out=out)
 
 
@@ -86,5 +88,6 @@ def _follow_parent(dashboard: Any) -> None:
             if line.strip() == "sync":
                 dashboard.sync_now()
                 print("synced", flush=True)
+        dashboard.program_gone()  # EOF: the program closed the pipe, or it died
 
     threading.Thread(target=follow, daemon=True, name="lightwork-dashboard-parent").start()

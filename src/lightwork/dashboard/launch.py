@@ -7,10 +7,16 @@ on a command line). The child:
 * is in a session of its own (``start_new_session``), so a Ctrl-C meant for the program
   does not print a second traceback from the dashboard;
 * syncs every ``IDLE_SYNC_S`` seconds even with no page open (cheap: one incremental
-  request), so a page opened after the program ended still shows its final state;
+  request), so a page opened just before the program ended still shows its final state;
 * gets one last sync at ``shutdown()``: the program writes ``sync`` on the child's stdin
-  and waits for the answer (at most ``FINAL_SYNC_TIMEOUT_S``) before closing its session;
-* exits once the session ended and no page was open for ``LINGER_S`` seconds.
+  and waits for the answer (at most ``FINAL_SYNC_TIMEOUT_S``), then closes the pipe;
+* follows the program's end, leaving nothing behind: the end of its stdin (the program
+  closed it at ``shutdown()``, or died, even by SIGKILL: the kernel closes the pipe), or
+  a new parent pid, means the program is gone. It then exits within
+  ``server.NO_PAGE_EXIT_S`` if no page is open, and after ``server.PAGE_GRACE_S`` at
+  most if one is (the page says so). The pipe's end is not inheritable, so no other
+  process of the session keeps it open; the parent-pid check covers a program that
+  forked itself without exec.
 """
 
 from __future__ import annotations
@@ -24,7 +30,6 @@ from typing import Any
 
 STARTUP_TIMEOUT_S = 15.0
 FINAL_SYNC_TIMEOUT_S = 3.0
-LINGER_S = 60.0
 IDLE_SYNC_S = 5.0
 
 
@@ -59,10 +64,10 @@ class DashboardProcess:
                 self.process.wait()
 
 
-def start(socket_path: str, port: int = 0, linger_s: float = LINGER_S) -> DashboardProcess:
+def start(socket_path: str, port: int = 0) -> DashboardProcess:
     """Start the dashboard child for the session at ``socket_path``; return once it serves."""
     command = [sys.executable, "-m", "lightwork", "dashboard", "--address", socket_path,
-               "--port", str(port), "--child", "--linger", str(linger_s)]
+               "--port", str(port), "--child"]
     # Its stderr goes nowhere: holding the program's stderr open would keep whoever reads
     # the program's output (a pipe, ``subprocess.run``) waiting for the dashboard to exit.
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

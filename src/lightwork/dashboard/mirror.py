@@ -151,12 +151,16 @@ class Mirror:
                 self._trim(len(self.state_of) - self.budget)
             return count
 
-    def mark_ended(self, reason: str) -> None:
+    def mark_ended(self, reason: str, replace: bool = False) -> None:
+        """The session ended; ``replace`` rewrites the reason of one already marked."""
         with self.lock:
             if not self.ended:
                 self.ended, self.end_reason = True, reason
                 self.live = {"counts": {}, "rows": [], "total": 0}
                 self.progress = []
+                self.generation += 1
+            elif replace and self.end_reason != reason:
+                self.end_reason = reason
                 self.generation += 1
 
     def _add_tasks(self, tasks: dict[str, Any]) -> None:

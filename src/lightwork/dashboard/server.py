@@ -39,7 +39,14 @@ command line, where ``ps`` would show it).
 
 The page keeps working after the program ends: the mirror keeps the last state and
 every view says the session ended. The stacks, objects and trace need the live driver
-and say so.
+and say so. How long the server stays then depends on who started it:
+
+* ``lightwork dashboard`` from a terminal is the user's own process: it serves the final
+  state until Ctrl-C (or, with ``--linger S``, until no page was open for ``S`` seconds);
+* the child of ``init(dashboard=True)`` (``follow_program``) must leave nothing behind:
+  once the program is gone (its stdin pipe reached EOF, or its parent pid changed after
+  a SIGKILL) it exits within ``NO_PAGE_EXIT_S`` when no page is open, and after
+  ``PAGE_GRACE_S`` at most while one is; the page says when it will stop.
 """
 
 from __future__ import annotations
@@ -63,6 +70,8 @@ DEFAULT_PORT = 8265  # Ray's dashboard port, so muscle memory works
 PORT_TRIES = 20
 SYNC_INTERVAL_S = 1.0
 IDLE_AFTER_S = 10.0  # no page and no request for this long: stop syncing
+NO_PAGE_EXIT_S = 2.0  # a child whose program is gone, with no page open: exits this soon
+PAGE_GRACE_S = 60.0  # ... with a page open: serves the final state this long at most
 DRIVER_SHARE = 0.01  # space syncs so they take at most this share of the driver's time
 MAX_BODY_BYTES = 10_000
 STATIC_DIR = os.path.join(os.path.dirname(__file__), "static")
@@ -84,8 +93,13 @@ class DashboardServer:
 
     def __init__(self, socket_path: str | None, port: int = DEFAULT_PORT,
                  allow_actions: bool = False, linger_s: float | None = None,
-                 idle_sync_s: float | None = None, mirror: Mirror | None = None) -> None:
+                 idle_sync_s: float | None = None, mirror: Mirror | None = None,
+                 follow_program: int | None = None) -> None:
         self.socket_path = socket_path
+        # The pid of the program that started this dashboard (``init(dashboard=True)``),
+        # whose end it follows; None for a dashboard the user started.
+        self.program_pid = follow_program
+        self.program_gone_at: float | None = None
         self.allow_actions = allow_actions
         self.linger_s = linger_s
         self.idle_sync_s = idle_sync_s
@@ -132,12 +146,37 @@ class DashboardServer:
         self.httpd.server_close()
 
     def wait(self) -> None:
-        """Block until stopped, or until the session ended and no page looked for ``linger_s``."""
+        """Block until stopped, or until it is time to leave (:meth:`time_to_leave`)."""
         while not self._stop.wait(0.5):
-            if (self.linger_s is not None and self.mirror.ended and self.clients == 0
-                    and time.monotonic() - max(self.last_client, self.last_request)
-                    > self.linger_s):
+            if self.time_to_leave():
                 break
+
+    def time_to_leave(self) -> bool:
+        """Whether the server should exit now (see the module docstring)."""
+        now = time.monotonic()
+        if self.program_pid is not None:
+            if self.program_gone_at is None and os.getppid() != self.program_pid:
+                self.program_gone()  # killed: the child was handed to another parent
+            if self.program_gone_at is None:
+                return False
+            if now - self.program_gone_at > PAGE_GRACE_S:
+                return True
+            last_look = max(self.last_client, self.last_request, self.program_gone_at)
+            return self.clients == 0 and now - last_look > NO_PAGE_EXIT_S
+        return (self.linger_s is not None and self.mirror.ended and self.clients == 0
+                and now - max(self.last_client, self.last_request) > self.linger_s)
+
+    def program_gone(self) -> None:
+        """The program that started this dashboard ended or died: keep its final state,
+        say when this server stops, and let :meth:`wait` return on that schedule."""
+        if self.program_gone_at is not None:
+            return
+        self.program_gone_at = time.monotonic()
+        self.mirror.mark_ended(
+            f"the program ended; this dashboard was started with it and stops within "
+            f"{PAGE_GRACE_S:g} s (download the trace now to keep it; `lightwork dashboard "
+            f"--from FILE` replays it)", replace=True)
+        self._wake.set()
 
     @property
     def stopped(self) -> bool:
@@ -254,13 +293,15 @@ def _bind(port: int) -> http.server.ThreadingHTTPServer:
 def serve(socket_path: str | None, port: int = DEFAULT_PORT, allow_actions: bool = False,
           open_browser: bool = False, linger_s: float | None = None,
           idle_sync_s: float | None = None, out: Any = None, announce: bool = True,
-          on_start: Any = None, mirror: Mirror | None = None) -> int:
+          on_start: Any = None, mirror: Mirror | None = None,
+          follow_program: int | None = None) -> int:
     """Run a dashboard until Ctrl-C (or, with ``linger_s``, until the session ended and no
-    page was open for that long). Prints the URL first. Without a socket, ``mirror`` is
-    a replay of a timeline file."""
+    page was open for that long; with ``follow_program``, on the child's schedule of the
+    module docstring). Prints the URL first. Without a socket, ``mirror`` is a replay of
+    a timeline file."""
     out = out or sys.stdout
     server = DashboardServer(socket_path, port, allow_actions, linger_s, idle_sync_s,
-                             mirror).start()
+                             mirror, follow_program).start()
     if on_start is not None:
         on_start(server)
     if announce:
