@@ -157,6 +157,21 @@ def test_summary_lists_and_unsupported_listings(cluster):
             call()
 
 
+def test_a_cancelled_task_ends_in_the_log(cluster):
+    blocker = sleeps_in_marker_function.remote(1.0)
+    other = sleeps_in_marker_function.remote(1.0)  # two slots busy: the next one waits
+    pending = slow_add.remote(100)
+    lightwork.cancel(pending)
+    with pytest.raises(exceptions.TaskCancelledError):
+        lightwork.get(pending)
+    task_id = lightwork._api._core().task_id_of(pending.id)
+    [record] = [r for r in lightwork.diagnostics.task_records() if r.task_id == task_id]
+    assert record.state == "FAILED" and "TaskCancelledError" in record.error
+    assert lightwork.get([blocker, other]) == [1.0, 1.0]
+    assert not [r for r in lightwork.diagnostics.task_records(include_unfinished=True)
+                if r.task_id == task_id and r.state != "FAILED"]
+
+
 def test_advisor_names_get_in_loop_on_the_cluster(cluster):
     for i in range(8):
         lightwork.get(slow_add.remote(i))  # the anti-pattern, on purpose

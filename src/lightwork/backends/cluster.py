@@ -422,6 +422,8 @@ class DistributedBackend(Backend):
                     "cancel() without force to stop waiting for it (its get raises "
                     "TaskCancelledError), or let it finish")
         self.client.cancel(futures, force=True)
+        if self.recorder is not None:
+            self.recorder.cancelled([self.task_ids.get(i, 0) for i in object_ids])
 
     def _running(self, keys: list[Any]) -> list[Any]:
         def processing(dask_scheduler: Any, keys: list[Any] = keys) -> list[Any]:

@@ -14,7 +14,9 @@ Who records what
 * The driver pulls those rings with ``client.run(take)`` — one round trip to every worker,
   through the engine — whenever a diagnostic reads the log (:meth:`ClusterLog.sync`) and,
   so that memory stays flat on long runs, once a second from a daemon thread while tasks
-  are in flight. A worker that dies loses its unreported records; its tasks stay live.
+  are in flight. A cancelled task's record ends when the driver cancels it. A worker that
+  dies loses its unreported records, and tasks lost with it stay live in the listing
+  (not done: ending them when their future fails).
 
 One clock
 ---------
@@ -130,6 +132,7 @@ class ClusterLog:
         self.row_info: dict[int, dict[str, Any]] = {}
         self._offsets: dict[str, tuple[float, float]] = {}  # address -> (rtt, offset)
         self._actor_classes: dict[int, str] = {}
+        self._ended_early: dict[int, None] = {}  # cancelled tasks, oldest first (bounded)
         self._pull_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -153,6 +156,23 @@ class ClusterLog:
                 self.log.dropped_tasks += 1
         if self._thread is None:
             self._start_pulling()
+
+    def cancelled(self, task_ids: list[int]) -> None:
+        """Tasks cancelled by the driver end now; a later report of one that ran anyway
+        (cancel without force of a running task) is then ignored."""
+        now = time.monotonic()
+        with self.lock:
+            for task_id in task_ids:
+                live = self.tasks.pop(task_id, None)
+                if live is None:
+                    continue
+                record = live.record
+                record.state, record.seen = "FAILED", now
+                record.error = "TaskCancelledError: cancelled by the driver"
+                self.log.finish_task(record)
+                self._ended_early[task_id] = None
+                if len(self._ended_early) > 10_000:
+                    del self._ended_early[next(iter(self._ended_early))]
 
     def actor_created(self, actor_id: int, class_name: str) -> None:
         self._actor_classes[actor_id] = class_name
@@ -207,6 +227,8 @@ class ClusterLog:
             for (task_id, name, actor_id, started, loaded, finished, stored, error,
                  retries) in reply["reports"]:
                 live = self.tasks.pop(task_id, None)
+                if live is None and task_id in self._ended_early:
+                    continue  # cancelled, and its record already ended
                 record = live.record if live is not None else TaskRecord(
                     task_id, name, 0, started - shift, actor_id=actor_id)
                 started -= shift
