@@ -190,13 +190,6 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
 
     checks = actor_class._argument_checks()
     checks["__init__"].bind(args, kwargs)
-    core = _core(args, kwargs)
-    name = options.get("name")
-    namespace = options.get("namespace")
-    if name is not None and options.get("get_if_exists"):
-        found = core.driver_request("get_actor", name, namespace)
-        if found is not None:
-            return ActorHandle(ObjectRef(found[0], _borrowed=True), found[1], found[2])
     key, blob = actor_class._payload_for(options)
     extra = {"GPU": float(options["num_gpus"])} if options.get("num_gpus") else {}
     for resource, amount in (options.get("resources") or {}).items():
@@ -210,6 +203,14 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
 
         what = f"actor {actor_class._cls.__qualname__}"
         place, hold = shape_for(options, place, what), shape_for(options, hold, what)
+    # After the shapes: a group from an ended session is refused before a runtime starts.
+    core = _core(args, kwargs)
+    name = options.get("name")
+    namespace = options.get("namespace")
+    if name is not None and options.get("get_if_exists"):
+        found = core.driver_request("get_actor", name, namespace)
+        if found is not None:
+            return ActorHandle(ObjectRef(found[0], _borrowed=True), found[1], found[2])
     actor_id = core.next_object_id()
     stored, deps = prepare_args(args, kwargs, None)
     actor = Actor(

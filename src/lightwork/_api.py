@@ -379,9 +379,27 @@ def _refuse_ended_session(values: Any) -> None:
             what = f"actor handle {value.hex()}"
         elif isinstance(value, ObjectRef):
             what = repr(value)
-        else:
+        elif isinstance(value, (str, bytes, int, float, type(None))):
             continue
+        else:
+            contained = _contained_ref_ids(value)
+            if not contained:
+                continue
+            hex_id = f"{contained[0]:020x}"
+            raise SessionEndedError(hex_id, ended_session_message(
+                f"ObjectRef({hex_id}) (inside an argument)", running=False))
         raise SessionEndedError(value.hex(), ended_session_message(what, running=False))
+
+
+def _contained_ref_ids(value: Any) -> list[int]:
+    """The ids of the refs pickled inside ``value`` (only called with no runtime running,
+    so any is from an ended session); [] when it does not pickle: the call reports that."""
+    from lightwork._runtime import serialization
+
+    try:
+        return serialization.dumps(value)[2]
+    except Exception:  # noqa: BLE001 - not ours to report here; submitting it will
+        return []
 
 
 def diagnostics_node(feature: str) -> Any:
