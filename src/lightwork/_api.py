@@ -570,8 +570,14 @@ def wait(
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
     """Cancel the task that makes ``object_ref``; its ``get`` raises TaskCancelledError.
 
-    An ObjectRefGenerator cancels its generator task: the stream ends with the error."""
+    An ObjectRefGenerator cancels its generator task: the stream ends with the error.
+    ``recursive`` is accepted for Ray's signature, but tasks the cancelled task submitted
+    are not cancelled with it (lightwork does not record which task submitted which):
+    cancel them through their own refs."""
     from lightwork._generator import ObjectRefGenerator
+
+    if not isinstance(recursive, bool):
+        raise TypeError(f"cancel(recursive=...) must be True or False, got {recursive!r}")
 
     if isinstance(object_ref, ObjectRefGenerator):
         object_ref = object_ref.completed()

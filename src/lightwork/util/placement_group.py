@@ -18,9 +18,11 @@ gives the resources back; actors in the group are killed, tasks still waiting fo
 finish.
 
 ``placement_group_capture_child_tasks=True`` places the tasks that a task submits in its
-group (any bundle) unless they name a strategy themselves. Not done: capture for the
-actors a captured task creates, GPU ids for GPU bundles, and
-``get_current_placement_group()`` inside an actor (it works inside tasks).
+group (any bundle) unless they name a strategy themselves. Not done: capture by an actor
+(given to an actor, it warns once, ``IgnoredOptionWarning``, and its calls' tasks run
+outside the group), capture for the actors a captured task creates (they run outside the
+group), GPU ids for GPU bundles, and ``get_current_placement_group()`` inside an actor (it
+works inside tasks).
 
 A group belongs to its session: after ``shutdown()``, using an old group (in a strategy,
 ``ready()``, ``remove_placement_group``, ``placement_group_table``) raises
@@ -138,6 +140,8 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", nam
         raise TypeError(f"name must be a string, got {name!r}")
     if lifetime not in (None, "detached"):
         raise ValueError(f"lifetime must be None or 'detached', got {lifetime!r}")
+    if lifetime == "detached":
+        _warn_detached()
     core = lightwork._api._core()
     group_id = core.next_object_id()
     group = PlacementGroup(group_id, checked, strategy, name)
@@ -195,6 +199,26 @@ def _check_group(value: Any, call: str) -> None:
     if not isinstance(value, PlacementGroup):
         raise TypeError(f"{call}() needs a PlacementGroup (from placement_group(...)), "
                         f"got {type(value).__name__}: {value!r:.80}")
+
+
+_detached_warned = False
+
+
+def _warn_detached() -> None:
+    global _detached_warned
+    if _detached_warned:
+        return
+    _detached_warned = True
+    import warnings
+
+    from lightwork._runtime.runtime_env import _user_stacklevel
+    from lightwork.exceptions import IgnoredOptionWarning
+
+    warnings.warn(
+        "placement_group(lifetime='detached') has no effect in lightwork: every group already "
+        "lives until remove_placement_group() or shutdown(), and nothing outlives the session "
+        "(there is no cluster to keep it); call remove_placement_group() when done with it.",
+        IgnoredOptionWarning, stacklevel=_user_stacklevel())
 
 
 def _check_session(group: PlacementGroup) -> None:
