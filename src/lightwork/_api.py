@@ -212,6 +212,9 @@ def init(
             return _context()
         from lightwork._runtime.node import Node
         from lightwork.backends.local import LocalBackend
+        from lightwork.dashboard import register_control_ops
+
+        register_control_ops()  # its ops answer any dashboard that attaches later
 
         node = Node(cpus, gpus, custom, namespace, budget, object_store_memory, spill_dir,
                     runtime_env=job_env)
