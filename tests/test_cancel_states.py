@@ -51,16 +51,29 @@ def _task_of(ref):
         return node.tasks.get(node.objects.entries[ref.id].task_id)
 
 
-@ray.remote
-def body(entered: str = "", release: str = "", ran: str = ""):
-    """Marks that it ran; optionally says it entered and waits for its release gate."""
-    if ran:
-        open(ran, "w").close()
-    if entered:
-        open(entered, "w").close()
-    if release:
-        wait_for_file(release, limit=30)
-    return "finished"
+def gated_task(name: str, result: str):
+    """A task that marks that it ran, optionally says it entered and waits for its
+    release gate, and returns ``result``.
+
+    Each call makes a distinct remote function (its name is part of its pickled bytes,
+    hence of its key), so each keeps its own mean run time: pipelining depends on it
+    (``scheduler.pipeline_depth``).
+    """
+
+    def run(entered: str = "", release: str = "", ran: str = "") -> str:
+        if ran:
+            open(ran, "w").close()
+        if entered:
+            open(entered, "w").close()
+        if release:
+            wait_for_file(release, limit=30)
+        return result
+
+    run.__name__ = run.__qualname__ = name
+    return ray.remote(run)
+
+
+body = gated_task("body", "finished")
 
 
 def _expect_cancelled(ref):
@@ -163,14 +176,7 @@ def test_cancel_while_running(gate_dir, tmp_path, force):
     _pool_still_works()
 
 
-@ray.remote
-def quick(entered: str = "", release: str = "", ran: str = ""):
-    if ran:
-        open(ran, "w").close()
-    if entered:
-        open(entered, "w").close()
-        wait_for_file(release, limit=30)
-    return "quick"
+quick = gated_task("quick", "quick")  # only ever run briefly, so it is pipelined
 
 
 @pytest.mark.parametrize("force", [False, True])

@@ -11,6 +11,11 @@ carry the ``chaos`` marker and run with ``make chaos`` (about a minute or two ea
 2 cores). Full runs print their figures (wall time against a clean run, kills,
 attempts) on stderr: ``make chaos`` shows them.
 
+Promptness ("the error comes within 1 s of the death"): ``make test`` runs on shared,
+noisy machines, so there it only bounds a hang (``HANG_LIMIT_S``) and prints the figure;
+the ``prompt`` variants, under the ``chaos`` marker (a quiet machine is assumed), hold
+the issue's 1 s.
+
 Attempts are counted by the tasks themselves, one byte appended to a file per attempt
 (``O_APPEND`` writes of one byte are atomic), so "attempts <= tasks + kills" counts what
 really ran, not what the runtime believes.
@@ -34,13 +39,18 @@ import pytest
 
 import lightwork as ray
 import lightwork.exceptions as exc
-from helpers import still_running, wait_until
+from helpers import HANG_LIMIT_S, still_running, wait_until
 from lightwork import _api
 from lightwork._runtime import invariants
 
 pytestmark = pytest.mark.lightwork_only
 
 RESULT_BYTES = 64 * 1024
+
+PROMPT_S = 1.0  # issue 11: a death's error comes within 1 s (checked by ``make chaos``)
+# ``make test`` bounds a hang only; ``make chaos`` also holds the issue's figure.
+PROMPTNESS = [pytest.param(HANG_LIMIT_S, id="no-hang"),
+              pytest.param(PROMPT_S, id="prompt", marks=pytest.mark.chaos)]
 
 
 # ---- the session and its post-conditions ----------------------------------------------
@@ -252,8 +262,11 @@ DEATHS = {
 }
 
 
+@pytest.mark.parametrize("limit_s", PROMPTNESS)
 @pytest.mark.parametrize("death", sorted(DEATHS))
-def test_death_matrix(session, tmp_path, death):
+def test_death_matrix(session, tmp_path, death, limit_s):
+    """Each death gives its error, within ``limit_s`` of the death (see the module
+    docstring: a hang bound in ``make test``, the issue's 1 s under ``make chaos``)."""
     session()
     how, error, pattern = DEATHS[death]
     stamp = str(tmp_path / "dying")
@@ -266,15 +279,19 @@ def test_death_matrix(session, tmp_path, death):
         how()
 
     with pytest.raises(error, match=pattern) as info:
-        ray.get(die.remote(), timeout=30)
+        ray.get(die.remote(), timeout=HANG_LIMIT_S)  # no error at all: GetTimeoutError
     with open(stamp) as f:
         took = time.monotonic() - float(f.read())
-    assert took < 1.0, f"the error came {took:.2f} s after the death"
+    report(f"death by {death}: the error came {took:.2f} s after it")
+    assert took < limit_s, f"the error came {took:.2f} s after the death"
     assert not isinstance(info.value, SystemExit)  # it must not end the driver
     assert ray.get(ray.remote(lambda: "alive").remote(), timeout=20) == "alive"
 
 
-def test_sigterm_ignoring_task_is_still_stopped(session, tmp_path):
+@pytest.mark.parametrize("limit_s", PROMPTNESS)
+def test_sigterm_ignoring_task_is_still_stopped(session, tmp_path, limit_s):
+    """A forced cancel stops a task that ignores SIGTERM; its error comes within
+    ``limit_s`` (a hang bound in ``make test``, the issue's 1 s under ``make chaos``)."""
     node = session()
     started = str(tmp_path / "started")
 
@@ -294,9 +311,10 @@ def test_sigterm_ignoring_task_is_still_stopped(session, tmp_path):
     cancelled = time.monotonic()
     ray.cancel(ref, force=True)
     with pytest.raises(exc.TaskCancelledError):
-        ray.get(ref, timeout=30)
+        ray.get(ref, timeout=HANG_LIMIT_S)  # never stopped: GetTimeoutError
     took = time.monotonic() - cancelled
-    assert took < 1.0, f"the error came {took:.2f} s after cancel"
+    report(f"a SIGTERM-ignoring task: the error came {took:.2f} s after cancel")
+    assert took < limit_s, f"the error came {took:.2f} s after cancel"
 
 
 # ---- 4. parents waiting for children while workers die -------------------------------------

@@ -3,6 +3,11 @@
 The default variants are scaled down to a few seconds; the full sizes of issue 11's chaos
 cases (256 MB budget, 150 arrays of 8-24 MB, 1,500 gets) run under ``-m chaos``
 (``make chaos``).
+
+"Fails fast" (a full store raises instead of waiting for space): ``make test`` runs on
+shared, noisy machines, so there a refusal only has to come before ``HANG_LIMIT_S`` (a
+blocking put fails the test then) and its time is printed on stderr; the ``prompt``
+variants, under the ``chaos`` marker (a quiet machine), hold the issue's 2 s.
 """
 
 from __future__ import annotations
@@ -17,15 +22,37 @@ import sys
 import textwrap
 import time
 import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
 import lightwork as ray
 from lightwork import _api
+from helpers import HANG_LIMIT_S, call_bounded
 from lightwork.exceptions import ObjectStoreFullError
 
 MB = 1 << 20
+
+PROMPT_S = 2.0  # issue 11: a full store fails within 2 s (checked by ``make chaos``)
+# ``make test`` bounds a hang only; ``make chaos`` also holds the issue's figure.
+PROMPTNESS = [pytest.param(HANG_LIMIT_S, id="no-hang"),
+              pytest.param(PROMPT_S, id="prompt", marks=pytest.mark.chaos)]
+
+
+def put_bounded(limit_s: float, put: Callable[[], object], what: str) -> object:
+    """Run ``put`` (a refusal is expected: the caller's ``pytest.raises`` checks it),
+    failing the test if it blocks; a refusal must come within ``limit_s``, and its time
+    is printed on stderr."""
+    started = time.monotonic()
+    try:
+        return call_bounded(put, what=what)
+    except ObjectStoreFullError:
+        took = time.monotonic() - started
+        print(f"\nspill: {what} was refused after {took:.2f} s", file=sys.stderr)
+        assert took < limit_s, f"{what} was refused only after {took:.2f} s"
+        raise
 
 
 def _store():
@@ -212,12 +239,13 @@ def test_ray_spilling_config_form_is_used(fresh_runtime, tmp_path):
 
 
 # ------------------------------------------------------------------ store full
-def test_object_larger_than_budget_fails_at_once(fresh_runtime):
+@pytest.mark.parametrize("limit_s", PROMPTNESS)
+def test_object_larger_than_budget_fails_at_once(fresh_runtime, limit_s):
+    """Refused, not waited on; within ``limit_s`` (see the module docstring)."""
     ray.init(num_cpus=1, object_store_memory=8 * MB)
-    started = time.monotonic()
     with pytest.raises(ObjectStoreFullError, match="larger than the whole object store"):
-        ray.put(np.zeros(9 * MB, dtype=np.uint8))
-    assert time.monotonic() - started < 2
+        put_bounded(limit_s, lambda: ray.put(np.zeros(9 * MB, dtype=np.uint8)),
+                    "a put larger than the store")
 
 
 def _mount_tmpfs(directory: str, options: str) -> None:
@@ -229,40 +257,47 @@ def _mount_tmpfs(directory: str, options: str) -> None:
         pytest.skip(f"mount is not permitted here: {done.stderr.strip()}")
 
 
+@contextmanager
+def _tmpfs_dir(directory, options: str) -> Iterator[str]:
+    directory.mkdir()
+    _mount_tmpfs(str(directory), options)
+    try:
+        yield str(directory)
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A spill directory on a 4 MiB file system (a tmpfs stands in for a full disk)."""
-    directory = tmp_path / "disk"
-    directory.mkdir()
-    _mount_tmpfs(str(directory), "size=4m")
-    yield str(directory)
-    subprocess.run(["umount", "-l", str(directory)], check=False)
+    with _tmpfs_dir(tmp_path / "disk", "size=4m") as directory:
+        yield directory
 
 
 @pytest.fixture
 def read_only_dir(tmp_path):
-    directory = tmp_path / "ro"
-    directory.mkdir()
-    _mount_tmpfs(str(directory), "ro,size=1m")
-    yield str(directory)
-    subprocess.run(["umount", "-l", str(directory)], check=False)
+    with _tmpfs_dir(tmp_path / "ro", "ro,size=1m") as directory:
+        yield directory
 
 
-def test_pinned_objects_past_budget_and_disk_fail_fast(fresh_runtime, small_disk):
+@pytest.mark.parametrize("limit_s", PROMPTNESS)
+def test_pinned_objects_past_budget_and_disk_fail_fast(fresh_runtime, small_disk, limit_s):
+    """Refused, not waited on; within ``limit_s`` (see the module docstring)."""
     ray.init(num_cpus=1, object_store_memory=8 * MB, _spill_dir=small_disk)
     first = ray.put(np.full(6 * MB, 1, dtype=np.uint8))
-    started = time.monotonic()
     with pytest.raises(ObjectStoreFullError) as caught:
-        ray.put(np.full(6 * MB, 2, dtype=np.uint8))
-    assert time.monotonic() - started < 2
+        put_bounded(limit_s, lambda: ray.put(np.full(6 * MB, 2, dtype=np.uint8)),
+                    "a put past the budget and the disk")
     message = str(caught.value)
     assert "budget" in message and small_disk in message and "object_store_memory" in message
     assert ray.get(first)[-1] == 1  # what was stored stays readable
 
 
-def test_objects_in_use_past_the_budget_fail_fast(fresh_runtime, tmp_path):
-    """Nothing can be spilled (a running task reads each object): ObjectStoreFullError
-    at once, naming why; the tasks then finish."""
+@pytest.mark.parametrize("limit_s", PROMPTNESS)
+def test_objects_in_use_past_the_budget_fail_fast(fresh_runtime, tmp_path, limit_s):
+    """Nothing can be spilled (a running task reads each object): ObjectStoreFullError,
+    naming why, while the tasks still hold the objects (so it was not waited out; within
+    ``limit_s``, see the module docstring); the tasks then finish."""
     from helpers import wait_for_file
 
     ray.init(num_cpus=2, object_store_memory=8 * MB)
@@ -279,10 +314,9 @@ def test_objects_in_use_past_the_budget_fail_fast(fresh_runtime, tmp_path):
         running = [hold.remote(ref, i) for i, ref in enumerate(refs)]
         for i in range(2):
             assert wait_for_file(str(tmp_path / f"started-{i}"), 20)
-        started = time.monotonic()
         with pytest.raises(ObjectStoreFullError, match="in use"):
-            ray.put(np.full(3 * MB, 9, dtype=np.uint8))
-        assert time.monotonic() - started < 2
+            put_bounded(limit_s, lambda: ray.put(np.full(3 * MB, 9, dtype=np.uint8)),
+                        "a put while every object is in use")
     finally:
         open(gate, "w").close()
     assert ray.get(running, timeout=20) == [0, 1]
