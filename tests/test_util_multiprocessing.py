@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 
@@ -187,3 +188,109 @@ def test_an_initializer_that_raises_names_the_error(runtime):
     with Pool(1, initializer=broken) as pool, pytest.raises(
             lightwork.exceptions.ActorDiedError, match="no database"):
         pool.map(_square, [1, 2])
+
+
+def _wait_for_file(path):
+    while not os.path.exists(path):
+        time.sleep(0.01)
+    return path
+
+
+def test_callbacks_share_one_results_thread_not_one_thread_per_call(runtime, tmp_path):
+    """Regression: every apply_async with a callback started a thread of its own, so
+    10,000 calls made 10,000 blocked threads. The pool has one results handler."""
+    import threading
+
+    gate = str(tmp_path / "gate")
+    answered = []
+    with Pool(2) as pool:
+        before = threading.active_count()
+        results = [pool.apply_async(_wait_for_file, (gate,), callback=answered.append)
+                   for _ in range(60)]
+        assert threading.active_count() - before <= 2  # the handler (and nothing per call)
+        open(gate, "w").close()
+        assert [result.get(timeout=30) for result in results] == [gate] * 60
+        pool.close()
+        pool.join()  # as in the standard library: the callbacks have run by now
+        assert answered == [gate] * 60
+
+
+def _unpickled_in_driver():
+    # On sys: the worker may pickle _count_unpickling by value, so a global of this module
+    # would be a different list after unpickling.
+    import sys
+
+    return sys.__dict__.setdefault("_lightwork_test_unpickled", [])
+
+
+def _count_unpickling(payload):
+    _unpickled_in_driver().append(payload)
+    return _Counted(payload)
+
+
+class _Counted:
+    def __init__(self, payload):
+        self.payload = payload
+
+    def __reduce__(self):
+        return _count_unpickling, (self.payload,)
+
+
+def _counted(x):
+    return _Counted(x)
+
+
+def test_results_are_unpickled_once_and_not_to_count_them(runtime):
+    """Regression: the pool counted finished chunks through ref.future(), which unpickled
+    every chunk's result on the runtime's I/O thread, and again for the caller."""
+    del _unpickled_in_driver()[:]
+    with Pool(2) as pool:
+        assert [c.payload for c in pool.map(_counted, range(8))] == list(range(8))
+        pool.close()
+        pool.join()  # every chunk has been counted by now
+    assert sorted(_unpickled_in_driver()) == list(range(8))  # once each, by map() itself
+
+
+def _endless():
+    yield from itertools.count()
+
+
+def test_imap_reads_an_endless_input_lazily(runtime):
+    """Regression: imap called list(iterable), so an endless generator hung."""
+    with Pool(2) as pool:
+        assert list(itertools.islice(pool.imap(_square, _endless()), 5)) == [0, 1, 4, 9, 16]
+        assert list(itertools.islice(pool.imap(_square, _endless(), chunksize=3), 7)) == [
+            x * x for x in range(7)]
+        firsts = list(itertools.islice(pool.imap_unordered(_square, _endless()), 6))
+        assert len(firsts) == 6 and all(int(x ** 0.5) ** 2 == x for x in firsts)
+
+
+def _input_failing_after_two():
+    yield 1
+    yield 2
+    raise PoolFailure("the input broke")
+
+
+def test_an_input_that_fails_raises_after_the_items_before_it(runtime):
+    with Pool(2) as pool:
+        results = pool.imap(_square, _input_failing_after_two())
+        assert next(results) == 1 and next(results) == 4
+        with pytest.raises(PoolFailure, match="the input broke"):
+            next(results)
+        with pytest.raises(StopIteration):
+            next(results)
+
+
+def test_a_callback_that_raises_does_not_stop_the_others(runtime, caplog):
+    answered = []
+
+    def broken(_value):
+        raise RuntimeError("callback bug")
+
+    with Pool(2) as pool:
+        pool.apply_async(_square, (2,), callback=broken).get(timeout=30)
+        pool.apply_async(_square, (3,), callback=answered.append).get(timeout=30)
+        pool.close()
+        pool.join()
+    assert answered == [9]
+    assert "callback bug" in caplog.text

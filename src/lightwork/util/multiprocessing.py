@@ -8,9 +8,22 @@ state the initializer sets up is there for every call that process runs.
 Dispatch. Work is cut into chunks (stdlib's chunk sizes: ``map`` about four chunks per
 process, ``imap`` one item per chunk unless told); each chunk is one actor call that
 returns the chunk's results. A chunk goes to the process with the fewest chunks still
-outstanding (counted down as results arrive), so the pool stays balanced without a
-dispatcher thread. The function is stored once per call of ``map`` (``put``) and passed
-by reference, not pickled into every chunk.
+outstanding, so the pool stays balanced. The function is stored once per call of ``map``
+(``put``) and passed by reference, not pickled into every chunk.
+
+Results handler. One thread per pool (started with the first submission, as the standard
+library's result-handler thread) watches every outstanding chunk with ``lightwork.wait``,
+which only learns *that* a chunk is done and never unpickles its result. When a chunk is
+done it counts it down for its process, and when all chunks of an ``apply_async`` /
+``map_async`` with a callback are done it runs the callback (or error callback) on this
+thread, as the standard library does: callbacks may call back into lightwork, and a slow
+callback delays the others. Results are unpickled once, by whoever asks for them.
+
+``imap``/``imap_unordered`` read their input lazily, as the standard library does: the
+iterator keeps a bounded number of chunks in flight (a few per process) and reads more of
+the input as results are taken, so an endless generator works with
+``itertools.islice(pool.imap(f, endless()), n)``. An error raised by the input itself is
+raised by ``next()`` in the place of the item it failed to produce.
 
 ``maxtasksperchild``: a process that has been given that many chunks is retired — its
 ``__ray_terminate__`` is queued after its last chunk, so it ends once that work is done —
@@ -22,16 +35,19 @@ Errors: an exception raised by the function comes back as the user's own excepti
 ``ActorDiedError`` for the chunks it held.
 
 Lifecycle, as in the standard library: ``close()`` refuses new work, ``terminate()``
-kills the processes now, ``join()`` (after either) waits for outstanding work and the
-processes' end; leaving a ``with Pool() as pool:`` block terminates it.
+kills the processes now, ``join()`` (after either) waits for outstanding work, its
+callbacks and the processes' end (input an ``imap`` has not read yet is not work yet); leaving a ``with Pool() as pool:`` block terminates it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import multiprocessing as _stdlib_multiprocessing
+import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -43,6 +59,14 @@ __all__ = ["AsyncResult", "IMapIterator", "Pool", "TimeoutError"]
 TimeoutError = _stdlib_multiprocessing.TimeoutError  # the stdlib's name, as Ray's module has
 
 _RUN, _CLOSE, _TERMINATE = "RUN", "CLOSE", "TERMINATE"
+
+_logger = logging.getLogger(__name__)
+
+# How long the results handler blocks in one wait before it takes in newly submitted
+# chunks: the longest a new chunk goes unwatched (it delays only the balancing count).
+_HANDLER_POLL_S = 0.05
+# Chunks an imap keeps in flight per process before it reads more of its input.
+_IMAP_CHUNKS_IN_FLIGHT_PER_PROCESS = 4
 
 
 class _PoolProcess:
@@ -107,8 +131,7 @@ class Pool:
         self._actor_class = lightwork.remote(_PoolProcess).options(**(ray_remote_args or {}))
         count = processes or max(1, int(lightwork.cluster_resources().get("CPU", 1)))
         self._processes = count
-        # Guards the roster and counts. Reentrant: a chunk already answered when it is
-        # submitted runs its done-callback (_answered) at once, in the submitting thread.
+        # Guards the roster, the counts and the handler's start.
         self._lock = threading.RLock()
         self._actors: list[Any] = [self._start_actor() for _ in range(count)]
         self._outstanding: list[int] = [0] * count  # chunks not yet answered, per slot
@@ -116,6 +139,11 @@ class Pool:
         self._retired: list[Any] = []  # processes ending after their last chunk
         self._pending: set[Any] = set()  # refs of every chunk not yet answered
         self._state = _RUN
+        # Messages for the results handler, in order: (ref, slot, actor) of each chunk; an
+        # AsyncResult whose callbacks are due when its chunks are done; an Event to set
+        # once everything before it is handled (join); None to stop (terminate).
+        self._handler_inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._handler: threading.Thread | None = None
 
     # -- the standard library's interface ------------------------------------------------
     def apply(self, func: Callable[..., Any], args: Iterable[Any] = (),
@@ -127,7 +155,7 @@ class Pool:
                     error_callback: Callable[[BaseException], Any] | None = None) -> AsyncResult:
         _check_callable(func, "apply_async")
         refs = self._submit(func, "apply", [[(tuple(args), dict(kwds or {}))]])
-        return AsyncResult(refs, single=True, callback=callback, error_callback=error_callback)
+        return self._async_result(refs, True, callback, error_callback)
 
     def map(self, func: Callable[[Any], Any], iterable: Iterable[Any],
             chunksize: int | None = None) -> list[Any]:
@@ -151,15 +179,15 @@ class Pool:
              chunksize: int = 1) -> IMapIterator:
         """Results in the input's order, each as soon as it and those before it are done."""
         _check_callable(func, "imap")
-        refs = self._submit(func, "map", _chunks(list(iterable), _check_chunksize(chunksize)))
-        return IMapIterator(refs, ordered=True)
+        self._check_running()
+        return IMapIterator(self, func, iter(iterable), _check_chunksize(chunksize), ordered=True)
 
     def imap_unordered(self, func: Callable[[Any], Any], iterable: Iterable[Any],
                        chunksize: int = 1) -> IMapIterator:
         """Results in the order they finish."""
         _check_callable(func, "imap_unordered")
-        refs = self._submit(func, "map", _chunks(list(iterable), _check_chunksize(chunksize)))
-        return IMapIterator(refs, ordered=False)
+        self._check_running()
+        return IMapIterator(self, func, iter(iterable), _check_chunksize(chunksize), ordered=False)
 
     def close(self) -> None:
         """Accept no more work; the processes end once theirs is done (see ``join``)."""
@@ -177,6 +205,7 @@ class Pool:
         for actor in actors:
             with contextlib.suppress(Exception):  # an actor already gone is what we want
                 lightwork.kill(actor)
+        self._handler_inbox.put(None)  # the handler ends once the killed chunks are handled
 
     def join(self) -> None:
         """Wait for the outstanding work, then for the processes to end (after close or
@@ -188,6 +217,7 @@ class Pool:
                 pending = list(self._pending)
             if pending:
                 lightwork.wait(pending, num_returns=len(pending))
+            self._flush_handler()  # their callbacks have run, as in the standard library
             with self._lock:
                 actors, self._actors = self._actors + self._retired, []
                 self._retired = []
@@ -195,6 +225,17 @@ class Pool:
             if ends:
                 lightwork.wait(ends, num_returns=len(ends), timeout=30)
             self._state = _TERMINATE
+            self._handler_inbox.put(None)
+
+    def _flush_handler(self) -> None:
+        """Wait until the results handler has handled everything submitted so far."""
+        handler = self._handler
+        if handler is None or handler is threading.current_thread():
+            return  # nothing submitted, or join() called from a callback
+        flushed = threading.Event()
+        self._handler_inbox.put(flushed)
+        while not flushed.wait(0.1) and handler.is_alive():
+            pass
 
     def __enter__(self) -> Pool:
         self._check_running()
@@ -215,13 +256,29 @@ class Pool:
             chunksize, extra = divmod(len(items), self._processes * 4)
             chunksize = max(1, chunksize + bool(extra))
         refs = self._submit(func, how, _chunks(items, _check_chunksize(chunksize)))
-        return AsyncResult(refs, single=False, callback=callback, error_callback=error_callback)
+        return self._async_result(refs, False, callback, error_callback)
 
-    def _submit(self, func: Callable[..., Any], how: str, chunks: list[list[Any]]) -> list[Any]:
-        self._check_running()
+    def _async_result(self, refs: list[Any], single: bool, callback: Any,
+                      error_callback: Any) -> AsyncResult:
+        for name, given in (("callback", callback), ("error_callback", error_callback)):
+            if given is not None and not callable(given):
+                raise TypeError(f"{name} must be callable or None, got {given!r:.80}")
+        result = AsyncResult(refs, single)
+        if callback is not None or error_callback is not None:
+            result._callbacks = (callback, error_callback)
+            self._handler_inbox.put(result)  # after its chunks: they are watched first
+        return result
+
+    def _submit(self, func: Callable[..., Any], how: str, chunks: list[list[Any]],
+                func_ref: Any = None, check: bool = True) -> list[Any]:
+        if check:
+            self._check_running()
+        elif self._state == _TERMINATE:
+            raise ValueError("Pool not running (it was terminated)")
         if not chunks:
             return []
-        func_ref = lightwork.put(func)  # stored once, read by every chunk's process
+        if func_ref is None:
+            func_ref = lightwork.put(func)  # stored once, read by every chunk's process
         refs = []
         with self._lock:
             for chunk in chunks:
@@ -231,18 +288,68 @@ class Pool:
                 self._given[slot] += 1
                 self._pending.add(ref)
                 refs.append(ref)
-                ref.future().add_done_callback(
-                    lambda _done, ref=ref, slot=slot, actor=self._actors[slot]:
-                    self._answered(ref, slot, actor))
+                self._handler_inbox.put((ref, slot, self._actors[slot]))
                 if self._maxtasksperchild and self._given[slot] >= self._maxtasksperchild:
                     self._retire(slot)
+            if self._handler is None:
+                self._handler = threading.Thread(
+                    target=self._handle_results, name="lightwork-pool-results", daemon=True)
+                self._handler.start()
         return refs
 
-    def _answered(self, ref: Any, slot: int, actor: Any) -> None:
-        with self._lock:
-            self._pending.discard(ref)
-            if slot < len(self._actors) and self._actors[slot] is actor:
-                self._outstanding[slot] -= 1
+    def _handle_results(self) -> None:
+        """The results handler (see the module docstring): counts finished chunks and runs
+        callbacks, without ever reading a result itself."""
+        chunks: dict[Any, tuple[int, Any]] = {}  # watched chunk ref -> (slot, actor)
+        callbacks: list[AsyncResult] = []  # results whose callbacks are still due
+        flushes: list[threading.Event] = []  # join()s waiting for the above to empty
+        stopping = False
+        while True:
+            # Idle, block until there is something to do; busy, take what has arrived.
+            block = not chunks and not callbacks and not flushes
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    item = self._handler_inbox.get(block=block)
+                    block = False
+                    if item is None:
+                        stopping = True
+                    elif isinstance(item, threading.Event):
+                        flushes.append(item)
+                    elif isinstance(item, AsyncResult):
+                        callbacks.append(item)
+                    else:
+                        chunks[item[0]] = (item[1], item[2])
+            done: list[Any] = []
+            if chunks:
+                watched = list(chunks)
+                try:
+                    done = lightwork.wait(watched, num_returns=1, timeout=_HANDLER_POLL_S)[0]
+                    if done:  # collect every other chunk already done, in the same sweep
+                        done = lightwork.wait(watched, num_returns=len(watched), timeout=0)[0]
+                except Exception:  # the runtime ended under the pool
+                    _logger.debug("pool results handler stops: the runtime ended", exc_info=True)
+                    for flushed in flushes:
+                        flushed.set()
+                    return
+            with self._lock:
+                for ref in done:
+                    slot, actor = chunks.pop(ref)
+                    self._pending.discard(ref)
+                    if slot < len(self._actors) and self._actors[slot] is actor:
+                        self._outstanding[slot] -= 1
+            still_due = []
+            for result in callbacks:
+                if any(ref in chunks for ref in result._refs):
+                    still_due.append(result)
+                else:
+                    result._run_callbacks()
+            callbacks = still_due
+            if not chunks and not callbacks:
+                for flushed in flushes:
+                    flushed.set()
+                flushes = []
+                if stopping:
+                    return
 
     def _retire(self, slot: int) -> None:
         """The slot's process got its last chunk: it ends after it; a new one takes over."""
@@ -264,24 +371,25 @@ class Pool:
 class AsyncResult:
     """What ``apply_async``/``map_async`` return (the stdlib's ``AsyncResult``)."""
 
-    def __init__(self, refs: list[Any], single: bool, callback: Any = None,
-                 error_callback: Any = None) -> None:
+    def __init__(self, refs: list[Any], single: bool) -> None:
         self._refs = refs
         self._single = single
         self._outcome: tuple[bool, Any] | None = None
-        if callback is not None or error_callback is not None:
-            # Callbacks run on a thread of their own, never on the runtime's, so they may
-            # call back into lightwork (the stdlib runs them on its result thread).
-            threading.Thread(target=self._notify, args=(callback, error_callback),
-                             name="lightwork-pool-callback", daemon=True).start()
+        # (callback, error_callback), run by the pool's results handler once all chunks are
+        # done; None when there are none.
+        self._callbacks: tuple[Any, Any] | None = None
 
-    def _notify(self, callback: Any, error_callback: Any) -> None:
-        self.wait()
-        ok, value = self._settle()
-        if ok and callback is not None:
-            callback(value)
-        elif not ok and error_callback is not None:
-            error_callback(value)
+    def _run_callbacks(self) -> None:
+        assert self._callbacks is not None
+        callback, error_callback = self._callbacks
+        try:
+            ok, value = self._settle()
+            if ok and callback is not None:
+                callback(value)
+            elif not ok and error_callback is not None:
+                error_callback(value)
+        except Exception:  # a failing callback must not stop the others
+            _logger.exception("a Pool callback raised; the pool carries on")
 
     def ready(self) -> bool:
         if self._outcome is not None or not self._refs:
@@ -320,12 +428,22 @@ class AsyncResult:
 
 
 class IMapIterator(Iterator[Any]):
-    """What ``imap``/``imap_unordered`` return; ``next(timeout)`` as in the stdlib."""
+    """What ``imap``/``imap_unordered`` return; ``next(timeout)`` as in the stdlib. Reads its
+    input lazily, keeping a bounded number of chunks in flight (see the module docstring)."""
 
-    def __init__(self, refs: list[Any], ordered: bool) -> None:
-        self._waiting = list(refs)
+    def __init__(self, pool: Pool, func: Callable[[Any], Any], items: Iterator[Any],
+                 chunksize: int, ordered: bool) -> None:
+        self._pool = pool
+        self._func = func
+        self._func_ref: Any = None  # stored at the first chunk
+        self._items = items
+        self._chunksize = chunksize
         self._ordered = ordered
-        self._buffer: list[Any] = []
+        self._in_flight: deque[Any] = deque()  # chunk refs, in input order
+        self._most_in_flight = max(1, pool._processes * _IMAP_CHUNKS_IN_FLIGHT_PER_PROCESS)
+        self._input_error: BaseException | None = None  # raised where its item would be
+        self._input_done = False
+        self._buffer: deque[Any] = deque()
 
     def __iter__(self) -> IMapIterator:
         return self
@@ -333,23 +451,49 @@ class IMapIterator(Iterator[Any]):
     def __next__(self) -> Any:
         return self.next()
 
+    def _fill(self) -> None:
+        """Read input and submit chunks until enough are in flight or the input ends."""
+        while not self._input_done and self._input_error is None \
+                and len(self._in_flight) < self._most_in_flight:
+            chunk: list[Any] = []
+            try:
+                for item in self._items:
+                    chunk.append(item)
+                    if len(chunk) == self._chunksize:
+                        break
+                else:
+                    self._input_done = True
+            except Exception as error:  # noqa: BLE001 - raised at its place in the results
+                self._input_error = error
+            if chunk:
+                if self._func_ref is None:
+                    self._func_ref = lightwork.put(self._func)
+                self._in_flight.extend(self._pool._submit(
+                    self._func, "map", [chunk], func_ref=self._func_ref, check=False))
+
     def next(self, timeout: float | None = None) -> Any:
         if not self._buffer:
-            if not self._waiting:
+            self._fill()
+            if not self._in_flight:
+                if self._input_error is not None:
+                    error, self._input_error = self._input_error, None
+                    self._input_done = True
+                    raise error
                 raise StopIteration
             if self._ordered:
-                ref = self._waiting[0]
-                ready, _ = lightwork.wait([ref], timeout=timeout)
+                ready, _ = lightwork.wait([self._in_flight[0]], timeout=timeout)
             else:
-                ready, _ = lightwork.wait(self._waiting, num_returns=1, timeout=timeout)
+                ready, _ = lightwork.wait(list(self._in_flight), num_returns=1, timeout=timeout)
             if not ready:
                 raise TimeoutError(f"no result within {timeout} s")
-            self._waiting.remove(ready[0])
+            self._in_flight.remove(ready[0])
             try:
-                self._buffer = list(lightwork.get(ready[0]))
+                self._buffer.extend(lightwork.get(ready[0]))
             except BaseException as error:  # noqa: BLE001 - re-raised as the user's type
                 raise _user_error(error)  # its __cause__ is the remote traceback
-        return self._buffer.pop(0)
+            finally:
+                self._fill()  # keep the processes busy while the caller works
+        return self._buffer.popleft()
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
