@@ -1,7 +1,8 @@
 """The memory monitor: kill a task's worker before the machine runs out of memory.
 
-A daemon thread ("lightwork-memory") reads the machine's memory every
-``refresh_s`` (250 ms by default) and compares the share in use with the threshold.
+A daemon thread ("lightwork-memory", a ``periodic.PeriodicThread``) reads the machine's
+memory every ``refresh_s`` (250 ms by default) and compares the share in use with the
+threshold.
 "In use" is ``MemTotal - MemAvailable`` from ``/proc/meminfo``: the kernel's estimate of
 what cannot be reclaimed, so the page cache does not count. The file is read with one
 plain ``read`` of procfs, which never waits on a disk; the thread takes the node's lock
