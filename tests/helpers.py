@@ -257,3 +257,52 @@ def stop_session_driver(info: dict[str, Any]) -> None:
     out, err = info["process"].communicate(timeout=30)
     assert "DONE" in out, err
     shutil.rmtree(info["home"], ignore_errors=True)
+
+
+class OtherProgramsLoad:
+    """How much of the machine's cores other programs used while the block ran.
+
+    ``skip_unless_cores_are_idle`` looks before the run; a parallel test run can start
+    during it and take the cores from the tasks, so their CPU time no longer says what
+    they would do alone. This measures the machine's busy CPU time over the block less
+    that of this process and its workers: ``share`` is the rest, per core.
+    """
+
+    def __enter__(self) -> OtherProgramsLoad:
+        self.share = 0.0
+        self._start = (time.monotonic(), _machine_busy_s(), _our_cpu_s())
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        started, machine, ours = self._start
+        wall = time.monotonic() - started
+        others = (_machine_busy_s() - machine) - (_our_cpu_s() - ours)
+        self.share = max(0.0, others) / (wall * (os.cpu_count() or 1))
+
+    def skip_if_busy(self, limit: float = 0.25) -> None:
+        import pytest
+
+        if self.share > limit:
+            pytest.skip(f"other programs used {self.share:.0%} of the cores while the "
+                        "program ran, so the times and CPU time measured are not its own")
+
+
+def _machine_busy_s() -> float:
+    import psutil
+
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
+def _our_cpu_s() -> float:
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total

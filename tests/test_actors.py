@@ -319,7 +319,7 @@ def test_many_actors_start_answer_and_leave_nothing_behind():
     assert ray.get([a.read.remote() for a in actors], timeout=60) == list(range(60))
     pids = ray.get([a.pid.remote() for a in actors])
     del actors
-    wait_until(lambda: not still_running(pids), timeout=15, message="60 actors to exit")
+    wait_until(lambda: not still_running(pids), timeout=30, message="60 actors to exit")
     after = {p.pid for p in me.children(recursive=True)}
     assert not set(pids) & after
     # Actors may start in the pool's idle workers, which the pool then replaces: at

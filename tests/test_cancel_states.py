@@ -229,3 +229,34 @@ def test_a_task_that_raises_keyboard_interrupt_itself_is_an_error_not_a_cancel(g
         ray.get(interrupts.remote(), timeout=20)
     assert not isinstance(info.value, exc.TaskCancelledError)
     _pool_still_works()
+
+
+@ray.remote
+def returns_big_even_when_cancelled(entered: str, release: str):
+    """Catches the cancel's KeyboardInterrupt and still returns 4 MB (a segment)."""
+    open(entered, "w").close()
+    try:
+        wait_for_file(release, limit=30)
+    except KeyboardInterrupt:
+        pass
+    return b"x" * (4 << 20)
+
+
+def test_a_cancelled_task_that_still_returns_a_big_result(gate_dir, tmp_path):
+    """The task ignores the cancel and returns a value too big to send inline: get
+    raises TaskCancelledError (every time: the task is gone, not stuck PENDING) and the
+    result's segment is released."""
+    entered = str(tmp_path / "entered")
+    ref = returns_big_even_when_cancelled.remote(entered, str(tmp_path / "never"))
+    assert wait_for_file(entered, limit=20)
+    node = _node()
+    segment = f"{node.session.shm_dir}/{ref.id:x}"  # where the worker writes the result
+    ray.cancel(ref)
+    _expect_cancelled(ref)
+    _expect_cancelled(ref)  # a second get does not hang
+    assert _task_of(ref) is None
+    with node.lock:
+        pooled = {s.path for s in node.store.free}
+    assert segment not in node.store.live
+    assert not os.path.exists(segment) or segment in pooled  # unlinked, or recycled
+    _pool_still_works()

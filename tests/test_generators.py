@@ -7,7 +7,7 @@ import gc
 import os
 
 import pytest
-from helpers import wait_for_file
+from helpers import attempts, count_attempt, wait_for_file
 
 import lightwork
 
@@ -145,11 +145,8 @@ def test_a_consumer_that_stops_early_releases_what_it_did_not_read(runtime, tmp_
     assert lightwork.get(first) == 0  # the item that was read is still there
 
 
-@pytest.mark.lightwork_only
 def test_a_crash_mid_stream_ends_it_with_the_crash(runtime):
-    """lightwork-only: generators are not retried by default here (a retry would yield
-    the items again); Ray re-runs them and skips what was already yielded."""
-    @lightwork.remote
+    @lightwork.remote(max_retries=0)
     def dies_after_one():
         yield 1
         os._exit(3)
@@ -179,3 +176,105 @@ def test_cancelling_a_stream_ends_it_with_the_cancel(runtime, tmp_path):
         lightwork.get(next(stream), timeout=30)
     with pytest.raises(StopIteration):
         next(stream)
+
+
+@lightwork.remote(max_retries=2)
+def crashes_once_after_item_1(attempts_dir):
+    """Yields (run, i) for i in 0..4; the first run dies right after yielding item 1."""
+    run = count_attempt(attempts_dir) + 1
+    for i in range(5):
+        yield run, i
+        if i == 1 and run == 1:
+            os._exit(3)  # the yield above reached the driver: it is a round trip
+
+
+def test_a_retried_generator_yields_each_item_once(runtime, tmp_path):
+    """The re-run's first two yields are skipped: the consumer sees items 0 and 1 of the
+    first run once, then the rest from the re-run (which run made an item is visible
+    here only because this generator is deliberately not deterministic)."""
+    stream = crashes_once_after_item_1.remote(str(tmp_path))
+    items = [lightwork.get(ref, timeout=30) for ref in stream]
+    assert items == [(1, 0), (1, 1), (2, 2), (2, 3), (2, 4)]
+    assert lightwork.get(stream.completed(), timeout=30) is None
+    assert len(attempts(str(tmp_path))) == 2
+
+
+@pytest.mark.lightwork_only
+def test_a_retried_generator_has_one_yield_instant_per_item(runtime, tmp_path):
+    """lightwork-only: the timeline has one yield instant per item, not per attempt."""
+    items = [lightwork.get(ref, timeout=30)
+             for ref in crashes_once_after_item_1.remote(str(tmp_path))]
+    assert len(items) == 5
+    task = [e for e in lightwork.timeline() if e.get("cat") == "yield"][-5:]
+    assert [e["name"] for e in task] == [f"yield {i}" for i in range(5)]
+
+
+@lightwork.remote(max_restarts=1, max_task_retries=1)
+class RestartingStreamer:
+    def numbers(self, attempts_dir):
+        run = count_attempt(attempts_dir) + 1
+        for i in range(4):
+            yield i
+            if i == 1 and run == 1:
+                os._exit(3)
+
+
+def test_an_actor_generator_retried_after_a_restart_yields_each_item_once(runtime, tmp_path):
+    actor = RestartingStreamer.remote()
+    items = [lightwork.get(ref, timeout=30) for ref in actor.numbers.remote(str(tmp_path))]
+    assert items == [0, 1, 2, 3]
+    assert len(attempts(str(tmp_path))) == 2
+
+
+@lightwork.remote
+def gated_start(gate):
+    wait_for_file(gate)
+    yield "first"
+    yield "second"
+
+
+def test_wait_takes_a_generator_ready_when_next_would_not_block(runtime, tmp_path):
+    gate = str(tmp_path / "gate")
+    stream = gated_start.remote(gate)
+    other = lightwork.put("other")
+    ready, not_ready = lightwork.wait([stream, other], num_returns=2, timeout=0)
+    assert ready == [other] and not_ready == [stream]  # nothing yielded yet
+    open(gate, "w").close()
+    ready, not_ready = lightwork.wait([stream, other], num_returns=2, timeout=30)
+    assert ready == [stream, other] and not_ready == []
+    assert lightwork.get(next(stream)) == "first"  # waiting did not advance it
+    assert lightwork.get(next(stream)) == "second"
+    ready, _ = lightwork.wait([stream], timeout=30)  # the end is ready too
+    assert ready == [stream]
+    with pytest.raises(StopIteration):
+        next(stream)
+    assert lightwork.wait([stream], timeout=0) == ([stream], [])
+
+
+def test_wait_on_a_generator_whose_task_crashed_is_ready(runtime):
+    @lightwork.remote(max_retries=0)
+    def dies_first():
+        os._exit(3)
+        yield 1
+
+    stream = dies_first.remote()
+    ready, _ = lightwork.wait([stream], timeout=30)
+    assert ready == [stream]
+    with pytest.raises(lightwork.exceptions.WorkerCrashedError):
+        lightwork.get(next(stream), timeout=30)
+
+
+@pytest.mark.lightwork_only
+def test_get_of_a_generator_says_to_iterate_it(runtime):
+    """lightwork-only: the wording of the messages is ours."""
+    stream = numbers.remote(1)
+    with pytest.raises((TypeError, ValueError)) as info:
+        lightwork.get([stream])
+    message = str(info.value)
+    assert "an ObjectRefGenerator" in message and "a ObjectRefGenerator" not in message
+    assert "iterate" in message
+    with pytest.raises((TypeError, ValueError), match="iterate"):
+        lightwork.get(stream)
+    with pytest.raises((TypeError, ValueError), match="wrap a single"):
+        lightwork.wait(stream)
+    assert [lightwork.get(ref) for ref in stream] == [0]

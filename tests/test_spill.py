@@ -415,3 +415,28 @@ def test_a_stalled_disk_never_stalls_tasks_or_gets(fresh_runtime, monkeypatch):
     assert _store().spilled_total >= 1
     assert len(outcome) == 1 and int(ray.get(outcome[0])[0]) == 7, outcome
     assert [int(ray.get(r)[0]) for r in refs] == [0, 1, 2]
+
+
+def test_unread_generator_items_can_be_spilled(fresh_runtime):
+    """A stream's pin keeps its unread items alive without counting as a read, so a
+    producer faster than its consumer spills instead of holding everything in memory."""
+    budget = 16 * MB
+    ray.init(num_cpus=1, object_store_memory=budget)
+    store = _store()
+
+    @ray.remote
+    def producer(count):
+        for i in range(count):
+            yield np.full(MB, i % 251, dtype=np.uint8)
+
+    stream = producer.remote(40)
+    assert ray.get(stream.completed(), timeout=60) is None  # all 40 MB yielded, none read
+    deadline = time.monotonic() + 20
+    while store.live_bytes > budget and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.spilled_total > 0, "no unread item was spilled"
+    assert store.live_bytes <= budget
+    for i, ref in enumerate(stream):
+        array = ray.get(ref, timeout=30)
+        assert array.shape == (MB,) and array[0] == array[-1] == i % 251
+    assert i == 39

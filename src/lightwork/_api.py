@@ -22,6 +22,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from lightwork._generator import ObjectRefGenerator
 from lightwork._object_ref import ObjectRef
 from lightwork._remote import RemoteFunction, callsite
 from lightwork._runtime.introspect import blocking_observers as _observers
@@ -212,6 +213,9 @@ def init(
             return _context()
         from lightwork._runtime.node import Node
         from lightwork.backends.local import LocalBackend
+        from lightwork.dashboard import register_control_ops
+
+        register_control_ops()  # its ops answer any dashboard that attaches later
 
         node = Node(cpus, gpus, custom, namespace, budget, object_store_memory, spill_dir,
                     runtime_env=job_env)
@@ -461,15 +465,28 @@ def _refs_of(object_refs: Any, call: str) -> list[ObjectRef]:
     if not isinstance(object_refs, (list, tuple)):
         raise NotObjectRefsError(
             f"{call} expects an ObjectRef or a list of ObjectRefs, got "
-            f"{type(object_refs).__name__}: {object_refs!r:.80}"
+            f"{_a(type(object_refs).__name__)}: {object_refs!r:.80}{_generator_hint(object_refs)}"
         )
     for index, ref in enumerate(object_refs):
         if not isinstance(ref, ObjectRef):
             raise NotObjectRefsError(
-                f"{call} expects ObjectRefs, but item {index} is a "
-                f"{type(ref).__name__}: {ref!r:.80}; pass the refs returned by .remote() or put()"
+                f"{call} expects ObjectRefs, but item {index} is {_a(type(ref).__name__)}: "
+                f"{ref!r:.80}; pass the refs returned by .remote() or put()"
+                f"{_generator_hint(ref)}"
             )
     return list(object_refs)
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article, for messages."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def _generator_hint(value: Any) -> str:
+    if isinstance(value, ObjectRefGenerator):
+        return ("; iterate the ObjectRefGenerator (for ref in gen) to get each item's ref, "
+                "or use gen.completed() for the ref of the whole task")
+    return ""
 
 
 def get(object_refs: Any, *, timeout: float | None = None) -> Any:
@@ -508,25 +525,33 @@ def put(value: Any) -> ObjectRef:
 
 
 def wait(
-    object_refs: Sequence[ObjectRef],
+    object_refs: Sequence[ObjectRef | ObjectRefGenerator],
     *,
     num_returns: int = 1,
     timeout: float | None = None,
     fetch_local: bool = True,
-) -> tuple[list[ObjectRef], list[ObjectRef]]:
+) -> tuple[list[Any], list[Any]]:
     """Split ``object_refs`` into (ready, not ready), keeping their order.
 
     Returns as soon as ``num_returns`` are ready or ``timeout`` seconds passed;
-    ``timeout=0`` only looks.
+    ``timeout=0`` only looks. As in Ray, the list may hold ``ObjectRefGenerator``s: a
+    generator is ready when ``next(gen)`` would not block (its next item was yielded,
+    or the stream ended); waiting does not advance it.
     """
-    if isinstance(object_refs, ObjectRef):
+    if isinstance(object_refs, (ObjectRef, ObjectRefGenerator)):
         raise NotObjectRefsError(
-            "wait() expects a list of ObjectRefs; wrap a single ref: wait([ref])")
-    refs = _refs_of(object_refs, "wait()")
-    if not refs:
+            f"wait() expects a list of ObjectRefs; wrap a single "
+            f"{type(object_refs).__name__}: wait([ref])")
+    if not isinstance(object_refs, (list, tuple)):
+        _refs_of(object_refs, "wait()")  # raises, naming what was passed
+    waitables = list(object_refs)
+    if not waitables:
         return [], []
-    if len(set(refs)) != len(refs):
+    if len({id(w) if isinstance(w, ObjectRefGenerator) else w for w in waitables}) != len(waitables):
         raise ValueError("wait() requires a list of unique ObjectRefs; remove the duplicates")
+    # Each generator waits on the ref its next item will be (see ObjectRefGenerator._peek).
+    refs = _refs_of([w._peek() if isinstance(w, ObjectRefGenerator) else w for w in waitables],
+                    "wait()")
     if isinstance(num_returns, bool) or not isinstance(num_returns, int):
         raise TypeError(f"num_returns must be an int, got {num_returns!r}")
     if num_returns < 1:
@@ -536,16 +561,21 @@ def wait(
             f"num_returns={num_returns} is more than the {len(refs)} ref(s) passed to wait()"
         )
     timeout = _check_timeout(timeout)
-    ids = [ref.id for ref in refs]
+    # A generator's next ref may be a ref also passed (its head, once the stream ended):
+    # such a shared ref is already ready, so waiting on each id once is enough.
+    ids = list(dict.fromkeys(ref.id for ref in refs))
     site = callsite(1)
 
     def call() -> list[int]:
-        return _core(refs).wait(ids, num_returns, timeout, site)
+        return _core(refs).wait(ids, min(num_returns, len(ids)), timeout, site)
 
     ready_ids = set(_observe_call("wait", refs, call) if _observers else call())
     _deliver_advice()
-    ready = [ref for ref in refs if ref.id in ready_ids]
-    not_ready = [ref for ref in refs if ref.id not in ready_ids]
+    ready: list[Any] = []
+    not_ready: list[Any] = []
+    for waitable, ref in zip(waitables, refs):
+        is_ready = ref.id in ready_ids and len(ready) < num_returns
+        (ready if is_ready else not_ready).append(waitable)
     return ready, not_ready
 
 
@@ -553,8 +583,6 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     """Cancel the task that makes ``object_ref``; its ``get`` raises TaskCancelledError.
 
     An ObjectRefGenerator cancels its generator task: the stream ends with the error."""
-    from lightwork._generator import ObjectRefGenerator
-
     if isinstance(object_ref, ObjectRefGenerator):
         object_ref = object_ref.completed()
     if not isinstance(object_ref, ObjectRef):

@@ -8,7 +8,10 @@ place: the ref after the last good item raises it on ``get``, and the iteration 
 after it. ``completed()`` is a ref that resolves when the task ends; as in Ray it raises
 only when the task failed outside the generator (its worker crashed, it was cancelled),
 and then the stream's next ref raises the same. Dropping the
-generator early releases the items not read (the task runs to its end, as in Ray). The
+generator early releases the items not read (the task runs to its end, as in Ray).
+``wait`` accepts generators, as Ray's does: one is ready when ``next`` would not block
+(``_peek``). A retried generator task re-runs from the top and the consumer sees each
+item once (the re-run's first yields are skipped; see ``streams.py``). The
 driver-side state is ``lightwork._runtime.streams``; the worker sends items in
 ``Worker.stream_items``.
 
@@ -66,6 +69,20 @@ class ObjectRefGenerator:
             ready = core.wait([placeholder.id], 1, timeout)
             if not ready:
                 return None
+
+    def _peek(self) -> ObjectRef:
+        """A ref that is ready exactly when ``next(self)`` would not block: the next
+        item's (or the placeholder that becomes it), or the head's once the stream ended
+        or failed. ``wait`` waits on it; the generator does not advance."""
+        from lightwork import _api
+
+        if self._finished:
+            return self._head
+        core = _api._core((self._head,))
+        kind, object_id = core.driver_request("stream", "item", self._head.id, self._index)
+        if kind in ("item", "wait"):
+            return ObjectRef(object_id, _borrowed=True)
+        return self._head  # "error" or "end": the task ended, so its head is ready
 
     def __aiter__(self) -> ObjectRefGenerator:
         return self

@@ -53,9 +53,9 @@ class RemoteFunction:
     def _call_spec(self, options: dict[str, Any]) -> CallSpec:
         function = self._function
         if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
-            # A generator streams unless told otherwise (Ray's default since 2.8); a retry
-            # would yield its items again, so it is not retried unless asked.
-            options = {"num_returns": "streaming", "max_retries": 0, **options}
+            # A generator streams unless told otherwise (Ray's default since 2.8). It is
+            # retried like any task: a re-run skips the items already streamed (streams.py).
+            options = {"num_returns": "streaming", **options}
         key, blob = self._payload(dynamic=options.get("num_returns") == "dynamic")
         if options.get("runtime_env"):
             key, blob = self._payload_with_env(options["runtime_env"], key, blob)

@@ -8,6 +8,33 @@ so the result that completes its countdown wakes it directly; other blocked call
 on their countdown's event, set by whichever thread applied the result.
 
 Every method here runs in a user thread; state belongs to the node (``node.py``).
+
+Where a synchronous ``get(f.remote())`` spends its time (issue 13; measured 2026-11-24
+on the shared 2-core machine at load average 4–19, so every figure is a range over
+runs; ``bench/floor.py``'s round trip was 15–40 µs, pipelined 9–19 µs, in the same
+minutes). The event log's phases, medians of 2,000 calls: submit → dispatch 12 µs,
+dispatch → worker starts 55, arguments 4.5, run 2.4, store 7.7, stored → driver has
+seen it 74, seen → next submit 39; 190 µs from one submit to the next, 270–440 µs per
+call by the wall clock. The driver's CPU per sync call, per thread, which load
+distorts far less (``bench/hotpath_profile.py``: ``/proc`` schedstat, 3 rounds of
+1,000 calls, steady to ±5%): main thread 72–75 µs, the I/O thread 52 µs, the advisor
+16–47 µs (it digests a record and a span per call, off the call path but on the
+same 2 cores). So the driver burns 140–170 µs of CPU per call, about 10× the floor's
+whole round trip (15.6 µs in that run); the I/O thread's share is pure overhead here, since the
+leading getter reads the result itself: the result frame also wakes the I/O
+thread's own epoll, and dropping the returned ref writes its wake pipe
+(``RefCounter.on_first_release``). cProfile of the loop: ``get``'s own time 22 µs
+and ``_poll``'s 34 µs per call (GIL hand-overs with the I/O thread show up as time
+in whichever frame was running), ``socket.send`` to the worker 37 µs, the wake-pipe
+write 20 µs. Tried, A/B interleaved in one process (12–40 rounds): without the
+release wake-up the I/O thread's CPU fell by 15–20 µs per call but the wall time
+did not move measurably (paired median ratios 1.03–1.07, quartiles ±50%); with the
+I/O thread not watching the worker sockets its CPU fell to ~20 µs but the main
+thread's rose to 140–190 µs, not yet understood. ``sys.setswitchinterval`` 5 ms /
+0.5 ms / 0.05 ms: medians 437 / 269 / 313 µs over 8 interleaved rounds, overlapping
+quartiles. For 10,000 no-op tasks the driver alone is the bottleneck: its submit
+loop takes 13 µs per task and its threads use 20–30 µs of CPU per task (main
+13–18, I/O 7–10, advisor 0–7) against a pipelined floor of 8–9 µs in the same run.
 """
 
 from __future__ import annotations

@@ -98,6 +98,8 @@ def describe_holds(entry: ObjectEntry) -> str:
         reasons.append(f"{entry.task_uses} task use(s)")
     if entry.containers:
         reasons.append(f"{entry.containers} container(s)")
+    if entry.stream_pinned:
+        reasons.append("a generator stream (item not read yet)")
     state = {0: "PENDING", 1: "READY", 2: "FAILED"}.get(entry.state, str(entry.state))
     return (f"{entry.object_id:020x} ({state}, task {entry.task_id:x}) held by "
             f"{', '.join(reasons) or 'nothing'}")

@@ -11,13 +11,17 @@ table while anything holds it:
 * ``driver_holds``: a live ``ObjectRef`` in the driver process;
 * ``holders``: ids of workers that hold a ref (their own result refs, puts, borrows);
 * ``task_uses``: pending tasks that take it as an argument or carry it inside one;
-* ``containers``: stored objects whose value contains a ref to it.
+* ``containers``: stored objects whose value contains a ref to it;
+* ``stream_pinned``: a streaming generator's item (or placeholder) that its consumer
+  has not taken yet (``streams.py`` owns the list of pins; this flag only keeps the
+  entry alive). Unlike ``task_uses`` it does not mean anyone is reading the value, so
+  a pinned item can still be spilled.
 
 A dead worker's objects are adopted by the driver (``owner`` becomes 0): their values
 live here or in ``/dev/shm``, never only in the worker. A value whose segment vanished
 is rebuilt from ``lineage`` where it can be (see ``lineage.py``).
 
-When all four are empty the entry is freed: its segment is released and the ids it
+When all five are empty the entry is freed: its segment is released and the ids it
 contained lose a container. A later lookup of a freed id raises
 ``ReferenceCountingAssertionError``; ids are never reused, so a freed id is detectable
 by being lower than the owner's counter and absent from the table.
@@ -60,6 +64,7 @@ class ObjectEntry:
     holders: set[int] | None = None
     task_uses: int = 0
     containers: int = 0
+    stream_pinned: bool = False  # an unread item of a generator's stream (streams.py)
     waiters: list[Callable[[ObjectEntry], None]] | None = None
     ready_at: float = 0.0  # when it became READY or FAILED (time.monotonic)
     created_at: float = 0.0  # when its put() or task submission registered it
@@ -69,7 +74,8 @@ class ObjectEntry:
     orphaned_by: int = 0  # the dead worker that owned it before the driver adopted it
 
     def held(self) -> bool:
-        return bool(self.driver_holds or self.holders or self.task_uses or self.containers)
+        return bool(self.driver_holds or self.holders or self.task_uses or self.containers
+                    or self.stream_pinned)
 
     def add_holder(self, worker_id: int) -> None:
         if self.holders is None:

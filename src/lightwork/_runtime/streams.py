@@ -2,7 +2,8 @@
 
 A task (or actor method) whose function returns a generator streams, as Ray's do since
 2.8: the worker runs the generator, and sends each item to the driver as it is yielded
-(a ``("stream", "yield", head, object_id, stored)`` request; ``Worker.stream_items``).
+(a ``("stream", "yield", head, index, object_id, stored)`` request, ``index`` counting
+the yields of this run; ``Worker.stream_items``).
 The caller gets an ``ObjectRefGenerator`` holding the task's one return ref, the *head*:
 it resolves when the task ends (to None, or to the task's error). A stream is keyed by
 its head's id.
@@ -19,13 +20,25 @@ The consumer asks for item ``i`` (``"item"``) and gets one of:
   the task succeeds;
 * ``("end", None)``: the stream ended before item ``i``.
 
-Pins. The driver creates each item's object with no holder but the stream (one
-``task_uses``), so an item nobody has read yet stays alive. Asking for item ``i`` unpins
-the items before it (the consumer holds refs to those it took: its borrow reached the
-driver first, as requests are ordered). When the head is freed — the consumer dropped
-the generator — or the stream is released, every remaining pin goes, so a consumer
-that stops early releases what it did not read. Items yielded after the head is gone are
-dropped at once. The task itself runs to its end, as in Ray.
+Retries. A generator task re-run after a crash (``max_retries``, or an actor's
+``max_task_retries`` after a restart) starts its generator again from the top. As in
+Ray, the consumer sees each item once: the re-run's first ``len(stream.items)`` yields
+are the items the stream already has and are skipped. The reply to a yield says how
+many items the stream holds, and the worker stops serializing and sending yields below
+that count, so only the re-run's first yield travels in vain (the driver drops it, by
+its index). So the items at the indices the first run sent are the first run's and the
+later ones the re-run's: a generator that yields different items when re-run gives a
+mix of both, which is the user's non-determinism (as in Ray).
+
+Pins. The driver creates each item's object with no holder but the stream (the entry's
+``stream_pinned``; ``pinned`` below lists them), so an item nobody has read yet stays
+alive. The pin is not a read: spilling may move an unread item to disk. Asking for
+item ``i`` unpins the items before it (the consumer holds refs to those it took: its
+borrow reached the driver first, as requests are ordered). When the head is freed — the
+consumer dropped the generator — or the stream is released, every remaining pin goes,
+so a consumer that stops early releases what it did not read. Items yielded after the
+head is gone are dropped at once (and the stream released, with its pins). The task
+itself runs to its end, as in Ray.
 
 Yield times are kept on the task's record (``TaskRecord.yields``) for the timeline.
 
@@ -75,19 +88,21 @@ class StreamTable:
             return None
         raise ValueError(f"unknown stream request {op!r}")
 
-    def on_yield(self, head: int, object_id: int, stored: Stored | None,
-                 error: Stored | None = None) -> bool:
-        """A running task yielded ``stored`` (or raised ``error``, its last item); return
-        whether anyone still consumes the stream."""
+    def on_yield(self, head: int, index: int, object_id: int, stored: Stored | None,
+                 error: Stored | None = None) -> int | None:
+        """A running task's ``index``-th yield of this run was ``stored`` (or it raised
+        ``error``, its last item). Return how many items the stream now has (the worker
+        need not send yields below that: a retry's), or None if nobody consumes it."""
         node = self.node
         head_entry = node.objects.entries.get(head)
         if head_entry is None:  # the consumer dropped the generator: drop the item
-            self.streams.pop(head, None)
-            if stored is not None and stored.path is not None:
-                node.store.release(stored.path)
-            return False
+            self.release(head)
+            self._drop(stored)
+            return None
         stream = self._stream(head)
-        index = len(stream.items)
+        if index < len(stream.items):  # a re-run yields again what the stream has
+            self._drop(stored)
+            return len(stream.items)
         placeholder = stream.placeholders.pop(index, None)
         if placeholder is not None and placeholder in node.objects.entries:
             entry = node.objects.entries[placeholder]
@@ -98,7 +113,11 @@ class StreamTable:
         task = node.tasks.get(head_entry.task_id)
         if task is not None:
             task.record.yields += (time.monotonic(),)
-        return True
+        return len(stream.items)
+
+    def _drop(self, stored: Stored | None) -> None:
+        if stored is not None and stored.path is not None:
+            self.node.store.release(stored.path)
 
     def item(self, head: int, index: int) -> tuple[str, int | None]:
         node = self.node
@@ -172,7 +191,7 @@ class StreamTable:
     def _pinned_entry(self, stream: Stream, object_id: int, head_entry: ObjectEntry) -> ObjectEntry:
         entry = self.node.objects.create(object_id, 0, head_entry.task_id)
         entry.driver_holds = False  # held by the stream's pin until the consumer takes it
-        entry.task_uses += 1
+        entry.stream_pinned = True
         stream.pinned.append(object_id)
         return entry
 
@@ -190,5 +209,5 @@ class StreamTable:
         for object_id in object_ids:
             entry = objects.entries.get(object_id)
             if entry is not None:
-                entry.task_uses -= 1
+                entry.stream_pinned = False
                 objects.release_if_unheld(entry)
