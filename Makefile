@@ -34,7 +34,10 @@ $(VENV)/.bench-installed: pyproject.toml | $(VENV)/bin/python
 demo: $(STAMP)
 	$(PY) -m lightwork demo $(DEMO_ARGS)
 
+# Pyflakes' checks first (ruff's F rules: undefined names, unused imports): a NameError on
+# a rarely taken path is caught here, not by a user.
 test: $(STAMP) $(OLDEST_STAMP) browser
+	$(PY) -m ruff check --select F src tests
 	$(PY) -m pytest -q
 	$(OLDEST_VENV)/bin/python -m pytest -q $(DASK_TESTS)
 

@@ -24,7 +24,7 @@ import helpers
 import pytest
 
 import lightwork
-from lightwork.dashboard import feed
+from lightwork.dashboard import CONTROL_OPS, feed
 from lightwork.dashboard.mirror import Mirror
 from lightwork.dashboard.server import DashboardServer
 
@@ -361,7 +361,7 @@ def test_a_saved_timeline_replays_as_an_ended_session(runtime, client, tmp_path)
     finally:
         server.stop()
     (tmp_path / "plain.json").write_text('{"traceEvents": []}')
-    with pytest.raises(ValueError, match="carries no event log"):
+    with pytest.raises(ValueError, match="carries no advisor input"):
         replay.load(str(tmp_path / "plain.json"))
     with pytest.raises(ValueError, match="cannot read"):
         replay.load(str(tmp_path / "missing.json"))
@@ -376,12 +376,72 @@ def test_no_page_open_means_no_sync(runtime, monkeypatch):
     try:
         Client(server, cookie=server.token).json("/api/overview")  # a visit: active
         helpers.wait_until(lambda: server.mirror.syncs >= 3, message="syncs while active")
-        time.sleep(1.0)  # idle now (and any sync under way has ended)
-        idle_count = server.mirror.syncs
-        time.sleep(0.8)
+        helpers.wait_until(lambda: time.monotonic() - server.last_request
+                           > server_module.IDLE_AFTER_S, timeout=30, message="idleness")
+        turns = server.sync_turns
+        # Two turns of the loop that began idle: any sync started while active has ended.
+        helpers.wait_until(lambda: server.sync_turns >= turns + 2, timeout=30,
+                           message="the sync loop to turn while idle")
+        idle_count, turns = server.mirror.syncs, server.sync_turns
+        helpers.wait_until(lambda: server.sync_turns >= turns + 5, timeout=30,
+                           message="five more idle turns of the sync loop")
         assert server.mirror.syncs == idle_count
     finally:
         server.stop()
+
+
+def test_a_child_dashboard_leaves_on_its_schedule_once_the_program_is_gone(runtime,
+                                                                          monkeypatch):
+    from lightwork.dashboard import server as server_module
+
+    monkeypatch.setattr(server_module, "NO_PAGE_EXIT_S", 0.2)
+    monkeypatch.setattr(server_module, "PAGE_GRACE_S", 1.0)
+    server = DashboardServer(runtime["node"].control.path, port=0,
+                             follow_program=os.getppid()).start()
+    try:
+        time.sleep(0.3)
+        assert not server.time_to_leave()  # the program runs: stay, page or not
+        server.page_opened()
+        server.program_gone()
+        assert server.mirror.ended and "stops within 1 s" in server.mirror.end_reason
+        time.sleep(0.4)
+        assert not server.time_to_leave()  # a page is open: within the grace period
+        helpers.wait_until(server.time_to_leave, timeout=5,
+                           message="the grace period to end with the page still open")
+        server.page_closed()
+    finally:
+        server.stop()
+    user_started = DashboardServer(runtime["node"].control.path, port=0).start()
+    try:
+        user_started.mirror.mark_ended("the program ended")
+        time.sleep(0.4)
+        assert not user_started.time_to_leave()  # the user's own: until Ctrl-C
+    finally:
+        user_started.stop()
+
+
+def test_control_ops_come_from_the_registry_and_unknown_ones_are_named(runtime):
+    from lightwork._runtime import control
+
+    assert set(CONTROL_OPS) <= set(control.known_ops())
+    with pytest.raises(ValueError, match="unknown operation 'nope'.*dashboard_sync"):
+        control.dispatch(runtime["node"], "nope", {})
+    with pytest.raises(ValueError, match="built-in"):
+        control.register_ops(["status"], lambda node, op, args: None)
+
+
+def test_the_driver_refuses_actions_not_sent_by_an_allow_actions_dashboard(runtime):
+    from lightwork._runtime import control
+
+    node = runtime["node"]
+    actor_hex = f"{runtime['tally']._ref.id:020x}"  # a live actor: refused all the same
+    for op, args in (("dashboard_cancel", {"task_id": 1}),
+                     ("dashboard_kill", {"actor_id": actor_hex})):
+        with pytest.raises(PermissionError, match="--allow-actions"):
+            control.dispatch(node, op, args)
+        with pytest.raises(control.ControlError, match="--allow-actions"):
+            control.request(node.control.path, op, {**args, "allow_actions": False})
+    assert isinstance(lightwork.get(runtime["tally"].add.remote(0)), int)  # still alive
 
 
 # ---------------------------------------------------------------------------- the feed
@@ -659,7 +719,7 @@ def test_init_dashboard_prints_the_url_once_and_keeps_an_open_page_for_a_grace_p
         stream = _open_stream(client)  # a page is open when the program ends
         process.stdin.write("go\n")
         process.stdin.flush()
-        out, err = process.communicate(timeout=40)
+        _out, err = process.communicate(timeout=40)
         assert process.returncode == 0, err
         assert err.count("dashboard at http://127.0.0.1:") == 1
         assert url in err and "ignoring Ray-only" not in err
@@ -691,36 +751,43 @@ def test_a_sigkilled_program_leaves_no_dashboard_behind(tmp_path):
             os.kill(pid, 9)
 
 
-def test_a_child_dashboard_leaves_on_its_schedule_once_the_program_is_gone(runtime,
-                                                                          monkeypatch):
-    from lightwork.dashboard import server as server_module
-
-    monkeypatch.setattr(server_module, "NO_PAGE_EXIT_S", 0.2)
-    monkeypatch.setattr(server_module, "PAGE_GRACE_S", 1.0)
-    server = DashboardServer(runtime["node"].control.path, port=0,
-                             follow_program=os.getppid()).start()
-    try:
-        time.sleep(0.3)
-        assert not server.time_to_leave()  # the program runs: stay, page or not
-        server.page_opened()
-        server.program_gone()
-        assert server.mirror.ended and "stops within 1 s" in server.mirror.end_reason
-        time.sleep(0.4)
-        assert not server.time_to_leave()  # a page is open: within the grace period
-        helpers.wait_until(server.time_to_leave, timeout=5,
-                           message="the grace period to end with the page still open")
-        server.page_closed()
-    finally:
-        server.stop()
-    user_started = DashboardServer(runtime["node"].control.path, port=0).start()
-    try:
-        user_started.mirror.mark_ended("the program ended")
-        time.sleep(0.4)
-        assert not user_started.time_to_leave()  # the user's own: until Ctrl-C
-    finally:
-        user_started.stop()
-
-
 def test_init_rejects_a_non_boolean_dashboard(fresh_runtime):
     with pytest.raises(TypeError, match="dashboard must be True or False"):
         lightwork.init(num_cpus=1, dashboard="yes")
+
+
+# ---------------------------------------------------------------------------- layering
+def test_the_runtime_never_imports_the_dashboard():
+    import ast
+
+    runtime_dir = pathlib.Path(lightwork.__file__).parent / "_runtime"
+    offenders = []
+    for path in sorted(runtime_dir.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if isinstance(node, ast.ImportFrom) and node.module == "lightwork":
+                names = [f"lightwork.{alias.name}" for alias in node.names]
+            offenders += [f"{path.name}:{node.lineno} imports {name}" for name in names
+                          if name == "lightwork.dashboard"
+                          or name.startswith("lightwork.dashboard.")]
+    assert not offenders, offenders
+
+
+@pytest.mark.parametrize("content", ['{"traceEvents": []}', "not json", None,
+                                     '{"otherData": {"advisor_input": {"tasks": 3}}}'])
+def test_replay_and_advise_read_a_timeline_file_the_same_way(tmp_path, content):
+    import io
+
+    from lightwork import cli
+    from lightwork.dashboard import replay
+
+    path = tmp_path / "trace.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ValueError) as replayed:
+        replay.load(str(path))
+    with pytest.raises(ValueError) as advised:
+        cli.advise_file(str(path), False, io.StringIO())
+    assert str(replayed.value) == str(advised.value)
+    assert str(path) in str(replayed.value)

@@ -393,21 +393,9 @@ def _attach(args: Any, out: TextIO) -> int:
 def advise_file(path: str, as_json: bool, out: TextIO) -> int:
     """``lightwork advise FILE``: re-run the advisor on a saved timeline file."""
     from lightwork.diagnostics.advisor import analyse, report
+    from lightwork.diagnostics.timeline import read_saved
 
-    try:
-        with open(path) as f:
-            trace = json.load(f)
-    except OSError as exc:
-        raise ValueError(f"cannot read the timeline file {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise ValueError(f"{path} is not a JSON timeline file ({exc})") from None
-    other = trace.get("otherData") if isinstance(trace, dict) else None
-    data = other.get("advisor_input") if isinstance(other, dict) else None
-    if not isinstance(data, dict):
-        raise ValueError(
-            f"{path} carries no advisor input: only timelines written by lightwork.timeline("
-            "FILE), `lightwork timeline --output FILE` or the demo of this lightwork version "
-            "can be analysed; write a new one from the running program")
+    _other, data = read_saved(path)
     findings = analyse(data)
     if as_json:
         print(json.dumps([finding.as_dict() for finding in findings], indent=1), file=out)

@@ -8,18 +8,27 @@
                                                       │ samples CPU/memory         │
                                                       └────────────────────────────┘
 
-The live dashboard (``lightwork.dashboard``) reads the session through the same socket,
-with incremental ``dashboard_*`` operations (``lightwork/dashboard/feed.py``); the two
-that change the program (cancel a task, kill an actor) are sent only by a dashboard
-started with ``--allow-actions``.
+Layers above ``_runtime`` add operations without being imported from here
+(:func:`register_ops`, as DESIGN requires): ``lightwork.init`` registers the live
+dashboard's ``dashboard_*`` operations (``lightwork/dashboard/__init__.py``), whose
+handler imports ``lightwork.dashboard.feed`` on the first request.
 
 Protocol: a request is one line of JSON ``{"op": name, "args": {...}}``; the reply is
 one line ``{"ok": true, "result": ...}`` or ``{"ok": false, "type": "ValueError",
-"error": message}``. Never pickle: a peer can at worst ask for a view. The socket lives
-in the session directory (0700) and is itself 0600, and the server also checks the
-peer's uid (``SO_PEERCRED``), so only this user reaches it. Operations are in
-:func:`dispatch`; the Python API (``lightwork.state`` and friends) calls the same
-function in-process, so both paths return the same rows.
+"error": message}``. Never pickle: nothing received is ever turned into code or objects.
+Operations are in :func:`dispatch`; the Python API (``lightwork.state`` and friends)
+calls the same function in-process, so both paths return the same rows.
+
+Trust model: the socket lives in the session directory (0700) and is itself 0600, and
+the server also checks the peer's uid (``SO_PEERCRED``), so only the session's own user
+reaches it, and every client of that user is trusted alike (such a process could as
+well signal or trace the driver). Most operations are views; two change the program:
+``dashboard_cancel`` (cancel a task) and ``dashboard_kill`` (kill an actor). They are
+refused unless the request says it comes from a dashboard started with
+``--allow-actions`` (``allow_actions: true``, checked in ``feed``), so a dashboard
+without that flag cannot relay them even if its own HTTP checks (token, Origin, POST)
+had a hole. That flag is a guard against mistakes, not a barrier between clients: a
+same-user process can set it.
 
 The server is a side-car of the :class:`~lightwork._runtime.node.Node` (``node.control``)
 and owns the diagnostic state the event log does not: CPU/memory samples of the
@@ -51,6 +60,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -312,7 +322,27 @@ def _peer_uid(conn: socket.socket) -> int | None:
 
 # ---------------------------------------------------------------------------- operations
 OPS = ("ping", "status", "list", "summarize_tasks", "memory_summary", "timeline_data", "stacks",
-       "advise", "dashboard_sync", "dashboard_cancel", "dashboard_kill")
+       "advise")
+OpHandler = Callable[["Node", str, dict[str, Any]], Any]
+#: Operations registered by the layers above (name -> handler); see :func:`register_ops`.
+_extra_ops: dict[str, OpHandler] = {}
+
+
+def register_ops(names: Iterable[str], handler: OpHandler) -> None:
+    """Let a layer above ``_runtime`` answer the operations ``names`` (idempotent).
+
+    ``handler(node, op, args)`` runs in the control server's connection thread, like the
+    built-in operations; it should import what it needs lazily, so registering costs
+    nothing until a request comes.
+    """
+    for name in names:
+        if name in OPS:
+            raise ValueError(f"{name!r} is a built-in control operation; pick another name")
+        _extra_ops[name] = handler
+
+
+def known_ops() -> tuple[str, ...]:
+    return OPS + tuple(_extra_ops)
 
 
 def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
@@ -345,12 +375,10 @@ def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
         if not 0 < timeout <= 60:
             raise ValueError(f"the stack timeout must be in (0, 60] seconds, got {timeout}")
         return collect_stacks(node, timeout)
-    if op.startswith("dashboard_"):
-        # The live dashboard's incremental feed (and its opt-in actions), loaded on demand.
-        from lightwork.dashboard import feed
-
-        return feed.dispatch(node, op, args)
-    raise ValueError(f"unknown operation {op!r}; known: {', '.join(OPS)}")
+    handler = _extra_ops.get(op)
+    if handler is not None:
+        return handler(node, op, args)
+    raise ValueError(f"unknown operation {op!r}; known: {', '.join(known_ops())}")
 
 
 # ---------------------------------------------------------------------------- stacks

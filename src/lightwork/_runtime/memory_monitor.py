@@ -1,7 +1,8 @@
 """The memory monitor: kill a task's worker before the machine runs out of memory.
 
-A daemon thread ("lightwork-memory") reads the machine's memory every
-``refresh_s`` (250 ms by default) and compares the share in use with the threshold.
+A daemon thread ("lightwork-memory", a ``periodic.PeriodicThread``) reads the machine's
+memory every ``refresh_s`` (250 ms by default) and compares the share in use with the
+threshold.
 "In use" is ``MemTotal - MemAvailable`` from ``/proc/meminfo``: the kernel's estimate of
 what cannot be reclaimed, so the page cache does not count. The file is read with one
 plain ``read`` of procfs, which never waits on a disk; the thread takes the node's lock
@@ -31,12 +32,11 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lightwork import exceptions
-
+from lightwork._runtime.periodic import PeriodicThread
 from lightwork._runtime.scheduler import WAITING
 
 if TYPE_CHECKING:
@@ -114,28 +114,21 @@ class MemoryMonitor:
         self.reader = reader
         self.kills = 0
         self._victim: WorkerConn | None = None  # killed, its death not yet handled
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = PeriodicThread("lightwork-memory", refresh_s, self.check,
+                                      self._report_error)
 
     def start(self) -> None:
         if self.refresh_s > 0:
-            self._thread = threading.Thread(target=self._run, name="lightwork-memory",
-                                            daemon=True)
             self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2.0)
+        self._thread.stop()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.refresh_s):
-            try:
-                self.check()
-            except Exception as exc:  # noqa: BLE001 - a bad reading must not end the monitor
-                from lightwork._runtime.introspect import report_unraisable
+    def _report_error(self, error: Exception) -> bool:
+        from lightwork._runtime.introspect import report_unraisable
 
-                report_unraisable(exc, "Exception ignored in lightwork's memory monitor", self)
+        report_unraisable(error, "Exception ignored in lightwork's memory monitor", self)
+        return True  # a bad reading must not end the monitor
 
     def check(self) -> WorkerConn | None:
         """Read the memory once; kill a worker if it is over the threshold. Return it."""

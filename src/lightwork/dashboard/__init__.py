@@ -6,8 +6,8 @@
 
 Pieces (each module's docstring has its design):
 
-* ``feed`` — in the watched program: answers the control socket's incremental
-  ``dashboard_sync`` (new task records as binary columns, live picture), about once a
+* ``feed`` — in the watched program (``register_control_ops`` hooks it into the control
+  socket at ``init``): answers the incremental ``dashboard_sync`` (new task records as binary columns, live picture), about once a
   second while a page is open and never when none is;
 * ``mirror`` — in the dashboard process: the session's copy, and every view's query
   (task stream, tasks table paged and sorted on the server, per-function summary);
@@ -29,7 +29,24 @@ import sys
 import threading
 from typing import Any, TextIO
 
-__all__ = ["add_command", "run_command"]
+__all__ = ["add_command", "register_control_ops", "run_command"]
+
+#: The control socket's operations this package answers in the watched program.
+CONTROL_OPS = ("dashboard_sync", "dashboard_cancel", "dashboard_kill")
+
+
+def register_control_ops() -> None:
+    """Register the dashboard's operations with the control socket (``init`` calls this;
+    ``_runtime`` never imports this package). The feed is imported on the first request."""
+    from lightwork._runtime import control
+
+    control.register_ops(CONTROL_OPS, _answer_control_op)
+
+
+def _answer_control_op(node: Any, op: str, args: dict[str, Any]) -> Any:
+    from lightwork.dashboard import feed
+
+    return feed.dispatch(node, op, args)
 
 
 def add_command(commands: Any, attach: argparse.ArgumentParser) -> None:

@@ -1,7 +1,8 @@
 """The driver's side of the dashboard: what one ``dashboard_sync`` request copies out.
 
-This module runs inside the watched program (``control.dispatch`` imports it on the
-first dashboard request), in the control server's connection thread. Everything else of
+This module runs inside the watched program (the handler ``init`` registers with the
+control socket, ``lightwork.dashboard.register_control_ops``, imports it on the first
+dashboard request), in the control server's connection thread. Everything else of
 the dashboard runs in its own process (``lightwork.dashboard.server``), so the program
 pays only for these requests, about one a second while a page is open and none when
 no dashboard is attached.
@@ -32,7 +33,10 @@ Progress of running ``get``/``wait`` calls comes from an observer on the blockin
 once no sync came for ``OBSERVER_IDLE_S``: while no page is open, ``get`` pays nothing.
 
 Actions (``dashboard_cancel``, ``dashboard_kill``) exist only for the dashboard's
-``--allow-actions`` mode; the dashboard process checks the token and the origin first.
+``--allow-actions`` mode; the dashboard process checks the token and the origin first,
+and this side refuses any action whose request does not carry ``allow_actions: true``
+(which only a dashboard started with ``--allow-actions`` sends; see the trust model in
+``_runtime/control.py``).
 """
 
 from __future__ import annotations
@@ -48,11 +52,13 @@ from typing import TYPE_CHECKING, Any
 
 from lightwork._runtime import views
 from lightwork._runtime.events import TaskRecord
+from lightwork._runtime.objects import PENDING
+from lightwork.dashboard import CONTROL_OPS
 
 if TYPE_CHECKING:
     from lightwork._runtime.node import Node
 
-OPS = ("dashboard_sync", "dashboard_cancel", "dashboard_kill")
+OPS = CONTROL_OPS
 DEFAULT_MAX_RECORDS = 20_000  # per sync (bounds both sides' peak memory); the rest comes next
 DEFAULT_LIVE_LIMIT = 1_000
 MAX_ACTORS = 2_000
@@ -74,6 +80,10 @@ def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
         return sync(node, _int_arg(args, "task_cursor", 0), _int_arg(args, "span_cursor", 0),
                     _int_arg(args, "max_records", DEFAULT_MAX_RECORDS),
                     _int_arg(args, "live_limit", DEFAULT_LIVE_LIMIT))
+    if op in ("dashboard_cancel", "dashboard_kill") and args.get("allow_actions") is not True:
+        raise PermissionError(f"{op} refused: actions are off; only a dashboard started with "
+                              "`lightwork dashboard --allow-actions` may cancel tasks or kill "
+                              "actors")
     if op == "dashboard_cancel":
         return cancel_task(node, _int_arg(args, "task_id", -1), bool(args.get("force", False)))
     if op == "dashboard_kill":
@@ -307,7 +317,7 @@ class _BlockingCalls:
                 ready = 0
                 for ref in refs:
                     entry = entries.get(getattr(ref, "id", -1))
-                    if entry is None or entry.state != 0:  # 0 is PENDING
+                    if entry is None or entry.state != PENDING:
                         ready += 1
             out.append({"kind": kind, "thread": thread, "since": since, "objects": total,
                         "ready": ready})

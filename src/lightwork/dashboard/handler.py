@@ -255,13 +255,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if isinstance(task_id, bool) or not isinstance(task_id, int):
                 raise HttpError(400, f"task_id must be an integer, got {task_id!r}")
             result = control.request(socket_path, "dashboard_cancel",
-                                     {"task_id": task_id, "force": bool(body.get("force"))})
+                                     {"task_id": task_id, "force": bool(body.get("force")),
+                                      "allow_actions": dashboard.allow_actions})
         elif path == "/api/actions/kill":
             actor_id = body.get("actor_id")
             if not isinstance(actor_id, str):
                 raise HttpError(400, f"actor_id must be the actor's hex id, got {actor_id!r}")
             result = control.request(socket_path, "dashboard_kill",
-                                     {"actor_id": actor_id})
+                                     {"actor_id": actor_id, "allow_actions": dashboard.allow_actions})
         else:
             raise HttpError(404, f"no action {path!r}; actions are /api/actions/cancel and "
                                  "/api/actions/kill")

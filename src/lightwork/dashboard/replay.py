@@ -12,33 +12,20 @@ file is JSON: nothing in it is unpickled.
 
 from __future__ import annotations
 
-import json
 from dataclasses import fields
 from typing import Any
 
 from lightwork._runtime.events import TaskRecord, freeze
 from lightwork.dashboard import feed
 from lightwork.dashboard.mirror import Mirror
+from lightwork.diagnostics.timeline import read_saved
 
 _RECORD_FIELDS = {f.name for f in fields(TaskRecord)}
 
 
 def load(path: str) -> Mirror:
     """A mirror holding what the timeline file ``path`` recorded, marked ended."""
-    try:
-        with open(path) as f:
-            trace = json.load(f)
-    except OSError as exc:
-        raise ValueError(f"cannot read the timeline file {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise ValueError(f"{path} is not a JSON timeline file ({exc})") from None
-    other = trace.get("otherData") if isinstance(trace, dict) else None
-    data = other.get("advisor_input") if isinstance(other, dict) else None
-    if (not isinstance(other, dict) or not isinstance(data, dict)
-            or not isinstance(data.get("tasks"), list)):
-        raise ValueError(
-            f"{path} carries no event log: only timelines written by lightwork.timeline(FILE), "
-            "`lightwork timeline -o FILE` or the dashboard's download can be replayed")
+    other, data = read_saved(path)
     try:
         records = [_record(row) for row in data["tasks"] if isinstance(row, dict)]
     except (TypeError, ValueError) as exc:

@@ -114,6 +114,7 @@ class DashboardServer:
         self._wake = threading.Event()
         self._cache: dict[str, tuple[float, Any]] = {}
         self._last_sync_at = 0.0
+        self.sync_turns = 0  # turns of the sync loop (tests wait on it instead of sleeping)
         self._horizon_s = float("inf")
         self.httpd = _bind(port)
         self.port = self.httpd.server_address[1]
@@ -240,11 +241,11 @@ class DashboardServer:
                 interval = self.idle_sync_s if self.idle_sync_s is not None else SYNC_INTERVAL_S
             self._wake.wait(interval)
             self._wake.clear()
-            if self._stop.is_set() or self.mirror.ended:
-                continue
-            active = self.clients > 0 or time.monotonic() - self.last_request < IDLE_AFTER_S
-            if active or self.idle_sync_s is not None:
-                self.sync_now()
+            if not (self._stop.is_set() or self.mirror.ended):
+                active = self.clients > 0 or time.monotonic() - self.last_request < IDLE_AFTER_S
+                if active or self.idle_sync_s is not None:
+                    self.sync_now()
+            self.sync_turns += 1
 
     # ---------------------------------------------------------------- driver queries
     def ask(self, op: str, args: dict[str, Any] | None = None, timeout: float = 10.0,

@@ -1,11 +1,15 @@
 """The advisor: name the classic parallel-programming mistakes while the program runs.
 
 Reads the always-on event log (task records and the driver's blocked get/wait spans)
-and a few runtime facts; never touches the hot path. A daemon thread wakes every
-``interval`` seconds, takes the records added since its last look (``EventLog.take_fresh``,
-under the runtime's lock), folds them into per-call-site statistics, and checks each
-rule. A rule that fires produces a :class:`Finding`: what was seen (evidence numbers), where
-(file, line and function of the user's call), and the fix, in the user's terms.
+and a few runtime facts; never touches the hot path. A daemon thread
+(``_runtime.periodic.PeriodicThread``) wakes every ``interval`` seconds, takes the
+records added since its last look (``EventLog.take_fresh``, under the runtime's lock),
+folds them into per-call-site statistics, and checks each rule. This module is that
+collection (the thread, the replay, the public functions); the statistics and the rules
+themselves are :class:`~lightwork.diagnostics._advice_rules.AdviceRules`, which
+:class:`Advisor` extends. A rule that fires produces a :class:`Finding`: what was seen
+(evidence numbers), where (file, line and function of the user's call), and the fix, in
+the user's terms.
 
 Each finding is reported once per (kind, call site):
 
@@ -59,121 +63,41 @@ be worth the user's attention, and well-written programs must get none.
 
 from __future__ import annotations
 
-import math
 import os
-import statistics
 import threading
 import time
 import warnings
-from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from collections import defaultdict
 from itertools import groupby
 from typing import Any
 
 from lightwork._runtime.events import DriverSpan, TaskRecord
-from lightwork.diagnostics._measure import (
-    SlotTime,
-    logged_at,
-    most_at_once,
-    plain,
-    restore,
-    running_work,
-    union,
+from lightwork._runtime.periodic import PeriodicThread
+from lightwork.diagnostics._advice_rules import (
+    CPU_BOUND_MIN_S,
+    KINDS,
+    PINNED_MIN_AGE_S,
+    PINNED_MIN_BYTES,
+    REPLAY_MAX_STEPS,
+    SAMPLE_PER_STEP,
+    AdviceRules,
+    Finding,
 )
+from lightwork.diagnostics._measure import logged_at, plain, restore, running_work
 
-KINDS = (
-    "get-in-loop", "tiny-tasks", "large-arg-repeated", "wait-for-slowest",
-    "actor-bottleneck", "serial-driver", "oversubscription", "fewer-slots", "refs-pinned",
-    "actor-deadlock",
-)
+__all__ = ["KINDS", "AdviceWarning", "Advisor", "Finding", "advise", "analyse",
+           "analysis_input", "current_findings", "report"]
 
-GET_IN_LOOP_MIN = 4  # consecutive one-object gets from one call site
-GET_IN_LOOP_MIN_IDLE = 0.5  # slots idle on average over those gets
-TINY_MIN_TASKS = 200
-TINY_RATIO = 3.0  # median run time below this many times the per-task overhead
-TASK_OVERHEAD_S = 40e-6  # the runtime's per-task cost on a 2-core machine (bench)
-LARGE_ARG_MIN_REPEATS = 3
-SLOWEST_MIN_OBJECTS = 4
-SLOWEST_MIN_WAIT_S = 0.2
-SLOWEST_SPREAD = 0.5  # the results' spread is at least half of the blocked time
-ACTOR_MIN_CALLS = 5
-ACTOR_QUEUE_RATIO = 3.0  # calls waited this many times their run time on average
-ACTOR_MIN_BUSY_S = 0.3  # total work of those calls: tiny calls are the tiny-tasks case
-ACTOR_MIN_UTILIZATION = 0.7  # the actor was busy this much of the time
-SERIAL_MIN_TASKS = 5
-SERIAL_WINDOW = 20  # the last submissions of a call site the serial-driver rule looks at
-SERIAL_FRACTION = 0.3
-SERIAL_MIN_S = 0.25  # less serial work than this is not worth a finding
-SERIAL_MAX_UTILIZATION = 0.6
-SERIAL_MIN_WORK_SHARE = 0.5  # the call site's tasks did at least this share of that time
-OVERSUBSCRIBED_CPU = 1.6  # cores used by one single-CPU task's process
-OVERSUBSCRIBED_MIN_S = 0.2  # only tasks long enough for CPU time to mean something
-CORES_MEASURE_SLACK = 1.1  # CPU time over wall time above this times the cores: not real
-SAMPLE_PER_STEP = 500  # records looked at in full per step; more are sampled
-CPU_BOUND_MIN_S = 0.01  # tasks shorter than this say little about the cores' use
-CORES_BUSY_SHARE = 0.75  # tasks at once kept this share of the cores busy
-PINNED_MIN_BYTES = 256 << 20
-PINNED_MIN_AGE_S = 1.0  # objects ready for less time than this are probably about to be read
-CHAIN_MAX_LOOKUP = 256  # records visited looking for a dependency on the previous get
-SLOWEST_WAVES_SLACK = 1.5  # spread up to this times what running in waves explains is fine
-REPLAY_MAX_STEPS = 200  # a replayed log is checked at most this many times
+
+Finding.__module__ = __name__  # its public home, for reprs and pickles
 
 
 class AdviceWarning(UserWarning):
     """A lightwork advisor finding; filter it with ``warnings`` like any warning."""
 
 
-@dataclass
-class Finding:
-    kind: str
-    title: str
-    evidence: dict[str, Any]
-    suggestion: str
-    callsite: tuple[str, int, str] | None = None
-    seen_at: float = field(default_factory=time.monotonic)
-
-    def where(self) -> str:
-        if self.callsite is None:
-            return "(no call site)"
-        filename, line, function = self.callsite
-        return f"{filename}:{line} in {function}"
-
-    def message(self) -> str:
-        return f"[{self.kind}] {self.title} at {self.where()}. Fix: {self.suggestion}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind, "title": self.title, "evidence": self.evidence,
-            "suggestion": self.suggestion,
-            "callsite": list(self.callsite) if self.callsite else None,
-            "seen_at": self.seen_at,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Finding:
-        """The inverse of :meth:`as_dict` (for findings that travelled as JSON)."""
-        callsite = data.get("callsite")
-        return cls(
-            str(data["kind"]), str(data["title"]), dict(data.get("evidence") or {}),
-            str(data.get("suggestion", "")),
-            (str(callsite[0]), int(callsite[1]), str(callsite[2])) if callsite else None,
-            float(data.get("seen_at") or 0.0),
-        )
-
-
-@dataclass
-class _Site:
-    """What one call site of ``.remote()`` has done so far."""
-
-    name: str
-    count: int = 0
-    run_times: deque[float] = field(default_factory=lambda: deque(maxlen=512))
-    arg_counts: dict[tuple[int, int], int] = field(default_factory=dict)
-    recent: deque[TaskRecord] = field(default_factory=lambda: deque(maxlen=SERIAL_WINDOW))
-
-
-class Advisor:
-    """The rules and what they have seen so far.
+class Advisor(AdviceRules):
+    """The rules (:class:`AdviceRules`) fed from a runtime's log, or from records.
 
     Live: ``Advisor(node)`` reads the node's log (``start`` runs the thread, ``step`` one
     look). Offline: ``Advisor(cpus=n, cores=m)`` with no node analyses only what
@@ -189,31 +113,14 @@ class Advisor:
     ) -> None:
         if node is None and cpus is None:
             raise TypeError("Advisor() needs a runtime node or, to analyse records, cpus=")
-        self.init_callsite = init_callsite
+        super().__init__(
+            cpus=float(cpus if cpus is not None else node.scheduler.total.get("CPU", 1.0)),
+            cores=int(cores or os.cpu_count() or 1), init_callsite=init_callsite)
         self.node = node
         self.interval = interval
-        self.findings: list[Finding] = []
-        self.undelivered: deque[Finding] = deque()
-        self._reported: set[tuple[str, Any]] = set()
-        self._sites: dict[Any, _Site] = {}
-        self._records: dict[int, TaskRecord] = {}  # recent, by task id
-        self._long_tasks: deque[tuple[float, float, float]] = deque(maxlen=64)
-        self._recent: deque[TaskRecord] = deque(maxlen=4096)
-        self._actor_calls: dict[int, deque[TaskRecord]] = {}
-        self._touched_sites: set[Any] = set()
-        self._touched_actors: set[int] = set()
-        self._actor_cpu_checks: list[TaskRecord] = []
-        self._spans: deque[DriverSpan] = deque(maxlen=4096)
-        self._busy = SlotTime()  # every task's and call's run, for how busy slots were
-        self._running: list[tuple[float, float, TaskRecord]] = []  # unended work
-        self._now = 0.0  # log time of the current look
-        self._get_runs: dict[Any, list[DriverSpan]] = defaultdict(list)
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._replay_at: float | None = None  # log time of the step being replayed
-        self.cpus = float(cpus if cpus is not None else node.scheduler.total.get("CPU", 1.0))
-        self.cores = int(cores or os.cpu_count() or 1)
+        self._lock = threading.Lock()  # the rules' state: this thread, advise(), feed()
+        self._thread = PeriodicThread("lightwork-advisor", interval, self.step,
+                                      self._give_up)
         if watch and node is not None:
             node.log.watch()
 
@@ -253,23 +160,18 @@ class Advisor:
 
     # -- the thread ------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="lightwork-advisor", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2.0)
+        self._thread.stop()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.step()
-            except Exception:  # noqa: BLE001 - the advisor must never disturb the program
-                import traceback
+    @staticmethod
+    def _give_up(error: Exception) -> bool:
+        import traceback
 
-                traceback.print_exc()
-                return
+        # The advisor must never disturb the program: say what broke, then stop looking.
+        traceback.print_exception(type(error), error, error.__traceback__)
+        return False
 
     def step(self) -> None:
         """Take the new records and check every rule (also called by ``advise``)."""
@@ -308,17 +210,6 @@ class Advisor:
             for deadlock in deadlocks:
                 self._name_deadlock(deadlock)
 
-    # -- reporting -------------------------------------------------------------------
-    def _report(self, finding: Finding, key: Any = None) -> None:
-        identity = (finding.kind, key if key is not None else finding.callsite)
-        if identity in self._reported:
-            return
-        self._reported.add(identity)
-        if self._replay_at is not None:
-            finding.seen_at = self._replay_at
-        self.findings.append(finding)
-        self.undelivered.append(finding)
-
     def deliver_warnings(self) -> None:
         """Emit queued findings as warnings (called in the driver's thread by the API)."""
         while self.undelivered:
@@ -329,396 +220,6 @@ class Advisor:
             filename, line = ("lightwork", 0) if finding.callsite is None else finding.callsite[:2]
             warnings.warn_explicit(
                 finding.message(), AdviceWarning, filename, line, module="lightwork.advisor")
-
-    # -- folding records in -------------------------------------------------------------
-    def _add_record(self, record: TaskRecord, weight: int = 1) -> None:
-        # This runs once per task: keep it to a few dict and deque operations. ``weight``
-        # is how many tasks a sampled record stands for (0: already counted).
-        self._records[record.task_id] = record
-        self._recent.append(record)
-        if len(self._records) > 8192:
-            for old in list(self._records)[:4096]:
-                del self._records[old]
-        if record.cpu_time and record.finished - record.args_loaded >= CPU_BOUND_MIN_S:
-            if record.actor_id:  # checked once the step's other calls are in (overlaps)
-                self._actor_cpu_checks.append(record)
-            else:
-                self._check_oversubscription(record)
-            if self.cpus > self.cores:
-                self._check_fewer_slots(record)
-        if record.actor_id:
-            calls = self._actor_calls.get(record.actor_id)
-            if calls is None:
-                calls = self._actor_calls[record.actor_id] = deque(maxlen=64)
-            calls.append(record)
-            self._touched_actors.add(record.actor_id)
-        if record.owner != 0 or record.callsite is None:
-            return
-        site = self._sites.get(record.callsite)
-        if site is None:
-            site = self._sites[record.callsite] = _Site(record.name)
-        site.count += weight
-        self._touched_sites.add(record.callsite)
-        if record.finished:
-            site.recent.append(record)
-            site.run_times.append(record.finished - record.args_loaded)  # the last 512
-        for fingerprint in record.large_args:
-            repeats = site.arg_counts.get(fingerprint, 0) + 1
-            site.arg_counts[fingerprint] = repeats
-            if repeats >= LARGE_ARG_MIN_REPEATS:
-                self._report(Finding(
-                    "large-arg-repeated",
-                    f"the same {_size(fingerprint[1])} argument was passed by value to "
-                    f"{record.name} {repeats} times",
-                    {"bytes": fingerprint[1], "times": repeats, "function": record.name},
-                    f"store it once with ref = lightwork.put(value) and pass ref to each "
-                    f"{record.name}.remote(...) call: each by-value call copies "
-                    f"{_size(fingerprint[1])} again",
-                    record.callsite,
-                ))
-
-    def _add_span(self, span: DriverSpan) -> None:
-        self._spans.append(span)
-        if span.kind == "get" and span.object_count == 1:
-            run = self._get_runs[span.callsite]
-            run.append(span)
-            self._check_get_in_loop(span.callsite, run)
-        elif span.kind == "get":
-            self._get_runs.pop(span.callsite, None)
-        if span.kind == "get" and span.object_count >= SLOWEST_MIN_OBJECTS:
-            self._check_wait_for_slowest(span)
-
-    # -- the rules ---------------------------------------------------------------------
-    def _check_get_in_loop(self, callsite: Any, run: list[DriverSpan]) -> None:
-        # Keep only a chain in which each get's task was submitted after the previous
-        # get returned: the driver waited for each result before starting the next.
-        # A step that needs the previous one (its task depends, through refs, on the
-        # previous get's task) or a call on the same actor (they run one at a time
-        # anyway) gains nothing from submitting first: it starts a new chain.
-        chain: list[DriverSpan] = []
-        for span in run[-(GET_IN_LOOP_MIN * 4):]:
-            record = self._records.get(span.first_task_id)
-            if record is None or (chain and (
-                    record.submitted < chain[-1].end
-                    or self._needs_previous(record, chain[-1].first_task_id)
-                    or self._others_in_flight(record, chain[-1].end, span.end))):
-                chain = []
-            if record is not None:
-                chain.append(span)
-        run[:] = chain
-        if len(chain) < GET_IN_LOOP_MIN or self.cpus < 2:
-            return
-        blocked = sum(span.end - span.start for span in chain)
-        begin, end = chain[0].start, chain[-1].end
-        wall = end - begin
-        if blocked < 0.5 * wall:
-            return
-        # Slots must have sat idle meanwhile (measured from the runs), else nothing
-        # was lost: an actor pool, say, gets one result at a time with every actor busy.
-        busy = self._busy_between(begin, end)
-        idle_slots = self.cpus - busy / wall
-        if idle_slots < GET_IN_LOOP_MIN_IDLE:
-            return
-        name = self._records[chain[-1].first_task_id].name
-        self._report(Finding(
-            "get-in-loop",
-            f"get() waited for each {name} task before the next was submitted "
-            f"({len(chain)} times in a row, {blocked:.2f} s blocked) while "
-            f"{idle_slots:.1f} of {self.cpus:g} CPU slots sat idle on average",
-            {"gets_in_a_row": len(chain), "blocked_s": round(blocked, 4),
-             "cpus": self.cpus, "idle_slots": round(idle_slots, 2), "function": name},
-            "submit all the tasks first and get once: refs = [f.remote(x) for x in items]; "
-            "results = lightwork.get(refs)",
-            callsite,
-        ))
-
-    def _busy_between(self, begin: float, end: float) -> float:
-        """Slot-seconds of work done between ``begin`` and ``end``, ended or running."""
-        return self._busy.between(begin, end) + sum(
-            slots * max(0.0, min(self._now, end) - max(since, begin))
-            for since, slots, _ in self._running
-        )
-
-    def _others_in_flight(self, record: TaskRecord, since: float, until: float) -> bool:
-        """Whether the driver kept more of ``record``'s call site's tasks in flight than
-        the one it waited for (a bounded pipeline, an actor pool): not one at a time."""
-        site = self._sites.get(record.callsite)
-        candidates = list(site.recent) if site is not None else []
-        candidates += [task for _, _, task in self._running]
-        return any(
-            other.task_id != record.task_id and other.callsite == record.callsite
-            and since <= other.submitted < until
-            for other in candidates
-        )
-
-    def _needs_previous(self, record: TaskRecord, previous_task_id: int) -> bool:
-        """Whether ``record``'s task could not run before the previous get's task."""
-        previous = self._records.get(previous_task_id)
-        if previous is not None and record.actor_id and previous.actor_id == record.actor_id:
-            return True
-        seen: set[int] = set()
-        todo = list(record.dep_tasks)
-        while todo and len(seen) < CHAIN_MAX_LOOKUP:
-            task_id = todo.pop()
-            if task_id == previous_task_id:
-                return True
-            if task_id in seen:
-                continue
-            seen.add(task_id)
-            upstream = self._records.get(task_id)
-            if upstream is not None:
-                todo.extend(upstream.dep_tasks)
-        return False
-
-    def _check_touched(self) -> None:
-        """Check the rules for the call sites and actors that got records since last time."""
-        calls, self._actor_cpu_checks = self._actor_cpu_checks, []
-        for record in calls:
-            self._check_oversubscription(record)
-        sites, self._touched_sites = self._touched_sites, set()
-        actors, self._touched_actors = self._touched_actors, set()
-        for callsite in sites:
-            site = self._sites[callsite]
-            self._check_tiny_tasks(callsite, site)
-            self._check_serial_driver(callsite, site)
-        for actor_id in actors:
-            self._check_actor_bottleneck(actor_id, self._actor_calls[actor_id])
-
-    def _check_tiny_tasks(self, callsite: Any, site: _Site) -> None:
-        if ("tiny-tasks", callsite) in self._reported:
-            return
-        if site.count < TINY_MIN_TASKS or len(site.run_times) < TINY_MIN_TASKS // 2:
-            return
-        median = statistics.median(site.run_times)
-        if median >= TINY_RATIO * TASK_OVERHEAD_S:
-            return
-        target = max(10 * TASK_OVERHEAD_S, 1e-3)
-        batch = min(10_000, max(2, round(target / max(median, 1e-7))))
-        self._report(Finding(
-            "tiny-tasks",
-            f"{site.name} tasks run for {median * 1e6:.1f} µs (median of "
-            f"{len(site.run_times)}), less than the ~{TASK_OVERHEAD_S * 1e6:.0f} µs each "
-            "task costs the runtime",
-            {"median_run_s": median, "tasks": site.count,
-             "overhead_s": TASK_OVERHEAD_S, "suggested_batch": batch},
-            f"give each task more work: process about {batch} items per task (a list or "
-            "a range per call) so the work outweighs the per-task cost",
-            callsite,
-        ))
-
-    def _check_wait_for_slowest(self, span: DriverSpan) -> None:
-        blocked = span.end - span.start
-        if blocked < SLOWEST_MIN_WAIT_S or not span.first_ready:
-            return
-        # The call site's tasks the get waited for, from their records: the time they
-        # ran while the driver waited is what counts, not the workers' start-up before.
-        first = self._records.get(span.first_task_id)
-        if first is None:
-            return
-        waited = [r for r in self._recent
-                  if r.callsite == first.callsite and r.started and r.owner == first.owner
-                  and first.submitted <= r.submitted and r.finished <= span.end]
-        if not waited:
-            return
-        active = span.end - max(span.start, min(r.started for r in waited))
-        # Results spread out because the tasks took very different times (not because
-        # they were submitted at different times: that is the serial-driver case).
-        spread = span.last_ready - span.first_ready
-        if spread < SLOWEST_SPREAD * active or span.longest - span.shortest < SLOWEST_SPREAD * active:
-            return
-        # Nor because there were more tasks than slots: equal tasks then finish in waves
-        # about one task apart (the guide's "submit all, then get once" on 5 tasks and 4
-        # CPUs).
-        runs = [r.finished - r.started for r in waited]
-        typical = statistics.median(runs)
-        waves = math.ceil(max(1, span.object_count - span.ready_before) / max(self.cpus, 1.0))
-        if spread <= SLOWEST_WAVES_SLACK * (waves - 1) * typical:
-            return
-        # And the slowest task itself ran much longer than the typical one: equal tasks
-        # slowed by a loaded machine spread out too, and wait() would not help them.
-        if max(runs) - typical < SLOWEST_SPREAD * active:
-            return
-        self._report(Finding(
-            "wait-for-slowest",
-            f"get() of {span.object_count} results blocked {blocked:.2f} s while they became "
-            f"ready over {spread:.2f} s: the first results sat idle until the slowest one "
-            "arrived",
-            {"objects": span.object_count, "blocked_s": round(blocked, 4),
-             "spread_s": round(spread, 4), "ready_before": span.ready_before},
-            "process results as they finish: while refs: done, refs = "
-            "lightwork.wait(refs, num_returns=1); handle(lightwork.get(done[0]))",
-            span.callsite,
-        ))
-
-    def _check_serial_driver(self, callsite: Any, site: _Site) -> None:
-        # Over the last submissions from one call site: the time between the first and
-        # the last submission, less the driver's time blocked in get/wait and the time
-        # lightwork itself spent copying big arguments inside .remote(), is the driver's
-        # own serial work; how busy the slots were over that time (every task and
-        # actor call that ran, from their spans) says whether it cost the workers.
-        if len(site.recent) < SERIAL_MIN_TASKS or ("serial-driver", callsite) in self._reported:
-            return
-        window = sorted(site.recent, key=lambda r: r.submitted)
-        first, last = window[0].submitted, window[-1].submitted
-        wall = max(r.seen for r in window) - first
-        blocked = 0.0
-        for span in reversed(self._spans):
-            if span.end < first:
-                break
-            blocked += max(0.0, min(span.end, last) - max(span.start, first))
-        copying = sum(r.copy_s for r in window[:-1])  # the last copy is after ``last``
-        serial = (last - first) - blocked - copying
-        if wall <= 0 or serial < SERIAL_MIN_S or serial / wall < SERIAL_FRACTION:
-            return
-        # Submitting first can only overlap the driver's time with these tasks' own work:
-        # calls that do next to nothing (polling a progress actor) gain nothing from it.
-        work = sum(r.finished - r.started for r in window if r.started)
-        if work < SERIAL_MIN_WORK_SHARE * serial:
-            return
-        busy = self._busy_between(first, first + wall)
-        utilization = busy / (self.cpus * wall)
-        if utilization >= SERIAL_MAX_UTILIZATION:
-            return
-        self._report(Finding(
-            "serial-driver",
-            f"the driver spent {serial:.2f} s of {wall:.2f} s ({serial / wall:.0%}) in its "
-            f"own code between submissions of {site.name}, so the {self.cpus:g} "
-            f"CPU slots were only {utilization:.0%} busy: the speed-up cannot exceed "
-            f"{wall / serial:.1f}x (Amdahl's law)",
-            {"serial_s": round(serial, 4), "wall_s": round(wall, 4),
-             "slot_utilization": round(utilization, 3), "tasks": len(window)},
-            "submit the tasks before the driver's own work (or make that work a task "
-            "too), so workers run while the driver computes",
-            callsite,
-        ))
-
-    def _check_actor_bottleneck(self, actor_id: int, calls: deque[TaskRecord]) -> None:
-        if len(calls) < ACTOR_MIN_CALLS or ("actor-bottleneck", actor_id) in self._reported:
-            return
-        records = [r for r in calls if r.started]
-        if len(records) < ACTOR_MIN_CALLS:
-            return
-        busy = sum(r.finished - r.started for r in records)
-        run = busy / len(records)
-        # Queued behind the actor's other calls: from when the call could run (its
-        # arguments ready), not from its submission (waiting for arguments is a chain).
-        queued = sum(r.started - max(r.submitted, r.deps_ready) for r in records) / len(records)
-        if busy < ACTOR_MIN_BUSY_S or queued < ACTOR_QUEUE_RATIO * run:
-            return
-        # Was the actor busy from its first call on (its start-up is not idleness)?
-        begin = min(r.submitted for r in records)
-        end = max(r.finished for r in records)
-        if busy < ACTOR_MIN_UTILIZATION * (end - min(r.started for r in records)):
-            return  # the actor itself was often idle: not the bottleneck
-        # Were task slots idle meanwhile? Few plain tasks ran during those calls.
-        task_time = sum(
-            min(r.finished, end) - max(r.started, begin) for r in self._recent
-            if not r.actor_id and r.started and r.finished > begin and r.started < end
-        )
-        idle_slots = self.cpus - 1 - task_time / max(end - begin, 1e-9)
-        if idle_slots < 1:
-            return
-        name = records[-1].name
-        self._report(Finding(
-            "actor-bottleneck",
-            f"calls to one actor ({name.rsplit('.', 2)[-2] if '.' in name else name}) waited {queued:.3f} s on average "
-            f"for {run:.3f} s of work each ({len(records)} calls) while about "
-            f"{idle_slots:.0f} CPU slots were idle",
-            {"calls": len(records), "mean_queued_s": round(queued, 4),
-             "mean_run_s": round(run, 4), "idle_slots": round(idle_slots, 1),
-             "method": name},
-            "create several actors and spread the calls (lightwork.util.ActorPool), or "
-            "make the work a task if it needs no actor state",
-            records[-1].callsite,
-        ), key=actor_id)
-
-    def _check_oversubscription(self, record: TaskRecord) -> None:
-        wall = record.finished - record.args_loaded
-        if wall < OVERSUBSCRIBED_MIN_S or not record.cpu_time:
-            return
-        cores = record.cpu_time / wall
-        share = max(record.num_cpus, 1.0)
-        if cores <= OVERSUBSCRIBED_CPU * share:
-            return
-        # A process cannot use more cores than the machine has: such a figure is not a
-        # measurement of the call. Nor is the fix possible when the runtime has fewer
-        # CPU slots than the num_cpus it would advise.
-        wanted = max(2, round(cores))
-        if cores > self.cores * CORES_MEASURE_SLACK or wanted > self.cpus:
-            return
-        if record.actor_id and self._concurrent_call(record):
-            return  # the process's CPU time covers the actor's other calls too
-        name = record.name
-        self._report(Finding(
-            "oversubscription",
-            f"a {name} task used {cores:.1f} cores for {wall:.2f} s but asked for "
-            f"{record.num_cpus:g} CPU: such tasks side by side compete for the same cores",
-            {"cores_used": round(cores, 2), "num_cpus": record.num_cpus,
-             "run_s": round(wall, 3), "function": name},
-            f"limit the library's threads inside the task (OMP_NUM_THREADS=1, threadpoolctl), "
-            f"or declare them: {name}.options(num_cpus={wanted})",
-            record.callsite,
-        ), key=name)
-
-    def _concurrent_call(self, record: TaskRecord) -> bool:
-        """Whether another call of ``record``'s actor ran while it did (threaded actors)."""
-        node = self.node
-        if node is not None:
-            actor = getattr(getattr(node, "actors", None), "actors", {}).get(record.actor_id)
-            if actor is not None and (getattr(actor, "max_concurrency", 1) or 1) > 1:
-                return True
-        return any(
-            other is not record and other.started < record.finished
-            and other.finished > record.started
-            for other in self._actor_calls.get(record.actor_id, ())
-        )
-
-    def _check_fewer_slots(self, record: TaskRecord) -> None:
-        # More slots than cores is right for tasks that wait (I/O, sleeps); it is the
-        # mistake when more tasks than cores ran at once and together kept every core
-        # busy: CPU-bound work sharing cores.
-        run = record.finished - record.args_loaded
-        if run < CPU_BOUND_MIN_S:
-            return
-        recent = self._long_tasks
-        recent.append((record.args_loaded, record.finished, record.cpu_time))
-        cores = self.cores
-        at_once = most_at_once([(start, end) for start, end, _ in recent])
-        if at_once <= cores:
-            return
-        busy_cores = sum(cpu for _, _, cpu in recent) / union([(s, e) for s, e, _ in recent])
-        if busy_cores < CORES_BUSY_SHARE * cores:
-            return
-        self._report(Finding(
-            "fewer-slots",
-            f"lightwork.init(num_cpus={self.cpus:g}) on a machine with {cores} cores: "
-            f"{at_once} CPU-bound tasks (like {record.name}) ran at once and kept "
-            f"{busy_cores:.1f} of {cores} cores busy: they shared the cores, so the work "
-            f"speeds up at most {cores}x",
-            {"num_cpus": self.cpus, "cores": cores, "tasks_at_once": at_once,
-             "busy_cores": round(busy_cores, 2)},
-            f"use num_cpus={cores} (the default) for CPU-bound work; more slots than cores "
-            "only help tasks that wait (I/O, sleeps)",
-            self.init_callsite,
-        ), key="init")
-
-    def _name_deadlock(self, report: dict[str, Any]) -> None:
-        """Name a get the runtime refused because it could never return (it raised
-        ``ActorDeadlockError`` in the actor; the finding keeps it in view)."""
-        method = report.get("method") or "a method"
-        waits_for = " -> ".join(report.get("waits_for") or ()) or "another call"
-        where = report.get("callsite") or "(unknown line)"
-        self._report(Finding(
-            "actor-deadlock",
-            f"get() in {method} of actor {report.get('class_name')} at {where} waited for "
-            f"{waits_for}, which could not start until it returned (raised "
-            "ActorDeadlockError)",
-            {"actor_id": report.get("actor_id"), "method": method,
-             "waits_for": list(report.get("waits_for") or ()), "callsite": where},
-            "call the method directly (self.method(...)) instead of through the actor's "
-            "handle, make the method async and await the ref, or raise max_concurrency",
-            None,
-        ), key=(report.get("actor_id"), method, where))
 
     def _pinned_bytes(self) -> tuple[int, int, dict[int, int]]:
         """(bytes, count, bytes by creating task id, 0 for put) of the stored objects
@@ -735,41 +236,6 @@ class Advisor:
                 count += 1
                 by_task[entry.task_id] += stored.size
         return total, count, dict(by_task)
-
-    def _check_pinned(self, total: int, count: int, by_task: dict[int, int]) -> None:
-        if total < PINNED_MIN_BYTES or count < 4:
-            return
-        # Name the call site that made most of those bytes (put() has none).
-        by_source: dict[Any, int] = defaultdict(int)
-        for task_id, nbytes in by_task.items():
-            record = self._records.get(task_id) if task_id else None
-            source = (record.name, record.callsite) if record is not None else ("put()", None)
-            by_source[source] += nbytes
-        top, callsite = max(by_source, key=by_source.__getitem__)
-        finding = Finding(
-            "refs-pinned",
-            f"{count} objects ({_size(total)}) stay in the object store only because the "
-            f"driver still holds their ObjectRefs (most from {top})",
-            {"objects": count, "bytes": total, "largest_source": top},
-            "drop refs you no longer need (del refs, or keep only the results you use) so "
-            "their memory is freed",
-            callsite,
-        )
-        for earlier in self.findings:
-            if earlier.kind == "refs-pinned":
-                # Reported once; its figures follow the peak, not the first crossing.
-                if total > earlier.evidence["bytes"]:
-                    earlier.title, earlier.evidence = finding.title, finding.evidence
-                    earlier.callsite = finding.callsite
-                return
-        self._report(finding, key="store")
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} B"
 
 
 def report(findings: list[Finding]) -> str:

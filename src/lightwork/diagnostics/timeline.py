@@ -35,7 +35,8 @@ trace says how many (driver's ``process_labels``, an instant at 0, ``otherData``
 
 The written file's ``otherData`` also carries the advisor's input (``advisor_input``:
 every task record and blocked span the log held, as dicts, and the CPU count) and its
-findings, so ``lightwork advise FILE`` re-runs the analysis offline.
+findings, so ``lightwork advise FILE`` re-runs the analysis offline and ``lightwork
+dashboard --from FILE`` replays it; both read it back with :func:`read_saved`.
 
 ``profile(name, extra_data=None)`` records a custom span in the driver (a ring bounded
 by the budget), a task or an actor (appended to the worker's file in the session
@@ -73,6 +74,32 @@ def timeline(filename: str | None = None) -> list[dict[str, Any]] | None:
         return events
     write_trace(filename, events, data)
     return None
+
+
+def read_saved(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A saved timeline file's ``otherData`` and the event log in it (``advisor_input``).
+
+    Raises ``ValueError`` saying what is wrong (unreadable, not JSON, or a trace with no
+    event log, such as one not written by lightwork) and what to do. JSON only: nothing
+    in the file is unpickled.
+    """
+    try:
+        with open(path) as f:
+            trace = json.load(f)
+    except OSError as exc:
+        raise ValueError(f"cannot read the timeline file {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not a JSON timeline file ({exc})") from None
+    other = trace.get("otherData") if isinstance(trace, dict) else None
+    data = other.get("advisor_input") if isinstance(other, dict) else None
+    if (not isinstance(other, dict) or not isinstance(data, dict)
+            or not isinstance(data.get("tasks"), list)):
+        raise ValueError(
+            f"{path} carries no advisor input (the event log lightwork saves in a timeline): "
+            "only timelines written by lightwork.timeline(FILE), `lightwork timeline -o "
+            "FILE`, the demo or the dashboard's download can be read; write a new one from "
+            "the running program")
+    return other, data
 
 
 def write_trace(filename: str, events: list[dict[str, Any]], data: dict[str, Any]) -> None:
