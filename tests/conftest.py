@@ -49,6 +49,12 @@ import helpers  # noqa: E402  (tests/ is on sys.path: pytest's rootdir-less conf
 # A hang prints every thread's stack (pytest-timeout also dumps at its deadline).
 faulthandler.enable()
 
+# The memory monitor kills tasks when the *machine's* memory passes 95%: on a machine
+# other test runs fill, it killed the tasks of tests about other things. Off by default
+# here (drivers run in subprocesses inherit it); test_memory_monitor.py turns it on with
+# init's arguments, which override this.
+os.environ.setdefault("LIGHTWORK_MEMORY_MONITOR_REFRESH_MS", "0")
+
 # Functions defined in test modules are shipped to workers by value, so no test depends
 # on workers being able to import tests/ (that contract has its own test with a module
 # written to tmp_path, in test_worker_env.py).

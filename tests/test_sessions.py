@@ -90,7 +90,8 @@ class TestAfterReinit:
         # The runtime is unharmed: later calls work.
         assert ray.get(echo.remote("after")) == "after"
 
-    def test_old_ref_nested_in_an_argument_fails_in_the_task(self, old_session):
+    def test_old_ref_nested_in_an_argument_is_refused_at_remote(self, old_session):
+        """Regression: a ref inside a container passed through to the task unchecked."""
         ref, _ = old_session
         ray.init(num_cpus=2)
 
@@ -99,8 +100,11 @@ class TestAfterReinit:
             return ray.get(box[0])
 
         with pytest.raises(SessionEndedError) as excinfo:
-            ray.get(fetch.remote([ref]), timeout=20)
+            fetch.remote([ref])
         _assert_ended(excinfo)
+        with pytest.raises(SessionEndedError):
+            Box.remote({"inside": (ref,)})
+        assert ray.get(fetch.remote([ray.put("new")]), timeout=20) == "new"  # unharmed
 
     def test_old_actor_handle(self, old_session):
         _, box = old_session
@@ -153,12 +157,16 @@ class TestBeforeReinit:
         lambda ref, box: ray.cancel(ref),
         lambda ref, box: echo.remote(ref),
         lambda ref, box: echo.remote(value=ref),
+        lambda ref, box: echo.remote([ref]),
+        lambda ref, box: echo.remote(value={"nested": (ref,)}),
+        lambda ref, box: Box.remote([ref]),
         lambda ref, box: box.read.remote(),
         lambda ref, box: ray.kill(box),
         lambda ref, box: Box.remote(ref),
         lambda ref, box: ref.future(),
-    ], ids=["get", "get-list", "wait", "cancel", "task-arg", "task-kwarg", "actor-call",
-            "kill", "actor-arg", "future"])
+    ], ids=["get", "get-list", "wait", "cancel", "task-arg", "task-kwarg", "task-arg-in-list",
+            "task-kwarg-nested", "actor-arg-in-list", "actor-call", "kill", "actor-arg",
+            "future"])
     def test_raises_without_starting_a_runtime(self, old_session, use):
         ref, box = old_session
         with pytest.raises(SessionEndedError) as excinfo:
@@ -170,3 +178,43 @@ class TestBeforeReinit:
     def test_a_new_call_without_old_refs_still_starts_a_runtime(self, old_session):
         assert ray.get(echo.remote(5)) == 5
         assert ray.is_initialized()
+
+
+class TestOldPlacementGroup:
+    """Regression: an old group after re-init failed with internal resource names
+    ("needs 0.001 bundle_group_…") instead of saying its session ended."""
+
+    @pytest.fixture
+    def old_group(self, fresh_runtime):
+        from lightwork.util import placement_group
+
+        ray.init(num_cpus=2)
+        group = placement_group([{"CPU": 1}])
+        assert ray.get(group.ready(), timeout=20) == group
+        ray.shutdown()
+        return group
+
+    @pytest.mark.parametrize("reinit", [True, False], ids=["after-reinit", "before-reinit"])
+    def test_using_an_old_group_says_its_session_ended(self, old_group, reinit):
+        from lightwork.util import placement_group_table, remove_placement_group
+        from lightwork.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if reinit:
+            ray.init(num_cpus=2)
+        strategy = PlacementGroupSchedulingStrategy(old_group)
+        uses = [
+            lambda: echo.options(scheduling_strategy=strategy).remote(1),
+            lambda: Box.options(scheduling_strategy=strategy).remote(1),
+            old_group.ready,
+            lambda: remove_placement_group(old_group),
+            lambda: placement_group_table(old_group),
+        ]
+        for use in uses:
+            with pytest.raises(SessionEndedError) as excinfo:
+                use()
+            assert "placement group" in str(excinfo.value)
+            assert "bundle_group" not in str(excinfo.value)
+            _assert_ended(excinfo)
+        assert ray.is_initialized() == reinit  # no runtime was started for the old group
+        if reinit:
+            assert ray.get(echo.remote("unharmed"), timeout=20) == "unharmed"

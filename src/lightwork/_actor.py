@@ -39,6 +39,12 @@ _BUILT_IN_METHODS = ("__ray_terminate__", "__ray_ready__")
 def method(*, num_returns: int | str = 1, concurrency_group: str | None = None) -> Any:
     """Options for one actor method: ``@lightwork.method(num_returns=2)``."""
     _check_method_returns(num_returns)
+    if concurrency_group is not None:
+        if not isinstance(concurrency_group, str):
+            raise TypeError(f"concurrency_group must be a group name (a string), got {concurrency_group!r}")
+        from lightwork._runtime.calls import warn_ignored_option
+
+        warn_ignored_option("concurrency_groups", f"method(concurrency_group={concurrency_group!r})")
 
     def decorate(function: Any) -> Any:
         setattr(function, _NUM_RETURNS, num_returns)
@@ -152,6 +158,10 @@ def _check_actor_options(options: dict[str, Any], what: str) -> dict[str, Any]:
         from lightwork.util.scheduling_strategies import check_strategy
 
         check_strategy(options["scheduling_strategy"], f"actor class {what}")
+        if getattr(options["scheduling_strategy"], "placement_group_capture_child_tasks", False):
+            from lightwork._runtime.calls import warn_ignored_option
+
+            warn_ignored_option("placement_group_capture_child_tasks", f"actor class {what}")
     lifetime = options.get("lifetime")
     if lifetime not in (None, "detached", "non_detached"):
         raise ValueError(f"lifetime must be None, 'detached' or 'non_detached', got {lifetime!r}")
@@ -190,13 +200,6 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
 
     checks = actor_class._argument_checks()
     checks["__init__"].bind(args, kwargs)
-    core = _core(args, kwargs)
-    name = options.get("name")
-    namespace = options.get("namespace")
-    if name is not None and options.get("get_if_exists"):
-        found = core.driver_request("get_actor", name, namespace)
-        if found is not None:
-            return ActorHandle(ObjectRef(found[0], _borrowed=True), found[1], found[2])
     key, blob = actor_class._payload_for(options)
     extra = {"GPU": float(options["num_gpus"])} if options.get("num_gpus") else {}
     for resource, amount in (options.get("resources") or {}).items():
@@ -210,6 +213,14 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
 
         what = f"actor {actor_class._cls.__qualname__}"
         place, hold = shape_for(options, place, what), shape_for(options, hold, what)
+    # After the shapes: a group from an ended session is refused before a runtime starts.
+    core = _core(args, kwargs)
+    name = options.get("name")
+    namespace = options.get("namespace")
+    if name is not None and options.get("get_if_exists"):
+        found = core.driver_request("get_actor", name, namespace)
+        if found is not None:
+            return ActorHandle(ObjectRef(found[0], _borrowed=True), found[1], found[2])
     actor_id = core.next_object_id()
     stored, deps = prepare_args(args, kwargs, None)
     actor = Actor(

@@ -383,9 +383,27 @@ def _refuse_ended_session(values: Any) -> None:
             what = f"actor handle {value.hex()}"
         elif isinstance(value, ObjectRef):
             what = repr(value)
-        else:
+        elif isinstance(value, (str, bytes, int, float, type(None))):
             continue
+        else:
+            contained = _contained_ref_ids(value)
+            if not contained:
+                continue
+            hex_id = f"{contained[0]:020x}"
+            raise SessionEndedError(hex_id, ended_session_message(
+                f"ObjectRef({hex_id}) (inside an argument)", running=False))
         raise SessionEndedError(value.hex(), ended_session_message(what, running=False))
+
+
+def _contained_ref_ids(value: Any) -> list[int]:
+    """The ids of the refs pickled inside ``value`` (only called with no runtime running,
+    so any is from an ended session); [] when it does not pickle: the call reports that."""
+    from lightwork._runtime import serialization
+
+    try:
+        return serialization.dumps(value)[2]
+    except Exception:  # noqa: BLE001 - not ours to report here; submitting it will
+        return []
 
 
 def diagnostics_node(feature: str) -> Any:
@@ -582,7 +600,12 @@ def wait(
 def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
     """Cancel the task that makes ``object_ref``; its ``get`` raises TaskCancelledError.
 
-    An ObjectRefGenerator cancels its generator task: the stream ends with the error."""
+    An ObjectRefGenerator cancels its generator task: the stream ends with the error.
+    ``recursive`` is accepted for Ray's signature, but tasks the cancelled task submitted
+    are not cancelled with it (lightwork does not record which task submitted which):
+    cancel them through their own refs."""
+    if not isinstance(recursive, bool):
+        raise TypeError(f"cancel(recursive=...) must be True or False, got {recursive!r}")
     if isinstance(object_ref, ObjectRefGenerator):
         object_ref = object_ref.completed()
     if not isinstance(object_ref, ObjectRef):

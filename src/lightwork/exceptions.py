@@ -33,8 +33,9 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     ├── UnsupportedOnBackend                also NotImplementedError: not on this engine
     └── SystemError_ (RaySystemError)       the runtime itself failed
 
-One warning lives here too: ``RuntimeEnvWarning`` (a ``runtime_env`` key lightwork does not
-support; see ``_runtime/runtime_env.py``).
+Two warnings live here too: ``RuntimeEnvWarning`` (a ``runtime_env`` key lightwork does not
+support; see ``_runtime/runtime_env.py``) and ``IgnoredOptionWarning`` (a Ray option that
+has no effect on lightwork's one machine; see ``_runtime/calls.py``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "ActorDiedError",
     "ActorError",
     "GetTimeoutError",
+    "IgnoredOptionWarning",
     "LightworkError",
     "ObjectLostError",
     "ObjectReconstructionFailedError",
@@ -357,6 +359,12 @@ class RuntimeEnvWarning(UserWarning):
     """A ``runtime_env`` key asks for what lightwork does not do (install an environment:
     ``pip``, ``conda``, ``container``, ...); given once per key per process. The task runs
     in the current Python environment."""
+
+
+class IgnoredOptionWarning(UserWarning):
+    """A Ray option (``memory``, ``max_calls``, ``concurrency_groups``, ...) that is accepted,
+    so Ray code runs unchanged, but has no effect here; given once per option per process,
+    saying what to do instead."""
 
 
 # Ray's names, so `except ray.exceptions.X` keeps working.

@@ -132,6 +132,9 @@ class ActorManager:
                     f"{actor.namespace!r}; pick another name, or use get_if_exists=True"
                 )
         entries = [node.lookup(object_id) for object_id in actor.deps]
+        for object_id in actor.args.contained:  # a ref inside an argument, from an ended session
+            if object_id not in node.objects.entries and node.id_floor.minted_before(object_id):
+                raise node.ended_session_error(object_id)
         entry = node.objects.create(actor.actor_id, actor.owner)
         node.objects.actor_handles.add(actor.actor_id)
         node.objects.resolve(entry, serialization.serialize(None, None))

@@ -221,8 +221,9 @@ def _identity(value: Any) -> int:
 
 
 # -- options ---------------------------------------------------------------------------
-# Ray's task options. From "memory" on they are accepted and have no effect on one
-# machine (placement, environments, labels), so Ray code passing them keeps working.
+# Ray's task options. Those in IGNORED_OPTIONS are accepted so Ray code runs unchanged, but
+# have no effect on one machine: each is validated, and warned about once per process
+# (IgnoredOptionWarning) when given a value that would matter in Ray.
 TASK_OPTIONS = {
     "num_returns", "num_cpus", "num_gpus", "resources", "max_retries", "retry_exceptions",
     "name", "memory", "scheduling_strategy", "runtime_env", "accelerator_type",
@@ -232,6 +233,64 @@ TASK_OPTIONS = {
 
 
 GENERATOR_RETURNS = ("streaming", "dynamic")
+
+# Option -> what to do instead, for the options that are accepted and have no effect.
+IGNORED_OPTIONS = {
+    "memory": "lightwork reserves no memory for a call; to run fewer such calls at once, "
+              "ask for more num_cpus or for a custom resource (init(resources={'mem': 4}) "
+              "and .options(resources={'mem': 1}))",
+    "max_calls": "a worker process here runs any number of calls; for a function that leaks "
+                 "memory, run it in lightwork.util.multiprocessing.Pool(maxtasksperchild=N), "
+                 "or in an actor you kill and recreate",
+    "accelerator_type": "this is one machine: calls use its own accelerators (num_gpus)",
+    "label_selector": "this is one node: there are no node labels to select",
+    "_metadata": "nothing reads Ray's internal call metadata here",
+    "placement_group_capture_child_tasks":
+        "capture works for the tasks a task submits, not yet for an actor's: give the "
+        "tasks the actor submits PlacementGroupSchedulingStrategy(group) themselves",
+    "concurrency_groups": "all the actor's methods share its max_concurrency (one thread "
+                          "pool or event loop); give a method that must not wait its own actor",
+}
+_warned_options: set[str] = set()
+
+
+def warn_ignored_option(option: str, what: str) -> None:
+    """Warn, once per option per process, that ``option`` has no effect (IGNORED_OPTIONS)."""
+    if option in _warned_options:
+        return
+    _warned_options.add(option)
+    import warnings
+
+    from lightwork._runtime.runtime_env import _user_stacklevel
+    from lightwork.exceptions import IgnoredOptionWarning
+
+    warnings.warn(
+        f"option {option!r} (given for {what}) has no effect in lightwork and is ignored: "
+        f"{IGNORED_OPTIONS[option]}.", IgnoredOptionWarning, stacklevel=_user_stacklevel())
+
+
+def _check_ignored_options(options: dict[str, Any], what: str) -> None:
+    """Validate the options that have no effect here, and warn about those given a value."""
+    max_calls = options.get("max_calls")
+    if max_calls is not None and (
+            isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
+        raise ValueError(f"max_calls must be an int >= 0 (0: no limit), got {max_calls!r}")
+    accelerator = options.get("accelerator_type")
+    if accelerator is not None and not isinstance(accelerator, str):
+        raise TypeError(f"accelerator_type must be a string such as 'A100', got {accelerator!r}")
+    for option in ("label_selector", "_metadata"):
+        value = options.get(option)
+        if value is not None and not isinstance(value, dict):
+            raise TypeError(f"{option} must be a dict, got {value!r:.80}")
+    groups = options.get("concurrency_groups")
+    if groups is not None and (not isinstance(groups, dict) or not all(
+            isinstance(name, str) and isinstance(size, int) and not isinstance(size, bool)
+            and size >= 1 for name, size in groups.items())):
+        raise TypeError("concurrency_groups must be a dict of group name -> max "
+                        f"concurrency (an int >= 1), got {groups!r:.80}")
+    for option in IGNORED_OPTIONS:
+        if options.get(option):  # None, 0 and {} ask for nothing: Ray's defaults
+            warn_ignored_option(option, what)
 
 
 def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
@@ -245,6 +304,8 @@ def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict
     for key in ("num_cpus", "num_gpus", "memory"):
         if key in options and options[key] is not None:
             check_amount(key, options[key])
+    if not options.keys().isdisjoint(IGNORED_OPTIONS):
+        _check_ignored_options(options, what)
     if options.get("runtime_env") is not None:
         from lightwork._runtime.runtime_env import normalize
 

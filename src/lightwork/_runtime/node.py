@@ -591,6 +591,9 @@ class Node(DriverCalls, WorkerRequests, Lineage):
     def register_task(self, task: TaskSpec, contained: tuple[int, ...]) -> None:
         """Add a new task (lock held): pin its arguments, wait for its dependencies."""
         deps = [self.lookup(object_id) for object_id in task.deps]
+        for object_id in contained:  # a ref inside an argument may come from an ended session
+            if object_id not in self.objects.entries and self.id_floor.minted_before(object_id):
+                raise self.ended_session_error(object_id)
         self.tasks[task.task_id] = task
         if deps:  # the advisor tells a chain of dependent steps from independent tasks
             task.record.dep_tasks = tuple([entry.task_id for entry in deps])  # 3x a genexpr

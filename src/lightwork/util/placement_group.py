@@ -18,9 +18,15 @@ gives the resources back; actors in the group are killed, tasks still waiting fo
 finish.
 
 ``placement_group_capture_child_tasks=True`` places the tasks that a task submits in its
-group (any bundle) unless they name a strategy themselves. Not done: capture for the
-actors a captured task creates, GPU ids for GPU bundles, and
-``get_current_placement_group()`` inside an actor (it works inside tasks).
+group (any bundle) unless they name a strategy themselves. Not done: capture by an actor
+(given to an actor, it warns once, ``IgnoredOptionWarning``, and its calls' tasks run
+outside the group), capture for the actors a captured task creates (they run outside the
+group), GPU ids for GPU bundles, and ``get_current_placement_group()`` inside an actor (it
+works inside tasks).
+
+A group belongs to its session: after ``shutdown()``, using an old group (in a strategy,
+``ready()``, ``remove_placement_group``, ``placement_group_table``) raises
+``SessionEndedError``, before any new ``init()`` (starting no runtime) and after one.
 
 The bookkeeping is the scheduler's (``lightwork._runtime.scheduler``); this module
 checks arguments and talks to it through the backend's ``driver_request``.
@@ -134,6 +140,8 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", nam
         raise TypeError(f"name must be a string, got {name!r}")
     if lifetime not in (None, "detached"):
         raise ValueError(f"lifetime must be None or 'detached', got {lifetime!r}")
+    if lifetime == "detached":
+        _warn_detached()
     core = lightwork._api._core()
     group_id = core.next_object_id()
     group = PlacementGroup(group_id, checked, strategy, name)
@@ -144,16 +152,19 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", nam
 def remove_placement_group(placement_group: PlacementGroup) -> None:
     """Give the group's resources back; its actors are killed, its waiting tasks fail."""
     _check_group(placement_group, "remove_placement_group")
+    _check_session(placement_group)
     lightwork._api._core().driver_request("placement_group", "remove", placement_group._group_id)
 
 
 def placement_group_table(placement_group: PlacementGroup | None = None) -> dict[str, Any]:
     """Every group of the session by id (or the one given): bundles, strategy, state
     (PENDING, CREATED or REMOVED)."""
+    if placement_group is not None:
+        _check_group(placement_group, "placement_group_table")
+        _check_session(placement_group)
     table = lightwork._api._core().driver_request("placement_group", "table")
     if placement_group is None:
         return table
-    _check_group(placement_group, "placement_group_table")
     return table.get(placement_group.hex, {})
 
 
@@ -190,6 +201,45 @@ def _check_group(value: Any, call: str) -> None:
                         f"got {type(value).__name__}: {value!r:.80}")
 
 
+_detached_warned = False
+
+
+def _warn_detached() -> None:
+    global _detached_warned
+    if _detached_warned:
+        return
+    _detached_warned = True
+    import warnings
+
+    from lightwork._runtime.runtime_env import _user_stacklevel
+    from lightwork.exceptions import IgnoredOptionWarning
+
+    warnings.warn(
+        "placement_group(lifetime='detached') has no effect in lightwork: every group already "
+        "lives until remove_placement_group() or shutdown(), and nothing outlives the session "
+        "(there is no cluster to keep it); call remove_placement_group() when done with it.",
+        IgnoredOptionWarning, stacklevel=_user_stacklevel())
+
+
+def _check_session(group: PlacementGroup) -> None:
+    """Raise SessionEndedError if ``group`` was made in a session that has ended."""
+    from lightwork.exceptions import SessionEndedError
+
+    backend = lightwork._api._backend
+    if backend is not None and not backend.closed:
+        id_floor = getattr(getattr(backend, "node", None), "id_floor", None)
+        if id_floor is None or not id_floor.minted_before(group._group_id):
+            return  # this session's (a worker or the cluster backend cannot tell: trusted)
+        now = "This session cannot see it"
+    else:
+        now = "No lightwork runtime is running now, and none was started for it"
+    raise SessionEndedError(group.hex, (
+        f"placement group {group.hex} belongs to a lightwork session that has ended "
+        f"(shutdown() was called after it was made), so its reservation is gone. {now}: "
+        "placement groups do not outlive their session. Call lightwork.init() if needed, "
+        "then create the group again with placement_group(...)."))
+
+
 def _check_bundles(bundles: Any) -> list[dict[str, float]]:
     if not isinstance(bundles, (list, tuple)) or not bundles:
         raise ValueError(f"bundles must be a non-empty list of resource dicts such as "
@@ -220,6 +270,7 @@ def shape_in_group(shape: Shape, strategy: Any, what: str) -> Shape:
     Raises ValueError when the call can never fit its bundle (any bundle, for index -1).
     """
     group: PlacementGroup = strategy.placement_group
+    _check_session(group)
     index = strategy.placement_group_bundle_index
     demand = {name: amount for name, amount in shape if name != "bundle"}
     candidates = range(group.bundle_count) if index < 0 else [index]
