@@ -142,11 +142,9 @@ def test_victim_is_the_newest_retriable_task_and_it_is_retried(
 def test_non_retriable_task_is_killed_as_a_last_resort_with_out_of_memory_error(
         monitor, tmp_path):
     ref, _ = start(tmp_path, "fragile", max_retries=0)
-    started = time.monotonic()
     kill_once(monitor)
     with pytest.raises(exc.OutOfMemoryError) as info:
-        ray.get(ref, timeout=10)
-    assert time.monotonic() - started < 10
+        ray.get(ref, timeout=10)  # never failed: GetTimeoutError
     message = str(info.value)
     assert "task hold" in message
     assert "7.76 GiB of 8.00 GiB (97.0%)" in message

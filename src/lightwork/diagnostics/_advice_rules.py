@@ -2,9 +2,10 @@
 
 :class:`AdviceRules` holds the statistics folded from task records and driver spans
 (per call site, per actor, recent records, how busy the slots were) and the checks that
-turn them into :class:`Finding` objects. It never reads the runtime: its owner feeds it
-(``_add_record``, ``_add_span``, ``_check_touched``, ``_check_pinned``) and holds
-``_lock`` meanwhile. :class:`lightwork.diagnostics.advisor.Advisor` is that owner, live
+turn them into :class:`Finding` objects. Its owner feeds it (``_add_record``,
+``_add_span``, ``_check_touched``, ``_check_pinned``) and holds ``_lock`` meanwhile; the
+only thing a rule asks the live runtime (``node``, None offline) is an actor's
+``max_concurrency``. :class:`lightwork.diagnostics.advisor.Advisor` is that owner, live
 (a thread over the event log) or offline (a replayed log); its module docstring is the
 design of both: the list of rules, the "never wrong" principle, how findings are
 reported once per (kind, call site).
@@ -123,6 +124,7 @@ class AdviceRules:
         self.cpus = cpus
         self.cores = cores
         self.init_callsite = init_callsite
+        self.node: Any = None  # the live runtime; its owner sets it (None: offline)
         self.findings: list[Finding] = []
         self.undelivered: deque[Finding] = deque()
         self._reported: set[tuple[str, Any]] = set()
