@@ -374,8 +374,16 @@ def test_no_page_open_means_no_sync(runtime, monkeypatch):
     monkeypatch.setattr(server_module, "SYNC_INTERVAL_S", 0.1)
     server = DashboardServer(runtime["node"].control.path, port=0).start()
     try:
-        Client(server, cookie=server.token).json("/api/overview")  # a visit: active
-        helpers.wait_until(lambda: server.mirror.syncs >= 3, message="syncs while active")
+        client = Client(server, cookie=server.token)
+
+        def visit_and_count() -> bool:
+            # Each visit keeps the server active for IDLE_AFTER_S more; one visit alone may
+            # end its active window before three syncs fit in on a loaded machine.
+            client.json("/api/overview")
+            return server.mirror.syncs >= 3
+
+        helpers.wait_until(visit_and_count, timeout=30, interval=0.1,
+                           message="syncs while active")
         helpers.wait_until(lambda: time.monotonic() - server.last_request
                            > server_module.IDLE_AFTER_S, timeout=30, message="idleness")
         turns = server.sync_turns
