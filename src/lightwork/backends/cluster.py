@@ -582,7 +582,6 @@ class DistributedBackend(Backend):
     # -- actors (see cluster_actors.py) ---------------------------------------------------
     def create_actor(self, actor: Any, blob: bytes) -> None:
         from lightwork._runtime import serialization
-        from lightwork._runtime.calls import ArgSlot as LocalSlot
         from lightwork.backends.cluster_actors import ActorHost
 
         self._check_open()
@@ -597,8 +596,8 @@ class DistributedBackend(Backend):
         args, kwargs = serialization.loads(actor.args)
         if actor.deps:  # top-level refs of the constructor: this backend's own slots
             values = self.get(list(actor.deps), None)
-            args = [values[a.index] if type(a) is LocalSlot else a for a in args]
-            kwargs = {k: values[v.index] if type(v) is LocalSlot else v
+            args = [values[a.index] if type(a) is ArgSlot else a for a in args]
+            kwargs = {k: values[v.index] if type(v) is ArgSlot else v
                       for k, v in kwargs.items()}
         with collecting_refs() as contained:
             payload = cloudpickle.dumps((tuple(args), kwargs))

@@ -46,6 +46,7 @@ import cloudpickle
 
 from lightwork import exceptions
 from lightwork._object_ref import collecting_refs, ref_counter
+from lightwork._runtime.calls import ArgSlot  # the same placeholder as the local runtime's
 from lightwork.backends.cluster_record import error_text as _error_text
 from lightwork.backends.cluster_record import note as _note
 
@@ -78,18 +79,6 @@ class WithRefs:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (WithRefs, (self.payload, self.keys))
-
-
-class ArgSlot:
-    """Where the value of the ``index``-th top-level ref argument goes."""
-
-    __slots__ = ("index",)
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (ArgSlot, (self.index,))
 
 
 #: The running task's (task id, name, resources) per worker thread, for runtime_context.
