@@ -150,3 +150,16 @@ def test_local_cluster_starts_and_shutdown_leaves_nothing_behind(tmp_path):
     assert out.stdout.split()[-3:] == ["distributed", "2.0", "True"]
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not left
+
+
+def test_a_backend_missing_an_operation_cannot_be_made():
+    from lightwork.backends.base import Backend
+    from lightwork.backends.local import LocalBackend
+
+    class Partial(Backend):
+        def shutdown(self) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="abstract"):
+        Partial()
+    assert not LocalBackend.__abstractmethods__  # the local backend implements them all

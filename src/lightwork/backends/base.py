@@ -24,14 +24,16 @@ none (inside a worker process).
 
 from __future__ import annotations
 
+import abc
 import concurrent.futures
 from typing import Any
 
 from lightwork._object_ref import ObjectRef
 
 
-class Backend:
-    """What runs this process's tasks. Subclasses implement every method below."""
+class Backend(abc.ABC):
+    """What runs this process's tasks. Subclasses implement every method below (they are
+    abstract: a backend that misses one cannot be made)."""
 
     #: "local" or "distributed": what ``lightwork.backend()`` returns.
     name: str = ""
@@ -43,19 +45,20 @@ class Backend:
 
     # -- lifetime ------------------------------------------------------------------------
     @property
+    @abc.abstractmethod
     def closed(self) -> bool:
         """True once shut down (the API then starts a new default backend on demand)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def shutdown(self) -> None:
         """Release everything this backend started. Safe to call twice."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def address(self) -> str:
         """Where it runs: "local", or the cluster's scheduler address."""
-        raise NotImplementedError
 
     # -- tasks -----------------------------------------------------------------------------
+    @abc.abstractmethod
     def submit_task(
         self, spec: Any, args: tuple, kwargs: dict, callsite: Any = None
     ) -> list[ObjectRef]:
@@ -63,70 +66,69 @@ class Backend:
         pickled code, name, resource shape, num_returns, retries); return its
         ``spec.num_returns`` refs. Top-level ref arguments are resolved to values before
         the function runs; refs inside containers stay refs (borrowed)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def cancel(self, object_ids: list[int], force: bool) -> None:
         """Cancel the tasks making ``object_ids``; their ``get`` raises TaskCancelledError."""
-        raise NotImplementedError
 
     # -- objects ---------------------------------------------------------------------------
+    @abc.abstractmethod
     def next_object_id(self) -> int:
         """A fresh object id, unique across every process of the session."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def put(self, value: Any) -> ObjectRef:
         """Store ``value``; return its ref."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
         """The values of ``ids`` in order, blocking up to ``timeout`` seconds
         (GetTimeoutError). A task's error is raised as ``TaskError.as_instanceof_cause()``;
         a runtime failure as its own error type. ``callsite`` is the user's (file, line,
         function), for the event log."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def wait(self, ids: list[int], num_returns: int, timeout: float | None,
              callsite: Any = None) -> list[int]:
         """Up to ``num_returns`` ready ids, in input order, once that many are ready or
         ``timeout`` passed (``0``: only look). ``ids`` are unique."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
         """A future completed with the value of ``ref`` (or its error)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def task_id_of(self, object_id: int) -> int:
         """The id of the task that makes ``object_id`` (0 for a ``put``)."""
-        raise NotImplementedError
 
     # -- actors ----------------------------------------------------------------------------
+    @abc.abstractmethod
     def create_actor(self, actor: Any, blob: bytes) -> None:
         """Start the actor described by ``actor`` (a ``_runtime.actors.Actor``: id, class
         key, constructor arguments, resources, name, restarts, concurrency); ``blob`` is
         its pickled class. Returns at once; calls queue until it is up."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def submit_actor_task(self, actor_id: int, method: str, name: str, args: tuple,
                           kwargs: dict, num_returns: int, callsite: Any = None) -> list[ObjectRef]:
         """Queue a call of ``method`` on the actor; calls from one caller run in order."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def driver_request(self, what: str, *args: Any) -> Any:
         """A named request to the session's directory: ``("get_actor", name, namespace)``
         returns ``(actor_id, class_name, methods)`` or None; ``("kill", actor_id,
         no_restart)``. A backend raises UnsupportedOnBackend for a request it cannot do."""
-        raise NotImplementedError
 
     # -- introspection ---------------------------------------------------------------------
+    @abc.abstractmethod
     def runtime_context(self) -> dict[str, Any]:
         """Facts about the caller: job_id, task_id, worker_id, node_id, actor_id,
         actor_name, resources, gpu_ids, namespace, pid (see ``RuntimeContext``)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def resources(self) -> tuple[dict[str, float], dict[str, float]]:
         """(total, available) resources of the whole runtime or cluster."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def nodes(self) -> list[dict[str, Any]]:
         """One entry per machine (Ray's ``nodes()``)."""
-        raise NotImplementedError

@@ -4,11 +4,15 @@ In the driver it wraps the ``Node``; inside one of its worker processes, the ``W
 (nested calls travel to the driver). Both already provide every operation of
 :class:`~lightwork.backends.base.Backend` under the same names, so the backend binds the
 core's methods onto itself when it is made: a call through the interface is a direct
-call of the core's method, and the local hot path pays nothing for the seam.
+call of the core's method, and the local hot path pays nothing for the seam. The class
+also carries plain forwarders of the same names, so it implements the abstract interface
+as a class (the instance's bound methods shadow them).
 """
 
 from __future__ import annotations
 
+import abc
+from collections.abc import Callable
 from typing import Any
 
 from lightwork.backends.base import Backend
@@ -52,3 +56,16 @@ class LocalBackend(Backend):
         total = self.core.resources()[0]
         return [{"NodeID": self.core.runtime_context()["node_id"], "Alive": True,
                  "Resources": total, "NodeManagerAddress": "127.0.0.1"}]
+
+
+def _forward_to_core(operation: str) -> Callable[..., Any]:
+    def forward(self: LocalBackend, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.core, operation)(*args, **kwargs)
+
+    forward.__name__ = forward.__qualname__ = operation
+    return forward
+
+
+for _operation in _BOUND:
+    setattr(LocalBackend, _operation, _forward_to_core(_operation))
+abc.update_abstractmethods(LocalBackend)
