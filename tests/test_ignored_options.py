@@ -11,7 +11,7 @@ import warnings
 import pytest
 
 import lightwork
-from lightwork._runtime import calls
+from lightwork._runtime import runtime_env
 from lightwork.exceptions import IgnoredOptionWarning
 
 pytestmark = pytest.mark.lightwork_only
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.lightwork_only
 
 @pytest.fixture(autouse=True)
 def fresh_warnings(monkeypatch):
-    monkeypatch.setattr(calls, "_warned_options", set())
+    monkeypatch.setattr(runtime_env, "_warned", set())
 
 
 def _task():
@@ -66,7 +66,7 @@ def test_actor_options_without_effect_warn():
     with pytest.warns(IgnoredOptionWarning, match="'memory'"):
         cls.options(memory=10 ** 9)
     with pytest.warns(IgnoredOptionWarning, match="'concurrency_groups'"):
-        calls._warned_options.clear()
+        runtime_env._warned.clear()
         lightwork.method(concurrency_group="io")
 
 
@@ -107,7 +107,7 @@ def test_detached_placement_group_warns(fresh_runtime, monkeypatch):
     import importlib
 
     placement_group_module = importlib.import_module("lightwork.util.placement_group")
-    monkeypatch.setattr(placement_group_module, "_detached_warned", False)
+    monkeypatch.setattr(runtime_env, "_warned", set())
     lightwork.init(num_cpus=2)
     with pytest.warns(IgnoredOptionWarning, match="detached"):
         group = placement_group_module.placement_group([{"CPU": 1}], lifetime="detached")

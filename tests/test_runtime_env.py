@@ -180,7 +180,7 @@ def test_init_runtime_env_is_the_job_default(fresh_runtime, project):
 def test_unsupported_keys_warn_once_and_the_task_still_runs(one_worker):
     from lightwork._runtime import runtime_env
 
-    runtime_env._warned.discard("conda")
+    runtime_env._warned.discard("runtime_env:conda")
     with pytest.warns(ray.exceptions.RuntimeEnvWarning, match=r"runtime_env\['conda'\].*not supported"):
         opted = read_env.options(runtime_env={"conda": "myenv", "env_vars": {"LW_RTENV_C": "c"}})
     assert ray.get(opted.remote("LW_RTENV_C"), timeout=30)[0] == "c"
@@ -193,7 +193,7 @@ def test_unsupported_keys_warn_once_and_the_task_still_runs(one_worker):
 def test_unsupported_key_in_init_warns(fresh_runtime):
     from lightwork._runtime import runtime_env
 
-    runtime_env._warned.discard("container")
+    runtime_env._warned.discard("runtime_env:container")
     with pytest.warns(ray.exceptions.RuntimeEnvWarning, match="container"):
         ray.init(num_cpus=1, runtime_env={"container": {"image": "x"}})
     assert ray.get(read_env.remote("HOME"), timeout=30)[0] == os.environ.get("HOME")

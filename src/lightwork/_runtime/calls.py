@@ -251,22 +251,17 @@ IGNORED_OPTIONS = {
     "concurrency_groups": "all the actor's methods share its max_concurrency (one thread "
                           "pool or event loop); give a method that must not wait its own actor",
 }
-_warned_options: set[str] = set()
 
 
 def warn_ignored_option(option: str, what: str) -> None:
     """Warn, once per option per process, that ``option`` has no effect (IGNORED_OPTIONS)."""
-    if option in _warned_options:
-        return
-    _warned_options.add(option)
-    import warnings
-
-    from lightwork._runtime.runtime_env import _user_stacklevel
+    from lightwork._runtime.runtime_env import warn_once
     from lightwork.exceptions import IgnoredOptionWarning
 
-    warnings.warn(
+    warn_once(
+        f"option:{option}",
         f"option {option!r} (given for {what}) has no effect in lightwork and is ignored: "
-        f"{IGNORED_OPTIONS[option]}.", IgnoredOptionWarning, stacklevel=_user_stacklevel())
+        f"{IGNORED_OPTIONS[option]}.", IgnoredOptionWarning)
 
 
 def _check_ignored_options(options: dict[str, Any], what: str) -> None:

@@ -56,7 +56,7 @@ SUPPORTED = ("env_vars", "working_dir", "py_modules")
 MEANINGLESS_HERE = ("excludes", "config")
 _REMOTE_SUFFIXES = (".zip", ".whl", ".tar.gz", ".tgz")
 
-_warned: set[str] = set()
+_warned: set[str] = set()  # keys already warned about (warn_once)
 
 
 Env = dict[str, Any]  # normalized: "env_vars" (dict), "working_dir" (str|None), "paths" (list)
@@ -137,17 +137,22 @@ def _module_path(module: Any, what: str) -> str:
     return _local_path(module, "py_modules", what, directory=False)
 
 
-def _warn_unsupported(key: str, what: str) -> None:
+def warn_once(key: str, message: str, category: type[Warning]) -> None:
+    """Warn ``message`` at the user's line, once per ``key`` per process (``_warned``)."""
     if key in _warned:
         return
     _warned.add(key)
-    warnings.warn(
+    warnings.warn(message, category, stacklevel=_user_stacklevel())
+
+
+def _warn_unsupported(key: str, what: str) -> None:
+    warn_once(
+        f"runtime_env:{key}",
         f"runtime_env[{key!r}] (given for {what}) is not supported by lightwork and is "
         "ignored: lightwork installs no environments; tasks run in this Python environment. "
         f"Install what {key!r} lists here if the tasks need it. Supported keys: "
         f"{', '.join(SUPPORTED)}.",
         RuntimeEnvWarning,
-        stacklevel=_user_stacklevel(),
     )
 
 

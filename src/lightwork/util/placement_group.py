@@ -201,24 +201,16 @@ def _check_group(value: Any, call: str) -> None:
                         f"got {type(value).__name__}: {value!r:.80}")
 
 
-_detached_warned = False
-
-
 def _warn_detached() -> None:
-    global _detached_warned
-    if _detached_warned:
-        return
-    _detached_warned = True
-    import warnings
-
-    from lightwork._runtime.runtime_env import _user_stacklevel
+    from lightwork._runtime.runtime_env import warn_once
     from lightwork.exceptions import IgnoredOptionWarning
 
-    warnings.warn(
+    warn_once(
+        "placement_group:detached",
         "placement_group(lifetime='detached') has no effect in lightwork: every group already "
         "lives until remove_placement_group() or shutdown(), and nothing outlives the session "
         "(there is no cluster to keep it); call remove_placement_group() when done with it.",
-        IgnoredOptionWarning, stacklevel=_user_stacklevel())
+        IgnoredOptionWarning)
 
 
 def _check_session(group: PlacementGroup) -> None:
