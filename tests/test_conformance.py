@@ -454,6 +454,22 @@ def test_generator_task_on_distributed_says_it_is_unsupported(backend):
         count_up.remote(3)
 
 
+def env_value(name):
+    return os.environ.get(name)
+
+
+def test_a_per_task_runtime_env(backend):
+    """Locally the task sees its env vars; on distributed, where tasks share a worker
+    process, the backend says it cannot keep them apart instead of leaking them."""
+    task = lightwork.remote(env_value).options(
+        runtime_env={"env_vars": {"LIGHTWORK_CONFORMANCE_ENV": "set"}})
+    if backend == "local":
+        assert lightwork.get(task.remote("LIGHTWORK_CONFORMANCE_ENV"), timeout=30) == "set"
+        return
+    with pytest.raises(exceptions.UnsupportedOnBackend, match="runtime_env.*distributed"):
+        task.remote("LIGHTWORK_CONFORMANCE_ENV")
+
+
 def inc(x):
     return x + 1
 

@@ -139,7 +139,7 @@ class CallSpec:
     """
 
     __slots__ = ("arguments", "key", "blob", "name", "shape", "cpus", "num_returns",
-                 "max_retries", "retry_exceptions", "stream")
+                 "max_retries", "retry_exceptions", "stream", "runtime_env")
 
     def __init__(
         self, key: bytes, blob: bytes, name: str, options: dict[str, Any],
@@ -160,6 +160,9 @@ class CallSpec:
         self.num_returns: int = 1 if isinstance(num_returns, str) else num_returns
         self.max_retries: int = options.get("max_retries", 3)
         self.retry_exceptions: Any = options.get("retry_exceptions", False)
+        # The payload already carries it (runtime_env.payload_with_env); kept for backends
+        # that cannot honour a per-task environment.
+        self.runtime_env: Any = options.get("runtime_env")
 
 
 def infeasible_message(name: str, problem: str) -> str:

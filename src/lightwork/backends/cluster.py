@@ -346,6 +346,13 @@ class DistributedBackend(Backend):
         self, spec: Any, args: tuple, kwargs: dict, callsite: Any = None
     ) -> list[ObjectRef]:
         self._check_open()
+        if spec.runtime_env:
+            # A Dask worker runs several tasks in one process: environment variables, the
+            # working directory and sys.path set for one task would leak into the others.
+            raise unsupported(
+                f"a per-task runtime_env ({spec.name})",
+                "set the environment on the cluster's workers (dask worker's environment "
+                "or a WorkerPlugin), or run the task without runtime_env")
         if spec.stream:
             raise unsupported(
                 f"a generator task ({spec.name}, num_returns='streaming')",
