@@ -101,6 +101,10 @@ class Wait:
     on_loop: bool  # made on an async actor's event loop: no coroutine runs until it ends
     method: str | None  # the call that made it (from the worker)
     callsite: Any
+    # How many of ``calls`` may never run while it still returns: 0 for a get (it needs
+    # every object), the pending objects beyond num_returns for a wait.
+    slack: int = 0
+    op: str = "get"
 
 
 class ActorManager:
@@ -187,7 +191,7 @@ class ActorManager:
             messages.append((p.FUNCTION, actor.class_key, node.functions[actor.class_key]))
         messages.append((p.ACTOR_INIT, (
             actor.creation_task, actor.class_key, actor.class_name, actor.args, dep_values,
-            actor.actor_id, actor.name, actor.max_concurrency,
+            actor.actor_id, actor.name, actor.max_concurrency, actor.place,
         )))
         node._send(conn, messages)
 
@@ -308,8 +312,12 @@ class ActorManager:
 
     # -- gets that can never return ----------------------------------------------------
     def start_wait(self, actor: Actor, key: tuple[int, int], pending: list[Any],
-                   timeout: Any, context: tuple[bool, str | None, Any]) -> str | None:
+                   timeout: Any, context: tuple[bool, str | None, Any],
+                   need: int | None = None) -> str | None:
         """Record a get blocked in one of ``actor``'s calls; say why it deadlocks, if so.
+
+        ``need`` (a ``wait``): how many of the ``pending`` objects it needs; it can never
+        return when more of the awaited actor calls can never run than it can spare.
 
         The get can never return when one of the calls it awaits can never run: that
         call's actor has no slot free for it (its slots, or for a coroutine its event
@@ -328,6 +336,8 @@ class ActorManager:
                 calls.append(task)
         on_loop, method, callsite = context
         wait = Wait(key, calls, on_loop, method, callsite)
+        if need is not None:
+            wait.slack, wait.op = len(pending) - need, "wait"
         if not calls or timeout is not None:
             return None  # it returns in time: not counted (its slot looks free, so no
             # deadlock is ever claimed because of it)
@@ -343,13 +353,16 @@ class ActorManager:
         if wait.key in assumed:
             return []
         assumed.add(wait.key)
+        never = 0
         for call in wait.calls:
             target = self.actors.get(call.actor_id)
             if target is None or target.state == DEAD:
                 continue  # the call fails: the get returns
             rest = self._never_runs(target, call.function_key, assumed)
             if rest is not None:
-                return [call, *rest]
+                never += 1
+                if never > wait.slack:
+                    return [call, *rest]
         assumed.discard(wait.key)
         return None
 
@@ -389,11 +402,15 @@ class ActorManager:
             "time": time.time(), "actor_id": actor.actor_id, "class_name": actor.class_name,
             "method": wait.method, "callsite": where, "waits_for": [c.name for c in path],
         })
+        if wait.op == "wait":
+            why += (" (wait() needs more of its objects than can come without "
+                    f"{first.name})")
         return (
-            f"get() in {caller} (actor {actor.class_name}, id {actor.actor_id:020x}) at {where} "
-            f"would wait forever: {why}. Fix: call the method directly (self.method(...)) "
-            "instead of through the actor's handle, make the method async and `await` the "
-            "ref, or raise max_concurrency so a slot is free for the awaited call.")
+            f"{wait.op}() in {caller} (actor {actor.class_name}, id {actor.actor_id:020x}) at "
+            f"{where} would wait forever: {why}. Fix: call the method directly "
+            "(self.method(...)) instead of through the actor's handle, make the method async "
+            "and `await` the ref, or raise max_concurrency so a slot is free for the awaited "
+            "call" + (", or give wait() a timeout." if wait.op == "wait" else "."))
 
     # -- death -----------------------------------------------------------------------
     def on_worker_death(self, conn: WorkerConn, how: str) -> None:

@@ -46,6 +46,7 @@ from typing import Any
 import cloudpickle
 
 from lightwork import exceptions
+from lightwork._generator import DYNAMIC_METHOD
 from lightwork._object_ref import PROCESS_ID_SHIFT, ObjectRef, ref_counter
 from lightwork._runtime import control
 from lightwork._runtime import protocol as p
@@ -119,6 +120,7 @@ class Worker:
         self.actor: Any = None
         self.actor_id = 0
         self.actor_name: str | None = None
+        self.placed_in: Any = ()  # the actor's place shape: a group its calls may capture
         self.pool: CallPool | None = None
         self.loop: AsyncRunner | None = None
         self.exiting = False
@@ -302,7 +304,14 @@ class Worker:
             return _noop
         if key == "__ray_ready__":
             return _ready
-        return getattr(self.actor, key)
+        try:
+            return getattr(self.actor, key)
+        except AttributeError:
+            if key.startswith(DYNAMIC_METHOD):  # a num_returns="dynamic" call (_generator.py)
+                from lightwork._generator import DynamicReturns
+
+                return DynamicReturns(getattr(self.actor, key[len(DYNAMIC_METHOD):]))
+            raise
 
     def cancelled(self, task_id: int) -> bool:
         """Whether the driver cancelled ``task_id`` (the file is read only after a SIGINT)."""
@@ -388,7 +397,8 @@ class Worker:
 
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         """Create this worker's actor instance; the DONE says whether ``__init__`` worked."""
-        (task_id, key, name, args_stored, dep_values, actor_id, actor_name, concurrency) = frame
+        (task_id, key, name, args_stored, dep_values, actor_id, actor_name, concurrency,
+         self.placed_in) = frame
         started = time.monotonic()
         self.actor_id, self.actor_name = actor_id, actor_name
         self.bounce_when_waiting = False  # an actor's calls cannot run anywhere else
@@ -483,9 +493,9 @@ class Worker:
                 raise ValueError(infeasible_message(
                     spec.name, f"it needs {amount:g} {resource} but the runtime has {have:g} in total"))
         shape = spec.shape
-        frame = self.current
-        if frame is not None and frame[6]:  # a task in a placement group may capture this one
-            shape = captured_shape(shape, frame[6])
+        parent = self.placement()
+        if parent:  # a task or actor in a placement group may capture this one
+            shape = captured_shape(shape, parent)
         task_id = self.next_object_id()
         stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
         return_ids = tuple(self.next_object_id() for _ in range(spec.num_returns))
@@ -503,7 +513,18 @@ class Worker:
         self.send([])  # now: the driver places it while this task goes on
         return refs
 
+    def placement(self) -> Any:
+        """The resource shape the running call was placed with: a task's own, or for an
+        actor's call the actor's (its calls carry none); () outside placement groups."""
+        frame = self.current
+        return (frame[6] if frame is not None else ()) or self.placed_in
+
     def create_actor(self, actor: Any, blob: bytes) -> None:
+        parent = self.placement()
+        if parent:  # created by a call that captures its children: in the same group
+            actor.place = captured_shape(actor.place, parent)
+            if actor.hold:
+                actor.hold = captured_shape(actor.hold, parent)
         if actor.class_key not in self.sent_functions:
             self.sent_functions.add(actor.class_key)
             self.outbox.append((p.FUNCTION, actor.class_key, blob))
@@ -531,10 +552,7 @@ class Worker:
 
     def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
         self.send([])
-        context = None
-        if self.actor_id:  # lets the driver tell a get that can never return (actors.py)
-            on_loop = self.loop is not None and threading.current_thread() is self.loop.thread
-            context = (on_loop, self.current[2] if self.current else None, callsite)
+        context = self._wait_context(callsite) if self.actor_id else None
         reply = self.request((p.GET, ids, timeout, context))
         if reply == "timeout":
             raise exceptions.GetTimeoutError(
@@ -556,7 +574,17 @@ class Worker:
         self, ids: list[int], num_returns: int, timeout: float | None, callsite: Any = None
     ) -> list[int]:
         self.send([])
-        return self.request((p.WAIT, ids, num_returns, timeout))
+        context = self._wait_context(callsite) if self.actor_id else None
+        reply = self.request((p.WAIT, ids, num_returns, timeout, context))
+        if type(reply) is tuple:  # ("deadlock", message), as for get
+            raise exceptions.ActorDeadlockError(reply[1])
+        return reply
+
+    def _wait_context(self, callsite: Any) -> tuple[bool, str | None, Any]:
+        """What lets the driver tell a get/wait in an actor that can never return
+        (``actors.py``): on the event loop?, the calling method, the call site."""
+        on_loop = self.loop is not None and threading.current_thread() is self.loop.thread
+        return (on_loop, self.current[2] if self.current else None, callsite)
 
     def cancel(self, ids: list[int], force: bool) -> None:
         self.send([(p.CANCEL, ids, force)])
@@ -587,7 +615,7 @@ class Worker:
             "task_id": frame[0] if frame else None,
             "worker_id": self.worker_id,
             "node_id": self.node_id,
-            "resources": dict(frame[6]) if frame else {},
+            "resources": dict(self.placement()),
             "gpu_ids": frame[7] if frame else (),
             "namespace": None,
             "pid": os.getpid(),
