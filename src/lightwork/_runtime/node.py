@@ -829,6 +829,9 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         for object_id in object_ids:
             entry = self.objects.entries.get(object_id)
             task = self.tasks.get(entry.task_id) if entry is not None else None
+            if task is not None and task.actor_id:  # an actor's call: see actors.py
+                self.actors.cancel_call(task, force)
+                continue
             if task is None or task.cancelled:
                 continue
             task.cancelled = True

@@ -317,16 +317,28 @@ class Worker:
         """Whether the driver cancelled ``task_id`` (the file is read only after a SIGINT)."""
         if self.cancel_signalled:
             self.cancel_signalled = False  # first: a SIGINT from now on raises it again
+            start = self._cancel_offset
             try:
                 with open(self.cancel_path, "rb") as f:
-                    f.seek(self._cancel_offset)
+                    f.seek(start)
                     text = f.read()
             except OSError:
                 text = b""
             end = text.rfind(b"\n") + 1  # a line being written now is read next time
-            self._cancel_offset += end
             self.cancelled_ids.update(int(line) for line in text[:end].split())
+            # Several readers (an actor's threads, the SIGINT handler interrupting one):
+            # move on only from where this one started. Re-reading a line adds nothing;
+            # skipping one would lose a cancel.
+            if self._cancel_offset == start:
+                self._cancel_offset = start + end
         return task_id in self.cancelled_ids
+
+    def is_canceled(self) -> bool:
+        """``get_runtime_context().is_canceled()``: was the running call cancelled?"""
+        frame = self.current
+        if frame is None:
+            return False
+        return bool(self.cancel_signalled or self.cancelled_ids) and self.cancelled(frame[0])
 
     def execute(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         if _test_gate_dir is not None:
@@ -340,7 +352,7 @@ class Worker:
             finished = time.monotonic()
             outcome = "cancelled"
         self.current = None
-        if outcome == "cancelled":
+        if self.cancelled_ids:
             self.cancelled_ids.discard(frame[0])
         if len(serialization.MAPS):  # _execute's locals (args, result) are gone by now
             self._report_unmapped()
@@ -366,7 +378,7 @@ class Worker:
             cpu_started = time.process_time()
             result = fn(*args, **kwargs)
             if self.loop is not None and inspect.iscoroutine(result):
-                result = self.loop.run(result)
+                result = self.loop.run(result, task_id)
             if type(result) in _GENERATORS and len(return_ids) == 1:
                 result = self.stream_items(name, return_ids[0], result)
             del args, kwargs
@@ -407,7 +419,7 @@ class Worker:
             cls = self.function(key)
             args, kwargs = load_args(args_stored, dep_values)
             if _is_async_class(cls):
-                self.loop = AsyncRunner(concurrency or 1000)
+                self.loop = AsyncRunner(self, concurrency or 1000)
                 self.pool = CallPool(self, self.loop.limit)
             elif concurrency and concurrency > 1:
                 self.pool = CallPool(self, concurrency)
@@ -587,6 +599,9 @@ class Worker:
         return (on_loop, self.current[2] if self.current else None, callsite)
 
     def cancel(self, ids: list[int], force: bool) -> None:
+        if force:  # a request, so its refusal (force on an actor's call) reaches the caller
+            self.driver_request("cancel", ids, True)
+            return
         self.send([(p.CANCEL, ids, force)])
 
     def future(self, ref: ObjectRef) -> Any:
@@ -712,21 +727,50 @@ class CallPool:
 
 
 class AsyncRunner:
-    """The event loop of an async actor, in its own thread; calls share it."""
+    """The event loop of an async actor, in its own thread; calls share it.
 
-    def __init__(self, limit: int) -> None:
+    Each call's coroutine runs as an asyncio task registered in ``running`` under its
+    task id, so ``cancel()`` (the SIGINT handler, ``_on_sigint``) can cancel it on the
+    loop: the coroutine gets ``asyncio.CancelledError`` at its next ``await``, as in Ray.
+    """
+
+    def __init__(self, worker: Worker, limit: int) -> None:
         import asyncio
 
+        self.worker = worker
         self.limit = limit
+        self.running: dict[int, Any] = {}  # task id -> asyncio task
         self._loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._loop.run_forever, name="lightwork-actor-loop",
                                        daemon=True)
         self.thread.start()
 
-    def run(self, coroutine: Any) -> Any:
+    def run(self, coroutine: Any, task_id: int = 0) -> Any:
         import asyncio
 
+        if task_id:
+            coroutine = self._cancellable(coroutine, task_id)
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def _cancellable(self, coroutine: Any, task_id: int) -> Any:
+        import asyncio
+
+        self.running[task_id] = asyncio.current_task()
+        try:
+            # Registered first, then checked: a cancel read before the registration is
+            # seen here, one read after it finds the task in ``running``.
+            if task_id in self.worker.cancelled_ids:
+                coroutine.close()
+                raise asyncio.CancelledError
+            return await coroutine
+        finally:
+            del self.running[task_id]
+
+    def cancel(self, task_ids: set[int]) -> None:
+        """Cancel the running coroutines of these calls (from any thread)."""
+        for task_id, task in list(self.running.items()):
+            if task_id in task_ids:
+                self._loop.call_soon_threadsafe(task.cancel)
 
 
 def _set_gpu_env(gpu_ids: tuple[int, ...]) -> None:
@@ -744,6 +788,14 @@ def _on_sigint(signum: int, frame: Any) -> None:
     if worker is None:
         return
     worker.cancel_signalled = True
+    if worker.actor_id:
+        # An actor's running call is never interrupted here (Ray: its state could be left
+        # half-changed): is_canceled() and the start check read the ids; coroutines of an
+        # async actor are cancelled on its loop. See ActorManager.cancel_call.
+        worker.cancelled(0)
+        if worker.loop is not None and worker.loop.running:
+            worker.loop.cancel(worker.cancelled_ids)
+        return
     running = worker.current
     if running is not None and worker.interrupted != running[0] and worker.cancelled(running[0]):
         worker.interrupted = running[0]

@@ -66,6 +66,9 @@ class WorkerRequests(_Base):
             elif what == "kill":
                 self.actors.kill(args[0], args[1])
                 result = None
+            elif what == "cancel":  # with force (actors.py refuses it for an actor's call)
+                self._cancel_ids(args[0], args[1])
+                result = None
             elif what == "placement_group":
                 result = self.placement_group_request(*args)
             elif what == "stream":
