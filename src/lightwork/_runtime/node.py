@@ -538,6 +538,9 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             cause = serialization.loads(error).cause
         except Exception:
             return False
+        if isinstance(cause, exceptions.UnserializableException):
+            # It could not travel as itself: match its class hierarchy by name.
+            return cause.is_instance_of_any(tuple(retry))
         return isinstance(cause, tuple(retry))
 
     def _requeue(self, task: TaskSpec) -> None:
