@@ -85,3 +85,70 @@ def test_retry_exceptions_gives_up_after_max_retries_for_an_unpicklable_error(tm
     with pytest.raises(Exception, match="always"):
         ray.get(ref, timeout=30)
     assert len(attempts(str(tmp_path))) == 3
+
+
+# -- recursive cancel -----------------------------------------------------------------
+@ray.remote
+class Box:
+    """Collects the refs that nested tasks send out, so the driver can get them."""
+
+    def __init__(self) -> None:
+        self.items: list = []
+
+    def add(self, item) -> None:
+        self.items.append(item)
+
+    def contents(self) -> list:
+        return self.items
+
+
+@ray.remote
+def _nested(box, depth: int, sleep_s: float) -> str:
+    """Submit one task of ``depth - 1`` (its ref goes to ``box``), then sleep."""
+    if depth > 0:
+        box.add.remote([_nested.remote(box, depth - 1, sleep_s)])
+    time.sleep(sleep_s)
+    return f"finished at depth {depth}"
+
+
+def _nested_refs(box, count: int) -> list:
+    refs = wait_until(lambda: (lambda c: c if len(c) >= count else None)(
+        ray.get(box.contents.remote(), timeout=10)), timeout=20, message=f"{count} nested refs")
+    return [item[0] for item in refs]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_recursive_cancel_cancels_running_and_pending_descendants(force):
+    """With 2 CPUs the parent and its child run and the grandchild waits for a slot:
+    cancelling the parent cancels both (Ray's default, recursive=True)."""
+    box = Box.remote()
+    parent = _nested.remote(box, 2, 60.0)
+    child, grandchild = _nested_refs(box, 2)
+    ray.cancel(parent, force=force)
+    for ref in (parent, child, grandchild):
+        with pytest.raises((ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError)):
+            ray.get(ref, timeout=20)
+
+
+def test_cancel_with_recursive_false_leaves_children_running():
+    box = Box.remote()
+    parent = _nested.remote(box, 1, 1.0)
+    (child,) = _nested_refs(box, 1)
+    ray.cancel(parent, recursive=False)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(parent, timeout=20)
+    assert ray.get(child, timeout=20) == "finished at depth 0"
+
+
+def test_recursive_cancel_of_a_finished_task_leaves_its_children_alone():
+    @ray.remote
+    def submit_and_return(box):
+        box.add.remote([_nested.remote(box, 0, 1.0)])
+        return "parent done"
+
+    box = Box.remote()
+    parent = submit_and_return.remote(box)
+    assert ray.get(parent, timeout=20) == "parent done"
+    (child,) = _nested_refs(box, 1)
+    ray.cancel(parent)
+    assert ray.get(child, timeout=20) == "finished at depth 0"

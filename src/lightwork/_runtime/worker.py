@@ -498,7 +498,7 @@ class Worker:
                 self.function_blobs[key] = spec.blob
         self.outbox.append((
             p.SUBMIT, task_id, key, spec.name, stored, deps, return_ids, shape,
-            spec.max_retries, spec.retry_exceptions, 0,
+            spec.max_retries, spec.retry_exceptions, 0, frame[0] if frame is not None else 0,
         ))
         self.send([])  # now: the driver places it while this task goes on
         return refs
@@ -517,8 +517,9 @@ class Worker:
         stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
         return_ids = tuple(self.next_object_id() for _ in range(num_returns))
         refs = [ObjectRef(object_id) for object_id in return_ids]
+        frame = self.current
         self.outbox.append((p.SUBMIT, task_id, method, name, stored, deps, return_ids, (), 0,
-                            False, actor_id))
+                            False, actor_id, frame[0] if frame is not None else 0))
         self.send([])
         return refs
 
@@ -558,8 +559,8 @@ class Worker:
         self.send([])
         return self.request((p.WAIT, ids, num_returns, timeout))
 
-    def cancel(self, ids: list[int], force: bool) -> None:
-        self.send([(p.CANCEL, ids, force)])
+    def cancel(self, ids: list[int], force: bool, recursive: bool = True) -> None:
+        self.send([(p.CANCEL, ids, force, recursive)])
 
     def future(self, ref: ObjectRef) -> Any:
         import concurrent.futures
