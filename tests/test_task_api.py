@@ -152,3 +152,66 @@ def test_recursive_cancel_of_a_finished_task_leaves_its_children_alone():
     (child,) = _nested_refs(box, 1)
     ray.cancel(parent)
     assert ray.get(child, timeout=20) == "finished at depth 0"
+
+
+# -- max_calls --------------------------------------------------------------------------
+def _pid_and_square(x: int) -> tuple[int, int]:
+    return os.getpid(), x * x
+
+
+def test_max_calls_replaces_the_worker_after_n_calls():
+    """Each worker process runs at most 2 calls of the function, one call at a time."""
+    task = ray.remote(max_calls=2, max_retries=0)(_pid_and_square)
+    results = [ray.get(task.remote(i), timeout=20) for i in range(8)]
+    assert [square for _, square in results] == [i * i for i in range(8)]
+    pids = [pid for pid, _ in results]
+    assert max(pids.count(pid) for pid in set(pids)) <= 2
+    assert len(set(pids)) >= 4
+    finished = [pid for pid in set(pids) if pids.count(pid) == 2]
+    assert finished  # a worker that ran its 2 calls exits
+    wait_until(lambda: not any(_process_alive(pid) for pid in finished), timeout=15,
+               message="the retired workers to exit")
+
+
+def test_max_calls_under_a_burst_keeps_every_result_and_the_limit():
+    """Many short calls at once: calls queued on a retiring worker run elsewhere."""
+    task = ray.remote(max_calls=3, max_retries=0)(_pid_and_square)
+    results = ray.get([task.remote(i) for i in range(60)], timeout=60)
+    assert [square for _, square in results] == [i * i for i in range(60)]
+    pids = [pid for pid, _ in results]
+    assert max(pids.count(pid) for pid in set(pids)) <= 3
+
+
+def test_max_calls_counts_only_its_own_function():
+    limited = ray.remote(max_calls=1)(_pid_and_square)
+    free = ray.remote(_pid_and_square)
+    free_pids = {ray.get(free.remote(1), timeout=20)[0] for _ in range(6)}
+    limited_pids = [ray.get(limited.remote(2), timeout=20)[0] for _ in range(4)]
+    assert len(set(limited_pids)) == 4
+    assert len(free_pids) < 6  # plain calls keep reusing the pool's processes
+
+
+def test_max_calls_counts_calls_that_raise():
+    def fail_with_pid():
+        raise ValueError(f"pid {os.getpid()}")
+
+    task = ray.remote(max_calls=1, max_retries=0)(fail_with_pid)
+    pids = set()
+    for _ in range(3):
+        with pytest.raises(ValueError, match="pid") as info:
+            ray.get(task.remote(), timeout=20)
+        pids.add(str(info.value).split("pid ")[1].split()[0])
+    assert len(pids) == 3
+
+
+def test_max_calls_cannot_be_set_in_options():
+    with pytest.raises(ValueError, match="max_calls"):
+        ray.remote(_pid_and_square).options(max_calls=2)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False

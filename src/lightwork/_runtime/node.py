@@ -471,6 +471,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                 self.scheduler.take_back(conn.slot, task)
                 if task.cancelled and self.scheduler.remove_ready(task):
                     self._fail_task(task, _cancelled(task, "before it ran"))
+        elif kind == p.RETIRE:
+            self._retire_worker(conn)
         elif kind == p.CANCEL:
             self._cancel_ids(message[1], message[2], message[3])
         elif kind == p.CALL:
@@ -760,6 +762,19 @@ class Node(DriverCalls, WorkerRequests, Lineage):
     def _release_gpus(self, task_id: int) -> None:
         for gpu_id, share in self.task_gpus.pop(task_id, ()):
             self.gpu_free[gpu_id] += share
+
+    def _retire_worker(self, conn: WorkerConn) -> None:
+        """The worker ran a ``max_calls`` function's last call and is exiting
+        (``calls.CallLimit``): what it was sent after that call will not run there, so
+        it goes back to the queue, and a new worker takes the slot. Its end of file then
+        finds no task on it: an expected exit, not a crash."""
+        for task in self.scheduler.remove_worker(conn.slot):
+            if task.cancelled:
+                self._fail_task(task, _cancelled(task, "before it ran"))
+            else:
+                self._requeue(task)
+        if len(self.scheduler.workers) < max(1, int(self.scheduler.total.get("CPU", 1.0))):
+            self._start_worker()
 
     # ------------------------------------------------------------------ worker death
     def _on_worker_eof(self, conn: WorkerConn) -> None:

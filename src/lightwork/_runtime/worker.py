@@ -122,6 +122,7 @@ class Worker:
         self.pool: CallPool | None = None
         self.loop: AsyncRunner | None = None
         self.exiting = False
+        self.retiring = False  # a max_calls function's last call ran here (calls.CallLimit)
         self.bounce_when_waiting = True
         # Cancels: the driver appends a task id to ``cancel_path`` and then sends SIGINT.
         # The handler only raises a flag (and interrupts the task it names, if running);
@@ -255,7 +256,7 @@ class Worker:
                 if self.exiting or time.monotonic() - started >= FLUSH_AFTER_S:
                     # Batching only pays for tiny tasks; holding a longer task's result
                     # would only lose it (and re-run the task) if this worker died.
-                    self.send([result])
+                    self.send([result, (p.RETIRE,)] if self.retiring else [result])
                     if self.exiting:
                         return
                     continue
@@ -272,6 +273,10 @@ class Worker:
             elif kind == p.EXIT:
                 self.send([])
                 return
+
+    def retire(self) -> None:
+        """Exit once the running task is done; the driver runs nothing more here."""
+        self.retiring = self.exiting = True
 
     def _wake_late_flush(self) -> None:
         if self._flush_soon is None:
