@@ -423,7 +423,9 @@ class DistributedBackend(Backend):
 
         return tuple(slot(a) for a in args), {k: slot(v) for k, v in kwargs.items()}
 
-    def cancel(self, object_ids: list[int], force: bool) -> None:
+    def cancel(self, object_ids: list[int], force: bool, recursive: bool = True) -> None:
+        # recursive: tasks submitted from a task go through the same client; Dask keeps no
+        # parent link, so only the named tasks are cancelled here.
         self._check_open()
         futures = [self._future_of(i) for i in object_ids]
         if force:
