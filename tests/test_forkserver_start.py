@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+import helpers
 from helpers import script_env, write_script
 
 pytestmark = pytest.mark.lightwork_only  # lightwork's own process model
@@ -56,7 +57,7 @@ def _run(tmp_path, name: str, body: str, **env: str) -> dict[str, str]:
     environment = {**script_env(), **env}
     environment.pop("PYTHONUNBUFFERED", None)
     out = subprocess.run([sys.executable, script], env=environment, capture_output=True,
-                         text=True, timeout=60)
+                         text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     facts = dict(line.split(" ", 1) for line in lines if " " in line)
@@ -144,8 +145,6 @@ time.sleep(60)
 
 
 def test_a_forked_fork_server_cleans_up_when_the_driver_is_killed(tmp_path):
-    import helpers
-
     script = write_script(str(tmp_path), "killed.py", KILLED_DRIVER)
     driver = subprocess.Popen([sys.executable, script], env=script_env(),
                               stdout=subprocess.PIPE, text=True)
