@@ -124,6 +124,7 @@ class Worker:
         self.pool: CallPool | None = None
         self.loop: AsyncRunner | None = None
         self.exiting = False
+        self.retiring = False  # a max_calls function's last call ran here (calls.CallLimit)
         self.bounce_when_waiting = True
         # Cancels: the driver appends a task id to ``cancel_path`` and then sends SIGINT.
         # The handler only raises a flag (and interrupts the task it names, if running);
@@ -257,7 +258,7 @@ class Worker:
                 if self.exiting or time.monotonic() - started >= FLUSH_AFTER_S:
                     # Batching only pays for tiny tasks; holding a longer task's result
                     # would only lose it (and re-run the task) if this worker died.
-                    self.send([result])
+                    self.send([result, (p.RETIRE,)] if self.retiring else [result])
                     if self.exiting:
                         return
                     continue
@@ -274,6 +275,10 @@ class Worker:
             elif kind == p.EXIT:
                 self.send([])
                 return
+
+    def retire(self) -> None:
+        """Exit once the running task is done; the driver runs nothing more here."""
+        self.retiring = self.exiting = True
 
     def _wake_late_flush(self) -> None:
         if self._flush_soon is None:
@@ -505,8 +510,10 @@ class Worker:
                 raise ValueError(infeasible_message(
                     spec.name, f"it needs {amount:g} {resource} but the runtime has {have:g} in total"))
         shape = spec.shape
-        parent = self.placement()
-        if parent:  # a task or actor in a placement group may capture this one
+        frame = self.current
+        # A task or actor in a placement group may capture this one (see placement()).
+        parent = (frame[6] if frame is not None else ()) or self.placed_in
+        if parent:
             shape = captured_shape(shape, parent)
         task_id = self.next_object_id()
         stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
@@ -520,7 +527,7 @@ class Worker:
                 self.function_blobs[key] = spec.blob
         self.outbox.append((
             p.SUBMIT, task_id, key, spec.name, stored, deps, return_ids, shape,
-            spec.max_retries, spec.retry_exceptions, 0,
+            spec.max_retries, spec.retry_exceptions, 0, frame[0] if frame is not None else 0,
         ))
         self.send([])  # now: the driver places it while this task goes on
         return refs
@@ -550,8 +557,9 @@ class Worker:
         stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
         return_ids = tuple(self.next_object_id() for _ in range(num_returns))
         refs = [ObjectRef(object_id) for object_id in return_ids]
+        frame = self.current
         self.outbox.append((p.SUBMIT, task_id, method, name, stored, deps, return_ids, (), 0,
-                            False, actor_id))
+                            False, actor_id, frame[0] if frame is not None else 0))
         self.send([])
         return refs
 
@@ -598,11 +606,11 @@ class Worker:
         on_loop = self.loop is not None and threading.current_thread() is self.loop.thread
         return (on_loop, self.current[2] if self.current else None, callsite)
 
-    def cancel(self, ids: list[int], force: bool) -> None:
+    def cancel(self, ids: list[int], force: bool, recursive: bool = True) -> None:
         if force:  # a request, so its refusal (force on an actor's call) reaches the caller
-            self.driver_request("cancel", ids, True)
+            self.driver_request("cancel", ids, True, recursive)
             return
-        self.send([(p.CANCEL, ids, force)])
+        self.send([(p.CANCEL, ids, force, recursive)])
 
     def future(self, ref: ObjectRef) -> Any:
         import concurrent.futures
