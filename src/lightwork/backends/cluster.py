@@ -120,6 +120,8 @@ class DistributedBackend(Backend):
         self.node = None
         self.recorder: ClusterLog | None = (
             ClusterLog(self, event_budget) if in_driver and event_budget else None)
+        if self.recorder is not None:
+            self.recorder.serve()  # the `lightwork` command from another terminal
         self.lock = threading.Lock()
         self.futures: dict[int, Any] = {}
         self.keys: dict[int, str] = {}  # keys of refs this process may borrow
@@ -632,7 +634,8 @@ class DistributedBackend(Backend):
         with self.lock:
             self.futures[actor.actor_id] = future
         if self.recorder is not None:
-            self.recorder.actor_created(actor.actor_id, actor.class_name)
+            self.recorder.actor_created(actor.actor_id, actor.class_name, actor.name, namespace,
+                                        actor.detached, actor.max_concurrency)
         if actor.name is not None:
             # The scheduler's datasets are the cluster's directory: whoever knows the name
             # finds the actor, and a published actor outlives this client (detached).
