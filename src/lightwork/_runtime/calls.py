@@ -397,6 +397,8 @@ def resource_demand(options: dict[str, Any], default_cpus: float) -> dict[str, f
     demand = {"CPU": float(default_cpus if num_cpus is None else num_cpus)}
     if options.get("num_gpus"):
         demand["GPU"] = float(options["num_gpus"])
+    if options.get("memory"):  # bytes, a logical resource as in Ray (scheduler.py)
+        demand["memory"] = float(int(options["memory"]))
     for name, amount in (options.get("resources") or {}).items():
-        demand[name] = float(amount)
+        demand[name] = float(amount)  # resources={"memory": X} is memory=X, as in Ray
     return demand

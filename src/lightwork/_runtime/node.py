@@ -124,6 +124,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         object_store_memory: int | None = None,
         spill_dir: str | None = None,
         runtime_env: dict[str, Any] | None = None,
+        memory: float | None = None,
     ) -> None:
         total = {"CPU": float(num_cpus), "GPU": float(num_gpus), **resources}
         self.namespace = namespace
@@ -132,6 +133,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         self.node_id = self.session.name
         self.lock = threading.RLock()
         budget = object_store_memory or default_budget(self.session.shm_dir)
+        total["memory"] = float(task_memory(budget) if memory is None else int(memory))
         self.store = SegmentStore(self.session.shm_dir, budget, self.session.spill_dir)
         serialization.MAPS.spill_dir = self.session.spill_dir
         self.objects = ObjectTable(self.store.release, self.store.track)
@@ -967,6 +969,17 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         if ref_counter.on_borrow == self._on_driver_borrow:
             ref_counter.on_borrow = None
             ref_counter.on_first_release = None
+
+def task_memory(store_budget: int) -> int:
+    """Ray's default ``memory`` resource: the memory available now, less the store's."""
+    from lightwork._runtime.memory_monitor import read_meminfo
+
+    try:
+        used, total = read_meminfo()
+    except (OSError, KeyError, ValueError):
+        return 0
+    return max(0, total - used - store_budget)
+
 
 def _cancelled(task: TaskSpec, when: str) -> exceptions.TaskCancelledError:
     return exceptions.TaskCancelledError(f"task {task.name} was cancelled with cancel() {when}")

@@ -5,8 +5,10 @@ while holding its lock and carries out the assignments it returns.
 
 State, each piece owned here:
 
-* ``available``: resources not held by running tasks (CPU, GPU and custom names);
-  ``total`` is fixed at ``init``. A worker blocked in ``get``/``wait`` lends the
+* ``available``: resources not held by running tasks (CPU, GPU, ``memory`` and custom
+  names); ``total`` is fixed at ``init``. ``memory`` is Ray's logical memory resource, in
+  bytes: a task or actor with ``memory=X`` reserves X for scheduling, nothing measures or
+  limits what it really uses (``Node`` sets the total). A worker blocked in ``get``/``wait`` lends the
   resources of its task back, and takes them again when it resumes (which may briefly
   oversubscribe, as in Ray; nothing new is placed until ``available`` recovers).
 * ``ready``: one FIFO queue per resource shape, so a task waiting for a GPU never holds
@@ -97,6 +99,13 @@ class WorkerSlot:
     alive: bool = True
 
 
+def describe_amount(name: str, amount: float) -> str:
+    """``amount`` of resource ``name`` for a message: memory in bytes and GiB."""
+    if name == "memory" or name.startswith("memory_group_"):
+        return f"{amount:,.0f} bytes of {name} ({amount / 2**30:.2f} GiB)"
+    return f"{amount:g} {name}"
+
+
 def make_shape(resources: dict[str, float]) -> Shape:
     return tuple(sorted((name, float(amount)) for name, amount in resources.items() if amount))
 
@@ -122,7 +131,8 @@ class Scheduler:
             have = self.total.get(name, 0.0)
             if amount > have + _EPS:
                 return (
-                    f"it needs {amount:g} {name} but the runtime has {have:g} in total"
+                    f"it needs {describe_amount(name, amount)} but the runtime has "
+                    f"{describe_amount(name, have)} in total"
                 )
         return None
 
