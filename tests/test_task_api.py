@@ -293,6 +293,71 @@ def test_memory_given_in_resources_is_the_same_resource(tmp_path):
     assert ray.get(ref, timeout=20) == "released"
 
 
+# -- runtime_env inheritance -------------------------------------------------------------
+ENV_NAMES = ("LW_TEST_A", "LW_TEST_B", "LW_TEST_C")
+
+
+@ray.remote
+def _read_env() -> dict:
+    return {name: os.environ.get(name) for name in ENV_NAMES}
+
+
+@ray.remote
+def _read_env_and_nested() -> tuple:
+    """This task's env, and the env of a task it submits without an env of its own."""
+    return ray.get(_read_env.remote(), timeout=20), ray.get(_read_env.remote(), timeout=20)
+
+
+@ray.remote
+def _parent_of_children() -> dict:
+    own = {"env_vars": {"LW_TEST_B": "child", "LW_TEST_C": "c"}}
+    return {
+        "plain": ray.get(_read_env.remote(), timeout=20),
+        "own": ray.get(_read_env.options(runtime_env=own).remote(), timeout=20),
+        "grandchild": ray.get(_read_env_and_nested.remote(), timeout=20),
+        "grandchild_under_own": ray.get(
+            _read_env_and_nested.options(runtime_env=own).remote(), timeout=20),
+    }
+
+
+def test_nested_tasks_inherit_the_parents_runtime_env_and_merge_env_vars():
+    parent_env = {"env_vars": {"LW_TEST_A": "a", "LW_TEST_B": "parent"}}
+    seen = ray.get(_parent_of_children.options(runtime_env=parent_env).remote(), timeout=60)
+    inherited = {"LW_TEST_A": "a", "LW_TEST_B": "parent", "LW_TEST_C": None}
+    merged = {"LW_TEST_A": "a", "LW_TEST_B": "child", "LW_TEST_C": "c"}
+    assert seen["plain"] == inherited
+    assert seen["own"] == merged
+    assert seen["grandchild"] == (inherited, inherited)
+    assert seen["grandchild_under_own"] == (merged, merged)
+    # Nothing leaked into the pool's processes: a task from the driver sees none of it.
+    assert ray.get([_read_env.remote() for _ in range(4)], timeout=20) == [
+        dict.fromkeys(ENV_NAMES)] * 4
+
+
+@ray.remote
+class _EnvReader:
+    def read(self) -> dict:
+        return {name: os.environ.get(name) for name in ENV_NAMES}
+
+    def read_nested(self) -> dict:
+        return ray.get(_read_env.remote(), timeout=20)
+
+
+@ray.remote
+def _make_actor_and_read() -> dict:
+    actor = _EnvReader.remote()
+    return ray.get(actor.read.remote(), timeout=20)
+
+
+def test_actors_made_by_a_task_and_tasks_submitted_by_an_actor_inherit_its_env():
+    env = {"env_vars": {"LW_TEST_A": "from-parent"}}
+    expected = {"LW_TEST_A": "from-parent", "LW_TEST_B": None, "LW_TEST_C": None}
+    assert ray.get(_make_actor_and_read.options(runtime_env=env).remote(), timeout=60) == expected
+    actor = _EnvReader.options(runtime_env=env).remote()
+    assert ray.get(actor.read_nested.remote(), timeout=30) == expected
+    ray.kill(actor)
+
+
 # Last in the module: it replaces the module's runtime with one of default size.
 def test_the_default_memory_is_what_is_available_less_the_object_store(fresh_runtime):
     ray.init(num_cpus=1, object_store_memory=64 * 2**20)
