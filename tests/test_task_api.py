@@ -358,6 +358,109 @@ def test_actors_made_by_a_task_and_tasks_submitted_by_an_actor_inherit_its_env()
     ray.kill(actor)
 
 
+# -- GPU ids, in and out of placement-group bundles --------------------------------------
+def _gpu_view() -> tuple:
+    return tuple(ray.get_gpu_ids()), os.environ.get("CUDA_VISIBLE_DEVICES"), os.getpid()
+
+
+def _in_bundle(group, index: int = -1):
+    from lightwork.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
+
+
+@pytest.fixture
+def two_gpu_bundles():
+    from lightwork.util import placement_group, remove_placement_group
+
+    group = placement_group([{"CPU": 1, "GPU": 1}, {"CPU": 1, "GPU": 1}])
+    ray.get(group.ready(), timeout=20)
+    yield group
+    remove_placement_group(group)
+
+
+def test_a_gpu_task_sees_its_gpu_ids_and_runs_in_a_fresh_process_each_call():
+    """Ray's default for a function declared with num_gpus is max_calls=1."""
+    task = ray.remote(num_gpus=1)(_gpu_view)
+    views = [ray.get(task.remote(), timeout=20) for _ in range(3)]
+    for ids, visible, _ in views:
+        assert len(ids) == 1 and ids[0] in (0, 1)
+        assert visible == str(ids[0])
+    assert len({pid for _, _, pid in views}) == 3
+
+
+def test_tasks_in_a_gpu_bundle_get_the_bundles_gpu(two_gpu_bundles):
+    task = ray.remote(num_gpus=1, num_cpus=1)(_gpu_view)
+    first = [ray.get(task.options(scheduling_strategy=_in_bundle(two_gpu_bundles, 0)).remote(),
+                     timeout=20) for _ in range(3)]
+    second = ray.get(task.options(scheduling_strategy=_in_bundle(two_gpu_bundles, 1)).remote(),
+                     timeout=20)
+    bundle_0_ids = {view[0] for view in first}
+    assert len(bundle_0_ids) == 1  # the same GPU every time
+    (ids,) = bundle_0_ids
+    assert len(ids) == 1 and first[0][1] == str(ids[0])
+    assert len(second[0]) == 1 and second[0] != ids
+    assert second[1] == str(second[0][0])
+
+
+def test_fractional_tasks_in_a_bundle_share_its_gpu(tmp_path, two_gpu_bundles):
+    task = ray.remote(num_gpus=0.5, num_cpus=0)(_gpu_view)
+    whole = ray.remote(num_gpus=1, num_cpus=0)(_gpu_view)
+    (bundle_ids, _, _) = ray.get(
+        whole.options(scheduling_strategy=_in_bundle(two_gpu_bundles, 1)).remote(), timeout=20)
+    halves = ray.get([task.options(scheduling_strategy=_in_bundle(two_gpu_bundles, 1)).remote()
+                      for _ in range(2)], timeout=20)
+    assert len(bundle_ids) == 1
+    assert [view[0] for view in halves] == [bundle_ids, bundle_ids]
+
+
+def test_a_gpu_reserved_by_a_group_is_not_given_to_tasks_outside_it():
+    from lightwork.util import placement_group, remove_placement_group
+
+    group = placement_group([{"GPU": 1}])
+    ray.get(group.ready(), timeout=20)
+    try:
+        inside = ray.remote(num_gpus=1, num_cpus=0)(_gpu_view)
+        (group_ids, _, _) = ray.get(
+            inside.options(scheduling_strategy=_in_bundle(group, 0)).remote(), timeout=20)
+        outside = [ray.get(ray.remote(num_gpus=1)(_gpu_view).remote(), timeout=20)[0]
+                   for _ in range(3)]
+        assert len(group_ids) == 1
+        assert all(len(ids) == 1 and ids != group_ids for ids in outside)
+    finally:
+        remove_placement_group(group)
+    # Removed: both GPUs are the node's again.
+    both = ray.remote(num_gpus=2)(_gpu_view)
+    assert sorted(ray.get(both.remote(), timeout=20)[0]) == [0, 1]
+
+
+class _GpuActor:
+    def __init__(self) -> None:
+        self.at_init = tuple(ray.get_gpu_ids())
+
+    def view(self) -> tuple:
+        return self.at_init, tuple(ray.get_gpu_ids()), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_an_actor_in_a_gpu_bundle_gets_the_bundles_gpu_for_its_life(two_gpu_bundles):
+    probe = ray.remote(num_gpus=1, num_cpus=0)(_gpu_view)
+    (bundle_ids, _, _) = ray.get(
+        probe.options(scheduling_strategy=_in_bundle(two_gpu_bundles, 1)).remote(), timeout=20)
+    actor = ray.remote(num_gpus=1, num_cpus=0)(_GpuActor).options(
+        scheduling_strategy=_in_bundle(two_gpu_bundles, 1)).remote()
+    at_init, in_call, visible = ray.get(actor.view.remote(), timeout=20)
+    assert at_init == in_call == bundle_ids
+    assert visible == str(bundle_ids[0])
+    ray.kill(actor)
+
+
+def test_an_actor_with_a_gpu_gets_its_id():
+    actor = ray.remote(num_gpus=1)(_GpuActor).remote()
+    at_init, in_call, visible = ray.get(actor.view.remote(), timeout=20)
+    assert len(in_call) == 1 and at_init == in_call and visible == str(in_call[0])
+    ray.kill(actor)
+
+
 # Last in the module: it replaces the module's runtime with one of default size.
 def test_the_default_memory_is_what_is_available_less_the_object_store(fresh_runtime):
     ray.init(num_cpus=1, object_store_memory=64 * 2**20)

@@ -33,7 +33,8 @@ tasks inside use only it; nothing else in the policy changes. A task placed with
 ``placement_group_capture_child_tasks`` also takes a sliver of ``capture_group_<hex>``:
 a worker seeing it in its running task's shape places that task's own tasks in the group
 (:func:`captured_shape`). Groups are reserved in
-creation order (``pending_groups``) as soon as their whole demand fits. Every strategy
+creation order (``pending_groups``) as soon as their whole demand fits; the node hears of
+each reservation (``newly_reserved``) to give its bundles their GPU ids (``gpus.py``). Every strategy
 but STRICT_SPREAD is satisfied on one node; what can never fit (STRICT_SPREAD of more
 than one bundle, a bundle or a group larger than the machine) is refused at creation.
 Removing a group gives its resources back; its names leave ``total`` and keep a negative
@@ -123,6 +124,7 @@ class Scheduler:
         self.pending_groups: deque[PlacementGroupState] = deque()
         self.removed_names: set[str] = set()  # resource names of removed groups
         self.orphaned: list[TaskSpec] = []  # ready tasks of removed groups, for the node to fail
+        self.newly_reserved: list[PlacementGroupState] = []  # for the node (its GPU ids)
 
     # -- resources -------------------------------------------------------------------
     def check_feasible(self, shape: Shape) -> str | None:
@@ -348,6 +350,7 @@ class Scheduler:
                 self.available[key] += amount
             group.state = GROUP_CREATED
             pending.popleft()
+            self.newly_reserved.append(group)
 
     def remove_group(self, group_id: int) -> PlacementGroupState | None:
         """Give a group's reservation back; its ready tasks go to ``orphaned``."""

@@ -122,6 +122,7 @@ class Worker:
         self.actor: Any = None
         self.actor_id = 0
         self.actor_name: str | None = None
+        self.actor_gpu_ids: tuple[int, ...] = ()
         self.pool: CallPool | None = None
         self.loop: AsyncRunner | None = None
         self.exiting = False
@@ -396,8 +397,11 @@ class Worker:
 
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         """Create this worker's actor instance; the DONE says whether ``__init__`` worked."""
-        (task_id, key, name, args_stored, dep_values, actor_id, actor_name, concurrency) = frame
+        (task_id, key, name, args_stored, dep_values, actor_id, actor_name, concurrency,
+         gpu_ids) = frame
         started = time.monotonic()
+        self.actor_gpu_ids = gpu_ids
+        _set_gpu_env(gpu_ids)  # for the constructor too: it may pick its device
         self.actor_id, self.actor_name = actor_id, actor_name
         self.bounce_when_waiting = False  # an actor's calls cannot run anywhere else
         outcome: Any = []
@@ -615,7 +619,7 @@ class Worker:
             "worker_id": self.worker_id,
             "node_id": self.node_id,
             "resources": dict(frame[6]) if frame else {},
-            "gpu_ids": frame[7] if frame else (),
+            "gpu_ids": frame[7] if frame else self.actor_gpu_ids,
             "namespace": None,
             "pid": os.getpid(),
         }
