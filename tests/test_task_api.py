@@ -14,10 +14,9 @@ import threading
 import time
 
 import pytest
-
-import lightwork as ray
 from helpers import attempts, count_attempt, wait_until
 
+import lightwork as ray
 
 MEMORY = 4 * 2**30  # the runtime's logical `memory` resource, in bytes
 
@@ -115,8 +114,11 @@ def _nested(box, depth: int, sleep_s: float) -> str:
 
 
 def _nested_refs(box, count: int) -> list:
-    refs = wait_until(lambda: (lambda c: c if len(c) >= count else None)(
-        ray.get(box.contents.remote(), timeout=10)), timeout=20, message=f"{count} nested refs")
+    def enough():
+        contents = ray.get(box.contents.remote(), timeout=10)
+        return contents if len(contents) >= count else None
+
+    refs = wait_until(enough, timeout=20, message=f"{count} nested refs")
     return [item[0] for item in refs]
 
 
