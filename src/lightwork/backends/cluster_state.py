@@ -99,11 +99,11 @@ class ClusterState:
 
     def refresh_live_states(self) -> None:
         """Live tasks' states (and where they run) from the scheduler, for list_tasks."""
-        from lightwork.backends.cluster import _key_name
+        from lightwork.backends.cluster_worker import key_name
 
         log = self.log
         with log.lock:
-            live = [(task, f"{_key_name(task.record.name)}-{task.record.task_id:x}")
+            live = [(task, f"{key_name(task.record.name)}-{task.record.task_id:x}")
                     for task in log.tasks.values() if not task.actor_id]
         if not live:
             return
