@@ -201,3 +201,67 @@ def test_calls_queued_behind_one_actor_are_actor_bottleneck():
 def test_calls_waiting_for_their_arguments_are_not_queued_on_the_actor():
     """A chain (each call takes the previous result): the wait is for the argument."""
     assert _kinds(_actor_calls(deps_wait=True)) == set()
+
+
+# -- by-value chains: the source says whether the next call takes the last result ------
+CHAIN_PROGRAMS = {
+    # Each call needs the previous result: submitting first is impossible.
+    "x = 0\nfor _ in range(8):\n    x = lightwork.get(step.remote(x))\n": True,
+    "x = 0\nfor _ in range(8):\n    ref = step.remote(x)\n    x = lightwork.get(ref)\n": True,
+    "x = 0\nfor _ in range(8):\n    y = lightwork.get(step.remote(x))\n    x = y * 0.9 + 1\n": True,
+    "x = 0\nwhile x < 8:\n    ref = step.remote(\n        x)\n    x = lightwork.get(\n        ref)\n": True,
+    "w = [0]\nfor _ in range(8):\n    w, loss = lightwork.get(step.remote(w))\n": True,
+    "history = [0]\nfor _ in range(8):\n    history.append(ray.get(step.remote(history[-1])))\n": True,
+    "class A:\n    def run(self):\n        for _ in range(8):\n"
+    "            self.w = ray.get(step.remote(self.w))\n": True,
+    "state = {}\nfor _ in range(8):\n    update(state, get(step.remote(state)))\n": True,
+    # Independent calls, each got before the next is submitted: the classic mistake.
+    "results = []\nfor i in range(8):\n    results.append(lightwork.get(step.remote(i)))\n": False,
+    "total = 0\nfor i in range(8):\n    total += lightwork.get(step.remote(0.05))\n": False,
+    "class A:\n    def run(self):\n        for i in range(8):\n"
+    "            self.out.append(ray.get(step.remote(self.items[i])))\n": False,
+    "for i in range(8):\n    value = ray.get(step.remote(i))\n    print(value)\n": False,
+}
+
+
+@pytest.mark.parametrize("source,dependent", CHAIN_PROGRAMS.items(),
+                         ids=[f"program{n}" for n in range(len(CHAIN_PROGRAMS))])
+def test_the_source_tells_a_by_value_chain_from_independent_calls(tmp_path, source, dependent):
+    from lightwork.diagnostics._chains import feeds_next_call
+
+    path = tmp_path / "program.py"
+    path.write_text(source)
+    lines = source.splitlines()
+    submit = next(n for n, line in enumerate(lines, 1) if ".remote(" in line)
+    get = next(n for n, line in enumerate(lines, 1) if "get(" in line)
+    assert feeds_next_call((str(path), get, "f"), (str(path), submit, "f")) is dependent
+
+
+def test_without_a_loop_or_a_source_the_source_cannot_say(tmp_path):
+    from lightwork.diagnostics._chains import feeds_next_call
+
+    path = tmp_path / "helper.py"
+    path.write_text("def step_once(x):\n    return ray.get(step.remote(x))\n")
+    assert feeds_next_call((str(path), 2, "step_once"), (str(path), 2, "step_once")) is None
+    missing = str(tmp_path / "gone.py")
+    assert feeds_next_call((missing, 3, "f"), (missing, 3, "f")) is None
+    path.write_text("for x in (:\n")  # not Python: no answer, no exception
+    assert feeds_next_call((str(path), 1, "f"), (str(path), 1, "f")) is None
+
+
+def _chain_records_at(path, get_line, submit_line):
+    records = _one_at_a_time(callsite=(str(path), submit_line, "<module>"))
+    spans = _get_chain(records)
+    for span in spans:
+        span.callsite = (str(path), get_line, "<module>")
+    return records, spans
+
+
+def test_a_by_value_chain_is_not_get_in_loop_and_independent_gets_still_are(tmp_path):
+    """``x = get(f.remote(x))``: no ref links the steps, the source does."""
+    chain = tmp_path / "chain.py"
+    chain.write_text("x = 0\nfor _ in range(6):\n    x = ray.get(f.remote(x))\n")
+    assert _kinds(*_chain_records_at(chain, 3, 3)) == set()
+    independent = tmp_path / "independent.py"
+    independent.write_text("out = []\nfor i in range(6):\n    out.append(ray.get(f.remote(i)))\n")
+    assert _kinds(*_chain_records_at(independent, 3, 3)) == {"get-in-loop"}

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork.diagnostics._chains import feeds_next_call
 from lightwork.diagnostics._measure import SlotTime, most_at_once, union
 
 KINDS = (
@@ -142,6 +143,7 @@ class AdviceRules:
         self._now = 0.0  # log time of the current look
         self._get_runs: dict[Any, list[DriverSpan]] = defaultdict(list)
         self._replay_at: float | None = None  # log time of the step being replayed
+        self._chains: dict[tuple[Any, Any], bool] = {}  # (get line, submit line) -> by value
 
     # -- reporting -------------------------------------------------------------------
     def _report(self, finding: Finding, key: Any = None) -> None:
@@ -243,7 +245,10 @@ class AdviceRules:
         idle_slots = self.cpus - busy / wall
         if idle_slots < GET_IN_LOOP_MIN_IDLE:
             return
-        name = self._records[chain[-1].first_task_id].name
+        record = self._records[chain[-1].first_task_id]
+        if self._feeds_next_call(callsite, record.callsite):
+            return  # a by-value chain (x = get(f.remote(x))): each call needs the last result
+        name = record.name
         self._report(Finding(
             "get-in-loop",
             f"get() waited for each {name} task before the next was submitted "
@@ -255,6 +260,17 @@ class AdviceRules:
             "results = lightwork.get(refs)",
             callsite,
         ))
+
+    def _feeds_next_call(self, get_site: Any, submit_site: Any) -> bool:
+        """Whether the loop's next call takes the get's result by value (from the source,
+        once per pair of lines; unknown source: no, the records alone decide)."""
+        if get_site is None or submit_site is None:
+            return False
+        key = (get_site, submit_site)
+        known = self._chains.get(key)
+        if known is None:
+            known = self._chains[key] = bool(feeds_next_call(get_site, submit_site))
+        return known
 
     def _busy_between(self, begin: float, end: float) -> float:
         """Slot-seconds of work done between ``begin`` and ``end``, ended or running."""
