@@ -265,3 +265,92 @@ def test_a_by_value_chain_is_not_get_in_loop_and_independent_gets_still_are(tmp_
     independent = tmp_path / "independent.py"
     independent.write_text("out = []\nfor i in range(6):\n    out.append(ray.get(f.remote(i)))\n")
     assert _kinds(*_chain_records_at(independent, 3, 3)) == {"get-in-loop"}
+
+
+# -- the driver's own work is its CPU time, not its wall time, nor lightwork's copying --
+def _with_driver_cpu(records, per_gap):
+    """The main thread's CPU at each submission: ``per_gap`` seconds used per gap."""
+    for n, record in enumerate(records):
+        record.driver_cpu = 5.0 + n * per_gap
+    return records
+
+
+def test_a_driver_computing_between_submissions_is_serial_driver_by_its_cpu_time():
+    [finding] = _findings(_with_driver_cpu(_serial_submissions(gap=0.2, run=0.15), 0.15))
+    assert finding.kind == "serial-driver"
+    # Four or five gaps (the replay checks as records arrive) of 0.15 s of CPU each,
+    # not the 0.2 s of wall time each gap took.
+    assert finding.evidence["serial_s"] in (pytest.approx(0.6), pytest.approx(0.75))
+
+
+def test_a_sleeping_driver_is_not_serial_driver_work():
+    """The gaps are the driver asleep (or blocked in I/O): its main thread used no CPU."""
+    records = _with_driver_cpu(_serial_submissions(gap=0.2, run=0.15), 0.001)
+    assert _kinds(records) == set()
+
+
+def test_a_driver_kept_off_the_cores_by_other_programs_is_judged_by_the_work_it_did():
+    """A loaded host stretched 0.04 s of work per gap to 0.2 s: 0.2 s of CPU in all,
+    below what is worth a finding; the wall time alone would have said 1 s."""
+    records = _with_driver_cpu(_serial_submissions(gap=0.2, run=0.15), 0.04)
+    assert _kinds(records) == set()
+    assert _kinds(_serial_submissions(gap=0.2, run=0.15)) == {"serial-driver"}
+
+
+def test_big_puts_between_submissions_are_lightworks_copying_not_the_drivers_work():
+    """``ref = put(big_array); f.remote(ref)`` in a loop: the gaps are put() copying."""
+    records = _serial_submissions(gap=0.2, run=0.15)
+    puts = [DriverSpan("put", r.submitted - 0.19, r.submitted - 0.001, 1, 1)
+            for r in records[1:]]
+    assert _kinds(records, puts) == set()
+    # The same with the CPU the copies used on the main thread's clock.
+    assert _kinds(_with_driver_cpu(_serial_submissions(gap=0.2, run=0.15), 0.19), puts) == set()
+
+
+# -- wait-for-slowest: a slow task's own work, not machine load -----------------------
+def _one_slow_among_four(slow_cpu):
+    """Four tasks got at once; one runs 1.5 s, the others 0.05 s."""
+    runs = [0.05, 0.05, 0.05, 1.5]
+    records = [_task(i + 1, T0, T0 + 0.01, T0 + 0.01 + run,
+                     cpu_time=slow_cpu if run > 1 else 0.001)
+               for i, run in enumerate(runs)]
+    span = DriverSpan("get", T0, T0 + 1.52, 4, 1, first_object_id=101,
+                      callsite=("program.py", 30, "<module>"), first_task_id=1,
+                      first_ready=T0 + 0.06, last_ready=T0 + 1.51, shortest=0.06, longest=1.51)
+    return records, [span]
+
+
+def _with_machine(advisor, idle_cores):
+    for n in range(12):
+        advisor.add_machine_sample(T0 - 0.5 + n * 0.25, 1000.0 + n * 0.25 * idle_cores)
+    return advisor
+
+
+def _slowest_kinds(slow_cpu, idle_cores=None):
+    advisor = Advisor(cpus=2, cores=2)
+    if idle_cores is not None:
+        _with_machine(advisor, idle_cores)
+    advisor.feed(*_one_slow_among_four(slow_cpu))
+    return {finding.kind for finding in advisor.findings}
+
+
+def test_a_slow_task_waiting_while_cores_sat_idle_was_slow_by_its_own_work():
+    """A sleeping (or I/O-bound) slow task with idle cores around it: its own time."""
+    assert _slowest_kinds(slow_cpu=0.002, idle_cores=1.4) == {"wait-for-slowest"}
+    assert _slowest_kinds(slow_cpu=0.002) == {"wait-for-slowest"}  # offline: wall times
+
+
+def test_a_slow_task_that_used_no_more_cpu_while_no_core_was_idle_may_be_load():
+    """Equal work stretched by other programs on every core: wait() would not help."""
+    assert _slowest_kinds(slow_cpu=0.002, idle_cores=0.1) == set()
+
+
+def test_a_slow_task_that_computed_is_named_however_busy_the_machine_was():
+    assert _slowest_kinds(slow_cpu=1.2, idle_cores=0.1) == {"wait-for-slowest"}
+
+
+def test_idle_cores_come_from_the_samples_around_the_run():
+    advisor = _with_machine(Advisor(cpus=2, cores=2), idle_cores=1.5)
+    assert advisor._idle_cores_between(T0, T0 + 1.0) == pytest.approx(1.5)
+    assert advisor._idle_cores_between(T0 - 10, T0) is None  # before the first sample
+    assert advisor._idle_cores_between(T0, T0 + 100) is None  # after the last

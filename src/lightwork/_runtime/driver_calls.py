@@ -67,6 +67,9 @@ else:
     _Base = object
 
 
+DRIVER_CPU_SAMPLE_S = 0.005
+
+
 class Countdown:
     """Wakes a blocked caller when ``remaining`` objects have resolved.
 
@@ -100,6 +103,18 @@ class DriverCalls(_Base):
                     raise self.ended_session_error(object_id)
             self._cancel_ids(object_ids, force)
 
+    # When the next submission samples the driver's CPU time (see _sample_driver_cpu).
+    _driver_cpu_due = 0.0
+
+    def _sample_driver_cpu(self, record: TaskRecord, submitted: float) -> None:
+        """Note the main thread's CPU time on ``record`` (at most every
+        ``DRIVER_CPU_SAMPLE_S``: a float compare per task otherwise). The advisor's
+        serial-driver rule reads the driver's own work from it, not from wall time,
+        which a loaded machine or a sleeping driver would stretch."""
+        self._driver_cpu_due = submitted + DRIVER_CPU_SAMPLE_S
+        if threading.get_ident() == threading.main_thread().ident:
+            record.driver_cpu = time.thread_time()
+
     # ------------------------------------------------------------------ the API
     def submit_task(
         self, spec: CallSpec, args: tuple, kwargs: dict, callsite: Any = None
@@ -124,6 +139,8 @@ class DriverCalls(_Base):
                 next(ids) for _ in range(spec.num_returns))
             record = TaskRecord(task_id, spec.name, 0, submitted, arg_size=stored.size,
                                 callsite=callsite, num_cpus=spec.cpus)
+            if submitted >= self._driver_cpu_due:
+                self._sample_driver_cpu(record, submitted)
             if stored.path is not None:
                 record.large_args = large_arguments(args, kwargs)
                 record.copy_s = time.monotonic() - submitted
@@ -157,6 +174,8 @@ class DriverCalls(_Base):
         return_ids = tuple(self.next_object_id() for _ in range(num_returns))
         record = TaskRecord(task_id, name, 0, submitted, arg_size=stored.size,
                             callsite=callsite, actor_id=actor_id)
+        if submitted >= self._driver_cpu_due:
+            self._sample_driver_cpu(record, submitted)
         if stored.path is not None:
             record.large_args = large_arguments(args, kwargs)
             record.copy_s = time.monotonic() - submitted
@@ -273,7 +292,12 @@ class DriverCalls(_Base):
 
     def put(self, value: Any) -> ObjectRef:
         object_id = self.next_object_id()
+        start = time.monotonic()
         stored = serialization.serialize(value, self.store)
+        if stored.path is not None and self.log.enabled:
+            # lightwork's own copying, not the driver's work (the advisor subtracts it).
+            self.log.add_span(DriverSpan("put", start, time.monotonic(), 1,
+                                         threading.get_ident(), object_id))
         self._drain_refs_if_any()
         with self.lock:
             self._check_open()

@@ -65,6 +65,9 @@ class TaskRecord:
     copy_s: float = 0.0  # time .remote() spent copying big arguments (only those: 0 else)
     dep_tasks: tuple[int, ...] = ()  # the tasks making the refs it took as arguments
     yields: tuple[float, ...] = ()  # when a generator task yielded each item
+    # The driver's main-thread CPU time (time.thread_time) when it submitted this task;
+    # sampled at most every DRIVER_CPU_SAMPLE_S of submissions (0.0: not sampled).
+    driver_cpu: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -72,7 +75,8 @@ class TaskRecord:
 
 @dataclass(slots=True)
 class DriverSpan:
-    """The driver (or a worker) blocked in ``get``/``wait`` from ``start`` to ``end``."""
+    """The driver (or a worker) blocked in ``get``/``wait`` from ``start`` to ``end``,
+    or (``kind`` "put") copying a big value into the object store in ``put``."""
 
     kind: str
     start: float

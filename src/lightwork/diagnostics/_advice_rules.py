@@ -61,6 +61,8 @@ PINNED_MIN_BYTES = 256 << 20
 PINNED_MIN_AGE_S = 1.0  # objects ready for less time than this are probably about to be read
 CHAIN_MAX_LOOKUP = 256  # records visited looking for a dependency on the previous get
 SLOWEST_WAVES_SLACK = 1.5  # spread up to this times what running in waves explains is fine
+SLOWEST_OWN_CPU_SHARE = 0.25  # the slowest's extra CPU was this share of its extra time
+SLOWEST_MIN_IDLE_CORES = 0.5  # fewer idle cores than this: a runnable task may have waited
 REPLAY_MAX_STEPS = 200  # a replayed log is checked at most this many times
 
 
@@ -144,6 +146,7 @@ class AdviceRules:
         self._get_runs: dict[Any, list[DriverSpan]] = defaultdict(list)
         self._replay_at: float | None = None  # log time of the step being replayed
         self._chains: dict[tuple[Any, Any], bool] = {}  # (get line, submit line) -> by value
+        self._machine: deque[tuple[float, float]] = deque(maxlen=4096)  # (time, idle core-s)
 
     # -- reporting -------------------------------------------------------------------
     def _report(self, finding: Finding, key: Any = None) -> None:
@@ -378,6 +381,9 @@ class AdviceRules:
         # slowed by a loaded machine spread out too, and wait() would not help them.
         if max(runs) - typical < SLOWEST_SPREAD * active:
             return
+        slowest = max(waited, key=lambda r: r.finished - r.started)
+        if self._maybe_stalled(slowest, waited, typical):
+            return
         self._report(Finding(
             "wait-for-slowest",
             f"get() of {span.object_count} results blocked {blocked:.2f} s while they became "
@@ -390,6 +396,41 @@ class AdviceRules:
             span.callsite,
         ))
 
+    def _maybe_stalled(self, slowest: TaskRecord, waited: list[TaskRecord],
+                       typical: float) -> bool:
+        """Whether machine load, not its own work, may have made ``slowest`` slow.
+
+        Its own work is CPU it used beyond the typical task's, or time it was not
+        runnable (sleeping, I/O). A runnable task waits for a core only while none is
+        idle, so: the extra time was not mostly its own CPU, and the machine's cores were
+        all busy meanwhile (measured; unknown offline: then the wall times decide).
+        """
+        extra = (slowest.finished - slowest.started) - typical
+        typical_cpu = statistics.median(r.cpu_time for r in waited)
+        if slowest.cpu_time - typical_cpu >= SLOWEST_OWN_CPU_SHARE * extra:
+            return False
+        idle = self._idle_cores_between(slowest.started, slowest.finished)
+        return idle is not None and idle < SLOWEST_MIN_IDLE_CORES
+
+    def add_machine_sample(self, at: float, idle_core_s: float) -> None:
+        """The machine's idle core-seconds so far (``/proc/stat``), at log time ``at``."""
+        if not self._machine or at > self._machine[-1][0]:
+            self._machine.append((at, idle_core_s))
+
+    def _idle_cores_between(self, begin: float, end: float) -> float | None:
+        """Idle cores on average over the samples around ``begin``..``end`` (None: no
+        sample at or before ``begin``, or none at or after ``end``)."""
+        before = after = None
+        for sample in self._machine:
+            if sample[0] <= begin:
+                before = sample
+            elif sample[0] >= end:
+                after = sample
+                break
+        if before is None or after is None or after[0] <= before[0]:
+            return None
+        return (after[1] - before[1]) / (after[0] - before[0])
+
     def _check_serial_driver(self, callsite: Any, site: _Site) -> None:
         # Over the last submissions from one call site: the time between the first and
         # the last submission, less the driver's time blocked in get/wait and the time
@@ -401,15 +442,23 @@ class AdviceRules:
         window = sorted(site.recent, key=lambda r: r.submitted)
         first, last = window[0].submitted, window[-1].submitted
         wall = max(r.seen for r in window) - first
-        blocked = 0.0
-        for span in reversed(self._spans):
-            if span.end < first:
-                break
-            blocked += max(0.0, min(span.end, last) - max(span.start, first))
+        blocked = self._blocked_between(first, last)
         copying = sum(r.copy_s for r in window[:-1])  # the last copy is after ``last``
         serial = (last - first) - blocked - copying
         if wall <= 0 or serial < SERIAL_MIN_S or serial / wall < SERIAL_FRACTION:
             return
+        # Wall time is an upper bound of the driver's own work: a driver that slept, or
+        # that other programs kept off the cores, was not working. Where the submissions
+        # carry the main thread's CPU time, the work is at most that CPU time (less the
+        # blocked and copying time, which are lightwork's, at most their wall time).
+        sampled = [r for r in window if r.driver_cpu]
+        if len(sampled) >= 2:
+            begin, end = sampled[0].submitted, sampled[-1].submitted
+            cpu = sampled[-1].driver_cpu - sampled[0].driver_cpu
+            serial = min(serial, cpu - self._blocked_between(begin, end) - sum(
+                r.copy_s for r in sampled[:-1]))
+            if serial < SERIAL_MIN_S or serial / wall < SERIAL_FRACTION:
+                return
         # Submitting first can only overlap the driver's time with these tasks' own work:
         # calls that do next to nothing (polling a progress actor) gain nothing from it.
         work = sum(r.finished - r.started for r in window if r.started)
@@ -431,6 +480,15 @@ class AdviceRules:
             "too), so workers run while the driver computes",
             callsite,
         ))
+
+    def _blocked_between(self, begin: float, end: float) -> float:
+        """The driver's time in get/wait/put spans between ``begin`` and ``end``."""
+        blocked = 0.0
+        for span in reversed(self._spans):
+            if span.end < begin:
+                break
+            blocked += max(0.0, min(span.end, end) - max(span.start, begin))
+        return blocked
 
     def _check_actor_bottleneck(self, actor_id: int, calls: deque[TaskRecord]) -> None:
         if len(calls) < ACTOR_MIN_CALLS or ("actor-bottleneck", actor_id) in self._reported:
