@@ -268,15 +268,17 @@ def test_a_by_value_chain_is_not_get_in_loop_and_independent_gets_still_are(tmp_
 
 
 # -- the driver's own work is its CPU time, not its wall time, nor lightwork's copying --
-def _with_driver_cpu(records, per_gap):
-    """The main thread's CPU at each submission: ``per_gap`` seconds used per gap."""
+def _with_driver_busy(records, per_gap, cpu_share=1.0):
+    """The main thread's time working at each submission: ``per_gap`` seconds per gap,
+    ``cpu_share`` of it on a core (the rest waiting for one)."""
     for n, record in enumerate(records):
-        record.driver_cpu = 5.0 + n * per_gap
+        record.driver_busy = 5.0 + n * per_gap
+        record.driver_cpu = 3.0 + n * per_gap * cpu_share
     return records
 
 
 def test_a_driver_computing_between_submissions_is_serial_driver_by_its_cpu_time():
-    [finding] = _findings(_with_driver_cpu(_serial_submissions(gap=0.2, run=0.15), 0.15))
+    [finding] = _findings(_with_driver_busy(_serial_submissions(gap=0.2, run=0.15), 0.15))
     assert finding.kind == "serial-driver"
     # Four or five gaps (the replay checks as records arrive) of 0.15 s of CPU each,
     # not the 0.2 s of wall time each gap took.
@@ -285,14 +287,15 @@ def test_a_driver_computing_between_submissions_is_serial_driver_by_its_cpu_time
 
 def test_a_sleeping_driver_is_not_serial_driver_work():
     """The gaps are the driver asleep (or blocked in I/O): its main thread used no CPU."""
-    records = _with_driver_cpu(_serial_submissions(gap=0.2, run=0.15), 0.001)
+    records = _with_driver_busy(_serial_submissions(gap=0.2, run=0.15), 0.001)
     assert _kinds(records) == set()
 
 
-def test_a_driver_kept_off_the_cores_by_other_programs_is_judged_by_the_work_it_did():
-    """A loaded host stretched 0.04 s of work per gap to 0.2 s: 0.2 s of CPU in all,
-    below what is worth a finding; the wall time alone would have said 1 s."""
-    records = _with_driver_cpu(_serial_submissions(gap=0.2, run=0.15), 0.04)
+def test_a_driver_mostly_blocked_is_judged_by_the_time_it_worked():
+    """0.04 s of work (running or waiting for a core) per 0.2 s gap, blocked the rest
+    (reading a file, say): 0.2 s in all, below what is worth a finding; the wall time
+    alone would have said 1 s."""
+    records = _with_driver_busy(_serial_submissions(gap=0.2, run=0.15), 0.04)
     assert _kinds(records) == set()
     assert _kinds(_serial_submissions(gap=0.2, run=0.15)) == {"serial-driver"}
 
@@ -304,7 +307,7 @@ def test_big_puts_between_submissions_are_lightworks_copying_not_the_drivers_wor
             for r in records[1:]]
     assert _kinds(records, puts) == set()
     # The same with the CPU the copies used on the main thread's clock.
-    assert _kinds(_with_driver_cpu(_serial_submissions(gap=0.2, run=0.15), 0.19), puts) == set()
+    assert _kinds(_with_driver_busy(_serial_submissions(gap=0.2, run=0.15), 0.19), puts) == set()
 
 
 # -- wait-for-slowest: a slow task's own work, not machine load -----------------------
@@ -354,3 +357,33 @@ def test_idle_cores_come_from_the_samples_around_the_run():
     assert advisor._idle_cores_between(T0, T0 + 1.0) == pytest.approx(1.5)
     assert advisor._idle_cores_between(T0 - 10, T0) is None  # before the first sample
     assert advisor._idle_cores_between(T0, T0 + 100) is None  # after the last
+
+
+def test_the_drivers_busy_clock_counts_work_and_not_sleep():
+    import time
+
+    from lightwork._runtime.driver_calls import _thread_cpu_and_busy_s
+
+    def busy():
+        cpu, busy = _thread_cpu_and_busy_s()
+        assert busy >= cpu > 0
+        return busy
+
+    before = busy()
+    deadline = time.thread_time() + 0.1
+    while time.thread_time() < deadline:
+        pass
+    worked = busy() - before
+    before = busy()
+    time.sleep(0.3)
+    slept = busy() - before
+    assert worked >= 0.1 - 1e-3  # at least its CPU time (more if it waited for a core)
+    assert slept < 0.15  # only the wake-up, however long the sleep
+
+
+def test_a_driver_slowed_by_load_while_computing_is_still_serial_driver():
+    """Other programs kept the driver off its core for most of each gap: its work took
+    longer, it did not vanish; the tasks' work is set against it at full speed."""
+    records = _with_driver_busy(_serial_submissions(gap=0.6, run=0.15), 0.59, cpu_share=0.25)
+    [finding] = _findings(records)
+    assert finding.kind == "serial-driver"

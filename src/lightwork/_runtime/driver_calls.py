@@ -67,7 +67,25 @@ else:
     _Base = object
 
 
-DRIVER_CPU_SAMPLE_S = 0.005
+DRIVER_BUSY_SAMPLE_S = 0.005
+
+
+_schedstat: tuple[int, int] | None = None  # (pid, fd of the main thread's schedstat)
+
+
+def _thread_cpu_and_busy_s() -> tuple[float, float]:
+    """The calling (main) thread's CPU seconds, and its seconds running or ready to run
+    (``schedstat``: CPU time plus time waiting for a core, so a loaded machine stretches
+    the driver's work without hiding it; its CPU time where ``/proc`` has no schedstat)."""
+    global _schedstat
+    try:
+        if _schedstat is None or _schedstat[0] != os.getpid():
+            _schedstat = (os.getpid(), os.open("/proc/thread-self/schedstat", os.O_RDONLY))
+        ran, waited = os.pread(_schedstat[1], 64, 0).split()[:2]
+        return int(ran) / 1e9, (int(ran) + int(waited)) / 1e9
+    except (OSError, ValueError):
+        cpu = time.thread_time()
+        return cpu, cpu
 
 
 class Countdown:
@@ -103,17 +121,17 @@ class DriverCalls(_Base):
                     raise self.ended_session_error(object_id)
             self._cancel_ids(object_ids, force, recursive)
 
-    # When the next submission samples the driver's CPU time (see _sample_driver_cpu).
-    _driver_cpu_due = 0.0
+    # When the next submission samples the driver's CPU time (see _sample_driver_busy).
+    _driver_busy_due = 0.0
 
-    def _sample_driver_cpu(self, record: TaskRecord, submitted: float) -> None:
-        """Note the main thread's CPU time on ``record`` (at most every
-        ``DRIVER_CPU_SAMPLE_S``: a float compare per task otherwise). The advisor's
-        serial-driver rule reads the driver's own work from it, not from wall time,
-        which a loaded machine or a sleeping driver would stretch."""
-        self._driver_cpu_due = submitted + DRIVER_CPU_SAMPLE_S
+    def _sample_driver_busy(self, record: TaskRecord, submitted: float) -> None:
+        """Note on ``record`` how long the main thread has worked (at most every
+        ``DRIVER_BUSY_SAMPLE_S``: a float compare per task otherwise; a sample costs
+        ~2-10 µs). The advisor's serial-driver rule reads the driver's own work from
+        it rather than from wall time, in which a sleeping driver looks busy."""
+        self._driver_busy_due = submitted + DRIVER_BUSY_SAMPLE_S
         if threading.get_ident() == threading.main_thread().ident:
-            record.driver_cpu = time.thread_time()
+            record.driver_cpu, record.driver_busy = _thread_cpu_and_busy_s()
 
     # ------------------------------------------------------------------ the API
     def submit_task(
@@ -139,8 +157,8 @@ class DriverCalls(_Base):
                 next(ids) for _ in range(spec.num_returns))
             record = TaskRecord(task_id, spec.name, 0, submitted, arg_size=stored.size,
                                 callsite=callsite, num_cpus=spec.cpus)
-            if submitted >= self._driver_cpu_due:
-                self._sample_driver_cpu(record, submitted)
+            if submitted >= self._driver_busy_due:
+                self._sample_driver_busy(record, submitted)
             if stored.path is not None:
                 record.large_args = large_arguments(args, kwargs)
                 record.copy_s = time.monotonic() - submitted
@@ -174,8 +192,8 @@ class DriverCalls(_Base):
         return_ids = tuple(self.next_object_id() for _ in range(num_returns))
         record = TaskRecord(task_id, name, 0, submitted, arg_size=stored.size,
                             callsite=callsite, actor_id=actor_id)
-        if submitted >= self._driver_cpu_due:
-            self._sample_driver_cpu(record, submitted)
+        if submitted >= self._driver_busy_due:
+            self._sample_driver_busy(record, submitted)
         if stored.path is not None:
             record.large_args = large_arguments(args, kwargs)
             record.copy_s = time.monotonic() - submitted

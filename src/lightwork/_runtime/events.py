@@ -65,9 +65,11 @@ class TaskRecord:
     copy_s: float = 0.0  # time .remote() spent copying big arguments (only those: 0 else)
     dep_tasks: tuple[int, ...] = ()  # the tasks making the refs it took as arguments
     yields: tuple[float, ...] = ()  # when a generator task yielded each item
-    # The driver's main-thread CPU time (time.thread_time) when it submitted this task;
-    # sampled at most every DRIVER_CPU_SAMPLE_S of submissions (0.0: not sampled).
-    driver_cpu: float = 0.0
+    # The driver's main thread's time so far running or ready to run (CPU time plus
+    # waiting for a core: what it spent working) when it submitted this task; sampled
+    # at most every DRIVER_BUSY_SAMPLE_S of submissions (0.0: not sampled).
+    driver_busy: float = 0.0
+    driver_cpu: float = 0.0  # ... and of that, its CPU time alone
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -447,22 +447,27 @@ class AdviceRules:
         serial = (last - first) - blocked - copying
         if wall <= 0 or serial < SERIAL_MIN_S or serial / wall < SERIAL_FRACTION:
             return
-        # Wall time is an upper bound of the driver's own work: a driver that slept, or
-        # that other programs kept off the cores, was not working. Where the submissions
-        # carry the main thread's CPU time, the work is at most that CPU time (less the
-        # blocked and copying time, which are lightwork's, at most their wall time).
-        sampled = [r for r in window if r.driver_cpu]
+        # Wall time is an upper bound of the driver's own work: a driver that slept was
+        # not working. Where the submissions carry how long the main thread ran or was
+        # ready to run (``driver_busy``: its CPU time plus its waits for a core, which a
+        # loaded machine adds to real work), the work is at most that, less the blocked
+        # and copying time, which are lightwork's (at most their wall time).
+        sampled = [r for r in window if r.driver_busy]
+        at_full_speed = serial
         if len(sampled) >= 2:
             begin, end = sampled[0].submitted, sampled[-1].submitted
-            cpu = sampled[-1].driver_cpu - sampled[0].driver_cpu
-            serial = min(serial, cpu - self._blocked_between(begin, end) - sum(
+            busy = sampled[-1].driver_busy - sampled[0].driver_busy
+            serial = min(serial, busy - self._blocked_between(begin, end) - sum(
                 r.copy_s for r in sampled[:-1]))
             if serial < SERIAL_MIN_S or serial / wall < SERIAL_FRACTION:
                 return
-        # Submitting first can only overlap the driver's time with these tasks' own work:
+            # What that work would take on a core of its own (its CPU share of it).
+            cpu = sampled[-1].driver_cpu - sampled[0].driver_cpu
+            at_full_speed = serial * min(1.0, cpu / busy) if busy > 0 else serial
+        # Submitting first can only overlap the driver's work with these tasks' own work:
         # calls that do next to nothing (polling a progress actor) gain nothing from it.
         work = sum(r.finished - r.started for r in window if r.started)
-        if work < SERIAL_MIN_WORK_SHARE * serial:
+        if work < SERIAL_MIN_WORK_SHARE * at_full_speed:
             return
         busy = self._busy_between(first, first + wall)
         utilization = busy / (self.cpus * wall)
