@@ -22,7 +22,7 @@ submits in its group (any bundle, capturing in turn) unless they name a strategy
 themselves. Given to an actor, it does the same for the tasks and actors its methods
 make: the actor's worker keeps the actor's shape (``Worker.placed_in``, sent with
 ``ACTOR_INIT``) because its calls carry none. ``get_current_placement_group()`` works
-inside tasks and actors. Not done: GPU ids for GPU bundles.
+inside tasks and actors. A GPU bundle's calls get the bundle's own GPU ids.
 
 A group belongs to its session: after ``shutdown()``, using an old group (in a strategy,
 ``ready()``, ``remove_placement_group``, ``placement_group_table``) raises
@@ -246,8 +246,8 @@ def _check_bundles(bundles: Any) -> list[dict[str, float]]:
                 raise TypeError(f"bundle {index}: resource names are strings, got {resource!r}")
             if isinstance(amount, bool) or not isinstance(amount, numbers.Real) or amount < 0:
                 raise ValueError(f"bundle {index}: {resource} must be a number >= 0, got {amount!r}")
-            if resource == "memory" or not amount:
-                continue  # memory is not a scheduled resource here (as for tasks)
+            if not amount:
+                continue
             clean[resource] = float(amount)
         if not clean:
             raise ValueError(f"bundle {index} ({bundle}) reserves nothing: a bundle needs at "
