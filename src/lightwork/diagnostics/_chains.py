@@ -91,9 +91,10 @@ def _covers(node: ast.AST, line: int) -> bool:
 def _innermost_loop(tree: ast.Module, *lines: int) -> ast.AST | None:
     best = None
     for node in ast.walk(tree):
-        if isinstance(node, _LOOPS) and all(_covers(node, line) for line in lines):
-            if best is None or node.lineno >= best.lineno:
-                best = node  # a loop inside another starts on a later line (or the same)
+        # A loop inside another starts on a later line (or the same).
+        if isinstance(node, _LOOPS) and all(_covers(node, line) for line in lines) and (
+                best is None or node.lineno >= best.lineno):
+            best = node
     return best
 
 
@@ -158,6 +159,17 @@ def _reads(expr: ast.AST, tainted: set[str], source_ids: set[int]) -> bool:
     return any(_reads(child, tainted, source_ids) for child in ast.iter_child_nodes(expr))
 
 
+def _assignment(node: ast.AST) -> tuple[ast.AST, list[ast.AST]] | None:
+    """(the value read, the targets it goes to) of a statement that binds names."""
+    if isinstance(node, ast.Assign):
+        return node.value, list(node.targets)
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+        return node.value, [node.target]
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return node.iter, [node.target]
+    return None
+
+
 def _tainted_paths(loop: ast.AST, source_ids: set[int]) -> set[str]:
     """The access paths holding something computed from the get's result in ``loop``."""
     tainted: set[str] = set()
@@ -169,15 +181,9 @@ def _tainted_paths(loop: ast.AST, source_ids: set[int]) -> set[str]:
         changed = False
         for node in nodes:
             made: list[str] = []
-            if isinstance(node, ast.Assign) and _reads(node.value, tainted, source_ids):
-                made = [path for target in node.targets for path in _target_paths(target)]
-            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None \
-                    and _reads(node.value, tainted, source_ids):
-                made = _target_paths(node.target)
-            elif isinstance(node, ast.NamedExpr) and _reads(node.value, tainted, source_ids):
-                made = _target_paths(node.target)
-            elif isinstance(node, (ast.For, ast.AsyncFor)) and _reads(node.iter, tainted, source_ids):
-                made = _target_paths(node.target)
+            flow = _assignment(node)
+            if flow is not None and _reads(flow[0], tainted, source_ids):
+                made = [path for target in flow[1] for path in _target_paths(target)]
             elif isinstance(node, ast.Call) and any(
                     _reads(argument, tainted, source_ids) for argument in _arguments(node)):
                 # Whatever the call is handed together with the value may now hold it.
