@@ -399,3 +399,16 @@ def test_calls_queued_on_each_of_several_busy_actors_are_no_bottleneck():
         record.actor_id = 6
     assert _kinds(first + second) == set()
     assert _kinds(first) == {"actor-bottleneck"}
+
+
+def test_a_saved_log_carries_the_machines_idle_time_to_the_offline_rules():
+    from lightwork.diagnostics._measure import plain
+    from lightwork.diagnostics.advisor import analyse
+
+    records, spans = _one_slow_among_four(slow_cpu=0.002)
+    data = {"cpus": 2, "cores": 2, "tasks": [plain(r) for r in records],
+            "spans": [plain(s) for s in spans],
+            "machine": [[T0 - 0.5 + n * 0.25, 1000.0 + n * 0.025] for n in range(12)]}
+    assert analyse(data) == []  # 0.1 idle cores: the slow task may have been kept off them
+    del data["machine"]  # a file from before the samples: the wall times decide
+    assert [finding.kind for finding in analyse(data)] == ["wait-for-slowest"]

@@ -304,6 +304,10 @@ def analysis_input(node: Any, tasks: list[TaskRecord],
                    spans: list[DriverSpan]) -> dict[str, Any]:
     """What :func:`analyse` needs to re-run the rules later, as plain JSON-able data."""
     advisor = node.advisor
+    machine: list[list[float]] = []
+    if advisor is not None:
+        with advisor._lock:  # its thread appends meanwhile
+            machine = [list(sample) for sample in advisor._machine]
     return {
         "cpus": float(node.scheduler.total.get("CPU", 1.0)),
         "cores": os.cpu_count() or 1,
@@ -313,7 +317,7 @@ def analysis_input(node: Any, tasks: list[TaskRecord],
         "tasks": [plain(record) for record in tasks],
         "spans": [plain(span) for span in spans],
         # The machine's idle cores over time: wait-for-slowest tells load from work by it.
-        "machine": [list(sample) for sample in advisor._machine] if advisor is not None else [],
+        "machine": machine,
     }
 
 
