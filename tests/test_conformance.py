@@ -385,13 +385,79 @@ def test_an_actor_whose_worker_is_killed_is_dead_and_nothing_hangs(backend):
         lightwork.get(actor.pid.remote(), timeout=40)
 
 
-@gap("distributed", "max_restarts is not implemented on the distributed backend yet")
-def test_an_actor_with_max_restarts_comes_back_after_its_worker_dies(backend, wait_until):
-    actor = Pid.options(max_restarts=1).remote()
+@lightwork.remote
+class Restartable:
+    """Records each run of its constructor (its pid) in ``directory``."""
+
+    def __init__(self, directory):
+        count_attempt(directory)
+
+    def pid(self):
+        return os.getpid()
+
+    def pid_after(self, started, gate):
+        open(started, "w").close()
+        wait_for_file(gate, 30)
+        return os.getpid()
+
+
+def test_an_actor_with_max_restarts_comes_back_after_its_worker_dies(backend, tmp_path,
+                                                                     wait_until):
+    actor = Restartable.options(max_restarts=1).remote(str(tmp_path))
     first = lightwork.get(actor.pid.remote(), timeout=20)
     os.kill(first, signal.SIGKILL)
     second = wait_until(lambda: _pid_or_none(actor), timeout=40, message="the restart")
     assert second != first
+    assert attempts(str(tmp_path)) == [first, second]  # its constructor ran again
+    os.kill(second, signal.SIGKILL)  # its one restart is used: this loss is final
+    died = wait_until(lambda: _death_of(actor), timeout=40, message="the final death")
+    assert "max_restarts" in str(died)
+    assert len(attempts(str(tmp_path))) == 2
+    if backend == "distributed":
+        assert lightwork._api._core().actor_restarts(actor._ref.id) == 1
+
+
+def test_an_actor_without_restarts_is_not_rebuilt_behind_our_back(backend, tmp_path):
+    actor = Restartable.remote(str(tmp_path))
+    pid = lightwork.get(actor.pid.remote(), timeout=20)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(exceptions.ActorDiedError):
+        lightwork.get(actor.pid.remote(), timeout=40)
+    with pytest.raises(exceptions.ActorDiedError):
+        lightwork.get(actor.pid.remote(), timeout=40)
+    assert attempts(str(tmp_path)) == [pid]
+
+
+@pytest.mark.parametrize("max_task_retries", [0, 1])
+def test_a_call_in_flight_when_the_actor_dies(backend, tmp_path, wait_until,
+                                              max_task_retries):
+    """Ray's semantics: the call fails with ActorDiedError unless max_task_retries lets
+    it run again on the restarted actor."""
+    actor = Restartable.options(max_restarts=1, max_task_retries=max_task_retries).remote(
+        str(tmp_path))
+    first = lightwork.get(actor.pid.remote(), timeout=20)
+    started, gate = str(tmp_path / "started"), str(tmp_path / "gate")
+    in_flight = actor.pid_after.remote(started, gate)
+    wait_until(lambda: os.path.exists(started), timeout=20, message="the call to start")
+    os.kill(first, signal.SIGKILL)
+    open(gate, "w").close()
+    if max_task_retries:
+        second = lightwork.get(in_flight, timeout=40)
+    else:
+        with pytest.raises(exceptions.ActorDiedError, match="max_task_retries"):
+            lightwork.get(in_flight, timeout=40)
+        second = wait_until(lambda: _pid_or_none(actor), timeout=40, message="the restart")
+    assert second != first
+    assert attempts(str(tmp_path)) == [first, second]
+
+
+def _death_of(actor):
+    """The ActorDiedError a call to ``actor`` raises, or None while it answers."""
+    try:
+        lightwork.get(actor.pid.remote(), timeout=20)
+    except exceptions.ActorDiedError as died:
+        return died
+    return None
 
 
 def _pid_or_none(actor):
