@@ -215,7 +215,8 @@ class ActorCalls:
         if actor.max_restarts:  # watch its worker once it is placed
             future.add_done_callback(lambda _f, owned=owned: self._watch(owned, 0))
         if self.recorder is not None:
-            self.recorder.actor_created(actor.actor_id, actor.class_name)
+            self.recorder.actor_created(actor.actor_id, actor.class_name, actor.name, namespace,
+                                        actor.detached, actor.max_concurrency)
         if actor.name is not None:
             # The scheduler's datasets are the cluster's directory: whoever knows the name
             # finds the actor, and a published actor outlives this client (detached).

@@ -101,6 +101,13 @@ class TaskSubmission:
                 f"a per-task runtime_env ({spec.name})",
                 "set the environment on the cluster's workers (dask worker's environment "
                 "or a WorkerPlugin), or run the task without runtime_env")
+        if spec.max_calls:
+            # A Dask worker runs many tasks in one long-lived process: it cannot exit
+            # after N calls of one function.
+            raise unsupported(
+                f"max_calls ({spec.name}, max_calls={spec.max_calls})",
+                "declare the function without max_calls, or run the leaking work in an "
+                "actor that you kill and create again")
         if spec.stream:
             raise unsupported(
                 f"a generator task ({spec.name}, num_returns='streaming')",
