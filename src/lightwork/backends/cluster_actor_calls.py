@@ -66,12 +66,13 @@ def _actor_dataset(name: str, namespace: str | None) -> str:
 
 
 def _has_runtime_env(blob: bytes) -> bool:
-    """Whether an actor class's payload carries a runtime_env (``ActorClassWithEnv``)."""
-    if b"ActorClassWithEnv" not in blob[:128]:  # the wrapper's class leads its pickle
-        return False
-    from lightwork._runtime.runtime_env import ActorClassWithEnv
+    """Whether an actor class's payload carries a runtime_env: it is then a pickled call of
+    ``runtime_env.load_actor_class``, named first in its pickle (never unpickled here:
+    that would apply the env to this process)."""
+    return _ENV_LOADER in blob[:96]
 
-    return isinstance(cloudpickle.loads(blob), ActorClassWithEnv)
+
+_ENV_LOADER = b"lightwork._runtime.runtime_env\x94\x8c\x10load_actor_class"
 
 
 class ActorCall:
@@ -165,6 +166,14 @@ class ActorCalls:
         """How many times this process restarted the actor (0 if it does not own it)."""
         owned = self._owned.get(actor_id)
         return owned.restarts if owned is not None else 0
+
+    def actor_lifecycle(self, actor_id: int) -> tuple[int, int, bool, str]:
+        """(restarts, max_restarts, restarting now, why dead for good or "") of an actor
+        this process owns; (0, 0, False, "") for one it does not."""
+        owned = self._owned.get(actor_id)
+        if owned is None:
+            return 0, 0, False, ""
+        return owned.restarts, owned.max_restarts, owned.restarting, owned.dead
 
     # -- creation ----------------------------------------------------------------------------
     def create_actor(self, actor: Any, blob: bytes) -> None:
