@@ -387,3 +387,15 @@ def test_a_driver_slowed_by_load_while_computing_is_still_serial_driver():
     records = _with_driver_busy(_serial_submissions(gap=0.6, run=0.15), 0.59, cpu_share=0.25)
     [finding] = _findings(records)
     assert finding.kind == "serial-driver"
+
+
+def test_calls_queued_on_each_of_several_busy_actors_are_no_bottleneck():
+    """multiprocessing.Pool's map queues its chunks on every process at once: each
+    actor has a queue, but every slot is busy."""
+    first = _actor_calls(deps_wait=False)
+    second = _actor_calls(deps_wait=False)
+    for record in second:
+        record.task_id += 100
+        record.actor_id = 6
+    assert _kinds(first + second) == set()
+    assert _kinds(first) == {"actor-bottleneck"}

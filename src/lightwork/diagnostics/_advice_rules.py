@@ -513,10 +513,12 @@ class AdviceRules:
         end = max(r.finished for r in records)
         if busy < ACTOR_MIN_UTILIZATION * (end - min(r.started for r in records)):
             return  # the actor itself was often idle: not the bottleneck
-        # Were task slots idle meanwhile? Few plain tasks ran during those calls.
+        # Were task slots idle meanwhile? Little else ran during those calls: tasks and
+        # other actors' calls (a pool of busy actors, each with its queue, is no
+        # bottleneck: multiprocessing.Pool's map queues chunks on every process).
         task_time = sum(
             min(r.finished, end) - max(r.started, begin) for r in self._recent
-            if not r.actor_id and r.started and r.finished > begin and r.started < end
+            if r.actor_id != actor_id and r.started and r.finished > begin and r.started < end
         )
         idle_slots = self.cpus - 1 - task_time / max(end - begin, 1e-9)
         if idle_slots < 1:
