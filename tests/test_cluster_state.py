@@ -230,6 +230,8 @@ def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_pa
         assert listed.returncode == 0, listed.stderr
     assert "Tally" in command(driver, "list", "actors").stdout
     assert "square" in command(driver, "summary", "tasks").stdout
+    advice = command(driver, "advise", "--format", "json")
+    assert advice.returncode == 0 and isinstance(json.loads(advice.stdout), list), advice.stderr
     memory = command(driver, "memory")
     assert memory.returncode == 0 and "(put)" in memory.stdout, memory.stderr
 
