@@ -355,7 +355,15 @@ def dependent_chain_by_value():
     for _ in range(6):
         improved = lightwork.get(newton_step.remote(y))
         y = 0.5 * (y + improved)  # damped: the next argument is computed from the result
+
+    def refine(estimate):  # the step in a function of its own, called in the loop
+        return lightwork.get(newton_step.remote(estimate))
+
+    z = 3.0
+    for _ in range(6):
+        z = refine(z)
     assert abs(x - math.sqrt(2)) < 1e-12 and abs(y - math.sqrt(2)) < 0.1
+    assert abs(z - math.sqrt(2)) < 1e-6
 
 
 def put_once_pipeline_with_large_arrays():

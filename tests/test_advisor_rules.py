@@ -237,6 +237,22 @@ def test_the_source_tells_a_by_value_chain_from_independent_calls(tmp_path, sour
     assert feeds_next_call((str(path), get, "f"), (str(path), submit, "f")) is dependent
 
 
+def test_a_step_function_called_in_a_loop_is_followed_to_its_caller(tmp_path):
+    from lightwork.diagnostics._chains import feeds_next_call
+
+    step = "def step_once(x):\n    return ray.get(step.remote(x))\n"
+    site = ("", 2, "step_once")
+    path = tmp_path / "chain.py"
+    path.write_text(step + "x = 0\nfor _ in range(8):\n    x = step_once(x) + 1\n")
+    assert feeds_next_call((str(path), *site[1:]), (str(path), *site[1:])) is True
+    path = tmp_path / "independent.py"
+    path.write_text(step + "out = []\nfor i in range(8):\n    out.append(step_once(i))\n")
+    assert feeds_next_call((str(path), *site[1:]), (str(path), *site[1:])) is False
+    path = tmp_path / "helper.py"  # never called in a loop here: the source cannot say
+    path.write_text(step)
+    assert feeds_next_call((str(path), *site[1:]), (str(path), *site[1:])) is None
+
+
 def test_without_a_loop_or_a_source_the_source_cannot_say(tmp_path):
     from lightwork.diagnostics._chains import feeds_next_call
 
@@ -399,3 +415,16 @@ def test_calls_queued_on_each_of_several_busy_actors_are_no_bottleneck():
         record.actor_id = 6
     assert _kinds(first + second) == set()
     assert _kinds(first) == {"actor-bottleneck"}
+
+
+def test_a_saved_log_carries_the_machines_idle_time_to_the_offline_rules():
+    from lightwork.diagnostics._measure import plain
+    from lightwork.diagnostics.advisor import analyse
+
+    records, spans = _one_slow_among_four(slow_cpu=0.002)
+    data = {"cpus": 2, "cores": 2, "tasks": [plain(r) for r in records],
+            "spans": [plain(s) for s in spans],
+            "machine": [[T0 - 0.5 + n * 0.25, 1000.0 + n * 0.025] for n in range(12)]}
+    assert analyse(data) == []  # 0.1 idle cores: the slow task may have been kept off them
+    del data["machine"]  # a file from before the samples: the wall times decide
+    assert [finding.kind for finding in analyse(data)] == ["wait-for-slowest"]

@@ -30,8 +30,8 @@ Fields mean what they mean locally; where the cluster differs:
   There is no object store or shared memory of lightwork's: those sums are 0 and
   ``store`` is None.
 * Actors are those this driver created (a named actor made by another driver is found
-  with ``get_actor``, not listed). ``restarts`` is always 0 (``max_restarts`` is not
-  supported on this backend).
+  with ``get_actor``, not listed). ``restarts`` and ``RESTARTING`` come from the
+  driver, which owns its actors' restarts (``cluster_actor_calls``).
 """
 
 from __future__ import annotations
@@ -186,6 +186,11 @@ class ClusterState:
             fact = facts["tasks"].get(future.key) if future is not None else None
             where = (fact["who_has"] or [fact["processing_on"]])[0] if fact else None
             state, cause = _actor_state(backend, actor_id, future)
+            restarts, max_restarts, restarting, dead = backend.actor_lifecycle(actor_id)
+            if restarting:
+                state, cause = "RESTARTING", None
+            elif dead:
+                state, cause = "DEAD", dead
             worker = facts["workers"].get(where) if where else None
             queued = live.get(actor_id, 0)
             running = min(queued, info["max_concurrency"]) if state == "ALIVE" else 0
@@ -194,7 +199,7 @@ class ClusterState:
                 "name": info["name"], "namespace": info["namespace"], "state": state,
                 "pid": worker["pid"] if worker else None,
                 "worker_id": rows_of.get(where) if where else None, "address": where,
-                "restarts": 0, "max_restarts": 0, "running": running,
+                "restarts": restarts, "max_restarts": max_restarts, "running": running,
                 "queued": queued - running, "waiting_in_get": 0, "deadlocks": 0,
                 "calls_done": done.get(actor_id, 0), "methods_running": [],
                 "max_concurrency": info["max_concurrency"], "detached": info["detached"],
