@@ -175,7 +175,12 @@ def test_resource_profiler_reads_each_workers_own_usage(cluster):
     for address in addresses:
         samples = rprof.per_worker[address]
         assert all(s.mem > 10 for s in samples)  # a Python process's RSS, in MB
-        assert max(s.cpu for s in samples) > 30  # it spun for 0.6 s of CPU
+        # CPU % integrated over the samples' intervals is the CPU time the worker used,
+        # whatever the load on the machine: each spun for 0.6 s of CPU.
+        times = [rprof.start_time] + [s.time for s in samples]
+        cpu_seconds = sum(s.cpu / 100 * (t - before)
+                          for s, t, before in zip(samples, times[1:], times))
+        assert 0.45 < cpu_seconds < 0.6 + 0.1 * (times[-1] - times[0]) + 0.5, cpu_seconds
     last = rprof.results[-1]
     assert last.mem == pytest.approx(sum(v[-1].mem for v in rprof.per_worker.values()))
 

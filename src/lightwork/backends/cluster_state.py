@@ -22,7 +22,8 @@ Fields mean what they mean locally; where the cluster differs:
   the ``pid``/``worker_id`` of their worker.
 * Live task states come from the scheduler: ``waiting`` (for an argument) is
   ``PENDING_ARGS_AVAIL``, ``processing`` is ``RUNNING``, other pre-run states are
-  ``PENDING_NODE_ASSIGNMENT``. An actor call is ``SUBMITTED_TO_WORKER`` until its report
+  ``PENDING_NODE_ASSIGNMENT`` (for the oldest ``MAX_REFRESHED`` live tasks; later ones
+  show ``SUBMITTED_TO_WORKER``). An actor call is ``SUBMITTED_TO_WORKER`` until its report
   arrives (calls bypass the scheduler).
 * Objects are the refs this driver holds, with their size and the workers holding them
   (``location``: ``"worker tcp://…"``); the driver does not see refs held inside tasks.
@@ -35,12 +36,14 @@ Fields mean what they mean locally; where the cluster differs:
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections import Counter
 from typing import Any
 
 ALIVE_STATUSES = ("running", "paused", "init")
+MAX_REFRESHED = 20_000  # live tasks whose state one listing asks the scheduler for
 
 
 def scheduler_facts(dask_scheduler: Any = None, keys: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -102,9 +105,10 @@ class ClusterState:
         from lightwork.backends.cluster_worker import key_name
 
         log = self.log
-        with log.lock:
+        with log.lock:  # the oldest first, as listed; at most MAX_REFRESHED per listing
             live = [(task, f"{key_name(task.record.name)}-{task.record.task_id:x}")
-                    for task in log.tasks.values() if not task.actor_id]
+                    for task in itertools.islice(log.tasks.values(), MAX_REFRESHED)
+                    if not task.actor_id]
         if not live:
             return
         facts = self._facts(tuple(key for _, key in live))
