@@ -327,11 +327,11 @@ def test_big_puts_between_submissions_are_lightworks_copying_not_the_drivers_wor
 
 
 # -- wait-for-slowest: a slow task's own work, not machine load -----------------------
-def _one_slow_among_four(slow_cpu):
+def _one_slow_among_four(slow_cpu, typical_cpu=0.001):
     """Four tasks got at once; one runs 1.5 s, the others 0.05 s."""
     runs = [0.05, 0.05, 0.05, 1.5]
     records = [_task(i + 1, T0, T0 + 0.01, T0 + 0.01 + run,
-                     cpu_time=slow_cpu if run > 1 else 0.001)
+                     cpu_time=slow_cpu if run > 1 else typical_cpu)
                for i, run in enumerate(runs)]
     span = DriverSpan("get", T0, T0 + 1.52, 4, 1, first_object_id=101,
                       callsite=("program.py", 30, "<module>"), first_task_id=1,
@@ -345,11 +345,11 @@ def _with_machine(advisor, idle_cores):
     return advisor
 
 
-def _slowest_kinds(slow_cpu, idle_cores=None):
+def _slowest_kinds(slow_cpu, idle_cores=None, typical_cpu=0.001):
     advisor = Advisor(cpus=2, cores=2)
     if idle_cores is not None:
         _with_machine(advisor, idle_cores)
-    advisor.feed(*_one_slow_among_four(slow_cpu))
+    advisor.feed(*_one_slow_among_four(slow_cpu, typical_cpu))
     return {finding.kind for finding in advisor.findings}
 
 
@@ -366,6 +366,12 @@ def test_a_slow_task_that_used_no_more_cpu_while_no_core_was_idle_may_be_load():
 
 def test_a_slow_task_that_computed_is_named_however_busy_the_machine_was():
     assert _slowest_kinds(slow_cpu=1.2, idle_cores=0.1) == {"wait-for-slowest"}
+    # Every task got a tenth of a core (a loaded machine): the slow one did 30 times
+    # the typical work, its own, though its CPU is a tenth of its extra time.
+    assert _slowest_kinds(slow_cpu=0.15, idle_cores=0.0, typical_cpu=0.005) == {
+        "wait-for-slowest"}
+    # The same share, the same work as the others: kept off the cores, not its own.
+    assert _slowest_kinds(slow_cpu=0.005, idle_cores=0.0, typical_cpu=0.005) == set()
 
 
 def test_idle_cores_come_from_the_samples_around_the_run():
