@@ -216,6 +216,7 @@ class DriverCalls(_Base):
             group = scheduler.remove_group(args[0])
             if group is None:
                 raise ValueError(f"no placement group with id {args[0]} in this session")
+            self.gpus.remove_group(group.hex)
             removed = scheduler.removed_names
             self._feasible_shapes = {shape for shape in self._feasible_shapes
                                      if not any(name in removed for name, _ in shape)}
