@@ -220,6 +220,7 @@ def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_pa
 
     table = command(driver, "status")
     assert table.returncode == 0 and "workers    2" in table.stdout, table.stdout + table.stderr
+    assert f"cluster    {cluster.address}" in table.stdout
 
     workers = command(driver, "list", "workers", "--format", "json")
     rows = json.loads(workers.stdout)
