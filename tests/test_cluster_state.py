@@ -138,6 +138,21 @@ def test_listings_mean_what_they_mean_locally(connected, tmp_path):
     assert lightwork.get(waiting) == 50_000
 
 
+@lightwork.remote
+def lists_from_a_task():
+    try:
+        lightwork.state.list_tasks()
+    except exceptions.UnsupportedOnBackend as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_the_state_api_inside_a_task_says_where_to_call_it(connected):
+    message = lightwork.get(lists_from_a_task.remote())
+    assert "inside a task is not supported on the distributed backend" in message
+    assert "from the driver" in message
+
+
 def test_a_killed_actor_is_listed_dead(connected):
     counter = Counter.remote()
     assert lightwork.get(counter.bump.remote()) == 1
