@@ -32,7 +32,6 @@ them (the page says when there are more).
 from __future__ import annotations
 
 import array
-import base64
 import bisect
 import functools
 import itertools
@@ -42,7 +41,14 @@ import time
 from collections import deque
 from typing import Any
 
-from lightwork.dashboard.feed import FLOAT_COLUMNS, INT_COLUMNS
+from lightwork.dashboard.wire import (
+    FLOAT_COLUMNS,
+    INT_COLUMNS,
+    NAME_CODE,
+    ROW_BYTES,
+    STATE_CODE,
+    attached_size,
+)
 
 MAX_STREAM_SPANS = 4_000
 MAX_PAGE_SIZE = 200
@@ -110,8 +116,9 @@ class Mirror:
         self.progress: list[dict[str, Any]] = []
 
     # ---------------------------------------------------------------- applying syncs
-    def apply(self, reply: dict[str, Any]) -> int:
-        """Take one sync reply in; return how many task records it carried."""
+    def apply(self, reply: dict[str, Any], attached: bytes = b"") -> int:
+        """Take one sync reply in (with the bytes attached to it, ``wire``'s layout);
+        return how many task records it carried."""
         with self.lock:
             self.session = reply["session"]
             self.base, self.base_wall = reply["base"], reply["base_wall"]
@@ -122,7 +129,7 @@ class Mirror:
             self.lost += int(tasks["lost"])
             count = int(tasks["count"])
             if count:
-                self._add_tasks(tasks)
+                self._add_tasks(tasks, attached)
             self.task_cursor = int(tasks["cursor"])
             spans = reply["spans"]
             self.driver_spans.extend(spans["rows"])
@@ -163,33 +170,43 @@ class Mirror:
                 self.end_reason = reason
                 self.generation += 1
 
-    def _add_tasks(self, tasks: dict[str, Any]) -> None:
+    def _add_tasks(self, tasks: dict[str, Any], attached: bytes) -> None:
         first = len(self.state_of)
-        packed = base64.b64decode(tasks["rows"])
-        # Rows of ROW_FORMAT: read the buffer once as doubles and once as int64s, and take
+        count = int(tasks["count"])
+        if len(attached) != attached_size(count):
+            raise ValueError(f"a sync's attached records ({len(attached)} bytes) do not match "
+                             f"its count ({count})")
+        rows_end = count * ROW_BYTES
+        # Rows of ROW_FORMAT: read the rows once as doubles and once as int64s, and take
         # each column with a strided slice (in C).
         width = len(self.floats) + len(self.ints)
-        if len(packed) != 8 * width * int(tasks["count"]):
-            raise ValueError("a sync's packed rows do not match its count")
         as_floats, as_ints = array.array("d"), array.array("q")
-        as_floats.frombytes(packed)
-        as_ints.frombytes(packed)
+        as_floats.frombytes(attached[:rows_end])
+        as_ints.frombytes(attached[:rows_end])
         for k, float_column in enumerate(self.floats.values()):  # FLOAT_COLUMNS order
             float_column.extend(as_floats[k::width])
         for k, int_column in enumerate(self.ints.values(), start=len(self.floats)):
             int_column.extend(as_ints[k::width])
-        name_index, state_index = self._name_index, self._state_index
-        names = [name_index[n] if n in name_index else self._intern_name(n)
-                 for n in tasks["names"]]
-        states = [state_index[s] if s in state_index else self._intern_state(s)
-                  for s in tasks["states"]]
-        self.name_of.extend(names)
-        self.state_of.extend(states)
-        self.retries.extend(tasks["retries"])
+        name_codes = array.array(NAME_CODE, attached[rows_end:rows_end + 4 * count])
+        state_codes = array.array(STATE_CODE, attached[rows_end + 4 * count:])
+        # The reply's tables, as positions in ours (new names and states are added).
+        names = [self._name_index.get(n) if n in self._name_index else self._intern_name(n)
+                 for n in map(str, tasks["names"])]
+        states = [self._state_index.get(n) if n in self._state_index else self._intern_state(n)
+                  for n in map(str, tasks["states"])]
+        try:
+            self.name_of.extend(map(names.__getitem__, name_codes))
+            self.state_of.extend(map(states.__getitem__, state_codes))
+        except IndexError:
+            raise ValueError("a sync's name or state code is outside its table") from None
+        self.retries.extend(array.array("i", bytes(4 * count)))  # zeros; sparse below
+        for i, n in tasks.get("retries", ()):
+            self.retries[first + int(i)] = int(n)
         for i, text in tasks["errors"]:
             self.errors[first + int(i)] = str(text)
         self._account(first)
-        for state_name, n in _count(tasks["states"]).items():
+        for code, n in _count(state_codes).items():
+            state_name = tasks["states"][code]
             self.ended_counts[state_name] = self.ended_counts.get(state_name, 0) + n
 
     def _intern_name(self, name: str) -> int:

@@ -63,8 +63,8 @@ import urllib.parse
 from typing import Any
 
 from lightwork._runtime import control
-from lightwork.dashboard.feed import DEFAULT_MAX_RECORDS
 from lightwork.dashboard.mirror import Mirror
+from lightwork.dashboard.wire import DEFAULT_MAX_RECORDS
 
 DEFAULT_PORT = 8265  # Ray's dashboard port, so muscle memory works
 PORT_TRIES = 20
@@ -204,16 +204,17 @@ class DashboardServer:
         with self._sync_lock:
             try:
                 total = 0
-                while True:
-                    reply = control.request(self.socket_path, "dashboard_sync", {
-                        "task_cursor": self.mirror.task_cursor,
-                        "span_cursor": self.mirror.span_cursor,
-                    }, timeout=10.0)
-                    count = self.mirror.apply(reply)
-                    total += count
-                    if count < DEFAULT_MAX_RECORDS or self._stop.is_set():
-                        self._note_rate(total)
-                        return True
+                with control.Channel(self.socket_path) as channel:
+                    while True:
+                        reply, attached = channel.ask("dashboard_sync", {
+                            "task_cursor": self.mirror.task_cursor,
+                            "span_cursor": self.mirror.span_cursor,
+                        }, timeout=10.0)
+                        count = self.mirror.apply(reply, attached)
+                        total += count
+                        if count < DEFAULT_MAX_RECORDS or self._stop.is_set():
+                            self._note_rate(total)
+                            return True
             except control.NotAnsweringError:
                 return True  # busy driver: try again later
             except (control.ControlError, OSError, ValueError) as exc:
