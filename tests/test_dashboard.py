@@ -802,3 +802,22 @@ def test_replay_and_advise_read_a_timeline_file_the_same_way(tmp_path, content):
         cli.advise_file(str(path), False, io.StringIO())
     assert str(replayed.value) == str(advised.value)
     assert str(path) in str(replayed.value)
+
+
+def test_the_dashboard_process_imports_no_runtime():
+    """The dashboard process (``_serve.py``) imports the server without lightwork's
+    runtime, cloudpickle or numpy: its memory is the server's and the mirror's."""
+    from lightwork.dashboard import SERVE_SCRIPT
+
+    probe = (
+        "import runpy, sys\n"
+        f"runpy.run_path({SERVE_SCRIPT!r}, run_name='probe')['_bare_package']()\n"
+        "import lightwork.dashboard.server, lightwork.dashboard.handler\n"
+        "print(' '.join(sorted(sys.modules)))\n")
+    done = subprocess.run([sys.executable, "-c", probe], env=helpers.script_env(),
+                          capture_output=True, text=True, timeout=30, check=True)
+    modules = set(done.stdout.split())
+    assert "lightwork.dashboard.server" in modules
+    heavy = {"lightwork._api", "lightwork._runtime.node", "lightwork._runtime.scheduler",
+             "lightwork.dashboard.feed", "cloudpickle", "numpy", "psutil"} & modules
+    assert not heavy, heavy

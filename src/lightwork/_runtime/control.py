@@ -85,7 +85,7 @@ class Attached:
     """A handler's result with raw bytes to send after its JSON line (never parsed as
     code: the receiver reads them as arrays of numbers)."""
 
-    __slots__ = ("result", "buffers")
+    __slots__ = ("buffers", "result")
 
     def __init__(self, result: Any, buffers: list[Any]) -> None:
         self.result = result
@@ -710,10 +710,10 @@ class Channel:
             self._sock.close()
             raise
 
-    def __enter__(self) -> Channel:
+    def __enter__(self) -> Channel:  # noqa: PYI034 - not subclassed
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -764,7 +764,7 @@ class Channel:
     def _receive(self, op: str, timeout: float) -> bytes:
         try:
             return self._sock.recv(1 << 20)
-        except socket.timeout:
+        except TimeoutError:
             raise NotAnsweringError(
                 f"the lightwork session at {self.path} did not answer {op!r} within "
                 f"{timeout:g} s: its driver may be holding the GIL in a long C call, or be "

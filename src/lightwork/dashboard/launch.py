@@ -1,6 +1,7 @@
 """``init(dashboard=True)``: the dashboard as a process beside the program.
 
-The program starts ``python -m lightwork dashboard --address SOCKET --child`` and reads
+The program starts ``python .../dashboard/_serve.py --address SOCKET --child`` (the lean
+dashboard process: no runtime imported, see ``_serve``) and reads
 the URL from the first line of its output (the child makes the token; it never appears
 on a command line). The child:
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 import os
 import select
 import subprocess
-import sys
 import time
 from typing import Any
 
@@ -66,8 +66,9 @@ class DashboardProcess:
 
 def start(socket_path: str, port: int = 0) -> DashboardProcess:
     """Start the dashboard child for the session at ``socket_path``; return once it serves."""
-    command = [sys.executable, "-m", "lightwork", "dashboard", "--address", socket_path,
-               "--port", str(port), "--child"]
+    from lightwork.dashboard import serve_command
+
+    command = serve_command(socket_path, port, "--child")
     # Its stderr goes nowhere: holding the program's stderr open would keep whoever reads
     # the program's output (a pipe, ``subprocess.run``) waiting for the dashboard to exit.
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
