@@ -607,16 +607,17 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     """Cancel the task that makes ``object_ref``; its ``get`` raises TaskCancelledError.
 
     An ObjectRefGenerator cancels its generator task: the stream ends with the error.
-    ``recursive`` is accepted for Ray's signature, but tasks the cancelled task submitted
-    are not cancelled with it (lightwork does not record which task submitted which):
-    cancel them through their own refs."""
+    ``recursive`` (Ray's default, True): if the task is running, the tasks it submitted
+    that are still pending or running are cancelled too, and theirs, with the same
+    ``force``; ``recursive=False`` leaves them alone. Actor calls it made are not
+    cancelled (as in Ray)."""
     if not isinstance(recursive, bool):
         raise TypeError(f"cancel(recursive=...) must be True or False, got {recursive!r}")
     if isinstance(object_ref, ObjectRefGenerator):
         object_ref = object_ref.completed()
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef returned by a task, got {object_ref!r:.80}")
-    _core((object_ref,)).cancel([object_ref.id], bool(force))
+    _core((object_ref,)).cancel([object_ref.id], bool(force), recursive)
 
 
 # -- introspection ------------------------------------------------------------------------

@@ -93,12 +93,12 @@ class Countdown:
 class DriverCalls(_Base):
     """The public API's operations on the driver's runtime."""
 
-    def cancel(self, object_ids: list[int], force: bool) -> None:
+    def cancel(self, object_ids: list[int], force: bool, recursive: bool = True) -> None:
         with self.lock:
             for object_id in object_ids:
                 if object_id not in self.objects.entries and self.id_floor.minted_before(object_id):
                     raise self.ended_session_error(object_id)
-            self._cancel_ids(object_ids, force)
+            self._cancel_ids(object_ids, force, recursive)
 
     # ------------------------------------------------------------------ the API
     def submit_task(

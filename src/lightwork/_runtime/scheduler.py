@@ -84,6 +84,7 @@ class TaskSpec:
     cancelled: bool = False
     worker: WorkerSlot | None = None
     actor_id: int = 0  # a method call of this actor, else 0 for a plain task
+    parent: int = 0  # the task that submitted this one from its worker, else 0 (the driver)
 
 
 @dataclass(slots=True, eq=False)

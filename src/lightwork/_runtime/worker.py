@@ -122,6 +122,7 @@ class Worker:
         self.pool: CallPool | None = None
         self.loop: AsyncRunner | None = None
         self.exiting = False
+        self.retiring = False  # a max_calls function's last call ran here (calls.CallLimit)
         self.bounce_when_waiting = True
         # Cancels: the driver appends a task id to ``cancel_path`` and then sends SIGINT.
         # The handler only raises a flag (and interrupts the task it names, if running);
@@ -255,7 +256,7 @@ class Worker:
                 if self.exiting or time.monotonic() - started >= FLUSH_AFTER_S:
                     # Batching only pays for tiny tasks; holding a longer task's result
                     # would only lose it (and re-run the task) if this worker died.
-                    self.send([result])
+                    self.send([result, (p.RETIRE,)] if self.retiring else [result])
                     if self.exiting:
                         return
                     continue
@@ -272,6 +273,10 @@ class Worker:
             elif kind == p.EXIT:
                 self.send([])
                 return
+
+    def retire(self) -> None:
+        """Exit once the running task is done; the driver runs nothing more here."""
+        self.retiring = self.exiting = True
 
     def _wake_late_flush(self) -> None:
         if self._flush_soon is None:
@@ -498,7 +503,7 @@ class Worker:
                 self.function_blobs[key] = spec.blob
         self.outbox.append((
             p.SUBMIT, task_id, key, spec.name, stored, deps, return_ids, shape,
-            spec.max_retries, spec.retry_exceptions, 0,
+            spec.max_retries, spec.retry_exceptions, 0, frame[0] if frame is not None else 0,
         ))
         self.send([])  # now: the driver places it while this task goes on
         return refs
@@ -517,8 +522,9 @@ class Worker:
         stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
         return_ids = tuple(self.next_object_id() for _ in range(num_returns))
         refs = [ObjectRef(object_id) for object_id in return_ids]
+        frame = self.current
         self.outbox.append((p.SUBMIT, task_id, method, name, stored, deps, return_ids, (), 0,
-                            False, actor_id))
+                            False, actor_id, frame[0] if frame is not None else 0))
         self.send([])
         return refs
 
@@ -558,8 +564,8 @@ class Worker:
         self.send([])
         return self.request((p.WAIT, ids, num_returns, timeout))
 
-    def cancel(self, ids: list[int], force: bool) -> None:
-        self.send([(p.CANCEL, ids, force)])
+    def cancel(self, ids: list[int], force: bool, recursive: bool = True) -> None:
+        self.send([(p.CANCEL, ids, force, recursive)])
 
     def future(self, ref: ObjectRef) -> Any:
         import concurrent.futures

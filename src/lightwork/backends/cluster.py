@@ -44,8 +44,9 @@ need, even on a cluster of one single-thread worker.
 Actors are in ``cluster_actors.py``. Diagnostics: the driver's ``recorder``
 (``cluster_record.ClusterLog``) is the event log of the run, filled from the workers'
 own stamps; the state API's task listing and summary, ``task_records``, the timeline,
-``stack`` and the advisor read it. Not done yet on this backend (UnsupportedOnBackend):
-actor restarts, generator tasks, the Dask-style callbacks and the other state listings.
+``stack``, the advisor, the Dask-style callbacks and profilers (its task listeners) and
+``lightwork.dask.get`` read it. Not done yet on this backend (UnsupportedOnBackend):
+actor restarts, generator tasks.
 """
 
 from __future__ import annotations
@@ -362,8 +363,11 @@ class DistributedBackend(Backend):
         restrictions = self._restrictions(spec)
         deps: list[Any] = []
         futures = self.futures
+        dep_tasks: tuple[int, ...] = ()
         if any(type(a) is ObjectRef for a in args) or any(
                 type(v) is ObjectRef for v in kwargs.values()):
+            dep_tasks = tuple(self.task_ids.get(a.id, 0) for a in (*args, *kwargs.values())
+                              if type(a) is ObjectRef)
             args, kwargs = self._slots(args, kwargs, deps)
         with collecting_refs() as contained:
             payload = cloudpickle.dumps((args, kwargs))
@@ -377,7 +381,7 @@ class DistributedBackend(Backend):
         recorder = self.recorder
         if recorder is not None:
             recorder.submitted(task_id, spec.name, callsite, len(payload),
-                               num_cpus=shape.get("CPU", 1.0))
+                               num_cpus=shape.get("CPU", 1.0), dep_tasks=dep_tasks)
         client = self.client
         main = client.submit(cluster_worker.run_task, header, *deps, key=f"{prefix}-{task_id:x}",
                              resources=restrictions, pure=False)
@@ -401,6 +405,8 @@ class DistributedBackend(Backend):
             if not num_returns:
                 self._orphans[task_id] = main
                 main.add_done_callback(lambda _f: self._orphans.pop(task_id, None))
+        if recorder is not None:
+            recorder.returned(task_id, [ref.id for ref in refs], main)
         return refs
 
     def _slots(self, args: tuple, kwargs: dict, deps: list[Any]) -> tuple[tuple, dict]:
@@ -417,7 +423,9 @@ class DistributedBackend(Backend):
 
         return tuple(slot(a) for a in args), {k: slot(v) for k, v in kwargs.items()}
 
-    def cancel(self, object_ids: list[int], force: bool) -> None:
+    def cancel(self, object_ids: list[int], force: bool, recursive: bool = True) -> None:
+        # recursive: tasks submitted from a task go through the same client; Dask keeps no
+        # parent link, so only the named tasks are cancelled here.
         self._check_open()
         futures = [self._future_of(i) for i in object_ids]
         if force:
