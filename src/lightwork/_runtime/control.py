@@ -154,12 +154,9 @@ class ControlServer:
 
     def stop(self) -> None:
         self._stop.set()
-        for hook in self.stop_hooks:
-            try:
-                hook()
-            except Exception:  # noqa: BLE001 - a diagnostics hook must not block shutdown
-                pass
-        self.stop_hooks.clear()
+        # No new connection from here on (a client gets "refused" at once instead of
+        # waiting for an answer that never comes); the hooks may still answer on the
+        # connections already open (the dashboard's final sync).
         listener, self._listener = self._listener, None
         if listener is not None:
             try:
@@ -167,6 +164,12 @@ class ControlServer:
             except OSError:
                 pass
             listener.close()
+        for hook in self.stop_hooks:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - a diagnostics hook must not block shutdown
+                pass
+        self.stop_hooks.clear()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0)
         try:

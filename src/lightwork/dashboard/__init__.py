@@ -36,7 +36,8 @@ from typing import Any, TextIO
 __all__ = ["add_command", "register_control_ops", "run_command", "serve_main"]
 
 #: The control socket's operations this package answers in the watched program.
-CONTROL_OPS = ("dashboard_sync", "dashboard_cancel", "dashboard_kill")
+CONTROL_OPS = ("dashboard_sync", "dashboard_wait_end", "dashboard_end_seen", "dashboard_cancel",
+               "dashboard_kill")
 
 
 def register_control_ops() -> None:

@@ -36,6 +36,18 @@ Progress of running ``get``/``wait`` calls comes from an observer on the blockin
 (``introspect.blocking_observers``), installed by the first sync and removed by itself
 once no sync came for ``OBSERVER_IDLE_S``: while no page is open, ``get`` pays nothing.
 
+Running Dask graphs (``lightwork.dask``) come with each sync too: finished and total
+tasks of each, read from the run's own state (the ``ProgressBar``'s numbers), and only
+if ``lightwork.dask`` was imported (the feed never imports it).
+
+The session's end: a dashboard started from a terminal holds one connection with a
+``dashboard_wait_end`` request on it, answered when the session starts closing (or
+after ``timeout`` seconds, and then asked again). On the same connection it then takes
+a last sync and says ``dashboard_end_seen``. The session waits for that, at most
+``FINAL_SYNC_WAIT_S`` (a stop hook of the control server, run before anything is torn
+down), so the page shows the program's final state, not the one of up to a second
+before. A session with no dashboard attached waits for nothing.
+
 Actions (``dashboard_cancel``, ``dashboard_kill``) exist only for the dashboard's
 ``--allow-actions`` mode; the dashboard process checks the token and the origin first,
 and this side refuses any action whose request does not carry ``allow_actions: true``
@@ -49,8 +61,10 @@ import array
 import itertools
 import operator
 import struct
+import sys
 import threading
 import time
+import weakref
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +91,9 @@ DEFAULT_LIVE_LIMIT = 1_000
 MAX_ACTORS = 2_000
 MAX_PROGRESS_OBJECTS = 100_000  # larger get/wait calls report their size, not progress
 OBSERVER_IDLE_S = 30.0
+MAX_END_WAIT_S = 25.0  # one dashboard_wait_end (the connection's idle timeout is 30 s)
+FINAL_SYNC_WAIT_S = 2.0  # the session waits this long at most for the final syncs
+MAX_GRAPHS = 100
 
 _FIELD_NAMES = tuple(TaskRecord.__dataclass_fields__)
 _NAME, _STATE, _ERROR, _RETRIES = (_FIELD_NAMES.index(n) for n in ("name", "state", "error",
@@ -90,6 +107,16 @@ def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
                                _int_arg(args, "max_records", DEFAULT_MAX_RECORDS),
                                _int_arg(args, "live_limit", DEFAULT_LIVE_LIMIT))
         return control.Attached(reply, attached)
+    if op == "dashboard_wait_end":
+        timeout = args.get("timeout", MAX_END_WAIT_S)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
+                0 < timeout <= MAX_END_WAIT_S):
+            raise ValueError(f"timeout must be a number of seconds in (0, {MAX_END_WAIT_S:g}],"
+                             f" got {timeout!r}")
+        return {"closing": _end_watch(node).wait(float(timeout))}
+    if op == "dashboard_end_seen":
+        _end_watch(node).seen()
+        return {}
     if op in ("dashboard_cancel", "dashboard_kill") and args.get("allow_actions") is not True:
         raise PermissionError(f"{op} refused: actions are off; only a dashboard started with "
                               "`lightwork dashboard --allow-actions` may cancel tasks or kill "
@@ -132,6 +159,7 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
         store = _store_facts(node)
         progress = _progress.snapshot(node)
         now = time.monotonic()
+    graphs = _dask_graphs()
     workers = views.worker_rows(node)
     actors = views.actor_rows(node)[:MAX_ACTORS]
     sidecar = getattr(node, "control", None)
@@ -156,6 +184,7 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
         "store": store,
         "findings": _findings(node),
         "progress": progress,
+        "graphs": graphs,
     }
     reply["cost_s"] = time.perf_counter() - began
     return reply, attached
@@ -344,6 +373,69 @@ class _BlockingCalls:
 
 
 _progress = _BlockingCalls()
+
+
+def _dask_graphs() -> list[dict[str, Any]]:
+    """The running ``lightwork.dask`` graphs' progress (none unless it was imported)."""
+    scheduler = sys.modules.get("lightwork.dask._scheduler")
+    running = getattr(scheduler, "running_graphs", None)  # None while it is imported
+    if not running:
+        return []
+    return [run.progress() for run in list(running.values())[:MAX_GRAPHS]]
+
+
+# ---------------------------------------------------------------------------- the end
+class _EndWatch:
+    """The dashboards waiting for one session's end, and their final syncs."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._closing = False
+        self._waiting = 0  # dashboard_wait_end requests in progress
+        self._owed = 0  # dashboards told the session closes, whose final sync is not done
+
+    def wait(self, timeout: float) -> bool:
+        """In a connection thread: until the session closes (True) or ``timeout`` (False)."""
+        with self._changed:
+            self._waiting += 1
+            closing = self._changed.wait_for(lambda: self._closing, timeout)
+            self._waiting -= 1
+            self._owed += bool(closing)
+            self._changed.notify_all()
+        return bool(closing)
+
+    def seen(self) -> None:
+        """A dashboard has its final sync."""
+        with self._changed:
+            self._owed = max(0, self._owed - 1)
+            self._changed.notify_all()
+
+    def close(self, wait: bool = True) -> None:
+        """The session closes (a stop hook): wake the waiting dashboards and give them
+        ``FINAL_SYNC_WAIT_S`` at most for their last sync."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+            if wait:
+                self._changed.wait_for(lambda: self._waiting + self._owed == 0,
+                                       FINAL_SYNC_WAIT_S)
+
+
+#: One per session, by its control server (an entry goes with its server).
+_end_watches: weakref.WeakKeyDictionary[Any, _EndWatch] = weakref.WeakKeyDictionary()
+_end_watches_lock = threading.Lock()
+
+
+def _end_watch(node: Node) -> _EndWatch:
+    sidecar = node.control
+    with _end_watches_lock:
+        watch = _end_watches.get(sidecar)
+        if watch is None:
+            watch = _end_watches[sidecar] = _EndWatch()
+            sidecar.stop_hooks.append(watch.close)
+            if sidecar.stopped:  # it closed as we registered: the hook may have run
+                watch.close(wait=False)
+    return watch
 
 
 # ---------------------------------------------------------------------------- actions

@@ -114,6 +114,7 @@ class Mirror:
         self.store: dict[str, Any] = {}
         self.findings: list[dict[str, Any]] | None = None
         self.progress: list[dict[str, Any]] = []
+        self.graphs: list[dict[str, Any]] = []  # running Dask graphs
 
     # ---------------------------------------------------------------- applying syncs
     def apply(self, reply: dict[str, Any], attached: bytes = b"") -> int:
@@ -148,6 +149,7 @@ class Mirror:
             self.store = reply["store"]
             self.findings = reply["findings"]
             self.progress = reply["progress"]
+            self.graphs = reply.get("graphs") or []
             self.history.append([self.now, dict(self.live["counts"]),
                                  self.ended_counts.get("FINISHED", 0),
                                  self.ended_counts.get("FAILED", 0)])
@@ -165,6 +167,7 @@ class Mirror:
                 self.ended, self.end_reason = True, reason
                 self.live = {"counts": {}, "rows": [], "total": 0}
                 self.progress = []
+                self.graphs = []
                 self.generation += 1
             elif replace and self.end_reason != reason:
                 self.end_reason = reason
@@ -295,6 +298,8 @@ class Mirror:
                 "findings": self.findings,
                 "progress": [{**call, "since": round(self.now - call["since"], 3)}
                              for call in self.progress],
+                "graphs": [{**graph, "since": round(self.now - graph["since"], 3)}
+                           for graph in self.graphs],
                 "driver_cost_s": self.driver_cost_s,
             }
 

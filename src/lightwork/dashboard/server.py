@@ -70,6 +70,7 @@ DEFAULT_PORT = 8265  # Ray's dashboard port, so muscle memory works
 PORT_TRIES = 20
 SYNC_INTERVAL_S = 1.0
 IDLE_AFTER_S = 10.0  # no page and no request for this long: stop syncing
+END_WAIT_S = 20.0  # one dashboard_wait_end request (then asked again, same connection)
 NO_PAGE_EXIT_S = 2.0  # a child whose program is gone, with no page open: exits this soon
 PAGE_GRACE_S = 60.0  # ... with a page open: serves the final state this long at most
 DRIVER_SHARE = 0.01  # space syncs so they take at most this share of the driver's time
@@ -124,6 +125,10 @@ class DashboardServer:
         self.cookie_name = f"lightwork_dashboard_{self.port}"
         self._sync_thread = threading.Thread(target=self._sync_loop, daemon=True,
                                              name="lightwork-dashboard-sync")
+        # A dashboard started from a terminal waits for the program's end on a connection
+        # of its own, for a final sync (the child of init gets its own from the program).
+        self._end_thread = threading.Thread(target=self._watch_end, daemon=True,
+                                            name="lightwork-dashboard-end")
         self._serve_thread: threading.Thread | None = None
 
     @property
@@ -135,6 +140,8 @@ class DashboardServer:
         """Sync once (so the first page has data), then serve in background threads."""
         self.sync_now()
         self._sync_thread.start()
+        if self.socket_path is not None and self.program_pid is None:
+            self._end_thread.start()
         self._serve_thread = threading.Thread(target=self.httpd.serve_forever, daemon=True,
                                               name="lightwork-dashboard-http")
         self._serve_thread.start()
@@ -222,6 +229,39 @@ class DashboardServer:
                     return True
                 self.mirror.mark_ended("the program ended (its session closed)")
                 return False
+
+    def _watch_end(self) -> None:
+        """Hold a connection on which the program says it is closing; then take the
+        final sync on it (``feed``'s "the session's end")."""
+        while not (self._stop.is_set() or self.mirror.ended):
+            try:
+                with control.Channel(self.socket_path or "", END_WAIT_S + 10) as channel:
+                    while not (self._stop.is_set() or self.mirror.ended):
+                        answer, _ = channel.ask("dashboard_wait_end", {"timeout": END_WAIT_S},
+                                                timeout=END_WAIT_S + 10)
+                        if answer.get("closing"):
+                            self._final_sync(channel)
+                            return
+            except control.NotAnsweringError:
+                continue  # a driver busy for long: ask again on a new connection
+            except (control.ControlError, OSError, ValueError):
+                return  # the session is gone (the sync loop says so), or predates this
+
+    def _final_sync(self, channel: control.Channel) -> None:
+        with self._sync_lock:
+            try:
+                while True:
+                    reply, attached = channel.ask("dashboard_sync", {
+                        "task_cursor": self.mirror.task_cursor,
+                        "span_cursor": self.mirror.span_cursor,
+                    }, timeout=10.0)
+                    if self.mirror.apply(reply, attached) < DEFAULT_MAX_RECORDS:
+                        break
+                channel.ask("dashboard_end_seen", {}, timeout=5.0)
+            except (control.ControlError, OSError, ValueError):
+                return  # no final state after all: the sync loop marks the end
+        self.mirror.mark_ended("the program ended; its last records were read as it closed",
+                               replace=True)
 
     def _note_rate(self, records: int) -> None:
         """How soon the driver's ring would overflow at the rate records just arrived."""
