@@ -41,7 +41,7 @@ RAY_ONLY_INIT_ARGS = {
     "logging_format", "logging_config", "configure_logging", "local_mode",
     "_temp_dir", "_system_config", "storage", "job_config",
     "_node_ip_address", "_redis_password", "_plasma_directory", "_metrics_export_port",
-    "_enable_object_reconstruction", "_tracing_startup_hook", "labels", "_memory",
+    "_enable_object_reconstruction", "_tracing_startup_hook", "labels",
     "enable_resource_isolation", "system_reserved_cpu", "system_reserved_memory",
     "_cgroup_path", "_node_name", "_skip_env_hook",
 }
@@ -143,6 +143,10 @@ def init(
     backend_name, target = parse_address(address)
     spill_dir = _spill_dir_option(ray_kwargs.pop("_spill_dir", None),
                                   ray_kwargs.pop("object_spilling_config", None))
+    # Ray's `memory` resource of the node, in bytes (default: available memory less the store's).
+    task_memory = ray_kwargs.pop("_memory", None)
+    if task_memory is not None:
+        task_memory = check_amount("_memory", task_memory)
     unknown = sorted(set(ray_kwargs) - RAY_ONLY_INIT_ARGS - {"logging_level"})
     if unknown:
         raise TypeError(
@@ -171,8 +175,9 @@ def init(
         if not isinstance(resources, dict):
             raise TypeError(f"resources must be a dict of name -> amount, got {resources!r}")
         for name, amount in resources.items():
-            if name in ("CPU", "GPU"):
-                raise ValueError("use num_cpus/num_gpus instead of resources={'CPU'/'GPU': ...}")
+            if name in ("CPU", "GPU", "memory"):
+                raise ValueError("use num_cpus/num_gpus/_memory instead of "
+                                 f"resources={{{name!r}: ...}}")
             custom[str(name)] = check_amount(f"resources[{name!r}]", amount)
     if object_store_memory is not None:
         from lightwork._runtime.session import SHM_ROOT
@@ -207,6 +212,12 @@ def init(
                     "the cluster's workers have their own environment and memory settings "
                     "(dask worker --memory-limit, --preload); pass runtime_env per task "
                     "with .options() only on the embedded runtime")
+            if dashboard:
+                raise unsupported(
+                    "lightwork's live dashboard (init(dashboard=True))",
+                    "open the Dask dashboard (its link is client.dashboard_link), and "
+                    "use `lightwork status`, `list`, `summary`, `timeline` and `stack` "
+                    "from another terminal for lightwork's own views")
             _backend = DistributedBackend.connect(
                 target, num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
                 namespace=namespace, event_budget=budget)
@@ -218,7 +229,7 @@ def init(
         register_control_ops()  # its ops answer any dashboard that attaches later
 
         node = Node(cpus, gpus, custom, namespace, budget, object_store_memory, spill_dir,
-                    runtime_env=job_env)
+                    runtime_env=job_env, memory=task_memory)
         node.memory_monitor = MemoryMonitor(node, memory_threshold, memory_refresh_s)
         node.memory_monitor.start()
         if advisor and budget:
@@ -296,7 +307,7 @@ def _spill_dir_option(spill_dir: Any, spilling_config: Any) -> str | None:
 
 def _context() -> InitContext:
     backend = _backend
-    node = backend.node
+    node = backend.node or getattr(backend, "recorder", None)  # a cluster run's session
     return InitContext(
         session_dir=getattr(getattr(node, "session", None), "directory", None),
         node_id=backend.runtime_context()["node_id"],

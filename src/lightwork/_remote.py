@@ -36,10 +36,12 @@ class RemoteFunction:
         self._function = function
         self._options = check_options(dict(options), TASK_OPTIONS, f"remote function {_name(function)}")
         _check_strategy(self._options, f"remote function {_name(function)}")
-        if self._options.get("num_gpus") and self._options.get("max_calls") is None:
+        max_calls = self._options.get("max_calls")
+        if max_calls is None and self._options.get("num_gpus"):
             # Ray's default for GPU functions: a fresh process per call, so whatever GPU
             # memory a library kept is given back (max_calls=0 turns it off).
-            self._options["max_calls"] = 1
+            max_calls = 1
+        self._max_calls: int = max_calls or 0
         self._key: bytes | None = None
         self._blob: bytes | None = None
         self._spec: CallSpec | None = None
@@ -67,9 +69,8 @@ class RemoteFunction:
             # retried like any task: a re-run skips the items already streamed (streams.py).
             options = {"num_returns": "streaming", **options}
         key, blob = self._payload(dynamic=options.get("num_returns") == "dynamic")
-        max_calls = self._options.get("max_calls")  # @remote's only: .options() refuses it
-        if max_calls:
-            key, blob = call_limited(blob, max_calls)
+        if self._max_calls:  # @remote's only: .options() refuses it
+            key, blob = call_limited(blob, self._max_calls)
         if options.get("runtime_env"):
             key, blob = self._payload_with_env(options["runtime_env"], key, blob)
         if self._arguments is None:

@@ -139,7 +139,7 @@ class CallSpec:
     """
 
     __slots__ = ("arguments", "key", "blob", "name", "shape", "cpus", "num_returns",
-                 "max_retries", "retry_exceptions", "stream", "runtime_env")
+                 "max_retries", "retry_exceptions", "stream", "runtime_env", "max_calls")
 
     def __init__(
         self, key: bytes, blob: bytes, name: str, options: dict[str, Any],
@@ -163,6 +163,8 @@ class CallSpec:
         # The payload already carries it (runtime_env.payload_with_env); kept for backends
         # that cannot honour a per-task environment.
         self.runtime_env: Any = options.get("runtime_env")
+        # Likewise (the payload is a CallLimit): the user's own max_calls, not a default.
+        self.max_calls: int = options.get("max_calls") or 0
 
 
 class CallLimit:
@@ -397,6 +399,8 @@ def resource_demand(options: dict[str, Any], default_cpus: float) -> dict[str, f
     demand = {"CPU": float(default_cpus if num_cpus is None else num_cpus)}
     if options.get("num_gpus"):
         demand["GPU"] = float(options["num_gpus"])
+    if options.get("memory"):  # bytes, a logical resource as in Ray (scheduler.py)
+        demand["memory"] = float(int(options["memory"]))
     for name, amount in (options.get("resources") or {}).items():
-        demand[name] = float(amount)
+        demand[name] = float(amount)  # resources={"memory": X} is memory=X, as in Ray
     return demand

@@ -63,6 +63,7 @@ from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
 from lightwork._runtime import ray_alias
 from lightwork._runtime.events import EventLog, TaskRecord
+from lightwork._runtime.gpus import GpuIds
 from lightwork._runtime.introspect import report_unraisable
 from lightwork._runtime.lineage import Lineage, keeps_lineage
 from lightwork._runtime.memory_monitor import OOM_REASON, MemoryMonitor, handle_oom_death
@@ -124,6 +125,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         object_store_memory: int | None = None,
         spill_dir: str | None = None,
         runtime_env: dict[str, Any] | None = None,
+        memory: float | None = None,
     ) -> None:
         total = {"CPU": float(num_cpus), "GPU": float(num_gpus), **resources}
         self.namespace = namespace
@@ -132,6 +134,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         self.node_id = self.session.name
         self.lock = threading.RLock()
         budget = object_store_memory or default_budget(self.session.shm_dir)
+        total["memory"] = float(task_memory(budget) if memory is None else int(memory))
         self.store = SegmentStore(self.session.shm_dir, budget, self.session.spill_dir)
         serialization.MAPS.spill_dir = self.session.spill_dir
         self.objects = ObjectTable(self.store.release, self.store.track)
@@ -141,8 +144,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         self.functions: dict[bytes, bytes] = {}
         self.tasks: dict[int, TaskSpec] = {}
         self.workers: dict[int, WorkerConn] = {}
-        self.gpu_free: dict[int, float] = {i: 1.0 for i in range(int(num_gpus))}
-        self.task_gpus: dict[int, list[tuple[int, float]]] = {}
+        self.gpus = GpuIds(int(num_gpus))  # which GPU ids each task and actor uses
         # Recursive cancel (``_cancel_ids``): how many live tasks were submitted by a task
         # (0: nothing to search), and the running tasks cancelled with recursive=True.
         self.nested_live = 0
@@ -701,7 +703,12 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         scheduler = self.scheduler
         try:
             while True:
-                self._send_assignments(scheduler.schedule())
+                assignments = scheduler.schedule()
+                if scheduler.newly_reserved:  # their bundles' GPU ids, before anything runs there
+                    for group in scheduler.newly_reserved:
+                        self.gpus.reserve_group(group)
+                    scheduler.newly_reserved.clear()
+                self._send_assignments(assignments)
                 if scheduler.orphaned:
                     self._fail_orphaned_tasks()
                 if self.actors.pending:
@@ -744,24 +751,11 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                 self._send(conn, batch)
 
     def _assign_gpus(self, task: TaskSpec) -> tuple[int, ...]:
-        need = dict(task.shape).get("GPU", 0.0)
-        if not need:
-            return ()
-        chosen: list[tuple[int, float]] = []
-        for gpu_id in sorted(self.gpu_free, key=lambda i: -self.gpu_free[i]):
-            share = min(1.0, need)
-            if self.gpu_free[gpu_id] + 1e-9 >= share:
-                self.gpu_free[gpu_id] -= share
-                chosen.append((gpu_id, share))
-                need -= share
-            if need <= 1e-9:
-                break
-        self.task_gpus[task.task_id] = chosen
-        return tuple(gpu_id for gpu_id, _ in chosen)
+        return self.gpus.assign(task.task_id, task.shape) if self.gpus.any else ()
 
     def _release_gpus(self, task_id: int) -> None:
-        for gpu_id, share in self.task_gpus.pop(task_id, ()):
-            self.gpu_free[gpu_id] += share
+        if self.gpus.held:
+            self.gpus.release(task_id)
 
     def _retire_worker(self, conn: WorkerConn) -> None:
         """The worker ran a ``max_calls`` function's last call and is exiting
@@ -967,6 +961,17 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         if ref_counter.on_borrow == self._on_driver_borrow:
             ref_counter.on_borrow = None
             ref_counter.on_first_release = None
+
+def task_memory(store_budget: int) -> int:
+    """Ray's default ``memory`` resource: the memory available now, less the store's."""
+    from lightwork._runtime.memory_monitor import read_meminfo
+
+    try:
+        used, total = read_meminfo()
+    except (OSError, KeyError, ValueError):
+        return 0
+    return max(0, total - used - store_budget)
+
 
 def _cancelled(task: TaskSpec, when: str) -> exceptions.TaskCancelledError:
     return exceptions.TaskCancelledError(f"task {task.name} was cancelled with cancel() {when}")
