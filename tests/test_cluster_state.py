@@ -230,6 +230,8 @@ def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_pa
         assert listed.returncode == 0, listed.stderr
     assert "Tally" in command(driver, "list", "actors").stdout
     assert "square" in command(driver, "summary", "tasks").stdout
+    advice = command(driver, "advise", "--format", "json")
+    assert advice.returncode == 0 and isinstance(json.loads(advice.stdout), list), advice.stderr
     memory = command(driver, "memory")
     assert memory.returncode == 0 and "(put)" in memory.stdout, memory.stderr
 
@@ -248,3 +250,25 @@ def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_pa
 
     dashboard = command(driver, "dashboard", "--port", "0")
     assert dashboard.returncode == 1 and "Dask dashboard" in dashboard.stderr
+
+
+def test_a_stopped_scheduler_makes_diagnostics_fail_fast_and_say_why(tmp_path):
+    import signal
+
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+    cluster = DaskCluster(str(tmp_path), workers=1).start()
+    try:
+        lightwork.init(address=cluster.scheduler_file)
+        assert lightwork.get(after.remote(b"abc")) == 3
+        cluster.processes[0].send_signal(signal.SIGKILL)  # the scheduler
+        until(lambda: lightwork._api._backend.client.status != "running")
+        for call in (lightwork.state.status, lightwork.state.list_workers,
+                     lightwork.state.list_tasks, lightwork.diagnostics.task_records):
+            start = time.monotonic()
+            with pytest.raises(exceptions.RuntimeSystemError, match="does not answer.*shutdown"):
+                call()
+            assert time.monotonic() - start < 5, call  # not the client's reconnect timeout
+    finally:
+        lightwork.shutdown()
+        assert not cluster.stop()

@@ -62,6 +62,7 @@ PINNED_MIN_AGE_S = 1.0  # objects ready for less time than this are probably abo
 CHAIN_MAX_LOOKUP = 256  # records visited looking for a dependency on the previous get
 SLOWEST_WAVES_SLACK = 1.5  # spread up to this times what running in waves explains is fine
 SLOWEST_OWN_CPU_SHARE = 0.25  # the slowest's extra CPU was this share of its extra time
+SLOWEST_MIN_SHARE = 0.05  # a task's CPU share of its run, at the least (sleeping tasks)
 SLOWEST_MIN_IDLE_CORES = 0.5  # fewer idle cores than this: a runnable task may have waited
 REPLAY_MAX_STEPS = 200  # a replayed log is checked at most this many times
 
@@ -407,7 +408,10 @@ class AdviceRules:
         """
         extra = (slowest.finished - slowest.started) - typical
         typical_cpu = statistics.median(r.cpu_time for r in waited)
-        if slowest.cpu_time - typical_cpu >= SLOWEST_OWN_CPU_SHARE * extra:
+        # How much of a core the typical task got (CPU-bound tasks on a loaded machine
+        # get a fraction): more CPU than that share of its extra time is its own work.
+        share = min(1.0, max(SLOWEST_MIN_SHARE, typical_cpu / typical if typical > 0 else 1.0))
+        if slowest.cpu_time - typical_cpu >= SLOWEST_OWN_CPU_SHARE * share * extra:
             return False
         idle = self._idle_cores_between(slowest.started, slowest.finished)
         return idle is not None and idle < SLOWEST_MIN_IDLE_CORES
@@ -513,10 +517,12 @@ class AdviceRules:
         end = max(r.finished for r in records)
         if busy < ACTOR_MIN_UTILIZATION * (end - min(r.started for r in records)):
             return  # the actor itself was often idle: not the bottleneck
-        # Were task slots idle meanwhile? Few plain tasks ran during those calls.
+        # Were task slots idle meanwhile? Little else ran during those calls: tasks and
+        # other actors' calls (a pool of busy actors, each with its queue, is no
+        # bottleneck: multiprocessing.Pool's map queues chunks on every process).
         task_time = sum(
             min(r.finished, end) - max(r.started, begin) for r in self._recent
-            if not r.actor_id and r.started and r.finished > begin and r.started < end
+            if r.actor_id != actor_id and r.started and r.finished > begin and r.started < end
         )
         idle_slots = self.cpus - 1 - task_time / max(end - begin, 1e-9)
         if idle_slots < 1:
