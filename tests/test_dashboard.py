@@ -623,7 +623,7 @@ def test_the_page_keeps_the_final_state_after_the_program_ends():
         helpers.stop_session_driver(info)
         assert server.sync_now() is False
         overview = client.json("/api/overview")
-        assert overview["ended"] is True and "ended" in overview["end_reason"]
+        assert overview["ended"] is True and "read as it closed" in overview["end_reason"]
         assert client.json("/api/tasks")["total"] == 35  # the last 5 came as it closed
         gone = client.request("/api/stacks?target=all")
         assert gone.status == 410 and "ended" in json.loads(gone.data)["error"]

@@ -127,11 +127,17 @@ def test_running_dask_graphs_come_with_their_progress(node, tmp_path):
 
 
 # ---------------------------------------------------------------------------- the end
-def test_wait_end_checks_its_timeout(node):
+def test_wait_end_checks_its_arguments(node):
     for bad in (0, -1, 26, "5", True, None):
         with pytest.raises(ValueError, match="timeout must be"):
-            feed.dispatch(node, "dashboard_wait_end", {"timeout": bad})
-    assert feed.dispatch(node, "dashboard_wait_end", {"timeout": 0.05}) == {"closing": False}
+            feed.dispatch(node, "dashboard_wait_end", {"timeout": bad, "watcher": "t"})
+    for op in ("dashboard_wait_end", "dashboard_end_seen"):
+        for bad in (None, "", 7, "x" * 65):
+            with pytest.raises(ValueError, match="watcher must be"):
+                feed.dispatch(node, op, {"timeout": 1, "watcher": bad})
+    assert feed.dispatch(node, "dashboard_wait_end",
+                         {"timeout": 0.05, "watcher": "t"}) == {"closing": False}
+    assert feed.dispatch(node, "dashboard_end_seen", {"watcher": "t"}) == {}
 
 
 DRIVER = """
@@ -155,9 +161,7 @@ def test_a_dashboard_from_a_terminal_gets_the_final_state_at_the_end():
     server = DashboardServer(info["socket"], port=0).start()
     try:
         assert server.mirror.ended_counts == {"FINISHED": 30}
-        helpers.wait_until(lambda: server._end_thread.is_alive(), timeout=10,
-                           message="the end watcher to start")
-        helpers.stop_session_driver(info)  # 7 more tasks, then the program exits
+        helpers.stop_session_driver(info)  # at once: start() registered the dashboard  # 7 more tasks, then the program exits
         helpers.wait_until(lambda: server.mirror.ended, timeout=20,
                            message="the dashboard to see the program end")
         helpers.wait_until(lambda: "read as it closed" in server.mirror.end_reason,
@@ -173,8 +177,8 @@ from lightwork.dashboard import feed
 lightwork.init(num_cpus=1)
 print("SOCKET", lightwork._api._node.control.path, flush=True)
 while not (os.path.exists(sys.argv[1])
-           and any(watch._waiting for watch in list(feed._end_watches.values()))):
-    time.sleep(0.02)  # the gate is open and a dashboard waits for the end
+           and any(watch._watchers for watch in list(feed._end_watches.values()))):
+    time.sleep(0.02)  # the gate is open and a dashboard is registered for the end
 started = time.monotonic()
 lightwork.shutdown()
 print("SHUTDOWN_S", time.monotonic() - started, flush=True)
@@ -187,7 +191,8 @@ def test_a_dashboard_that_never_takes_its_final_sync_delays_the_end_boundedly():
     answers: list[dict] = []
     channel = control.Channel(info["socket"], timeout=30)
     waiter = threading.Thread(target=lambda: answers.append(
-        channel.ask("dashboard_wait_end", {"timeout": 20}, timeout=30)[0]))
+        channel.ask("dashboard_wait_end", {"timeout": 20, "watcher": "silent"},
+                    timeout=30)[0]))
     waiter.start()
     try:
         open(info["gate"], "w").close()

@@ -42,11 +42,13 @@ if ``lightwork.dask`` was imported (the feed never imports it).
 
 The session's end: a dashboard started from a terminal holds one connection with a
 ``dashboard_wait_end`` request on it, answered when the session starts closing (or
-after ``timeout`` seconds, and then asked again). On the same connection it then takes
-a last sync and says ``dashboard_end_seen``. The session waits for that, at most
-``FINAL_SYNC_WAIT_S`` (a stop hook of the control server, run before anything is torn
-down), so the page shows the program's final state, not the one of up to a second
-before. A session with no dashboard attached waits for nothing.
+after ``timeout`` seconds, and then asked again). Its first request registers it (its
+``watcher`` name) until it says ``dashboard_end_seen``: after its final sync, taken on
+the same connection, or when it stops. The session waits for every registered
+dashboard, at most ``FINAL_SYNC_WAIT_S`` (a stop hook of the control server, run before
+anything is torn down), so the page shows the program's final state, not the one of up
+to a second before. A session with no dashboard registered waits for nothing; one that
+was killed without saying so costs the program's end ``FINAL_SYNC_WAIT_S`` once.
 
 Actions (``dashboard_cancel``, ``dashboard_kill``) exist only for the dashboard's
 ``--allow-actions`` mode; the dashboard process checks the token and the origin first,
@@ -93,6 +95,7 @@ MAX_PROGRESS_OBJECTS = 100_000  # larger get/wait calls report their size, not p
 OBSERVER_IDLE_S = 30.0
 MAX_END_WAIT_S = 25.0  # one dashboard_wait_end (the connection's idle timeout is 30 s)
 FINAL_SYNC_WAIT_S = 2.0  # the session waits this long at most for the final syncs
+MAX_WATCHERS = 64  # dashboards registered for a final sync (more are not waited for)
 MAX_GRAPHS = 100
 
 _FIELD_NAMES = tuple(TaskRecord.__dataclass_fields__)
@@ -107,16 +110,20 @@ def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
                                _int_arg(args, "max_records", DEFAULT_MAX_RECORDS),
                                _int_arg(args, "live_limit", DEFAULT_LIVE_LIMIT))
         return control.Attached(reply, attached)
-    if op == "dashboard_wait_end":
+    if op in ("dashboard_wait_end", "dashboard_end_seen"):
+        watcher = args.get("watcher")
+        if not isinstance(watcher, str) or not 0 < len(watcher) <= 64:
+            raise ValueError(f"watcher must be the dashboard's name for itself (a string of 1 "
+                             f"to 64 characters), got {watcher!r}")
+        if op == "dashboard_end_seen":
+            _end_watch(node).seen(watcher)
+            return {}
         timeout = args.get("timeout", MAX_END_WAIT_S)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
                 0 < timeout <= MAX_END_WAIT_S):
             raise ValueError(f"timeout must be a number of seconds in (0, {MAX_END_WAIT_S:g}],"
                              f" got {timeout!r}")
-        return {"closing": _end_watch(node).wait(float(timeout))}
-    if op == "dashboard_end_seen":
-        _end_watch(node).seen()
-        return {}
+        return {"closing": _end_watch(node).wait(watcher, float(timeout))}
     if op in ("dashboard_cancel", "dashboard_kill") and args.get("allow_actions") is not True:
         raise PermissionError(f"{op} refused: actions are off; only a dashboard started with "
                               "`lightwork dashboard --allow-actions` may cancel tasks or kill "
@@ -386,28 +393,25 @@ def _dask_graphs() -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------------------- the end
 class _EndWatch:
-    """The dashboards waiting for one session's end, and their final syncs."""
+    """The dashboards registered for one session's end, and their final syncs."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._closing = False
-        self._waiting = 0  # dashboard_wait_end requests in progress
-        self._owed = 0  # dashboards told the session closes, whose final sync is not done
+        self._watchers: set[str] = set()  # registered, final sync not taken yet
 
-    def wait(self, timeout: float) -> bool:
-        """In a connection thread: until the session closes (True) or ``timeout`` (False)."""
+    def wait(self, watcher: str, timeout: float) -> bool:
+        """In a connection thread: register ``watcher``, then wait until the session
+        closes (True) or ``timeout`` (False)."""
         with self._changed:
-            self._waiting += 1
-            closing = self._changed.wait_for(lambda: self._closing, timeout)
-            self._waiting -= 1
-            self._owed += bool(closing)
-            self._changed.notify_all()
-        return bool(closing)
+            if len(self._watchers) < MAX_WATCHERS:
+                self._watchers.add(watcher)
+            return bool(self._changed.wait_for(lambda: self._closing, timeout))
 
-    def seen(self) -> None:
-        """A dashboard has its final sync."""
+    def seen(self, watcher: str) -> None:
+        """``watcher`` has its final sync, or needs none (it stops)."""
         with self._changed:
-            self._owed = max(0, self._owed - 1)
+            self._watchers.discard(watcher)
             self._changed.notify_all()
 
     def close(self, wait: bool = True) -> None:
@@ -417,8 +421,7 @@ class _EndWatch:
             self._closing = True
             self._changed.notify_all()
             if wait:
-                self._changed.wait_for(lambda: self._waiting + self._owed == 0,
-                                       FINAL_SYNC_WAIT_S)
+                self._changed.wait_for(lambda: not self._watchers, FINAL_SYNC_WAIT_S)
 
 
 #: One per session, by its control server (an entry goes with its server).

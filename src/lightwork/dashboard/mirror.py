@@ -101,8 +101,9 @@ class Mirror:
         self.ended_counts: dict[str, int] = {}
         self.driver_spans: deque[list[Any]] = deque(maxlen=MAX_DRIVER_SPANS)
         self.history: deque[list[Any]] = deque(maxlen=HISTORY_POINTS)
+        # Row numbers as int32 arrays (4 bytes a row; a list of ints takes 36).
         self._filter_cache: dict[Any, list[Any]] = {}
-        self._sort_cache: dict[Any, tuple[int, list[int]]] = {}
+        self._sort_cache: dict[Any, tuple[int, array.array[int]]] = {}
         self._derived: dict[str, list[Any]] = {}  # sort keys derived from the columns
         # The live picture, replaced whole by every sync.
         self.live: dict[str, Any] = {"counts": {}, "rows": [], "total": 0}
@@ -180,16 +181,15 @@ class Mirror:
             raise ValueError(f"a sync's attached records ({len(attached)} bytes) do not match "
                              f"its count ({count})")
         rows_end = count * ROW_BYTES
-        # Rows of ROW_FORMAT: read the rows once as doubles and once as int64s, and take
-        # each column with a strided slice (in C).
+        # Rows of ROW_FORMAT: view the rows as doubles and as int64s (no copy), and take
+        # each column with a strided slice (in C; one column's bytes at a time).
         width = len(self.floats) + len(self.ints)
-        as_floats, as_ints = array.array("d"), array.array("q")
-        as_floats.frombytes(attached[:rows_end])
-        as_ints.frombytes(attached[:rows_end])
+        rows = memoryview(attached)[:rows_end]
+        as_floats, as_ints = rows.cast("d"), rows.cast("q")
         for k, float_column in enumerate(self.floats.values()):  # FLOAT_COLUMNS order
-            float_column.extend(as_floats[k::width])
+            float_column.frombytes(as_floats[k::width].tobytes())
         for k, int_column in enumerate(self.ints.values(), start=len(self.floats)):
-            int_column.extend(as_ints[k::width])
+            int_column.frombytes(as_ints[k::width].tobytes())
         name_codes = array.array(NAME_CODE, attached[rows_end:rows_end + 4 * count])
         state_codes = array.array(STATE_CODE, attached[rows_end + 4 * count:])
         # The reply's tables, as positions in ours (new names and states are added).
@@ -407,7 +407,7 @@ class Mirror:
         key = (state, name, worker_id)
         cached = self._filter_cache.get(key)
         if cached is None:
-            cached = self._filter_cache[key] = [0, []]
+            cached = self._filter_cache[key] = [0, array.array("i")]
         scanned, rows = cached
         if scanned < n:
             tests: list[tuple[Any, Any]] = []  # (column, a C callable: value -> bool)
@@ -443,11 +443,11 @@ class Mirror:
         if cached is None or cached[0] != count:
             rows = matched.as_list()
             if cached is not None and cached[0] < count:
-                order = cached[1] + rows[cached[0]:]  # a sorted run and the new tail
+                order = [*cached[1], *rows[cached[0]:]]  # a sorted run and the new tail
             else:
                 order = list(rows)
             order.sort(key=self._sort_key(sort))
-            cached = self._sort_cache[key] = (count, order)
+            cached = self._sort_cache[key] = (count, array.array("i", order))
         ordered = _Rows(cached[1], len(cached[1]))
         return ordered.reversed() if descending else ordered
 
@@ -563,7 +563,7 @@ class Mirror:
 class _Rows:
     """Row numbers, without building the list when it is every row (``rows is None``)."""
 
-    def __init__(self, rows: list[int] | None, n: int, backwards: bool = False) -> None:
+    def __init__(self, rows: Any, n: int, backwards: bool = False) -> None:
         self.rows, self.n, self.backwards = rows, n, backwards
 
     def __len__(self) -> int:
@@ -572,7 +572,8 @@ class _Rows:
     def reversed(self) -> _Rows:
         return _Rows(self.rows, self.n, not self.backwards)
 
-    def as_list(self) -> list[int]:
+    def as_list(self) -> Any:
+        """The row numbers (a list, or the cache's array: do not change it)."""
         return list(range(self.n)) if self.rows is None else self.rows
 
     def slice(self, start: int, stop: int) -> list[int]:
