@@ -209,3 +209,26 @@ def test_a_graph_whose_task_kills_its_worker_every_time_fails_fast(cluster):
     while len(cluster.worker_pids()) < 2 and time.monotonic() < until_both_workers_back:
         time.sleep(0.2)
     assert lightwork.get(add_one.remote(1)) == 2  # the cluster goes on
+
+
+@lightwork.remote
+class Tally:
+    def __init__(self):
+        self.n = 0
+
+    def bump(self):
+        time.sleep(0.01)
+        self.n += 1
+        return self.n
+
+
+def test_progress_and_profiler_follow_actor_calls(cluster):
+    tally = Tally.remote()
+    out = io.StringIO()
+    with ProgressBar(out=out, dt=0.05), Profiler() as prof:
+        assert lightwork.get([tally.bump.remote() for _ in range(6)]) == [1, 2, 3, 4, 5, 6]
+    assert "| 100% Completed |" in out.getvalue()
+    assert len(prof.results) == 6 and all(d.key.startswith("Tally.bump-") for d in prof.results)
+    starts = sorted(d.start_time for d in prof.results)
+    ends = sorted(d.end_time for d in prof.results)
+    assert all(end <= start for end, start in zip(ends, starts[1:]))  # one at a time, in order

@@ -138,6 +138,21 @@ def test_listings_mean_what_they_mean_locally(connected, tmp_path):
     assert lightwork.get(waiting) == 50_000
 
 
+@lightwork.remote
+def lists_from_a_task():
+    try:
+        lightwork.state.list_tasks()
+    except exceptions.UnsupportedOnBackend as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_the_state_api_inside_a_task_says_where_to_call_it(connected):
+    message = lightwork.get(lists_from_a_task.remote())
+    assert "inside a task is not supported on the distributed backend" in message
+    assert "from the driver" in message
+
+
 def test_a_killed_actor_is_listed_dead(connected):
     counter = Counter.remote()
     assert lightwork.get(counter.bump.remote()) == 1
@@ -220,6 +235,7 @@ def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_pa
 
     table = command(driver, "status")
     assert table.returncode == 0 and "workers    2" in table.stdout, table.stdout + table.stderr
+    assert f"cluster    {cluster.address}" in table.stdout
 
     workers = command(driver, "list", "workers", "--format", "json")
     rows = json.loads(workers.stdout)
