@@ -452,7 +452,6 @@ class ClusterLog:
     def answer_query(self, op: str, args: dict[str, Any]) -> Any:
         """The diagnostics operations this log can answer (see the module docstring)."""
         from lightwork._runtime import views
-
         from lightwork.backends.cluster_state import ClusterState
 
         state = ClusterState(self)
