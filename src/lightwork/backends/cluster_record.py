@@ -318,6 +318,7 @@ class ClusterLog:
     def sync(self) -> None:
         """Pull every worker's reports into the log (one ``client.run`` round trip), then
         tell the listeners of the tasks that ended."""
+        self.check_reachable()
         client = self.backend.client
         ended: list[TaskRecord] = []
         with self._pull_lock:
@@ -449,9 +450,27 @@ class ClusterLog:
         return row
 
     # -- queries ---------------------------------------------------------------------------
+    def check_reachable(self) -> None:
+        """Fail at once, saying why, when the cluster cannot answer (instead of waiting
+        for the client's reconnection timeout and then a ``ConnectionPool is closed``)."""
+        client = self.backend.client
+        status = getattr(client, "status", "running")
+        if status != "running":
+            try:
+                where = f" at {client.scheduler.address}"
+            except Exception:  # noqa: BLE001 - only for the message
+                where = ""
+            raise exceptions.RuntimeSystemError(
+                f"the Dask cluster{where} does not answer (its client is {status!r}): the "
+                "scheduler may have stopped or the network is down. Restart the scheduler "
+                "(workers reconnect), or call lightwork.shutdown() and init() again")
+
     def answer_query(self, op: str, args: dict[str, Any]) -> Any:
         """The diagnostics operations this log can answer (see the module docstring)."""
         from lightwork._runtime import views
+
+        if op != "ping":
+            self.check_reachable()
         from lightwork.backends.cluster_state import ClusterState
 
         state = ClusterState(self)

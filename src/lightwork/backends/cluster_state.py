@@ -22,7 +22,8 @@ Fields mean what they mean locally; where the cluster differs:
   the ``pid``/``worker_id`` of their worker.
 * Live task states come from the scheduler: ``waiting`` (for an argument) is
   ``PENDING_ARGS_AVAIL``, ``processing`` is ``RUNNING``, other pre-run states are
-  ``PENDING_NODE_ASSIGNMENT``. An actor call is ``SUBMITTED_TO_WORKER`` until its report
+  ``PENDING_NODE_ASSIGNMENT`` (for the oldest ``MAX_REFRESHED`` live tasks; later ones
+  show ``SUBMITTED_TO_WORKER``). An actor call is ``SUBMITTED_TO_WORKER`` until its report
   arrives (calls bypass the scheduler).
 * Objects are the refs this driver holds, with their size and the workers holding them
   (``location``: ``"worker tcp://…"``); the driver does not see refs held inside tasks.
@@ -35,12 +36,14 @@ Fields mean what they mean locally; where the cluster differs:
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections import Counter
 from typing import Any
 
 ALIVE_STATUSES = ("running", "paused", "init")
+MAX_REFRESHED = 20_000  # live tasks whose state one listing asks the scheduler for
 
 
 def scheduler_facts(dask_scheduler: Any = None, keys: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -102,9 +105,10 @@ class ClusterState:
         from lightwork.backends.cluster_worker import key_name
 
         log = self.log
-        with log.lock:
+        with log.lock:  # the oldest first, as listed; at most MAX_REFRESHED per listing
             live = [(task, f"{key_name(task.record.name)}-{task.record.task_id:x}")
-                    for task in log.tasks.values() if not task.actor_id]
+                    for task in itertools.islice(log.tasks.values(), MAX_REFRESHED)
+                    if not task.actor_id]
         if not live:
             return
         facts = self._facts(tuple(key for _, key in live))
@@ -294,6 +298,7 @@ class ClusterState:
             "uptime_s": time.monotonic() - log.log.started_at,
             "backend": "distributed",
             "address": self.backend.address(),
+            "dask_dashboard": _dashboard_link(self.backend.client),
             "resources": {
                 "total": total,
                 "available": {k: max(0.0, available.get(k, 0.0)) for k in total},
@@ -315,6 +320,15 @@ class ClusterState:
             "store": None,
             "event_log": facts,
         }
+
+
+def _dashboard_link(client: Any) -> str | None:
+    """The Dask dashboard's URL, or None when the scheduler serves none."""
+    try:
+        services = client.scheduler_info().get("services") or {}
+        return client.dashboard_link if "dashboard" in services else None
+    except Exception:  # noqa: BLE001 - only a hint in the status
+        return None
 
 
 def _task_state(scheduler_state: str) -> str:
