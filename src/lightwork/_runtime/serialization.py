@@ -17,8 +17,9 @@ a :class:`Stored` object in one of two forms:
 
 Who writes a segment: the driver writes into recycled segments it keeps mapped and
 faulted in (``store.py``'s :class:`SegmentStore`, any object with a ``write`` method);
-a new segment (a worker's, or the driver's when none can be reused) is written with
-``pwrite`` into a new file (``write_segment``). A full ``/dev/shm`` then fails that
+a worker, once the store granted it room (``worker.SharedMemoryWriter``), writes with
+``pwrite`` over a recycled segment (its pages exist: no allocation) or into a new
+file; a new segment is written with ``pwrite`` into a new file (``write_segment``). A full ``/dev/shm`` then fails that
 ``pwrite`` with ENOSPC, raised as :class:`ObjectStoreFullError`: never a SIGBUS, which
 only a store through a mapping into unallocated pages can cause, and every mapping
 written to here covers pages a completed ``pwrite`` allocated. (``posix_fallocate``
@@ -273,9 +274,22 @@ def write_into(view: memoryview, plan: Layout, data: bytes, raws: list[memoryvie
             view[begin : begin + length] = raw
 
 
-def write_segment(path: str, data: bytes, raws: list[memoryview]) -> int:
-    """Write a value into a new segment file at ``path``; return the file's length."""
+def write_segment(path: str, data: bytes, raws: list[memoryview], recycled: bool = False) -> int:
+    """Write a value into a new segment file at ``path``; return the file's length.
+
+    ``recycled``: ``path`` is a pooled segment the store handed out (its pages exist and
+    nobody reads it): write over it in place, keeping its length.
+    """
     plan = layout(data, raws)
+    if recycled:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            _pwrite_all(fd, plan.prefix + data, 0)
+            for (offset, _length), raw in zip(plan.offsets, raws):
+                _pwrite_all(fd, raw, plan.body_start + offset)
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
