@@ -470,6 +470,22 @@ def test_a_per_task_runtime_env(backend):
         task.remote("LIGHTWORK_CONFORMANCE_ENV")
 
 
+def pid_of_worker():
+    return os.getpid()
+
+
+def test_max_calls(backend):
+    """Locally each worker process runs one call, then a fresh one takes its slot; on
+    distributed, where a worker process runs every task it gets, the backend says so."""
+    task = lightwork.remote(max_calls=1)(pid_of_worker)
+    if backend == "local":
+        pids = [lightwork.get(task.remote(), timeout=30) for _ in range(3)]
+        assert len(set(pids)) == 3
+        return
+    with pytest.raises(exceptions.UnsupportedOnBackend, match="max_calls.*distributed"):
+        task.remote()
+
+
 def inc(x):
     return x + 1
 

@@ -32,7 +32,7 @@ class _Actor:
 
 
 TASK_CASES = [
-    ("memory", 2 ** 30), ("max_calls", 1), ("accelerator_type", "A100"),
+    ("accelerator_type", "A100"),
     ("label_selector", {"zone": "a"}), ("_metadata", {"key": "value"}),
 ]
 
@@ -55,29 +55,32 @@ def test_a_task_option_without_effect_warns_once_with_what_to_do(option, value):
 def test_rays_defaults_ask_for_nothing_and_do_not_warn(value):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        lightwork.remote(_task).options(max_calls=value if value != {} else 0,
-                                        label_selector=value or None, _metadata=value or None)
+        lightwork.remote(_task).options(label_selector=value or None, _metadata=value or None)
+        lightwork.remote(max_calls=value if value != {} else 0)(_task)
 
 
 def test_actor_options_without_effect_warn():
     cls = lightwork.remote(_Actor)
     with pytest.warns(IgnoredOptionWarning, match="'concurrency_groups'.*max_concurrency"):
         cls.options(concurrency_groups={"io": 2})
-    with pytest.warns(IgnoredOptionWarning, match="'memory'"):
-        cls.options(memory=10 ** 9)
     with pytest.warns(IgnoredOptionWarning, match="'concurrency_groups'"):
         runtime_env._warned.clear()
         lightwork.method(concurrency_group="io")
 
 
 @pytest.mark.parametrize(("option", "value", "error"), [
-    ("max_calls", -1, ValueError), ("max_calls", 1.5, ValueError), ("max_calls", True, ValueError),
     ("accelerator_type", 100, TypeError), ("label_selector", ["a"], TypeError),
     ("_metadata", "x", TypeError), ("memory", "1GB", TypeError),
 ])
 def test_bad_values_are_refused_naming_the_option(option, value, error):
     with pytest.raises(error, match=option):
         lightwork.remote(_task).options(**{option: value})
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True])
+def test_bad_max_calls_are_refused_naming_the_option(value):
+    with pytest.raises(ValueError, match="max_calls"):
+        lightwork.remote(max_calls=value)(_task)
 
 
 def test_bad_concurrency_groups_are_refused():
@@ -118,7 +121,7 @@ def test_detached_placement_group_warns(fresh_runtime, monkeypatch):
 def test_a_task_with_ignored_options_still_runs(fresh_runtime):
     lightwork.init(num_cpus=2)
     with pytest.warns(IgnoredOptionWarning):
-        function = lightwork.remote(_task).options(max_calls=1, memory=100)
+        function = lightwork.remote(_task).options(accelerator_type="A100")
     assert lightwork.get([function.remote() for _ in range(3)], timeout=20) == [1, 1, 1]
 
 

@@ -1,7 +1,8 @@
-"""Workers start sooner: the fork server imports only the worker's part of lightwork.
+"""Workers start sooner: the exec'd fork server imports only the worker's part of lightwork.
 
-The pool's workers are asked for at ``init``; the first batch waits only for the fork
-server to import what a worker needs. The diagnostics, ``lightwork.util`` and
+The pool's workers are asked for at ``init``. A single-threaded driver forks its fork
+server (``test_forkserver_start.py``); otherwise the server is exec'd and the first batch
+waits for it to import what a worker needs. The diagnostics, ``lightwork.util`` and
 ``lightwork.state`` are left to first use there (PEP 562), while the driver still
 imports them with the package, so ``init()`` pays none of it. Figures: ``bench/``.
 """
@@ -67,7 +68,9 @@ def uses_the_lazy_parts():
     return lightwork.util.ActorPool.__name__, callable(lightwork.advise)
 
 
-def test_workers_come_from_the_lean_import_and_can_still_use_everything(fresh_runtime):
+def test_workers_come_from_the_lean_import_and_can_still_use_everything(fresh_runtime,
+                                                                     monkeypatch):
+    monkeypatch.setenv("LIGHTWORK_FORKSERVER", "exec")  # a forked server has the driver's
     ray.init(num_cpus=2)
     imported, flag = ray.get(what_the_worker_imported.remote(), timeout=60)
     assert imported == [] and flag is None  # the switch does not leak into tasks

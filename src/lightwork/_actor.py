@@ -202,6 +202,8 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
     checks["__init__"].bind(args, kwargs)
     key, blob = actor_class._payload_for(options)
     extra = {"GPU": float(options["num_gpus"])} if options.get("num_gpus") else {}
+    if options.get("memory"):  # bytes, reserved for the actor's life as in Ray
+        extra["memory"] = float(int(options["memory"]))
     for resource, amount in (options.get("resources") or {}).items():
         extra[resource] = check_amount(f"resources[{resource!r}]", amount)
     if options.get("num_cpus") is not None:

@@ -41,7 +41,7 @@ RAY_ONLY_INIT_ARGS = {
     "logging_format", "logging_config", "configure_logging", "local_mode",
     "_temp_dir", "_system_config", "storage", "job_config",
     "_node_ip_address", "_redis_password", "_plasma_directory", "_metrics_export_port",
-    "_enable_object_reconstruction", "_tracing_startup_hook", "labels", "_memory",
+    "_enable_object_reconstruction", "_tracing_startup_hook", "labels",
     "enable_resource_isolation", "system_reserved_cpu", "system_reserved_memory",
     "_cgroup_path", "_node_name", "_skip_env_hook",
 }
@@ -143,6 +143,10 @@ def init(
     backend_name, target = parse_address(address)
     spill_dir = _spill_dir_option(ray_kwargs.pop("_spill_dir", None),
                                   ray_kwargs.pop("object_spilling_config", None))
+    # Ray's `memory` resource of the node, in bytes (default: available memory less the store's).
+    task_memory = ray_kwargs.pop("_memory", None)
+    if task_memory is not None:
+        task_memory = check_amount("_memory", task_memory)
     unknown = sorted(set(ray_kwargs) - RAY_ONLY_INIT_ARGS - {"logging_level"})
     if unknown:
         raise TypeError(
@@ -171,8 +175,9 @@ def init(
         if not isinstance(resources, dict):
             raise TypeError(f"resources must be a dict of name -> amount, got {resources!r}")
         for name, amount in resources.items():
-            if name in ("CPU", "GPU"):
-                raise ValueError("use num_cpus/num_gpus instead of resources={'CPU'/'GPU': ...}")
+            if name in ("CPU", "GPU", "memory"):
+                raise ValueError("use num_cpus/num_gpus/_memory instead of "
+                                 f"resources={{{name!r}: ...}}")
             custom[str(name)] = check_amount(f"resources[{name!r}]", amount)
     if object_store_memory is not None:
         from lightwork._runtime.session import SHM_ROOT
@@ -218,7 +223,7 @@ def init(
         register_control_ops()  # its ops answer any dashboard that attaches later
 
         node = Node(cpus, gpus, custom, namespace, budget, object_store_memory, spill_dir,
-                    runtime_env=job_env)
+                    runtime_env=job_env, memory=task_memory)
         node.memory_monitor = MemoryMonitor(node, memory_threshold, memory_refresh_s)
         node.memory_monitor.start()
         if advisor and budget:
@@ -607,16 +612,17 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     """Cancel the task that makes ``object_ref``; its ``get`` raises TaskCancelledError.
 
     An ObjectRefGenerator cancels its generator task: the stream ends with the error.
-    ``recursive`` is accepted for Ray's signature, but tasks the cancelled task submitted
-    are not cancelled with it (lightwork does not record which task submitted which):
-    cancel them through their own refs."""
+    ``recursive`` (Ray's default, True): if the task is running, the tasks it submitted
+    that are still pending or running are cancelled too, and theirs, with the same
+    ``force``; ``recursive=False`` leaves them alone. Actor calls it made are not
+    cancelled (as in Ray)."""
     if not isinstance(recursive, bool):
         raise TypeError(f"cancel(recursive=...) must be True or False, got {recursive!r}")
     if isinstance(object_ref, ObjectRefGenerator):
         object_ref = object_ref.completed()
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef returned by a task, got {object_ref!r:.80}")
-    _core((object_ref,)).cancel([object_ref.id], bool(force))
+    _core((object_ref,)).cancel([object_ref.id], bool(force), recursive)
 
 
 # -- introspection ------------------------------------------------------------------------

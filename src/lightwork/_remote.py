@@ -17,7 +17,13 @@ from typing import Any
 import cloudpickle
 
 from lightwork._generator import ObjectRefGenerator
-from lightwork._runtime.calls import TASK_OPTIONS, ArgumentCheck, CallSpec, check_options
+from lightwork._runtime.calls import (
+    TASK_OPTIONS,
+    ArgumentCheck,
+    CallSpec,
+    call_limited,
+    check_options,
+)
 from lightwork._runtime.runtime_env import cache_key as env_cache_key
 from lightwork._runtime.runtime_env import normalize, payload_with_env
 from lightwork._runtime.serialization import SerializationError, describe_unpicklable
@@ -30,6 +36,12 @@ class RemoteFunction:
         self._function = function
         self._options = check_options(dict(options), TASK_OPTIONS, f"remote function {_name(function)}")
         _check_strategy(self._options, f"remote function {_name(function)}")
+        max_calls = self._options.get("max_calls")
+        if max_calls is None and self._options.get("num_gpus"):
+            # Ray's default for GPU functions: a fresh process per call, so whatever GPU
+            # memory a library kept is given back (max_calls=0 turns it off).
+            max_calls = 1
+        self._max_calls: int = max_calls or 0
         self._key: bytes | None = None
         self._blob: bytes | None = None
         self._spec: CallSpec | None = None
@@ -57,6 +69,8 @@ class RemoteFunction:
             # retried like any task: a re-run skips the items already streamed (streams.py).
             options = {"num_returns": "streaming", **options}
         key, blob = self._payload(dynamic=options.get("num_returns") == "dynamic")
+        if self._max_calls:  # @remote's only: .options() refuses it
+            key, blob = call_limited(blob, self._max_calls)
         if options.get("runtime_env"):
             key, blob = self._payload_with_env(options["runtime_env"], key, blob)
         if self._arguments is None:
@@ -71,6 +85,7 @@ class RemoteFunction:
 
     def options(self, **options: Any) -> _BoundOptions:
         """This function with some options changed for the calls made through the result."""
+        _refuse_max_calls(options, _name(self._function))
         check_options(options, TASK_OPTIONS, f"remote function {_name(self._function)}")
         _check_strategy(options, f"remote function {_name(self._function)}")
         return _BoundOptions(self, {**self._options, **options})
@@ -129,9 +144,17 @@ class _BoundOptions:
         return _submit(spec, args, kwargs)
 
     def options(self, **options: Any) -> _BoundOptions:
+        _refuse_max_calls(options, _name(self._remote_function._function))
         check_options(options, TASK_OPTIONS, "remote function")
         _check_strategy(options, "remote function")
         return _BoundOptions(self._remote_function, {**self._options, **options})
+
+
+def _refuse_max_calls(options: dict[str, Any], name: str) -> None:
+    if "max_calls" in options:  # as in Ray: it belongs to the function's worker processes
+        raise ValueError(
+            f"max_calls cannot be set in .options() (remote function {name}), as in Ray: "
+            f"give it where the function is declared, @remote(max_calls=N)")
 
 
 def _check_strategy(options: dict[str, Any], what: str) -> None:

@@ -271,7 +271,11 @@ def print_table(rows: list[dict[str, Any]], columns: tuple[str, ...], out: TextI
 
 def print_status(s: dict[str, Any], out: TextIO) -> None:
     res = s["resources"]
-    used = ", ".join(f"{k} {res['used'][k]:g}/{v:g}" for k, v in res["total"].items())
+    def amount(name: str, value: float) -> str:  # Ray's `memory` resource is in bytes
+        return human_bytes(value) if name == "memory" else f"{value:g}"
+
+    used = ", ".join(f"{k} {amount(k, res['used'][k])}/{amount(k, v)}"
+                     for k, v in res["total"].items())
     counts = lambda d: ", ".join(f"{k} {v}" for k, v in sorted(d.items())) or "none"  # noqa: E731
     t, o, log = s["tasks"], s["objects"], s["event_log"]
     lines = [

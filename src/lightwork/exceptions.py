@@ -157,17 +157,33 @@ class UnserializableException(LightworkError):
     It is the ``cause`` of the ``TaskError`` that ``get`` raises (which is an instance of
     both). ``type_name`` is the original exception's qualified class name, ``message``
     its ``str()``, ``reason`` why it could not travel (e.g. an attribute holding a lock).
+    ``type_names`` are the ``module.qualname`` of the original class and of each of its
+    bases (its MRO), so ``retry_exceptions=[MyError]`` still matches a subclass of
+    ``MyError`` that arrived as this (see :func:`class_names`).
     The remote traceback is in the TaskError's message.
     """
 
-    def __init__(self, type_name: str, message: str, reason: str) -> None:
+    def __init__(self, type_name: str, message: str, reason: str,
+                 type_names: tuple[str, ...] = ()) -> None:
         self.type_name = type_name
         self.message = message
         self.reason = reason
+        self.type_names = tuple(type_names)
         super().__init__(f"{type_name}: {message}" if message else type_name)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (UnserializableException, (self.type_name, self.message, self.reason))
+        return (UnserializableException,
+                (self.type_name, self.message, self.reason, self.type_names))
+
+    def is_instance_of_any(self, classes: tuple[type, ...]) -> bool:
+        """Whether the original exception was an instance of one of ``classes`` (by name)."""
+        names = self.type_names
+        return any(class_names(cls)[0] in names for cls in classes)
+
+
+def class_names(cls: type) -> tuple[str, ...]:
+    """``module.qualname`` of ``cls`` and of each class in its MRO but ``object``."""
+    return tuple(f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__ if c is not object)
 
 
 def _type_name(exc: BaseException) -> str:
@@ -192,10 +208,11 @@ def _pack_cause(cause: BaseException | None) -> tuple[Any, ...] | None:
         try:
             data = cloudpickle.dumps(attempt, protocol=5)
             pickle.loads(data)  # the receiver runs the same code: make sure it loads
-            return (data, _type_name(cause), message, "")
+            return (data, _type_name(cause), message, "", class_names(type(cause)))
         except Exception as exc:  # noqa: BLE001 - try the next form, then give up
             reason = reason or f"{type(exc).__name__}: {exc}"
-    return (None, _type_name(cause), message, f"could not be pickled ({reason})")
+    return (None, _type_name(cause), message, f"could not be pickled ({reason})",
+            class_names(type(cause)))
 
 
 def _unpack_cause(packed: tuple[Any, ...] | None) -> BaseException | None:
@@ -203,13 +220,13 @@ def _unpack_cause(packed: tuple[Any, ...] | None) -> BaseException | None:
         return None
     import pickle
 
-    data, type_name, message, reason = packed
+    data, type_name, message, reason, type_names = packed
     if data is not None:
         try:
             return pickle.loads(data)
         except Exception as exc:  # noqa: BLE001 - e.g. a class this process cannot import
             reason = f"could not be rebuilt here ({type(exc).__name__}: {exc})"
-    return UnserializableException(type_name, message, reason)
+    return UnserializableException(type_name, message, reason, type_names)
 
 
 def _unpack_task_error(

@@ -83,6 +83,7 @@ class Actor:
     async_methods: frozenset[str] = frozenset()  # non-empty: an async actor
     waits: dict[tuple[int, int], Wait] = field(default_factory=dict)  # blocked gets
     max_pending_calls: int = -1  # queued + running calls allowed at once; -1: no limit
+    gpu_ids: tuple[int, ...] = ()  # its GPUs while its process lives (gpus.py)
 
     @property
     def slots(self) -> int:
@@ -185,9 +186,10 @@ class ActorManager:
         if actor.class_key not in conn.functions:
             conn.functions.add(actor.class_key)
             messages.append((p.FUNCTION, actor.class_key, node.functions[actor.class_key]))
+        actor.gpu_ids = node.gpus.assign(actor.actor_id, actor.hold) if node.gpus.any else ()
         messages.append((p.ACTOR_INIT, (
             actor.creation_task, actor.class_key, actor.class_name, actor.args, dep_values,
-            actor.actor_id, actor.name, actor.max_concurrency,
+            actor.actor_id, actor.name, actor.max_concurrency, actor.gpu_ids,
         )))
         node._send(conn, messages)
 
@@ -244,7 +246,7 @@ class ActorManager:
             actor.inflight[task.task_id] = task
             batch.append((p.TASK, (
                 task.task_id, task.function_key, task.name, task.args, dep_values,
-                task.return_ids, task.shape, (),
+                task.return_ids, task.shape, actor.gpu_ids,
             )))
         if batch:
             node._send(actor.conn, batch)
@@ -400,6 +402,8 @@ class ActorManager:
         actor = conn.actor
         node = self.node
         node.scheduler._give_back(actor.hold)
+        if node.gpus.held:
+            node.gpus.release(actor.actor_id)
         actor.conn = None
         actor.waits.clear()
         if actor.state == DEAD:

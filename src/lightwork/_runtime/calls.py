@@ -139,7 +139,7 @@ class CallSpec:
     """
 
     __slots__ = ("arguments", "key", "blob", "name", "shape", "cpus", "num_returns",
-                 "max_retries", "retry_exceptions", "stream", "runtime_env")
+                 "max_retries", "retry_exceptions", "stream", "runtime_env", "max_calls")
 
     def __init__(
         self, key: bytes, blob: bytes, name: str, options: dict[str, Any],
@@ -163,6 +163,53 @@ class CallSpec:
         # The payload already carries it (runtime_env.payload_with_env); kept for backends
         # that cannot honour a per-task environment.
         self.runtime_env: Any = options.get("runtime_env")
+        # Likewise (the payload is a CallLimit): the user's own max_calls, not a default.
+        self.max_calls: int = options.get("max_calls") or 0
+
+
+class CallLimit:
+    """A task function whose worker process exits after running it ``max_calls`` times.
+
+    Ray's ``max_calls``: a worker that ran N calls of the function leaves, and a fresh
+    process takes its slot, which gives back what the calls leaked (memory, a GPU a
+    library keeps). The payload of such a function is this wrapper (its own key), loaded
+    once per worker like any function, so it counts that worker's calls. The call that
+    reaches the limit marks the worker as retiring (also when it raises); the worker
+    sends its result and ``RETIRE``, then exits (``Worker.run``), and the driver gives the
+    tasks it had queued there to other workers and starts a replacement (``Node``).
+    """
+
+    def __init__(self, function_blob: bytes, max_calls: int) -> None:
+        self.function_blob = function_blob
+        self.max_calls = max_calls
+        self.calls = 0
+        self._function: Any = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CallLimit, (self.function_blob, self.max_calls))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._function is None:
+            import cloudpickle
+
+            self._function = cloudpickle.loads(self.function_blob)
+        self.calls += 1
+        if self.calls >= self.max_calls:
+            from lightwork._runtime import worker
+
+            if worker._current_worker is not None:
+                worker._current_worker.retire()
+        return self._function(*args, **kwargs)
+
+
+def call_limited(blob: bytes, max_calls: int) -> tuple[bytes, bytes]:
+    """(key, blob) of the task function ``blob`` run under :class:`CallLimit`."""
+    import hashlib
+
+    import cloudpickle
+
+    wrapped = cloudpickle.dumps(CallLimit(blob, max_calls))
+    return hashlib.blake2b(wrapped, digest_size=16).digest(), wrapped
 
 
 def infeasible_message(name: str, problem: str) -> str:
@@ -239,12 +286,6 @@ GENERATOR_RETURNS = ("streaming", "dynamic")
 
 # Option -> what to do instead, for the options that are accepted and have no effect.
 IGNORED_OPTIONS = {
-    "memory": "lightwork reserves no memory for a call; to run fewer such calls at once, "
-              "ask for more num_cpus or for a custom resource (init(resources={'mem': 4}) "
-              "and .options(resources={'mem': 1}))",
-    "max_calls": "a worker process here runs any number of calls; for a function that leaks "
-                 "memory, run it in lightwork.util.multiprocessing.Pool(maxtasksperchild=N), "
-                 "or in an actor you kill and recreate",
     "accelerator_type": "this is one machine: calls use its own accelerators (num_gpus)",
     "label_selector": "this is one node: there are no node labels to select",
     "_metadata": "nothing reads Ray's internal call metadata here",
@@ -269,10 +310,6 @@ def warn_ignored_option(option: str, what: str) -> None:
 
 def _check_ignored_options(options: dict[str, Any], what: str) -> None:
     """Validate the options that have no effect here, and warn about those given a value."""
-    max_calls = options.get("max_calls")
-    if max_calls is not None and (
-            isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
-        raise ValueError(f"max_calls must be an int >= 0 (0: no limit), got {max_calls!r}")
     accelerator = options.get("accelerator_type")
     if accelerator is not None and not isinstance(accelerator, str):
         raise TypeError(f"accelerator_type must be a string such as 'A100', got {accelerator!r}")
@@ -304,6 +341,10 @@ def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict
             check_amount(key, options[key])
     if not options.keys().isdisjoint(IGNORED_OPTIONS):
         _check_ignored_options(options, what)
+    max_calls = options.get("max_calls")
+    if max_calls is not None and (
+            isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
+        raise ValueError(f"max_calls must be an int >= 0 (0: no limit), got {max_calls!r}")
     if options.get("runtime_env") is not None:
         from lightwork._runtime.runtime_env import normalize
 
@@ -358,6 +399,8 @@ def resource_demand(options: dict[str, Any], default_cpus: float) -> dict[str, f
     demand = {"CPU": float(default_cpus if num_cpus is None else num_cpus)}
     if options.get("num_gpus"):
         demand["GPU"] = float(options["num_gpus"])
+    if options.get("memory"):  # bytes, a logical resource as in Ray (scheduler.py)
+        demand["memory"] = float(int(options["memory"]))
     for name, amount in (options.get("resources") or {}).items():
-        demand[name] = float(amount)
+        demand[name] = float(amount)  # resources={"memory": X} is memory=X, as in Ray
     return demand

@@ -93,12 +93,12 @@ class Countdown:
 class DriverCalls(_Base):
     """The public API's operations on the driver's runtime."""
 
-    def cancel(self, object_ids: list[int], force: bool) -> None:
+    def cancel(self, object_ids: list[int], force: bool, recursive: bool = True) -> None:
         with self.lock:
             for object_id in object_ids:
                 if object_id not in self.objects.entries and self.id_floor.minted_before(object_id):
                     raise self.ended_session_error(object_id)
-            self._cancel_ids(object_ids, force)
+            self._cancel_ids(object_ids, force, recursive)
 
     # ------------------------------------------------------------------ the API
     def submit_task(
@@ -216,6 +216,7 @@ class DriverCalls(_Base):
             group = scheduler.remove_group(args[0])
             if group is None:
                 raise ValueError(f"no placement group with id {args[0]} in this session")
+            self.gpus.remove_group(group.hex)
             removed = scheduler.removed_names
             self._feasible_shapes = {shape for shape in self._feasible_shapes
                                      if not any(name in removed for name, _ in shape)}

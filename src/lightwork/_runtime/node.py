@@ -63,6 +63,7 @@ from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
 from lightwork._runtime import ray_alias
 from lightwork._runtime.events import EventLog, TaskRecord
+from lightwork._runtime.gpus import GpuIds
 from lightwork._runtime.introspect import report_unraisable
 from lightwork._runtime.lineage import Lineage, keeps_lineage
 from lightwork._runtime.memory_monitor import OOM_REASON, MemoryMonitor, handle_oom_death
@@ -124,6 +125,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         object_store_memory: int | None = None,
         spill_dir: str | None = None,
         runtime_env: dict[str, Any] | None = None,
+        memory: float | None = None,
     ) -> None:
         total = {"CPU": float(num_cpus), "GPU": float(num_gpus), **resources}
         self.namespace = namespace
@@ -132,6 +134,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         self.node_id = self.session.name
         self.lock = threading.RLock()
         budget = object_store_memory or default_budget(self.session.shm_dir)
+        total["memory"] = float(task_memory(budget) if memory is None else int(memory))
         self.store = SegmentStore(self.session.shm_dir, budget, self.session.spill_dir)
         serialization.MAPS.spill_dir = self.session.spill_dir
         self.objects = ObjectTable(self.store.release, self.store.track)
@@ -141,8 +144,11 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         self.functions: dict[bytes, bytes] = {}
         self.tasks: dict[int, TaskSpec] = {}
         self.workers: dict[int, WorkerConn] = {}
-        self.gpu_free: dict[int, float] = {i: 1.0 for i in range(int(num_gpus))}
-        self.task_gpus: dict[int, list[tuple[int, float]]] = {}
+        self.gpus = GpuIds(int(num_gpus))  # which GPU ids each task and actor uses
+        # Recursive cancel (``_cancel_ids``): how many live tasks were submitted by a task
+        # (0: nothing to search), and the running tasks cancelled with recursive=True.
+        self.nested_live = 0
+        self.cancelled_parents: set[int] = set()
         # Ids and worker numbers continue from the previous session (see _object_ref.py).
         self.id_floor = IdFloor()
         self._ids = DRIVER_IDS
@@ -467,8 +473,10 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                 self.scheduler.take_back(conn.slot, task)
                 if task.cancelled and self.scheduler.remove_ready(task):
                     self._fail_task(task, _cancelled(task, "before it ran"))
+        elif kind == p.RETIRE:
+            self._retire_worker(conn)
         elif kind == p.CANCEL:
-            self._cancel_ids(message[1], message[2])
+            self._cancel_ids(message[1], message[2], message[3])
         elif kind == p.CALL:
             self._on_worker_call(conn, message[1], message[2], message[3:])
         elif kind == p.MAPPED:
@@ -538,6 +546,9 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             cause = serialization.loads(error).cause
         except Exception:
             return False
+        if isinstance(cause, exceptions.UnserializableException):
+            # It could not travel as itself: match its class hierarchy by name.
+            return cause.is_instance_of_any(tuple(retry))
         return isinstance(cause, tuple(retry))
 
     def _requeue(self, task: TaskSpec) -> None:
@@ -595,6 +606,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             if object_id not in self.objects.entries and self.id_floor.minted_before(object_id):
                 raise self.ended_session_error(object_id)
         self.tasks[task.task_id] = task
+        if task.parent and not task.actor_id:
+            self.nested_live += 1  # see _cancel_ids; _end_task counts it down
         if deps:  # the advisor tells a chain of dependent steps from independent tasks
             task.record.dep_tasks = tuple([entry.task_id for entry in deps])  # 3x a genexpr
         unready = 0
@@ -641,7 +654,10 @@ class Node(DriverCalls, WorkerRequests, Lineage):
     def _end_task(self, task: TaskSpec, state: str) -> None:
         task.state = state
         task.record.state = state
-        self.tasks.pop(task.task_id, None)
+        if self.tasks.pop(task.task_id, None) is not None and task.parent and not task.actor_id:
+            self.nested_live -= 1
+        if self.cancelled_parents:
+            self.cancelled_parents.discard(task.task_id)
         if self.streams.streams and task.return_ids:
             self.streams.on_task_end(task.return_ids[0])
         for object_id in task.deps:
@@ -687,7 +703,12 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         scheduler = self.scheduler
         try:
             while True:
-                self._send_assignments(scheduler.schedule())
+                assignments = scheduler.schedule()
+                if scheduler.newly_reserved:  # their bundles' GPU ids, before anything runs there
+                    for group in scheduler.newly_reserved:
+                        self.gpus.reserve_group(group)
+                    scheduler.newly_reserved.clear()
+                self._send_assignments(assignments)
                 if scheduler.orphaned:
                     self._fail_orphaned_tasks()
                 if self.actors.pending:
@@ -730,24 +751,24 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                 self._send(conn, batch)
 
     def _assign_gpus(self, task: TaskSpec) -> tuple[int, ...]:
-        need = dict(task.shape).get("GPU", 0.0)
-        if not need:
-            return ()
-        chosen: list[tuple[int, float]] = []
-        for gpu_id in sorted(self.gpu_free, key=lambda i: -self.gpu_free[i]):
-            share = min(1.0, need)
-            if self.gpu_free[gpu_id] + 1e-9 >= share:
-                self.gpu_free[gpu_id] -= share
-                chosen.append((gpu_id, share))
-                need -= share
-            if need <= 1e-9:
-                break
-        self.task_gpus[task.task_id] = chosen
-        return tuple(gpu_id for gpu_id, _ in chosen)
+        return self.gpus.assign(task.task_id, task.shape) if self.gpus.any else ()
 
     def _release_gpus(self, task_id: int) -> None:
-        for gpu_id, share in self.task_gpus.pop(task_id, ()):
-            self.gpu_free[gpu_id] += share
+        if self.gpus.held:
+            self.gpus.release(task_id)
+
+    def _retire_worker(self, conn: WorkerConn) -> None:
+        """The worker ran a ``max_calls`` function's last call and is exiting
+        (``calls.CallLimit``): what it was sent after that call will not run there, so
+        it goes back to the queue, and a new worker takes the slot. Its end of file then
+        finds no task on it: an expected exit, not a crash."""
+        for task in self.scheduler.remove_worker(conn.slot):
+            if task.cancelled:
+                self._fail_task(task, _cancelled(task, "before it ran"))
+            else:
+                self._requeue(task)
+        if len(self.scheduler.workers) < max(1, int(self.scheduler.total.get("CPU", 1.0))):
+            self._start_worker()
 
     # ------------------------------------------------------------------ worker death
     def _on_worker_eof(self, conn: WorkerConn) -> None:
@@ -815,8 +836,16 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                 f"Check the worker's output above for a traceback{crash_hint(conn.exit_status)}."))
 
     # ------------------------------------------------------------------ cancel
-    def _cancel_ids(self, object_ids: list[int], force: bool) -> None:
+    def _cancel_ids(self, object_ids: list[int], force: bool, recursive: bool = False) -> None:
         """Cancel the tasks making these objects; the cancel wins in every state.
+
+        ``recursive``: a task that is running may have submitted tasks from its worker
+        (``TaskSpec.parent``); those still pending or running are cancelled too, with the
+        same ``force``, and theirs in turn; actor calls are left alone, as in Ray. No index
+        of children is kept (that would cost every nested submission): the tasks table is
+        searched, and only while some live task has a parent (``nested_live``). A running
+        task cancelled this way stays in ``cancelled_parents`` until it ends, so a task it
+        submitted just before the cancel landed is cancelled when its submission arrives.
 
         Waiting or ready: the task fails now. Dispatched to a worker: its id goes to the
         worker's cancel file, then SIGINT (SIGKILL with ``force``) — sent as soon as the
@@ -826,24 +855,52 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         task queued on its worker behind another cannot have started: its objects fail
         now, and ``force`` never kills the worker (that would kill the task ahead of it).
         """
+        tasks = []
         for object_id in object_ids:
             entry = self.objects.entries.get(object_id)
             task = self.tasks.get(entry.task_id) if entry is not None else None
-            if task is None or task.cancelled:
-                continue
-            task.cancelled = True
-            if task.state == WAITING or (
-                task.state == TASK_READY and self.scheduler.remove_ready(task)
-            ):
-                self._fail_task(task, _cancelled(task, "before it ran"))
-            elif task.worker is not None:
-                slot = task.worker
-                if slot.inflight and slot.inflight[0] is not task:
-                    self._fail_returns(task, _cancelled(task, "while it was queued on a worker"))
-                    force = False
-                conn = self.workers.get(slot.worker_id)
-                if conn is not None:
-                    self._interrupt(conn, task.task_id, force)
+            if task is not None:
+                tasks.append(task)
+        if recursive and self.nested_live:
+            tasks.extend(self._running_descendants(tasks))
+        for task in tasks:
+            self._cancel_task(task, force)
+
+    def _running_descendants(self, tasks: list[TaskSpec]) -> list[TaskSpec]:
+        """The live plain tasks submitted by the running ones of ``tasks``, transitively;
+        the running ones found are noted in ``cancelled_parents``."""
+        children: dict[int, list[TaskSpec]] = {}
+        for task in self.tasks.values():
+            if task.parent and not task.actor_id:
+                children.setdefault(task.parent, []).append(task)
+        found: list[TaskSpec] = []
+        frontier = [task for task in tasks if task.state == DISPATCHED and not task.actor_id]
+        while frontier:
+            task = frontier.pop()
+            self.cancelled_parents.add(task.task_id)
+            for child in children.pop(task.task_id, ()):
+                found.append(child)
+                if child.state == DISPATCHED:
+                    frontier.append(child)
+        return found
+
+    def _cancel_task(self, task: TaskSpec, force: bool) -> None:
+        """Cancel one task (see ``_cancel_ids``)."""
+        if task.cancelled:
+            return
+        task.cancelled = True
+        if task.state == WAITING or (
+            task.state == TASK_READY and self.scheduler.remove_ready(task)
+        ):
+            self._fail_task(task, _cancelled(task, "before it ran"))
+        elif task.worker is not None:
+            slot = task.worker
+            if slot.inflight and slot.inflight[0] is not task:
+                self._fail_returns(task, _cancelled(task, "while it was queued on a worker"))
+                force = False
+            conn = self.workers.get(slot.worker_id)
+            if conn is not None:
+                self._interrupt(conn, task.task_id, force)
 
     def _interrupt(self, conn: WorkerConn, task_id: int, force: bool) -> None:
         try:
@@ -904,6 +961,17 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         if ref_counter.on_borrow == self._on_driver_borrow:
             ref_counter.on_borrow = None
             ref_counter.on_first_release = None
+
+def task_memory(store_budget: int) -> int:
+    """Ray's default ``memory`` resource: the memory available now, less the store's."""
+    from lightwork._runtime.memory_monitor import read_meminfo
+
+    try:
+        used, total = read_meminfo()
+    except (OSError, KeyError, ValueError):
+        return 0
+    return max(0, total - used - store_budget)
+
 
 def _cancelled(task: TaskSpec, when: str) -> exceptions.TaskCancelledError:
     return exceptions.TaskCancelledError(f"task {task.name} was cancelled with cancel() {when}")

@@ -41,6 +41,7 @@ CANCEL = 20
 CALL = 21
 MAPPED = 22
 UNMAPPED = 23
+RETIRE = 24  # worker -> driver: it ran a max_calls function's last call and exits now
 
 _LENGTH = struct.Struct("<I")
 

@@ -35,8 +35,18 @@ Where it is applied:
 
 A task's or actor's env is applied over the job's (already in place in every worker): its
 ``env_vars`` are set on top of the job's, and its ``working_dir`` becomes the cwd (the
-job's stays on ``sys.path``). Nested tasks do not inherit their parent task's env (Ray's
-do): give them the option too, or set it job-wide.
+job's stays on ``sys.path``).
+
+Inheritance, as in Ray: the tasks and actors that a task or actor submits inherit its env.
+The env in force in a worker (``inherited``: the running task's, merged over the envs of
+the tasks that submitted it, or an actor's own) is kept while it applies; a submission
+from there wraps its payload in one more :class:`TaskWithEnv` (``ActorClassWithEnv``)
+carrying that env, outside the child's own env if it has one. So a child without an env
+runs in its parent's; a child with its own gets its parent's ``env_vars`` with its own set
+on top (Ray's merge by key), its own ``working_dir`` if it names one (else the parent's),
+and both ``py_modules`` on ``sys.path`` (Ray replaces the parent's; keeping them only adds
+paths). Only submissions from a task or actor that has an env pay for it (a cached payload
+per function and env).
 """
 
 from __future__ import annotations
@@ -170,9 +180,31 @@ def _user_stacklevel() -> int:
 
 
 # -- applying, in a worker ------------------------------------------------------------
+# The env in force for the task running now in this worker, merged over its parents'
+# (innermost last), and an actor's own env for its process's life: what a submission
+# from here inherits (see the module docstring).
+_in_force: list[Env] = []
+_process_env: Env | None = None
+
+
+def inherited() -> Env | None:
+    """The env that tasks and actors submitted from this process now inherit, or None."""
+    return _in_force[-1] if _in_force else _process_env
+
+
+def merged(outer: Env | None, inner: Env) -> Env:
+    """``inner`` applied over ``outer``: env_vars merged by key, inner's working_dir first."""
+    if outer is None:
+        return inner
+    return {"env_vars": {**outer["env_vars"], **inner["env_vars"]},
+            "working_dir": inner["working_dir"] or outer["working_dir"],
+            "paths": list(dict.fromkeys(inner["paths"] + outer["paths"]))}
+
+
 @contextmanager
 def applied(env: Env) -> Iterator[None]:
     """Set ``env`` in this process for the duration of the block, then restore."""
+    _in_force.append(merged(inherited(), env))
     environ = os.environ
     saved = {name: environ.get(name) for name in env["env_vars"]}
     environ.update(env["env_vars"])
@@ -185,6 +217,7 @@ def applied(env: Env) -> Iterator[None]:
     try:
         yield
     finally:
+        _in_force.pop()
         for path in added:
             try:
                 sys.path.remove(path)
@@ -204,6 +237,8 @@ def applied(env: Env) -> Iterator[None]:
 
 def apply_for_good(env: Env) -> None:
     """Set ``env`` for the rest of this process's life (an actor's own process)."""
+    global _process_env
+    _process_env = merged(_process_env, env)
     os.environ.update(env["env_vars"])
     if env["working_dir"] is not None:
         os.chdir(env["working_dir"])

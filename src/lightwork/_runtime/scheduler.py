@@ -5,8 +5,10 @@ while holding its lock and carries out the assignments it returns.
 
 State, each piece owned here:
 
-* ``available``: resources not held by running tasks (CPU, GPU and custom names);
-  ``total`` is fixed at ``init``. A worker blocked in ``get``/``wait`` lends the
+* ``available``: resources not held by running tasks (CPU, GPU, ``memory`` and custom
+  names); ``total`` is fixed at ``init``. ``memory`` is Ray's logical memory resource, in
+  bytes: a task or actor with ``memory=X`` reserves X for scheduling, nothing measures or
+  limits what it really uses (``Node`` sets the total). A worker blocked in ``get``/``wait`` lends the
   resources of its task back, and takes them again when it resumes (which may briefly
   oversubscribe, as in Ray; nothing new is placed until ``available`` recovers).
 * ``ready``: one FIFO queue per resource shape, so a task waiting for a GPU never holds
@@ -31,7 +33,8 @@ tasks inside use only it; nothing else in the policy changes. A task placed with
 ``placement_group_capture_child_tasks`` also takes a sliver of ``capture_group_<hex>``:
 a worker seeing it in its running task's shape places that task's own tasks in the group
 (:func:`captured_shape`). Groups are reserved in
-creation order (``pending_groups``) as soon as their whole demand fits. Every strategy
+creation order (``pending_groups``) as soon as their whole demand fits; the node hears of
+each reservation (``newly_reserved``) to give its bundles their GPU ids (``gpus.py``). Every strategy
 but STRICT_SPREAD is satisfied on one node; what can never fit (STRICT_SPREAD of more
 than one bundle, a bundle or a group larger than the machine) is refused at creation.
 Removing a group gives its resources back; its names leave ``total`` and keep a negative
@@ -84,6 +87,7 @@ class TaskSpec:
     cancelled: bool = False
     worker: WorkerSlot | None = None
     actor_id: int = 0  # a method call of this actor, else 0 for a plain task
+    parent: int = 0  # the task that submitted this one from its worker, else 0 (the driver)
 
 
 @dataclass(slots=True, eq=False)
@@ -94,6 +98,13 @@ class WorkerSlot:
     blocked: int = 0
     blocked_in: str = ""  # "get" or "wait": the nested call the worker last blocked in
     alive: bool = True
+
+
+def describe_amount(name: str, amount: float) -> str:
+    """``amount`` of resource ``name`` for a message: memory in bytes and GiB."""
+    if name == "memory" or name.startswith("memory_group_"):
+        return f"{amount:,.0f} bytes of {name} ({amount / 2**30:.2f} GiB)"
+    return f"{amount:g} {name}"
 
 
 def make_shape(resources: dict[str, float]) -> Shape:
@@ -113,6 +124,7 @@ class Scheduler:
         self.pending_groups: deque[PlacementGroupState] = deque()
         self.removed_names: set[str] = set()  # resource names of removed groups
         self.orphaned: list[TaskSpec] = []  # ready tasks of removed groups, for the node to fail
+        self.newly_reserved: list[PlacementGroupState] = []  # for the node (its GPU ids)
 
     # -- resources -------------------------------------------------------------------
     def check_feasible(self, shape: Shape) -> str | None:
@@ -121,7 +133,8 @@ class Scheduler:
             have = self.total.get(name, 0.0)
             if amount > have + _EPS:
                 return (
-                    f"it needs {amount:g} {name} but the runtime has {have:g} in total"
+                    f"it needs {describe_amount(name, amount)} but the runtime has "
+                    f"{describe_amount(name, have)} in total"
                 )
         return None
 
@@ -337,6 +350,7 @@ class Scheduler:
                 self.available[key] += amount
             group.state = GROUP_CREATED
             pending.popleft()
+            self.newly_reserved.append(group)
 
     def remove_group(self, group_id: int) -> PlacementGroupState | None:
         """Give a group's reservation back; its ready tasks go to ``orphaned``."""

@@ -56,6 +56,7 @@ from lightwork import exceptions
 from lightwork._object_ref import PROCESS_ID_SHIFT, ObjectRef, ref_counter
 from lightwork._runtime import control
 from lightwork._runtime import protocol as p
+from lightwork._runtime import runtime_env
 from lightwork._runtime import serialization
 from lightwork._runtime.calls import ArgSlot, CallSpec, infeasible_message, prepare_args
 from lightwork._runtime.scheduler import captured_shape
@@ -114,6 +115,8 @@ class Worker:
         self.functions: dict[bytes, Any] = {}
         self.function_blobs: dict[bytes, bytes] = {}
         self.sent_functions: set[bytes] = set()
+        # Payloads wrapped in an inherited runtime_env: (key, env) -> (key, blob).
+        self._inherited_payloads: dict[tuple[bytes, str], tuple[bytes, bytes]] = {}
         self.inbox: deque[tuple[Any, ...]] = deque()
         self.outbox: deque[tuple[Any, ...]] = deque()
         self.replies: dict[int, Any] = {}
@@ -126,9 +129,11 @@ class Worker:
         self.actor: Any = None
         self.actor_id = 0
         self.actor_name: str | None = None
+        self.actor_gpu_ids: tuple[int, ...] = ()
         self.pool: CallPool | None = None
         self.loop: AsyncRunner | None = None
         self.exiting = False
+        self.retiring = False  # a max_calls function's last call ran here (calls.CallLimit)
         self.bounce_when_waiting = True
         # Cancels: the driver appends a task id to ``cancel_path`` and then sends SIGINT.
         # The handler only raises a flag (and interrupts the task it names, if running);
@@ -262,7 +267,7 @@ class Worker:
                 if self.exiting or time.monotonic() - started >= FLUSH_AFTER_S:
                     # Batching only pays for tiny tasks; holding a longer task's result
                     # would only lose it (and re-run the task) if this worker died.
-                    self.send([result])
+                    self.send([result, (p.RETIRE,)] if self.retiring else [result])
                     if self.exiting:
                         return
                     continue
@@ -279,6 +284,10 @@ class Worker:
             elif kind == p.EXIT:
                 self.send([])
                 return
+
+    def retire(self) -> None:
+        """Exit once the running task is done; the driver runs nothing more here."""
+        self.retiring = self.exiting = True
 
     def _wake_late_flush(self) -> None:
         if self._flush_soon is None:
@@ -395,8 +404,11 @@ class Worker:
 
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         """Create this worker's actor instance; the DONE says whether ``__init__`` worked."""
-        (task_id, key, name, args_stored, dep_values, actor_id, actor_name, concurrency) = frame
+        (task_id, key, name, args_stored, dep_values, actor_id, actor_name, concurrency,
+         gpu_ids) = frame
         started = time.monotonic()
+        self.actor_gpu_ids = gpu_ids
+        _set_gpu_env(gpu_ids)  # for the constructor too: it may pick its device
         self.actor_id, self.actor_name = actor_id, actor_name
         self.bounce_when_waiting = False  # an actor's calls cannot run anywhere else
         outcome: Any = []
@@ -497,20 +509,38 @@ class Worker:
         stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
         return_ids = tuple(self.next_object_id() for _ in range(spec.num_returns))
         refs = [ObjectRef(object_id) for object_id in return_ids]
-        key = spec.key
+        key, blob = spec.key, spec.blob
+        parent_env = runtime_env.inherited()
+        if parent_env is not None:  # the running task's runtime_env: the child inherits it
+            key, blob = self._payload_in_env(key, blob, parent_env, actor=False)
         if key not in self.sent_functions:
             self.sent_functions.add(key)
-            self.outbox.append((p.FUNCTION, key, spec.blob))
+            self.outbox.append((p.FUNCTION, key, blob))
             if key not in self.functions:  # the driver may run it here: keep the code
-                self.function_blobs[key] = spec.blob
+                self.function_blobs[key] = blob
         self.outbox.append((
             p.SUBMIT, task_id, key, spec.name, stored, deps, return_ids, shape,
-            spec.max_retries, spec.retry_exceptions, 0,
+            spec.max_retries, spec.retry_exceptions, 0, frame[0] if frame is not None else 0,
         ))
         self.send([])  # now: the driver places it while this task goes on
         return refs
 
+    def _payload_in_env(self, key: bytes, blob: bytes, env: runtime_env.Env,
+                        actor: bool) -> tuple[bytes, bytes]:
+        """(key, blob) of a payload run inside ``env`` (inherited), made once per pair."""
+        cache_key = (key, runtime_env.cache_key(env))
+        found = self._inherited_payloads.get(cache_key)
+        if found is None:
+            found = runtime_env.payload_with_env(blob, env, actor=actor)
+            if len(self._inherited_payloads) < 256:
+                self._inherited_payloads[cache_key] = found
+        return found
+
     def create_actor(self, actor: Any, blob: bytes) -> None:
+        parent_env = runtime_env.inherited()
+        if parent_env is not None:  # the running task's or actor's runtime_env: inherited
+            actor.class_key, blob = self._payload_in_env(actor.class_key, blob, parent_env,
+                                                         actor=True)
         if actor.class_key not in self.sent_functions:
             self.sent_functions.add(actor.class_key)
             self.outbox.append((p.FUNCTION, actor.class_key, blob))
@@ -524,8 +554,9 @@ class Worker:
         stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
         return_ids = tuple(self.next_object_id() for _ in range(num_returns))
         refs = [ObjectRef(object_id) for object_id in return_ids]
+        frame = self.current
         self.outbox.append((p.SUBMIT, task_id, method, name, stored, deps, return_ids, (), 0,
-                            False, actor_id))
+                            False, actor_id, frame[0] if frame is not None else 0))
         self.send([])
         return refs
 
@@ -565,8 +596,8 @@ class Worker:
         self.send([])
         return self.request((p.WAIT, ids, num_returns, timeout))
 
-    def cancel(self, ids: list[int], force: bool) -> None:
-        self.send([(p.CANCEL, ids, force)])
+    def cancel(self, ids: list[int], force: bool, recursive: bool = True) -> None:
+        self.send([(p.CANCEL, ids, force, recursive)])
 
     def future(self, ref: ObjectRef) -> Any:
         import concurrent.futures
@@ -595,7 +626,7 @@ class Worker:
             "worker_id": self.worker_id,
             "node_id": self.node_id,
             "resources": dict(frame[6]) if frame else {},
-            "gpu_ids": frame[7] if frame else (),
+            "gpu_ids": frame[7] if frame else self.actor_gpu_ids,
             "namespace": None,
             "pid": os.getpid(),
         }

@@ -31,10 +31,12 @@ class WorkerRequests(_Base):
     """Handlers of the requests a worker sends on behalf of its running task."""
 
     def _on_worker_submit(self, conn: WorkerConn, message: tuple[Any, ...]) -> None:
-        (_, task_id, key, name, args, deps, return_ids, shape, max_retries, retry, actor_id) = message
+        (_, task_id, key, name, args, deps, return_ids, shape, max_retries, retry, actor_id,
+         parent) = message
         record = TaskRecord(task_id, name, conn.worker_id, time.monotonic(), arg_size=args.size)
         task = TaskSpec(task_id, key, name, args, deps, return_ids, len(return_ids), shape,
-                        max_retries, retry, conn.worker_id, record, actor_id=actor_id)
+                        max_retries, retry, conn.worker_id, record, actor_id=actor_id,
+                        parent=parent)
         for object_id in return_ids:
             self.objects.create(object_id, conn.worker_id, task_id)
             conn.holds.add(object_id)
@@ -48,6 +50,9 @@ class WorkerRequests(_Base):
             return
         if actor_id:
             self.actors.add_call(actor_id, task)
+        elif self.cancelled_parents and parent in self.cancelled_parents:
+            # Its parent was cancelled (recursive) while this submission was on its way.
+            self._cancel_task(task, False)
 
     def _on_worker_call(self, conn: WorkerConn, request_id: int, what: str, args: tuple) -> None:
         """A worker asks the driver to do something only the driver can (actor registry)."""

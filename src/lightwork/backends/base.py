@@ -68,8 +68,11 @@ class Backend(abc.ABC):
         the function runs; refs inside containers stay refs (borrowed)."""
 
     @abc.abstractmethod
-    def cancel(self, object_ids: list[int], force: bool) -> None:
-        """Cancel the tasks making ``object_ids``; their ``get`` raises TaskCancelledError."""
+    def cancel(self, object_ids: list[int], force: bool, recursive: bool = True) -> None:
+        """Cancel the tasks making ``object_ids``; their ``get`` raises TaskCancelledError.
+
+        ``recursive``: also cancel the tasks they submitted that are still pending or
+        running (and theirs), as Ray does by default; a backend that cannot says so."""
 
     # -- objects ---------------------------------------------------------------------------
     @abc.abstractmethod

@@ -16,46 +16,29 @@ mints them without asking anyone. When the process's last ref to an id is gone
 (``RefCounter.drain``), its future is dropped — but a task still running keeps its
 future until it ends (``_orphans``): a task whose ref was dropped still runs.
 
-Tasks
------
-``submit_task`` pickles the function's arguments itself, replacing each top-level ref by
-an ``ArgSlot``, and passes those refs' futures to distributed as dependencies: the engine
-resolves top-level refs to values; refs inside containers stay refs (borrowed: see
-``cluster_worker``). ``num_returns=k`` is one task returning a tuple and ``k`` small
-``pick`` tasks, each with its own key and ref. Retries: ``retry_exceptions`` (by type)
-runs again on the worker up to ``max_retries``; a worker lost mid-task is rescheduled by
-the scheduler up to its ``distributed.scheduler.allowed-failures`` (3 by default, like
-``max_retries``), then the task fails with ``WorkerCrashedError``.
+Where the rest lives
+--------------------
+``DistributedBackend`` is assembled from one mixin per responsibility, each module's
+docstring carrying its design: ``cluster_tasks`` (submission, resources, retries,
+cancel, put), ``cluster_fetch`` (get, wait, nested calls), ``cluster_actor_calls`` (the
+caller's side of actors: creation, calls, restarts, names) and ``cluster_actors`` (the
+actor's side, on a worker). What runs on the workers, and the stored forms of values
+and errors, are in ``cluster_worker``.
 
-Resources: ``num_cpus`` up to 1 takes one worker thread, as every distributed task does
-(no resource restriction, so the engine's fast path and its queuing apply, and a task
-blocked in a nested ``get`` secedes and frees its thread, as Ray frees the CPU of a
-blocked task). ``num_cpus`` above 1, ``num_gpus`` and ``resources`` become distributed
-resource restrictions, which only count resources the workers declared: start them with
-``--resources "CPU=n"`` (and ``GPU=``, custom names). A request no worker can meet fails
-at submit, naming the resource.
-
-Nested calls
-------------
-Inside a task, ``get`` and ``wait`` secede from the worker's thread pool while they
-block and rejoin after, so a task waiting for its children never holds the slot they
-need, even on a cluster of one single-thread worker.
-
-Actors are in ``cluster_actors.py``. Diagnostics: the driver's ``recorder``
+Diagnostics: the driver's ``recorder``
 (``cluster_record.ClusterLog``) is the event log of the run, filled from the workers'
 own stamps; the state API's task listing and summary, ``task_records``, the timeline,
-``stack`` and the advisor read it. Not done yet on this backend (UnsupportedOnBackend):
-actor restarts, generator tasks, the Dask-style callbacks and the other state listings.
+``stack``, the advisor, the Dask-style callbacks and profilers (its task listeners) and
+``lightwork.dask.get`` read it. Not done yet on this backend (UnsupportedOnBackend):
+actor restarts, generator tasks.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import itertools
 import os
 import random
 import threading
-import time
 import uuid
 import zlib
 from typing import Any
@@ -63,21 +46,18 @@ from typing import Any
 import cloudpickle
 
 from lightwork import exceptions
-from lightwork._object_ref import PROCESS_ID_SHIFT, ObjectRef, collecting_refs, ref_counter
+from lightwork._object_ref import PROCESS_ID_SHIFT, ref_counter
 from lightwork.backends import cluster_worker
 from lightwork.backends.base import Backend
+from lightwork.backends.cluster_actor_calls import ActorCalls
+from lightwork.backends.cluster_fetch import Fetching
 from lightwork.backends.cluster_record import ClusterLog
-from lightwork.backends.cluster_worker import ArgSlot, Failed, WithRefs
+from lightwork.backends.cluster_tasks import TaskSubmission
+from lightwork.backends.cluster_worker import BACKEND, Failed, WithRefs, unsupported
+
+__all__ = ["CLUSTER_EXTRA", "DistributedBackend", "unsupported"]
 
 CLUSTER_EXTRA = "pip install 'lightwork[cluster]'"
-BACKEND = "distributed"
-
-
-def unsupported(feature: str, instead: str) -> exceptions.UnsupportedOnBackend:
-    return exceptions.UnsupportedOnBackend(
-        f"{feature} is not supported on the {BACKEND} backend: {instead}")
-
-
 def _import_distributed() -> Any:
     try:
         import distributed
@@ -88,20 +68,7 @@ def _import_distributed() -> Any:
     return distributed
 
 
-_ACTOR_DATASET = "lightwork-actor/"
-
-
-def _actor_dataset(name: str, namespace: str | None) -> str:
-    """The scheduler dataset under which a named actor is published."""
-    return f"{_ACTOR_DATASET}{namespace or ''}/{name}"
-
-
-def _key_name(name: str) -> str:
-    """A task name as the first part of a distributed key (the dashboard's group name)."""
-    return name.split(".<locals>.")[-1].replace("-", "_") or "task"
-
-
-class DistributedBackend(Backend):
+class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
     """The API on a Dask distributed cluster (see the module docstring)."""
 
     name = BACKEND
@@ -295,288 +262,7 @@ class DistributedBackend(Backend):
             return cloudpickle.loads(stored.payload)
         return stored
 
-    # -- tasks -------------------------------------------------------------------------------
-    def _restrictions(self, spec: Any) -> dict[str, float] | None:
-        """The distributed resource restrictions of ``spec``'s shape (None: none)."""
-        shape = spec.shape
-        try:
-            return self._shapes[shape]
-        except KeyError:
-            pass
-        restrictions = {r: a for r, a in shape if a and not (r == "CPU" and a <= 1)}
-        if restrictions:
-            problem = self._infeasible(restrictions)
-            if problem:
-                problem = self._infeasible(restrictions, refresh=True)
-            if problem:
-                raise ValueError(
-                    f"task {spec.name} can never be scheduled on this cluster: {problem}. "
-                    "Lower its request with .options(), or start workers that declare the "
-                    "resource: dask worker --resources 'CPU=4,GPU=1' (distributed counts "
-                    "only resources the workers declare)")
-        self._shapes[shape] = restrictions or None
-        return restrictions or None
-
-    def _infeasible(self, restrictions: dict[str, float], refresh: bool = False) -> str:
-        if refresh:
-            self._worker_resources = None
-        offered = self.worker_resources()
-        if any(all(have.get(r, 0.0) >= a for r, a in restrictions.items())
-               for have in offered.values()):
-            return ""
-        for resource, amount in restrictions.items():
-            best = max((have.get(resource, 0.0) for have in offered.values()), default=0.0)
-            if best < amount:
-                return (f"it needs {amount:g} {resource} on one worker, and the most any of "
-                        f"the {len(offered)} worker(s) declares is {best:g}")
-        return f"no one worker declares all of {restrictions}"
-
-    _worker_resources: dict[str, dict[str, float]] | None = None
-
-    def worker_resources(self) -> dict[str, dict[str, float]]:
-        """Each worker's declared resources (cached; refreshed when a request fails)."""
-        if self._worker_resources is None:
-            workers = self.client.scheduler_info(n_workers=-1)["workers"]
-            self._worker_resources = {
-                address: {k: float(v) for k, v in (info.get("resources") or {}).items()}
-                for address, info in workers.items()}
-        return self._worker_resources
-
-    def submit_task(
-        self, spec: Any, args: tuple, kwargs: dict, callsite: Any = None
-    ) -> list[ObjectRef]:
-        self._check_open()
-        if spec.runtime_env:
-            # A Dask worker runs several tasks in one process: environment variables, the
-            # working directory and sys.path set for one task would leak into the others.
-            raise unsupported(
-                f"a per-task runtime_env ({spec.name})",
-                "set the environment on the cluster's workers (dask worker's environment "
-                "or a WorkerPlugin), or run the task without runtime_env")
-        if spec.stream:
-            raise unsupported(
-                f"a generator task ({spec.name}, num_returns='streaming')",
-                "return a list instead, or set num_returns=k for k values")
-        if ref_counter._released:
-            self._drain()
-        restrictions = self._restrictions(spec)
-        deps: list[Any] = []
-        futures = self.futures
-        if any(type(a) is ObjectRef for a in args) or any(
-                type(v) is ObjectRef for v in kwargs.values()):
-            args, kwargs = self._slots(args, kwargs, deps)
-        with collecting_refs() as contained:
-            payload = cloudpickle.dumps((args, kwargs))
-        keys = self._keys_of(contained) if contained else None
-        task_id = self.next_object_id()
-        num_returns = spec.num_returns
-        prefix = _key_name(spec.name)
-        shape = dict(spec.shape)
-        header = (task_id, spec.key, spec.blob, spec.name, payload, keys, max(num_returns, 1),
-                  spec.max_retries, spec.retry_exceptions, shape)
-        recorder = self.recorder
-        if recorder is not None:
-            recorder.submitted(task_id, spec.name, callsite, len(payload),
-                               num_cpus=shape.get("CPU", 1.0))
-        client = self.client
-        main = client.submit(cluster_worker.run_task, header, *deps, key=f"{prefix}-{task_id:x}",
-                             resources=restrictions, pure=False)
-        if num_returns <= 1:
-            return_futures = [main]
-        else:
-            return_futures = [
-                client.submit(cluster_worker.pick, main, index, pure=False,
-                              key=f"{prefix}-{task_id:x}-{index}")
-                for index in range(num_returns)]
-        if keys:  # hold what the task borrows until it ends
-            held = [futures[i] for i in keys]
-            main.add_done_callback(lambda _f, held=held: held.clear())
-        refs = []
-        with self.lock:
-            for future in return_futures if num_returns else []:
-                object_id = self.next_object_id()
-                futures[object_id] = future
-                self.task_ids[object_id] = task_id
-                refs.append(ObjectRef(object_id))
-            if not num_returns:
-                self._orphans[task_id] = main
-                main.add_done_callback(lambda _f: self._orphans.pop(task_id, None))
-        return refs
-
-    def _slots(self, args: tuple, kwargs: dict, deps: list[Any]) -> tuple[tuple, dict]:
-        """Top-level refs replaced by ArgSlots; their futures appended to ``deps``."""
-
-        def slot(value: Any) -> Any:
-            if type(value) is not ObjectRef:
-                return value
-            future = self._future_of(value.id)
-            if future.key is None:  # an actor call's result: not in the cluster, pass it
-                return self.decode(future.stored(None))
-            deps.append(future)
-            return ArgSlot(len(deps) - 1)
-
-        return tuple(slot(a) for a in args), {k: slot(v) for k, v in kwargs.items()}
-
-    def cancel(self, object_ids: list[int], force: bool) -> None:
-        self._check_open()
-        futures = [self._future_of(i) for i in object_ids]
-        if force:
-            running = self._running([f.key for f in futures])
-            if running:
-                raise unsupported(
-                    "cancel(force=True) of a running task",
-                    f"distributed cannot stop a task that is running ({running[0]!r}); call "
-                    "cancel() without force to stop waiting for it (its get raises "
-                    "TaskCancelledError), or let it finish")
-        self.client.cancel(futures, force=True)
-        if self.recorder is not None:
-            self.recorder.cancelled([self.task_ids.get(i, 0) for i in object_ids])
-
-    def _running(self, keys: list[Any]) -> list[Any]:
-        def processing(dask_scheduler: Any, keys: list[Any] = keys) -> list[Any]:
-            tasks = dask_scheduler.tasks
-            return [k for k in keys if k in tasks and tasks[k].state == "processing"]
-
-        return self.client.run_on_scheduler(processing)
-
-    # -- objects -----------------------------------------------------------------------------
-    def put(self, value: Any) -> ObjectRef:
-        self._check_open()
-        if ref_counter._released:
-            self._drain()
-        object_id = self.next_object_id()
-        stored = self.encode(value)
-        [future] = self.client.scatter([stored], hash=False)
-        with self.lock:
-            self.futures[object_id] = future
-            self.task_ids[object_id] = 0
-            return ObjectRef(object_id)
-
-    def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
-        self._check_open()
-        if ref_counter._released:
-            self._drain()
-        futures = [self._future_of(i) for i in ids]
-        start = time.monotonic()
-        try:
-            stored = self._blocking(lambda: self._gather(futures, timeout))
-        finally:
-            if self.recorder is not None:
-                self.recorder.blocked("get", start, ids, callsite, self.task_ids.get(ids[0], 0))
-        return [self.decode(value) for value in stored]
-
-    def _gather(self, futures: list[Any], timeout: float | None) -> list[Any]:
-        from distributed import wait as wait_futures
-
-        try:
-            if any(f.key is None for f in futures):
-                return self._gather_with_actor_results(futures, timeout)
-            if timeout is not None:
-                wait_futures(futures, timeout=timeout)
-            return self.client.gather(futures)
-        except TimeoutError:
-            still = sum(1 for f in futures if not f.done())
-            raise exceptions.GetTimeoutError(
-                f"get timed out after {timeout} s: {still} of {len(futures)} object(s) "
-                "not ready. Raise the timeout, or use wait() to take the ready ones "
-                "first.") from None
-        except BaseException as exc:
-            raise self._system_error(exc, futures) from None
-
-    def _gather_with_actor_results(self, futures: list[Any], timeout: float | None) -> list[Any]:
-        from distributed import wait as wait_futures
-
-        deadline = None if timeout is None else time.monotonic() + timeout
-        cluster = [f for f in futures if f.key is not None]
-        if cluster and timeout is not None:
-            wait_futures(cluster, timeout=timeout)
-        values = iter(self.client.gather(cluster) if cluster else [])
-        return [next(values) if f.key is not None else f.stored(
-            None if deadline is None else max(0.0, deadline - time.monotonic()))
-            for f in futures]
-
-    def _system_error(self, exc: BaseException, futures: list[Any]) -> BaseException:
-        """distributed's failure of a future as lightwork's error."""
-        from distributed.scheduler import KilledWorker
-
-        if isinstance(exc, concurrent.futures.CancelledError):
-            key = getattr(exc, "key", None) or next(
-                (f.key for f in futures if f.cancelled()), "?")
-            return exceptions.TaskCancelledError(f"task {key} was cancelled")
-        if isinstance(exc, KilledWorker):
-            key = exc.args[0] if exc.args else "?"
-            return exceptions.WorkerCrashedError(
-                f"task {key} was running on a worker that died, on every try allowed by "
-                "the scheduler (distributed.scheduler.allowed-failures). Look at the "
-                "workers' logs for why they died (memory limit, a crash in native code); "
-                "if the task uses too much memory, give it more with resources or split it")
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            return exc
-        return exceptions.RuntimeSystemError(
-            f"the {BACKEND} backend could not fetch a result: {type(exc).__name__}: {exc}")
-
-    def wait(self, ids: list[int], num_returns: int, timeout: float | None,
-             callsite: Any = None) -> list[int]:
-        self._check_open()
-        futures = [self._future_of(i) for i in ids]
-        ready = [i for i, f in zip(ids, futures) if f.done()]
-        if len(ready) < num_returns and timeout != 0:
-            event = threading.Event()
-            needed = [num_returns - len(ready)]
-            count_lock = threading.Lock()
-
-            def hit(_future: Any) -> None:
-                with count_lock:
-                    needed[0] -= 1
-                    if needed[0] <= 0:
-                        event.set()
-
-            start = time.monotonic()
-            if any(f.key is None for f in futures):  # actor calls: no done callbacks
-                self._blocking(lambda: self._poll_until(futures, num_returns, timeout))
-            else:
-                for future in futures:
-                    if not future.done():
-                        future.add_done_callback(hit)
-                self._blocking(lambda: event.wait(timeout))
-            if self.recorder is not None:
-                self.recorder.blocked("wait", start, ids, callsite,
-                                      self.task_ids.get(ids[0], 0))
-            ready = [i for i, f in zip(ids, futures) if f.done()]
-        return ready[:num_returns]
-
-    @staticmethod
-    def _poll_until(futures: list[Any], num_returns: int, timeout: float | None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while sum(1 for f in futures if f.done()) < num_returns:
-            if deadline is not None and time.monotonic() >= deadline:
-                return
-            time.sleep(0.002)
-
-    def _blocking(self, call: Any) -> Any:
-        """Run ``call``; inside a task, seceded from the worker's pool while it blocks."""
-        if self.in_driver or getattr(cluster_worker.current, "task", None) is None:
-            return call()
-        from distributed import rejoin, secede
-
-        secede()
-        try:
-            return call()
-        finally:
-            rejoin()
-
-    def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
-        result: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-        def fetch() -> None:
-            try:
-                result.set_result(self.get([ref.id], None)[0])
-            except BaseException as exc:  # noqa: BLE001 - delivered to the future
-                result.set_exception(exc)
-
-        threading.Thread(target=fetch, daemon=True, name="lightwork-future").start()
-        return result
-
+    # -- shared by the parts -------------------------------------------------------------
     def task_id_of(self, object_id: int) -> int:
         return self.task_ids.get(object_id, 0)
 
@@ -585,146 +271,6 @@ class DistributedBackend(Backend):
             raise exceptions.RuntimeSystemError(
                 "the lightwork session on the cluster was shut down; call lightwork.init() "
                 "to connect again")
-
-    # -- actors (see cluster_actors.py) ---------------------------------------------------
-    def create_actor(self, actor: Any, blob: bytes) -> None:
-        from lightwork._runtime import serialization
-        from lightwork.backends.cluster_actors import ActorHost
-
-        self._check_open()
-        namespace = actor.namespace if actor.namespace is not None else self.namespace
-        if actor.name is not None and self.driver_request(
-                "get_actor", actor.name, namespace) is not None:
-            raise ValueError(
-                f"an actor named {actor.name!r} already exists in namespace "
-                f"{namespace!r}; pick another name, or pass get_if_exists=True")
-        if actor.max_restarts:
-            raise unsupported("max_restarts", "create the actor again after ActorDiedError")
-        args, kwargs = serialization.loads(actor.args)
-        if actor.deps:  # top-level refs of the constructor: this backend's own slots
-            values = self.get(list(actor.deps), None)
-            args = [values[a.index] if type(a) is ArgSlot else a for a in args]
-            kwargs = {k: values[v.index] if type(v) is ArgSlot else v
-                      for k, v in kwargs.items()}
-        with collecting_refs() as contained:
-            payload = cloudpickle.dumps((tuple(args), kwargs))
-        shape = dict(actor.hold)
-        restrictions = {r: a for r, a in shape.items() if a and not (r == "CPU" and a <= 1)}
-        if restrictions:
-            problem = self._infeasible(restrictions, refresh=True)
-            if problem:
-                raise ValueError(f"actor {actor.class_name} can never be placed on this "
-                                 f"cluster: {problem}")
-        header = (actor.actor_id, actor.class_name, blob, payload,
-                  self._keys_of(contained) if contained else None, actor.max_concurrency,
-                  bool(actor.async_methods))
-        future = self.client.submit(
-            ActorHost, header, actor=True, pure=False, resources=restrictions or None,
-            key=f"{_key_name(actor.class_name)}-{actor.actor_id:x}")
-        with self.lock:
-            self.futures[actor.actor_id] = future
-        if self.recorder is not None:
-            self.recorder.actor_created(actor.actor_id, actor.class_name)
-        if actor.name is not None:
-            # The scheduler's datasets are the cluster's directory: whoever knows the name
-            # finds the actor, and a published actor outlives this client (detached).
-            entry = (actor.actor_id, actor.class_name, dict(actor.methods), future)
-            self.client.publish_dataset(entry, name=_actor_dataset(actor.name, namespace))
-            if not actor.detached:
-                self._named.append(_actor_dataset(actor.name, namespace))
-
-    def _actor(self, actor_id: int) -> Any:
-        """The distributed proxy of the actor, once it exists; ActorDiedError if it is gone."""
-        proxy = self._proxies.get(actor_id)
-        if proxy is None:
-            future = self._future_of(actor_id)
-            try:
-                proxy = future.result()
-            except Exception as exc:  # noqa: BLE001 - its worker died, or it was killed
-                raise self._actor_died(actor_id, exc) from None
-            self._proxies[actor_id] = proxy
-        if self._killed.get(actor_id) or proxy._future is not None and (
-                proxy._future.status not in ("finished", "pending")):
-            raise self._actor_died(actor_id, None)
-        return proxy
-
-    def _actor_died(self, actor_id: int, exc: BaseException | None) -> exceptions.ActorDiedError:
-        why = "it was killed" if self._killed.get(actor_id) else (
-            f"its worker was lost ({type(exc).__name__}: {exc})" if exc else
-            "its worker was lost")
-        return exceptions.ActorDiedError(
-            f"actor {actor_id:020x} is dead: {why}. Create a new actor to go on "
-            "(max_restarts is not supported on the distributed backend)")
-
-    def submit_actor_task(self, actor_id: int, method: str, name: str, args: tuple,
-                          kwargs: dict, num_returns: int, callsite: Any = None) -> list[ObjectRef]:
-        from lightwork.backends.cluster_actors import ActorResult
-
-        self._check_open()
-        if ref_counter._released:
-            self._drain()
-        tops = [a for a in (*args, *kwargs.values()) if type(a) is ObjectRef]
-        if tops:  # resolved here, before the call is sent: its order is kept
-            values = iter(self.get([ref.id for ref in tops], None))
-            args = tuple(next(values) if type(a) is ObjectRef else a for a in args)
-            kwargs = {k: next(values) if type(v) is ObjectRef else v for k, v in kwargs.items()}
-        with collecting_refs() as contained:
-            payload = cloudpickle.dumps((args, kwargs))
-        keys = self._keys_of(contained) if contained else None
-        with self.lock:
-            seq = self._seqs.get(actor_id, 0)
-            self._seqs[actor_id] = seq + 1
-        task_id = self.next_object_id()
-        if self.recorder is not None:
-            self.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id)
-        try:
-            proxy = self._actor(actor_id)
-            call = proxy.call(self._caller, seq, method, name, payload, keys, num_returns,
-                              task_id)
-        except exceptions.ActorDiedError as died:
-            from distributed.actor import EagerActorFuture
-
-            call = EagerActorFuture(Failed(died) if num_returns <= 1
-                                    else (Failed(died),) * num_returns)
-        if keys:  # hold what the call borrows until it ends (no callback on ActorFuture)
-            if len(self._call_borrows) > 64:
-                self._call_borrows = [(c, h) for c, h in self._call_borrows if not c.done()]
-            self._call_borrows.append((call, [self.futures[i] for i in keys]))
-        refs = []
-        with self.lock:
-            indexes = [None] if num_returns == 1 else list(range(num_returns))
-            for index in indexes:
-                object_id = self.next_object_id()
-                self.futures[object_id] = ActorResult(call, index)
-                self.task_ids[object_id] = task_id
-                refs.append(ObjectRef(object_id))
-        return refs
-
-    def driver_request(self, what: str, *args: Any) -> Any:
-        if what == "get_actor":
-            name, namespace = args[0], args[1] if args[1] is not None else self.namespace
-            entry = self.client.get_dataset(_actor_dataset(name, namespace), default=None)
-            if entry is None:
-                return None
-            actor_id, class_name, methods, future = entry
-            with self.lock:
-                self.futures.setdefault(actor_id, future)
-            return actor_id, class_name, methods
-        if what == "kill":
-            actor_id = args[0]
-            future = self._future_of(actor_id)
-            self._killed[actor_id] = True
-            for name in self._published_names_of(future):
-                self.client.unpublish_dataset(name)
-            self.client.cancel([future], force=True)
-            return None
-        raise unsupported(f"{what!r}", "it is not implemented on this backend; run on the "
-                          "embedded runtime (init() with no address)")
-
-    def _published_names_of(self, future: Any) -> list[str]:
-        return [name for name in self.client.list_datasets()
-                if isinstance(name, str) and name.startswith(_ACTOR_DATASET)
-                and getattr(self.client.get_dataset(name)[3], "key", None) == future.key]
 
     # -- introspection -----------------------------------------------------------------------
     def runtime_context(self) -> dict[str, Any]:

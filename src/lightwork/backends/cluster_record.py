@@ -33,6 +33,19 @@ Each cluster worker (by address) and each actor gets a small row number, the rec
 (``timeline_info``). Rows use synthetic trace pids, since pids of different machines
 may collide.
 
+Listeners
+---------
+Dask-style callbacks (``diagnostics/_plain.py``) and ``lightwork.dask``'s scheduler
+listen for ended tasks as they do on a node: ``add_task_listener`` (batches of
+``TaskRecord``, in the pulling thread, outside the locks), ``task_graph_of`` (a get's
+unfinished tasks, through the dependencies the driver noted at submission),
+``ready_value`` and ``settle`` (a pull, so a run's end hears of every task that ended
+before it). While a listener is on, pulls come every ``LISTENED_PULL_INTERVAL_S`` and
+the end of every task submitted meanwhile wakes one at once (a done callback on its
+future), so a graph's next tasks start one round trip after their inputs ended.
+``process_usage`` is what ``ResourceProfiler`` runs on every worker (psutil, in the
+worker's own process).
+
 What it serves
 --------------
 The state API's task listing and summary, ``task_records``/``blocked_spans``, the
@@ -49,6 +62,7 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -57,6 +71,7 @@ from lightwork._runtime.events import DriverSpan, EventLog, TaskRecord
 
 WORKER_RING = 100_000  # reports a worker keeps until the driver pulls them
 PULL_INTERVAL_S = 1.0
+LISTENED_PULL_INTERVAL_S = 0.1
 PULL_TIMEOUT_S = 10.0
 SYNTHETIC_ROW = 4_000_000  # the timeline's synthetic pids (``timeline.SYNTHETIC_PID``)
 
@@ -102,17 +117,34 @@ def dump_stacks(dask_worker: Any = None) -> dict[str, Any]:
     return {"pid": os.getpid(), "threads": threads}
 
 
+_process: list[Any] = []  # this worker's psutil.Process, its CPU counter primed
+
+
+def process_usage(dask_worker: Any = None) -> tuple[int, float, int]:
+    """(pid, CPU % since the last call, RSS bytes) of this worker process, read by the
+    process itself with psutil (a dependency of distributed); run by ``client.run``.
+    The first call primes the CPU counter and reports 0 %."""
+    import psutil
+
+    if not _process:
+        _process.append(psutil.Process())
+    process = _process[0]
+    with process.oneshot():
+        return os.getpid(), process.cpu_percent(None), process.memory_info().rss
+
+
 # ------------------------------------------------------------------------- driver side
 class _Live:
     """A submitted task not yet reported (what ``views`` reads of a live task)."""
 
-    __slots__ = ("actor_id", "record")
+    __slots__ = ("actor_id", "record", "return_ids")
     state = "SUBMITTED_TO_WORKER"
     worker = None
 
     def __init__(self, record: TaskRecord, actor_id: int) -> None:
         self.record = record
         self.actor_id = actor_id
+        self.return_ids: tuple[int, ...] = ()
 
 
 class ClusterLog:
@@ -135,7 +167,13 @@ class ClusterLog:
         self._ended_early: dict[int, None] = {}  # cancelled tasks, oldest first (bounded)
         self._pull_lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a watched future ended: pull now
         self._thread: threading.Thread | None = None
+        # Told of ended tasks, in batches (``Node.add_task_listener``'s contract).
+        self.task_listeners: list[Callable[[list[TaskRecord]], None]] = []
+
+    def resources(self) -> tuple[dict[str, float], dict[str, float]]:
+        return self.backend.resources()
 
     @property
     def scheduler(self) -> Any:
@@ -144,11 +182,13 @@ class ClusterLog:
 
     # -- driver stamps ---------------------------------------------------------------------
     def submitted(self, task_id: int, name: str, callsite: Any, arg_size: int,
-                  actor_id: int = 0, num_cpus: float = 1.0) -> None:
+                  actor_id: int = 0, num_cpus: float = 1.0,
+                  dep_tasks: tuple[int, ...] = ()) -> None:
         now = time.monotonic()
         record = TaskRecord(task_id, name, 0, now, deps_ready=now, dispatched=now,
                             arg_size=arg_size, callsite=callsite, actor_id=actor_id,
-                            num_cpus=num_cpus, state="SUBMITTED_TO_WORKER")
+                            num_cpus=num_cpus, state="SUBMITTED_TO_WORKER",
+                            dep_tasks=dep_tasks)
         with self.lock:
             self.tasks[task_id] = _Live(record, actor_id)
             if len(self.tasks) > self.log.budget:  # never reported: drop the oldest
@@ -157,10 +197,26 @@ class ClusterLog:
         if self._thread is None:
             self._start_pulling()
 
+    def returned(self, task_id: int, object_ids: list[int], future: Any) -> None:
+        """The task's return refs are made (``future``: its distributed future).
+
+        While a listener is on, the future's end wakes the pull, so a listener hears of
+        the task one round trip after it ended instead of at the next periodic pull.
+        """
+        live = self.tasks.get(task_id)
+        if live is not None:
+            live.return_ids = tuple(object_ids)
+        if self.task_listeners and future is not None:
+            future.add_done_callback(self._woken)
+
+    def _woken(self, _future: Any = None) -> None:
+        self._wake.set()
+
     def cancelled(self, task_ids: list[int]) -> None:
         """Tasks cancelled by the driver end now; a later report of one that ran anyway
         (cancel without force of a running task) is then ignored."""
         now = time.monotonic()
+        ended = []
         with self.lock:
             for task_id in task_ids:
                 live = self.tasks.pop(task_id, None)
@@ -170,9 +226,11 @@ class ClusterLog:
                 record.state, record.seen = "FAILED", now
                 record.error = "TaskCancelledError: cancelled by the driver"
                 self.log.finish_task(record)
+                ended.append(record)
                 self._ended_early[task_id] = None
                 if len(self._ended_early) > 10_000:
                     del self._ended_early[next(iter(self._ended_early))]
+        self._tell_listeners(ended)
 
     def actor_created(self, actor_id: int, class_name: str) -> None:
         self._actor_classes[actor_id] = class_name
@@ -193,7 +251,12 @@ class ClusterLog:
                 self._thread.start()
 
     def _pull_loop(self) -> None:
-        while not self._stop.wait(PULL_INTERVAL_S):
+        while not self._stop.is_set():
+            # Faster while someone listens (a progress bar, a Dask graph run).
+            self._wake.wait(LISTENED_PULL_INTERVAL_S if self.task_listeners else PULL_INTERVAL_S)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             if self.tasks:
                 try:
                     self.sync()
@@ -203,18 +266,82 @@ class ClusterLog:
     def stop(self) -> None:
         self.closed = True
         self._stop.set()
+        self._wake.set()
 
     def sync(self) -> None:
-        """Pull every worker's reports into the log (one ``client.run`` round trip)."""
+        """Pull every worker's reports into the log (one ``client.run`` round trip), then
+        tell the listeners of the tasks that ended."""
         client = self.backend.client
+        ended: list[TaskRecord] = []
         with self._pull_lock:
             sent = time.time()
             replies = client.run(take, on_error="ignore")
             came = time.time()
             for address, reply in replies.items():
-                self._merge(str(address), reply, sent, came)
+                ended += self._merge(str(address), reply, sent, came)
+        self._tell_listeners(ended)
 
-    def _merge(self, address: str, reply: dict[str, Any], sent: float, came: float) -> None:
+    settle = sync  # what a run's end calls to hear of every task that ended before it
+
+    # -- listeners (the Dask-style callbacks and lightwork.dask's scheduler) ------------
+    def add_task_listener(self, listener: Callable[[list[TaskRecord]], None]) -> None:
+        with self.lock:
+            self.task_listeners.append(listener)
+        if self._thread is None:
+            self._start_pulling()
+
+    def remove_task_listener(self, listener: Callable[[list[TaskRecord]], None]) -> None:
+        with self.lock:
+            if listener in self.task_listeners:
+                self.task_listeners.remove(listener)
+
+    def _tell_listeners(self, ended: list[TaskRecord]) -> None:
+        """Outside every lock, in the pulling thread, as the node does."""
+        if not ended or not self.task_listeners:
+            return
+        from lightwork._runtime.introspect import report_unraisable
+
+        for listener in tuple(self.task_listeners):
+            try:
+                listener(ended)
+            except Exception as exc:  # noqa: BLE001 - a diagnostics bug must not stop pulls
+                report_unraisable(exc, "Exception ignored in lightwork task listener",
+                                  listener)
+
+    def task_graph_of(self, object_ids: list[int]) -> tuple[list[int], dict[int, Any]]:
+        """``introspect.task_graph_of`` on the cluster: per object, the task making it
+        (0 for a put, -1 if freed), and the unfinished tasks they depend on."""
+        from lightwork._runtime.introspect import TaskView
+
+        task_ids, futures = self.backend.task_ids, self.backend.futures
+        tasks: dict[int, TaskView] = {}
+        with self.lock:
+            live = self.tasks
+            made_by = [task_ids.get(i, 0) if i in futures else -1 for i in object_ids]
+            stack = [task_id for task_id in made_by if task_id in live]
+            while stack:
+                task_id = stack.pop()
+                if task_id in tasks:
+                    continue
+                task = live[task_id]
+                deps = tuple(d for d in task.record.dep_tasks if d in live)
+                stack.extend(deps)
+                tasks[task_id] = TaskView(task_id, task.record.name, deps, task.return_ids,
+                                          task.record)
+        return made_by, tasks
+
+    def ready_value(self, object_id: int) -> tuple[bool, Any]:
+        """``introspect.ready_value`` on the cluster."""
+        future = self.backend.futures.get(object_id)
+        if future is None or not future.done():
+            return False, None
+        try:
+            return True, self.backend.get([object_id], None)[0]
+        except Exception:  # noqa: BLE001 - an error value, or freed meanwhile
+            return False, None
+
+    def _merge(self, address: str, reply: dict[str, Any], sent: float,
+               came: float) -> list[TaskRecord]:
         rtt, offset = came - sent, reply["now"] - (sent + came) / 2
         best = self._offsets.get(address)
         if best is None or rtt < best[0]:
@@ -222,6 +349,7 @@ class ClusterLog:
         log = self.log
         shift = best[1] + log.started_at_wall - log.started_at  # worker wall -> monotonic
         pid = reply["pid"]
+        ended = []
         with self.lock:
             log.dropped_tasks += reply["dropped"]
             for (task_id, name, actor_id, started, loaded, finished, stored, error,
@@ -250,6 +378,8 @@ class ClusterLog:
                 record.retries = tuple((t - shift, reason) for t, reason in retries)
                 record.state = "FAILED" if error else "FINISHED"
                 log.finish_task(record)
+                ended.append(record)
+        return ended
 
     def _row(self, address: str, pid: int, actor_id: int) -> int:
         key: Any = ("actor", actor_id) if actor_id else address

@@ -50,6 +50,20 @@ from lightwork._runtime.calls import ArgSlot  # the same placeholder as the loca
 from lightwork.backends.cluster_record import error_text as _error_text
 from lightwork.backends.cluster_record import note as _note
 
+BACKEND = "distributed"
+
+
+def unsupported(feature: str, instead: str) -> exceptions.UnsupportedOnBackend:
+    """The error for a feature this backend cannot offer, and what to do instead."""
+    return exceptions.UnsupportedOnBackend(
+        f"{feature} is not supported on the {BACKEND} backend: {instead}")
+
+
+def key_name(name: str) -> str:
+    """A task name as the first part of a distributed key (the dashboard's group name)."""
+    return name.split(".<locals>.")[-1].replace("-", "_") or "task"
+
+
 _wall = time.time  # the event log's worker-side stamps (see cluster_record)
 
 # Values never pickled again to look for refs inside: they cannot hold one.

@@ -51,7 +51,8 @@ def get(dsk: Any, keys: Any, *, callbacks: Any = None, num_workers: int | None =
                                     or not isinstance(num_workers, int) or num_workers < 1):
         raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
     _api._core()  # start a runtime if none is running, as lightwork.get does
-    node = introspect.node_or_none()
+    # The driver's node, or a cluster run's event log, which tells of ended tasks alike.
+    node = introspect.node_or_none() or getattr(_api._backend, "recorder", None)
     if node is None:
         if callbacks is not None or active_callbacks():  # never silently without them
             _api.diagnostics_node("Dask callbacks of lightwork.dask.get")

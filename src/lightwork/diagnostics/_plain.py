@@ -91,10 +91,13 @@ class TaskRun:
 
     # -- the caller's thread ------------------------------------------------------------
     def start(self) -> None:
-        self.node.add_task_listener(self._on_ended)
+        node = self.node
+        node.add_task_listener(self._on_ended)
+        ids = [ref.id for ref in self.refs]
+        own = getattr(node, "task_graph_of", None)  # a cluster run's log has its own
         with self.lock:
-            self.made_by, self.tasks = introspect.task_graph_of(
-                self.node, [ref.id for ref in self.refs])
+            self.made_by, self.tasks = (own(ids) if own is not None
+                                        else introspect.task_graph_of(node, ids))
             self._begin()
 
     def _begin(self) -> None:
@@ -102,6 +105,12 @@ class TaskRun:
         self.hooks.start_progress(self.progress)
 
     def end(self, failed: bool) -> None:
+        settle = getattr(self.node, "settle", None)
+        if settle is not None:  # a cluster run: hear of the tasks that ended by now
+            try:
+                settle()
+            except Exception:  # noqa: BLE001, S110 - the sweep below still ends the run
+                pass
         self.node.remove_task_listener(self._on_ended)
         with self.lock:
             self._sweep()
@@ -297,7 +306,9 @@ class StateRun(TaskRun):
         if hooks.posttask:
             result = None
             if hooks.posttask_needs_result:
-                values = [introspect.ready_value(self.node, oid)[1]
+                own = getattr(self.node, "ready_value", None)  # a cluster run's log
+                values = [(own(oid) if own is not None
+                           else introspect.ready_value(self.node, oid))[1]
                           for oid in self.tasks[record.task_id].return_ids]
                 result = values[0] if len(values) == 1 else tuple(values)
             hooks.fire_posttask(key, result, dsk, state, record.worker_id, record)

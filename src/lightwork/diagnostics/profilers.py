@@ -18,6 +18,9 @@ What differs from Dask, on purpose:
   and reads two small files per known process per sample. Each process's CPU counter is
   primed when first seen, so no sample reports a spurious 0% for it; a last sample is
   taken when collection stops, so short runs have one. It has no per-task hook.
+  On the cluster backend each worker reads its own CPU and RSS, all in one
+  ``client.run`` per sample (``_ClusterSampler``); ``results`` sums the driver and the
+  workers, and ``per_worker`` keeps each process's samples by address.
 * ``start_time``/``end_time`` are set also when a profiler is used through
   ``register()`` (the first ``start`` and the last ``finish``).
 """
@@ -238,13 +241,21 @@ class ResourceProfiler(_Timed):
 
     def _start_collect(self) -> None:
         if self._sampler is None:
-            self._sampler = _Sampler(self._dt)
+            from lightwork import _api
+
+            backend = _api._backend
+            if backend is not None and backend.name == "distributed" and backend.in_driver:
+                self._sampler = _ClusterSampler(self._dt, backend.client)
+            else:
+                self._sampler = _Sampler(self._dt)
             self._sampler.start()
 
     def _stop_collect(self) -> None:
         sampler, self._sampler = self._sampler, None
         if sampler is not None:
             self.results.extend(sampler.stop())
+            for where, samples in getattr(sampler, "per_process", {}).items():
+                self.per_worker.setdefault(where, []).extend(samples)
 
     def close(self) -> None:
         """Stop sampling (results so far are kept)."""
@@ -257,6 +268,9 @@ class ResourceProfiler(_Timed):
 
     def clear(self) -> None:
         self.results = []
+        #: On the cluster backend: the samples of each process, by where it runs
+        #: ("driver" or the worker's address); ``results`` holds their sums.
+        self.per_worker: dict[str, list[ResourceData]] = {}
         super().clear()
 
     def _plot(self, **kwargs: Any) -> Any:
@@ -329,6 +343,60 @@ class _Sampler(threading.Thread):
             mem += rss
             cpu += percent
         self.samples.append(ResourceData(_now(), mem / 1e6, cpu))
+
+    def run(self) -> None:
+        while not self.halt.wait(self.dt):
+            self._sample()
+
+    def stop(self) -> list[ResourceData]:
+        self.halt.set()
+        self.join()
+        self._sample()
+        return self.samples
+
+
+class _ClusterSampler(threading.Thread):
+    """Samples the driver and every cluster worker every ``dt`` seconds.
+
+    Each worker reads its own CPU and RSS (``cluster_record.process_usage``, psutil in
+    the worker process), all of them in one ``client.run`` round trip through the
+    engine; the driver reads its own. A worker that joins later is primed by its first
+    sample (0 %), as a new local process is. ``per_process`` keeps each one's samples.
+    """
+
+    def __init__(self, dt: float, client: Any) -> None:
+        super().__init__(name="lightwork-resource-profiler", daemon=True)
+        import psutil
+
+        from lightwork.backends.cluster_record import process_usage
+
+        self.dt = dt
+        self.client = client
+        self.usage = process_usage
+        self.halt = threading.Event()
+        self.samples: list[ResourceData] = []
+        self.per_process: dict[str, list[ResourceData]] = {}
+        self.me = psutil.Process()
+        self.me.cpu_percent(None)
+        self._ask()  # primes every worker's CPU counter: the first sample is a real one
+
+    def _ask(self) -> dict[str, Any]:
+        try:
+            return self.client.run(self.usage, on_error="ignore")
+        except Exception:  # noqa: BLE001 - the cluster went away: no sample this time
+            return {}
+
+    def _sample(self) -> None:
+        replies = self._ask()
+        now = _now()
+        with self.me.oneshot():
+            readings = {"driver": (self.me.cpu_percent(None), self.me.memory_info().rss)}
+        for address, (_pid, cpu, rss) in sorted(replies.items()):
+            readings[str(address)] = (cpu, rss)
+        for where, (cpu, rss) in readings.items():
+            self.per_process.setdefault(where, []).append(ResourceData(now, rss / 1e6, cpu))
+        self.samples.append(ResourceData(now, sum(r for _, r in readings.values()) / 1e6,
+                                         sum(c for c, _ in readings.values())))
 
     def run(self) -> None:
         while not self.halt.wait(self.dt):

@@ -11,7 +11,8 @@ never hangs the command: it is reported as ``timeout`` with whatever it wrote.
 Each process is labelled with its worker id, pid, role (task worker or actor) and what
 it runs. Frames read oldest first, like a traceback, with their source line; the
 runtime's own outer frames (worker loop, fork server) are folded into one line unless
-``full=True``.
+``full=True``; so are, in a worker whose fork server was forked from the driver, the
+driver's frames at ``init`` that the fork copied below the fork server's.
 
 ``native=True`` also runs ``py-spy dump --native`` on every process when py-spy is
 installed (it shows C frames too, and needs ptrace permission), and otherwise says how
@@ -35,6 +36,7 @@ _THREAD = re.compile(
     r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\])? \(most recent call first\):")
 _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_FORK_SERVER_FILE = os.path.join(_PACKAGE_DIR, "_runtime", "forkserver.py")
 
 PY_SPY_MISSING = (
     "native stacks need py-spy, which is not installed: `pip install py-spy` "
@@ -96,6 +98,11 @@ def _format_thread(thread: dict[str, Any], full: bool) -> list[str]:
     frames = thread["frames"]
     folded = 0
     if not full:
+        # Frames below the fork server's are a forked driver's, not this process's work.
+        for index, frame in enumerate(frames[:-1]):
+            if frame[0] == _FORK_SERVER_FILE:
+                folded = index
+                break
         while folded < len(frames) - 1 and _foldable(frames[folded][0]):
             folded += 1
         if folded == 1:

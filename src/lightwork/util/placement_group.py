@@ -246,8 +246,8 @@ def _check_bundles(bundles: Any) -> list[dict[str, float]]:
                 raise TypeError(f"bundle {index}: resource names are strings, got {resource!r}")
             if isinstance(amount, bool) or not isinstance(amount, numbers.Real) or amount < 0:
                 raise ValueError(f"bundle {index}: {resource} must be a number >= 0, got {amount!r}")
-            if resource == "memory" or not amount:
-                continue  # memory is not a scheduled resource here (as for tasks)
+            if not amount:
+                continue
             clean[resource] = float(amount)
         if not clean:
             raise ValueError(f"bundle {index} ({bundle}) reserves nothing: a bundle needs at "

@@ -1,0 +1,159 @@
+"""``get`` and ``wait`` on the distributed backend.
+
+The ``Fetching`` part of ``DistributedBackend`` (``cluster.py``). ``get`` gathers the
+objects' futures through the client (``timeout`` by distributed's ``wait`` first);
+``wait`` counts done futures with done callbacks and one event. A future's failure that
+is not the user's error (a stored ``Failed``) is turned into lightwork's own error:
+cancelled, a worker lost on every try (``WorkerCrashedError``), or the backend's.
+
+Nested calls
+------------
+Inside a task, ``get`` and ``wait`` secede from the worker's thread pool while they
+block and rejoin after, so a task waiting for its children never holds the slot they
+need, even on a cluster of one single-thread worker.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from typing import Any
+
+from lightwork import exceptions
+from lightwork._object_ref import ObjectRef, ref_counter
+from lightwork.backends import cluster_worker
+from lightwork.backends.cluster_worker import BACKEND
+
+
+class Fetching:
+    """Fetching results (a part of ``DistributedBackend``)."""
+
+    in_driver: bool
+    task_ids: dict[int, int]
+    recorder: Any
+
+    def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
+        self._check_open()
+        if ref_counter._released:
+            self._drain()
+        futures = [self._future_of(i) for i in ids]
+        start = time.monotonic()
+        try:
+            stored = self._blocking(lambda: self._gather(futures, timeout))
+        finally:
+            if self.recorder is not None:
+                self.recorder.blocked("get", start, ids, callsite, self.task_ids.get(ids[0], 0))
+        return [self.decode(value) for value in stored]
+
+    def _gather(self, futures: list[Any], timeout: float | None) -> list[Any]:
+        from distributed import wait as wait_futures
+
+        try:
+            if any(f.key is None for f in futures):
+                return self._gather_with_actor_results(futures, timeout)
+            if timeout is not None:
+                wait_futures(futures, timeout=timeout)
+            return self.client.gather(futures)
+        except TimeoutError:
+            still = sum(1 for f in futures if not f.done())
+            raise exceptions.GetTimeoutError(
+                f"get timed out after {timeout} s: {still} of {len(futures)} object(s) "
+                "not ready. Raise the timeout, or use wait() to take the ready ones "
+                "first.") from None
+        except BaseException as exc:
+            raise self._system_error(exc, futures) from None
+
+    def _gather_with_actor_results(self, futures: list[Any], timeout: float | None) -> list[Any]:
+        from distributed import wait as wait_futures
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cluster = [f for f in futures if f.key is not None]
+        if cluster and timeout is not None:
+            wait_futures(cluster, timeout=timeout)
+        values = iter(self.client.gather(cluster) if cluster else [])
+        return [next(values) if f.key is not None else f.stored(
+            None if deadline is None else max(0.0, deadline - time.monotonic()))
+            for f in futures]
+
+    def _system_error(self, exc: BaseException, futures: list[Any]) -> BaseException:
+        """distributed's failure of a future as lightwork's error."""
+        from distributed.scheduler import KilledWorker
+
+        if isinstance(exc, concurrent.futures.CancelledError):
+            key = getattr(exc, "key", None) or next(
+                (f.key for f in futures if f.cancelled()), "?")
+            return exceptions.TaskCancelledError(f"task {key} was cancelled")
+        if isinstance(exc, KilledWorker):
+            key = exc.args[0] if exc.args else "?"
+            return exceptions.WorkerCrashedError(
+                f"task {key} was running on a worker that died, on every try allowed by "
+                "the scheduler (distributed.scheduler.allowed-failures). Look at the "
+                "workers' logs for why they died (memory limit, a crash in native code); "
+                "if the task uses too much memory, give it more with resources or split it")
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            return exc
+        return exceptions.RuntimeSystemError(
+            f"the {BACKEND} backend could not fetch a result: {type(exc).__name__}: {exc}")
+
+    def wait(self, ids: list[int], num_returns: int, timeout: float | None,
+             callsite: Any = None) -> list[int]:
+        self._check_open()
+        futures = [self._future_of(i) for i in ids]
+        ready = [i for i, f in zip(ids, futures) if f.done()]
+        if len(ready) < num_returns and timeout != 0:
+            event = threading.Event()
+            needed = [num_returns - len(ready)]
+            count_lock = threading.Lock()
+
+            def hit(_future: Any) -> None:
+                with count_lock:
+                    needed[0] -= 1
+                    if needed[0] <= 0:
+                        event.set()
+
+            start = time.monotonic()
+            if any(f.key is None for f in futures):  # actor calls: no done callbacks
+                self._blocking(lambda: self._poll_until(futures, num_returns, timeout))
+            else:
+                for future in futures:
+                    if not future.done():
+                        future.add_done_callback(hit)
+                self._blocking(lambda: event.wait(timeout))
+            if self.recorder is not None:
+                self.recorder.blocked("wait", start, ids, callsite,
+                                      self.task_ids.get(ids[0], 0))
+            ready = [i for i, f in zip(ids, futures) if f.done()]
+        return ready[:num_returns]
+
+    @staticmethod
+    def _poll_until(futures: list[Any], num_returns: int, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while sum(1 for f in futures if f.done()) < num_returns:
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            time.sleep(0.002)
+
+    def _blocking(self, call: Any) -> Any:
+        """Run ``call``; inside a task, seceded from the worker's pool while it blocks."""
+        if self.in_driver or getattr(cluster_worker.current, "task", None) is None:
+            return call()
+        from distributed import rejoin, secede
+
+        secede()
+        try:
+            return call()
+        finally:
+            rejoin()
+
+    def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
+        result: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def fetch() -> None:
+            try:
+                result.set_result(self.get([ref.id], None)[0])
+            except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                result.set_exception(exc)
+
+        threading.Thread(target=fetch, daemon=True, name="lightwork-future").start()
+        return result

@@ -1,0 +1,180 @@
+"""Dask-style callbacks and profilers on the distributed backend, against a real cluster
+(``dask scheduler`` plus two single-thread ``dask worker`` processes).
+
+The runs hear of ended tasks from the cluster's event log (``ClusterLog``'s task
+listeners, fed by the workers' own stamps): ``ProgressBar``, ``Profiler``,
+``CacheProfiler``, user ``Callback`` hooks and ``visualize`` on plain lightwork tasks
+and on ``lightwork.dask.get`` graphs; ``ResourceProfiler`` from each worker's own
+CPU/RSS readings.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+
+import pytest
+from dask_cluster import DaskCluster
+
+import lightwork
+from lightwork.diagnostics import (
+    CacheProfiler,
+    Callback,
+    Profiler,
+    ProgressBar,
+    ResourceProfiler,
+    visualize,
+)
+
+pytestmark = pytest.mark.lightwork_only
+pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+    cluster = DaskCluster(str(tmp_path_factory.mktemp("dask"))).start()
+    lightwork.init(address=cluster.scheduler_file)
+    try:
+        yield cluster
+    finally:
+        lightwork.shutdown()
+        left = cluster.stop()
+        assert not left, f"processes left behind by the cluster: {left}"
+
+
+@pytest.fixture(autouse=True)
+def no_listener_left(cluster):
+    yield
+    recorder = lightwork._api._backend.recorder
+    assert recorder.task_listeners == [], "a run left its listener on the cluster's log"
+
+
+@lightwork.remote
+def add_one(x):
+    time.sleep(0.03)
+    return x + 1
+
+
+@lightwork.remote
+def boom(x):
+    raise ZeroDivisionError(f"boom {x}")
+
+
+@lightwork.remote
+def spin(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+    return seconds
+
+
+def test_progress_bar_and_profiler_on_plain_tasks(cluster):
+    out = io.StringIO()
+    before = time.monotonic()
+    with ProgressBar(out=out, dt=0.05), Profiler() as prof:
+        refs = [add_one.remote(i) for i in range(8)]
+        chained = add_one.remote(refs[0])  # a task waiting on another is in the run too
+        assert lightwork.get(refs + [chained]) == list(range(1, 9)) + [2]
+    text = out.getvalue()
+    assert text.rstrip().endswith("| 100% Completed |" + text.rstrip().rsplit("|", 1)[1])
+    assert "[" + "#" * 40 + "]" in text and text.endswith("\n")
+    assert len(prof.results) == 9
+    rows = {r.worker_id for r in lightwork.diagnostics.task_records()
+            if r.name.endswith("add_one")}
+    for data in prof.results:
+        assert data.key.startswith("add_one-")
+        assert before <= data.start_time <= data.end_time <= time.monotonic()
+        assert data.end_time - data.start_time >= 0.025  # the worker's own run time
+        assert data.worker_id in rows and data.worker_id > 0
+    assert len({d.worker_id for d in prof.results}) == 2  # both workers ran some
+
+
+def test_callback_hooks_follow_dependencies_with_results(cluster):
+    events = []
+    finished = []
+    hooks = Callback(
+        start=lambda dsk: events.append(("start", len(dsk))),
+        pretask=lambda key, dsk, state: events.append(("pre", key)),
+        posttask=lambda key, result, dsk, state, worker_id: events.append(
+            ("post", key, result, worker_id)),
+        finish=lambda dsk, state, failed: finished.append(failed))
+    with hooks:
+        first = add_one.remote(1)
+        second = add_one.remote(first)
+        assert lightwork.get(second) == 3
+    assert events[0] == ("start", 2) and finished == [False]
+    posts = [e for e in events if e[0] == "post"]
+    assert [p[2] for p in posts] == [2, 3]  # the dependency first, with its value
+    assert all(p[3] > 0 for p in posts)
+    # Dask's order: a task's pretask once its input ended, after the input's posttask.
+    keys = [p[1] for p in posts]
+    assert [e[:2] for e in events[1:]] == [("pre", keys[0]), ("post", keys[0]),
+                                           ("pre", keys[1]), ("post", keys[1])]
+
+
+def test_a_failing_task_finishes_the_run_as_failed(cluster):
+    finished = []
+    out = io.StringIO()
+    with Callback(finish=lambda dsk, state, failed: finished.append(failed)), \
+            ProgressBar(out=out):
+        with pytest.raises(ZeroDivisionError, match="boom 3"):
+            lightwork.get(boom.remote(3))
+    assert finished == [True]
+    assert out.getvalue().endswith("\n")  # the bar's line is finished, even on failure
+
+
+def test_dask_graph_on_the_cluster_with_profilers(cluster, tmp_path):
+    da = pytest.importorskip("dask.array")
+    pytest.importorskip("bokeh")
+    import lightwork.dask
+
+    x = da.ones((40, 40), chunks=(10, 10))
+    total = (x + x.T).sum()
+    out = io.StringIO()
+    with Profiler() as prof, CacheProfiler() as cache, ProgressBar(out=out):
+        assert float(total.compute(scheduler=lightwork.dask.get)) == 3200.0
+    graph_tasks = [k for k in dict(total.__dask_graph__())]
+    assert 0 < len(prof.results) <= len(graph_tasks)
+    workers = {r.worker_id for r in lightwork.diagnostics.task_records()}
+    assert {d.worker_id for d in prof.results} <= workers | {0}
+    assert all(d.start_time <= d.end_time for d in prof.results)
+    assert len(cache.results) == len(prof.results)
+    assert all(c.cache_time <= c.free_time for c in cache.results)
+    assert "100% Completed" in out.getvalue()
+    # the graph's tasks ran on the cluster's workers (their pids), not on the driver
+    pids = {r.pid for r in lightwork.diagnostics.task_records() if r.worker_id in
+            {d.worker_id for d in prof.results}}
+    assert pids and pids <= set(cluster.worker_pids())
+    layout = visualize([prof, cache], filename=str(tmp_path / "p.html"), show=False)
+    assert layout is not None and (tmp_path / "p.html").stat().st_size > 1000
+
+
+def test_dask_graph_failure_raises_the_users_error(cluster):
+    dask = pytest.importorskip("dask")
+    import lightwork.dask
+
+    def divide(a, b):
+        return a / b
+
+    finished = []
+    bad = dask.delayed(divide)(dask.delayed(divide)(1, 1), 0)
+    with Callback(finish=lambda dsk, state, failed: finished.append(failed)):
+        with pytest.raises(ZeroDivisionError):
+            bad.compute(scheduler=lightwork.dask.get)
+    assert finished == [True]
+
+
+def test_resource_profiler_reads_each_workers_own_usage(cluster):
+    with ResourceProfiler(dt=0.1) as rprof:
+        assert lightwork.get([spin.remote(0.6), spin.remote(0.6)]) == [0.6, 0.6]
+    addresses = {a for a in rprof.per_worker if a != "driver"}
+    assert len(addresses) == 2 and all(a.startswith("tcp://") for a in addresses)
+    assert "driver" in rprof.per_worker and len(rprof.results) >= 3
+    for address in addresses:
+        samples = rprof.per_worker[address]
+        assert all(s.mem > 10 for s in samples)  # a Python process's RSS, in MB
+        assert max(s.cpu for s in samples) > 30  # it spun for 0.6 s of CPU
+    last = rprof.results[-1]
+    assert last.mem == pytest.approx(sum(v[-1].mem for v in rprof.per_worker.values()))
