@@ -33,7 +33,9 @@ this process (an ``mmap`` refuses to close while a view exists), and workers rep
 which segments they mapped (``on_map``, at once) and which they let go
 (``release_unused``, after each task) so the driver can tell for theirs. A segment the
 store moved to disk (spilled) is found under the same name in ``spill_dir``: a reader
-that was sent the old path before the move opens the spill file instead.
+that was sent the old path before the move opens the spill file instead, and keeps that
+mapping under the spill file's path (the name the store frees it by, so a get racing a
+spill does not keep the mapping until shutdown).
 
 The segment file belongs to the driver's store, which recycles or unlinks it when the
 object is freed; mappings that readers still hold stay valid until they are dropped. The
@@ -391,9 +393,17 @@ class MappedSegments:
         with self._lock:  # views are taken under the lock: release_unused may close it
             mapping = self._mappings.get(path)
             if mapping is None:
-                mapping = self._mappings[path] = self._map(path)
-                if self.on_map is not None:
-                    self.on_map(path)
+                # Keyed by the file actually mapped: a segment spilled on the way here is
+                # the spill file, which the store frees (``forget``) under that name.
+                key, mapping = self._map(path)
+                known = self._mappings.get(key)
+                if known is not None:
+                    mapping.close()
+                    mapping = known
+                else:
+                    self._mappings[key] = mapping
+                    if self.on_map is not None:
+                        self.on_map(key)
             view = memoryview(mapping)
             try:
                 (header_len,) = _LAYOUT.unpack_from(view, 0)
@@ -408,15 +418,17 @@ class MappedSegments:
                 view.release()  # the slices keep the mapping exported, the whole view not
             return data, buffers
 
-    def _map(self, path: str) -> mmap.mmap:
+    def _map(self, path: str) -> tuple[str, mmap.mmap]:
+        """Map ``path`` read-only, or its spill file if it moved: (what was mapped, map)."""
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             if self.spill_dir is None:
                 raise
-            fd = os.open(os.path.join(self.spill_dir, os.path.basename(path)), os.O_RDONLY)
+            path = os.path.join(self.spill_dir, os.path.basename(path))
+            fd = os.open(path, os.O_RDONLY)
         try:
-            return mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+            return path, mmap.mmap(fd, 0, prot=mmap.PROT_READ)
         finally:
             os.close(fd)
 
