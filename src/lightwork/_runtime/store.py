@@ -7,6 +7,10 @@ next large value into one of them: a ``put`` or a by-value argument then costs o
 ``memcpy``. A segment is one file under the session's ``/dev/shm`` directory; a recycled
 one keeps its name (names are opaque to readers).
 
+The pool gives memory back when idle: a segment that stays unused in it for
+``POOL_IDLE_S`` is unlinked (``trim_idle``, run by the spill thread, which sleeps until
+the oldest pooled segment is due), and a write that needs room trims it first.
+
 A segment may hold a new value only when no reader anywhere still has a view into its
 old one (an array from ``get``, an argument an actor kept):
 
@@ -63,6 +67,8 @@ ROOM_WAIT_S = 60.0
 #: Once spilling, the spiller goes on until live bytes are this share of the budget, so
 #: the next writes find room without waiting.
 SPILL_TO = 0.9
+#: A pooled segment unused this long is unlinked: an idle program gives memory back.
+POOL_IDLE_S = 5.0
 #: Share of the machine's memory the store may use by default (Ray's default).
 DEFAULT_BUDGET_SHARE = 0.3
 #: The smallest budget accepted: a few large objects.
@@ -75,6 +81,7 @@ class Segment:
     capacity: int
     mapping: mmap.mmap | None = None  # the driver's writable mapping, faulted in
     object_id: int = 0  # the object it holds (0: a call's arguments, or not yet known)
+    pooled_at: float = 0.0  # when it last went back to the pool
 
 
 class SegmentStore:
@@ -84,6 +91,7 @@ class SegmentStore:
         self.shm_dir = shm_dir
         self.budget = budget
         self.pool_limit = budget // 4
+        self.pool_idle_s = POOL_IDLE_S
         self.spill_dir = spill_dir
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)  # notified when bytes are freed
@@ -325,10 +333,13 @@ class SegmentStore:
                     segment = self._adopt(path)
                 room = min(self.pool_limit, self.budget - self.live_bytes)
                 if segment.capacity and self.pooled_bytes + segment.capacity <= room:
+                    first = not self.free
+                    segment.pooled_at = time.monotonic()
                     self.free.append(segment)
                     self.pooled_bytes += segment.capacity
-                    if segment.mapping is None and self.on_pressure is not None:
-                        self.on_pressure()  # the background thread maps it (prepare_pool)
+                    if (segment.mapping is None or first) and self.on_pressure is not None:
+                        # The spill thread maps it (prepare_pool) and times its trim.
+                        self.on_pressure()
                     return
         if segment is None:
             segment = Segment(path, 0)
@@ -385,6 +396,19 @@ class SegmentStore:
             segment.mapping.close()
             segment.mapping = None
         serialization._unlink_quietly(segment.path)
+
+    def trim_idle(self) -> float | None:
+        """Unlink pooled segments unused for ``pool_idle_s``; return the seconds until
+        the next one is due (None: the pool is empty)."""
+        now = time.monotonic()
+        with self._lock:
+            while self.free and self.free[0].pooled_at + self.pool_idle_s <= now:
+                segment = self.free.pop(0)  # the least recently freed is first
+                self.pooled_bytes -= segment.capacity
+                self._discard(segment)
+            if not self.free:
+                return None
+            return max(0.01, self.free[0].pooled_at + self.pool_idle_s - now)
 
     def trim(self, keep: int = 0) -> None:
         """Unlink recycled segments until at most ``keep`` bytes stay pooled."""
