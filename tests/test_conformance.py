@@ -516,11 +516,20 @@ def test_timeline_state_and_advisor_read_the_run(backend):
     assert "Thread MainThread" in str(lightwork.stack())
 
 
-def test_diagnostics_on_distributed_say_what_is_unsupported(backend):
-    if backend == "local":
-        assert lightwork.state.list_actors(limit=1) is not None
-        return
-    for call in (lightwork.state.list_actors, lightwork.state.list_objects,
-                 lightwork.state.memory_summary, lightwork.state.status):
-        with pytest.raises(exceptions.UnsupportedOnBackend, match="distributed backend"):
-            call()
+def test_state_listings_have_the_same_fields_on_both_backends(backend):
+    from lightwork._runtime import views
+
+    ref = lightwork.put(b"z" * 1000)
+    lightwork.get(add.remote(1, 2))
+    listings = {"actors": lightwork.state.list_actors, "workers": lightwork.state.list_workers,
+                "objects": lightwork.state.list_objects}
+    for kind, lister in listings.items():
+        for row in lister():
+            assert set(views.KEYS[kind]) <= set(row), (kind, row)
+    workers = lightwork.state.list_workers()
+    assert workers[0]["kind"] == "driver" and len(workers) >= 2
+    assert ref.hex() in {o["object_id"] for o in lightwork.state.list_objects()}
+    memory = lightwork.state.memory_summary()
+    assert {"objects", "total_bytes", "by_owner", "by_reference_kind", "largest"} <= set(memory)
+    status = lightwork.state.status()
+    assert status["resources"]["total"]["CPU"] >= 1 and status["worker_count"] >= 1

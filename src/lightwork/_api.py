@@ -212,6 +212,12 @@ def init(
                     "the cluster's workers have their own environment and memory settings "
                     "(dask worker --memory-limit, --preload); pass runtime_env per task "
                     "with .options() only on the embedded runtime")
+            if dashboard:
+                raise unsupported(
+                    "lightwork's live dashboard (init(dashboard=True))",
+                    "open the Dask dashboard (its link is client.dashboard_link), and "
+                    "use `lightwork status`, `list`, `summary`, `timeline` and `stack` "
+                    "from another terminal for lightwork's own views")
             _backend = DistributedBackend.connect(
                 target, num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
                 namespace=namespace, event_budget=budget)
@@ -301,7 +307,7 @@ def _spill_dir_option(spill_dir: Any, spilling_config: Any) -> str | None:
 
 def _context() -> InitContext:
     backend = _backend
-    node = backend.node
+    node = backend.node or getattr(backend, "recorder", None)  # a cluster run's session
     return InitContext(
         session_dir=getattr(getattr(node, "session", None), "directory", None),
         node_id=backend.runtime_context()["node_id"],

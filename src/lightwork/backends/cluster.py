@@ -27,9 +27,10 @@ and errors, are in ``cluster_worker``.
 
 Diagnostics: the driver's ``recorder``
 (``cluster_record.ClusterLog``) is the event log of the run, filled from the workers'
-own stamps; the state API's task listing and summary, ``task_records``, the timeline,
-``stack``, the advisor, the Dask-style callbacks and profilers (its task listeners) and
-``lightwork.dask.get`` read it. Not done yet on this backend (UnsupportedOnBackend):
+own stamps; the state API (``cluster_state``), ``task_records``, the timeline,
+``stack``, the advisor, the Dask-style callbacks and profilers (its task listeners),
+``lightwork.dask.get`` and the ``lightwork`` command from another terminal
+(``cluster_control``) read it. Not done yet on this backend (UnsupportedOnBackend):
 actor restarts, generator tasks.
 """
 
@@ -86,6 +87,8 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
         self.node = None
         self.recorder: ClusterLog | None = (
             ClusterLog(self, event_budget) if in_driver and event_budget else None)
+        if self.recorder is not None:
+            self.recorder.serve()  # the `lightwork` command from another terminal
         self.lock = threading.Lock()
         self.futures: dict[int, Any] = {}
         self.keys: dict[int, str] = {}  # keys of refs this process may borrow

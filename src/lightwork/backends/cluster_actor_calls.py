@@ -79,7 +79,8 @@ class ActorCalls:
         with self.lock:
             self.futures[actor.actor_id] = future
         if self.recorder is not None:
-            self.recorder.actor_created(actor.actor_id, actor.class_name)
+            self.recorder.actor_created(actor.actor_id, actor.class_name, actor.name, namespace,
+                                        actor.detached, actor.max_concurrency)
         if actor.name is not None:
             # The scheduler's datasets are the cluster's directory: whoever knows the name
             # finds the actor, and a published actor outlives this client (detached).

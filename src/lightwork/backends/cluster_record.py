@@ -48,9 +48,10 @@ worker's own process).
 
 What it serves
 --------------
-The state API's task listing and summary, ``task_records``/``blocked_spans``, the
-timeline data and the advisor (:meth:`ClusterLog.answer_query`). Other queries (actors,
-workers and objects listings, memory, status, dashboard) raise UnsupportedOnBackend.
+The state API (tasks here; actors, workers, objects, memory and status through
+``cluster_state.ClusterState``), ``task_records``/``blocked_spans``, the timeline data
+and the advisor (:meth:`ClusterLog.answer_query`, which the control socket also calls,
+``cluster_control``). The live dashboard's queries raise UnsupportedOnBackend.
 ``stack`` goes through ``client.run`` too (:func:`dump_stacks`).
 """
 
@@ -137,14 +138,14 @@ def process_usage(dask_worker: Any = None) -> tuple[int, float, int]:
 class _Live:
     """A submitted task not yet reported (what ``views`` reads of a live task)."""
 
-    __slots__ = ("actor_id", "record", "return_ids")
-    state = "SUBMITTED_TO_WORKER"
+    __slots__ = ("actor_id", "record", "return_ids", "state")
     worker = None
 
     def __init__(self, record: TaskRecord, actor_id: int) -> None:
         self.record = record
         self.actor_id = actor_id
         self.return_ids: tuple[int, ...] = ()
+        self.state = "SUBMITTED_TO_WORKER"  # refined from the scheduler when listed
 
 
 class ClusterLog:
@@ -158,12 +159,14 @@ class ClusterLog:
         self.workers: dict[int, Any] = {}  # no embedded worker processes (views read it)
         self.actors = SimpleNamespace(actors={}, deadlocks=[])
         self.advisor = None
+        self.control: Any = None  # the control socket's server, once serve() ran
         self.closed = False
         self.session = SimpleNamespace(name=f"distributed-{os.getpid()}", directory=None)
         self.rows: dict[Any, int] = {}  # worker address, or ("actor", id) -> row number
         self.row_info: dict[int, dict[str, Any]] = {}
         self._offsets: dict[str, tuple[float, float]] = {}  # address -> (rtt, offset)
         self._actor_classes: dict[int, str] = {}
+        self.actor_info: dict[int, dict[str, Any]] = {}  # actors this driver created
         self._ended_early: dict[int, None] = {}  # cancelled tasks, oldest first (bounded)
         self._pull_lock = threading.Lock()
         self._stop = threading.Event()
@@ -232,8 +235,14 @@ class ClusterLog:
                     del self._ended_early[next(iter(self._ended_early))]
         self._tell_listeners(ended)
 
-    def actor_created(self, actor_id: int, class_name: str) -> None:
+    def actor_created(self, actor_id: int, class_name: str, name: str | None = None,
+                      namespace: str | None = None, detached: bool = False,
+                      max_concurrency: int = 1) -> None:
         self._actor_classes[actor_id] = class_name
+        with self.lock:
+            self.actor_info[actor_id] = {
+                "class_name": class_name, "name": name, "namespace": namespace,
+                "detached": detached, "max_concurrency": max(1, max_concurrency or 1)}
 
     def blocked(self, kind: str, start: float, ids: list[int], callsite: Any,
                 first_task_id: int) -> None:
@@ -263,10 +272,21 @@ class ClusterLog:
                 except Exception:  # noqa: BLE001, S110 - a diagnostic never breaks the run; retried
                     pass
 
+    def serve(self) -> None:
+        """Serve the ``lightwork`` command from another terminal (``cluster_control``)."""
+        from lightwork.backends import cluster_control
+
+        self.control = cluster_control.serve(self)
+
     def stop(self) -> None:
         self.closed = True
         self._stop.set()
         self._wake.set()
+        if self.control is not None:
+            from lightwork.backends import cluster_control
+
+            control, self.control = self.control, None
+            cluster_control.close(self, control)
 
     def sync(self) -> None:
         """Pull every worker's reports into the log (one ``client.run`` round trip), then
@@ -404,8 +424,28 @@ class ClusterLog:
         """The diagnostics operations this log can answer (see the module docstring)."""
         from lightwork._runtime import views
 
+        from lightwork.backends.cluster_state import ClusterState
+
+        state = ClusterState(self)
+        if op == "ping":
+            return {"session": self.session.name, "driver_pid": os.getpid(),
+                    "backend": "distributed"}
+        if op == "list" and args.get("kind") in ("actors", "workers", "objects"):
+            self.sync()
+            listers = {"actors": state.actor_rows, "workers": state.worker_rows,
+                       "objects": state.object_rows}
+            kind = args["kind"]
+            limit = args.get("limit", views.DEFAULT_LIMIT)
+            rows, total = views.filter_rows(kind, listers[kind](), args.get("filters"), limit)
+            return {"rows": rows, "total": total}
+        if op == "memory_summary":
+            return state.memory_summary()
+        if op == "status":
+            self.sync()
+            return state.status()
         if op == "list" and args.get("kind") == "tasks":
             self.sync()
+            state.refresh_live_states()
             limit = args.get("limit", views.DEFAULT_LIMIT)
             rows, total = views.filter_rows("tasks", views.task_rows(self),
                                             args.get("filters"), limit)
@@ -423,12 +463,19 @@ class ClusterLog:
             return {"session": self.session.name, "live": False,
                     "findings": [f.as_dict() for f in advisor.current_findings(self)]}
         if op == "stacks":
-            return self.stacks(float(args.get("timeout", PULL_TIMEOUT_S)))
-        what = f"the state API's {args.get('kind') + ' listing' if op == 'list' else op}"
-        raise exceptions.UnsupportedOnBackend(
-            f"{what} is not supported on the distributed backend: list_tasks, "
-            "summarize_tasks, timeline, stack and advise are; read the Dask dashboard "
-            "for workers, memory and objects")
+            timeout = float(args.get("timeout", PULL_TIMEOUT_S))
+            if not 0 < timeout <= 60:
+                raise ValueError(f"the stack timeout must be in (0, 60] seconds, got {timeout}")
+            return self.stacks(timeout)
+        if op == "list":
+            raise ValueError(f"cannot list {args.get('kind')!r}; choose one of tasks, "
+                             "actors, workers, objects")
+        if op.startswith("dashboard"):
+            raise exceptions.UnsupportedOnBackend(
+                "lightwork's live dashboard is not supported on the distributed backend: "
+                "open the Dask dashboard (client.dashboard_link), and use `lightwork "
+                "status`, `list`, `summary`, `timeline` and `stack` for lightwork's views")
+        raise ValueError(f"unknown operation {op!r} on the distributed backend")
 
     def timeline_data(self) -> dict[str, Any]:
         """``views.timeline_data`` for a cluster run: one row per worker and per actor."""

@@ -160,6 +160,10 @@ class Advisor(AdviceRules):
 
     # -- the thread ------------------------------------------------------------------
     def start(self) -> None:
+        idle = machine_idle_core_s()  # the first sample: tasks may start before the first look
+        if idle is not None:
+            with self._lock:
+                self.add_machine_sample(time.monotonic(), idle)
         self._thread.start()
 
     def stop(self) -> None:
@@ -186,8 +190,11 @@ class Advisor(AdviceRules):
             running = running_work(node)
             # The runtime's own reports of gets in actors that could never return.
             deadlocks = list(getattr(getattr(node, "actors", None), "deadlocks", ()))
+        idle = machine_idle_core_s()
         with self._lock:
             self._now = time.monotonic()
+            if idle is not None:
+                self.add_machine_sample(self._now, idle)
             self._running = running
             busy = self._busy
             for record in tasks:  # all of them, sampled or not: a cheap sum per record
@@ -238,6 +245,19 @@ class Advisor(AdviceRules):
         return total, count, dict(by_task)
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def machine_idle_core_s() -> float | None:
+    """The machine's idle (and I/O-wait) core-seconds since boot, or None off Linux."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            fields = stat.readline().split()
+        return (int(fields[4]) + int(fields[5])) / _CLOCK_TICKS  # "cpu user nice system idle iowait"
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def report(findings: list[Finding]) -> str:
     """A short human-readable report of ``findings``."""
     if not findings:
@@ -282,6 +302,8 @@ def analysis_input(node: Any, tasks: list[TaskRecord],
         and advisor.init_callsite else None,
         "tasks": [plain(record) for record in tasks],
         "spans": [plain(span) for span in spans],
+        # The machine's idle cores over time: wait-for-slowest tells load from work by it.
+        "machine": [list(sample) for sample in advisor._machine] if advisor is not None else [],
     }
 
 
@@ -291,6 +313,8 @@ def analyse(data: dict[str, Any]) -> list[Finding]:
     advisor = Advisor(cpus=float(data["cpus"]), cores=int(data.get("cores") or 1),
                       started_at=data.get("started_at"),
                       init_callsite=tuple(callsite) if callsite else None)  # type: ignore[arg-type]
+    for at, idle_core_s in data.get("machine") or ():
+        advisor.add_machine_sample(float(at), float(idle_core_s))
     advisor.feed([restore(TaskRecord, row) for row in data.get("tasks", [])],
                  [restore(DriverSpan, row) for row in data.get("spans", [])])
     return list(advisor.findings)
