@@ -46,8 +46,8 @@ from typing import Any
 __all__ = [
     "ActorDeadlockError",
     "ActorDiedError",
-    "ActorOutOfMemoryError",
     "ActorError",
+    "ActorOutOfMemoryError",
     "GetTimeoutError",
     "IgnoredOptionWarning",
     "LightworkError",

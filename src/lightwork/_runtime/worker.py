@@ -36,6 +36,7 @@ call is 110–190 µs (``driver_calls.py``).
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import inspect
 import itertools
@@ -678,7 +679,7 @@ class SharedMemoryWriter:
     """Where a worker writes a large value (a ``serialization.SegmentWriter``): room is
     granted by the driver first (``Worker.room``)."""
 
-    __slots__ = ("worker", "object_id")
+    __slots__ = ("object_id", "worker")
 
     def __init__(self, worker: Worker, object_id: int) -> None:
         self.worker = worker
@@ -691,10 +692,8 @@ class SharedMemoryWriter:
         try:
             serialization.write_segment(path, data, raws, recycled)
         except BaseException:
-            try:
+            with contextlib.suppress(Exception):  # the write's own error is the one to report
                 worker.driver_request("unreserve", path)
-            except Exception:  # noqa: BLE001 - the write's own error is the one to report
-                pass
             raise
         return path
 
