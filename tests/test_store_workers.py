@@ -123,6 +123,7 @@ def test_worker_writes_are_counted_before_they_are_written(fresh_runtime):
     assert [int(ray.get(r)[0]) for r in olds] == [0, 1, 2, 3]  # spilled, then read back
     assert seen and max(seen) <= 16 * MB, seen
     assert _store().summary()["spilled_total"] >= 1
+    assert _store().wanted == 0  # no write waits: the spiller is not asked for more
 
 
 def test_worker_write_past_a_budget_of_objects_in_use_fails_fast(fresh_runtime):
@@ -140,8 +141,9 @@ def test_worker_write_past_a_budget_of_objects_in_use_fails_fast(fresh_runtime):
 
     with pytest.raises(ObjectStoreFullError, match="in use"):
         call_bounded(lambda: ray.get(hoard.remote(6)), 20, "a worker put past the budget")
-    wait_until(lambda: not _store().reserved and _store().live_bytes == 0,
+    wait_until(lambda: not _store().reserved and _store().live_bytes == 0, timeout=15,
                message="the failed task's objects freed")
+    assert _store().wanted == 0
     assert ray.get(make.remote(2 * MB, 5))[0] == 5  # the store still works
 
 
