@@ -401,6 +401,10 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001 - user errors become results
             finished = time.monotonic()
             outcome = ("error", error_outcome(name, exc))
+            # The error is sent as text and a copy: drop the failed task's locals now, so a
+            # reference cycle through its frames cannot pin its objects (refs, arrays that
+            # keep segments mapped) until the collector happens to run.
+            traceback.clear_frames(exc.__traceback__)
         return outcome, args_loaded, finished, cpu
 
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
