@@ -16,10 +16,10 @@ import subprocess
 import sys
 import time
 
+import helpers
 import pytest
 from dask_cluster import DaskCluster
 
-import helpers
 import lightwork
 from lightwork import exceptions
 
@@ -138,6 +138,21 @@ def test_listings_mean_what_they_mean_locally(connected, tmp_path):
     assert lightwork.get(waiting) == 50_000
 
 
+@lightwork.remote
+def lists_from_a_task():
+    try:
+        lightwork.state.list_tasks()
+    except exceptions.UnsupportedOnBackend as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_the_state_api_inside_a_task_says_where_to_call_it(connected):
+    message = lightwork.get(lists_from_a_task.remote())
+    assert "inside a task is not supported on the distributed backend" in message
+    assert "from the driver" in message
+
+
 def test_a_killed_actor_is_listed_dead(connected):
     counter = Counter.remote()
     assert lightwork.get(counter.bump.remote()) == 1
@@ -207,7 +222,7 @@ def driver(cluster):
 
 def command(info, *args):
     return subprocess.run([sys.executable, "-m", "lightwork", *args], env=info["env"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_path):
@@ -220,6 +235,7 @@ def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_pa
 
     table = command(driver, "status")
     assert table.returncode == 0 and "workers    2" in table.stdout, table.stdout + table.stderr
+    assert f"cluster    {cluster.address}" in table.stdout
 
     workers = command(driver, "list", "workers", "--format", "json")
     rows = json.loads(workers.stdout)
@@ -230,6 +246,8 @@ def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_pa
         assert listed.returncode == 0, listed.stderr
     assert "Tally" in command(driver, "list", "actors").stdout
     assert "square" in command(driver, "summary", "tasks").stdout
+    advice = command(driver, "advise", "--format", "json")
+    assert advice.returncode == 0 and isinstance(json.loads(advice.stdout), list), advice.stderr
     memory = command(driver, "memory")
     assert memory.returncode == 0 and "(put)" in memory.stdout, memory.stderr
 
@@ -242,9 +260,34 @@ def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_pa
     check_trace(events)
     assert any(e.get("name") == "square" and e.get("ph") == "X" for e in events)
 
-    stack = until(lambda: (lambda r: r if "lightwork_cli_marker" in r.stdout else None)(
-        command(driver, "stack")))
+    def stack_with_marker():
+        result = command(driver, "stack")
+        return result if "lightwork_cli_marker" in result.stdout else None
+
+    stack = until(stack_with_marker)
     assert stack.stdout.count("=== worker ") == 2
 
     dashboard = command(driver, "dashboard", "--port", "0")
     assert dashboard.returncode == 1 and "Dask dashboard" in dashboard.stderr
+
+
+def test_a_stopped_scheduler_makes_diagnostics_fail_fast_and_say_why(tmp_path):
+    import signal
+
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+    cluster = DaskCluster(str(tmp_path), workers=1).start()
+    try:
+        lightwork.init(address=cluster.scheduler_file)
+        assert lightwork.get(after.remote(b"abc")) == 3
+        cluster.processes[0].send_signal(signal.SIGKILL)  # the scheduler
+        until(lambda: lightwork._api._backend.client.status != "running")
+        for call in (lightwork.state.status, lightwork.state.list_workers,
+                     lightwork.state.list_tasks, lightwork.diagnostics.task_records):
+            start = time.monotonic()
+            with pytest.raises(exceptions.RuntimeSystemError, match="does not answer.*shutdown"):
+                call()
+            assert time.monotonic() - start < 5, call  # not the client's reconnect timeout
+    finally:
+        lightwork.shutdown()
+        assert not cluster.stop()

@@ -40,7 +40,6 @@ import itertools
 import os
 import random
 import threading
-import uuid
 import zlib
 from typing import Any
 
@@ -98,12 +97,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
         self._prefix = random.getrandbits(PROCESS_ID_SHIFT - 17) + 1 << PROCESS_ID_SHIFT
         self._ids = itertools.count(1)
         self._shapes: dict[tuple, dict[str, float] | None] = {}
-        self._proxies: dict[int, Any] = {}  # actor id -> distributed Actor proxy
-        self._killed: dict[int, bool] = {}
-        self._seqs: dict[int, int] = {}  # actor id -> next call number from this process
-        self._caller = uuid.uuid4().hex  # this process, as a caller of actors
-        self._call_borrows: list[tuple[Any, list[Any]]] = []
-        self._named: list[str] = []  # named, not detached actors: unpublished at shutdown
+        self._init_actor_calls()
         self._closed = False
         ref_counter.on_borrow = self._on_borrow
         ref_counter.on_first_release = None

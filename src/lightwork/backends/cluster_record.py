@@ -15,8 +15,10 @@ Who records what
   through the engine — whenever a diagnostic reads the log (:meth:`ClusterLog.sync`) and,
   so that memory stays flat on long runs, once a second from a daemon thread while tasks
   are in flight. A cancelled task's record ends when the driver cancels it. A worker that
-  dies loses its unreported records, and tasks lost with it stay live in the listing
-  (not done: ending them when their future fails).
+  dies loses its unreported records. A task whose worker died on every try is ended
+  as FAILED by the driver when a listener watched it (its future's ``error``, see
+  ``returned``); otherwise it stays live in the listing (not done: watching every
+  future costs a callback per task).
 
 One clock
 ---------
@@ -168,6 +170,7 @@ class ClusterLog:
         self._actor_classes: dict[int, str] = {}
         self.actor_info: dict[int, dict[str, Any]] = {}  # actors this driver created
         self._ended_early: dict[int, None] = {}  # cancelled tasks, oldest first (bounded)
+        self._lost: dict[int, None] = {}  # tasks whose future failed in the engine
         self._pull_lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()  # a watched future ended: pull now
@@ -210,10 +213,34 @@ class ClusterLog:
         if live is not None:
             live.return_ids = tuple(object_ids)
         if self.task_listeners and future is not None:
-            future.add_done_callback(self._woken)
+            future.add_done_callback(lambda done: self._task_done(task_id, done))
 
-    def _woken(self, _future: Any = None) -> None:
+    def _task_done(self, task_id: int, future: Any) -> None:
+        """A watched task's future ended: pull now. An ``error`` status is the engine's
+        own failure (a task's exception is stored as a value): its worker died on every
+        try, so no report will ever come, and the next pull ends the record itself."""
+        if future.status == "error":
+            with self.lock:
+                self._lost[task_id] = None
         self._wake.set()
+
+    def _end_lost(self) -> list[TaskRecord]:
+        """End the records of tasks whose workers died on every try (see ``_task_done``)."""
+        now = time.monotonic()
+        ended = []
+        with self.lock:
+            lost, self._lost = self._lost, {}
+            for task_id in lost:
+                live = self.tasks.pop(task_id, None)
+                if live is None:
+                    continue  # reported after all
+                record = live.record
+                record.state, record.seen = "FAILED", now
+                record.error = ("WorkerCrashedError: its worker died on every try the "
+                                "scheduler allows")
+                self.log.finish_task(record)
+                ended.append(record)
+        return ended
 
     def cancelled(self, task_ids: list[int]) -> None:
         """Tasks cancelled by the driver end now; a later report of one that ran anyway
@@ -291,6 +318,7 @@ class ClusterLog:
     def sync(self) -> None:
         """Pull every worker's reports into the log (one ``client.run`` round trip), then
         tell the listeners of the tasks that ended."""
+        self.check_reachable()
         client = self.backend.client
         ended: list[TaskRecord] = []
         with self._pull_lock:
@@ -299,6 +327,8 @@ class ClusterLog:
             came = time.time()
             for address, reply in replies.items():
                 ended += self._merge(str(address), reply, sent, came)
+            if self._lost:
+                ended += self._end_lost()
         self._tell_listeners(ended)
 
     settle = sync  # what a run's end calls to hear of every task that ended before it
@@ -420,10 +450,27 @@ class ClusterLog:
         return row
 
     # -- queries ---------------------------------------------------------------------------
+    def check_reachable(self) -> None:
+        """Fail at once, saying why, when the cluster cannot answer (instead of waiting
+        for the client's reconnection timeout and then a ``ConnectionPool is closed``)."""
+        client = self.backend.client
+        status = getattr(client, "status", "running")
+        if status != "running":
+            try:
+                where = f" at {client.scheduler.address}"
+            except Exception:  # noqa: BLE001 - only for the message
+                where = ""
+            raise exceptions.RuntimeSystemError(
+                f"the Dask cluster{where} does not answer (its client is {status!r}): the "
+                "scheduler may have stopped or the network is down. Restart the scheduler "
+                "(workers reconnect), or call lightwork.shutdown() and init() again")
+
     def answer_query(self, op: str, args: dict[str, Any]) -> Any:
         """The diagnostics operations this log can answer (see the module docstring)."""
         from lightwork._runtime import views
 
+        if op != "ping":
+            self.check_reachable()
         from lightwork.backends.cluster_state import ClusterState
 
         state = ClusterState(self)

@@ -22,25 +22,28 @@ Fields mean what they mean locally; where the cluster differs:
   the ``pid``/``worker_id`` of their worker.
 * Live task states come from the scheduler: ``waiting`` (for an argument) is
   ``PENDING_ARGS_AVAIL``, ``processing`` is ``RUNNING``, other pre-run states are
-  ``PENDING_NODE_ASSIGNMENT``. An actor call is ``SUBMITTED_TO_WORKER`` until its report
+  ``PENDING_NODE_ASSIGNMENT`` (for the oldest ``MAX_REFRESHED`` live tasks; later ones
+  show ``SUBMITTED_TO_WORKER``). An actor call is ``SUBMITTED_TO_WORKER`` until its report
   arrives (calls bypass the scheduler).
 * Objects are the refs this driver holds, with their size and the workers holding them
   (``location``: ``"worker tcp://…"``); the driver does not see refs held inside tasks.
   There is no object store or shared memory of lightwork's: those sums are 0 and
   ``store`` is None.
 * Actors are those this driver created (a named actor made by another driver is found
-  with ``get_actor``, not listed). ``restarts`` is always 0 (``max_restarts`` is not
-  supported on this backend).
+  with ``get_actor``, not listed). ``restarts`` and ``RESTARTING`` come from the
+  driver, which owns its actors' restarts (``cluster_actor_calls``).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections import Counter
 from typing import Any
 
 ALIVE_STATUSES = ("running", "paused", "init")
+MAX_REFRESHED = 20_000  # live tasks whose state one listing asks the scheduler for
 
 
 def scheduler_facts(dask_scheduler: Any = None, keys: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -102,9 +105,10 @@ class ClusterState:
         from lightwork.backends.cluster_worker import key_name
 
         log = self.log
-        with log.lock:
+        with log.lock:  # the oldest first, as listed; at most MAX_REFRESHED per listing
             live = [(task, f"{key_name(task.record.name)}-{task.record.task_id:x}")
-                    for task in log.tasks.values() if not task.actor_id]
+                    for task in itertools.islice(log.tasks.values(), MAX_REFRESHED)
+                    if not task.actor_id]
         if not live:
             return
         facts = self._facts(tuple(key for _, key in live))
@@ -182,6 +186,11 @@ class ClusterState:
             fact = facts["tasks"].get(future.key) if future is not None else None
             where = (fact["who_has"] or [fact["processing_on"]])[0] if fact else None
             state, cause = _actor_state(backend, actor_id, future)
+            restarts, max_restarts, restarting, dead = backend.actor_lifecycle(actor_id)
+            if restarting:
+                state, cause = "RESTARTING", None
+            elif dead:
+                state, cause = "DEAD", dead
             worker = facts["workers"].get(where) if where else None
             queued = live.get(actor_id, 0)
             running = min(queued, info["max_concurrency"]) if state == "ALIVE" else 0
@@ -190,7 +199,7 @@ class ClusterState:
                 "name": info["name"], "namespace": info["namespace"], "state": state,
                 "pid": worker["pid"] if worker else None,
                 "worker_id": rows_of.get(where) if where else None, "address": where,
-                "restarts": 0, "max_restarts": 0, "running": running,
+                "restarts": restarts, "max_restarts": max_restarts, "running": running,
                 "queued": queued - running, "waiting_in_get": 0, "deadlocks": 0,
                 "calls_done": done.get(actor_id, 0), "methods_running": [],
                 "max_concurrency": info["max_concurrency"], "detached": info["detached"],
@@ -289,6 +298,7 @@ class ClusterState:
             "uptime_s": time.monotonic() - log.log.started_at,
             "backend": "distributed",
             "address": self.backend.address(),
+            "dask_dashboard": _dashboard_link(self.backend.client),
             "resources": {
                 "total": total,
                 "available": {k: max(0.0, available.get(k, 0.0)) for k in total},
@@ -310,6 +320,15 @@ class ClusterState:
             "store": None,
             "event_log": facts,
         }
+
+
+def _dashboard_link(client: Any) -> str | None:
+    """The Dask dashboard's URL, or None when the scheduler serves none."""
+    try:
+        services = client.scheduler_info().get("services") or {}
+        return client.dashboard_link if "dashboard" in services else None
+    except Exception:  # noqa: BLE001 - only a hint in the status
+        return None
 
 
 def _task_state(scheduler_state: str) -> str:

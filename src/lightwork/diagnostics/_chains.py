@@ -23,8 +23,10 @@ an object holding a tainted attribute is tainted as a whole. Only the source is 
 
 :func:`feeds_next_call` answers True (dependent), False (the call's arguments read
 nothing computed from the result: the classic mistake), or None when the source, the
-loop or either call cannot be found (a helper function called from the loop, code
-without a file): the caller decides.
+loop or either call cannot be found (code without a file, a helper in another file):
+the caller decides. A step function holding both calls (``def step(x): return
+get(f.remote(x))``) is followed to the loops of its file that call it: dependent when one
+of them feeds a call's result back into the next call (``x = step(x)``).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def feeds_next_call(get_site: Site, submit_site: Site) -> bool | None:
     submit_line = submit_site[1]
     loop = _innermost_loop(tree, get_line, submit_line)
     if loop is None:
-        return None
+        return _step_fed_back(tree, get_site, submit_line)
     sources = [node for node in _walk_scope(loop)
                if isinstance(node, ast.Call) and _covers(node, get_line)
                and _called_name(node) == "get"]
@@ -61,10 +63,37 @@ def feeds_next_call(get_site: Site, submit_site: Site) -> bool | None:
                and _called_name(node) == "remote"]
     if not sources or not submits:
         return None
-    tainted = _tainted_paths(loop, {id(node) for node in sources})
+    return _feeds(loop, sources, submits)
+
+
+def _feeds(loop: ast.AST, sources: list[ast.Call], calls: list[ast.Call]) -> bool:
+    """Whether in ``loop`` what ``sources`` return reaches the arguments of ``calls``."""
     source_ids = {id(node) for node in sources}
+    tainted = _tainted_paths(loop, source_ids)
     return any(_reads(argument, tainted, source_ids)
-               for call in submits for argument in _arguments(call))
+               for call in calls for argument in _arguments(call))
+
+
+def _step_fed_back(tree: ast.Module, get_site: Site, submit_line: int) -> bool | None:
+    """A step function (``def step(x): return get(f.remote(x))``) called in a loop of
+    the same file as ``x = step(x)``: whether some loop feeds a call's result back into
+    the next call (None: the function is not called in a loop of this file)."""
+    get_line, function = get_site[1], get_site[2]
+    if not any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and node.name == function and _covers(node, get_line) and _covers(node, submit_line)
+               for node in ast.walk(tree)):
+        return None
+    answer = None
+    for loop in ast.walk(tree):
+        if not isinstance(loop, _LOOPS):
+            continue
+        steps = [node for node in _walk_scope(loop)
+                 if isinstance(node, ast.Call) and _called_name(node) == function]
+        if steps:
+            answer = _feeds(loop, steps, steps)
+            if answer:
+                return True
+    return answer
 
 
 # -- finding the code ------------------------------------------------------------------
@@ -91,9 +120,10 @@ def _covers(node: ast.AST, line: int) -> bool:
 def _innermost_loop(tree: ast.Module, *lines: int) -> ast.AST | None:
     best = None
     for node in ast.walk(tree):
-        if isinstance(node, _LOOPS) and all(_covers(node, line) for line in lines):
-            if best is None or node.lineno >= best.lineno:
-                best = node  # a loop inside another starts on a later line (or the same)
+        # A loop inside another starts on a later line (or the same).
+        if isinstance(node, _LOOPS) and all(_covers(node, line) for line in lines) and (
+                best is None or node.lineno >= best.lineno):
+            best = node
     return best
 
 
@@ -158,6 +188,17 @@ def _reads(expr: ast.AST, tainted: set[str], source_ids: set[int]) -> bool:
     return any(_reads(child, tainted, source_ids) for child in ast.iter_child_nodes(expr))
 
 
+def _assignment(node: ast.AST) -> tuple[ast.AST, list[ast.AST]] | None:
+    """(the value read, the targets it goes to) of a statement that binds names."""
+    if isinstance(node, ast.Assign):
+        return node.value, list(node.targets)
+    if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+        return node.value, [node.target]
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return node.iter, [node.target]
+    return None
+
+
 def _tainted_paths(loop: ast.AST, source_ids: set[int]) -> set[str]:
     """The access paths holding something computed from the get's result in ``loop``."""
     tainted: set[str] = set()
@@ -169,15 +210,9 @@ def _tainted_paths(loop: ast.AST, source_ids: set[int]) -> set[str]:
         changed = False
         for node in nodes:
             made: list[str] = []
-            if isinstance(node, ast.Assign) and _reads(node.value, tainted, source_ids):
-                made = [path for target in node.targets for path in _target_paths(target)]
-            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None \
-                    and _reads(node.value, tainted, source_ids):
-                made = _target_paths(node.target)
-            elif isinstance(node, ast.NamedExpr) and _reads(node.value, tainted, source_ids):
-                made = _target_paths(node.target)
-            elif isinstance(node, (ast.For, ast.AsyncFor)) and _reads(node.iter, tainted, source_ids):
-                made = _target_paths(node.target)
+            flow = _assignment(node)
+            if flow is not None and _reads(flow[0], tainted, source_ids):
+                made = [path for target in flow[1] for path in _target_paths(target)]
             elif isinstance(node, ast.Call) and any(
                     _reads(argument, tainted, source_ids) for argument in _arguments(node)):
                 # Whatever the call is handed together with the value may now hold it.

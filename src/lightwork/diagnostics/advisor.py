@@ -31,15 +31,20 @@ Rules (``KINDS``), with what each looks at:
 get-in-loop       consecutive blocked ``get`` of one object from one call site, each
                   task submitted after the previous get returned and alone in flight,
                   not needing the previous step (no dependency through refs, not a call
-                  on the same actor), while slots sat idle (measured)
+                  on the same actor, not a chain by value: ``_chains`` reads the loop's
+                  source), while slots sat idle (measured)
 tiny-tasks        a function's median run time below a few times the per-task overhead
 large-arg-repeated the same big value (same object, same size) passed by value again
                   and again from one call site
 wait-for-slowest  a ``get`` of many objects whose results became ready over a wide spread
-                  because one task ran much longer than the typical one
+                  because one task ran much longer than the typical one by its own work
+                  (more CPU, or time its worker did not spend waiting for a core:
+                  not machine load)
 actor-bottleneck  calls queue on one busy actor while task slots sit idle
-serial-driver     the driver's own work between submissions while the slots idled and
-                  the tasks had work of their own to overlap with it (Amdahl)
+serial-driver     the driver's own work between submissions (its main thread's time
+                  running or waiting for a core, less get/wait/put and argument
+                  copying) while the slots idled and the tasks had work of their own to
+                  overlap with it (Amdahl)
 oversubscription  a task whose process used more CPU time than its share (threads)
 fewer-slots       more CPU-bound tasks at once than the machine has cores (num_cpus too high)
 refs-pinned       the object store filling with settled objects only driver refs hold
@@ -52,7 +57,15 @@ spans of every task and actor call that ran (``_measure.SlotTime``, plus the run
 going), never from the call site's own tasks alone; a task's CPU is its worker's process
 CPU time over the call itself (arguments loaded, result not yet stored); the driver's
 serial time leaves out its blocked get/wait time and lightwork's own copying of big
-arguments inside ``.remote()`` (``TaskRecord.copy_s``). No finding advises a fix the
+values (``put`` spans, and big arguments inside ``.remote()``: ``TaskRecord.copy_s``),
+and is at most what its main thread spent running or waiting for a core
+(``TaskRecord.driver_busy``, sampled at submission at most every 5 ms): sleeping is not
+work, and a loaded machine stretches work without creating it. A slow task is slow by its
+own work when it used more CPU than the typical one (for the CPU share it got), or when
+its worker did not wait for a core for most of its extra time (each worker's
+``schedstat`` run-queue wait, sampled each look; where that is unknown, as in a saved
+log, cores sat idle meanwhile: the machine's idle time, sampled each look and saved);
+otherwise other programs may have kept it off the cores. No finding advises a fix the
 runtime cannot carry out (``num_cpus`` above its CPU slots) or reports a figure no
 process can reach (more cores than the machine has). ``tests/test_advisor_corpus.py``
 holds correct programs in the styles Ray's docs teach; each must get no finding.
@@ -188,13 +201,19 @@ class Advisor(AdviceRules):
             tasks, spans = node.log.take_fresh()
             pinned = self._pinned_bytes() if node.objects.bytes_in_segments >= PINNED_MIN_BYTES else None
             running = running_work(node)
+            workers = [(worker_id, conn.pid) for worker_id, conn in
+                       getattr(node, "workers", {}).items() if getattr(conn, "pid", 0)]
             # The runtime's own reports of gets in actors that could never return.
             deadlocks = list(getattr(getattr(node, "actors", None), "deadlocks", ()))
         idle = machine_idle_core_s()
+        waits = [(worker_id, worker_waited_s(pid)) for worker_id, pid in workers]
         with self._lock:
             self._now = time.monotonic()
             if idle is not None:
                 self.add_machine_sample(self._now, idle)
+            for worker_id, waited in waits:
+                if waited is not None:
+                    self.add_worker_sample(worker_id, self._now, waited)
             self._running = running
             busy = self._busy
             for record in tasks:  # all of them, sampled or not: a cheap sum per record
@@ -258,6 +277,16 @@ def machine_idle_core_s() -> float | None:
         return None
 
 
+def worker_waited_s(pid: int) -> float | None:
+    """Seconds a worker's main thread (where its tasks run) has waited for a core
+    (``/proc/<pid>/schedstat``), or None (gone, or not Linux)."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def report(findings: list[Finding]) -> str:
     """A short human-readable report of ``findings``."""
     if not findings:
@@ -294,6 +323,10 @@ def analysis_input(node: Any, tasks: list[TaskRecord],
                    spans: list[DriverSpan]) -> dict[str, Any]:
     """What :func:`analyse` needs to re-run the rules later, as plain JSON-able data."""
     advisor = node.advisor
+    machine: list[list[float]] = []
+    if advisor is not None:
+        with advisor._lock:  # its thread appends meanwhile
+            machine = [list(sample) for sample in advisor._machine]
     return {
         "cpus": float(node.scheduler.total.get("CPU", 1.0)),
         "cores": os.cpu_count() or 1,
@@ -303,7 +336,7 @@ def analysis_input(node: Any, tasks: list[TaskRecord],
         "tasks": [plain(record) for record in tasks],
         "spans": [plain(span) for span in spans],
         # The machine's idle cores over time: wait-for-slowest tells load from work by it.
-        "machine": [list(sample) for sample in advisor._machine] if advisor is not None else [],
+        "machine": machine,
     }
 
 
