@@ -154,6 +154,7 @@ class SegmentStore:
                 f"budget ({self.budget:,} bytes). Pass a larger object_store_memory to "
                 "init(), or split the value into smaller objects.")
         deadline = time.monotonic() + ROOM_WAIT_S
+        deferred = False
         with self._lock:
             self.nothing_to_spill = False  # the spiller looks again for this write
             try:
@@ -173,10 +174,11 @@ class SegmentStore:
                     self.wanted = max(self.wanted, size)
                     self.on_pressure()  # cheap (an Event) when the spiller is awake
                     if not wait:
+                        deferred = True  # ``wanted`` stays: the spiller works for it
                         return False
                     self._room.wait(min(left, 0.05))
             finally:
-                if wait:
+                if not deferred:
                     self.wanted = 0
 
     def _full_error(self, size: int) -> ObjectStoreFullError:
@@ -267,7 +269,13 @@ class SegmentStore:
                 self._claim_locked(segment, worker_id)
             return segment.path, True
         if not self._make_room(size, Segment(path, size), worker_id, wait):
-            return None
+            return None  # ``wanted`` stays set for the spiller until ``reserve_new``
+        return path, False
+
+    def reserve_new(self, size: int, path: str, worker_id: int) -> tuple[str, bool]:
+        """``reserve`` after it returned None: wait for the spiller to make room for a
+        new file (not the pool again, so ``_make_room`` always resets ``wanted``)."""
+        self._make_room(size, Segment(path, size), worker_id)
         return path, False
 
     def _claim_locked(self, segment: Segment, worker_id: int) -> None:

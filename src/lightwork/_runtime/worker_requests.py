@@ -106,7 +106,7 @@ class WorkerRequests(_Base):
 
         def wait_for_room() -> None:
             try:
-                reply: Any = ("ok", self.store.reserve(size, path, conn.worker_id))
+                reply: Any = ("ok", self.store.reserve_new(size, path, conn.worker_id))
             except Exception as exc:  # noqa: BLE001 - the worker raises it in its task
                 reply = ("err", exc)
             with self.lock:
