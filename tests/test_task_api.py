@@ -391,6 +391,15 @@ def test_a_gpu_task_sees_its_gpu_ids_and_runs_in_a_fresh_process_each_call():
     assert len({pid for _, _, pid in views}) == 3
 
 
+def test_a_burst_of_short_gpu_tasks_each_gets_one_gpu_and_gives_it_back():
+    """Each call retires its worker (max_calls=1): calls queued there run elsewhere."""
+    task = ray.remote(num_gpus=1)(_gpu_view)
+    views = ray.get([task.remote() for _ in range(30)], timeout=60)
+    assert all(len(ids) == 1 and visible == str(ids[0]) for ids, visible, _ in views)
+    both = ray.remote(num_gpus=2)(_gpu_view)
+    assert sorted(ray.get(both.remote(), timeout=20)[0]) == [0, 1]
+
+
 def test_tasks_in_a_gpu_bundle_get_the_bundles_gpu(two_gpu_bundles):
     task = ray.remote(num_gpus=1, num_cpus=1)(_gpu_view)
     first = [ray.get(task.options(scheduling_strategy=_in_bundle(two_gpu_bundles, 0)).remote(),
