@@ -86,6 +86,74 @@ class Threaded:
         return ray.get(me.inner.remote())
 
 
+@ray.remote
+def answer():
+    return "task"
+
+
+@ray.remote
+class Waiter:
+    def inner(self):
+        return "inner"
+
+    def waits(self, me, num_returns, with_task):
+        refs = [me.inner.remote()] + ([answer.remote()] if with_task else [])
+        ready, _ = ray.wait(refs, num_returns=num_returns)  # the line the error must name
+        return ray.get(ready)
+
+    def waits_with_timeout(self, me):
+        ready, not_ready = ray.wait([me.inner.remote()], timeout=0.2)
+        return len(ready), len(not_ready)
+
+
+
+@ray.remote
+class AsyncWaiter:
+    async def inner(self):
+        return "inner"
+
+    async def blocks_its_loop(self, me):
+        ready, _ = ray.wait([me.inner.remote()])
+        return ray.get(ready)
+
+
+def test_a_wait_on_its_own_call_raises_like_get():
+    actor = Waiter.remote()
+    with pytest.raises(exc.ActorDeadlockError) as info:
+        ray.get(actor.waits.remote(actor, 1, False), timeout=30)
+    message = str(info.value)
+    for part in ("wait()", "Waiter.waits", "Waiter.inner", "test_actor_self_wait.py",
+                 "max_concurrency", "async", "directly", "timeout"):
+        assert part in message, (part, message)
+    assert _row(actor)["deadlocks"] == 1
+    [report] = [r for r in ray.state.status()["actor_deadlocks"]
+                if r["actor_id"] == int(actor._actor_id, 16)]
+    assert report["method"] == "Waiter.waits" and report["waits_for"] == ["Waiter.inner"]
+    # The actor goes on.
+    assert ray.get(actor.inner.remote(), timeout=20) == "inner"
+
+
+def test_a_wait_that_other_objects_can_satisfy_is_not_a_deadlock():
+    actor = Waiter.remote()
+    # num_returns=1 of [own call, a task]: the task's result is enough.
+    assert ray.get(actor.waits.remote(actor, 1, True), timeout=30) == ["task"]
+    # num_returns=2 needs the own call too: that one can never start.
+    with pytest.raises(exc.ActorDeadlockError, match="wait"):
+        ray.get(actor.waits.remote(actor, 2, True), timeout=30)
+
+
+def test_a_wait_with_a_timeout_never_counts():
+    actor = Waiter.remote()
+    assert ray.get(actor.waits_with_timeout.remote(actor), timeout=30) == (0, 1)
+    assert _row(actor)["deadlocks"] == 0
+
+
+def test_an_async_actor_blocking_its_loop_in_wait_raises():
+    actor = AsyncWaiter.remote()
+    with pytest.raises(exc.ActorDeadlockError, match="event loop"):
+        ray.get(actor.blocks_its_loop.remote(actor), timeout=30)
+
+
 def test_a_threaded_actor_with_a_free_slot_may_get_its_own_call(tmp_path):
     actor = Threaded.remote()
     assert ray.get(actor.outer.remote(actor, str(tmp_path), "only", 1), timeout=30) == "inner"

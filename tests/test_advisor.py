@@ -116,8 +116,14 @@ def test_waiting_for_the_slowest_is_reported_and_wait_loop_is_not(runtime):
     # by half of it.
     durations = [0.05, 0.05, 0.05, 1.5]
     runtime()
-    lightwork.get([sleeper.remote(d) for d in durations])
-    [finding] = findings_of("wait-for-slowest")
+    with OtherProgramsLoad() as load:
+        lightwork.get([sleeper.remote(d) for d in durations])
+    found = findings_of("wait-for-slowest")
+    if not found:
+        # The slow task sleeps: with every core busy with other programs the advisor
+        # cannot tell its sleep from being kept off the cores, and rightly says nothing.
+        load.skip_if_busy(limit=0.75)
+    [finding] = found
     assert finding.evidence["objects"] == 4
     assert finding.evidence["spread_s"] >= 0.3
     assert "lightwork.wait" in finding.suggestion
@@ -154,8 +160,10 @@ def test_one_busy_actor_is_reported_and_a_pool_of_actors_is_not(runtime):
 
 
 def test_serial_driver_work_between_submissions_is_reported(runtime):
-    def other_work():
-        time.sleep(0.1)
+    def other_work():  # the driver computes: its main thread's CPU time is the evidence
+        deadline = time.thread_time() + 0.1
+        while time.thread_time() < deadline:
+            pass
 
     runtime()
     refs = []

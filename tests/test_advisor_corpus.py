@@ -337,12 +337,157 @@ def driver_work_overlapping_tasks():
     assert lightwork.get(refs) == list(range(6))
 
 
+def dependent_chain_by_value():
+    """``x = get(step.remote(x))``: Newton's iteration, each step needing the previous
+    estimate by value, and a damped variant computing the next argument from the result.
+    Once drew get-in-loop ("submit all first"), which cannot apply: no ref links the
+    steps, but the next call's argument is the last result."""
+
+    @lightwork.remote
+    def newton_step(x):
+        time.sleep(0.04)
+        return (x + 2.0 / x) / 2
+
+    x = 1.0
+    for _ in range(8):
+        x = lightwork.get(newton_step.remote(x))
+    y = 1.0
+    for _ in range(6):
+        improved = lightwork.get(newton_step.remote(y))
+        y = 0.5 * (y + improved)  # damped: the next argument is computed from the result
+
+    def refine(estimate):  # the step in a function of its own, called in the loop
+        return lightwork.get(newton_step.remote(estimate))
+
+    z = 3.0
+    for _ in range(6):
+        z = refine(z)
+    assert abs(x - math.sqrt(2)) < 1e-12 and abs(y - math.sqrt(2)) < 0.1
+    assert abs(z - math.sqrt(2)) < 1e-6
+
+
+def put_once_pipeline_with_large_arrays():
+    """Ray's "pass large objects by reference": each big chunk is put once and its ref
+    handed down a two-stage pipeline; between submissions the driver does nothing but
+    put(). Those copies are lightwork's work, not the driver's: once counted as
+    serial-driver time."""
+    np = pytest.importorskip("numpy")
+
+    @lightwork.remote
+    def normalise(chunk):
+        _spin(0.03)
+        return chunk / max(float(chunk.max()), 1.0)
+
+    @lightwork.remote
+    def total(chunk):
+        return float(chunk.sum())
+
+    chunks = [np.full(4_000_000, float(n)) for n in range(6)]  # 32 MB each, loaded before
+    refs = []
+    for chunk in chunks:
+        chunk_ref = lightwork.put(chunk)
+        refs.append(total.remote(normalise.remote(chunk_ref)))
+    del chunk_ref
+    assert lightwork.get(refs) == [0.0] + [4_000_000.0] * 5
+
+
+def _square_slowly(x):
+    _spin(0.01)
+    return x * x
+
+
+def multiprocessing_pool_map():
+    """Code written for ``multiprocessing.Pool``, moved over by changing the import."""
+    from lightwork.util.multiprocessing import Pool
+
+    with Pool(processes=CPUS) as pool:
+        assert pool.map(_square_slowly, range(40)) == [x * x for x in range(40)]
+        assert sorted(pool.imap_unordered(_square_slowly, range(12))) == [
+            x * x for x in range(12)]
+
+
+def async_actors_fed_by_a_queue():
+    """Ray's async actors consuming from a ``Queue`` the driver fills (each ``put`` is a
+    call on the queue's actor, waited for: they run one at a time there anyway)."""
+    import asyncio
+
+    from lightwork.util.queue import Queue
+
+    @lightwork.remote
+    class Consumer:
+        async def consume(self, queue, count):
+            total = 0
+            for _ in range(count):
+                item = queue.get(timeout=30)
+                await asyncio.sleep(0.02)  # the I/O each item needs
+                total += item
+            return total
+
+    queue = Queue(maxsize=4)
+    consumers = [Consumer.remote() for _ in range(CPUS)]
+    totals = [consumer.consume.remote(queue, 10) for consumer in consumers]
+    for item in range(10 * CPUS):
+        queue.put(item)
+    assert sum(lightwork.get(totals)) == sum(range(10 * CPUS))
+
+
+def dask_graph_on_lightwork():
+    """A Dask array expression and a ``dask.delayed`` graph computed on lightwork."""
+    da = pytest.importorskip("dask.array")
+    import dask
+
+    import lightwork.dask
+
+    x = da.ones((2000, 2000), chunks=(500, 500))
+
+    @dask.delayed
+    def slow_inc(v):
+        time.sleep(0.02)
+        return v + 1
+
+    with lightwork.dask.enable():
+        assert float((x + x.T).sum().compute()) == 2 * 2000 * 2000
+        assert sum(dask.compute(*[slow_inc(i) for i in range(12)])) == sum(range(1, 13))
+
+
+def generator_task_stream():
+    """A generator task streams batches; each goes to a consumer task as it arrives."""
+
+    @lightwork.remote
+    def batches(count):
+        for n in range(count):
+            time.sleep(0.03)
+            yield list(range(10 * n, 10 * (n + 1)))
+
+    @lightwork.remote
+    def consume(batch):
+        time.sleep(0.03)
+        return sum(batch)
+
+    refs = [consume.remote(batch) for batch in batches.remote(8)]
+    assert sum(lightwork.get(refs)) == sum(range(80))
+
+
+def driver_waiting_for_its_input():
+    """A driver that submits each reading as it arrives from a slow source (a sensor
+    read every 0.1 s): it sleeps between submissions, it does not work. Judged by wall
+    time this was serial-driver, whose fix (submit first) cannot apply."""
+    refs = []
+    for reading in range(6):
+        time.sleep(0.1)  # waiting for the next reading
+        refs.append(work.remote(0.1, reading))
+    assert lightwork.get(refs) == list(range(6))
+
+
 PROGRAMS = [
     progress_polling, progress_polling_of_fewer_tasks_than_slots, pipeline_with_wait, bounded_in_flight, dependent_chain_by_ref,
     synchronous_parameter_server, asynchronous_parameter_server,
     calls_on_one_stateful_actor, actor_pool, big_results, nested_tasks,
     seeds_good_versions, streaming_generator, a_new_big_array_per_call,
-    driver_work_overlapping_tasks,
+    driver_work_overlapping_tasks, dependent_chain_by_value,
+    put_once_pipeline_with_large_arrays, multiprocessing_pool_map,
+    async_actors_fed_by_a_queue, dask_graph_on_lightwork, generator_task_stream,
+    driver_waiting_for_its_input,
 ]
 
 

@@ -201,3 +201,230 @@ def test_calls_queued_behind_one_actor_are_actor_bottleneck():
 def test_calls_waiting_for_their_arguments_are_not_queued_on_the_actor():
     """A chain (each call takes the previous result): the wait is for the argument."""
     assert _kinds(_actor_calls(deps_wait=True)) == set()
+
+
+# -- by-value chains: the source says whether the next call takes the last result ------
+CHAIN_PROGRAMS = {
+    # Each call needs the previous result: submitting first is impossible.
+    "x = 0\nfor _ in range(8):\n    x = lightwork.get(step.remote(x))\n": True,
+    "x = 0\nfor _ in range(8):\n    ref = step.remote(x)\n    x = lightwork.get(ref)\n": True,
+    "x = 0\nfor _ in range(8):\n    y = lightwork.get(step.remote(x))\n    x = y * 0.9 + 1\n": True,
+    "x = 0\nwhile x < 8:\n    ref = step.remote(\n        x)\n    x = lightwork.get(\n        ref)\n": True,
+    "w = [0]\nfor _ in range(8):\n    w, loss = lightwork.get(step.remote(w))\n": True,
+    "history = [0]\nfor _ in range(8):\n    history.append(ray.get(step.remote(history[-1])))\n": True,
+    "class A:\n    def run(self):\n        for _ in range(8):\n"
+    "            self.w = ray.get(step.remote(self.w))\n": True,
+    "state = {}\nfor _ in range(8):\n    update(state, get(step.remote(state)))\n": True,
+    # Independent calls, each got before the next is submitted: the classic mistake.
+    "results = []\nfor i in range(8):\n    results.append(lightwork.get(step.remote(i)))\n": False,
+    "total = 0\nfor i in range(8):\n    total += lightwork.get(step.remote(0.05))\n": False,
+    "class A:\n    def run(self):\n        for i in range(8):\n"
+    "            self.out.append(ray.get(step.remote(self.items[i])))\n": False,
+    "for i in range(8):\n    value = ray.get(step.remote(i))\n    print(value)\n": False,
+}
+
+
+@pytest.mark.parametrize("source,dependent", CHAIN_PROGRAMS.items(),
+                         ids=[f"program{n}" for n in range(len(CHAIN_PROGRAMS))])
+def test_the_source_tells_a_by_value_chain_from_independent_calls(tmp_path, source, dependent):
+    from lightwork.diagnostics._chains import feeds_next_call
+
+    path = tmp_path / "program.py"
+    path.write_text(source)
+    lines = source.splitlines()
+    submit = next(n for n, line in enumerate(lines, 1) if ".remote(" in line)
+    get = next(n for n, line in enumerate(lines, 1) if "get(" in line)
+    assert feeds_next_call((str(path), get, "f"), (str(path), submit, "f")) is dependent
+
+
+def test_a_step_function_called_in_a_loop_is_followed_to_its_caller(tmp_path):
+    from lightwork.diagnostics._chains import feeds_next_call
+
+    step = "def step_once(x):\n    return ray.get(step.remote(x))\n"
+    site = ("", 2, "step_once")
+    path = tmp_path / "chain.py"
+    path.write_text(step + "x = 0\nfor _ in range(8):\n    x = step_once(x) + 1\n")
+    assert feeds_next_call((str(path), *site[1:]), (str(path), *site[1:])) is True
+    path = tmp_path / "independent.py"
+    path.write_text(step + "out = []\nfor i in range(8):\n    out.append(step_once(i))\n")
+    assert feeds_next_call((str(path), *site[1:]), (str(path), *site[1:])) is False
+    path = tmp_path / "helper.py"  # never called in a loop here: the source cannot say
+    path.write_text(step)
+    assert feeds_next_call((str(path), *site[1:]), (str(path), *site[1:])) is None
+
+
+def test_without_a_loop_or_a_source_the_source_cannot_say(tmp_path):
+    from lightwork.diagnostics._chains import feeds_next_call
+
+    path = tmp_path / "helper.py"
+    path.write_text("def step_once(x):\n    return ray.get(step.remote(x))\n")
+    assert feeds_next_call((str(path), 2, "step_once"), (str(path), 2, "step_once")) is None
+    missing = str(tmp_path / "gone.py")
+    assert feeds_next_call((missing, 3, "f"), (missing, 3, "f")) is None
+    path.write_text("for x in (:\n")  # not Python: no answer, no exception
+    assert feeds_next_call((str(path), 1, "f"), (str(path), 1, "f")) is None
+
+
+def _chain_records_at(path, get_line, submit_line):
+    records = _one_at_a_time(callsite=(str(path), submit_line, "<module>"))
+    spans = _get_chain(records)
+    for span in spans:
+        span.callsite = (str(path), get_line, "<module>")
+    return records, spans
+
+
+def test_a_by_value_chain_is_not_get_in_loop_and_independent_gets_still_are(tmp_path):
+    """``x = get(f.remote(x))``: no ref links the steps, the source does."""
+    chain = tmp_path / "chain.py"
+    chain.write_text("x = 0\nfor _ in range(6):\n    x = ray.get(f.remote(x))\n")
+    assert _kinds(*_chain_records_at(chain, 3, 3)) == set()
+    independent = tmp_path / "independent.py"
+    independent.write_text("out = []\nfor i in range(6):\n    out.append(ray.get(f.remote(i)))\n")
+    assert _kinds(*_chain_records_at(independent, 3, 3)) == {"get-in-loop"}
+
+
+# -- the driver's own work is its CPU time, not its wall time, nor lightwork's copying --
+def _with_driver_busy(records, per_gap, cpu_share=1.0):
+    """The main thread's time working at each submission: ``per_gap`` seconds per gap,
+    ``cpu_share`` of it on a core (the rest waiting for one)."""
+    for n, record in enumerate(records):
+        record.driver_busy = 5.0 + n * per_gap
+        record.driver_cpu = 3.0 + n * per_gap * cpu_share
+    return records
+
+
+def test_a_driver_computing_between_submissions_is_serial_driver_by_its_cpu_time():
+    [finding] = _findings(_with_driver_busy(_serial_submissions(gap=0.2, run=0.15), 0.15))
+    assert finding.kind == "serial-driver"
+    # Four or five gaps (the replay checks as records arrive) of 0.15 s of CPU each,
+    # not the 0.2 s of wall time each gap took.
+    assert finding.evidence["serial_s"] in (pytest.approx(0.6), pytest.approx(0.75))
+
+
+def test_a_sleeping_driver_is_not_serial_driver_work():
+    """The gaps are the driver asleep (or blocked in I/O): its main thread used no CPU."""
+    records = _with_driver_busy(_serial_submissions(gap=0.2, run=0.15), 0.001)
+    assert _kinds(records) == set()
+
+
+def test_a_driver_mostly_blocked_is_judged_by_the_time_it_worked():
+    """0.04 s of work (running or waiting for a core) per 0.2 s gap, blocked the rest
+    (reading a file, say): 0.2 s in all, below what is worth a finding; the wall time
+    alone would have said 1 s."""
+    records = _with_driver_busy(_serial_submissions(gap=0.2, run=0.15), 0.04)
+    assert _kinds(records) == set()
+    assert _kinds(_serial_submissions(gap=0.2, run=0.15)) == {"serial-driver"}
+
+
+def test_big_puts_between_submissions_are_lightworks_copying_not_the_drivers_work():
+    """``ref = put(big_array); f.remote(ref)`` in a loop: the gaps are put() copying."""
+    records = _serial_submissions(gap=0.2, run=0.15)
+    puts = [DriverSpan("put", r.submitted - 0.19, r.submitted - 0.001, 1, 1)
+            for r in records[1:]]
+    assert _kinds(records, puts) == set()
+    # The same with the CPU the copies used on the main thread's clock.
+    assert _kinds(_with_driver_busy(_serial_submissions(gap=0.2, run=0.15), 0.19), puts) == set()
+
+
+# -- wait-for-slowest: a slow task's own work, not machine load -----------------------
+def _one_slow_among_four(slow_cpu):
+    """Four tasks got at once; one runs 1.5 s, the others 0.05 s."""
+    runs = [0.05, 0.05, 0.05, 1.5]
+    records = [_task(i + 1, T0, T0 + 0.01, T0 + 0.01 + run,
+                     cpu_time=slow_cpu if run > 1 else 0.001)
+               for i, run in enumerate(runs)]
+    span = DriverSpan("get", T0, T0 + 1.52, 4, 1, first_object_id=101,
+                      callsite=("program.py", 30, "<module>"), first_task_id=1,
+                      first_ready=T0 + 0.06, last_ready=T0 + 1.51, shortest=0.06, longest=1.51)
+    return records, [span]
+
+
+def _with_machine(advisor, idle_cores):
+    for n in range(12):
+        advisor.add_machine_sample(T0 - 0.5 + n * 0.25, 1000.0 + n * 0.25 * idle_cores)
+    return advisor
+
+
+def _slowest_kinds(slow_cpu, idle_cores=None):
+    advisor = Advisor(cpus=2, cores=2)
+    if idle_cores is not None:
+        _with_machine(advisor, idle_cores)
+    advisor.feed(*_one_slow_among_four(slow_cpu))
+    return {finding.kind for finding in advisor.findings}
+
+
+def test_a_slow_task_waiting_while_cores_sat_idle_was_slow_by_its_own_work():
+    """A sleeping (or I/O-bound) slow task with idle cores around it: its own time."""
+    assert _slowest_kinds(slow_cpu=0.002, idle_cores=1.4) == {"wait-for-slowest"}
+    assert _slowest_kinds(slow_cpu=0.002) == {"wait-for-slowest"}  # offline: wall times
+
+
+def test_a_slow_task_that_used_no_more_cpu_while_no_core_was_idle_may_be_load():
+    """Equal work stretched by other programs on every core: wait() would not help."""
+    assert _slowest_kinds(slow_cpu=0.002, idle_cores=0.1) == set()
+
+
+def test_a_slow_task_that_computed_is_named_however_busy_the_machine_was():
+    assert _slowest_kinds(slow_cpu=1.2, idle_cores=0.1) == {"wait-for-slowest"}
+
+
+def test_idle_cores_come_from_the_samples_around_the_run():
+    advisor = _with_machine(Advisor(cpus=2, cores=2), idle_cores=1.5)
+    assert advisor._idle_cores_between(T0, T0 + 1.0) == pytest.approx(1.5)
+    assert advisor._idle_cores_between(T0 - 10, T0) is None  # before the first sample
+    assert advisor._idle_cores_between(T0, T0 + 100) is None  # after the last
+
+
+def test_the_drivers_busy_clock_counts_work_and_not_sleep():
+    import time
+
+    from lightwork._runtime.driver_calls import _thread_cpu_and_busy_s
+
+    def busy():
+        cpu, busy = _thread_cpu_and_busy_s()
+        assert busy >= cpu > 0
+        return busy
+
+    before = busy()
+    deadline = time.thread_time() + 0.1
+    while time.thread_time() < deadline:
+        pass
+    worked = busy() - before
+    before = busy()
+    time.sleep(0.3)
+    slept = busy() - before
+    assert worked >= 0.1 - 1e-3  # at least its CPU time (more if it waited for a core)
+    assert slept < 0.15  # only the wake-up, however long the sleep
+
+
+def test_a_driver_slowed_by_load_while_computing_is_still_serial_driver():
+    """Other programs kept the driver off its core for most of each gap: its work took
+    longer, it did not vanish; the tasks' work is set against it at full speed."""
+    records = _with_driver_busy(_serial_submissions(gap=0.6, run=0.15), 0.59, cpu_share=0.25)
+    [finding] = _findings(records)
+    assert finding.kind == "serial-driver"
+
+
+def test_calls_queued_on_each_of_several_busy_actors_are_no_bottleneck():
+    """multiprocessing.Pool's map queues its chunks on every process at once: each
+    actor has a queue, but every slot is busy."""
+    first = _actor_calls(deps_wait=False)
+    second = _actor_calls(deps_wait=False)
+    for record in second:
+        record.task_id += 100
+        record.actor_id = 6
+    assert _kinds(first + second) == set()
+    assert _kinds(first) == {"actor-bottleneck"}
+
+
+def test_a_saved_log_carries_the_machines_idle_time_to_the_offline_rules():
+    from lightwork.diagnostics._measure import plain
+    from lightwork.diagnostics.advisor import analyse
+
+    records, spans = _one_slow_among_four(slow_cpu=0.002)
+    data = {"cpus": 2, "cores": 2, "tasks": [plain(r) for r in records],
+            "spans": [plain(s) for s in spans],
+            "machine": [[T0 - 0.5 + n * 0.25, 1000.0 + n * 0.025] for n in range(12)]}
+    assert analyse(data) == []  # 0.1 idle cores: the slow task may have been kept off them
+    del data["machine"]  # a file from before the samples: the wall times decide
+    assert [finding.kind for finding in analyse(data)] == ["wait-for-slowest"]

@@ -80,6 +80,10 @@ def test_the_trace_shows_the_finding_where_it_was_seen(fresh_runtime, tmp_path, 
     assert len(data["tasks"]) == 5 and data["tasks"][0]["callsite"][1] == _line_of("# the mistake")
     assert {f["kind"] for f in other["findings"]} >= {"get-in-loop"}
     assert "get-in-loop" in {f.kind for f in analyse(data)}
+    if advisor and os.path.exists("/proc/stat"):
+        # The machine's idle time as the live advisor sampled it, for wait-for-slowest.
+        times = [at for at, _ in data["machine"]]
+        assert len(times) >= 2 and times == sorted(times)
 
 
 def test_offline_analysis_of_plain_records_needs_no_runtime():

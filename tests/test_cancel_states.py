@@ -260,3 +260,58 @@ def test_a_cancelled_task_that_still_returns_a_big_result(gate_dir, tmp_path):
     assert segment not in node.store.live
     assert not os.path.exists(segment) or segment in pooled  # unlinked, or recycled
     _pool_still_works()
+
+
+@ray.remote
+class _Marks:
+    def mark(self, path):
+        open(path, "w").close()
+        return "ran"
+
+    async def mark_async(self, path):
+        open(path, "w").close()
+        return "ran"
+
+
+@pytest.mark.parametrize("method", ["mark", "mark_async"])
+def test_cancel_an_actor_call_between_dispatch_and_start(gate_dir, tmp_path, method):
+    """The call reached the actor's process, which has not started it: the SIGINT finds
+    nothing running, and the cancel must still win when the call starts."""
+    actor = _Marks.remote()
+    assert ray.get(actor.__ray_ready__.remote(), timeout=20)
+    name = f"_Marks.{method}"
+    hold = gate_dir / f"dispatched-{name}.hold"
+    reached = gate_dir / f"dispatched-{name}.reached"
+    hold.touch()
+    ran = str(tmp_path / "ran")
+    ref = getattr(actor, method).remote(ran)
+    assert wait_for_file(str(reached), limit=20)
+    ray.cancel(ref)
+    hold.unlink()
+    _expect_cancelled(ref)
+    assert not os.path.exists(ran)
+    assert ray.get(getattr(actor, method).remote(str(tmp_path / "after")), timeout=20) == "ran"
+
+
+def test_a_cancelled_actor_call_that_returns_a_big_result_releases_it(gate_dir, tmp_path):
+    @ray.remote
+    class Big:
+        def big(self, entered, release):
+            open(entered, "w").close()
+            wait_for_file(release, limit=30)
+            return b"x" * (4 << 20)
+
+    actor = Big.remote()
+    entered, release = str(tmp_path / "entered"), str(tmp_path / "release")
+    ref = actor.big.remote(entered, release)
+    assert wait_for_file(entered, limit=20)
+    node = _node()
+    segment = f"{node.session.shm_dir}/{ref.id:x}"
+    ray.cancel(ref)
+    open(release, "w").close()
+    _expect_cancelled(ref)
+    _expect_cancelled(ref)
+    with node.lock:
+        pooled = {s.path for s in node.store.free}
+    assert segment not in node.store.live
+    assert not os.path.exists(segment) or segment in pooled

@@ -175,6 +175,37 @@ def test_resource_profiler_reads_each_workers_own_usage(cluster):
     for address in addresses:
         samples = rprof.per_worker[address]
         assert all(s.mem > 10 for s in samples)  # a Python process's RSS, in MB
-        assert max(s.cpu for s in samples) > 30  # it spun for 0.6 s of CPU
+        # CPU % integrated over the samples' intervals is the CPU time the worker used,
+        # whatever the load on the machine: each spun for 0.6 s of CPU.
+        times = [rprof.start_time] + [s.time for s in samples]
+        cpu_seconds = sum(s.cpu / 100 * (t - before)
+                          for s, t, before in zip(samples, times[1:], times))
+        assert 0.45 < cpu_seconds < 0.6 + 0.1 * (times[-1] - times[0]) + 0.5, cpu_seconds
     last = rprof.results[-1]
     assert last.mem == pytest.approx(sum(v[-1].mem for v in rprof.per_worker.values()))
+
+
+def test_a_graph_whose_task_kills_its_worker_every_time_fails_fast(cluster):
+    """The task's worker dies on each try (the nanny restarts it), so no worker ever
+    reports it: the run must end with WorkerCrashedError instead of waiting forever."""
+    dask = pytest.importorskip("dask")
+    import os
+    import signal
+
+    import lightwork.dask
+    from lightwork import exceptions
+
+    def die(x):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    finished = []
+    graph = dask.delayed(die)(dask.delayed(int)(1))
+    start = time.monotonic()
+    with Callback(finish=lambda dsk, state, failed: finished.append(failed)):
+        with pytest.raises(exceptions.WorkerCrashedError):
+            graph.compute(scheduler=lightwork.dask.get)
+    assert finished == [True] and time.monotonic() - start < 45
+    until_both_workers_back = time.monotonic() + 30
+    while len(cluster.worker_pids()) < 2 and time.monotonic() < until_both_workers_back:
+        time.sleep(0.2)
+    assert lightwork.get(add_one.remote(1)) == 2  # the cluster goes on

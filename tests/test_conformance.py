@@ -385,13 +385,88 @@ def test_an_actor_whose_worker_is_killed_is_dead_and_nothing_hangs(backend):
         lightwork.get(actor.pid.remote(), timeout=40)
 
 
-@gap("distributed", "max_restarts is not implemented on the distributed backend yet")
-def test_an_actor_with_max_restarts_comes_back_after_its_worker_dies(backend, wait_until):
-    actor = Pid.options(max_restarts=1).remote()
+@lightwork.remote
+class Restartable:
+    """Records each run of its constructor (its pid) in ``directory``."""
+
+    def __init__(self, directory):
+        count_attempt(directory)
+
+    def pid(self):
+        return os.getpid()
+
+    def pid_after(self, started, gate):
+        open(started, "w").close()
+        wait_for_file(gate, 30)
+        return os.getpid()
+
+
+def _both_slots_up(wait_until):
+    """A worker killed by an earlier test is back (its nanny restarts it): a restart
+    has somewhere to go."""
+    wait_until(lambda: lightwork.cluster_resources()["CPU"] == 2, timeout=30,
+               message="both slots to be up")
+
+
+def test_an_actor_with_max_restarts_comes_back_after_its_worker_dies(backend, tmp_path,
+                                                                     wait_until):
+    _both_slots_up(wait_until)
+    actor = Restartable.options(max_restarts=1).remote(str(tmp_path))
     first = lightwork.get(actor.pid.remote(), timeout=20)
     os.kill(first, signal.SIGKILL)
     second = wait_until(lambda: _pid_or_none(actor), timeout=40, message="the restart")
     assert second != first
+    assert attempts(str(tmp_path)) == [first, second]  # its constructor ran again
+    os.kill(second, signal.SIGKILL)  # its one restart is used: this loss is final
+    died = wait_until(lambda: _death_of(actor), timeout=40, message="the final death")
+    assert "max_restarts" in str(died)
+    assert len(attempts(str(tmp_path))) == 2
+    [row] = [a for a in lightwork.state.list_actors() if a["actor_id"] == actor._ref.hex()]
+    assert (row["state"], row["restarts"], row["max_restarts"]) == ("DEAD", 1, 1)
+
+
+def test_an_actor_without_restarts_is_not_rebuilt_behind_our_back(backend, tmp_path):
+    actor = Restartable.remote(str(tmp_path))
+    pid = lightwork.get(actor.pid.remote(), timeout=20)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(exceptions.ActorDiedError):
+        lightwork.get(actor.pid.remote(), timeout=40)
+    with pytest.raises(exceptions.ActorDiedError):
+        lightwork.get(actor.pid.remote(), timeout=40)
+    assert attempts(str(tmp_path)) == [pid]
+
+
+@pytest.mark.parametrize("max_task_retries", [0, 1])
+def test_a_call_in_flight_when_the_actor_dies(backend, tmp_path, wait_until,
+                                              max_task_retries):
+    """Ray's semantics: the call fails with ActorDiedError unless max_task_retries lets
+    it run again on the restarted actor."""
+    _both_slots_up(wait_until)
+    actor = Restartable.options(max_restarts=1, max_task_retries=max_task_retries).remote(
+        str(tmp_path))
+    first = lightwork.get(actor.pid.remote(), timeout=20)
+    started, gate = str(tmp_path / "started"), str(tmp_path / "gate")
+    in_flight = actor.pid_after.remote(started, gate)
+    wait_until(lambda: os.path.exists(started), timeout=20, message="the call to start")
+    os.kill(first, signal.SIGKILL)
+    open(gate, "w").close()
+    if max_task_retries:
+        second = lightwork.get(in_flight, timeout=40)
+    else:
+        with pytest.raises(exceptions.ActorDiedError, match="max_task_retries"):
+            lightwork.get(in_flight, timeout=40)
+        second = wait_until(lambda: _pid_or_none(actor), timeout=40, message="the restart")
+    assert second != first
+    assert attempts(str(tmp_path)) == [first, second]
+
+
+def _death_of(actor):
+    """The ActorDiedError a call to ``actor`` raises, or None while it answers."""
+    try:
+        lightwork.get(actor.pid.remote(), timeout=20)
+    except exceptions.ActorDiedError as died:
+        return died
+    return None
 
 
 def _pid_or_none(actor):
@@ -486,6 +561,27 @@ def test_max_calls(backend):
         task.remote()
 
 
+@lightwork.remote
+class EnvReader:
+    def read(self, name):
+        return os.environ.get(name)
+
+
+def test_an_actors_runtime_env(backend):
+    """Locally the actor has a process of its own and sees its env vars; on distributed it
+    shares a worker process with tasks and other actors, so the backend refuses."""
+    options = {"runtime_env": {"env_vars": {"LIGHTWORK_CONFORMANCE_ACTOR_ENV": "set"}}}
+    if backend == "local":
+        reader = EnvReader.options(**options).remote()
+        assert lightwork.get(reader.read.remote("LIGHTWORK_CONFORMANCE_ACTOR_ENV"),
+                             timeout=30) == "set"
+        return
+    with pytest.raises(exceptions.UnsupportedOnBackend, match="actor's runtime_env.*leak"):
+        EnvReader.options(**options).remote()
+    reader = EnvReader.remote()  # the worker's environment did not change
+    assert lightwork.get(reader.read.remote("LIGHTWORK_CONFORMANCE_ACTOR_ENV")) is None
+
+
 def inc(x):
     return x + 1
 
@@ -516,11 +612,20 @@ def test_timeline_state_and_advisor_read_the_run(backend):
     assert "Thread MainThread" in str(lightwork.stack())
 
 
-def test_diagnostics_on_distributed_say_what_is_unsupported(backend):
-    if backend == "local":
-        assert lightwork.state.list_actors(limit=1) is not None
-        return
-    for call in (lightwork.state.list_actors, lightwork.state.list_objects,
-                 lightwork.state.memory_summary, lightwork.state.status):
-        with pytest.raises(exceptions.UnsupportedOnBackend, match="distributed backend"):
-            call()
+def test_state_listings_have_the_same_fields_on_both_backends(backend):
+    from lightwork._runtime import views
+
+    ref = lightwork.put(b"z" * 1000)
+    lightwork.get(add.remote(1, 2))
+    listings = {"actors": lightwork.state.list_actors, "workers": lightwork.state.list_workers,
+                "objects": lightwork.state.list_objects}
+    for kind, lister in listings.items():
+        for row in lister():
+            assert set(views.KEYS[kind]) <= set(row), (kind, row)
+    workers = lightwork.state.list_workers()
+    assert workers[0]["kind"] == "driver" and len(workers) >= 2
+    assert ref.hex() in {o["object_id"] for o in lightwork.state.list_objects()}
+    memory = lightwork.state.memory_summary()
+    assert {"objects", "total_bytes", "by_owner", "by_reference_kind", "largest"} <= set(memory)
+    status = lightwork.state.status()
+    assert status["resources"]["total"]["CPU"] >= 1 and status["worker_count"] >= 1

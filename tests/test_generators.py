@@ -96,6 +96,54 @@ def test_dynamic_returns_give_a_ref_to_a_generator_of_refs(runtime):
     assert [lightwork.get(ref) for ref in refs] == ["a", "b", "c"]
 
 
+def test_dynamic_returns_on_actor_methods(runtime):
+    @lightwork.remote
+    class Splitter:
+        def __init__(self):
+            self.calls = 0
+
+        @lightwork.method(num_returns="dynamic")
+        def split(self, text):
+            self.calls += 1
+            yield from text.split()
+
+        def numbers(self, count):
+            for i in range(count):
+                yield i * self.calls
+
+        def calls_made(self):
+            return self.calls
+
+    splitter = Splitter.remote()
+    ref = splitter.split.remote("a b c")
+    assert isinstance(ref, lightwork.ObjectRef)  # one ref, to a generator of refs
+    refs = lightwork.get(ref, timeout=30)
+    assert len(refs) == 3
+    assert [lightwork.get(item) for item in refs] == ["a", "b", "c"]
+    # .options() turns a streaming generator method into a dynamic one, on the same actor.
+    refs = lightwork.get(splitter.numbers.options(num_returns="dynamic").remote(3), timeout=30)
+    assert [lightwork.get(item) for item in refs] == [0, 1, 2]
+    assert lightwork.get(splitter.calls_made.remote(), timeout=30) == 1
+    assert list(lightwork.get(splitter.split.remote(""), timeout=30)) == []
+
+
+def test_dynamic_returns_on_an_async_actor_and_an_error_mid_way(runtime):
+    @lightwork.remote
+    class AsyncSource:
+        async def items(self, count, fail_at=None):
+            for i in range(count):
+                await asyncio.sleep(0)
+                if i == fail_at:
+                    raise StreamFailure(f"failed at item {i}")
+                yield -i
+
+    source = AsyncSource.remote()
+    refs = lightwork.get(source.items.options(num_returns="dynamic").remote(3), timeout=30)
+    assert [lightwork.get(item) for item in refs] == [0, -1, -2]
+    with pytest.raises(StreamFailure, match="failed at item 1"):
+        lightwork.get(source.items.options(num_returns="dynamic").remote(3, fail_at=1), timeout=30)
+
+
 def test_actor_generator_methods_stream(runtime):
     @lightwork.remote
     class Source:

@@ -90,7 +90,8 @@ def test_bad_concurrency_groups_are_refused():
         lightwork.method(concurrency_group=3)
 
 
-def test_capture_on_an_actor_warns(fresh_runtime):
+def test_capture_on_an_actor_is_applied_not_warned_about(fresh_runtime):
+    """It used to warn (IgnoredOptionWarning); actors capture now (test_placement_groups)."""
     from lightwork.util import placement_group, remove_placement_group
     from lightwork.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -99,7 +100,8 @@ def test_capture_on_an_actor_warns(fresh_runtime):
     try:
         capturing = PlacementGroupSchedulingStrategy(
             group, placement_group_capture_child_tasks=True)
-        with pytest.warns(IgnoredOptionWarning, match="capture"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", IgnoredOptionWarning)
             actor = lightwork.remote(_Actor).options(scheduling_strategy=capturing).remote()
         assert lightwork.get(actor.ping.remote(), timeout=20) == "pong"
     finally:

@@ -140,6 +140,61 @@ def test_capture_child_tasks_places_nested_tasks_in_the_group(runtime):
         remove_placement_group(group)
 
 
+@lightwork.remote  # Ray's default: 1 CPU to be placed, none held, so its children fit
+class GroupProbe:
+    """Says which group it runs in, and which group the tasks and actors it makes run in."""
+
+    def group(self):
+        group = get_current_placement_group()
+        return None if group is None else group.id.hex()
+
+    def task_group(self):
+        return lightwork.get(current_group.remote(), timeout=30)
+
+    def child_actor_group(self):
+        child = GroupProbe.remote()
+        return lightwork.get(child.group.remote(), timeout=30)
+
+
+@lightwork.remote(num_cpus=1)
+def make_probe_and_ask():
+    probe = GroupProbe.remote()
+    return lightwork.get([probe.group.remote(), probe.task_group.remote()], timeout=30)
+
+
+def capturing(group):
+    return PlacementGroupSchedulingStrategy(group, placement_group_capture_child_tasks=True)
+
+
+def test_an_actor_made_by_a_capturing_task_runs_in_the_group(runtime):
+    group = placement_group([{"CPU": 1}])
+    try:
+        in_it = group.id.hex()
+        # The actor, and the task its method submits, run in the parent task's group.
+        assert lightwork.get(make_probe_and_ask.options(scheduling_strategy=capturing(group))
+                             .remote(), timeout=30) == [in_it, in_it]
+        # Without capture the actor is placed outside the group, as in Ray.
+        assert lightwork.get(make_probe_and_ask.options(scheduling_strategy=in_group(group))
+                             .remote(), timeout=30) == [None, None]
+    finally:
+        remove_placement_group(group)
+
+
+def test_a_capturing_actor_places_its_tasks_and_actors_in_the_group(runtime):
+    group = placement_group([{"CPU": 1}])
+    try:
+        probe = GroupProbe.options(scheduling_strategy=capturing(group)).remote()
+        in_it = group.id.hex()
+        assert lightwork.get(probe.group.remote(), timeout=30) == in_it
+        assert lightwork.get(probe.task_group.remote(), timeout=30) == in_it
+        assert lightwork.get(probe.child_actor_group.remote(), timeout=30) == in_it
+        plain = GroupProbe.options(scheduling_strategy=in_group(group)).remote()
+        assert lightwork.get(plain.group.remote(), timeout=30) == in_it
+        assert lightwork.get(plain.task_group.remote(), timeout=30) is None  # no capture
+    finally:
+        remove_placement_group(group)
+
+
 def test_actors_run_in_a_group(runtime):
     @lightwork.remote(num_cpus=1)
     class Counter:

@@ -15,7 +15,7 @@ from typing import Any
 
 import cloudpickle
 
-from lightwork._generator import ObjectRefGenerator
+from lightwork._generator import DYNAMIC_METHOD, ObjectRefGenerator
 from lightwork._object_ref import ObjectRef
 from lightwork._remote import callsite
 from lightwork._runtime.actors import Actor
@@ -53,8 +53,8 @@ def method(*, num_returns: int | str = 1, concurrency_group: str | None = None) 
     return decorate
 
 
-def _methods_of(cls: type) -> dict[str, int]:
-    methods = {}
+def _methods_of(cls: type) -> dict[str, int | str]:
+    methods: dict[str, int | str] = {}
     for name, member in inspect.getmembers(cls):
         if not callable(member) or (name.startswith("__") and name.endswith("__")):
             continue
@@ -73,7 +73,10 @@ class ActorClass:
     def __init__(self, cls: type, options: dict[str, Any]) -> None:
         self._cls = cls
         self._options = _check_actor_options(options, cls.__qualname__)
-        self._methods = _methods_of(cls)
+        # Read on first use, not here: unpickling a class that refers to itself (a method
+        # that makes another actor of its class) builds this object before the class has
+        # its methods.
+        self._method_table: dict[str, int | str] | None = None
         self._checks: dict[str, ArgumentCheck] | None = None  # made at the first .remote()
         self._env_payloads: dict[str, tuple[bytes, bytes]] = {}  # runtime_env -> key, blob
         self._key: bytes | None = None
@@ -82,6 +85,12 @@ class ActorClass:
         self.__qualname__ = cls.__qualname__
         self.__doc__ = cls.__doc__
         self.__module__ = cls.__module__
+
+    @property
+    def _methods(self) -> dict[str, int | str]:
+        if self._method_table is None:
+            self._method_table = _methods_of(self._cls)
+        return self._method_table
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
@@ -158,10 +167,6 @@ def _check_actor_options(options: dict[str, Any], what: str) -> dict[str, Any]:
         from lightwork.util.scheduling_strategies import check_strategy
 
         check_strategy(options["scheduling_strategy"], f"actor class {what}")
-        if getattr(options["scheduling_strategy"], "placement_group_capture_child_tasks", False):
-            from lightwork._runtime.calls import warn_ignored_option
-
-            warn_ignored_option("placement_group_capture_child_tasks", f"actor class {what}")
     lifetime = options.get("lifetime")
     if lifetime not in (None, "detached", "non_detached"):
         raise ValueError(f"lifetime must be None, 'detached' or 'non_detached', got {lifetime!r}")
@@ -283,7 +288,8 @@ class ActorHandle:
 class ActorMethod:
     """``handle.method``: ``.remote(*args)`` queues a call and returns its ObjectRef(s)."""
 
-    def __init__(self, handle: ActorHandle, name: str, num_returns: int, call_name: str | None = None) -> None:
+    def __init__(self, handle: ActorHandle, name: str, num_returns: int | str,
+                 call_name: str | None = None) -> None:
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
@@ -305,30 +311,31 @@ class ActorMethod:
             if check is not None and (kwargs or not check.low <= len(args) <= check.high):
                 check.bind(args, kwargs)
         name = self._call_name or f"{handle._class_name}.{self._name}"
-        streaming = self._num_returns == "streaming"
+        num_returns = self._num_returns
+        if type(num_returns) is str:  # "streaming" or "dynamic": one ref, the head
+            method = DYNAMIC_METHOD + self._name if num_returns == "dynamic" else self._name
+            refs = _core((handle,)).submit_actor_task(
+                handle._ref.id, method, name, args, kwargs, 1, callsite(1))
+            return ObjectRefGenerator(refs[0]) if num_returns == "streaming" else refs[0]
         refs = _core((handle,)).submit_actor_task(
-            handle._ref.id, self._name, name, args, kwargs, 1 if streaming else self._num_returns,
-            callsite(1),
-        )
-        if streaming:
-            return ObjectRefGenerator(refs[0])
-        if self._num_returns == 1:
+            handle._ref.id, self._name, name, args, kwargs, num_returns, callsite(1))
+        if num_returns == 1:
             return refs[0]
-        return None if self._num_returns == 0 else refs
+        return None if num_returns == 0 else refs
 
-    def options(self, *, num_returns: int | None = None, name: str | None = None, **ignored: Any) -> ActorMethod:
+    def options(self, *, num_returns: int | str | None = None, name: str | None = None,
+                **ignored: Any) -> ActorMethod:
         count = self._num_returns if num_returns is None else num_returns
         _check_method_returns(count)
         return ActorMethod(self._handle, self._name, count, name)
 
 
 def _check_method_returns(count: Any) -> None:
-    if count == "streaming":
+    if count in ("streaming", "dynamic"):
         return
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(
-            f"num_returns must be a non-negative int or 'streaming' (an actor method's "
-            f"'dynamic' is not supported), got {count!r}")
+            f"num_returns must be a non-negative int, 'streaming' or 'dynamic', got {count!r}")
 
 
 def make_actor_class(cls: type, options: dict[str, Any]) -> ActorClass:

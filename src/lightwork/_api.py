@@ -72,6 +72,25 @@ class RuntimeContext:
     def get_assigned_resources(self) -> dict[str, float]:
         return dict(self._facts["resources"])
 
+    def is_canceled(self) -> bool:
+        """Whether ``cancel()`` was called on the running task or actor call.
+
+        A sync or threaded actor's method is not interrupted by ``cancel()`` (as in Ray):
+        it can check this now and then and stop early. Raises RuntimeError in the driver
+        and in an async actor, where a cancel raises ``asyncio.CancelledError`` instead."""
+        worker = _worker
+        if worker is None:
+            if self._facts.get("task_id") is None:
+                raise RuntimeError(
+                    "is_canceled() works only inside a task or an actor's method: the "
+                    "driver is never cancelled")
+            return False  # a backend without cancel flags
+        if worker.loop is not None:
+            raise RuntimeError(
+                "is_canceled() is not supported in an async actor: cancel() raises "
+                "asyncio.CancelledError in the coroutine instead (catch it to clean up)")
+        return worker.is_canceled()
+
     def get_accelerator_ids(self) -> dict[str, list[str]]:
         return {"GPU": [str(i) for i in self._facts["gpu_ids"]]}
 
@@ -212,6 +231,12 @@ def init(
                     "the cluster's workers have their own environment and memory settings "
                     "(dask worker --memory-limit, --preload); pass runtime_env per task "
                     "with .options() only on the embedded runtime")
+            if dashboard:
+                raise unsupported(
+                    "lightwork's live dashboard (init(dashboard=True))",
+                    "open the Dask dashboard (its link is client.dashboard_link), and "
+                    "use `lightwork status`, `list`, `summary`, `timeline` and `stack` "
+                    "from another terminal for lightwork's own views")
             _backend = DistributedBackend.connect(
                 target, num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
                 namespace=namespace, event_budget=budget)
@@ -301,7 +326,7 @@ def _spill_dir_option(spill_dir: Any, spilling_config: Any) -> str | None:
 
 def _context() -> InitContext:
     backend = _backend
-    node = backend.node
+    node = backend.node or getattr(backend, "recorder", None)  # a cluster run's session
     return InitContext(
         session_dir=getattr(getattr(node, "session", None), "directory", None),
         node_id=backend.runtime_context()["node_id"],
@@ -612,6 +637,12 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     """Cancel the task that makes ``object_ref``; its ``get`` raises TaskCancelledError.
 
     An ObjectRefGenerator cancels its generator task: the stream ends with the error.
+    An actor's call, as in Ray: one that has not started never runs; a running call of
+    an async actor gets ``asyncio.CancelledError``; a running call of a sync or threaded
+    actor is not interrupted (``get_runtime_context().is_canceled()`` turns True in it)
+    and its ``get`` raises TaskCancelledError when it returns; ``force=True`` raises
+    ValueError for an actor's call (``kill`` ends the actor). A finished call or task is
+    not affected.
     ``recursive`` (Ray's default, True): if the task is running, the tasks it submitted
     that are still pending or running are cancelled too, and theirs, with the same
     ``force``; ``recursive=False`` leaves them alone. Actor calls it made are not

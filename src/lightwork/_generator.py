@@ -18,16 +18,25 @@ driver-side state is ``lightwork._runtime.streams``; the worker sends items in
 ``num_returns="dynamic"`` (Ray's older form): ``f.remote()`` returns one ref; its value is
 a :class:`DynamicObjectRefGenerator` of refs to every item, ready when the task ends.
 The function runs inside :class:`DynamicReturns`, which stores each item as it comes.
+An actor method called with ``num_returns="dynamic"`` (``@lightwork.method`` or
+``.options()``) names its method ``DYNAMIC_METHOD + name``; the actor's worker finds no
+such attribute and runs the method inside :class:`DynamicReturns` (so a plain call pays
+nothing for it). Async generator methods are drained on the actor's event loop.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
 from lightwork._object_ref import ObjectRef
 
 __all__ = ["DynamicObjectRefGenerator", "ObjectRefGenerator"]
+
+# The method name of a num_returns="dynamic" actor call is this prefix + the method's name
+# (a Python name cannot contain ":", so it never shadows an attribute).
+DYNAMIC_METHOD = "dynamic:"
 
 
 class ObjectRefGenerator:
@@ -144,6 +153,8 @@ class DynamicReturns:
         import lightwork
 
         result = self.function(*args, **kwargs)
+        if inspect.isasyncgen(result):
+            return DynamicObjectRefGenerator(_drain_async(result))
         try:
             items = iter(result)
         except TypeError:
@@ -151,3 +162,18 @@ class DynamicReturns:
                 f"a num_returns='dynamic' task must return a generator (or an iterable), "
                 f"got {type(result).__name__}; yield the items, or drop num_returns") from None
         return DynamicObjectRefGenerator([lightwork.put(item) for item in items])
+
+
+def _drain_async(items: Any) -> list[ObjectRef]:
+    """Store each item of an async generator: on the actor's event loop when there is
+    one (its other coroutines keep running), else on a loop of its own."""
+    import asyncio
+
+    import lightwork
+    from lightwork import _api
+
+    async def drain() -> list[ObjectRef]:
+        return [lightwork.put(item) async for item in items]
+
+    loop = getattr(_api._worker, "loop", None)
+    return loop.run(drain()) if loop is not None else asyncio.run(drain())

@@ -23,6 +23,18 @@ is sent first, so calls run in submission order. Sent calls are in ``inflight``.
 process dies they are re-sent after a restart (up to ``max_task_retries``) or fail with
 ``ActorDiedError`` naming the cause.
 
+``cancel()`` of a call (``cancel_call``), as Ray does for actor tasks: a call still in
+``queue`` leaves it and fails with TaskCancelledError; a sent one is named in the actor
+worker's cancel file and the worker gets SIGINT. The worker never interrupts a running
+call of a sync or threaded actor (``get_runtime_context().is_canceled()`` turns True in
+it), cancels a running coroutine of an async actor on its loop, and skips a sent call
+that has not started. Whatever the call then returns, a cancelled call's ``get`` raises
+TaskCancelledError; it is never retried after a restart. ``force=True`` raises ValueError.
+
+A ``get`` or ``wait`` (without a timeout) inside a call that can never return — it awaits
+calls that cannot start until it ends — raises ActorDeadlockError (``start_wait``); a
+``wait`` counts only when its ``num_returns`` cannot be met without those calls.
+
 Runs under the node's lock; the node routes frames from actor workers here.
 """
 
@@ -102,6 +114,10 @@ class Wait:
     on_loop: bool  # made on an async actor's event loop: no coroutine runs until it ends
     method: str | None  # the call that made it (from the worker)
     callsite: Any
+    # How many of ``calls`` may never run while it still returns: 0 for a get (it needs
+    # every object), the pending objects beyond num_returns for a wait.
+    slack: int = 0
+    op: str = "get"
 
 
 class ActorManager:
@@ -189,7 +205,7 @@ class ActorManager:
         actor.gpu_ids = node.gpus.assign(actor.actor_id, actor.hold) if node.gpus.any else ()
         messages.append((p.ACTOR_INIT, (
             actor.creation_task, actor.class_key, actor.class_name, actor.args, dep_values,
-            actor.actor_id, actor.name, actor.max_concurrency, actor.gpu_ids,
+            actor.actor_id, actor.name, actor.max_concurrency, actor.gpu_ids, actor.place,
         )))
         node._send(conn, messages)
 
@@ -251,6 +267,42 @@ class ActorManager:
         if batch:
             node._send(actor.conn, batch)
 
+    def cancel_call(self, task: TaskSpec, force: bool) -> None:
+        """``cancel()`` of an actor's call, with Ray's semantics for actor tasks.
+
+        Queued here (the actor is starting, or earlier calls or arguments are not done):
+        the call leaves the queue and fails now. Sent to the actor: its id goes to the
+        actor's cancel file, then SIGINT (``node._interrupt``). The worker never
+        interrupts a running call of a sync or threaded actor (its state could be left
+        half-changed): ``get_runtime_context().is_canceled()`` turns True in it, and its
+        ``get`` raises TaskCancelledError once it returns. A coroutine of an async actor
+        gets ``asyncio.CancelledError``. A call queued in the actor behind its running
+        ones (past its slots) fails now and never starts. ``force=True`` raises
+        ValueError, as in Ray: killing the process would end the actor (use ``kill``).
+        """
+        if force:
+            raise ValueError(
+                f"force=True is not supported for actor tasks: cancel({task.name}) would "
+                "have to kill the actor's process, and with it the actor. Call cancel() "
+                "without force (a sync method can check "
+                "get_runtime_context().is_canceled()), or kill(actor) to end the actor.")
+        actor = self.actors.get(task.actor_id)
+        if task.cancelled or actor is None:
+            return
+        task.cancelled = True
+        node = self.node
+        if task in actor.queue:  # not sent yet (a scan: cancels are rare)
+            actor.queue.remove(task)
+            if task.state != "FAILED":
+                node._fail_task(task, _cancelled_call(task, "before it ran"))
+            node._unuse(task.actor_id)
+            self.pump(actor)  # the calls behind it may go now
+            return
+        if task.task_id in actor.inflight and actor.conn is not None:
+            if list(actor.inflight).index(task.task_id) >= actor.slots:
+                node._fail_returns(task, _cancelled_call(task, "before it ran"))
+            node._interrupt(actor.conn, task.task_id, False)
+
     def on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
         actor = conn.actor
         node = self.node
@@ -275,13 +327,21 @@ class ActorManager:
         record.seen = time.monotonic()
         record.pid = conn.pid
         actor.calls_done += 1
-        if outcome == "cancelled" or (isinstance(outcome, tuple) and outcome[0] == "exit"):
-            reason = "exit_actor() was called in" if outcome != "cancelled" else "cancel() interrupted"
+        exited = isinstance(outcome, tuple) and outcome[0] == "exit"
+        if exited:
+            actor.no_restart = True
+            actor.death_cause = "it called exit_actor()"
+        if task.cancelled or outcome == "cancelled":
+            if type(outcome) is list:  # it returned after the cancel: nobody reads these
+                for stored in outcome:
+                    if stored.path is not None:
+                        node.store.release(stored.path)
+            self._finish_call(task, error=_cancelled_call(
+                task, "before it ran" if outcome == "cancelled" else "while it ran", actor))
+            return
+        if exited:
             self._finish_call(task, error=exceptions.ActorDiedError(
-                f"actor {actor.class_name}: {reason} method {task.name}"))
-            if outcome != "cancelled":
-                actor.no_restart = True
-                actor.death_cause = "it called exit_actor()"
+                f"actor {actor.class_name}: exit_actor() was called in method {task.name}"))
             return
         if isinstance(outcome, tuple) and outcome[0] == "error":
             self._finish_call(task, error=outcome[1])
@@ -310,8 +370,12 @@ class ActorManager:
 
     # -- gets that can never return ----------------------------------------------------
     def start_wait(self, actor: Actor, key: tuple[int, int], pending: list[Any],
-                   timeout: Any, context: tuple[bool, str | None, Any]) -> str | None:
+                   timeout: Any, context: tuple[bool, str | None, Any],
+                   need: int | None = None) -> str | None:
         """Record a get blocked in one of ``actor``'s calls; say why it deadlocks, if so.
+
+        ``need`` (a ``wait``): how many of the ``pending`` objects it needs; it can never
+        return when more of the awaited actor calls can never run than it can spare.
 
         The get can never return when one of the calls it awaits can never run: that
         call's actor has no slot free for it (its slots, or for a coroutine its event
@@ -330,6 +394,8 @@ class ActorManager:
                 calls.append(task)
         on_loop, method, callsite = context
         wait = Wait(key, calls, on_loop, method, callsite)
+        if need is not None:
+            wait.slack, wait.op = len(pending) - need, "wait"
         if not calls or timeout is not None:
             return None  # it returns in time: not counted (its slot looks free, so no
             # deadlock is ever claimed because of it)
@@ -345,13 +411,16 @@ class ActorManager:
         if wait.key in assumed:
             return []
         assumed.add(wait.key)
+        never = 0
         for call in wait.calls:
             target = self.actors.get(call.actor_id)
             if target is None or target.state == DEAD:
                 continue  # the call fails: the get returns
             rest = self._never_runs(target, call.function_key, assumed)
             if rest is not None:
-                return [call, *rest]
+                never += 1
+                if never > wait.slack:
+                    return [call, *rest]
         assumed.discard(wait.key)
         return None
 
@@ -391,11 +460,15 @@ class ActorManager:
             "time": time.time(), "actor_id": actor.actor_id, "class_name": actor.class_name,
             "method": wait.method, "callsite": where, "waits_for": [c.name for c in path],
         })
+        if wait.op == "wait":
+            why += (" (wait() needs more of its objects than can come without "
+                    f"{first.name})")
         return (
-            f"get() in {caller} (actor {actor.class_name}, id {actor.actor_id:020x}) at {where} "
-            f"would wait forever: {why}. Fix: call the method directly (self.method(...)) "
-            "instead of through the actor's handle, make the method async and `await` the "
-            "ref, or raise max_concurrency so a slot is free for the awaited call.")
+            f"{wait.op}() in {caller} (actor {actor.class_name}, id {actor.actor_id:020x}) at "
+            f"{where} would wait forever: {why}. Fix: call the method directly "
+            "(self.method(...)) instead of through the actor's handle, make the method async "
+            "and `await` the ref, or raise max_concurrency so a slot is free for the awaited "
+            "call" + (", or give wait() a timeout." if wait.op == "wait" else "."))
 
     # -- death -----------------------------------------------------------------------
     def on_worker_death(self, conn: WorkerConn, how: str) -> None:
@@ -416,7 +489,9 @@ class ActorManager:
         actor.restarts += 1
         retry = []
         for task in actor.inflight.values():
-            if actor.max_task_retries < 0 or task.attempt < actor.max_task_retries:
+            if task.cancelled:  # a cancelled call is never retried (Ray)
+                self._finish_call(task, _cancelled_call(task, "while it ran", actor))
+            elif actor.max_task_retries < 0 or task.attempt < actor.max_task_retries:
                 task.attempt += 1
                 task.record.retries += ((time.monotonic(), f"actor restarted: {how}"),)
                 retry.append(task)
@@ -548,6 +623,19 @@ def _after_death_advice(actor: Actor) -> str:
     return (f"It was restarted {actor.restarts} time(s), all that max_restarts="
             f"{actor.max_restarts} allows; find why its process keeps dying (its output is "
             "above), or raise max_restarts (-1: no limit).")
+
+
+def _cancelled_call(task: TaskSpec, when: str, actor: Actor | None = None) -> exceptions.TaskCancelledError:
+    what = f"actor call {task.name} was cancelled with cancel()"
+    if when == "before it ran":
+        return exceptions.TaskCancelledError(f"{what} before it ran")
+    if actor is not None and task.function_key in actor.async_methods:
+        return exceptions.TaskCancelledError(
+            f"{what} while it ran: asyncio.CancelledError was raised in the coroutine")
+    return exceptions.TaskCancelledError(
+        f"{what} while it ran. A sync or threaded actor's method is not interrupted (as "
+        "in Ray): it ran to its end and its result was dropped. To stop early, check "
+        "lightwork.get_runtime_context().is_canceled() in the method")
 
 
 def _format_site(site: Any) -> str:

@@ -289,9 +289,6 @@ IGNORED_OPTIONS = {
     "accelerator_type": "this is one machine: calls use its own accelerators (num_gpus)",
     "label_selector": "this is one node: there are no node labels to select",
     "_metadata": "nothing reads Ray's internal call metadata here",
-    "placement_group_capture_child_tasks":
-        "capture works for the tasks a task submits, not yet for an actor's: give the "
-        "tasks the actor submits PlacementGroupSchedulingStrategy(group) themselves",
     "concurrency_groups": "all the actor's methods share its max_concurrency (one thread "
                           "pool or event loop); give a method that must not wait its own actor",
 }

@@ -30,6 +30,10 @@ without that flag cannot relay them even if its own HTTP checks (token, Origin, 
 had a hole. That flag is a guard against mistakes, not a barrier between clients: a
 same-user process can set it.
 
+On the cluster backend the same server runs beside the run's event log
+(``backends/cluster_control.py``), which answers every operation itself
+(``answer_query``): :func:`dispatch` hands requests to it.
+
 The server is a side-car of the :class:`~lightwork._runtime.node.Node` (``node.control``)
 and owns the diagnostic state the event log does not: CPU/memory samples of the
 session's processes (psutil, every ``SAMPLE_INTERVAL_S``, bounded), the pids and roles
@@ -349,6 +353,9 @@ def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
     """Answer one diagnostics request (in the driver, with the node's state)."""
     from lightwork._runtime import views  # driver-side only: workers import this module
 
+    answer = getattr(node, "answer_query", None)  # a cluster run's log answers itself
+    if answer is not None:
+        return answer(op, args)
     if op == "ping":
         return {"session": node.session.name, "driver_pid": os.getpid()}
     if op == "status":

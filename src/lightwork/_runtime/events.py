@@ -65,6 +65,11 @@ class TaskRecord:
     copy_s: float = 0.0  # time .remote() spent copying big arguments (only those: 0 else)
     dep_tasks: tuple[int, ...] = ()  # the tasks making the refs it took as arguments
     yields: tuple[float, ...] = ()  # when a generator task yielded each item
+    # The driver's main thread's time so far running or ready to run (CPU time plus
+    # waiting for a core: what it spent working) when it submitted this task; sampled
+    # at most every DRIVER_BUSY_SAMPLE_S of submissions (0.0: not sampled).
+    driver_busy: float = 0.0
+    driver_cpu: float = 0.0  # ... and of that, its CPU time alone
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -72,7 +77,8 @@ class TaskRecord:
 
 @dataclass(slots=True)
 class DriverSpan:
-    """The driver (or a worker) blocked in ``get``/``wait`` from ``start`` to ``end``."""
+    """The driver (or a worker) blocked in ``get``/``wait`` from ``start`` to ``end``,
+    or (``kind`` "put") copying a big value into the object store in ``put``."""
 
     kind: str
     start: float

@@ -888,6 +888,9 @@ class Node(DriverCalls, WorkerRequests, Lineage):
 
     def _cancel_task(self, task: TaskSpec, force: bool) -> None:
         """Cancel one task (see ``_cancel_ids``)."""
+        if task.actor_id:  # an actor's call: see actors.py (force raises there)
+            self.actors.cancel_call(task, force)
+            return
         if task.cancelled:
             return
         task.cancelled = True

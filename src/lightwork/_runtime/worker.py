@@ -49,6 +49,7 @@ from typing import Any
 import cloudpickle
 
 from lightwork import exceptions
+from lightwork._generator import DYNAMIC_METHOD
 from lightwork._object_ref import PROCESS_ID_SHIFT, ObjectRef, ref_counter
 from lightwork._runtime import control
 from lightwork._runtime import protocol as p
@@ -125,6 +126,7 @@ class Worker:
         self.actor: Any = None
         self.actor_id = 0
         self.actor_name: str | None = None
+        self.placed_in: Any = ()  # the actor's place shape: a group its calls may capture
         self.actor_gpu_ids: tuple[int, ...] = ()
         self.pool: CallPool | None = None
         self.loop: AsyncRunner | None = None
@@ -314,22 +316,41 @@ class Worker:
             return _noop
         if key == "__ray_ready__":
             return _ready
-        return getattr(self.actor, key)
+        try:
+            return getattr(self.actor, key)
+        except AttributeError:
+            if key.startswith(DYNAMIC_METHOD):  # a num_returns="dynamic" call (_generator.py)
+                from lightwork._generator import DynamicReturns
+
+                return DynamicReturns(getattr(self.actor, key[len(DYNAMIC_METHOD):]))
+            raise
 
     def cancelled(self, task_id: int) -> bool:
         """Whether the driver cancelled ``task_id`` (the file is read only after a SIGINT)."""
         if self.cancel_signalled:
             self.cancel_signalled = False  # first: a SIGINT from now on raises it again
+            start = self._cancel_offset
             try:
                 with open(self.cancel_path, "rb") as f:
-                    f.seek(self._cancel_offset)
+                    f.seek(start)
                     text = f.read()
             except OSError:
                 text = b""
             end = text.rfind(b"\n") + 1  # a line being written now is read next time
-            self._cancel_offset += end
             self.cancelled_ids.update(int(line) for line in text[:end].split())
+            # Several readers (an actor's threads, the SIGINT handler interrupting one):
+            # move on only from where this one started. Re-reading a line adds nothing;
+            # skipping one would lose a cancel.
+            if self._cancel_offset == start:
+                self._cancel_offset = start + end
         return task_id in self.cancelled_ids
+
+    def is_canceled(self) -> bool:
+        """``get_runtime_context().is_canceled()``: was the running call cancelled?"""
+        frame = self.current
+        if frame is None:
+            return False
+        return bool(self.cancel_signalled or self.cancelled_ids) and self.cancelled(frame[0])
 
     def execute(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         if _test_gate_dir is not None:
@@ -343,7 +364,7 @@ class Worker:
             finished = time.monotonic()
             outcome = "cancelled"
         self.current = None
-        if outcome == "cancelled":
+        if self.cancelled_ids:
             self.cancelled_ids.discard(frame[0])
         if len(serialization.MAPS):  # _execute's locals (args, result) are gone by now
             self._report_unmapped()
@@ -369,7 +390,7 @@ class Worker:
             cpu_started = time.process_time()
             result = fn(*args, **kwargs)
             if self.loop is not None and inspect.iscoroutine(result):
-                result = self.loop.run(result)
+                result = self.loop.run(result, task_id)
             if type(result) in _GENERATORS and len(return_ids) == 1:
                 result = self.stream_items(name, return_ids[0], result)
             del args, kwargs
@@ -401,7 +422,7 @@ class Worker:
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         """Create this worker's actor instance; the DONE says whether ``__init__`` worked."""
         (task_id, key, name, args_stored, dep_values, actor_id, actor_name, concurrency,
-         gpu_ids) = frame
+         gpu_ids, self.placed_in) = frame
         started = time.monotonic()
         self.actor_gpu_ids = gpu_ids
         _set_gpu_env(gpu_ids)  # for the constructor too: it may pick its device
@@ -412,7 +433,7 @@ class Worker:
             cls = self.function(key)
             args, kwargs = load_args(args_stored, dep_values)
             if _is_async_class(cls):
-                self.loop = AsyncRunner(concurrency or 1000)
+                self.loop = AsyncRunner(self, concurrency or 1000)
                 self.pool = CallPool(self, self.loop.limit)
             elif concurrency and concurrency > 1:
                 self.pool = CallPool(self, concurrency)
@@ -499,8 +520,10 @@ class Worker:
                     spec.name, f"it needs {amount:g} {resource} but the runtime has {have:g} in total"))
         shape = spec.shape
         frame = self.current
-        if frame is not None and frame[6]:  # a task in a placement group may capture this one
-            shape = captured_shape(shape, frame[6])
+        # A task or actor in a placement group may capture this one (see placement()).
+        parent = (frame[6] if frame is not None else ()) or self.placed_in
+        if parent:
+            shape = captured_shape(shape, parent)
         task_id = self.next_object_id()
         stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
         return_ids = tuple(self.next_object_id() for _ in range(spec.num_returns))
@@ -521,6 +544,12 @@ class Worker:
         self.send([])  # now: the driver places it while this task goes on
         return refs
 
+    def placement(self) -> Any:
+        """The resource shape the running call was placed with: a task's own, or for an
+        actor's call the actor's (its calls carry none); () outside placement groups."""
+        frame = self.current
+        return (frame[6] if frame is not None else ()) or self.placed_in
+
     def _payload_in_env(self, key: bytes, blob: bytes, env: runtime_env.Env,
                         actor: bool) -> tuple[bytes, bytes]:
         """(key, blob) of a payload run inside ``env`` (inherited), made once per pair."""
@@ -533,6 +562,11 @@ class Worker:
         return found
 
     def create_actor(self, actor: Any, blob: bytes) -> None:
+        parent = self.placement()
+        if parent:  # created by a call that captures its children: in the same group
+            actor.place = captured_shape(actor.place, parent)
+            if actor.hold:
+                actor.hold = captured_shape(actor.hold, parent)
         parent_env = runtime_env.inherited()
         if parent_env is not None:  # the running task's or actor's runtime_env: inherited
             actor.class_key, blob = self._payload_in_env(actor.class_key, blob, parent_env,
@@ -565,10 +599,7 @@ class Worker:
 
     def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
         self.send([])
-        context = None
-        if self.actor_id:  # lets the driver tell a get that can never return (actors.py)
-            on_loop = self.loop is not None and threading.current_thread() is self.loop.thread
-            context = (on_loop, self.current[2] if self.current else None, callsite)
+        context = self._wait_context(callsite) if self.actor_id else None
         reply = self.request((p.GET, ids, timeout, context))
         if reply == "timeout":
             raise exceptions.GetTimeoutError(
@@ -590,9 +621,22 @@ class Worker:
         self, ids: list[int], num_returns: int, timeout: float | None, callsite: Any = None
     ) -> list[int]:
         self.send([])
-        return self.request((p.WAIT, ids, num_returns, timeout))
+        context = self._wait_context(callsite) if self.actor_id else None
+        reply = self.request((p.WAIT, ids, num_returns, timeout, context))
+        if type(reply) is tuple:  # ("deadlock", message), as for get
+            raise exceptions.ActorDeadlockError(reply[1])
+        return reply
+
+    def _wait_context(self, callsite: Any) -> tuple[bool, str | None, Any]:
+        """What lets the driver tell a get/wait in an actor that can never return
+        (``actors.py``): on the event loop?, the calling method, the call site."""
+        on_loop = self.loop is not None and threading.current_thread() is self.loop.thread
+        return (on_loop, self.current[2] if self.current else None, callsite)
 
     def cancel(self, ids: list[int], force: bool, recursive: bool = True) -> None:
+        if force:  # a request, so its refusal (force on an actor's call) reaches the caller
+            self.driver_request("cancel", ids, True, recursive)
+            return
         self.send([(p.CANCEL, ids, force, recursive)])
 
     def future(self, ref: ObjectRef) -> Any:
@@ -621,7 +665,7 @@ class Worker:
             "task_id": frame[0] if frame else None,
             "worker_id": self.worker_id,
             "node_id": self.node_id,
-            "resources": dict(frame[6]) if frame else {},
+            "resources": dict(self.placement()),
             "gpu_ids": frame[7] if frame else self.actor_gpu_ids,
             "namespace": None,
             "pid": os.getpid(),
@@ -718,21 +762,50 @@ class CallPool:
 
 
 class AsyncRunner:
-    """The event loop of an async actor, in its own thread; calls share it."""
+    """The event loop of an async actor, in its own thread; calls share it.
 
-    def __init__(self, limit: int) -> None:
+    Each call's coroutine runs as an asyncio task registered in ``running`` under its
+    task id, so ``cancel()`` (the SIGINT handler, ``_on_sigint``) can cancel it on the
+    loop: the coroutine gets ``asyncio.CancelledError`` at its next ``await``, as in Ray.
+    """
+
+    def __init__(self, worker: Worker, limit: int) -> None:
         import asyncio
 
+        self.worker = worker
         self.limit = limit
+        self.running: dict[int, Any] = {}  # task id -> asyncio task
         self._loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._loop.run_forever, name="lightwork-actor-loop",
                                        daemon=True)
         self.thread.start()
 
-    def run(self, coroutine: Any) -> Any:
+    def run(self, coroutine: Any, task_id: int = 0) -> Any:
         import asyncio
 
+        if task_id:
+            coroutine = self._cancellable(coroutine, task_id)
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def _cancellable(self, coroutine: Any, task_id: int) -> Any:
+        import asyncio
+
+        self.running[task_id] = asyncio.current_task()
+        try:
+            # Registered first, then checked: a cancel read before the registration is
+            # seen here, one read after it finds the task in ``running``.
+            if task_id in self.worker.cancelled_ids:
+                coroutine.close()
+                raise asyncio.CancelledError
+            return await coroutine
+        finally:
+            del self.running[task_id]
+
+    def cancel(self, task_ids: set[int]) -> None:
+        """Cancel the running coroutines of these calls (from any thread)."""
+        for task_id, task in list(self.running.items()):
+            if task_id in task_ids:
+                self._loop.call_soon_threadsafe(task.cancel)
 
 
 def _set_gpu_env(gpu_ids: tuple[int, ...]) -> None:
@@ -750,6 +823,14 @@ def _on_sigint(signum: int, frame: Any) -> None:
     if worker is None:
         return
     worker.cancel_signalled = True
+    if worker.actor_id:
+        # An actor's running call is never interrupted here (Ray: its state could be left
+        # half-changed): is_canceled() and the start check read the ids; coroutines of an
+        # async actor are cancelled on its loop. See ActorManager.cancel_call.
+        worker.cancelled(0)
+        if worker.loop is not None and worker.loop.running:
+            worker.loop.cancel(worker.cancelled_ids)
+        return
     running = worker.current
     if running is not None and worker.interrupted != running[0] and worker.cancelled(running[0]):
         worker.interrupted = running[0]

@@ -71,6 +71,9 @@ class WorkerRequests(_Base):
             elif what == "kill":
                 self.actors.kill(args[0], args[1])
                 result = None
+            elif what == "cancel":  # with force (actors.py refuses it for an actor's call)
+                self._cancel_ids(args[0], args[1], args[2])
+                result = None
             elif what == "placement_group":
                 result = self.placement_group_request(*args)
             elif what == "stream":
@@ -138,7 +141,7 @@ class WorkerRequests(_Base):
             self._add_timer(timeout, lambda: finish(True))
 
     def _on_worker_wait(self, conn: WorkerConn, request_id: int, ids: list[int],
-                        num_returns: int, timeout: Any) -> None:
+                        num_returns: int, timeout: Any, context: Any = None) -> None:
         def ready_ids() -> list[int]:
             out = []
             for object_id in ids:
@@ -151,6 +154,15 @@ class WorkerRequests(_Base):
         if len(ready) >= num_returns or timeout == 0:
             self._reply(conn, request_id, ready[:num_returns])
             return
+        actor = conn.actor
+        if actor is not None and context is not None:  # as for get: can it ever return?
+            pending = [e for e in (self.objects.entries.get(i) for i in ids)
+                       if e is not None and e.state == PENDING]
+            deadlock = self.actors.start_wait(actor, (conn.worker_id, request_id), pending,
+                                              timeout, context, need=num_returns - len(ready))
+            if deadlock:
+                self._reply(conn, request_id, ("deadlock", deadlock))
+                return
         conn.slot.blocked_in = "wait"
         self.scheduler.block(conn.slot)
         state = {"done": False}
@@ -159,6 +171,8 @@ class WorkerRequests(_Base):
             if state["done"]:
                 return
             state["done"] = True
+            if actor is not None:
+                actor.waits.pop((conn.worker_id, request_id), None)
             if not conn.dead:
                 self.scheduler.unblock(conn.slot)
             self._reply(conn, request_id, ready_ids()[:num_returns])

@@ -27,9 +27,10 @@ and errors, are in ``cluster_worker``.
 
 Diagnostics: the driver's ``recorder``
 (``cluster_record.ClusterLog``) is the event log of the run, filled from the workers'
-own stamps; the state API's task listing and summary, ``task_records``, the timeline,
-``stack``, the advisor, the Dask-style callbacks and profilers (its task listeners) and
-``lightwork.dask.get`` read it. Not done yet on this backend (UnsupportedOnBackend):
+own stamps; the state API (``cluster_state``), ``task_records``, the timeline,
+``stack``, the advisor, the Dask-style callbacks and profilers (its task listeners),
+``lightwork.dask.get`` and the ``lightwork`` command from another terminal
+(``cluster_control``) read it. Not done yet on this backend (UnsupportedOnBackend):
 actor restarts, generator tasks.
 """
 
@@ -39,7 +40,6 @@ import itertools
 import os
 import random
 import threading
-import uuid
 import zlib
 from typing import Any
 
@@ -86,6 +86,8 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
         self.node = None
         self.recorder: ClusterLog | None = (
             ClusterLog(self, event_budget) if in_driver and event_budget else None)
+        if self.recorder is not None:
+            self.recorder.serve()  # the `lightwork` command from another terminal
         self.lock = threading.Lock()
         self.futures: dict[int, Any] = {}
         self.keys: dict[int, str] = {}  # keys of refs this process may borrow
@@ -95,12 +97,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
         self._prefix = random.getrandbits(PROCESS_ID_SHIFT - 17) + 1 << PROCESS_ID_SHIFT
         self._ids = itertools.count(1)
         self._shapes: dict[tuple, dict[str, float] | None] = {}
-        self._proxies: dict[int, Any] = {}  # actor id -> distributed Actor proxy
-        self._killed: dict[int, bool] = {}
-        self._seqs: dict[int, int] = {}  # actor id -> next call number from this process
-        self._caller = uuid.uuid4().hex  # this process, as a caller of actors
-        self._call_borrows: list[tuple[Any, list[Any]]] = []
-        self._named: list[str] = []  # named, not detached actors: unpublished at shutdown
+        self._init_actor_calls()
         self._closed = False
         ref_counter.on_borrow = self._on_borrow
         ref_counter.on_first_release = None

@@ -1,7 +1,38 @@
-"""The caller's side of actors on the distributed backend.
+"""The caller's side of actors on the distributed backend: creation, calls, restarts.
 
 The ``ActorCalls`` part of ``DistributedBackend`` (``cluster.py``); the actor's own side,
 on a worker, is ``cluster_actors.py``, whose docstring has the design of a call.
+
+Calls
+-----
+Each call is an :class:`ActorCall`: its message (kept until it is final, so it can be
+sent again) and its ``outcome``, a ``concurrent.futures.Future`` resolved once with the
+call's stored result(s). A call is sent as one ``actor_execute`` RPC to the actor's
+worker, run on the client's (or, in a task, the worker's) event loop; the RPC's own
+future resolves the outcome from a done callback. So ``get`` blocks on the outcome and
+``wait`` counts outcomes with done callbacks, as for tasks: nothing polls. The refs of a
+call map to :class:`ActorResult` entries in ``futures`` (``key`` None: the value lives
+with its caller, not in the cluster).
+
+Restarts (the owner decides)
+----------------------------
+The process that created an actor owns it (``OwnedActor``): it alone counts restarts and
+decides. When the worker holding an actor is lost, the scheduler marks the actor's key
+*erred* (distributed never recomputes an actor behind our back). The owner learns it
+from the scheduler's ``remove-worker`` event on that worker's topic (subscribed once the
+actor is placed), or from a call whose RPC failed, whichever comes first. Then, with
+restarts left (``max_restarts``, -1: forever), it asks the scheduler to ``retry`` the key:
+the same ``ActorHost`` is built again on another worker, re-running the constructor. A
+killed actor and one out of restarts stay dead; the owner cancels the key, so handles
+elsewhere see it dead too.
+
+While an actor restarts, new calls from its owner queue (``OwnedActor.queued``) and are
+sent, in order, once it is back. A call in flight when the worker died is sent again
+after the restart if ``max_task_retries`` allows (-1: always), otherwise it fails with
+``ActorDiedError`` (Ray's semantics: the call may have run partly). Calls from other
+processes (a handle passed to a task) are not retried: they fail with ``ActorDiedError``
+while the actor is down and reach the new one after the restart. Sequence numbers
+(``_seqs``, per caller) start again at 0 for each incarnation of the actor.
 
 Named actors are published as scheduler datasets (``lightwork-actor/<namespace>/<name>``:
 the cluster's directory, found from any client); a detached one stays published after
@@ -10,7 +41,12 @@ its driver leaves. ``kill`` cancels the actor's key, which ends it on its worker
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import threading
+import time
+import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
@@ -20,11 +56,91 @@ from lightwork._object_ref import ObjectRef, collecting_refs, ref_counter
 from lightwork.backends.cluster_worker import ArgSlot, Failed, key_name, unsupported
 
 _ACTOR_DATASET = "lightwork-actor/"
+#: How long a restart waits for the scheduler to notice a worker the RPC found dead.
+LOSS_NOTICE_TIMEOUT_S = 30.0
 
 
 def _actor_dataset(name: str, namespace: str | None) -> str:
     """The scheduler dataset under which a named actor is published."""
     return f"{_ACTOR_DATASET}{namespace or ''}/{name}"
+
+
+def _has_runtime_env(blob: bytes) -> bool:
+    """Whether an actor class's payload carries a runtime_env: it is then a pickled call of
+    ``runtime_env.load_actor_class``, named first in its pickle (never unpickled here:
+    that would apply the env to this process)."""
+    return _ENV_LOADER in blob[:96]
+
+
+_ENV_LOADER = b"lightwork._runtime.runtime_env\x94\x8c\x10load_actor_class"
+
+
+class ActorCall:
+    """One actor call from this process: its message, and its outcome once final."""
+
+    __slots__ = ("actor_id", "attempt", "held", "message", "num_returns", "outcome")
+
+    def __init__(self, actor_id: int, message: tuple[Any, ...], num_returns: int) -> None:
+        self.actor_id = actor_id
+        self.message = message  # (method, name, payload, keys, num_returns, task_id)
+        self.num_returns = num_returns
+        self.attempt = 0
+        self.held: list[Any] = []  # futures of the refs the call borrows, until it ends
+        self.outcome: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def finish(self, stored: Any) -> None:
+        self.held = []
+        if not self.outcome.done():
+            self.outcome.set_result(stored)
+
+    def fail(self, error: exceptions.LightworkError) -> None:
+        failed = Failed(error)
+        self.finish(failed if self.num_returns <= 1 else (failed,) * self.num_returns)
+
+
+class ActorResult:
+    """The caller's side of one actor call's result (``index``: which of several)."""
+
+    __slots__ = ("call", "index", "key")
+
+    def __init__(self, call: ActorCall, index: int | None) -> None:
+        self.call = call
+        self.index = index
+        self.key = None  # not a cluster key: the value lives with the caller
+
+    def done(self) -> bool:
+        return self.call.outcome.done()
+
+    def add_done_callback(self, callback: Any) -> None:
+        self.call.outcome.add_done_callback(lambda _outcome: callback(self))
+
+    def stored(self, timeout: float | None) -> Any:
+        """The call's stored result; raises TimeoutError if not final in time."""
+        try:
+            value = self.call.outcome.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError from None
+        return value if self.index is None else value[self.index]
+
+
+@dataclass(slots=True)
+class OwnedActor:
+    """An actor this process created: its restart budget and state (see the docstring)."""
+
+    actor_id: int
+    class_name: str
+    max_restarts: int
+    max_task_retries: int
+    held: list[Any]  # futures of refs its constructor borrows: a restart needs them
+    restarts: int = 0
+    incarnation: int = 0
+    restarting: bool = False
+    dead: str = ""  # why it is dead for good ("" while it may live)
+    address: str = ""  # the worker holding it, once placed
+    queued: list[ActorCall] = field(default_factory=list)
+
+    def out_of_restarts(self) -> bool:
+        return 0 <= self.max_restarts <= self.restarts
 
 
 class ActorCalls:
@@ -35,13 +151,31 @@ class ActorCalls:
     task_ids: dict[int, int]
     namespace: str | None
     recorder: Any
-    _proxies: dict[int, Any]
-    _killed: dict[int, bool]
-    _seqs: dict[int, int]
-    _caller: str
-    _call_borrows: list[tuple[Any, list[Any]]]
-    _named: list[str]
+    in_driver: bool
 
+    def _init_actor_calls(self) -> None:
+        self._proxies: dict[int, Any] = {}  # actor id -> distributed Actor proxy
+        self._killed: dict[int, bool] = {}
+        self._seqs: dict[int, int] = {}  # actor id -> next call number from this process
+        self._owned: dict[int, OwnedActor] = {}
+        self._watched: set[str] = set()  # worker topics subscribed to
+        self._named: list[str] = []  # named, not detached actors: unpublished at shutdown
+        self._caller = uuid.uuid4().hex  # this process, as a caller of actors
+
+    def actor_restarts(self, actor_id: int) -> int:
+        """How many times this process restarted the actor (0 if it does not own it)."""
+        owned = self._owned.get(actor_id)
+        return owned.restarts if owned is not None else 0
+
+    def actor_lifecycle(self, actor_id: int) -> tuple[int, int, bool, str]:
+        """(restarts, max_restarts, restarting now, why dead for good or "") of an actor
+        this process owns; (0, 0, False, "") for one it does not."""
+        owned = self._owned.get(actor_id)
+        if owned is None:
+            return 0, 0, False, ""
+        return owned.restarts, owned.max_restarts, owned.restarting, owned.dead
+
+    # -- creation ----------------------------------------------------------------------------
     def create_actor(self, actor: Any, blob: bytes) -> None:
         from lightwork._runtime import serialization
         from lightwork.backends.cluster_actors import ActorHost
@@ -53,8 +187,12 @@ class ActorCalls:
             raise ValueError(
                 f"an actor named {actor.name!r} already exists in namespace "
                 f"{namespace!r}; pick another name, or pass get_if_exists=True")
-        if actor.max_restarts:
-            raise unsupported("max_restarts", "create the actor again after ActorDiedError")
+        if _has_runtime_env(blob):
+            raise unsupported(
+                f"an actor's runtime_env ({actor.class_name})",
+                "an actor shares its worker's process with tasks and other actors, so its "
+                "environment variables would leak into them; set the environment on the "
+                "cluster's workers (dask worker's environment or a WorkerPlugin)")
         args, kwargs = serialization.loads(actor.args)
         if actor.deps:  # top-level refs of the constructor: this backend's own slots
             values = self.get(list(actor.deps), None)
@@ -70,16 +208,24 @@ class ActorCalls:
             if problem:
                 raise ValueError(f"actor {actor.class_name} can never be placed on this "
                                  f"cluster: {problem}")
-        header = (actor.actor_id, actor.class_name, blob, payload,
-                  self._keys_of(contained) if contained else None, actor.max_concurrency,
-                  bool(actor.async_methods))
+        keys = self._keys_of(contained) if contained else None
+        header = (actor.actor_id, actor.class_name, blob, payload, keys,
+                  actor.max_concurrency, bool(actor.async_methods))
         future = self.client.submit(
             ActorHost, header, actor=True, pure=False, resources=restrictions or None,
             key=f"{key_name(actor.class_name)}-{actor.actor_id:x}")
+        owned = OwnedActor(actor.actor_id, actor.class_name, actor.max_restarts,
+                           actor.max_task_retries,
+                           [self.futures[i] for i in keys] if keys and actor.max_restarts
+                           else [])
         with self.lock:
             self.futures[actor.actor_id] = future
+            self._owned[actor.actor_id] = owned
+        if actor.max_restarts:  # watch its worker once it is placed
+            future.add_done_callback(lambda _f, owned=owned: self._watch(owned, 0))
         if self.recorder is not None:
-            self.recorder.actor_created(actor.actor_id, actor.class_name)
+            self.recorder.actor_created(actor.actor_id, actor.class_name, actor.name, namespace,
+                                        actor.detached, actor.max_concurrency)
         if actor.name is not None:
             # The scheduler's datasets are the cluster's directory: whoever knows the name
             # finds the actor, and a published actor outlives this client (detached).
@@ -88,6 +234,242 @@ class ActorCalls:
             if not actor.detached:
                 self._named.append(_actor_dataset(actor.name, namespace))
 
+    # -- calls -------------------------------------------------------------------------------
+    def submit_actor_task(self, actor_id: int, method: str, name: str, args: tuple,
+                          kwargs: dict, num_returns: int, callsite: Any = None) -> list[ObjectRef]:
+        self._check_open()
+        if ref_counter._released:
+            self._drain()
+        tops = [a for a in (*args, *kwargs.values()) if type(a) is ObjectRef]
+        if tops:  # resolved here, before the call is sent: its order is kept
+            values = iter(self.get([ref.id for ref in tops], None))
+            args = tuple(next(values) if type(a) is ObjectRef else a for a in args)
+            kwargs = {k: next(values) if type(v) is ObjectRef else v for k, v in kwargs.items()}
+        with collecting_refs() as contained:
+            payload = cloudpickle.dumps((args, kwargs))
+        keys = self._keys_of(contained) if contained else None
+        task_id = self.next_object_id()
+        if self.recorder is not None:
+            self.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id)
+        call = ActorCall(actor_id, (method, name, payload, keys, num_returns, task_id),
+                         num_returns)
+        if keys:  # hold what the call borrows until it ends
+            call.held = [self.futures[i] for i in keys]
+        self._dispatch(call)
+        refs = []
+        with self.lock:
+            indexes = [None] if num_returns == 1 else list(range(num_returns))
+            for index in indexes:
+                object_id = self.next_object_id()
+                self.futures[object_id] = ActorResult(call, index)
+                self.task_ids[object_id] = task_id
+                refs.append(ObjectRef(object_id))
+        return refs
+
+    def _dispatch(self, call: ActorCall) -> None:
+        """Send ``call`` now, queue it while its actor restarts, or fail it if dead."""
+        actor_id = call.actor_id
+        owned = self._owned.get(actor_id)
+        try:
+            proxy = self._actor(actor_id)
+        except exceptions.ActorDiedError as died:
+            if owned is None or not self._begin_restart(owned, owned.incarnation):
+                call.fail(died)
+                return
+            proxy = None
+        with self.lock:
+            if owned is not None and (owned.restarting or proxy is None):
+                owned.queued.append(call)
+                return
+            seq = self._seqs.get(actor_id, 0)
+            self._seqs[actor_id] = seq + 1
+            incarnation = owned.incarnation if owned is not None else 0
+        self._send(proxy, call, seq, incarnation)
+
+    def _send(self, proxy: Any, call: ActorCall, seq: int, incarnation: int) -> None:
+        from distributed.protocol import to_serialize
+
+        method, name, payload, keys, num_returns, task_id = call.message
+        arguments = (self._caller, seq, method, name, payload, keys, num_returns, task_id)
+
+        async def execute() -> Any:
+            return await proxy._worker_rpc.actor_execute(
+                function="call", actor=proxy.key,
+                args=[to_serialize(argument) for argument in arguments], kwargs={})
+
+        sent = asyncio.run_coroutine_threadsafe(execute(), proxy._io_loop.asyncio_loop)
+        sent.add_done_callback(
+            lambda done: self._call_done(call, proxy, incarnation, done))
+
+    def _call_done(self, call: ActorCall, proxy: Any, incarnation: int,
+                   done: concurrent.futures.Future[Any]) -> None:
+        """The RPC of ``call`` ended (on the event loop: never block here)."""
+        try:
+            reply = done.result()
+        except OSError as exc:  # the actor's worker is gone
+            threading.Thread(target=self._call_lost, args=(call, proxy, incarnation, exc),
+                             daemon=True, name="lightwork-actor-retry").start()
+            return
+        except BaseException as exc:  # noqa: BLE001 - delivered to the call's getter
+            call.fail(exceptions.ActorDiedError(
+                f"a call to actor {call.actor_id:020x} failed in the runtime "
+                f"({type(exc).__name__}: {exc})"))
+            return
+        if reply.get("status") == "OK":
+            call.finish(reply["result"])
+        else:
+            error = reply.get("exception")
+            call.fail(exceptions.ActorDiedError(
+                f"actor {call.actor_id:020x} could not run {call.message[1]}: {error!r}"))
+
+    def _call_lost(self, call: ActorCall, proxy: Any, incarnation: int,
+                   exc: BaseException) -> None:
+        """A call whose worker died: retry it after the restart, or fail it."""
+        actor_id = call.actor_id
+        with self.lock:
+            if self._proxies.get(actor_id) is proxy:
+                del self._proxies[actor_id]  # stale: the next call looks the actor up again
+        owned = self._owned.get(actor_id)
+        name = call.message[1]
+        if owned is None:
+            call.fail(exceptions.ActorDiedError(
+                f"actor {actor_id:020x} was lost with its worker ({type(exc).__name__}: "
+                f"{exc}) while running {name}. Calls made after its owner restarts it "
+                "(max_restarts) reach the new one; calls from this process are not retried"))
+            return
+        if not self._begin_restart(owned, incarnation):
+            call.fail(self._actor_died(actor_id, exc))  # dead for good
+            return
+        retries = owned.max_task_retries
+        if retries >= 0 and call.attempt >= retries:
+            call.fail(exceptions.ActorDiedError(
+                f"actor {owned.class_name} ({actor_id:020x}) lost its worker while running "
+                f"{name}; calls in flight are not retried (max_task_retries="
+                f"{owned.max_task_retries}): set max_task_retries (-1: no limit) if the call "
+                "is safe to run twice"))
+            return
+        call.attempt += 1
+        with self.lock:
+            if owned.restarting:
+                owned.queued.insert(0, call)
+                return
+        self._dispatch(call)
+
+    # -- restarts ----------------------------------------------------------------------------
+    def _watch(self, owned: OwnedActor, incarnation: int) -> None:
+        """Subscribe to the scheduler's events of the worker now holding ``owned``."""
+        future = self.futures.get(owned.actor_id)
+        if future is None or self._closed:
+            return
+        if future.status != "finished":
+            if future.status == "error":  # lost already
+                self._begin_restart(owned, incarnation)
+            return
+        try:
+            proxy = future.result()
+        except Exception:  # noqa: BLE001 - lost in the meantime
+            self._begin_restart(owned, incarnation)
+            return
+        owned.address = address = proxy._address
+        client = self.client
+        if address not in self._watched:
+            self._watched.add(address)
+            client.loop.add_callback(
+                client.subscribe_topic, address,
+                lambda event, address=address: self._worker_event(address, event))
+        if future.status == "error":  # lost before the subscription took
+            self._begin_restart(owned, incarnation)
+
+    def _worker_event(self, address: str, event: tuple[float, Any]) -> None:
+        """A scheduler event of a watched worker (on the event loop: never block)."""
+        message = event[1]
+        if not isinstance(message, dict) or message.get("action") != "remove-worker":
+            return
+        for owned in list(self._owned.values()):
+            if owned.address == address and not owned.dead:
+                self._begin_restart(owned, owned.incarnation)
+
+    def _begin_restart(self, owned: OwnedActor, incarnation: int) -> bool:
+        """Decide on the loss of ``owned``'s ``incarnation`` (once per loss): restart it, or
+        give it up. False if it is dead for good (killed, or out of restarts). Runs on
+        the event loop too: the effects run in a thread of their own."""
+        with self.lock:
+            if owned.dead:
+                return False
+            if owned.restarting or owned.incarnation != incarnation:
+                return True  # decided already
+            if self._killed.get(owned.actor_id) or owned.out_of_restarts():
+                owned.dead = ("it was killed" if self._killed.get(owned.actor_id)
+                              else self._out_of_restarts(owned))
+                effect: Any = self._give_up
+            else:
+                owned.restarting = True
+                owned.restarts += 1
+                effect = self._restart
+        threading.Thread(target=effect, args=(owned,), daemon=True,
+                         name=f"lightwork-restart-{owned.class_name}").start()
+        return effect == self._restart
+
+    def _restart(self, owned: OwnedActor) -> None:
+        """Rebuild ``owned`` on another worker (its restart is counted already)."""
+        actor_id = owned.actor_id
+        future = self.futures.get(actor_id)
+        deadline = time.monotonic() + LOSS_NOTICE_TIMEOUT_S
+        while future is not None and future.status == "finished" and not self._closed:
+            if time.monotonic() > deadline:  # the worker answers again: nothing was lost
+                with self.lock:
+                    owned.restarts -= 1
+                self._restarted(owned, self._proxies.get(actor_id))
+                return
+            time.sleep(0.05)  # the scheduler has not yet removed the worker
+        while True:
+            if future is None or self._closed or self._killed.get(actor_id):
+                with self.lock:
+                    owned.dead = owned.dead or "it was killed"
+                self._give_up(owned)
+                return
+            if self.recorder is not None and hasattr(self.recorder, "actor_restarted"):
+                self.recorder.actor_restarted(actor_id)
+            self.client.retry([future])
+            try:
+                proxy = future.result()
+            except Exception:  # noqa: BLE001 - lost again while rebuilt
+                with self.lock:
+                    if owned.out_of_restarts():
+                        owned.dead = self._out_of_restarts(owned)
+                    else:
+                        owned.restarts += 1
+                if owned.dead:
+                    self._give_up(owned)
+                    return
+                continue
+            self._restarted(owned, proxy)
+            return
+
+    def _restarted(self, owned: OwnedActor, proxy: Any) -> None:
+        with self.lock:
+            if proxy is not None and proxy is not self._proxies.get(owned.actor_id):
+                self._proxies[owned.actor_id] = proxy
+                self._seqs[owned.actor_id] = 0
+                owned.incarnation += 1
+            owned.restarting = False
+            queued, owned.queued = owned.queued, []
+        self._watch(owned, owned.incarnation)
+        for call in queued:
+            self._dispatch(call)
+
+    def _give_up(self, owned: OwnedActor) -> None:
+        """``owned`` is dead for good (``owned.dead`` says why): end it everywhere."""
+        with self.lock:
+            owned.restarting = False
+            queued, owned.queued = owned.queued, []
+            future = self.futures.get(owned.actor_id)
+        if future is not None and not self._closed:
+            self.client.cancel([future], force=True)  # handles elsewhere see it dead
+        for call in queued:
+            call.fail(self._actor_died(owned.actor_id, None))
+
+    # -- the actor's proxy -------------------------------------------------------------------
     def _actor(self, actor_id: int) -> Any:
         """The distributed proxy of the actor, once it exists; ActorDiedError if it is gone."""
         proxy = self._proxies.get(actor_id)
@@ -103,57 +485,25 @@ class ActorCalls:
             raise self._actor_died(actor_id, None)
         return proxy
 
+    @staticmethod
+    def _out_of_restarts(owned: OwnedActor) -> str:
+        return (f"its worker ({owned.address}) was lost, and it was restarted "
+                f"{owned.restarts} time(s), all that max_restarts={owned.max_restarts} allows")
+
     def _actor_died(self, actor_id: int, exc: BaseException | None) -> exceptions.ActorDiedError:
-        why = "it was killed" if self._killed.get(actor_id) else (
-            f"its worker was lost ({type(exc).__name__}: {exc})" if exc else
-            "its worker was lost")
-        return exceptions.ActorDiedError(
-            f"actor {actor_id:020x} is dead: {why}. Create a new actor to go on "
-            "(max_restarts is not supported on the distributed backend)")
-
-    def submit_actor_task(self, actor_id: int, method: str, name: str, args: tuple,
-                          kwargs: dict, num_returns: int, callsite: Any = None) -> list[ObjectRef]:
-        from lightwork.backends.cluster_actors import ActorResult
-
-        self._check_open()
-        if ref_counter._released:
-            self._drain()
-        tops = [a for a in (*args, *kwargs.values()) if type(a) is ObjectRef]
-        if tops:  # resolved here, before the call is sent: its order is kept
-            values = iter(self.get([ref.id for ref in tops], None))
-            args = tuple(next(values) if type(a) is ObjectRef else a for a in args)
-            kwargs = {k: next(values) if type(v) is ObjectRef else v for k, v in kwargs.items()}
-        with collecting_refs() as contained:
-            payload = cloudpickle.dumps((args, kwargs))
-        keys = self._keys_of(contained) if contained else None
-        with self.lock:
-            seq = self._seqs.get(actor_id, 0)
-            self._seqs[actor_id] = seq + 1
-        task_id = self.next_object_id()
-        if self.recorder is not None:
-            self.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id)
-        try:
-            proxy = self._actor(actor_id)
-            call = proxy.call(self._caller, seq, method, name, payload, keys, num_returns,
-                              task_id)
-        except exceptions.ActorDiedError as died:
-            from distributed.actor import EagerActorFuture
-
-            call = EagerActorFuture(Failed(died) if num_returns <= 1
-                                    else (Failed(died),) * num_returns)
-        if keys:  # hold what the call borrows until it ends (no callback on ActorFuture)
-            if len(self._call_borrows) > 64:
-                self._call_borrows = [(c, h) for c, h in self._call_borrows if not c.done()]
-            self._call_borrows.append((call, [self.futures[i] for i in keys]))
-        refs = []
-        with self.lock:
-            indexes = [None] if num_returns == 1 else list(range(num_returns))
-            for index in indexes:
-                object_id = self.next_object_id()
-                self.futures[object_id] = ActorResult(call, index)
-                self.task_ids[object_id] = task_id
-                refs.append(ObjectRef(object_id))
-        return refs
+        owned = self._owned.get(actor_id)
+        if self._killed.get(actor_id):
+            why = "it was killed"
+        elif owned is not None and owned.dead:
+            why = owned.dead
+        else:
+            why = (f"its worker was lost ({type(exc).__name__}: {exc})" if exc else
+                   "its worker was lost")
+        advice = ("Create a new actor to go on" if owned is None or owned.max_restarts == 0
+                  else "Find why its workers keep dying, or raise max_restarts (-1: no limit)")
+        if owned is not None and owned.max_restarts == 0 and not self._killed.get(actor_id):
+            advice += ", or create it with max_restarts to have it restarted on another worker"
+        return exceptions.ActorDiedError(f"actor {actor_id:020x} is dead: {why}. {advice}")
 
     def driver_request(self, what: str, *args: Any) -> Any:
         if what == "get_actor":
@@ -169,6 +519,10 @@ class ActorCalls:
             actor_id = args[0]
             future = self._future_of(actor_id)
             self._killed[actor_id] = True
+            owned = self._owned.get(actor_id)
+            if owned is not None:
+                with self.lock:
+                    owned.dead = owned.dead or "it was killed"
             for name in self._published_names_of(future):
                 self.client.unpublish_dataset(name)
             self.client.cancel([future], force=True)

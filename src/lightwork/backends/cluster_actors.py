@@ -14,16 +14,13 @@ order, so every call carries ``(caller, seq)``; the host starts a caller's calls
 ``seq`` order (a call waits on the loop for its turn) and, with one thread, runs them in
 that order too.
 
-Results: a call's result comes back to its caller (it is not a cluster key), so the
-driver maps the call's ref to an :class:`ActorResult`. Errors are values, as for tasks
-(``cluster_worker.Failed``); a constructor that raised makes every call fail with
-``ActorDiedError`` carrying its traceback. A killed actor, or one whose worker died, is
-``ActorDiedError``. Named actors are published as scheduler datasets
-(``lightwork-actor/<namespace>/<name>``: the cluster's directory, found from any client);
-a detached one stays published after its driver leaves. Each call is stamped into the
+Results: a call's result comes back to its caller (it is not a cluster key); the caller's
+side (``cluster_actor_calls``) maps the call's ref to an ``ActorResult``. Errors are
+values, as for tasks (``cluster_worker.Failed``); a constructor that raised makes every
+call fail with ``ActorDiedError`` carrying its traceback. Each call is stamped into the
 event log from the actor's side (``cluster_record.note``, with the call's task id): actor
-calls bypass the scheduler. Not done yet
-(UnsupportedOnBackend): ``max_restarts``.
+calls bypass the scheduler. A restart (``max_restarts``) builds a new host from the same
+header on another worker (see ``cluster_actor_calls``); its call order starts afresh.
 """
 
 from __future__ import annotations
@@ -171,29 +168,3 @@ def _load_args(backend: Any, payload: bytes, dep_values: tuple[Any, ...]) -> tup
         args = [values[a.index] if type(a) is ArgSlot else a for a in args]
         kwargs = {k: values[v.index] if type(v) is ArgSlot else v for k, v in kwargs.items()}
     return list(args), kwargs
-
-
-class ActorResult:
-    """The driver's side of one actor call's result (``index``: which of several)."""
-
-    __slots__ = ("call", "index", "key")
-
-    def __init__(self, call: Any, index: int | None) -> None:
-        self.call = call  # distributed's ActorFuture
-        self.index = index
-        self.key = None  # not a cluster key: the value lives with the caller
-
-    def done(self) -> bool:
-        return self.call.done()
-
-    def stored(self, timeout: float | None) -> Any:
-        """The call's stored result; raises TimeoutError, or ActorDiedError if lost."""
-        try:
-            value = self.call.result(timeout=timeout)
-        except TimeoutError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the actor's worker is gone
-            return Failed(exceptions.ActorDiedError(
-                f"the actor's worker could not be reached ({type(exc).__name__}: {exc}); "
-                "the actor died with it"))
-        return value if self.index is None else value[self.index]

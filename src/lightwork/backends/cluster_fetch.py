@@ -100,7 +100,8 @@ class Fetching:
              callsite: Any = None) -> list[int]:
         self._check_open()
         futures = [self._future_of(i) for i in ids]
-        ready = [i for i, f in zip(ids, futures) if f.done()]
+        done = [f.done() for f in futures]
+        ready = [i for i, was_done in zip(ids, done) if was_done]
         if len(ready) < num_returns and timeout != 0:
             event = threading.Event()
             needed = [num_returns - len(ready)]
@@ -113,26 +114,17 @@ class Fetching:
                         event.set()
 
             start = time.monotonic()
-            if any(f.key is None for f in futures):  # actor calls: no done callbacks
-                self._blocking(lambda: self._poll_until(futures, num_returns, timeout))
-            else:
-                for future in futures:
-                    if not future.done():
-                        future.add_done_callback(hit)
-                self._blocking(lambda: event.wait(timeout))
+            # A task's Future or an actor call's ActorResult; every one not counted above
+            # (a callback on one done since runs at once, so none is missed).
+            for future, was_done in zip(futures, done):
+                if not was_done:
+                    future.add_done_callback(hit)
+            self._blocking(lambda: event.wait(timeout))
             if self.recorder is not None:
                 self.recorder.blocked("wait", start, ids, callsite,
                                       self.task_ids.get(ids[0], 0))
             ready = [i for i, f in zip(ids, futures) if f.done()]
         return ready[:num_returns]
-
-    @staticmethod
-    def _poll_until(futures: list[Any], num_returns: int, timeout: float | None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while sum(1 for f in futures if f.done()) < num_returns:
-            if deadline is not None and time.monotonic() >= deadline:
-                return
-            time.sleep(0.002)
 
     def _blocking(self, call: Any) -> Any:
         """Run ``call``; inside a task, seceded from the worker's pool while it blocks."""

@@ -15,8 +15,10 @@ Who records what
   through the engine — whenever a diagnostic reads the log (:meth:`ClusterLog.sync`) and,
   so that memory stays flat on long runs, once a second from a daemon thread while tasks
   are in flight. A cancelled task's record ends when the driver cancels it. A worker that
-  dies loses its unreported records, and tasks lost with it stay live in the listing
-  (not done: ending them when their future fails).
+  dies loses its unreported records. A task whose worker died on every try is ended
+  as FAILED by the driver when a listener watched it (its future's ``error``, see
+  ``returned``); otherwise it stays live in the listing (not done: watching every
+  future costs a callback per task).
 
 One clock
 ---------
@@ -48,9 +50,10 @@ worker's own process).
 
 What it serves
 --------------
-The state API's task listing and summary, ``task_records``/``blocked_spans``, the
-timeline data and the advisor (:meth:`ClusterLog.answer_query`). Other queries (actors,
-workers and objects listings, memory, status, dashboard) raise UnsupportedOnBackend.
+The state API (tasks here; actors, workers, objects, memory and status through
+``cluster_state.ClusterState``), ``task_records``/``blocked_spans``, the timeline data
+and the advisor (:meth:`ClusterLog.answer_query`, which the control socket also calls,
+``cluster_control``). The live dashboard's queries raise UnsupportedOnBackend.
 ``stack`` goes through ``client.run`` too (:func:`dump_stacks`).
 """
 
@@ -137,14 +140,14 @@ def process_usage(dask_worker: Any = None) -> tuple[int, float, int]:
 class _Live:
     """A submitted task not yet reported (what ``views`` reads of a live task)."""
 
-    __slots__ = ("actor_id", "record", "return_ids")
-    state = "SUBMITTED_TO_WORKER"
+    __slots__ = ("actor_id", "record", "return_ids", "state")
     worker = None
 
     def __init__(self, record: TaskRecord, actor_id: int) -> None:
         self.record = record
         self.actor_id = actor_id
         self.return_ids: tuple[int, ...] = ()
+        self.state = "SUBMITTED_TO_WORKER"  # refined from the scheduler when listed
 
 
 class ClusterLog:
@@ -158,13 +161,16 @@ class ClusterLog:
         self.workers: dict[int, Any] = {}  # no embedded worker processes (views read it)
         self.actors = SimpleNamespace(actors={}, deadlocks=[])
         self.advisor = None
+        self.control: Any = None  # the control socket's server, once serve() ran
         self.closed = False
         self.session = SimpleNamespace(name=f"distributed-{os.getpid()}", directory=None)
         self.rows: dict[Any, int] = {}  # worker address, or ("actor", id) -> row number
         self.row_info: dict[int, dict[str, Any]] = {}
         self._offsets: dict[str, tuple[float, float]] = {}  # address -> (rtt, offset)
         self._actor_classes: dict[int, str] = {}
+        self.actor_info: dict[int, dict[str, Any]] = {}  # actors this driver created
         self._ended_early: dict[int, None] = {}  # cancelled tasks, oldest first (bounded)
+        self._lost: dict[int, None] = {}  # tasks whose future failed in the engine
         self._pull_lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()  # a watched future ended: pull now
@@ -207,10 +213,34 @@ class ClusterLog:
         if live is not None:
             live.return_ids = tuple(object_ids)
         if self.task_listeners and future is not None:
-            future.add_done_callback(self._woken)
+            future.add_done_callback(lambda done: self._task_done(task_id, done))
 
-    def _woken(self, _future: Any = None) -> None:
+    def _task_done(self, task_id: int, future: Any) -> None:
+        """A watched task's future ended: pull now. An ``error`` status is the engine's
+        own failure (a task's exception is stored as a value): its worker died on every
+        try, so no report will ever come, and the next pull ends the record itself."""
+        if future.status == "error":
+            with self.lock:
+                self._lost[task_id] = None
         self._wake.set()
+
+    def _end_lost(self) -> list[TaskRecord]:
+        """End the records of tasks whose workers died on every try (see ``_task_done``)."""
+        now = time.monotonic()
+        ended = []
+        with self.lock:
+            lost, self._lost = self._lost, {}
+            for task_id in lost:
+                live = self.tasks.pop(task_id, None)
+                if live is None:
+                    continue  # reported after all
+                record = live.record
+                record.state, record.seen = "FAILED", now
+                record.error = ("WorkerCrashedError: its worker died on every try the "
+                                "scheduler allows")
+                self.log.finish_task(record)
+                ended.append(record)
+        return ended
 
     def cancelled(self, task_ids: list[int]) -> None:
         """Tasks cancelled by the driver end now; a later report of one that ran anyway
@@ -232,8 +262,14 @@ class ClusterLog:
                     del self._ended_early[next(iter(self._ended_early))]
         self._tell_listeners(ended)
 
-    def actor_created(self, actor_id: int, class_name: str) -> None:
+    def actor_created(self, actor_id: int, class_name: str, name: str | None = None,
+                      namespace: str | None = None, detached: bool = False,
+                      max_concurrency: int = 1) -> None:
         self._actor_classes[actor_id] = class_name
+        with self.lock:
+            self.actor_info[actor_id] = {
+                "class_name": class_name, "name": name, "namespace": namespace,
+                "detached": detached, "max_concurrency": max(1, max_concurrency or 1)}
 
     def blocked(self, kind: str, start: float, ids: list[int], callsite: Any,
                 first_task_id: int) -> None:
@@ -263,14 +299,26 @@ class ClusterLog:
                 except Exception:  # noqa: BLE001, S110 - a diagnostic never breaks the run; retried
                     pass
 
+    def serve(self) -> None:
+        """Serve the ``lightwork`` command from another terminal (``cluster_control``)."""
+        from lightwork.backends import cluster_control
+
+        self.control = cluster_control.serve(self)
+
     def stop(self) -> None:
         self.closed = True
         self._stop.set()
         self._wake.set()
+        if self.control is not None:
+            from lightwork.backends import cluster_control
+
+            control, self.control = self.control, None
+            cluster_control.close(self, control)
 
     def sync(self) -> None:
         """Pull every worker's reports into the log (one ``client.run`` round trip), then
         tell the listeners of the tasks that ended."""
+        self.check_reachable()
         client = self.backend.client
         ended: list[TaskRecord] = []
         with self._pull_lock:
@@ -279,6 +327,8 @@ class ClusterLog:
             came = time.time()
             for address, reply in replies.items():
                 ended += self._merge(str(address), reply, sent, came)
+            if self._lost:
+                ended += self._end_lost()
         self._tell_listeners(ended)
 
     settle = sync  # what a run's end calls to hear of every task that ended before it
@@ -400,12 +450,49 @@ class ClusterLog:
         return row
 
     # -- queries ---------------------------------------------------------------------------
+    def check_reachable(self) -> None:
+        """Fail at once, saying why, when the cluster cannot answer (instead of waiting
+        for the client's reconnection timeout and then a ``ConnectionPool is closed``)."""
+        client = self.backend.client
+        status = getattr(client, "status", "running")
+        if status != "running":
+            try:
+                where = f" at {client.scheduler.address}"
+            except Exception:  # noqa: BLE001 - only for the message
+                where = ""
+            raise exceptions.RuntimeSystemError(
+                f"the Dask cluster{where} does not answer (its client is {status!r}): the "
+                "scheduler may have stopped or the network is down. Restart the scheduler "
+                "(workers reconnect), or call lightwork.shutdown() and init() again")
+
     def answer_query(self, op: str, args: dict[str, Any]) -> Any:
         """The diagnostics operations this log can answer (see the module docstring)."""
         from lightwork._runtime import views
 
+        if op != "ping":
+            self.check_reachable()
+        from lightwork.backends.cluster_state import ClusterState
+
+        state = ClusterState(self)
+        if op == "ping":
+            return {"session": self.session.name, "driver_pid": os.getpid(),
+                    "backend": "distributed"}
+        if op == "list" and args.get("kind") in ("actors", "workers", "objects"):
+            self.sync()
+            listers = {"actors": state.actor_rows, "workers": state.worker_rows,
+                       "objects": state.object_rows}
+            kind = args["kind"]
+            limit = args.get("limit", views.DEFAULT_LIMIT)
+            rows, total = views.filter_rows(kind, listers[kind](), args.get("filters"), limit)
+            return {"rows": rows, "total": total}
+        if op == "memory_summary":
+            return state.memory_summary()
+        if op == "status":
+            self.sync()
+            return state.status()
         if op == "list" and args.get("kind") == "tasks":
             self.sync()
+            state.refresh_live_states()
             limit = args.get("limit", views.DEFAULT_LIMIT)
             rows, total = views.filter_rows("tasks", views.task_rows(self),
                                             args.get("filters"), limit)
@@ -423,12 +510,19 @@ class ClusterLog:
             return {"session": self.session.name, "live": False,
                     "findings": [f.as_dict() for f in advisor.current_findings(self)]}
         if op == "stacks":
-            return self.stacks(float(args.get("timeout", PULL_TIMEOUT_S)))
-        what = f"the state API's {args.get('kind') + ' listing' if op == 'list' else op}"
-        raise exceptions.UnsupportedOnBackend(
-            f"{what} is not supported on the distributed backend: list_tasks, "
-            "summarize_tasks, timeline, stack and advise are; read the Dask dashboard "
-            "for workers, memory and objects")
+            timeout = float(args.get("timeout", PULL_TIMEOUT_S))
+            if not 0 < timeout <= 60:
+                raise ValueError(f"the stack timeout must be in (0, 60] seconds, got {timeout}")
+            return self.stacks(timeout)
+        if op == "list":
+            raise ValueError(f"cannot list {args.get('kind')!r}; choose one of tasks, "
+                             "actors, workers, objects")
+        if op.startswith("dashboard"):
+            raise exceptions.UnsupportedOnBackend(
+                "lightwork's live dashboard is not supported on the distributed backend: "
+                "open the Dask dashboard (client.dashboard_link), and use `lightwork "
+                "status`, `list`, `summary`, `timeline` and `stack` for lightwork's views")
+        raise ValueError(f"unknown operation {op!r} on the distributed backend")
 
     def timeline_data(self) -> dict[str, Any]:
         """``views.timeline_data`` for a cluster run: one row per worker and per actor."""

@@ -88,7 +88,12 @@ def run_command(args: Any, out: TextIO) -> int:
         return server.serve(None, args.port, False, args.open, args.linger, out=out,
                             mirror=replay.load(args.from_file))
     path = control.resolve_socket(args.session, args.address)
-    control.request(path, "ping", timeout=args.timeout)  # fail now, with the CLI's message
+    pinged = control.request(path, "ping", timeout=args.timeout)  # fail now, with the CLI's message
+    if isinstance(pinged, dict) and pinged.get("backend") == "distributed":
+        raise control.ControlError(
+            f"session {pinged.get('session')} runs on the distributed backend, where "
+            "lightwork's live dashboard is not supported: open the Dask dashboard, and use "
+            "`lightwork status`, `list`, `summary`, `timeline` and `stack` for lightwork's views")
     if args.child:
         # Started by init(dashboard=True): the program's stdin line "sync" asks for a
         # last sync before its session closes, and the end of its stdin means the

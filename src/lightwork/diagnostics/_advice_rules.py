@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork.diagnostics._chains import feeds_next_call
 from lightwork.diagnostics._measure import SlotTime, most_at_once, union
 
 KINDS = (
@@ -60,6 +61,8 @@ PINNED_MIN_BYTES = 256 << 20
 PINNED_MIN_AGE_S = 1.0  # objects ready for less time than this are probably about to be read
 CHAIN_MAX_LOOKUP = 256  # records visited looking for a dependency on the previous get
 SLOWEST_WAVES_SLACK = 1.5  # spread up to this times what running in waves explains is fine
+SLOWEST_OWN_CPU_SHARE = 0.25  # the slowest's extra CPU was this share of its extra time
+SLOWEST_MIN_IDLE_CORES = 0.5  # fewer idle cores than this: a runnable task may have waited
 REPLAY_MAX_STEPS = 200  # a replayed log is checked at most this many times
 
 
@@ -142,6 +145,8 @@ class AdviceRules:
         self._now = 0.0  # log time of the current look
         self._get_runs: dict[Any, list[DriverSpan]] = defaultdict(list)
         self._replay_at: float | None = None  # log time of the step being replayed
+        self._chains: dict[tuple[Any, Any], bool] = {}  # (get line, submit line) -> by value
+        self._machine: deque[tuple[float, float]] = deque(maxlen=4096)  # (time, idle core-s)
 
     # -- reporting -------------------------------------------------------------------
     def _report(self, finding: Finding, key: Any = None) -> None:
@@ -243,7 +248,10 @@ class AdviceRules:
         idle_slots = self.cpus - busy / wall
         if idle_slots < GET_IN_LOOP_MIN_IDLE:
             return
-        name = self._records[chain[-1].first_task_id].name
+        record = self._records[chain[-1].first_task_id]
+        if self._feeds_next_call(callsite, record.callsite):
+            return  # a by-value chain (x = get(f.remote(x))): each call needs the last result
+        name = record.name
         self._report(Finding(
             "get-in-loop",
             f"get() waited for each {name} task before the next was submitted "
@@ -255,6 +263,17 @@ class AdviceRules:
             "results = lightwork.get(refs)",
             callsite,
         ))
+
+    def _feeds_next_call(self, get_site: Any, submit_site: Any) -> bool:
+        """Whether the loop's next call takes the get's result by value (from the source,
+        once per pair of lines; unknown source: no, the records alone decide)."""
+        if get_site is None or submit_site is None:
+            return False
+        key = (get_site, submit_site)
+        known = self._chains.get(key)
+        if known is None:
+            known = self._chains[key] = bool(feeds_next_call(get_site, submit_site))
+        return known
 
     def _busy_between(self, begin: float, end: float) -> float:
         """Slot-seconds of work done between ``begin`` and ``end``, ended or running."""
@@ -362,6 +381,9 @@ class AdviceRules:
         # slowed by a loaded machine spread out too, and wait() would not help them.
         if max(runs) - typical < SLOWEST_SPREAD * active:
             return
+        slowest = max(waited, key=lambda r: r.finished - r.started)
+        if self._maybe_stalled(slowest, waited, typical):
+            return
         self._report(Finding(
             "wait-for-slowest",
             f"get() of {span.object_count} results blocked {blocked:.2f} s while they became "
@@ -374,6 +396,41 @@ class AdviceRules:
             span.callsite,
         ))
 
+    def _maybe_stalled(self, slowest: TaskRecord, waited: list[TaskRecord],
+                       typical: float) -> bool:
+        """Whether machine load, not its own work, may have made ``slowest`` slow.
+
+        Its own work is CPU it used beyond the typical task's, or time it was not
+        runnable (sleeping, I/O). A runnable task waits for a core only while none is
+        idle, so: the extra time was not mostly its own CPU, and the machine's cores were
+        all busy meanwhile (measured; unknown offline: then the wall times decide).
+        """
+        extra = (slowest.finished - slowest.started) - typical
+        typical_cpu = statistics.median(r.cpu_time for r in waited)
+        if slowest.cpu_time - typical_cpu >= SLOWEST_OWN_CPU_SHARE * extra:
+            return False
+        idle = self._idle_cores_between(slowest.started, slowest.finished)
+        return idle is not None and idle < SLOWEST_MIN_IDLE_CORES
+
+    def add_machine_sample(self, at: float, idle_core_s: float) -> None:
+        """The machine's idle core-seconds so far (``/proc/stat``), at log time ``at``."""
+        if not self._machine or at > self._machine[-1][0]:
+            self._machine.append((at, idle_core_s))
+
+    def _idle_cores_between(self, begin: float, end: float) -> float | None:
+        """Idle cores on average over the samples around ``begin``..``end`` (None: no
+        sample at or before ``begin``, or none at or after ``end``)."""
+        before = after = None
+        for sample in self._machine:
+            if sample[0] <= begin:
+                before = sample
+            elif sample[0] >= end:
+                after = sample
+                break
+        if before is None or after is None or after[0] <= before[0]:
+            return None
+        return (after[1] - before[1]) / (after[0] - before[0])
+
     def _check_serial_driver(self, callsite: Any, site: _Site) -> None:
         # Over the last submissions from one call site: the time between the first and
         # the last submission, less the driver's time blocked in get/wait and the time
@@ -385,19 +442,32 @@ class AdviceRules:
         window = sorted(site.recent, key=lambda r: r.submitted)
         first, last = window[0].submitted, window[-1].submitted
         wall = max(r.seen for r in window) - first
-        blocked = 0.0
-        for span in reversed(self._spans):
-            if span.end < first:
-                break
-            blocked += max(0.0, min(span.end, last) - max(span.start, first))
+        blocked = self._blocked_between(first, last)
         copying = sum(r.copy_s for r in window[:-1])  # the last copy is after ``last``
         serial = (last - first) - blocked - copying
         if wall <= 0 or serial < SERIAL_MIN_S or serial / wall < SERIAL_FRACTION:
             return
-        # Submitting first can only overlap the driver's time with these tasks' own work:
+        # Wall time is an upper bound of the driver's own work: a driver that slept was
+        # not working. Where the submissions carry how long the main thread ran or was
+        # ready to run (``driver_busy``: its CPU time plus its waits for a core, which a
+        # loaded machine adds to real work), the work is at most that, less the blocked
+        # and copying time, which are lightwork's (at most their wall time).
+        sampled = [r for r in window if r.driver_busy]
+        at_full_speed = serial
+        if len(sampled) >= 2:
+            begin, end = sampled[0].submitted, sampled[-1].submitted
+            busy = sampled[-1].driver_busy - sampled[0].driver_busy
+            serial = min(serial, busy - self._blocked_between(begin, end) - sum(
+                r.copy_s for r in sampled[:-1]))
+            if serial < SERIAL_MIN_S or serial / wall < SERIAL_FRACTION:
+                return
+            # What that work would take on a core of its own (its CPU share of it).
+            cpu = sampled[-1].driver_cpu - sampled[0].driver_cpu
+            at_full_speed = serial * min(1.0, cpu / busy) if busy > 0 else serial
+        # Submitting first can only overlap the driver's work with these tasks' own work:
         # calls that do next to nothing (polling a progress actor) gain nothing from it.
         work = sum(r.finished - r.started for r in window if r.started)
-        if work < SERIAL_MIN_WORK_SHARE * serial:
+        if work < SERIAL_MIN_WORK_SHARE * at_full_speed:
             return
         busy = self._busy_between(first, first + wall)
         utilization = busy / (self.cpus * wall)
@@ -415,6 +485,15 @@ class AdviceRules:
             "too), so workers run while the driver computes",
             callsite,
         ))
+
+    def _blocked_between(self, begin: float, end: float) -> float:
+        """The driver's time in get/wait/put spans between ``begin`` and ``end``."""
+        blocked = 0.0
+        for span in reversed(self._spans):
+            if span.end < begin:
+                break
+            blocked += max(0.0, min(span.end, end) - max(span.start, begin))
+        return blocked
 
     def _check_actor_bottleneck(self, actor_id: int, calls: deque[TaskRecord]) -> None:
         if len(calls) < ACTOR_MIN_CALLS or ("actor-bottleneck", actor_id) in self._reported:
@@ -434,10 +513,12 @@ class AdviceRules:
         end = max(r.finished for r in records)
         if busy < ACTOR_MIN_UTILIZATION * (end - min(r.started for r in records)):
             return  # the actor itself was often idle: not the bottleneck
-        # Were task slots idle meanwhile? Few plain tasks ran during those calls.
+        # Were task slots idle meanwhile? Little else ran during those calls: tasks and
+        # other actors' calls (a pool of busy actors, each with its queue, is no
+        # bottleneck: multiprocessing.Pool's map queues chunks on every process).
         task_time = sum(
             min(r.finished, end) - max(r.started, begin) for r in self._recent
-            if not r.actor_id and r.started and r.finished > begin and r.started < end
+            if r.actor_id != actor_id and r.started and r.finished > begin and r.started < end
         )
         idle_slots = self.cpus - 1 - task_time / max(end - begin, 1e-9)
         if idle_slots < 1:

@@ -31,15 +31,19 @@ Rules (``KINDS``), with what each looks at:
 get-in-loop       consecutive blocked ``get`` of one object from one call site, each
                   task submitted after the previous get returned and alone in flight,
                   not needing the previous step (no dependency through refs, not a call
-                  on the same actor), while slots sat idle (measured)
+                  on the same actor, not a chain by value: ``_chains`` reads the loop's
+                  source), while slots sat idle (measured)
 tiny-tasks        a function's median run time below a few times the per-task overhead
 large-arg-repeated the same big value (same object, same size) passed by value again
                   and again from one call site
 wait-for-slowest  a ``get`` of many objects whose results became ready over a wide spread
-                  because one task ran much longer than the typical one
+                  because one task ran much longer than the typical one by its own work
+                  (more CPU, or waiting while cores sat idle: not machine load)
 actor-bottleneck  calls queue on one busy actor while task slots sit idle
-serial-driver     the driver's own work between submissions while the slots idled and
-                  the tasks had work of their own to overlap with it (Amdahl)
+serial-driver     the driver's own work between submissions (its main thread's time
+                  running or waiting for a core, less get/wait/put and argument
+                  copying) while the slots idled and the tasks had work of their own to
+                  overlap with it (Amdahl)
 oversubscription  a task whose process used more CPU time than its share (threads)
 fewer-slots       more CPU-bound tasks at once than the machine has cores (num_cpus too high)
 refs-pinned       the object store filling with settled objects only driver refs hold
@@ -52,7 +56,13 @@ spans of every task and actor call that ran (``_measure.SlotTime``, plus the run
 going), never from the call site's own tasks alone; a task's CPU is its worker's process
 CPU time over the call itself (arguments loaded, result not yet stored); the driver's
 serial time leaves out its blocked get/wait time and lightwork's own copying of big
-arguments inside ``.remote()`` (``TaskRecord.copy_s``). No finding advises a fix the
+values (``put`` spans, and big arguments inside ``.remote()``: ``TaskRecord.copy_s``),
+and is at most what its main thread spent running or waiting for a core
+(``TaskRecord.driver_busy``, sampled at submission at most every 5 ms): sleeping is not
+work, and a loaded machine stretches work without creating it. A slow task is slow by its
+own work when it used more CPU than the typical one or waited while cores sat idle
+(the machine's idle time, sampled each look); otherwise other programs may have kept it
+off the cores. No finding advises a fix the
 runtime cannot carry out (``num_cpus`` above its CPU slots) or reports a figure no
 process can reach (more cores than the machine has). ``tests/test_advisor_corpus.py``
 holds correct programs in the styles Ray's docs teach; each must get no finding.
@@ -160,6 +170,10 @@ class Advisor(AdviceRules):
 
     # -- the thread ------------------------------------------------------------------
     def start(self) -> None:
+        idle = machine_idle_core_s()  # the first sample: tasks may start before the first look
+        if idle is not None:
+            with self._lock:
+                self.add_machine_sample(time.monotonic(), idle)
         self._thread.start()
 
     def stop(self) -> None:
@@ -186,8 +200,11 @@ class Advisor(AdviceRules):
             running = running_work(node)
             # The runtime's own reports of gets in actors that could never return.
             deadlocks = list(getattr(getattr(node, "actors", None), "deadlocks", ()))
+        idle = machine_idle_core_s()
         with self._lock:
             self._now = time.monotonic()
+            if idle is not None:
+                self.add_machine_sample(self._now, idle)
             self._running = running
             busy = self._busy
             for record in tasks:  # all of them, sampled or not: a cheap sum per record
@@ -238,6 +255,19 @@ class Advisor(AdviceRules):
         return total, count, dict(by_task)
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def machine_idle_core_s() -> float | None:
+    """The machine's idle (and I/O-wait) core-seconds since boot, or None off Linux."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            fields = stat.readline().split()
+        return (int(fields[4]) + int(fields[5])) / _CLOCK_TICKS  # "cpu user nice system idle iowait"
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def report(findings: list[Finding]) -> str:
     """A short human-readable report of ``findings``."""
     if not findings:
@@ -274,6 +304,10 @@ def analysis_input(node: Any, tasks: list[TaskRecord],
                    spans: list[DriverSpan]) -> dict[str, Any]:
     """What :func:`analyse` needs to re-run the rules later, as plain JSON-able data."""
     advisor = node.advisor
+    machine: list[list[float]] = []
+    if advisor is not None:
+        with advisor._lock:  # its thread appends meanwhile
+            machine = [list(sample) for sample in advisor._machine]
     return {
         "cpus": float(node.scheduler.total.get("CPU", 1.0)),
         "cores": os.cpu_count() or 1,
@@ -282,6 +316,8 @@ def analysis_input(node: Any, tasks: list[TaskRecord],
         and advisor.init_callsite else None,
         "tasks": [plain(record) for record in tasks],
         "spans": [plain(span) for span in spans],
+        # The machine's idle cores over time: wait-for-slowest tells load from work by it.
+        "machine": machine,
     }
 
 
@@ -291,6 +327,8 @@ def analyse(data: dict[str, Any]) -> list[Finding]:
     advisor = Advisor(cpus=float(data["cpus"]), cores=int(data.get("cores") or 1),
                       started_at=data.get("started_at"),
                       init_callsite=tuple(callsite) if callsite else None)  # type: ignore[arg-type]
+    for at, idle_core_s in data.get("machine") or ():
+        advisor.add_machine_sample(float(at), float(idle_core_s))
     advisor.feed([restore(TaskRecord, row) for row in data.get("tasks", [])],
                  [restore(DriverSpan, row) for row in data.get("spans", [])])
     return list(advisor.findings)

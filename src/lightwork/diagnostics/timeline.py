@@ -393,8 +393,10 @@ class _Builder:
     def driver_spans(self) -> None:
         for kind, start, end, count, ident in self.data.get("spans", []):
             tid = self.driver_thread(int(ident))
+            note = ("lightwork copied a big value into the object store" if kind == "put"
+                    else f"the driver was blocked in {kind}()")
             self.span(kind, "driver", self.driver, tid, self.us(start), self.us(end),
-                      {"objects": count, "note": f"the driver was blocked in {kind}()"})
+                      {"objects": count, "note": note})
 
     def profile_spans(self) -> None:
         spans = sorted(self.data.get("profile", []), key=lambda p: (p[1], -p[2]))

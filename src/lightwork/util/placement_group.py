@@ -17,12 +17,12 @@ gives the resources back; actors in the group are killed, tasks still waiting fo
 (and later submissions to it) fail with ``TaskPlacementGroupRemoved``, and running tasks
 finish.
 
-``placement_group_capture_child_tasks=True`` places the tasks that a task submits in its
-group (any bundle) unless they name a strategy themselves. Not done: capture by an actor
-(given to an actor, it warns once, ``IgnoredOptionWarning``, and its calls' tasks run
-outside the group), capture for the actors a captured task creates (they run outside the
-group), GPU ids for GPU bundles, and ``get_current_placement_group()`` inside an actor (it
-works inside tasks).
+``placement_group_capture_child_tasks=True`` places the tasks and actors that a task
+submits in its group (any bundle, capturing in turn) unless they name a strategy
+themselves. Given to an actor, it does the same for the tasks and actors its methods
+make: the actor's worker keeps the actor's shape (``Worker.placed_in``, sent with
+``ACTOR_INIT``) because its calls carry none. ``get_current_placement_group()`` works
+inside tasks and actors. A GPU bundle's calls get the bundle's own GPU ids.
 
 A group belongs to its session: after ``shutdown()``, using an old group (in a strategy,
 ``ready()``, ``remove_placement_group``, ``placement_group_table``) raises

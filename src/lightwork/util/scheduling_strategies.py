@@ -22,11 +22,9 @@ STRATEGY_NAMES = ("DEFAULT", "SPREAD")
 class PlacementGroupSchedulingStrategy:
     """Run inside ``placement_group``: in bundle ``placement_group_bundle_index`` (-1: any).
 
-    ``placement_group_capture_child_tasks=True`` on a task makes the tasks it submits run
-    in the same group (any bundle, capturing in turn) unless they name a strategy
-    themselves. Not done yet (see ``lightwork.util.placement_group``): capture by an actor,
-    and capture of the actors a captured task creates; they run outside the group, so an
-    actor given capture warns (``IgnoredOptionWarning``) once.
+    ``placement_group_capture_child_tasks=True`` on a task or an actor makes the tasks
+    and actors it (or its methods) submits run in the same group (any bundle, capturing in
+    turn) unless they name a strategy themselves (see ``lightwork.util.placement_group``).
     """
 
     def __init__(self, placement_group: Any, placement_group_bundle_index: int = -1,

@@ -1,0 +1,274 @@
+"""The state API and the ``lightwork`` command on the distributed backend, against a real
+cluster (``dask scheduler`` plus two single-thread ``dask worker`` processes).
+
+The listings read the scheduler and the workers through the engine
+(``backends/cluster_state.py``); the command attaches to a driver running on the cluster
+through the same control socket as a local session (``backends/cluster_control.py``):
+here the driver is a real program in another process, ``import lightwork as ray`` with
+the cluster's address, and every command is another process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from dask_cluster import DaskCluster
+
+import helpers
+import lightwork
+from lightwork import exceptions
+
+pytestmark = pytest.mark.lightwork_only
+pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+    cluster = DaskCluster(str(tmp_path_factory.mktemp("dask"))).start()
+    try:
+        yield cluster
+    finally:
+        if lightwork.is_initialized():
+            lightwork.shutdown()
+        left = cluster.stop()
+        assert not left, f"processes left behind by the cluster: {left}"
+
+
+@pytest.fixture
+def connected(cluster):
+    lightwork.init(address=cluster.scheduler_file)
+    try:
+        yield cluster
+    finally:
+        lightwork.shutdown()
+
+
+@lightwork.remote
+def parked(path, size=10):
+    while not os.path.exists(path):
+        time.sleep(0.02)
+    return b"r" * size
+
+
+@lightwork.remote
+def after(value):
+    return len(value)
+
+
+@lightwork.remote
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def bump(self):
+        self.n += 1
+        return self.n
+
+
+def until(predicate, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_listings_mean_what_they_mean_locally(connected, tmp_path):
+    cluster = connected
+    gate = str(tmp_path / "gate")
+    counter = Counter.options(name="counter").remote()
+    assert lightwork.get([counter.bump.remote() for _ in range(3)]) == [1, 2, 3]
+    blob = lightwork.put(b"x" * 200_000)
+    running = parked.remote(gate, 50_000)
+    waiting = after.remote(running)  # waits for an argument
+    try:
+        rows = until(lambda: [r for r in lightwork.state.list_tasks()
+                              if r["name"].endswith("parked") and r["state"] == "RUNNING"])
+        pids = set(cluster.worker_pids())
+        assert rows[0]["pid"] in pids and rows[0]["worker_id"] > 0
+        [pending] = lightwork.state.list_tasks(name="after")
+        assert pending["state"] == "PENDING_ARGS_AVAIL"
+
+        workers = lightwork.state.list_workers()
+        assert [w["kind"] for w in workers] == ["driver", "task", "task"]
+        assert workers[0]["pid"] == os.getpid() and workers[0]["worker_id"] == 0
+        assert {w["pid"] for w in workers[1:]} == pids
+        assert all(w["address"].startswith("tcp://127.0.0.1:") for w in workers[1:])
+        busy = [w for w in workers[1:] if w["state"] == "RUNNING"]
+        assert len(busy) == 1 and busy[0]["running"].endswith("parked")
+        assert busy[0]["worker_id"] == rows[0]["worker_id"]  # the same numbering as tasks
+        assert busy[0]["task_id"] == rows[0]["task_id"]
+        assert all(w["rss"] > 10e6 and w["alive_s"] > 0 for w in workers[1:])
+        assert [w["pid"] for w in lightwork.state.list_workers(state="RUNNING")] == [
+            busy[0]["pid"]]
+
+        [actor] = lightwork.state.list_actors()
+        assert actor["class_name"].endswith("Counter") and actor["name"] == "counter"
+        assert actor["state"] == "ALIVE" and actor["calls_done"] == 3
+        assert actor["pid"] in pids and actor["address"].startswith("tcp://")
+
+        objects = {o["object_id"]: o for o in lightwork.state.list_objects()}
+        put_row = objects[blob.hex()]
+        assert put_row["task_name"] == "(put)" and put_row["state"] == "READY"
+        assert put_row["size"] >= 200_000 and put_row["location"].startswith("worker tcp://")
+        running_row = objects[running.hex()]
+        assert running_row["state"] == "PENDING"
+        assert "USED_BY_PENDING_TASK" in running_row["reference_kinds"]
+        assert objects[counter._ref.hex()]["reference_kind"] == "ACTOR_HANDLE"
+
+        memory = lightwork.state.memory_summary()
+        assert memory["objects"] == len(objects) and memory["total_bytes"] >= 200_000
+        assert memory["largest"][0]["object_id"] == blob.hex()
+
+        status = lightwork.state.status()
+        assert status["worker_count"] == 2 and status["actors"] == {"ALIVE": 1}
+        assert status["tasks"]["running"] == 1 and status["tasks"]["waiting_for_args"] == 1
+        assert status["resources"]["total"]["CPU"] == 2.0
+    finally:
+        open(gate, "w").close()
+    assert lightwork.get(waiting) == 50_000
+
+
+def test_a_killed_actor_is_listed_dead(connected):
+    counter = Counter.remote()
+    assert lightwork.get(counter.bump.remote()) == 1
+    lightwork.kill(counter)
+    [row] = [a for a in lightwork.state.list_actors() if a["actor_id"] == counter._ref.hex()]
+    assert row["state"] == "DEAD" and "killed" in row["death_cause"]
+
+
+def test_bad_filters_and_the_dashboard_say_what_to_do(connected):
+    with pytest.raises(ValueError, match="unknown filter key 'colour'"):
+        lightwork.state.list_workers(colour="red")
+    with pytest.raises(ValueError, match="cannot list 'gadgets'"):
+        lightwork.state.query("list", kind="gadgets")
+    lightwork.shutdown()
+    with pytest.raises(exceptions.UnsupportedOnBackend, match="Dask dashboard"):
+        lightwork.init(address=connected.scheduler_file, dashboard=True)
+    assert not lightwork.is_initialized()
+    lightwork.init(address=connected.scheduler_file)
+
+
+# ---- the command from another terminal ------------------------------------------------
+DRIVER = """
+import os, sys, time
+import lightwork as ray
+
+context = ray.init(address={address!r})
+
+@ray.remote
+def square(x):
+    return x * x
+
+@ray.remote
+def parked(path):
+    def lightwork_cli_marker():
+        while not os.path.exists(path):
+            time.sleep(0.02)
+    lightwork_cli_marker()
+    return True
+
+@ray.remote
+class Tally:
+    def add(self, n):
+        return n
+
+tally = Tally.remote()
+ray.get([square.remote(i) for i in range(6)] + [tally.add.remote(1)])
+blob = ray.put(b"x" * 300_000)
+gate = sys.argv[1]
+waiting = parked.remote(gate)
+print("SOCKET", os.path.join(context["session_dir"], "control.sock"), flush=True)
+while not os.path.exists(gate):
+    time.sleep(0.02)
+ray.get(waiting)
+session_dir = context["session_dir"]
+ray.shutdown()
+assert not os.path.exists(session_dir), "the session directory outlived shutdown"
+print("DONE", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def driver(cluster):
+    info = helpers.start_session_driver(DRIVER.format(address=cluster.address))
+    yield info
+    helpers.stop_session_driver(info)
+
+
+def command(info, *args):
+    return subprocess.run([sys.executable, "-m", "lightwork", *args], env=info["env"],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_path):
+    assert os.stat(driver["socket"]).st_mode & 0o777 == 0o600
+    status = command(driver, "status", "--format", "json")
+    assert status.returncode == 0, status.stderr
+    facts = json.loads(status.stdout)
+    assert facts["driver_pid"] == driver["pid"] and facts["backend"] == "distributed"
+    assert facts["worker_count"] == 2 and facts["tasks"]["finished"] >= 7
+
+    table = command(driver, "status")
+    assert table.returncode == 0 and "workers    2" in table.stdout, table.stdout + table.stderr
+
+    workers = command(driver, "list", "workers", "--format", "json")
+    rows = json.loads(workers.stdout)
+    assert {r["pid"] for r in rows[1:]} == set(cluster.worker_pids())
+
+    for kind in ("tasks", "actors", "objects"):
+        listed = command(driver, "list", kind)
+        assert listed.returncode == 0, listed.stderr
+    assert "Tally" in command(driver, "list", "actors").stdout
+    assert "square" in command(driver, "summary", "tasks").stdout
+    advice = command(driver, "advise", "--format", "json")
+    assert advice.returncode == 0 and isinstance(json.loads(advice.stdout), list), advice.stderr
+    memory = command(driver, "memory")
+    assert memory.returncode == 0 and "(put)" in memory.stdout, memory.stderr
+
+    trace = tmp_path / "trace.json"
+    timeline = command(driver, "timeline", "-o", str(trace))
+    assert timeline.returncode == 0, timeline.stderr
+    from test_timeline import check_trace, load_trace
+
+    events = load_trace(str(trace))
+    check_trace(events)
+    assert any(e.get("name") == "square" and e.get("ph") == "X" for e in events)
+
+    stack = until(lambda: (lambda r: r if "lightwork_cli_marker" in r.stdout else None)(
+        command(driver, "stack")))
+    assert stack.stdout.count("=== worker ") == 2
+
+    dashboard = command(driver, "dashboard", "--port", "0")
+    assert dashboard.returncode == 1 and "Dask dashboard" in dashboard.stderr
+
+
+def test_a_stopped_scheduler_makes_diagnostics_fail_fast_and_say_why(tmp_path):
+    import signal
+
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+    cluster = DaskCluster(str(tmp_path), workers=1).start()
+    try:
+        lightwork.init(address=cluster.scheduler_file)
+        assert lightwork.get(after.remote(b"abc")) == 3
+        cluster.processes[0].send_signal(signal.SIGKILL)  # the scheduler
+        until(lambda: lightwork._api._backend.client.status != "running")
+        for call in (lightwork.state.status, lightwork.state.list_workers,
+                     lightwork.state.list_tasks, lightwork.diagnostics.task_records):
+            start = time.monotonic()
+            with pytest.raises(exceptions.RuntimeSystemError, match="does not answer.*shutdown"):
+                call()
+            assert time.monotonic() - start < 5, call  # not the client's reconnect timeout
+    finally:
+        lightwork.shutdown()
+        assert not cluster.stop()
