@@ -146,6 +146,23 @@ def test_recursive_cancel_cancels_running_and_pending_descendants(force):
 
 
 @ray.remote
+def _wait_for_child(box) -> str:
+    child = _nested.remote(box, 0, 60.0)
+    box.add.remote([child])
+    return ray.get(child)
+
+
+def test_recursive_cancel_of_a_task_blocked_in_get_cancels_what_it_waits_for():
+    box = Box.remote()
+    parent = _wait_for_child.remote(box)
+    (child,) = _nested_refs(box, 1)
+    ray.cancel(parent)
+    for ref in (parent, child):
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            ray.get(ref, timeout=20)
+
+
+@ray.remote
 def _submit_short_child_then_sleep(box) -> str:
     box.add.remote([_nested.remote(box, 0, 2.0)])
     deadline = time.monotonic() + 60
