@@ -498,10 +498,12 @@ def test_a_correct_program_gets_no_finding(program, fresh_runtime):
         with OtherProgramsLoad() as load:
             program()
         findings = lightwork.advise(print_report=False)
-        if findings:
-            # The rules judge the driver and the tasks by wall time: on a machine other
-            # programs keep busy, every step is slow for reasons the program does not own.
-            load.skip_if_busy(limit=0.5)
+        if findings and load.share > 0.5:
+            # Some evidence is still wall time (how busy slots were, tasks' run times):
+            # on a machine other programs keep busy, every step is slow for reasons the
+            # program does not own. The skip names the findings, to follow them up.
+            pytest.skip(f"other programs used {load.share:.0%} of the cores; findings: "
+                        + "; ".join(f"{f.kind}: {f.title}" for f in findings))
         assert findings == [], "\n".join(finding.message() for finding in findings)
     finally:
         lightwork.shutdown()

@@ -327,11 +327,11 @@ def test_big_puts_between_submissions_are_lightworks_copying_not_the_drivers_wor
 
 
 # -- wait-for-slowest: a slow task's own work, not machine load -----------------------
-def _one_slow_among_four(slow_cpu):
+def _one_slow_among_four(slow_cpu, typical_cpu=0.001):
     """Four tasks got at once; one runs 1.5 s, the others 0.05 s."""
     runs = [0.05, 0.05, 0.05, 1.5]
     records = [_task(i + 1, T0, T0 + 0.01, T0 + 0.01 + run,
-                     cpu_time=slow_cpu if run > 1 else 0.001)
+                     cpu_time=slow_cpu if run > 1 else typical_cpu)
                for i, run in enumerate(runs)]
     span = DriverSpan("get", T0, T0 + 1.52, 4, 1, first_object_id=101,
                       callsite=("program.py", 30, "<module>"), first_task_id=1,
@@ -345,11 +345,11 @@ def _with_machine(advisor, idle_cores):
     return advisor
 
 
-def _slowest_kinds(slow_cpu, idle_cores=None):
+def _slowest_kinds(slow_cpu, idle_cores=None, typical_cpu=0.001):
     advisor = Advisor(cpus=2, cores=2)
     if idle_cores is not None:
         _with_machine(advisor, idle_cores)
-    advisor.feed(*_one_slow_among_four(slow_cpu))
+    advisor.feed(*_one_slow_among_four(slow_cpu, typical_cpu))
     return {finding.kind for finding in advisor.findings}
 
 
@@ -366,6 +366,12 @@ def test_a_slow_task_that_used_no_more_cpu_while_no_core_was_idle_may_be_load():
 
 def test_a_slow_task_that_computed_is_named_however_busy_the_machine_was():
     assert _slowest_kinds(slow_cpu=1.2, idle_cores=0.1) == {"wait-for-slowest"}
+    # Every task got a tenth of a core (a loaded machine): the slow one did 30 times
+    # the typical work, its own, though its CPU is a tenth of its extra time.
+    assert _slowest_kinds(slow_cpu=0.15, idle_cores=0.0, typical_cpu=0.005) == {
+        "wait-for-slowest"}
+    # The same share, the same work as the others: kept off the cores, not its own.
+    assert _slowest_kinds(slow_cpu=0.005, idle_cores=0.0, typical_cpu=0.005) == set()
 
 
 def test_idle_cores_come_from_the_samples_around_the_run():
@@ -428,3 +434,44 @@ def test_a_saved_log_carries_the_machines_idle_time_to_the_offline_rules():
     assert analyse(data) == []  # 0.1 idle cores: the slow task may have been kept off them
     del data["machine"]  # a file from before the samples: the wall times decide
     assert [finding.kind for finding in analyse(data)] == ["wait-for-slowest"]
+
+
+def _slowest_with_worker_waits(waited_during_run):
+    advisor = _with_machine(Advisor(cpus=2, cores=2), idle_cores=0.0)  # no core idle
+    records, spans = _one_slow_among_four(slow_cpu=0.002)
+    slow = max(records, key=lambda r: r.finished - r.started)
+    slow.worker_id = 4242
+    for n in range(12):  # its worker's wait for a core, sampled every 0.25 s
+        at = T0 - 0.5 + n * 0.25
+        share = min(max(at - slow.started, 0.0), slow.finished - slow.started)
+        advisor.add_worker_sample(4242, at, 7.0 + waited_during_run * share / 1.5)
+    advisor.feed(records, spans)
+    return {finding.kind for finding in advisor.findings}
+
+
+def test_a_slow_task_whose_worker_did_not_wait_for_a_core_was_slow_by_its_own_work():
+    """Every core busy, but its worker's own waits for a core were 0.05 s of 1.5 s: the
+    task slept (or waited for I/O) by itself, so the finding stands."""
+    assert _slowest_with_worker_waits(0.05) == {"wait-for-slowest"}
+
+
+def test_a_slow_task_whose_worker_waited_for_a_core_was_kept_off_by_load():
+    assert _slowest_with_worker_waits(1.2) == set()
+
+
+def test_a_workers_wait_comes_from_its_own_samples():
+    from lightwork.diagnostics.advisor import worker_waited_s
+
+    advisor = Advisor(cpus=2, cores=2)
+    for n in range(5):
+        advisor.add_worker_sample(7, T0 + n, 1.0 + 0.1 * n)
+    assert advisor._worker_waited_between(7, T0 + 1, T0 + 3) == pytest.approx(0.2)
+    assert advisor._worker_waited_between(8, T0 + 1, T0 + 3) is None  # never sampled
+    # A worker first sampled during the run: scaled from what the samples cover.
+    assert advisor._worker_waited_between(7, T0 - 1, T0 + 3) == pytest.approx(0.3 * 4 / 3)
+    assert advisor._worker_waited_between(7, T0 - 10, T0 + 3) is None  # too little covered
+    import os
+
+    if os.path.exists("/proc/self/schedstat"):
+        assert worker_waited_s(os.getpid()) >= 0.0
+    assert worker_waited_s(2 ** 22 + 12345) is None  # no such process

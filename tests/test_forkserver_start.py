@@ -42,12 +42,13 @@ os.close(write_end)  # the only writer left: the reader must see EOF now
 readable, _, _ = select.select([read_end], [], [], 10)
 print("pipe_eof", bool(readable) and os.read(read_end, 1) == b"")
 
-text = str(ray.stack(timeout=10))
-workers = text.split("=== worker ")[1:]
+from lightwork.diagnostics.stack import format_stacks
+from lightwork.state import query
+
+data = query("stacks", request_timeout=40, timeout=30)  # one dump, shown both ways
+workers = format_stacks(data).split("=== worker ")[1:]
 print("workers_in_stack", len(workers))
 print("driver_frames_in_workers", sum(__file__ in section for section in workers))
-full = str(ray.stack(timeout=10, full=True)).split("=== worker ")[1:]
-print("driver_frames_in_full", sum(__file__ in section for section in full))
 ray.shutdown()
 """
 
@@ -82,7 +83,28 @@ def test_a_single_threaded_driver_forks_its_fork_server_and_lets_go_of_its_state
     # Workers' stacks fold the driver's frames the fork copied below the fork server's.
     assert int(facts["workers_in_stack"]) >= 2
     assert facts["driver_frames_in_workers"] == "0"
-    assert int(facts["driver_frames_in_full"]) >= 2
+
+
+def test_stacks_fold_the_driver_frames_a_forked_worker_carries_but_not_its_task():
+    from lightwork._runtime import forkserver, worker
+    from lightwork.diagnostics.stack import format_stacks
+
+    app = "/home/someone/app.py"
+    frames = [
+        [app, 9, "<module>"],  # the driver's ray.init(), copied by the fork
+        [forkserver.__file__, 120, "main_in_forked_driver"],
+        [forkserver.__file__, 170, "_spawn"],
+        [worker.__file__, 790, "main"],
+        [app, 5, "crunch"],  # the task the worker runs now (defined in the same script)
+    ]
+    data = {"driver": {"pid": 1, "threads": []},
+            "workers": [{"worker_id": 1, "pid": 2, "label": "task worker", "doing": "running crunch",
+                         "threads": [{"id": 1, "name": "", "frames": frames, "notes": []}]}]}
+    folded = format_stacks(data)
+    assert "in <module>" not in folded and "in crunch" in folded
+    assert "[4 outer frames" in folded
+    full = format_stacks(data, full=True)
+    assert "in <module>" in full and "in crunch" in full
 
 
 FALLBACKS = r"""

@@ -35,6 +35,22 @@ thread's rose to 140–190 µs, not yet understood. ``sys.setswitchinterval`` 5 
 quartiles. For 10,000 no-op tasks the driver alone is the bottleneck: its submit
 loop takes 13 µs per task and its threads use 20–30 µs of CPU per task (main
 13–18, I/O 7–10, advisor 0–7) against a pipelined floor of 8–9 µs in the same run.
+
+Changes since, each judged by the driver's CPU per call in interleaved A/B runs of fresh
+processes (``bench/hotpath_profile.py``'s per-thread schedstat; 4-5 rounds of 2 x 1,000
+sync calls and 2 x 10,000 tasks per variant, load average 11-14, medians):
+
+* The advisor no longer re-checks get-in-loop at a call site it has reported: the check
+  (the chain's last 16 gets against the site's recent tasks) was most of its 12-37 µs
+  per sync call; now 2-3 µs.
+* A dropped ref wakes the I/O thread only when it sleeps idle (``node.py``): I/O thread
+  51 -> 33 µs per sync call, driver total 126 -> 105, wall 474 -> 278 µs.
+* Tried and dropped: keeping the I/O thread out of the worker sockets while a getter
+  leads (its nested epoll unregistered for the leader's time, two epoll_ctl per get).
+  The I/O thread fell 51 -> 35 µs but the main thread rose 72 -> 107-149, total +40-60,
+  wall 1.6-3x, in three A/B runs; on this loaded 2-core host, two threads racing for
+  the result frame reach it sooner than the leader alone, and a late wake-up costs the
+  leader CPU (cold caches) as well as time.
 """
 
 from __future__ import annotations

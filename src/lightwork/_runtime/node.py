@@ -24,11 +24,21 @@ files in ``/dev/shm``), so they stay readable for as long as someone holds a ref
 Reference counting: see ``objects.py`` (the table) and ``_object_ref.py`` (per process).
 
 Cost of the I/O thread on the hot path (issue 13, measured 2026-11-24; details and
-figures in ``driver_calls.py``'s docstring): during a loop of synchronous calls it
-uses ~52 µs of CPU per call (the main thread ~73) although the leading getter reads the result itself.
-Two wake-ups cause it: the result frame (this thread's epoll watches the same worker
-sockets as the leader's) and the wake pipe written when the caller drops the returned
-ref (``_object_ref.RefCounter.on_first_release``); the latter is 15–20 µs of it.
+figures in ``driver_calls.py``'s docstring). During a loop of synchronous calls it used
+~52 µs of CPU per call (the main thread ~70) although the leading getter reads the result
+itself, for two wake-ups per call:
+
+* the result frame: this thread's epoll watches the same worker sockets as the leader's.
+  Kept on purpose: keeping this thread out while a getter leads (a nested epoll of the
+  worker sockets, unregistered for the leader's time) made every figure worse on the
+  loaded 2-core host (main thread +40-80 µs per call, total +40-60, wall 1.6-3x, A/B in
+  one run): two threads racing for a frame reach it sooner there than one does.
+* the wake pipe, written when the program drops a ref (``_object_ref.RefCounter``'s
+  ``on_first_release``), so the release is applied while the program makes no calls.
+  Now written only when this thread sleeps idle: while the runtime is busy (frames or
+  wake-ups in the last ``IO_BUSY_FOR_S``) it sleeps at most ``IO_BUSY_SLEEP_S`` and
+  drains releases then, if a call has not already. This thread: 51 -> 33 µs per sync
+  call, the driver's total 126 -> 105 (A/B, 5 rounds each, load average 13).
 """
 
 from __future__ import annotations
@@ -87,6 +97,12 @@ from lightwork._runtime.store import SegmentStore, default_budget
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 EXIT_STATUS_GRACE_S = 1.0
+# The I/O thread's sleep while the runtime is busy (it had frames or wake-ups within
+# IO_BUSY_FOR_S): a ref the program drops meanwhile is drained within this, without a
+# wake-up of its own. Idle, it sleeps IO_IDLE_SLEEP_S and a dropped ref wakes it.
+IO_BUSY_SLEEP_S = 0.005
+IO_BUSY_FOR_S = 0.05
+IO_IDLE_SLEEP_S = 0.5
 
 
 @dataclass(eq=False)
@@ -197,7 +213,9 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         self._leader_selector.register(self._leader_wake_read, selectors.EVENT_READ, "wake")
         self._leader = threading.Lock()
         ref_counter.on_borrow = self._on_driver_borrow
-        ref_counter.on_first_release = self._wake
+        self._io_sleeps_long = False  # the I/O thread is (about to be) in an idle sleep
+        self._io_busy_until = 0.0
+        ref_counter.on_first_release = self._on_first_release
         with self.lock:
             for _ in range(max(1, int(num_cpus))):
                 self._start_worker()
@@ -248,6 +266,13 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         except BlockingIOError:
             pass
 
+    def _on_first_release(self) -> None:
+        # Runs inside ObjectRef.__del__ (any thread, any moment): no lock, no state but a
+        # flag. A busy I/O thread drains the release within IO_BUSY_SLEEP_S by itself;
+        # only an idle one needs the wake-up (see _loop for why none is lost).
+        if self._io_sleeps_long:
+            self._wake()
+
     def _wake_leader(self) -> None:
         try:
             os.write(self._leader_wake_write, b"x")
@@ -281,7 +306,17 @@ class Node(DriverCalls, WorkerRequests, Lineage):
     def _loop(self) -> None:
         try:
             while not self.closed:
-                if not self._poll(0.5):
+                if time.monotonic() < self._io_busy_until:
+                    longest = IO_BUSY_SLEEP_S
+                else:
+                    # Flag first, then look: a release queued before the flag was set is
+                    # seen here; one queued after sees the flag and wakes us (the GIL
+                    # orders the two).
+                    self._io_sleeps_long = True
+                    longest = 0.0 if ref_counter._released else IO_IDLE_SLEEP_S
+                alive = self._poll(longest)
+                self._io_sleeps_long = False
+                if not alive:
                     return
         except BaseException as exc:  # noqa: BLE001 - a runtime bug: fail loudly, never hang
             import traceback
@@ -324,6 +359,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             events = selector.select(timeout)
         except (OSError, ValueError):
             return not self.closed
+        if events and not leading:
+            self._io_busy_until = time.monotonic() + IO_BUSY_FOR_S
         with self.lock:
             if self.closed:
                 return False
@@ -447,7 +484,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             entry = self.objects.create(message[1], conn.worker_id)
             conn.holds.add(message[1])
             conn.owned.add(message[1])
-            self._resolve(entry, message[2])
+            # An error instead of a value: a num_returns="dynamic" item (Worker.put_error).
+            self._resolve(entry, message[2], message[3] if len(message) > 3 else None)
         elif kind == p.BORROW:
             entry = self.objects.get(message[1])
             if entry is not None:

@@ -1,0 +1,64 @@
+"""The driver's I/O thread and dropped refs (``node.py``: ``_loop``, ``_on_first_release``).
+
+A ref the program drops is freed by the I/O thread even when the program makes no more
+calls: an idle I/O thread is woken for it; a busy one (it had frames or wake-ups in the
+last ``IO_BUSY_FOR_S``) drains it at its next short sleep, without a wake-up per ref.
+Each test stretches the other sleep to a minute, so only the path under test can free
+the object within the test's bound.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lightwork import _api
+from lightwork._runtime import node as node_module
+
+pytestmark = pytest.mark.lightwork_only  # the embedded runtime's own threads
+
+
+def _freed(node, object_id: int) -> bool:
+    with node.lock:
+        return object_id not in node.objects.entries
+
+
+def test_an_idle_io_thread_is_woken_to_free_a_dropped_ref(fresh_runtime, monkeypatch,
+                                                          wait_until):
+    monkeypatch.setattr(node_module, "IO_BUSY_FOR_S", 0.0)  # never busy
+    monkeypatch.setattr(node_module, "IO_IDLE_SLEEP_S", 60.0)
+    fresh_runtime.init(num_cpus=1)
+    node = _api._node
+
+    @fresh_runtime.remote
+    def echo(value):
+        return value
+
+    # The worker is up (no start-up message will come to wake the thread by chance).
+    ref = echo.remote(b"x" * 1000)
+    assert fresh_runtime.get(ref, timeout=30) == b"x" * 1000
+    object_id = ref.id
+    wait_until(lambda: node._io_sleeps_long, timeout=10, message="an idle I/O thread")
+    del ref  # no call follows: only the wake-up can get it freed
+    wait_until(lambda: _freed(node, object_id), timeout=10, message="the object freed")
+
+
+def test_a_busy_io_thread_frees_a_dropped_ref_at_its_next_short_sleep(fresh_runtime,
+                                                                       monkeypatch,
+                                                                       wait_until):
+    monkeypatch.setattr(node_module, "IO_BUSY_FOR_S", 60.0)  # busy after any event
+    monkeypatch.setattr(node_module, "IO_IDLE_SLEEP_S", 60.0)
+    fresh_runtime.init(num_cpus=1)
+    node = _api._node
+
+    @fresh_runtime.remote
+    def echo(value):
+        return value
+
+    ref = echo.remote(b"y" * 1000)
+    assert fresh_runtime.get(ref, timeout=30) == b"y" * 1000  # a frame: the thread is busy
+    wait_until(lambda: not node._io_sleeps_long and node._io_busy_until > 0, timeout=10,
+               message="a busy I/O thread")
+    object_id = ref.id
+    del ref
+    assert not node._io_sleeps_long
+    wait_until(lambda: _freed(node, object_id), timeout=10, message="the object freed")
