@@ -162,6 +162,33 @@ def test_recursive_cancel_of_a_task_blocked_in_get_cancels_what_it_waits_for():
             ray.get(ref, timeout=20)
 
 
+@ray.remote(max_concurrency=2)
+class _Submitter:
+    def __init__(self) -> None:
+        self.children: list = []
+
+    def submit_and_sleep(self) -> str:
+        self.children.append(_nested.remote(None, 0, 60.0))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        return "call finished"
+
+    def submitted(self) -> list:
+        return self.children
+
+
+def test_recursive_cancel_of_an_actor_call_cancels_the_tasks_it_submitted():
+    actor = _Submitter.remote()
+    call = actor.submit_and_sleep.remote()
+    (child,) = wait_until(lambda: ray.get(actor.submitted.remote(), timeout=10), timeout=20,
+                          message="the call's child task")
+    ray.cancel(call)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(child, timeout=20)
+    ray.kill(actor)
+
+
 @ray.remote
 def _submit_short_child_then_sleep(box) -> str:
     box.add.remote([_nested.remote(box, 0, 2.0)])
