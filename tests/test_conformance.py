@@ -224,10 +224,29 @@ def die(directory):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def test_a_task_that_kills_its_worker_every_time_fails_with_worker_crashed(backend, tmp_path):
-    """One retry (max_retries=1 here; the cluster fixture's allowed-failures=1 there)."""
+@pytest.mark.parametrize("max_retries", [0, 2])
+def test_a_task_that_kills_its_worker_every_time_fails_with_worker_crashed(
+        backend, tmp_path, max_retries):
+    """Each lost worker counts against the task's own max_retries."""
     with pytest.raises(exceptions.WorkerCrashedError):
-        lightwork.get(die.options(max_retries=1).remote(str(tmp_path)), timeout=50)
+        lightwork.get(die.options(max_retries=max_retries).remote(str(tmp_path)), timeout=50)
+    assert len(attempts(str(tmp_path))) == max_retries + 1
+
+
+@lightwork.remote
+def die_once(directory):
+    if count_attempt(directory) == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "survived"
+
+
+def test_a_task_lost_with_its_worker_and_its_dependent_are_retried(backend, tmp_path):
+    """The dependent was submitted before its argument's worker died: it runs on the
+    retried argument."""
+    first = die_once.options(max_retries=1).remote(str(tmp_path))
+    second = add.options(max_retries=0).remote(first, "!")
+    assert lightwork.get(second, timeout=50) == "survived!"
+    assert lightwork.get(first) == "survived"
     assert len(attempts(str(tmp_path))) == 2
 
 

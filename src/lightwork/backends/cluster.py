@@ -98,6 +98,10 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
         self._ids = itertools.count(1)
         self._shapes: dict[tuple, dict[str, float] | None] = {}
         self._init_actor_calls()
+        self._lineages: dict[int, Any] = {}  # task id -> Lineage (see cluster_tasks)
+        self._recover_lock = threading.Lock()
+        if client is not None:
+            self._watch_task_errors(client)
         self._closed = False
         ref_counter.on_borrow = self._on_borrow
         ref_counter.on_first_release = None
@@ -116,10 +120,14 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
                 raise ValueError("init(address='local-cluster') cannot share GPUs among its "
                                  "single-thread workers; start workers with the dask CLI "
                                  "and --resources 'GPU=n' instead")
+            import dask
+
             try:
-                cluster = distributed.LocalCluster(
-                    n_workers=max(1, workers), threads_per_worker=1, processes=True,
-                    resources=declared, dashboard_address=None)
+                # Each lost worker is one of a task's max_retries (see cluster_tasks).
+                with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+                    cluster = distributed.LocalCluster(
+                        n_workers=max(1, workers), threads_per_worker=1, processes=True,
+                        resources=declared, dashboard_address=None)
             except RuntimeError as exc:
                 raise RuntimeError(
                     "init(address='local-cluster') could not start its worker processes "
@@ -152,6 +160,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
             from distributed import get_client
 
             client = self._client = get_client()
+            self._watch_task_errors(client)
         return client
 
     @property
@@ -216,7 +225,11 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
                     continue
                 future = self.futures.pop(object_id, None)
                 self.keys.pop(object_id, None)
-                self.task_ids.pop(object_id, None)
+                lineage = self._lineages.get(self.task_ids.pop(object_id, 0))
+                if lineage is not None:
+                    lineage.live -= 1
+                    if lineage.live <= 0:  # (a dependent still holds it, if it needs it)
+                        del self._lineages[lineage.task_id]
                 if future is not None and not future.done() and hasattr(
                         future, "add_done_callback"):  # (an actor call runs on regardless)
                     # A dropped ref's task still runs: hold its future until it ends.
