@@ -52,6 +52,7 @@ from lightwork.backends.base import Backend
 from lightwork.backends.cluster_actor_calls import ActorCalls
 from lightwork.backends.cluster_fetch import Fetching
 from lightwork.backends.cluster_record import ClusterLog
+from lightwork.backends.cluster_streams import Streams
 from lightwork.backends.cluster_tasks import TaskSubmission
 from lightwork.backends.cluster_worker import BACKEND, Failed, WithRefs, unsupported
 
@@ -68,7 +69,7 @@ def _import_distributed() -> Any:
     return distributed
 
 
-class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
+class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend):
     """The API on a Dask distributed cluster (see the module docstring)."""
 
     name = BACKEND
@@ -100,6 +101,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
         self._init_actor_calls()
         self._lineages: dict[int, Any] = {}  # task id -> Lineage (see cluster_tasks)
         self._recover_lock = threading.Lock()
+        self._streams: dict[int, Any] = {}  # head id -> StreamState (see cluster_streams)
         if client is not None:
             self._watch_task_errors(client)
         self._closed = False
@@ -225,6 +227,8 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
                     continue
                 future = self.futures.pop(object_id, None)
                 self.keys.pop(object_id, None)
+                if object_id in self._streams:  # a generator dropped: its unread items go
+                    self._close_stream(object_id)
                 lineage = self._lineages.get(self.task_ids.pop(object_id, 0))
                 if lineage is not None:
                     lineage.live -= 1
