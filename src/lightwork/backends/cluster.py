@@ -21,17 +21,16 @@ Where the rest lives
 ``DistributedBackend`` is assembled from one mixin per responsibility, each module's
 docstring carrying its design: ``cluster_tasks`` (submission, resources, retries,
 cancel, put), ``cluster_fetch`` (get, wait, nested calls), ``cluster_actor_calls`` (the
-caller's side of actors: creation, calls, restarts, names) and ``cluster_actors`` (the
-actor's side, on a worker). What runs on the workers, and the stored forms of values
-and errors, are in ``cluster_worker``.
+caller's side of actors: creation, calls, restarts, names), ``cluster_streams``
+(generator tasks) and ``cluster_actors`` (the actor's side, on a worker). What runs on
+the workers, and the stored forms of values and errors, are in ``cluster_worker``.
 
 Diagnostics: the driver's ``recorder``
 (``cluster_record.ClusterLog``) is the event log of the run, filled from the workers'
 own stamps; the state API (``cluster_state``), ``task_records``, the timeline,
 ``stack``, the advisor, the Dask-style callbacks and profilers (its task listeners),
 ``lightwork.dask.get`` and the ``lightwork`` command from another terminal
-(``cluster_control``) read it. Not done yet on this backend (UnsupportedOnBackend):
-actor restarts, generator tasks.
+(``cluster_control``) read it.
 """
 
 from __future__ import annotations
