@@ -600,6 +600,24 @@ def _cluster_keys():
         lambda dask_scheduler: list(dask_scheduler.tasks)))
 
 
+@lightwork.remote
+def wrap_a_put(size):
+    return [lightwork.put(b"i" * size)]
+
+
+def test_refs_returned_inside_a_result_are_freed_with_it(backend, wait_until):
+    before = _cluster_keys() if backend == "distributed" else set()
+    outer = wrap_a_put.remote(100_000)
+    [inner] = lightwork.get(outer, timeout=20)
+    assert lightwork.get(inner, timeout=20) == b"i" * 100_000
+    if backend == "distributed":
+        assert len(_cluster_keys() - before) == 2  # the result and the object inside
+    del outer, inner
+    if backend == "distributed":
+        wait_until(lambda: _cluster_keys() <= before, timeout=20,
+                   message="the object inside the result to be freed on the cluster")
+
+
 @lightwork.remote(num_returns="dynamic")
 def dynamic_count(n):
     yield from range(n)

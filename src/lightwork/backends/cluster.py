@@ -94,6 +94,8 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
         self.task_ids: dict[int, int] = {}
         self._orphans: dict[int, Any] = {}
         self.exported: list[Any] = []  # futures of refs returned inside results
+        # ... of a task's single result, by its key: released with it (ExportedRefs)
+        self.exported_by_key: dict[Any, list[Any]] = {}
         self._prefix = random.getrandbits(PROCESS_ID_SHIFT - 17) + 1 << PROCESS_ID_SHIFT
         self._ids = itertools.count(1)
         self._shapes: dict[tuple, dict[str, float] | None] = {}
@@ -103,6 +105,10 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
         self._streams: dict[int, Any] = {}  # head id -> StreamState (see cluster_streams)
         if client is not None:
             self._watch_task_errors(client)
+        if in_driver and client is not None:
+            from lightwork.backends.cluster_plugin import ExportedRefs
+
+            client.register_plugin(ExportedRefs(), name=ExportedRefs.name)
         self._closed = False
         ref_counter.on_borrow = self._on_borrow
         ref_counter.on_first_release = None
@@ -178,6 +184,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
             self.futures.clear()
             self._orphans.clear()
             self.exported.clear()
+            self.exported_by_key.clear()
         if ref_counter.on_borrow == self._on_borrow:
             ref_counter.on_borrow = None
         for name in self._named:  # a named actor that is not detached ends with its driver
@@ -254,12 +261,17 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
         futures = self.futures
         return {i: futures[i].key for i in ids if i in futures and futures[i].key is not None}
 
-    def encode(self, value: Any) -> Any:
-        """``value`` as stored in the cluster (refs inside it are kept alive by us)."""
+    def encode(self, value: Any, result_key: Any = None) -> Any:
+        """``value`` as stored in the cluster (refs inside it are kept alive by us: while
+        the result ``result_key`` lives, if given; else for this process's lifetime)."""
         stored = cluster_worker.encode(value, self._keys_of)
         if type(stored) is WithRefs:
+            held = [self.futures[i] for i in stored.keys if i in self.futures]
             with self.lock:
-                self.exported.extend(self.futures[i] for i in stored.keys if i in self.futures)
+                if result_key is None:
+                    self.exported.extend(held)
+                else:
+                    self.exported_by_key.setdefault(result_key, []).extend(held)
         return stored
 
     def decode(self, stored: Any) -> Any:

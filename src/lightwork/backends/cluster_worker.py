@@ -25,7 +25,8 @@ worker's backend learns those keys; unpickling a ref then makes it take a future
 own for that key (``RefCounter.on_borrow``), released when the last ref to that id in the
 process is gone. So an object stays alive while any process holds a ref to it, including
 refs a task keeps after it returns (in an actor's state, say). Refs a task returns inside
-its result are held by the worker that made them (``exported``) for its lifetime.
+its (single) result are held by the worker that made them while that result's key lives
+(``cluster_plugin.ExportedRefs``); inside one of several returns, for the worker's lifetime.
 
 The event log
 -------------
@@ -181,7 +182,12 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
             backend._drain()
     finished = _wall()
     if num_returns == 1:
-        stored = backend.encode(result)
+        # Refs inside the result live as long as the result's key (ExportedRefs).
+        stored = backend.encode(result, _current_key())
+        if type(stored) is WithRefs:  # the refs inside are held by the result now: drop
+            del result  # this process's own, so only the result's key keeps them alive
+            if ref_counter._released:
+                backend._drain()
         _note(task_id, name, 0, started, loaded, finished, _wall(), None, retries)
         return stored
     _note(task_id, name, 0, started, loaded, finished, finished, None, retries)
@@ -197,6 +203,16 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
                          f"{num_returns} values")
         return (error_of(name, exc),) * num_returns
     return tuple(backend.encode(part) for part in parts)
+
+
+def _current_key() -> Any:
+    """The key of the task running in this worker thread (None outside one)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().get_current_task()
+    except (ValueError, AttributeError):
+        return None
 
 
 def pick(values: tuple[Any, ...], index: int) -> Any:
