@@ -64,6 +64,8 @@ def test_a_busy_io_thread_frees_a_dropped_ref_at_its_next_short_sleep(fresh_runt
     wait_until(lambda: _freed(node, object_id), timeout=10, message="the object freed")
 
 
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/thread-self/schedstat"),
+                    reason="no per-thread schedstat in /proc")
 def test_the_driver_cpu_sample_reads_schedstat_keeping_the_gil():
     """``_read_schedstat`` (libc pread via ctypes.PyDLL) reads what os.pread reads, and a
     bad descriptor is an OSError (the sample then falls back to ``time.thread_time``)."""
