@@ -78,18 +78,22 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
     port = int(child.url.split(":")[2].split("/")[0])
     token = child.url.split("token=")[1]
     without, with_page, costs = [], [], []
+    cpu_without, cpu_with_page = [], []  # the driver process's CPU (all its threads) per task
+
+    def batch(rates: list[float], cpu: list[float]) -> None:
+        cpu_start, start = time.process_time(), time.perf_counter()
+        lightwork.get([noop.remote(i) for i in range(n_tasks)])
+        rates.append(n_tasks / (time.perf_counter() - start))
+        cpu.append(1e6 * (time.process_time() - cpu_start) / n_tasks)
+
     try:
         for _ in range(rounds):
-            start = time.perf_counter()
-            lightwork.get([noop.remote(i) for i in range(n_tasks)])
-            without.append(n_tasks / (time.perf_counter() - start))
+            batch(without, cpu_without)
             client = subprocess.Popen([sys.executable, "-c", CLIENT,
                                        f"http://127.0.0.1:{port}/api/events?view=stream",
                                        f"lightwork_dashboard_{port}={token}"])
             time.sleep(1.5)  # the page is open and updating
-            start = time.perf_counter()
-            lightwork.get([noop.remote(i) for i in range(n_tasks)])
-            with_page.append(n_tasks / (time.perf_counter() - start))
+            batch(with_page, cpu_with_page)
             time.sleep(1.2)
             costs.append(http_get(port, token, "/api/overview")[1]["driver_cost_s"])
             client.terminate()
@@ -106,13 +110,13 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
     lightwork.get([noop.remote(i) for i in range(n_tasks)])
     node = lightwork._api._node
     sync_s = encode_s = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        reply = feed.sync(node, 0, 0, n_tasks, 2000)
-        sync_s = min(sync_s, time.perf_counter() - start)
-        start = time.perf_counter()
+    for _ in range(5):  # CPU time of this thread: the machine's load disturbs it least
+        start = time.thread_time()
+        reply, _attached = feed.sync(node, 0, 0, n_tasks, 2000)
+        sync_s = min(sync_s, time.thread_time() - start)
+        start = time.thread_time()
         json.dumps(reply, default=str)
-        encode_s = min(encode_s, time.perf_counter() - start)
+        encode_s = min(encode_s, time.thread_time() - start)
     lightwork.shutdown()
     base, page = statistics.median(without), statistics.median(with_page)
     per_task_us = 1e6 / max(without)
@@ -124,6 +128,10 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
             "driver_us_per_task": round(per_task_us, 1),
             "feed_us_per_task": round(feed_us, 2),
             "feed_share_at_full_speed_percent": round(100 * feed_us / per_task_us, 1),
+            "driver_cpu_us_per_task_no_dashboard": round(statistics.median(cpu_without), 2),
+            "driver_cpu_us_per_task_page_open": round(statistics.median(cpu_with_page), 2),
+            "driver_cpu_cost_percent": round(100 * (statistics.median(cpu_with_page)
+                                                    / statistics.median(cpu_without) - 1), 1),
             "driver_sync_ms_mean": round(1000 * statistics.mean(costs), 2),
             "driver_sync_ms_max": round(1000 * max(costs), 2),
             "runs_no_dashboard": [round(x) for x in without],
@@ -146,6 +154,7 @@ def with_history(n_tasks: int) -> dict[str, Any]:
     child = launch.start(node.control.path, port=0)
     port = int(child.url.split(":")[2].split("/")[0])
     token = child.url.split("token=")[1]
+    rss_at_start = psutil.Process(child.process.pid).memory_info().rss
     try:
         for first in range(0, n_tasks, 20_000):
             lightwork.get([noop.remote(i) for i in range(first, min(n_tasks, first + 20_000))])
@@ -165,7 +174,8 @@ def with_history(n_tasks: int) -> dict[str, Any]:
     finally:
         child.stop()
         lightwork.shutdown()
-    return {"tasks_recorded": recorded, "dashboard_rss_mb": round(rss / 1e6, 1), **page,
+    return {"tasks_recorded": recorded, "dashboard_rss_mb_at_start": round(rss_at_start / 1e6, 1),
+            "dashboard_rss_mb": round(rss / 1e6, 1), **page,
             "first_overview_ms": round(1000 * first_paint, 1),
             **{f"{name}_p95_ms": round(1000 * p95(values), 2) for name, values in timings.items()}}
 
@@ -219,9 +229,9 @@ def synthetic(records: int) -> dict[str, Any]:
     mirror = Mirror()
     names = [f"pipeline.stage_{i}" for i in range(20)]
     for first in range(0, records, 100_000):
-        reply = _synthetic_sync(first, min(100_000, records - first), names, 1000.0)
+        reply, attached = _synthetic_sync(first, min(100_000, records - first), names, 1000.0)
         reply["budget"] = records
-        mirror.apply(reply)
+        mirror.apply(reply, attached)
     memory = psutil.Process().memory_info().rss - before
 
     def timed(call: Any) -> float:
@@ -245,18 +255,91 @@ def synthetic(records: int) -> dict[str, Any]:
     }
 
 
+def memory_run(minutes: float, sample_s: float = 10.0) -> dict[str, Any]:
+    """The dashboard process's RSS while a program runs tasks for ``minutes`` with a page
+    open (its event stream, and a tasks page and the overview fetched every sample)."""
+    import psutil
+
+    import lightwork
+    from lightwork.dashboard import launch
+
+    lightwork.init(num_cpus=2, advisor=False)
+
+    @lightwork.remote
+    def noop(i: int) -> int:
+        return i
+
+    node = lightwork._api._node
+    child = launch.start(node.control.path, port=0)
+    port = int(child.url.split(":")[2].split("/")[0])
+    token = child.url.split("token=")[1]
+    client = subprocess.Popen([sys.executable, "-c", CLIENT,
+                               f"http://127.0.0.1:{port}/api/events?view=stream",
+                               f"lightwork_dashboard_{port}={token}"])
+    dashboard = psutil.Process(child.process.pid)
+    curve: list[list[float]] = []  # [seconds, RSS MB, tasks run]
+    tasks = 0
+    began = time.monotonic()
+    next_sample = began
+    try:
+        while (now := time.monotonic()) < began + 60 * minutes:
+            lightwork.get([noop.remote(i) for i in range(2000)])
+            tasks += 2000
+            if now >= next_sample:
+                http_get(port, token, "/api/tasks?page_size=100&sort=run_s")
+                http_get(port, token, "/api/overview")
+                curve.append([round(now - began), round(dashboard.memory_info().rss / 1e6, 1),
+                              tasks])
+                next_sample += sample_s
+        curve.append([round(time.monotonic() - began),
+                      round(dashboard.memory_info().rss / 1e6, 1), tasks])
+    finally:
+        client.terminate()
+        client.wait()
+        child.stop()
+        lightwork.shutdown()
+    after_first_minute = [rss for seconds, rss, _ in curve if seconds >= 60] or [curve[-1][1]]
+    half = [rss for seconds, rss, _ in curve if seconds >= 30 * minutes] or [curve[-1][1]]
+    return {"minutes": minutes, "tasks": tasks,
+            "tasks_per_s": round(tasks / max(1e-9, curve[-1][0])),
+            "rss_mb_first": curve[0][1], "rss_mb_at_1_min": after_first_minute[0],
+            "rss_mb_min_after_1_min": min(after_first_minute),
+            "rss_mb_max_after_1_min": max(after_first_minute),
+            "rss_mb_second_half_first_last": [half[0], half[-1]],
+            "rss_mb_end": curve[-1][1], "curve": curve}
+
+
+PARTS = ("throughput", "history", "synthetic", "memory")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--history", type=int, default=100_000)
     parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--minutes", type=float, default=10.0,
+                        help="length of the memory run (--parts memory)")
+    parser.add_argument("--parts", default="throughput,history,synthetic",
+                        help=f"comma-separated, of: {', '.join(PARTS)} (memory: a run of "
+                        "--minutes with a page open, the dashboard's RSS every 10 s)")
     parser.add_argument("--output", default=str(ROOT / "dashboard_results.json"))
     args = parser.parse_args(argv)
-    results = {"machine": {"cpus": os.cpu_count(), "load_1m": os.getloadavg()[0]},
-               "throughput": throughput(args.tasks, args.rounds),
-               "history": with_history(args.history),
-               "synthetic": synthetic(args.records)}
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        parser.error(f"unknown part(s) {', '.join(sorted(unknown))}; choose from "
+                     f"{', '.join(PARTS)}")
+    if args.minutes <= 0:
+        parser.error(f"--minutes must be > 0, got {args.minutes}")
+    runs = {"throughput": lambda: throughput(args.tasks, args.rounds),
+            "history": lambda: with_history(args.history),
+            "synthetic": lambda: synthetic(args.records),
+            "memory": lambda: memory_run(args.minutes)}
+    results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(),
+                                           "load_1m": os.getloadavg()[0]}}
+    for part in parts:
+        results[part] = runs[part]()
     for part, figures in results.items():
         print(f"== {part}")
         for key, value in figures.items():

@@ -434,3 +434,44 @@ def test_a_saved_log_carries_the_machines_idle_time_to_the_offline_rules():
     assert analyse(data) == []  # 0.1 idle cores: the slow task may have been kept off them
     del data["machine"]  # a file from before the samples: the wall times decide
     assert [finding.kind for finding in analyse(data)] == ["wait-for-slowest"]
+
+
+def _slowest_with_worker_waits(waited_during_run):
+    advisor = _with_machine(Advisor(cpus=2, cores=2), idle_cores=0.0)  # no core idle
+    records, spans = _one_slow_among_four(slow_cpu=0.002)
+    slow = max(records, key=lambda r: r.finished - r.started)
+    slow.worker_id = 4242
+    for n in range(12):  # its worker's wait for a core, sampled every 0.25 s
+        at = T0 - 0.5 + n * 0.25
+        share = min(max(at - slow.started, 0.0), slow.finished - slow.started)
+        advisor.add_worker_sample(4242, at, 7.0 + waited_during_run * share / 1.5)
+    advisor.feed(records, spans)
+    return {finding.kind for finding in advisor.findings}
+
+
+def test_a_slow_task_whose_worker_did_not_wait_for_a_core_was_slow_by_its_own_work():
+    """Every core busy, but its worker's own waits for a core were 0.05 s of 1.5 s: the
+    task slept (or waited for I/O) by itself, so the finding stands."""
+    assert _slowest_with_worker_waits(0.05) == {"wait-for-slowest"}
+
+
+def test_a_slow_task_whose_worker_waited_for_a_core_was_kept_off_by_load():
+    assert _slowest_with_worker_waits(1.2) == set()
+
+
+def test_a_workers_wait_comes_from_its_own_samples():
+    from lightwork.diagnostics.advisor import worker_waited_s
+
+    advisor = Advisor(cpus=2, cores=2)
+    for n in range(5):
+        advisor.add_worker_sample(7, T0 + n, 1.0 + 0.1 * n)
+    assert advisor._worker_waited_between(7, T0 + 1, T0 + 3) == pytest.approx(0.2)
+    assert advisor._worker_waited_between(8, T0 + 1, T0 + 3) is None  # never sampled
+    # A worker first sampled during the run: scaled from what the samples cover.
+    assert advisor._worker_waited_between(7, T0 - 1, T0 + 3) == pytest.approx(0.3 * 4 / 3)
+    assert advisor._worker_waited_between(7, T0 - 10, T0 + 3) is None  # too little covered
+    import os
+
+    if os.path.exists("/proc/self/schedstat"):
+        assert worker_waited_s(os.getpid()) >= 0.0
+    assert worker_waited_s(2 ** 22 + 12345) is None  # no such process

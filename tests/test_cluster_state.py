@@ -16,10 +16,10 @@ import subprocess
 import sys
 import time
 
+import helpers
 import pytest
 from dask_cluster import DaskCluster
 
-import helpers
 import lightwork
 from lightwork import exceptions
 
@@ -138,6 +138,21 @@ def test_listings_mean_what_they_mean_locally(connected, tmp_path):
     assert lightwork.get(waiting) == 50_000
 
 
+@lightwork.remote
+def lists_from_a_task():
+    try:
+        lightwork.state.list_tasks()
+    except exceptions.UnsupportedOnBackend as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_the_state_api_inside_a_task_says_where_to_call_it(connected):
+    message = lightwork.get(lists_from_a_task.remote())
+    assert "inside a task is not supported on the distributed backend" in message
+    assert "from the driver" in message
+
+
 def test_a_killed_actor_is_listed_dead(connected):
     counter = Counter.remote()
     assert lightwork.get(counter.bump.remote()) == 1
@@ -207,7 +222,7 @@ def driver(cluster):
 
 def command(info, *args):
     return subprocess.run([sys.executable, "-m", "lightwork", *args], env=info["env"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_path):
@@ -220,6 +235,7 @@ def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_pa
 
     table = command(driver, "status")
     assert table.returncode == 0 and "workers    2" in table.stdout, table.stdout + table.stderr
+    assert f"cluster    {cluster.address}" in table.stdout
 
     workers = command(driver, "list", "workers", "--format", "json")
     rows = json.loads(workers.stdout)
@@ -244,8 +260,11 @@ def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_pa
     check_trace(events)
     assert any(e.get("name") == "square" and e.get("ph") == "X" for e in events)
 
-    stack = until(lambda: (lambda r: r if "lightwork_cli_marker" in r.stdout else None)(
-        command(driver, "stack")))
+    def stack_with_marker():
+        result = command(driver, "stack")
+        return result if "lightwork_cli_marker" in result.stdout else None
+
+    stack = until(stack_with_marker)
     assert stack.stdout.count("=== worker ") == 2
 
     dashboard = command(driver, "dashboard", "--port", "0")

@@ -478,7 +478,7 @@ def test_live_counts_match_the_state_api_while_tasks_run_and_queue(runtime, tmp_
     refs = [parked.remote(gate) for _ in range(5)]  # 2 CPUs: 2 run, 3 queue
     call = runtime["tally"].add.remote(7)
     try:
-        helpers.wait_until(lambda: feed.sync(node, 0, 0, 1, 10)["live"]["counts"].get(
+        helpers.wait_until(lambda: feed.sync(node, 0, 0, 1, 10)[0]["live"]["counts"].get(
             "RUNNING", 0) >= 2, message="two tasks running")
         with node.lock:
             expected = Counter(views.live_task_state(node, t) for t in node.tasks.values())
@@ -511,8 +511,10 @@ def test_the_get_observer_goes_away_with_the_session(fresh_runtime):
 
 
 # ---------------------------------------------------------------------------- the mirror
-def _synthetic_sync(first_id: int, count: int, names: list[str], base: float) -> dict[str, Any]:
-    """A sync reply carrying ``count`` ended tasks, as ``feed._columns`` encodes them."""
+def _synthetic_sync(first_id: int, count: int, names: list[str],
+                    base: float) -> tuple[dict[str, Any], bytes]:
+    """A sync reply carrying ``count`` ended tasks, and its attached bytes, as
+    ``feed.pack`` encodes them."""
     from lightwork._runtime.events import TaskRecord, freeze
 
     rows = []
@@ -524,21 +526,22 @@ def _synthetic_sync(first_id: int, count: int, names: list[str], base: float) ->
             finished=t + 5e-4 + (i % 7) * 1e-5, stored=t + 6e-4 + (i % 7) * 1e-5,
             state="FAILED" if i % 10 == 0 else "FINISHED",
             error="boom" if i % 10 == 0 else None)))
+    facts, attached = feed.pack(rows)
     return {
         "session": "synthetic", "now": base + (first_id + count) * 0.001, "base": base,
         "base_wall": 0.0, "budget": 1_000_000, "cost_s": 0.0,
-        "tasks": {"cursor": first_id + count, "lost": 0, **feed._columns(rows)},
+        "tasks": {"cursor": first_id + count, "lost": 0, **facts},
         "spans": {"cursor": 0, "lost": 0, "rows": []},
         "live": {"counts": {}, "rows": [], "total": 0}, "resources": {}, "workers": [],
         "known_workers": {}, "actors": [], "actor_count": 0, "store": {}, "findings": [],
         "progress": [],
-    }
+    }, b"".join(attached)
 
 
 def test_mirror_filters_and_sorts_like_a_brute_force_as_records_arrive():
     mirror = Mirror()
     names = ["a.load", "b.train", "c.save"]
-    mirror.apply(_synthetic_sync(0, 3000, names, 100.0))
+    mirror.apply(*_synthetic_sync(0, 3000, names, 100.0))
     first = mirror.tasks(state="FAILED", name="train", sort="task_id", descending=False,
                          page_size=200)
     expected = [i for i in range(3000) if i % 10 == 0 and names[i % 3] == "b.train"]
@@ -547,7 +550,7 @@ def test_mirror_filters_and_sorts_like_a_brute_force_as_records_arrive():
     assert first["rows"][0]["error"] == "boom"
     by_worker = mirror.tasks(worker="2", sort="run_s", page=1, page_size=50)
     assert {r["worker_id"] for r in by_worker["rows"]} == {2}
-    mirror.apply(_synthetic_sync(3000, 1000, names, 100.0))  # the cached filter grows
+    mirror.apply(*_synthetic_sync(3000, 1000, names, 100.0))  # the cached filter grows
     again = mirror.tasks(state="FAILED", name="train", sort="task_id", descending=True,
                          page_size=5)
     expected = [i for i in range(4000) if i % 10 == 0 and names[i % 3] == "b.train"]
@@ -570,23 +573,23 @@ def test_mirror_filters_and_sorts_like_a_brute_force_as_records_arrive():
 
 def test_mirror_keeps_the_budget_and_says_so():
     mirror = Mirror()
-    reply = _synthetic_sync(0, 1200, ["f"], 50.0)
+    reply, attached = _synthetic_sync(0, 1200, ["f"], 50.0)
     reply["budget"] = 1000
-    mirror.apply(reply)
+    mirror.apply(reply, attached)
     assert len(mirror.state_of) == 1000 and mirror.trimmed == 200
     assert any("newest 1,000" in banner for banner in mirror.header()["banners"])
     page = mirror.tasks(sort="task_id", descending=False, page_size=1)
     assert page["rows"][0]["task_id"] == 200 and page["total"] == 1000
     assert mirror.function_summary()["functions"][0]["count"] == 1000
-    lost = _synthetic_sync(1200, 10, ["f"], 50.0)
+    lost, attached = _synthetic_sync(1200, 10, ["f"], 50.0)
     lost["tasks"]["lost"] = 7
-    mirror.apply(lost)
+    mirror.apply(lost, attached)
     assert any("7 task records left" in banner for banner in mirror.header()["banners"])
 
 
 def test_stream_caps_rectangles_and_says_so():
     mirror = Mirror()
-    mirror.apply(_synthetic_sync(0, 5000, ["f"], 10.0))
+    mirror.apply(*_synthetic_sync(0, 5000, ["f"], 10.0))
     s = mirror.stream(window_s=60, max_spans=100)
     assert len(s["spans"]) == 100 and s["capped"] is True
     assert [span[4] for span in s["spans"]] == list(range(4999, 4899, -1))  # the newest
@@ -620,8 +623,8 @@ def test_the_page_keeps_the_final_state_after_the_program_ends():
         helpers.stop_session_driver(info)
         assert server.sync_now() is False
         overview = client.json("/api/overview")
-        assert overview["ended"] is True and "ended" in overview["end_reason"]
-        assert client.json("/api/tasks")["total"] == 30  # what it saw before the end
+        assert overview["ended"] is True and "read as it closed" in overview["end_reason"]
+        assert client.json("/api/tasks")["total"] == 35  # the last 5 came as it closed
         gone = client.request("/api/stacks?target=all")
         assert gone.status == 410 and "ended" in json.loads(gone.data)["error"]
     finally:
@@ -799,3 +802,4 @@ def test_replay_and_advise_read_a_timeline_file_the_same_way(tmp_path, content):
         cli.advise_file(str(path), False, io.StringIO())
     assert str(replayed.value) == str(advised.value)
     assert str(path) in str(replayed.value)
+

@@ -1,7 +1,8 @@
 """The dashboard in a real browser: headless Chromium driven by Playwright.
 
 A driver program runs in another process: a ``get`` inside a loop (the advisor's
-``get-in-loop``), then a slow trickle of tasks, until the test opens its gate. The
+``get-in-loop``), then a slow trickle of tasks and a Dask graph held at its 10th task,
+until the test opens its gates. The
 dashboard is served from this process, reading the program's control socket. The test
 uses the system Chromium (``make test`` installs it; nothing downloads browsers here)
 and lets the page reach nothing but the dashboard: every other request is recorded and
@@ -37,15 +38,29 @@ def trickle(i):
     time.sleep(0.15)
     return i
 
+def link(previous, i, release):  # a Dask chain that stops at link 9 until released
+    deadline = time.monotonic() + 60
+    while i == 9 and not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return previous + 1
+
 for i in range(12):  # a get inside the loop: the advisor's get-in-loop
     lightwork.get(step.remote(i))
 print("SOCKET", lightwork._api._node.control.path, flush=True)
 gate = sys.argv[1]
+
+import threading, dask, lightwork.dask
+chain = 0
+for k in range(12):
+    chain = dask.delayed(link)(chain, k, gate + ".dask")
+graph = threading.Thread(target=lambda: chain.compute(scheduler=lightwork.dask.get))
+graph.start()
 i = 0
 while not os.path.exists(gate):
     lightwork.get([trickle.remote(i), trickle.remote(i + 1)])
     i += 2
-print("DONE", flush=True)
+graph.join()
+print("DONE", lightwork._api._node.log.ended_states().get("FINISHED"), flush=True)
 """
 
 
@@ -88,6 +103,16 @@ def test_the_page_shows_the_running_program(browser_page, tmp_path):
         page.goto(server.url)
         assert "token=" not in page.url  # traded for the cookie
         page.wait_for_function("() => document.getElementById('liveness').textContent === 'live'")
+
+        # A running Dask graph has its bar: 9 of its 12 tasks done, the 10th held.
+        graph = page.locator(".progress-graph")
+        graph.wait_for(timeout=20_000)
+        page.wait_for_function("() => document.querySelector('.progress-graph').textContent"
+                               ".includes('9 of 12 tasks done')", timeout=20_000)
+        assert "Dask graph link" in graph.inner_text() and "1 running" in graph.inner_text()
+        page.screenshot(path=str(tmp_path / "dashboard-progress.png"), full_page=True)
+        open(info["gate"] + ".dask", "w").close()
+        graph.wait_for(state="detached", timeout=20_000)  # it finished: no bar
 
         # Counts change as tasks finish.
         finished = page.locator(".count-FINISHED")
@@ -138,14 +163,23 @@ def test_the_page_shows_the_running_program(browser_page, tmp_path):
         page.click("#tabs button[data-view=overview]")
         page.screenshot(path=str(tmp_path / "dashboard-overview.png"), full_page=True)
 
-        # The program ends: the page says so and keeps its last state.
-        helpers.stop_session_driver(info)
+        # The program ends: the page says so and shows its final state, every task the
+        # program ran (the last ones read as its session closed).
+        open(info["gate"], "w").close()
+        out, err = info["process"].communicate(timeout=30)
+        assert "DONE" in out, err
+        ran = int(out.split("DONE ")[1].split()[0])
         info = None
         page.locator("#banners .ended").wait_for(timeout=20_000)
+        page.wait_for_function("() => document.querySelector('#banners .ended').textContent"
+                               ".includes('read as it closed')", timeout=20_000)
         assert page.locator("#liveness").inner_text() == "ended"
-        assert int(page.locator(".count-FINISHED").inner_text().replace(",", "")) > first
+        page.wait_for_function(
+            f"() => Number(document.querySelector('.count-FINISHED').textContent"
+            f".replace(/,/g, '')) === {ran}", timeout=10_000)
     finally:
         if info is not None:
+            open(info["gate"] + ".dask", "w").close()
             helpers.stop_session_driver(info)
         server.stop()
     assert errors == []

@@ -296,6 +296,11 @@ def print_status(s: dict[str, Any], out: TextIO) -> None:
         ("event log", f"{log['task_records']} task records (budget {log['budget']}); dropped "
                       f"{log['dropped_tasks']} records, {log['dropped_spans']} spans"),
     ]
+    if s.get("backend") == "distributed":  # a driver on a Dask cluster
+        where = s.get("address") or "?"
+        if s.get("dask_dashboard"):
+            where += f" (Dask dashboard {s['dask_dashboard']})"
+        lines.insert(1, ("cluster", where))
     deadlocks = s.get("actor_deadlocks") or []
     if deadlocks:  # gets inside actors that could never return (raised ActorDeadlockError)
         last = deadlocks[-1]

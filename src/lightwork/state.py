@@ -40,6 +40,15 @@ def query(op: str, request_timeout: float = 30.0, **args: Any) -> Any:
         path = control.worker_socket_path()
         if path is not None:
             return control.request(path, op, args, timeout=request_timeout)
+    backend = _api._backend
+    if backend is not None and not backend.in_driver:  # a task on a cluster worker
+        from lightwork.exceptions import UnsupportedOnBackend
+
+        raise UnsupportedOnBackend(
+            f"the state API ({op}) inside a task is not supported on the {backend.name} "
+            "backend (the driver that holds the run's record may be on another machine): "
+            "call it from the driver, or run `lightwork status`/`list` in a terminal on "
+            "the driver's machine")
     raise RuntimeError(
         "no lightwork runtime is running in this process; call lightwork.init() first "
         "(from another terminal, `lightwork status` attaches to a running program)")

@@ -15,7 +15,11 @@ handler imports ``lightwork.dashboard.feed`` on the first request.
 
 Protocol: a request is one line of JSON ``{"op": name, "args": {...}}``; the reply is
 one line ``{"ok": true, "result": ...}`` or ``{"ok": false, "type": "ValueError",
-"error": message}``. Never pickle: nothing received is ever turned into code or objects.
+"error": message}``. A handler may return :class:`Attached` to send raw bytes after the
+line (``"attached": N`` in it): the dashboard's packed task records, which would cost
+the driver three times more as base64 inside the JSON. A connection carries any number
+of requests in turn (:class:`Channel`). Never pickle: nothing received is ever turned
+into code or objects.
 Operations are in :func:`dispatch`; the Python API (``lightwork.state`` and friends)
 calls the same function in-process, so both paths return the same rows.
 
@@ -81,6 +85,17 @@ MAX_SOCKET_PATH = 104  # sun_path is 108 bytes on Linux, 104 on macOS
 DEFAULT_STACK_TIMEOUT_S = 2.0
 
 
+class Attached:
+    """A handler's result with raw bytes to send after its JSON line (never parsed as
+    code: the receiver reads them as arrays of numbers)."""
+
+    __slots__ = ("buffers", "result")
+
+    def __init__(self, result: Any, buffers: list[Any]) -> None:
+        self.result = result
+        self.buffers = buffers  # bytes-like objects, sent in order without joining
+
+
 class ControlError(RuntimeError):
     """A diagnostics request could not be answered."""
 
@@ -143,12 +158,9 @@ class ControlServer:
 
     def stop(self) -> None:
         self._stop.set()
-        for hook in self.stop_hooks:
-            try:
-                hook()
-            except Exception:  # noqa: BLE001 - a diagnostics hook must not block shutdown
-                pass
-        self.stop_hooks.clear()
+        # No new connection from here on (a client gets "refused" at once instead of
+        # waiting for an answer that never comes); the hooks may still answer on the
+        # connections already open (the dashboard's final sync).
         listener, self._listener = self._listener, None
         if listener is not None:
             try:
@@ -156,6 +168,12 @@ class ControlServer:
             except OSError:
                 pass
             listener.close()
+        for hook in self.stop_hooks:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - a diagnostics hook must not block shutdown
+                pass
+        self.stop_hooks.clear()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0)
         try:
@@ -194,15 +212,17 @@ class ControlServer:
                 line = reader.readline(MAX_REQUEST_BYTES + 1)
                 if not line:
                     return
-                reply = self._reply_to(line)
-                conn.sendall(reply)
+                for buffer in self._reply_to(line):
+                    conn.sendall(buffer)
         except OSError:
             return
         finally:
             reader.close()
             conn.close()
 
-    def _reply_to(self, line: bytes) -> bytes:
+    def _reply_to(self, line: bytes) -> list[Any]:
+        """The reply's buffers: its JSON line, then any attached bytes."""
+        attached: list[Any] = []
         try:
             if len(line) > MAX_REQUEST_BYTES:
                 raise ValueError(f"request larger than {MAX_REQUEST_BYTES} bytes")
@@ -212,7 +232,12 @@ class ControlServer:
             args = request.get("args") or {}
             if not isinstance(args, dict):
                 raise ValueError("request args must be a JSON object")
-            reply: dict[str, Any] = {"ok": True, "result": dispatch(self.node, request["op"], args)}
+            result = dispatch(self.node, request["op"], args)
+            if isinstance(result, Attached):
+                result, attached = result.result, result.buffers
+            reply: dict[str, Any] = {"ok": True, "result": result}
+            if attached:
+                reply["attached"] = sum(memoryview(b).nbytes for b in attached)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply
             # The client re-raises these two as themselves (usage errors), others as
             # ControlError; UnicodeDecodeError and JSONDecodeError are ValueErrors.
@@ -221,7 +246,8 @@ class ControlServer:
             if isinstance(exc, (UnicodeDecodeError, json.JSONDecodeError)):
                 exc = ValueError(f"the request is not one line of UTF-8 JSON ({exc})")
             reply = {"ok": False, "type": kind, "error": str(exc) or kind}
-        return json.dumps(reply, default=str).encode() + b"\n"
+            attached = []
+        return [json.dumps(reply, default=str).encode() + b"\n", *attached]
 
     # -- side-car state -----------------------------------------------------------------
     def add_profile(self, event: list[Any]) -> None:
@@ -669,41 +695,88 @@ def resolve_socket(session: str | None = None, address: str | None = None) -> st
 def request(path: str, op: str, args: dict[str, Any] | None = None,
             timeout: float = 10.0) -> Any:
     """Send one request to a control socket and return its result (raises on errors)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
+    with Channel(path, timeout) as channel:
+        return channel.ask(op, args, timeout)[0]
+
+
+class Channel:
+    """A connection to a session's control socket that carries requests in turn.
+
+    :meth:`ask` returns the result and the bytes attached to it (``b""`` when none).
+    """
+
+    def __init__(self, path: str, timeout: float = 10.0) -> None:
+        self.path = path
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
+        self._buffer = b""
         try:
-            sock.connect(path)
+            self._sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
-            raise NoSessionError(f"no lightwork session is listening on {path} ({exc.strerror}); "
-                                 "it may have ended") from None
+            self._sock.close()
+            raise NoSessionError(f"no lightwork session is listening on {path} "
+                                 f"({exc.strerror}); it may have ended") from None
+        except OSError:
+            self._sock.close()
+            raise
+
+    def __enter__(self) -> Channel:  # noqa: PYI034 - not subclassed
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def ask(self, op: str, args: dict[str, Any] | None = None,
+            timeout: float = 10.0) -> tuple[Any, bytes]:
+        sock = self._sock
+        sock.settimeout(timeout)
         sock.sendall(json.dumps({"op": op, "args": args or {}}).encode() + b"\n")
-        chunks = []
-        while True:
-            try:
-                chunk = sock.recv(1 << 20)
-            except socket.timeout:
-                raise NotAnsweringError(
-                    f"the lightwork session at {path} did not answer {op!r} within {timeout:g} s: "
-                    "its driver may be holding the GIL in a long C call, or be stopped. Try "
-                    "again, or see where it is with `lightwork stack --native` (py-spy)") from None
+        chunks = [self._buffer]
+        end = self._buffer.find(b"\n")
+        while end < 0:
+            chunk = self._receive(op, timeout)
             if not chunk:
-                break
+                if not any(chunks):
+                    raise ControlError(f"the lightwork session at {self.path} closed the "
+                                       f"connection without answering {op!r}")
+                raise ControlError(f"the lightwork session at {self.path} closed the "
+                                   f"connection in the middle of its answer to {op!r}")
+            end = chunk.find(b"\n")
             chunks.append(chunk)
-            if chunk.endswith(b"\n"):
-                break
-    finally:
-        sock.close()
-    data = b"".join(chunks)
-    if not data:
-        raise ControlError(f"the lightwork session at {path} closed the connection without "
-                           f"answering {op!r}")
-    reply = json.loads(data)
-    if reply.get("ok"):
-        return reply.get("result")
-    message = reply.get("error", "unknown error")
-    if reply.get("type") == "ValueError":
-        raise ValueError(message)
-    if reply.get("type") == "TypeError":
-        raise TypeError(message)
-    raise ControlError(message)
+        data = b"".join(chunks)
+        end = data.index(b"\n")
+        reply = json.loads(data[:end])
+        rest = data[end + 1:]
+        size = reply.get("attached", 0) if isinstance(reply, dict) else 0
+        if size:
+            parts, have = [rest], len(rest)
+            while have < size:
+                chunk = self._receive(op, timeout)
+                if not chunk:
+                    raise ControlError(f"the lightwork session at {self.path} closed the "
+                                       f"connection in the middle of its answer to {op!r}")
+                parts.append(chunk)
+                have += len(chunk)
+            rest = b"".join(parts)
+        attached, self._buffer = rest[:size], rest[size:]
+        if reply.get("ok"):
+            return reply.get("result"), attached
+        message = reply.get("error", "unknown error")
+        if reply.get("type") == "ValueError":
+            raise ValueError(message)
+        if reply.get("type") == "TypeError":
+            raise TypeError(message)
+        raise ControlError(message)
+
+    def _receive(self, op: str, timeout: float) -> bytes:
+        try:
+            return self._sock.recv(1 << 20)
+        except TimeoutError:
+            raise NotAnsweringError(
+                f"the lightwork session at {self.path} did not answer {op!r} within "
+                f"{timeout:g} s: its driver may be holding the GIL in a long C call, or be "
+                "stopped. Try again, or see where it is with `lightwork stack --native` "
+                "(py-spy)") from None

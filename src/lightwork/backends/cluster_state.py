@@ -298,6 +298,7 @@ class ClusterState:
             "uptime_s": time.monotonic() - log.log.started_at,
             "backend": "distributed",
             "address": self.backend.address(),
+            "dask_dashboard": _dashboard_link(self.backend.client),
             "resources": {
                 "total": total,
                 "available": {k: max(0.0, available.get(k, 0.0)) for k in total},
@@ -319,6 +320,15 @@ class ClusterState:
             "store": None,
             "event_log": facts,
         }
+
+
+def _dashboard_link(client: Any) -> str | None:
+    """The Dask dashboard's URL, or None when the scheduler serves none."""
+    try:
+        services = client.scheduler_info().get("services") or {}
+        return client.dashboard_link if "dashboard" in services else None
+    except Exception:  # noqa: BLE001 - only a hint in the status
+        return None
 
 
 def _task_state(scheduler_state: str) -> str:

@@ -13,9 +13,13 @@ A sync is incremental. The dashboard sends the cursors it reached, and gets:
   ``dropped_tasks + len(ring)`` records ever appended, so a cursor is that count; the
   new ones are the newest ``count - cursor`` of the ring, read from its right end (no
   walk over the older records). Those that fell out of the ring before they were read
-  are counted in ``lost``. The numbers travel packed (``struct``, one fixed-size row per
-  record, base64; encoding floats as JSON text costs ten times more), the names and
-  states as plain lists. JSON and arrays of numbers only: nothing
+  are counted in ``lost``. The records travel as bytes attached after the reply's JSON
+  line (``control.Attached``; the layout is ``wire``'s): one ``struct`` row of numbers
+  per record, and the names and states as codes into small tables. Per record that is
+  one ``itemgetter`` and one ``Struct.pack`` call and two dictionary look-ups, all in C
+  (about 0.4 µs); base64 and the JSON encoding of the same bytes cost twice that again.
+  Packing runs in slices of ``PACK_SLICE`` rows, so the interpreter can hand the GIL to
+  the driver's other threads between them. JSON and arrays of numbers only: nothing
   received is ever unpickled.
 * the driver's blocked ``get``/``wait`` spans since ``span_cursor`` (the same scheme);
 * the live picture, small by construction: counts of live tasks by state, the first
@@ -32,6 +36,20 @@ Progress of running ``get``/``wait`` calls comes from an observer on the blockin
 (``introspect.blocking_observers``), installed by the first sync and removed by itself
 once no sync came for ``OBSERVER_IDLE_S``: while no page is open, ``get`` pays nothing.
 
+Running Dask graphs (``lightwork.dask``) come with each sync too: finished and total
+tasks of each, read from the run's own state (the ``ProgressBar``'s numbers), and only
+if ``lightwork.dask`` was imported (the feed never imports it).
+
+The session's end: a dashboard started from a terminal holds one connection with a
+``dashboard_wait_end`` request on it, answered when the session starts closing (or
+after ``timeout`` seconds, and then asked again). Its first request registers it (its
+``watcher`` name) until it says ``dashboard_end_seen``: after its final sync, taken on
+the same connection, or when it stops. The session waits for every registered
+dashboard, at most ``FINAL_SYNC_WAIT_S`` (a stop hook of the control server, run before
+anything is torn down), so the page shows the program's final state, not the one of up
+to a second before. A session with no dashboard registered waits for nothing; one that
+was killed without saying so costs the program's end ``FINAL_SYNC_WAIT_S`` once.
+
 Actions (``dashboard_cancel``, ``dashboard_kill``) exist only for the dashboard's
 ``--allow-actions`` mode; the dashboard process checks the token and the origin first,
 and this side refuses any action whose request does not carry ``allow_actions: true``
@@ -41,45 +59,71 @@ and this side refuses any action whose request does not carry ``allow_actions: t
 
 from __future__ import annotations
 
-import base64
+import array
 import itertools
 import operator
 import struct
+import sys
 import threading
 import time
+import weakref
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from lightwork._runtime import views
+from lightwork._runtime import control, views
 from lightwork._runtime.events import TaskRecord
 from lightwork._runtime.objects import PENDING
 from lightwork.dashboard import CONTROL_OPS
+from lightwork.dashboard.wire import (
+    DEFAULT_MAX_RECORDS,
+    FLOAT_COLUMNS,
+    INT_COLUMNS,
+    MAX_ERROR_CHARS,
+    NAME_CODE,
+    ROW_FORMAT,
+    STATE_CODE,
+)
 
 if TYPE_CHECKING:
     from lightwork._runtime.node import Node
 
 OPS = CONTROL_OPS
-DEFAULT_MAX_RECORDS = 20_000  # per sync (bounds both sides' peak memory); the rest comes next
+PACK_SLICE = 2_000  # rows packed per C call (about 0.5 ms: the GIL can move between them)
 DEFAULT_LIVE_LIMIT = 1_000
 MAX_ACTORS = 2_000
 MAX_PROGRESS_OBJECTS = 100_000  # larger get/wait calls report their size, not progress
 OBSERVER_IDLE_S = 30.0
+MAX_END_WAIT_S = 25.0  # one dashboard_wait_end (the connection's idle timeout is 30 s)
+FINAL_SYNC_WAIT_S = 2.0  # the session waits this long at most for the final syncs
+MAX_WATCHERS = 64  # dashboards registered for a final sync (more are not waited for)
+MAX_GRAPHS = 100
 
 _FIELD_NAMES = tuple(TaskRecord.__dataclass_fields__)
-#: Columns sent as float64 arrays (monotonic seconds) and as int64 arrays.
-FLOAT_COLUMNS = ("submitted", "deps_ready", "dispatched", "started", "args_loaded",
-                 "finished", "stored")
-INT_COLUMNS = ("task_id", "worker_id", "pid", "attempt", "arg_size", "result_size", "actor_id")
 _NAME, _STATE, _ERROR, _RETRIES = (_FIELD_NAMES.index(n) for n in ("name", "state", "error",
                                                                      "retries"))
-MAX_ERROR_CHARS = 300
 
 
 def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
     if op == "dashboard_sync":
-        return sync(node, _int_arg(args, "task_cursor", 0), _int_arg(args, "span_cursor", 0),
-                    _int_arg(args, "max_records", DEFAULT_MAX_RECORDS),
-                    _int_arg(args, "live_limit", DEFAULT_LIVE_LIMIT))
+        reply, attached = sync(node, _int_arg(args, "task_cursor", 0),
+                               _int_arg(args, "span_cursor", 0),
+                               _int_arg(args, "max_records", DEFAULT_MAX_RECORDS),
+                               _int_arg(args, "live_limit", DEFAULT_LIVE_LIMIT))
+        return control.Attached(reply, attached)
+    if op in ("dashboard_wait_end", "dashboard_end_seen"):
+        watcher = args.get("watcher")
+        if not isinstance(watcher, str) or not 0 < len(watcher) <= 64:
+            raise ValueError(f"watcher must be the dashboard's name for itself (a string of 1 "
+                             f"to 64 characters), got {watcher!r}")
+        if op == "dashboard_end_seen":
+            _end_watch(node).seen(watcher)
+            return {}
+        timeout = args.get("timeout", MAX_END_WAIT_S)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not (
+                0 < timeout <= MAX_END_WAIT_S):
+            raise ValueError(f"timeout must be a number of seconds in (0, {MAX_END_WAIT_S:g}],"
+                             f" got {timeout!r}")
+        return {"closing": _end_watch(node).wait(watcher, float(timeout))}
     if op in ("dashboard_cancel", "dashboard_kill") and args.get("allow_actions") is not True:
         raise PermissionError(f"{op} refused: actions are off; only a dashboard started with "
                               "`lightwork dashboard --allow-actions` may cancel tasks or kill "
@@ -100,7 +144,8 @@ def _int_arg(args: dict[str, Any], key: str, default: int) -> int:
 
 # ---------------------------------------------------------------------------- sync
 def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
-         live_limit: int) -> dict[str, Any]:
+         live_limit: int) -> tuple[dict[str, Any], list[Any]]:
+    """The reply (JSON) and the bytes of its task records (``wire``'s layout)."""
     began = time.perf_counter()
     _progress.touch(node)
     with node.lock:
@@ -121,17 +166,19 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
         store = _store_facts(node)
         progress = _progress.snapshot(node)
         now = time.monotonic()
+    graphs = _dask_graphs()
     workers = views.worker_rows(node)
     actors = views.actor_rows(node)[:MAX_ACTORS]
     sidecar = getattr(node, "control", None)
     known = sidecar.known_workers() if sidecar is not None else {}
+    task_facts, attached = pack(new_tasks)
     reply = {
         "session": node.session.name,
         "now": now,
         "base": node.log.started_at,
         "base_wall": node.log.started_at_wall,
         "budget": node.log.budget,
-        "tasks": {"cursor": task_next, "lost": task_lost, **_columns(new_tasks)},
+        "tasks": {"cursor": task_next, "lost": task_lost, **task_facts},
         "spans": {"cursor": span_next, "lost": span_lost,
                   "rows": [[s.kind, s.start, s.end, s.object_count, s.thread_id,
                             _where(s.callsite)] for s in new_spans]},
@@ -144,9 +191,10 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
         "store": store,
         "findings": _findings(node),
         "progress": progress,
+        "graphs": graphs,
     }
     reply["cost_s"] = time.perf_counter() - began
-    return reply
+    return reply, attached
 
 
 _STATE_OF = operator.attrgetter("state")
@@ -193,34 +241,41 @@ def _newest(ring: Any, total: int, cursor: int, limit: int) -> tuple[list[Any], 
     return newest[:wanted], lost, start + wanted
 
 
-#: One row's numbers: the float fields, then the int fields (native order: one machine).
-ROW_FORMAT = f"={len(FLOAT_COLUMNS)}d{len(INT_COLUMNS)}q"
 _ROW = struct.Struct(ROW_FORMAT)
 _NUMBERS = operator.itemgetter(*(_FIELD_NAMES.index(n) for n in FLOAT_COLUMNS + INT_COLUMNS))
+_NAME_OF, _STATE_OF_ROW = operator.itemgetter(_NAME), operator.itemgetter(_STATE)
+_ERROR_OF, _RETRIES_OF = operator.itemgetter(_ERROR), operator.itemgetter(_RETRIES)
 
 
-def _columns(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
-    """The records' numbers as packed rows (``ROW_FORMAT``), base64; names, states and
-    errors as lists.
+def pack(rows: list[tuple[Any, ...]]) -> tuple[dict[str, Any], list[Any]]:
+    """Frozen task records as ``wire`` sends them: (JSON facts, attached buffers).
 
-    One ``itemgetter`` call picks a row's numbers and one ``Struct.pack`` packs them, both
-    in C (``starmap``): no Python loop per field, about twice cheaper than building an
-    array per column. The lists are built by ``map`` in C too; Python code runs only for
-    the rows with an error.
+    Everything per record runs in C (``starmap``, ``map``, ``compress``); Python code
+    runs per slice of ``PACK_SLICE`` rows, per distinct name or state, and for the rows
+    with an error or retries.
     """
     if not rows:
-        return {"count": 0}
-    packed = b"".join(itertools.starmap(_ROW.pack, map(_NUMBERS, rows)))
-    errors = list(map(operator.itemgetter(_ERROR), rows))
-    return {
-        "count": len(rows),
-        "rows": base64.b64encode(packed).decode(),
-        "names": list(map(operator.itemgetter(_NAME), rows)),
-        "states": list(map(operator.itemgetter(_STATE), rows)),
-        "retries": list(map(len, map(operator.itemgetter(_RETRIES), rows))),
-        "errors": [[i, str(errors[i])[:MAX_ERROR_CHARS]]
-                   for i in itertools.compress(range(len(rows)), errors)],
+        return {"count": 0}, []
+    packed = [b"".join(itertools.starmap(_ROW.pack, map(_NUMBERS, rows[i:i + PACK_SLICE])))
+              for i in range(0, len(rows), PACK_SLICE)]
+    name_codes, names = _codes(list(map(_NAME_OF, rows)), NAME_CODE)
+    state_codes, states = _codes(list(map(_STATE_OF_ROW, rows)), STATE_CODE)
+    positions = range(len(rows))
+    facts = {
+        "count": len(rows), "names": names, "states": states,
+        "retries": [[i, len(rows[i][_RETRIES])]
+                    for i in itertools.compress(positions, map(_RETRIES_OF, rows))],
+        "errors": [[i, str(rows[i][_ERROR])[:MAX_ERROR_CHARS]]
+                   for i in itertools.compress(positions, map(_ERROR_OF, rows))],
     }
+    return facts, [*packed, name_codes, state_codes]
+
+
+def _codes(values: list[str], typecode: str) -> tuple[array.array[int], list[str]]:
+    """Each value's position in a table of the distinct values (first seen first)."""
+    table = list(dict.fromkeys(values))
+    position = dict(zip(table, range(len(table))))
+    return array.array(typecode, map(position.__getitem__, values)), table
 
 
 def _where(callsite: Any) -> str | None:
@@ -325,6 +380,65 @@ class _BlockingCalls:
 
 
 _progress = _BlockingCalls()
+
+
+def _dask_graphs() -> list[dict[str, Any]]:
+    """The running ``lightwork.dask`` graphs' progress (none unless it was imported)."""
+    scheduler = sys.modules.get("lightwork.dask._scheduler")
+    running = getattr(scheduler, "running_graphs", None)  # None while it is imported
+    if not running:
+        return []
+    return [run.progress() for run in list(running.values())[:MAX_GRAPHS]]
+
+
+# ---------------------------------------------------------------------------- the end
+class _EndWatch:
+    """The dashboards registered for one session's end, and their final syncs."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._closing = False
+        self._watchers: set[str] = set()  # registered, final sync not taken yet
+
+    def wait(self, watcher: str, timeout: float) -> bool:
+        """In a connection thread: register ``watcher``, then wait until the session
+        closes (True) or ``timeout`` (False)."""
+        with self._changed:
+            if len(self._watchers) < MAX_WATCHERS:
+                self._watchers.add(watcher)
+            return bool(self._changed.wait_for(lambda: self._closing, timeout))
+
+    def seen(self, watcher: str) -> None:
+        """``watcher`` has its final sync, or needs none (it stops)."""
+        with self._changed:
+            self._watchers.discard(watcher)
+            self._changed.notify_all()
+
+    def close(self, wait: bool = True) -> None:
+        """The session closes (a stop hook): wake the waiting dashboards and give them
+        ``FINAL_SYNC_WAIT_S`` at most for their last sync."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+            if wait:
+                self._changed.wait_for(lambda: not self._watchers, FINAL_SYNC_WAIT_S)
+
+
+#: One per session, by its control server (an entry goes with its server).
+_end_watches: weakref.WeakKeyDictionary[Any, _EndWatch] = weakref.WeakKeyDictionary()
+_end_watches_lock = threading.Lock()
+
+
+def _end_watch(node: Node) -> _EndWatch:
+    sidecar = node.control
+    with _end_watches_lock:
+        watch = _end_watches.get(sidecar)
+        if watch is None:
+            watch = _end_watches[sidecar] = _EndWatch()
+            sidecar.stop_hooks.append(watch.close)
+            if sidecar.stopped:  # it closed as we registered: the hook may have run
+                watch.close(wait=False)
+    return watch
 
 
 # ---------------------------------------------------------------------------- actions

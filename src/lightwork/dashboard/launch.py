@@ -1,6 +1,7 @@
 """``init(dashboard=True)``: the dashboard as a process beside the program.
 
-The program starts ``python -m lightwork dashboard --address SOCKET --child`` and reads
+The program starts ``python .../dashboard/_serve.py --address SOCKET --child`` (the lean
+dashboard process: no runtime imported, see ``_serve``) and reads
 the URL from the first line of its output (the child makes the token; it never appears
 on a command line). The child:
 
@@ -24,9 +25,7 @@ from __future__ import annotations
 import os
 import select
 import subprocess
-import sys
 import time
-from typing import Any
 
 STARTUP_TIMEOUT_S = 15.0
 FINAL_SYNC_TIMEOUT_S = 3.0
@@ -66,13 +65,14 @@ class DashboardProcess:
 
 def start(socket_path: str, port: int = 0) -> DashboardProcess:
     """Start the dashboard child for the session at ``socket_path``; return once it serves."""
-    command = [sys.executable, "-m", "lightwork", "dashboard", "--address", socket_path,
-               "--port", str(port), "--child"]
+    from lightwork.dashboard import serve_command, serve_env
+
+    command = serve_command(socket_path, port, "--child")
     # Its stderr goes nowhere: holding the program's stderr open would keep whoever reads
     # the program's output (a pipe, ``subprocess.run``) waiting for the dashboard to exit.
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, start_new_session=True,
-                               env=_child_env())
+                               env=serve_env())
     try:
         url = _read_line(process, STARTUP_TIMEOUT_S)
     except TimeoutError:
@@ -106,8 +106,3 @@ def _read_line(process: subprocess.Popen[bytes], timeout: float) -> str:
         data += chunk
     return data.decode(errors="replace").strip()
 
-
-def _child_env() -> dict[str, Any]:
-    env = dict(os.environ)
-    env.pop("PYTHONSTARTUP", None)
-    return env

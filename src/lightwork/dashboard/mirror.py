@@ -32,7 +32,6 @@ them (the page says when there are more).
 from __future__ import annotations
 
 import array
-import base64
 import bisect
 import functools
 import itertools
@@ -42,7 +41,14 @@ import time
 from collections import deque
 from typing import Any
 
-from lightwork.dashboard.feed import FLOAT_COLUMNS, INT_COLUMNS
+from lightwork.dashboard.wire import (
+    FLOAT_COLUMNS,
+    INT_COLUMNS,
+    NAME_CODE,
+    ROW_BYTES,
+    STATE_CODE,
+    attached_size,
+)
 
 MAX_STREAM_SPANS = 4_000
 MAX_PAGE_SIZE = 200
@@ -95,8 +101,9 @@ class Mirror:
         self.ended_counts: dict[str, int] = {}
         self.driver_spans: deque[list[Any]] = deque(maxlen=MAX_DRIVER_SPANS)
         self.history: deque[list[Any]] = deque(maxlen=HISTORY_POINTS)
+        # Row numbers as int32 arrays (4 bytes a row; a list of ints takes 36).
         self._filter_cache: dict[Any, list[Any]] = {}
-        self._sort_cache: dict[Any, tuple[int, list[int]]] = {}
+        self._sort_cache: dict[Any, tuple[int, array.array[int]]] = {}
         self._derived: dict[str, list[Any]] = {}  # sort keys derived from the columns
         # The live picture, replaced whole by every sync.
         self.live: dict[str, Any] = {"counts": {}, "rows": [], "total": 0}
@@ -108,10 +115,12 @@ class Mirror:
         self.store: dict[str, Any] = {}
         self.findings: list[dict[str, Any]] | None = None
         self.progress: list[dict[str, Any]] = []
+        self.graphs: list[dict[str, Any]] = []  # running Dask graphs
 
     # ---------------------------------------------------------------- applying syncs
-    def apply(self, reply: dict[str, Any]) -> int:
-        """Take one sync reply in; return how many task records it carried."""
+    def apply(self, reply: dict[str, Any], attached: bytes = b"") -> int:
+        """Take one sync reply in (with the bytes attached to it, ``wire``'s layout);
+        return how many task records it carried."""
         with self.lock:
             self.session = reply["session"]
             self.base, self.base_wall = reply["base"], reply["base_wall"]
@@ -122,7 +131,7 @@ class Mirror:
             self.lost += int(tasks["lost"])
             count = int(tasks["count"])
             if count:
-                self._add_tasks(tasks)
+                self._add_tasks(tasks, attached)
             self.task_cursor = int(tasks["cursor"])
             spans = reply["spans"]
             self.driver_spans.extend(spans["rows"])
@@ -141,6 +150,7 @@ class Mirror:
             self.store = reply["store"]
             self.findings = reply["findings"]
             self.progress = reply["progress"]
+            self.graphs = reply.get("graphs") or []
             self.history.append([self.now, dict(self.live["counts"]),
                                  self.ended_counts.get("FINISHED", 0),
                                  self.ended_counts.get("FAILED", 0)])
@@ -158,38 +168,48 @@ class Mirror:
                 self.ended, self.end_reason = True, reason
                 self.live = {"counts": {}, "rows": [], "total": 0}
                 self.progress = []
+                self.graphs = []
                 self.generation += 1
             elif replace and self.end_reason != reason:
                 self.end_reason = reason
                 self.generation += 1
 
-    def _add_tasks(self, tasks: dict[str, Any]) -> None:
+    def _add_tasks(self, tasks: dict[str, Any], attached: bytes) -> None:
         first = len(self.state_of)
-        packed = base64.b64decode(tasks["rows"])
-        # Rows of ROW_FORMAT: read the buffer once as doubles and once as int64s, and take
-        # each column with a strided slice (in C).
+        count = int(tasks["count"])
+        if len(attached) != attached_size(count):
+            raise ValueError(f"a sync's attached records ({len(attached)} bytes) do not match "
+                             f"its count ({count})")
+        rows_end = count * ROW_BYTES
+        # Rows of ROW_FORMAT: view the rows as doubles and as int64s (no copy), and take
+        # each column with a strided slice (in C; one column's bytes at a time).
         width = len(self.floats) + len(self.ints)
-        if len(packed) != 8 * width * int(tasks["count"]):
-            raise ValueError("a sync's packed rows do not match its count")
-        as_floats, as_ints = array.array("d"), array.array("q")
-        as_floats.frombytes(packed)
-        as_ints.frombytes(packed)
+        rows = memoryview(attached)[:rows_end]
+        as_floats, as_ints = rows.cast("d"), rows.cast("q")
         for k, float_column in enumerate(self.floats.values()):  # FLOAT_COLUMNS order
-            float_column.extend(as_floats[k::width])
+            float_column.frombytes(as_floats[k::width].tobytes())
         for k, int_column in enumerate(self.ints.values(), start=len(self.floats)):
-            int_column.extend(as_ints[k::width])
-        name_index, state_index = self._name_index, self._state_index
-        names = [name_index[n] if n in name_index else self._intern_name(n)
-                 for n in tasks["names"]]
-        states = [state_index[s] if s in state_index else self._intern_state(s)
-                  for s in tasks["states"]]
-        self.name_of.extend(names)
-        self.state_of.extend(states)
-        self.retries.extend(tasks["retries"])
+            int_column.frombytes(as_ints[k::width].tobytes())
+        name_codes = array.array(NAME_CODE, attached[rows_end:rows_end + 4 * count])
+        state_codes = array.array(STATE_CODE, attached[rows_end + 4 * count:])
+        # The reply's tables, as positions in ours (new names and states are added).
+        names = [self._name_index.get(n) if n in self._name_index else self._intern_name(n)
+                 for n in map(str, tasks["names"])]
+        states = [self._state_index.get(n) if n in self._state_index else self._intern_state(n)
+                  for n in map(str, tasks["states"])]
+        try:
+            self.name_of.extend(map(names.__getitem__, name_codes))
+            self.state_of.extend(map(states.__getitem__, state_codes))
+        except IndexError:
+            raise ValueError("a sync's name or state code is outside its table") from None
+        self.retries.extend(array.array("i", bytes(4 * count)))  # zeros; sparse below
+        for i, n in tasks.get("retries", ()):
+            self.retries[first + int(i)] = int(n)
         for i, text in tasks["errors"]:
             self.errors[first + int(i)] = str(text)
         self._account(first)
-        for state_name, n in _count(tasks["states"]).items():
+        for code, n in _count(state_codes).items():
+            state_name = tasks["states"][code]
             self.ended_counts[state_name] = self.ended_counts.get(state_name, 0) + n
 
     def _intern_name(self, name: str) -> int:
@@ -278,6 +298,8 @@ class Mirror:
                 "findings": self.findings,
                 "progress": [{**call, "since": round(self.now - call["since"], 3)}
                              for call in self.progress],
+                "graphs": [{**graph, "since": round(self.now - graph["since"], 3)}
+                           for graph in self.graphs],
                 "driver_cost_s": self.driver_cost_s,
             }
 
@@ -385,7 +407,7 @@ class Mirror:
         key = (state, name, worker_id)
         cached = self._filter_cache.get(key)
         if cached is None:
-            cached = self._filter_cache[key] = [0, []]
+            cached = self._filter_cache[key] = [0, array.array("i")]
         scanned, rows = cached
         if scanned < n:
             tests: list[tuple[Any, Any]] = []  # (column, a C callable: value -> bool)
@@ -421,11 +443,11 @@ class Mirror:
         if cached is None or cached[0] != count:
             rows = matched.as_list()
             if cached is not None and cached[0] < count:
-                order = cached[1] + rows[cached[0]:]  # a sorted run and the new tail
+                order = [*cached[1], *rows[cached[0]:]]  # a sorted run and the new tail
             else:
                 order = list(rows)
             order.sort(key=self._sort_key(sort))
-            cached = self._sort_cache[key] = (count, order)
+            cached = self._sort_cache[key] = (count, array.array("i", order))
         ordered = _Rows(cached[1], len(cached[1]))
         return ordered.reversed() if descending else ordered
 
@@ -541,7 +563,7 @@ class Mirror:
 class _Rows:
     """Row numbers, without building the list when it is every row (``rows is None``)."""
 
-    def __init__(self, rows: list[int] | None, n: int, backwards: bool = False) -> None:
+    def __init__(self, rows: Any, n: int, backwards: bool = False) -> None:
         self.rows, self.n, self.backwards = rows, n, backwards
 
     def __len__(self) -> int:
@@ -550,7 +572,8 @@ class _Rows:
     def reversed(self) -> _Rows:
         return _Rows(self.rows, self.n, not self.backwards)
 
-    def as_list(self) -> list[int]:
+    def as_list(self) -> Any:
+        """The row numbers (a list, or the cache's array: do not change it)."""
         return list(range(self.n)) if self.rows is None else self.rows
 
     def slice(self, start: int, stop: int) -> list[int]:

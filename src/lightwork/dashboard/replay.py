@@ -37,12 +37,13 @@ def load(path: str) -> Mirror:
              for s in data.get("spans", []) if isinstance(s, dict)]
     ends = [r.stored or r.finished for r in records] + [s[2] or 0.0 for s in spans]
     dropped = other.get("dropped") or {}
+    task_facts, attached = feed.pack(rows)
     reply: dict[str, Any] = {
         "session": str(other.get("session") or path), "now": max(ends, default=base),
         "base": base, "base_wall": float(other.get("started_at_unix_s") or 0.0),
         "budget": int(other.get("event_budget") or max(1, len(rows))), "cost_s": 0.0,
         "tasks": {"cursor": len(rows), "lost": int(dropped.get("tasks") or 0),
-                  **feed._columns(rows)},
+                  **task_facts},
         "spans": {"cursor": len(spans), "lost": 0, "rows": spans},
         "live": {"counts": {}, "rows": [], "total": 0},
         "resources": {"CPU": [0.0, float(data.get("cpus") or 0.0)]},
@@ -50,7 +51,7 @@ def load(path: str) -> Mirror:
         "findings": other.get("findings") or [], "progress": [],
     }
     mirror = Mirror()
-    mirror.apply(reply)
+    mirror.apply(reply, b"".join(attached))
     mirror.mark_ended(f"replayed from {path}; the program is not running")
     return mirror
 

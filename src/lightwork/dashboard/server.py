@@ -38,7 +38,10 @@ the token is printed only to the terminal of who started the dashboard (never pu
 command line, where ``ps`` would show it).
 
 The page keeps working after the program ends: the mirror keeps the last state and
-every view says the session ended. The stacks, objects and trace need the live driver
+every view says the session ended. That state is the final one: a dashboard started
+from a terminal holds a connection on which the program says it is closing, and takes
+a last sync on it (``_watch_end``; the program waits for it, briefly, see ``feed``); the
+child of ``init(dashboard=True)`` gets its last sync from the program's ``shutdown()``. The stacks, objects and trace need the live driver
 and say so. How long the server stays then depends on who started it:
 
 * ``lightwork dashboard`` from a terminal is the user's own process: it serves the final
@@ -63,13 +66,14 @@ import urllib.parse
 from typing import Any
 
 from lightwork._runtime import control
-from lightwork.dashboard.feed import DEFAULT_MAX_RECORDS
 from lightwork.dashboard.mirror import Mirror
+from lightwork.dashboard.wire import DEFAULT_MAX_RECORDS
 
 DEFAULT_PORT = 8265  # Ray's dashboard port, so muscle memory works
 PORT_TRIES = 20
 SYNC_INTERVAL_S = 1.0
 IDLE_AFTER_S = 10.0  # no page and no request for this long: stop syncing
+END_WAIT_S = 20.0  # one dashboard_wait_end request (then asked again, same connection)
 NO_PAGE_EXIT_S = 2.0  # a child whose program is gone, with no page open: exits this soon
 PAGE_GRACE_S = 60.0  # ... with a page open: serves the final state this long at most
 DRIVER_SHARE = 0.01  # space syncs so they take at most this share of the driver's time
@@ -124,6 +128,12 @@ class DashboardServer:
         self.cookie_name = f"lightwork_dashboard_{self.port}"
         self._sync_thread = threading.Thread(target=self._sync_loop, daemon=True,
                                              name="lightwork-dashboard-sync")
+        # A dashboard started from a terminal waits for the program's end on a connection
+        # of its own, for a final sync (the child of init gets its own from the program).
+        self._end_thread = threading.Thread(target=self._watch_end, daemon=True,
+                                            name="lightwork-dashboard-end")
+        self._end_channel: control.Channel | None = None
+        self.watcher = secrets.token_hex(8)  # this dashboard's name for the program
         self._serve_thread: threading.Thread | None = None
 
     @property
@@ -135,6 +145,10 @@ class DashboardServer:
         """Sync once (so the first page has data), then serve in background threads."""
         self.sync_now()
         self._sync_thread.start()
+        if self.socket_path is not None and self.program_pid is None:
+            self._end_channel = self._register_for_the_end()
+            if self._end_channel is not None:
+                self._end_thread.start()
         self._serve_thread = threading.Thread(target=self.httpd.serve_forever, daemon=True,
                                               name="lightwork-dashboard-http")
         self._serve_thread.start()
@@ -143,6 +157,12 @@ class DashboardServer:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        if self._end_channel is not None and not self.mirror.ended:
+            try:  # the program need not wait for this dashboard's final sync any more
+                control.request(self.socket_path or "", "dashboard_end_seen",
+                                {"watcher": self.watcher}, timeout=2.0)
+            except (control.ControlError, OSError, ValueError):
+                pass
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -204,16 +224,17 @@ class DashboardServer:
         with self._sync_lock:
             try:
                 total = 0
-                while True:
-                    reply = control.request(self.socket_path, "dashboard_sync", {
-                        "task_cursor": self.mirror.task_cursor,
-                        "span_cursor": self.mirror.span_cursor,
-                    }, timeout=10.0)
-                    count = self.mirror.apply(reply)
-                    total += count
-                    if count < DEFAULT_MAX_RECORDS or self._stop.is_set():
-                        self._note_rate(total)
-                        return True
+                with control.Channel(self.socket_path) as channel:
+                    while True:
+                        reply, attached = channel.ask("dashboard_sync", {
+                            "task_cursor": self.mirror.task_cursor,
+                            "span_cursor": self.mirror.span_cursor,
+                        }, timeout=10.0)
+                        count = self.mirror.apply(reply, attached)
+                        total += count
+                        if count < DEFAULT_MAX_RECORDS or self._stop.is_set():
+                            self._note_rate(total)
+                            return True
             except control.NotAnsweringError:
                 return True  # busy driver: try again later
             except (control.ControlError, OSError, ValueError) as exc:
@@ -221,6 +242,67 @@ class DashboardServer:
                     return True
                 self.mirror.mark_ended("the program ended (its session closed)")
                 return False
+
+    def _register_for_the_end(self) -> control.Channel | None:
+        """Open the connection the program will say it is closing on, and register this
+        dashboard there before ``start`` returns (so a program that ends at once still
+        waits for its final sync). None if the program cannot (it ended, or predates it)."""
+        try:
+            channel = control.Channel(self.socket_path or "", END_WAIT_S + 10)
+        except (control.ControlError, OSError):
+            return None
+        try:
+            answer, _ = channel.ask("dashboard_wait_end",
+                                    {"timeout": 0.001, "watcher": self.watcher})
+        except (control.ControlError, OSError, ValueError):
+            channel.close()
+            return None
+        if answer.get("closing"):
+            self._final_sync(channel)
+            channel.close()
+            return None
+        return channel
+
+    def _watch_end(self) -> None:
+        """Wait on the registered connection for the program to say it is closing; then
+        take the final sync on it (``feed``'s "the session's end")."""
+        channel = self._end_channel
+        while channel is not None and not (self._stop.is_set() or self.mirror.ended):
+            try:
+                answer, _ = channel.ask("dashboard_wait_end",
+                                        {"timeout": END_WAIT_S, "watcher": self.watcher},
+                                        timeout=END_WAIT_S + 10)
+                if answer.get("closing"):
+                    self._final_sync(channel)
+                    break
+            except control.NotAnsweringError:
+                # A driver busy for long: ask again on a new connection (the old one may
+                # still carry an answer).
+                channel.close()
+                try:
+                    channel = control.Channel(self.socket_path or "", END_WAIT_S + 10)
+                except (control.ControlError, OSError):
+                    channel = None
+            except (control.ControlError, OSError, ValueError):
+                break  # the session is gone: the sync loop says so
+        if channel is not None:
+            channel.close()
+
+    def _final_sync(self, channel: control.Channel) -> None:
+        with self._sync_lock:
+            try:
+                while True:
+                    reply, attached = channel.ask("dashboard_sync", {
+                        "task_cursor": self.mirror.task_cursor,
+                        "span_cursor": self.mirror.span_cursor,
+                    }, timeout=10.0)
+                    if self.mirror.apply(reply, attached) < DEFAULT_MAX_RECORDS:
+                        break
+                channel.ask("dashboard_end_seen", {"watcher": self.watcher}, timeout=5.0)
+            except (control.ControlError, OSError, ValueError):
+                return  # no final state after all: the sync loop marks the end
+        self.mirror.mark_ended(
+            "the program exited and its last records were read as it closed", replace=True)
 
     def _note_rate(self, records: int) -> None:
         """How soon the driver's ring would overflow at the rate records just arrived."""

@@ -36,6 +36,10 @@ store, which re-raises the user's exception type with the remote traceback. Task
 in flight are abandoned (their refs dropped, so their results are freed on arrival).
 ``finish`` fires with ``failed=True``.
 
+Progress: each run is in ``running_graphs`` while it runs; the live dashboard reads
+``progress()`` of each (the numbers Dask's ``ProgressBar`` shows) from its own thread,
+lengths of Dask's containers only, so it never blocks the run.
+
 Inside a worker (a Dask ``get`` nested in a task) there is no node to listen to: the
 graph is submitted at once in dependency order and the outputs fetched (no callbacks).
 """
@@ -45,6 +49,7 @@ from __future__ import annotations
 import functools
 import queue
 import threading
+import time
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -55,12 +60,14 @@ from lightwork._object_ref import ObjectRef
 from lightwork._runtime import serialization
 from lightwork.dask._execute import run_graph_node, run_task, without_function
 from lightwork.dask._graph import needed_subgraph
-from lightwork.diagnostics.callbacks import Hooks, dask_state
+from lightwork.diagnostics.callbacks import Hooks, dask_state, state_progress
 
 MAX_WINDOW_PER_WORKER = 32
 DRIVER_WORKER_ID = 0  # lightwork's workers are numbered from 1; 0 is the driver (owner 0)
 _remote_by_name: dict[str, Any] = {}
 _remote_lock = threading.Lock()
+#: The graphs this process runs now, by id (read by the dashboard's feed).
+running_graphs: dict[int, DaskRun] = {}
 
 
 def _remote_for(name: str) -> Any:
@@ -122,6 +129,15 @@ class DaskRun:
         # (key group, id of a by-value function) -> run_task bound to it, as a remote.
         self.remotes: dict[tuple[str, int], Any] = {}
         self.listening = False
+        self.started_at = 0.0
+
+    def progress(self) -> dict[str, Any]:
+        """What the run has done so far (any thread: it only reads lengths)."""
+        state = self.state
+        done, total = state_progress(state)
+        return {"name": _group_name(self.wanted[0]) if self.wanted else "dask",
+                "keys": len(self.wanted), "done": done, "total": total,
+                "running": len(state.get("running", ())), "since": self.started_at}
 
     # -- the calling thread --------------------------------------------------------------
     def run(self) -> dict[Hashable, Any]:
@@ -131,6 +147,8 @@ class DaskRun:
             hooks.start(dsk)
             needed = needed_subgraph(self.graph, self.wanted)
             self.state = self._initial_state(needed)
+            self.started_at = time.monotonic()
+            running_graphs[id(self)] = self
             hooks.start_state(dsk, self.state)
             self.node.add_task_listener(self._on_tasks)
             self.listening = True
@@ -156,6 +174,7 @@ class DaskRun:
             failed = False
             return values
         finally:
+            running_graphs.pop(id(self), None)
             if self.listening:
                 self.node.remove_task_listener(self._on_tasks)
             self.inflight.clear()

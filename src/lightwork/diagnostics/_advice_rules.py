@@ -63,6 +63,8 @@ CHAIN_MAX_LOOKUP = 256  # records visited looking for a dependency on the previo
 SLOWEST_WAVES_SLACK = 1.5  # spread up to this times what running in waves explains is fine
 SLOWEST_OWN_CPU_SHARE = 0.25  # the slowest's extra CPU was this share of its extra time
 SLOWEST_MIN_SHARE = 0.05  # a task's CPU share of its run, at the least (sleeping tasks)
+SLOWEST_STALL_SHARE = 0.5  # waited for a core this share of its extra time: maybe load
+WORKER_SAMPLE_MAX_WORKERS = 256  # workers whose waits are kept (the newest)
 SLOWEST_MIN_IDLE_CORES = 0.5  # fewer idle cores than this: a runnable task may have waited
 REPLAY_MAX_STEPS = 200  # a replayed log is checked at most this many times
 
@@ -148,6 +150,8 @@ class AdviceRules:
         self._replay_at: float | None = None  # log time of the step being replayed
         self._chains: dict[tuple[Any, Any], bool] = {}  # (get line, submit line) -> by value
         self._machine: deque[tuple[float, float]] = deque(maxlen=4096)  # (time, idle core-s)
+        # worker id -> (time, seconds its main thread waited for a core so far)
+        self._worker_waits: dict[int, deque[tuple[float, float]]] = {}
 
     # -- reporting -------------------------------------------------------------------
     def _report(self, finding: Finding, key: Any = None) -> None:
@@ -408,9 +412,10 @@ class AdviceRules:
         """Whether machine load, not its own work, may have made ``slowest`` slow.
 
         Its own work is CPU it used beyond the typical task's, or time it was not
-        runnable (sleeping, I/O). A runnable task waits for a core only while none is
-        idle, so: the extra time was not mostly its own CPU, and the machine's cores were
-        all busy meanwhile (measured; unknown offline: then the wall times decide).
+        runnable (sleeping, I/O). Load is time its worker waited for a core (measured
+        per worker); unmeasured, a runnable task waits for a core only while none is
+        idle, so the machine's cores must have been all busy meanwhile (unknown as
+        well, in an old saved log: the wall times decide).
         """
         extra = (slowest.finished - slowest.started) - typical
         typical_cpu = statistics.median(r.cpu_time for r in waited)
@@ -419,8 +424,43 @@ class AdviceRules:
         share = min(1.0, max(SLOWEST_MIN_SHARE, typical_cpu / typical if typical > 0 else 1.0))
         if slowest.cpu_time - typical_cpu >= SLOWEST_OWN_CPU_SHARE * share * extra:
             return False
+        # Best: how long its worker waited for a core meanwhile (sampled each look; the
+        # samples around the run may add a neighbour's waits: towards no finding).
+        waited = self._worker_waited_between(slowest.worker_id, slowest.started,
+                                             slowest.finished)
+        if waited is not None:
+            return waited >= SLOWEST_STALL_SHARE * extra
         idle = self._idle_cores_between(slowest.started, slowest.finished)
         return idle is not None and idle < SLOWEST_MIN_IDLE_CORES
+
+    def add_worker_sample(self, worker_id: int, at: float, waited_s: float) -> None:
+        """Seconds worker ``worker_id`` has waited for a core so far, at log time ``at``."""
+        samples = self._worker_waits.get(worker_id)
+        if samples is None:
+            if len(self._worker_waits) >= WORKER_SAMPLE_MAX_WORKERS:
+                del self._worker_waits[next(iter(self._worker_waits))]  # the oldest worker
+            samples = self._worker_waits[worker_id] = deque(maxlen=2400)
+        if not samples or at > samples[-1][0]:
+            samples.append((at, waited_s))
+
+    def _worker_waited_between(self, worker_id: int, begin: float,
+                               end: float) -> float | None:
+        """How long worker ``worker_id`` waited for a core over ``begin``..``end``:
+        from the samples around it, or, for a worker first sampled during it (a new
+        worker's first task), scaled up from the samples covering at least half of it
+        (None: less than that)."""
+        samples = self._worker_waits.get(worker_id) or ()
+        around = _delta_around(samples, begin, end)
+        if around is not None or not samples:
+            return around
+        inside = [sample for sample in samples if begin <= sample[0]]
+        if len(inside) < 2:
+            return None
+        last = next((sample for sample in inside if sample[0] >= end), inside[-1])
+        covered = min(last[0], end) - inside[0][0]
+        if covered < 0.5 * (end - begin) or last[0] <= inside[0][0]:
+            return None
+        return (last[1] - inside[0][1]) * (end - begin) / (last[0] - inside[0][0])
 
     def add_machine_sample(self, at: float, idle_core_s: float) -> None:
         """The machine's idle core-seconds so far (``/proc/stat``), at log time ``at``."""
@@ -430,16 +470,7 @@ class AdviceRules:
     def _idle_cores_between(self, begin: float, end: float) -> float | None:
         """Idle cores on average over the samples around ``begin``..``end`` (None: no
         sample at or before ``begin``, or none at or after ``end``)."""
-        before = after = None
-        for sample in self._machine:
-            if sample[0] <= begin:
-                before = sample
-            elif sample[0] >= end:
-                after = sample
-                break
-        if before is None or after is None or after[0] <= before[0]:
-            return None
-        return (after[1] - before[1]) / (after[0] - before[0])
+        return _delta_around(self._machine, begin, end, per_second=True)
 
     def _check_serial_driver(self, callsite: Any, site: _Site) -> None:
         # Over the last submissions from one call site: the time between the first and
@@ -662,6 +693,24 @@ class AdviceRules:
                     earlier.callsite = finding.callsite
                 return
         self._report(finding, key="store")
+
+
+def _delta_around(samples: Any, begin: float, end: float,
+                  per_second: bool = False) -> float | None:
+    """The growth of a sampled counter ((time, value) pairs, in time order) from the
+    last sample at or before ``begin`` to the first at or after ``end`` (per second of
+    that span with ``per_second``), or None without samples on both sides."""
+    before = after = None
+    for sample in samples:
+        if sample[0] <= begin:
+            before = sample
+        elif sample[0] >= end:
+            after = sample
+            break
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    growth = after[1] - before[1]
+    return growth / (after[0] - before[0]) if per_second else growth
 
 
 def _size(nbytes: int) -> str:

@@ -38,7 +38,8 @@ large-arg-repeated the same big value (same object, same size) passed by value a
                   and again from one call site
 wait-for-slowest  a ``get`` of many objects whose results became ready over a wide spread
                   because one task ran much longer than the typical one by its own work
-                  (more CPU, or waiting while cores sat idle: not machine load)
+                  (more CPU, or time its worker did not spend waiting for a core:
+                  not machine load)
 actor-bottleneck  calls queue on one busy actor while task slots sit idle
 serial-driver     the driver's own work between submissions (its main thread's time
                   running or waiting for a core, less get/wait/put and argument
@@ -60,9 +61,11 @@ values (``put`` spans, and big arguments inside ``.remote()``: ``TaskRecord.copy
 and is at most what its main thread spent running or waiting for a core
 (``TaskRecord.driver_busy``, sampled at submission at most every 5 ms): sleeping is not
 work, and a loaded machine stretches work without creating it. A slow task is slow by its
-own work when it used more CPU than the typical one or waited while cores sat idle
-(the machine's idle time, sampled each look); otherwise other programs may have kept it
-off the cores. No finding advises a fix the
+own work when it used more CPU than the typical one (for the CPU share it got), or when
+its worker did not wait for a core for most of its extra time (each worker's
+``schedstat`` run-queue wait, sampled each look; where that is unknown, as in a saved
+log, cores sat idle meanwhile: the machine's idle time, sampled each look and saved);
+otherwise other programs may have kept it off the cores. No finding advises a fix the
 runtime cannot carry out (``num_cpus`` above its CPU slots) or reports a figure no
 process can reach (more cores than the machine has). ``tests/test_advisor_corpus.py``
 holds correct programs in the styles Ray's docs teach; each must get no finding.
@@ -198,13 +201,19 @@ class Advisor(AdviceRules):
             tasks, spans = node.log.take_fresh()
             pinned = self._pinned_bytes() if node.objects.bytes_in_segments >= PINNED_MIN_BYTES else None
             running = running_work(node)
+            workers = [(worker_id, conn.pid) for worker_id, conn in
+                       getattr(node, "workers", {}).items() if getattr(conn, "pid", 0)]
             # The runtime's own reports of gets in actors that could never return.
             deadlocks = list(getattr(getattr(node, "actors", None), "deadlocks", ()))
         idle = machine_idle_core_s()
+        waits = [(worker_id, worker_waited_s(pid)) for worker_id, pid in workers]
         with self._lock:
             self._now = time.monotonic()
             if idle is not None:
                 self.add_machine_sample(self._now, idle)
+            for worker_id, waited in waits:
+                if waited is not None:
+                    self.add_worker_sample(worker_id, self._now, waited)
             self._running = running
             busy = self._busy
             for record in tasks:  # all of them, sampled or not: a cheap sum per record
@@ -264,6 +273,16 @@ def machine_idle_core_s() -> float | None:
         with open("/proc/stat", "rb") as stat:
             fields = stat.readline().split()
         return (int(fields[4]) + int(fields[5])) / _CLOCK_TICKS  # "cpu user nice system idle iowait"
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def worker_waited_s(pid: int) -> float | None:
+    """Seconds a worker's main thread (where its tasks run) has waited for a core
+    (``/proc/<pid>/schedstat``), or None (gone, or not Linux)."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as stat:
+            return int(stat.read().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return None
 

@@ -133,7 +133,7 @@ function renderOverview(o) {
     store.append(el("div", `spilled to disk: ${fmtBytes(s.spilled_bytes)} now, ${fmtNumber(s.spilled_total)} objects in all`));
   }
   drawHistory(o.history || []);
-  renderProgress(o.progress || []);
+  renderProgress(o.progress || [], o.graphs || []);
   renderFindings(o.findings);
   renderWorkers(o.workers || []);
 }
@@ -146,11 +146,20 @@ function bar(fraction) {
   return outer;
 }
 
-function renderProgress(calls) {
+function renderProgress(calls, graphs) {
   const box = $("progress");
   box.replaceChildren();
-  if (!calls.length) { box.textContent = "no get() or wait() running"; box.className = "muted"; return; }
+  if (!calls.length && !graphs.length) {
+    box.textContent = "no get(), wait() or Dask graph running"; box.className = "muted"; return;
+  }
   box.className = "";
+  for (const g of graphs) {
+    const text = `Dask graph ${g.name} (${fmtNumber(g.keys)} output${g.keys === 1 ? "" : "s"}): ` +
+      `${fmtNumber(g.done)} of ${fmtNumber(g.total)} tasks done, ${fmtNumber(g.running)} running, ` +
+      `for ${fmtSeconds(g.since)}`;
+    box.append(el("div", text, "progress-graph"));
+    box.append(bar(g.total ? g.done / g.total : 0));
+  }
   for (const call of calls) {
     const text = call.ready === null
       ? `${call.kind}() on ${fmtNumber(call.objects)} objects (${call.thread}), for ${fmtSeconds(call.since)}`
