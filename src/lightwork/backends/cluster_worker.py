@@ -130,8 +130,10 @@ def _should_retry(
     return retry_exceptions is True or isinstance(exc, tuple(retry_exceptions))
 
 
-def run_task(header: tuple[Any, ...], *dep_values: Any) -> Any:
-    """Run one task (see the module docstring); returns its stored result(s)."""
+def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> Any:
+    """Run one task (see the module docstring); returns its stored result(s). A generator
+    task's items go to ``stream`` (``cluster_streams.run_stream_task``) as it yields them,
+    and its result is None."""
     started = _wall()
     (task_id, key, blob, name, payload, keys, num_returns, max_retries, retry_exceptions,
      resources) = header
@@ -157,6 +159,11 @@ def run_task(header: tuple[Any, ...], *dep_values: Any) -> Any:
         while True:
             try:
                 result = function(*args, **kwargs)
+                if stream is not None:
+                    stream.start()
+                    for item in result:
+                        stream.item(item)
+                    result = None
                 break
             except Exception as exc:  # noqa: BLE001 - the user's error becomes the result
                 if _should_retry(exc, retry_exceptions, attempt, max_retries):
