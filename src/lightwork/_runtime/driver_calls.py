@@ -45,6 +45,10 @@ sync calls and 2 x 10,000 tasks per variant, load average 11-14, medians):
   per sync call; now 2-3 µs.
 * A dropped ref wakes the I/O thread only when it sleeps idle (``node.py``): I/O thread
   51 -> 33 µs per sync call, driver total 126 -> 105, wall 474 -> 278 µs.
+* The main thread's CPU sample for the advisor (``_thread_cpu_and_busy_s``, every 5 ms
+  of submissions) reads schedstat without releasing the GIL: each ``os.pread`` handed
+  the GIL to the I/O thread and the submit loop waited to get it back (10,000 submits:
+  55 -> 26 µs per task by the wall clock, CPU unchanged).
 * Tried and dropped: keeping the I/O thread out of the worker sockets while a getter
   leads (its nested epoll unregistered for the leader's time, two epoll_ctl per get).
   The I/O thread fell 51 -> 35 µs but the main thread rose 72 -> 107-149, total +40-60,
