@@ -508,6 +508,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         elif kind == p.BOUNCE:
             task = self.tasks.get(message[1])
             if task is not None and task.worker is conn.slot:
+                self._release_gpus(task.task_id)
                 self.scheduler.take_back(conn.slot, task)
                 if task.cancelled and self.scheduler.remove_ready(task):
                     self._fail_task(task, _cancelled(task, "before it ran"))
@@ -591,6 +592,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
 
     def _requeue(self, task: TaskSpec) -> None:
         task.record.dispatched = 0.0
+        self._release_gpus(task.task_id)  # it was queued on a worker: its GPU ids go back
         self.scheduler.make_ready(task, front=True)
 
     # ------------------------------------------------------------------ objects

@@ -44,7 +44,7 @@ from typing import Any
 import cloudpickle
 
 from lightwork._object_ref import ObjectRef, collecting_refs, ref_counter
-from lightwork.backends import cluster_worker
+from lightwork.backends import cluster_streams, cluster_worker
 from lightwork.backends.cluster_worker import ArgSlot, key_name, unsupported
 
 
@@ -63,6 +63,7 @@ class Lineage:
     return_ids: list[int]
     futures: list[Any]  # its current return futures (the main one if it returns none)
     key: str  # its current main key
+    stream: bool  # a streaming generator task (see cluster_streams)
     live: int = 0  # refs of its returns still held here
     lost: int = 0  # attempts lost with their worker
     resubmits: int = 0
@@ -152,10 +153,6 @@ class TaskSubmission:
                 f"max_calls ({spec.name}, max_calls={spec.max_calls})",
                 "declare the function without max_calls, or run the leaking work in an "
                 "actor that you kill and create again")
-        if spec.stream:
-            raise unsupported(
-                f"a generator task ({spec.name}, num_returns='streaming')",
-                "return a list instead, or set num_returns=k for k values")
         if ref_counter._released:
             self._drain()
         restrictions = self._restrictions(spec)
@@ -183,13 +180,14 @@ class TaskSubmission:
                                num_cpus=shape.get("CPU", 1.0), dep_tasks=dep_tasks)
         main_key = f"{prefix}-{task_id:x}"
         main, return_futures = self._submit_main(header, deps, restrictions, main_key,
-                                                 num_returns)
+                                                 num_returns, spec.stream)
         if keys:  # hold what the task borrows until it ends
             held = [futures[i] for i in keys]
             main.add_done_callback(lambda _f, held=held: held.clear())
         refs = []
         lineage = Lineage(task_id, spec.name, header, tuple(sources), restrictions, prefix,
-                          num_returns, spec.max_retries, [], return_futures, main_key)
+                          num_returns, spec.max_retries, [], return_futures, main_key,
+                          spec.stream)
         with self.lock:
             for future in return_futures if num_returns else []:
                 object_id = self.next_object_id()
@@ -202,17 +200,20 @@ class TaskSubmission:
             if not num_returns:
                 self._orphans[task_id] = main
                 main.add_done_callback(lambda _f: self._task_ended(task_id))
+        if spec.stream:
+            self._open_stream(refs[0].id, task_id, main)
         if recorder is not None:
             recorder.returned(task_id, [ref.id for ref in refs], main)
         return refs
 
     def _submit_main(self, header: tuple[Any, ...], deps: list[Any],
                      restrictions: dict[str, float] | None, main_key: str,
-                     num_returns: int) -> tuple[Any, list[Any]]:
+                     num_returns: int, stream: bool) -> tuple[Any, list[Any]]:
         """Submit one attempt of a task: its main future, and its return futures."""
         client = self.client
-        main = client.submit(cluster_worker.run_task, header, *deps, key=main_key,
-                             resources=restrictions, pure=False)
+        runner = cluster_streams.run_stream_task if stream else cluster_worker.run_task
+        main = client.submit(runner, header, *deps, key=main_key, resources=restrictions,
+                             pure=False)
         if num_returns <= 1:
             return main, [main]
         return main, [client.submit(cluster_worker.pick, main, index, pure=False,
@@ -301,7 +302,7 @@ class TaskSubmission:
         lineage.resubmits += 1
         key = f"{lineage.prefix}-{lineage.task_id:x}-r{lineage.resubmits}"
         main, return_futures = self._submit_main(lineage.header, deps, lineage.restrictions,
-                                                 key, lineage.num_returns)
+                                                 key, lineage.num_returns, lineage.stream)
         with self.lock:
             lineage.key, lineage.futures = key, return_futures
             for object_id, future in zip(lineage.return_ids, return_futures):
