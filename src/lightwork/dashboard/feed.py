@@ -27,10 +27,11 @@ A sync is incremental. The dashboard sends the cursors it reached, and gets:
   resources, the last CPU/RSS sample, the advisor's findings as it has them (its own
   thread keeps them current; nothing is analysed here) and the running ``get``/``wait``
   calls of the driver with how many of their objects are ready;
-* ``cost_s``, the time this took, from which the dashboard spaces its requests so that
-  their fixed part takes at most about 1% of the driver's time (the work per record is
-  the same however they are spaced; the dashboard never waits so long that the ring
-  would overflow before its next request).
+* ``cost_s``, the time this took, and ``fixed_cost_s``, the part of it not spent on the
+  records, from which the dashboard spaces its requests so that their fixed part takes
+  at most about 1% of the driver's time (the work per record is the same however they
+  are spaced, so it must not space them; the dashboard never waits so long that the
+  ring would overflow before its next request).
 
 Progress of running ``get``/``wait`` calls comes from an observer on the blocking calls
 (``introspect.blocking_observers``), installed by the first sync and removed by itself
@@ -171,7 +172,9 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
     actors = views.actor_rows(node)[:MAX_ACTORS]
     sidecar = getattr(node, "control", None)
     known = sidecar.known_workers() if sidecar is not None else {}
+    packing = time.perf_counter()
     task_facts, attached = pack(new_tasks)
+    packing = time.perf_counter() - packing
     reply = {
         "session": node.session.name,
         "now": now,
@@ -194,6 +197,7 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
         "graphs": graphs,
     }
     reply["cost_s"] = time.perf_counter() - began
+    reply["fixed_cost_s"] = max(0.0, reply["cost_s"] - packing)
     return reply, attached
 
 
