@@ -16,7 +16,9 @@ after every figure. So:
 * a peer that crashes or hangs costs only its own column: the parent kills the
   child's whole process tree after ``--timeout`` seconds and keeps whatever figures
   the child had already written. The child arms ``faulthandler`` to dump its stacks
-  into its log shortly before that deadline, so a hang is diagnosable;
+  into its log shortly before that deadline, so a hang is diagnosable (on SIGALRM, not
+  with faulthandler's watchdog thread: a runtime starts in a single-threaded program, as
+  in a user's script, and lightwork's ``init`` forks its fork server only then);
 * the child, being fresh, can time ``init_to_first_result_s`` (from just before
   ``start()`` to the first ``get`` returning; the import is timed apart as
   ``import_s``) and, at the end, ``shutdown_s``.
@@ -192,12 +194,18 @@ class ChildReport:
         tmp.replace(self.path)
 
 
+def _dump_stacks_after(seconds: float) -> None:
+    """Dump every thread's stack into the log after ``seconds``, by SIGALRM (no thread)."""
+    faulthandler.register(signal.SIGALRM, all_threads=True, chain=False)
+    signal.alarm(max(1, int(seconds)))
+
+
 def run_child(
     peer_name: str, workloads: list[str], quick: bool, result_path: Path, timeout_s: float
 ) -> int:
     """Body of ``run.py --child PEER``: measure one peer, write ``result_path``."""
     if timeout_s > 20:
-        faulthandler.dump_traceback_later(timeout_s - 10, exit=False)
+        _dump_stacks_after(timeout_s - 10)
     report = ChildReport(peer_name, result_path)
     settings = Settings.quick() if quick else Settings()
     peer = make_peer(peer_name)
@@ -245,7 +253,7 @@ def run_child(
         report.note(["shutdown_s"], f"error: {type(exc).__name__}: {exc}")
     report.data["status"] = "ok"
     report.save()
-    faulthandler.cancel_dump_traceback_later()
+    signal.alarm(0)
     return 0
 
 
@@ -255,7 +263,7 @@ def run_own_init_child(
     """Body of ``run.py --child lightwork --own-init``: workloads that start and stop
     lightwork themselves, so this child has no session of its own to time."""
     if timeout_s > 20:
-        faulthandler.dump_traceback_later(timeout_s - 10, exit=False)
+        _dump_stacks_after(timeout_s - 10)
     report = ChildReport("lightwork", result_path)
     settings = Settings.quick() if quick else Settings()
     peer = make_peer("lightwork")
@@ -272,7 +280,7 @@ def run_own_init_child(
             report.note(rows, f"error: {type(exc).__name__}: {exc}")
     report.data["status"] = "ok"
     report.save()
-    faulthandler.cancel_dump_traceback_later()
+    signal.alarm(0)
     return 0
 
 

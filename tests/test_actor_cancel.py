@@ -8,6 +8,11 @@
   TaskCancelledError once it returns (its result is dropped, its effects stay).
 * A finished call is not affected; ``force=True`` raises ValueError.
 
+Stricter than Ray 2.60 on purpose, as Ray's docs describe it: a sync actor's call queued
+in the actor's process behind a running one fails at once here and never runs; Ray fails
+it only when it reaches the front, and still runs it (dropping its result). The tests
+accept Ray's timing and skip that check where they run against Ray.
+
 Each running state is reached through file gates the test controls, never by sleeping.
 These tests pass against Ray 2.60 too (LIGHTWORK_TEST_AGAINST_RAY=1).
 """
@@ -111,7 +116,7 @@ def _gates(tmp_path, name):
     return str(tmp_path / f"{name}-entered"), str(tmp_path / f"{name}-release")
 
 
-def test_a_call_queued_behind_another_is_cancelled_and_never_runs(tmp_path):
+def test_a_call_queued_behind_another_is_cancelled_and_never_runs(tmp_path, against_ray):
     actor = Sync.remote()
     entered, release = _gates(tmp_path, "hold")
     running = actor.hold.remote(entered, release)
@@ -119,11 +124,15 @@ def test_a_call_queued_behind_another_is_cancelled_and_never_runs(tmp_path):
     queued = actor.mark.remote("queued")
     after = actor.mark.remote("after")
     ray.cancel(queued)
-    with pytest.raises(exc.TaskCancelledError):
-        ray.get(queued, timeout=10)  # at once: the running call still holds the actor
+    if not against_ray:  # lightwork fails it at once; Ray when it reaches the front
+        with pytest.raises(exc.TaskCancelledError):
+            ray.get(queued, timeout=10)  # the running call still holds the actor
     open(release, "w").close()
+    with pytest.raises(exc.TaskCancelledError):
+        ray.get(queued, timeout=20)
     assert ray.get([running, after], timeout=20) == ["held", "after"]
-    assert ray.get(actor.history.remote(), timeout=20)[0] == ["hold", "after"]
+    if not against_ray:  # Ray 2.60 still runs it (and drops its result)
+        assert ray.get(actor.history.remote(), timeout=20)[0] == ["hold", "after"]
 
 
 def test_a_call_waiting_for_its_argument_is_cancelled(tmp_path):
@@ -191,18 +200,21 @@ def test_a_running_async_call_gets_cancelled_error(tmp_path):
     assert ray.get(actor.quick.remote("next"), timeout=20) == "next"
 
 
-def test_an_async_call_queued_behind_the_only_slot_never_runs(tmp_path):
+def test_an_async_call_queued_behind_the_only_slot_never_runs(tmp_path, against_ray):
     actor = Async.options(max_concurrency=1).remote()
     entered = str(tmp_path / "slot-entered")
     running = actor.sleeps.remote(entered)
     assert wait_for_file(entered)
     queued = actor.quick.remote("queued")
     ray.cancel(queued)
-    with pytest.raises(exc.TaskCancelledError):
-        ray.get(queued, timeout=20)
+    if not against_ray:  # lightwork fails it at once; Ray when it reaches the front
+        with pytest.raises(exc.TaskCancelledError):
+            ray.get(queued, timeout=20)
     ray.cancel(running)
     with pytest.raises(exc.TaskCancelledError):
         ray.get(running, timeout=20)
+    with pytest.raises(exc.TaskCancelledError):
+        ray.get(queued, timeout=20)
     assert ray.get(actor.history.remote(), timeout=20) == ["cancelled"]
 
 
@@ -222,7 +234,10 @@ def test_force_is_refused_for_actor_calls(tmp_path):
     assert ray.get(ref, timeout=20) == "forced"  # the refused cancel did nothing
 
 
-def test_cancel_an_actor_call_from_a_task(tmp_path):
+def test_cancel_an_actor_call_from_a_task(tmp_path, against_ray):
+    """From a task, force=True is refused as from the driver. Stricter than Ray on
+    purpose: Ray checks it only in the ref's owner, so a borrower's forced cancel of an
+    actor call passes silently there."""
     @ray.remote
     def cancel_it(refs, force):
         try:
@@ -235,7 +250,9 @@ def test_cancel_an_actor_call_from_a_task(tmp_path):
     entered = str(tmp_path / "from-task-entered")
     ref = actor.sleeps.remote(entered)
     assert wait_for_file(entered)
-    assert "force=True is not supported" in ray.get(cancel_it.remote([ref], True), timeout=20)
+    if not against_ray:
+        assert "force=True is not supported" in ray.get(cancel_it.remote([ref], True),
+                                                        timeout=20)
     assert ray.get(cancel_it.remote([ref], False), timeout=20) == "cancelled"
     with pytest.raises(exc.TaskCancelledError):
         ray.get(ref, timeout=20)

@@ -426,3 +426,39 @@ def test_the_runtimes_deadlock_reports_become_findings_once(runtime, monkeypatch
     assert "Single.outer" in finding.title and "prog.py:12" in finding.title
     assert finding.evidence["waits_for"] == ["Single.inner"]
     assert findings_of("actor-deadlock") == [finding]  # once, however often it is asked
+
+
+def test_big_puts_are_logged_as_lightworks_copying_and_small_ones_are_not(runtime):
+    from lightwork.diagnostics import blocked_spans
+
+    runtime()
+    before = time.monotonic()
+    small = lightwork.put(b"x" * 100)
+    big = lightwork.put(b"x" * (8 << 20))
+    puts = [span for span in blocked_spans() if span.kind == "put" and span.start >= before]
+    assert len(puts) == 1 and puts[0].end >= puts[0].start
+    assert lightwork.get(small) == b"x" * 100 and len(lightwork.get(big)) == 8 << 20
+
+
+def test_the_main_threads_submissions_carry_its_busy_time_and_others_do_not(runtime):
+    from lightwork.diagnostics import task_records
+
+    runtime()
+    main_refs = []
+    for _ in range(3):
+        time.sleep(0.01)  # past the sampling interval: each submission is sampled
+        main_refs.append(sleeper.remote(0))
+    lightwork.get(main_refs)
+    other_refs = []
+    thread = threading.Thread(target=lambda: other_refs.extend(
+        sleeper.remote(0) for _ in range(3)))
+    thread.start()
+    thread.join()
+    lightwork.get(other_refs)
+    by_id = {r.task_id: r for r in task_records()}
+    core = lightwork._api._core()
+    main = [by_id[core.task_id_of(ref.id)] for ref in main_refs]
+    other = [by_id[core.task_id_of(ref.id)] for ref in other_refs]
+    assert all(r.driver_busy >= r.driver_cpu > 0 for r in main)
+    assert [r.driver_busy for r in main] == sorted(r.driver_busy for r in main)
+    assert all(r.driver_busy == 0 for r in other)  # another thread's clock is not the driver's

@@ -118,9 +118,8 @@ def test_a_failing_task_finishes_the_run_as_failed(cluster):
     finished = []
     out = io.StringIO()
     with Callback(finish=lambda dsk, state, failed: finished.append(failed)), \
-            ProgressBar(out=out):
-        with pytest.raises(ZeroDivisionError, match="boom 3"):
-            lightwork.get(boom.remote(3))
+            ProgressBar(out=out), pytest.raises(ZeroDivisionError, match="boom 3"):
+        lightwork.get(boom.remote(3))
     assert finished == [True]
     assert out.getvalue().endswith("\n")  # the bar's line is finished, even on failure
 
@@ -160,9 +159,9 @@ def test_dask_graph_failure_raises_the_users_error(cluster):
 
     finished = []
     bad = dask.delayed(divide)(dask.delayed(divide)(1, 1), 0)
-    with Callback(finish=lambda dsk, state, failed: finished.append(failed)):
-        with pytest.raises(ZeroDivisionError):
-            bad.compute(scheduler=lightwork.dask.get)
+    with Callback(finish=lambda dsk, state, failed: finished.append(failed)), \
+            pytest.raises(ZeroDivisionError):
+        bad.compute(scheduler=lightwork.dask.get)
     assert finished == [True]
 
 
@@ -201,9 +200,9 @@ def test_a_graph_whose_task_kills_its_worker_every_time_fails_fast(cluster):
     finished = []
     graph = dask.delayed(die)(dask.delayed(int)(1))
     start = time.monotonic()
-    with Callback(finish=lambda dsk, state, failed: finished.append(failed)):
-        with pytest.raises(exceptions.WorkerCrashedError):
-            graph.compute(scheduler=lightwork.dask.get)
+    with Callback(finish=lambda dsk, state, failed: finished.append(failed)), \
+            pytest.raises(exceptions.WorkerCrashedError):
+        graph.compute(scheduler=lightwork.dask.get)
     assert finished == [True] and time.monotonic() - start < 45
     until_both_workers_back = time.monotonic() + 30
     while len(cluster.worker_pids()) < 2 and time.monotonic() < until_both_workers_back:

@@ -22,11 +22,12 @@ with a wide margin (four sleeps in series against four at once).
 from __future__ import annotations
 
 import json
-
-import pytest
-from dask_cluster import DaskCluster
+import subprocess
+import sys
 
 import helpers
+import pytest
+from dask_cluster import DaskCluster
 
 # Starting four workers and running the three guides takes 20-35 s on a loaded 2-core
 # host, all in the first test's fixture: more room than the suite's 60 s per test.
@@ -287,12 +288,9 @@ def seen(tmp_path_factory):
     cluster = DaskCluster(str(directory), workers=4).start(timeout=40)
     try:
         script = helpers.write_script(str(directory), "seeds.py", PROGRAM.format(sleep=SLEEP))
-        import subprocess
-        import sys
-
         proc = subprocess.run([sys.executable, script, cluster.address],
                               env=helpers.script_env(), capture_output=True, text=True,
-                              timeout=70)
+                              timeout=70, check=False)
         assert proc.returncode == 0, proc.stderr[-4000:]
         [line] = [line for line in proc.stdout.splitlines() if line.startswith("SEEN ")]
         result = json.loads(line[5:])

@@ -16,10 +16,10 @@ import subprocess
 import sys
 import time
 
+import helpers
 import pytest
 from dask_cluster import DaskCluster
 
-import helpers
 import lightwork
 from lightwork import exceptions
 
@@ -222,7 +222,7 @@ def driver(cluster):
 
 def command(info, *args):
     return subprocess.run([sys.executable, "-m", "lightwork", *args], env=info["env"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_path):
@@ -260,8 +260,11 @@ def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_pa
     check_trace(events)
     assert any(e.get("name") == "square" and e.get("ph") == "X" for e in events)
 
-    stack = until(lambda: (lambda r: r if "lightwork_cli_marker" in r.stdout else None)(
-        command(driver, "stack")))
+    def stack_with_marker():
+        result = command(driver, "stack")
+        return result if "lightwork_cli_marker" in result.stdout else None
+
+    stack = until(stack_with_marker)
     assert stack.stdout.count("=== worker ") == 2
 
     dashboard = command(driver, "dashboard", "--port", "0")

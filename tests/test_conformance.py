@@ -224,10 +224,29 @@ def die(directory):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def test_a_task_that_kills_its_worker_every_time_fails_with_worker_crashed(backend, tmp_path):
-    """One retry (max_retries=1 here; the cluster fixture's allowed-failures=1 there)."""
+@pytest.mark.parametrize("max_retries", [0, 2])
+def test_a_task_that_kills_its_worker_every_time_fails_with_worker_crashed(
+        backend, tmp_path, max_retries):
+    """Each lost worker counts against the task's own max_retries."""
     with pytest.raises(exceptions.WorkerCrashedError):
-        lightwork.get(die.options(max_retries=1).remote(str(tmp_path)), timeout=50)
+        lightwork.get(die.options(max_retries=max_retries).remote(str(tmp_path)), timeout=50)
+    assert len(attempts(str(tmp_path))) == max_retries + 1
+
+
+@lightwork.remote
+def die_once(directory):
+    if count_attempt(directory) == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "survived"
+
+
+def test_a_task_lost_with_its_worker_and_its_dependent_are_retried(backend, tmp_path):
+    """The dependent was submitted before its argument's worker died: it runs on the
+    retried argument."""
+    first = die_once.options(max_retries=1).remote(str(tmp_path))
+    second = add.options(max_retries=0).remote(first, "!")
+    assert lightwork.get(second, timeout=50) == "survived!"
+    assert lightwork.get(first) == "survived"
     assert len(attempts(str(tmp_path))) == 2
 
 
@@ -517,16 +536,96 @@ def count_up(n):
     yield from range(n)
 
 
-@gap("distributed", "generator tasks are not implemented on the distributed backend")
 def test_generator_task_streams(backend):
     assert [lightwork.get(ref) for ref in count_up.remote(3)] == [0, 1, 2]
 
 
-def test_generator_task_on_distributed_says_it_is_unsupported(backend):
-    if backend == "local":
-        return  # streams: test_generator_task_streams
-    with pytest.raises(exceptions.UnsupportedOnBackend, match="generator task.*distributed"):
-        count_up.remote(3)
+@lightwork.remote
+def yield_then_wait(gate):
+    yield "first"
+    wait_for_file(gate, 30)
+    yield "second"
+
+
+def test_generator_items_come_as_they_are_yielded(backend, tmp_path):
+    gate = str(tmp_path / "gate")
+    stream = yield_then_wait.remote(gate)
+    first = next(stream)  # the task is still running: it waits for the gate
+    assert lightwork.get(first, timeout=20) == "first"
+    assert not os.path.exists(gate)
+    open(gate, "w").close()
+    assert lightwork.get(next(stream), timeout=20) == "second"
+    with pytest.raises(StopIteration):
+        next(stream)
+
+
+@lightwork.remote
+def fail_after_two():
+    yield 0
+    yield 1
+    raise ValueError("the third item failed")
+
+
+def test_generator_error_mid_stream_comes_at_its_item(backend):
+    stream = fail_after_two.remote()
+    assert lightwork.get(next(stream), timeout=20) == 0
+    assert lightwork.get(next(stream), timeout=20) == 1
+    with pytest.raises(ValueError, match="the third item failed"):
+        lightwork.get(next(stream), timeout=20)
+    with pytest.raises(StopIteration):
+        next(stream)
+
+
+@lightwork.remote
+def many_blocks(n):
+    for index in range(n):
+        yield bytes([index]) * 100_000
+
+
+def test_a_generator_dropped_early_releases_its_items(backend, wait_until):
+    before = _cluster_keys() if backend == "distributed" else set()
+    stream = many_blocks.remote(5)
+    assert lightwork.get(next(stream), timeout=20) == b"\x00" * 100_000
+    del stream
+    if backend == "distributed":  # its items' keys go once the task ends
+        wait_until(lambda: _cluster_keys() <= before, timeout=20,
+                   message="the unread items to be released on the cluster")
+
+
+def _cluster_keys():
+    """The keys the scheduler holds now (after the driver applied its refs' releases)."""
+    backend = lightwork._api._core()
+    backend._drain()  # releases apply at the next call into the backend: this is one
+    return set(backend.client.run_on_scheduler(
+        lambda dask_scheduler: list(dask_scheduler.tasks)))
+
+
+@lightwork.remote
+def wrap_a_put(size):
+    return [lightwork.put(b"i" * size)]
+
+
+def test_refs_returned_inside_a_result_are_freed_with_it(backend, wait_until):
+    before = _cluster_keys() if backend == "distributed" else set()
+    outer = wrap_a_put.remote(100_000)
+    [inner] = lightwork.get(outer, timeout=20)
+    assert lightwork.get(inner, timeout=20) == b"i" * 100_000
+    if backend == "distributed":
+        assert len(_cluster_keys() - before) == 2  # the result and the object inside
+    del outer, inner
+    if backend == "distributed":
+        wait_until(lambda: _cluster_keys() <= before, timeout=20,
+                   message="the object inside the result to be freed on the cluster")
+
+
+@lightwork.remote(num_returns="dynamic")
+def dynamic_count(n):
+    yield from range(n)
+
+
+def test_a_dynamic_generator_task(backend):
+    items = lightwork.get(dynamic_count.remote(3), timeout=20)
+    assert [lightwork.get(ref) for ref in items] == [0, 1, 2]
 
 
 def env_value(name):

@@ -94,6 +94,11 @@ def test_dynamic_returns_give_a_ref_to_a_generator_of_refs(runtime):
 
     refs = lightwork.get(split.remote("a b c"))
     assert [lightwork.get(ref) for ref in refs] == ["a", "b", "c"]
+    # An error mid-way is the last item (Ray's behaviour): the items before it are fine.
+    refs = list(lightwork.get(numbers.options(num_returns="dynamic").remote(3, fail_at=2)))
+    assert [lightwork.get(ref) for ref in refs[:2]] == [0, 10]
+    with pytest.raises(StreamFailure, match="failed at item 2"):
+        lightwork.get(refs[2], timeout=30)
 
 
 def test_dynamic_returns_on_actor_methods(runtime):
@@ -107,8 +112,10 @@ def test_dynamic_returns_on_actor_methods(runtime):
             self.calls += 1
             yield from text.split()
 
-        def numbers(self, count):
+        def numbers(self, count, fail_at=None):
             for i in range(count):
+                if i == fail_at:
+                    raise StreamFailure(f"failed at item {i}")
                 yield i * self.calls
 
         def calls_made(self):
@@ -125,8 +132,15 @@ def test_dynamic_returns_on_actor_methods(runtime):
     assert [lightwork.get(item) for item in refs] == [0, 1, 2]
     assert lightwork.get(splitter.calls_made.remote(), timeout=30) == 1
     assert list(lightwork.get(splitter.split.remote(""), timeout=30)) == []
+    # An error mid-way is the last item, as in Ray: the items before it are fine.
+    refs = list(lightwork.get(
+        splitter.numbers.options(num_returns="dynamic").remote(3, fail_at=1), timeout=30))
+    assert len(refs) == 2 and lightwork.get(refs[0]) == 0
+    with pytest.raises(StreamFailure, match="failed at item 1"):
+        lightwork.get(refs[1], timeout=30)
 
 
+@pytest.mark.lightwork_only  # Ray refuses an async generator with num_returns="dynamic"
 def test_dynamic_returns_on_an_async_actor_and_an_error_mid_way(runtime):
     @lightwork.remote
     class AsyncSource:
@@ -140,8 +154,11 @@ def test_dynamic_returns_on_an_async_actor_and_an_error_mid_way(runtime):
     source = AsyncSource.remote()
     refs = lightwork.get(source.items.options(num_returns="dynamic").remote(3), timeout=30)
     assert [lightwork.get(item) for item in refs] == [0, -1, -2]
+    refs = list(lightwork.get(
+        source.items.options(num_returns="dynamic").remote(3, fail_at=1), timeout=30))
+    assert len(refs) == 2 and lightwork.get(refs[0]) == 0
     with pytest.raises(StreamFailure, match="failed at item 1"):
-        lightwork.get(source.items.options(num_returns="dynamic").remote(3, fail_at=1), timeout=30)
+        lightwork.get(refs[1], timeout=30)
 
 
 def test_actor_generator_methods_stream(runtime):

@@ -62,3 +62,24 @@ def test_a_busy_io_thread_frees_a_dropped_ref_at_its_next_short_sleep(fresh_runt
     del ref
     assert not node._io_sleeps_long
     wait_until(lambda: _freed(node, object_id), timeout=10, message="the object freed")
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/thread-self/schedstat"),
+                    reason="no per-thread schedstat in /proc")
+def test_the_driver_cpu_sample_reads_schedstat_keeping_the_gil():
+    """``_read_schedstat`` (libc pread via ctypes.PyDLL) reads what os.pread reads, and a
+    bad descriptor is an OSError (the sample then falls back to ``time.thread_time``)."""
+    import os
+
+    from lightwork._runtime.driver_calls import _read_schedstat
+
+    fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    try:
+        ours = [int(x) for x in _read_schedstat(fd).split()]
+        theirs = [int(x) for x in os.pread(fd, 64, 0).split()]
+    finally:
+        os.close(fd)
+    assert len(ours) == len(theirs) == 3
+    assert 0 < ours[0] <= theirs[0]  # CPU time only grows
+    with pytest.raises(OSError):
+        _read_schedstat(fd)  # closed now

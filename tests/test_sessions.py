@@ -35,6 +35,9 @@ class Box:
     def read(self):
         return self.value
 
+    def keep(self, value):
+        self.value = value
+
 
 @pytest.fixture
 def old_session():
@@ -128,6 +131,63 @@ class TestAfterReinit:
 
         with pytest.raises(SessionEndedError):
             ray.get(call.remote(box), timeout=20)
+
+    def test_old_actor_handles_inside_containers(self, old_session):
+        """Nested in a list or dict (given to a task, an actor's method or constructor),
+        or inside an object put in the new session: the old handle never reaches the new
+        session's actors and never hangs."""
+        _, box = old_session
+        ray.init(num_cpus=2)
+        new_box = Box.remote("new box")  # would get the old handle's calls if ids repeated
+
+        @ray.remote
+        def call_first(handles):
+            return ray.get(handles[0].read.remote(), timeout=20)
+
+        @ray.remote
+        def call_in(mapping):
+            return ray.get(mapping["box"].read.remote(), timeout=20)
+
+        with pytest.raises(SessionEndedError) as excinfo:
+            call_first.remote([box])
+        _assert_ended(excinfo)
+        with pytest.raises(SessionEndedError):
+            call_in.remote({"box": box})
+        with pytest.raises(SessionEndedError):
+            Box.remote({"handles": [box]})
+        with pytest.raises(SessionEndedError):
+            new_box.keep.remote([box])
+        holder = ray.put({"box": box})  # a new-session object holding the old handle
+        with pytest.raises(SessionEndedError):
+            ray.get(call_in.remote(holder), timeout=20)
+        with pytest.raises(SessionEndedError):
+            ray.get(call_in.remote(ray.get(holder)), timeout=20)
+        assert ray.get(new_box.read.remote(), timeout=20) == "new box"  # unharmed
+
+    def test_old_actor_handle_pickled_by_the_user(self, old_session):
+        """Pickled to bytes (no ref tracking can see it), then unpickled and called inside
+        a task or an actor: the call raises the session-ended error there."""
+        import cloudpickle
+
+        _, box = old_session
+        ray.init(num_cpus=2)
+        blob = cloudpickle.dumps(box)
+
+        @ray.remote
+        def call_unpickled(data):
+            return ray.get(cloudpickle.loads(data).read.remote(), timeout=20)
+
+        @ray.remote
+        class Caller:
+            def call(self, data):
+                return ray.get(cloudpickle.loads(data).read.remote(), timeout=20)
+
+        with pytest.raises(SessionEndedError):
+            ray.get(call_unpickled.remote(blob), timeout=30)
+        with pytest.raises(SessionEndedError):
+            ray.get(Caller.remote().call.remote(blob), timeout=30)
+        with pytest.raises(SessionEndedError):
+            cloudpickle.loads(blob).read.remote()  # in the driver too
 
     def test_cancel_old_ref(self, old_session):
         ref, _ = old_session

@@ -17,7 +17,8 @@ driver-side state is ``lightwork._runtime.streams``; the worker sends items in
 
 ``num_returns="dynamic"`` (Ray's older form): ``f.remote()`` returns one ref; its value is
 a :class:`DynamicObjectRefGenerator` of refs to every item, ready when the task ends.
-The function runs inside :class:`DynamicReturns`, which stores each item as it comes.
+The function runs inside :class:`DynamicReturns`, which stores each item as it comes;
+an exception mid-way becomes the last item (its ref raises it), as in Ray.
 An actor method called with ``num_returns="dynamic"`` (``@lightwork.method`` or
 ``.options()``) names its method ``DYNAMIC_METHOD + name``; the actor's worker finds no
 such attribute and runs the method inside :class:`DynamicReturns` (so a plain call pays
@@ -161,7 +162,13 @@ class DynamicReturns:
             raise TypeError(
                 f"a num_returns='dynamic' task must return a generator (or an iterable), "
                 f"got {type(result).__name__}; yield the items, or drop num_returns") from None
-        return DynamicObjectRefGenerator([lightwork.put(item) for item in items])
+        refs = []
+        try:
+            for item in items:
+                refs.append(lightwork.put(item))
+        except Exception as exc:  # noqa: BLE001 - the error is the last item, as in Ray
+            refs.append(_error_item(exc))
+        return DynamicObjectRefGenerator(refs)
 
 
 def _drain_async(items: Any) -> list[ObjectRef]:
@@ -173,7 +180,22 @@ def _drain_async(items: Any) -> list[ObjectRef]:
     from lightwork import _api
 
     async def drain() -> list[ObjectRef]:
-        return [lightwork.put(item) async for item in items]
+        refs = []
+        try:
+            async for item in items:
+                refs.append(lightwork.put(item))
+        except Exception as exc:  # noqa: BLE001 - the error is the last item, as in Ray
+            refs.append(_error_item(exc))
+        return refs
 
     loop = getattr(_api._worker, "loop", None)
     return loop.run(drain()) if loop is not None else asyncio.run(drain())
+
+
+def _error_item(exc: Exception) -> ObjectRef:
+    """A ref whose ``get`` raises ``exc``: where a dynamic generator stopped with it."""
+    from lightwork import _api
+
+    if _api._worker is None:  # not in a worker (no embedded runtime): fail the call
+        raise exc
+    return _api._worker.put_error(exc)

@@ -64,6 +64,9 @@ first-batch``, medians of 5 fresh drivers, exec then fork, twice):
 | fork server RSS / USS / PSS (MB) | 23.0 / 3.9 / 7.1 | 21.5 / 2.4 / 5.5 |
 | driver USS (MB) | 16.6 | 7.8 (the rest is shared with the server) |
 
+At load average 14 (08:55 UTC, same bench): exec'd 1.17 s to the first result and 1.20 s
+for the first batch; forked 0.30 s and 0.31 s; the second batch 0.21-0.23 s either way.
+
 A driver that imported numpy before ``init`` has an OpenBLAS thread, so it gets the exec'd
 server (and the same figures as the exec'd column).
 """

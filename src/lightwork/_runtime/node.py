@@ -484,7 +484,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             entry = self.objects.create(message[1], conn.worker_id)
             conn.holds.add(message[1])
             conn.owned.add(message[1])
-            self._resolve(entry, message[2])
+            # An error instead of a value: a num_returns="dynamic" item (Worker.put_error).
+            self._resolve(entry, message[2], message[3] if len(message) > 3 else None)
         elif kind == p.BORROW:
             entry = self.objects.get(message[1])
             if entry is not None:

@@ -678,6 +678,15 @@ class Worker:
         self.send([(p.PUT, object_id, stored)])
         return ref
 
+    def put_error(self, exc: BaseException) -> ObjectRef:
+        """An object that raises ``exc`` (as the running task's error) on ``get``: the
+        last item of a num_returns="dynamic" generator that raised, as in Ray."""
+        object_id = self.next_object_id()
+        frame = self.current
+        error = error_outcome(frame[2] if frame is not None else "(unknown task)", exc)
+        self.send([(p.PUT, object_id, None, error)])
+        return ObjectRef(object_id)
+
     def request(self, message: tuple[Any, ...]) -> Any:
         """Send a GET/WAIT/CALL request and wait for its reply, bouncing queued tasks."""
         request_id = next(self._requests)

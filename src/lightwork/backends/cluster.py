@@ -21,17 +21,16 @@ Where the rest lives
 ``DistributedBackend`` is assembled from one mixin per responsibility, each module's
 docstring carrying its design: ``cluster_tasks`` (submission, resources, retries,
 cancel, put), ``cluster_fetch`` (get, wait, nested calls), ``cluster_actor_calls`` (the
-caller's side of actors: creation, calls, restarts, names) and ``cluster_actors`` (the
-actor's side, on a worker). What runs on the workers, and the stored forms of values
-and errors, are in ``cluster_worker``.
+caller's side of actors: creation, calls, restarts, names), ``cluster_streams``
+(generator tasks) and ``cluster_actors`` (the actor's side, on a worker). What runs on
+the workers, and the stored forms of values and errors, are in ``cluster_worker``.
 
 Diagnostics: the driver's ``recorder``
 (``cluster_record.ClusterLog``) is the event log of the run, filled from the workers'
 own stamps; the state API (``cluster_state``), ``task_records``, the timeline,
 ``stack``, the advisor, the Dask-style callbacks and profilers (its task listeners),
 ``lightwork.dask.get`` and the ``lightwork`` command from another terminal
-(``cluster_control``) read it. Not done yet on this backend (UnsupportedOnBackend):
-actor restarts, generator tasks.
+(``cluster_control``) read it.
 """
 
 from __future__ import annotations
@@ -52,6 +51,7 @@ from lightwork.backends.base import Backend
 from lightwork.backends.cluster_actor_calls import ActorCalls
 from lightwork.backends.cluster_fetch import Fetching
 from lightwork.backends.cluster_record import ClusterLog
+from lightwork.backends.cluster_streams import Streams
 from lightwork.backends.cluster_tasks import TaskSubmission
 from lightwork.backends.cluster_worker import BACKEND, Failed, WithRefs, unsupported
 
@@ -68,7 +68,7 @@ def _import_distributed() -> Any:
     return distributed
 
 
-class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
+class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend):
     """The API on a Dask distributed cluster (see the module docstring)."""
 
     name = BACKEND
@@ -94,10 +94,21 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
         self.task_ids: dict[int, int] = {}
         self._orphans: dict[int, Any] = {}
         self.exported: list[Any] = []  # futures of refs returned inside results
+        # ... of a task's single result, by its key: released with it (ExportedRefs)
+        self.exported_by_key: dict[Any, list[Any]] = {}
         self._prefix = random.getrandbits(PROCESS_ID_SHIFT - 17) + 1 << PROCESS_ID_SHIFT
         self._ids = itertools.count(1)
         self._shapes: dict[tuple, dict[str, float] | None] = {}
         self._init_actor_calls()
+        self._lineages: dict[int, Any] = {}  # task id -> Lineage (see cluster_tasks)
+        self._recover_lock = threading.Lock()
+        self._streams: dict[int, Any] = {}  # head id -> StreamState (see cluster_streams)
+        if client is not None:
+            self._watch_task_errors(client)
+        if in_driver and client is not None:
+            from lightwork.backends.cluster_plugin import ExportedRefs
+
+            client.register_plugin(ExportedRefs(), name=ExportedRefs.name)
         self._closed = False
         ref_counter.on_borrow = self._on_borrow
         ref_counter.on_first_release = None
@@ -116,10 +127,14 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
                 raise ValueError("init(address='local-cluster') cannot share GPUs among its "
                                  "single-thread workers; start workers with the dask CLI "
                                  "and --resources 'GPU=n' instead")
+            import dask
+
             try:
-                cluster = distributed.LocalCluster(
-                    n_workers=max(1, workers), threads_per_worker=1, processes=True,
-                    resources=declared, dashboard_address=None)
+                # Each lost worker is one of a task's max_retries (see cluster_tasks).
+                with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+                    cluster = distributed.LocalCluster(
+                        n_workers=max(1, workers), threads_per_worker=1, processes=True,
+                        resources=declared, dashboard_address=None)
             except RuntimeError as exc:
                 raise RuntimeError(
                     "init(address='local-cluster') could not start its worker processes "
@@ -152,6 +167,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
             from distributed import get_client
 
             client = self._client = get_client()
+            self._watch_task_errors(client)
         return client
 
     @property
@@ -168,6 +184,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
             self.futures.clear()
             self._orphans.clear()
             self.exported.clear()
+            self.exported_by_key.clear()
         if ref_counter.on_borrow == self._on_borrow:
             ref_counter.on_borrow = None
         for name in self._named:  # a named actor that is not detached ends with its driver
@@ -216,7 +233,13 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
                     continue
                 future = self.futures.pop(object_id, None)
                 self.keys.pop(object_id, None)
-                self.task_ids.pop(object_id, None)
+                if object_id in self._streams:  # a generator dropped: its unread items go
+                    self._close_stream(object_id)
+                lineage = self._lineages.get(self.task_ids.pop(object_id, 0))
+                if lineage is not None:
+                    lineage.live -= 1
+                    if lineage.live <= 0:  # (a dependent still holds it, if it needs it)
+                        del self._lineages[lineage.task_id]
                 if future is not None and not future.done() and hasattr(
                         future, "add_done_callback"):  # (an actor call runs on regardless)
                     # A dropped ref's task still runs: hold its future until it ends.
@@ -238,12 +261,17 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Backend):
         futures = self.futures
         return {i: futures[i].key for i in ids if i in futures and futures[i].key is not None}
 
-    def encode(self, value: Any) -> Any:
-        """``value`` as stored in the cluster (refs inside it are kept alive by us)."""
+    def encode(self, value: Any, result_key: Any = None) -> Any:
+        """``value`` as stored in the cluster (refs inside it are kept alive by us: while
+        the result ``result_key`` lives, if given; else for this process's lifetime)."""
         stored = cluster_worker.encode(value, self._keys_of)
         if type(stored) is WithRefs:
+            held = [self.futures[i] for i in stored.keys if i in self.futures]
             with self.lock:
-                self.exported.extend(self.futures[i] for i in stored.keys if i in self.futures)
+                if result_key is None:
+                    self.exported.extend(held)
+                else:
+                    self.exported_by_key.setdefault(result_key, []).extend(held)
         return stored
 
     def decode(self, stored: Any) -> Any:

@@ -506,6 +506,8 @@ class ActorCalls:
         return exceptions.ActorDiedError(f"actor {actor_id:020x} is dead: {why}. {advice}")
 
     def driver_request(self, what: str, *args: Any) -> Any:
+        if what == "stream" and args[0] == "item":  # a generator task's next item
+            return self.stream_item(args[1], args[2])
         if what == "get_actor":
             name, namespace = args[0], args[1] if args[1] is not None else self.namespace
             entry = self.client.get_dataset(_actor_dataset(name, namespace), default=None)

@@ -26,6 +26,14 @@ from lightwork.backends import cluster_worker
 from lightwork.backends.cluster_worker import BACKEND
 
 
+class _WorkerLost(Exception):
+    """A fetched task was lost with its worker (``killed``: distributed's KilledWorker)."""
+
+    def __init__(self, killed: BaseException) -> None:
+        super().__init__(killed)
+        self.killed = killed
+
+
 class Fetching:
     """Fetching results (a part of ``DistributedBackend``)."""
 
@@ -37,10 +45,19 @@ class Fetching:
         self._check_open()
         if ref_counter._released:
             self._drain()
-        futures = [self._future_of(i) for i in ids]
         start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
         try:
-            stored = self._blocking(lambda: self._gather(futures, timeout))
+            while True:
+                futures = [self._future_of(i) for i in ids]
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    stored = self._blocking(lambda: self._gather(futures, left))
+                    break
+                except _WorkerLost as lost:  # submitted again, unless out of retries
+                    self._recover_all(lost.killed.task, futures)
+                    if all(self.futures.get(i) is f for i, f in zip(ids, futures)):
+                        raise self._system_error(lost.killed, futures) from None
         finally:
             if self.recorder is not None:
                 self.recorder.blocked("get", start, ids, callsite, self.task_ids.get(ids[0], 0))
@@ -62,7 +79,18 @@ class Fetching:
                 "not ready. Raise the timeout, or use wait() to take the ready ones "
                 "first.") from None
         except BaseException as exc:
+            from distributed.scheduler import KilledWorker
+
+            if isinstance(exc, KilledWorker):
+                raise _WorkerLost(exc) from None
             raise self._system_error(exc, futures) from None
+
+    def _recover_all(self, killed_key: Any, futures: list[Any]) -> None:
+        """Recover the task lost with ``killed_key`` and every failed one among ``futures``
+        (those the ``task-erred`` message did not reach first)."""
+        erred = [f.key for f in futures if f.key is not None and f.status == "error"]
+        for key in erred or [killed_key]:
+            self._recover(killed_key, key)
 
     def _gather_with_actor_results(self, futures: list[Any], timeout: float | None) -> list[Any]:
         from distributed import wait as wait_futures
@@ -87,10 +115,11 @@ class Fetching:
         if isinstance(exc, KilledWorker):
             key = exc.args[0] if exc.args else "?"
             return exceptions.WorkerCrashedError(
-                f"task {key} was running on a worker that died, on every try allowed by "
-                "the scheduler (distributed.scheduler.allowed-failures). Look at the "
-                "workers' logs for why they died (memory limit, a crash in native code); "
-                "if the task uses too much memory, give it more with resources or split it")
+                f"task {key} was running on a worker that died, on every try its "
+                "max_retries allows (each try is allowed-failures + 1 workers: "
+                f"{exc.allowed_failures + 1} here). Look at the workers' logs for why they "
+                "died (memory limit, a crash in native code); if the task uses too much "
+                "memory, give it more with resources or split it")
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             return exc
         return exceptions.RuntimeSystemError(

@@ -8,10 +8,22 @@ Tasks
 an ``ArgSlot``, and passes those refs' futures to distributed as dependencies: the engine
 resolves top-level refs to values; refs inside containers stay refs (borrowed: see
 ``cluster_worker``). ``num_returns=k`` is one task returning a tuple and ``k`` small
-``pick`` tasks, each with its own key and ref. Retries: ``retry_exceptions`` (by type)
-runs again on the worker up to ``max_retries``; a worker lost mid-task is rescheduled by
-the scheduler up to its ``distributed.scheduler.allowed-failures`` (3 by default, like
-``max_retries``), then the task fails with ``WorkerCrashedError``.
+``pick`` tasks, each with its own key and ref.
+
+Retries
+-------
+``retry_exceptions`` (by type) runs again on the worker, up to ``max_retries``. A lost
+worker counts against each task's own ``max_retries`` too, from the driver: every task
+keeps its :class:`Lineage` (how to submit it again) while its refs live. When the
+scheduler fails a task with ``KilledWorker`` (its worker died while running it, on
+``allowed-failures + 1`` workers: start the scheduler with ``allowed-failures=0`` so each
+loss is one attempt, as ``init(address="local-cluster")`` does), the client's
+``task-erred`` message is seen (``_watch_task_errors``), and the task is submitted again
+under a new key (``…-r<n>``), its refs now naming the new futures, until its attempts
+are used up; then its get raises ``WorkerCrashedError``. Tasks that failed only because a
+dependency was lost are submitted again too, on the dependency's new futures, without
+counting an attempt. Recovery runs on one thread (``_recover``), started by the message
+or by a ``get`` that met the error first, whichever comes first; it is idempotent.
 
 Resources: ``num_cpus`` up to 1 takes one worker thread, as every distributed task does
 (no resource restriction, so the engine's fast path and its queuing apply, and a task
@@ -24,14 +36,45 @@ at submit, naming the resource.
 
 from __future__ import annotations
 
+import pickle
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
 
 from lightwork._object_ref import ObjectRef, collecting_refs, ref_counter
-from lightwork.backends import cluster_worker
+from lightwork.backends import cluster_streams, cluster_worker
 from lightwork.backends.cluster_worker import ArgSlot, key_name, unsupported
+
+
+@dataclass(slots=True, eq=False)
+class Lineage:
+    """How to submit a task again after its worker was lost (see *Retries*)."""
+
+    task_id: int
+    name: str
+    header: tuple[Any, ...]
+    sources: tuple[tuple[Lineage | None, int, Any], ...]  # per dep: (task, index, future)
+    restrictions: dict[str, float] | None
+    prefix: str
+    num_returns: int
+    max_retries: int
+    return_ids: list[int]
+    futures: list[Any]  # its current return futures (the main one if it returns none)
+    key: str  # its current main key
+    stream: bool  # a streaming generator task (see cluster_streams)
+    live: int = 0  # refs of its returns still held here
+    lost: int = 0  # attempts lost with their worker
+    resubmits: int = 0
+    final: str = ""  # why it will not be submitted again
+
+
+def _task_id_of_key(key: Any) -> int | None:
+    try:
+        return int(str(key).split("-")[1], 16)
+    except (IndexError, ValueError):
+        return None
 
 
 class TaskSubmission:
@@ -43,6 +86,8 @@ class TaskSubmission:
     _orphans: dict[int, Any]
     _shapes: dict[tuple, dict[str, float] | None]
     recorder: Any
+    _lineages: dict[int, Lineage]
+    _recover_lock: threading.Lock
 
     def _restrictions(self, spec: Any) -> dict[str, float] | None:
         """The distributed resource restrictions of ``spec``'s shape (None: none)."""
@@ -108,21 +153,18 @@ class TaskSubmission:
                 f"max_calls ({spec.name}, max_calls={spec.max_calls})",
                 "declare the function without max_calls, or run the leaking work in an "
                 "actor that you kill and create again")
-        if spec.stream:
-            raise unsupported(
-                f"a generator task ({spec.name}, num_returns='streaming')",
-                "return a list instead, or set num_returns=k for k values")
         if ref_counter._released:
             self._drain()
         restrictions = self._restrictions(spec)
         deps: list[Any] = []
+        sources: list[tuple[Lineage | None, int, Any]] = []
         futures = self.futures
         dep_tasks: tuple[int, ...] = ()
         if any(type(a) is ObjectRef for a in args) or any(
                 type(v) is ObjectRef for v in kwargs.values()):
             dep_tasks = tuple(self.task_ids.get(a.id, 0) for a in (*args, *kwargs.values())
                               if type(a) is ObjectRef)
-            args, kwargs = self._slots(args, kwargs, deps)
+            args, kwargs = self._slots(args, kwargs, deps, sources)
         with collecting_refs() as contained:
             payload = cloudpickle.dumps((args, kwargs))
         keys = self._keys_of(contained) if contained else None
@@ -136,35 +178,56 @@ class TaskSubmission:
         if recorder is not None:
             recorder.submitted(task_id, spec.name, callsite, len(payload),
                                num_cpus=shape.get("CPU", 1.0), dep_tasks=dep_tasks)
-        client = self.client
-        main = client.submit(cluster_worker.run_task, header, *deps, key=f"{prefix}-{task_id:x}",
-                             resources=restrictions, pure=False)
-        if num_returns <= 1:
-            return_futures = [main]
-        else:
-            return_futures = [
-                client.submit(cluster_worker.pick, main, index, pure=False,
-                              key=f"{prefix}-{task_id:x}-{index}")
-                for index in range(num_returns)]
+        main_key = f"{prefix}-{task_id:x}"
+        main, return_futures = self._submit_main(header, deps, restrictions, main_key,
+                                                 num_returns, spec.stream)
         if keys:  # hold what the task borrows until it ends
             held = [futures[i] for i in keys]
             main.add_done_callback(lambda _f, held=held: held.clear())
         refs = []
+        lineage = Lineage(task_id, spec.name, header, tuple(sources), restrictions, prefix,
+                          num_returns, spec.max_retries, [], return_futures, main_key,
+                          spec.stream)
         with self.lock:
             for future in return_futures if num_returns else []:
                 object_id = self.next_object_id()
                 futures[object_id] = future
                 self.task_ids[object_id] = task_id
+                lineage.return_ids.append(object_id)
                 refs.append(ObjectRef(object_id))
+            lineage.live = len(refs)
+            self._lineages[task_id] = lineage
             if not num_returns:
                 self._orphans[task_id] = main
-                main.add_done_callback(lambda _f: self._orphans.pop(task_id, None))
+                main.add_done_callback(lambda _f: self._task_ended(task_id))
+        if spec.stream:
+            self._open_stream(refs[0].id, task_id, main)
         if recorder is not None:
             recorder.returned(task_id, [ref.id for ref in refs], main)
         return refs
 
-    def _slots(self, args: tuple, kwargs: dict, deps: list[Any]) -> tuple[tuple, dict]:
-        """Top-level refs replaced by ArgSlots; their futures appended to ``deps``."""
+    def _submit_main(self, header: tuple[Any, ...], deps: list[Any],
+                     restrictions: dict[str, float] | None, main_key: str,
+                     num_returns: int, stream: bool) -> tuple[Any, list[Any]]:
+        """Submit one attempt of a task: its main future, and its return futures."""
+        client = self.client
+        runner = cluster_streams.run_stream_task if stream else cluster_worker.run_task
+        main = client.submit(runner, header, *deps, key=main_key, resources=restrictions,
+                             pure=False)
+        if num_returns <= 1:
+            return main, [main]
+        return main, [client.submit(cluster_worker.pick, main, index, pure=False,
+                                    key=f"{main_key}-{index}")
+                      for index in range(num_returns)]
+
+    def _task_ended(self, task_id: int) -> None:
+        self._orphans.pop(task_id, None)
+        self._lineages.pop(task_id, None)
+
+    def _slots(self, args: tuple, kwargs: dict, deps: list[Any],
+               sources: list[tuple[Lineage | None, int, Any]]) -> tuple[tuple, dict]:
+        """Top-level refs replaced by ArgSlots; their futures appended to ``deps``, and
+        where each came from to ``sources`` (to submit the task again: see *Retries*)."""
 
         def slot(value: Any) -> Any:
             if type(value) is not ObjectRef:
@@ -173,9 +236,81 @@ class TaskSubmission:
             if future.key is None:  # an actor call's result: not in the cluster, pass it
                 return self.decode(future.stored(None))
             deps.append(future)
+            source = self._lineages.get(self.task_ids.get(value.id, 0))
+            index = source.return_ids.index(value.id) if source is not None else 0
+            sources.append((source, index, future))
             return ArgSlot(len(deps) - 1)
 
         return tuple(slot(a) for a in args), {k: slot(v) for k, v in kwargs.items()}
+
+    # -- retries after a lost worker (see *Retries*) ---------------------------------------
+    def _watch_task_errors(self, client: Any) -> None:
+        """See every ``task-erred`` message of ``client``: a lost worker starts recovery."""
+        from distributed.scheduler import KilledWorker
+
+        original = client._stream_handlers["task-erred"]
+
+        def task_erred(key: Any = None, exception: Any = None, **rest: Any) -> None:
+            original(key=key, exception=exception, **rest)
+            # The scheduler's own errors come pickled (the client unpickles them later).
+            if type(exception) is bytes and b"KilledWorker" in exception[:64]:
+                try:
+                    exception = pickle.loads(exception)
+                except Exception:  # noqa: BLE001 - not ours to read: the getter reports it
+                    return
+            if isinstance(exception, KilledWorker):  # on the event loop: never block here
+                threading.Thread(target=self._recover, args=(exception.task, key),
+                                 daemon=True, name="lightwork-retry").start()
+
+        client._stream_handlers["task-erred"] = task_erred
+
+    def _recover(self, killed_key: Any, erred_key: Any) -> bool:
+        """Submit again the task lost with its worker (``killed_key``) and the task whose
+        key failed with it (``erred_key``, a dependent); True if anything was."""
+        with self._recover_lock:
+            if self._closed:
+                return False
+            killed = self._lineages.get(_task_id_of_key(killed_key) or 0)
+            erred = self._lineages.get(_task_id_of_key(erred_key) or 0)
+            if killed is None and erred is not None:  # a dependency whose refs are gone
+                killed = next((source for source, _i, _f in erred.sources
+                               if source is not None and source.key == str(killed_key)), None)
+            again = False
+            if killed is not None and killed.key == str(killed_key) and not killed.final:
+                killed.lost += 1
+                limit = killed.max_retries
+                if limit >= 0 and killed.lost > limit:
+                    killed.final = (f"its worker died {killed.lost} time(s) while running "
+                                    f"it, and max_retries={limit}")
+                else:
+                    self._resubmit(killed)
+                    again = True
+            if erred is not None and erred is not killed and not erred.final and any(
+                    source is not None and source.futures[index] is not future
+                    for source, index, future in erred.sources):
+                self._resubmit(erred)  # its dependency is back: it did not fail itself
+                again = True
+            return again
+
+    def _resubmit(self, lineage: Lineage) -> None:
+        """Submit ``lineage``'s task again under a new key; its refs follow (recovering
+        first the dependencies lost with it)."""
+        deps = [source.futures[index] if source is not None else future
+                for source, index, future in lineage.sources]
+        lineage.sources = tuple((source, index, dep) for (source, index, _f), dep
+                                in zip(lineage.sources, deps))
+        lineage.resubmits += 1
+        key = f"{lineage.prefix}-{lineage.task_id:x}-r{lineage.resubmits}"
+        main, return_futures = self._submit_main(lineage.header, deps, lineage.restrictions,
+                                                 key, lineage.num_returns, lineage.stream)
+        with self.lock:
+            lineage.key, lineage.futures = key, return_futures
+            for object_id, future in zip(lineage.return_ids, return_futures):
+                if object_id in self.futures:
+                    self.futures[object_id] = future
+            if not lineage.num_returns:
+                self._orphans[lineage.task_id] = main
+                main.add_done_callback(lambda _f: self._task_ended(lineage.task_id))
 
     def cancel(self, object_ids: list[int], force: bool, recursive: bool = True) -> None:
         # recursive: tasks submitted from a task go through the same client; Dask keeps no

@@ -25,7 +25,8 @@ worker's backend learns those keys; unpickling a ref then makes it take a future
 own for that key (``RefCounter.on_borrow``), released when the last ref to that id in the
 process is gone. So an object stays alive while any process holds a ref to it, including
 refs a task keeps after it returns (in an actor's state, say). Refs a task returns inside
-its result are held by the worker that made them (``exported``) for its lifetime.
+its (single) result are held by the worker that made them while that result's key lives
+(``cluster_plugin.ExportedRefs``); inside one of several returns, for the worker's lifetime.
 
 The event log
 -------------
@@ -130,8 +131,10 @@ def _should_retry(
     return retry_exceptions is True or isinstance(exc, tuple(retry_exceptions))
 
 
-def run_task(header: tuple[Any, ...], *dep_values: Any) -> Any:
-    """Run one task (see the module docstring); returns its stored result(s)."""
+def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> Any:
+    """Run one task (see the module docstring); returns its stored result(s). A generator
+    task's items go to ``stream`` (``cluster_streams.run_stream_task``) as it yields them,
+    and its result is None."""
     started = _wall()
     (task_id, key, blob, name, payload, keys, num_returns, max_retries, retry_exceptions,
      resources) = header
@@ -157,6 +160,11 @@ def run_task(header: tuple[Any, ...], *dep_values: Any) -> Any:
         while True:
             try:
                 result = function(*args, **kwargs)
+                if stream is not None:
+                    stream.start()
+                    for item in result:
+                        stream.item(item)
+                    result = None
                 break
             except Exception as exc:  # noqa: BLE001 - the user's error becomes the result
                 if _should_retry(exc, retry_exceptions, attempt, max_retries):
@@ -174,7 +182,12 @@ def run_task(header: tuple[Any, ...], *dep_values: Any) -> Any:
             backend._drain()
     finished = _wall()
     if num_returns == 1:
-        stored = backend.encode(result)
+        # Refs inside the result live as long as the result's key (ExportedRefs).
+        stored = backend.encode(result, _current_key())
+        if type(stored) is WithRefs:  # the refs inside are held by the result now: drop
+            del result  # this process's own, so only the result's key keeps them alive
+            if ref_counter._released:
+                backend._drain()
         _note(task_id, name, 0, started, loaded, finished, _wall(), None, retries)
         return stored
     _note(task_id, name, 0, started, loaded, finished, finished, None, retries)
@@ -190,6 +203,16 @@ def run_task(header: tuple[Any, ...], *dep_values: Any) -> Any:
                          f"{num_returns} values")
         return (error_of(name, exc),) * num_returns
     return tuple(backend.encode(part) for part in parts)
+
+
+def _current_key() -> Any:
+    """The key of the task running in this worker thread (None outside one)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker().get_current_task()
+    except (ValueError, AttributeError):
+        return None
 
 
 def pick(values: tuple[Any, ...], index: int) -> Any:

@@ -313,8 +313,10 @@ class _Builder:
         self.task_rows[record["task_id"]] = (pid, tid)
         owner = record["owner"]
         submitter = self.driver if owner == 0 else self.worker_pid(owner)
-        self.submits.setdefault((submitter, SUBMIT_TID), []).append(
-            (self.us(record["submitted"]), record["task_id"]))
+        if record["task_id"] not in self.flow_ends:  # one submit per task: a task run again
+            # (its result lost with a worker, on a cluster) has one arrow, to its last run
+            self.submits.setdefault((submitter, SUBMIT_TID), []).append(
+                (self.us(record["submitted"]), record["task_id"]))
         self.thread_names[(submitter, SUBMIT_TID)] = "submit"
         self.flow_ends[record["task_id"]] = (pid, tid, round(start + (end - start) / 2, 3))
 
