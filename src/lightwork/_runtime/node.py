@@ -508,6 +508,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         elif kind == p.BOUNCE:
             task = self.tasks.get(message[1])
             if task is not None and task.worker is conn.slot:
+                self._release_gpus(task.task_id)
                 self.scheduler.take_back(conn.slot, task)
                 if task.cancelled and self.scheduler.remove_ready(task):
                     self._fail_task(task, _cancelled(task, "before it ran"))
@@ -591,6 +592,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
 
     def _requeue(self, task: TaskSpec) -> None:
         task.record.dispatched = 0.0
+        self._release_gpus(task.task_id)  # it was queued on a worker: its GPU ids go back
         self.scheduler.make_ready(task, front=True)
 
     # ------------------------------------------------------------------ objects
@@ -877,9 +879,10 @@ class Node(DriverCalls, WorkerRequests, Lineage):
     def _cancel_ids(self, object_ids: list[int], force: bool, recursive: bool = False) -> None:
         """Cancel the tasks making these objects; the cancel wins in every state.
 
-        ``recursive``: a task that is running may have submitted tasks from its worker
-        (``TaskSpec.parent``); those still pending or running are cancelled too, with the
-        same ``force``, and theirs in turn; actor calls are left alone, as in Ray. No index
+        ``recursive``: a task or actor call that is running may have submitted tasks from
+        its worker (``TaskSpec.parent``); those still pending or running are cancelled too,
+        with the same ``force``, and theirs in turn; the actor calls it made are left alone.
+        No index
         of children is kept (that would cost every nested submission): the tasks table is
         searched, and only while some live task has a parent (``nested_live``). A running
         task cancelled this way stays in ``cancelled_parents`` until it ends, so a task it
@@ -905,14 +908,15 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             self._cancel_task(task, force)
 
     def _running_descendants(self, tasks: list[TaskSpec]) -> list[TaskSpec]:
-        """The live plain tasks submitted by the running ones of ``tasks``, transitively;
+        """The live plain tasks submitted by the running ones of ``tasks`` (tasks or actor
+        calls), transitively;
         the running ones found are noted in ``cancelled_parents``."""
         children: dict[int, list[TaskSpec]] = {}
         for task in self.tasks.values():
             if task.parent and not task.actor_id:
                 children.setdefault(task.parent, []).append(task)
         found: list[TaskSpec] = []
-        frontier = [task for task in tasks if task.state == DISPATCHED and not task.actor_id]
+        frontier = [task for task in tasks if task.state == DISPATCHED]  # actor calls too
         while frontier:
             task = frontier.pop()
             self.cancelled_parents.add(task.task_id)

@@ -15,8 +15,11 @@ so task frames in the inbox are bounced back for the driver to place elsewhere, 
 driver lends this worker's CPU back to the pool.
 
 The loop is defensive: a user error is a result, never a crash of the loop. The process
-ends when the driver closes the socket (or sends EXIT); faulthandler is on, so a fatal
-error leaves a stack on stderr.
+ends when the driver closes the socket (or sends EXIT), or right after the last call a
+``max_calls`` function may make here (``retire``: it sends the result and RETIRE, and the
+driver moves what it had queued here elsewhere); faulthandler is on, so a fatal error
+leaves a stack on stderr. A task submitted from here carries the running task's id (its
+parent, for recursive cancel) and inherits its ``runtime_env`` (``runtime_env.py``).
 
 The worker's share of a synchronous no-op call (issue 13, measured 2026-11-24 on the
 loaded 2-core machine): from the driver's send to the task starting 55 µs (mostly the
