@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from lightwork import exceptions
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
+from lightwork._runtime.memory_monitor import OOM_REASON
 from lightwork._runtime.scheduler import FINISHED, Shape, TaskSpec, WorkerSlot
 
 if TYPE_CHECKING:
@@ -533,13 +534,16 @@ class ActorManager:
                 f"cannot call {method}: the actor is unknown to this runtime (it ended, or "
                 "its handle came from another session)")
         what = f"actor {actor.class_name} (id {actor.actor_id:020x})"
+        # The memory monitor's message (memory used, threshold, actor, policy) is the cause.
+        error = (exceptions.ActorOutOfMemoryError if OOM_REASON in actor.death_cause
+                 else exceptions.ActorDiedError)
         if actor.state != DEAD:  # its process died during this call; it is being restarted
-            return exceptions.ActorDiedError(
+            return error(
                 f"{what} lost the call {method}: {actor.death_cause}. The actor is being "
                 f"restarted (max_restarts={actor.max_restarts}), but calls that were running "
                 f"are not retried (max_task_retries={actor.max_task_retries}); set "
                 "max_task_retries (-1: no limit) if the call is safe to run twice.")
-        return exceptions.ActorDiedError(
+        return error(
             f"{what} cannot run {method}: the actor died because "
             f"{actor.death_cause or 'it ended'}. {_after_death_advice(actor)}")
 
