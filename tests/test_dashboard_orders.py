@@ -162,3 +162,24 @@ def test_filters_read_from_the_kept_orders_match_a_brute_force(monkeypatch, scan
             got = _table(mirror, sort="submitted", descending=False, **query)
             assert got == brute(query), (query, batch)
     assert mirror.tasks(name="nothing")["total"] == 0
+
+
+def test_masks_of_big_and_small_filters_match_a_brute_force(monkeypatch):
+    monkeypatch.setattr(mirror_module, "DIRECT_SORT_ROWS", 10)  # sorted through the mask
+    mirror = Mirror()
+    names = ["x.load", "x.load", "x.load", "y.train"]  # "load" is three rows in four
+    mirror.apply(*_synthetic_sync(0, 800, names, 2.0, scattered=True))
+    queries = [{"state": "FINISHED"}, {"name": "load"}, {"name": "x"},
+               {"state": "FINISHED", "name": "load"}, {"state": "FINISHED", "worker": "2"},
+               {"name": "train", "worker": "4"}]
+    for first, batch in ((800, 0), (800, 333)):
+        mirror.apply(*_synthetic_sync(first, batch, names, 2.0, scattered=True))
+        for query in queries:
+            filters = (query.get("state", ""), query.get("name", ""),
+                       int(query["worker"]) if "worker" in query else None)
+            matching = mirror._matching(*filters)
+            mask = mirror._mask(filters)
+            assert [r for r in range(len(mirror.state_of)) if mask[r]] == \
+                list(matching.as_list()), query
+            got = _table(mirror, 17, sort="run_s", descending=False, **query)
+            assert got == _expected(mirror, "run_s", False, mask.__getitem__), query
