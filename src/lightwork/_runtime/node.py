@@ -902,21 +902,24 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             task = self.tasks.get(entry.task_id) if entry is not None else None
             if task is not None:
                 tasks.append(task)
-        if recursive and self.nested_live:
-            tasks.extend(self._running_descendants(tasks))
+        if recursive:
+            running = [task for task in tasks if task.state == DISPATCHED]  # actor calls too
+            if running:
+                self.cancelled_parents.update(task.task_id for task in running)
+                if self.nested_live:
+                    tasks.extend(self._running_descendants(running))
         for task in tasks:
             self._cancel_task(task, force)
 
-    def _running_descendants(self, tasks: list[TaskSpec]) -> list[TaskSpec]:
-        """The live plain tasks submitted by the running ones of ``tasks`` (tasks or actor
-        calls), transitively;
-        the running ones found are noted in ``cancelled_parents``."""
+    def _running_descendants(self, running: list[TaskSpec]) -> list[TaskSpec]:
+        """The live plain tasks submitted by ``running`` (running tasks or actor calls),
+        transitively; the running ones found are noted in ``cancelled_parents``."""
         children: dict[int, list[TaskSpec]] = {}
         for task in self.tasks.values():
             if task.parent and not task.actor_id:
                 children.setdefault(task.parent, []).append(task)
         found: list[TaskSpec] = []
-        frontier = [task for task in tasks if task.state == DISPATCHED]  # actor calls too
+        frontier = list(running)
         while frontier:
             task = frontier.pop()
             self.cancelled_parents.add(task.task_id)
