@@ -84,6 +84,7 @@ class Mirror:
         self.lost = 0  # records that left the driver's ring before we read them
         self.trimmed = 0  # records we dropped to stay within the budget
         self.driver_cost_s = 0.0  # the driver's time spent on the last sync
+        self.driver_fixed_cost_s = 0.0  # ... less the part spent on its records
         # Ended tasks, by column.
         self.floats = {name: array.array("d") for name in FLOAT_COLUMNS}
         self.ints = {name: array.array("q") for name in INT_COLUMNS}
@@ -127,6 +128,7 @@ class Mirror:
             self.now = reply["now"]
             self.budget = max(1, int(reply["budget"] or 1))
             self.driver_cost_s = float(reply.get("cost_s", 0.0))
+            self.driver_fixed_cost_s = float(reply.get("fixed_cost_s", self.driver_cost_s))
             tasks = reply["tasks"]
             self.lost += int(tasks["lost"])
             count = int(tasks["count"])

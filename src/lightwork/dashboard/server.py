@@ -314,10 +314,11 @@ class DashboardServer:
 
     def _sync_loop(self) -> None:
         while not self._stop.is_set():
-            # Spaced so a sync takes at most DRIVER_SHARE of the driver's time, but never
-            # so far apart that the driver's ring overflows before the next one.
-            interval = max(SYNC_INTERVAL_S, min(self.mirror.driver_cost_s / DRIVER_SHARE,
-                                                self._horizon_s))
+            # Spaced so a sync's fixed part takes at most DRIVER_SHARE of the driver's
+            # time (its records cost the same however far apart), but never so far apart
+            # that the driver's ring overflows before the next one.
+            fixed = self.mirror.driver_fixed_cost_s
+            interval = max(SYNC_INTERVAL_S, min(fixed / DRIVER_SHARE, self._horizon_s))
             active = self.clients > 0 or time.monotonic() - self.last_request < IDLE_AFTER_S
             if not active:
                 interval = self.idle_sync_s if self.idle_sync_s is not None else SYNC_INTERVAL_S
