@@ -282,11 +282,7 @@ class ActorManager:
         ValueError, as in Ray: killing the process would end the actor (use ``kill``).
         """
         if force:
-            raise ValueError(
-                f"force=True is not supported for actor tasks: cancel({task.name}) would "
-                "have to kill the actor's process, and with it the actor. Call cancel() "
-                "without force (a sync method can check "
-                "get_runtime_context().is_canceled()), or kill(actor) to end the actor.")
+            raise self.force_refused(task)
         actor = self.actors.get(task.actor_id)
         if task.cancelled or actor is None:
             return
@@ -303,6 +299,13 @@ class ActorManager:
             if list(actor.inflight).index(task.task_id) >= actor.slots:
                 node._fail_returns(task, _cancelled_call(task, "before it ran"))
             node._interrupt(actor.conn, task.task_id, False)
+
+    def force_refused(self, task: TaskSpec) -> ValueError:
+        return ValueError(
+            f"force=True is not supported for actor tasks: cancel({task.name}) would "
+            "have to kill the actor's process, and with it the actor. Call cancel() "
+            "without force (a sync method can check "
+            "get_runtime_context().is_canceled()), or kill(actor) to end the actor.")
 
     def on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
         actor = conn.actor

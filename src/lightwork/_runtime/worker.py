@@ -40,6 +40,7 @@ call is 110–190 µs (``driver_calls.py``).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import faulthandler
 import inspect
 import itertools
@@ -309,7 +310,12 @@ class Worker:
 
     @property
     def current(self) -> tuple[Any, ...] | None:
-        return getattr(self._local, "frame", None)
+        """The frame of the call running in this thread (on an async actor's loop: in
+        this coroutine), or None."""
+        frame = getattr(self._local, "frame", None)
+        if frame is None and self.loop is not None:
+            frame = _COROUTINE_FRAME.get()
+        return frame
 
     @current.setter
     def current(self, frame: tuple[Any, ...] | None) -> None:
@@ -398,7 +404,7 @@ class Worker:
             cpu_started = time.process_time()
             result = fn(*args, **kwargs)
             if self.loop is not None and inspect.iscoroutine(result):
-                result = self.loop.run(result, task_id)
+                result = self.loop.run(result, frame)
             if type(result) in _GENERATORS and len(return_ids) == 1:
                 result = self.stream_items(name, return_ids[0], result)
             del args, kwargs
@@ -827,6 +833,7 @@ class AsyncRunner:
     Each call's coroutine runs as an asyncio task registered in ``running`` under its
     task id, so ``cancel()`` (the SIGINT handler, ``_on_sigint``) can cancel it on the
     loop: the coroutine gets ``asyncio.CancelledError`` at its next ``await``, as in Ray.
+    The task's context carries the call's frame (``Worker.current`` reads it there).
     """
 
     def __init__(self, worker: Worker, limit: int) -> None:
@@ -840,16 +847,20 @@ class AsyncRunner:
                                        daemon=True)
         self.thread.start()
 
-    def run(self, coroutine: Any, task_id: int = 0) -> Any:
+    def run(self, coroutine: Any, frame: tuple[Any, ...] | None = None) -> Any:
         import asyncio
 
-        if task_id:
-            coroutine = self._cancellable(coroutine, task_id)
+        if frame is not None:
+            coroutine = self._cancellable(coroutine, frame)
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    async def _cancellable(self, coroutine: Any, task_id: int) -> Any:
+    async def _cancellable(self, coroutine: Any, frame: tuple[Any, ...]) -> Any:
         import asyncio
 
+        task_id = frame[0]
+        # The call's frame for code on the loop (Worker.current): the parent of the calls
+        # it makes, its task id in get_runtime_context(). Each asyncio task has its own.
+        _COROUTINE_FRAME.set(frame)
         self.running[task_id] = asyncio.current_task()
         try:
             # Registered first, then checked: a cancel read before the registration is
@@ -898,6 +909,8 @@ def _on_sigint(signum: int, frame: Any) -> None:
 
 
 _current_worker: Worker | None = None
+_COROUTINE_FRAME: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVar(
+    "lightwork_coroutine_frame", default=None)
 
 # Tests only: LIGHTWORK_TEST_GATE_DIR=<dir> holds a task named N at point P while the
 # file <dir>/P-N.hold exists (and creates <dir>/P-N.reached), so a test can act on a

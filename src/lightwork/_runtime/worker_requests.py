@@ -50,6 +50,8 @@ class WorkerRequests(_Base):
             return
         if actor_id:
             self.actors.add_call(actor_id, task)
+            if self.cancelled_parents and parent in self.cancelled_parents:
+                self.actors.cancel_call(task, False)  # as below, for an actor call
         elif self.cancelled_parents and parent in self.cancelled_parents:
             # Its parent was cancelled (recursive) while this submission was on its way.
             self._cancel_task(task, False)
