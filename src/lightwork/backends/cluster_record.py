@@ -79,34 +79,51 @@ PULL_TIMEOUT_S = 10.0
 SYNTHETIC_ROW = 4_000_000  # the timeline's synthetic pids (``timeline.SYNTHETIC_PID``)
 
 # ------------------------------------------------------------------------- worker side
-_reports: deque[tuple[Any, ...]] = deque(maxlen=WORKER_RING)
-_dropped = [0]
+# One ring per session (the driver backend's id prefix, ``DistributedBackend.session``):
+# drivers that share a cluster, one after another or at once, each pull only their own.
+_reports: dict[int, deque[tuple[Any, ...]]] = {}
+_dropped: dict[int, int] = {}
+MAX_SESSIONS = 16  # rings of drivers that died without ending theirs: the oldest goes
 
 
-def note(task_id: int, name: str, actor_id: int, started: float, loaded: float,
-         finished: float, stored: float, error: str | None,
+def note(session: int, task_id: int, name: str, actor_id: int, started: float,
+         loaded: float, finished: float, stored: float, error: str | None,
          retries: tuple[tuple[float, str], ...] = ()) -> None:
-    """One task or actor call ended in this worker process (wall-clock times)."""
-    if len(_reports) == WORKER_RING:
-        _dropped[0] += 1
-    _reports.append((task_id, name, actor_id, started, loaded, finished, stored, error,
-                     retries))
+    """One task or actor call of ``session`` ended in this worker process (wall-clock
+    times)."""
+    ring = _reports.get(session)
+    if ring is None:
+        ring = _reports.setdefault(session, deque(maxlen=WORKER_RING))
+        while len(_reports) > MAX_SESSIONS:
+            oldest = next(iter(_reports))
+            _reports.pop(oldest, None)
+            _dropped.pop(oldest, None)
+    if len(ring) == WORKER_RING:
+        _dropped[session] = _dropped.get(session, 0) + 1
+    ring.append((task_id, name, actor_id, started, loaded, finished, stored, error, retries))
 
 
 def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
-def take(dask_worker: Any = None) -> dict[str, Any]:
-    """What this worker recorded since the last pull (run by ``client.run``)."""
+def take(dask_worker: Any = None, session: int = 0) -> dict[str, Any]:
+    """What this worker recorded for ``session`` since the last pull (``client.run``)."""
     taken = []
-    while _reports:  # popleft is atomic: reports noted meanwhile stay for the next pull
+    ring = _reports.get(session)
+    while ring:  # popleft is atomic: reports noted meanwhile stay for the next pull
         try:
-            taken.append(_reports.popleft())
+            taken.append(ring.popleft())
         except IndexError:
             break
-    dropped, _dropped[0] = _dropped[0], 0
+    dropped = _dropped.pop(session, 0)
     return {"pid": os.getpid(), "now": time.time(), "reports": taken, "dropped": dropped}
+
+
+def forget(dask_worker: Any = None, session: int = 0) -> None:
+    """Drop ``session``'s ring: its driver ended (``client.run`` at shutdown)."""
+    _reports.pop(session, None)
+    _dropped.pop(session, None)
 
 
 def dump_stacks(dask_worker: Any = None) -> dict[str, Any]:
@@ -306,9 +323,16 @@ class ClusterLog:
         self.control = cluster_control.serve(self)
 
     def stop(self) -> None:
+        """The session ends: its workers drop what they still keep of it."""
         self.closed = True
         self._stop.set()
         self._wake.set()
+        client = self.backend.client
+        if getattr(client, "status", None) == "running":
+            try:
+                client.run(forget, session=self.backend.session_tag, on_error="ignore")
+            except Exception:  # noqa: BLE001, S110 - the cluster may be going away
+                pass
         if self.control is not None:
             from lightwork.backends import cluster_control
 
@@ -323,7 +347,7 @@ class ClusterLog:
         ended: list[TaskRecord] = []
         with self._pull_lock:
             sent = time.time()
-            replies = client.run(take, on_error="ignore")
+            replies = client.run(take, session=self.backend.session_tag, on_error="ignore")
             came = time.time()
             for address, reply in replies.items():
                 ended += self._merge(str(address), reply, sent, came)
