@@ -10,6 +10,7 @@ import pytest
 from test_dashboard import _synthetic_sync
 
 from lightwork.dashboard import mirror as mirror_module
+from lightwork.dashboard import orders
 from lightwork.dashboard.mirror import KEPT_ORDERS, MAX_FILTERS, Mirror
 from lightwork.dashboard.orders import FilteredOrder, SortOrder
 
@@ -21,11 +22,12 @@ def _brute(values: list[float], rows: range | list[int]) -> list[int]:
 
 
 @pytest.mark.parametrize("distinct", [3, 1_000_000])  # many ties, or nearly none
-def test_sort_order_merges_new_rows_like_a_full_sort(distinct):
+def test_sort_order_merges_new_rows_like_a_full_sort(monkeypatch, distinct):
+    monkeypatch.setattr(orders, "SMALL_ORDER", 100)  # bisection past 100 kept rows
     chooser = random.Random(distinct)
     values: list[float] = []
     order = SortOrder()
-    # Big batches take the Timsort merge, small ones (beside many kept rows) bisection.
+    # Batches that outnumber the kept rows take the Timsort merge, the others bisection.
     for batch in (500, 3, 1, 40, 2_000, 7, 0, 60):
         values.extend(chooser.randrange(distinct) / 7 for _ in range(batch))
         order.extend(len(values), values.__getitem__)
@@ -89,6 +91,7 @@ def _table(mirror: Mirror, page_size: int = 200, **query: Any) -> list[int]:
 
 def test_every_kept_order_pages_like_a_brute_force_as_records_arrive(monkeypatch):
     monkeypatch.setattr(mirror_module, "DIRECT_SORT_ROWS", 50)  # the mask path, small
+    monkeypatch.setattr(orders, "SMALL_ORDER", 100)
     mirror = Mirror()
     mirror.apply(*_synthetic_sync(0, 2_000, NAMES, 10.0, scattered=True))
     mirror.refresh_orders()  # as the sync thread does

@@ -6,11 +6,12 @@ handlers read, the sync thread writes).
 
 Ended tasks are kept as columns (``array`` of float64/int64/int32, names and states as
 small-int indexes into tables), 121 bytes per task in the columns (about 1 kB as a dict
-per task); with the caches of a filter and a sort order, a million tasks measured about
-250 MB of the dashboard process, 100,000 about 70 MB with the process itself. The copy keeps as many
+per task), and 52 more in the kept sort orders (4 bytes a row each) and the sort keys
+derived from the columns; a million tasks measured about 300 MB of the dashboard
+process. The copy keeps as many
 as the session's event budget (the driver's ring holds no more); past that the oldest
 go in chunks of a tenth and are counted in ``trimmed``. Row numbers are positions in the
-columns, so a trim shifts them: the caches below are dropped then.
+columns, so a trim shifts them: the kept orders are renumbered, the caches dropped.
 
 Queries stay fast at a million records because nothing walks every record per request:
 
@@ -589,7 +590,9 @@ class Mirror:
                 ranks = [0] * len(labels)
                 for rank, index in enumerate(sorted(range(len(labels)), key=labels.__getitem__)):
                     ranks[index] = rank
-                derived = self._derived[sort] = [len(labels), ranks, array.array("i")]
+                # A state's rank fits a byte (they are few): 1 byte a row, not 4.
+                derived = self._derived[sort] = [len(labels), ranks,
+                                                 array.array("i" if sort == "name" else "b")]
             values = derived[2]
             if len(values) < n:
                 values.extend(map(derived[1].__getitem__, of[len(values):n]))
