@@ -259,6 +259,34 @@ def test_two_drivers_at_once_on_one_cluster_each_log_only_their_own(cluster, tmp
     assert "theirs" not in names and "slow_add" in names
 
 
+@lightwork.remote
+def nested_inner(x):
+    return x * 2
+
+
+@lightwork.remote
+def nested_outer(x):
+    return lightwork.get(nested_inner.remote(x))
+
+
+@lightwork.remote
+class NestingActor:
+    async def submit(self, x):
+        return await nested_inner.remote(x)
+
+
+def test_nested_submissions_are_logged_by_the_driver_that_started_them(cluster):
+    """A task's or an async actor's own submissions carry its driver's session, so
+    their stamps reach that driver's log."""
+    actor = NestingActor.remote()
+    assert lightwork.get([nested_outer.remote(1), actor.submit.remote(2)]) == [2, 4]
+    deadline = time.monotonic() + 10
+    while len(records_named("nested_inner")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the nested tasks' stamps may come a pull after their callers'
+    assert len(records_named("nested_inner")) == 2
+    lightwork.kill(actor)
+
+
 def test_take_keeps_each_sessions_reports_apart():
     for session in (1, 2):
         cluster_record.forget(session=session)
@@ -327,6 +355,29 @@ def test_a_start_before_its_submission_is_clamped():
     assert record.started == pytest.approx(submitted)
     assert record.finished - record.started == pytest.approx(0.11)
     assert log.log.dropped_tasks == 3
+
+
+def test_calls_one_after_another_keep_their_order_across_pulls():
+    """A later pull's better clock estimate (here: the worker is 10 ms ahead, not 0) never
+    puts a call before the one it followed, and applies in full to later stamps."""
+    log = cluster_record.ClusterLog(_FakeBackend(), budget=10)
+    for task_id in (1, 2, 3):
+        log.submitted(task_id, "f", None, 0)
+    submitted = log.tasks[1].record.submitted
+    wall = log.log.started_at_wall + (submitted - log.log.started_at)
+
+    def call(task_id, start, end):
+        return (task_id, "f", 7, wall + start, wall + start, wall + end, wall + end, None, ())
+
+    log._merge("tcp://w:1", {"pid": 1, "now": wall + 0.52, "dropped": 0,
+                             "reports": [call(1, 0.1, 0.2)]}, wall + 0.5, wall + 0.54)
+    log._merge("tcp://w:1", {"pid": 1, "now": wall + 1.011, "dropped": 0,
+                             "reports": [call(2, 0.2005, 0.3), call(3, 0.5, 0.6)]},
+               wall + 1.0, wall + 1.002)
+    first, second, third = sorted(log.log.task_records(), key=lambda r: r.task_id)
+    assert first.finished == pytest.approx(submitted + 0.2)
+    assert first.finished <= second.started <= second.finished <= third.started
+    assert third.started == pytest.approx(submitted + 0.49)  # the better estimate
 
 
 def test_take_hands_each_report_out_once():

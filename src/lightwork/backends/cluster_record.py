@@ -11,7 +11,12 @@ Who records what
   started, arguments loaded, finished, result stored, the retries it ran and the error.
   :func:`note` appends one tuple to a bounded per-process ring (a few hundred ns; no
   message per task). Nothing else runs on the task's path.
-* The driver pulls those rings with ``client.run(take)`` — one round trip to every worker,
+* Drivers may share a cluster, one after another or at once: a worker keeps one ring per
+  driver session (the tag is the driver backend's id prefix, ``session_tag``, which the
+  task and actor headers carry, and a task's nested submissions inherit), each driver's
+  pull takes only its own ring, and a driver's shutdown drops it. Rings of drivers that
+  died without that are dropped oldest first past ``MAX_SESSIONS``.
+* The driver pulls its rings with ``client.run(take)`` — one round trip to every worker,
   through the engine — whenever a diagnostic reads the log (:meth:`ClusterLog.sync`) and,
   so that memory stays flat on long runs, once a second from a daemon thread while tasks
   are in flight. A cancelled task's record ends when the driver cancels it. A worker that
@@ -26,7 +31,14 @@ Workers stamp ``time.time()``. Each pull also returns the worker's clock; the dr
 takes the offset of every worker from the pull with the shortest round trip seen so far
 (``offset = worker_now - midpoint of the round trip``: within half that round trip), and
 puts the worker's times on the driver's ``time.monotonic`` scale, which the log and the
-timeline use. A start that would precede its submission by clock error is clamped.
+timeline use. Two more rules keep one worker's stamps true to each other:
+
+* a start never precedes its submission: when one would, the worker's shift is lowered
+  (all its later stamps move later), and that bound is kept for good, being causal;
+* a later pull's better estimate may move the worker's stamps earlier, but a stamp
+  taken after the last one placed is never put before it (it is held at that point
+  until the new estimate passes it). Without this, calls that ran one after another
+  (an actor's) could overlap when their stamps came in different pulls.
 
 Rows
 ----
@@ -59,6 +71,7 @@ and the advisor (:meth:`ClusterLog.answer_query`, which the control socket also 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -184,6 +197,8 @@ class ClusterLog:
         self.rows: dict[Any, int] = {}  # worker address, or ("actor", id) -> row number
         self.row_info: dict[int, dict[str, Any]] = {}
         self._offsets: dict[str, tuple[float, float]] = {}  # address -> (rtt, offset)
+        self._shift_caps: dict[str, float] = {}  # address -> the most its shift can be
+        self._last_stamp: dict[str, tuple[float, float]] = {}  # address -> (raw, placed)
         self._actor_classes: dict[int, str] = {}
         self.actor_info: dict[int, dict[str, Any]] = {}  # actors this driver created
         self._ended_early: dict[int, None] = {}  # cancelled tasks, oldest first (bounded)
@@ -423,24 +438,38 @@ class ClusterLog:
         log = self.log
         shift = best[1] + log.started_at_wall - log.started_at  # worker wall -> monotonic
         pid = reply["pid"]
+        reports = reply["reports"]
         ended = []
         with self.lock:
             log.dropped_tasks += reply["dropped"]
+            # No start precedes its submission: a bound on the shift that holds for good.
+            cap = self._shift_caps.get(address, math.inf)
+            for report in reports:
+                live = self.tasks.get(report[0])
+                if live is not None:
+                    cap = min(cap, report[3] - live.record.submitted)
+            if cap < math.inf:
+                self._shift_caps[address] = cap
+            shift = min(shift, cap)
+            # One worker's stamps keep their order across pulls whose estimates differ:
+            # a stamp after the last one placed never lands before it (see "One clock").
+            last_raw, last_placed = self._last_stamp.get(address, (-math.inf, -math.inf))
+
+            def place(t: float) -> float:
+                return max(t - shift, last_placed) if t >= last_raw else t - shift
+
             for (task_id, name, actor_id, started, loaded, finished, stored, error,
-                 retries) in reply["reports"]:
+                 retries) in reports:
                 live = self.tasks.pop(task_id, None)
                 if live is None and task_id in self._ended_early:
                     continue  # cancelled, and its record already ended
+                raw_end = stored
+                started, loaded = place(started), place(loaded)
+                finished, stored = place(finished), place(stored)
                 record = live.record if live is not None else TaskRecord(
-                    task_id, name, 0, started - shift, actor_id=actor_id)
-                started -= shift
-                if started < record.submitted:  # clock error, at most half a round trip
-                    delta = record.submitted - started
-                    started, loaded, finished, stored = (
-                        started + delta, loaded - shift + delta, finished - shift + delta,
-                        stored - shift + delta)
-                else:
-                    loaded, finished, stored = loaded - shift, finished - shift, stored - shift
+                    task_id, name, 0, started, actor_id=actor_id)
+                if raw_end > self._last_stamp.get(address, (-math.inf,))[0]:
+                    self._last_stamp[address] = (raw_end, stored)
                 record.started, record.args_loaded = started, loaded
                 record.finished, record.stored, record.seen = finished, stored, stored
                 record.deps_ready = min(record.deps_ready or started, started)
@@ -449,7 +478,7 @@ class ClusterLog:
                 record.pid = pid
                 record.error = error
                 record.attempt = len(retries)
-                record.retries = tuple((t - shift, reason) for t, reason in retries)
+                record.retries = tuple((place(t), reason) for t, reason in retries)
                 record.state = "FAILED" if error else "FINISHED"
                 log.finish_task(record)
                 ended.append(record)
