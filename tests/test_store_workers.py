@@ -164,3 +164,58 @@ def test_a_reservation_of_a_worker_that_dies_is_dropped(fresh_runtime):
     wait_until(lambda: not _store().reserved and _store().live_bytes == 0,
                message="the dead worker's reservation dropped")
     assert not [name for name in os.listdir(_store().shm_dir) if name == "dying"]
+
+
+@ray.remote
+def total(a) -> int:
+    return int(a.sum())
+
+
+def test_arguments_a_task_writes_for_its_children_are_counted(fresh_runtime, tmp_path):
+    """A by-value argument that a task writes for a nested call goes through the store's
+    room request like a result: it counts against the budget while the child runs (the
+    pool is reused for it), and is given back when the child ends."""
+    ray.init(num_cpus=2, object_store_memory=64 * MB)
+    store = _store()
+    gate = str(tmp_path / "child-may-end")
+
+    @ray.remote
+    def child(a, gate_path):
+        import time
+
+        deadline = time.monotonic() + 20
+        while not os.path.exists(gate_path) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return int(a.sum())
+
+    @ray.remote
+    def parent(gate_path):
+        return ray.get(child.remote(np.ones(8 * MB, dtype=np.uint8), gate_path))
+
+    ref = parent.remote(gate)
+    # While the child waits, its argument's segment is live in the store, counted.
+    wait_until(lambda: any(s.capacity >= 8 * MB for s in list(store.live.values())),
+               message="the child's argument segment counted as live")
+    assert not store.reserved  # the submission took the reservation over
+    open(gate, "w").close()
+    assert ray.get(ref, timeout=20) == 8 * MB
+    wait_until(lambda: store.live_bytes == 0, message="the argument's segment given back")
+
+
+def test_a_childs_argument_past_the_budget_fails_in_the_parent(fresh_runtime):
+    """An argument bigger than the whole budget is refused when the parent writes it
+    (ObjectStoreFullError in the parent, as for a driver's by-value argument), instead
+    of being written past the budget."""
+    ray.init(num_cpus=1, object_store_memory=16 * MB)
+
+    @ray.remote(max_retries=0)
+    def parent():
+        try:
+            total.remote(np.ones(24 * MB, dtype=np.uint8))
+        except ObjectStoreFullError as error:
+            return f"refused: {error}"
+        return "written"
+
+    answer = call_bounded(lambda: ray.get(parent.remote()), 20, "a child's argument past the budget")
+    assert answer.startswith("refused"), answer
+    assert _store().live_bytes == 0 and not _store().reserved

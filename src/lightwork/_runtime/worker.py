@@ -14,7 +14,8 @@ it, a task goes to the inbox. While a thread waits, this worker does not start n
 so task frames in the inbox are bounced back for the driver to place elsewhere, and the
 driver lends this worker's CPU back to the pool.
 
-Large values a task produces (results, puts, generator items: ``SharedMemoryWriter``)
+Large values a task produces (results, puts, generator items, the arguments of calls
+it submits: ``SharedMemoryWriter``)
 are written only after the driver's store granted room (a ``room`` request, one round
 trip per value of ``SHARED_MEMORY_MIN`` or more): they count against the budget before
 they exist, may make the spiller work first or fail with ``ObjectStoreFullError``, and
@@ -553,7 +554,7 @@ class Worker:
         if parent:
             shape = captured_shape(shape, parent)
         task_id = self.next_object_id()
-        stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
+        stored, deps = prepare_args(args, kwargs, SharedMemoryWriter(self, task_id, "a"))
         return_ids = tuple(self.next_object_id() for _ in range(spec.num_returns))
         refs = [ObjectRef(object_id) for object_id in return_ids]
         key, blob = spec.key, spec.blob
@@ -609,7 +610,7 @@ class Worker:
         num_returns: int, callsite: Any = None,
     ) -> list[ObjectRef]:
         task_id = self.next_object_id()
-        stored, deps = prepare_args(args, kwargs, f"{self.shm_dir}/a{task_id:x}")
+        stored, deps = prepare_args(args, kwargs, SharedMemoryWriter(self, task_id, "a"))
         return_ids = tuple(self.next_object_id() for _ in range(num_returns))
         refs = [ObjectRef(object_id) for object_id in return_ids]
         frame = self.current
@@ -754,18 +755,20 @@ class Worker:
 
 class SharedMemoryWriter:
     """Where a worker writes a large value (a ``serialization.SegmentWriter``): room is
-    granted by the driver first (``Worker.room``)."""
+    granted by the driver first (``Worker.room``). ``prefix`` "a" names the arguments of
+    a call this worker submits (the driver's ``_on_worker_submit`` takes them over)."""
 
-    __slots__ = ("object_id", "worker")
+    __slots__ = ("object_id", "prefix", "worker")
 
-    def __init__(self, worker: Worker, object_id: int) -> None:
+    def __init__(self, worker: Worker, object_id: int, prefix: str = "") -> None:
         self.worker = worker
         self.object_id = object_id
+        self.prefix = prefix
 
     def write(self, data: bytes, raws: list[memoryview]) -> str:
         worker = self.worker
         size = serialization.layout(data, raws).total
-        path, recycled = worker.room(size, f"{worker.shm_dir}/{self.object_id:x}")
+        path, recycled = worker.room(size, f"{worker.shm_dir}/{self.prefix}{self.object_id:x}")
         try:
             serialization.write_segment(path, data, raws, recycled)
         except BaseException:

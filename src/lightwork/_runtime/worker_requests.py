@@ -33,6 +33,8 @@ class WorkerRequests(_Base):
     def _on_worker_submit(self, conn: WorkerConn, message: tuple[Any, ...]) -> None:
         (_, task_id, key, name, args, deps, return_ids, shape, max_retries, retry, actor_id,
          parent) = message
+        if args.path is not None:  # written into room the store reserved for this worker:
+            self.store.track(args.path, args.size, 0)  # the call's now, even if it dies
         record = TaskRecord(task_id, name, conn.worker_id, time.monotonic(), arg_size=args.size)
         task = TaskSpec(task_id, key, name, args, deps, return_ids, len(return_ids), shape,
                         max_retries, retry, conn.worker_id, record, actor_id=actor_id,
