@@ -31,8 +31,9 @@ A driver write that would pass it first trims the pool, then asks the spiller
 ``ObjectStoreFullError``. A worker asks before it writes a large value (``reserve``,
 a ``room`` request): it gets a pooled segment to write over in place, or room for a new
 file once the spiller made it, or that error; the reserved segment counts as live from
-then on, until the object is reported (``track``), freed, or the worker dies
-(``forget_worker`` drops what it never reported). A write that must wait for the
+then on, until the object is reported (``track``; for a call's arguments, when the
+call's submission arrives), freed, or the worker dies (``forget_worker`` drops what it
+never reported). A write that must wait for the
 spiller waits on a short-lived thread, never on the node's I/O thread, and fails (no
 deadlock) when the objects in memory are all read by running tasks.
 ``live`` is kept in least-recently-used order (``touch``).
