@@ -193,10 +193,11 @@ def test_arguments_a_task_writes_for_its_children_are_counted(fresh_runtime, tmp
         return ray.get(child.remote(np.ones(8 * MB, dtype=np.uint8), gate_path))
 
     ref = parent.remote(gate)
-    # While the child waits, its argument's segment is live in the store, counted.
-    wait_until(lambda: any(s.capacity >= 8 * MB for s in list(store.live.values())),
+    # While the child waits, its argument's segment is live in the store, counted, and
+    # no longer the parent's reservation: the submission took it over.
+    wait_until(lambda: not store.reserved
+               and any(s.capacity >= 8 * MB for s in list(store.live.values())),
                message="the child's argument segment counted as live")
-    assert not store.reserved  # the submission took the reservation over
     open(gate, "w").close()
     assert ray.get(ref, timeout=20) == 8 * MB
     wait_until(lambda: store.live_bytes == 0, message="the argument's segment given back")
