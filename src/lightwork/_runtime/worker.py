@@ -132,8 +132,9 @@ class Worker:
         self.bounce_when_waiting = True
         # Cancels: the driver appends a task id to ``cancel_path`` and then sends SIGINT.
         # The handler only raises a flag (and interrupts the task it names, if running);
-        # the file is read when the flag is up, so a cancel that lands before its task
-        # starts is found when it starts. See ``_on_sigint``.
+        # the file is read when the flag is up (or, before a call on a pool thread, when
+        # it grew: ``_cancel_file_grew``), so a cancel that lands before its task starts
+        # is found when it starts. See ``_on_sigint``.
         self.cancel_path = p.cancel_file(config.get("session_dir") or self.shm_dir, worker_id)
         # Up at start: a SIGINT that came before ``main`` installed the handler was lost.
         self.cancel_signalled = True
@@ -342,6 +343,20 @@ class Worker:
                 self._cancel_offset = start + end
         return task_id in self.cancelled_ids
 
+    def _cancel_file_grew(self) -> bool:
+        """Whether the driver appended to the cancel file since it was last read.
+
+        The start check of a call on a pool thread (threaded and async actors) cannot rely
+        on the SIGINT handler: it runs on the main thread, which on a loaded host may get
+        the GIL only after the pool thread started the call. The driver writes the line
+        before it signals, so one ``stat`` finds the cancel without the handler. Calls on
+        the main thread don't need it: the handler runs there before the next bytecode.
+        """
+        try:
+            return os.stat(self.cancel_path).st_size > self._cancel_offset
+        except OSError:  # no cancel yet: the driver creates the file with the first one
+            return False
+
     def is_canceled(self) -> bool:
         """``get_runtime_context().is_canceled()``: was the running call cancelled?"""
         frame = self.current
@@ -377,6 +392,8 @@ class Worker:
         cpu = cpu_started = 0.0
         try:
             self.current = frame  # from here a SIGINT naming this task interrupts it
+            if self.pool is not None and self._cancel_file_grew():
+                self.cancel_signalled = True  # the main thread may not have run the handler
             if (self.cancel_signalled or self.cancelled_ids) and self.cancelled(task_id):
                 self.interrupted = task_id
                 raise KeyboardInterrupt  # cancelled between dispatch and start
@@ -828,6 +845,8 @@ def _on_sigint(signum: int, frame: Any) -> None:
     worker = _current_worker
     if worker is None:
         return
+    if _test_gate_dir is not None:  # a test holds the handler: the main thread is late
+        _hold_at_gate("sigint", "handler")
     worker.cancel_signalled = True
     if worker.actor_id:
         # An actor's running call is never interrupted here (Ray: its state could be left
