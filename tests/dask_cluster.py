@@ -88,16 +88,19 @@ class DaskCluster:
     def stop(self) -> list[str]:
         """Stop every process; return descriptions of any left behind (none expected)."""
         groups = [p.pid for p in self.processes]
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 15
-        for process in self.processes:
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+        # Workers first, then the scheduler: a worker told by a closing scheduler to close
+        # while its nanny also asks it to can hang until the nanny kills it 8 s later.
+        for batch in (self.processes[1:], self.processes[:1]):
+            for process in batch:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+            for process in batch:
+                try:
+                    process.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(5)
         time.sleep(0.3)
         left = []
         for proc in psutil.process_iter(["pid", "cmdline"]):
