@@ -228,11 +228,25 @@ def synthetic(records: int) -> dict[str, Any]:
     before = psutil.Process().memory_info().rss
     mirror = Mirror()
     names = [f"pipeline.stage_{i}" for i in range(20)]
+    apply_s = orders_s = 0.0
     for first in range(0, records, 100_000):
-        reply, attached = _synthetic_sync(first, min(100_000, records - first), names, 1000.0)
+        reply, attached = _synthetic_sync(first, min(100_000, records - first), names, 1000.0,
+                                          scattered=True)
         reply["budget"] = records
+        start = time.thread_time()
         mirror.apply(reply, attached)
+        apply_s += time.thread_time() - start
+        start = time.thread_time()
+        mirror.refresh_orders()  # as the sync thread does after a sync
+        orders_s += time.thread_time() - start
     memory = psutil.Process().memory_info().rss - before
+    # One more sync of 7,000 records (a second's worth at full speed) into a million.
+    reply, attached = _synthetic_sync(records, 7_000, names, 1000.0, scattered=True)
+    reply["budget"] = records + 7_000
+    mirror.apply(reply, attached)
+    start = time.thread_time()
+    mirror.refresh_orders()
+    next_sync_orders_s = time.thread_time() - start
 
     def timed(call: Any) -> float:
         start = time.perf_counter()
@@ -241,6 +255,8 @@ def synthetic(records: int) -> dict[str, Any]:
 
     return {
         "records": records, "mirror_mb": round(memory / 1e6, 1),
+        "apply_cpu_s": round(apply_s, 2), "orders_cpu_s": round(orders_s, 2),
+        "orders_cpu_ms_next_7000": round(1000 * next_sync_orders_s, 1),
         "tasks_page_newest_ms": timed(lambda: mirror.tasks(page=3)),
         "tasks_page_filtered_first_ms": timed(lambda: mirror.tasks(name="stage_7",
                                                                    state="FINISHED")),
@@ -248,6 +264,13 @@ def synthetic(records: int) -> dict[str, Any]:
                                                                    state="FINISHED", page=2)),
         "tasks_sorted_by_run_first_ms": timed(lambda: mirror.tasks(sort="run_s")),
         "tasks_sorted_by_run_again_ms": timed(lambda: mirror.tasks(sort="run_s", page=5)),
+        "tasks_sorted_by_queued_first_ms": timed(lambda: mirror.tasks(sort="queued_s")),
+        "tasks_sorted_by_name_deep_ms": timed(lambda: mirror.tasks(sort="name", page=4000)),
+        "tasks_filtered_sorted_first_ms": timed(lambda: mirror.tasks(
+            name="stage_3", sort="run_s", descending=False)),
+        "tasks_filtered_sorted_middle_ms": timed(lambda: mirror.tasks(
+            name="stage_3", sort="run_s", page=240)),
+
         "functions_first_ms": timed(mirror.function_summary),
         "functions_again_ms": timed(mirror.function_summary),
         "stream_ms": timed(lambda: mirror.stream(30.0)),

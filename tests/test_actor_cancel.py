@@ -24,7 +24,7 @@ import os
 import time
 
 import pytest
-from helpers import wait_for_file
+from helpers import wait_for_file, wait_until
 
 import lightwork as ray
 from lightwork import exceptions as exc
@@ -90,6 +90,20 @@ class Async:
             raise
         self.events.append("finished")
         return "slept"
+
+    async def gated(self, entered, release):
+        open(entered, "w").close()
+        try:
+            while not os.path.exists(release):
+                await asyncio.sleep(0.02)
+        except asyncio.CancelledError:
+            self.events.append("cancelled")
+            raise
+        self.events.append("finished")
+        return "released"
+
+    async def relay(self, other, entered):
+        return await other.sleeps.remote(entered)
 
     async def quick(self, name):
         self.events.append(name)
@@ -293,3 +307,44 @@ def test_a_cancelled_call_is_not_retried_when_its_actor_restarts(tmp_path):
     assert ray.get(actor.pid.remote(), timeout=30) > 0  # restarted
     with open(runs) as f:
         assert f.read().count("run") == 1  # not re-run after the restart
+
+
+@ray.remote
+def calls_and_waits(actor, entered, release):
+    return ray.get(actor.gated.remote(entered, release), timeout=60)
+
+
+def test_recursive_cancel_reaches_the_actor_calls_a_task_made(tmp_path):
+    actor = Async.remote()
+    entered, release = _gates(tmp_path, "child")
+    parent = calls_and_waits.remote(actor, entered, release)
+    assert wait_for_file(entered)
+    ray.cancel(parent)  # recursive=True is Ray's default
+    with pytest.raises(exc.TaskCancelledError):
+        ray.get(parent, timeout=20)
+    assert ray.get(actor.history.remote(), timeout=20) == ["cancelled"]
+
+
+def test_cancel_without_recursive_leaves_the_actor_calls_alone(tmp_path):
+    actor = Async.remote()
+    entered, release = _gates(tmp_path, "child")
+    parent = calls_and_waits.remote(actor, entered, release)
+    assert wait_for_file(entered)
+    ray.cancel(parent, recursive=False)
+    with pytest.raises(exc.TaskCancelledError):
+        ray.get(parent, timeout=20)
+    assert ray.get(actor.history.remote(), timeout=20) == []  # still running
+    open(release, "w").close()
+    wait_until(lambda: ray.get(actor.history.remote(), timeout=20) == ["finished"],
+               timeout=20, message="the child call to finish")
+
+
+def test_recursive_cancel_of_an_actor_call_reaches_the_calls_it_made(tmp_path):
+    front, back = Async.remote(), Async.remote()
+    entered = str(tmp_path / "back-entered")
+    ref = front.relay.remote(back, entered)
+    assert wait_for_file(entered)
+    ray.cancel(ref)
+    with pytest.raises(exc.TaskCancelledError):
+        ray.get(ref, timeout=20)
+    assert ray.get(back.history.remote(), timeout=20) == ["cancelled"]

@@ -525,6 +525,41 @@ def test_actor_handle_passed_to_a_task(backend):
     assert lightwork.get(counter.incr.remote()) == 4
 
 
+@lightwork.remote
+class Gated:
+    def value_after(self, gate):
+        wait_for_file(gate, 30)
+        return 41
+
+    def error_after(self, gate):
+        wait_for_file(gate, 30)
+        raise ValueError("the actor call failed")
+
+
+def test_a_pending_actor_result_passed_to_a_task(backend, tmp_path):
+    """.remote() returns while the actor call still waits for its gate (on distributed the
+    call's result reaches the task through a bridge key); its error fails the task."""
+    import threading
+
+    from helpers import HANG_LIMIT_S
+
+    gate = str(tmp_path / "gate")
+    actor = Gated.remote()
+    assert lightwork.get(actor.__ray_ready__.remote(), timeout=20) is True
+    made = []
+    submit = threading.Thread(target=lambda: made.append((
+        add.remote(actor.value_after.remote(gate), 1),
+        add.remote(actor.error_after.remote(gate), 1))))
+    submit.start()
+    submit.join(HANG_LIMIT_S)  # the gate is shut: a .remote() that waited would hang here
+    assert made, ".remote() waited for the actor call it was given"
+    open(gate, "w").close()
+    value, failed = made[0]
+    assert lightwork.get(value, timeout=30) == 42
+    with pytest.raises(ValueError, match="the actor call failed"):
+        lightwork.get(failed, timeout=30)
+
+
 def test_an_actor_method_error_is_the_users_type(backend):
     counter = Counter.remote()
     with pytest.raises(AttributeError):

@@ -512,18 +512,20 @@ def test_the_get_observer_goes_away_with_the_session(fresh_runtime):
 
 # ---------------------------------------------------------------------------- the mirror
 def _synthetic_sync(first_id: int, count: int, names: list[str],
-                    base: float) -> tuple[dict[str, Any], bytes]:
+                    base: float, scattered: bool = False) -> tuple[dict[str, Any], bytes]:
     """A sync reply carrying ``count`` ended tasks, and its attached bytes, as
-    ``feed.pack`` encodes them."""
+    ``feed.pack`` encodes them. Run times take 7 values, or with ``scattered`` about
+    a million (a multiplicative hash of the task id), as a real program's do."""
     from lightwork._runtime.events import TaskRecord, freeze
 
     rows = []
     for i in range(first_id, first_id + count):
         t = base + i * 0.001
+        spread = (i * 2654435761 % 1_000_003) * 1e-9 if scattered else (i % 7) * 1e-5
         rows.append(freeze(TaskRecord(
             i, names[i % len(names)], 0, t, worker_id=i % 4 + 1, deps_ready=t + 1e-4,
             dispatched=t + 2e-4, started=t + 3e-4, args_loaded=t + 4e-4,
-            finished=t + 5e-4 + (i % 7) * 1e-5, stored=t + 6e-4 + (i % 7) * 1e-5,
+            finished=t + 5e-4 + spread, stored=t + 6e-4 + spread,
             state="FAILED" if i % 10 == 0 else "FINISHED",
             error="boom" if i % 10 == 0 else None)))
     facts, attached = feed.pack(rows)

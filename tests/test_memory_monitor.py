@@ -84,6 +84,91 @@ def test_meminfo_counts_memory_in_use_without_the_page_cache(tmp_path):
     assert 0 < used < total
 
 
+MIB = 2**20
+
+
+def _machine(tmp_path, used_share: float, total: int = 8 * GIB) -> str:
+    path = tmp_path / "meminfo"
+    kb = total // 1024
+    path.write_text(f"MemTotal: {kb} kB\nMemFree: 0 kB\n"
+                    f"MemAvailable: {int(kb * (1 - used_share))} kB\n")
+    return str(path)
+
+
+def _cgroup_files(directory, limit: str, usage: int, inactive: int, version: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    names = (("memory.max", "memory.current", "inactive_file") if version == 2 else
+             ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"))
+    (directory / names[0]).write_text(limit + "\n")
+    (directory / names[1]).write_text(f"{usage}\n")
+    (directory / "memory.stat").write_text(
+        f"anon 1\nactive_file 2\n{names[2]} {inactive}\nunevictable 0\n")
+
+
+def _reader(tmp_path, self_cgroup: str, used_share: float = 0.5):
+    (tmp_path / "self_cgroup").write_text(self_cgroup)
+    return memory_monitor.make_reader(_machine(tmp_path, used_share), str(tmp_path / "fs"),
+                                      str(tmp_path / "self_cgroup"))
+
+
+def test_cgroup_v2_limit_counts_without_its_page_cache(tmp_path):
+    (tmp_path / "fs").mkdir()
+    (tmp_path / "fs" / "cgroup.controllers").write_text("cpu memory\n")
+    _cgroup_files(tmp_path / "fs" / "job" / "step", str(GIB), 900 * MIB, 100 * MIB, 2)
+    reading = _reader(tmp_path, "0::/job/step\n")()
+    assert tuple(reading) == (800 * MIB, GIB, "cgroup /job/step's")
+
+
+def test_cgroup_without_a_limit_leaves_the_machine_reading(tmp_path):
+    (tmp_path / "fs").mkdir()
+    (tmp_path / "fs" / "cgroup.controllers").write_text("memory\n")
+    _cgroup_files(tmp_path / "fs" / "job", "max", 900 * MIB, 0, 2)
+    reading = _reader(tmp_path, "0::/job\n", used_share=0.25)()
+    assert tuple(reading) == (2 * GIB, 8 * GIB, "the machine's")
+
+
+def test_the_tighter_of_machine_and_cgroup_counts(tmp_path):
+    (tmp_path / "fs").mkdir()
+    (tmp_path / "fs" / "cgroup.controllers").write_text("memory\n")
+    _cgroup_files(tmp_path / "fs" / "job", str(4 * GIB), GIB, 0, 2)  # 25% of its limit
+    assert _reader(tmp_path, "0::/job\n", used_share=0.9)().scope == "the machine's"
+    assert _reader(tmp_path, "0::/job\n", used_share=0.1)().scope == "cgroup /job's"
+
+
+def test_an_ancestor_cgroup_limit_counts(tmp_path):
+    (tmp_path / "fs").mkdir()
+    (tmp_path / "fs" / "cgroup.controllers").write_text("memory\n")
+    _cgroup_files(tmp_path / "fs" / "slice", str(GIB), 960 * MIB, 0, 2)
+    _cgroup_files(tmp_path / "fs" / "slice" / "job", "max", 500 * MIB, 0, 2)
+    reading = _reader(tmp_path, "0::/slice/job\n")()
+    assert tuple(reading) == (960 * MIB, GIB, "cgroup /slice's")
+
+
+def test_cgroup_v1_memory_controller_is_read(tmp_path):
+    _cgroup_files(tmp_path / "fs" / "memory" / "docker" / "abc", str(2 * GIB), 1900 * MIB,
+                  100 * MIB, 1)
+    _cgroup_files(tmp_path / "fs" / "memory", str(2**63 - 4096), 5 * GIB, 0, 1)  # unlimited
+    reading = _reader(tmp_path, "12:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n0::/\n")()
+    assert tuple(reading) == (1800 * MIB, 2 * GIB, "cgroup /docker/abc's")
+
+
+def test_a_container_sees_its_cgroup_at_the_mount_root(tmp_path):
+    """Inside a cgroup namespace /proc/self/cgroup may name a path that is not under the
+    mount; the limit is then the mount root's own."""
+    (tmp_path / "fs").mkdir()
+    (tmp_path / "fs" / "cgroup.controllers").write_text("memory\n")
+    _cgroup_files(tmp_path / "fs", str(GIB), 990 * MIB, 0, 2)
+    reading = _reader(tmp_path, "0::/kubepods/pod1/ctr\n")()
+    assert tuple(reading) == (990 * MIB, GIB, "cgroup /'s")
+
+
+def test_no_cgroup_files_leaves_the_machine_reading(tmp_path):
+    reading = _reader(tmp_path, "0::/nowhere\n", used_share=0.5)()
+    assert tuple(reading) == (4 * GIB, 8 * GIB, "the machine's")
+    assert memory_monitor.make_reader(_machine(tmp_path, 0.5), str(tmp_path),
+                                      str(tmp_path / "missing"))().scope == "the machine's"
+
+
 def test_configuration_defaults_environment_and_validation(monkeypatch):
     for name in ("LIGHTWORK_MEMORY_USAGE_THRESHOLD", "RAY_memory_usage_threshold",
                  "LIGHTWORK_MEMORY_MONITOR_REFRESH_MS", "RAY_memory_monitor_refresh_ms"):
@@ -197,8 +282,40 @@ def test_actor_is_killed_only_when_no_task_runs(monitor, tmp_path):
         ray.get(ref, timeout=10)
     assert ray.get(actor.ping.remote(), timeout=10) == "pong"
     kill_once(monitor)  # now the actor
-    with pytest.raises(exc.ActorDiedError, match="memory monitor"):
+    with pytest.raises(exc.ActorDiedError, match="memory monitor") as info:
         ray.get(actor.ping.remote(), timeout=10)
+    # Both an ActorDiedError and Ray's OutOfMemoryError, naming what the monitor saw.
+    assert isinstance(info.value, exc.OutOfMemoryError)
+    assert isinstance(info.value, exc.ActorOutOfMemoryError)
+    message = str(info.value)
+    assert "<locals>.Big (id " in message
+    assert "7.76 GiB of 8.00 GiB (97.0%)" in message and "threshold of 95.0%" in message
+    assert "newest retriable task" in message  # the policy
+
+
+def test_an_actor_restarted_after_a_memory_kill_fails_its_lost_call_as_out_of_memory(
+        monitor, tmp_path):
+    @ray.remote(max_restarts=1)
+    class Sleeper:
+        def wait(self, gate: str) -> str:
+            open(gate + ".started", "w").close()
+            while not os.path.exists(gate):
+                time.sleep(0.005)
+            return "done"
+
+        def ping(self) -> str:
+            return "pong"
+
+    actor = Sleeper.remote()
+    gate = str(tmp_path / "gate")
+    call = actor.wait.remote(gate)
+    wait_for_file(gate + ".started", 10)
+    kill_once(monitor)
+    with pytest.raises(exc.OutOfMemoryError, match="lost the call") as info:
+        ray.get(call, timeout=10)
+    assert isinstance(info.value, exc.ActorDiedError)
+    monitor.reader = lambda: UNDER
+    assert ray.get(actor.ping.remote(), timeout=20) == "pong"  # restarted, plain again
 
 
 def test_one_kill_at_a_time(monitor, tmp_path):
@@ -214,6 +331,14 @@ def test_one_kill_at_a_time(monitor, tmp_path):
     open(tmp_path / "gate", "w").close()
     assert ray.get([first, second], timeout=10) == ["first", "second"]
     assert sorted([len(attempts(first_dir)), len(attempts(second_dir))]) == [1, 2]
+
+
+def test_a_kill_over_a_cgroup_limit_names_the_cgroup(monitor, tmp_path):
+    monitor.reader = lambda: (int(0.97 * GIB), GIB, "cgroup /job's")
+    ref, _ = start(tmp_path, "capped", max_retries=0)
+    kill_once(monitor)
+    with pytest.raises(exc.OutOfMemoryError, match=r"cgroup /job's memory in use was 0\.97 GiB"):
+        ray.get(ref, timeout=10)
 
 
 # ---- real memory ------------------------------------------------------------------------

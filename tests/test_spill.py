@@ -440,3 +440,33 @@ def test_unread_generator_items_can_be_spilled(fresh_runtime):
         array = ray.get(ref, timeout=30)
         assert array.shape == (MB,) and array[0] == array[-1] == i % 251
     assert i == 39
+
+
+def test_a_get_racing_a_spill_does_not_keep_the_mapping(fresh_runtime):
+    """A driver get read the object's shared-memory path just before the spiller moved
+    it: the read maps the spill file, and freeing the object drops that mapping (before,
+    it stayed in the driver's mapping table, holding the deleted file, until shutdown)."""
+    from lightwork._runtime import serialization
+
+    ray.init(num_cpus=1, object_store_memory=64 * MB)
+    ref = ray.put(np.full(2 * MB, 6, dtype=np.uint8))
+    node = _api._node
+    stored_before_spill = node.objects.get(ref.id).stored  # what the racing get read
+    old_path = stored_before_spill.path
+    with node.lock:
+        node.store.wanted = 64 * MB  # over the budget: the spiller moves our object
+    assert node.spiller._spill_one()
+    with node.lock:
+        node.store.wanted = 0
+    spill_path = node.objects.get(ref.id).stored.path
+    assert spill_path != old_path and os.path.exists(spill_path)
+    value = serialization.loads(stored_before_spill)  # the get, finishing after the move
+    assert value.min() == value.max() == 6
+    del value, ref
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while os.path.exists(spill_path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not os.path.exists(spill_path)
+    assert old_path not in serialization.MAPS and spill_path not in serialization.MAPS
+    assert len(serialization.MAPS) == 0

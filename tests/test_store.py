@@ -158,3 +158,29 @@ def test_a_reader_sent_the_old_path_finds_the_spill_file(tmp_path):
             serialization.loads(stored)
     finally:
         serialization.MAPS = old
+
+
+def test_an_idle_pool_gives_its_memory_back(monkeypatch):
+    from helpers import wait_until
+
+    store = _store()
+    monkeypatch.setattr(store, "pool_idle_s", 0.3)
+    refs = [ray.put(np.full(2 * MB, 1, dtype=np.uint8)) for _ in range(3)]
+    paths = [_api._node.objects.get(ref.id).stored.path for ref in refs]
+    del refs
+    gc.collect()
+    wait_until(lambda: store.pooled_bytes > 0, message="freed segments pooled")
+    # Nothing writes now: after the idle time the pool is empty and its files are gone.
+    wait_until(lambda: store.pooled_bytes == 0 and not store.free, timeout=10,
+               message="the idle pool trimmed")
+    assert not [path for path in paths if os.path.exists(path)]
+    # A busy pool is kept: a segment reused within the idle time is not trimmed.
+    monkeypatch.setattr(store, "pool_idle_s", 60.0)
+    ref = ray.put(np.full(2 * MB, 2, dtype=np.uint8))
+    del ref
+    gc.collect()
+    wait_until(lambda: store.pooled_bytes > 0, message="the segment pooled again")
+    import time
+
+    time.sleep(0.6)  # twice the idle time that emptied the pool above
+    assert store.pooled_bytes > 0, "a segment idle for less than pool_idle_s was trimmed"

@@ -643,10 +643,10 @@ def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True
     and its ``get`` raises TaskCancelledError when it returns; ``force=True`` raises
     ValueError for an actor's call (``kill`` ends the actor). A finished call or task is
     not affected.
-    ``recursive`` (Ray's default, True): if the task is running, the tasks it submitted
-    that are still pending or running are cancelled too, and theirs, with the same
-    ``force``; ``recursive=False`` leaves them alone. Actor calls it made are not
-    cancelled (as in Ray)."""
+    ``recursive`` (Ray's default, True): if the task (or actor call) is running, the
+    tasks and actor calls it submitted that are still pending or running are cancelled
+    too, and theirs, as in Ray: tasks with the same ``force``, actor calls without it;
+    ``recursive=False`` leaves them alone."""
     if not isinstance(recursive, bool):
         raise TypeError(f"cancel(recursive=...) must be True or False, got {recursive!r}")
     if isinstance(object_ref, ObjectRefGenerator):

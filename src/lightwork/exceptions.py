@@ -29,6 +29,7 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     ├── TaskPlacementGroupRemoved           the task's placement group was removed
     ├── ObjectStoreFullError                no room in memory nor on the spill disk
     ├── OutOfMemoryError                    the memory monitor killed the task's worker
+    │   └── ActorOutOfMemoryError           ... or the actor's (also an ActorDiedError)
     ├── PendingCallsLimitExceeded           an actor's max_pending_calls was reached
     ├── UnsupportedOnBackend                also NotImplementedError: not on this engine
     └── SystemError_ (RaySystemError)       the runtime itself failed
@@ -46,6 +47,7 @@ __all__ = [
     "ActorDeadlockError",
     "ActorDiedError",
     "ActorError",
+    "ActorOutOfMemoryError",
     "GetTimeoutError",
     "IgnoredOptionWarning",
     "LightworkError",
@@ -355,6 +357,12 @@ class ObjectStoreFullError(LightworkError):
 
 class OutOfMemoryError(LightworkError):
     """The machine ran low on memory and the memory monitor killed the task's worker."""
+
+
+class ActorOutOfMemoryError(ActorDiedError, OutOfMemoryError):
+    """The memory monitor killed the actor's process: both an ``ActorDiedError`` (the
+    actor is gone, or restarting) and an ``OutOfMemoryError`` (Ray's name for the
+    cause), so ``except`` clauses written for either catch it."""
 
 
 class PendingCallsLimitExceeded(LightworkError):

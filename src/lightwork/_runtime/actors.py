@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from lightwork import exceptions
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
+from lightwork._runtime.memory_monitor import OOM_REASON
 from lightwork._runtime.scheduler import FINISHED, Shape, TaskSpec, WorkerSlot
 
 if TYPE_CHECKING:
@@ -281,11 +282,7 @@ class ActorManager:
         ValueError, as in Ray: killing the process would end the actor (use ``kill``).
         """
         if force:
-            raise ValueError(
-                f"force=True is not supported for actor tasks: cancel({task.name}) would "
-                "have to kill the actor's process, and with it the actor. Call cancel() "
-                "without force (a sync method can check "
-                "get_runtime_context().is_canceled()), or kill(actor) to end the actor.")
+            raise self.force_refused(task)
         actor = self.actors.get(task.actor_id)
         if task.cancelled or actor is None:
             return
@@ -302,6 +299,13 @@ class ActorManager:
             if list(actor.inflight).index(task.task_id) >= actor.slots:
                 node._fail_returns(task, _cancelled_call(task, "before it ran"))
             node._interrupt(actor.conn, task.task_id, False)
+
+    def force_refused(self, task: TaskSpec) -> ValueError:
+        return ValueError(
+            f"force=True is not supported for actor tasks: cancel({task.name}) would "
+            "have to kill the actor's process, and with it the actor. Call cancel() "
+            "without force (a sync method can check "
+            "get_runtime_context().is_canceled()), or kill(actor) to end the actor.")
 
     def on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
         actor = conn.actor
@@ -533,13 +537,16 @@ class ActorManager:
                 f"cannot call {method}: the actor is unknown to this runtime (it ended, or "
                 "its handle came from another session)")
         what = f"actor {actor.class_name} (id {actor.actor_id:020x})"
+        # The memory monitor's message (memory used, threshold, actor, policy) is the cause.
+        error = (exceptions.ActorOutOfMemoryError if OOM_REASON in actor.death_cause
+                 else exceptions.ActorDiedError)
         if actor.state != DEAD:  # its process died during this call; it is being restarted
-            return exceptions.ActorDiedError(
+            return error(
                 f"{what} lost the call {method}: {actor.death_cause}. The actor is being "
                 f"restarted (max_restarts={actor.max_restarts}), but calls that were running "
                 f"are not retried (max_task_retries={actor.max_task_retries}); set "
                 "max_task_retries (-1: no limit) if the call is safe to run twice.")
-        return exceptions.ActorDiedError(
+        return error(
             f"{what} cannot run {method}: the actor died because "
             f"{actor.death_cause or 'it ended'}. {_after_death_advice(actor)}")
 

@@ -353,9 +353,9 @@ def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict
         for name, amount in resources.items():
             if not isinstance(name, str):
                 raise TypeError(f"resource names must be strings, got {name!r}")
-            if name in ("CPU", "GPU"):
-                raise ValueError(
-                    f"use num_cpus/num_gpus instead of resources={{{name!r}: ...}}"
+            if name in ("CPU", "GPU", "memory", "object_store_memory"):
+                raise ValueError(  # as in Ray
+                    f"use num_cpus/num_gpus/memory instead of resources={{{name!r}: ...}}"
                 )
             check_amount(f"resources[{name!r}]", amount)
     if "num_returns" in options and options["num_returns"] not in GENERATOR_RETURNS:
@@ -399,5 +399,5 @@ def resource_demand(options: dict[str, Any], default_cpus: float) -> dict[str, f
     if options.get("memory"):  # bytes, a logical resource as in Ray (scheduler.py)
         demand["memory"] = float(int(options["memory"]))
     for name, amount in (options.get("resources") or {}).items():
-        demand[name] = float(amount)  # resources={"memory": X} is memory=X, as in Ray
+        demand[name] = float(amount)
     return demand

@@ -4,7 +4,13 @@ A daemon thread ("lightwork-memory", a ``periodic.PeriodicThread``) reads the ma
 memory every ``refresh_s`` (250 ms by default) and compares the share in use with the
 threshold.
 "In use" is ``MemTotal - MemAvailable`` from ``/proc/meminfo``: the kernel's estimate of
-what cannot be reclaimed, so the page cache does not count. The file is read with one
+what cannot be reclaimed, so the page cache does not count. When the program runs in a
+memory-limited cgroup (a container, a systemd slice, a batch job), the limit is what
+counts: ``make_reader`` finds the cgroups of this process and their ancestors once
+(``/proc/self/cgroup``; v2 ``memory.max``/``memory.current``, v1
+``memory.limit_in_bytes``/``memory.usage_in_bytes``), subtracts their reclaimable page
+cache (``inactive_file`` in ``memory.stat``) and uses whichever of the machine and the
+limited cgroups has the highest share in use; the message names which. The file is read with one
 plain ``read`` of procfs, which never waits on a disk; the thread takes the node's lock
 only to pick and mark a victim, and the node's lock is never held across disk I/O.
 
@@ -33,7 +39,8 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lightwork import exceptions
 from lightwork._runtime.periodic import PeriodicThread
@@ -49,7 +56,8 @@ OOM_BACKOFF_S = 0.1
 OOM_BACKOFF_MAX_S = 5.0
 OOM_REASON = "killed by the memory monitor"
 
-MemoryReader = Callable[[], tuple[int, int]]
+#: A reading: (bytes in use, bytes allowed), optionally a third item naming whose memory.
+MemoryReader = Callable[[], tuple[Any, ...]]
 
 
 def read_meminfo(path: str = "/proc/meminfo") -> tuple[int, int]:
@@ -70,6 +78,117 @@ def read_meminfo(path: str = "/proc/meminfo") -> tuple[int, int]:
     if available is None:  # kernels before 3.14
         available = fields.get("MemFree", 0) + fields.get("Buffers", 0) + fields.get("Cached", 0)
     return total - available, total
+
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+#: A v1 limit at or above this means "no limit" (the kernel reports ~2**63 rounded down).
+_UNLIMITED = 1 << 60
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupFiles:
+    """The memory files of one cgroup: its limit, its usage and its stat (v1 or v2)."""
+
+    name: str  # the cgroup's path, for messages
+    limit: str
+    usage: str
+    stat: str
+    inactive_key: str  # the memory.stat line of reclaimable file pages
+
+
+def find_cgroups(root: str = CGROUP_ROOT, self_cgroup: str = "/proc/self/cgroup") -> list[CgroupFiles]:
+    """The memory cgroups this process is in, its own and every ancestor that has files
+    (a limit may be set on any of them): cgroup v2 (``0::/path``) and v1 (``memory``)."""
+    try:
+        with open(self_cgroup, encoding="ascii", errors="replace") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return []
+    found: list[CgroupFiles] = []
+    for line in lines:
+        number, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if number == "0" and controllers == "":
+            base, files = root, ("memory.max", "memory.current", "memory.stat", "inactive_file")
+            if not os.path.exists(os.path.join(root, "cgroup.controllers")):
+                base = os.path.join(root, "unified")  # the hybrid layout
+        elif "memory" in controllers.split(","):
+            base = os.path.join(root, "memory")
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "memory.stat",
+                     "total_inactive_file")
+        else:
+            continue
+        found.extend(_levels(base, path, files))
+    return found
+
+
+def _levels(base: str, path: str, files: tuple[str, str, str, str]) -> list[CgroupFiles]:
+    levels = []
+    parts = [part for part in path.split("/") if part]
+    # Inside a container the cgroup namespace's root is mounted at ``base`` itself, so
+    # a path that does not exist there is looked for at every shorter suffix too.
+    for depth in range(len(parts), -1, -1):
+        directory = os.path.join(base, *parts[:depth])
+        limit = os.path.join(directory, files[0])
+        if os.path.exists(limit) and not any(level.limit == limit for level in levels):
+            levels.append(CgroupFiles("/" + "/".join(parts[:depth]), limit,
+                                      os.path.join(directory, files[1]),
+                                      os.path.join(directory, files[2]), files[3]))
+    return levels
+
+
+def read_cgroup(cgroup: CgroupFiles) -> tuple[int, int] | None:
+    """(bytes in use, limit) of one cgroup, or None when it has no limit. In use is
+    the usage minus its inactive file pages (page cache the kernel would reclaim)."""
+    limit_text = _read_small(cgroup.limit).strip()
+    if not limit_text or limit_text == "max":
+        return None
+    limit = int(limit_text)
+    if limit <= 0 or limit >= _UNLIMITED:
+        return None
+    usage = int(_read_small(cgroup.usage).strip() or 0)
+    inactive = 0
+    for line in _read_small(cgroup.stat).splitlines():
+        name, _, value = line.partition(" ")
+        if name == cgroup.inactive_key:
+            inactive = int(value)
+            break
+    return max(0, usage - inactive), limit
+
+
+def _read_small(path: str) -> str:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 1 << 16).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+
+
+class MemoryReading(NamedTuple):
+    used: int
+    total: int
+    scope: str  # whose memory: "the machine's", or "cgroup /x's (limit)"
+
+
+def make_reader(meminfo: str = "/proc/meminfo", root: str = CGROUP_ROOT,
+                self_cgroup: str = "/proc/self/cgroup") -> Callable[[], MemoryReading]:
+    """A reader of the tighter of the machine's memory and the limits of the cgroups
+    this process runs in (the one with the highest share in use)."""
+    cgroups = find_cgroups(root, self_cgroup)
+
+    def read() -> MemoryReading:
+        used, total = read_meminfo(meminfo)
+        best = MemoryReading(used, total, "the machine's")
+        for cgroup in cgroups:
+            try:
+                reading = read_cgroup(cgroup)
+            except (OSError, ValueError):
+                continue  # gone (a moved process) or unreadable: the machine's still counts
+            if reading is not None and reading[0] * best.total > best.used * reading[1]:
+                best = MemoryReading(reading[0], reading[1], f"cgroup {cgroup.name}'s")
+        return best
+
+    return read
 
 
 def configure(threshold: Any, refresh_ms: Any) -> tuple[float, float]:
@@ -107,11 +226,11 @@ class MemoryMonitor:
     """See the module docstring. ``check`` is one round; the thread calls it in a loop."""
 
     def __init__(self, node: Node, threshold: float, refresh_s: float,
-                 reader: MemoryReader = read_meminfo) -> None:
+                 reader: MemoryReader | None = None) -> None:
         self.node = node
         self.threshold = threshold
         self.refresh_s = refresh_s
-        self.reader = reader
+        self.reader = reader if reader is not None else make_reader()
         self.kills = 0
         self._victim: WorkerConn | None = None  # killed, its death not yet handled
         self._thread = PeriodicThread("lightwork-memory", refresh_s, self.check,
@@ -132,9 +251,11 @@ class MemoryMonitor:
 
     def check(self) -> WorkerConn | None:
         """Read the memory once; kill a worker if it is over the threshold. Return it."""
-        used, total = self.reader()
+        reading = self.reader()
+        used, total = reading[0], reading[1]
         if total <= 0 or used / total < self.threshold:
             return None
+        scope = reading[2] if len(reading) > 2 else "the machine's"
         node = self.node
         with node.lock:
             if node.closed:
@@ -145,7 +266,7 @@ class MemoryMonitor:
             conn, task = self._choose()
             if conn is None:
                 return None
-            conn.oom_kill = self._message(used, total, task, conn)
+            conn.oom_kill = self._message(used, total, task, conn, scope)
             if conn.actor is not None and not conn.actor.death_cause:
                 conn.actor.death_cause = conn.oom_kill
             self._victim = conn
@@ -184,11 +305,12 @@ class MemoryMonitor:
             return max(actors, key=lambda item: item[0])[1], None
         return None, None
 
-    def _message(self, used: int, total: int, task: TaskSpec | None, conn: WorkerConn) -> str:
+    def _message(self, used: int, total: int, task: TaskSpec | None, conn: WorkerConn,
+                 scope: str = "the machine's") -> str:
         what = (f"task {task.name}" if task is not None
                 else f"actor {conn.actor.class_name} (id {conn.actor.actor_id:020x})")
         return (
-            f"{what} was {OOM_REASON} (worker pid {conn.pid}): the machine's memory in use "
+            f"{what} was {OOM_REASON} (worker pid {conn.pid}): {scope} memory in use "
             f"was {used / 2**30:.2f} GiB of {total / 2**30:.2f} GiB ({used / total:.1%}), over "
             f"the threshold of {self.threshold:.1%}. Policy: the worker of the newest "
             "retriable task is killed first and its task retried with backoff; a task that "

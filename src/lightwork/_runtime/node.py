@@ -508,6 +508,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         elif kind == p.BOUNCE:
             task = self.tasks.get(message[1])
             if task is not None and task.worker is conn.slot:
+                self._release_gpus(task.task_id)
                 self.scheduler.take_back(conn.slot, task)
                 if task.cancelled and self.scheduler.remove_ready(task):
                     self._fail_task(task, _cancelled(task, "before it ran"))
@@ -591,6 +592,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
 
     def _requeue(self, task: TaskSpec) -> None:
         task.record.dispatched = 0.0
+        self._release_gpus(task.task_id)  # it was queued on a worker: its GPU ids go back
         self.scheduler.make_ready(task, front=True)
 
     # ------------------------------------------------------------------ objects
@@ -644,7 +646,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             if object_id not in self.objects.entries and self.id_floor.minted_before(object_id):
                 raise self.ended_session_error(object_id)
         self.tasks[task.task_id] = task
-        if task.parent and not task.actor_id:
+        if task.parent:
             self.nested_live += 1  # see _cancel_ids; _end_task counts it down
         if deps:  # the advisor tells a chain of dependent steps from independent tasks
             task.record.dep_tasks = tuple([entry.task_id for entry in deps])  # 3x a genexpr
@@ -692,7 +694,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
     def _end_task(self, task: TaskSpec, state: str) -> None:
         task.state = state
         task.record.state = state
-        if self.tasks.pop(task.task_id, None) is not None and task.parent and not task.actor_id:
+        if self.tasks.pop(task.task_id, None) is not None and task.parent:
             self.nested_live -= 1
         if self.cancelled_parents:
             self.cancelled_parents.discard(task.task_id)
@@ -877,9 +879,11 @@ class Node(DriverCalls, WorkerRequests, Lineage):
     def _cancel_ids(self, object_ids: list[int], force: bool, recursive: bool = False) -> None:
         """Cancel the tasks making these objects; the cancel wins in every state.
 
-        ``recursive``: a task that is running may have submitted tasks from its worker
-        (``TaskSpec.parent``); those still pending or running are cancelled too, with the
-        same ``force``, and theirs in turn; actor calls are left alone, as in Ray. No index
+        ``recursive``: a task or actor call that is running may have submitted tasks and
+        actor calls from its worker (``TaskSpec.parent``); those still pending or running
+        are cancelled too, and theirs in turn, as in Ray: with the same ``force`` for tasks,
+        without it for actor calls (Ray ignores it there; given for an actor call itself,
+        it raises ValueError before anything is cancelled). No index
         of children is kept (that would cost every nested submission): the tasks table is
         searched, and only while some live task has a parent (``nested_live``). A running
         task cancelled this way stays in ``cancelled_parents`` until it ends, so a task it
@@ -898,21 +902,24 @@ class Node(DriverCalls, WorkerRequests, Lineage):
             entry = self.objects.entries.get(object_id)
             task = self.tasks.get(entry.task_id) if entry is not None else None
             if task is not None:
+                if force and task.actor_id:
+                    raise self.actors.force_refused(task)
                 tasks.append(task)
+        named = len(tasks)
         if recursive and self.nested_live:
             tasks.extend(self._running_descendants(tasks))
-        for task in tasks:
-            self._cancel_task(task, force)
+        for index, task in enumerate(tasks):
+            self._cancel_task(task, force and (index < named or not task.actor_id))
 
     def _running_descendants(self, tasks: list[TaskSpec]) -> list[TaskSpec]:
-        """The live plain tasks submitted by the running ones of ``tasks``, transitively;
-        the running ones found are noted in ``cancelled_parents``."""
+        """The live tasks and actor calls submitted by the running ones of ``tasks``,
+        transitively; the running ones found are noted in ``cancelled_parents``."""
         children: dict[int, list[TaskSpec]] = {}
         for task in self.tasks.values():
-            if task.parent and not task.actor_id:
+            if task.parent:
                 children.setdefault(task.parent, []).append(task)
         found: list[TaskSpec] = []
-        frontier = [task for task in tasks if task.state == DISPATCHED and not task.actor_id]
+        frontier = [task for task in tasks if task.state == DISPATCHED]
         while frontier:
             task = frontier.pop()
             self.cancelled_parents.add(task.task_id)

@@ -17,13 +17,17 @@ a :class:`Stored` object in one of two forms:
 
 Who writes a segment: the driver writes into recycled segments it keeps mapped and
 faulted in (``store.py``'s :class:`SegmentStore`, any object with a ``write`` method);
-a new segment (a worker's, or the driver's when none can be reused) is written with
-``pwrite`` into a new file (``write_segment``). A full ``/dev/shm`` then fails that
-``pwrite`` with ENOSPC, raised as :class:`ObjectStoreFullError`: never a SIGBUS, which
+a worker, once the store granted it room (``worker.SharedMemoryWriter``), writes with
+``pwrite`` over a recycled segment (its pages exist: no allocation) or into a new
+file; a new segment is written with ``pwrite`` into a new file (``write_segment``). A
+full ``/dev/shm`` then fails that ``pwrite`` with ENOSPC, raised as :class:`ObjectStoreFullError`: never a SIGBUS, which
 only a store through a mapping into unallocated pages can cause, and every mapping
-written to here covers pages a completed ``pwrite`` allocated. (``posix_fallocate``
-first would say the same a moment sooner but costs a second pass over the pages: 20-25%
-more per new segment, measured on 160 MB.)
+written to here covers pages a completed ``pwrite`` allocated (workers write recycled
+segments with ``pwrite`` too, never through a mapping). ``posix_fallocate`` first would
+say the same a moment sooner but costs a second pass over the pages: re-measured on
+2026-11-24 (thread CPU, medians of interleaved runs, load average ~22) at 6-13% more
+per new segment (4 MB: 2.00-2.15 vs 2.26-2.27 ms; 160 MB: 82-88 vs 91-96 ms), for no
+gain here, so the writers keep ``pwrite``.
 
 Readers: every process maps a segment once (:data:`MAPS`, its :class:`MappedSegments`)
 and hands out views of that mapping. A segment may be reused for a new object only once
@@ -32,7 +36,9 @@ this process (an ``mmap`` refuses to close while a view exists), and workers rep
 which segments they mapped (``on_map``, at once) and which they let go
 (``release_unused``, after each task) so the driver can tell for theirs. A segment the
 store moved to disk (spilled) is found under the same name in ``spill_dir``: a reader
-that was sent the old path before the move opens the spill file instead.
+that was sent the old path before the move opens the spill file instead, and keeps that
+mapping under the spill file's path (the name the store frees it by, so a get racing a
+spill does not keep the mapping until shutdown).
 
 The segment file belongs to the driver's store, which recycles or unlinks it when the
 object is freed; mappings that readers still hold stay valid until they are dropped. The
@@ -273,9 +279,22 @@ def write_into(view: memoryview, plan: Layout, data: bytes, raws: list[memoryvie
             view[begin : begin + length] = raw
 
 
-def write_segment(path: str, data: bytes, raws: list[memoryview]) -> int:
-    """Write a value into a new segment file at ``path``; return the file's length."""
+def write_segment(path: str, data: bytes, raws: list[memoryview], recycled: bool = False) -> int:
+    """Write a value into a new segment file at ``path``; return the file's length.
+
+    ``recycled``: ``path`` is a pooled segment the store handed out (its pages exist and
+    nobody reads it): write over it in place, keeping its length.
+    """
     plan = layout(data, raws)
+    if recycled:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            _pwrite_all(fd, plan.prefix + data, 0)
+            for (offset, _length), raw in zip(plan.offsets, raws):
+                _pwrite_all(fd, raw, plan.body_start + offset)
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
@@ -377,9 +396,17 @@ class MappedSegments:
         with self._lock:  # views are taken under the lock: release_unused may close it
             mapping = self._mappings.get(path)
             if mapping is None:
-                mapping = self._mappings[path] = self._map(path)
-                if self.on_map is not None:
-                    self.on_map(path)
+                # Keyed by the file actually mapped: a segment spilled on the way here is
+                # the spill file, which the store frees (``forget``) under that name.
+                key, mapping = self._map(path)
+                known = self._mappings.get(key)
+                if known is not None:
+                    mapping.close()
+                    mapping = known
+                else:
+                    self._mappings[key] = mapping
+                    if self.on_map is not None:
+                        self.on_map(key)
             view = memoryview(mapping)
             try:
                 (header_len,) = _LAYOUT.unpack_from(view, 0)
@@ -394,15 +421,17 @@ class MappedSegments:
                 view.release()  # the slices keep the mapping exported, the whole view not
             return data, buffers
 
-    def _map(self, path: str) -> mmap.mmap:
+    def _map(self, path: str) -> tuple[str, mmap.mmap]:
+        """Map ``path`` read-only, or its spill file if it moved: (what was mapped, map)."""
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             if self.spill_dir is None:
                 raise
-            fd = os.open(os.path.join(self.spill_dir, os.path.basename(path)), os.O_RDONLY)
+            path = os.path.join(self.spill_dir, os.path.basename(path))
+            fd = os.open(path, os.O_RDONLY)
         try:
-            return mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+            return path, mmap.mmap(fd, 0, prot=mmap.PROT_READ)
         finally:
             os.close(fd)
 

@@ -2,7 +2,8 @@
 
 One daemon thread ("lightwork-spill") per session does all disk I/O, so a slow disk
 never stalls a submission or the node's I/O loop. It sleeps until the store wakes it
-(``SegmentStore.on_pressure``). It first maps and faults in segments that went back to
+(``SegmentStore.on_pressure``), or until the oldest pooled segment has been idle for
+``store.POOL_IDLE_S`` (``SegmentStore.trim_idle`` unlinks it). It first maps and faults in segments that went back to
 the store's pool unmapped (``SegmentStore.prepare_pool``), then, while the store is over
 its budget, spills one object at a time:
 
@@ -75,7 +76,7 @@ class Spiller:
 
     def _run(self) -> None:
         while not self.closed:
-            self._wake.wait()
+            self._wake.wait(self.store.trim_idle())
             self._wake.clear()
             self.store.prepare_pool()
             stuck = False

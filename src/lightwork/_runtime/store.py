@@ -7,6 +7,10 @@ next large value into one of them: a ``put`` or a by-value argument then costs o
 ``memcpy``. A segment is one file under the session's ``/dev/shm`` directory; a recycled
 one keeps its name (names are opaque to readers).
 
+The pool gives memory back when idle: a segment that stays unused in it for
+``POOL_IDLE_S`` is unlinked (``trim_idle``, run by the spill thread, which sleeps until
+the oldest pooled segment is due), and a write that needs room trims it first.
+
 A segment may hold a new value only when no reader anywhere still has a view into its
 old one (an array from ``get``, an argument an actor kept):
 
@@ -24,8 +28,13 @@ capped by what ``/dev/shm`` has free, as in Ray) bounds live segments plus poole
 A driver write that would pass it first trims the pool, then asks the spiller
 (``spill.py``) to move the least recently used objects to disk and waits, at most
 ``ROOM_WAIT_S``, for room; when nothing more can be spilled it raises
-``ObjectStoreFullError``. Workers write their own segments without asking (they report
-them with the result); the spiller then brings the store back under the budget.
+``ObjectStoreFullError``. A worker asks before it writes a large value (``reserve``,
+a ``room`` request): it gets a pooled segment to write over in place, or room for a new
+file once the spiller made it, or that error; the reserved segment counts as live from
+then on, until the object is reported (``track``), freed, or the worker dies
+(``forget_worker`` drops what it never reported). A write that must wait for the
+spiller waits on a short-lived thread, never on the node's I/O thread, and fails (no
+deadlock) when the objects in memory are all read by running tasks.
 ``live`` is kept in least-recently-used order (``touch``).
 
 Thread safety: the store has its own lock, taken briefly and never while calling out;
@@ -58,6 +67,8 @@ ROOM_WAIT_S = 60.0
 #: Once spilling, the spiller goes on until live bytes are this share of the budget, so
 #: the next writes find room without waiting.
 SPILL_TO = 0.9
+#: A pooled segment unused this long is unlinked: an idle program gives memory back.
+POOL_IDLE_S = 5.0
 #: Share of the machine's memory the store may use by default (Ray's default).
 DEFAULT_BUDGET_SHARE = 0.3
 #: The smallest budget accepted: a few large objects.
@@ -70,6 +81,7 @@ class Segment:
     capacity: int
     mapping: mmap.mmap | None = None  # the driver's writable mapping, faulted in
     object_id: int = 0  # the object it holds (0: a call's arguments, or not yet known)
+    pooled_at: float = 0.0  # when it last went back to the pool
 
 
 class SegmentStore:
@@ -79,6 +91,7 @@ class SegmentStore:
         self.shm_dir = shm_dir
         self.budget = budget
         self.pool_limit = budget // 4
+        self.pool_idle_s = POOL_IDLE_S
         self.spill_dir = spill_dir
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)  # notified when bytes are freed
@@ -86,6 +99,7 @@ class SegmentStore:
         self.free: list[Segment] = []  # recycled, most recently freed last
         self.live: dict[str, Segment] = {}  # value segments, least recently used first
         self.readers: dict[str, set[int]] = {}  # segment path -> workers that map it
+        self.reserved: dict[str, int] = {}  # path -> worker writing it, not yet reported
         self.spilled: dict[str, int] = {}  # spill file path -> bytes
         self.live_bytes = 0
         self.pooled_bytes = 0
@@ -126,21 +140,30 @@ class SegmentStore:
             self.live_bytes += segment.capacity
         return segment.path
 
-    def _make_room(self, size: int) -> None:
-        """Return once ``size`` new bytes fit in the budget; else ObjectStoreFullError."""
+    def _make_room(self, size: int, claim: Segment | None = None, worker_id: int = 0,
+                   wait: bool = True) -> bool:
+        """Return True once ``size`` new bytes fit in the budget; else ObjectStoreFullError.
+
+        ``claim``: a worker's segment, counted (``_claim_locked``) in the same critical
+        section that found room, so two writers never both take the last room. With
+        ``wait`` False, return False instead of waiting for the spiller (woken meanwhile).
+        """
         if size > self.budget:
             raise ObjectStoreFullError(
                 f"an object of {size:,} bytes is larger than the whole object store "
                 f"budget ({self.budget:,} bytes). Pass a larger object_store_memory to "
                 "init(), or split the value into smaller objects.")
         deadline = time.monotonic() + ROOM_WAIT_S
+        deferred = False
         with self._lock:
             self.nothing_to_spill = False  # the spiller looks again for this write
             try:
                 while True:
                     over = self.live_bytes + self.pooled_bytes + size - self.budget
                     if over <= 0:
-                        return
+                        if claim is not None:
+                            self._claim_locked(claim, worker_id)
+                        return True
                     if self.pooled_bytes:
                         self._trim_locked(max(0, self.pooled_bytes - over))
                         continue
@@ -150,9 +173,13 @@ class SegmentStore:
                         raise self._full_error(size)
                     self.wanted = max(self.wanted, size)
                     self.on_pressure()  # cheap (an Event) when the spiller is awake
+                    if not wait:
+                        deferred = True  # ``wanted`` stays: the spiller works for it
+                        return False
                     self._room.wait(min(left, 0.05))
             finally:
-                self.wanted = 0
+                if not deferred:
+                    self.wanted = 0
 
     def _full_error(self, size: int) -> ObjectStoreFullError:
         why = self.spill_stuck or (
@@ -194,6 +221,7 @@ class SegmentStore:
         """A value segment now belongs to object ``object_id`` (a worker's: count it)."""
         wake = False
         with self._lock:
+            self.reserved.pop(path, None)
             segment = self.live.get(path)
             if segment is None and path not in self.spilled:
                 segment = self.live[path] = Segment(path, size)
@@ -223,6 +251,41 @@ class SegmentStore:
         path = f"{self.shm_dir}/s{next(self._names):x}"
         return Segment(path, serialization.write_segment(path, data, raws))
 
+    # ---------------------------------------------------------------- workers' writes
+    def reserve(self, size: int, path: str, worker_id: int,
+                wait: bool = True) -> tuple[str, bool] | None:
+        """Room for a worker to write a value of ``size`` bytes, counted before it writes.
+
+        Returns ``(path, recycled)``: a pooled segment to write over in place (its pages
+        are already there, so no allocation), or ``path`` itself for a new file. The
+        segment counts as live from now on; ``track`` (the object is reported) or
+        ``release`` ends the reservation, and ``forget_worker`` drops it if the worker
+        dies first. Past the budget this spills or fails like a driver write; with
+        ``wait`` False it returns None where it would wait for the spiller.
+        """
+        segment = self._take(size)
+        if segment is not None:
+            with self._lock:
+                self._claim_locked(segment, worker_id)
+            return segment.path, True
+        if not self._make_room(size, Segment(path, size), worker_id, wait):
+            return None  # ``wanted`` stays set for the spiller until ``reserve_new``
+        return path, False
+
+    def reserve_new(self, size: int, path: str, worker_id: int) -> tuple[str, bool]:
+        """``reserve`` after it returned None: wait for the spiller to make room for a
+        new file (not the pool again, so ``_make_room`` always resets ``wanted``)."""
+        self._make_room(size, Segment(path, size), worker_id)
+        return path, False
+
+    def _claim_locked(self, segment: Segment, worker_id: int) -> None:
+        stale = self.live.pop(segment.path, None)  # a retry writes its result's name again
+        if stale is not None:
+            self.live_bytes -= stale.capacity
+        self.live[segment.path] = segment
+        self.live_bytes += segment.capacity
+        self.reserved[segment.path] = worker_id
+
     # ---------------------------------------------------------------- readers
     def add_reader(self, path: str, worker_id: int) -> None:
         with self._lock:
@@ -237,12 +300,24 @@ class SegmentStore:
                     del self.readers[path]
 
     def forget_worker(self, worker_id: int) -> None:
-        """A worker died: its mappings died with it."""
+        """A worker died: its mappings died with it, and what it was writing is garbage
+        (a result it reported was tracked before its death is handled)."""
+        dropped = []
         with self._lock:
             for path in [p for p, ids in self.readers.items() if worker_id in ids]:
                 self.readers[path].discard(worker_id)
                 if not self.readers[path]:
                     del self.readers[path]
+            for path in [p for p, writer in self.reserved.items() if writer == worker_id]:
+                del self.reserved[path]
+                segment = self.live.pop(path, None)
+                if segment is not None:
+                    self.live_bytes -= segment.capacity
+                    dropped.append(segment)
+            if dropped:
+                self._room.notify_all()
+        for segment in dropped:
+            self._discard(segment)
 
     # ---------------------------------------------------------------- freeing
     def release(self, path: str) -> None:
@@ -250,6 +325,7 @@ class SegmentStore:
         unviewed = serialization.MAPS.forget(path)
         with self._lock:
             self._room.notify_all()
+            self.reserved.pop(path, None)
             size = self.spilled.pop(path, None)
             if size is not None:
                 self.spilled_bytes -= size
@@ -265,10 +341,13 @@ class SegmentStore:
                     segment = self._adopt(path)
                 room = min(self.pool_limit, self.budget - self.live_bytes)
                 if segment.capacity and self.pooled_bytes + segment.capacity <= room:
+                    first = not self.free
+                    segment.pooled_at = time.monotonic()
                     self.free.append(segment)
                     self.pooled_bytes += segment.capacity
-                    if segment.mapping is None and self.on_pressure is not None:
-                        self.on_pressure()  # the background thread maps it (prepare_pool)
+                    if (segment.mapping is None or first) and self.on_pressure is not None:
+                        # The spill thread maps it (prepare_pool) and times its trim.
+                        self.on_pressure()
                     return
         if segment is None:
             segment = Segment(path, 0)
@@ -326,6 +405,19 @@ class SegmentStore:
             segment.mapping = None
         serialization._unlink_quietly(segment.path)
 
+    def trim_idle(self) -> float | None:
+        """Unlink pooled segments unused for ``pool_idle_s``; return the seconds until
+        the next one is due (None: the pool is empty)."""
+        now = time.monotonic()
+        with self._lock:
+            while self.free and self.free[0].pooled_at + self.pool_idle_s <= now:
+                segment = self.free.pop(0)  # the least recently freed is first
+                self.pooled_bytes -= segment.capacity
+                self._discard(segment)
+            if not self.free:
+                return None
+            return max(0.01, self.free[0].pooled_at + self.pool_idle_s - now)
+
     def trim(self, keep: int = 0) -> None:
         """Unlink recycled segments until at most ``keep`` bytes stay pooled."""
         with self._lock:
@@ -364,6 +456,7 @@ class SegmentStore:
             self.closed = True
             segments = self.free + list(self.live.values())
             self.free, self.live, self.pooled_bytes, self.live_bytes = [], {}, 0, 0
+            self.reserved.clear()
             spilled, self.spilled = list(self.spilled), {}
             self.readers.clear()
             self._room.notify_all()

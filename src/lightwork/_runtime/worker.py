@@ -14,9 +14,19 @@ it, a task goes to the inbox. While a thread waits, this worker does not start n
 so task frames in the inbox are bounced back for the driver to place elsewhere, and the
 driver lends this worker's CPU back to the pool.
 
+Large values a task produces (results, puts, generator items: ``SharedMemoryWriter``)
+are written only after the driver's store granted room (a ``room`` request, one round
+trip per value of ``SHARED_MEMORY_MIN`` or more): they count against the budget before
+they exist, may make the spiller work first or fail with ``ObjectStoreFullError``, and
+may be written over a pooled segment (already allocated, so no page is allocated or
+zeroed). Queued tasks are not bounced while the request waits (it is short).
+
 The loop is defensive: a user error is a result, never a crash of the loop. The process
-ends when the driver closes the socket (or sends EXIT); faulthandler is on, so a fatal
-error leaves a stack on stderr.
+ends when the driver closes the socket (or sends EXIT), or right after the last call a
+``max_calls`` function may make here (``retire``: it sends the result and RETIRE, and the
+driver moves what it had queued here elsewhere); faulthandler is on, so a fatal error
+leaves a stack on stderr. A task submitted from here carries the running task's id (its
+parent, for recursive cancel) and inherits its ``runtime_env`` (``runtime_env.py``).
 
 The worker's share of a synchronous no-op call (issue 13, measured 2026-11-24 on the
 loaded 2-core machine): from the driver's send to the task starting 55 µs (mostly the
@@ -29,6 +39,8 @@ call is 110–190 µs (``driver_calls.py``).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import faulthandler
 import inspect
 import itertools
@@ -299,7 +311,12 @@ class Worker:
 
     @property
     def current(self) -> tuple[Any, ...] | None:
-        return getattr(self._local, "frame", None)
+        """The frame of the call running in this thread (on an async actor's loop: in
+        this coroutine), or None."""
+        frame = getattr(self._local, "frame", None)
+        if frame is None and self.loop is not None:
+            frame = _COROUTINE_FRAME.get()
+        return frame
 
     @current.setter
     def current(self, frame: tuple[Any, ...] | None) -> None:
@@ -404,7 +421,7 @@ class Worker:
             cpu_started = time.process_time()
             result = fn(*args, **kwargs)
             if self.loop is not None and inspect.iscoroutine(result):
-                result = self.loop.run(result, task_id)
+                result = self.loop.run(result, frame)
             if type(result) in _GENERATORS and len(return_ids) == 1:
                 result = self.stream_items(name, return_ids[0], result)
             del args, kwargs
@@ -431,6 +448,10 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001 - user errors become results
             finished = time.monotonic()
             outcome = ("error", error_outcome(name, exc))
+            # The error is sent as text and a copy: drop the failed task's locals now, so a
+            # reference cycle through its frames cannot pin its objects (refs, arrays that
+            # keep segments mapped) until the collector happens to run.
+            traceback.clear_frames(exc.__traceback__)
         return outcome, args_loaded, finished, cpu
 
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -475,7 +496,7 @@ class Worker:
                     "change num_returns"
                 )
         return [
-            serialization.serialize(value, f"{self.shm_dir}/{object_id:x}")
+            serialization.serialize(value, SharedMemoryWriter(self, object_id))
             for value, object_id in zip(values, return_ids)
         ]
 
@@ -494,7 +515,7 @@ class Worker:
             progress[0] = index + 1
             if have is not None and index >= have:
                 object_id = self.next_object_id()
-                stored = serialization.serialize(item, f"{self.shm_dir}/{object_id:x}")
+                stored = serialization.serialize(item, SharedMemoryWriter(self, object_id))
                 progress[1] = self.driver_request("stream", "yield", head, index, object_id, stored)
 
         try:
@@ -690,7 +711,7 @@ class Worker:
 
     def put(self, value: Any) -> ObjectRef:
         object_id = self.next_object_id()
-        stored = serialization.serialize(value, f"{self.shm_dir}/{object_id:x}")
+        stored = serialization.serialize(value, SharedMemoryWriter(self, object_id))
         ref = ObjectRef(object_id)
         self.send([(p.PUT, object_id, stored)])
         return ref
@@ -704,21 +725,60 @@ class Worker:
         self.send([(p.PUT, object_id, None, error)])
         return ObjectRef(object_id)
 
-    def request(self, message: tuple[Any, ...]) -> Any:
-        """Send a GET/WAIT/CALL request and wait for its reply, bouncing queued tasks."""
+    def request(self, message: tuple[Any, ...], bounce: bool = True) -> Any:
+        """Send a GET/WAIT/CALL request and wait for its reply, bouncing queued tasks
+        (unless ``bounce`` is False: a short request that keeps this worker's queue)."""
         request_id = next(self._requests)
-        with self._cond:
-            self._waiting += 1
-            bounced = [(p.BOUNCE, m[1][0]) for m in self.inbox if m[0] == p.TASK]
-            self.inbox = deque(m for m in self.inbox if m[0] != p.TASK)
+        bounced: list[tuple[Any, ...]] = []
+        if bounce:
+            with self._cond:
+                self._waiting += 1
+                bounced = [(p.BOUNCE, m[1][0]) for m in self.inbox if m[0] == p.TASK]
+                self.inbox = deque(m for m in self.inbox if m[0] != p.TASK)
         try:
             self.send(bounced + [(message[0], request_id, *message[1:])])
             return self._take_turn(lambda: self.replies.pop(request_id, None))
         finally:
-            with self._cond:
-                self._waiting -= 1
+            if bounce:
+                with self._cond:
+                    self._waiting -= 1
             if self.outbox:
                 self.send([])
+
+    def room(self, size: int, path: str) -> tuple[str, bool]:
+        """Ask the driver's store for room to write ``size`` bytes (see the module
+        docstring): returns where to write, and whether it is a recycled segment."""
+        self.send([])
+        kind, result = self.request((p.CALL, "room", size, path), bounce=False)
+        if kind == "err":
+            try:
+                raise result
+            finally:  # no cycle through this frame: the task's frames (and refs) free at once
+                del result
+        return result
+
+
+class SharedMemoryWriter:
+    """Where a worker writes a large value (a ``serialization.SegmentWriter``): room is
+    granted by the driver first (``Worker.room``)."""
+
+    __slots__ = ("object_id", "worker")
+
+    def __init__(self, worker: Worker, object_id: int) -> None:
+        self.worker = worker
+        self.object_id = object_id
+
+    def write(self, data: bytes, raws: list[memoryview]) -> str:
+        worker = self.worker
+        size = serialization.layout(data, raws).total
+        path, recycled = worker.room(size, f"{worker.shm_dir}/{self.object_id:x}")
+        try:
+            serialization.write_segment(path, data, raws, recycled)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the write's own error is the one to report
+                worker.driver_request("unreserve", path)
+            raise
+        return path
 
 
 class LostArgument(Exception):
@@ -790,6 +850,7 @@ class AsyncRunner:
     Each call's coroutine runs as an asyncio task registered in ``running`` under its
     task id, so ``cancel()`` (the SIGINT handler, ``_on_sigint``) can cancel it on the
     loop: the coroutine gets ``asyncio.CancelledError`` at its next ``await``, as in Ray.
+    The task's context carries the call's frame (``Worker.current`` reads it there).
     """
 
     def __init__(self, worker: Worker, limit: int) -> None:
@@ -803,16 +864,20 @@ class AsyncRunner:
                                        daemon=True)
         self.thread.start()
 
-    def run(self, coroutine: Any, task_id: int = 0) -> Any:
+    def run(self, coroutine: Any, frame: tuple[Any, ...] | None = None) -> Any:
         import asyncio
 
-        if task_id:
-            coroutine = self._cancellable(coroutine, task_id)
+        if frame is not None:
+            coroutine = self._cancellable(coroutine, frame)
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    async def _cancellable(self, coroutine: Any, task_id: int) -> Any:
+    async def _cancellable(self, coroutine: Any, frame: tuple[Any, ...]) -> Any:
         import asyncio
 
+        task_id = frame[0]
+        # The call's frame for code on the loop (Worker.current): the parent of the calls
+        # it makes, its task id in get_runtime_context(). Each asyncio task has its own.
+        _COROUTINE_FRAME.set(frame)
         self.running[task_id] = asyncio.current_task()
         try:
             # Registered first, then checked: a cancel read before the registration is
@@ -863,6 +928,8 @@ def _on_sigint(signum: int, frame: Any) -> None:
 
 
 _current_worker: Worker | None = None
+_COROUTINE_FRAME: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVar(
+    "lightwork_coroutine_frame", default=None)
 
 # Tests only: LIGHTWORK_TEST_GATE_DIR=<dir> holds a task named N at point P while the
 # file <dir>/P-N.hold exists (and creates <dir>/P-N.reached), so a test can act on a

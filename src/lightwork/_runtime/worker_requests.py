@@ -7,6 +7,7 @@ until the reply is sent; a reply is sent when every object is ready or the timeo
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,8 @@ class WorkerRequests(_Base):
             return
         if actor_id:
             self.actors.add_call(actor_id, task)
+            if self.cancelled_parents and parent in self.cancelled_parents:
+                self.actors.cancel_call(task, False)  # as below, for an actor call
         elif self.cancelled_parents and parent in self.cancelled_parents:
             # Its parent was cancelled (recursive) while this submission was on its way.
             self._cancel_task(task, False)
@@ -78,11 +81,42 @@ class WorkerRequests(_Base):
                 result = self.placement_group_request(*args)
             elif what == "stream":
                 result = self.streams.request(*args)
+            elif what == "room":
+                self._on_room_request(conn, request_id, *args)
+                return
+            elif what == "unreserve":
+                self.store.release(args[0])
+                result = None
             else:
                 raise ValueError(f"unknown request {what!r}")
             self._reply(conn, request_id, ("ok", result))
         except Exception as exc:  # noqa: BLE001 - the caller re-raises it
             self._reply(conn, request_id, ("err", exc))
+
+    def _on_room_request(self, conn: WorkerConn, request_id: int, size: int, path: str) -> None:
+        """A worker asks for room to write ``size`` bytes (``store.reserve``). Room that is
+        there (or a pooled segment) is granted at once; room the spiller must make first
+        is waited for on a short-lived thread, so the I/O loop never blocks on it."""
+        try:
+            granted = self.store.reserve(size, path, conn.worker_id, wait=False)
+        except exceptions.ObjectStoreFullError as exc:
+            self._reply(conn, request_id, ("err", exc))
+            return
+        if granted is not None:
+            self._reply(conn, request_id, ("ok", granted))
+            return
+
+        def wait_for_room() -> None:
+            try:
+                reply: Any = ("ok", self.store.reserve_new(size, path, conn.worker_id))
+            except Exception as exc:  # noqa: BLE001 - the worker raises it in its task
+                reply = ("err", exc)
+            with self.lock:
+                if conn.dead and reply[0] == "ok":  # died waiting: nobody will write it
+                    self.store.release(reply[1][0])
+                self._reply(conn, request_id, reply)
+
+        threading.Thread(target=wait_for_room, name="lightwork-room", daemon=True).start()
 
     def _reply(self, conn: WorkerConn, request_id: int, payload: Any) -> None:
         self._send(conn, [(p.REPLY, request_id, payload)])

@@ -108,7 +108,7 @@ class ActorHost:
             self.backend.adopt(keys)
             args, kwargs = cloudpickle.loads(payload)
             loaded = time.time()
-            result = getattr(self.instance, method)(*args, **kwargs)
+            result = self._method(method)(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the user's error is the call's result
             self._note(task_id, name, started, exc)
             return _spread(error_of(name, exc), num_returns)
@@ -128,7 +128,7 @@ class ActorHost:
                 self.backend.adopt(keys)
                 args, kwargs = cloudpickle.loads(payload)
                 loaded = time.time()
-                result = getattr(self.instance, method)(*args, **kwargs)
+                result = self._method(method)(*args, **kwargs)
                 if asyncio.iscoroutine(result):
                     result = await result
             except Exception as exc:  # noqa: BLE001
@@ -139,6 +139,11 @@ class ActorHost:
         cluster_record.note(task_id, name, self.actor_id, started, loaded, finished,
                             time.time(), None)
         return stored
+
+    def _method(self, method: str) -> Any:
+        if method == "__ray_ready__":  # Ray's: True once the actor is up
+            return _ready
+        return getattr(self.instance, method)
 
     def _note(self, task_id: int, name: str, started: float, exc: BaseException) -> None:
         now = time.time()
@@ -155,6 +160,10 @@ class ActorHost:
             exc = ValueError(f"{name} has num_returns={num_returns} but returned {result!r:.80}")
             return _spread(error_of(name, exc), num_returns)
         return tuple(self.backend.encode(part) for part in parts)
+
+
+def _ready() -> bool:
+    return True
 
 
 def _spread(failed: Failed, num_returns: int) -> Any:

@@ -25,6 +25,15 @@ dependency was lost are submitted again too, on the dependency's new futures, wi
 counting an attempt. Recovery runs on one thread (``_recover``), started by the message
 or by a ``get`` that met the error first, whichever comes first; it is idempotent.
 
+Actor results as arguments
+--------------------------
+An actor call's result lives with its caller, not in the cluster. Passed to a task once
+it has come, it is passed by value. Passed while the call still runs, it becomes a
+*bridge* (``_bridge``): a small task, the argument's dependency, that secedes from its
+worker's pool and waits on a distributed ``Variable``; the caller sets the Variable to
+the result's scattered key when the call ends. So ``.remote()`` never waits for an actor
+call, and nothing polls.
+
 Resources: ``num_cpus`` up to 1 takes one worker thread, as every distributed task does
 (no resource restriction, so the engine's fast path and its queuing apply, and a task
 blocked in a nested ``get`` secedes and frees its thread, as Ray frees the CPU of a
@@ -38,6 +47,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,6 +230,29 @@ class TaskSubmission:
                                     key=f"{main_key}-{index}")
                       for index in range(num_returns)]
 
+    def _bridge(self, result: Any) -> Any:
+        """A cluster key for a pending actor call's ``result`` (see *Actor results as
+        arguments*): a task that waits, seceded, on a distributed ``Variable`` this
+        process sets to the result's key once the call has finished."""
+        name = f"lightwork-bridge-{uuid.uuid4().hex}"
+        bridge = self.client.submit(cluster_worker.await_bridged, name, pure=False,
+                                    key=f"actor_result-{self.next_object_id():x}")
+
+        def set_variable() -> None:
+            from distributed import Variable
+
+            stored = result.stored(None)
+            try:
+                [value] = self.client.scatter([stored], hash=False)
+                Variable(name, client=self.client).set(value)
+            except Exception:  # noqa: BLE001 - the session closed meanwhile
+                pass
+
+        # The call ends on the event loop: the scatter and set run in a thread of their own.
+        result.add_done_callback(lambda _r: threading.Thread(
+            target=set_variable, daemon=True, name="lightwork-bridge").start())
+        return bridge
+
     def _task_ended(self, task_id: int) -> None:
         self._orphans.pop(task_id, None)
         self._lineages.pop(task_id, None)
@@ -233,8 +266,13 @@ class TaskSubmission:
             if type(value) is not ObjectRef:
                 return value
             future = self._future_of(value.id)
-            if future.key is None:  # an actor call's result: not in the cluster, pass it
-                return self.decode(future.stored(None))
+            if future.key is None:  # an actor call's result: it lives here, not in the cluster
+                if future.done():
+                    return self.decode(future.stored(None))  # passed by value
+                future = self._bridge(future)  # a key that becomes its value when it comes
+                deps.append(future)
+                sources.append((None, 0, future))
+                return ArgSlot(len(deps) - 1)
             deps.append(future)
             source = self._lineages.get(self.task_ids.get(value.id, 0))
             index = source.return_ids.index(value.id) if source is not None else 0

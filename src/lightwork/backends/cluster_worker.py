@@ -205,6 +205,21 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
     return tuple(backend.encode(part) for part in parts)
 
 
+def await_bridged(name: str) -> Any:
+    """A bridge task (``cluster_tasks``): the stored result of an actor call, once its
+    caller has set the Variable ``name`` to its key; seceded while it waits."""
+    from distributed import Variable, get_client, rejoin, secede
+
+    secede()  # waiting for a caller holds no slot
+    try:
+        variable = Variable(name, client=get_client())
+        value = variable.get().result()
+        variable.delete()
+    finally:
+        rejoin()
+    return value
+
+
 def _current_key() -> Any:
     """The key of the task running in this worker thread (None outside one)."""
     try:

@@ -18,9 +18,14 @@ Queries stay fast at a million records because nothing walks every record per re
   at most ``MAX_STREAM_SPANS`` rectangles (the page says when the cap cut some);
 * the tasks table's default order (newest first) is the columns backwards: a page is
   ``page_size`` reads. A filter's matching row numbers are cached and extended with the
-  rows that arrived since; another sort order is cached per filter and, when rows
-  arrived, re-sorted (Timsort merges the sorted run with the new tail). Scans and sort
-  keys run in C (``map``/``compress`` over column slices, ``array.__getitem__`` keys);
+  rows that arrived since (at most ``MAX_FILTERS`` filters are kept). Every other sort
+  order is kept for all rows, extended as records arrive (``orders.SortOrder``: the
+  new rows are merged in, nothing is sorted whole at request time), by the sync thread
+  after each sync (``refresh_orders``) or, for rows it has not reached, by the request.
+  A filtered view of up to ``DIRECT_SORT_ROWS`` rows sorts them (cached, re-sorted as
+  rows arrive); a larger one reads the column's kept order through the filter's mask.
+  Scans and sort keys run in C (``map``/``compress`` over column slices,
+  ``array.__getitem__`` keys);
 * per-function counts, queued time and run times are kept as records arrive; the
   percentiles sort a function's run times when asked (cached until it gets more);
 * history (tasks by state, finished count) is one point per sync, bounded.
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import array
 import bisect
+import collections
 import functools
 import itertools
 import operator
@@ -41,6 +47,7 @@ import time
 from collections import deque
 from typing import Any
 
+from lightwork.dashboard.orders import FilteredOrder, SortOrder
 from lightwork.dashboard.wire import (
     FLOAT_COLUMNS,
     INT_COLUMNS,
@@ -55,11 +62,14 @@ MAX_PAGE_SIZE = 200
 HISTORY_POINTS = 3_600
 MAX_DRIVER_SPANS = 100_000
 PERCENTILE_REFRESH_S = 5.0
+MAX_FILTERS = 16  # filters whose matching rows are kept (the oldest asked goes first)
+DIRECT_SORT_ROWS = 20_000  # a filtered view up to this size sorts its rows itself
 ENDED_STATES = ("FINISHED", "FAILED")
 LIVE_STATES = ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER",
                "RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT")
 SORT_KEYS = ("submitted", "task_id", "run_s", "queued_s", "arg_size", "result_size",
              "worker_id", "name", "state")
+KEPT_ORDERS = SORT_KEYS[2:]  # the first two are the columns' own order
 TASK_COLUMNS = ("task_id", "name", "state", "worker_id", "pid", "actor_id", "attempt",
                 "submitted_s", "queued_s", "run_s", "arg_size", "result_size", "retries", "error")
 
@@ -84,6 +94,7 @@ class Mirror:
         self.lost = 0  # records that left the driver's ring before we read them
         self.trimmed = 0  # records we dropped to stay within the budget
         self.driver_cost_s = 0.0  # the driver's time spent on the last sync
+        self.driver_fixed_cost_s = 0.0  # ... less the part spent on its records
         # Ended tasks, by column.
         self.floats = {name: array.array("d") for name in FLOAT_COLUMNS}
         self.ints = {name: array.array("q") for name in INT_COLUMNS}
@@ -102,7 +113,8 @@ class Mirror:
         self.driver_spans: deque[list[Any]] = deque(maxlen=MAX_DRIVER_SPANS)
         self.history: deque[list[Any]] = deque(maxlen=HISTORY_POINTS)
         # Row numbers as int32 arrays (4 bytes a row; a list of ints takes 36).
-        self._filter_cache: dict[Any, list[Any]] = {}
+        self._filter_cache: dict[Any, list[Any]] = {}  # [rows scanned, rows, mask]
+        self._orders = {key: SortOrder() for key in KEPT_ORDERS}
         self._sort_cache: dict[Any, tuple[int, array.array[int]]] = {}
         self._derived: dict[str, list[Any]] = {}  # sort keys derived from the columns
         # The live picture, replaced whole by every sync.
@@ -127,6 +139,7 @@ class Mirror:
             self.now = reply["now"]
             self.budget = max(1, int(reply["budget"] or 1))
             self.driver_cost_s = float(reply.get("cost_s", 0.0))
+            self.driver_fixed_cost_s = float(reply.get("fixed_cost_s", self.driver_cost_s))
             tasks = reply["tasks"]
             self.lost += int(tasks["lost"])
             count = int(tasks["count"])
@@ -233,6 +246,8 @@ class Mirror:
         self._filter_cache.clear()
         self._sort_cache.clear()
         self._derived.clear()
+        for order in self._orders.values():
+            order.drop_oldest(n)
         # Per-function figures describe the records kept: recount them.
         self.functions.clear()
         self._percentiles.clear()
@@ -405,10 +420,16 @@ class Mirror:
         if state and state not in self._state_index:
             return _Rows([], n)
         key = (state, name, worker_id)
-        cached = self._filter_cache.get(key)
+        cached = self._filter_cache.pop(key, None)  # and put back last: the newest asked
         if cached is None:
-            cached = self._filter_cache[key] = [0, array.array("i")]
-        scanned, rows = cached
+            cached = [0, array.array("i"), None]
+            while len(self._filter_cache) >= MAX_FILTERS:
+                oldest = next(iter(self._filter_cache))
+                del self._filter_cache[oldest]
+                for sort in KEPT_ORDERS:
+                    self._sort_cache.pop((oldest, sort), None)
+        self._filter_cache[key] = cached
+        scanned, rows = cached[0], cached[1]
         if scanned < n:
             tests: list[tuple[Any, Any]] = []  # (column, a C callable: value -> bool)
             if name:
@@ -432,22 +453,47 @@ class Mirror:
                 found = list(itertools.compress(found, map(test, values)))
             rows.extend(found)
             cached[0] = n
+            cached[2] = None  # the mask is made again when asked for
         return _Rows(rows, n)
 
-    def _ordered(self, matched: _Rows, filters: Any, sort: str, descending: bool) -> _Rows:
+    def _mask(self, filters: Any) -> bytearray:
+        """One byte a row, 1 where the row matches ``filters`` (after ``_matching``)."""
+        cached = self._filter_cache[filters]
+        if cached[2] is None:
+            mask = cached[2] = bytearray(cached[0])
+            collections.deque(map(mask.__setitem__, cached[1], itertools.repeat(1)), maxlen=0)
+        return cached[2]
+
+    def refresh_orders(self) -> None:
+        """Merge the rows that arrived into every kept sort order (the sync thread calls
+        this after a sync; the lock is taken per order, so a request waits for one)."""
+        for sort, order in self._orders.items():
+            with self.lock:
+                order.extend(len(self.state_of), self._sort_key(sort))
+
+    def _ordered(self, matched: _Rows, filters: Any, sort: str,
+                 descending: bool) -> _Rows | FilteredOrder:
         if sort in ("submitted", "task_id"):  # the columns' own order, near enough
             return matched.reversed() if descending else matched
+        order = self._orders[sort]
+        order.extend(len(self.state_of), self._sort_key(sort))
+        if matched.rows is None:
+            every = _Rows(order.rows, len(order))
+            return every.reversed() if descending else every
+        count = len(matched)
+        if count > DIRECT_SORT_ROWS:
+            through = FilteredOrder(order.rows, self._mask(filters), count)
+            return through.reversed() if descending else through
         key = (filters, sort)
         cached = self._sort_cache.get(key)
-        count = len(matched)
         if cached is None or cached[0] != count:
             rows = matched.as_list()
             if cached is not None and cached[0] < count:
-                order = [*cached[1], *rows[cached[0]:]]  # a sorted run and the new tail
+                merged = [*cached[1], *rows[cached[0]:]]  # a sorted run and the new tail
             else:
-                order = list(rows)
-            order.sort(key=self._sort_key(sort))
-            cached = self._sort_cache[key] = (count, array.array("i", order))
+                merged = list(rows)
+            merged.sort(key=self._sort_key(sort))
+            cached = self._sort_cache[key] = (count, array.array("i", merged))
         ordered = _Rows(cached[1], len(cached[1]))
         return ordered.reversed() if descending else ordered
 

@@ -231,6 +231,7 @@ class DashboardServer:
                             "span_cursor": self.mirror.span_cursor,
                         }, timeout=10.0)
                         count = self.mirror.apply(reply, attached)
+                        self.mirror.refresh_orders()  # here, off the requests' path
                         total += count
                         if count < DEFAULT_MAX_RECORDS or self._stop.is_set():
                             self._note_rate(total)
@@ -296,7 +297,9 @@ class DashboardServer:
                         "task_cursor": self.mirror.task_cursor,
                         "span_cursor": self.mirror.span_cursor,
                     }, timeout=10.0)
-                    if self.mirror.apply(reply, attached) < DEFAULT_MAX_RECORDS:
+                    count = self.mirror.apply(reply, attached)
+                    self.mirror.refresh_orders()
+                    if count < DEFAULT_MAX_RECORDS:
                         break
                 channel.ask("dashboard_end_seen", {"watcher": self.watcher}, timeout=5.0)
             except (control.ControlError, OSError, ValueError):
@@ -314,10 +317,11 @@ class DashboardServer:
 
     def _sync_loop(self) -> None:
         while not self._stop.is_set():
-            # Spaced so a sync takes at most DRIVER_SHARE of the driver's time, but never
-            # so far apart that the driver's ring overflows before the next one.
-            interval = max(SYNC_INTERVAL_S, min(self.mirror.driver_cost_s / DRIVER_SHARE,
-                                                self._horizon_s))
+            # Spaced so a sync's fixed part takes at most DRIVER_SHARE of the driver's
+            # time (its records cost the same however far apart), but never so far apart
+            # that the driver's ring overflows before the next one.
+            fixed = self.mirror.driver_fixed_cost_s
+            interval = max(SYNC_INTERVAL_S, min(fixed / DRIVER_SHARE, self._horizon_s))
             active = self.clients > 0 or time.monotonic() - self.last_request < IDLE_AFTER_S
             if not active:
                 interval = self.idle_sync_s if self.idle_sync_s is not None else SYNC_INTERVAL_S
