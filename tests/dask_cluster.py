@@ -3,6 +3,11 @@
 Started through the dask CLI exactly as a user would (random free ports, no dashboard),
 each in a process group of its own so teardown can check that nothing is left behind.
 Workers run under a nanny (as by default), so a worker killed by a test is restarted.
+
+Starting and stopping one costs seconds, so the modules that need a plain two-worker
+cluster share one for the whole session (``shared_dask_cluster`` in ``conftest.py``; those
+modules run last, so no other test sees its processes); tests that stop the scheduler or
+need other sizes start their own.
 """
 
 from __future__ import annotations
@@ -67,6 +72,18 @@ class DaskCluster:
             with open(os.path.join(self.directory, f"worker{index}.log"), "rb") as f:
                 registered += b"Registered to:" in f.read()
         return registered == self.count and os.path.exists(self.scheduler_file)
+
+    def wait_for_workers(self, client, timeout: float = 40.0) -> None:
+        """Wait until every worker runs and the scheduler knows it (``client``: a connected
+        ``distributed.Client``). A test that killed a worker leaves its nanny restarting
+        it: the next module of a shared cluster must get it back whole."""
+        deadline = time.monotonic() + timeout
+        while (len(self.worker_pids()) < self.count
+               or len(client.scheduler_info()["workers"]) < self.count):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the dask cluster has fewer than {self.count} workers after "
+                                   f"{timeout} s; see the logs in {self.directory}")
+            time.sleep(0.1)
 
     @property
     def address(self) -> str:

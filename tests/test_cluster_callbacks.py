@@ -16,7 +16,6 @@ import time
 
 import psutil
 import pytest
-from dask_cluster import DaskCluster
 
 import lightwork
 from lightwork.diagnostics import (
@@ -33,17 +32,15 @@ pytest.importorskip("distributed", reason="the cluster extra: pip install 'light
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(shared_dask_cluster):
     if lightwork.is_initialized():
         lightwork.shutdown()
-    cluster = DaskCluster(str(tmp_path_factory.mktemp("dask"))).start()
-    lightwork.init(address=cluster.scheduler_file)
+    lightwork.init(address=shared_dask_cluster.scheduler_file)
     try:
-        yield cluster
+        shared_dask_cluster.wait_for_workers(lightwork._api._backend.client)
+        yield shared_dask_cluster
     finally:
         lightwork.shutdown()
-        left = cluster.stop()
-        assert not left, f"processes left behind by the cluster: {left}"
 
 
 @pytest.fixture(autouse=True)

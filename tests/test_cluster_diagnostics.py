@@ -14,7 +14,6 @@ import inspect
 import time
 
 import pytest
-from dask_cluster import DaskCluster
 from test_timeline import check_trace, process_names, spans
 
 import lightwork
@@ -26,17 +25,15 @@ pytest.importorskip("distributed", reason="the cluster extra: pip install 'light
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(shared_dask_cluster):
     if lightwork.is_initialized():
         lightwork.shutdown()
-    cluster = DaskCluster(str(tmp_path_factory.mktemp("dask"))).start()
-    lightwork.init(address=cluster.scheduler_file)
+    lightwork.init(address=shared_dask_cluster.scheduler_file)
     try:
-        yield cluster
+        shared_dask_cluster.wait_for_workers(lightwork._api._backend.client)
+        yield shared_dask_cluster
     finally:
         lightwork.shutdown()
-        left = cluster.stop()
-        assert not left, f"processes left behind by the cluster: {left}"
 
 
 @lightwork.remote
@@ -191,10 +188,8 @@ def test_stack_shows_every_worker_thread_through_the_engine(cluster):
     assert lightwork.get(ref) == 3.0
 
 
-def test_event_budget_zero_turns_the_cluster_log_off(tmp_path):
-    if lightwork.is_initialized():
-        lightwork.shutdown()
-    cluster = DaskCluster(str(tmp_path), workers=1).start()
+def test_event_budget_zero_turns_the_cluster_log_off(cluster):
+    lightwork.shutdown()  # the module's session; a session of its own with the log off
     try:
         lightwork.init(address=cluster.scheduler_file, event_budget=0)
         assert lightwork.get(slow_add.remote(1)) == 1
@@ -202,7 +197,6 @@ def test_event_budget_zero_turns_the_cluster_log_off(tmp_path):
             lightwork.timeline()
     finally:
         lightwork.shutdown()
-        assert not cluster.stop()
 
 
 # ---- the clock, without a cluster -------------------------------------------------------
