@@ -145,6 +145,7 @@ def shared_dask_cluster(tmp_path_factory):
     """One real two-worker Dask cluster (``dask_cluster.DaskCluster``) for the session's
     cluster tests; the modules connect to it and call ``wait_for_workers`` first. Nothing
     may be left behind when it stops."""
+    pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
     from dask_cluster import DaskCluster
 
     cluster = DaskCluster(str(tmp_path_factory.mktemp("dask"))).start()
