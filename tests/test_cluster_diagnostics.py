@@ -11,9 +11,13 @@ finding, and ``stack()`` through ``client.run``.
 from __future__ import annotations
 
 import inspect
+import json
+import subprocess
+import sys
 import time
 
 import pytest
+from helpers import script_env, write_script
 from test_timeline import check_trace, process_names, spans
 
 import lightwork
@@ -188,6 +192,84 @@ def test_stack_shows_every_worker_thread_through_the_engine(cluster):
     assert lightwork.get(ref) == 3.0
 
 
+@lightwork.remote
+def from_the_first_session(i):
+    return i
+
+
+def test_a_new_session_on_the_same_cluster_sees_only_its_own_tasks(cluster):
+    """Drivers one after another on one cluster: what the workers stamped for a session
+    that ended before pulling it never reaches the next session's log (the stamps are
+    kept per session and the end of a session drops its own)."""
+    lightwork.get([from_the_first_session.remote(i) for i in range(8)])
+    lightwork.shutdown()  # at once: the workers still hold these stamps
+    lightwork.init(address=cluster.scheduler_file)
+    refs = [slow_add.remote(i) for i in range(4)]
+    lightwork.get(refs)
+    records = lightwork.diagnostics.task_records()
+    assert sorted(r.name.rsplit(".", 1)[-1] for r in records) == ["slow_add"] * 4
+    events = lightwork.timeline()
+    check_trace(events)  # one flow arrow per task
+    assert not [e for e in events if "from_the_first_session" in str(e.get("name"))]
+
+
+OTHER_DRIVER = """
+import json, sys, time
+import lightwork
+
+@lightwork.remote
+def theirs(i):
+    time.sleep(0.01)
+    return i
+
+lightwork.init(address=sys.argv[1])
+for _ in range(6):
+    lightwork.get([theirs.remote(i) for i in range(5)])
+    time.sleep(0.2)  # the other driver pulls meanwhile
+records = lightwork.diagnostics.task_records()
+print(json.dumps(sorted(r.name.rsplit(".", 1)[-1] for r in records)))
+lightwork.shutdown()
+"""
+
+
+def test_two_drivers_at_once_on_one_cluster_each_log_only_their_own(cluster, tmp_path):
+    """Two drivers at once: each driver's pulls take only its own stamps, so neither
+    steals the other's tasks (which would leave them unreported there)."""
+    script = write_script(str(tmp_path), "other_driver.py", OTHER_DRIVER)
+    other = subprocess.Popen([sys.executable, script, cluster.scheduler_file],
+                             env=script_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        ours = 0
+        while other.poll() is None and ours < 400:
+            lightwork.get([slow_add.remote(i) for i in range(2)])
+            ours += 2
+            lightwork.diagnostics.task_records()  # a pull, while the other driver runs
+        out, err = other.communicate(timeout=30)
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.communicate()
+    assert other.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == ["theirs"] * 30
+    names = {r.name.rsplit(".", 1)[-1] for r in lightwork.diagnostics.task_records()}
+    assert "theirs" not in names and "slow_add" in names
+
+
+def test_take_keeps_each_sessions_reports_apart():
+    for session in (1, 2):
+        cluster_record.forget(session=session)
+    cluster_record.note(1, 10, "mine", 0, 1.0, 1.0, 2.0, 2.0, None)
+    cluster_record.note(2, 20, "theirs", 0, 1.0, 1.0, 2.0, 2.0, None)
+    assert [r[0] for r in cluster_record.take(session=1)["reports"]] == [10]
+    cluster_record.forget(session=2)  # its driver ended
+    assert cluster_record.take(session=2)["reports"] == []
+    for session in range(100, 100 + cluster_record.MAX_SESSIONS + 1):  # drivers that died
+        cluster_record.note(session, 1, "f", 0, 1.0, 1.0, 2.0, 2.0, None)
+    assert len(cluster_record._reports) <= cluster_record.MAX_SESSIONS
+    assert cluster_record.take(session=100)["reports"] == []  # the oldest ring went
+
+
 def test_event_budget_zero_turns_the_cluster_log_off(cluster):
     lightwork.shutdown()  # the module's session; a session of its own with the log off
     try:
@@ -241,10 +323,33 @@ def test_a_start_before_its_submission_is_clamped():
     assert log.log.dropped_tasks == 3
 
 
+def test_calls_one_after_another_keep_their_order_across_pulls():
+    """A later pull's better clock estimate (here: the worker is 10 ms ahead, not 0) never
+    puts a call before the one it followed, and applies in full to later stamps."""
+    log = cluster_record.ClusterLog(_FakeBackend(), budget=10)
+    for task_id in (1, 2, 3):
+        log.submitted(task_id, "f", None, 0)
+    submitted = log.tasks[1].record.submitted
+    wall = log.log.started_at_wall + (submitted - log.log.started_at)
+
+    def call(task_id, start, end):
+        return (task_id, "f", 7, wall + start, wall + start, wall + end, wall + end, None, ())
+
+    log._merge("tcp://w:1", {"pid": 1, "now": wall + 0.52, "dropped": 0,
+                             "reports": [call(1, 0.1, 0.2)]}, wall + 0.5, wall + 0.54)
+    log._merge("tcp://w:1", {"pid": 1, "now": wall + 1.011, "dropped": 0,
+                             "reports": [call(2, 0.2005, 0.3), call(3, 0.5, 0.6)]},
+               wall + 1.0, wall + 1.002)
+    first, second, third = sorted(log.log.task_records(), key=lambda r: r.task_id)
+    assert first.finished == pytest.approx(submitted + 0.2)
+    assert first.finished <= second.started <= second.finished <= third.started
+    assert third.started == pytest.approx(submitted + 0.49)  # the better estimate
+
+
 def test_take_hands_each_report_out_once():
-    cluster_record.take()
+    cluster_record.take(session=5)
     for i in range(3):
-        cluster_record.note(i, "g", 0, 1.0, 1.0, 2.0, 2.0, None)
-    reply = cluster_record.take()
+        cluster_record.note(5, i, "g", 0, 1.0, 1.0, 2.0, 2.0, None)
+    reply = cluster_record.take(session=5)
     assert [r[0] for r in reply["reports"]] == [0, 1, 2] and reply["dropped"] == 0
-    assert cluster_record.take()["reports"] == []
+    assert cluster_record.take(session=5)["reports"] == []

@@ -10,6 +10,7 @@ import pytest
 from test_dashboard import _synthetic_sync
 
 from lightwork.dashboard import mirror as mirror_module
+from lightwork.dashboard import orders
 from lightwork.dashboard.mirror import KEPT_ORDERS, MAX_FILTERS, Mirror
 from lightwork.dashboard.orders import FilteredOrder, SortOrder
 
@@ -21,11 +22,12 @@ def _brute(values: list[float], rows: range | list[int]) -> list[int]:
 
 
 @pytest.mark.parametrize("distinct", [3, 1_000_000])  # many ties, or nearly none
-def test_sort_order_merges_new_rows_like_a_full_sort(distinct):
+def test_sort_order_merges_new_rows_like_a_full_sort(monkeypatch, distinct):
+    monkeypatch.setattr(orders, "SMALL_ORDER", 100)  # bisection past 100 kept rows
     chooser = random.Random(distinct)
     values: list[float] = []
     order = SortOrder()
-    # Big batches take the Timsort merge, small ones (beside many kept rows) bisection.
+    # Batches that outnumber the kept rows take the Timsort merge, the others bisection.
     for batch in (500, 3, 1, 40, 2_000, 7, 0, 60):
         values.extend(chooser.randrange(distinct) / 7 for _ in range(batch))
         order.extend(len(values), values.__getitem__)
@@ -89,6 +91,7 @@ def _table(mirror: Mirror, page_size: int = 200, **query: Any) -> list[int]:
 
 def test_every_kept_order_pages_like_a_brute_force_as_records_arrive(monkeypatch):
     monkeypatch.setattr(mirror_module, "DIRECT_SORT_ROWS", 50)  # the mask path, small
+    monkeypatch.setattr(orders, "SMALL_ORDER", 100)
     mirror = Mirror()
     mirror.apply(*_synthetic_sync(0, 2_000, NAMES, 10.0, scattered=True))
     mirror.refresh_orders()  # as the sync thread does
@@ -135,3 +138,51 @@ def test_the_filter_cache_is_bounded_and_answers_stay_right_after_eviction():
     assert len(mirror._sort_cache) <= MAX_FILTERS
     assert _table(mirror, worker="1", sort="run_s") == first == _expected(
         mirror, "run_s", True, lambda r: mirror.ints["worker_id"][r] == 1)
+
+
+@pytest.mark.parametrize("scan_rows", [0, 100_000])  # kept orders' slices, or a scan
+def test_filters_read_from_the_kept_orders_match_a_brute_force(monkeypatch, scan_rows):
+    monkeypatch.setattr(mirror_module, "SCAN_ROWS", scan_rows)
+    mirror = Mirror()
+    mirror.apply(*_synthetic_sync(0, 1_500, NAMES, 3.0, scattered=True))
+    queries = [{"name": "e"}, {"name": "b.train", "state": "FAILED"},
+               {"state": "FINISHED", "worker": "2"}, {"worker": "4", "name": "load"},
+               {"name": "nothing"}, {"state": "FAILED"}]
+
+    def brute(query: dict[str, str]) -> list[int]:
+        keep = [r for r in range(len(mirror.state_of))
+                if ("name" not in query or query["name"].lower()
+                    in mirror.names[mirror.name_of[r]].lower())
+                and ("state" not in query
+                     or mirror.states[mirror.state_of[r]] == query["state"])
+                and ("worker" not in query
+                     or mirror.ints["worker_id"][r] == int(query["worker"]))]
+        return [mirror.ints["task_id"][r] for r in keep]
+
+    for first, batch in ((1_500, 0), (1_500, 40), (1_540, 700)):
+        mirror.apply(*_synthetic_sync(first, batch, NAMES, 3.0, scattered=True))
+        for query in queries:
+            got = _table(mirror, sort="submitted", descending=False, **query)
+            assert got == brute(query), (query, batch)
+    assert mirror.tasks(name="nothing")["total"] == 0
+
+
+def test_masks_of_big_and_small_filters_match_a_brute_force(monkeypatch):
+    monkeypatch.setattr(mirror_module, "DIRECT_SORT_ROWS", 10)  # sorted through the mask
+    mirror = Mirror()
+    names = ["x.load", "x.load", "x.load", "y.train"]  # "load" is three rows in four
+    mirror.apply(*_synthetic_sync(0, 800, names, 2.0, scattered=True))
+    queries = [{"state": "FINISHED"}, {"name": "load"}, {"name": "x"},
+               {"state": "FINISHED", "name": "load"}, {"state": "FINISHED", "worker": "2"},
+               {"name": "train", "worker": "4"}]
+    for first, batch in ((800, 0), (800, 333)):
+        mirror.apply(*_synthetic_sync(first, batch, names, 2.0, scattered=True))
+        for query in queries:
+            filters = (query.get("state", ""), query.get("name", ""),
+                       int(query["worker"]) if "worker" in query else None)
+            matching = mirror._matching(*filters)
+            mask = mirror._mask(filters)
+            assert [r for r in range(len(mirror.state_of)) if mask[r]] == \
+                list(matching.as_list()), query
+            got = _table(mirror, 17, sort="run_s", descending=False, **query)
+            assert got == _expected(mirror, "run_s", False, mask.__getitem__), query

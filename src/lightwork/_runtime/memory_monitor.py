@@ -96,7 +96,8 @@ class CgroupFiles:
     inactive_key: str  # the memory.stat line of reclaimable file pages
 
 
-def find_cgroups(root: str = CGROUP_ROOT, self_cgroup: str = "/proc/self/cgroup") -> list[CgroupFiles]:
+def find_cgroups(root: str = CGROUP_ROOT,
+                 self_cgroup: str = "/proc/self/cgroup") -> list[CgroupFiles]:
     """The memory cgroups this process is in, its own and every ancestor that has files
     (a limit may be set on any of them): cgroup v2 (``0::/path``) and v1 (``memory``)."""
     try:

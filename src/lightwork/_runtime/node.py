@@ -906,20 +906,27 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                     raise self.actors.force_refused(task)
                 tasks.append(task)
         named = len(tasks)
-        if recursive and self.nested_live:
-            tasks.extend(self._running_descendants(tasks))
+        if recursive:
+            running = [task for task in tasks if task.state == DISPATCHED]  # actor calls too
+            if running:
+                # Remembered even when no nested task is live: a child whose submission
+                # is still on its way is cancelled when it arrives (_on_worker_submit).
+                self.cancelled_parents.update(task.task_id for task in running)
+                if self.nested_live:
+                    tasks.extend(self._running_descendants(running))
         for index, task in enumerate(tasks):
             self._cancel_task(task, force and (index < named or not task.actor_id))
 
-    def _running_descendants(self, tasks: list[TaskSpec]) -> list[TaskSpec]:
-        """The live tasks and actor calls submitted by the running ones of ``tasks``,
+    def _running_descendants(self, running: list[TaskSpec]) -> list[TaskSpec]:
+        """The live tasks and actor calls submitted by ``running`` (running tasks or
+        actor calls),
         transitively; the running ones found are noted in ``cancelled_parents``."""
         children: dict[int, list[TaskSpec]] = {}
         for task in self.tasks.values():
             if task.parent:
                 children.setdefault(task.parent, []).append(task)
         found: list[TaskSpec] = []
-        frontier = [task for task in tasks if task.state == DISPATCHED]
+        frontier = list(running)
         while frontier:
             task = frontier.pop()
             self.cancelled_parents.add(task.task_id)

@@ -20,10 +20,11 @@ faulted in (``store.py``'s :class:`SegmentStore`, any object with a ``write`` me
 a worker, once the store granted it room (``worker.SharedMemoryWriter``), writes with
 ``pwrite`` over a recycled segment (its pages exist: no allocation) or into a new
 file; a new segment is written with ``pwrite`` into a new file (``write_segment``). A
-full ``/dev/shm`` then fails that ``pwrite`` with ENOSPC, raised as :class:`ObjectStoreFullError`: never a SIGBUS, which
-only a store through a mapping into unallocated pages can cause, and every mapping
-written to here covers pages a completed ``pwrite`` allocated (workers write recycled
-segments with ``pwrite`` too, never through a mapping). ``posix_fallocate`` first would
+full ``/dev/shm`` then fails that ``pwrite`` with ENOSPC, raised as
+:class:`ObjectStoreFullError`: never a SIGBUS, which only a store through a mapping
+into unallocated pages can cause, and every mapping written to here covers pages a
+completed ``pwrite`` allocated (workers write recycled segments with ``pwrite`` too,
+never through a mapping). ``posix_fallocate`` first would
 say the same a moment sooner but costs a second pass over the pages: re-measured on
 2026-11-24 (thread CPU, medians of interleaved runs, load average ~22) at 6-13% more
 per new segment (4 MB: 2.00-2.15 vs 2.26-2.27 ms; 160 MB: 82-88 vs 91-96 ms), for no

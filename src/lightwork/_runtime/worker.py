@@ -143,13 +143,16 @@ class Worker:
         self.retiring = False  # a max_calls function's last call ran here (calls.CallLimit)
         self.bounce_when_waiting = True
         # Cancels: the driver appends a task id to ``cancel_path`` and then sends SIGINT.
-        # The handler only raises a flag (and interrupts the task it names, if running);
-        # the file is read when the flag is up (or, before a call on a pool thread, when
-        # it grew: ``_cancel_file_grew``), so a cancel that lands before its task starts
-        # is found when it starts. See ``_on_sigint``.
+        # The handler only counts the signal (and interrupts the task it names, if
+        # running); the file is read when a signal is unread (or, before a call on a pool
+        # thread, when it grew: ``_cancel_file_grew``), so a cancel that lands before its
+        # task starts is found when it starts. See ``_on_sigint``.
         self.cancel_path = p.cancel_file(config.get("session_dir") or self.shm_dir, worker_id)
-        # Up at start: a SIGINT that came before ``main`` installed the handler was lost.
-        self.cancel_signalled = True
+        # SIGINTs received (the handler counts them) and read up to: unequal means read the
+        # file. Unequal at start: a SIGINT that came before ``main`` installed the handler
+        # was lost.
+        self.cancel_signals = 1
+        self._signals_read = 0
         self.cancelled_ids: set[int] = set()
         self._cancel_offset = 0
         self.interrupted = 0  # the task a KeyboardInterrupt was raised in (at most once)
@@ -203,6 +206,7 @@ class Worker:
     def _flush_late(self) -> None:
         """Send held results when the task after them has run for FLUSH_AFTER_S."""
         assert self._flush_soon is not None
+        _leave_sigint_to_the_main_thread()
         while True:
             self._flush_soon.wait()
             self._flush_soon.clear()
@@ -340,10 +344,11 @@ class Worker:
                 return DynamicReturns(getattr(self.actor, key[len(DYNAMIC_METHOD):]))
             raise
 
-    def cancelled(self, task_id: int) -> bool:
-        """Whether the driver cancelled ``task_id`` (the file is read only after a SIGINT)."""
-        if self.cancel_signalled:
-            self.cancel_signalled = False  # first: a SIGINT from now on raises it again
+    def cancelled(self, task_id: int, file_grew: bool = False) -> bool:
+        """Whether the driver cancelled ``task_id`` (the file is read only after a SIGINT,
+        or when the caller saw it grow)."""
+        signals = self.cancel_signals
+        if signals != self._signals_read or file_grew:
             start = self._cancel_offset
             try:
                 with open(self.cancel_path, "rb") as f:
@@ -358,6 +363,10 @@ class Worker:
             # skipping one would lose a cancel.
             if self._cancel_offset == start:
                 self._cancel_offset = start + end
+            # Read up to ``signals`` only: a SIGINT that came meanwhile (its id perhaps
+            # written after this read) leaves the counts unequal, and the file is read
+            # again. Another thread checking meanwhile reads the file itself.
+            self._signals_read = signals
         return task_id in self.cancelled_ids
 
     def _cancel_file_grew(self) -> bool:
@@ -379,7 +388,8 @@ class Worker:
         frame = self.current
         if frame is None:
             return False
-        return bool(self.cancel_signalled or self.cancelled_ids) and self.cancelled(frame[0])
+        return bool(self.cancel_signals != self._signals_read or self.cancelled_ids) and \
+            self.cancelled(frame[0])
 
     def execute(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         if _test_gate_dir is not None:
@@ -409,9 +419,10 @@ class Worker:
         cpu = cpu_started = 0.0
         try:
             self.current = frame  # from here a SIGINT naming this task interrupts it
-            if self.pool is not None and self._cancel_file_grew():
-                self.cancel_signalled = True  # the main thread may not have run the handler
-            if (self.cancel_signalled or self.cancelled_ids) and self.cancelled(task_id):
+            # On a pool thread the main thread may not have run the handler yet.
+            grew = self.pool is not None and self._cancel_file_grew()
+            if (grew or self.cancel_signals != self._signals_read or self.cancelled_ids) and \
+                    self.cancelled(task_id, grew):
                 self.interrupted = task_id
                 raise KeyboardInterrupt  # cancelled between dispatch and start
             _set_gpu_env(gpu_ids)
@@ -680,6 +691,7 @@ class Worker:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
         def fetch() -> None:
+            _leave_sigint_to_the_main_thread()
             try:
                 future.set_result(self.get([ref.id], None)[0])
             except BaseException as exc:  # noqa: BLE001 - delivered to the future
@@ -831,7 +843,8 @@ class CallPool:
         from concurrent.futures import ThreadPoolExecutor
 
         self.worker = worker
-        self.executor = ThreadPoolExecutor(size, thread_name_prefix="lightwork-actor")
+        self.executor = ThreadPoolExecutor(size, thread_name_prefix="lightwork-actor",
+                                           initializer=_leave_sigint_to_the_main_thread)
 
     def submit(self, frame: tuple[Any, ...]) -> None:
         self.executor.submit(self._run, frame)
@@ -860,9 +873,13 @@ class AsyncRunner:
         self.limit = limit
         self.running: dict[int, Any] = {}  # task id -> asyncio task
         self._loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._loop.run_forever, name="lightwork-actor-loop",
+        self.thread = threading.Thread(target=self._run_loop, name="lightwork-actor-loop",
                                        daemon=True)
         self.thread.start()
+
+    def _run_loop(self) -> None:
+        _leave_sigint_to_the_main_thread()
+        self._loop.run_forever()
 
     def run(self, coroutine: Any, frame: tuple[Any, ...] | None = None) -> Any:
         import asyncio
@@ -901,6 +918,15 @@ def _set_gpu_env(gpu_ids: tuple[int, ...]) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
 
 
+def _leave_sigint_to_the_main_thread() -> None:
+    """Block SIGINT in one of lightwork's own threads of a worker (call it first thing).
+
+    A cancel's SIGINT then lands in the main thread, whose sleep or read it interrupts, so
+    the handler runs at once. Taken by another thread, it would only flag the main thread,
+    which could start (and run) the cancelled call before looking at the flag."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
 def _on_sigint(signum: int, frame: Any) -> None:
     """A cancel: interrupt the running task if the driver named it, else note it.
 
@@ -912,7 +938,7 @@ def _on_sigint(signum: int, frame: Any) -> None:
         return
     if _test_gate_dir is not None:  # a test holds the handler: the main thread is late
         _hold_at_gate("sigint", "handler")
-    worker.cancel_signalled = True
+    worker.cancel_signals += 1
     if worker.actor_id:
         # An actor's running call is never interrupted here (Ray: its state could be left
         # half-changed): is_canceled() and the start check read the ids; coroutines of an

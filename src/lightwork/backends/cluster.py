@@ -201,6 +201,15 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
         return str(self.client.scheduler.address)
 
     # -- ids and references ------------------------------------------------------------------
+    @property
+    def session_tag(self) -> int:
+        """The driver session a submission belongs to, which tags the workers' stamps
+        (``cluster_record``: each driver pulls only its own): the driver's id prefix; in
+        a worker, that of the task or actor call running in this thread."""
+        if self.in_driver:
+            return self._prefix
+        return getattr(cluster_worker.current, "session", 0)
+
     def next_object_id(self) -> int:
         return self._prefix | next(self._ids)
 

@@ -210,7 +210,7 @@ class ActorCalls:
                                  f"cluster: {problem}")
         keys = self._keys_of(contained) if contained else None
         header = (actor.actor_id, actor.class_name, blob, payload, keys,
-                  actor.max_concurrency, bool(actor.async_methods))
+                  actor.max_concurrency, bool(actor.async_methods), self.session_tag)
         future = self.client.submit(
             ActorHost, header, actor=True, pure=False, resources=restrictions or None,
             key=f"{key_name(actor.class_name)}-{actor.actor_id:x}")

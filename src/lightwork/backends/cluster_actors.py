@@ -44,8 +44,9 @@ class ActorHost:
     """One lightwork actor inside a distributed actor (see the module docstring)."""
 
     def __init__(self, header: tuple[Any, ...], *dep_values: Any) -> None:
-        actor_id, class_name, blob, payload, keys, max_concurrency, is_async = header
+        actor_id, class_name, blob, payload, keys, max_concurrency, is_async, session = header
         self.actor_id = actor_id
+        self.session = session  # its driver's: tags its calls' stamps (cluster_record)
         self.class_name = class_name
         self.backend = backend = cluster_worker.worker_backend()
         self.init_error: Failed | None = None
@@ -102,8 +103,8 @@ class ActorHost:
     def _run(self, method: str, name: str, payload: bytes, keys: Any, num_returns: int,
              task_id: int) -> Any:
         started = time.time()
-        previous = getattr(current, "task", None)
-        current.task = (0, name, {})
+        previous = getattr(current, "task", None), getattr(current, "session", 0)
+        current.task, current.session = (0, name, {}), self.session
         try:
             self.backend.adopt(keys)
             args, kwargs = cloudpickle.loads(payload)
@@ -113,10 +114,10 @@ class ActorHost:
             self._note(task_id, name, started, exc)
             return _spread(error_of(name, exc), num_returns)
         finally:
-            current.task = previous
+            current.task, current.session = previous
         finished = time.time()
         stored = self._store(name, result, num_returns)
-        cluster_record.note(task_id, name, self.actor_id, started, loaded, finished,
+        cluster_record.note(self.session, task_id, name, self.actor_id, started, loaded, finished,
                             time.time(), None)
         return stored
 
@@ -136,7 +137,7 @@ class ActorHost:
                 return _spread(error_of(name, exc), num_returns)
         finished = time.time()
         stored = self._store(name, result, num_returns)
-        cluster_record.note(task_id, name, self.actor_id, started, loaded, finished,
+        cluster_record.note(self.session, task_id, name, self.actor_id, started, loaded, finished,
                             time.time(), None)
         return stored
 
@@ -147,7 +148,7 @@ class ActorHost:
 
     def _note(self, task_id: int, name: str, started: float, exc: BaseException) -> None:
         now = time.time()
-        cluster_record.note(task_id, name, self.actor_id, started, now, now, now,
+        cluster_record.note(self.session, task_id, name, self.actor_id, started, now, now, now,
                             cluster_record.error_text(exc))
 
     def _store(self, name: str, result: Any, num_returns: int) -> Any:

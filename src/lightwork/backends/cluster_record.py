@@ -26,7 +26,14 @@ Workers stamp ``time.time()``. Each pull also returns the worker's clock; the dr
 takes the offset of every worker from the pull with the shortest round trip seen so far
 (``offset = worker_now - midpoint of the round trip``: within half that round trip), and
 puts the worker's times on the driver's ``time.monotonic`` scale, which the log and the
-timeline use. A start that would precede its submission by clock error is clamped.
+timeline use. Two more rules keep one worker's stamps true to each other:
+
+* a start never precedes its submission: when one would, the worker's shift is lowered
+  (all its later stamps move later), and that bound is kept for good, being causal;
+* a later pull's better estimate may move the worker's stamps earlier, but a stamp
+  taken after the last one placed is never put before it (it is held at that point
+  until the new estimate passes it). Without this, calls that ran one after another
+  (an actor's) could overlap when their stamps came in different pulls.
 
 Rows
 ----
@@ -59,6 +66,7 @@ and the advisor (:meth:`ClusterLog.answer_query`, which the control socket also 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -79,34 +87,51 @@ PULL_TIMEOUT_S = 10.0
 SYNTHETIC_ROW = 4_000_000  # the timeline's synthetic pids (``timeline.SYNTHETIC_PID``)
 
 # ------------------------------------------------------------------------- worker side
-_reports: deque[tuple[Any, ...]] = deque(maxlen=WORKER_RING)
-_dropped = [0]
+# One ring per session (the driver backend's id prefix, ``DistributedBackend.session``):
+# drivers that share a cluster, one after another or at once, each pull only their own.
+_reports: dict[int, deque[tuple[Any, ...]]] = {}
+_dropped: dict[int, int] = {}
+MAX_SESSIONS = 16  # rings of drivers that died without ending theirs: the oldest goes
 
 
-def note(task_id: int, name: str, actor_id: int, started: float, loaded: float,
-         finished: float, stored: float, error: str | None,
+def note(session: int, task_id: int, name: str, actor_id: int, started: float,
+         loaded: float, finished: float, stored: float, error: str | None,
          retries: tuple[tuple[float, str], ...] = ()) -> None:
-    """One task or actor call ended in this worker process (wall-clock times)."""
-    if len(_reports) == WORKER_RING:
-        _dropped[0] += 1
-    _reports.append((task_id, name, actor_id, started, loaded, finished, stored, error,
-                     retries))
+    """One task or actor call of ``session`` ended in this worker process (wall-clock
+    times)."""
+    ring = _reports.get(session)
+    if ring is None:
+        ring = _reports.setdefault(session, deque(maxlen=WORKER_RING))
+        while len(_reports) > MAX_SESSIONS:
+            oldest = next(iter(_reports))
+            _reports.pop(oldest, None)
+            _dropped.pop(oldest, None)
+    if len(ring) == WORKER_RING:
+        _dropped[session] = _dropped.get(session, 0) + 1
+    ring.append((task_id, name, actor_id, started, loaded, finished, stored, error, retries))
 
 
 def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
-def take(dask_worker: Any = None) -> dict[str, Any]:
-    """What this worker recorded since the last pull (run by ``client.run``)."""
+def take(dask_worker: Any = None, session: int = 0) -> dict[str, Any]:
+    """What this worker recorded for ``session`` since the last pull (``client.run``)."""
     taken = []
-    while _reports:  # popleft is atomic: reports noted meanwhile stay for the next pull
+    ring = _reports.get(session)
+    while ring:  # popleft is atomic: reports noted meanwhile stay for the next pull
         try:
-            taken.append(_reports.popleft())
+            taken.append(ring.popleft())
         except IndexError:
             break
-    dropped, _dropped[0] = _dropped[0], 0
+    dropped = _dropped.pop(session, 0)
     return {"pid": os.getpid(), "now": time.time(), "reports": taken, "dropped": dropped}
+
+
+def forget(dask_worker: Any = None, session: int = 0) -> None:
+    """Drop ``session``'s ring: its driver ended (``client.run`` at shutdown)."""
+    _reports.pop(session, None)
+    _dropped.pop(session, None)
 
 
 def dump_stacks(dask_worker: Any = None) -> dict[str, Any]:
@@ -167,6 +192,8 @@ class ClusterLog:
         self.rows: dict[Any, int] = {}  # worker address, or ("actor", id) -> row number
         self.row_info: dict[int, dict[str, Any]] = {}
         self._offsets: dict[str, tuple[float, float]] = {}  # address -> (rtt, offset)
+        self._shift_caps: dict[str, float] = {}  # address -> the most its shift can be
+        self._last_stamp: dict[str, tuple[float, float]] = {}  # address -> (raw, placed)
         self._actor_classes: dict[int, str] = {}
         self.actor_info: dict[int, dict[str, Any]] = {}  # actors this driver created
         self._ended_early: dict[int, None] = {}  # cancelled tasks, oldest first (bounded)
@@ -306,9 +333,16 @@ class ClusterLog:
         self.control = cluster_control.serve(self)
 
     def stop(self) -> None:
+        """The session ends: its workers drop what they still keep of it."""
         self.closed = True
         self._stop.set()
         self._wake.set()
+        client = self.backend.client
+        if getattr(client, "status", None) == "running":
+            try:
+                client.run(forget, session=self.backend.session_tag, on_error="ignore")
+            except Exception:  # noqa: BLE001, S110 - the cluster may be going away
+                pass
         if self.control is not None:
             from lightwork.backends import cluster_control
 
@@ -323,7 +357,7 @@ class ClusterLog:
         ended: list[TaskRecord] = []
         with self._pull_lock:
             sent = time.time()
-            replies = client.run(take, on_error="ignore")
+            replies = client.run(take, session=self.backend.session_tag, on_error="ignore")
             came = time.time()
             for address, reply in replies.items():
                 ended += self._merge(str(address), reply, sent, came)
@@ -399,24 +433,38 @@ class ClusterLog:
         log = self.log
         shift = best[1] + log.started_at_wall - log.started_at  # worker wall -> monotonic
         pid = reply["pid"]
+        reports = reply["reports"]
         ended = []
         with self.lock:
             log.dropped_tasks += reply["dropped"]
+            # No start precedes its submission: a bound on the shift that holds for good.
+            cap = self._shift_caps.get(address, math.inf)
+            for report in reports:
+                live = self.tasks.get(report[0])
+                if live is not None:
+                    cap = min(cap, report[3] - live.record.submitted)
+            if cap < math.inf:
+                self._shift_caps[address] = cap
+            shift = min(shift, cap)
+            # One worker's stamps keep their order across pulls whose estimates differ:
+            # a stamp after the last one placed never lands before it (see "One clock").
+            last_raw, last_placed = self._last_stamp.get(address, (-math.inf, -math.inf))
+
+            def place(t: float) -> float:
+                return max(t - shift, last_placed) if t >= last_raw else t - shift
+
             for (task_id, name, actor_id, started, loaded, finished, stored, error,
-                 retries) in reply["reports"]:
+                 retries) in reports:
                 live = self.tasks.pop(task_id, None)
                 if live is None and task_id in self._ended_early:
                     continue  # cancelled, and its record already ended
+                raw_end = stored
+                started, loaded = place(started), place(loaded)
+                finished, stored = place(finished), place(stored)
                 record = live.record if live is not None else TaskRecord(
-                    task_id, name, 0, started - shift, actor_id=actor_id)
-                started -= shift
-                if started < record.submitted:  # clock error, at most half a round trip
-                    delta = record.submitted - started
-                    started, loaded, finished, stored = (
-                        started + delta, loaded - shift + delta, finished - shift + delta,
-                        stored - shift + delta)
-                else:
-                    loaded, finished, stored = loaded - shift, finished - shift, stored - shift
+                    task_id, name, 0, started, actor_id=actor_id)
+                if raw_end > self._last_stamp.get(address, (-math.inf,))[0]:
+                    self._last_stamp[address] = (raw_end, stored)
                 record.started, record.args_loaded = started, loaded
                 record.finished, record.stored, record.seen = finished, stored, stored
                 record.deps_ready = min(record.deps_ready or started, started)
@@ -425,7 +473,7 @@ class ClusterLog:
                 record.pid = pid
                 record.error = error
                 record.attempt = len(retries)
-                record.retries = tuple((t - shift, reason) for t, reason in retries)
+                record.retries = tuple((place(t), reason) for t, reason in retries)
                 record.state = "FAILED" if error else "FINISHED"
                 log.finish_task(record)
                 ended.append(record)

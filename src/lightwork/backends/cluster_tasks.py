@@ -183,7 +183,7 @@ class TaskSubmission:
         prefix = key_name(spec.name)
         shape = dict(spec.shape)
         header = (task_id, spec.key, spec.blob, spec.name, payload, keys, max(num_returns, 1),
-                  spec.max_retries, spec.retry_exceptions, shape)
+                  spec.max_retries, spec.retry_exceptions, shape, self.session_tag)
         recorder = self.recorder
         if recorder is not None:
             recorder.submitted(task_id, spec.name, callsite, len(payload),

@@ -137,12 +137,12 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
     and its result is None."""
     started = _wall()
     (task_id, key, blob, name, payload, keys, num_returns, max_retries, retry_exceptions,
-     resources) = header
+     resources, session) = header
     backend = worker_backend()
     for value in dep_values:  # an argument that failed fails this task with its error
         if type(value) is Failed:
             now = _wall()
-            _note(task_id, name, 0, started, now, now, now, _error_text(value.error))
+            _note(session, task_id, name, 0, started, now, now, now, _error_text(value.error))
             return value if num_returns == 1 else (value,) * num_returns
     backend.adopt(keys)  # before unpickling: the refs inside are borrowed with these keys
     args, kwargs = cloudpickle.loads(payload)
@@ -151,8 +151,8 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
         args = [values[a.index] if type(a) is ArgSlot else a for a in args]
         kwargs = {k: values[v.index] if type(v) is ArgSlot else v for k, v in kwargs.items()}
     function = _function(key, blob)
-    previous = getattr(current, "task", None)
-    current.task = (task_id, name, resources)
+    previous = getattr(current, "task", None), getattr(current, "session", 0)
+    current.task, current.session = (task_id, name, resources), session
     attempt = 0
     retries: tuple[tuple[float, str], ...] = ()
     loaded = _wall()
@@ -173,10 +173,10 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
                     continue
                 failed = error_of(name, exc)
                 now = _wall()
-                _note(task_id, name, 0, started, loaded, now, now, _error_text(exc), retries)
+                _note(session, task_id, name, 0, started, loaded, now, now, _error_text(exc), retries)
                 return failed if num_returns == 1 else (failed,) * num_returns
     finally:
-        current.task = previous
+        current.task, current.session = previous
         del args, kwargs  # the task's refs die here, so the drain below can release them
         if ref_counter._released:  # borrowed objects this task no longer holds
             backend._drain()
@@ -188,9 +188,9 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
             del result  # this process's own, so only the result's key keeps them alive
             if ref_counter._released:
                 backend._drain()
-        _note(task_id, name, 0, started, loaded, finished, _wall(), None, retries)
+        _note(session, task_id, name, 0, started, loaded, finished, _wall(), None, retries)
         return stored
-    _note(task_id, name, 0, started, loaded, finished, finished, None, retries)
+    _note(session, task_id, name, 0, started, loaded, finished, finished, None, retries)
     if num_returns == 0:
         return None
     try:

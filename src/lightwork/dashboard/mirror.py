@@ -6,11 +6,12 @@ handlers read, the sync thread writes).
 
 Ended tasks are kept as columns (``array`` of float64/int64/int32, names and states as
 small-int indexes into tables), 121 bytes per task in the columns (about 1 kB as a dict
-per task); with the caches of a filter and a sort order, a million tasks measured about
-250 MB of the dashboard process, 100,000 about 70 MB with the process itself. The copy keeps as many
+per task), and 52 more in the kept sort orders (4 bytes a row each) and the sort keys
+derived from the columns; a million tasks measured about 300 MB of the dashboard
+process. The copy keeps as many
 as the session's event budget (the driver's ring holds no more); past that the oldest
 go in chunks of a tenth and are counted in ``trimmed``. Row numbers are positions in the
-columns, so a trim shifts them: the caches below are dropped then.
+columns, so a trim shifts them: the kept orders are renumbered, the caches dropped.
 
 Queries stay fast at a million records because nothing walks every record per request:
 
@@ -64,6 +65,7 @@ MAX_DRIVER_SPANS = 100_000
 PERCENTILE_REFRESH_S = 5.0
 MAX_FILTERS = 16  # filters whose matching rows are kept (the oldest asked goes first)
 DIRECT_SORT_ROWS = 20_000  # a filtered view up to this size sorts its rows itself
+SCAN_ROWS = 50_000  # new rows a filter scans; past this it reads the kept orders
 ENDED_STATES = ("FINISHED", "FAILED")
 LIVE_STATES = ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER",
                "RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT")
@@ -411,8 +413,11 @@ class Mirror:
     def _matching(self, state: str, name: str, worker_id: int | None) -> _Rows:
         """Row numbers of ended tasks matching the filters, oldest first (cached).
 
-        The scan of the rows not seen yet runs in C: a ``map`` per filter over a slice
-        of its column gives booleans, ``compress`` keeps the matching row numbers.
+        Up to ``SCAN_ROWS`` rows not seen yet are scanned, in C: a ``map`` per filter over
+        a slice of its column gives booleans, ``compress`` keeps the matching row numbers.
+        More (a new filter on many records) are read from the kept sort orders instead:
+        the rows of one value sit together there, oldest first, so each filter's rows
+        are a slice found by bisection; the smallest is tested against the other filters.
         """
         n = len(self.state_of)
         if not state and not name and worker_id is None:
@@ -431,21 +436,29 @@ class Mirror:
         self._filter_cache[key] = cached
         scanned, rows = cached[0], cached[1]
         if scanned < n:
-            tests: list[tuple[Any, Any]] = []  # (column, a C callable: value -> bool)
+            # (column, a C callable: value -> bool, the sort key, the values wanted)
+            tests: list[tuple[Any, Any, str, set[int]]] = []
             if name:
-                wanted = {i for i, full in enumerate(self.names) if _name_matches(full, name)}
+                wanted = self._names_matching(name)
                 only = next(iter(wanted)) if len(wanted) == 1 else None
                 tests.append((self.name_of, wanted.__contains__ if only is None
-                              else functools.partial(operator.eq, only)))
+                              else functools.partial(operator.eq, only), "name", wanted))
             if state:
-                tests.append((self.state_of,
-                              functools.partial(operator.eq, self._state_index[state])))
+                code = self._state_index[state]
+                tests.append((self.state_of, functools.partial(operator.eq, code), "state",
+                              {code}))
             if worker_id is not None:
-                tests.append((self.ints["worker_id"], functools.partial(operator.eq, worker_id)))
-            # The first test scans the new rows; each next one only the survivors.
-            column, test = tests[0]
-            found = list(itertools.compress(range(scanned, n), map(test, column[scanned:n])))
-            for column, test in tests[1:]:
+                tests.append((self.ints["worker_id"], functools.partial(operator.eq, worker_id),
+                              "worker_id", {worker_id}))
+            if n - scanned > SCAN_ROWS:
+                slices = [self._rows_with(sort, values, scanned) for _, _, sort, values in tests]
+                smallest = min(range(len(tests)), key=lambda k: len(slices[k]))
+                found: Any = slices[smallest]
+                tests.pop(smallest)
+            else:  # the first test scans the new rows
+                column, test, _, _ = tests.pop(0)
+                found = list(itertools.compress(range(scanned, n), map(test, column[scanned:n])))
+            for column, test, _, _ in tests:  # each next one only the survivors
                 if not found:
                     break
                 values = ((column[found[0]],) if len(found) == 1
@@ -456,13 +469,79 @@ class Mirror:
             cached[2] = None  # the mask is made again when asked for
         return _Rows(rows, n)
 
-    def _mask(self, filters: Any) -> bytearray:
-        """One byte a row, 1 where the row matches ``filters`` (after ``_matching``)."""
+    def _rows_with(self, sort: str, values: set[int], since: int) -> array.array[int]:
+        """Rows from ``since`` on whose ``sort`` column (a name or state index for those)
+        is one of ``values``, ascending: slices of the column's kept order."""
+        ranges = self._ranges(sort, values)  # first: it brings the order up to date
+        rows = self._orders[sort].rows
+        pieces = []
+        for low, high in ranges:
+            piece = rows[low:high]  # rows of one value: ascending
+            pieces.append(piece[bisect.bisect_left(piece, since):] if since else piece)
+        if len(pieces) == 1:
+            return pieces[0]
+        return array.array("i", sorted(itertools.chain.from_iterable(pieces)))
+
+    def _ranges(self, sort: str, values: set[int]) -> list[tuple[int, int]]:
+        """Where the rows whose ``sort`` column is one of ``values`` sit in its kept order
+        (brought up to date first), as ascending (start, stop) positions."""
+        order, key = self._orders[sort], self._sort_key(sort)
+        order.extend(len(self.state_of), key)
+        if sort in ("name", "state"):  # the order is by alphabetical rank
+            ranks = self._derived[sort][1]
+            values = {ranks[v] for v in values}
+        ranges = []
+        for value in sorted(values):
+            low = bisect.bisect_left(order.rows, value, key=key)
+            high = bisect.bisect_right(order.rows, value, low, key=key)
+            if high > low:
+                ranges.append((low, high))
+        return ranges
+
+    def _mask(self, filters: Any) -> bytes | bytearray:
+        """One byte a row, 1 where the row matches ``filters`` (after ``_matching``).
+
+        Marking the matching rows one by one costs a C call each; when they are more
+        than half the rows, each filter's mask is made apart, cheaper (a state's with
+        ``bytes.translate``; a name's or a worker's by marking the fewer of its rows or
+        of the others, slices of the kept order), and the masks are and-ed as integers.
+        """
         cached = self._filter_cache[filters]
         if cached[2] is None:
-            mask = cached[2] = bytearray(cached[0])
-            collections.deque(map(mask.__setitem__, cached[1], itertools.repeat(1)), maxlen=0)
+            n, rows = cached[0], cached[1]
+            if 2 * len(rows) <= n:
+                mask: bytes | bytearray = _marked(bytearray(n), [rows], 1)
+            else:
+                state, name, worker_id = filters
+                masks: list[bytes | bytearray] = []
+                if state:
+                    table = bytearray(256)
+                    table[self._state_index[state]] = 1
+                    masks.append(self.state_of.tobytes().translate(table))
+                if name:
+                    masks.append(self._value_mask("name", self._names_matching(name)))
+                if worker_id is not None:
+                    masks.append(self._value_mask("worker_id", {worker_id}))
+                mask = masks[0]
+                if len(masks) > 1:
+                    both = functools.reduce(operator.and_, (int.from_bytes(m, "little")
+                                                             for m in masks))
+                    mask = both.to_bytes(n, "little")
+            cached[2] = mask
         return cached[2]
+
+    def _value_mask(self, sort: str, values: set[int]) -> bytearray:
+        """1 for the rows whose ``sort`` column is one of ``values``."""
+        ranges = self._ranges(sort, values)
+        rows = self._orders[sort].rows
+        if 2 * sum(high - low for low, high in ranges) <= len(rows):
+            return _marked(bytearray(len(rows)), [rows[low:high] for low, high in ranges], 1)
+        stops = [0] + [edge for pair in ranges for edge in pair] + [len(rows)]
+        others = [rows[stops[k]:stops[k + 1]] for k in range(0, len(stops), 2)]
+        return _marked(bytearray(b"\x01") * len(rows), others, 0)
+
+    def _names_matching(self, name: str) -> set[int]:
+        return {i for i, full in enumerate(self.names) if _name_matches(full, name)}
 
     def refresh_orders(self) -> None:
         """Merge the rows that arrived into every kept sort order (the sync thread calls
@@ -511,7 +590,9 @@ class Mirror:
                 ranks = [0] * len(labels)
                 for rank, index in enumerate(sorted(range(len(labels)), key=labels.__getitem__)):
                     ranks[index] = rank
-                derived = self._derived[sort] = [len(labels), ranks, array.array("i")]
+                # A state's rank fits a byte (they are few): 1 byte a row, not 4.
+                derived = self._derived[sort] = [len(labels), ranks,
+                                                 array.array("i" if sort == "name" else "b")]
             values = derived[2]
             if len(values) < n:
                 values.extend(map(derived[1].__getitem__, of[len(values):n]))
@@ -639,6 +720,13 @@ class _Rows:
 def _name_matches(full: str, wanted: str) -> bool:
     """A function matches by its full name or its last part (``module.f`` matches ``f``)."""
     return full == wanted or full.rsplit(".", 1)[-1] == wanted or wanted.lower() in full.lower()
+
+
+def _marked(mask: bytearray, pieces: list[Any], value: int) -> bytearray:
+    """``mask`` with ``value`` at every row of ``pieces`` (in C: a ``map`` of setitem)."""
+    for rows in pieces:
+        collections.deque(map(mask.__setitem__, rows, itertools.repeat(value)), maxlen=0)
+    return mask
 
 
 def _count(items: Any) -> dict[str, int]:
