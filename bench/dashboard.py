@@ -17,8 +17,10 @@ Figures, written to ``bench/dashboard_results.json`` and printed:
   disturbs much less than two throughputs measured apart.
 * with ``--history`` tasks recorded (100,000): the dashboard process's RSS, and the p95
   latency of the overview, the tasks page and the per-function summary over HTTP.
-* with ``--records`` synthetic records (1,000,000) in a mirror: the time of a tasks page
-  (default order, filtered, sorted once and again), the summary, the stream; its memory.
+* with ``--records`` synthetic records (1,000,000, run times scattered) in a mirror: the
+  time of a tasks page (default order, filtered, sorted, filtered and sorted: first and
+  again), the summary, the stream; its memory; the CPU of applying the syncs and of
+  merging them into the kept sort orders (``Mirror.refresh_orders``).
 """
 
 from __future__ import annotations

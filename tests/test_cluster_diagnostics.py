@@ -256,6 +256,34 @@ def test_two_drivers_at_once_on_one_cluster_each_log_only_their_own(cluster, tmp
     assert "theirs" not in names and "slow_add" in names
 
 
+@lightwork.remote
+def nested_inner(x):
+    return x * 2
+
+
+@lightwork.remote
+def nested_outer(x):
+    return lightwork.get(nested_inner.remote(x))
+
+
+@lightwork.remote
+class NestingActor:
+    async def submit(self, x):
+        return await nested_inner.remote(x)
+
+
+def test_nested_submissions_are_logged_by_the_driver_that_started_them(cluster):
+    """A task's or an async actor's own submissions carry its driver's session, so
+    their stamps reach that driver's log."""
+    actor = NestingActor.remote()
+    assert lightwork.get([nested_outer.remote(1), actor.submit.remote(2)]) == [2, 4]
+    deadline = time.monotonic() + 10
+    while len(records_named("nested_inner")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the nested tasks' stamps may come a pull after their callers'
+    assert len(records_named("nested_inner")) == 2
+    lightwork.kill(actor)
+
+
 def test_take_keeps_each_sessions_reports_apart():
     for session in (1, 2):
         cluster_record.forget(session=session)

@@ -32,8 +32,10 @@ def test_sort_order_merges_new_rows_like_a_full_sort(monkeypatch, distinct):
         values.extend(chooser.randrange(distinct) / 7 for _ in range(batch))
         order.extend(len(values), values.__getitem__)
         assert order.rows.tolist() == _brute(values, range(len(values))), batch
-    order.drop_oldest(1_000)  # the mirror trimmed its oldest rows: renumbered
+    order.drop_oldest(600)  # the mirror trimmed its oldest rows: renumbered
+    order.drop_oldest(400)  # ... twice before the next extend
     kept = values[1_000:]
+    order.extend(len(kept), kept.__getitem__)
     assert order.rows.tolist() == _brute(kept, range(len(kept)))
     kept += [kept[0], kept[-1], kept[0], -1.0, kept[7]]  # ties go after the kept rows
     order.extend(len(kept), kept.__getitem__)

@@ -123,6 +123,7 @@ class ActorHost:
 
     async def _run_async(self, method: str, name: str, payload: bytes, keys: Any,
                          num_returns: int, task_id: int) -> Any:
+        current.session = self.session  # this loop's thread runs only this actor's calls
         async with self.limit:
             started = time.time()
             try:

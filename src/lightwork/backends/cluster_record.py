@@ -11,7 +11,12 @@ Who records what
   started, arguments loaded, finished, result stored, the retries it ran and the error.
   :func:`note` appends one tuple to a bounded per-process ring (a few hundred ns; no
   message per task). Nothing else runs on the task's path.
-* The driver pulls those rings with ``client.run(take)`` — one round trip to every worker,
+* Drivers may share a cluster, one after another or at once: a worker keeps one ring per
+  driver session (the tag is the driver backend's id prefix, ``session_tag``, which the
+  task and actor headers carry, and a task's nested submissions inherit), each driver's
+  pull takes only its own ring, and a driver's shutdown drops it. Rings of drivers that
+  died without that are dropped oldest first past ``MAX_SESSIONS``.
+* The driver pulls its rings with ``client.run(take)`` — one round trip to every worker,
   through the engine — whenever a diagnostic reads the log (:meth:`ClusterLog.sync`) and,
   so that memory stays flat on long runs, once a second from a daemon thread while tasks
   are in flight. A cancelled task's record ends when the driver cancels it. A worker that

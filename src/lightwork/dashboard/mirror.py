@@ -19,7 +19,9 @@ Queries stay fast at a million records because nothing walks every record per re
   at most ``MAX_STREAM_SPANS`` rectangles (the page says when the cap cut some);
 * the tasks table's default order (newest first) is the columns backwards: a page is
   ``page_size`` reads. A filter's matching row numbers are cached and extended with the
-  rows that arrived since (at most ``MAX_FILTERS`` filters are kept). Every other sort
+  rows that arrived since (at most ``MAX_FILTERS`` filters are kept); more than
+  ``SCAN_ROWS`` rows to look at are read as slices of the kept orders below (the rows
+  of one name, state or worker sit together there) instead of scanned. Every other sort
   order is kept for all rows, extended as records arrive (``orders.SortOrder``: the
   new rows are merged in, nothing is sorted whole at request time), by the sync thread
   after each sync (``refresh_orders``) or, for rows it has not reached, by the request.

@@ -40,12 +40,19 @@ class SortOrder:
 
     def __init__(self) -> None:
         self.rows: array.array[int] = array.array("i")
+        self._to_drop = 0  # oldest rows forgotten, not yet taken out (``drop_oldest``)
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def extend(self, n: int, key: Callable[[int], Any]) -> None:
-        """Take rows ``len(self) .. n`` in (``key`` reads a row's value, in C)."""
+        """Take rows ``len(self) .. n`` in (``key`` reads a row's value, in C); call it
+        before reading ``rows`` (it also carries out ``drop_oldest``)."""
+        if self._to_drop:
+            n_drop, self._to_drop = self._to_drop, 0
+            kept = itertools.compress(self.rows,
+                                      map(functools.partial(operator.le, n_drop), self.rows))
+            self.rows = array.array("i", map(functools.partial(operator.add, -n_drop), kept))
         kept = self.rows
         first = len(kept)
         if first >= n:
@@ -69,9 +76,10 @@ class SortOrder:
         self.rows = out
 
     def drop_oldest(self, n: int) -> None:
-        """Forget rows below ``n`` and renumber the rest (the mirror trimmed them)."""
-        kept = itertools.compress(self.rows, map(functools.partial(operator.le, n), self.rows))
-        self.rows = array.array("i", map(functools.partial(operator.add, -n), kept))
+        """Forget rows below ``n`` and renumber the rest (the mirror trimmed them), at
+        the next ``extend``: a pass over every row, so the mirror's trim does not make
+        one per order while holding its lock (``refresh_orders`` takes one at a time)."""
+        self._to_drop += n
 
 
 class FilteredOrder:
