@@ -181,7 +181,8 @@ def test_resource_profiler_reads_each_workers_own_usage(cluster):
         # must show its own use, not the other's, the driver's or the machine's.
         assert lightwork.get([spin.remote(0.8), spin.remote(0.3)]) == [0.8, 0.3]
     used = {address: _cpu_seconds(pid) - before[address] for address, pid in pids.items()}
-    assert sorted(used.values())[0] >= 0.3 and sorted(used.values())[1] >= 0.8, used
+    # (the kernel counts CPU time in 10 ms ticks; spin reads a finer clock)
+    assert sorted(used.values())[0] >= 0.28 and sorted(used.values())[1] >= 0.78, used
     addresses = {a for a in rprof.per_worker if a != "driver"}
     assert addresses == {str(a) for a in pids} and all(a.startswith("tcp://") for a in addresses)
     assert "driver" in rprof.per_worker and len(rprof.results) >= 3
