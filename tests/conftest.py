@@ -81,7 +81,11 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The tests on the shared Dask cluster run last (in their order), so its processes
+    # start once, live through no other test, and stop at the session's end.
+    items[:] = sorted(items, key=lambda item: "shared_dask_cluster" in item.fixturenames)
     registered = set()
     for item in items:
         module = getattr(item, "module", None)
@@ -134,6 +138,22 @@ def fresh_runtime():
     _shutdown_if_running()
     yield lightwork
     _shutdown_if_running()
+
+
+@pytest.fixture(scope="session")
+def shared_dask_cluster(tmp_path_factory):
+    """One real two-worker Dask cluster (``dask_cluster.DaskCluster``) for the session's
+    cluster tests; the modules connect to it and call ``wait_for_workers`` first. Nothing
+    may be left behind when it stops."""
+    pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
+    from dask_cluster import DaskCluster
+
+    cluster = DaskCluster(str(tmp_path_factory.mktemp("dask"))).start()
+    try:
+        yield cluster
+    finally:
+        left = cluster.stop()
+        assert not left, f"processes left behind by the cluster: {left}"
 
 
 @pytest.fixture

@@ -3,6 +3,11 @@
 Started through the dask CLI exactly as a user would (random free ports, no dashboard),
 each in a process group of its own so teardown can check that nothing is left behind.
 Workers run under a nanny (as by default), so a worker killed by a test is restarted.
+
+Starting and stopping one costs seconds, so the modules that need a plain two-worker
+cluster share one for the whole session (``shared_dask_cluster`` in ``conftest.py``; those
+modules run last, so no other test sees its processes); tests that stop the scheduler or
+need other sizes start their own.
 """
 
 from __future__ import annotations
@@ -68,6 +73,18 @@ class DaskCluster:
                 registered += b"Registered to:" in f.read()
         return registered == self.count and os.path.exists(self.scheduler_file)
 
+    def wait_for_workers(self, client, timeout: float = 40.0) -> None:
+        """Wait until every worker runs and the scheduler knows it (``client``: a connected
+        ``distributed.Client``). A test that killed a worker leaves its nanny restarting
+        it: the next module of a shared cluster must get it back whole."""
+        deadline = time.monotonic() + timeout
+        while (len(self.worker_pids()) < self.count
+               or len(client.scheduler_info()["workers"]) < self.count):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the dask cluster has fewer than {self.count} workers after "
+                                   f"{timeout} s; see the logs in {self.directory}")
+            time.sleep(0.1)
+
     @property
     def address(self) -> str:
         with open(self.scheduler_file) as f:
@@ -88,16 +105,19 @@ class DaskCluster:
     def stop(self) -> list[str]:
         """Stop every process; return descriptions of any left behind (none expected)."""
         groups = [p.pid for p in self.processes]
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 15
-        for process in self.processes:
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+        # Workers first, then the scheduler: a worker told by a closing scheduler to close
+        # while its nanny also asks it to can hang until the nanny kills it 8 s later.
+        for batch in (self.processes[1:], self.processes[:1]):
+            for process in batch:
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+            for process in batch:
+                try:
+                    process.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(5)
         time.sleep(0.3)
         left = []
         for proc in psutil.process_iter(["pid", "cmdline"]):

@@ -96,11 +96,9 @@ def test_import_lightwork_never_imports_distributed():
 
 # ---- connecting to a real cluster -------------------------------------------------------
 def test_connect_by_address_and_by_client_and_shutdown_leaves_a_users_client_open(
-        fresh_runtime, tmp_path):
+        fresh_runtime, shared_dask_cluster):
     distributed = pytest.importorskip("distributed")
-    from dask_cluster import DaskCluster
-
-    cluster = DaskCluster(str(tmp_path), workers=1).start()
+    cluster = shared_dask_cluster
     try:
         context = lightwork.init(address=cluster.address)
         assert context["backend"] == "distributed" and context["address"] == cluster.address
@@ -119,7 +117,6 @@ def test_connect_by_address_and_by_client_and_shutdown_leaves_a_users_client_ope
             lightwork.init(address=cluster.address, num_cpus=2)
     finally:
         lightwork.shutdown()
-        assert not cluster.stop()
 
 
 LOCAL_CLUSTER_SCRIPT = """

@@ -293,6 +293,48 @@ def test_cancel_an_actor_call_between_dispatch_and_start(gate_dir, tmp_path, met
     assert ray.get(getattr(actor, method).remote(str(tmp_path / "after")), timeout=20) == "ran"
 
 
+@ray.remote(max_concurrency=2)
+class _ThreadedMarks:
+    def mark(self, path):
+        open(path, "w").close()
+        return "ran"
+
+
+@pytest.mark.parametrize("actor_class, method", [(_ThreadedMarks, "mark"), (_Marks, "mark_async")],
+                         ids=["threaded", "async"])
+def test_a_pool_thread_finds_the_cancel_before_the_main_thread_handles_the_signal(
+        gate_dir, tmp_path, actor_class, method):
+    """Threaded and async actors start calls on pool threads, while the SIGINT handler
+    runs on the main thread once it gets the GIL: on a loaded host the pool thread could
+    start a cancelled call first (it failed that way). A gate holds the handler here, so
+    the call must be found cancelled without it."""
+    actor = actor_class.remote()
+    call = getattr(actor, method)
+    # One call first: a new worker reads its cancel file at its first start check anyway.
+    assert ray.get(call.remote(str(tmp_path / "first")), timeout=20) == "ran"
+    name = f"{actor_class.__name__}.{method}"
+    dispatched = gate_dir / f"dispatched-{name}.hold"
+    dispatched_reached = gate_dir / f"dispatched-{name}.reached"
+    handler, handler_reached = gate_dir / "sigint-handler.hold", gate_dir / "sigint-handler.reached"
+    for stale in (dispatched_reached, handler_reached):  # left by earlier tests' gates
+        stale.unlink(missing_ok=True)
+    dispatched.touch()
+    handler.touch()
+    try:
+        ran = str(tmp_path / "ran")
+        ref = call.remote(ran)
+        assert wait_for_file(str(dispatched_reached), limit=20)
+        ray.cancel(ref)
+        assert wait_for_file(str(handler_reached), limit=20)  # signalled, flag not yet up
+        dispatched.unlink()
+        _expect_cancelled(ref)
+        assert not os.path.exists(ran)
+    finally:
+        dispatched.unlink(missing_ok=True)
+        handler.unlink()
+    assert ray.get(call.remote(str(tmp_path / "after")), timeout=20) == "ran"
+
+
 def test_a_cancelled_actor_call_that_returns_a_big_result_releases_it(gate_dir, tmp_path):
     @ray.remote
     class Big:

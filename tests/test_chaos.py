@@ -426,6 +426,13 @@ def deep_queue(session, count: int) -> None:
     assert ray.get(refs[-10:]) == [None] * 10
 
 
+def test_20k_queued_tasks_run_to_completion(session):
+    # Scaled down for `make test` (100k took 7-10 s of the suite); the full sizes run in
+    # `make chaos`.
+    deep_queue(session, 20_000)
+
+
+@pytest.mark.chaos
 def test_100k_queued_tasks_run_to_completion(session):
     deep_queue(session, 100_000)
 

@@ -17,7 +17,6 @@ import sys
 import time
 
 import pytest
-from dask_cluster import DaskCluster
 from helpers import script_env, write_script
 from test_timeline import check_trace, process_names, spans
 
@@ -30,17 +29,15 @@ pytest.importorskip("distributed", reason="the cluster extra: pip install 'light
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(shared_dask_cluster):
     if lightwork.is_initialized():
         lightwork.shutdown()
-    cluster = DaskCluster(str(tmp_path_factory.mktemp("dask"))).start()
-    lightwork.init(address=cluster.scheduler_file)
+    lightwork.init(address=shared_dask_cluster.scheduler_file)
     try:
-        yield cluster
+        shared_dask_cluster.wait_for_workers(lightwork._api._backend.client)
+        yield shared_dask_cluster
     finally:
         lightwork.shutdown()
-        left = cluster.stop()
-        assert not left, f"processes left behind by the cluster: {left}"
 
 
 @lightwork.remote
@@ -301,10 +298,8 @@ def test_take_keeps_each_sessions_reports_apart():
     assert cluster_record.take(session=100)["reports"] == []  # the oldest ring went
 
 
-def test_event_budget_zero_turns_the_cluster_log_off(tmp_path):
-    if lightwork.is_initialized():
-        lightwork.shutdown()
-    cluster = DaskCluster(str(tmp_path), workers=1).start()
+def test_event_budget_zero_turns_the_cluster_log_off(cluster):
+    lightwork.shutdown()  # the module's session; a session of its own with the log off
     try:
         lightwork.init(address=cluster.scheduler_file, event_budget=0)
         assert lightwork.get(slow_add.remote(1)) == 1
@@ -312,7 +307,6 @@ def test_event_budget_zero_turns_the_cluster_log_off(tmp_path):
             lightwork.timeline()
     finally:
         lightwork.shutdown()
-        assert not cluster.stop()
 
 
 # ---- the clock, without a cluster -------------------------------------------------------

@@ -28,17 +28,19 @@ pytest.importorskip("distributed", reason="the cluster extra: pip install 'light
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(shared_dask_cluster):
     if lightwork.is_initialized():
         lightwork.shutdown()
-    cluster = DaskCluster(str(tmp_path_factory.mktemp("dask"))).start()
+    lightwork.init(address=shared_dask_cluster.scheduler_file)
     try:
-        yield cluster
+        shared_dask_cluster.wait_for_workers(lightwork._api._backend.client)
+    finally:
+        lightwork.shutdown()
+    try:
+        yield shared_dask_cluster
     finally:
         if lightwork.is_initialized():
             lightwork.shutdown()
-        left = cluster.stop()
-        assert not left, f"processes left behind by the cluster: {left}"
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ import time
 import uuid
 
 import pytest
-from dask_cluster import DaskCluster
 from helpers import arrive_and_wait, attempts, count_attempt, wait_for_file
 
 import lightwork
@@ -28,23 +27,20 @@ BACKENDS = ["local", "distributed"]
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def backend(request, tmp_path_factory):
+def backend(request, shared_dask_cluster):
     """The runtime under test, with two one-CPU slots; yields the backend's name."""
     if lightwork.is_initialized():
         lightwork.shutdown()
-    cluster = None
     if request.param == "local":
         lightwork.init(num_cpus=2)
     else:
-        cluster = DaskCluster(str(tmp_path_factory.mktemp("dask"))).start()
-        lightwork.init(address=cluster.scheduler_file)
+        lightwork.init(address=shared_dask_cluster.scheduler_file)
     try:
+        if request.param != "local":
+            shared_dask_cluster.wait_for_workers(lightwork._api._backend.client)
         yield request.param
     finally:
         lightwork.shutdown()
-        if cluster is not None:
-            left = cluster.stop()
-            assert not left, f"processes left behind by the cluster: {left}"
 
 
 def gap(backend_name: str, reason: str):

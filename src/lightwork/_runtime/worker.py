@@ -145,8 +145,9 @@ class Worker:
         self.bounce_when_waiting = True
         # Cancels: the driver appends a task id to ``cancel_path`` and then sends SIGINT.
         # The handler only counts the signal (and interrupts the task it names, if
-        # running); the file is read when a signal is unread, so a cancel that lands
-        # before its task starts is found when it starts. See ``_on_sigint``.
+        # running); the file is read when a signal is unread (or, before a call on a pool
+        # thread, when it grew: ``_cancel_file_grew``), so a cancel that lands before its
+        # task starts is found when it starts. See ``_on_sigint``.
         self.cancel_path = p.cancel_file(config.get("session_dir") or self.shm_dir, worker_id)
         # SIGINTs received (the handler counts them) and read up to: unequal means read the
         # file. Unequal at start: a SIGINT that came before ``main`` installed the handler
@@ -344,10 +345,11 @@ class Worker:
                 return DynamicReturns(getattr(self.actor, key[len(DYNAMIC_METHOD):]))
             raise
 
-    def cancelled(self, task_id: int) -> bool:
-        """Whether the driver cancelled ``task_id`` (the file is read only after a SIGINT)."""
+    def cancelled(self, task_id: int, file_grew: bool = False) -> bool:
+        """Whether the driver cancelled ``task_id`` (the file is read only after a SIGINT,
+        or when the caller saw it grow)."""
         signals = self.cancel_signals
-        if signals != self._signals_read:
+        if signals != self._signals_read or file_grew:
             start = self._cancel_offset
             try:
                 with open(self.cancel_path, "rb") as f:
@@ -367,6 +369,20 @@ class Worker:
             # again. Another thread checking meanwhile reads the file itself.
             self._signals_read = signals
         return task_id in self.cancelled_ids
+
+    def _cancel_file_grew(self) -> bool:
+        """Whether the driver appended to the cancel file since it was last read.
+
+        The start check of a call on a pool thread (threaded and async actors) cannot rely
+        on the SIGINT handler: it runs on the main thread, which on a loaded host may get
+        the GIL only after the pool thread started the call. The driver writes the line
+        before it signals, so one ``stat`` finds the cancel without the handler. Calls on
+        the main thread don't need it: the handler runs there before the next bytecode.
+        """
+        try:
+            return os.stat(self.cancel_path).st_size > self._cancel_offset
+        except OSError:  # no cancel yet: the driver creates the file with the first one
+            return False
 
     def is_canceled(self) -> bool:
         """``get_runtime_context().is_canceled()``: was the running call cancelled?"""
@@ -404,8 +420,10 @@ class Worker:
         cpu = cpu_started = 0.0
         try:
             self.current = frame  # from here a SIGINT naming this task interrupts it
-            if (self.cancel_signals != self._signals_read or self.cancelled_ids) and \
-                    self.cancelled(task_id):
+            # On a pool thread the main thread may not have run the handler yet.
+            grew = self.pool is not None and self._cancel_file_grew()
+            if (grew or self.cancel_signals != self._signals_read or self.cancelled_ids) and \
+                    self.cancelled(task_id, grew):
                 self.interrupted = task_id
                 raise KeyboardInterrupt  # cancelled between dispatch and start
             _set_gpu_env(gpu_ids)
@@ -921,6 +939,8 @@ def _on_sigint(signum: int, frame: Any) -> None:
     worker = _current_worker
     if worker is None:
         return
+    if _test_gate_dir is not None:  # a test holds the handler: the main thread is late
+        _hold_at_gate("sigint", "handler")
     worker.cancel_signals += 1
     if worker.actor_id:
         # An actor's running call is never interrupted here (Ray: its state could be left
