@@ -65,6 +65,7 @@ from typing import Any, Protocol
 import cloudpickle
 
 from lightwork._object_ref import collecting_refs
+from lightwork._runtime import pickler
 
 OUT_OF_BAND_MIN = 64 * 1024
 SHARED_MEMORY_MIN = 256 * 1024
@@ -120,7 +121,7 @@ def dumps(value: Any) -> tuple[bytes, list[pickle.PickleBuffer], list[int]]:
             buffers.clear()
             ids.clear()
             try:
-                data = cloudpickle.dumps(value, protocol=5,
+                data = pickler.dumps(value, protocol=5,
                                          buffer_callback=keep_large_out_of_band)
             except Exception as exc:
                 raise SerializationError(describe_unpicklable(value, exc)) from exc
@@ -174,7 +175,7 @@ def _find_unpicklable(value: Any, depth: int) -> Any:
         children = list(vars(value).values())
     for child in children:
         try:
-            cloudpickle.dumps(child)
+            pickler.dumps(child)
         except Exception:
             return _find_unpicklable(child, depth + 1) or child
     return None if depth else (value if not children else None)

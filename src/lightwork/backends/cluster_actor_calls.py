@@ -49,10 +49,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
 
 from lightwork import exceptions
 from lightwork._object_ref import ObjectRef, collecting_refs, ref_counter
+from lightwork._runtime import pickler
 from lightwork.backends.cluster_worker import ArgSlot, Failed, key_name, unsupported
 
 _ACTOR_DATASET = "lightwork-actor/"
@@ -200,7 +200,7 @@ class ActorCalls:
             kwargs = {k: values[v.index] if type(v) is ArgSlot else v
                       for k, v in kwargs.items()}
         with collecting_refs() as contained:
-            payload = cloudpickle.dumps((tuple(args), kwargs))
+            payload = pickler.dumps((tuple(args), kwargs))
         shape = dict(actor.hold)
         restrictions = {r: a for r, a in shape.items() if a and not (r == "CPU" and a <= 1)}
         if restrictions:
@@ -246,7 +246,7 @@ class ActorCalls:
             args = tuple(next(values) if type(a) is ObjectRef else a for a in args)
             kwargs = {k: next(values) if type(v) is ObjectRef else v for k, v in kwargs.items()}
         with collecting_refs() as contained:
-            payload = cloudpickle.dumps((args, kwargs))
+            payload = pickler.dumps((args, kwargs))
         keys = self._keys_of(contained) if contained else None
         task_id = self.next_object_id()
         if self.recorder is not None:

@@ -51,9 +51,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import cloudpickle
 
 from lightwork._object_ref import ObjectRef, collecting_refs, ref_counter
+from lightwork._runtime import pickler
 from lightwork.backends import cluster_streams, cluster_worker
 from lightwork.backends.cluster_worker import ArgSlot, key_name, unsupported
 
@@ -176,7 +176,7 @@ class TaskSubmission:
                               if type(a) is ObjectRef)
             args, kwargs = self._slots(args, kwargs, deps, sources)
         with collecting_refs() as contained:
-            payload = cloudpickle.dumps((args, kwargs))
+            payload = pickler.dumps((args, kwargs))
         keys = self._keys_of(contained) if contained else None
         task_id = self.next_object_id()
         num_returns = spec.num_returns
