@@ -46,7 +46,7 @@ import cloudpickle
 
 from lightwork import exceptions
 from lightwork._object_ref import PROCESS_ID_SHIFT, ref_counter
-from lightwork.backends import cluster_worker
+from lightwork.backends import cluster_compat, cluster_worker
 from lightwork.backends.base import Backend
 from lightwork.backends.cluster_actor_calls import ActorCalls
 from lightwork.backends.cluster_fetch import Fetching
@@ -65,6 +65,7 @@ def _import_distributed() -> Any:
         raise ImportError(
             f"connecting to a Dask cluster needs the distributed package: {CLUSTER_EXTRA}"
         ) from exc
+    cluster_compat.check(distributed)  # before anything starts: a clear error, not a late one
     return distributed
 
 
@@ -104,7 +105,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
         self._recover_lock = threading.Lock()
         self._streams: dict[int, Any] = {}  # head id -> StreamState (see cluster_streams)
         if client is not None:
-            self._watch_task_errors(client)
+            self._watch_client(client)
         if in_driver and client is not None:
             from lightwork.backends.cluster_plugin import ExportedRefs
 
@@ -167,8 +168,14 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
             from distributed import get_client
 
             client = self._client = get_client()
-            self._watch_task_errors(client)
+            self._watch_client(client)
         return client
+
+    def _watch_client(self, client: Any) -> None:
+        import distributed
+
+        cluster_compat.check(distributed, client)  # its private stream handlers (see there)
+        self._watch_task_errors(client)
 
     @property
     def closed(self) -> bool:

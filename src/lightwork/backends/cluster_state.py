@@ -21,9 +21,12 @@ Fields mean what they mean locally; where the cluster differs:
   actors alike, so its ``kind`` is ``"task"``; actors are listed by ``list_actors`` with
   the ``pid``/``worker_id`` of their worker.
 * Live task states come from the scheduler: ``waiting`` (for an argument) is
-  ``PENDING_ARGS_AVAIL``, ``processing`` is ``RUNNING``, other pre-run states are
-  ``PENDING_NODE_ASSIGNMENT`` (for the oldest ``MAX_REFRESHED`` live tasks; later ones
-  show ``SUBMITTED_TO_WORKER``). An actor call is ``SUBMITTED_TO_WORKER`` until its report
+  ``PENDING_ARGS_AVAIL``; ``processing`` (sent to a worker) is ``RUNNING`` when the
+  worker runs it (its ``executing``, from the worker's heartbeats, or no more tasks sent
+  to it than it has threads), ``RUNNING_IN_RAY_GET`` when it seceded (blocked in a
+  nested ``get``/``wait``), and ``SUBMITTED_TO_WORKER`` while it waits there for a
+  thread; other pre-run states are ``PENDING_NODE_ASSIGNMENT`` (for the oldest
+  ``MAX_REFRESHED`` live tasks; later ones show ``SUBMITTED_TO_WORKER``). An actor call is ``SUBMITTED_TO_WORKER`` until its report
   arrives (calls bypass the scheduler).
 * Objects are the refs this driver holds, with their size and the workers holding them
   (``location``: ``"worker tcp://…"``); the driver does not see refs held inside tasks.
@@ -37,12 +40,16 @@ Fields mean what they mean locally; where the cluster differs:
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 import time
 from collections import Counter
 from typing import Any
 
+from lightwork._runtime.events import _FIELDS
+
 ALIVE_STATUSES = ("running", "paused", "init")
+_ACTOR_OF = operator.itemgetter(_FIELDS.index("actor_id"))  # of a frozen task record
 MAX_REFRESHED = 20_000  # live tasks whose state one listing asks the scheduler for
 
 
@@ -52,21 +59,36 @@ def scheduler_facts(dask_scheduler: Any = None, keys: tuple[str, ...] = ()) -> d
     for address, ws in dask_scheduler.workers.items():
         metrics = dict(getattr(ws, "metrics", None) or {})
         processing = [str(ts.key) for ts in list(ws.processing)[:8]]
+        # Threads taken by tasks that ask for no CPU resource (num_cpus <= 1, see
+        # cluster_tasks): they count as one CPU each, as the driver submitted them.
+        # (A seceded task, blocked in a nested get, holds no thread.)
+        unrestricted = sum(1 for ts in itertools.islice(ws.processing, 4 * ws.nthreads + 8)
+                           if "CPU" not in (ts.resource_restrictions or {})
+                           and ts not in ws.long_running)
         workers[address] = {
             "pid": getattr(ws, "pid", 0), "nthreads": ws.nthreads,
             "status": str(getattr(ws.status, "name", ws.status)),
             "resources": dict(ws.resources), "processing": processing,
             "processing_count": len(ws.processing), "nbytes": ws.nbytes,
             "cpu": metrics.get("cpu"), "memory": metrics.get("memory"),
+            "used_resources": {k: float(v) for k, v in ws.used_resources.items() if v},
+            "unrestricted_busy": min(unrestricted, ws.nthreads),
         }
     tasks = {}
     for key in keys:
         ts = dask_scheduler.tasks.get(key)
         if ts is None:
             continue
-        processing_on = ts.processing_on.address if ts.processing_on is not None else None
+        ws = ts.processing_on
+        processing_on = ws.address if ws is not None else None
+        state = ts.state
+        if ws is not None:  # sent to a worker: does it run, or wait there for a thread?
+            if ts in ws.long_running:
+                state = "seceded"  # blocked in a nested get/wait (cluster_fetch)
+            elif not (ts in getattr(ws, "executing", ()) or len(ws.processing) <= ws.nthreads):
+                state = "assigned"  # (executing comes with the worker's heartbeats)
         tasks[key] = {
-            "state": ts.state, "nbytes": ts.nbytes if ts.nbytes and ts.nbytes > 0 else 0,
+            "state": state, "nbytes": ts.nbytes if ts.nbytes and ts.nbytes > 0 else 0,
             "who_has": sorted(ws.address for ws in ts.who_has or ()),
             "processing_on": processing_on,
             "pending_dependents": sum(1 for d in ts.dependents
@@ -100,48 +122,70 @@ class ClusterState:
             return {address: log._row(address, info["pid"], 0)
                     for address, info in sorted(workers.items())}
 
-    def refresh_live_states(self) -> None:
-        """Live tasks' states (and where they run) from the scheduler, for list_tasks."""
+    def live_keys(self, limit: int = MAX_REFRESHED) -> list[tuple[Any, str]]:
+        """(live task, its cluster key) of the oldest ``limit`` live tasks (not actor
+        calls: they bypass the scheduler)."""
         from lightwork.backends.cluster_worker import key_name
 
         log = self.log
-        with log.lock:  # the oldest first, as listed; at most MAX_REFRESHED per listing
-            live = [(task, f"{key_name(task.record.name)}-{task.record.task_id:x}")
-                    for task in itertools.islice(log.tasks.values(), MAX_REFRESHED)
-                    if not task.actor_id]
-        if not live:
-            return
-        facts = self._facts(tuple(key for _, key in live))
-        rows = self._worker_row_ids(facts["workers"])
         with log.lock:
+            return [(task, f"{key_name(task.record.name)}-{task.record.task_id:x}")
+                    for task in itertools.islice(log.tasks.values(), limit)
+                    if not task.actor_id]
+
+    def refresh_live_states(self) -> None:
+        """Live tasks' states (and where they run) from the scheduler, for list_tasks."""
+        live = self.live_keys()  # the oldest first, as listed
+        if live:
+            self.apply_live_states(live, self._facts(tuple(key for _, key in live)))
+
+    def apply_live_states(self, live: list[tuple[Any, str]], facts: dict[str, Any]) -> None:
+        """Set the states of ``live`` (from :meth:`live_keys`) from ``facts`` (the
+        scheduler's, which asked for their keys). A task seen running for the first time
+        is dispatched now, as far as the driver can tell (its worker's report, later,
+        sets the true start)."""
+        rows = self._worker_row_ids(facts["workers"])
+        now = time.monotonic()
+        with self.log.lock:
             for task, key in live:
                 fact = facts["tasks"].get(key)
                 if fact is None:
                     continue
-                task.state = _task_state(fact["state"])
+                state = _task_state(fact["state"])
+                record = task.record
+                if state == "RUNNING" and task.state != "RUNNING" and (
+                        record.dispatched <= record.submitted):
+                    record.dispatched = now
+                task.state = state
                 where = fact["processing_on"]
                 if where is not None and where in rows:
-                    task.record.worker_id = rows[where]
-                    task.record.pid = facts["workers"][where]["pid"]
+                    record.worker_id = rows[where]
+                    record.pid = facts["workers"][where]["pid"]
 
     # -- listings ----------------------------------------------------------------------
-    def worker_rows(self) -> list[dict[str, Any]]:
+    def worker_rows(self, facts: dict[str, Any] | None = None,
+                    driver: Any = None) -> list[dict[str, Any]]:
+        """The driver's row and one per cluster worker (``facts``: the scheduler's, if
+        already asked; ``driver``: a psutil Process of this one whose CPU counter is
+        primed, else it is measured over 50 ms now)."""
         from lightwork._runtime.views import _NO_USAGE
 
-        facts = self._facts()
+        if facts is None:
+            facts = self._facts()
         workers = facts["workers"]
         rows_of = self._worker_row_ids(workers)
-        started = self._started()
+        started = self._started(workers)
         now, wall = time.monotonic(), time.time()
         log = self.log
         import psutil
 
-        me = psutil.Process()
+        me = driver if driver is not None else psutil.Process()
         rows = [{
             "worker_id": 0, "pid": os.getpid(), "kind": "driver", "state": "ALIVE",
             "actor_id": None, "actor_class": None, "running": None, "task_id": None,
             "queued": 0, "alive_s": now - log.log.started_at, "address": None,
-            "cpu_percent": me.cpu_percent(0.05), "rss": me.memory_info().rss,
+            "cpu_percent": me.cpu_percent(None if driver is not None else 0.05),
+            "rss": me.memory_info().rss,
         }]
         for address, info in sorted(workers.items()):
             processing = info["processing"]
@@ -163,22 +207,38 @@ class ClusterState:
             })
         return rows
 
-    def _started(self) -> dict[str, float]:
-        try:
-            replies = self.backend.client.run(worker_started, on_error="ignore")
-        except Exception:  # noqa: BLE001 - alive_s is then unknown, the rest still lists
-            return {}
-        return {str(address): created for address, (_pid, created) in replies.items()}
+    def _started(self, workers: dict[str, Any]) -> dict[str, float]:
+        """When each worker process started, asked once per process (kept in the log)."""
+        known = self.log.worker_started
+        if any((address, info["pid"]) not in known for address, info in workers.items()):
+            try:
+                replies = self.backend.client.run(worker_started, on_error="ignore")
+            except Exception:  # noqa: BLE001 - alive_s is then unknown, the rest still lists
+                replies = {}
+            for address, (pid, created) in replies.items():
+                known[(str(address), pid)] = created
+        return {address: known[(address, info["pid"])] for address, info in workers.items()
+                if (address, info["pid"]) in known}
 
-    def actor_rows(self) -> list[dict[str, Any]]:
+    def actor_keys(self) -> tuple[str, ...]:
+        """The cluster keys of this driver's actors."""
+        backend, log = self.backend, self.log
+        with log.lock:
+            actors = list(log.actor_info)
+        futures = [backend.futures.get(actor_id) for actor_id in actors]
+        return tuple(f.key for f in futures if f is not None and f.key is not None)
+
+    def actor_rows(self, facts: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """This driver's actors (``facts``: the scheduler's, if already asked for the
+        actors' keys)."""
         backend, log = self.backend, self.log
         with log.lock:
             actors = dict(log.actor_info)
             live = Counter(task.actor_id for task in log.tasks.values() if task.actor_id)
-        done = Counter(record.actor_id for record in log.log.task_records() if record.actor_id)
+            done = Counter(filter(None, map(_ACTOR_OF, log.log.tasks)))  # (in C)
         futures = {actor_id: backend.futures.get(actor_id) for actor_id in actors}
-        keys = tuple(f.key for f in futures.values() if f is not None and f.key is not None)
-        facts = self._facts(keys)
+        if facts is None:
+            facts = self._facts(self.actor_keys())
         rows_of = self._worker_row_ids(facts["workers"])
         rows = []
         for actor_id, info in actors.items():
@@ -332,8 +392,13 @@ def _dashboard_link(client: Any) -> str | None:
 
 
 def _task_state(scheduler_state: str) -> str:
+    """Ray's name for a live task's state (``scheduler_facts``'s refined state)."""
     if scheduler_state == "processing":
         return "RUNNING"
+    if scheduler_state == "seceded":
+        return "RUNNING_IN_RAY_GET"
+    if scheduler_state == "assigned":
+        return "SUBMITTED_TO_WORKER"  # on a worker, waiting for one of its threads
     if scheduler_state == "waiting":
         return "PENDING_ARGS_AVAIL"
     if scheduler_state in ("memory", "erred"):
