@@ -29,8 +29,12 @@ Diagnostics: the driver's ``recorder``
 (``cluster_record.ClusterLog``) is the event log of the run, filled from the workers'
 own stamps; the state API (``cluster_state``), ``task_records``, the timeline,
 ``stack``, the advisor, the Dask-style callbacks and profilers (its task listeners),
-``lightwork.dask.get`` and the ``lightwork`` command from another terminal
-(``cluster_control``) read it.
+``lightwork.dask.get``, the ``lightwork`` command from another terminal
+(``cluster_control``) and the live dashboard (``cluster_dashboard``) read it.
+
+Which distributed: ``cluster_compat`` checks at connect (and in each worker) that the
+installed one has the few private parts the backend relies on, and names the supported
+range if not.
 """
 
 from __future__ import annotations
