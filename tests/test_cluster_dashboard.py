@@ -17,14 +17,15 @@ import time
 
 import helpers
 import pytest
+import test_dashboard_browser
 from test_dashboard import Client, _client_of
-from test_dashboard_browser import browser_page  # noqa: F401 - the fixture
 
 import lightwork
 from lightwork.dashboard import feed
 from lightwork.dashboard.server import DashboardServer
 
 pytestmark = pytest.mark.lightwork_only
+browser_page = test_dashboard_browser.browser_page  # headless Chromium (the fixture)
 pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
 
 

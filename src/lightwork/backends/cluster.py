@@ -94,7 +94,8 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
         if self.recorder is not None:
             self.recorder.serve()  # the `lightwork` command from another terminal
         self.lock = threading.Lock()
-        self.futures: dict[int, Any] = {}
+        # In a worker, each entry is tagged with its driver session (for the listings).
+        self.futures: dict[int, Any] = {} if in_driver else cluster_worker.SessionFutures()
         self.keys: dict[int, str] = {}  # keys of refs this process may borrow
         self.task_ids: dict[int, int] = {}
         self._orphans: dict[int, Any] = {}

@@ -10,10 +10,12 @@ calls); the rest a node knows of itself, a cluster driver asks its scheduler, in
 
 * one pull of the workers' new stamps (``ClusterLog.sync``, one ``client.run``), so the
   task stream and the tasks table are current to the request;
+* one ``client.run`` for the actors this session's tasks created on the workers
+  (``cluster_worker.held_refs`` without the refs);
 * one ``run_on_scheduler`` round trip (``cluster_state.scheduler_facts``) for the
   workers (their rows: address, pid, state, running task, the CPU and memory they
   measure themselves), the states of the oldest ``live_limit`` live tasks (the page's
-  live rows) and where this driver's actors are;
+  live rows) and where the session's actors are;
 * when each worker process started, asked once per process (``client.run``) and kept.
 
 Resources are per worker: CPU is the worker's declared ``CPU`` (its threads if it
@@ -60,11 +62,14 @@ class DashboardFacts:
         log.sync()
         state = ClusterState(log)
         live = state.live_keys(live_limit)
-        keys = tuple(key for _, key in live) + state.actor_keys()
+        on_workers = state.held_on_workers(with_refs=False)  # actors its tasks created
+        keys = tuple(key for _, key in live) + state.actor_keys() + tuple(
+            actor["key"] for reply in on_workers.values() for actor in reply["actors"]
+            if actor["key"] is not None)
         scheduler = state._facts(keys)
         state.apply_live_states(live, scheduler)
         workers = state.worker_rows(scheduler, driver=self._driver_process())
-        actors = state.actor_rows(scheduler)
+        actors = state.actor_rows(scheduler, on_workers)
         workers += _actor_rows(log, actors)
         with log.lock:
             known = {str(row): {"pid": info["pid"], "actor_class": info["actor_class"],

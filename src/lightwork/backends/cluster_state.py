@@ -26,15 +26,27 @@ Fields mean what they mean locally; where the cluster differs:
   to it than it has threads), ``RUNNING_IN_RAY_GET`` when it seceded (blocked in a
   nested ``get``/``wait``), and ``SUBMITTED_TO_WORKER`` while it waits there for a
   thread; other pre-run states are ``PENDING_NODE_ASSIGNMENT`` (for the oldest
-  ``MAX_REFRESHED`` live tasks; later ones show ``SUBMITTED_TO_WORKER``). An actor call is ``SUBMITTED_TO_WORKER`` until its report
-  arrives (calls bypass the scheduler).
-* Objects are the refs this driver holds, with their size and the workers holding them
-  (``location``: ``"worker tcp://…"``); the driver does not see refs held inside tasks.
-  There is no object store or shared memory of lightwork's: those sums are 0 and
-  ``store`` is None.
-* Actors are those this driver created (a named actor made by another driver is found
-  with ``get_actor``, not listed). ``restarts`` and ``RESTARTING`` come from the
-  driver, which owns its actors' restarts (``cluster_actor_calls``).
+  ``MAX_REFRESHED`` live tasks; later ones show ``SUBMITTED_TO_WORKER``). An actor
+  call is ``SUBMITTED_TO_WORKER`` until its report arrives (calls bypass the scheduler).
+* Objects are this session's: the refs the driver holds, and those its tasks and
+  actors hold on the workers, asked of each worker process in one ``client.run``
+  (``cluster_worker.held_refs``). A worker process serves every driver of the cluster,
+  so its refs are tagged with the session of the task or actor call that made or
+  borrowed them (``cluster_worker.SessionFutures``; the actor's constructor and calls,
+  and a task from before it unpickles its arguments until it ends). Each row has its
+  ``owner`` (the process that made the ref, from the id's process prefix: ``driver`` or
+  ``worker N``, N as ``list_workers`` numbers the cluster workers), its ``holders``,
+  its size and the workers storing it (``location``: ``"worker tcp://…"``). Not listed:
+  refs held by a task's result after the task ended (the worker keeps them with the
+  result's key, ``cluster_plugin``), by a generator's consumer thread in a task, or in
+  a worker that does not answer. There is no object store or shared memory of
+  lightwork's: those sums are 0 and ``store`` is None.
+* Actors are this session's: those the driver created (``owner`` "driver") and those
+  its tasks and actors created on the workers (``owner`` "worker N", while a handle to
+  them lives in that process; their ``running``/``queued`` are None: their callers'
+  calls in flight are not in the driver's log). A named actor of another driver is
+  found with ``get_actor``, not listed. ``restarts`` and ``RESTARTING`` come from the
+  owner, which decides its actors' restarts (``cluster_actor_calls``).
 """
 
 from __future__ import annotations
@@ -46,6 +58,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from lightwork._object_ref import PROCESS_ID_SHIFT
 from lightwork._runtime.events import _FIELDS
 
 ALIVE_STATUSES = ("running", "paused", "init")
@@ -228,18 +241,27 @@ class ClusterState:
         futures = [backend.futures.get(actor_id) for actor_id in actors]
         return tuple(f.key for f in futures if f is not None and f.key is not None)
 
-    def actor_rows(self, facts: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """This driver's actors (``facts``: the scheduler's, if already asked for the
-        actors' keys)."""
+    def actor_rows(self, facts: dict[str, Any] | None = None,
+                   on_workers: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """The actors of this session: those the driver created (``owner`` "driver") and
+        those its tasks and actors created on the workers (``owner`` "worker N", from
+        ``on_workers``: :meth:`held_on_workers`, asked now if None). ``facts``: the
+        scheduler's, if already asked for all those actors' keys."""
         backend, log = self.backend, self.log
         with log.lock:
             actors = dict(log.actor_info)
             live = Counter(task.actor_id for task in log.tasks.values() if task.actor_id)
             done = Counter(filter(None, map(_ACTOR_OF, log.log.tasks)))  # (in C)
         futures = {actor_id: backend.futures.get(actor_id) for actor_id in actors}
+        if on_workers is None:
+            on_workers = self.held_on_workers()
+        owned_elsewhere = [(address, actor) for address, reply in sorted(on_workers.items())
+                           for actor in reply["actors"] if actor["actor_id"] not in actors]
         if facts is None:
-            facts = self._facts(self.actor_keys())
+            facts = self._facts(self.actor_keys() + tuple(
+                actor["key"] for _, actor in owned_elsewhere if actor["key"] is not None))
         rows_of = self._worker_row_ids(facts["workers"])
+        labels = self._worker_labels(on_workers)
         rows = []
         for actor_id, info in actors.items():
             future = futures[actor_id]
@@ -263,48 +285,112 @@ class ClusterState:
                 "queued": queued - running, "waiting_in_get": 0, "deadlocks": 0,
                 "calls_done": done.get(actor_id, 0), "methods_running": [],
                 "max_concurrency": info["max_concurrency"], "detached": info["detached"],
-                "death_cause": cause,
+                "death_cause": cause, "owner": "driver",
+            })
+        for address, actor in owned_elsewhere:
+            fact = facts["tasks"].get(actor["key"]) if actor["key"] is not None else None
+            where = (fact["who_has"] or [fact["processing_on"]])[0] if fact else None
+            worker = facts["workers"].get(where) if where else None
+            state, cause = _owned_state(actor)
+            rows.append({
+                "actor_id": f"{actor['actor_id']:020x}", "class_name": actor["class_name"],
+                "name": None, "namespace": None, "state": state,
+                "pid": worker["pid"] if worker else None,
+                "worker_id": rows_of.get(where) if where else None, "address": where,
+                "restarts": actor["restarts"], "max_restarts": actor["max_restarts"],
+                # Its calls from other processes are not in this driver's log while they run.
+                "running": None, "queued": None, "waiting_in_get": 0, "deadlocks": 0,
+                "calls_done": done.get(actor["actor_id"], 0), "methods_running": [],
+                "max_concurrency": None, "detached": False, "death_cause": cause,
+                "owner": labels[address],
             })
         return rows
 
+    def held_on_workers(self, with_refs: bool = True) -> dict[str, dict[str, Any]]:
+        """What this session's tasks and actors hold on each worker (``held_refs``, one
+        ``client.run``: the actors they created, and their refs unless not
+        ``with_refs``), by address; a worker that does not answer is left out."""
+        from lightwork.backends.cluster_worker import held_refs
+
+        try:
+            replies = self.backend.client.run(held_refs, session=self.backend.session_tag,
+                                              with_refs=with_refs, on_error="ignore")
+        except Exception:  # noqa: BLE001 - the driver's own still list
+            return {}
+        return {str(address): reply for address, reply in replies.items()}
+
+    def _worker_labels(self, on_workers: dict[str, dict[str, Any]]) -> dict[str, str]:
+        log = self.log
+        with log.lock:
+            return {address: f"worker {log._row(address, reply['pid'], 0)}"
+                    for address, reply in on_workers.items()}
+
     def object_rows(self) -> list[dict[str, Any]]:
+        """The objects of this session: the refs the driver holds and those its tasks and
+        actors hold on the workers, each with its owner (the process that made the ref:
+        ``driver`` or ``worker N``, as ``list_workers`` numbers them) and its holders."""
         backend, log = self.backend, self.log
         with backend.lock:
             held = list(backend.futures.items())
             task_ids = dict(backend.task_ids)
+        on_workers = self.held_on_workers()
+        labels = self._worker_labels(on_workers)
+        owners = {backend._prefix: "driver"}
+        # object id -> [key, task id, done (None: ask its future), future, holders]
+        entries: dict[int, list[Any]] = {
+            object_id: [getattr(future, "key", None), task_ids.get(object_id, 0), None,
+                        future, ["driver"]]
+            for object_id, future in held}
+        worker_actors = set()
+        for address, reply in sorted(on_workers.items()):
+            label = labels[address]
+            if reply["prefix"]:
+                owners[reply["prefix"]] = label
+            for object_id, key, task_id, done in reply["refs"]:
+                entry = entries.get(object_id)
+                if entry is None:
+                    entry = entries[object_id] = [key, task_id, done, None, []]
+                entry[1] = entry[1] or task_id
+                entry[4].append(label)
+            worker_actors.update(actor["actor_id"] for actor in reply["actors"])
         with log.lock:
-            actors = set(log.actor_info)
+            actors = set(log.actor_info) | worker_actors
             live_names = {task_id: task.record.name for task_id, task in log.tasks.items()}
-            wanted = {t for t in task_ids.values() if t and t not in live_names}
+            wanted = {e[1] for e in entries.values() if e[1] and e[1] not in live_names}
             ended_names = log.log.ended_names(wanted) if wanted else {}
-        keys = tuple(f.key for _, f in held if getattr(f, "key", None) is not None)
+        keys = tuple({e[0] for e in entries.values() if e[0] is not None})
         facts = self._facts(keys)["tasks"]
         rows = []
-        for object_id, future in held:
-            key = getattr(future, "key", None)
+        for object_id, (key, task_id, done, future, holders) in entries.items():
             fact = facts.get(key) if key is not None else None
-            task_id = task_ids.get(object_id, 0)
             handle = object_id in actors
             kinds = ["ACTOR_HANDLE"] if handle else []
             if fact and fact["pending_dependents"]:
                 kinds.append("USED_BY_PENDING_TASK")
             kinds.append("LOCAL_REFERENCE")
-            if key is None:  # an actor call's result: held by the actor's proxy here
-                state = "READY" if future.done() else "PENDING"
-                location = "driver" if future.done() else None
+            if key is None:  # an actor call's result: with its caller
+                ready = future.done() if future is not None else bool(done)
+                state = "READY" if ready else "PENDING"
+                location = holders[0] if ready else None
             else:
-                state = _object_state(fact["state"] if fact else future.status)
-                holders = fact["who_has"] if fact else []
-                location = ", ".join(f"worker {a}" for a in holders) or None
+                status = fact["state"] if fact else (
+                    future.status if future is not None else "forgotten")
+                state = _object_state(status)
+                where = fact["who_has"] if fact else []
+                location = ", ".join(f"worker {a}" for a in where) or None
+            owner = owners.get(object_id >> PROCESS_ID_SHIFT << PROCESS_ID_SHIFT,
+                               "a process that left the cluster")
             rows.append({
-                "object_id": f"{object_id:020x}", "owner": "driver",
+                "object_id": f"{object_id:020x}", "owner": owner,
                 "task_id": task_id or None,
+                # (a task submitted on a worker is named by its key while it runs)
                 "task_name": "(actor handle)" if handle else (
-                    live_names.get(task_id) or ended_names.get(task_id)) if task_id
+                    live_names.get(task_id) or ended_names.get(task_id)
+                    or (_task_name(key) if key else None)) if task_id
                 else "(put)",
                 "state": state, "size": fact["nbytes"] if fact else 0,
                 "location": location, "reference_kind": kinds[0], "reference_kinds": kinds,
-                "holders": ["driver"], "pending_task_uses":
+                "holders": holders, "pending_task_uses":
                     fact["pending_dependents"] if fact else 0,
                 "contained_in": 0, "error": None, "key": key,
             })
@@ -425,6 +511,22 @@ def _task_id(key: str) -> int | None:
         return int(key.rsplit("-", 1)[1], 16)
     except (IndexError, ValueError):
         return None
+
+
+def _owned_state(actor: dict[str, Any]) -> tuple[str, str | None]:
+    """State and death cause of an actor a worker process owns (``held_refs``'s entry)."""
+    if actor["killed"]:
+        return "DEAD", "killed (lightwork.kill)"
+    if actor["restarting"]:
+        return "RESTARTING", None
+    if actor["dead"]:
+        return "DEAD", actor["dead"]
+    status = actor["status"]
+    if status == "pending":
+        return "PENDING_CREATION", None
+    if status == "finished":
+        return "ALIVE", None
+    return "DEAD", f"its cluster key is {status}"
 
 
 def _actor_state(backend: Any, actor_id: int, future: Any) -> tuple[str, str | None]:
