@@ -457,6 +457,7 @@ def test_a_call_in_flight_when_the_actor_dies(backend, tmp_path, wait_until,
     """Ray's semantics: the call fails with ActorDiedError unless max_task_retries lets
     it run again on the restarted actor."""
     _both_slots_up(wait_until)
+    since = time.time()
     actor = Restartable.options(max_restarts=1, max_task_retries=max_task_retries).remote(
         str(tmp_path))
     first = lightwork.get(actor.pid.remote(), timeout=20)
@@ -473,6 +474,35 @@ def test_a_call_in_flight_when_the_actor_dies(backend, tmp_path, wait_until,
         second = wait_until(lambda: _pid_or_none(actor), timeout=40, message="the restart")
     assert second != first
     assert attempts(str(tmp_path)) == [first, second]
+    _check_the_restart_is_recorded(actor, first, second, max_task_retries, since)
+
+
+def _check_the_restart_is_recorded(actor, first, second, max_task_retries, since):
+    """list_actors, list_tasks and the timeline tell the restart as the embedded runtime
+    does: no call of the actor is left live (those its lost worker answered included),
+    the call in flight is FINISHED after an 'actor restarted' retry or FAILED with
+    ActorDiedError, and the new incarnation's calls are on a row of its own process."""
+    actor_hex = actor._ref.hex()
+    [row] = [a for a in lightwork.state.list_actors() if a["actor_id"] == actor_hex]
+    assert (row["state"], row["restarts"], row["pid"]) == ("ALIVE", 1, second)
+    calls = [t for t in lightwork.state.list_tasks(limit=10_000)
+             if t["name"].startswith("Restartable.") and t["submitted_at"] >= since]
+    assert calls and all(t["state"] in ("FINISHED", "FAILED") for t in calls), calls
+    [in_flight] = [t for t in calls if t["name"].endswith("pid_after")]
+    events = lightwork.timeline()
+    restarted = [e for e in events if e.get("ph") == "i"
+                 and e["name"].startswith("actor restarted:")
+                 and e["name"].endswith("pid_after")]
+    if max_task_retries:
+        assert in_flight["state"] == "FINISHED" and len(restarted) == 1
+    else:
+        assert in_flight["state"] == "FAILED" and "ActorDiedError" in in_flight["error"]
+        assert not restarted
+    labels = {e["pid"]: e["args"]["name"] for e in events
+              if e.get("ph") == "M" and e["name"] == "process_name"}
+    runs = sorted((e["ts"], e["pid"]) for e in events if e.get("ph") == "X"
+                  and e["name"].endswith((".pid", ".pid_after")))
+    assert f"pid {second}" in labels[runs[-1][1]]
 
 
 def _death_of(actor):

@@ -78,24 +78,36 @@ _ENV_LOADER = b"lightwork._runtime.runtime_env\x94\x8c\x10load_actor_class"
 class ActorCall:
     """One actor call from this process: its message, and its outcome once final."""
 
-    __slots__ = ("actor_id", "attempt", "held", "message", "num_returns", "outcome")
+    __slots__ = ("actor_id", "attempt", "held", "message", "num_returns", "outcome",
+                 "recorder")
 
-    def __init__(self, actor_id: int, message: tuple[Any, ...], num_returns: int) -> None:
+    def __init__(self, actor_id: int, message: tuple[Any, ...], num_returns: int,
+                 recorder: Any = None) -> None:
         self.actor_id = actor_id
         self.message = message  # (method, name, payload, keys, num_returns, task_id)
         self.num_returns = num_returns
         self.attempt = 0
         self.held: list[Any] = []  # futures of the refs the call borrows, until it ends
         self.outcome: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.recorder = recorder  # the driver's event log (cluster_record), or None
 
     def finish(self, stored: Any) -> None:
+        """The actor answered with ``stored``."""
+        if self.recorder is not None:
+            self.recorder.call_answered(self.message[5])
+        self._settle(stored)
+
+    def fail(self, error: exceptions.LightworkError) -> None:
+        """The call failed here (its actor died): the actor will not report it."""
+        if self.recorder is not None:
+            self.recorder.call_failed(self.message[5], error)
+        failed = Failed(error)
+        self._settle(failed if self.num_returns <= 1 else (failed,) * self.num_returns)
+
+    def _settle(self, stored: Any) -> None:
         self.held = []
         if not self.outcome.done():
             self.outcome.set_result(stored)
-
-    def fail(self, error: exceptions.LightworkError) -> None:
-        failed = Failed(error)
-        self.finish(failed if self.num_returns <= 1 else (failed,) * self.num_returns)
 
 
 class ActorResult:
@@ -252,7 +264,7 @@ class ActorCalls:
         if self.recorder is not None:
             self.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id)
         call = ActorCall(actor_id, (method, name, payload, keys, num_returns, task_id),
-                         num_returns)
+                         num_returns, self.recorder)
         if keys:  # hold what the call borrows until it ends
             call.held = [self.futures[i] for i in keys]
         self._dispatch(call)
@@ -349,6 +361,9 @@ class ActorCalls:
                 "is safe to run twice"))
             return
         call.attempt += 1
+        if self.recorder is not None:
+            self.recorder.call_retried(call.message[5], "actor restarted: its worker "
+                                       f"{owned.address} was lost ({type(exc).__name__})")
         with self.lock:
             if owned.restarting:
                 owned.queued.insert(0, call)
@@ -428,8 +443,8 @@ class ActorCalls:
                     owned.dead = owned.dead or "it was killed"
                 self._give_up(owned)
                 return
-            if self.recorder is not None and hasattr(self.recorder, "actor_restarted"):
-                self.recorder.actor_restarted(actor_id)
+            if self.recorder is not None:
+                self.recorder.actor_restarted(actor_id, f"its worker {owned.address} was lost")
             self.client.retry([future])
             try:
                 proxy = future.result()
@@ -466,6 +481,8 @@ class ActorCalls:
             future = self.futures.get(owned.actor_id)
         if future is not None and not self._closed:
             self.client.cancel([future], force=True)  # handles elsewhere see it dead
+        if self.recorder is not None:
+            self.recorder.actor_died(owned.actor_id, owned.dead)
         for call in queued:
             call.fail(self._actor_died(owned.actor_id, None))
 
