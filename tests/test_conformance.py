@@ -246,6 +246,42 @@ def test_a_task_lost_with_its_worker_and_its_dependent_are_retried(backend, tmp_
     assert len(attempts(str(tmp_path))) == 2
 
 
+@lightwork.remote
+def die_at_gate_once(directory, kill_gate, gate):
+    if count_attempt(directory) == 0:
+        wait_for_file(kill_gate, 30)
+        os.kill(os.getpid(), signal.SIGKILL)
+    wait_for_file(gate, 30)
+    return "retried"
+
+
+def test_wait_keeps_a_task_lost_with_its_worker_not_ready_while_it_is_retried(
+        backend, tmp_path, wait_until):
+    """Ray's semantics: the loss is not the task's end while max_retries allows a retry."""
+    import threading
+
+    kill_gate, gate = str(tmp_path / "kill"), str(tmp_path / "gate")
+    ref = die_at_gate_once.options(max_retries=1).remote(str(tmp_path), kill_gate, gate)
+    wait_until(lambda: attempts(str(tmp_path)), timeout=20, message="the task to start")
+    # The worker dies while wait() blocks (its callbacks are on the first try's future).
+    threading.Timer(0.3, lambda: open(kill_gate, "w").close()).start()
+    ready, not_ready = lightwork.wait([ref], timeout=5)
+    assert (ready, not_ready) == ([], [ref])
+    assert len(attempts(str(tmp_path))) == 2  # the retry runs (and waits for its gate)
+    open(gate, "w").close()
+    assert lightwork.wait([ref], timeout=30) == ([ref], [])
+    assert lightwork.get(ref) == "retried"
+
+
+def test_wait_counts_a_task_that_lost_its_worker_on_every_try_once_retries_are_used(
+        backend, tmp_path):
+    ref = die.options(max_retries=2).remote(str(tmp_path))
+    assert lightwork.wait([ref], timeout=50) == ([ref], [])
+    assert len(attempts(str(tmp_path))) == 3
+    with pytest.raises(exceptions.WorkerCrashedError):
+        lightwork.get(ref, timeout=20)
+
+
 # ---- nested tasks -----------------------------------------------------------------------
 @lightwork.remote
 def tree(depth, fanout):
