@@ -541,6 +541,66 @@ def _check_the_restart_is_recorded(actor, first, second, max_task_retries, since
     assert f"pid {second}" in labels[runs[-1][1]]
 
 
+@lightwork.remote
+def call_through_a_restart(actor, ready, gate):
+    """Calls ``actor`` from a task (a borrowed handle), before and after its worker dies."""
+    before = lightwork.get(actor.pid.remote(), timeout=20)
+    open(ready, "w").close()
+    wait_for_file(gate, 30)
+    return before, lightwork.get(actor.pid.remote(), timeout=50)
+
+
+def test_a_handle_in_another_process_waits_for_the_restart(backend, tmp_path, wait_until):
+    """A task holding the handle calls while the owner restarts the actor: the call
+    waits for the restart and reaches the new actor, as the owner's own calls do. Two
+    such tasks run at once, so one runs on a worker the actor does not share (on
+    distributed, the other may die with the actor's worker)."""
+    _both_slots_up(wait_until)
+    actor = Restartable.options(max_restarts=1).remote(str(tmp_path))
+    first = lightwork.get(actor.pid.remote(), timeout=20)
+    gate = str(tmp_path / "gate")
+    readies = [str(tmp_path / f"ready{i}") for i in range(2)]
+    holders = [call_through_a_restart.options(max_retries=0).remote(actor, ready, gate)
+               for ready in readies]
+    wait_until(lambda: all(os.path.exists(r) for r in readies), timeout=30,
+               message="both tasks to call the actor")
+    os.kill(first, signal.SIGKILL)
+    # Once the loss is known (a call sent before that would be in flight, and fail under
+    # max_task_retries=0), they call at once: while the actor restarts.
+    wait_until(lambda: _restarts_of(actor) == 1, timeout=30, message="the loss to be seen")
+    open(gate, "w").close()
+    results = []
+    for holder in holders:
+        try:
+            results.append(lightwork.get(holder, timeout=60))
+        except exceptions.WorkerCrashedError:
+            assert backend == "distributed"  # it ran on the actor's worker
+    [_first, second] = attempts(str(tmp_path))
+    assert results and all(r == (first, second) for r in results), results
+    assert second != first
+
+
+def _restarts_of(actor):
+    [row] = [a for a in lightwork.state.list_actors() if a["actor_id"] == actor._ref.hex()]
+    return row["restarts"]
+
+
+@lightwork.remote
+def pid_through(actor):
+    return lightwork.get(actor.pid.remote(), timeout=30)
+
+
+def test_a_handle_in_another_process_sees_a_killed_actor_dead(backend, tmp_path):
+    """Killed, an actor with restarts left is dead for every handle, at once."""
+    actor = Restartable.options(max_restarts=1).remote(str(tmp_path))
+    assert lightwork.get(pid_through.remote(actor), timeout=30) == lightwork.get(
+        actor.pid.remote(), timeout=20)
+    lightwork.kill(actor)
+    with pytest.raises(exceptions.ActorDiedError):
+        lightwork.get(pid_through.remote(actor), timeout=40)
+    assert len(attempts(str(tmp_path))) == 1
+
+
 def _death_of(actor):
     """The ActorDiedError a call to ``actor`` raises, or None while it answers."""
     try:

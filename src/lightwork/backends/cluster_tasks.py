@@ -299,6 +299,8 @@ class TaskSubmission:
             if isinstance(exception, KilledWorker):  # on the event loop: never block here
                 threading.Thread(target=self._recover, args=(exception.task, key),
                                  daemon=True, name="lightwork-retry").start()
+            if self._proxies:  # a borrowed actor's key: its cached proxy is stale
+                self._actor_key_erred(key)
 
         client._stream_handlers["task-erred"] = task_erred
 
