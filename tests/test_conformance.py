@@ -785,6 +785,57 @@ def test_a_dynamic_generator_task(backend):
     assert [lightwork.get(ref) for ref in items] == [0, 1, 2]
 
 
+@lightwork.remote(num_returns="dynamic")
+def dynamic_fail_at(count, fail_at):
+    for index in range(count):
+        if index == fail_at:
+            raise ValueError(f"failed at item {index}")
+        yield index
+
+
+@lightwork.remote
+class DynamicSource:
+    @lightwork.method(num_returns="dynamic")
+    def items(self, count, fail_at=None):
+        for index in range(count):
+            if index == fail_at:
+                raise ValueError(f"failed at item {index}")
+            yield -index
+
+
+def test_a_dynamic_generator_error_mid_way_is_its_last_item(backend):
+    """As in Ray: the items yielded before the error stay readable; the error is the
+    last item. For a task and for an actor method alike."""
+    source = DynamicSource.remote()
+    for made, values in ((dynamic_fail_at.remote(4, 2), [0, 1]),
+                         (source.items.remote(4, fail_at=1), [0])):
+        refs = list(lightwork.get(made, timeout=20))
+        assert len(refs) == len(values) + 1
+        assert lightwork.get(refs[:-1], timeout=20) == values
+        with pytest.raises(ValueError, match=f"failed at item {len(values)}"):
+            lightwork.get(refs[-1], timeout=20)
+    assert [lightwork.get(r) for r in lightwork.get(source.items.remote(2))] == [0, -1]
+
+
+@lightwork.remote
+class AsyncDynamicSource:
+    @lightwork.method(num_returns="dynamic")
+    async def items(self, count, fail_at=None):
+        for index in range(count):
+            if index == fail_at:
+                raise ValueError(f"failed at item {index}")
+            yield index * 10
+
+
+@pytest.mark.lightwork_only  # Ray refuses an async generator with num_returns="dynamic"
+def test_a_dynamic_async_generator_method(backend):
+    source = AsyncDynamicSource.remote()
+    refs = list(lightwork.get(source.items.remote(3, fail_at=2), timeout=20))
+    assert lightwork.get(refs[:2], timeout=20) == [0, 10]
+    with pytest.raises(ValueError, match="failed at item 2"):
+        lightwork.get(refs[2], timeout=20)
+
+
 def env_value(name):
     return os.environ.get(name)
 

@@ -168,7 +168,7 @@ class Fetching:
                 if not was_settled:
                     future.add_done_callback(hit)
             blocked = True
-            if not self._blocking(lambda: event.wait(left)):
+            if not self._blocking(lambda event=event, left=left: event.wait(left)):
                 ready = [i for i, f in zip(ids, futures) if self._settled(i, f)]
                 break
         if blocked and self.recorder is not None:

@@ -376,6 +376,20 @@ class TaskSubmission:
 
         return self.client.run_on_scheduler(processing)
 
+    def put_error(self, exc: BaseException) -> ObjectRef:
+        """An object whose ``get`` raises ``exc`` as the running task's error: where a
+        ``num_returns="dynamic"`` generator stopped with it (``_generator._error_item``),
+        the items before it staying readable, as on the embedded runtime."""
+        self._check_open()
+        task = getattr(cluster_worker.current, "task", None)
+        stored = cluster_worker.error_of(task[1] if task else "(unknown task)", exc)
+        object_id = self.next_object_id()
+        [future] = self.client.scatter([stored], hash=False)
+        with self.lock:
+            self.futures[object_id] = future
+            self.task_ids[object_id] = 0
+            return ObjectRef(object_id)
+
     def put(self, value: Any) -> ObjectRef:
         self._check_open()
         if ref_counter._released:
