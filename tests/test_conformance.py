@@ -542,33 +542,41 @@ def _check_the_restart_is_recorded(actor, first, second, max_task_retries, since
 
 
 @lightwork.remote
-def call_through_a_restart(actor, ready, gate):
-    """Calls ``actor`` from a task (a borrowed handle), before and after its worker dies."""
+def call_through_a_restart(actor, directory, name):
+    """Calls ``actor`` from a task (a borrowed handle), before and after its worker dies,
+    at the test's signals (files in ``directory``)."""
+    open(os.path.join(directory, f"{name}-running"), "w").close()
+    wait_for_file(os.path.join(directory, "call"), 30)
     before = lightwork.get(actor.pid.remote(), timeout=20)
-    open(ready, "w").close()
-    wait_for_file(gate, 30)
+    open(os.path.join(directory, f"{name}-called"), "w").close()
+    wait_for_file(os.path.join(directory, "call-again"), 30)
     return before, lightwork.get(actor.pid.remote(), timeout=50)
 
 
 def test_a_handle_in_another_process_waits_for_the_restart(backend, tmp_path, wait_until):
     """A task holding the handle calls while the owner restarts the actor: the call
     waits for the restart and reaches the new actor, as the owner's own calls do. Two
-    such tasks run at once, so one runs on a worker the actor does not share (on
-    distributed, the other may die with the actor's worker)."""
+    such tasks run at once, each holding a slot, so one runs on a worker the actor does
+    not share (on distributed, the other may die with the actor's worker)."""
     _both_slots_up(wait_until)
     actor = Restartable.options(max_restarts=1).remote(str(tmp_path))
     first = lightwork.get(actor.pid.remote(), timeout=20)
-    gate = str(tmp_path / "gate")
-    readies = [str(tmp_path / f"ready{i}") for i in range(2)]
-    holders = [call_through_a_restart.options(max_retries=0).remote(actor, ready, gate)
-               for ready in readies]
-    wait_until(lambda: all(os.path.exists(r) for r in readies), timeout=30,
-               message="both tasks to call the actor")
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    holders = [call_through_a_restart.options(max_retries=0).remote(actor, str(signals), name)
+               for name in ("a", "b")]
+
+    def all_there(suffix):
+        return all((signals / f"{name}-{suffix}").exists() for name in ("a", "b"))
+
+    wait_until(lambda: all_there("running"), timeout=30, message="both tasks to run")
+    open(signals / "call", "w").close()
+    wait_until(lambda: all_there("called"), timeout=30, message="both tasks to call")
     os.kill(first, signal.SIGKILL)
     # Once the loss is known (a call sent before that would be in flight, and fail under
     # max_task_retries=0), they call at once: while the actor restarts.
     wait_until(lambda: _restarts_of(actor) == 1, timeout=30, message="the loss to be seen")
-    open(gate, "w").close()
+    open(signals / "call-again", "w").close()
     results = []
     for holder in holders:
         try:
