@@ -102,7 +102,7 @@ class Mirror:
         self.keys.ranks["state"] = SortKeys.ranks_of(self.states)
         self.orders = {key: SortOrder() for key in KEPT_ORDERS}
         self.function_stats = FunctionStats()
-        self.ended_counts: dict[str, int] = {}
+        self.ended_counts: dict[str, int] = {}  # every record read, trimmed ones too
         self.table = Table(self)
         self.driver_spans: deque[list[Any]] = deque(maxlen=MAX_DRIVER_SPANS)
         self.history: deque[list[Any]] = deque(maxlen=HISTORY_POINTS)
@@ -247,7 +247,6 @@ class Mirror:
             self.name_of[:n], self.state_of[:n], self.keys.run_s[:n],
             _queued_for_stats(self.keys.queued_s[:n], self.floats["deps_ready"][:n]), sign=-1)
         errors = {row - n: text for row, text in self.errors.items() if row >= n}
-        gone = Counter(self.state_of[:n])
         with self.lock:
             for column in (*self.floats.values(), *self.ints.values(), self.name_of,
                            self.state_of, self.retries, *self.keys.columns()):
@@ -256,8 +255,6 @@ class Mirror:
                 self.orders[sort].rows = rows
             self.errors = errors
             self.function_stats = stats
-            for state, count in gone.items():
-                self.ended_counts[self.states[state]] -= count
             self.rows -= n
             self.trimmed += n
             self.table.forget()
