@@ -299,6 +299,8 @@ class TaskSubmission:
             if isinstance(exception, KilledWorker):  # on the event loop: never block here
                 threading.Thread(target=self._recover, args=(exception.task, key),
                                  daemon=True, name="lightwork-retry").start()
+            if self._proxies:  # a borrowed actor's key: its cached proxy is stale
+                self._actor_key_erred(key)
 
         client._stream_handlers["task-erred"] = task_erred
 
@@ -373,6 +375,20 @@ class TaskSubmission:
             return [k for k in keys if k in tasks and tasks[k].state == "processing"]
 
         return self.client.run_on_scheduler(processing)
+
+    def put_error(self, exc: BaseException) -> ObjectRef:
+        """An object whose ``get`` raises ``exc`` as the running task's error: where a
+        ``num_returns="dynamic"`` generator stopped with it (``_generator._error_item``),
+        the items before it staying readable, as on the embedded runtime."""
+        self._check_open()
+        task = getattr(cluster_worker.current, "task", None)
+        stored = cluster_worker.error_of(task[1] if task else "(unknown task)", exc)
+        object_id = self.next_object_id()
+        [future] = self.client.scatter([stored], hash=False)
+        with self.lock:
+            self.futures[object_id] = future
+            self.task_ids[object_id] = 0
+            return ObjectRef(object_id)
 
     def put(self, value: Any) -> ObjectRef:
         self._check_open()
