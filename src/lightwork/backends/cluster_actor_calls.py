@@ -307,7 +307,8 @@ class ActorCalls:
         keys = self._keys_of(contained) if contained else None
         task_id = self.next_object_id()
         if self.recorder is not None:
-            self.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id)
+            self.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id,
+                                    call=(args, kwargs))
         call = ActorCall(actor_id, (method, name, payload, keys, num_returns, task_id),
                          num_returns, self.recorder)
         if keys:  # hold what the call borrows until it ends
