@@ -93,6 +93,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from lightwork import exceptions
+from lightwork._runtime.calls import LARGE_ARGUMENT_BYTES, large_arguments
 from lightwork._runtime.events import DriverSpan, EventLog, TaskRecord
 
 WORKER_RING = 100_000  # reports a worker keeps until the driver pulls them
@@ -242,12 +243,16 @@ class ClusterLog:
     # -- driver stamps ---------------------------------------------------------------------
     def submitted(self, task_id: int, name: str, callsite: Any, arg_size: int,
                   actor_id: int = 0, num_cpus: float = 1.0,
-                  dep_tasks: tuple[int, ...] = ()) -> None:
+                  dep_tasks: tuple[int, ...] = (), call: tuple[tuple, dict] = ((), {})) -> None:
+        """A task or actor call was sent; ``call`` is its (args, kwargs), read only when
+        they pickled to a megabyte or more (the advisor's large-arg-repeated rule)."""
         now = time.monotonic()
         record = TaskRecord(task_id, name, 0, now, deps_ready=now, dispatched=now,
                             arg_size=arg_size, callsite=callsite, actor_id=actor_id,
                             num_cpus=num_cpus, state="SUBMITTED_TO_WORKER",
                             dep_tasks=dep_tasks)
+        if arg_size >= LARGE_ARGUMENT_BYTES:
+            record.large_args = large_arguments(*call)
         with self.lock:
             self.tasks[task_id] = _Live(record, actor_id)
             if len(self.tasks) > self.log.budget:  # never reported: drop the oldest
