@@ -6,21 +6,27 @@ Usage (from the repository root)::
 
 Figures, written to ``bench/dashboard_results.json`` and printed:
 
-* ``throughput_*``: 10,000 empty tasks (submit all, get all) on a 2-CPU runtime, with no
-  dashboard, and with a dashboard process attached and a page open (an event stream
-  read by a separate client process, as a browser would). Rounds alternate so the
-  machine's load drifts equally over both; the median of each is compared.
-* ``driver_sync_ms``: the driver's own time per ``dashboard_sync`` (``cost_s`` of the
-  replies), mean and max over the run; ``feed_us_per_task``: what one task record costs
-  the driver to hand over (sync and JSON encoding, measured apart, best of 5), and its
-  share of the driver's time per task at full speed, a figure the machine's load
-  disturbs much less than two throughputs measured apart.
+* ``throughput``: the driver's cost of a page open, over ``--rounds`` rounds of 10,000
+  empty tasks (submit all, get all) on a 2-CPU runtime, each run once with no dashboard
+  process at all and once with one attached and a page open (an event stream read by a
+  separate client process, as a browser would), alternating ABBA so the machine's drift
+  falls on both. Three figures, from the most to the least disturbed by the load: the
+  throughputs (medians); the driver process's CPU time per task (all its threads,
+  ``process_time``; the cost is the median of the per-round differences); and the CPU
+  time of the driver's threads that answer the dashboard (``feed_thread_cpu_us_per_task``:
+  the syncs, their JSON, sending the records), as a share of the driver's CPU per task
+  and of its wall time per task. ``feed_us_per_record_apart``: a sync of 10,000 records
+  and its JSON, timed alone (best of 5).
 * with ``--history`` tasks recorded (100,000): the dashboard process's RSS, and the p95
   latency of the overview, the tasks page and the per-function summary over HTTP.
 * with ``--records`` synthetic records (1,000,000, run times scattered) in a mirror: the
   time of a tasks page (default order, filtered, sorted, filtered and sorted: first and
-  again), the summary, the stream; its memory; the CPU of applying the syncs and of
-  merging them into the kept sort orders (``Mirror.refresh_orders``).
+  again), the summary, the stream; its memory; the CPU of applying the syncs (merging
+  them into the kept sort orders and the per-function figures included).
+* ``contention``: at ``--records`` records, 20,000-record syncs applied back to back by a
+  thread (every fifth trims a tenth, as at the budget) while another asks for table
+  pages, the functions view and the overview: each request's time (median, p95, max)
+  and the longest hold of the mirror's lock by either thread.
 """
 
 from __future__ import annotations
@@ -65,45 +71,85 @@ def p95(values: list[float]) -> float:
 
 
 def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
+    """The driver's cost of a dashboard with a page open, three ways (module docstring).
+
+    Each round runs ``n_tasks`` no-op tasks twice: once with no dashboard process at all,
+    once with one attached and a page open (an event stream, synced about once a
+    second); the order alternates (ABBA) so the machine's drift falls on both equally.
+    """
     import lightwork
+    from lightwork._runtime import control
     from lightwork.dashboard import launch
 
+    # The direct cost: CPU time of the driver's threads that answer the dashboard (a
+    # control connection each: the sync, its JSON encoding, sending the records).
+    answered = {"cpu_s": 0.0}
+    original_answer = control.ControlServer._answer
+
+    def timed_answer(server: Any, conn: Any) -> None:
+        start = time.thread_time()
+        try:
+            original_answer(server, conn)
+        finally:
+            answered["cpu_s"] += time.thread_time() - start
+
+    control.ControlServer._answer = timed_answer  # type: ignore[method-assign]
     lightwork.init(num_cpus=2, advisor=False)
 
     @lightwork.remote
     def noop(i: int) -> int:
         return i
 
-    lightwork.get([noop.remote(i) for i in range(1000)])  # warm the workers
+    lightwork.get([noop.remote(i) for i in range(2 * n_tasks)])  # warm the workers
     node = lightwork._api._node
-    child = launch.start(node.control.path, port=0)
-    port = int(child.url.split(":")[2].split("/")[0])
-    token = child.url.split("token=")[1]
-    without, with_page, costs = [], [], []
-    cpu_without, cpu_with_page = [], []  # the driver process's CPU (all its threads) per task
+    runs: dict[str, dict[str, list[float]]] = {
+        mode: {"rate": [], "cpu_us": [], "feed_us": []} for mode in ("without", "page")}
+    costs: list[float] = []
 
-    def batch(rates: list[float], cpu: list[float]) -> None:
+    def batch(mode: str, synced: Any = None) -> None:
+        feed_start = answered["cpu_s"]
         cpu_start, start = time.process_time(), time.perf_counter()
         lightwork.get([noop.remote(i) for i in range(n_tasks)])
-        rates.append(n_tasks / (time.perf_counter() - start))
-        cpu.append(1e6 * (time.process_time() - cpu_start) / n_tasks)
+        elapsed = time.perf_counter() - start
+        runs[mode]["rate"].append(n_tasks / elapsed)
+        runs[mode]["cpu_us"].append(1e6 * (time.process_time() - cpu_start) / n_tasks)
+        if synced is not None:
+            synced()  # the feed's CPU counts until the batch's records are all handed over
+        runs[mode]["feed_us"].append(1e6 * (answered["cpu_s"] - feed_start) / n_tasks)
 
-    try:
-        for _ in range(rounds):
-            batch(without, cpu_without)
-            client = subprocess.Popen([sys.executable, "-c", CLIENT,
-                                       f"http://127.0.0.1:{port}/api/events?view=stream",
-                                       f"lightwork_dashboard_{port}={token}"])
-            time.sleep(1.5)  # the page is open and updating
-            batch(with_page, cpu_with_page)
-            time.sleep(1.2)
+    def with_page() -> None:
+        child = launch.start(node.control.path, port=0)
+        port = int(child.url.split(":")[2].split("/")[0])
+        token = child.url.split("token=")[1]
+        client = subprocess.Popen([sys.executable, "-c", CLIENT,
+                                   f"http://127.0.0.1:{port}/api/events?view=stream",
+                                   f"lightwork_dashboard_{port}={token}"])
+        try:
+            def synced() -> None:  # the dashboard holds every record of the ring
+                deadline = time.monotonic() + 60
+                while (http_get(port, token, "/api/overview")[1]["tasks"]["recorded"]
+                       < len(node.log.tasks) and time.monotonic() < deadline):
+                    time.sleep(0.05)
+
+            synced()  # its first syncs catch up on the ring, before the batch is timed
+            time.sleep(1.0)
+            batch("page", synced)
             costs.append(http_get(port, token, "/api/overview")[1]["driver_cost_s"])
+        finally:
             client.terminate()
             client.wait()
-            time.sleep(11)  # the dashboard goes idle: no page, no syncs
+            child.stop()
+
+    try:
+        for round_ in range(rounds):
+            for mode in (("without", "page") if round_ % 2 == 0 else ("page", "without")):
+                if mode == "page":
+                    with_page()
+                else:
+                    batch("without")
     finally:
-        child.stop()
         lightwork.shutdown()
+        control.ControlServer._answer = original_answer  # type: ignore[method-assign]
     # The driver's own work per record, measured apart (best of 5, same conditions): a
     # sync of the last n_tasks records and the JSON encoding of its reply.
     from lightwork.dashboard import feed
@@ -120,24 +166,33 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
         json.dumps(reply, default=str)
         encode_s = min(encode_s, time.thread_time() - start)
     lightwork.shutdown()
-    base, page = statistics.median(without), statistics.median(with_page)
-    per_task_us = 1e6 / max(without)
-    feed_us = 1e6 * (sync_s + encode_s) / n_tasks
-    return {"tasks": n_tasks, "rounds": rounds,
-            "throughput_no_dashboard_per_s": round(base),
-            "throughput_page_open_per_s": round(page),
-            "page_open_cost_percent": round(100 * (base - page) / base, 1),
-            "driver_us_per_task": round(per_task_us, 1),
-            "feed_us_per_task": round(feed_us, 2),
-            "feed_share_at_full_speed_percent": round(100 * feed_us / per_task_us, 1),
-            "driver_cpu_us_per_task_no_dashboard": round(statistics.median(cpu_without), 2),
-            "driver_cpu_us_per_task_page_open": round(statistics.median(cpu_with_page), 2),
-            "driver_cpu_cost_percent": round(100 * (statistics.median(cpu_with_page)
-                                                    / statistics.median(cpu_without) - 1), 1),
-            "driver_sync_ms_mean": round(1000 * statistics.mean(costs), 2),
-            "driver_sync_ms_max": round(1000 * max(costs), 2),
-            "runs_no_dashboard": [round(x) for x in without],
-            "runs_page_open": [round(x) for x in with_page]}
+    median = statistics.median
+    without, page = runs["without"], runs["page"]
+    cpu_base = median(without["cpu_us"])
+    # Pairs of neighbouring runs (one round each): the difference of each pair cancels
+    # the drift of the machine's load; the median of those is the cost.
+    cpu_pairs = [p - w for w, p in zip(without["cpu_us"], page["cpu_us"])]
+    wall_base_us = 1e6 / median(without["rate"])
+    feed_us = median(page["feed_us"])
+    return {
+        "tasks": n_tasks, "rounds": rounds, "load_1m_after": round(os.getloadavg()[0], 2),
+        "throughput_no_dashboard_per_s": round(median(without["rate"])),
+        "throughput_page_open_per_s": round(median(page["rate"])),
+        "driver_cpu_us_per_task_no_dashboard": round(cpu_base, 2),
+        "driver_cpu_us_per_task_page_open": round(median(page["cpu_us"]), 2),
+        "driver_cpu_cost_us_per_task_paired_median": round(median(cpu_pairs), 3),
+        "driver_cpu_cost_percent_paired": round(100 * median(cpu_pairs) / cpu_base, 2),
+        "feed_thread_cpu_us_per_task": round(feed_us, 3),
+        "feed_thread_cpu_us_per_task_without": round(median(without["feed_us"]), 3),
+        "feed_share_of_driver_cpu_percent": round(100 * feed_us / cpu_base, 2),
+        "feed_share_of_wall_per_task_percent": round(100 * feed_us / wall_base_us, 2),
+        "feed_us_per_record_apart": round(1e6 * (sync_s + encode_s) / n_tasks, 3),
+        "driver_sync_ms_mean": round(1000 * statistics.mean(costs), 2),
+        "driver_sync_ms_max": round(1000 * max(costs), 2),
+        "runs_cpu_us_no_dashboard": [round(x, 2) for x in without["cpu_us"]],
+        "runs_cpu_us_page_open": [round(x, 2) for x in page["cpu_us"]],
+        "runs_no_dashboard": [round(x) for x in without["rate"]],
+        "runs_page_open": [round(x) for x in page["rate"]]}
 
 
 def with_history(n_tasks: int) -> dict[str, Any]:
@@ -230,25 +285,25 @@ def synthetic(records: int) -> dict[str, Any]:
     before = psutil.Process().memory_info().rss
     mirror = Mirror()
     names = [f"pipeline.stage_{i}" for i in range(20)]
-    apply_s = orders_s = 0.0
+    # Before the sync thread merged the orders itself, it called refresh_orders after.
+    refresh = getattr(mirror, "refresh_orders", lambda: None)
+    apply_s = 0.0
     for first in range(0, records, 100_000):
         reply, attached = _synthetic_sync(first, min(100_000, records - first), names, 1000.0,
                                           scattered=True)
         reply["budget"] = records
         start = time.thread_time()
         mirror.apply(reply, attached)
+        refresh()
         apply_s += time.thread_time() - start
-        start = time.thread_time()
-        mirror.refresh_orders()  # as the sync thread does after a sync
-        orders_s += time.thread_time() - start
     memory = psutil.Process().memory_info().rss - before
     # One more sync of 7,000 records (a second's worth at full speed) into a million.
     reply, attached = _synthetic_sync(records, 7_000, names, 1000.0, scattered=True)
     reply["budget"] = records + 7_000
-    mirror.apply(reply, attached)
     start = time.thread_time()
-    mirror.refresh_orders()
-    next_sync_orders_s = time.thread_time() - start
+    mirror.apply(reply, attached)
+    refresh()
+    next_sync_s = time.thread_time() - start
 
     def timed(call: Any) -> float:
         start = time.perf_counter()
@@ -257,8 +312,8 @@ def synthetic(records: int) -> dict[str, Any]:
 
     return {
         "records": records, "mirror_mb": round(memory / 1e6, 1),
-        "apply_cpu_s": round(apply_s, 2), "orders_cpu_s": round(orders_s, 2),
-        "orders_cpu_ms_next_7000": round(1000 * next_sync_orders_s, 1),
+        "apply_cpu_s": round(apply_s, 2),
+        "apply_cpu_ms_next_7000": round(1000 * next_sync_s, 1),
         "tasks_page_newest_ms": timed(lambda: mirror.tasks(page=3)),
         "tasks_page_filtered_first_ms": timed(lambda: mirror.tasks(name="stage_7",
                                                                    state="FINISHED")),
@@ -280,6 +335,107 @@ def synthetic(records: int) -> dict[str, Any]:
         "functions_again_ms": timed(mirror.function_summary),
         "stream_ms": timed(lambda: mirror.stream(30.0)),
         "overview_ms": timed(mirror.overview),
+    }
+
+
+class _TimedLock:
+    """A lock that records how long each thread held it (the mirror's, in ``contention``)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self.holds: dict[str, list[float]] = {}
+        self._since = 0.0
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self._since = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        import threading
+
+        held = time.perf_counter() - self._since
+        self.holds.setdefault(threading.current_thread().name, []).append(held)
+        self._lock.release()
+
+
+def contention(records: int, sync_records: int = 20_000, seconds: float = 30.0) -> dict[str, Any]:
+    """Table and summary requests while 20,000-record syncs arrive back to back into a
+    mirror of ``records`` records (its budget: every fifth sync trims a tenth), as the
+    dashboard's HTTP threads and its sync thread share it: each request's wall time
+    (median, p95, max) and the longest hold of the mirror's lock by each thread."""
+    import threading
+
+    from test_dashboard import _synthetic_sync
+
+    from lightwork.dashboard.mirror import Mirror
+
+    mirror = Mirror()
+    names = [f"pipeline.stage_{i}" for i in range(20)]
+    refresh = getattr(mirror, "refresh_orders", None)  # the code before the sync merged
+    for first in range(0, records, 100_000):
+        reply, attached = _synthetic_sync(first, min(100_000, records - first), names, 1000.0,
+                                          scattered=True)
+        reply["budget"] = records
+        mirror.apply(reply, attached)
+        if refresh is not None:
+            refresh()
+    syncs = []
+    for k in range(6):
+        reply, attached = _synthetic_sync(records + k * sync_records, sync_records, names,
+                                          1000.0, scattered=True)
+        reply["budget"] = records
+        syncs.append((reply, attached))
+    mirror.lock = _TimedLock()  # type: ignore[assignment]
+    stop = threading.Event()
+    applied = [0]
+
+    def sync_loop() -> None:
+        while not stop.is_set():
+            mirror.apply(*syncs[applied[0] % len(syncs)])
+            if refresh is not None:
+                refresh()
+            applied[0] += 1
+
+    requests = {
+        "newest": lambda: mirror.tasks(page=3),
+        "by_run": lambda: mirror.tasks(sort="run_s", page=5),
+        "filtered": lambda: mirror.tasks(name="stage_7", state="FINISHED", page=2),
+        "filtered_sorted": lambda: mirror.tasks(state="FINISHED", sort="result_size"),
+        "functions": mirror.function_summary,
+        "overview": mirror.overview,
+    }
+    latencies: dict[str, list[float]] = {name: [] for name in requests}
+    syncer = threading.Thread(target=sync_loop, name="sync")
+    threading.current_thread().name = "requests"
+    syncer.start()
+    began = time.monotonic()
+    try:
+        while time.monotonic() - began < seconds:
+            for name, request in requests.items():
+                start = time.perf_counter()
+                json.dumps(request())
+                latencies[name].append(time.perf_counter() - start)
+                time.sleep(0.02)
+    finally:
+        stop.set()
+        syncer.join()
+    every = sorted(x for values in latencies.values() for x in values)
+    holds = mirror.lock.holds  # type: ignore[attr-defined]
+
+    def ms(x: float) -> float:
+        return round(1000 * x, 1)
+
+    return {
+        "records": records, "sync_records": sync_records, "seconds": seconds,
+        "syncs_applied": applied[0], "requests": len(every),
+        "load_1m": round(os.getloadavg()[0], 2),
+        "request_ms_median": ms(statistics.median(every)), "request_ms_p95": ms(p95(every)),
+        "request_ms_max": ms(every[-1]),
+        **{f"{name}_ms_p95": ms(p95(values)) for name, values in latencies.items()},
+        "lock_hold_ms_max_sync_thread": ms(max(holds.get("sync", [0.0]))),
+        "lock_hold_ms_max_requests": ms(max(holds.get("requests", [0.0]))),
     }
 
 
@@ -337,18 +493,18 @@ def memory_run(minutes: float, sample_s: float = 10.0) -> dict[str, Any]:
             "rss_mb_end": curve[-1][1], "curve": curve}
 
 
-PARTS = ("throughput", "history", "synthetic", "memory")
+PARTS = ("throughput", "history", "synthetic", "contention", "memory")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--history", type=int, default=100_000)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--minutes", type=float, default=10.0,
                         help="length of the memory run (--parts memory)")
-    parser.add_argument("--parts", default="throughput,history,synthetic",
+    parser.add_argument("--parts", default="throughput,history,synthetic,contention",
                         help=f"comma-separated, of: {', '.join(PARTS)} (memory: a run of "
                         "--minutes with a page open, the dashboard's RSS every 10 s)")
     parser.add_argument("--output", default=str(ROOT / "dashboard_results.json"))
@@ -363,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = {"throughput": lambda: throughput(args.tasks, args.rounds),
             "history": lambda: with_history(args.history),
             "synthetic": lambda: synthetic(args.records),
+            "contention": lambda: contention(args.records),
             "memory": lambda: memory_run(args.minutes)}
     results: dict[str, Any] = {"machine": {"cpus": os.cpu_count(),
                                            "load_1m": os.getloadavg()[0]}}

@@ -219,7 +219,10 @@ def test_version_and_demo_still_work(monkeypatch, tmp_path, fresh_runtime):
     assert run({"env": helpers.script_env()}, "version").stdout.strip()
     original = cli._loop_experiments
     monkeypatch.setattr(cli, "_loop_experiments",
-                        lambda out: original(out, sleep_s=0.01, serial_s=0.005))
+                        # Tasks long enough that each get finds its task still running even
+                        # when the driver is descheduled a while (a get that finds its
+                        # results ready blocks for nothing and records no span).
+                        lambda out: original(out, sleep_s=0.1, serial_s=0.005))
     out = io.StringIO()
     path = str(tmp_path / "demo.json")
     assert cli.demo(out, timeline_path=path) == 0

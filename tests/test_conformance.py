@@ -246,6 +246,42 @@ def test_a_task_lost_with_its_worker_and_its_dependent_are_retried(backend, tmp_
     assert len(attempts(str(tmp_path))) == 2
 
 
+@lightwork.remote
+def die_at_gate_once(directory, kill_gate, gate):
+    if count_attempt(directory) == 0:
+        wait_for_file(kill_gate, 30)
+        os.kill(os.getpid(), signal.SIGKILL)
+    wait_for_file(gate, 30)
+    return "retried"
+
+
+def test_wait_keeps_a_task_lost_with_its_worker_not_ready_while_it_is_retried(
+        backend, tmp_path, wait_until):
+    """Ray's semantics: the loss is not the task's end while max_retries allows a retry."""
+    import threading
+
+    kill_gate, gate = str(tmp_path / "kill"), str(tmp_path / "gate")
+    ref = die_at_gate_once.options(max_retries=1).remote(str(tmp_path), kill_gate, gate)
+    wait_until(lambda: attempts(str(tmp_path)), timeout=20, message="the task to start")
+    # The worker dies while wait() blocks (its callbacks are on the first try's future).
+    threading.Timer(0.3, lambda: open(kill_gate, "w").close()).start()
+    ready, not_ready = lightwork.wait([ref], timeout=5)
+    assert (ready, not_ready) == ([], [ref])
+    assert len(attempts(str(tmp_path))) == 2  # the retry runs (and waits for its gate)
+    open(gate, "w").close()
+    assert lightwork.wait([ref], timeout=30) == ([ref], [])
+    assert lightwork.get(ref) == "retried"
+
+
+def test_wait_counts_a_task_that_lost_its_worker_on_every_try_once_retries_are_used(
+        backend, tmp_path):
+    ref = die.options(max_retries=2).remote(str(tmp_path))
+    assert lightwork.wait([ref], timeout=50) == ([ref], [])
+    assert len(attempts(str(tmp_path))) == 3
+    with pytest.raises(exceptions.WorkerCrashedError):
+        lightwork.get(ref, timeout=20)
+
+
 # ---- nested tasks -----------------------------------------------------------------------
 @lightwork.remote
 def tree(depth, fanout):
@@ -457,6 +493,7 @@ def test_a_call_in_flight_when_the_actor_dies(backend, tmp_path, wait_until,
     """Ray's semantics: the call fails with ActorDiedError unless max_task_retries lets
     it run again on the restarted actor."""
     _both_slots_up(wait_until)
+    since = time.time()
     actor = Restartable.options(max_restarts=1, max_task_retries=max_task_retries).remote(
         str(tmp_path))
     first = lightwork.get(actor.pid.remote(), timeout=20)
@@ -473,6 +510,103 @@ def test_a_call_in_flight_when_the_actor_dies(backend, tmp_path, wait_until,
         second = wait_until(lambda: _pid_or_none(actor), timeout=40, message="the restart")
     assert second != first
     assert attempts(str(tmp_path)) == [first, second]
+    _check_the_restart_is_recorded(actor, first, second, max_task_retries, since)
+
+
+def _check_the_restart_is_recorded(actor, first, second, max_task_retries, since):
+    """list_actors, list_tasks and the timeline tell the restart as the embedded runtime
+    does: no call of the actor is left live (those its lost worker answered included),
+    the call in flight is FINISHED after an 'actor restarted' retry or FAILED with
+    ActorDiedError, and the new incarnation's calls are on a row of its own process."""
+    actor_hex = actor._ref.hex()
+    [row] = [a for a in lightwork.state.list_actors() if a["actor_id"] == actor_hex]
+    assert (row["state"], row["restarts"], row["pid"]) == ("ALIVE", 1, second)
+    calls = [t for t in lightwork.state.list_tasks(limit=10_000)
+             if t["name"].startswith("Restartable.") and t["submitted_at"] >= since]
+    assert calls and all(t["state"] in ("FINISHED", "FAILED") for t in calls), calls
+    [in_flight] = [t for t in calls if t["name"].endswith("pid_after")]
+    events = lightwork.timeline()
+    restarted = [e for e in events if e.get("ph") == "i"
+                 and e["name"].startswith("actor restarted:")
+                 and e["name"].endswith("pid_after")]
+    if max_task_retries:
+        assert in_flight["state"] == "FINISHED" and len(restarted) == 1
+    else:
+        assert in_flight["state"] == "FAILED" and "ActorDiedError" in in_flight["error"]
+        assert not restarted
+    labels = {e["pid"]: e["args"]["name"] for e in events
+              if e.get("ph") == "M" and e["name"] == "process_name"}
+    runs = sorted((e["ts"], e["pid"]) for e in events if e.get("ph") == "X"
+                  and e["name"].endswith((".pid", ".pid_after")))
+    assert f"pid {second}" in labels[runs[-1][1]]
+
+
+@lightwork.remote
+def call_through_a_restart(actor, directory, name):
+    """Calls ``actor`` from a task (a borrowed handle), before and after its worker dies,
+    at the test's signals (files in ``directory``)."""
+    open(os.path.join(directory, f"{name}-running"), "w").close()
+    wait_for_file(os.path.join(directory, "call"), 30)
+    before = lightwork.get(actor.pid.remote(), timeout=20)
+    open(os.path.join(directory, f"{name}-called"), "w").close()
+    wait_for_file(os.path.join(directory, "call-again"), 30)
+    return before, lightwork.get(actor.pid.remote(), timeout=50)
+
+
+def test_a_handle_in_another_process_waits_for_the_restart(backend, tmp_path, wait_until):
+    """A task holding the handle calls while the owner restarts the actor: the call
+    waits for the restart and reaches the new actor, as the owner's own calls do. Two
+    such tasks run at once, each holding a slot, so one runs on a worker the actor does
+    not share (on distributed, the other may die with the actor's worker)."""
+    _both_slots_up(wait_until)
+    actor = Restartable.options(max_restarts=1).remote(str(tmp_path))
+    first = lightwork.get(actor.pid.remote(), timeout=20)
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    holders = [call_through_a_restart.options(max_retries=0).remote(actor, str(signals), name)
+               for name in ("a", "b")]
+
+    def all_there(suffix):
+        return all((signals / f"{name}-{suffix}").exists() for name in ("a", "b"))
+
+    wait_until(lambda: all_there("running"), timeout=30, message="both tasks to run")
+    open(signals / "call", "w").close()
+    wait_until(lambda: all_there("called"), timeout=30, message="both tasks to call")
+    os.kill(first, signal.SIGKILL)
+    # Once the loss is known (a call sent before that would be in flight, and fail under
+    # max_task_retries=0), they call at once: while the actor restarts.
+    wait_until(lambda: _restarts_of(actor) == 1, timeout=30, message="the loss to be seen")
+    open(signals / "call-again", "w").close()
+    results = []
+    for holder in holders:
+        try:
+            results.append(lightwork.get(holder, timeout=60))
+        except exceptions.WorkerCrashedError:
+            assert backend == "distributed"  # it ran on the actor's worker
+    [_first, second] = attempts(str(tmp_path))
+    assert results and all(r == (first, second) for r in results), results
+    assert second != first
+
+
+def _restarts_of(actor):
+    [row] = [a for a in lightwork.state.list_actors() if a["actor_id"] == actor._ref.hex()]
+    return row["restarts"]
+
+
+@lightwork.remote
+def pid_through(actor):
+    return lightwork.get(actor.pid.remote(), timeout=30)
+
+
+def test_a_handle_in_another_process_sees_a_killed_actor_dead(backend, tmp_path):
+    """Killed, an actor with restarts left is dead for every handle, at once."""
+    actor = Restartable.options(max_restarts=1).remote(str(tmp_path))
+    assert lightwork.get(pid_through.remote(actor), timeout=30) == lightwork.get(
+        actor.pid.remote(), timeout=20)
+    lightwork.kill(actor)
+    with pytest.raises(exceptions.ActorDiedError):
+        lightwork.get(pid_through.remote(actor), timeout=40)
+    assert len(attempts(str(tmp_path))) == 1
 
 
 def _death_of(actor):
@@ -657,6 +791,57 @@ def dynamic_count(n):
 def test_a_dynamic_generator_task(backend):
     items = lightwork.get(dynamic_count.remote(3), timeout=20)
     assert [lightwork.get(ref) for ref in items] == [0, 1, 2]
+
+
+@lightwork.remote(num_returns="dynamic")
+def dynamic_fail_at(count, fail_at):
+    for index in range(count):
+        if index == fail_at:
+            raise ValueError(f"failed at item {index}")
+        yield index
+
+
+@lightwork.remote
+class DynamicSource:
+    @lightwork.method(num_returns="dynamic")
+    def items(self, count, fail_at=None):
+        for index in range(count):
+            if index == fail_at:
+                raise ValueError(f"failed at item {index}")
+            yield -index
+
+
+def test_a_dynamic_generator_error_mid_way_is_its_last_item(backend):
+    """As in Ray: the items yielded before the error stay readable; the error is the
+    last item. For a task and for an actor method alike."""
+    source = DynamicSource.remote()
+    for made, values in ((dynamic_fail_at.remote(4, 2), [0, 1]),
+                         (source.items.remote(4, fail_at=1), [0])):
+        refs = list(lightwork.get(made, timeout=20))
+        assert len(refs) == len(values) + 1
+        assert lightwork.get(refs[:-1], timeout=20) == values
+        with pytest.raises(ValueError, match=f"failed at item {len(values)}"):
+            lightwork.get(refs[-1], timeout=20)
+    assert [lightwork.get(r) for r in lightwork.get(source.items.remote(2))] == [0, -1]
+
+
+@lightwork.remote
+class AsyncDynamicSource:
+    @lightwork.method(num_returns="dynamic")
+    async def items(self, count, fail_at=None):
+        for index in range(count):
+            if index == fail_at:
+                raise ValueError(f"failed at item {index}")
+            yield index * 10
+
+
+@pytest.mark.lightwork_only  # Ray refuses an async generator with num_returns="dynamic"
+def test_a_dynamic_async_generator_method(backend):
+    source = AsyncDynamicSource.remote()
+    refs = list(lightwork.get(source.items.remote(3, fail_at=2), timeout=20))
+    assert lightwork.get(refs[:2], timeout=20) == [0, 10]
+    with pytest.raises(ValueError, match="failed at item 2"):
+        lightwork.get(refs[2], timeout=20)
 
 
 def env_value(name):

@@ -558,7 +558,7 @@ def test_mirror_filters_and_sorts_like_a_brute_force_as_records_arrive():
     expected = [i for i in range(4000) if i % 10 == 0 and names[i % 3] == "b.train"]
     assert again["total"] == len(expected)
     assert [r["task_id"] for r in again["rows"]] == expected[::-1][:5]
-    every = [mirror._ended_row(i) for i in range(4000)]
+    every = [mirror.table.ended_row(i) for i in range(4000)]
     for key in ("run_s", "queued_s"):
         page = mirror.tasks(sort=key, descending=True, page_size=200, page=3)
         wanted = sorted((r[key] for r in every), reverse=True)[600:800]

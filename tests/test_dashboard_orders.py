@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from test_dashboard import _synthetic_sync
 
-from lightwork.dashboard import mirror as mirror_module
+from lightwork.dashboard import table as table_module
 from lightwork.dashboard import orders
-from lightwork.dashboard.mirror import KEPT_ORDERS, MAX_FILTERS, Mirror
+from lightwork.dashboard.mirror import Mirror
+from lightwork.dashboard.table import KEPT_ORDERS, MAX_FILTERS
 from lightwork.dashboard.orders import FilteredOrder, SortOrder
 
 NAMES = ["a.load", "b.train", "c.save", "d.eval"]
@@ -32,8 +33,8 @@ def test_sort_order_merges_new_rows_like_a_full_sort(monkeypatch, distinct):
         values.extend(chooser.randrange(distinct) / 7 for _ in range(batch))
         order.extend(len(values), values.__getitem__)
         assert order.rows.tolist() == _brute(values, range(len(values))), batch
-    order.drop_oldest(600)  # the mirror trimmed its oldest rows: renumbered
-    order.drop_oldest(400)  # ... twice before the next extend
+    order.rows = order.without_oldest(600)  # the mirror trimmed its oldest rows
+    order.rows = order.without_oldest(400)  # ... twice
     kept = values[1_000:]
     order.extend(len(kept), kept.__getitem__)
     assert order.rows.tolist() == _brute(kept, range(len(kept)))
@@ -92,14 +93,12 @@ def _table(mirror: Mirror, page_size: int = 200, **query: Any) -> list[int]:
 
 
 def test_every_kept_order_pages_like_a_brute_force_as_records_arrive(monkeypatch):
-    monkeypatch.setattr(mirror_module, "DIRECT_SORT_ROWS", 50)  # the mask path, small
+    monkeypatch.setattr(table_module, "DIRECT_SORT_ROWS", 50)  # the mask path, small
     monkeypatch.setattr(orders, "SMALL_ORDER", 100)
     mirror = Mirror()
     mirror.apply(*_synthetic_sync(0, 2_000, NAMES, 10.0, scattered=True))
-    mirror.refresh_orders()  # as the sync thread does
     trains = mirror.name_of[1]  # b.train's code (the second name seen)
     for batch_first, batch in ((2_000, 30), (2_030, 1), (2_031, 400)):
-        # The request merges the rows that arrived since (no refresh_orders between).
         mirror.apply(*_synthetic_sync(batch_first, batch, NAMES, 10.0, scattered=True))
         for key in KEPT_ORDERS:
             descending = key != "state"
@@ -120,7 +119,6 @@ def test_kept_orders_stay_right_when_the_budget_trims_the_oldest():
     reply, attached = _synthetic_sync(0, 1_000, NAMES, 5.0, scattered=True)
     reply["budget"] = 1_000
     mirror.apply(reply, attached)
-    mirror.refresh_orders()
     reply, attached = _synthetic_sync(1_000, 150, NAMES, 5.0, scattered=True)
     reply["budget"] = 1_000
     mirror.apply(reply, attached)  # over budget + 10%: the oldest 150 go
@@ -136,15 +134,15 @@ def test_the_filter_cache_is_bounded_and_answers_stay_right_after_eviction():
     first = _table(mirror, worker="1", sort="run_s")
     for worker in range(2, 2 + 2 * MAX_FILTERS):
         mirror.tasks(worker=str(worker), sort="run_s")
-    assert len(mirror._filter_cache) <= MAX_FILTERS
-    assert len(mirror._sort_cache) <= MAX_FILTERS
+    assert len(mirror.table.filter_cache) <= MAX_FILTERS
+    assert len(mirror.table.sort_cache) <= MAX_FILTERS
     assert _table(mirror, worker="1", sort="run_s") == first == _expected(
         mirror, "run_s", True, lambda r: mirror.ints["worker_id"][r] == 1)
 
 
 @pytest.mark.parametrize("scan_rows", [0, 100_000])  # kept orders' slices, or a scan
 def test_filters_read_from_the_kept_orders_match_a_brute_force(monkeypatch, scan_rows):
-    monkeypatch.setattr(mirror_module, "SCAN_ROWS", scan_rows)
+    monkeypatch.setattr(table_module, "SCAN_ROWS", scan_rows)
     mirror = Mirror()
     mirror.apply(*_synthetic_sync(0, 1_500, NAMES, 3.0, scattered=True))
     queries = [{"name": "e"}, {"name": "b.train", "state": "FAILED"},
@@ -170,7 +168,7 @@ def test_filters_read_from_the_kept_orders_match_a_brute_force(monkeypatch, scan
 
 
 def test_masks_of_big_and_small_filters_match_a_brute_force(monkeypatch):
-    monkeypatch.setattr(mirror_module, "DIRECT_SORT_ROWS", 10)  # sorted through the mask
+    monkeypatch.setattr(table_module, "DIRECT_SORT_ROWS", 10)  # sorted through the mask
     mirror = Mirror()
     names = ["x.load", "x.load", "x.load", "y.train"]  # "load" is three rows in four
     mirror.apply(*_synthetic_sync(0, 800, names, 2.0, scattered=True))
@@ -182,8 +180,8 @@ def test_masks_of_big_and_small_filters_match_a_brute_force(monkeypatch):
         for query in queries:
             filters = (query.get("state", ""), query.get("name", ""),
                        int(query["worker"]) if "worker" in query else None)
-            matching = mirror._matching(*filters)
-            mask = mirror._mask(filters)
+            matching = mirror.table.matching(*filters)
+            mask = mirror.table.mask(filters)
             assert [r for r in range(len(mirror.state_of)) if mask[r]] == \
                 list(matching.as_list()), query
             got = _table(mirror, 17, sort="run_s", descending=False, **query)

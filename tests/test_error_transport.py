@@ -232,3 +232,20 @@ def test_runtime_is_healthy_after_the_failures():
         return 1
 
     assert ray.get([ok.remote() for _ in range(4)], timeout=30) == [1] * 4
+
+
+def test_code_pickled_by_value_keeps_its_file_name():
+    """cloudpickle >= 3.1.3 writes "<dynamic-code>" as the file of code it pickles by value,
+    which would take the user's file and source lines out of remote tracebacks."""
+    import pickle
+
+    from lightwork._runtime import pickler
+
+    def nested():
+        return lambda: 1 / 0
+
+    loaded = pickle.loads(pickler.dumps(nested))
+    assert loaded.__code__.co_filename == __file__
+    with pytest.raises(ZeroDivisionError) as info:
+        loaded()()
+    assert str(info.traceback[-1].path) == __file__

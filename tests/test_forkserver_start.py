@@ -108,7 +108,7 @@ def test_stacks_fold_the_driver_frames_a_forked_worker_carries_but_not_its_task(
 
 
 FALLBACKS = r"""
-import os, threading
+import os, threading, time
 import lightwork as ray
 from lightwork import _api
 from lightwork._runtime import session
@@ -136,6 +136,11 @@ thread.start()
 run("thread_alive")
 release.set()
 thread.join()
+# join() returns before the OS thread is gone from /proc/self/task (a moment, longer on
+# a loaded machine): the decision reads the OS's count, so wait for it.
+deadline = time.monotonic() + 10
+while len(os.listdir("/proc/self/task")) > 1 and time.monotonic() < deadline:
+    time.sleep(0.01)
 run("threads_gone")  # a second init after shutdown: lightwork's threads are gone too
 """
 

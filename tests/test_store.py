@@ -52,6 +52,19 @@ def test_freed_segments_are_reused():
     assert _store().recycled_count > before, "no segment was recycled"
 
 
+def test_a_large_value_written_into_a_pooled_segment_is_bit_exact():
+    """From 16 MB the driver copies a buffer in two halves on two threads."""
+    size = serialization._SPLIT_COPY_MIN + 4097  # halves that are not a page multiple
+    rng = np.random.default_rng(5)
+    ray.put(rng.integers(0, 256, size + 8192, dtype=np.uint8))  # freed: its segment is pooled
+    gc.collect()
+    before = _store().recycled_count
+    value = rng.integers(0, 256, size, dtype=np.uint8)
+    ref = ray.put(value)
+    assert _store().recycled_count > before, "the put did not take the pooled segment"
+    assert np.array_equal(ray.get(ref), value)
+
+
 def test_view_held_in_driver_survives_reuse():
     ref = ray.put(np.full(2 * MB, 7, dtype=np.uint8))
     held = ray.get(ref)

@@ -13,11 +13,11 @@ import hashlib
 import inspect
 from typing import Any
 
-import cloudpickle
 
 from lightwork._generator import DYNAMIC_METHOD, ObjectRefGenerator
 from lightwork._object_ref import ObjectRef
 from lightwork._remote import callsite
+from lightwork._runtime import pickler
 from lightwork._runtime.actors import Actor
 from lightwork._runtime.calls import ArgumentCheck, check_amount, check_options
 from lightwork._runtime.runtime_env import cache_key as env_cache_key
@@ -137,7 +137,7 @@ class ActorClass:
     def _payload(self) -> tuple[bytes, bytes]:
         if self._key is None:
             try:
-                blob = cloudpickle.dumps(self._cls)
+                blob = pickler.dumps(self._cls)
             except Exception as exc:
                 raise SerializationError(describe_unpicklable(self._cls, exc)) from exc
             self._blob = blob

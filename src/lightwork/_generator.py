@@ -151,24 +151,49 @@ class DynamicReturns:
         self.function = function
 
     def __call__(self, *args: Any, **kwargs: Any) -> DynamicObjectRefGenerator:
-        import lightwork
+        return collect(self.function(*args, **kwargs))
 
-        result = self.function(*args, **kwargs)
-        if inspect.isasyncgen(result):
-            return DynamicObjectRefGenerator(_drain_async(result))
-        try:
-            items = iter(result)
-        except TypeError:
-            raise TypeError(
-                f"a num_returns='dynamic' task must return a generator (or an iterable), "
-                f"got {type(result).__name__}; yield the items, or drop num_returns") from None
-        refs = []
-        try:
-            for item in items:
-                refs.append(lightwork.put(item))
-        except Exception as exc:  # noqa: BLE001 - the error is the last item, as in Ray
-            refs.append(_error_item(exc))
-        return DynamicObjectRefGenerator(refs)
+
+def collect(result: Any) -> DynamicObjectRefGenerator:
+    """Store each item of what a dynamic generator function returned (an async
+    generator's on a loop, see ``_drain_async``), an error mid-way as the last item."""
+    import lightwork
+
+    if inspect.isasyncgen(result):
+        return DynamicObjectRefGenerator(_drain_async(result))
+    try:
+        items = iter(result)
+    except TypeError:
+        raise TypeError(
+            f"a num_returns='dynamic' task must return a generator (or an iterable), "
+            f"got {type(result).__name__}; yield the items, or drop num_returns") from None
+    refs = []
+    try:
+        for item in items:
+            refs.append(lightwork.put(item))
+    except Exception as exc:  # noqa: BLE001 - the error is the last item, as in Ray
+        refs.append(_error_item(exc))
+    return DynamicObjectRefGenerator(refs)
+
+
+async def collect_async(result: Any) -> DynamicObjectRefGenerator:
+    """``collect`` from a coroutine already running on the actor's loop (the cluster
+    backend's async actors): an async generator is drained here, on that loop."""
+    if inspect.isasyncgen(result):
+        return DynamicObjectRefGenerator(await _store_async_items(result))
+    return collect(result)
+
+
+async def _store_async_items(items: Any) -> list[ObjectRef]:
+    import lightwork
+
+    refs = []
+    try:
+        async for item in items:
+            refs.append(lightwork.put(item))
+    except Exception as exc:  # noqa: BLE001 - the error is the last item, as in Ray
+        refs.append(_error_item(exc))
+    return refs
 
 
 def _drain_async(items: Any) -> list[ObjectRef]:
@@ -176,26 +201,20 @@ def _drain_async(items: Any) -> list[ObjectRef]:
     one (its other coroutines keep running), else on a loop of its own."""
     import asyncio
 
-    import lightwork
     from lightwork import _api
 
-    async def drain() -> list[ObjectRef]:
-        refs = []
-        try:
-            async for item in items:
-                refs.append(lightwork.put(item))
-        except Exception as exc:  # noqa: BLE001 - the error is the last item, as in Ray
-            refs.append(_error_item(exc))
-        return refs
-
     loop = getattr(_api._worker, "loop", None)
-    return loop.run(drain()) if loop is not None else asyncio.run(drain())
+    drain = _store_async_items(items)
+    return loop.run(drain) if loop is not None else asyncio.run(drain)
 
 
 def _error_item(exc: Exception) -> ObjectRef:
     """A ref whose ``get`` raises ``exc``: where a dynamic generator stopped with it."""
     from lightwork import _api
 
-    if _api._worker is None:  # not in a worker (no embedded runtime): fail the call
+    if _api._worker is not None:  # in a worker of the embedded runtime
+        return _api._worker.put_error(exc)
+    put_error = getattr(_api._backend, "put_error", None)  # a cluster backend's worker
+    if put_error is None:  # not in a worker: fail the call
         raise exc
-    return _api._worker.put_error(exc)
+    return put_error(exc)

@@ -14,9 +14,9 @@ import inspect
 import sys
 from typing import Any
 
-import cloudpickle
 
 from lightwork._generator import ObjectRefGenerator
+from lightwork._runtime import pickler
 from lightwork._runtime.calls import (
     TASK_OPTIONS,
     ArgumentCheck,
@@ -94,11 +94,11 @@ class RemoteFunction:
         if dynamic:  # the function runs inside DynamicReturns: another payload
             from lightwork._generator import DynamicReturns
 
-            blob = cloudpickle.dumps(DynamicReturns(self._function))
+            blob = pickler.dumps(DynamicReturns(self._function))
             return hashlib.blake2b(blob, digest_size=16).digest(), blob
         if self._key is None:
             try:
-                blob = cloudpickle.dumps(self._function)
+                blob = pickler.dumps(self._function)
             except Exception as exc:
                 raise SerializationError(
                     f"remote function {_name(self._function)} could not be pickled: "

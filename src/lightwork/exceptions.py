@@ -199,7 +199,7 @@ def _pack_cause(cause: BaseException | None) -> tuple[Any, ...] | None:
         return None
     import pickle
 
-    import cloudpickle
+    from lightwork._runtime import pickler
 
     try:
         message = str(cause)
@@ -208,7 +208,7 @@ def _pack_cause(cause: BaseException | None) -> tuple[Any, ...] | None:
     reason = ""
     for attempt in (cause, _CauseByState(cause)):
         try:
-            data = cloudpickle.dumps(attempt, protocol=5)
+            data = pickler.dumps(attempt, protocol=5)
             pickle.loads(data)  # the receiver runs the same code: make sure it loads
             return (data, _type_name(cause), message, "", class_names(type(cause)))
         except Exception as exc:  # noqa: BLE001 - try the next form, then give up

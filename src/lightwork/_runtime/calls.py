@@ -206,9 +206,9 @@ def call_limited(blob: bytes, max_calls: int) -> tuple[bytes, bytes]:
     """(key, blob) of the task function ``blob`` run under :class:`CallLimit`."""
     import hashlib
 
-    import cloudpickle
+    from lightwork._runtime import pickler
 
-    wrapped = cloudpickle.dumps(CallLimit(blob, max_calls))
+    wrapped = pickler.dumps(CallLimit(blob, max_calls))
     return hashlib.blake2b(wrapped, digest_size=16).digest(), wrapped
 
 

@@ -304,8 +304,8 @@ def payload_with_env(blob: bytes, env: Env, actor: bool) -> tuple[bytes, bytes]:
     """(key, blob) of a task function or actor class ``blob`` that runs under ``env``."""
     import hashlib
 
-    import cloudpickle
+    from lightwork._runtime import pickler
 
     wrapper = ActorClassWithEnv(blob, env) if actor else TaskWithEnv(blob, env)
-    wrapped = cloudpickle.dumps(wrapper)
+    wrapped = pickler.dumps(wrapper)
     return hashlib.blake2b(wrapped, digest_size=16).digest(), wrapped

@@ -29,10 +29,22 @@ elsewhere see it dead too.
 While an actor restarts, new calls from its owner queue (``OwnedActor.queued``) and are
 sent, in order, once it is back. A call in flight when the worker died is sent again
 after the restart if ``max_task_retries`` allows (-1: always), otherwise it fails with
-``ActorDiedError`` (Ray's semantics: the call may have run partly). Calls from other
-processes (a handle passed to a task) are not retried: they fail with ``ActorDiedError``
-while the actor is down and reach the new one after the restart. Sequence numbers
+``ActorDiedError`` (Ray's semantics: the call may have run partly). Sequence numbers
 (``_seqs``, per caller) start again at 0 for each incarnation of the actor.
+
+Handles in other processes (passed to a task or another actor, or found by name) behave
+the same, without deciding anything: their process follows the owner's decision through
+the actor's key. The key carries the actor's ``(max_restarts, max_task_retries)`` as an
+annotation, which such a process reads from the scheduler when it first meets a loss
+(``_restart_policy``). It meets one as a call whose RPC failed, or as the key failed (the
+``task-erred`` message drops its cached proxy, ``_actor_key_erred``). With restarts
+allowed, its calls then wait (:class:`BorrowedRestart`) while one thread follows the
+key's state: back in memory on another worker (restarted: the calls go, in order),
+cancelled (killed, or out of restarts: they fail with ``ActorDiedError``), or still
+failed after ``RESTART_WAIT_S`` (the owner is gone: they fail). A call in flight is sent
+again under ``max_task_retries``, as the owner's are. So that a handle elsewhere never
+waits for a decision that cannot come, the owner watches every actor it creates and
+gives up (cancels the key of) a lost one without restarts at once.
 
 Named actors are published as scheduler datasets (``lightwork-actor/<namespace>/<name>``:
 the cluster's directory, found from any client); a detached one stays published after
@@ -49,15 +61,30 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
 
 from lightwork import exceptions
 from lightwork._object_ref import ObjectRef, collecting_refs, ref_counter
+from lightwork._runtime import pickler
 from lightwork.backends.cluster_worker import ArgSlot, Failed, key_name, unsupported
 
 _ACTOR_DATASET = "lightwork-actor/"
 #: How long a restart waits for the scheduler to notice a worker the RPC found dead.
 LOSS_NOTICE_TIMEOUT_S = 30.0
+#: How long a borrowed handle waits for the owner to restart a lost actor, and how often
+#: it looks at the actor's key meanwhile (only during a restart).
+RESTART_WAIT_S = 60.0
+RESTART_POLL_S = 0.05
+#: The annotation of an actor's key carrying (max_restarts, max_task_retries), read by
+#: the processes that borrow a handle to it.
+_POLICY = "lightwork_actor_restarts"
+
+
+def _task_id_of_key(key: Any) -> int | None:
+    """The id in a key ``"<name>-<id hex>"`` (an actor's: its actor id), or None."""
+    try:
+        return int(str(key).split("-")[1], 16)
+    except (IndexError, ValueError):
+        return None
 
 
 def _actor_dataset(name: str, namespace: str | None) -> str:
@@ -78,24 +105,36 @@ _ENV_LOADER = b"lightwork._runtime.runtime_env\x94\x8c\x10load_actor_class"
 class ActorCall:
     """One actor call from this process: its message, and its outcome once final."""
 
-    __slots__ = ("actor_id", "attempt", "held", "message", "num_returns", "outcome")
+    __slots__ = ("actor_id", "attempt", "held", "message", "num_returns", "outcome",
+                 "recorder")
 
-    def __init__(self, actor_id: int, message: tuple[Any, ...], num_returns: int) -> None:
+    def __init__(self, actor_id: int, message: tuple[Any, ...], num_returns: int,
+                 recorder: Any = None) -> None:
         self.actor_id = actor_id
         self.message = message  # (method, name, payload, keys, num_returns, task_id)
         self.num_returns = num_returns
         self.attempt = 0
         self.held: list[Any] = []  # futures of the refs the call borrows, until it ends
         self.outcome: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.recorder = recorder  # the driver's event log (cluster_record), or None
 
     def finish(self, stored: Any) -> None:
+        """The actor answered with ``stored``."""
+        if self.recorder is not None:
+            self.recorder.call_answered(self.message[5])
+        self._settle(stored)
+
+    def fail(self, error: exceptions.LightworkError) -> None:
+        """The call failed here (its actor died): the actor will not report it."""
+        if self.recorder is not None:
+            self.recorder.call_failed(self.message[5], error)
+        failed = Failed(error)
+        self._settle(failed if self.num_returns <= 1 else (failed,) * self.num_returns)
+
+    def _settle(self, stored: Any) -> None:
         self.held = []
         if not self.outcome.done():
             self.outcome.set_result(stored)
-
-    def fail(self, error: exceptions.LightworkError) -> None:
-        failed = Failed(error)
-        self.finish(failed if self.num_returns <= 1 else (failed,) * self.num_returns)
 
 
 class ActorResult:
@@ -121,6 +160,15 @@ class ActorResult:
         except concurrent.futures.TimeoutError:
             raise TimeoutError from None
         return value if self.index is None else value[self.index]
+
+
+@dataclass(slots=True, eq=False)
+class BorrowedRestart:
+    """An actor this process did not create, lost and maybe being restarted by its owner:
+    the calls made meanwhile wait here (see *Restarts*)."""
+
+    lost_address: str | None  # the worker it was lost with, if known
+    queued: list[ActorCall]
 
 
 @dataclass(slots=True)
@@ -161,6 +209,8 @@ class ActorCalls:
         self._watched: set[str] = set()  # worker topics subscribed to
         self._named: list[str] = []  # named, not detached actors: unpublished at shutdown
         self._caller = uuid.uuid4().hex  # this process, as a caller of actors
+        self._borrowed: dict[int, BorrowedRestart] = {}  # borrowed actors being restarted
+        self._policies: dict[int, tuple[int, int] | None] = {}  # see _restart_policy
 
     def actor_restarts(self, actor_id: int) -> int:
         """How many times this process restarted the actor (0 if it does not own it)."""
@@ -200,7 +250,7 @@ class ActorCalls:
             kwargs = {k: values[v.index] if type(v) is ArgSlot else v
                       for k, v in kwargs.items()}
         with collecting_refs() as contained:
-            payload = cloudpickle.dumps((tuple(args), kwargs))
+            payload = pickler.dumps((tuple(args), kwargs))
         shape = dict(actor.hold)
         restrictions = {r: a for r, a in shape.items() if a and not (r == "CPU" and a <= 1)}
         if restrictions:
@@ -211,9 +261,15 @@ class ActorCalls:
         keys = self._keys_of(contained) if contained else None
         header = (actor.actor_id, actor.class_name, blob, payload, keys,
                   actor.max_concurrency, bool(actor.async_methods), self.session_tag)
-        future = self.client.submit(
-            ActorHost, header, actor=True, pure=False, resources=restrictions or None,
-            key=f"{key_name(actor.class_name)}-{actor.actor_id:x}")
+        import dask
+
+        # Processes that borrow a handle read its restart policy from the key's annotation.
+        policy = ({_POLICY: (actor.max_restarts, actor.max_task_retries)}
+                  if actor.max_restarts else {})
+        with dask.annotate(**policy):
+            future = self.client.submit(
+                ActorHost, header, actor=True, pure=False, resources=restrictions or None,
+                key=f"{key_name(actor.class_name)}-{actor.actor_id:x}")
         owned = OwnedActor(actor.actor_id, actor.class_name, actor.max_restarts,
                            actor.max_task_retries,
                            [self.futures[i] for i in keys] if keys and actor.max_restarts
@@ -221,8 +277,9 @@ class ActorCalls:
         with self.lock:
             self.futures[actor.actor_id] = future
             self._owned[actor.actor_id] = owned
-        if actor.max_restarts:  # watch its worker once it is placed
-            future.add_done_callback(lambda _f, owned=owned: self._watch(owned, 0))
+        # Watch its worker once it is placed: a loss is decided at once (restarted, or
+        # given up, which handles elsewhere learn from the cancelled key).
+        future.add_done_callback(lambda _f, owned=owned: self._watch(owned, 0))
         if self.recorder is not None:
             self.recorder.actor_created(actor.actor_id, actor.class_name, actor.name, namespace,
                                         actor.detached, actor.max_concurrency)
@@ -246,13 +303,14 @@ class ActorCalls:
             args = tuple(next(values) if type(a) is ObjectRef else a for a in args)
             kwargs = {k: next(values) if type(v) is ObjectRef else v for k, v in kwargs.items()}
         with collecting_refs() as contained:
-            payload = cloudpickle.dumps((args, kwargs))
+            payload = pickler.dumps((args, kwargs))
         keys = self._keys_of(contained) if contained else None
         task_id = self.next_object_id()
         if self.recorder is not None:
-            self.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id)
+            self.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id,
+                                    call=(args, kwargs))
         call = ActorCall(actor_id, (method, name, payload, keys, num_returns, task_id),
-                         num_returns)
+                         num_returns, self.recorder)
         if keys:  # hold what the call borrows until it ends
             call.held = [self.futures[i] for i in keys]
         self._dispatch(call)
@@ -270,10 +328,16 @@ class ActorCalls:
         """Send ``call`` now, queue it while its actor restarts, or fail it if dead."""
         actor_id = call.actor_id
         owned = self._owned.get(actor_id)
+        if owned is None and self._queue_while_restarting(call):
+            return
         try:
             proxy = self._actor(actor_id)
         except exceptions.ActorDiedError as died:
-            if owned is None or not self._begin_restart(owned, owned.incarnation):
+            if owned is None:
+                if not self._await_restart(call, None):
+                    call.fail(died)
+                return
+            if not self._begin_restart(owned, owned.incarnation):
                 call.fail(died)
                 return
             proxy = None
@@ -332,10 +396,18 @@ class ActorCalls:
         owned = self._owned.get(actor_id)
         name = call.message[1]
         if owned is None:
+            policy = self._restart_policy(actor_id)
+            if policy is not None and policy[0] and (policy[1] < 0 or call.attempt < policy[1]):
+                call.attempt += 1  # sent again once its owner has restarted it
+                if self._await_restart(call, proxy._address):
+                    return
+            more = ("" if policy is None or not policy[0] else
+                    "; calls in flight are not retried (max_task_retries="
+                    f"{policy[1]}): set max_task_retries (-1: no limit) if the call is safe to "
+                    "run twice. Calls made after its owner restarts it reach the new one")
             call.fail(exceptions.ActorDiedError(
                 f"actor {actor_id:020x} was lost with its worker ({type(exc).__name__}: "
-                f"{exc}) while running {name}. Calls made after its owner restarts it "
-                "(max_restarts) reach the new one; calls from this process are not retried"))
+                f"{exc}) while running {name}{more}"))
             return
         if not self._begin_restart(owned, incarnation):
             call.fail(self._actor_died(actor_id, exc))  # dead for good
@@ -349,6 +421,9 @@ class ActorCalls:
                 "is safe to run twice"))
             return
         call.attempt += 1
+        if self.recorder is not None:
+            self.recorder.call_retried(call.message[5], "actor restarted: its worker "
+                                       f"{owned.address} was lost ({type(exc).__name__})")
         with self.lock:
             if owned.restarting:
                 owned.queued.insert(0, call)
@@ -428,8 +503,8 @@ class ActorCalls:
                     owned.dead = owned.dead or "it was killed"
                 self._give_up(owned)
                 return
-            if self.recorder is not None and hasattr(self.recorder, "actor_restarted"):
-                self.recorder.actor_restarted(actor_id)
+            if self.recorder is not None:
+                self.recorder.actor_restarted(actor_id, f"its worker {owned.address} was lost")
             self.client.retry([future])
             try:
                 proxy = future.result()
@@ -466,8 +541,116 @@ class ActorCalls:
             future = self.futures.get(owned.actor_id)
         if future is not None and not self._closed:
             self.client.cancel([future], force=True)  # handles elsewhere see it dead
+        if self.recorder is not None:
+            self.recorder.actor_died(owned.actor_id, owned.dead)
         for call in queued:
             call.fail(self._actor_died(owned.actor_id, None))
+
+    # -- restarts seen from a handle this process does not own --------------------------
+    def _restart_policy(self, actor_id: int) -> tuple[int, int] | None:
+        """(max_restarts, max_task_retries) of an actor created elsewhere, from its key's
+        annotation on the scheduler (cached); None if it has none (no restarts)."""
+        if actor_id in self._policies:
+            return self._policies[actor_id]
+        future = self.futures.get(actor_id)
+        key = getattr(future, "key", None)
+        if key is None:
+            return None
+
+        def annotation(dask_scheduler: Any, key: Any = key) -> Any:
+            task = dask_scheduler.tasks.get(key)
+            return None if task is None else (task.annotations or {}).get(_POLICY)
+
+        try:
+            policy = self.client.run_on_scheduler(annotation)
+        except Exception:  # noqa: BLE001 - the scheduler cannot say: no restarts known
+            return None
+        policy = tuple(policy) if policy else None
+        self._policies[actor_id] = policy
+        return policy
+
+    def _queue_while_restarting(self, call: ActorCall) -> bool:
+        """Queue ``call`` if its (borrowed) actor is being restarted by its owner."""
+        with self.lock:
+            borrowed = self._borrowed.get(call.actor_id)
+            if borrowed is None:
+                return False
+            borrowed.queued.append(call)
+            return True
+
+    def _await_restart(self, call: ActorCall, lost_address: str | None) -> bool:
+        """The actor of ``call``, borrowed from its owner, was lost (at ``lost_address``,
+        if known): queue the call until its owner has restarted it, if it may be
+        (``max_restarts``). False if it will not be: the call is not queued."""
+        actor_id = call.actor_id
+        policy = self._restart_policy(actor_id)
+        if policy is None or not policy[0] or self._closed:
+            return False
+        with self.lock:
+            borrowed = self._borrowed.get(actor_id)
+            if borrowed is not None:
+                borrowed.queued.append(call)
+                return True
+            cached = self._proxies.get(actor_id)
+            if cached is not None and lost_address in (None, cached._address):
+                del self._proxies[actor_id]  # stale: its worker is gone
+                lost_address = cached._address
+            borrowed = self._borrowed[actor_id] = BorrowedRestart(lost_address, [call])
+        threading.Thread(target=self._follow_restart, args=(actor_id, borrowed), daemon=True,
+                         name=f"lightwork-actor-restart-{actor_id:x}").start()
+        return True
+
+    def _follow_restart(self, actor_id: int, borrowed: BorrowedRestart) -> None:
+        """Follow the owner's restart of a borrowed actor through its key's state on the
+        scheduler (this process's future of it), then send the queued calls in order."""
+        future = self.futures.get(actor_id)
+        deadline = time.monotonic() + RESTART_WAIT_S
+        proxy, why = None, ""
+        while future is not None and not self._closed:
+            status = future.status
+            if status == "finished":
+                try:
+                    candidate = future.result()
+                except Exception:  # noqa: BLE001 - lost again meanwhile: go on watching
+                    candidate = None
+                if candidate is not None and (candidate._address != borrowed.lost_address
+                                              or time.monotonic() > deadline):
+                    proxy = candidate  # restarted (or, at the deadline, never lost)
+                    break
+            elif status not in ("error", "pending"):  # cancelled: killed, or out of restarts
+                why = "its owner gave it up (it was killed, or its restarts are used up)"
+                break
+            if time.monotonic() > deadline:
+                why = (f"its owner did not restart it within {RESTART_WAIT_S:g} s (the "
+                       "process that created it may have exited)")
+                break
+            time.sleep(RESTART_POLL_S)  # only while an actor restarts
+        with self.lock:
+            if self._borrowed.get(actor_id) is borrowed:
+                del self._borrowed[actor_id]
+            queued, borrowed.queued = borrowed.queued, []
+            if proxy is not None:
+                self._proxies[actor_id] = proxy
+                self._seqs[actor_id] = 0  # the new incarnation counts each caller from 0
+        for call in queued:
+            if proxy is not None:
+                self._dispatch(call)
+            else:
+                call.fail(exceptions.ActorDiedError(
+                    f"actor {actor_id:020x} is dead: its worker was lost and {why or 'the session closed'}"))
+
+    def _actor_key_erred(self, key: Any) -> None:
+        """The scheduler failed ``key`` (on the event loop): if it is a borrowed actor's,
+        its cached proxy is stale (its worker is gone); the next call looks it up again
+        and, finding it lost, waits for the owner's restart."""
+        actor_id = _task_id_of_key(key)
+        if actor_id is None or actor_id in self._owned:
+            return
+        with self.lock:
+            proxy = self._proxies.get(actor_id)
+            if proxy is not None and proxy.key == key:
+                del self._proxies[actor_id]
+                self._seqs[actor_id] = 0  # a new incarnation counts each caller from 0
 
     # -- the actor's proxy -------------------------------------------------------------------
     def _actor(self, actor_id: int) -> Any:
@@ -487,6 +670,8 @@ class ActorCalls:
 
     @staticmethod
     def _out_of_restarts(owned: OwnedActor) -> str:
+        if not owned.max_restarts:
+            return f"its worker ({owned.address}) was lost, and max_restarts=0"
         return (f"its worker ({owned.address}) was lost, and it was restarted "
                 f"{owned.restarts} time(s), all that max_restarts={owned.max_restarts} allows")
 

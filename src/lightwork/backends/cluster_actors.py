@@ -34,6 +34,7 @@ from typing import Any
 import cloudpickle
 
 from lightwork import exceptions
+from lightwork._generator import DYNAMIC_METHOD, DynamicReturns, collect_async
 from lightwork.backends import cluster_record, cluster_worker
 from lightwork.backends.cluster_worker import ArgSlot, Failed, current, error_of
 
@@ -49,6 +50,9 @@ class ActorHost:
         self.session = session  # its driver's: tags its calls' stamps (cluster_record)
         self.class_name = class_name
         self.backend = backend = cluster_worker.worker_backend()
+        # The worker's client, found now (in the worker's task thread): the actor's own
+        # threads cannot find it, and its methods may put, submit or get.
+        backend.client  # noqa: B018
         self.init_error: Failed | None = None
         self.instance: Any = None
         backend.adopt(keys)
@@ -130,7 +134,12 @@ class ActorHost:
                 self.backend.adopt(keys)
                 args, kwargs = cloudpickle.loads(payload)
                 loaded = time.time()
-                result = self._method(method)(*args, **kwargs)
+                if method.startswith(DYNAMIC_METHOD):  # drained on this loop (not a new one)
+                    result = getattr(self.instance, method[len(DYNAMIC_METHOD):])(
+                        *args, **kwargs)
+                    result = await collect_async(result)
+                else:
+                    result = self._method(method)(*args, **kwargs)
                 if asyncio.iscoroutine(result):
                     result = await result
             except Exception as exc:  # noqa: BLE001
@@ -145,6 +154,8 @@ class ActorHost:
     def _method(self, method: str) -> Any:
         if method == "__ray_ready__":  # Ray's: True once the actor is up
             return _ready
+        if method.startswith(DYNAMIC_METHOD):  # num_returns="dynamic": items stored as put
+            return DynamicReturns(getattr(self.instance, method[len(DYNAMIC_METHOD):]))
         return getattr(self.instance, method)
 
     def _note(self, task_id: int, name: str, started: float, exc: BaseException) -> None:

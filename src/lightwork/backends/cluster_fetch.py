@@ -6,6 +6,12 @@ objects' futures through the client (``timeout`` by distributed's ``wait`` first
 is not the user's error (a stored ``Failed``) is turned into lightwork's own error:
 cancelled, a worker lost on every try (``WorkerCrashedError``), or the backend's.
 
+A task lost with its worker and submitted again (``max_retries``, see ``cluster_tasks``)
+is not ready while its retry runs, for ``get`` and ``wait`` alike: both start its
+recovery when they meet the loss first (it is idempotent), then follow the id's new
+future. It is ready, its ``get`` raising ``WorkerCrashedError``, only once its retries
+are used up.
+
 Nested calls
 ------------
 Inside a task, ``get`` and ``wait`` secede from the worker's thread pool while they
@@ -128,32 +134,65 @@ class Fetching:
     def wait(self, ids: list[int], num_returns: int, timeout: float | None,
              callsite: Any = None) -> list[int]:
         self._check_open()
-        futures = [self._future_of(i) for i in ids]
-        done = [f.done() for f in futures]
-        ready = [i for i, was_done in zip(ids, done) if was_done]
-        if len(ready) < num_returns and timeout != 0:
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        blocked = False
+        while True:
+            futures = [self._future_of(i) for i in ids]
+            settled = [self._settled(i, f) for i, f in zip(ids, futures)]
+            if not all(f is self.futures.get(i) for i, f in zip(ids, futures)):
+                continue  # a lost task was submitted again: count its new future
+            ready = [i for i, was_settled in zip(ids, settled) if was_settled]
+            left = None if deadline is None else deadline - time.monotonic()
+            if len(ready) >= num_returns or timeout == 0 or (left is not None and left <= 0):
+                break
+            # A task's Future, an actor call's ActorResult or a stream's ItemSlot; every one
+            # not counted above (a callback on one done since runs at once: none is missed).
+            # A future that fails in the engine (its worker lost) is not counted: it wakes
+            # the loop, which counts it once its retry is decided (see ``_settled``).
             event = threading.Event()
             needed = [num_returns - len(ready)]
             count_lock = threading.Lock()
 
-            def hit(_future: Any) -> None:
+            def hit(future: Any, event: Any = event, needed: Any = needed,
+                    count_lock: Any = count_lock) -> None:
+                if getattr(future, "status", None) == "error":
+                    event.set()
+                    return
                 with count_lock:
                     needed[0] -= 1
                     if needed[0] <= 0:
                         event.set()
 
-            start = time.monotonic()
-            # A task's Future or an actor call's ActorResult; every one not counted above
-            # (a callback on one done since runs at once, so none is missed).
-            for future, was_done in zip(futures, done):
-                if not was_done:
+            for future, was_settled in zip(futures, settled):
+                if not was_settled:
                     future.add_done_callback(hit)
-            self._blocking(lambda: event.wait(timeout))
-            if self.recorder is not None:
-                self.recorder.blocked("wait", start, ids, callsite,
-                                      self.task_ids.get(ids[0], 0))
-            ready = [i for i, f in zip(ids, futures) if f.done()]
+            blocked = True
+            if not self._blocking(lambda event=event, left=left: event.wait(left)):
+                ready = [i for i, f in zip(ids, futures) if self._settled(i, f)]
+                break
+        if blocked and self.recorder is not None:
+            self.recorder.blocked("wait", start, ids, callsite, self.task_ids.get(ids[0], 0))
         return ready[:num_returns]
+
+    def _settled(self, object_id: int, future: Any) -> bool:
+        """Whether ``wait`` counts ``future`` (of ``object_id``) as ready: done, unless it
+        failed in the engine because its worker was lost and its task runs again
+        (``max_retries``), as Ray keeps a retried task not ready. Then its id has a new
+        future (submitted here, if the ``task-erred`` message has not done it yet)."""
+        if not future.done():
+            return False
+        if getattr(future, "status", None) != "error":
+            return True
+        from distributed.scheduler import KilledWorker
+
+        try:
+            lost = future.exception()
+        except Exception:  # noqa: BLE001 - released meanwhile: get says what happened
+            return True
+        if isinstance(lost, KilledWorker):
+            self._recover(lost.task, future.key)
+        return self.futures.get(object_id) is future
 
     def _blocking(self, call: Any) -> Any:
         """Run ``call``; inside a task, seceded from the worker's pool while it blocks."""

@@ -42,10 +42,20 @@ timeline use. Two more rules keep one worker's stamps true to each other:
 
 Rows
 ----
-Each cluster worker (by address) and each actor gets a small row number, the record's
-``worker_id``, in order of first report; the timeline names the rows by address and pid
-(``timeline_info``). Rows use synthetic trace pids, since pids of different machines
-may collide.
+Each cluster worker (by address) and each actor on a worker gets a small row number, the
+record's ``worker_id``, in order of first report (a restarted actor gets a new row on its
+new worker, as a restarted actor's new process does locally); the timeline names the rows
+by address and pid (``timeline_info``). Rows use synthetic trace pids, since pids of
+different machines may collide.
+
+Actor calls, as their caller sees them
+--------------------------------------
+An actor call's record ends with its actor's report, like a task's. The caller's side
+adds what only it sees (``cluster_actor_calls``): a call failed there (its actor died,
+``call_failed``) ends FAILED at once; a call sent again after a restart carries an
+``actor restarted`` retry (``call_retried``), which the timeline draws as locally; and
+when an actor's worker is lost (``actor_restarted``, ``actor_died``), the calls it had
+answered whose reports died with it end FINISHED, at the time their answer came.
 
 Listeners
 ---------
@@ -83,6 +93,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from lightwork import exceptions
+from lightwork._runtime.calls import LARGE_ARGUMENT_BYTES, large_arguments
 from lightwork._runtime.events import DriverSpan, EventLog, TaskRecord
 
 WORKER_RING = 100_000  # reports a worker keeps until the driver pulls them
@@ -194,7 +205,7 @@ class ClusterLog:
         self.control: Any = None  # the control socket's server, once serve() ran
         self.closed = False
         self.session = SimpleNamespace(name=f"distributed-{os.getpid()}", directory=None)
-        self.rows: dict[Any, int] = {}  # worker address, or ("actor", id) -> row number
+        self.rows: dict[Any, int] = {}  # address, or ("actor", id, address) -> row number
         self.row_info: dict[int, dict[str, Any]] = {}
         self._offsets: dict[str, tuple[float, float]] = {}  # address -> (rtt, offset)
         self._shift_caps: dict[str, float] = {}  # address -> the most its shift can be
@@ -203,6 +214,7 @@ class ClusterLog:
         self.actor_info: dict[int, dict[str, Any]] = {}  # actors this driver created
         self._ended_early: dict[int, None] = {}  # cancelled tasks, oldest first (bounded)
         self._lost: dict[int, None] = {}  # tasks whose future failed in the engine
+        self._answered: dict[int, float] = {}  # actor calls answered, not yet reported
         self._pull_lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()  # a watched future ended: pull now
@@ -221,12 +233,16 @@ class ClusterLog:
     # -- driver stamps ---------------------------------------------------------------------
     def submitted(self, task_id: int, name: str, callsite: Any, arg_size: int,
                   actor_id: int = 0, num_cpus: float = 1.0,
-                  dep_tasks: tuple[int, ...] = ()) -> None:
+                  dep_tasks: tuple[int, ...] = (), call: tuple[tuple, dict] = ((), {})) -> None:
+        """A task or actor call was sent; ``call`` is its (args, kwargs), read only when
+        they pickled to a megabyte or more (the advisor's large-arg-repeated rule)."""
         now = time.monotonic()
         record = TaskRecord(task_id, name, 0, now, deps_ready=now, dispatched=now,
                             arg_size=arg_size, callsite=callsite, actor_id=actor_id,
                             num_cpus=num_cpus, state="SUBMITTED_TO_WORKER",
                             dep_tasks=dep_tasks)
+        if arg_size >= LARGE_ARGUMENT_BYTES:
+            record.large_args = large_arguments(*call)
         with self.lock:
             self.tasks[task_id] = _Live(record, actor_id)
             if len(self.tasks) > self.log.budget:  # never reported: drop the oldest
@@ -277,22 +293,63 @@ class ClusterLog:
     def cancelled(self, task_ids: list[int]) -> None:
         """Tasks cancelled by the driver end now; a later report of one that ran anyway
         (cancel without force of a running task) is then ignored."""
+        self._end_early(task_ids, "TaskCancelledError: cancelled by the driver")
+
+    def _end_early(self, task_ids: list[int], error: str | None) -> None:
+        """End live records from the driver's side (FAILED with ``error``, or FINISHED if
+        it is None); a report of one of them that still comes is then ignored."""
         now = time.monotonic()
         ended = []
         with self.lock:
             for task_id in task_ids:
                 live = self.tasks.pop(task_id, None)
+                answered = self._answered.pop(task_id, None)
                 if live is None:
                     continue
                 record = live.record
-                record.state, record.seen = "FAILED", now
-                record.error = "TaskCancelledError: cancelled by the driver"
+                record.seen = answered or now
+                if error is None:
+                    record.state, record.finished = "FINISHED", record.seen
+                else:
+                    record.state, record.error = "FAILED", error
                 self.log.finish_task(record)
                 ended.append(record)
                 self._ended_early[task_id] = None
                 if len(self._ended_early) > 10_000:
                     del self._ended_early[next(iter(self._ended_early))]
         self._tell_listeners(ended)
+
+    # -- actor calls, as their caller sees them (see the module docstring) -------------
+    def call_answered(self, task_id: int) -> None:
+        """An actor call's result reached its caller (its report may come later)."""
+        self._answered[task_id] = time.monotonic()
+
+    def call_failed(self, task_id: int, error: BaseException) -> None:
+        """An actor call failed at its caller (its actor died): no report will come."""
+        self._end_early([task_id], error_text(error))
+
+    def call_retried(self, task_id: int, reason: str) -> None:
+        """An actor call in flight when its actor's worker died is sent again."""
+        with self.lock:
+            live = self.tasks.get(task_id)
+            if live is not None:
+                live.record.retries += ((time.monotonic(), reason),)
+
+    def actor_restarted(self, actor_id: int, how: str) -> None:
+        """The owner restarts ``actor_id`` (``how``: why it was lost): the calls its lost
+        worker answered end now, as their reports died with it."""
+        self._end_answered(actor_id)
+
+    def actor_died(self, actor_id: int, how: str) -> None:
+        """``actor_id`` is dead for good (``how``: why); as for a restart."""
+        self._end_answered(actor_id)
+
+    def _end_answered(self, actor_id: int) -> None:
+        with self.lock:
+            answered = [task_id for task_id in self._answered
+                        if (live := self.tasks.get(task_id)) is not None
+                        and live.actor_id == actor_id]
+        self._end_early(answered, None)
 
     def actor_created(self, actor_id: int, class_name: str, name: str | None = None,
                       namespace: str | None = None, detached: bool = False,
@@ -462,7 +519,9 @@ class ClusterLog:
                  retries) in reports:
                 live = self.tasks.pop(task_id, None)
                 if live is None and task_id in self._ended_early:
-                    continue  # cancelled, and its record already ended
+                    continue  # ended by the driver already (cancelled, or its actor lost)
+                if actor_id:
+                    self._answered.pop(task_id, None)
                 raw_end = stored
                 started, loaded = place(started), place(loaded)
                 finished, stored = place(finished), place(stored)
@@ -477,15 +536,17 @@ class ClusterLog:
                 record.worker_id = self._row(address, pid, actor_id)
                 record.pid = pid
                 record.error = error
-                record.attempt = len(retries)
-                record.retries = tuple((place(t), reason) for t, reason in retries)
+                # The driver's own (an actor call sent again after a restart) come first.
+                record.retries += tuple((place(t), reason) for t, reason in retries)
+                record.attempt = len(record.retries)
                 record.state = "FAILED" if error else "FINISHED"
                 log.finish_task(record)
                 ended.append(record)
         return ended
 
     def _row(self, address: str, pid: int, actor_id: int) -> int:
-        key: Any = ("actor", actor_id) if actor_id else address
+        # An actor's row is per worker: a restarted actor's calls get a row of their own.
+        key: Any = ("actor", actor_id, address) if actor_id else address
         row = self.rows.get(key)
         if row is None:
             row = self.rows[key] = len(self.rows) + 1

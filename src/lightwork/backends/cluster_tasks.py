@@ -51,9 +51,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-import cloudpickle
 
 from lightwork._object_ref import ObjectRef, collecting_refs, ref_counter
+from lightwork._runtime import pickler
 from lightwork.backends import cluster_streams, cluster_worker
 from lightwork.backends.cluster_worker import ArgSlot, key_name, unsupported
 
@@ -176,7 +176,7 @@ class TaskSubmission:
                               if type(a) is ObjectRef)
             args, kwargs = self._slots(args, kwargs, deps, sources)
         with collecting_refs() as contained:
-            payload = cloudpickle.dumps((args, kwargs))
+            payload = pickler.dumps((args, kwargs))
         keys = self._keys_of(contained) if contained else None
         task_id = self.next_object_id()
         num_returns = spec.num_returns
@@ -187,7 +187,8 @@ class TaskSubmission:
         recorder = self.recorder
         if recorder is not None:
             recorder.submitted(task_id, spec.name, callsite, len(payload),
-                               num_cpus=shape.get("CPU", 1.0), dep_tasks=dep_tasks)
+                               num_cpus=shape.get("CPU", 1.0), dep_tasks=dep_tasks,
+                               call=(args, kwargs))
         main_key = f"{prefix}-{task_id:x}"
         main, return_futures = self._submit_main(header, deps, restrictions, main_key,
                                                  num_returns, spec.stream)
@@ -299,6 +300,8 @@ class TaskSubmission:
             if isinstance(exception, KilledWorker):  # on the event loop: never block here
                 threading.Thread(target=self._recover, args=(exception.task, key),
                                  daemon=True, name="lightwork-retry").start()
+            if self._proxies:  # a borrowed actor's key: its cached proxy is stale
+                self._actor_key_erred(key)
 
         client._stream_handlers["task-erred"] = task_erred
 
@@ -373,6 +376,20 @@ class TaskSubmission:
             return [k for k in keys if k in tasks and tasks[k].state == "processing"]
 
         return self.client.run_on_scheduler(processing)
+
+    def put_error(self, exc: BaseException) -> ObjectRef:
+        """An object whose ``get`` raises ``exc`` as the running task's error: where a
+        ``num_returns="dynamic"`` generator stopped with it (``_generator._error_item``),
+        the items before it staying readable, as on the embedded runtime."""
+        self._check_open()
+        task = getattr(cluster_worker.current, "task", None)
+        stored = cluster_worker.error_of(task[1] if task else "(unknown task)", exc)
+        object_id = self.next_object_id()
+        [future] = self.client.scatter([stored], hash=False)
+        with self.lock:
+            self.futures[object_id] = future
+            self.task_ids[object_id] = 0
+            return ObjectRef(object_id)
 
     def put(self, value: Any) -> ObjectRef:
         self._check_open()

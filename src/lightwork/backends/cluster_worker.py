@@ -47,6 +47,7 @@ import cloudpickle
 
 from lightwork import exceptions
 from lightwork._object_ref import collecting_refs, ref_counter
+from lightwork._runtime import pickler
 from lightwork._runtime.calls import ArgSlot  # the same placeholder as the local runtime's
 from lightwork.backends.cluster_record import error_text as _error_text
 from lightwork.backends.cluster_record import note as _note
@@ -117,7 +118,7 @@ def error_of(name: str, exc: BaseException) -> Failed:
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     error = exceptions.TaskError(name, tb, exc, os.getpid())
     try:
-        cloudpickle.dumps(exc)
+        pickler.dumps(exc)
     except Exception:  # noqa: BLE001 - an unpicklable exception still reports its traceback
         error = exceptions.TaskError(name, tb, None, os.getpid())
     return Failed(error)
@@ -260,7 +261,7 @@ def encode(value: Any, keys_of: Any) -> Any:
     if type(value) in _PLAIN_TYPES:
         return value
     with collecting_refs() as ids:
-        payload = cloudpickle.dumps(value)
+        payload = pickler.dumps(value)
     if not ids:
         return value
     return WithRefs(payload, keys_of(ids))

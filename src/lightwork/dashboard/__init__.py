@@ -9,8 +9,11 @@ Pieces (each module's docstring has its design):
 * ``feed`` — in the watched program (``register_control_ops`` hooks it into the control
   socket at ``init``): answers the incremental ``dashboard_sync`` (new task records as binary columns, live picture), about once a
   second while a page is open and never when none is;
-* ``mirror`` — in the dashboard process: the session's copy, and every view's query
-  (task stream, tasks table paged and sorted on the server, per-function summary);
+* ``mirror`` — in the dashboard process: the session's copy (the sync thread applies
+  each sync, doing the heavy part off the lock), and the overview and stream views;
+* ``table`` — the tasks view, paged, filtered and sorted on the server, over the kept
+  sort orders of ``orders``; ``functions`` — per-function counts and percentiles, kept
+  as records arrive;
 * ``server`` and ``handler`` — the HTTP server (standard library), its security (loopback,
   token, Host check, no CORS, opt-in actions) and its routes, with Server-Sent Events;
 * ``launch`` — the child process ``init(dashboard=True)`` starts;

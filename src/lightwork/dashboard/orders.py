@@ -33,37 +33,40 @@ from typing import Any
 # Merged by one Timsort while the kept rows are fewer than this, or than the new ones;
 # by bisection past that (it makes no list of every row: the process stays small).
 SMALL_ORDER = 4_096
+RENUMBER_SLICE = 65_536  # rows renumbered per C pass after a trim (a few ms each)
 
 
 class SortOrder:
-    """Row numbers ascending by (``key(row)``, row), covering rows ``0 .. len(rows)``."""
+    """Row numbers ascending by (``key(row)``, row), covering rows ``0 .. len(rows)``.
+
+    ``rows`` is never changed in place: :meth:`merged` and :meth:`without_oldest` make the
+    next array, which the owner (the mirror's sync thread) builds off the mirror's lock
+    and publishes by assigning ``rows``; a request reading the old array is unaffected.
+    """
 
     def __init__(self) -> None:
         self.rows: array.array[int] = array.array("i")
-        self._to_drop = 0  # oldest rows forgotten, not yet taken out (``drop_oldest``)
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def extend(self, n: int, key: Callable[[int], Any]) -> None:
-        """Take rows ``len(self) .. n`` in (``key`` reads a row's value, in C); call it
-        before reading ``rows`` (it also carries out ``drop_oldest``)."""
-        if self._to_drop:
-            n_drop, self._to_drop = self._to_drop, 0
-            kept = itertools.compress(self.rows,
-                                      map(functools.partial(operator.le, n_drop), self.rows))
-            self.rows = array.array("i", map(functools.partial(operator.add, -n_drop), kept))
+        """Take rows ``len(self) .. n`` in (``merged``, published at once)."""
+        self.rows = self.merged(n, key)
+
+    def merged(self, n: int, key: Callable[[int], Any]) -> array.array[int]:
+        """The order of rows ``0 .. n``: this one with rows ``len(self) .. n`` merged in
+        (``key`` reads a row's value, in C)."""
         kept = self.rows
         first = len(kept)
         if first >= n:
-            return
+            return kept
         new = sorted(range(first, n), key=key)  # stable: ties stay in row order
         if first < SMALL_ORDER or n - first >= first:
             merged = kept.tolist()
             merged.extend(new)
             merged.sort(key=key)  # two sorted runs: Timsort merges them
-            self.rows = array.array("i", merged)
-            return
+            return array.array("i", merged)
         out = array.array("i")
         done = 0  # kept rows copied so far
         for row in new:
@@ -73,13 +76,87 @@ class SortOrder:
                 done = at
             out.append(row)
         out += kept[done:]
-        self.rows = out
+        return out
 
-    def drop_oldest(self, n: int) -> None:
-        """Forget rows below ``n`` and renumber the rest (the mirror trimmed them), at
-        the next ``extend``: a pass over every row, so the mirror's trim does not make
-        one per order while holding its lock (``refresh_orders`` takes one at a time)."""
-        self._to_drop += n
+    def without_oldest(self, n: int) -> array.array[int]:
+        """This order without rows below ``n``, the rest renumbered (the mirror trimmed
+        its oldest rows), in slices of ``RENUMBER_SLICE`` rows: each is one C pass, and
+        the GIL can go to a request between them."""
+        drop, shift = functools.partial(operator.le, n), functools.partial(operator.add, -n)
+        out = array.array("i")
+        rows = self.rows
+        for start in range(0, len(rows), RENUMBER_SLICE):
+            piece = rows[start:start + RENUMBER_SLICE]
+            out.extend(map(shift, itertools.compress(piece, map(drop, piece))))
+        return out
+
+
+class SortKeys:
+    """The values the kept orders of ``run_s``, ``queued_s``, ``name`` and ``state`` sort
+    by, one per row (the other kept orders read a column of the mirror as it is).
+
+    Run and queued times are computed from the columns once, as rows arrive; a name and a
+    state sort by their alphabetical rank among the names (states) known, kept per row
+    (a state's rank in 1 byte, a name's in 4). A new name moves the ranks: every row's is
+    made again (:meth:`ranked`), and the kept order by name stays right as it is, since
+    the old names keep their relative order.
+
+    The mirror's sync thread is the only writer: it appends under the mirror's lock (or
+    swaps in a re-ranked array); requests read rows below the mirror's published count.
+    """
+
+    def __init__(self) -> None:
+        self.run_s: array.array[float] = array.array("d")  # -1.0: never ran
+        self.queued_s: array.array[float] = array.array("d")  # 0.0: never queued
+        # Per kind ("name", "state"): the rank of each label index, and each row's rank.
+        self.ranks: dict[str, list[int]] = {"name": [], "state": []}
+        self.ranked_rows: dict[str, array.array[int]] = {"name": array.array("i"),
+                                                         "state": array.array("b")}
+
+    def columns(self) -> list[array.array[Any]]:
+        """Every array with one value per row (the mirror trims them with its columns)."""
+        return [self.run_s, self.queued_s, *self.ranked_rows.values()]
+
+    def key(self, sort: str) -> Callable[[int], Any]:
+        if sort in self.ranked_rows:
+            return self.ranked_rows[sort].__getitem__
+        return self.run_s.__getitem__ if sort == "run_s" else self.queued_s.__getitem__
+
+    @staticmethod
+    def ranks_of(labels: Sequence[str]) -> list[int]:
+        """Each label's alphabetical rank, by its index."""
+        ranks = [0] * len(labels)
+        for rank, index in enumerate(sorted(range(len(labels)), key=labels.__getitem__)):
+            ranks[index] = rank
+        return ranks
+
+    @staticmethod
+    def ranked(kind: str, ranks: list[int], indexes: array.array[int]) -> array.array[int]:
+        """Each row's rank from its label index, in slices of ``RENUMBER_SLICE`` (a C pass
+        each, so the GIL can go to a request between them)."""
+        out = array.array("i" if kind == "name" else "b")
+        for start in range(0, len(indexes), RENUMBER_SLICE):
+            out.extend(map(ranks.__getitem__, indexes[start:start + RENUMBER_SLICE]))
+        return out
+
+
+def run_times(floats: dict[str, Any]) -> array.array[float]:
+    """Run time per row (finished - args_loaded; -1.0 for a task that never ran)."""
+    loaded = floats["args_loaded"]
+    out = array.array("d", map(operator.sub, floats["finished"], loaded))
+    for i in itertools.compress(range(len(loaded)), map(operator.not_, loaded)):
+        out[i] = -1.0
+    return out
+
+
+def queued_times(floats: dict[str, Any]) -> array.array[float]:
+    """Queued time per row: from its arguments ready until it started (or was dispatched,
+    or ended: the first known); 0.0 when its arguments were never ready."""
+    return array.array("d", [
+        (max(0.0, until - deps) if (until := started or dispatched or finished) else 0.0)
+        if deps else 0.0
+        for deps, started, dispatched, finished in zip(
+            floats["deps_ready"], floats["started"], floats["dispatched"], floats["finished"])])
 
 
 class FilteredOrder:

@@ -52,7 +52,6 @@ def load(path: str) -> Mirror:
     }
     mirror = Mirror()
     mirror.apply(reply, b"".join(attached))
-    mirror.refresh_orders()  # sorted once here, not by the first page that asks
     mirror.mark_ended(f"replayed from {path}; the program is not running")
     return mirror
 

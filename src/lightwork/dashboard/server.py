@@ -231,7 +231,6 @@ class DashboardServer:
                             "span_cursor": self.mirror.span_cursor,
                         }, timeout=10.0)
                         count = self.mirror.apply(reply, attached)
-                        self.mirror.refresh_orders()  # here, off the requests' path
                         total += count
                         if count < DEFAULT_MAX_RECORDS or self._stop.is_set():
                             self._note_rate(total)
@@ -298,7 +297,6 @@ class DashboardServer:
                         "span_cursor": self.mirror.span_cursor,
                     }, timeout=10.0)
                     count = self.mirror.apply(reply, attached)
-                    self.mirror.refresh_orders()
                     if count < DEFAULT_MAX_RECORDS:
                         break
                 channel.ask("dashboard_end_seen", {"watcher": self.watcher}, timeout=5.0)

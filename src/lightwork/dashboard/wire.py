@@ -17,7 +17,9 @@ Standard library only: the dashboard process imports this without the runtime.
 
 from __future__ import annotations
 
+import array
 import struct
+from typing import Any
 
 FLOAT_COLUMNS = ("submitted", "deps_ready", "dispatched", "started", "args_loaded",
                  "finished", "stored")
@@ -32,3 +34,24 @@ DEFAULT_MAX_RECORDS = 20_000  # per sync (bounds both sides' peak memory); the r
 def attached_size(count: int) -> int:
     """How many bytes ``count`` records take after the JSON line."""
     return count * (ROW_BYTES + 4 + 1)
+
+
+def unpack(count: int, attached: bytes) -> tuple[dict[str, Any], dict[str, Any], Any, Any]:
+    """The records' columns: floats and ints by column name (``array`` of "d" and "q"),
+    the name codes and the state codes (positions in the reply's tables)."""
+    if len(attached) != attached_size(count):
+        raise ValueError(f"a sync's attached records ({len(attached)} bytes) do not match "
+                         f"its count ({count})")
+    rows_end = count * ROW_BYTES
+    # View the rows as doubles and as int64s (no copy) and take each column with a
+    # strided slice (in C; one column's bytes at a time).
+    width = len(FLOAT_COLUMNS) + len(INT_COLUMNS)
+    rows = memoryview(attached)[:rows_end]
+    as_floats, as_ints = rows.cast("d"), rows.cast("q")
+    floats = {name: array.array("d", as_floats[k::width].tobytes())
+              for k, name in enumerate(FLOAT_COLUMNS)}
+    ints = {name: array.array("q", as_ints[k::width].tobytes())
+            for k, name in enumerate(INT_COLUMNS, start=len(FLOAT_COLUMNS))}
+    name_codes = array.array(NAME_CODE, attached[rows_end:rows_end + 4 * count])
+    state_codes = array.array(STATE_CODE, attached[rows_end + 4 * count:])
+    return floats, ints, name_codes, state_codes

@@ -53,11 +53,10 @@ import time
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-import cloudpickle
 
 from lightwork import _api
 from lightwork._object_ref import ObjectRef
-from lightwork._runtime import serialization
+from lightwork._runtime import pickler, serialization
 from lightwork.dask._execute import run_graph_node, run_task, without_function
 from lightwork.dask._graph import needed_subgraph
 from lightwork.diagnostics.callbacks import Hooks, dask_state, state_progress
@@ -266,7 +265,7 @@ class DaskRun:
         remote = self.remotes.get((name, id(func)))
         if remote is None:
             try:  # once per function: say which task's function it is if it cannot go
-                cloudpickle.dumps(func)
+                pickler.dumps(func)
             except Exception as exc:
                 raise serialization.SerializationError(
                     f"the function of Dask task {key!r} cannot be sent to the workers: "

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-import cloudpickle
+from lightwork._runtime import pickler
 
 __all__ = ["FailureTuple", "inspect_serializability"]
 
@@ -87,7 +87,7 @@ def _inspect(value: Any, path: tuple[str, ...], parent: Any, depth: int,
              failures: set[FailureTuple], out: TextIO, indent: str) -> bool:
     name = path[-1]
     try:
-        cloudpickle.dumps(value)
+        pickler.dumps(value)
     except Exception as exc:  # noqa: BLE001 - any pickling failure is what we report
         print(f"{indent}!!! FAIL serialization of {name}: {type(exc).__name__}: {exc}", file=out)
         before = len(failures)

@@ -416,7 +416,9 @@ function renderFunctions(f) {
     ["function", (r) => r.name], ["tasks", (r) => fmtNumber(r.count), "num"],
     ["by state", (r) => Object.entries(r.state_counts).map(([k, v]) => `${k.toLowerCase()} ${v}`).join(", ")],
     ["p50 run", (r) => fmtSeconds(r.p50_run_s), "num"], ["p95 run", (r) => fmtSeconds(r.p95_run_s), "num"],
-    ["mean run", (r) => fmtSeconds(r.mean_run_s), "num"], ["queued (total)", (r) => fmtSeconds(r.total_queued_s), "num"],
+    ["mean run", (r) => fmtSeconds(r.mean_run_s), "num"],
+    ["p50 queued", (r) => fmtSeconds(r.p50_queued_s), "num"], ["p95 queued", (r) => fmtSeconds(r.p95_queued_s), "num"],
+    ["queued (total)", (r) => fmtSeconds(r.total_queued_s), "num"],
   ]);
 }
 
