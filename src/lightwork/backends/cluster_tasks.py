@@ -398,6 +398,8 @@ class TaskSubmission:
         object_id = self.next_object_id()
         stored = self.encode(value)
         [future] = self.client.scatter([stored], hash=False)
+        if type(stored) is cluster_worker.WithRefs:  # held until no one can read it
+            self.hold_inside(stored, future.key, "forgotten", armed=False)
         with self.lock:
             self.futures[object_id] = future
             self.task_ids[object_id] = 0

@@ -26,7 +26,10 @@ own for that key (``RefCounter.on_borrow``), released when the last ref to that 
 process is gone. So an object stays alive while any process holds a ref to it, including
 refs a task keeps after it returns (in an actor's state, say). Refs a task returns inside
 its (single) result are held by the worker that made them while that result's key lives
-(``cluster_plugin.ExportedRefs``); inside one of several returns, for the worker's lifetime.
+(``cluster_plugin.ExportedRefs``); inside a ``put`` value, one of several returns, a
+generator's item or an actor call's result, while that outer object lives
+(``cluster_holds``). A task and an actor call drop their own refs to what they return
+when they end, so only those holds keep it.
 
 The event log
 -------------
@@ -203,7 +206,15 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
                          f"{type(result).__name__} {result!r:.80}; return a sequence of "
                          f"{num_returns} values")
         return (error_of(name, exc),) * num_returns
-    return tuple(backend.encode(part) for part in parts)
+    stored = tuple(backend.encode(part) for part in parts)
+    main_key = _current_key()
+    for index, part in enumerate(stored):
+        if type(part) is WithRefs:  # held while the part's own key lives (cluster_holds)
+            backend.hold_inside(part, f"{main_key}-{index}", "forgotten")
+    del result, parts  # this process's own refs to what is inside go now (as above)
+    if ref_counter._released:
+        backend._drain()
+    return stored
 
 
 def await_bridged(name: str) -> Any:
