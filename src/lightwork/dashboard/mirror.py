@@ -137,7 +137,7 @@ class Mirror:
         """Decode, stage and merge a sync's records (the sync thread; off the lock but
         for the stage); ``_publish`` then shows them."""
         count = int(tasks["count"])
-        floats, ints, name_codes, state_codes = wire.unpack(count, attached)
+        floats, ints, name_codes, state_codes = wire.unpack(tasks, attached)
         # The reply's tables, as positions in ours (new names and states are added:
         # the tables only grow, and requests read them through published rows).
         names = [self._intern(self.names, self.name_index, str(n)) for n in tasks["names"]]
