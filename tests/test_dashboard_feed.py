@@ -126,6 +126,48 @@ def test_records_with_errors_and_retries_keep_them():
     assert mirror.ended_counts == {"FINISHED": 5, "FAILED": 1}
 
 
+# ---------------------------------------------------------------------------- progress
+@lightwork.remote
+def parked_until(path: str) -> int:
+    while not os.path.exists(path):
+        time.sleep(0.01)
+    return 1
+
+
+def test_a_running_get_reports_how_many_of_its_objects_are_ready(node, tmp_path):
+    release = str(tmp_path / "release")
+    done = [square.remote(i) for i in range(3)]
+    lightwork.get(done)
+    waiting = [parked_until.remote(release) for _ in range(2)]
+    feed.sync(node, 0, 0, 10, 10)  # a page is open: the get observer is on
+    getter = threading.Thread(target=lightwork.get, args=(done + waiting,), daemon=True)
+    getter.start()
+    try:
+        deadline = time.monotonic() + 10
+        calls: list = []
+        while not calls and time.monotonic() < deadline:
+            reply, _ = feed.sync(node, 10**9, 10**9, 10, 10)
+            calls = [c for c in reply["progress"] if c["objects"] == 5]
+            time.sleep(0.02)
+        assert calls and calls[0]["ready"] == 3 and calls[0]["kind"] == "get"
+        reply, _ = feed.sync(node, 10**9, 10**9, 10, 10)  # looks at the 2 pending only
+        assert [c["ready"] for c in reply["progress"] if c["objects"] == 5] == [3]
+    finally:
+        open(release, "w").close()
+        getter.join(10)
+    # Freed objects count as ready; anything but an ObjectRef is read the slow way.
+    entries = node.objects.entries
+
+    class NotARef:
+        id = -1
+
+    assert feed._still_pending(entries, [NotARef(), *waiting]) == []
+    assert feed._still_pending({}, done) == []
+    pending_entry = type("Entry", (), {"state": feed.PENDING})()
+    assert feed._still_pending({7: pending_entry, 8: entries.get(done[0].id)}, [7, 8, 9],
+                               ids=True) == [7]
+
+
 # ---------------------------------------------------------------------------- Dask graphs
 def test_running_dask_graphs_come_with_their_progress(node, tmp_path):
     dask = pytest.importorskip("dask")

@@ -63,6 +63,7 @@ and this side refuses any action whose request does not carry ``allow_actions: t
 from __future__ import annotations
 
 import array
+import functools
 import itertools
 import operator
 import struct
@@ -75,7 +76,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightwork._runtime import control, views
 from lightwork._runtime.events import TaskRecord
-from lightwork._runtime.objects import PENDING
+from lightwork._runtime.objects import PENDING, READY
 from lightwork.dashboard import CONTROL_OPS
 from lightwork.dashboard.wire import (
     DEFAULT_MAX_RECORDS,
@@ -336,7 +337,8 @@ class _BlockingCalls:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._calls: dict[int, tuple[str, list[Any], float, str]] = {}
+        # [kind, refs, since, thread, ids still pending at the last snapshot or None]
+        self._calls: dict[int, list[Any]] = {}
         self._last_sync = 0.0
         self._serial = itertools.count(1)
 
@@ -370,7 +372,7 @@ class _BlockingCalls:
         key = next(self._serial)
         thread = threading.current_thread().name
         with self._lock:
-            self._calls[key] = (kind, refs, time.monotonic(), thread)
+            self._calls[key] = [kind, refs, time.monotonic(), thread, None]
 
         def end(failed: bool) -> None:
             with self._lock:
@@ -379,23 +381,52 @@ class _BlockingCalls:
         return end
 
     def snapshot(self, node: Node) -> list[dict[str, Any]]:
-        """Each running call: kind, thread, since, objects and how many are ready (lock held)."""
+        """Each running call: kind, thread, since, objects and how many are ready (node
+        lock held; snapshots never run at once). An object once ready stays so for the
+        bar (a lost one rebuilt is not counted again), so each snapshot looks only at
+        the objects still pending at the one before: over a call, about one look per
+        object, not one per object per second."""
         with self._lock:
             calls = list(self._calls.values())
-        out = []
         entries = node.objects.entries
-        for kind, refs, since, thread in calls:
-            total = len(refs)
+        out = []
+        for call in calls:
+            kind, refs, since, thread, pending = call
             ready = None
-            if total <= MAX_PROGRESS_OBJECTS:
-                ready = 0
-                for ref in refs:
-                    entry = entries.get(getattr(ref, "id", -1))
-                    if entry is None or entry.state != PENDING:
-                        ready += 1
-            out.append({"kind": kind, "thread": thread, "since": since, "objects": total,
+            if len(refs) <= MAX_PROGRESS_OBJECTS:
+                call[4] = pending = _still_pending(entries, refs if pending is None else pending,
+                                                   ids=pending is not None)
+                ready = len(refs) - len(pending)
+            out.append({"kind": kind, "thread": thread, "since": since, "objects": len(refs),
                         "ready": ready})
         return out
+
+
+_OBJECT_ID = operator.attrgetter("_id")  # ObjectRef's slot (``id`` is a Python property)
+_ENTRY_STATE = operator.attrgetter("state")
+
+
+class _Freed:
+    """Stands for the entry of an object already freed: it was ready."""
+
+    state = READY
+
+
+def _still_pending(entries: dict[int, Any], refs: list[Any], ids: bool = False) -> list[int]:
+    """The ids of ``refs`` (or of ``ids``, when they are ids already) whose objects are
+    pending (node lock held), in C: the node's lock is held while this runs."""
+    if ids:
+        wanted: Any = refs
+    else:
+        try:
+            wanted = list(map(_OBJECT_ID, refs))
+        except AttributeError:  # not all ObjectRefs: the slow way
+            wanted = [getattr(ref, "id", -1) for ref in refs]
+    states = map(_ENTRY_STATE, map(entries.get, wanted, itertools.repeat(_Freed)))
+    return list(itertools.compress(wanted, map(_IS_PENDING, states)))
+
+
+_IS_PENDING = functools.partial(operator.eq, PENDING)
 
 
 _progress = _BlockingCalls()
