@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import statistics
 import sys
@@ -74,6 +75,26 @@ def thread_cpu_s() -> dict[int, float]:
     return out
 
 
+def workers_cpu_s() -> float:
+    """CPU seconds of every thread of the session's worker processes, summed."""
+    from lightwork._api import driver_node
+
+    node = driver_node()
+    total = 0.0
+    for conn in list(node.workers.values()) if node is not None else ():
+        try:
+            tids = os.listdir(f"/proc/{conn.pid}/task")
+        except OSError:
+            continue  # not started yet, or gone
+        for tid in tids:
+            try:
+                text = Path(f"/proc/{conn.pid}/task/{tid}/schedstat").read_text()
+            except OSError:
+                continue
+            total += int(text.split()[0]) / 1e9
+    return total
+
+
 def cpu_per_call_us(
     before: dict[int, float], after: dict[int, float], calls: int
 ) -> dict[str, float]:
@@ -82,6 +103,7 @@ def cpu_per_call_us(
     for tid, seconds in after.items():
         name = names.get(tid, f"thread {tid}")
         out[name] = out.get(name, 0.0) + (seconds - before.get(tid, 0.0)) / calls * 1e6
+    out["driver total"] = sum(out.values())
     return out
 
 
@@ -98,6 +120,8 @@ def main() -> None:
     parser.add_argument("--sync-calls", type=int, default=2_000)
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", metavar="PATH", help="also write every figure's per-round "
+                        "values to PATH as JSON (hotpath_ab.py reads it)")
     args = parser.parse_args()
     if args.sync_calls < 2 or args.tasks < 1 or args.rounds < 1:
         parser.error("--sync-calls must be at least 2, --tasks and --rounds at least 1")
@@ -116,11 +140,13 @@ def main() -> None:
             rows.setdefault(f"{prefix} {name}", []).append(value)
 
     for _ in range(args.rounds):
+        workers_before = workers_cpu_s()
         before, start = thread_cpu_s(), time.perf_counter()
         for _ in range(args.sync_calls):
             lightwork.get(task.remote())
         wall = time.perf_counter() - start
         after = thread_cpu_s()
+        workers_after = workers_cpu_s()
         records = diagnostics.task_records(include_unfinished=False)[-args.sync_calls :]
         add("sync", {"wall per call": wall / args.sync_calls * 1e6})
         add("sync", phases_us(records))
@@ -133,13 +159,16 @@ def main() -> None:
             },
         )
         add("sync CPU", cpu_per_call_us(before, after, args.sync_calls))
+        add("sync CPU", {"workers": (workers_after - workers_before) / args.sync_calls * 1e6})
 
+        workers_before = workers_cpu_s()
         before, start = thread_cpu_s(), time.perf_counter()
         refs = [task.remote() for _ in range(args.tasks)]
         submitted = time.perf_counter()
         lightwork.get(refs)
         wall = time.perf_counter() - start
         after = thread_cpu_s()
+        workers_after = workers_cpu_s()
         del refs
         records = diagnostics.task_records(include_unfinished=False)[-args.tasks :]
         add(
@@ -151,8 +180,11 @@ def main() -> None:
         )
         add("tasks", phases_us(records))
         add("tasks CPU", cpu_per_call_us(before, after, args.tasks))
+        add("tasks CPU", {"workers": (workers_after - workers_before) / args.tasks * 1e6})
         add("floor", measure_floor(sync_calls=500, pipelined=args.tasks, runs=1))
     lightwork.shutdown()
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows))
 
     print(
         f"lightwork hot path, µs; {args.rounds} rounds (then the median); load average "

@@ -5,7 +5,7 @@ The event log is filled from the workers' own stamps (``backends/cluster_record.
 these tests check what each reader makes of it: task records (times on one clock,
 worker pids, errors, retries, actor calls), the timeline (the same format checks as a
 local one, one row per worker and per actor), the state API, the advisor's get-in-loop
-finding, and ``stack()`` through ``client.run``.
+and large-arg-repeated findings, and ``stack()`` through ``client.run``.
 """
 
 from __future__ import annotations
@@ -174,6 +174,32 @@ def test_advisor_names_get_in_loop_on_the_cluster(cluster):
         lightwork.get(slow_add.remote(i))  # the anti-pattern, on purpose
     kinds = {f.kind for f in lightwork.advise(print_report=False)}
     assert "get-in-loop" in kinds
+
+
+@lightwork.remote
+def total(array):
+    return float(array.sum())
+
+
+@lightwork.remote
+class Summer:
+    def total(self, array):
+        return float(array.sum())
+
+
+def test_advisor_names_a_large_argument_sent_again_and_again_on_the_cluster(cluster):
+    np = pytest.importorskip("numpy")
+    array = np.ones(300_000)  # 2.4 MB, by value each time: the anti-pattern, on purpose
+    lightwork.get([total.remote(array) for _ in range(4)])
+    summer = Summer.remote()
+    lightwork.get([summer.total.remote(array) for _ in range(4)])
+    found = [f for f in lightwork.advise(print_report=False) if f.kind == "large-arg-repeated"]
+    assert {f.evidence["function"] for f in found} >= {"total", "Summer.total"}
+    assert all(f.evidence["bytes"] == array.nbytes for f in found)
+    ref = lightwork.put(np.zeros(300_000))  # put once: not reported
+    lightwork.get([total.remote(ref) for _ in range(4)])
+    assert len([f for f in lightwork.advise(print_report=False)
+                if f.kind == "large-arg-repeated"]) == len(found)
 
 
 def test_stack_shows_every_worker_thread_through_the_engine(cluster):

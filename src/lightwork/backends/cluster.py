@@ -22,15 +22,20 @@ Where the rest lives
 docstring carrying its design: ``cluster_tasks`` (submission, resources, retries,
 cancel, put), ``cluster_fetch`` (get, wait, nested calls), ``cluster_actor_calls`` (the
 caller's side of actors: creation, calls, restarts, names), ``cluster_streams``
-(generator tasks) and ``cluster_actors`` (the actor's side, on a worker). What runs on
+(generator tasks), ``cluster_holds`` (the refs inside stored values, held while those
+live) and ``cluster_actors`` (the actor's side, on a worker). What runs on
 the workers, and the stored forms of values and errors, are in ``cluster_worker``.
 
 Diagnostics: the driver's ``recorder``
 (``cluster_record.ClusterLog``) is the event log of the run, filled from the workers'
 own stamps; the state API (``cluster_state``), ``task_records``, the timeline,
 ``stack``, the advisor, the Dask-style callbacks and profilers (its task listeners),
-``lightwork.dask.get`` and the ``lightwork`` command from another terminal
-(``cluster_control``) read it.
+``lightwork.dask.get``, the ``lightwork`` command from another terminal
+(``cluster_control``) and the live dashboard (``cluster_dashboard``) read it.
+
+Which distributed: ``cluster_compat`` checks at connect (and in each worker) that the
+installed one has the few private parts the backend relies on, and names the supported
+range if not.
 """
 
 from __future__ import annotations
@@ -46,10 +51,11 @@ import cloudpickle
 
 from lightwork import exceptions
 from lightwork._object_ref import PROCESS_ID_SHIFT, ref_counter
-from lightwork.backends import cluster_worker
+from lightwork.backends import cluster_compat, cluster_worker
 from lightwork.backends.base import Backend
 from lightwork.backends.cluster_actor_calls import ActorCalls
 from lightwork.backends.cluster_fetch import Fetching
+from lightwork.backends.cluster_holds import InnerHolds
 from lightwork.backends.cluster_record import ClusterLog
 from lightwork.backends.cluster_streams import Streams
 from lightwork.backends.cluster_tasks import TaskSubmission
@@ -65,10 +71,11 @@ def _import_distributed() -> Any:
         raise ImportError(
             f"connecting to a Dask cluster needs the distributed package: {CLUSTER_EXTRA}"
         ) from exc
+    cluster_compat.check(distributed)  # before anything starts: a clear error, not a late one
     return distributed
 
 
-class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend):
+class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHolds, Backend):
     """The API on a Dask distributed cluster (see the module docstring)."""
 
     name = BACKEND
@@ -89,13 +96,15 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
         if self.recorder is not None:
             self.recorder.serve()  # the `lightwork` command from another terminal
         self.lock = threading.Lock()
-        self.futures: dict[int, Any] = {}
+        # In a worker, each entry is tagged with its driver session (for the listings).
+        self.futures: dict[int, Any] = {} if in_driver else cluster_worker.SessionFutures()
         self.keys: dict[int, str] = {}  # keys of refs this process may borrow
         self.task_ids: dict[int, int] = {}
         self._orphans: dict[int, Any] = {}
-        self.exported: list[Any] = []  # futures of refs returned inside results
-        # ... of a task's single result, by its key: released with it (ExportedRefs)
+        # Futures of the refs inside a task's single result, by its key: released with
+        # it (cluster_plugin.ExportedRefs); inside other stored values: cluster_holds.
         self.exported_by_key: dict[Any, list[Any]] = {}
+        self._init_holds()
         self._prefix = random.getrandbits(PROCESS_ID_SHIFT - 17) + 1 << PROCESS_ID_SHIFT
         self._ids = itertools.count(1)
         self._shapes: dict[tuple, dict[str, float] | None] = {}
@@ -104,7 +113,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
         self._recover_lock = threading.Lock()
         self._streams: dict[int, Any] = {}  # head id -> StreamState (see cluster_streams)
         if client is not None:
-            self._watch_task_errors(client)
+            self._watch_client(client)
         if in_driver and client is not None:
             from lightwork.backends.cluster_plugin import ExportedRefs
 
@@ -167,8 +176,14 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
             from distributed import get_client
 
             client = self._client = get_client()
-            self._watch_task_errors(client)
+            self._watch_client(client)
         return client
+
+    def _watch_client(self, client: Any) -> None:
+        import distributed
+
+        cluster_compat.check(distributed, client)  # its private stream handlers (see there)
+        self._watch_task_errors(client)
 
     @property
     def closed(self) -> bool:
@@ -183,8 +198,8 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
                 self.recorder.stop()
             self.futures.clear()
             self._orphans.clear()
-            self.exported.clear()
             self.exported_by_key.clear()
+            self._holds.clear()
         if ref_counter.on_borrow == self._on_borrow:
             ref_counter.on_borrow = None
         for name in self._named:  # a named actor that is not detached ends with its driver
@@ -236,12 +251,15 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
         gone = ref_counter.drain()
         if not gone:
             return
+        dropped_puts = []  # of values with refs inside: their holds are watched now
         with self.lock:
             for object_id in gone:
                 if ref_counter.holds(object_id):
                     continue
                 future = self.futures.pop(object_id, None)
                 self.keys.pop(object_id, None)
+                if self._holds and getattr(future, "key", None) in self._holds:
+                    dropped_puts.append(future.key)
                 if object_id in self._streams:  # a generator dropped: its unread items go
                     self._close_stream(object_id)
                 lineage = self._lineages.get(self.task_ids.pop(object_id, 0))
@@ -255,6 +273,8 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
                     self._orphans[object_id] = future
                     future.add_done_callback(
                         lambda _f, oid=object_id: self._orphans.pop(oid, None))
+        for key in dropped_puts:
+            self._arm_hold(key)
 
     def _future_of(self, object_id: int) -> Any:
         future = self.futures.get(object_id)
@@ -271,16 +291,14 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, Backend)
         return {i: futures[i].key for i in ids if i in futures and futures[i].key is not None}
 
     def encode(self, value: Any, result_key: Any = None) -> Any:
-        """``value`` as stored in the cluster (refs inside it are kept alive by us: while
-        the result ``result_key`` lives, if given; else for this process's lifetime)."""
+        """``value`` as stored in the cluster. Refs inside it are kept alive while the
+        task result ``result_key`` lives, if given (``cluster_plugin.ExportedRefs``);
+        else the caller holds them (``hold_inside``, see ``cluster_holds``)."""
         stored = cluster_worker.encode(value, self._keys_of)
-        if type(stored) is WithRefs:
+        if type(stored) is WithRefs and result_key is not None:
             held = [self.futures[i] for i in stored.keys if i in self.futures]
             with self.lock:
-                if result_key is None:
-                    self.exported.extend(held)
-                else:
-                    self.exported_by_key.setdefault(result_key, []).extend(held)
+                self.exported_by_key.setdefault(result_key, []).extend(held)
         return stored
 
     def decode(self, stored: Any) -> Any:

@@ -58,14 +58,14 @@ import concurrent.futures
 import threading
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
-
 
 from lightwork import exceptions
 from lightwork._object_ref import ObjectRef, collecting_refs, ref_counter
 from lightwork._runtime import pickler
-from lightwork.backends.cluster_worker import ArgSlot, Failed, key_name, unsupported
+from lightwork.backends.cluster_worker import ArgSlot, Failed, WithRefs, key_name, unsupported
 
 _ACTOR_DATASET = "lightwork-actor/"
 #: How long a restart waits for the scheduler to notice a worker the RPC found dead.
@@ -105,8 +105,8 @@ _ENV_LOADER = b"lightwork._runtime.runtime_env\x94\x8c\x10load_actor_class"
 class ActorCall:
     """One actor call from this process: its message, and its outcome once final."""
 
-    __slots__ = ("actor_id", "attempt", "held", "message", "num_returns", "outcome",
-                 "recorder")
+    __slots__ = ("__weakref__", "actor_id", "attempt", "held", "message", "num_returns",
+                 "outcome", "recorder")
 
     def __init__(self, actor_id: int, message: tuple[Any, ...], num_returns: int,
                  recorder: Any = None) -> None:
@@ -307,7 +307,8 @@ class ActorCalls:
         keys = self._keys_of(contained) if contained else None
         task_id = self.next_object_id()
         if self.recorder is not None:
-            self.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id)
+            self.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id,
+                                    call=(args, kwargs))
         call = ActorCall(actor_id, (method, name, payload, keys, num_returns, task_id),
                          num_returns, self.recorder)
         if keys:  # hold what the call borrows until it ends
@@ -353,7 +354,8 @@ class ActorCalls:
         from distributed.protocol import to_serialize
 
         method, name, payload, keys, num_returns, task_id = call.message
-        arguments = (self._caller, seq, method, name, payload, keys, num_returns, task_id)
+        arguments = (self._caller, seq, method, name, payload, keys, num_returns, task_id,
+                     self.client.id)
 
         async def execute() -> Any:
             return await proxy._worker_rpc.actor_execute(
@@ -379,7 +381,14 @@ class ActorCalls:
                 f"({type(exc).__name__}: {exc})"))
             return
         if reply.get("status") == "OK":
-            call.finish(reply["result"])
+            stored = reply["result"]
+            inner = {}  # refs inside the result: held here from now on (cluster_holds)
+            for part in stored if type(stored) is tuple else (stored,):
+                if type(part) is WithRefs:
+                    inner.update(part.keys)
+            if inner:  # ... while the call lives, and a little longer (cluster_holds)
+                weakref.finalize(call, self.linger, self.hold_keys(inner))
+            call.finish(stored)
         else:
             error = reply.get("exception")
             call.fail(exceptions.ActorDiedError(

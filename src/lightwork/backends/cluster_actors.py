@@ -29,14 +29,16 @@ import asyncio
 import concurrent.futures
 import threading
 import time
+import uuid
 from typing import Any
 
 import cloudpickle
 
 from lightwork import exceptions
 from lightwork._generator import DYNAMIC_METHOD, DynamicReturns, collect_async
+from lightwork._object_ref import ref_counter
 from lightwork.backends import cluster_record, cluster_worker
-from lightwork.backends.cluster_worker import ArgSlot, Failed, current, error_of
+from lightwork.backends.cluster_worker import ArgSlot, Failed, WithRefs, current, error_of
 
 ASYNC_DEFAULT_CONCURRENCY = 1000
 
@@ -56,11 +58,15 @@ class ActorHost:
         self.init_error: Failed | None = None
         self.instance: Any = None
         backend.adopt(keys)
+        previous = getattr(current, "session", 0)
+        current.session = session  # what the constructor borrows or makes is its session's
         try:
             args, kwargs = _load_args(backend, payload, dep_values)
             self.instance = cloudpickle.loads(blob)(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - every call will say the actor died of it
             self.init_error = error_of(f"{class_name}.__init__", exc)
+        finally:
+            current.session = previous
         self.next_seq: dict[str, int] = {}
         self.turns: dict[tuple[str, int], asyncio.Event] = {}
         self.is_async = is_async
@@ -77,8 +83,11 @@ class ActorHost:
                 slots, thread_name_prefix=f"lightwork-actor-{class_name}")
 
     async def call(self, caller: str, seq: int, method: str, name: str, payload: bytes,
-                   keys: dict[int, str] | None, num_returns: int, task_id: int = 0) -> Any:
-        """Run one method call in its caller's order; returns its stored result(s)."""
+                   keys: dict[int, str] | None, num_returns: int, task_id: int = 0,
+                   caller_client: str = "") -> Any:
+        """Run one method call in its caller's order; returns its stored result(s)
+        (``caller_client``: the id of the caller's distributed client, which takes over
+        the refs inside the result, see ``cluster_holds``)."""
         if self.next_seq.get(caller, 0) != seq:
             turn = self.turns.setdefault((caller, seq), asyncio.Event())
             await turn.wait()
@@ -91,12 +100,13 @@ class ActorHost:
             if self.is_async:
                 assert self.loop is not None
                 running = asyncio.run_coroutine_threadsafe(
-                    self._run_async(method, name, payload, keys, num_returns, task_id),
-                    self.loop)
+                    self._run_async(method, name, payload, keys, num_returns, task_id,
+                                    caller_client), self.loop)
             else:
                 assert self.executor is not None
                 running = self.executor.submit(
-                    self._run, method, name, payload, keys, num_returns, task_id)
+                    self._run, method, name, payload, keys, num_returns, task_id,
+                    caller_client)
         finally:  # the next call of this caller may start now
             self.next_seq[caller] = seq + 1
             successor = self.turns.pop((caller, seq + 1), None)
@@ -105,7 +115,7 @@ class ActorHost:
         return await asyncio.wrap_future(running)
 
     def _run(self, method: str, name: str, payload: bytes, keys: Any, num_returns: int,
-             task_id: int) -> Any:
+             task_id: int, caller_client: str) -> Any:
         started = time.time()
         previous = getattr(current, "task", None), getattr(current, "session", 0)
         current.task, current.session = (0, name, {}), self.session
@@ -120,13 +130,16 @@ class ActorHost:
         finally:
             current.task, current.session = previous
         finished = time.time()
-        stored = self._store(name, result, num_returns)
+        stored = self._store(name, result, num_returns, caller_client)
+        del result  # this process's own refs to what is inside go now: the result's
+        if ref_counter._released:  # holds keep those objects (cluster_holds)
+            self.backend._drain()
         cluster_record.note(self.session, task_id, name, self.actor_id, started, loaded, finished,
                             time.time(), None)
         return stored
 
     async def _run_async(self, method: str, name: str, payload: bytes, keys: Any,
-                         num_returns: int, task_id: int) -> Any:
+                         num_returns: int, task_id: int, caller_client: str) -> Any:
         current.session = self.session  # this loop's thread runs only this actor's calls
         async with self.limit:
             started = time.time()
@@ -146,7 +159,10 @@ class ActorHost:
                 self._note(task_id, name, started, exc)
                 return _spread(error_of(name, exc), num_returns)
         finished = time.time()
-        stored = self._store(name, result, num_returns)
+        stored = self._store(name, result, num_returns, caller_client)
+        del result
+        if ref_counter._released:
+            self.backend._drain()
         cluster_record.note(self.session, task_id, name, self.actor_id, started, loaded, finished,
                             time.time(), None)
         return stored
@@ -163,16 +179,27 @@ class ActorHost:
         cluster_record.note(self.session, task_id, name, self.actor_id, started, now, now, now,
                             cluster_record.error_text(exc))
 
-    def _store(self, name: str, result: Any, num_returns: int) -> Any:
-        if num_returns == 1:
-            return self.backend.encode(result)
+    def _store(self, name: str, result: Any, num_returns: int, caller_client: str) -> Any:
         if num_returns == 0:
             return None
-        parts = tuple(result) if isinstance(result, (tuple, list)) else ()
-        if len(parts) != num_returns:
-            exc = ValueError(f"{name} has num_returns={num_returns} but returned {result!r:.80}")
-            return _spread(error_of(name, exc), num_returns)
-        return tuple(self.backend.encode(part) for part in parts)
+        if num_returns == 1:
+            stored: Any = self.backend.encode(result)
+            parts: tuple[Any, ...] = (stored,)
+        else:
+            parts = tuple(result) if isinstance(result, (tuple, list)) else ()
+            if len(parts) != num_returns:
+                exc = ValueError(f"{name} has num_returns={num_returns} but returned "
+                                 f"{result!r:.80}")
+                return _spread(error_of(name, exc), num_returns)
+            stored = parts = tuple(self.backend.encode(part) for part in parts)
+        # Refs inside: held here until the caller's client holds them (cluster_holds); a
+        # caller in this process shares this client, so only the timeout lets them go.
+        backend = self.backend
+        taker = caller_client if caller_client != backend.client.id else ""
+        for part in parts:
+            if type(part) is WithRefs:
+                backend.hold_inside(part, f"actor-result-{uuid.uuid4().hex}", "taken", taker)
+        return stored
 
 
 def _ready() -> bool:

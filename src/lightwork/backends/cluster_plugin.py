@@ -20,8 +20,8 @@ class ExportedRefs(WorkerPlugin):
     ``exported_by_key`` under the result's key. When this worker lets the key go, and
     the scheduler holds no copy of it anywhere (it was released, not moved), those
     futures are dropped, so the inner objects are freed once no one else holds them.
-    Refs inside one of several returns, or a ``put`` value, stay held until the worker
-    exits.
+    Refs inside other stored values (a ``put``, one of several returns, an actor call's
+    result) are held as ``cluster_holds`` says.
     """
 
     name = "lightwork-exported-refs"

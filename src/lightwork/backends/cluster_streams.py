@@ -201,7 +201,10 @@ def run_stream_task(header: tuple[Any, ...], *dep_values: Any) -> Any:
 
         @staticmethod
         def item(value: Any) -> None:
-            [future] = client.scatter([backend.encode(value)], hash=False)
+            stored = backend.encode(value)
+            [future] = client.scatter([stored], hash=False)
+            if type(stored) is cluster_worker.WithRefs:  # held while the item's key lives
+                backend.hold_inside(stored, future.key, "forgotten")
             queue.put(future)
 
     try:

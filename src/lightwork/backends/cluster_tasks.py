@@ -187,7 +187,8 @@ class TaskSubmission:
         recorder = self.recorder
         if recorder is not None:
             recorder.submitted(task_id, spec.name, callsite, len(payload),
-                               num_cpus=shape.get("CPU", 1.0), dep_tasks=dep_tasks)
+                               num_cpus=shape.get("CPU", 1.0), dep_tasks=dep_tasks,
+                               call=(args, kwargs))
         main_key = f"{prefix}-{task_id:x}"
         main, return_futures = self._submit_main(header, deps, restrictions, main_key,
                                                  num_returns, spec.stream)
@@ -397,6 +398,8 @@ class TaskSubmission:
         object_id = self.next_object_id()
         stored = self.encode(value)
         [future] = self.client.scatter([stored], hash=False)
+        if type(stored) is cluster_worker.WithRefs:  # held until no one can read it
+            self.hold_inside(stored, future.key, "forgotten", armed=False)
         with self.lock:
             self.futures[object_id] = future
             self.task_ids[object_id] = 0

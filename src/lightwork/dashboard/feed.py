@@ -151,6 +151,10 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
     """The reply (JSON) and the bytes of its task records (``wire``'s layout)."""
     began = time.perf_counter()
     _progress.touch(node)
+    # A cluster run's log (backends/cluster_dashboard) asks its scheduler for what a node
+    # knows of itself: before the lock, as it takes round trips.
+    cluster_facts = getattr(node, "dashboard_facts", None)
+    facts = cluster_facts(live_limit) if cluster_facts is not None else None
     with node.lock:
         log = node.log
         task_total = log.dropped_tasks + len(log.tasks)
@@ -163,17 +167,22 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
              task.actor_id, task.record.submitted, task.record.dispatched, task.record.attempt)
             for task in itertools.islice(node.tasks.values(), live_limit)
         ]
-        scheduler = node.scheduler
-        resources = {k: [max(0.0, v - scheduler.available.get(k, 0.0)), v]
-                     for k, v in scheduler.total.items() if v or k == "CPU"}
-        store = _store_facts(node)
+        if facts is None:
+            scheduler = node.scheduler
+            resources = {k: [max(0.0, v - scheduler.available.get(k, 0.0)), v]
+                         for k, v in scheduler.total.items() if v or k == "CPU"}
+            store = _store_facts(node)
+            actor_count = len(node.actors.actors)
         progress = _progress.snapshot(node)
         now = time.monotonic()
     graphs = _dask_graphs()
-    workers = views.worker_rows(node)
-    actors = views.actor_rows(node)[:MAX_ACTORS]
-    sidecar = getattr(node, "control", None)
-    known = sidecar.known_workers() if sidecar is not None else {}
+    if facts is None:
+        sidecar = getattr(node, "control", None)
+        known = sidecar.known_workers() if sidecar is not None else {}
+        facts = {"resources": resources, "workers": views.worker_rows(node),
+                 "known_workers": {str(wid): info for wid, info in known.items()},
+                 "actors": views.actor_rows(node)[:MAX_ACTORS], "actor_count": actor_count,
+                 "store": store, "findings": _findings(node)}
     packing = time.perf_counter()
     task_facts, attached = pack(new_tasks)
     packing = time.perf_counter() - packing
@@ -188,13 +197,7 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
                   "rows": [[s.kind, s.start, s.end, s.object_count, s.thread_id,
                             _where(s.callsite)] for s in new_spans]},
         "live": {"counts": dict(live_counts), "rows": live, "total": sum(live_counts.values())},
-        "resources": resources,
-        "workers": workers,
-        "known_workers": {str(wid): info for wid, info in known.items()},
-        "actors": actors,
-        "actor_count": len(node.actors.actors),
-        "store": store,
-        "findings": _findings(node),
+        **facts,  # resources, workers, known_workers, actors, actor_count, store, findings
         "progress": progress,
         "graphs": graphs,
     }
@@ -388,15 +391,18 @@ class _BlockingCalls:
         object, not one per object per second."""
         with self._lock:
             calls = list(self._calls.values())
-        entries = node.objects.entries
+        entries = getattr(getattr(node, "objects", None), "entries", None)
+        object_ready = getattr(node, "object_ready", None)  # a cluster run's log
         out = []
         for call in calls:
             kind, refs, since, thread, pending = call
             ready = None
-            if len(refs) <= MAX_PROGRESS_OBJECTS:
+            if len(refs) <= MAX_PROGRESS_OBJECTS and entries is not None:
                 call[4] = pending = _still_pending(entries, refs if pending is None else pending,
                                                    ids=pending is not None)
                 ready = len(refs) - len(pending)
+            elif len(refs) <= MAX_PROGRESS_OBJECTS and object_ready is not None:
+                ready = sum(map(object_ready, (getattr(ref, "id", -1) for ref in refs)))
             out.append({"kind": kind, "thread": thread, "since": since, "objects": len(refs),
                         "ready": ready})
         return out
@@ -508,8 +514,8 @@ def kill_actor(node: Node, actor_hex: str) -> dict[str, Any]:
         actor_id = int(actor_hex, 16)
     except ValueError:
         raise ValueError(f"actor_id must be the actor's hex id, got {actor_hex!r}") from None
-    with node.lock:
-        known = actor_id in node.actors.actors
+    with node.lock:  # (a cluster run's log keeps its actors in actor_info)
+        known = actor_id in node.actors.actors or actor_id in getattr(node, "actor_info", ())
     if not known:
         raise ValueError(f"no actor {actor_hex} in this session; refresh the actors view")
     node.driver_request("kill", actor_id, True)

@@ -377,8 +377,9 @@ class Mirror:
         rows = []
         for worker_id in sorted(worker_ids | (live - {0})):
             info = self.known_workers.get(str(worker_id), {})
-            label = (f"{info['actor_class']} (actor)" if info.get("actor_class")
-                     else f"worker {worker_id}")
+            label = info.get("label") or (  # a cluster run labels its rows (address, pid)
+                f"{info['actor_class']} (actor)" if info.get("actor_class")
+                else f"worker {worker_id}")
             rows.append({"worker_id": worker_id, "label": label, "pid": info.get("pid"),
                          "alive": worker_id in live})
         return rows
