@@ -131,22 +131,25 @@ def _thread_cpu_and_busy_s() -> tuple[float, float]:
 class Countdown:
     """Wakes a blocked caller when ``remaining`` objects have resolved.
 
-    The caller may be polling the workers itself (``Node._block_on``); when another
-    thread completes the countdown, ``wake`` interrupts the caller's select.
+    ``hit`` runs under the node's lock. The caller may be polling the workers itself
+    (``Node._block_on``, the leader: it reads ``remaining``); when another thread
+    completes the countdown, ``wake`` interrupts the leader's select. A caller that does
+    not lead sleeps on ``event``, made (under the lock) only then: most gets lead.
     """
 
     __slots__ = ("remaining", "event", "waiter", "wake")
 
     def __init__(self, remaining: int) -> None:
         self.remaining = remaining
-        self.event = threading.Event()
+        self.event: threading.Event | None = None
         self.waiter = threading.get_ident()
         self.wake: Callable[[], None] | None = None
 
     def hit(self, entry: ObjectEntry) -> None:
         self.remaining -= 1
         if self.remaining <= 0:
-            self.event.set()
+            if self.event is not None:
+                self.event.set()
             if self.wake is not None and threading.get_ident() != self.waiter:
                 self.wake()
 
@@ -429,32 +432,41 @@ class DriverCalls(_Base):
         callsite: Any,
     ) -> DriverSpan:
         """The record of one blocked get/wait, with when its objects became ready."""
-        ready = [e for e in waited if e.ready_at]
-        ready_times = [e.ready_at for e in ready]
-        durations = [e.ready_at - e.created_at for e in ready]
+        if len(waited) == 1:  # get(f.remote()): the same figures, without the lists
+            ready_at = waited[0].ready_at
+            first = last = ready_at
+            shortest = longest = ready_at - waited[0].created_at if ready_at else 0.0
+        else:
+            ready = [e for e in waited if e.ready_at]
+            ready_times = [e.ready_at for e in ready]
+            durations = [e.ready_at - e.created_at for e in ready]
+            first, last = min(ready_times, default=0.0), max(ready_times, default=0.0)
+            shortest, longest = min(durations, default=0.0), max(durations, default=0.0)
         return DriverSpan(
             kind, start, time.monotonic(), len(entries), threading.get_ident(),
             entries[0].object_id, callsite, entries[0].task_id, len(entries) - len(waited),
-            min(ready_times, default=0.0), max(ready_times, default=0.0),
-            min(durations, default=0.0), max(durations, default=0.0),
+            first, last, shortest, longest,
         )
 
     def _block_on(self, countdown: Countdown, timeout: float | None) -> bool:
         """Wait until ``countdown`` completes, polling the workers from this thread."""
-        event = countdown.event
         if threading.current_thread() is self._thread or not self._leader.acquire(blocking=False):
+            with self.lock:
+                if countdown.remaining <= 0:
+                    return True
+                event = countdown.event = threading.Event()
             return event.wait(timeout)  # the I/O thread or the leading getter completes it
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             countdown.wake = self._wake_leader
-            while not event.is_set():
+            while countdown.remaining > 0:
                 remaining = None
                 if deadline is not None:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return False
                 if not self._poll(remaining, leading=True):
-                    return event.is_set()
+                    return countdown.remaining <= 0
             return True
         finally:
             self._leader.release()

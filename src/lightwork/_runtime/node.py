@@ -749,6 +749,12 @@ class Node(DriverCalls, WorkerRequests, Lineage):
 
     def _dispatch(self) -> None:
         scheduler = self.scheduler
+        if not (scheduler.ready or scheduler.pending_groups or scheduler.orphaned
+                or scheduler.newly_reserved or self.actors.pending):
+            # Nothing to place (most calls: every poll and submit dispatches); what the
+            # loop below would conclude, without its passes over queues and workers.
+            scheduler.starving = 0
+            return
         try:
             while True:
                 assignments = scheduler.schedule()
@@ -761,6 +767,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                     self._fail_orphaned_tasks()
                 if self.actors.pending:
                     self.actors.place_pending()
+                if scheduler.starving <= 0:
+                    return
                 room = scheduler.worker_cap() - len(scheduler.workers)
                 to_start = min(scheduler.starving, room)
                 if to_start <= 0:
