@@ -551,6 +551,9 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                     if stored.path is not None:
                         self.store.release(stored.path)
             self._fail_task(task, _cancelled(task, "before it finished"))
+        elif type(outcome) is list:  # its results (none for num_returns=0): the common case
+            self.store_results(task, outcome)
+            self._end_task(task, FINISHED)
         elif outcome == "cancelled":  # a cancel signal meant for the task before this one
             self._requeue(task)
         elif outcome[0] == "lost":  # an argument's segment vanished: rebuild it, then rerun
@@ -562,9 +565,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                 self._requeue(task)
             else:
                 self._fail_task(task, outcome[1])
-        else:
-            self.store_results(task, outcome)
-            self._end_task(task, FINISHED)
+        else:  # a runtime bug: fail loudly (the I/O loop stops the runtime, saying why)
+            raise AssertionError(f"task {task.name} ended with an unknown outcome {outcome!r}")
 
     def store_results(self, task: TaskSpec, results: list[Stored]) -> None:
         """Resolve a finished task's return objects (dropping those nobody holds)."""
