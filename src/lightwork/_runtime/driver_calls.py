@@ -214,6 +214,8 @@ class DriverCalls(_Base):
             if stored.path is not None:
                 self.store.release(stored.path)
             raise
+        if len(return_ids) == 1:
+            return [ObjectRef(return_ids[0])]
         return [ObjectRef(object_id) for object_id in return_ids]
 
     def create_actor(self, actor: Actor, blob: bytes) -> None:

@@ -306,7 +306,8 @@ class Worker:
         if self._flush_soon is None:
             self._flush_soon = threading.Event()
             threading.Thread(target=self._flush_late, name="lightwork-flush", daemon=True).start()
-        self._flush_soon.set()
+        if not self._flush_soon.is_set():  # set() takes the Event's lock: once per task
+            self._flush_soon.set()
 
     def function(self, key: bytes) -> Any:
         fn = self.functions.get(key)
