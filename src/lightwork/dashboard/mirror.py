@@ -137,7 +137,7 @@ class Mirror:
         """Decode, stage and merge a sync's records (the sync thread; off the lock but
         for the stage); ``_publish`` then shows them."""
         count = int(tasks["count"])
-        floats, ints, name_codes, state_codes = wire.unpack(count, attached)
+        floats, ints, name_codes, state_codes = wire.unpack(tasks, attached)
         # The reply's tables, as positions in ours (new names and states are added:
         # the tables only grow, and requests read them through published rows).
         names = [self._intern(self.names, self.name_index, str(n)) for n in tasks["names"]]
@@ -377,8 +377,9 @@ class Mirror:
         rows = []
         for worker_id in sorted(worker_ids | (live - {0})):
             info = self.known_workers.get(str(worker_id), {})
-            label = (f"{info['actor_class']} (actor)" if info.get("actor_class")
-                     else f"worker {worker_id}")
+            label = info.get("label") or (  # a cluster run labels its rows (address, pid)
+                f"{info['actor_class']} (actor)" if info.get("actor_class")
+                else f"worker {worker_id}")
             rows.append({"worker_id": worker_id, "label": label, "pid": info.get("pid"),
                          "alive": worker_id in live})
         return rows
