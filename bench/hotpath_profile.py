@@ -12,11 +12,14 @@ no-op tasks it prints
   seen the result, and (sync only) seen → the next submit;
 * the CPU time each thread of the driver used per call (``/proc/self/task/*/schedstat``,
   so Linux only), which a loaded machine distorts far less than the wall clock: the
-  main thread, the I/O thread ``lightwork-node``, the advisor and the others;
+  main thread, the I/O thread ``lightwork-node``, the advisor and the others, their
+  total, and the workers' (every thread of every worker process, summed);
 * the pipe floor (``floor.py``) measured in the same run, for scale.
 
-Every figure is printed per round, then as a median, so the noise is visible. Issue 13
-(the hot path) was profiled with this; ``driver_calls.py``'s docstring has the findings.
+Every figure is printed per round, then as a median, so the noise is visible; ``--json
+PATH`` also writes them for ``hotpath_ab.py``, which compares two checkouts with this
+script, interleaved. Issue 13 (the hot path) was profiled with these;
+``driver_calls.py``'s docstring has the findings.
 """
 
 from __future__ import annotations

@@ -55,6 +55,41 @@ sync calls and 2 x 10,000 tasks per variant, load average 11-14, medians):
   wall 1.6-3x, in three A/B runs; on this loaded 2-core host, two threads racing for
   the result frame reach it sooner than the leader alone, and a late wake-up costs the
   leader CPU (cold caches) as well as time.
+
+Session 5 (2026-11-24, load average 4-9 from other work; ``bench/hotpath_ab.py``: fresh
+processes of ``hotpath_profile.py``, A and B interleaved, 8-16 rounds, medians and the
+median of paired ratios; the workers' CPU is measured too now). Where the time goes:
+
+* Not lock or GIL waits. ``perf record -g`` of a sync loop: the main thread is ~75%
+  Python interpreter and ~18% kernel (send, recv, epoll_wait ~4% each; futex 0.5%).
+  The I/O thread's share is real work too: it applies about half of the results (it
+  wins the race for the frame as often as the leader). Tried once more, without the
+  earlier attempt's flaws (no epoll_ctl per get in steady state; the I/O thread kept
+  from idling, so dropped refs do not wake it): the leader reads alone, the I/O
+  thread takes the sockets back when no getter leads. I/O thread 29 -> 4 µs per sync
+  call, main thread 68 -> 94, total unchanged (106 -> 108), wall 1.06-1.35x and 10,000
+  tasks 1.3x slower (their results then all go through one thread). Dropped.
+* A CPU profile (yappi, thread CPU clock; its overhead inflates every figure ~10x, the
+  shares hold) of 10,000 no-op tasks: submitting ~37% (``submit_task``, ``submit``,
+  ``register_task``, the TaskRecord, TaskSpec, ObjectEntry and ObjectRef), applying
+  results ~22%, placing them ~16% (``Scheduler._place`` queues each behind a running
+  task), the advisor's thread ~5%. The cyclic garbage collector adds 1.7-3.9 µs per task
+  (``gc.callbacks``: per 10,000 tasks ~80 young collections of 0.12 ms, 7 middle ones of
+  1 ms, 0-1 full ones of 21 ms). No single hot spot: a compiled extension would have to
+  take the whole submit and result path (table, scheduler, records) to pay off; a
+  compiled frame codec alone would save 2-3 µs per call.
+* The workers: ``recv(256 KiB)`` per read cost an mmap, page faults and an mremap per
+  frame (``protocol.RECV_SIZE``); each no-op also pays two ``time.process_time`` calls
+  (2.4 µs each here: a syscall; the advisor's task CPU time) — see ``worker.py``.
+
+Kept (driver CPU per call, before -> after, medians; paired ratio): batched frames and
+the receive buffer (``protocol.py``): 10,000 tasks 25.7 -> 21.9 µs per task (0.85), the
+workers' 21.0 -> 16.6 (0.80), sync 106 -> 96 (0.95). Then ``_dispatch`` returning at once
+when nothing waits to be placed (it ran 2.6 times per sync call, each pass summing over
+the workers), no Event for a get that leads, a span of one object without lists, and a
+result list tested first in ``_on_done`` (its ``outcome[0] == "lost"`` called the
+dataclass ``__eq__`` of a ``Stored``): sync 89 -> 78 (0.88; main thread 59 -> 51), 10,000
+tasks 21.6 -> 19.9 (0.90).
 """
 
 from __future__ import annotations

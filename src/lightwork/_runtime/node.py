@@ -39,6 +39,13 @@ itself, for two wake-ups per call:
   wake-ups in the last ``IO_BUSY_FOR_S``) it sleeps at most ``IO_BUSY_SLEEP_S`` and
   drains releases then, if a call has not already. This thread: 51 -> 33 µs per sync
   call, the driver's total 126 -> 105 (A/B, 5 rounds each, load average 13).
+
+Session 5 measured why the first wake-up is worth keeping: this thread applies about
+half of the results itself (real work, not a lost race), and a leader reading alone
+only moved that work into the caller's thread (total CPU unchanged, wall 6-35% worse;
+``driver_calls.py`` has the figures). Worker sockets are read into one buffer of
+``protocol.RECV_SIZE`` allocated once (``_recv_scratch``), and a read stops at a short
+read: the next frame wakes the poller anyway, and the extra ``recv`` only failed.
 """
 
 from __future__ import annotations
