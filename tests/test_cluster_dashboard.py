@@ -66,7 +66,7 @@ def session(shared_dask_cluster):
     lightwork.get([square.remote(i) for i in range(20)] + [tally.add.remote(1)])
     with pytest.raises(KeyError):
         lightwork.get(broken.remote())
-    for i in range(3):  # a get in a loop: a staircase on the driver's row
+    for i in range(12):  # a get in a loop: a staircase on the driver's row, and advice
         lightwork.get(square.remote(i))
     server = DashboardServer(backend.recorder.control.path, port=0).start()
     try:
@@ -86,7 +86,7 @@ def client(session) -> Client:
 def test_overview_shows_the_cluster_workers_resources_and_actors(client, session):
     o = client.json("/api/overview")
     assert o["session"] == session["backend"].recorder.session.name and o["ended"] is False
-    assert o["tasks"]["ended"]["FINISHED"] >= 24 and o["tasks"]["ended"]["FAILED"] == 1
+    assert o["tasks"]["ended"]["FINISHED"] >= 33 and o["tasks"]["ended"]["FAILED"] == 1
     assert o["resources"]["CPU"][1] == 2.0  # two workers declaring CPU=1
     driver, *rows = o["workers"]
     assert driver["kind"] == "driver" and driver["pid"] == os.getpid()
@@ -102,7 +102,8 @@ def test_overview_shows_the_cluster_workers_resources_and_actors(client, session
     assert actor["worker_id"] not in {w["worker_id"] for w in workers}
     assert o["actors"] == {"ALIVE": 1} and o["actor_count"] == 1
     assert o["store"]["objects"] >= 1 and o["store"]["cluster_bytes"] >= 0
-    assert isinstance(o["findings"], list)
+    [finding] = [f for f in o["findings"] if f["kind"] == "get-in-loop"]
+    assert finding["callsite"][0].endswith("test_cluster_dashboard.py")
 
 
 def test_stream_has_a_row_per_cluster_worker_and_actor_and_the_driver_staircase(client):
@@ -120,7 +121,7 @@ def test_stream_has_a_row_per_cluster_worker_and_actor_and_the_driver_staircase(
     for _worker, _name, start, end, _id, loaded, finished, _state in s["spans"]:
         assert start <= loaded <= finished <= end
     gets = [d for d in s["driver"] if d[0] == "get"]
-    assert len(gets) >= 3
+    assert len(gets) >= 12
 
 
 def test_tasks_table_filters_by_state_name_and_worker(client):
@@ -164,6 +165,8 @@ def test_the_page_in_a_real_browser_shows_the_cluster_sessions_tasks(browser_pag
     assert kinds == ["actor", "driver", "task", "task"]  # the cluster's two workers
     assert sum("(tcp://127.0.0.1:" in row for row in rows) == 3  # and the actor's
     assert "stored on the cluster's workers" in page.locator("#store").inner_text()
+    card = page.locator(".finding", has_text="get-in-loop").first.inner_text()
+    assert "test_cluster_dashboard.py" in card and "Fix:" in card
     page.screenshot(path=str(tmp_path / "cluster-overview.png"), full_page=True)
 
     page.click("#tabs button[data-view=stream]")
@@ -260,6 +263,26 @@ def test_actions_cancel_a_pending_task_and_kill_an_actor(session, tmp_path):
     feed.dispatch(log, "dashboard_kill", {"actor_id": hex_id, "allow_actions": True})
     with pytest.raises(lightwork.exceptions.ActorDiedError):
         lightwork.get(victim.add.remote(3), timeout=20)
+
+
+def test_findings_stop_costing_once_no_dashboard_asks(session, client, monkeypatch):
+    """The log keeps fresh records for the dashboard's advisor only while syncs come; a
+    sync after a pause starts again from the whole log, with the same findings."""
+    from lightwork.backends import cluster_dashboard
+
+    log = session["backend"].recorder
+    facts = log.dashboard
+    before = [f["kind"] for f in facts.findings()]
+    assert "get-in-loop" in before and log.log.fresh_tasks is not None
+    facts.idle()  # a sync just came: nothing changes
+    assert log.log.fresh_tasks is not None
+    monkeypatch.setattr(cluster_dashboard, "IDLE_S", 0.0)
+    facts.idle()  # (the log's pull thread calls this)
+    assert log.log.fresh_tasks is None and log.log.fresh_spans is None
+    monkeypatch.setattr(cluster_dashboard, "IDLE_S", 30.0)  # (the pull thread calls it too)
+    lightwork.get(square.remote(1))
+    assert [f["kind"] for f in facts.findings()] == before
+    assert log.log.fresh_tasks == []
 
 
 def test_init_with_dashboard_serves_the_session_and_its_final_state(shared_dask_cluster,

@@ -53,6 +53,12 @@ anything is torn down), so the page shows the program's final state, not the one
 to a second before. A session with no dashboard registered waits for nothing; one that
 was killed without saying so costs the program's end ``FINAL_SYNC_WAIT_S`` once.
 
+A cluster session (``backends/cluster_dashboard``): the "node" is the run's
+``ClusterLog``, which has the same event log, lock and live tasks; what a node knows of
+itself (resources, workers, actors, store, findings) it gives in ``dashboard_facts``,
+asked before the lock (it takes round trips to the cluster), and a running get's
+progress comes from its ``object_ready``.
+
 Actions (``dashboard_cancel``, ``dashboard_kill``) exist only for the dashboard's
 ``--allow-actions`` mode; the dashboard process checks the token and the origin first,
 and this side refuses any action whose request does not carry ``allow_actions: true``
