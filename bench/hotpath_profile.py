@@ -5,18 +5,22 @@ Usage (from the repository root)::
     python bench/hotpath_profile.py [--sync-calls 2000] [--tasks 10000] [--rounds 3]
 
 For a loop of synchronous ``get(f.remote())`` calls and for batches of ``--tasks``
-no-op tasks it prints
+no-op tasks (then the same two loops as calls of one actor's no-op method, wall and CPU
+only) it prints
 
 * the event log's phases (``lightwork.diagnostics.task_records()``), medians:
   submit → dispatch → worker starts → arguments loaded → run → stored → the driver has
   seen the result, and (sync only) seen → the next submit;
 * the CPU time each thread of the driver used per call (``/proc/self/task/*/schedstat``,
   so Linux only), which a loaded machine distorts far less than the wall clock: the
-  main thread, the I/O thread ``lightwork-node``, the advisor and the others;
+  main thread, the I/O thread ``lightwork-node``, the advisor and the others, their
+  total, and the workers' (every thread of every worker process, summed);
 * the pipe floor (``floor.py``) measured in the same run, for scale.
 
-Every figure is printed per round, then as a median, so the noise is visible. Issue 13
-(the hot path) was profiled with this; ``driver_calls.py``'s docstring has the findings.
+Every figure is printed per round, then as a median, so the noise is visible; ``--json
+PATH`` also writes them for ``hotpath_ab.py``, which compares two checkouts with this
+script, interleaved. Issue 13 (the hot path) was profiled with these;
+``driver_calls.py``'s docstring has the findings.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ sys.path.insert(0, str(BENCH_DIR))
 sys.path.insert(0, str(BENCH_DIR.parent / "src"))
 
 from floor import measure as measure_floor
-from workloads import noop
+from workloads import Idle, noop
 
 PHASES = (
     ("submitted", "dispatched"),
@@ -133,6 +137,8 @@ def main() -> None:
     lightwork.init(num_cpus=4)
     task = lightwork.remote(noop)
     lightwork.get([task.remote() for _ in range(200)])
+    actor = lightwork.remote(Idle).remote()
+    lightwork.get([actor.ping.remote() for _ in range(200)])
     rows: dict[str, list[float]] = {}
 
     def add(prefix: str, figures: dict[str, float]) -> None:
@@ -181,6 +187,23 @@ def main() -> None:
         add("tasks", phases_us(records))
         add("tasks CPU", cpu_per_call_us(before, after, args.tasks))
         add("tasks CPU", {"workers": (workers_after - workers_before) / args.tasks * 1e6})
+
+        # The same two loops as calls of one actor's method (wall and CPU only).
+        for prefix, calls, batch in (("actor sync", args.sync_calls, False),
+                                     ("actor calls", args.tasks, True)):
+            workers_before = workers_cpu_s()
+            before, start = thread_cpu_s(), time.perf_counter()
+            if batch:
+                lightwork.get([actor.ping.remote() for _ in range(calls)])
+            else:
+                for _ in range(calls):
+                    lightwork.get(actor.ping.remote())
+            wall = time.perf_counter() - start
+            after = thread_cpu_s()
+            workers_after = workers_cpu_s()
+            add(prefix, {"wall per call": wall / calls * 1e6})
+            add(f"{prefix} CPU", cpu_per_call_us(before, after, calls))
+            add(f"{prefix} CPU", {"workers": (workers_after - workers_before) / calls * 1e6})
         add("floor", measure_floor(sync_calls=500, pipelined=args.tasks, runs=1))
     lightwork.shutdown()
     if args.json:
