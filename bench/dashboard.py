@@ -15,8 +15,10 @@ Figures, written to ``bench/dashboard_results.json`` and printed:
   ``process_time``; the cost is the median of the per-round differences); and the CPU
   time of the driver's threads that answer the dashboard (``feed_thread_cpu_us_per_task``:
   the syncs, their JSON, sending the records), as a share of the driver's CPU per task
-  and of its wall time per task. ``feed_us_per_record_apart``: a sync of 10,000 records
-  and its JSON, timed alone (best of 5).
+  and of its wall time per task; of that, ``feed_pack_us_per_record_in_run`` (the
+  records' packing, per record) and ``feed_syncs_per_batch`` (each with its fixed part).
+  ``feed_us_per_record_apart``: a sync of 10,000 records and its JSON, timed alone (best
+  of 5).
 * with ``--history`` tasks recorded (100,000): the dashboard process's RSS, and the p95
   latency of the overview, the tasks page and the per-function summary over HTTP.
 * with ``--records`` synthetic records (1,000,000, run times scattered) in a mirror: the
@@ -94,6 +96,26 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
             answered["cpu_s"] += time.thread_time() - start
 
     control.ControlServer._answer = timed_answer  # type: ignore[method-assign]
+    # ... and of that, the packing of the records (per record) and the syncs (a fixed
+    # part each): where the cost of a burst goes.
+    from lightwork.dashboard import feed
+
+    original_pack, original_sync = feed.pack, feed.sync
+
+    def timed_pack(rows: Any) -> Any:
+        start = time.thread_time()
+        try:
+            return original_pack(rows)
+        finally:
+            answered["pack_s"] += time.thread_time() - start
+            answered["records"] += len(rows)
+
+    def counted_sync(*args: Any) -> Any:
+        answered["syncs"] += 1
+        return original_sync(*args)
+
+    answered.update(pack_s=0.0, records=0, syncs=0)
+    feed.pack, feed.sync = timed_pack, counted_sync  # type: ignore[assignment]
     lightwork.init(num_cpus=2, advisor=False)
 
     @lightwork.remote
@@ -103,11 +125,13 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
     lightwork.get([noop.remote(i) for i in range(2 * n_tasks)])  # warm the workers
     node = lightwork._api._node
     runs: dict[str, dict[str, list[float]]] = {
-        mode: {"rate": [], "cpu_us": [], "feed_us": []} for mode in ("without", "page")}
+        mode: {"rate": [], "cpu_us": [], "feed_us": [], "pack_us_per_record": [], "syncs": []}
+        for mode in ("without", "page")}
     costs: list[float] = []
 
     def batch(mode: str, synced: Any = None) -> None:
         feed_start = answered["cpu_s"]
+        before = {key: answered[key] for key in ("pack_s", "records", "syncs")}
         cpu_start, start = time.process_time(), time.perf_counter()
         lightwork.get([noop.remote(i) for i in range(n_tasks)])
         elapsed = time.perf_counter() - start
@@ -116,6 +140,11 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
         if synced is not None:
             synced()  # the feed's CPU counts until the batch's records are all handed over
         runs[mode]["feed_us"].append(1e6 * (answered["cpu_s"] - feed_start) / n_tasks)
+        if mode == "page":
+            records = answered["records"] - before["records"]
+            runs[mode]["pack_us_per_record"].append(
+                1e6 * (answered["pack_s"] - before["pack_s"]) / max(1, records))
+            runs[mode]["syncs"].append(answered["syncs"] - before["syncs"])
 
     def with_page() -> None:
         child = launch.start(node.control.path, port=0)
@@ -150,9 +179,9 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
     finally:
         lightwork.shutdown()
         control.ControlServer._answer = original_answer  # type: ignore[method-assign]
+        feed.pack, feed.sync = original_pack, original_sync  # type: ignore[assignment]
     # The driver's own work per record, measured apart (best of 5, same conditions): a
     # sync of the last n_tasks records and the JSON encoding of its reply.
-    from lightwork.dashboard import feed
 
     lightwork.init(num_cpus=2, advisor=False)
     lightwork.get([noop.remote(i) for i in range(n_tasks)])
@@ -186,6 +215,8 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
         "feed_thread_cpu_us_per_task_without": round(median(without["feed_us"]), 3),
         "feed_share_of_driver_cpu_percent": round(100 * feed_us / cpu_base, 2),
         "feed_share_of_wall_per_task_percent": round(100 * feed_us / wall_base_us, 2),
+        "feed_pack_us_per_record_in_run": round(median(page["pack_us_per_record"]), 3),
+        "feed_syncs_per_batch": median(page["syncs"]),
         "feed_us_per_record_apart": round(1e6 * (sync_s + encode_s) / n_tasks, 3),
         "driver_sync_ms_mean": round(1000 * statistics.mean(costs), 2),
         "driver_sync_ms_max": round(1000 * max(costs), 2),

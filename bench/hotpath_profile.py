@@ -5,24 +5,29 @@ Usage (from the repository root)::
     python bench/hotpath_profile.py [--sync-calls 2000] [--tasks 10000] [--rounds 3]
 
 For a loop of synchronous ``get(f.remote())`` calls and for batches of ``--tasks``
-no-op tasks it prints
+no-op tasks (then the same two loops as calls of one actor's no-op method, wall and CPU
+only) it prints
 
 * the event log's phases (``lightwork.diagnostics.task_records()``), medians:
   submit → dispatch → worker starts → arguments loaded → run → stored → the driver has
   seen the result, and (sync only) seen → the next submit;
 * the CPU time each thread of the driver used per call (``/proc/self/task/*/schedstat``,
   so Linux only), which a loaded machine distorts far less than the wall clock: the
-  main thread, the I/O thread ``lightwork-node``, the advisor and the others;
+  main thread, the I/O thread ``lightwork-node``, the advisor and the others, their
+  total, and the workers' (every thread of every worker process, summed);
 * the pipe floor (``floor.py``) measured in the same run, for scale.
 
-Every figure is printed per round, then as a median, so the noise is visible. Issue 13
-(the hot path) was profiled with this; ``driver_calls.py``'s docstring has the findings.
+Every figure is printed per round, then as a median, so the noise is visible; ``--json
+PATH`` also writes them for ``hotpath_ab.py``, which compares two checkouts with this
+script, interleaved. Issue 13 (the hot path) was profiled with these;
+``driver_calls.py``'s docstring has the findings.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import statistics
 import sys
@@ -37,7 +42,7 @@ sys.path.insert(0, str(BENCH_DIR))
 sys.path.insert(0, str(BENCH_DIR.parent / "src"))
 
 from floor import measure as measure_floor
-from workloads import noop
+from workloads import Idle, noop
 
 PHASES = (
     ("submitted", "dispatched"),
@@ -74,6 +79,26 @@ def thread_cpu_s() -> dict[int, float]:
     return out
 
 
+def workers_cpu_s() -> float:
+    """CPU seconds of every thread of the session's worker processes, summed."""
+    from lightwork._api import driver_node
+
+    node = driver_node()
+    total = 0.0
+    for conn in list(node.workers.values()) if node is not None else ():
+        try:
+            tids = os.listdir(f"/proc/{conn.pid}/task")
+        except OSError:
+            continue  # not started yet, or gone
+        for tid in tids:
+            try:
+                text = Path(f"/proc/{conn.pid}/task/{tid}/schedstat").read_text()
+            except OSError:
+                continue
+            total += int(text.split()[0]) / 1e9
+    return total
+
+
 def cpu_per_call_us(
     before: dict[int, float], after: dict[int, float], calls: int
 ) -> dict[str, float]:
@@ -82,6 +107,7 @@ def cpu_per_call_us(
     for tid, seconds in after.items():
         name = names.get(tid, f"thread {tid}")
         out[name] = out.get(name, 0.0) + (seconds - before.get(tid, 0.0)) / calls * 1e6
+    out["driver total"] = sum(out.values())
     return out
 
 
@@ -98,6 +124,8 @@ def main() -> None:
     parser.add_argument("--sync-calls", type=int, default=2_000)
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", metavar="PATH", help="also write every figure's per-round "
+                        "values to PATH as JSON (hotpath_ab.py reads it)")
     args = parser.parse_args()
     if args.sync_calls < 2 or args.tasks < 1 or args.rounds < 1:
         parser.error("--sync-calls must be at least 2, --tasks and --rounds at least 1")
@@ -109,6 +137,8 @@ def main() -> None:
     lightwork.init(num_cpus=4)
     task = lightwork.remote(noop)
     lightwork.get([task.remote() for _ in range(200)])
+    actor = lightwork.remote(Idle).remote()
+    lightwork.get([actor.ping.remote() for _ in range(200)])
     rows: dict[str, list[float]] = {}
 
     def add(prefix: str, figures: dict[str, float]) -> None:
@@ -116,11 +146,13 @@ def main() -> None:
             rows.setdefault(f"{prefix} {name}", []).append(value)
 
     for _ in range(args.rounds):
+        workers_before = workers_cpu_s()
         before, start = thread_cpu_s(), time.perf_counter()
         for _ in range(args.sync_calls):
             lightwork.get(task.remote())
         wall = time.perf_counter() - start
         after = thread_cpu_s()
+        workers_after = workers_cpu_s()
         records = diagnostics.task_records(include_unfinished=False)[-args.sync_calls :]
         add("sync", {"wall per call": wall / args.sync_calls * 1e6})
         add("sync", phases_us(records))
@@ -133,13 +165,16 @@ def main() -> None:
             },
         )
         add("sync CPU", cpu_per_call_us(before, after, args.sync_calls))
+        add("sync CPU", {"workers": (workers_after - workers_before) / args.sync_calls * 1e6})
 
+        workers_before = workers_cpu_s()
         before, start = thread_cpu_s(), time.perf_counter()
         refs = [task.remote() for _ in range(args.tasks)]
         submitted = time.perf_counter()
         lightwork.get(refs)
         wall = time.perf_counter() - start
         after = thread_cpu_s()
+        workers_after = workers_cpu_s()
         del refs
         records = diagnostics.task_records(include_unfinished=False)[-args.tasks :]
         add(
@@ -151,8 +186,28 @@ def main() -> None:
         )
         add("tasks", phases_us(records))
         add("tasks CPU", cpu_per_call_us(before, after, args.tasks))
+        add("tasks CPU", {"workers": (workers_after - workers_before) / args.tasks * 1e6})
+
+        # The same two loops as calls of one actor's method (wall and CPU only).
+        for prefix, calls, batch in (("actor sync", args.sync_calls, False),
+                                     ("actor calls", args.tasks, True)):
+            workers_before = workers_cpu_s()
+            before, start = thread_cpu_s(), time.perf_counter()
+            if batch:
+                lightwork.get([actor.ping.remote() for _ in range(calls)])
+            else:
+                for _ in range(calls):
+                    lightwork.get(actor.ping.remote())
+            wall = time.perf_counter() - start
+            after = thread_cpu_s()
+            workers_after = workers_cpu_s()
+            add(prefix, {"wall per call": wall / calls * 1e6})
+            add(f"{prefix} CPU", cpu_per_call_us(before, after, calls))
+            add(f"{prefix} CPU", {"workers": (workers_after - workers_before) / calls * 1e6})
         add("floor", measure_floor(sync_calls=500, pipelined=args.tasks, runs=1))
     lightwork.shutdown()
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows))
 
     print(
         f"lightwork hot path, µs; {args.rounds} rounds (then the median); load average "

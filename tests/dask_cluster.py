@@ -2,6 +2,9 @@
 
 Started through the dask CLI exactly as a user would (random free ports, no dashboard),
 each in a process group of its own so teardown can check that nothing is left behind.
+Each also dies with the test process (``PR_SET_PDEATHSIG``): a run killed by a timeout,
+where no teardown runs, leaves no cluster behind to load the machine (a worker under its
+nanny exits with the nanny).
 Workers run under a nanny (as by default), so a worker killed by a test is restarted.
 
 Starting and stopping one costs seconds, so the modules that need a plain two-worker
@@ -12,6 +15,7 @@ need other sizes start their own.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -22,6 +26,16 @@ import time
 import psutil
 
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> None:
+    """In the child, before exec: SIGTERM when ``parent`` (the test process) is gone."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before the request was made
+        os._exit(1)
 
 
 class DaskCluster:
@@ -38,6 +52,7 @@ class DaskCluster:
         log = open(os.path.join(self.directory, f"{name}.log"), "wb")
         self.processes.append(subprocess.Popen(
             [DASK, *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=lambda parent=os.getpid(): _die_with(parent),
             env={**os.environ, "PYTHONFAULTHANDLER": "1",
                  # The scheduler gives up on a task at its first lost worker: lightwork
                  # counts each loss against the task's own max_retries (as the README

@@ -23,7 +23,9 @@ from lightwork import exceptions
 pytestmark = pytest.mark.lightwork_only
 pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
 
-BACKENDS = ["local", "distributed"]
+# ``LIGHTWORK_TEST_BACKENDS=distributed`` runs one half (``make test`` runs the cluster
+# half again on the oldest supported distributed).
+BACKENDS = os.environ.get("LIGHTWORK_TEST_BACKENDS", "local,distributed").split(",")
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -46,7 +46,8 @@ def test_a_sync_over_the_socket_carries_its_records_as_attached_bytes(node):
     with control.Channel(node.control.path) as channel:
         reply, attached = channel.ask("dashboard_sync", {"task_cursor": 0, "span_cursor": 0})
         tasks = reply["tasks"]
-        assert tasks["count"] >= 10 and len(attached) == attached_size(tasks["count"])
+        assert tasks["count"] >= 10
+        assert len(attached) == attached_size(tasks["count"], tasks["row_bytes"])
         mirror = Mirror()
         assert mirror.apply(reply, attached) == tasks["count"]
         # The same connection carries the next request: only what is new since.
@@ -65,6 +66,38 @@ def test_the_mirror_refuses_attached_bytes_that_do_not_match(node):
     reply["tasks"]["names"] = []  # a code that points outside its table
     with pytest.raises(ValueError, match="outside its table"):
         Mirror().apply(reply, attached)
+    for key, bad, says in (("row_bytes", 12, "multiple of 8"), ("row_bytes", "8", "multiple"),
+                           ("row_bytes", 1 << 20, "up to"),
+                           ("columns", {"finished": 0}, "each of"),
+                           ("columns", {**reply["tasks"]["columns"], "pid": 10**6}, "a word")):
+        broken = {**reply, "tasks": {**reply["tasks"], key: bad}}
+        with pytest.raises(ValueError, match=says):
+            Mirror().apply(broken, attached)
+
+
+def test_every_column_survives_the_whole_record_packing():
+    from lightwork._runtime.events import TaskRecord, freeze
+    from lightwork.dashboard.wire import FLOAT_COLUMNS, INT_COLUMNS
+
+    records = [TaskRecord(7 + i, "f", 3, 1.5 + i, attempt=2 + i, worker_id=5 + i, pid=4242 + i,
+                          deps_ready=2.25 + i, dispatched=3.125 + i, started=4.0625 + i,
+                          args_loaded=5.5 + i, finished=6.75 + i, stored=7.875 + i,
+                          seen=99.0, arg_size=1 << 40, result_size=12345 + i,
+                          actor_id=(1 << 62) + i, state="FINISHED", callsite=("x.py", 1, "f"),
+                          yields=(1.0,), cpu_time=0.5) for i in range(3)]
+    facts, buffers = feed.pack([freeze(r) for r in records])
+    reply = {"session": "s", "now": 9.0, "base": 0.0, "base_wall": 0.0, "budget": 100,
+             "tasks": {"cursor": 3, "lost": 0, **facts},
+             "spans": {"cursor": 0, "lost": 0, "rows": []},
+             "live": {"counts": {}, "rows": [], "total": 0}, "resources": {}, "workers": [],
+             "known_workers": {}, "actors": [], "actor_count": 0, "store": {},
+             "findings": [], "progress": []}
+    mirror = Mirror()
+    mirror.apply(reply, b"".join(buffers))
+    for name in FLOAT_COLUMNS:
+        assert list(mirror.floats[name]) == [getattr(r, name) for r in records], name
+    for name in INT_COLUMNS:
+        assert list(mirror.ints[name]) == [getattr(r, name) for r in records], name
 
 
 def test_records_with_errors_and_retries_keep_them():
@@ -91,6 +124,48 @@ def test_records_with_errors_and_retries_keep_them():
     assert rows_out[4]["retries"] == 1 and rows_out[5]["retries"] == 0
     assert [rows_out[i]["name"] for i in range(6)] == ["g", "f"] * 3
     assert mirror.ended_counts == {"FINISHED": 5, "FAILED": 1}
+
+
+# ---------------------------------------------------------------------------- progress
+@lightwork.remote
+def parked_until(path: str) -> int:
+    while not os.path.exists(path):
+        time.sleep(0.01)
+    return 1
+
+
+def test_a_running_get_reports_how_many_of_its_objects_are_ready(node, tmp_path):
+    release = str(tmp_path / "release")
+    done = [square.remote(i) for i in range(3)]
+    lightwork.get(done)
+    waiting = [parked_until.remote(release) for _ in range(2)]
+    feed.sync(node, 0, 0, 10, 10)  # a page is open: the get observer is on
+    getter = threading.Thread(target=lightwork.get, args=(done + waiting,), daemon=True)
+    getter.start()
+    try:
+        deadline = time.monotonic() + 10
+        calls: list = []
+        while not calls and time.monotonic() < deadline:
+            reply, _ = feed.sync(node, 10**9, 10**9, 10, 10)
+            calls = [c for c in reply["progress"] if c["objects"] == 5]
+            time.sleep(0.02)
+        assert calls and calls[0]["ready"] == 3 and calls[0]["kind"] == "get"
+        reply, _ = feed.sync(node, 10**9, 10**9, 10, 10)  # looks at the 2 pending only
+        assert [c["ready"] for c in reply["progress"] if c["objects"] == 5] == [3]
+    finally:
+        open(release, "w").close()
+        getter.join(10)
+    # Freed objects count as ready; anything but an ObjectRef is read the slow way.
+    entries = node.objects.entries
+
+    class NotARef:
+        id = -1
+
+    assert feed._still_pending(entries, [NotARef(), *waiting]) == []
+    assert feed._still_pending({}, done) == []
+    pending_entry = type("Entry", (), {"state": feed.PENDING})()
+    assert feed._still_pending({7: pending_entry, 8: entries.get(done[0].id)}, [7, 8, 9],
+                               ids=True) == [7]
 
 
 # ---------------------------------------------------------------------------- Dask graphs

@@ -192,3 +192,24 @@ def test_requests_do_not_wait_for_a_trim_renumbering_the_orders(monkeypatch):
     assert ascending == sorted(ascending)
     assert min(r["task_id"] for r in mirror.tasks(sort="run_s", page_size=200)["rows"]) >= 300
     _assert_like_brute_force(mirror)
+
+
+def test_a_sync_that_fails_half_way_leaves_the_mirror_as_it_was(monkeypatch):
+    mirror = Mirror()
+    mirror.apply(*_sync(0, 500))
+    original = orders.SortOrder.merged
+
+    def broken(order: orders.SortOrder, *args: Any) -> Any:
+        raise MemoryError("merging failed")
+
+    monkeypatch.setattr(orders.SortOrder, "merged", broken)
+    with pytest.raises(MemoryError):
+        mirror.apply(*_sync(500, 300))
+    assert mirror.rows == 500 and all(
+        len(column) == 500 for column in mirror._row_columns())
+    monkeypatch.setattr(orders.SortOrder, "merged", original)
+    mirror.apply(*_sync(500, 300))  # the same records again: they follow the first 500
+    assert [r["task_id"] for r in mirror.tasks(sort="task_id", descending=False,
+                                               page=2, page_size=200)["rows"]] == \
+        list(range(400, 600))
+    _assert_like_brute_force(mirror)

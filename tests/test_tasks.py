@@ -114,6 +114,18 @@ def test_num_returns_one_gives_a_single_ref():
     assert ray.get(ref) == (1, 2)
 
 
+def test_num_returns_zero_runs_the_task_and_returns_none(tmp_path):
+    @ray.remote(num_returns=0)
+    def touch(path):
+        open(path, "w").close()
+
+    assert touch.remote(str(tmp_path / "ran")) is None
+    assert wait_for_file(tmp_path / "ran")
+    time.sleep(0.5)  # its end reaches the driver
+    # Its end left the runtime working (it broke the driver's I/O thread once).
+    assert ray.get(add.remote(1, 2), timeout=30) == 3
+
+
 def test_options_override_for_one_call_only():
     @ray.remote
     def two():

@@ -231,15 +231,11 @@ def init(
                     "the cluster's workers have their own environment and memory settings "
                     "(dask worker --memory-limit, --preload); pass runtime_env per task "
                     "with .options() only on the embedded runtime")
-            if dashboard:
-                raise unsupported(
-                    "lightwork's live dashboard (init(dashboard=True))",
-                    "open the Dask dashboard (its link is client.dashboard_link), and "
-                    "use `lightwork status`, `list`, `summary`, `timeline` and `stack` "
-                    "from another terminal for lightwork's own views")
             _backend = DistributedBackend.connect(
                 target, num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
                 namespace=namespace, event_budget=budget)
+            if dashboard:
+                _start_dashboard(dashboard_port or 0)
             return _context()
         from lightwork._runtime.node import Node
         from lightwork.backends.local import LocalBackend
@@ -275,14 +271,18 @@ def _start_dashboard(port: int) -> None:
     if _dashboard is not None:
         _dashboard.stop()
         _dashboard = None
-    if _node is None:
-        print("lightwork: no dashboard: it shows the embedded runtime only", file=sys.stderr)
+    # The control server of the session: the node's, or a cluster run's log's.
+    sidecar = _node.control if _node is not None else getattr(
+        getattr(_backend, "recorder", None), "control", None)
+    if sidecar is None:
+        print("lightwork: no dashboard: it reads the event log, which event_budget=0 turns "
+              "off", file=sys.stderr)
         return
-    if _node.control.error:
-        print(f"lightwork: no dashboard: {_node.control.error}", file=sys.stderr)
+    if sidecar.error:
+        print(f"lightwork: no dashboard: {sidecar.error}", file=sys.stderr)
         return
     try:
-        _dashboard = launch.start(_node.control.path, port)
+        _dashboard = launch.start(sidecar.path, port)
     except (OSError, RuntimeError) as exc:  # the program runs on without its dashboard
         print(f"lightwork: no dashboard: {exc}", file=sys.stderr)
         return

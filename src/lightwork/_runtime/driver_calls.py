@@ -55,6 +55,41 @@ sync calls and 2 x 10,000 tasks per variant, load average 11-14, medians):
   wall 1.6-3x, in three A/B runs; on this loaded 2-core host, two threads racing for
   the result frame reach it sooner than the leader alone, and a late wake-up costs the
   leader CPU (cold caches) as well as time.
+
+Session 5 (2026-11-24, load average 4-9 from other work; ``bench/hotpath_ab.py``: fresh
+processes of ``hotpath_profile.py``, A and B interleaved, 8-16 rounds, medians and the
+median of paired ratios; the workers' CPU is measured too now). Where the time goes:
+
+* Not lock or GIL waits. ``perf record -g`` of a sync loop: the main thread is ~75%
+  Python interpreter and ~18% kernel (send, recv, epoll_wait ~4% each; futex 0.5%).
+  The I/O thread's share is real work too: it applies about half of the results (it
+  wins the race for the frame as often as the leader). Tried once more, without the
+  earlier attempt's flaws (no epoll_ctl per get in steady state; the I/O thread kept
+  from idling, so dropped refs do not wake it): the leader reads alone, the I/O
+  thread takes the sockets back when no getter leads. I/O thread 29 -> 4 µs per sync
+  call, main thread 68 -> 94, total unchanged (106 -> 108), wall 1.06-1.35x and 10,000
+  tasks 1.3x slower (their results then all go through one thread). Dropped.
+* A CPU profile (yappi, thread CPU clock; its overhead inflates every figure ~10x, the
+  shares hold) of 10,000 no-op tasks: submitting ~37% (``submit_task``, ``submit``,
+  ``register_task``, the TaskRecord, TaskSpec, ObjectEntry and ObjectRef), applying
+  results ~22%, placing them ~16% (``Scheduler._place`` queues each behind a running
+  task), the advisor's thread ~5%. The cyclic garbage collector adds 1.7-3.9 µs per task
+  (``gc.callbacks``: per 10,000 tasks ~80 young collections of 0.12 ms, 7 middle ones of
+  1 ms, 0-1 full ones of 21 ms). No single hot spot: a compiled extension would have to
+  take the whole submit and result path (table, scheduler, records) to pay off; a
+  compiled frame codec alone would save 2-3 µs per call.
+* The workers: ``recv(256 KiB)`` per read cost an mmap, page faults and an mremap per
+  frame (``protocol.RECV_SIZE``); each no-op also pays two ``time.process_time`` calls
+  (2.4 µs each here: a syscall; the advisor's task CPU time) — see ``worker.py``.
+
+Kept (driver CPU per call, before -> after, medians; paired ratio): batched frames and
+the receive buffer (``protocol.py``): 10,000 tasks 25.7 -> 21.9 µs per task (0.85), the
+workers' 21.0 -> 16.6 (0.80), sync 106 -> 96 (0.95). Then ``_dispatch`` returning at once
+when nothing waits to be placed (it ran 2.6 times per sync call, each pass summing over
+the workers), no Event for a get that leads, a span of one object without lists, and a
+result list tested first in ``_on_done`` (its ``outcome[0] == "lost"`` called the
+dataclass ``__eq__`` of a ``Stored``): sync 89 -> 78 (0.88; main thread 59 -> 51), 10,000
+tasks 21.6 -> 19.9 (0.90).
 """
 
 from __future__ import annotations
@@ -131,22 +166,25 @@ def _thread_cpu_and_busy_s() -> tuple[float, float]:
 class Countdown:
     """Wakes a blocked caller when ``remaining`` objects have resolved.
 
-    The caller may be polling the workers itself (``Node._block_on``); when another
-    thread completes the countdown, ``wake`` interrupts the caller's select.
+    ``hit`` runs under the node's lock. The caller may be polling the workers itself
+    (``Node._block_on``, the leader: it reads ``remaining``); when another thread
+    completes the countdown, ``wake`` interrupts the leader's select. A caller that does
+    not lead sleeps on ``event``, made (under the lock) only then: most gets lead.
     """
 
     __slots__ = ("remaining", "event", "waiter", "wake")
 
     def __init__(self, remaining: int) -> None:
         self.remaining = remaining
-        self.event = threading.Event()
+        self.event: threading.Event | None = None
         self.waiter = threading.get_ident()
         self.wake: Callable[[], None] | None = None
 
     def hit(self, entry: ObjectEntry) -> None:
         self.remaining -= 1
         if self.remaining <= 0:
-            self.event.set()
+            if self.event is not None:
+                self.event.set()
             if self.wake is not None and threading.get_ident() != self.waiter:
                 self.wake()
 
@@ -211,6 +249,8 @@ class DriverCalls(_Base):
             if stored.path is not None:
                 self.store.release(stored.path)
             raise
+        if len(return_ids) == 1:
+            return [ObjectRef(return_ids[0])]
         return [ObjectRef(object_id) for object_id in return_ids]
 
     def create_actor(self, actor: Actor, blob: bytes) -> None:
@@ -429,32 +469,41 @@ class DriverCalls(_Base):
         callsite: Any,
     ) -> DriverSpan:
         """The record of one blocked get/wait, with when its objects became ready."""
-        ready = [e for e in waited if e.ready_at]
-        ready_times = [e.ready_at for e in ready]
-        durations = [e.ready_at - e.created_at for e in ready]
+        if len(waited) == 1:  # get(f.remote()): the same figures, without the lists
+            ready_at = waited[0].ready_at
+            first = last = ready_at
+            shortest = longest = ready_at - waited[0].created_at if ready_at else 0.0
+        else:
+            ready = [e for e in waited if e.ready_at]
+            ready_times = [e.ready_at for e in ready]
+            durations = [e.ready_at - e.created_at for e in ready]
+            first, last = min(ready_times, default=0.0), max(ready_times, default=0.0)
+            shortest, longest = min(durations, default=0.0), max(durations, default=0.0)
         return DriverSpan(
             kind, start, time.monotonic(), len(entries), threading.get_ident(),
             entries[0].object_id, callsite, entries[0].task_id, len(entries) - len(waited),
-            min(ready_times, default=0.0), max(ready_times, default=0.0),
-            min(durations, default=0.0), max(durations, default=0.0),
+            first, last, shortest, longest,
         )
 
     def _block_on(self, countdown: Countdown, timeout: float | None) -> bool:
         """Wait until ``countdown`` completes, polling the workers from this thread."""
-        event = countdown.event
         if threading.current_thread() is self._thread or not self._leader.acquire(blocking=False):
+            with self.lock:
+                if countdown.remaining <= 0:
+                    return True
+                event = countdown.event = threading.Event()
             return event.wait(timeout)  # the I/O thread or the leading getter completes it
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             countdown.wake = self._wake_leader
-            while not event.is_set():
+            while countdown.remaining > 0:
                 remaining = None
                 if deadline is not None:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return False
                 if not self._poll(remaining, leading=True):
-                    return event.is_set()
+                    return countdown.remaining <= 0
             return True
         finally:
             self._leader.release()

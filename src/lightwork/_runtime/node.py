@@ -39,6 +39,13 @@ itself, for two wake-ups per call:
   wake-ups in the last ``IO_BUSY_FOR_S``) it sleeps at most ``IO_BUSY_SLEEP_S`` and
   drains releases then, if a call has not already. This thread: 51 -> 33 µs per sync
   call, the driver's total 126 -> 105 (A/B, 5 rounds each, load average 13).
+
+Session 5 measured why the first wake-up is worth keeping: this thread applies about
+half of the results itself (real work, not a lost race), and a leader reading alone
+only moved that work into the caller's thread (total CPU unchanged, wall 6-35% worse;
+``driver_calls.py`` has the figures). Worker sockets are read into one buffer of
+``protocol.RECV_SIZE`` allocated once (``_recv_scratch``), and a read stops at a short
+read: the next frame wakes the poller anyway, and the extra ``recv`` only failed.
 """
 
 from __future__ import annotations
@@ -180,6 +187,9 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         self.task_listeners: list[Callable[[list[TaskRecord]], None]] = []
         self._ended_unheard: list[TaskRecord] = []
         self._want_write: set[WorkerConn] = set()
+        # One receive buffer for every worker socket, used under the lock: ``recv`` of a
+        # fresh 256 KiB bytes per read cost an mmap, page faults and an mremap each.
+        self._recv_scratch = memoryview(bytearray(p.RECV_SIZE))
         self.closed = False
         self.broken = ""  # why the runtime cannot go on (a dead fork server, a bug), or ""
         self.advisor: Any = None  # set by init() unless advisor=False (diagnostics layer)
@@ -395,23 +405,28 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         return True
 
     def _read_worker(self, conn: WorkerConn) -> None:
-        chunks = []
+        """Read what the worker sent and apply it (lock held)."""
+        scratch = self._recv_scratch
+        messages: list[tuple[Any, ...]] = []
         eof = False
         while True:
             try:
-                data = conn.sock.recv(1 << 18)
+                size = conn.sock.recv_into(scratch)
             except BlockingIOError:
                 break
             except OSError:
                 eof = True
                 break
-            if not data:
+            if not size:
                 eof = True
                 break
-            chunks.append(data)
-        if chunks:
-            for message in conn.decoder.feed(b"".join(chunks)):
-                self._handle(conn, message)
+            messages += conn.decoder.feed(scratch[:size])
+            if size < len(scratch):
+                # All there was; a frame sent meanwhile wakes the poller again. This
+                # spares a recv that would fail (a syscall and an exception per wake-up).
+                break
+        for message in messages:
+            self._handle(conn, message)
         if eof:
             self._on_worker_eof(conn)
 
@@ -543,6 +558,9 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                     if stored.path is not None:
                         self.store.release(stored.path)
             self._fail_task(task, _cancelled(task, "before it finished"))
+        elif type(outcome) is list:  # its results (none for num_returns=0): the common case
+            self.store_results(task, outcome)
+            self._end_task(task, FINISHED)
         elif outcome == "cancelled":  # a cancel signal meant for the task before this one
             self._requeue(task)
         elif outcome[0] == "lost":  # an argument's segment vanished: rebuild it, then rerun
@@ -554,9 +572,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                 self._requeue(task)
             else:
                 self._fail_task(task, outcome[1])
-        else:
-            self.store_results(task, outcome)
-            self._end_task(task, FINISHED)
+        else:  # a runtime bug: fail loudly (the I/O loop stops the runtime, saying why)
+            raise AssertionError(f"task {task.name} ended with an unknown outcome {outcome!r}")
 
     def store_results(self, task: TaskSpec, results: list[Stored]) -> None:
         """Resolve a finished task's return objects (dropping those nobody holds)."""
@@ -741,6 +758,12 @@ class Node(DriverCalls, WorkerRequests, Lineage):
 
     def _dispatch(self) -> None:
         scheduler = self.scheduler
+        if not (scheduler.ready or scheduler.pending_groups or scheduler.orphaned
+                or scheduler.newly_reserved or self.actors.pending):
+            # Nothing to place (most calls: every poll and submit dispatches); what the
+            # loop below would conclude, without its passes over queues and workers.
+            scheduler.starving = 0
+            return
         try:
             while True:
                 assignments = scheduler.schedule()
@@ -753,6 +776,8 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                     self._fail_orphaned_tasks()
                 if self.actors.pending:
                     self.actors.place_pending()
+                if scheduler.starving <= 0:
+                    return
                 room = scheduler.worker_cap() - len(scheduler.workers)
                 to_start = min(scheduler.starving, room)
                 if to_start <= 0:

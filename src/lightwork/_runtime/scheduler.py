@@ -140,7 +140,10 @@ class Scheduler:
 
     def _fits(self, shape: Shape) -> bool:
         available = self.available
-        return all(available.get(name, 0.0) + _EPS >= amount for name, amount in shape)
+        for name, amount in shape:  # a loop, not all(<genexpr>): once per task placed
+            if available.get(name, 0.0) + _EPS < amount:
+                return False
+        return True
 
     def _acquire(self, shape: Shape) -> None:
         for name, amount in shape:

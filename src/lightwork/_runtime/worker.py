@@ -36,6 +36,20 @@ of its samples), arguments 4.5 µs, run 2.4, storing the result 7.7; the result 
 leaves at once (no other task is buffered, so nothing is held and the late-flush
 thread is not involved). The worker is not where the time goes: the driver's CPU per
 call is 110–190 µs (``driver_calls.py``).
+
+Session 5 measured the workers' CPU too (``bench/hotpath_profile.py``, all threads of
+every worker, per call): 45-50 µs per sync no-op and 15-21 µs per task of 10,000.
+``perf`` found a third of it in the kernel: ``recv(256 KiB)`` allocated a fresh buffer
+per read that glibc mapped and the kernel faulted in and shrank (mmap, page faults,
+mremap, munmap: 10-15% of the worker's CPU; now ``recv_into`` one buffer,
+``protocol.RECV_SIZE``), and the wake-ups of blocking reads and sends. Of the Python
+left (profiled in-process, ``Worker.run`` fed by a fake driver: ~11.5 µs per task in
+batches), the largest items are the two ``time.process_time`` calls around each call
+(2.4 µs each on this VM: a syscall, for ``TaskRecord.cpu_time``, which the advisor's
+CPU rules read for tasks of 10 ms or more) and the read turn under ``_cond`` (five
+acquisitions and three ``notify_all`` per task, with nobody waiting in a task worker).
+Not changed yet: skipping the CPU clock for calls of functions whose recent runs were
+tiny would need the advisor to tell "not measured" from "used no CPU".
 """
 
 from __future__ import annotations
@@ -306,7 +320,8 @@ class Worker:
         if self._flush_soon is None:
             self._flush_soon = threading.Event()
             threading.Thread(target=self._flush_late, name="lightwork-flush", daemon=True).start()
-        self._flush_soon.set()
+        if not self._flush_soon.is_set():  # set() takes the Event's lock: once per task
+            self._flush_soon.set()
 
     def function(self, key: bytes) -> Any:
         fn = self.functions.get(key)

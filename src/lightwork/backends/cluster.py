@@ -30,8 +30,12 @@ Diagnostics: the driver's ``recorder``
 (``cluster_record.ClusterLog``) is the event log of the run, filled from the workers'
 own stamps; the state API (``cluster_state``), ``task_records``, the timeline,
 ``stack``, the advisor, the Dask-style callbacks and profilers (its task listeners),
-``lightwork.dask.get`` and the ``lightwork`` command from another terminal
-(``cluster_control``) read it.
+``lightwork.dask.get``, the ``lightwork`` command from another terminal
+(``cluster_control``) and the live dashboard (``cluster_dashboard``) read it.
+
+Which distributed: ``cluster_compat`` checks at connect (and in each worker) that the
+installed one has the few private parts the backend relies on, and names the supported
+range if not.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import cloudpickle
 
 from lightwork import exceptions
 from lightwork._object_ref import PROCESS_ID_SHIFT, ref_counter
-from lightwork.backends import cluster_worker
+from lightwork.backends import cluster_compat, cluster_worker
 from lightwork.backends.base import Backend
 from lightwork.backends.cluster_actor_calls import ActorCalls
 from lightwork.backends.cluster_fetch import Fetching
@@ -67,6 +71,7 @@ def _import_distributed() -> Any:
         raise ImportError(
             f"connecting to a Dask cluster needs the distributed package: {CLUSTER_EXTRA}"
         ) from exc
+    cluster_compat.check(distributed)  # before anything starts: a clear error, not a late one
     return distributed
 
 
@@ -91,7 +96,8 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         if self.recorder is not None:
             self.recorder.serve()  # the `lightwork` command from another terminal
         self.lock = threading.Lock()
-        self.futures: dict[int, Any] = {}
+        # In a worker, each entry is tagged with its driver session (for the listings).
+        self.futures: dict[int, Any] = {} if in_driver else cluster_worker.SessionFutures()
         self.keys: dict[int, str] = {}  # keys of refs this process may borrow
         self.task_ids: dict[int, int] = {}
         self._orphans: dict[int, Any] = {}
@@ -107,7 +113,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         self._recover_lock = threading.Lock()
         self._streams: dict[int, Any] = {}  # head id -> StreamState (see cluster_streams)
         if client is not None:
-            self._watch_task_errors(client)
+            self._watch_client(client)
         if in_driver and client is not None:
             from lightwork.backends.cluster_plugin import ExportedRefs
 
@@ -170,8 +176,14 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             from distributed import get_client
 
             client = self._client = get_client()
-            self._watch_task_errors(client)
+            self._watch_client(client)
         return client
+
+    def _watch_client(self, client: Any) -> None:
+        import distributed
+
+        cluster_compat.check(distributed, client)  # its private stream handlers (see there)
+        self._watch_task_errors(client)
 
     @property
     def closed(self) -> bool:

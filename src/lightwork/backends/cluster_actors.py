@@ -58,11 +58,15 @@ class ActorHost:
         self.init_error: Failed | None = None
         self.instance: Any = None
         backend.adopt(keys)
+        previous = getattr(current, "session", 0)
+        current.session = session  # what the constructor borrows or makes is its session's
         try:
             args, kwargs = _load_args(backend, payload, dep_values)
             self.instance = cloudpickle.loads(blob)(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - every call will say the actor died of it
             self.init_error = error_of(f"{class_name}.__init__", exc)
+        finally:
+            current.session = previous
         self.next_seq: dict[str, int] = {}
         self.turns: dict[tuple[str, int], asyncio.Event] = {}
         self.is_async = is_async

@@ -200,7 +200,10 @@ class Fetching:
             return call()
         from distributed import rejoin, secede
 
-        secede()
+        try:
+            secede()
+        except ValueError:  # an actor's own thread, not the worker's pool: nothing to free
+            return call()
         try:
             return call()
         finally:

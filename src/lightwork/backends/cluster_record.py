@@ -75,7 +75,7 @@ What it serves
 The state API (tasks here; actors, workers, objects, memory and status through
 ``cluster_state.ClusterState``), ``task_records``/``blocked_spans``, the timeline data
 and the advisor (:meth:`ClusterLog.answer_query`, which the control socket also calls,
-``cluster_control``). The live dashboard's queries raise UnsupportedOnBackend.
+``cluster_control``), and the live dashboard (``cluster_dashboard``).
 ``stack`` goes through ``client.run`` too (:func:`dump_stacks`).
 """
 
@@ -190,6 +190,14 @@ class _Live:
         self.return_ids: tuple[int, ...] = ()
         self.state = "SUBMITTED_TO_WORKER"  # refined from the scheduler when listed
 
+    @property
+    def task_id(self) -> int:
+        return self.record.task_id
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
 
 class ClusterLog:
     """The driver's record of a cluster run, read by the diagnostics like a ``Node``'s."""
@@ -206,6 +214,8 @@ class ClusterLog:
         self.closed = False
         self.session = SimpleNamespace(name=f"distributed-{os.getpid()}", directory=None)
         self.rows: dict[Any, int] = {}  # address, or ("actor", id, address) -> row number
+        self.worker_started: dict[tuple[str, int], float] = {}  # (address, pid) -> wall time
+        self.dashboard: Any = None  # cluster_dashboard.DashboardFacts, once one attached
         self.row_info: dict[int, dict[str, Any]] = {}
         self._offsets: dict[str, tuple[float, float]] = {}  # address -> (rtt, offset)
         self._shift_caps: dict[str, float] = {}  # address -> the most its shift can be
@@ -387,6 +397,8 @@ class ClusterLog:
                     self.sync()
                 except Exception:  # noqa: BLE001, S110 - a diagnostic never breaks the run; retried
                     pass
+            if self.dashboard is not None:
+                self.dashboard.idle()
 
     def serve(self) -> None:
         """Serve the ``lightwork`` command from another terminal (``cluster_control``)."""
@@ -395,21 +407,24 @@ class ClusterLog:
         self.control = cluster_control.serve(self)
 
     def stop(self) -> None:
-        """The session ends: its workers drop what they still keep of it."""
+        """The session ends: its workers drop what they still keep of it. The control
+        server closes first: a dashboard attached takes its final sync then, while the
+        workers still keep the session's last stamps."""
         self.closed = True
         self._stop.set()
         self._wake.set()
+        if self.control is not None:
+            from lightwork.backends import cluster_control
+
+            # (kept on the log while it closes: the final syncs read it)
+            cluster_control.close(self, self.control)
+            self.control = None
         client = self.backend.client
         if getattr(client, "status", None) == "running":
             try:
                 client.run(forget, session=self.backend.session_tag, on_error="ignore")
             except Exception:  # noqa: BLE001, S110 - the cluster may be going away
                 pass
-        if self.control is not None:
-            from lightwork.backends import cluster_control
-
-            control, self.control = self.control, None
-            cluster_control.close(self, control)
 
     def sync(self) -> None:
         """Pull every worker's reports into the log (one ``client.run`` round trip), then
@@ -631,12 +646,30 @@ class ClusterLog:
         if op == "list":
             raise ValueError(f"cannot list {args.get('kind')!r}; choose one of tasks, "
                              "actors, workers, objects")
-        if op.startswith("dashboard"):
-            raise exceptions.UnsupportedOnBackend(
-                "lightwork's live dashboard is not supported on the distributed backend: "
-                "open the Dask dashboard (client.dashboard_link), and use `lightwork "
-                "status`, `list`, `summary`, `timeline` and `stack` for lightwork's views")
+        if op.startswith("dashboard_"):  # the live dashboard (cluster_dashboard)
+            from lightwork.dashboard import feed
+
+            return feed.dispatch(self, op, args)
         raise ValueError(f"unknown operation {op!r} on the distributed backend")
+
+    # -- the live dashboard (lightwork.dashboard.feed reads these; see cluster_dashboard) -
+    def dashboard_facts(self, live_limit: int) -> dict[str, Any]:
+        if self.dashboard is None:
+            from lightwork.backends.cluster_dashboard import DashboardFacts
+
+            self.dashboard = DashboardFacts(self)
+        return self.dashboard.facts(live_limit)
+
+    def object_ready(self, object_id: int) -> bool:
+        """Whether the object is there (or freed): a running get's progress."""
+        future = self.backend.futures.get(object_id)
+        return future is None or bool(future.done())
+
+    def cancel(self, object_ids: list[int], force: bool) -> None:
+        self.backend.cancel(object_ids, force, recursive=False)
+
+    def driver_request(self, what: str, *args: Any) -> Any:
+        return self.backend.driver_request(what, *args)
 
     def timeline_data(self) -> dict[str, Any]:
         """``views.timeline_data`` for a cluster run: one row per worker and per actor."""
@@ -681,8 +714,11 @@ class ClusterLog:
         client = self.backend.client
         replies = client.run(dump_stacks, on_error="return")
         workers = []
-        for index, (address, reply) in enumerate(sorted(replies.items()), start=1):
-            entry = {"worker_id": index, "label": str(address), "status": "ok",
+        for address, reply in sorted(replies.items()):
+            pid = 0 if isinstance(reply, BaseException) else reply["pid"]
+            with self.lock:  # the row number of the worker's tasks, as list_workers shows
+                row = self._row(str(address), pid, 0)
+            entry = {"worker_id": row, "label": str(address), "status": "ok",
                      "note": None, "text": "", "doing": "dask worker"}
             if isinstance(reply, BaseException):
                 entry.update(pid=0, status="error", note=error_text(reply), threads=[])

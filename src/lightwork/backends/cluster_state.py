@@ -21,28 +21,48 @@ Fields mean what they mean locally; where the cluster differs:
   actors alike, so its ``kind`` is ``"task"``; actors are listed by ``list_actors`` with
   the ``pid``/``worker_id`` of their worker.
 * Live task states come from the scheduler: ``waiting`` (for an argument) is
-  ``PENDING_ARGS_AVAIL``, ``processing`` is ``RUNNING``, other pre-run states are
-  ``PENDING_NODE_ASSIGNMENT`` (for the oldest ``MAX_REFRESHED`` live tasks; later ones
-  show ``SUBMITTED_TO_WORKER``). An actor call is ``SUBMITTED_TO_WORKER`` until its report
-  arrives (calls bypass the scheduler).
-* Objects are the refs this driver holds, with their size and the workers holding them
-  (``location``: ``"worker tcp://…"``); the driver does not see refs held inside tasks.
-  There is no object store or shared memory of lightwork's: those sums are 0 and
-  ``store`` is None.
-* Actors are those this driver created (a named actor made by another driver is found
-  with ``get_actor``, not listed). ``restarts`` and ``RESTARTING`` come from the
-  driver, which owns its actors' restarts (``cluster_actor_calls``).
+  ``PENDING_ARGS_AVAIL``; ``processing`` (sent to a worker) is ``RUNNING`` when the
+  worker runs it (its ``executing``, from the worker's heartbeats, or no more tasks sent
+  to it than it has threads), ``RUNNING_IN_RAY_GET`` when it seceded (blocked in a
+  nested ``get``/``wait``), and ``SUBMITTED_TO_WORKER`` while it waits there for a
+  thread; other pre-run states are ``PENDING_NODE_ASSIGNMENT`` (for the oldest
+  ``MAX_REFRESHED`` live tasks; later ones show ``SUBMITTED_TO_WORKER``). An actor
+  call is ``SUBMITTED_TO_WORKER`` until its report arrives (calls bypass the scheduler).
+* Objects are this session's: the refs the driver holds, and those its tasks and
+  actors hold on the workers, asked of each worker process in one ``client.run``
+  (``cluster_worker.held_refs``). A worker process serves every driver of the cluster,
+  so its refs are tagged with the session of the task or actor call that made or
+  borrowed them (``cluster_worker.SessionFutures``; the actor's constructor and calls,
+  and a task from before it unpickles its arguments until it ends). Each row has its
+  ``owner`` (the process that made the ref, from the id's process prefix: ``driver`` or
+  ``worker N``, N as ``list_workers`` numbers the cluster workers), its ``holders``,
+  its size and the workers storing it (``location``: ``"worker tcp://…"``). Not listed:
+  refs held by a task's result after the task ended (the worker keeps them with the
+  result's key, ``cluster_plugin``), by a generator's consumer thread in a task, or in
+  a worker that does not answer. There is no object store or shared memory of
+  lightwork's: those sums are 0 and ``store`` is None.
+* Actors are this session's: those the driver created (``owner`` "driver") and those
+  its tasks and actors created on the workers (``owner`` "worker N", while a handle to
+  them lives in that process; their ``running``/``queued`` are None: their callers'
+  calls in flight are not in the driver's log). A named actor of another driver is
+  found with ``get_actor``, not listed. ``restarts`` and ``RESTARTING`` come from the
+  owner, which decides its actors' restarts (``cluster_actor_calls``).
 """
 
 from __future__ import annotations
 
 import itertools
+import operator
 import os
 import time
 from collections import Counter
 from typing import Any
 
+from lightwork._object_ref import PROCESS_ID_SHIFT
+from lightwork._runtime.events import _FIELDS
+
 ALIVE_STATUSES = ("running", "paused", "init")
+_ACTOR_OF = operator.itemgetter(_FIELDS.index("actor_id"))  # of a frozen task record
 MAX_REFRESHED = 20_000  # live tasks whose state one listing asks the scheduler for
 
 
@@ -52,21 +72,36 @@ def scheduler_facts(dask_scheduler: Any = None, keys: tuple[str, ...] = ()) -> d
     for address, ws in dask_scheduler.workers.items():
         metrics = dict(getattr(ws, "metrics", None) or {})
         processing = [str(ts.key) for ts in list(ws.processing)[:8]]
+        # Threads taken by tasks that ask for no CPU resource (num_cpus <= 1, see
+        # cluster_tasks): they count as one CPU each, as the driver submitted them.
+        # (A seceded task, blocked in a nested get, holds no thread.)
+        unrestricted = sum(1 for ts in itertools.islice(ws.processing, 4 * ws.nthreads + 8)
+                           if "CPU" not in (ts.resource_restrictions or {})
+                           and ts not in ws.long_running)
         workers[address] = {
             "pid": getattr(ws, "pid", 0), "nthreads": ws.nthreads,
             "status": str(getattr(ws.status, "name", ws.status)),
             "resources": dict(ws.resources), "processing": processing,
             "processing_count": len(ws.processing), "nbytes": ws.nbytes,
             "cpu": metrics.get("cpu"), "memory": metrics.get("memory"),
+            "used_resources": {k: float(v) for k, v in ws.used_resources.items() if v},
+            "unrestricted_busy": min(unrestricted, ws.nthreads),
         }
     tasks = {}
     for key in keys:
         ts = dask_scheduler.tasks.get(key)
         if ts is None:
             continue
-        processing_on = ts.processing_on.address if ts.processing_on is not None else None
+        ws = ts.processing_on
+        processing_on = ws.address if ws is not None else None
+        state = ts.state
+        if ws is not None:  # sent to a worker: does it run, or wait there for a thread?
+            if ts in ws.long_running:
+                state = "seceded"  # blocked in a nested get/wait (cluster_fetch)
+            elif not (ts in getattr(ws, "executing", ()) or len(ws.processing) <= ws.nthreads):
+                state = "assigned"  # (executing comes with the worker's heartbeats)
         tasks[key] = {
-            "state": ts.state, "nbytes": ts.nbytes if ts.nbytes and ts.nbytes > 0 else 0,
+            "state": state, "nbytes": ts.nbytes if ts.nbytes and ts.nbytes > 0 else 0,
             "who_has": sorted(ws.address for ws in ts.who_has or ()),
             "processing_on": processing_on,
             "pending_dependents": sum(1 for d in ts.dependents
@@ -100,48 +135,70 @@ class ClusterState:
             return {address: log._row(address, info["pid"], 0)
                     for address, info in sorted(workers.items())}
 
-    def refresh_live_states(self) -> None:
-        """Live tasks' states (and where they run) from the scheduler, for list_tasks."""
+    def live_keys(self, limit: int = MAX_REFRESHED) -> list[tuple[Any, str]]:
+        """(live task, its cluster key) of the oldest ``limit`` live tasks (not actor
+        calls: they bypass the scheduler)."""
         from lightwork.backends.cluster_worker import key_name
 
         log = self.log
-        with log.lock:  # the oldest first, as listed; at most MAX_REFRESHED per listing
-            live = [(task, f"{key_name(task.record.name)}-{task.record.task_id:x}")
-                    for task in itertools.islice(log.tasks.values(), MAX_REFRESHED)
-                    if not task.actor_id]
-        if not live:
-            return
-        facts = self._facts(tuple(key for _, key in live))
-        rows = self._worker_row_ids(facts["workers"])
         with log.lock:
+            return [(task, f"{key_name(task.record.name)}-{task.record.task_id:x}")
+                    for task in itertools.islice(log.tasks.values(), limit)
+                    if not task.actor_id]
+
+    def refresh_live_states(self) -> None:
+        """Live tasks' states (and where they run) from the scheduler, for list_tasks."""
+        live = self.live_keys()  # the oldest first, as listed
+        if live:
+            self.apply_live_states(live, self._facts(tuple(key for _, key in live)))
+
+    def apply_live_states(self, live: list[tuple[Any, str]], facts: dict[str, Any]) -> None:
+        """Set the states of ``live`` (from :meth:`live_keys`) from ``facts`` (the
+        scheduler's, which asked for their keys). A task seen running for the first time
+        is dispatched now, as far as the driver can tell (its worker's report, later,
+        sets the true start)."""
+        rows = self._worker_row_ids(facts["workers"])
+        now = time.monotonic()
+        with self.log.lock:
             for task, key in live:
                 fact = facts["tasks"].get(key)
                 if fact is None:
                     continue
-                task.state = _task_state(fact["state"])
+                state = _task_state(fact["state"])
+                record = task.record
+                if state == "RUNNING" and task.state != "RUNNING" and (
+                        record.dispatched <= record.submitted):
+                    record.dispatched = now
+                task.state = state
                 where = fact["processing_on"]
                 if where is not None and where in rows:
-                    task.record.worker_id = rows[where]
-                    task.record.pid = facts["workers"][where]["pid"]
+                    record.worker_id = rows[where]
+                    record.pid = facts["workers"][where]["pid"]
 
     # -- listings ----------------------------------------------------------------------
-    def worker_rows(self) -> list[dict[str, Any]]:
+    def worker_rows(self, facts: dict[str, Any] | None = None,
+                    driver: Any = None) -> list[dict[str, Any]]:
+        """The driver's row and one per cluster worker (``facts``: the scheduler's, if
+        already asked; ``driver``: a psutil Process of this one whose CPU counter is
+        primed, else it is measured over 50 ms now)."""
         from lightwork._runtime.views import _NO_USAGE
 
-        facts = self._facts()
+        if facts is None:
+            facts = self._facts()
         workers = facts["workers"]
         rows_of = self._worker_row_ids(workers)
-        started = self._started()
+        started = self._started(workers)
         now, wall = time.monotonic(), time.time()
         log = self.log
         import psutil
 
-        me = psutil.Process()
+        me = driver if driver is not None else psutil.Process()
         rows = [{
             "worker_id": 0, "pid": os.getpid(), "kind": "driver", "state": "ALIVE",
             "actor_id": None, "actor_class": None, "running": None, "task_id": None,
             "queued": 0, "alive_s": now - log.log.started_at, "address": None,
-            "cpu_percent": me.cpu_percent(0.05), "rss": me.memory_info().rss,
+            "cpu_percent": me.cpu_percent(None if driver is not None else 0.05),
+            "rss": me.memory_info().rss,
         }]
         for address, info in sorted(workers.items()):
             processing = info["processing"]
@@ -163,23 +220,48 @@ class ClusterState:
             })
         return rows
 
-    def _started(self) -> dict[str, float]:
-        try:
-            replies = self.backend.client.run(worker_started, on_error="ignore")
-        except Exception:  # noqa: BLE001 - alive_s is then unknown, the rest still lists
-            return {}
-        return {str(address): created for address, (_pid, created) in replies.items()}
+    def _started(self, workers: dict[str, Any]) -> dict[str, float]:
+        """When each worker process started, asked once per process (kept in the log)."""
+        known = self.log.worker_started
+        if any((address, info["pid"]) not in known for address, info in workers.items()):
+            try:
+                replies = self.backend.client.run(worker_started, on_error="ignore")
+            except Exception:  # noqa: BLE001 - alive_s is then unknown, the rest still lists
+                replies = {}
+            for address, (pid, created) in replies.items():
+                known[(str(address), pid)] = created
+        return {address: known[(address, info["pid"])] for address, info in workers.items()
+                if (address, info["pid"]) in known}
 
-    def actor_rows(self) -> list[dict[str, Any]]:
+    def actor_keys(self) -> tuple[str, ...]:
+        """The cluster keys of this driver's actors."""
+        backend, log = self.backend, self.log
+        with log.lock:
+            actors = list(log.actor_info)
+        futures = [backend.futures.get(actor_id) for actor_id in actors]
+        return tuple(f.key for f in futures if f is not None and f.key is not None)
+
+    def actor_rows(self, facts: dict[str, Any] | None = None,
+                   on_workers: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """The actors of this session: those the driver created (``owner`` "driver") and
+        those its tasks and actors created on the workers (``owner`` "worker N", from
+        ``on_workers``: :meth:`held_on_workers`, asked now if None). ``facts``: the
+        scheduler's, if already asked for all those actors' keys."""
         backend, log = self.backend, self.log
         with log.lock:
             actors = dict(log.actor_info)
             live = Counter(task.actor_id for task in log.tasks.values() if task.actor_id)
-        done = Counter(record.actor_id for record in log.log.task_records() if record.actor_id)
+            done = Counter(filter(None, map(_ACTOR_OF, log.log.tasks)))  # (in C)
         futures = {actor_id: backend.futures.get(actor_id) for actor_id in actors}
-        keys = tuple(f.key for f in futures.values() if f is not None and f.key is not None)
-        facts = self._facts(keys)
+        if on_workers is None:
+            on_workers = self.held_on_workers()
+        owned_elsewhere = [(address, actor) for address, reply in sorted(on_workers.items())
+                           for actor in reply["actors"] if actor["actor_id"] not in actors]
+        if facts is None:
+            facts = self._facts(self.actor_keys() + tuple(
+                actor["key"] for _, actor in owned_elsewhere if actor["key"] is not None))
         rows_of = self._worker_row_ids(facts["workers"])
+        labels = self._worker_labels(on_workers)
         rows = []
         for actor_id, info in actors.items():
             future = futures[actor_id]
@@ -203,48 +285,112 @@ class ClusterState:
                 "queued": queued - running, "waiting_in_get": 0, "deadlocks": 0,
                 "calls_done": done.get(actor_id, 0), "methods_running": [],
                 "max_concurrency": info["max_concurrency"], "detached": info["detached"],
-                "death_cause": cause,
+                "death_cause": cause, "owner": "driver",
+            })
+        for address, actor in owned_elsewhere:
+            fact = facts["tasks"].get(actor["key"]) if actor["key"] is not None else None
+            where = (fact["who_has"] or [fact["processing_on"]])[0] if fact else None
+            worker = facts["workers"].get(where) if where else None
+            state, cause = _owned_state(actor)
+            rows.append({
+                "actor_id": f"{actor['actor_id']:020x}", "class_name": actor["class_name"],
+                "name": None, "namespace": None, "state": state,
+                "pid": worker["pid"] if worker else None,
+                "worker_id": rows_of.get(where) if where else None, "address": where,
+                "restarts": actor["restarts"], "max_restarts": actor["max_restarts"],
+                # Its calls from other processes are not in this driver's log while they run.
+                "running": None, "queued": None, "waiting_in_get": 0, "deadlocks": 0,
+                "calls_done": done.get(actor["actor_id"], 0), "methods_running": [],
+                "max_concurrency": None, "detached": False, "death_cause": cause,
+                "owner": labels[address],
             })
         return rows
 
+    def held_on_workers(self, with_refs: bool = True) -> dict[str, dict[str, Any]]:
+        """What this session's tasks and actors hold on each worker (``held_refs``, one
+        ``client.run``: the actors they created, and their refs unless not
+        ``with_refs``), by address; a worker that does not answer is left out."""
+        from lightwork.backends.cluster_worker import held_refs
+
+        try:
+            replies = self.backend.client.run(held_refs, session=self.backend.session_tag,
+                                              with_refs=with_refs, on_error="ignore")
+        except Exception:  # noqa: BLE001 - the driver's own still list
+            return {}
+        return {str(address): reply for address, reply in replies.items()}
+
+    def _worker_labels(self, on_workers: dict[str, dict[str, Any]]) -> dict[str, str]:
+        log = self.log
+        with log.lock:
+            return {address: f"worker {log._row(address, reply['pid'], 0)}"
+                    for address, reply in on_workers.items()}
+
     def object_rows(self) -> list[dict[str, Any]]:
+        """The objects of this session: the refs the driver holds and those its tasks and
+        actors hold on the workers, each with its owner (the process that made the ref:
+        ``driver`` or ``worker N``, as ``list_workers`` numbers them) and its holders."""
         backend, log = self.backend, self.log
         with backend.lock:
             held = list(backend.futures.items())
             task_ids = dict(backend.task_ids)
+        on_workers = self.held_on_workers()
+        labels = self._worker_labels(on_workers)
+        owners = {backend._prefix: "driver"}
+        # object id -> [key, task id, done (None: ask its future), future, holders]
+        entries: dict[int, list[Any]] = {
+            object_id: [getattr(future, "key", None), task_ids.get(object_id, 0), None,
+                        future, ["driver"]]
+            for object_id, future in held}
+        worker_actors = set()
+        for address, reply in sorted(on_workers.items()):
+            label = labels[address]
+            if reply["prefix"]:
+                owners[reply["prefix"]] = label
+            for object_id, key, task_id, done in reply["refs"]:
+                entry = entries.get(object_id)
+                if entry is None:
+                    entry = entries[object_id] = [key, task_id, done, None, []]
+                entry[1] = entry[1] or task_id
+                entry[4].append(label)
+            worker_actors.update(actor["actor_id"] for actor in reply["actors"])
         with log.lock:
-            actors = set(log.actor_info)
+            actors = set(log.actor_info) | worker_actors
             live_names = {task_id: task.record.name for task_id, task in log.tasks.items()}
-            wanted = {t for t in task_ids.values() if t and t not in live_names}
+            wanted = {e[1] for e in entries.values() if e[1] and e[1] not in live_names}
             ended_names = log.log.ended_names(wanted) if wanted else {}
-        keys = tuple(f.key for _, f in held if getattr(f, "key", None) is not None)
+        keys = tuple({e[0] for e in entries.values() if e[0] is not None})
         facts = self._facts(keys)["tasks"]
         rows = []
-        for object_id, future in held:
-            key = getattr(future, "key", None)
+        for object_id, (key, task_id, done, future, holders) in entries.items():
             fact = facts.get(key) if key is not None else None
-            task_id = task_ids.get(object_id, 0)
             handle = object_id in actors
             kinds = ["ACTOR_HANDLE"] if handle else []
             if fact and fact["pending_dependents"]:
                 kinds.append("USED_BY_PENDING_TASK")
             kinds.append("LOCAL_REFERENCE")
-            if key is None:  # an actor call's result: held by the actor's proxy here
-                state = "READY" if future.done() else "PENDING"
-                location = "driver" if future.done() else None
+            if key is None:  # an actor call's result: with its caller
+                ready = future.done() if future is not None else bool(done)
+                state = "READY" if ready else "PENDING"
+                location = holders[0] if ready else None
             else:
-                state = _object_state(fact["state"] if fact else future.status)
-                holders = fact["who_has"] if fact else []
-                location = ", ".join(f"worker {a}" for a in holders) or None
+                status = fact["state"] if fact else (
+                    future.status if future is not None else "forgotten")
+                state = _object_state(status)
+                where = fact["who_has"] if fact else []
+                location = ", ".join(f"worker {a}" for a in where) or None
+            owner = owners.get(object_id >> PROCESS_ID_SHIFT << PROCESS_ID_SHIFT,
+                               "a process that left the cluster")
             rows.append({
-                "object_id": f"{object_id:020x}", "owner": "driver",
+                "object_id": f"{object_id:020x}", "owner": owner,
                 "task_id": task_id or None,
+                # (a task submitted on a worker is named by its key while it runs)
                 "task_name": "(actor handle)" if handle else (
-                    live_names.get(task_id) or ended_names.get(task_id)) if task_id
+                    live_names.get(task_id) or ended_names.get(task_id)
+                    or (_task_name(key) if key else None)) if task_id
                 else "(put)",
                 "state": state, "size": fact["nbytes"] if fact else 0,
                 "location": location, "reference_kind": kinds[0], "reference_kinds": kinds,
-                "holders": ["driver"], "pending_task_uses":
+                "holders": holders, "pending_task_uses":
                     fact["pending_dependents"] if fact else 0,
                 "contained_in": 0, "error": None, "key": key,
             })
@@ -332,8 +478,13 @@ def _dashboard_link(client: Any) -> str | None:
 
 
 def _task_state(scheduler_state: str) -> str:
+    """Ray's name for a live task's state (``scheduler_facts``'s refined state)."""
     if scheduler_state == "processing":
         return "RUNNING"
+    if scheduler_state == "seceded":
+        return "RUNNING_IN_RAY_GET"
+    if scheduler_state == "assigned":
+        return "SUBMITTED_TO_WORKER"  # on a worker, waiting for one of its threads
     if scheduler_state == "waiting":
         return "PENDING_ARGS_AVAIL"
     if scheduler_state in ("memory", "erred"):
@@ -360,6 +511,22 @@ def _task_id(key: str) -> int | None:
         return int(key.rsplit("-", 1)[1], 16)
     except (IndexError, ValueError):
         return None
+
+
+def _owned_state(actor: dict[str, Any]) -> tuple[str, str | None]:
+    """State and death cause of an actor a worker process owns (``held_refs``'s entry)."""
+    if actor["killed"]:
+        return "DEAD", "killed (lightwork.kill)"
+    if actor["restarting"]:
+        return "RESTARTING", None
+    if actor["dead"]:
+        return "DEAD", actor["dead"]
+    status = actor["status"]
+    if status == "pending":
+        return "PENDING_CREATION", None
+    if status == "finished":
+        return "ALIVE", None
+    return "DEAD", f"its cluster key is {status}"
 
 
 def _actor_state(backend: Any, actor_id: int, future: Any) -> tuple[str, str | None]:

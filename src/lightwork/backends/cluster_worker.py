@@ -148,15 +148,20 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
             now = _wall()
             _note(session, task_id, name, 0, started, now, now, now, _error_text(value.error))
             return value if num_returns == 1 else (value,) * num_returns
-    backend.adopt(keys)  # before unpickling: the refs inside are borrowed with these keys
-    args, kwargs = cloudpickle.loads(payload)
-    if dep_values:
-        values = [backend.decode(value) for value in dep_values]
-        args = [values[a.index] if type(a) is ArgSlot else a for a in args]
-        kwargs = {k: values[v.index] if type(v) is ArgSlot else v for k, v in kwargs.items()}
-    function = _function(key, blob)
     previous = getattr(current, "task", None), getattr(current, "session", 0)
-    current.task, current.session = (task_id, name, resources), session
+    current.session = session  # the refs its arguments borrow are its session's
+    try:
+        backend.adopt(keys)  # before unpickling: the refs inside are borrowed with these keys
+        args, kwargs = cloudpickle.loads(payload)
+        if dep_values:
+            values = [backend.decode(value) for value in dep_values]
+            args = [values[a.index] if type(a) is ArgSlot else a for a in args]
+            kwargs = {k: values[v.index] if type(v) is ArgSlot else v for k, v in kwargs.items()}
+        function = _function(key, blob)
+    except BaseException:
+        current.session = previous[1]
+        raise
+    current.task = (task_id, name, resources)
     attempt = 0
     retries: tuple[tuple[float, str], ...] = ()
     loaded = _wall()
@@ -276,3 +281,68 @@ def encode(value: Any, keys_of: Any) -> Any:
     if not ids:
         return value
     return WithRefs(payload, keys_of(ids))
+
+
+# ------------------------------------------------------- what a worker holds, per session
+class SessionFutures(dict):
+    """A worker process's ``futures`` (object id -> future), each tagged with the driver
+    session of the task or actor call that made or borrowed it (``current.session`` at
+    the time; 0 outside one, e.g. a stream consumer's thread), so a driver can list the
+    objects and actors its session holds on the workers (:func:`held_refs`). A worker
+    process serves every driver of its cluster, so the tag is what tells them apart."""
+
+    __slots__ = ("session_of",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.session_of: dict[int, int] = {}
+
+    def __setitem__(self, object_id: int, future: Any) -> None:
+        dict.__setitem__(self, object_id, future)
+        self.session_of[object_id] = getattr(current, "session", 0)
+
+    def setdefault(self, object_id: int, future: Any = None) -> Any:
+        if object_id not in self:
+            self[object_id] = future
+        return dict.__getitem__(self, object_id)
+
+    def pop(self, object_id: int, *default: Any) -> Any:
+        self.session_of.pop(object_id, None)
+        return dict.pop(self, object_id, *default)
+
+    def __delitem__(self, object_id: int) -> None:
+        self.session_of.pop(object_id, None)
+        dict.__delitem__(self, object_id)
+
+    def clear(self) -> None:
+        self.session_of.clear()
+        dict.clear(self)
+
+
+def held_refs(dask_worker: Any = None, session: int = 0, with_refs: bool = True) -> dict[str, Any]:
+    """The refs (unless not ``with_refs``) and the actors that tasks and actor calls of
+    ``session`` hold in this worker process (run by ``client.run``; read by
+    ``cluster_state``)."""
+    backend = _backend
+    if backend is None:  # this worker ran no lightwork task yet
+        return {"pid": os.getpid(), "prefix": None, "refs": [], "actors": []}
+    futures = backend.futures
+    tags = getattr(futures, "session_of", {})
+    refs = []
+    for object_id, future in list(futures.items()) if with_refs else ():
+        if tags.get(object_id) != session:
+            continue
+        done = getattr(future, "done", None)
+        refs.append([object_id, getattr(future, "key", None), backend.task_ids.get(object_id, 0),
+                     bool(done()) if done is not None else True])
+    actors = []
+    for actor_id, owned in list(getattr(backend, "_owned", {}).items()):
+        future = futures.get(actor_id)
+        if tags.get(actor_id) != session or future is None:
+            continue  # another session's, or no handle left in this process
+        actors.append({"actor_id": actor_id, "class_name": owned.class_name,
+                       "key": getattr(future, "key", None), "restarts": owned.restarts,
+                       "max_restarts": owned.max_restarts, "restarting": owned.restarting,
+                       "dead": owned.dead, "killed": bool(backend._killed.get(actor_id)),
+                       "status": getattr(future, "status", None)})
+    return {"pid": os.getpid(), "prefix": backend._prefix, "refs": refs, "actors": actors}

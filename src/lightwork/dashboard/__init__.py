@@ -100,12 +100,7 @@ def run_command(args: Any, out: TextIO) -> int:
         return server.serve(None, args.port, False, args.open, args.linger, out=out,
                             mirror=replay.load(args.from_file))
     path = control.resolve_socket(args.session, args.address)
-    pinged = control.request(path, "ping", timeout=args.timeout)  # fail now, with the CLI's message
-    if isinstance(pinged, dict) and pinged.get("backend") == "distributed":
-        raise control.ControlError(
-            f"session {pinged.get('session')} runs on the distributed backend, where "
-            "lightwork's live dashboard is not supported: open the Dask dashboard, and use "
-            "`lightwork status`, `list`, `summary`, `timeline` and `stack` for lightwork's views")
+    control.request(path, "ping", timeout=args.timeout)  # fail now, with the CLI's message
     if out is sys.stdout and not getattr(sys.modules["lightwork"], "BARE_PACKAGE", False):
         _become_lean(args, path)  # returns only if it could not
     if args.child:

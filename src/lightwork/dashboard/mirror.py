@@ -14,9 +14,11 @@
   columns may already hold more, staged but not yet in the orders). The tasks table's
   caches are theirs (``table.Table``).
 
-So a request waits for the lock at most one stage, publish or trim (a few ms at a
-million rows), not for a sync's merge: the 20,000-record syncs that used to hold it
-per order for up to 60 ms (and the per-function recount of a trim for longer).
+So a request waits for the lock at most one stage or publish (a few ms) or the cut of
+a trim (``del`` of the columns' oldest tenth: a memory move of every row, 36 ms at a
+million rows on a loaded host), never for a sync's merge, which used to hold it per
+order for up to 60 ms, nor for a trim's per-function recount (about a second at a
+million rows).
 
 Ended tasks are kept as columns (``array`` of float64/int64/int32, names and states as
 small-int indexes into tables), 121 bytes per task in the columns, and 52 more in the
@@ -137,7 +139,7 @@ class Mirror:
         """Decode, stage and merge a sync's records (the sync thread; off the lock but
         for the stage); ``_publish`` then shows them."""
         count = int(tasks["count"])
-        floats, ints, name_codes, state_codes = wire.unpack(count, attached)
+        floats, ints, name_codes, state_codes = wire.unpack(tasks, attached)
         # The reply's tables, as positions in ours (new names and states are added:
         # the tables only grow, and requests read them through published rows).
         names = [self._intern(self.names, self.name_index, str(n)) for n in tasks["names"]]
@@ -179,12 +181,25 @@ class Mirror:
         # Off the lock: merge the new rows into the kept orders, fold them into the
         # per-function figures. Nothing here changes what requests read.
         n = first + count
-        return _Staged({sort: order.merged(n, self.sort_key(sort))
-                        for sort, order in self.orders.items()},
-                       self.function_stats.folded(
-                           name_of, state_of, run_s,
-                           _queued_for_stats(queued_s, floats["deps_ready"])),
-                       Counter(state_of), n)
+        try:
+            return _Staged({sort: order.merged(n, self.sort_key(sort))
+                            for sort, order in self.orders.items()},
+                           self.function_stats.folded(
+                               name_of, state_of, run_s,
+                               _queued_for_stats(queued_s, floats["deps_ready"])),
+                           Counter(state_of), n)
+        except BaseException:
+            with self.lock:  # unstage: the next sync's rows must follow the published ones
+                for column in self._row_columns():
+                    del column[first:]
+                for row in errors:
+                    self.errors.pop(row, None)
+            raise
+
+    def _row_columns(self) -> list[array.array[Any]]:
+        """Every array with one value per ended task (cut and grown together)."""
+        return [*self.floats.values(), *self.ints.values(), self.name_of, self.state_of,
+                self.retries, *self.keys.columns()]
 
     def _publish(self, reply: dict[str, Any], staged: _Staged | None) -> None:
         """Show what the sync brought (lock held): swaps and small copies only."""
@@ -248,8 +263,7 @@ class Mirror:
             _queued_for_stats(self.keys.queued_s[:n], self.floats["deps_ready"][:n]), sign=-1)
         errors = {row - n: text for row, text in self.errors.items() if row >= n}
         with self.lock:
-            for column in (*self.floats.values(), *self.ints.values(), self.name_of,
-                           self.state_of, self.retries, *self.keys.columns()):
+            for column in self._row_columns():
                 del column[:n]
             for sort, rows in orders.items():
                 self.orders[sort].rows = rows
@@ -377,8 +391,9 @@ class Mirror:
         rows = []
         for worker_id in sorted(worker_ids | (live - {0})):
             info = self.known_workers.get(str(worker_id), {})
-            label = (f"{info['actor_class']} (actor)" if info.get("actor_class")
-                     else f"worker {worker_id}")
+            label = info.get("label") or (  # a cluster run labels its rows (address, pid)
+                f"{info['actor_class']} (actor)" if info.get("actor_class")
+                else f"worker {worker_id}")
             rows.append({"worker_id": worker_id, "label": label, "pid": info.get("pid"),
                          "alive": worker_id in live})
         return rows

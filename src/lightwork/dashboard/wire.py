@@ -4,8 +4,13 @@ The driver (``feed``) packs, the dashboard process (``mirror``) unpacks. The rec
 travel as bytes attached after the reply's JSON line (``control.Attached``), in this
 order, for ``count`` records:
 
-* ``count`` rows of ``ROW_FORMAT``: the ``FLOAT_COLUMNS`` (monotonic seconds, float64)
-  then the ``INT_COLUMNS`` (int64), native byte order (one machine);
+* ``count`` rows of ``row_bytes`` bytes each (the reply's ``tasks.row_bytes``, a multiple
+  of 8): each record as the driver holds it, packed whole with native alignment. The
+  numbers the dashboard reads are 8-byte words in native byte order (one machine): the
+  ``FLOAT_COLUMNS`` float64, the ``INT_COLUMNS`` int64, at the word of the row that the
+  reply's ``tasks.columns`` names; the other bytes mean nothing here. Packing each record
+  whole spares the driver a tuple of the wanted fields per record (its cost is per
+  record, so that counts);
 * ``count`` name codes (int32): positions in the reply's ``names`` table;
 * ``count`` state codes (int8): positions in the reply's ``states`` table.
 
@@ -18,40 +23,49 @@ Standard library only: the dashboard process imports this without the runtime.
 from __future__ import annotations
 
 import array
-import struct
 from typing import Any
 
 FLOAT_COLUMNS = ("submitted", "deps_ready", "dispatched", "started", "args_loaded",
                  "finished", "stored")
 INT_COLUMNS = ("task_id", "worker_id", "pid", "attempt", "arg_size", "result_size", "actor_id")
-ROW_FORMAT = f"={len(FLOAT_COLUMNS)}d{len(INT_COLUMNS)}q"
-ROW_BYTES = struct.calcsize(ROW_FORMAT)
 NAME_CODE, STATE_CODE = "i", "b"  # array typecodes of the code columns
+MAX_ROW_BYTES = 4_096
 MAX_ERROR_CHARS = 300
 DEFAULT_MAX_RECORDS = 20_000  # per sync (bounds both sides' peak memory); the rest comes next
 
 
-def attached_size(count: int) -> int:
+def attached_size(count: int, row_bytes: int) -> int:
     """How many bytes ``count`` records take after the JSON line."""
-    return count * (ROW_BYTES + 4 + 1)
+    return count * (row_bytes + 4 + 1)
 
 
-def unpack(count: int, attached: bytes) -> tuple[dict[str, Any], dict[str, Any], Any, Any]:
-    """The records' columns: floats and ints by column name (``array`` of "d" and "q"),
-    the name codes and the state codes (positions in the reply's tables)."""
-    if len(attached) != attached_size(count):
+def unpack(tasks: dict[str, Any], attached: bytes) -> tuple[dict[str, Any], dict[str, Any],
+                                                             Any, Any]:
+    """The records of a sync's ``tasks`` part: floats and ints by column name (``array``
+    of "d" and "q"), the name codes and the state codes (positions in its tables)."""
+    count, row_bytes, words = int(tasks["count"]), tasks.get("row_bytes"), tasks.get("columns")
+    if (isinstance(row_bytes, bool) or not isinstance(row_bytes, int)
+            or not 8 <= row_bytes <= MAX_ROW_BYTES or row_bytes % 8):
+        raise ValueError(f"a sync's row_bytes must be a multiple of 8 up to {MAX_ROW_BYTES}, "
+                         f"got {row_bytes!r}")
+    width = row_bytes // 8
+    if not isinstance(words, dict) or any(
+            isinstance(words.get(name), bool) or not isinstance(words.get(name), int)
+            or not 0 <= words[name] < width for name in FLOAT_COLUMNS + INT_COLUMNS):
+        raise ValueError(f"a sync's columns must give each of {FLOAT_COLUMNS + INT_COLUMNS} "
+                         f"a word of its {width}-word rows, got {words!r}")
+    if len(attached) != attached_size(count, row_bytes):
         raise ValueError(f"a sync's attached records ({len(attached)} bytes) do not match "
-                         f"its count ({count})")
-    rows_end = count * ROW_BYTES
+                         f"its count ({count} of {row_bytes} bytes)")
+    rows_end = count * row_bytes
     # View the rows as doubles and as int64s (no copy) and take each column with a
     # strided slice (in C; one column's bytes at a time).
-    width = len(FLOAT_COLUMNS) + len(INT_COLUMNS)
     rows = memoryview(attached)[:rows_end]
     as_floats, as_ints = rows.cast("d"), rows.cast("q")
-    floats = {name: array.array("d", as_floats[k::width].tobytes())
-              for k, name in enumerate(FLOAT_COLUMNS)}
-    ints = {name: array.array("q", as_ints[k::width].tobytes())
-            for k, name in enumerate(INT_COLUMNS, start=len(FLOAT_COLUMNS))}
+    floats = {name: array.array("d", as_floats[words[name]::width].tobytes())
+              for name in FLOAT_COLUMNS}
+    ints = {name: array.array("q", as_ints[words[name]::width].tobytes())
+            for name in INT_COLUMNS}
     name_codes = array.array(NAME_CODE, attached[rows_end:rows_end + 4 * count])
     state_codes = array.array(STATE_CODE, attached[rows_end + 4 * count:])
     return floats, ints, name_codes, state_codes

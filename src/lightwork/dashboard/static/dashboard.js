@@ -125,8 +125,13 @@ function renderOverview(o) {
   const store = $("store");
   store.replaceChildren();
   const s = o.store || {};
-  store.append(el("div", `${fmtNumber(s.objects)} objects, ${fmtBytes(s.shared_memory_bytes)} ` +
-    "in shared memory"));
+  if (s.cluster_bytes !== undefined) {  // a cluster run: values live on its workers
+    store.append(el("div", `${fmtNumber(s.objects)} objects held by the driver; ` +
+      `${fmtBytes(s.cluster_bytes)} stored on the cluster's workers`));
+  } else {
+    store.append(el("div", `${fmtNumber(s.objects)} objects, ${fmtBytes(s.shared_memory_bytes)} ` +
+      "in shared memory"));
+  }
   const budget = s.budget;
   if (budget) { store.append(el("div", "budget " + fmtBytes(budget))); store.append(bar(s.shared_memory_bytes / budget)); }
   if (s.spilled_bytes !== undefined) {
@@ -189,7 +194,8 @@ function renderFindings(findings) {
 
 function renderWorkers(rows) {
   table($("workers"), rows, [
-    ["worker", (r) => r.worker_id === 0 ? "driver" : r.worker_id],
+    ["worker", (r) => r.worker_id === 0 ? "driver"
+      : r.address ? `${r.worker_id} (${r.address})` : r.worker_id],
     ["pid", (r) => r.pid], ["kind", (r) => r.kind], ["state", (r) => r.state],
     ["actor", (r) => r.actor_class || ""], ["running", (r) => r.running ? shortName(r.running) : ""],
     ["queued", (r) => r.queued, "num"], ["CPU %", (r) => r.cpu_percent === null ? "–" : r.cpu_percent, "num"],

@@ -1,0 +1,103 @@
+"""Which versions of distributed the backend runs on, and the private parts it relies on.
+
+The backend uses distributed's public API (``Client``, ``Future``, ``Variable``,
+``Queue``, datasets, topics, ``client.run``/``run_on_scheduler``, worker plugins) and,
+on the scheduler, its documented state (``Scheduler.workers``/``tasks``, their
+``WorkerState``/``TaskState`` fields). Four things have no public equivalent that does
+the same job at the same cost; each is used in one place and listed in
+:data:`PRIVATE_PARTS` with why:
+
+* ``Client._stream_handlers["task-erred"]`` (``cluster_tasks._watch_task_errors``): the
+  one place a client hears that the scheduler failed a task with ``KilledWorker``,
+  without a callback on every future (the public alternative: a done callback per
+  task, on the submit path);
+* ``Client._send_to_scheduler`` with ``client-desires-keys`` (``cluster._on_borrow``): a
+  ``Future`` made from a key in another process (a borrowed ref) counts only locally;
+  the message makes the scheduler keep the key for this client. The public routes
+  (``Variable``, ``Queue``, datasets) cost a round trip per borrowed ref;
+* ``Actor._worker_rpc`` and ``Actor._io_loop`` (``cluster_actor_calls._send``): an actor
+  call as one RPC whose reply resolves a ``concurrent.futures.Future`` from a done
+  callback. The public ``ActorFuture`` has no callback, so ``wait`` would poll;
+* ``Actor._address`` and ``Actor._future`` (``cluster_actor_calls``): the worker holding
+  an actor (to watch it for a restart) and its key's status.
+
+:func:`check` runs at ``init`` (driver) and when a worker makes its backend: a
+distributed outside :data:`SUPPORTED`, or one lacking any of those parts, fails there with
+an error naming the range, instead of deep inside a call later. Versions newer than the
+newest tested are allowed as long as the parts are there (the check is structural); the
+range in the message is the one the test suite runs on (``make test``: the newest
+release and the oldest supported, ``.venv-oldest-dask``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The oldest distributed supported, and the newest the suite was run on.
+OLDEST = "2024.11.1"
+NEWEST_TESTED = "2026.8.0"
+SUPPORTED = f"distributed {OLDEST} to {NEWEST_TESTED}"
+
+#: (where, what it is for) of each private part, checked by :func:`check`.
+PRIVATE_PARTS: tuple[tuple[str, str], ...] = (
+    ("Client._stream_handlers['task-erred']", "retrying tasks lost with their worker"),
+    ("Client._send_to_scheduler", "keeping borrowed refs alive"),
+    ("Actor._worker_rpc", "actor calls"),
+    ("Actor._io_loop", "actor calls"),
+    ("Actor._address", "watching an actor's worker for restarts"),
+    ("Actor._future", "an actor's liveness"),
+)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def missing_parts(distributed: Any, client: Any = None) -> list[str]:
+    """The private parts this distributed lacks (``client``: a connected one, to check its
+    stream handlers; None checks the classes only)."""
+    from distributed.actor import Actor
+
+    missing = []
+    client_class = distributed.Client
+    if not callable(getattr(client_class, "_send_to_scheduler", None)):
+        missing.append("Client._send_to_scheduler")
+    if client is not None:
+        handlers = getattr(client, "_stream_handlers", None)
+        if not isinstance(handlers, dict) or not callable(handlers.get("task-erred")):
+            missing.append("Client._stream_handlers['task-erred']")
+    else:  # made in Client.__init__: read from its code, so no client is needed
+        code = getattr(client_class.__init__, "__code__", None)
+        if code is None or "_stream_handlers" not in code.co_names or not callable(
+                getattr(client_class, "_handle_task_erred", None)):
+            missing.append("Client._stream_handlers['task-erred']")
+    for name in ("_worker_rpc", "_io_loop"):
+        if not isinstance(getattr(Actor, name, None), property):
+            missing.append(f"Actor.{name}")
+    # Set in Actor.__init__: read from its code, so nothing is built to find out.
+    assigned = getattr(getattr(Actor.__init__, "__code__", None), "co_names", ())
+    for name in ("_address", "_future"):
+        if name not in assigned:
+            missing.append(f"Actor.{name}")
+    return missing
+
+
+def check(distributed: Any, client: Any = None) -> None:
+    """Fail now, saying why, if this distributed cannot run the backend."""
+    version = getattr(distributed, "__version__", "0")
+    if _version_tuple(version) < _version_tuple(OLDEST):
+        raise ImportError(
+            f"lightwork's distributed backend needs {SUPPORTED}; this is distributed "
+            f"{version}: pip install 'distributed>={OLDEST}' (or 'lightwork[cluster]')")
+    missing = missing_parts(distributed, client)
+    if missing:
+        uses = dict(PRIVATE_PARTS)
+        what = "; ".join(f"{name} ({uses.get(name, '')})" for name in missing)
+        raise ImportError(
+            f"lightwork's distributed backend supports {SUPPORTED}; distributed {version} "
+            f"lacks what it relies on: {what}. Install a supported version, e.g. pip "
+            f"install 'distributed=={NEWEST_TESTED}'")
