@@ -47,10 +47,10 @@ def test_an_attribute_no_longer_set_by_the_actor_proxy_is_found_from_its_code(mo
     from distributed.actor import Actor
 
     def bare_init(self, cls, address, key, worker=None):
-        self.key = key  # sets neither _address nor _future
+        self.key = key  # does not set _address
 
     monkeypatch.setattr(Actor, "__init__", bare_init)
-    assert cluster_compat.missing_parts(distributed) == ["Actor._address", "Actor._future"]
+    assert cluster_compat.missing_parts(distributed) == ["Actor._address"]
 
 
 def test_a_client_without_the_task_erred_handler_is_refused():

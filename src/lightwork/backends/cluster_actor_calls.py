@@ -710,8 +710,10 @@ class ActorCalls:
             except Exception as exc:  # noqa: BLE001 - its worker died, or it was killed
                 raise self._actor_died(actor_id, exc) from None
             self._proxies[actor_id] = proxy
-        if self._killed.get(actor_id) or proxy._future is not None and (
-                proxy._future.status not in ("finished", "pending")):
+        # The actor's key, as this process holds it (the proxy's own future is private).
+        held = self.futures.get(actor_id)
+        if self._killed.get(actor_id) or held is not None and (
+                getattr(held, "status", "finished") not in ("finished", "pending")):
             raise self._actor_died(actor_id, None)
         return proxy
 

@@ -3,9 +3,8 @@
 The backend uses distributed's public API (``Client``, ``Future``, ``Variable``,
 ``Queue``, datasets, topics, ``client.run``/``run_on_scheduler``, worker plugins) and,
 on the scheduler, its documented state (``Scheduler.workers``/``tasks``, their
-``WorkerState``/``TaskState`` fields). Four things have no public equivalent that does
-the same job at the same cost; each is used in one place and listed in
-:data:`PRIVATE_PARTS` with why:
+``WorkerState``/``TaskState`` fields). A few things have no public equivalent that does
+the same job at the same cost; each is listed in :data:`PRIVATE_PARTS` with why:
 
 * ``Client._stream_handlers["task-erred"]`` (``cluster_tasks._watch_task_errors``): the
   one place a client hears that the scheduler failed a task with ``KilledWorker``,
@@ -18,8 +17,12 @@ the same job at the same cost; each is used in one place and listed in
 * ``Actor._worker_rpc`` and ``Actor._io_loop`` (``cluster_actor_calls._send``): an actor
   call as one RPC whose reply resolves a ``concurrent.futures.Future`` from a done
   callback. The public ``ActorFuture`` has no callback, so ``wait`` would poll;
-* ``Actor._address`` and ``Actor._future`` (``cluster_actor_calls``): the worker holding
-  an actor (to watch it for a restart) and its key's status.
+* ``Actor._address`` (``cluster_actor_calls``): the worker holding an actor, to watch it
+  for a restart and to tell a restarted actor's proxy from the lost one's. The public
+  ``client.who_has`` is a round trip, and it is needed on the event loop.
+
+(An actor's liveness reads the actor key's ``Future``, which this process holds anyway,
+not the proxy's private one.)
 
 :func:`check` runs at ``init`` (driver) and when a worker makes its backend: a
 distributed outside :data:`SUPPORTED`, or one lacking any of those parts, fails there with
@@ -45,7 +48,6 @@ PRIVATE_PARTS: tuple[tuple[str, str], ...] = (
     ("Actor._worker_rpc", "actor calls"),
     ("Actor._io_loop", "actor calls"),
     ("Actor._address", "watching an actor's worker for restarts"),
-    ("Actor._future", "an actor's liveness"),
 )
 
 
@@ -80,9 +82,8 @@ def missing_parts(distributed: Any, client: Any = None) -> list[str]:
             missing.append(f"Actor.{name}")
     # Set in Actor.__init__: read from its code, so nothing is built to find out.
     assigned = getattr(getattr(Actor.__init__, "__code__", None), "co_names", ())
-    for name in ("_address", "_future"):
-        if name not in assigned:
-            missing.append(f"Actor.{name}")
+    if "_address" not in assigned:
+        missing.append("Actor._address")
     return missing
 
 
