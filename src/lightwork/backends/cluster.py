@@ -116,8 +116,10 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             self._watch_client(client)
         if in_driver and client is not None:
             from lightwork.backends.cluster_plugin import ExportedRefs
+            from lightwork.backends.cluster_tasks import check_allowed_failures
 
             client.register_plugin(ExportedRefs(), name=ExportedRefs.name)
+            check_allowed_failures(client)  # warns once if each loss is not one try
         self._closed = False
         ref_counter.on_borrow = self._on_borrow
         ref_counter.on_first_release = None

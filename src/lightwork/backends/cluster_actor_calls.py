@@ -29,8 +29,12 @@ elsewhere see it dead too.
 While an actor restarts, new calls from its owner queue (``OwnedActor.queued``) and are
 sent, in order, once it is back. A call in flight when the worker died is sent again
 after the restart if ``max_task_retries`` allows (-1: always), otherwise it fails with
-``ActorDiedError`` (Ray's semantics: the call may have run partly). Sequence numbers
-(``_seqs``, per caller) start again at 0 for each incarnation of the actor.
+``ActorDiedError`` (Ray's semantics: the call may have run partly). Calls in flight are
+settled as soon as the loss is decided, not when their RPCs fail: an RPC sent to a worker
+that had just died may wait out distributed's connect timeout (30 s); its late end is
+ignored (``ActorCall.sends``). Sequence numbers (``_seqs``, per caller) start again at 0
+for each incarnation of the actor, always (``_restarted``: a caller waiting on the same
+future may hold the new proxy already, distributed batching concurrent gathers of a key).
 
 Handles in other processes (passed to a task or another actor, or found by name) behave
 the same, without deciding anything: their process follows the owner's decision through
@@ -106,7 +110,7 @@ class ActorCall:
     """One actor call from this process: its message, and its outcome once final."""
 
     __slots__ = ("__weakref__", "actor_id", "attempt", "held", "message", "num_returns",
-                 "outcome", "recorder")
+                 "outcome", "recorder", "sends")
 
     def __init__(self, actor_id: int, message: tuple[Any, ...], num_returns: int,
                  recorder: Any = None) -> None:
@@ -117,6 +121,7 @@ class ActorCall:
         self.held: list[Any] = []  # futures of the refs the call borrows, until it ends
         self.outcome: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.recorder = recorder  # the driver's event log (cluster_record), or None
+        self.sends = 0  # RPCs made for it: only the latest one's end counts
 
     def finish(self, stored: Any) -> None:
         """The actor answered with ``stored``."""
@@ -186,6 +191,7 @@ class OwnedActor:
     dead: str = ""  # why it is dead for good ("" while it may live)
     address: str = ""  # the worker holding it, once placed
     queued: list[ActorCall] = field(default_factory=list)
+    inflight: dict[ActorCall, int] = field(default_factory=dict)  # call -> incarnation
 
     def out_of_restarts(self) -> bool:
         return 0 <= self.max_restarts <= self.restarts
@@ -356,6 +362,12 @@ class ActorCalls:
         method, name, payload, keys, num_returns, task_id = call.message
         arguments = (self._caller, seq, method, name, payload, keys, num_returns, task_id,
                      self.client.id)
+        owned = self._owned.get(call.actor_id)
+        with self.lock:
+            call.sends += 1
+            sends = call.sends
+            if owned is not None:  # settled at once if its actor is lost (_begin_restart)
+                owned.inflight[call] = incarnation
 
         async def execute() -> Any:
             return await proxy._worker_rpc.actor_execute(
@@ -364,11 +376,18 @@ class ActorCalls:
 
         sent = asyncio.run_coroutine_threadsafe(execute(), proxy._io_loop.asyncio_loop)
         sent.add_done_callback(
-            lambda done: self._call_done(call, proxy, incarnation, done))
+            lambda done: self._call_done(call, proxy, incarnation, done, sends))
 
     def _call_done(self, call: ActorCall, proxy: Any, incarnation: int,
-                   done: concurrent.futures.Future[Any]) -> None:
-        """The RPC of ``call`` ended (on the event loop: never block here)."""
+                   done: concurrent.futures.Future[Any], sends: int) -> None:
+        """The RPC of ``call`` ended (on the event loop: never block here); ignored if
+        the call was settled or sent again meanwhile (its actor's loss was decided)."""
+        owned = self._owned.get(call.actor_id)
+        with self.lock:
+            if sends != call.sends or call.outcome.done():
+                return
+            if owned is not None:
+                owned.inflight.pop(call, None)
         try:
             reply = done.result()
         except OSError as exc:  # the actor's worker is gone
@@ -399,7 +418,7 @@ class ActorCalls:
         """A call whose worker died: retry it after the restart, or fail it."""
         actor_id = call.actor_id
         with self.lock:
-            if self._proxies.get(actor_id) is proxy:
+            if proxy is not None and self._proxies.get(actor_id) is proxy:
                 del self._proxies[actor_id]  # stale: the next call looks the actor up again
         owned = self._owned.get(actor_id)
         name = call.message[1]
@@ -489,9 +508,23 @@ class ActorCalls:
                 owned.restarting = True
                 owned.restarts += 1
                 effect = self._restart
+            # Its calls in flight are lost now: their RPCs to the lost worker may take the
+            # connect timeout (30 s) to fail. A late end of one is ignored (``sends``).
+            lost = [call for call, sent_to in owned.inflight.items() if sent_to == incarnation]
+            for call in lost:
+                del owned.inflight[call]
+                call.sends += 1
         threading.Thread(target=effect, args=(owned,), daemon=True,
                          name=f"lightwork-restart-{owned.class_name}").start()
+        if lost:
+            threading.Thread(target=self._calls_lost, args=(lost, incarnation, owned.address),
+                             daemon=True, name="lightwork-actor-retry").start()
         return effect == self._restart
+
+    def _calls_lost(self, calls: list[ActorCall], incarnation: int, address: str) -> None:
+        for call in calls:
+            self._call_lost(call, None, incarnation,
+                            ConnectionError(f"its worker {address} was lost"))
 
     def _restart(self, owned: OwnedActor) -> None:
         """Rebuild ``owned`` on another worker (its restart is counted already)."""
@@ -502,7 +535,7 @@ class ActorCalls:
             if time.monotonic() > deadline:  # the worker answers again: nothing was lost
                 with self.lock:
                     owned.restarts -= 1
-                self._restarted(owned, self._proxies.get(actor_id))
+                self._restarted(owned, None)
                 return
             time.sleep(0.05)  # the scheduler has not yet removed the worker
         while True:
@@ -530,8 +563,14 @@ class ActorCalls:
             return
 
     def _restarted(self, owned: OwnedActor, proxy: Any) -> None:
+        """``owned`` is back: a new incarnation at ``proxy``, or (None) the same one, which
+        was never lost. Then the calls queued meanwhile go, in order."""
         with self.lock:
-            if proxy is not None and proxy is not self._proxies.get(owned.actor_id):
+            if proxy is not None:
+                # Always a new incarnation, whatever is cached: a caller's _actor() waiting
+                # on the same future may have cached this very proxy object already
+                # (distributed batches concurrent gathers of one key), and the new actor
+                # counts each caller's calls from 0.
                 self._proxies[owned.actor_id] = proxy
                 self._seqs[owned.actor_id] = 0
                 owned.incarnation += 1

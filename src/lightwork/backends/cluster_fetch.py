@@ -61,7 +61,7 @@ class Fetching:
                     stored = self._blocking(lambda: self._gather(futures, left))
                     break
                 except _WorkerLost as lost:  # submitted again, unless out of retries
-                    self._recover_all(lost.killed.task, futures)
+                    self._recover_all(lost.killed, futures)
                     if all(self.futures.get(i) is f for i, f in zip(ids, futures)):
                         raise self._system_error(lost.killed, futures) from None
         finally:
@@ -91,12 +91,15 @@ class Fetching:
                 raise _WorkerLost(exc) from None
             raise self._system_error(exc, futures) from None
 
-    def _recover_all(self, killed_key: Any, futures: list[Any]) -> None:
-        """Recover the task lost with ``killed_key`` and every failed one among ``futures``
-        (those the ``task-erred`` message did not reach first)."""
+    def _recover_all(self, killed: Any, futures: list[Any]) -> None:
+        """Recover the task lost with its worker (``killed``: distributed's KilledWorker)
+        and every failed one among ``futures`` (those the ``task-erred`` message did not
+        reach first)."""
+        from lightwork.backends.cluster_tasks import _losses
+
         erred = [f.key for f in futures if f.key is not None and f.status == "error"]
-        for key in erred or [killed_key]:
-            self._recover(killed_key, key)
+        for key in erred or [killed.task]:
+            self._recover(killed.task, key, _losses(killed))
 
     def _gather_with_actor_results(self, futures: list[Any], timeout: float | None) -> list[Any]:
         from distributed import wait as wait_futures
@@ -191,7 +194,9 @@ class Fetching:
         except Exception:  # noqa: BLE001 - released meanwhile: get says what happened
             return True
         if isinstance(lost, KilledWorker):
-            self._recover(lost.task, future.key)
+            from lightwork.backends.cluster_tasks import _losses
+
+            self._recover(lost.task, future.key, _losses(lost))
         return self.futures.get(object_id) is future
 
     def _blocking(self, call: Any) -> Any:

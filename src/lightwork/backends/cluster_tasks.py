@@ -17,7 +17,9 @@ worker counts against each task's own ``max_retries`` too, from the driver: ever
 keeps its :class:`Lineage` (how to submit it again) while its refs live. When the
 scheduler fails a task with ``KilledWorker`` (its worker died while running it, on
 ``allowed-failures + 1`` workers: start the scheduler with ``allowed-failures=0`` so each
-loss is one attempt, as ``init(address="local-cluster")`` does), the client's
+loss is one attempt, as ``init(address="local-cluster")`` does; with another value
+``init`` warns once and each failure counts ``allowed-failures + 1`` losses, see
+``check_allowed_failures``), the client's
 ``task-erred`` message is seen (``_watch_task_errors``), and the task is submitted again
 under a new key (``…-r<n>``), its refs now naming the new futures, until its attempts
 are used up; then its get raises ``WorkerCrashedError``. Tasks that failed only because a
@@ -78,6 +80,48 @@ class Lineage:
     lost: int = 0  # attempts lost with their worker
     resubmits: int = 0
     final: str = ""  # why it will not be submitted again
+
+
+def _losses(killed: Any) -> int:
+    """How many lost workers a ``KilledWorker`` stands for: the scheduler tried the task
+    ``allowed-failures + 1`` times before giving up (see ``check_allowed_failures``)."""
+    return max(0, int(getattr(killed, "allowed_failures", 0) or 0)) + 1
+
+
+_warned_allowed_failures: set[str] = set()  # scheduler addresses warned about
+
+
+def check_allowed_failures(client: Any) -> int:
+    """The scheduler's ``allowed-failures``; warns once per scheduler when it is not 0.
+
+    The scheduler itself runs a task again on another worker after each lost worker, up
+    to ``allowed-failures`` times, before it fails the task (``KilledWorker``). lightwork
+    counts those losses against the task's own ``max_retries`` (``_losses``), so no task
+    runs more than ``max_retries + 1`` times unless the scheduler's own retries go
+    beyond it; with 0 each lost worker is exactly one of the task's tries.
+    """
+    def allowed(dask_scheduler: Any = None) -> int:
+        return int(getattr(dask_scheduler, "allowed_failures", 0) or 0)
+
+    try:
+        value = client.run_on_scheduler(allowed)
+    except Exception:  # noqa: BLE001 - a scheduler that will not run functions: no check
+        return 0
+    address = str(getattr(client.scheduler, "address", ""))
+    if value and address not in _warned_allowed_failures:
+        _warned_allowed_failures.add(address)
+        import warnings
+
+        warnings.warn(
+            f"the Dask scheduler at {address} retries a task lost with its worker itself, "
+            f"up to allowed-failures={value} time(s), before lightwork hears of it: a task "
+            f"may then run up to {value + 1} times however low its max_retries (max_retries"
+            f"=0 included), and each loss counts {value + 1} of its max_retries. Start the "
+            "scheduler with allowed-failures=0 (DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"
+            "=0 in its environment, or distributed.scheduler.allowed-failures: 0 in its "
+            "config), so that each lost worker is one of a task's tries, as in Ray",
+            RuntimeWarning, stacklevel=4)
+    return value
 
 
 def _task_id_of_key(key: Any) -> int | None:
@@ -298,16 +342,18 @@ class TaskSubmission:
                 except Exception:  # noqa: BLE001 - not ours to read: the getter reports it
                     return
             if isinstance(exception, KilledWorker):  # on the event loop: never block here
-                threading.Thread(target=self._recover, args=(exception.task, key),
+                threading.Thread(target=self._recover, args=(exception.task, key,
+                                                             _losses(exception)),
                                  daemon=True, name="lightwork-retry").start()
             if self._proxies:  # a borrowed actor's key: its cached proxy is stale
                 self._actor_key_erred(key)
 
         client._stream_handlers["task-erred"] = task_erred
 
-    def _recover(self, killed_key: Any, erred_key: Any) -> bool:
-        """Submit again the task lost with its worker (``killed_key``) and the task whose
-        key failed with it (``erred_key``, a dependent); True if anything was."""
+    def _recover(self, killed_key: Any, erred_key: Any, losses: int = 1) -> bool:
+        """Submit again the task lost with its worker (``killed_key``: ``losses`` workers
+        died running it, see ``_losses``) and the task whose key failed with it
+        (``erred_key``, a dependent); True if anything was."""
         with self._recover_lock:
             if self._closed:
                 return False
@@ -318,7 +364,7 @@ class TaskSubmission:
                                if source is not None and source.key == str(killed_key)), None)
             again = False
             if killed is not None and killed.key == str(killed_key) and not killed.final:
-                killed.lost += 1
+                killed.lost += losses
                 limit = killed.max_retries
                 if limit >= 0 and killed.lost > limit:
                     killed.final = (f"its worker died {killed.lost} time(s) while running "
