@@ -16,11 +16,11 @@ DASK_TESTS := tests/test_dask_get.py tests/test_diagnostics_callbacks.py \
 # The cluster tests on the oldest distributed: the conformance suite's distributed half
 # (LIGHTWORK_TEST_BACKENDS) and every cluster file but the seeds' programs, which start a
 # 4-worker cluster of their own (11 s) and exercise no distributed API the others do not.
-# Measured on 2 shared cores (load 3-4): every cluster file 72 s; this step, the Dask
-# tests and this subset, 86 s in all, on top of the ~5 min of the rest of `make test`.
+# Measured on 2 shared cores (load 2-4): this step, the Dask tests and this subset, 73-86 s
+# in all, on top of the ~5 min of the rest of `make test`.
 OLDEST_CLUSTER_TESTS := tests/test_conformance.py tests/test_cluster_compat.py \
 	tests/test_cluster_state.py tests/test_cluster_diagnostics.py \
-	tests/test_cluster_callbacks.py tests/test_cluster_dashboard.py
+	tests/test_cluster_callbacks.py tests/test_cluster_dashboard.py tests/test_cluster_retries.py
 
 .PHONY: demo test chaos bench clean browser
 
