@@ -344,3 +344,16 @@ print("DONE", flush=True)
         process.terminate()
         process.communicate(timeout=10)
         helpers.stop_session_driver(info)
+
+
+def test_no_event_log_means_no_dashboard_and_says_why(shared_dask_cluster, capsys):
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+    context = lightwork.init(address=shared_dask_cluster.scheduler_file, dashboard=True,
+                             event_budget=0)
+    try:
+        assert context["dashboard_url"] is None and lightwork._api._dashboard is None
+        assert "no dashboard" in capsys.readouterr().err
+        assert lightwork.get(square.remote(3)) == 9  # the program runs on without it
+    finally:
+        lightwork.shutdown()

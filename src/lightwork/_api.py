@@ -276,7 +276,7 @@ def _start_dashboard(port: int) -> None:
         getattr(_backend, "recorder", None), "control", None)
     if sidecar is None:
         print("lightwork: no dashboard: it reads the event log, which event_budget=0 turns "
-              "off", file=sys.stderr)
+              "off (leave event_budget at its default to have both)", file=sys.stderr)
         return
     if sidecar.error:
         print(f"lightwork: no dashboard: {sidecar.error}", file=sys.stderr)
