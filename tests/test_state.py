@@ -128,6 +128,9 @@ def test_actors_and_workers(runtime):
     [row] = state.list_actors(name="keeper")
     assert row["class_name"].endswith("Keeper") and row["state"] == "ALIVE"
     assert row["pid"] == pid and row["calls_done"] == 1
+    [call] = [t for t in state.list_tasks(limit=None) if t["name"].endswith("Keeper.pid")]
+    assert call["type"] == "ACTOR_TASK" and call["state"] == "FINISHED"
+    assert call["actor_id"] == row["actor_id"]  # an ended call still names its actor
     workers = state.list_workers(limit=None)
     assert workers[0]["kind"] == "driver" and workers[0]["pid"] == os.getpid()
     [actor_worker] = state.list_workers(kind="actor", pid=pid)

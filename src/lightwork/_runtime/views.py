@@ -154,7 +154,7 @@ def task_rows(node: Node) -> list[dict[str, Any]]:
     for record in reversed(snap.ended):
         fields = {name: getattr(record, name) for name in RECORD_FIELDS}
         pid = record.pid or pids.get(record.worker_id, 0)
-        rows.append(_task_row(node, fields, record.state, None, pid, snap.now))
+        rows.append(_task_row(node, fields, record.state, record.actor_id, pid, snap.now))
     return rows
 
 
