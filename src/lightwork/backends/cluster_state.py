@@ -32,8 +32,8 @@ Fields mean what they mean locally; where the cluster differs:
   actors hold on the workers, asked of each worker process in one ``client.run``
   (``cluster_worker.held_refs``). A worker process serves every driver of the cluster,
   so its refs are tagged with the session of the task or actor call that made or
-  borrowed them (``cluster_worker.SessionFutures``; the actor's constructor and calls,
-  and a task from before it unpickles its arguments until it ends). Each row has its
+  borrowed them (``cluster_worker.SessionFutures``: in the actor's constructor and calls,
+  and in a task, whose arguments' refs are tagged once unpickled). Each row has its
   ``owner`` (the process that made the ref, from the id's process prefix: ``driver`` or
   ``worker N``, N as ``list_workers`` numbers the cluster workers), its ``holders``,
   its size and the workers storing it (``location``: ``"worker tcp://…"``). Not listed:

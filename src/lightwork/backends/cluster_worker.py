@@ -148,20 +148,18 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
             now = _wall()
             _note(session, task_id, name, 0, started, now, now, now, _error_text(value.error))
             return value if num_returns == 1 else (value,) * num_returns
+    backend.adopt(keys)  # before unpickling: the refs inside are borrowed with these keys
+    args, kwargs = cloudpickle.loads(payload)
+    if dep_values:
+        values = [backend.decode(value) for value in dep_values]
+        args = [values[a.index] if type(a) is ArgSlot else a for a in args]
+        kwargs = {k: values[v.index] if type(v) is ArgSlot else v for k, v in kwargs.items()}
+    function = _function(key, blob)
     previous = getattr(current, "task", None), getattr(current, "session", 0)
-    current.session = session  # the refs its arguments borrow are its session's
-    try:
-        backend.adopt(keys)  # before unpickling: the refs inside are borrowed with these keys
-        args, kwargs = cloudpickle.loads(payload)
-        if dep_values:
-            values = [backend.decode(value) for value in dep_values]
-            args = [values[a.index] if type(a) is ArgSlot else a for a in args]
-            kwargs = {k: values[v.index] if type(v) is ArgSlot else v for k, v in kwargs.items()}
-        function = _function(key, blob)
-    except BaseException:
-        current.session = previous[1]
-        raise
-    current.task = (task_id, name, resources)
+    current.task, current.session = (task_id, name, resources), session
+    tag = getattr(backend.futures, "tag", None)
+    if keys and tag is not None:  # what its arguments borrowed is its session's (listings)
+        tag(keys, session)
     attempt = 0
     retries: tuple[tuple[float, str], ...] = ()
     loaded = _wall()
@@ -317,6 +315,12 @@ class SessionFutures(dict):
     def clear(self) -> None:
         self.session_of.clear()
         dict.clear(self)
+
+    def tag(self, object_ids: Any, session: int) -> None:
+        """Tag the entries of ``object_ids`` that are here with ``session``."""
+        for object_id in object_ids:
+            if object_id in self:
+                self.session_of[object_id] = session
 
 
 def held_refs(dask_worker: Any = None, session: int = 0, with_refs: bool = True) -> dict[str, Any]:
