@@ -293,13 +293,22 @@ def _copy_without_gil(numpy: Any, destination: Any, source: Any) -> None:
         numpy.copyto(destination, source)
         return
     half = source.nbytes // 2 // mmap.PAGESIZE * mmap.PAGESIZE
-    helper = threading.Thread(target=numpy.copyto, args=(destination[:half], source[:half]),
-                              name="lightwork-copy", daemon=True)
+    failed: list[BaseException] = []
+
+    def copy_first_half() -> None:
+        try:
+            numpy.copyto(destination[:half], source[:half])
+        except BaseException as exc:  # noqa: BLE001 - raised in the writer below
+            failed.append(exc)
+
+    helper = threading.Thread(target=copy_first_half, name="lightwork-copy", daemon=True)
     helper.start()
     try:
         numpy.copyto(destination[half:], source[half:])
     finally:
         helper.join()
+    if failed:  # never a value with half of it missing
+        raise failed[0]
 
 
 def write_segment(path: str, data: bytes, raws: list[memoryview], recycled: bool = False) -> int:
