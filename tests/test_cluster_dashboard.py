@@ -140,22 +140,7 @@ def test_the_page_in_a_real_browser_shows_the_cluster_sessions_tasks(browser_pag
     """Headless Chromium (the system's, as in ``test_dashboard_browser.py``) loads the page
     of the cluster session, reaching nothing but the dashboard."""
     page, server = browser_page, session["server"]
-    origin = f"http://127.0.0.1:{server.port}/"
-    errors: list[str] = []
-    foreign: list[str] = []
-
-    def route(route_request):
-        url = route_request.request.url
-        if url.startswith(origin):
-            route_request.continue_()
-        else:
-            foreign.append(url)
-            route_request.abort()
-
-    page.on("console", lambda message: errors.append(message.text)
-            if message.type == "error" else None)
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.route("**/*", route)
+    errors, foreign = test_dashboard_browser.watch(page, f"http://127.0.0.1:{server.port}/")
     page.goto(server.url)
     page.wait_for_function("() => document.getElementById('liveness').textContent === 'live'")
     page.wait_for_function("() => Number(document.querySelector('.count-FINISHED')"

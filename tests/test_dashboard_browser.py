@@ -79,13 +79,11 @@ def browser_page():
             browser.close()
 
 
-def test_the_page_shows_the_running_program(browser_page, tmp_path):
-    page = browser_page
-    info = helpers.start_session_driver(DRIVER)
-    server = DashboardServer(info["socket"], port=0).start()
+def watch(page, origin: str) -> tuple[list[str], list[str]]:
+    """The page's console and script errors, and every request it makes anywhere but
+    ``origin`` (each aborted): the dashboard must work with no network."""
     errors: list[str] = []
     foreign: list[str] = []
-    origin = f"http://127.0.0.1:{server.port}/"
 
     def route(route_request):
         url = route_request.request.url
@@ -99,6 +97,14 @@ def test_the_page_shows_the_running_program(browser_page, tmp_path):
             if message.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.route("**/*", route)
+    return errors, foreign
+
+
+def test_the_page_shows_the_running_program(browser_page, tmp_path):
+    page = browser_page
+    info = helpers.start_session_driver(DRIVER)
+    server = DashboardServer(info["socket"], port=0).start()
+    errors, foreign = watch(page, f"http://127.0.0.1:{server.port}/")
     try:
         page.goto(server.url)
         assert "token=" not in page.url  # traded for the cookie
