@@ -67,6 +67,21 @@ def http_get(port: int, token: str, path: str) -> tuple[float, Any]:
     return time.perf_counter() - start, json.loads(body)
 
 
+def start_dashboard(node: Any) -> tuple[Any, int, str]:
+    """The dashboard child of this session, its port and its token."""
+    from lightwork.dashboard import launch
+
+    child = launch.start(node.control.path, port=0)
+    return child, int(child.url.split(":")[2].split("/")[0]), child.url.split("token=")[1]
+
+
+def open_page(port: int, token: str) -> subprocess.Popen:
+    """A page's event stream, held open by a client process (``CLIENT``)."""
+    return subprocess.Popen([sys.executable, "-c", CLIENT,
+                             f"http://127.0.0.1:{port}/api/events?view=stream",
+                             f"lightwork_dashboard_{port}={token}"])
+
+
 def p95(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
@@ -81,7 +96,6 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
     """
     import lightwork
     from lightwork._runtime import control
-    from lightwork.dashboard import launch
 
     # The direct cost: CPU time of the driver's threads that answer the dashboard (a
     # control connection each: the sync, its JSON encoding, sending the records).
@@ -147,12 +161,8 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
             runs[mode]["syncs"].append(answered["syncs"] - before["syncs"])
 
     def with_page() -> None:
-        child = launch.start(node.control.path, port=0)
-        port = int(child.url.split(":")[2].split("/")[0])
-        token = child.url.split("token=")[1]
-        client = subprocess.Popen([sys.executable, "-c", CLIENT,
-                                   f"http://127.0.0.1:{port}/api/events?view=stream",
-                                   f"lightwork_dashboard_{port}={token}"])
+        child, port, token = start_dashboard(node)
+        client = open_page(port, token)
         try:
             def synced() -> None:  # the dashboard holds every record of the ring
                 deadline = time.monotonic() + 60
@@ -230,7 +240,6 @@ def with_history(n_tasks: int) -> dict[str, Any]:
     import psutil
 
     import lightwork
-    from lightwork.dashboard import launch
 
     lightwork.init(num_cpus=2, advisor=False)
 
@@ -239,9 +248,7 @@ def with_history(n_tasks: int) -> dict[str, Any]:
         return i
 
     node = lightwork._api._node
-    child = launch.start(node.control.path, port=0)
-    port = int(child.url.split(":")[2].split("/")[0])
-    token = child.url.split("token=")[1]
+    child, port, token = start_dashboard(node)
     rss_at_start = psutil.Process(child.process.pid).memory_info().rss
     try:
         for first in range(0, n_tasks, 20_000):
@@ -476,7 +483,6 @@ def memory_run(minutes: float, sample_s: float = 10.0) -> dict[str, Any]:
     import psutil
 
     import lightwork
-    from lightwork.dashboard import launch
 
     lightwork.init(num_cpus=2, advisor=False)
 
@@ -485,12 +491,8 @@ def memory_run(minutes: float, sample_s: float = 10.0) -> dict[str, Any]:
         return i
 
     node = lightwork._api._node
-    child = launch.start(node.control.path, port=0)
-    port = int(child.url.split(":")[2].split("/")[0])
-    token = child.url.split("token=")[1]
-    client = subprocess.Popen([sys.executable, "-c", CLIENT,
-                               f"http://127.0.0.1:{port}/api/events?view=stream",
-                               f"lightwork_dashboard_{port}={token}"])
+    child, port, token = start_dashboard(node)
+    client = open_page(port, token)
     dashboard = psutil.Process(child.process.pid)
     curve: list[list[float]] = []  # [seconds, RSS MB, tasks run]
     tasks = 0

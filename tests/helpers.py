@@ -306,3 +306,18 @@ def _our_cpu_s() -> float:
             continue
         total += times.user + times.system
     return total
+
+
+def sync_reply(facts: dict, cursor: int, *, session: str = "s", now: float = 9.0,
+               base: float = 0.0, budget: int = 100) -> dict:
+    """A dashboard sync reply (``feed.sync``'s shape) carrying the task records packed into
+    ``facts`` by ``feed.pack``, up to ``cursor``, and nothing else live: for mirror tests."""
+    return {
+        "session": session, "now": now, "base": base, "base_wall": 0.0, "budget": budget,
+        "cost_s": 0.0,
+        "tasks": {"cursor": cursor, "lost": 0, **facts},
+        "spans": {"cursor": 0, "lost": 0, "rows": []},
+        "live": {"counts": {}, "rows": [], "total": 0}, "resources": {}, "workers": [],
+        "known_workers": {}, "actors": [], "actor_count": 0, "store": {}, "findings": [],
+        "progress": [],
+    }

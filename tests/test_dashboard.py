@@ -529,15 +529,9 @@ def _synthetic_sync(first_id: int, count: int, names: list[str],
             state="FAILED" if i % 10 == 0 else "FINISHED",
             error="boom" if i % 10 == 0 else None)))
     facts, attached = feed.pack(rows)
-    return {
-        "session": "synthetic", "now": base + (first_id + count) * 0.001, "base": base,
-        "base_wall": 0.0, "budget": 1_000_000, "cost_s": 0.0,
-        "tasks": {"cursor": first_id + count, "lost": 0, **facts},
-        "spans": {"cursor": 0, "lost": 0, "rows": []},
-        "live": {"counts": {}, "rows": [], "total": 0}, "resources": {}, "workers": [],
-        "known_workers": {}, "actors": [], "actor_count": 0, "store": {}, "findings": [],
-        "progress": [],
-    }, b"".join(attached)
+    return helpers.sync_reply(facts, first_id + count, session="synthetic",
+                              now=base + (first_id + count) * 0.001, base=base,
+                              budget=1_000_000), b"".join(attached)
 
 
 def test_mirror_filters_and_sorts_like_a_brute_force_as_records_arrive():

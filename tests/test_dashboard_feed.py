@@ -86,12 +86,7 @@ def test_every_column_survives_the_whole_record_packing():
                           actor_id=(1 << 62) + i, state="FINISHED", callsite=("x.py", 1, "f"),
                           yields=(1.0,), cpu_time=0.5) for i in range(3)]
     facts, buffers = feed.pack([freeze(r) for r in records])
-    reply = {"session": "s", "now": 9.0, "base": 0.0, "base_wall": 0.0, "budget": 100,
-             "tasks": {"cursor": 3, "lost": 0, **facts},
-             "spans": {"cursor": 0, "lost": 0, "rows": []},
-             "live": {"counts": {}, "rows": [], "total": 0}, "resources": {}, "workers": [],
-             "known_workers": {}, "actors": [], "actor_count": 0, "store": {},
-             "findings": [], "progress": []}
+    reply = helpers.sync_reply(facts, 3)
     mirror = Mirror()
     mirror.apply(reply, b"".join(buffers))
     for name in FLOAT_COLUMNS:
@@ -111,12 +106,7 @@ def test_records_with_errors_and_retries_keep_them():
     facts, buffers = feed.pack(rows)
     assert facts["names"] == ["g", "f"] and facts["states"] == ["FINISHED", "FAILED"]
     assert facts["errors"] == [[3, "boom"]] and facts["retries"] == [[4, 1]]
-    reply = {"session": "s", "now": 9.0, "base": 0.0, "base_wall": 0.0, "budget": 100,
-             "tasks": {"cursor": 6, "lost": 0, **facts},
-             "spans": {"cursor": 0, "lost": 0, "rows": []},
-             "live": {"counts": {}, "rows": [], "total": 0}, "resources": {}, "workers": [],
-             "known_workers": {}, "actors": [], "actor_count": 0, "store": {},
-             "findings": [], "progress": []}
+    reply = helpers.sync_reply(facts, 6)
     mirror = Mirror()
     mirror.apply(reply, b"".join(buffers))
     rows_out = {r["task_id"]: r for r in mirror.tasks(page_size=10)["rows"]}

@@ -9,6 +9,7 @@ import random
 import threading
 from typing import Any
 
+import helpers
 import pytest
 
 from lightwork._runtime.events import TaskRecord, freeze
@@ -39,15 +40,8 @@ def _sync(first: int, count: int, budget: int = 1_000_000,
             finished=started + 1e-6 + run, stored=started + 2e-6 + run,
             state="FAILED" if i % 10 == 0 else "FINISHED")))
     facts, attached = feed.pack(rows)
-    return {
-        "session": "s", "now": 100.0 + (first + count) * 1e-3, "base": 100.0, "base_wall": 0.0,
-        "budget": budget, "cost_s": 0.0,
-        "tasks": {"cursor": first + count, "lost": 0, **facts},
-        "spans": {"cursor": 0, "lost": 0, "rows": []},
-        "live": {"counts": {}, "rows": [], "total": 0}, "resources": {}, "workers": [],
-        "known_workers": {}, "actors": [], "actor_count": 0, "store": {}, "findings": [],
-        "progress": [],
-    }, b"".join(attached)
+    return helpers.sync_reply(facts, first + count, now=100.0 + (first + count) * 1e-3,
+                              base=100.0, budget=budget), b"".join(attached)
 
 
 def _nearest_rank(values: list[float], q: float) -> float:
