@@ -31,8 +31,10 @@ per-function figures lose the trimmed rows' counts (no recount).
 
 Views that read little: the task stream walks back from the newest record until the
 window's start and keeps at most ``MAX_STREAM_SPANS`` rectangles (the page says when the
-cap cut some); the functions view reads each function's histograms; history (tasks by
-state, finished count) is one point per sync, bounded. Live tasks (queued and running)
+cap cut some); the functions view reads each function's histograms; history is one point
+per sync, bounded: live tasks by state, and the driver's cumulative counts of ended tasks
+(finished, and failed or otherwise ended), so the rate between two points is right
+however far apart they are (no sync runs while no page is open). Live tasks (queued and running)
 come whole with each sync, at most ``live_limit`` of them (the page says when there are
 more).
 """
@@ -104,7 +106,9 @@ class Mirror:
         self.keys.ranks["state"] = SortKeys.ranks_of(self.states)
         self.orders = {key: SortOrder() for key in KEPT_ORDERS}
         self.function_stats = FunctionStats()
-        self.ended_counts: dict[str, int] = {}  # every record read, trimmed ones too
+        # Every task ended, by state: the driver's cumulative counts of its last sync
+        # (a replay, which has none, counts the records it read).
+        self.ended_counts: dict[str, int] = {}
         self.table = Table(self)
         self.driver_spans: deque[list[Any]] = deque(maxlen=MAX_DRIVER_SPANS)
         self.history: deque[list[Any]] = deque(maxlen=HISTORY_POINTS)
@@ -215,10 +219,14 @@ class Mirror:
             for sort, rows in staged.orders.items():
                 self.orders[sort].rows = rows
             self.function_stats = staged.stats
+            self.rows = staged.rows
+        driver_counts = tasks.get("ended")
+        if isinstance(driver_counts, dict):  # the driver's totals: right across any gap
+            self.ended_counts = {str(k): int(v) for k, v in driver_counts.items()}
+        elif staged is not None:  # a replay: the records it holds are all there is
             for state, n in staged.ended.items():
                 name = self.states[state]
                 self.ended_counts[name] = self.ended_counts.get(name, 0) + n
-            self.rows = staged.rows
         self.task_cursor = int(tasks["cursor"])
         spans = reply["spans"]
         self.driver_spans.extend(spans["rows"])
@@ -238,9 +246,9 @@ class Mirror:
         self.findings = reply["findings"]
         self.progress = reply["progress"]
         self.graphs = reply.get("graphs") or []
-        self.history.append([self.now, dict(self.live["counts"]),
-                             self.ended_counts.get("FINISHED", 0),
-                             self.ended_counts.get("FAILED", 0)])
+        finished = self.ended_counts.get("FINISHED", 0)
+        self.history.append([self.now, dict(self.live["counts"]), finished,
+                             sum(self.ended_counts.values()) - finished])
         self.synced_at = time.monotonic()
         self.syncs += 1
         self.generation += 1
@@ -298,9 +306,11 @@ class Mirror:
         """What every view carries: session, liveness, and the banners to show."""
         banners = []
         if self.lost:
-            banners.append(f"{self.lost:,} task records left the session's event log before "
-                           "the dashboard read them (budget "
-                           f"{self.budget:,}; raise it with init(event_budget=...))")
+            banners.append(f"{self.lost:,} task records left the session's event log (it "
+                           f"keeps the newest {self.budget:,}) before the dashboard read "
+                           "them, or while no page was open: the table and the task "
+                           "stream lack them, the counts include them (keep more with "
+                           "init(event_budget=...))")
         if self.trimmed:
             banners.append(f"the dashboard keeps the newest {self.budget:,} task records "
                            f"(the event budget); {self.trimmed:,} older ones are not shown")
@@ -458,12 +468,15 @@ def _count(items: Any) -> dict[str, int]:
 
 
 def _rate(history: list[list[Any]], over_s: float) -> float | None:
-    """Tasks ended per second over the last ``over_s`` seconds of history."""
+    """Tasks ended per second over the last ``over_s`` seconds of history: from the
+    newest point at least that old (or the oldest there is) to the last. The counts are
+    cumulative, so a gap between points (no page was open) gives that gap's average."""
     if len(history) < 2:
         return None
     last = history[-1]
     times = [point[0] for point in history]
-    first = history[max(0, bisect.bisect_left(times, last[0] - over_s) - 0)]
+    first = history[max(0, min(len(history) - 2,
+                               bisect.bisect_right(times, last[0] - over_s) - 1))]
     if last[0] <= first[0]:
         return None
     done = (last[2] + last[3]) - (first[2] + first[3])
