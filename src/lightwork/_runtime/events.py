@@ -31,6 +31,7 @@ from __future__ import annotations
 import operator
 import time
 from collections import defaultdict, deque
+from itertools import islice
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -101,7 +102,9 @@ class DriverSpan:
 _FIELDS = tuple(f.name for f in fields(TaskRecord))
 #: A record's field values as one exact tuple (attrgetter builds it in C).
 freeze = operator.attrgetter(*_FIELDS)
-_STATE, _TASK_ID, _NAME = (_FIELDS.index(name) for name in ("state", "task_id", "name"))
+#: Field name -> its index in a frozen record (for readers of rows, like the advisor).
+FIELD_INDEX = {name: index for index, name in enumerate(_FIELDS)}
+_STATE, _TASK_ID, _NAME = (FIELD_INDEX[name] for name in ("state", "task_id", "name"))
 
 
 class EventLog:
@@ -118,9 +121,12 @@ class EventLog:
         self.ended_counts: defaultdict[str, int] = defaultdict(int)
         self.started_at = time.monotonic()
         self.started_at_wall = time.time()
-        # Records not yet seen by a watcher (the advisor), or None when nobody watches.
-        self.fresh_tasks: list[TaskRecord] | None = None
+        # A watcher (the advisor) reads the rows appended since its last look from the
+        # ring itself: ``_taken`` is how many had been appended then (None: nobody
+        # watches). Spans are few; those not yet taken are kept in a list.
+        self._taken: int | None = None
         self.fresh_spans: list[DriverSpan] | None = None
+        self.missed_rows = 0  # rows the ring dropped before a watcher took them
 
     def finish_task(self, record: TaskRecord) -> None:
         if not self.enabled:
@@ -129,8 +135,6 @@ class EventLog:
             self.dropped_tasks += 1
         self.ended_counts[record.state] += 1
         self.tasks.append(freeze(record))
-        if self.fresh_tasks is not None:
-            self.fresh_tasks.append(record)
 
     def add_span(self, span: DriverSpan) -> None:
         if not self.enabled:
@@ -158,12 +162,34 @@ class EventLog:
         return {values[_TASK_ID]: values[_NAME] for values in self.tasks
                 if values[_TASK_ID] in task_ids}
 
-    def watch(self) -> None:
-        """Start keeping the records that ``take_fresh`` hands out."""
-        self.fresh_tasks, self.fresh_spans = [], []
+    @property
+    def watching(self) -> bool:
+        return self._taken is not None
 
-    def take_fresh(self) -> tuple[list[TaskRecord], list[DriverSpan]]:
-        """The records added since the last call (call with the runtime's lock held)."""
-        tasks, spans = self.fresh_tasks or [], self.fresh_spans or []
-        self.fresh_tasks, self.fresh_spans = [], []
-        return tasks, spans
+    def watch(self) -> None:
+        """Start handing out, with ``take_fresh``, what is logged from now on."""
+        self._taken = len(self.tasks) + self.dropped_tasks
+        self.fresh_spans = []
+
+    def unwatch(self) -> None:
+        self._taken = self.fresh_spans = None
+
+    def take_fresh(self) -> tuple[list[tuple[Any, ...]], list[DriverSpan]]:
+        """The frozen rows (see :func:`freeze`; :data:`FIELD_INDEX` names their fields) and
+        the spans logged since the last call, oldest first (call with the runtime's lock
+        held). Reading the rows from the ring keeps the hot path free of the watcher:
+        nothing is kept for it, and the records die when they end as they would without
+        it. Rows the ring dropped before they were taken (more than ``budget`` tasks
+        between two looks) are counted in ``missed_rows``."""
+        if self._taken is None:
+            return [], []
+        appended = len(self.tasks) + self.dropped_tasks
+        new = appended - self._taken
+        self._taken = appended
+        if new > len(self.tasks):
+            self.missed_rows += new - len(self.tasks)
+            new = len(self.tasks)
+        rows = list(islice(reversed(self.tasks), new))
+        rows.reverse()
+        spans, self.fresh_spans = self.fresh_spans or [], []
+        return rows, spans
