@@ -17,6 +17,8 @@ Figures, written to ``bench/dashboard_results.json`` and printed:
   the syncs, their JSON, sending the records), as a share of the driver's CPU per task
   and of its wall time per task; of that, ``feed_pack_us_per_record_in_run`` (the
   records' packing, per record) and ``feed_syncs_per_batch`` (each with its fixed part).
+  A third run per round has the dashboard child of ``init(dashboard=True)`` attached with
+  no page open: its syncs and records packed must be 0 (``no_page_...``).
   ``feed_us_per_record_apart``: a sync of 10,000 records and its JSON, timed alone (best
   of 5).
 * with ``--history`` tasks recorded (100,000): the dashboard process's RSS, and the p95
@@ -139,8 +141,9 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
     lightwork.get([noop.remote(i) for i in range(2 * n_tasks)])  # warm the workers
     node = lightwork._api._node
     runs: dict[str, dict[str, list[float]]] = {
-        mode: {"rate": [], "cpu_us": [], "feed_us": [], "pack_us_per_record": [], "syncs": []}
-        for mode in ("without", "page")}
+        mode: {"rate": [], "cpu_us": [], "feed_us": [], "pack_us_per_record": [], "syncs": [],
+               "records": []}
+        for mode in ("without", "idle", "page")}
     costs: list[float] = []
 
     def batch(mode: str, synced: Any = None) -> None:
@@ -154,11 +157,12 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
         if synced is not None:
             synced()  # the feed's CPU counts until the batch's records are all handed over
         runs[mode]["feed_us"].append(1e6 * (answered["cpu_s"] - feed_start) / n_tasks)
+        records = answered["records"] - before["records"]
+        runs[mode]["records"].append(records)
+        runs[mode]["syncs"].append(answered["syncs"] - before["syncs"])
         if mode == "page":
-            records = answered["records"] - before["records"]
             runs[mode]["pack_us_per_record"].append(
                 1e6 * (answered["pack_s"] - before["pack_s"]) / max(1, records))
-            runs[mode]["syncs"].append(answered["syncs"] - before["syncs"])
 
     def with_page() -> None:
         child, port, token = start_dashboard(node)
@@ -179,13 +183,23 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
             client.wait()
             child.stop()
 
+    def idle() -> None:  # the child of init(dashboard=True), no page open
+        child, _port, _token = start_dashboard(node)
+        try:
+            time.sleep(1.0)
+            syncs = answered["syncs"]  # after the child's first sync, as it started
+            batch("idle")
+            time.sleep(1.0)  # a sync it would take after the batch is counted too
+            runs["idle"]["syncs"][-1] = answered["syncs"] - syncs
+        finally:
+            child.stop()
+
+    orders = (("without", "idle", "page"), ("page", "idle", "without"))
     try:
         for round_ in range(rounds):
-            for mode in (("without", "page") if round_ % 2 == 0 else ("page", "without")):
-                if mode == "page":
-                    with_page()
-                else:
-                    batch("without")
+            for mode in orders[round_ % 2]:
+                {"page": with_page, "idle": idle,
+                 "without": lambda: batch("without")}[mode]()
     finally:
         lightwork.shutdown()
         control.ControlServer._answer = original_answer  # type: ignore[method-assign]
@@ -217,6 +231,11 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
         "tasks": n_tasks, "rounds": rounds, "load_1m_after": round(os.getloadavg()[0], 2),
         "throughput_no_dashboard_per_s": round(median(without["rate"])),
         "throughput_page_open_per_s": round(median(page["rate"])),
+        "throughput_dashboard_no_page_per_s": round(median(runs["idle"]["rate"])),
+        "driver_cpu_us_per_task_dashboard_no_page": round(median(runs["idle"]["cpu_us"]), 2),
+        "no_page_syncs_and_records_in_all_batches": [sum(runs["idle"]["syncs"]),
+                                                     sum(runs["idle"]["records"])],
+        "feed_thread_cpu_us_per_task_no_page": round(median(runs["idle"]["feed_us"]), 3),
         "driver_cpu_us_per_task_no_dashboard": round(cpu_base, 2),
         "driver_cpu_us_per_task_page_open": round(median(page["cpu_us"]), 2),
         "driver_cpu_cost_us_per_task_paired_median": round(median(cpu_pairs), 3),

@@ -485,6 +485,16 @@ def test_live_counts_match_the_state_api_while_tasks_run_and_queue(runtime, tmp_
             expected = Counter(views.live_task_state(node, t) for t in node.tasks.values())
             counts = feed._live_counts(node)
         assert counts == +expected and counts["RUNNING"] >= 2
+        # The live rows' times (microseconds since the session began) as the views show
+        # them: seconds since the start, in the table and on the stream's running bars.
+        reply, attached = feed.sync(node, 0, 0, 0, 100)
+        mirror = Mirror()
+        mirror.apply(reply, b"".join(attached))
+        since_start = reply["now"] - reply["base"]
+        live = [r for r in mirror.tasks(page_size=200)["rows"] if r.get("live")]
+        assert len(live) >= 5 and all(0 < r["submitted_s"] <= since_start for r in live)
+        running = mirror.stream(window_s=3600)["running"]
+        assert len(running) >= 2 and all(0 < bar[2] <= since_start for bar in running)
     finally:
         open(gate, "w").close()
     assert lightwork.get(refs, timeout=20) == [True] * 5 and lightwork.get(call) == 7
