@@ -9,8 +9,9 @@ Figures, written to ``bench/dashboard_results.json`` and printed:
 * ``throughput``: the driver's cost of a page open, over ``--rounds`` rounds of 10,000
   empty tasks (submit all, get all) on a 2-CPU runtime, each run once with no dashboard
   process at all and once with one attached and a page open (an event stream read by a
-  separate client process, as a browser would), alternating ABBA so the machine's drift
-  falls on both. Three figures, from the most to the least disturbed by the load: the
+  separate client process, as a browser would), in orders that put each mode in each
+  place of a round and after each other mode (six rounds), so the machine's drift
+  falls on all three. Three figures, from the most to the least disturbed by the load: the
   throughputs (medians); the driver process's CPU time per task (all its threads,
   ``process_time``; the cost is the median of the per-round differences); and the CPU
   time of the driver's threads that answer the dashboard (``feed_thread_cpu_us_per_task``:
@@ -94,7 +95,8 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
 
     Each round runs ``n_tasks`` no-op tasks twice: once with no dashboard process at all,
     once with one attached and a page open (an event stream, synced about once a
-    second); the order alternates (ABBA) so the machine's drift falls on both equally.
+    second), and once with the dashboard attached and no page open; the orders rotate
+    (``orders``) so the machine's drift falls on all alike.
     """
     import lightwork
     from lightwork._runtime import control
@@ -194,10 +196,14 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
         finally:
             child.stop()
 
-    orders = (("without", "idle", "page"), ("page", "idle", "without"))
+    # Every mode in every place of a round, and after every other mode, over six rounds:
+    # the machine's drift and any effect of the mode before fall on all three alike.
+    orders = (("without", "idle", "page"), ("idle", "page", "without"),
+              ("page", "without", "idle"), ("page", "idle", "without"),
+              ("without", "page", "idle"), ("idle", "without", "page"))
     try:
         for round_ in range(rounds):
-            for mode in orders[round_ % 2]:
+            for mode in orders[round_ % len(orders)]:
                 {"page": with_page, "idle": idle,
                  "without": lambda: batch("without")}[mode]()
     finally:
@@ -225,6 +231,7 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
     # Pairs of neighbouring runs (one round each): the difference of each pair cancels
     # the drift of the machine's load; the median of those is the cost.
     cpu_pairs = [p - w for w, p in zip(without["cpu_us"], page["cpu_us"])]
+    idle_pairs = [i - w for w, i in zip(without["cpu_us"], runs["idle"]["cpu_us"])]
     wall_base_us = 1e6 / median(without["rate"])
     feed_us = median(page["feed_us"])
     return {
@@ -236,6 +243,7 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
         "no_page_syncs_and_records_in_all_batches": [sum(runs["idle"]["syncs"]),
                                                      sum(runs["idle"]["records"])],
         "feed_thread_cpu_us_per_task_no_page": round(median(runs["idle"]["feed_us"]), 3),
+        "driver_cpu_no_page_minus_none_us_paired_median": round(median(idle_pairs), 3),
         "driver_cpu_us_per_task_no_dashboard": round(cpu_base, 2),
         "driver_cpu_us_per_task_page_open": round(median(page["cpu_us"]), 2),
         "driver_cpu_cost_us_per_task_paired_median": round(median(cpu_pairs), 3),
@@ -251,8 +259,10 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
         "driver_sync_ms_max": round(1000 * max(costs), 2),
         "runs_cpu_us_no_dashboard": [round(x, 2) for x in without["cpu_us"]],
         "runs_cpu_us_page_open": [round(x, 2) for x in page["cpu_us"]],
+        "runs_cpu_us_no_page": [round(x, 2) for x in runs["idle"]["cpu_us"]],
         "runs_no_dashboard": [round(x) for x in without["rate"]],
-        "runs_page_open": [round(x) for x in page["rate"]]}
+        "runs_page_open": [round(x) for x in page["rate"]],
+        "runs_no_page": [round(x) for x in runs["idle"]["rate"]]}
 
 
 def with_history(n_tasks: int) -> dict[str, Any]:
@@ -582,7 +592,7 @@ PARTS = ("throughput", "history", "synthetic", "contention", "memory")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--history", type=int, default=100_000)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--minutes", type=float, default=10.0,
