@@ -366,6 +366,87 @@ def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_pa
     assert stack.stdout.count("=== worker ") == 2
 
 
+# A driver with the event log off, reaching the cluster through LIGHTWORK_ADDRESS only.
+QUIET_DRIVER = """
+import os, sys, time
+import lightwork as ray
+
+context = ray.init(event_budget=0)  # the address comes from LIGHTWORK_ADDRESS
+assert ray.backend() == "distributed", ray.backend()
+
+@ray.remote
+def parked(path):
+    def lightwork_cli_marker():
+        while not os.path.exists(path):
+            time.sleep(0.02)
+    lightwork_cli_marker()
+    return True
+
+@ray.remote
+class Tally:
+    def add(self, n):
+        return n
+
+tally = Tally.remote()
+assert ray.get(tally.add.remote(1)) == 1
+blob = ray.put(b"x" * 300_000)
+waiting = parked.remote(sys.argv[1])
+print("SOCKET", os.path.join(context["session_dir"], "control.sock"), flush=True)
+ray.get(waiting)
+ray.shutdown()
+print("DONE", flush=True)
+"""
+
+
+def test_the_command_attaches_with_the_event_log_off(cluster, monkeypatch):
+    """As on a local session: event_budget=0 turns off the task records, not the command.
+    The scheduler was started with --no-dashboard: the status names no Dask dashboard
+    (its HTTP server is up all the same)."""
+    monkeypatch.setenv("LIGHTWORK_ADDRESS", cluster.address)
+    info = helpers.start_session_driver(QUIET_DRIVER)
+    try:
+        facts = json.loads(command(info, "status", "--format", "json").stdout)
+        assert facts["backend"] == "distributed" and facts["address"] == cluster.address
+        assert facts["worker_count"] == 2 and facts["event_log"]["budget"] == 0
+        assert facts["dask_dashboard"] is None
+        table = command(info, "status")
+        assert table.returncode == 0 and f"cluster    {cluster.address}\n" in table.stdout
+        assert "Dask dashboard" not in table.stdout
+
+        rows = json.loads(command(info, "list", "workers", "--format", "json").stdout)
+        assert {r["pid"] for r in rows[1:]} == set(cluster.worker_pids())
+        assert "Tally" in command(info, "list", "actors").stdout
+        memory = command(info, "memory")
+        assert memory.returncode == 0 and "(put)" in memory.stdout, memory.stderr
+        for verb in (("list", "tasks"), ("summary", "tasks"), ("timeline",)):
+            refused = command(info, *verb)
+            assert refused.returncode != 0 and "event_budget=0" in refused.stderr, (
+                verb, refused.stdout, refused.stderr)
+
+        def stack_with_marker():
+            result = command(info, "stack")
+            return result if "lightwork_cli_marker" in result.stdout else None
+
+        assert until(stack_with_marker).stdout.count("=== worker ") == 2
+    finally:
+        helpers.stop_session_driver(info)
+
+
+def test_the_dask_dashboard_is_named_only_when_the_scheduler_serves_it():
+    import distributed
+
+    from lightwork.backends.cluster_state import _dashboard_link
+
+    for address, served in (("127.0.0.1:0", True), (None, False)):
+        with distributed.LocalCluster(n_workers=0, processes=False,
+                                      dashboard_address=address) as local, \
+                distributed.Client(local) as client:
+            link = _dashboard_link(client)
+            assert (link == client.dashboard_link) if served else link is None, (address, link)
+            if served:
+                assert link.endswith("/status")
+
+
 def test_a_stopped_scheduler_makes_diagnostics_fail_fast_and_say_why(tmp_path):
     import signal
 

@@ -26,9 +26,9 @@ caller's side of actors: creation, calls, restarts, names), ``cluster_streams``
 live) and ``cluster_actors`` (the actor's side, on a worker). What runs on
 the workers, and the stored forms of values and errors, are in ``cluster_worker``.
 
-Diagnostics: the driver's ``recorder``
-(``cluster_record.ClusterLog``) is the event log of the run, filled from the workers'
-own stamps; the state API (``cluster_state``), ``task_records``, the timeline,
+Diagnostics: the driver's ``session_log`` (``cluster_record.ClusterLog``) is the
+event log of the run, filled from the workers' own stamps (``recorder``, what the task
+path stamps, is the same log, or None with ``event_budget=0``); the state API (``cluster_state``), ``task_records``, the timeline,
 ``stack``, the advisor, the Dask-style callbacks and profilers (its task listeners),
 ``lightwork.dask.get``, the ``lightwork`` command from another terminal
 (``cluster_control``) and the live dashboard (``cluster_dashboard``) read it.
@@ -88,13 +88,17 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         self._owns_client = owns_client
         self.in_driver = in_driver
         self.namespace = namespace
-        # Not a Node (lightwork.dask and the callbacks need one): the event log of the
-        # cluster run, which the state API, timeline, stack and advisor read.
+        # Not a Node (lightwork.dask and the callbacks need one): the driver's session
+        # log of the cluster run, which the state API, timeline, stack, advisor and the
+        # `lightwork` command read. It serves the command even with event_budget=0, as a
+        # local session does; ``recorder`` (what the task path stamps) is it only while
+        # the event log is on, so with the log off the task path stamps nothing.
         self.node = None
-        self.recorder: ClusterLog | None = (
-            ClusterLog(self, event_budget) if in_driver and event_budget else None)
-        if self.recorder is not None:
-            self.recorder.serve()  # the `lightwork` command from another terminal
+        self.session_log: ClusterLog | None = (
+            ClusterLog(self, event_budget) if in_driver else None)
+        self.recorder: ClusterLog | None = self.session_log if event_budget else None
+        if self.session_log is not None:
+            self.session_log.serve()  # the `lightwork` command from another terminal
         self.lock = threading.Lock()
         # In a worker, each entry is tagged with its driver session (for the listings).
         self.futures: dict[int, Any] = {} if in_driver else cluster_worker.SessionFutures()
@@ -196,8 +200,8 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             if self._closed:
                 return
             self._closed = True
-            if self.recorder is not None:
-                self.recorder.stop()
+            if self.session_log is not None:
+                self.session_log.stop()
             self.futures.clear()
             self._orphans.clear()
             self.exported_by_key.clear()

@@ -205,6 +205,7 @@ class ActorCalls:
     task_ids: dict[int, int]
     namespace: str | None
     recorder: Any
+    session_log: Any
     in_driver: bool
 
     def _init_actor_calls(self) -> None:
@@ -286,9 +287,9 @@ class ActorCalls:
         # Watch its worker once it is placed: a loss is decided at once (restarted, or
         # given up, which handles elsewhere learn from the cancelled key).
         future.add_done_callback(lambda _f, owned=owned: self._watch(owned, 0))
-        if self.recorder is not None:
-            self.recorder.actor_created(actor.actor_id, actor.class_name, actor.name, namespace,
-                                        actor.detached, actor.max_concurrency)
+        if self.session_log is not None:  # (listed even with the event log off)
+            self.session_log.actor_created(actor.actor_id, actor.class_name, actor.name,
+                                           namespace, actor.detached, actor.max_concurrency)
         if actor.name is not None:
             # The scheduler's datasets are the cluster's directory: whoever knows the name
             # finds the actor, and a published actor outlives this client (detached).

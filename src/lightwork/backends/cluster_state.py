@@ -468,11 +468,20 @@ class ClusterState:
         }
 
 
+def serves_dashboard(dask_scheduler: Any = None) -> bool:
+    """Whether the scheduler serves Dask's dashboard pages (run on the scheduler).
+
+    Its HTTP server always runs (health, metrics) and is always listed as the
+    ``"dashboard"`` service, even under ``dask scheduler --no-dashboard``; the pages are
+    the Bokeh application added to it only when the dashboard is on."""
+    application = getattr(dask_scheduler, "http_application", None)
+    return bool(getattr(application, "applications", None))
+
+
 def _dashboard_link(client: Any) -> str | None:
     """The Dask dashboard's URL, or None when the scheduler serves none."""
     try:
-        services = client.scheduler_info().get("services") or {}
-        return client.dashboard_link if "dashboard" in services else None
+        return client.dashboard_link if client.run_on_scheduler(serves_dashboard) else None
     except Exception:  # noqa: BLE001 - only a hint in the status
         return None
 
