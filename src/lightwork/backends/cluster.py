@@ -28,10 +28,12 @@ the workers, and the stored forms of values and errors, are in ``cluster_worker`
 
 Diagnostics: the driver's ``session_log`` (``cluster_record.ClusterLog``) is the
 event log of the run, filled from the workers' own stamps (``recorder``, what the task
-path stamps, is the same log, or None with ``event_budget=0``); the state API (``cluster_state``), ``task_records``, the timeline,
-``stack``, the advisor, the Dask-style callbacks and profilers (its task listeners),
-``lightwork.dask.get``, the ``lightwork`` command from another terminal
-(``cluster_control``) and the live dashboard (``cluster_dashboard``) read it.
+path stamps, is the same log, or None with ``event_budget=0``); the state API
+(``cluster_state``), ``task_records``, the timeline, ``stack``, the advisor, the
+Dask-style callbacks and profilers (its task listeners), ``lightwork.dask.get``, the
+``lightwork`` command from another terminal (``cluster_control``) and the live
+dashboard (``cluster_dashboard``) read it. Tasks lost with their worker are heard from
+the scheduler plugin ``cluster_plugin.TaskErrors`` (see ``cluster_tasks``).
 
 Which distributed: ``cluster_compat`` checks at connect (and in each worker) that the
 installed one has the few private parts the backend relies on, and names the supported
@@ -119,9 +121,20 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         if client is not None:
             self._watch_client(client)
         if in_driver and client is not None:
-            from lightwork.backends.cluster_plugin import ExportedRefs
+            from lightwork.backends.cluster_plugin import ExportedRefs, TaskErrors
             from lightwork.backends.cluster_tasks import check_allowed_failures
 
+            try:  # (idempotent: a driver before this one may have installed it)
+                client.register_plugin(TaskErrors(), name=TaskErrors.name)
+            except Exception as exc:  # said plainly, with what to do
+                if owns_client:
+                    client.close()
+                if cluster is not None:
+                    cluster.close()
+                raise RuntimeError(
+                    f"the Dask scheduler at {client.scheduler.address} could not load "
+                    f"lightwork's scheduler plugin ({type(exc).__name__}: {exc}); install "
+                    "lightwork (the same version) where the scheduler runs") from exc
             client.register_plugin(ExportedRefs(), name=ExportedRefs.name)
             check_allowed_failures(client)  # warns once if each loss is not one try
         self._closed = False
@@ -188,7 +201,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
     def _watch_client(self, client: Any) -> None:
         import distributed
 
-        cluster_compat.check(distributed, client)  # its private stream handlers (see there)
+        cluster_compat.check(distributed)  # (in a worker: the first check of this process)
         self._watch_task_errors(client)
 
     @property
