@@ -242,6 +242,68 @@ def test_objects_and_actors_held_on_the_workers_are_listed_with_their_owners(con
 
 
 @lightwork.remote
+def sized(n):
+    return b"s" * n
+
+
+@lightwork.remote
+def wraps_its_own(path):
+    """Returns refs it made (a put, a child's result) inside its result; writes their ids."""
+    inner = [lightwork.put(b"p" * 60_000), sized.remote(2000)]
+    with open(path, "w") as f:
+        f.write(" ".join(ref.hex() for ref in inner))
+    return inner
+
+
+@lightwork.remote
+def produce(n):
+    for i in range(n):
+        yield b"g" * 1000 * (i + 1)
+
+
+@lightwork.remote
+def reads_a_stream(path, gate):
+    """Holds the first item of a generator it reads until the gate opens."""
+    first = next(produce.remote(3))
+    with open(path + ".tmp", "w") as f:
+        f.write(first.hex())
+    os.rename(path + ".tmp", path)
+    while not os.path.exists(gate):
+        time.sleep(0.02)
+    return len(lightwork.get(first))
+
+
+def test_refs_inside_results_and_items_read_by_a_task_are_listed(connected, tmp_path):
+    inner_file, item_file, gate = (str(tmp_path / n) for n in ("inner", "item", "gate"))
+    outer = wraps_its_own.remote(inner_file)
+    assert lightwork.wait([outer], timeout=30)[0] == [outer]  # not read: nothing borrowed
+    reading = reads_a_stream.remote(item_file, gate)
+    try:
+        until(lambda: os.path.exists(item_file))
+        inner = open(inner_file).read().split()
+        with open(item_file) as f:
+            item = f.read()
+        rows = {o["object_id"]: o for o in lightwork.state.list_objects()}
+        labels = {f"worker {w['worker_id']}" for w in lightwork.state.list_workers()[1:]}
+        for hex_id in inner:  # kept only by the result they are inside
+            row = rows[hex_id]
+            assert row["reference_kind"] == "CAPTURED_IN_OBJECT", row
+            assert row["contained_in"] == 1 and row["holders"] == [] and row["owner"] in labels
+            assert row["state"] == "READY"
+        assert rows[inner[0]]["task_name"] == "(put)" and rows[inner[0]]["size"] >= 60_000
+        assert rows[inner[1]]["task_name"].endswith("sized")
+        assert rows[outer.hex()]["holders"] == ["driver"]
+        # The generator's item, held by the task reading it (its consumer thread filed it).
+        assert rows[item]["holders"][0] in labels and rows[item]["size"] >= 1000
+        assert rows[item]["reference_kind"] == "LOCAL_REFERENCE"
+    finally:
+        open(gate, "w").close()
+    assert lightwork.get(reading, timeout=30) == 1000
+    del outer  # the result goes, and the refs inside it with it
+    until(lambda: not set(inner) & {o["object_id"] for o in lightwork.state.list_objects()})
+
+
+@lightwork.remote
 def lists_from_a_task():
     try:
         lightwork.state.list_tasks()

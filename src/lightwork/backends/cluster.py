@@ -107,9 +107,9 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         self.keys: dict[int, str] = {}  # keys of refs this process may borrow
         self.task_ids: dict[int, int] = {}
         self._orphans: dict[int, Any] = {}
-        # Futures of the refs inside a task's single result, by its key: released with
-        # it (cluster_plugin.ExportedRefs); inside other stored values: cluster_holds.
-        self.exported_by_key: dict[Any, list[Any]] = {}
+        # The refs inside a task's single result, by its key: released with it
+        # (cluster_plugin.ExportedRefs); inside other stored values: cluster_holds.
+        self.exported_by_key: dict[Any, cluster_worker.Exported] = {}
         self._init_holds()
         self._prefix = random.getrandbits(PROCESS_ID_SHIFT - 17) + 1 << PROCESS_ID_SHIFT
         self._ids = itertools.count(1)
@@ -309,15 +309,21 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         futures = self.futures
         return {i: futures[i].key for i in ids if i in futures and futures[i].key is not None}
 
-    def encode(self, value: Any, result_key: Any = None) -> Any:
+    def encode(self, value: Any, result_key: Any = None, session: int = 0) -> Any:
         """``value`` as stored in the cluster. Refs inside it are kept alive while the
-        task result ``result_key`` lives, if given (``cluster_plugin.ExportedRefs``);
-        else the caller holds them (``hold_inside``, see ``cluster_holds``)."""
+        task result ``result_key`` of driver session ``session`` lives, if given
+        (``cluster_plugin.ExportedRefs``); else the caller holds them (``hold_inside``,
+        see ``cluster_holds``)."""
         stored = cluster_worker.encode(value, self._keys_of)
         if type(stored) is WithRefs and result_key is not None:
-            held = [self.futures[i] for i in stored.keys if i in self.futures]
+            futures, task_ids = self.futures, self.task_ids
+            held = {i: (futures[i], task_ids.get(i, 0)) for i in stored.keys if i in futures}
             with self.lock:
-                self.exported_by_key.setdefault(result_key, []).extend(held)
+                exported = self.exported_by_key.get(result_key)
+                if exported is None:
+                    exported = self.exported_by_key[result_key] = cluster_worker.Exported(
+                        session or self.session_tag)
+                exported.refs.update(held)
         return stored
 
     def decode(self, stored: Any) -> Any:
