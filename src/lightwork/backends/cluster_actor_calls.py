@@ -14,6 +14,12 @@ future resolves the outcome from a done callback. So ``get`` blocks on the outco
 call map to :class:`ActorResult` entries in ``futures`` (``key`` None: the value lives
 with its caller, not in the cluster).
 
+``.remote()`` never waits for the engine: while the actor's key is pending (its
+constructor runs, or no worker has room yet) calls queue (``_building``) and go, in
+order, from the key's done callback (``_built``). Every other wait on the engine in this
+module is bounded (``ENGINE_POLL_S`` at a time, looking again whether the session closed
+or the actor was killed), so a lost worker or scheduler ends in an error, not a hang.
+
 Restarts (the owner decides)
 ----------------------------
 The process that created an actor owns it (``OwnedActor``): it alone counts restarts and
@@ -26,10 +32,12 @@ the same ``ActorHost`` is built again on another worker, re-running the construc
 killed actor and one out of restarts stay dead; the owner cancels the key, so handles
 elsewhere see it dead too.
 
-While an actor restarts, new calls from its owner queue (``OwnedActor.queued``) and are
-sent, in order, once it is back. A call in flight when the worker died is sent again
-after the restart if ``max_task_retries`` allows (-1: always), otherwise it fails with
-``ActorDiedError`` (Ray's semantics: the call may have run partly). Calls in flight are
+While an actor restarts, new calls from its owner queue (``OwnedActor.queued``). A call
+in flight when the worker died is sent again after the restart if ``max_task_retries``
+allows (-1: always), otherwise it fails with ``ActorDiedError`` (Ray's semantics: the
+call may have run partly). Once the actor is back, the calls lost in flight go first, in
+the order they were made, then those queued meanwhile (``_flush``; calls made during the
+flush join its queue, so none overtakes an older one). Calls in flight are
 settled as soon as the loss is decided, not when their RPCs fail: an RPC sent to a worker
 that had just died may wait out distributed's connect timeout (30 s); its late end is
 ignored (``ActorCall.sends``). Sequence numbers (``_seqs``, per caller) start again at 0
@@ -45,8 +53,10 @@ annotation, which such a process reads from the scheduler when it first meets a 
 allowed, its calls then wait (:class:`BorrowedRestart`) while one thread follows the
 key's state: back in memory on another worker (restarted: the calls go, in order),
 cancelled (killed, or out of restarts: they fail with ``ActorDiedError``), or still
-failed after ``RESTART_WAIT_S`` (the owner is gone: they fail). A call in flight is sent
-again under ``max_task_retries``, as the owner's are. So that a handle elsewhere never
+failed after ``RESTART_WAIT_S`` (the owner is gone: they fail). Its calls in flight
+(``_sent``) are settled when the key fails, as the owner's are when it decides: sent
+again first under ``max_task_retries``, else failed — never left to an RPC that waits
+out the connect timeout on the dead address. So that a handle elsewhere never
 waits for a decision that cannot come, the owner watches every actor it creates and
 gives up (cancels the key of) a lost one without restarts at once.
 
