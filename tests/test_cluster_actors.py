@@ -268,3 +268,94 @@ def test_calls_queued_while_the_actor_is_built_fail_if_its_worker_is_lost(
             lightwork.get(ref, timeout=30)
     with pytest.raises(exceptions.ActorDiedError):
         lightwork.get(actor.incr.remote(), timeout=30)
+
+
+# ---- the objects inside an actor call's result ----------------------------------------
+@lightwork.remote
+class Maker:
+    """Returns refs to objects it puts, keeping none itself."""
+
+    def wrap(self, size):
+        return [lightwork.put(b"w" * size)]
+
+    def wrap_via_itself(self, handle, size):
+        """Calls ``wrap`` on its own handle: the caller is in the actor's own process."""
+        [inner] = lightwork.get(handle.wrap.remote(size), timeout=20)
+        return len(lightwork.get(inner, timeout=20))
+
+    def keep(self, size):
+        self.kept = lightwork.put(b"k" * size)
+
+    def kept_ref(self):
+        return [self.kept]
+
+    def forget(self):
+        del self.kept
+
+
+def _wanted_by(key):
+    """The ids of the clients (pseudo clients included) the scheduler keeps ``key`` for;
+    None once it has forgotten the key."""
+    backend = lightwork._api._backend
+    backend._drain()  # releases apply at the next call into the backend: this is one
+
+    def wanters(dask_scheduler, key=key):
+        task = dask_scheduler.tasks.get(key)
+        return None if task is None else sorted(c.client_key for c in task.who_wants or ())
+
+    return backend.client.run_on_scheduler(wanters)
+
+
+def _keys():
+    backend = lightwork._api._backend
+    backend._drain()
+    return set(backend.client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks)))
+
+
+def test_an_actor_results_inner_objects_are_the_callers_alone_once_it_has_them(
+        cluster, wait_until):
+    """The actor's process lets its refs go as soon as the call returns, the pseudo
+    client holding them for the caller is released by the caller's reply handling, and
+    the objects live on while the caller holds its refs, then go with them."""
+    from distributed import Future
+
+    maker = Maker.remote()
+    [inner] = lightwork.get(maker.wrap.remote(100_000), timeout=20)
+    backend = lightwork._api._backend
+    key = backend.futures[inner.id].key
+    me = backend.client.id
+    wait_until(lambda: _wanted_by(key) == [me], timeout=HANG_LIMIT_S,
+               message="the caller alone to want the inner object")
+    assert isinstance(backend.futures[inner.id], Future)
+    assert lightwork.get(inner, timeout=20) == b"w" * 100_000  # not dropped meanwhile
+    del inner
+    wait_until(lambda: _wanted_by(key) is None, timeout=HANG_LIMIT_S,
+               message="the inner object to be freed with the caller's ref")
+
+
+def test_an_actor_result_for_a_caller_in_the_actors_own_process_is_freed_with_it(
+        cluster, wait_until):
+    """A call from the actor's own process (it calls itself) hands its result over the
+    same way: its inner object goes once that caller drops it (it waited 60 s before)."""
+    maker = Maker.options(max_concurrency=2).remote()
+    assert lightwork.get(maker.__ray_ready__.remote(), timeout=20) is True
+    before = _keys()
+    assert lightwork.get(maker.wrap_via_itself.remote(maker, 50_000), timeout=30) == 50_000
+    wait_until(lambda: not {k for k in _keys() - before if str(k).startswith("bytes-")},
+               timeout=HANG_LIMIT_S, message="the inner object to be freed")
+
+
+def test_an_object_the_caller_drops_while_the_actor_returns_it_again_stays(cluster):
+    """The caller drops its ref to an object the actor keeps while a call returning it
+    again is on its way, and the actor then drops its own: the ref in the new result
+    still reaches the object (the caller's release never lands after its new want)."""
+    maker = Maker.remote()
+    for _ in range(20):
+        lightwork.get(maker.keep.remote(10_000), timeout=20)
+        [older] = lightwork.get(maker.kept_ref.remote(), timeout=20)
+        again = maker.kept_ref.remote()
+        del older
+        forgotten = maker.forget.remote()
+        [newer] = lightwork.get(again, timeout=20)
+        lightwork.get(forgotten, timeout=20)
+        assert lightwork.get(newer, timeout=20) == b"k" * 10_000

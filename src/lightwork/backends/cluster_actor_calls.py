@@ -72,14 +72,14 @@ import concurrent.futures
 import threading
 import time
 import uuid
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 from lightwork import exceptions
 from lightwork._object_ref import ObjectRef, collecting_refs, ref_counter
 from lightwork._runtime import pickler
-from lightwork.backends.cluster_worker import ArgSlot, Failed, WithRefs, key_name, unsupported
+from lightwork.backends.cluster_holds import Handover
+from lightwork.backends.cluster_worker import ArgSlot, Failed, key_name, unsupported
 
 _ACTOR_DATASET = "lightwork-actor/"
 #: How long a restart waits for the scheduler to notice a worker the RPC found dead.
@@ -127,8 +127,8 @@ _ENV_LOADER = b"lightwork._runtime.runtime_env\x94\x8c\x10load_actor_class"
 class ActorCall:
     """One actor call from this process: its message, and its outcome once final."""
 
-    __slots__ = ("__weakref__", "actor_id", "attempt", "held", "message", "num_returns",
-                 "outcome", "recorder", "sends")
+    __slots__ = ("__weakref__", "actor_id", "attempt", "held", "inner", "message",
+                 "num_returns", "outcome", "recorder", "sends")
 
     def __init__(self, actor_id: int, message: tuple[Any, ...], num_returns: int,
                  recorder: Any = None) -> None:
@@ -137,6 +137,7 @@ class ActorCall:
         self.num_returns = num_returns
         self.attempt = 0
         self.held: list[Any] = []  # futures of the refs the call borrows, until it ends
+        self.inner: list[Any] = []  # futures of the refs inside its result (cluster_holds)
         self.outcome: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.recorder = recorder  # the driver's event log (cluster_record), or None
         self.sends = 0  # RPCs made for it: only the latest one's end counts
@@ -477,6 +478,7 @@ class ActorCalls:
         owned = self._owned.get(call.actor_id)
         with self.lock:
             if sends != call.sends or call.outcome.done():
+                self._drop_handover(done)  # nobody wants this reply's inner objects
                 return
             if owned is not None:
                 owned.inflight.pop(call, None)
@@ -499,17 +501,23 @@ class ActorCalls:
             return
         if reply.get("status") == "OK":
             stored = reply["result"]
-            inner = {}  # refs inside the result: held here from now on (cluster_holds)
-            for part in stored if type(stored) is tuple else (stored,):
-                if type(part) is WithRefs:
-                    inner.update(part.keys)
-            if inner:  # ... while the call lives, and a little longer (cluster_holds)
-                weakref.finalize(call, self.linger, self.hold_keys(inner))
+            if type(stored) is Handover:  # refs inside: held here from now on, while
+                call.inner = self.take_over(stored, keep=True)  # the call lives
+                stored = stored.stored
             call.finish(stored)
         else:
             error = reply.get("exception")
             call.fail(exceptions.ActorDiedError(
                 f"actor {call.actor_id:020x} could not run {call.message[1]}: {error!r}"))
+
+    def _drop_handover(self, done: concurrent.futures.Future[Any]) -> None:
+        """A reply that comes too late (its call was settled): release what it hands
+        over, if anything (``cluster_holds``)."""
+        if done.cancelled() or done.exception() is not None:
+            return
+        reply = done.result()
+        if reply.get("status") == "OK" and type(reply.get("result")) is Handover:
+            self.take_over(reply["result"], keep=False)
 
     def _call_lost(self, call: ActorCall, proxy: Any, incarnation: int,
                    exc: BaseException) -> None:

@@ -287,6 +287,8 @@ class TaskSubmission:
             from distributed import Variable
 
             stored = result.stored(None)
+            if result.call.inner:  # refs inside: alive while the bridge's key is
+                self.hold_under(bridge.key, result.call.inner)
             try:
                 [value] = self.client.scatter([stored], hash=False)
                 Variable(name, client=self.client).set(value)
