@@ -219,7 +219,7 @@ def test_init_dashboard_packs_nothing_without_a_page_then_a_page_gets_the_totals
             stream.close()
         process.stdin.write("go\n")
         process.stdin.flush()
-        out, err = process.communicate(timeout=40)
+        _out, err = process.communicate(timeout=40)
         assert process.returncode == 0, err
     finally:
         _kill_leftovers(process, lines)

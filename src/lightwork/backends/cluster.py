@@ -196,8 +196,11 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             if self._closed:
                 return
             self._closed = True
-            if self.recorder is not None:
-                self.recorder.stop()
+        # Not under the lock: stopping waits on the event loop, whose callbacks (an
+        # actor call's reply, a failed key) take the lock.
+        if self.recorder is not None:
+            self.recorder.stop()
+        with self.lock:
             self.futures.clear()
             self._orphans.clear()
             self.exported_by_key.clear()

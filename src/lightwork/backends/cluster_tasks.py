@@ -345,7 +345,7 @@ class TaskSubmission:
                 threading.Thread(target=self._recover, args=(exception.task, key,
                                                              _losses(exception)),
                                  daemon=True, name="lightwork-retry").start()
-            if self._proxies:  # a borrowed actor's key: its cached proxy is stale
+            if self._proxies or self._sent:  # a borrowed actor's: settle its calls
                 self._actor_key_erred(key)
 
         client._stream_handlers["task-erred"] = task_erred

@@ -15,10 +15,12 @@
   caches are theirs (``table.Table``).
 
 So a request waits for the lock at most one stage or publish (a few ms) or the cut of
-a trim (``del`` of the columns' oldest tenth: a memory move of every row, 36 ms at a
-million rows on a loaded host), never for a sync's merge, which used to hold it per
-order for up to 60 ms, nor for a trim's per-function recount (about a second at a
-million rows).
+a trim's swap (its new columns, copies without the oldest tenth, are made off the lock:
+the cut used to ``del`` them under it, a memory move of every row, 36–84 ms at a million
+rows on a loaded host), never for a sync's merge, which used to hold it per order for up
+to 60 ms, nor for a trim's per-function recount (about a second at a million rows). The
+price of the copies: while a trim runs, the process holds the columns twice (about 140
+bytes a row, for a moment).
 
 Ended tasks are kept as columns (``array`` of float64/int64/int32, names and states as
 small-int indexes into tables), 121 bytes per task in the columns, and 52 more in the
@@ -263,16 +265,27 @@ class Mirror:
 
     def _trim(self, n: int) -> None:
         """Forget the oldest ``n`` ended records (the copy stays within the budget).
-        The renumbered orders, the per-function figures without them and the errors are
-        made off the lock; the lock is held to cut the columns and swap those in."""
+        Everything is made off the lock, as new arrays: the columns without those rows
+        (copies of the rest: the sync thread, here, is their only writer, and requests
+        read the old ones meanwhile), the renumbered orders, the per-function figures
+        without them, the errors. The lock is held only to swap them in."""
         orders = {sort: order.without_oldest(n) for sort, order in self.orders.items()}
         stats = self.function_stats.folded(
             self.name_of[:n], self.state_of[:n], self.keys.run_s[:n],
             _queued_for_stats(self.keys.queued_s[:n], self.floats["deps_ready"][:n]), sign=-1)
         errors = {row - n: text for row, text in self.errors.items() if row >= n}
+        floats = {name: _without_oldest(column, n) for name, column in self.floats.items()}
+        ints = {name: _without_oldest(column, n) for name, column in self.ints.items()}
+        name_of, state_of, retries = (_without_oldest(self.name_of, n),
+                                      _without_oldest(self.state_of, n),
+                                      _without_oldest(self.retries, n))
+        keys = self.keys.without_oldest(n, _without_oldest)
         with self.lock:
-            for column in self._row_columns():
-                del column[:n]
+            old = (self.floats, self.ints, self.keys, self.name_of, self.state_of,
+                   self.retries, self.errors, self.function_stats,
+                   [order.rows for order in self.orders.values()])
+            self.floats, self.ints, self.keys = floats, ints, keys
+            self.name_of, self.state_of, self.retries = name_of, state_of, retries
             for sort, rows in orders.items():
                 self.orders[sort].rows = rows
             self.errors = errors
@@ -281,6 +294,7 @@ class Mirror:
             self.trimmed += n
             self.table.forget()
             self.generation += 1
+        del old  # the old arrays are freed here, off the lock (unmapping takes time)
 
     def mark_ended(self, reason: str, replace: bool = False) -> None:
         """The session ended; ``replace`` rewrites the reason of one already marked."""
@@ -452,6 +466,17 @@ class Mirror:
     def actor_view(self) -> dict[str, Any]:
         with self.lock:
             return {**self.header(), "actors": self.actors, "total": self.actor_count}
+
+
+def _without_oldest(column: array.array[Any], n: int) -> array.array[Any]:
+    """A copy of ``column`` without its first ``n`` values, with the spare room an array
+    keeps after growing (about 1/16), as ``del column[:n]`` would leave it: the next
+    syncs' rows are appended under the lock, and must not move the whole column."""
+    out = column[n:]  # exactly its size
+    if column:
+        out.append(column[0])  # grown: the array takes 1/16 more than asked ...
+        del out[-1]  # ... and keeps it when it shrinks by less than 16 values
+    return out
 
 
 def _queued_for_stats(queued_s: Any, deps_ready: Any) -> list[float]:
