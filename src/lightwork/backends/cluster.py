@@ -213,8 +213,11 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             if self._closed:
                 return
             self._closed = True
-            if self.session_log is not None:
-                self.session_log.stop()
+        # Not under the lock: stopping waits on the event loop, whose callbacks (an
+        # actor call's reply, a failed key) take the lock.
+        if self.session_log is not None:
+            self.session_log.stop()
+        with self.lock:
             self.futures.clear()
             self._orphans.clear()
             self.exported_by_key.clear()

@@ -286,6 +286,8 @@ class TaskSubmission:
             from distributed import Variable
 
             stored = result.stored(None)
+            if result.call.inner:  # refs inside: alive while the bridge's key is
+                self.hold_under(bridge.key, result.call.inner)
             try:
                 [value] = self.client.scatter([stored], hash=False)
                 Variable(name, client=self.client).set(value)
@@ -342,7 +344,8 @@ class TaskSubmission:
                 threading.Thread(target=self._recover, args=(killed, key,
                                                              int(message.get("losses", 1))),
                                  daemon=True, name="lightwork-retry").start()
-            if message.get("actor") and self._proxies:  # a borrowed actor's key: stale
+            if message.get("actor") and (self._proxies or self._sent):
+                # a borrowed actor's key: its proxy is stale, its calls in flight lost
                 self._actor_key_erred(key)
 
         # From the client's loop: its stream to the scheduler is woken only from there.
