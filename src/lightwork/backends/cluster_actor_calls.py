@@ -49,7 +49,8 @@ the same, without deciding anything: their process follows the owner's decision 
 the actor's key. The key carries the actor's ``(max_restarts, max_task_retries)`` as an
 annotation, which such a process reads from the scheduler when it first meets a loss
 (``_restart_policy``). It meets one as a call whose RPC failed, or as the key failed (the
-``task-erred`` message drops its cached proxy, ``_actor_key_erred``). With restarts
+scheduler plugin's message, ``cluster_plugin.TaskErrors``, drops its cached proxy,
+``_actor_key_erred``). With restarts
 allowed, its calls then wait (:class:`BorrowedRestart`) while one thread follows the
 key's state: back in memory on another worker (restarted: the calls go, in order),
 cancelled (killed, or out of restarts: they fail with ``ActorDiedError``), or still
@@ -232,6 +233,7 @@ class ActorCalls:
     task_ids: dict[int, int]
     namespace: str | None
     recorder: Any
+    session_log: Any
     in_driver: bool
 
     def _init_actor_calls(self) -> None:
@@ -319,9 +321,9 @@ class ActorCalls:
         # Watch its worker once it is placed: a loss is decided at once (restarted, or
         # given up, which handles elsewhere learn from the cancelled key).
         future.add_done_callback(lambda _f, owned=owned: self._watch(owned, 0))
-        if self.recorder is not None:
-            self.recorder.actor_created(actor.actor_id, actor.class_name, actor.name, namespace,
-                                        actor.detached, actor.max_concurrency)
+        if self.session_log is not None:  # (listed even with the event log off)
+            self.session_log.actor_created(actor.actor_id, actor.class_name, actor.name,
+                                           namespace, actor.detached, actor.max_concurrency)
         if actor.name is not None:
             # The scheduler's datasets are the cluster's directory: whoever knows the name
             # finds the actor, and a published actor outlives this client (detached).
