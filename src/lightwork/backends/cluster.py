@@ -21,7 +21,7 @@ Where the rest lives
 ``DistributedBackend`` is assembled from one mixin per responsibility, each module's
 docstring carrying its design: ``cluster_tasks`` (submission, resources, retries,
 cancel, put), ``cluster_fetch`` (get, wait, nested calls), ``cluster_actor_calls`` (the
-caller's side of actors: creation, calls, restarts, names), ``cluster_streams``
+caller's side of actors: creation, calls, names) with ``cluster_actor_restarts``, ``cluster_streams``
 (generator tasks), ``cluster_holds`` (the refs inside stored values, held while those
 live) and ``cluster_actors`` (the actor's side, on a worker). What runs on
 the workers, and the stored forms of values and errors, are in ``cluster_worker``.
