@@ -371,6 +371,24 @@ def test_cluster_resources(backend, wait_until):
     assert len(lightwork.nodes()) == (1 if backend == "local" else 2)
 
 
+def test_a_running_task_takes_a_cpu_from_the_available_resources(backend, wait_until, tmp_path):
+    # As in Ray: a num_cpus=1 task holds one CPU while it runs (on the cluster it takes a
+    # worker's thread, not a declared CPU: counted all the same).
+    wait_until(lambda: lightwork.available_resources().get("CPU") == 2, timeout=30,
+               message="both slots to be free")
+    gate = str(tmp_path / "gate")
+    ref = gated.remote(gate, 1)
+    try:
+        wait_until(lambda: lightwork.available_resources().get("CPU") == 1, timeout=20,
+                   message="the running task to hold a CPU")
+        assert lightwork.cluster_resources()["CPU"] == 2
+    finally:
+        open(gate, "w").close()
+    assert lightwork.get(ref, timeout=30) == 1
+    wait_until(lambda: lightwork.available_resources().get("CPU") == 2, timeout=20,
+               message="the CPU to be given back")
+
+
 # ---- actors -----------------------------------------------------------------------------
 @lightwork.remote
 class Counter:
