@@ -359,3 +359,42 @@ def test_an_object_the_caller_drops_while_the_actor_returns_it_again_stays(clust
         [newer] = lightwork.get(again, timeout=20)
         lightwork.get(forgotten, timeout=20)
         assert lightwork.get(newer, timeout=20) == b"k" * 10_000
+
+
+def test_a_lost_scheduler_makes_actor_calls_fail_fast_and_say_why(tmp_path, wait_until):
+    """The scheduler is SIGKILLed: calls to an actor, a new actor, get_actor and kill
+    each fail at once with an error naming the scheduler and what to do (not an
+    ActorDiedError blaming a worker, a raw distributed error, or a hang), and shutdown
+    returns."""
+    from dask_cluster import DaskCluster
+
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+    cluster = DaskCluster(str(tmp_path), workers=1).start()
+    try:
+        lightwork.init(address=cluster.scheduler_file)
+        actor = Maker.options(name="maker").remote()
+        assert lightwork.get(actor.__ray_ready__.remote(), timeout=20) is True
+        cluster.processes[0].send_signal(signal.SIGKILL)  # the scheduler
+        client = lightwork._api._backend.client
+        wait_until(lambda: client.status != "running", timeout=HANG_LIMIT_S,
+                   message="the client to see the scheduler gone")
+        for call in (lambda: lightwork.get(actor.wrap.remote(10), timeout=20),
+                     lambda: Maker.remote(),
+                     lambda: lightwork.get_actor("maker"),
+                     lambda: lightwork.kill(actor)):
+            error = _bounded(lambda call=call: _raised(call))
+            assert isinstance(error, exceptions.RuntimeSystemError), error
+            assert "scheduler does not answer" in str(error) and "init()" in str(error)
+        _bounded(lightwork.shutdown)
+    finally:
+        lightwork.shutdown()
+        assert not cluster.stop()
+
+
+def _raised(call):
+    try:
+        call()
+    except Exception as error:  # noqa: BLE001 - the test looks at it
+        return error
+    return None

@@ -224,8 +224,9 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             self._holds.clear()
         if ref_counter.on_borrow == self._on_borrow:
             ref_counter.on_borrow = None
-        for name in self._named:  # a named actor that is not detached ends with its driver
-            try:
+        reachable = getattr(self._client, "status", "running") == "running"
+        for name in self._named if reachable else ():  # (not detached: ends with its driver;
+            try:  # a lost scheduler forgot them anyway)
                 self._client.unpublish_dataset(name)
             except Exception:  # noqa: BLE001 - the cluster may be gone already
                 pass

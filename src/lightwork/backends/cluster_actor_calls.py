@@ -272,6 +272,7 @@ class ActorCalls:
         from lightwork.backends.cluster_actors import ActorHost
 
         self._check_open()
+        self._check_reachable()
         namespace = actor.namespace if actor.namespace is not None else self.namespace
         if actor.name is not None and self.driver_request(
                 "get_actor", actor.name, namespace) is not None:
@@ -336,6 +337,7 @@ class ActorCalls:
     def submit_actor_task(self, actor_id: int, method: str, name: str, args: tuple,
                           kwargs: dict, num_returns: int, callsite: Any = None) -> list[ObjectRef]:
         self._check_open()
+        self._check_reachable()
         if ref_counter._released:
             self._drain()
         tops = [a for a in (*args, *kwargs.values()) if type(a) is ObjectRef]
@@ -370,6 +372,10 @@ class ActorCalls:
         the actor is dead; never waits for the engine. ``flushing``: a queued call sent
         by the flush of its queue (the queue's own checks are skipped)."""
         actor_id = call.actor_id
+        unreachable = self._unreachable()
+        if unreachable:  # (queued calls sent after the scheduler was lost end here)
+            call.fail(exceptions.RuntimeSystemError(unreachable))
+            return
         owned = self._owned.get(actor_id)
         if not flushing and self._queue_while_building(call, owned):
             return
@@ -670,17 +676,21 @@ class ActorCalls:
                 return
             time.sleep(0.05)  # the scheduler has not yet removed the worker
         while True:
-            if future is None or self._closed or self._killed.get(actor_id):
+            unreachable = self._unreachable()
+            if future is None or self._closed or self._killed.get(actor_id) or unreachable:
                 with self.lock:
-                    owned.dead = owned.dead or "it was killed"
+                    owned.dead = owned.dead or unreachable or "it was killed"
                 self._give_up(owned)
                 return
             if self.recorder is not None:
                 self.recorder.actor_restarted(actor_id, f"its worker {owned.address} was lost")
-            self.client.retry([future])
+            try:
+                self.client.retry([future])
+            except Exception:  # noqa: BLE001, S112 - the scheduler is lost: said at the top
+                continue
             proxy = self._placed(future, actor_id)
-            if proxy is None:  # lost again while rebuilt (or killed, or closed: see above)
-                if self._closed or self._killed.get(actor_id):
+            if proxy is None:  # lost again while rebuilt (or killed, closed, unreachable)
+                if self._closed or self._killed.get(actor_id) or self._unreachable():
                     continue
                 with self.lock:
                     if owned.out_of_restarts():
@@ -698,7 +708,7 @@ class ActorCalls:
         """The proxy of ``future``'s actor once it is placed; None if it failed, or if the
         actor is killed or the session closes while it waits (the wait is not bounded
         otherwise: a cluster may take long to find room, and calls queue meanwhile)."""
-        while not self._closed and not self._killed.get(actor_id):
+        while not self._closed and not self._killed.get(actor_id) and not self._unreachable():
             try:
                 return future.result(timeout=ENGINE_POLL_S)
             except (TimeoutError, concurrent.futures.TimeoutError):
@@ -747,8 +757,11 @@ class ActorCalls:
             queued = owned.retried + owned.queued
             owned.retried, owned.queued = [], []
             future = self.futures.get(owned.actor_id)
-        if future is not None and not self._closed:
-            self.client.cancel([future], force=True)  # handles elsewhere see it dead
+        if future is not None and not self._closed and not self._unreachable():
+            try:
+                self.client.cancel([future], force=True)  # handles elsewhere see it dead
+            except Exception:  # noqa: BLE001, S110 - the scheduler was lost meanwhile
+                pass
         if self.recorder is not None:
             self.recorder.actor_died(owned.actor_id, owned.dead)
         for call in queued:
@@ -931,9 +944,27 @@ class ActorCalls:
             advice += ", or create it with max_restarts to have it restarted on another worker"
         return exceptions.ActorDiedError(f"actor {actor_id:020x} is dead: {why}. {advice}")
 
+    def _unreachable(self) -> str:
+        """Why the cluster's scheduler cannot be reached now, or "" if it can (the
+        client's status: it reconnects, then closes, after losing the scheduler)."""
+        client = self.client
+        status = getattr(client, "status", "running")
+        if status == "running":
+            return ""
+        return (f"the Dask cluster's scheduler does not answer (the client is {status!r}): it "
+                "may have stopped, or the network is down. Restart the scheduler (workers "
+                "reconnect), or call lightwork.shutdown() and init() again")
+
+    def _check_reachable(self) -> None:
+        unreachable = self._unreachable()
+        if unreachable:
+            raise exceptions.RuntimeSystemError(unreachable)
+
     def driver_request(self, what: str, *args: Any) -> Any:
         if what == "stream" and args[0] == "item":  # a generator task's next item
             return self.stream_item(args[1], args[2])
+        if what in ("get_actor", "kill"):
+            self._check_reachable()
         if what == "get_actor":
             name, namespace = args[0], args[1] if args[1] is not None else self.namespace
             entry = self.client.get_dataset(_actor_dataset(name, namespace), default=None)

@@ -119,7 +119,9 @@ function renderOverview(o) {
   const res = $("resources");
   res.replaceChildren();
   for (const [name, [used, total]] of Object.entries(o.resources || {})) {
-    res.append(el("div", `${name}: ${+used.toFixed(2)} / ${+total.toFixed(2)}`));
+    // memory and object_store_memory are bytes (Ray's names); the rest are counts
+    const show = name.endsWith("memory") ? fmtBytes : (v) => +v.toFixed(2);
+    res.append(el("div", `${name}: ${show(used)} / ${show(total)}`));
     res.append(bar(total ? used / total : 0));
   }
   const store = $("store");
