@@ -755,9 +755,12 @@ class Worker:
 
     def request(self, message: tuple[Any, ...], bounce: bool = True) -> Any:
         """Send a GET/WAIT/CALL request and wait for its reply, bouncing queued tasks
-        (unless ``bounce`` is False: a short request that keeps this worker's queue)."""
+        (unless ``bounce`` is False: a short request that keeps this worker's queue).
+        An actor's calls are never bounced: they can run nowhere else, and the driver
+        ignores the BOUNCE of one (such a call was lost, and its get hung)."""
         request_id = next(self._requests)
         bounced: list[tuple[Any, ...]] = []
+        bounce = bounce and self.bounce_when_waiting
         if bounce:
             with self._cond:
                 self._waiting += 1
