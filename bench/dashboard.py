@@ -28,7 +28,7 @@ Figures, written to ``bench/dashboard_results.json`` and printed:
 * ``contention``: at ``--records`` records, 20,000-record syncs applied back to back by a
   thread (every fifth trims a tenth, as at the budget) while another asks for table
   pages, the functions view and the overview: each request's time (median, p95, max)
-  and the longest hold of the mirror's lock by either thread.
+  and the longest hold of the mirror's lock by either thread (and by the trims alone).
 """
 
 from __future__ import annotations
@@ -376,6 +376,24 @@ def synthetic(records: int) -> dict[str, Any]:
     }
 
 
+def _malloc_as_served() -> None:
+    """glibc's malloc set as in the dashboard process (``SERVE_MALLOC_ENV``: big blocks
+    mapped on their own, so a column grows by remapping, never by a copy), for the parts
+    that run a mirror in this process. Without it, freeing a big block raises glibc's
+    dynamic threshold and the next columns grow by copying, under the mirror's lock."""
+    import ctypes
+    import ctypes.util
+
+    from lightwork.dashboard import SERVE_MALLOC_ENV
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, int(SERVE_MALLOC_ENV["MALLOC_MMAP_THRESHOLD_"]))  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, int(SERVE_MALLOC_ENV["MALLOC_TRIM_THRESHOLD_"]))  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass  # not glibc: the figures are the allocator's own
+
+
 class _TimedLock:
     """A lock that records how long each thread held it (the mirror's, in ``contention``)."""
 
@@ -409,6 +427,7 @@ def contention(records: int, sync_records: int = 20_000, seconds: float = 30.0) 
 
     from lightwork.dashboard.mirror import Mirror
 
+    _malloc_as_served()
     mirror = Mirror()
     names = [f"pipeline.stage_{i}" for i in range(20)]
     refresh = getattr(mirror, "refresh_orders", None)  # the code before the sync merged
@@ -428,6 +447,16 @@ def contention(records: int, sync_records: int = 20_000, seconds: float = 30.0) 
     mirror.lock = _TimedLock()  # type: ignore[assignment]
     stop = threading.Event()
     applied = [0]
+    trim = mirror._trim
+
+    def timed_trim(n: int) -> None:  # its holds of the lock under a name of their own
+        threading.current_thread().name = "trim"
+        try:
+            trim(n)
+        finally:
+            threading.current_thread().name = "sync"
+
+    mirror._trim = timed_trim  # type: ignore[method-assign]
 
     def sync_loop() -> None:
         while not stop.is_set():
@@ -473,6 +502,8 @@ def contention(records: int, sync_records: int = 20_000, seconds: float = 30.0) 
         "request_ms_max": ms(every[-1]),
         **{f"{name}_ms_p95": ms(p95(values)) for name, values in latencies.items()},
         "lock_hold_ms_max_sync_thread": ms(max(holds.get("sync", [0.0]))),
+        "lock_hold_ms_max_trim": ms(max(holds.get("trim", [0.0]))),
+        "lock_hold_ms_median_trim": ms(statistics.median(holds.get("trim", [0.0]))),
         "lock_hold_ms_max_requests": ms(max(holds.get("requests", [0.0]))),
     }
 

@@ -475,3 +475,34 @@ def test_a_workers_wait_comes_from_its_own_samples():
     if os.path.exists("/proc/self/schedstat"):
         assert worker_waited_s(os.getpid()) >= 0.0
     assert worker_waited_s(2 ** 22 + 12345) is None  # no such process
+
+
+def test_slot_time_sums_runs_in_one_pass_as_it_would_one_run_at_a_time():
+    # The advisor sums a step's runs bucket by bucket (add_runs); the figures must be
+    # those of adding each run on its own: runs inside a bucket, across buckets, of
+    # actors (one slot) and of multi-CPU tasks, and records that never ran.
+    import random
+
+    from lightwork._runtime.events import freeze
+    from lightwork.diagnostics._measure import SlotTime
+
+    rng = random.Random(7)
+    records, at = [], 100.0
+    for task_id in range(3000):
+        at += rng.choice((2e-5, 1e-3, 0.03))
+        run = rng.choice((1e-5, 4e-3, 0.12, 0.0))
+        started = 0.0 if task_id % 97 == 0 else at
+        records.append(_task(task_id, at, started, at + run,
+                             actor_id=7 if task_id % 5 == 0 else 0,
+                             num_cpus=rng.choice((0.5, 1.0, 2.0))))
+    batched, one_by_one = SlotTime(), SlotTime()
+    batched.add_runs(map(freeze, records))
+    for record in records:
+        if record.started and record.finished > record.started:
+            slots = 1.0 if record.actor_id else max(1.0, record.num_cpus)
+            one_by_one.add(record.started, record.finished, slots)
+    assert set(batched.buckets) == set(one_by_one.buckets)
+    for bucket, total in one_by_one.buckets.items():
+        assert batched.buckets[bucket] == pytest.approx(total, rel=1e-9, abs=1e-12)
+    assert batched.between(100.0, at + 1) == pytest.approx(
+        one_by_one.between(100.0, at + 1), rel=1e-9)

@@ -258,16 +258,16 @@ def test_findings_stop_costing_once_no_dashboard_asks(session, client, monkeypat
     log = session["backend"].recorder
     facts = log.dashboard
     before = [f["kind"] for f in facts.findings()]
-    assert "get-in-loop" in before and log.log.fresh_tasks is not None
+    assert "get-in-loop" in before and log.log.watching
     facts.idle()  # a sync just came: nothing changes
-    assert log.log.fresh_tasks is not None
+    assert log.log.watching
     monkeypatch.setattr(cluster_dashboard, "IDLE_S", 0.0)
     facts.idle()  # (the log's pull thread calls this)
-    assert log.log.fresh_tasks is None and log.log.fresh_spans is None
+    assert not log.log.watching and log.log.fresh_spans is None
     monkeypatch.setattr(cluster_dashboard, "IDLE_S", 30.0)  # (the pull thread calls it too)
     lightwork.get(square.remote(1))
     assert [f["kind"] for f in facts.findings()] == before
-    assert log.log.fresh_tasks == []
+    assert log.log.watching and log.log.take_fresh() == ([], [])
 
 
 def test_init_with_dashboard_serves_the_session_and_its_final_state(shared_dask_cluster,

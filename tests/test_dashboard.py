@@ -372,6 +372,7 @@ def test_no_page_open_means_no_sync(runtime, monkeypatch):
 
     monkeypatch.setattr(server_module, "IDLE_AFTER_S", 0.3)
     monkeypatch.setattr(server_module, "SYNC_INTERVAL_S", 0.1)
+    monkeypatch.setattr(server_module, "IDLE_WAKE_S", 0.1)
     server = DashboardServer(runtime["node"].control.path, port=0).start()
     try:
         client = Client(server, cookie=server.token)

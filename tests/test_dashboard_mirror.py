@@ -118,18 +118,20 @@ def test_percentiles_come_from_the_buckets_within_one_percent():
 
 
 class _Parked:
-    """Makes one method of ``orders.SortOrder`` wait (in the sync thread) until released."""
+    """Makes one method of ``orders.SortOrder`` (or of another class of ``orders``) wait,
+    in the sync thread, until released."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, method: str) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, method: str,
+                 owner: type = orders.SortOrder) -> None:
         self.reached, self.release = threading.Event(), threading.Event()
-        original = getattr(orders.SortOrder, method)
+        original = getattr(owner, method)
 
-        def parked(order: orders.SortOrder, *args: Any) -> Any:
+        def parked(this: Any, *args: Any) -> Any:
             self.reached.set()
             assert self.release.wait(10), "the test never released the sync thread"
-            return original(order, *args)
+            return original(this, *args)
 
-        monkeypatch.setattr(orders.SortOrder, method, parked)
+        monkeypatch.setattr(owner, method, parked)
 
 
 def _apply_in_thread(mirror: Mirror, reply: dict[str, Any], attached: bytes) -> threading.Thread:
@@ -170,10 +172,13 @@ def test_requests_do_not_wait_for_a_sync_merging_its_rows(monkeypatch):
     _assert_like_brute_force(mirror)
 
 
-def test_requests_do_not_wait_for_a_trim_renumbering_the_orders(monkeypatch):
+@pytest.mark.parametrize("step", ["renumbering the orders", "copying the columns"])
+def test_requests_do_not_wait_for_a_trim(monkeypatch, step):
     mirror = Mirror()
     mirror.apply(*_sync(0, 2_000, budget=2_000))
-    parked = _Parked(monkeypatch, "without_oldest")
+    # The orders are renumbered first; the sort keys are copied last of the columns.
+    parked = (_Parked(monkeypatch, "without_oldest") if step == "renumbering the orders"
+              else _Parked(monkeypatch, "without_oldest", orders.SortKeys))
     sync = _apply_in_thread(mirror, *_sync(2_000, 300, budget=2_000))  # 2,300 > 2,200
     assert parked.reached.wait(10)
     page = _answers_within(lambda: mirror.tasks(sort="queued_s", descending=False))
@@ -181,6 +186,7 @@ def test_requests_do_not_wait_for_a_trim_renumbering_the_orders(monkeypatch):
     parked.release.set()
     sync.join(10)
     assert mirror.trimmed == 300 and mirror.tasks()["total"] == 2_000
+    assert {len(column) for column in mirror._row_columns()} == {2_000}
     ascending = [r["queued_s"] for r in mirror.tasks(sort="queued_s", descending=False,
                                                      page_size=200)["rows"]]
     assert ascending == sorted(ascending)

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from test_dashboard import _synthetic_sync
 
-from lightwork.dashboard import table as table_module
 from lightwork.dashboard import orders
+from lightwork.dashboard import table as table_module
 from lightwork.dashboard.mirror import Mirror
-from lightwork.dashboard.table import KEPT_ORDERS, MAX_FILTERS
 from lightwork.dashboard.orders import FilteredOrder, SortOrder
+from lightwork.dashboard.table import KEPT_ORDERS, MAX_FILTERS
 
 NAMES = ["a.load", "b.train", "c.save", "d.eval"]
 

@@ -126,3 +126,28 @@ def test_the_ring_costs_the_garbage_collector_nothing(runtime):
     assert len(records) == 20 and all(r.name.endswith("work") for r in records)
     assert all(r.state == "FINISHED" and r.finished >= r.started > 0 for r in records)
     assert {r.task_id for r in records} == {values[0] for values in frozen}
+
+
+def test_a_watcher_takes_each_row_once_and_hears_of_rows_it_missed():
+    # The advisor reads what was logged since its last look from the ring itself: each
+    # ended task exactly once, in order; rows the ring dropped before a look are counted,
+    # not silently skipped; nothing is handed out once it stops watching.
+    from lightwork._runtime.events import EventLog, TaskRecord
+
+    log = EventLog(budget=5)
+    log.finish_task(TaskRecord(0, "before", 0, 1.0))
+    assert log.take_fresh() == ([], [])  # not watching: nothing kept
+    log.watch()
+    for task_id in (1, 2, 3):
+        log.finish_task(TaskRecord(task_id, "f", 0, float(task_id)))
+    rows, spans = log.take_fresh()
+    assert [TaskRecord(*row).task_id for row in rows] == [1, 2, 3] and spans == []
+    assert log.take_fresh() == ([], [])
+    for task_id in range(4, 12):  # 8 rows into a ring of 5: 3 are gone before the look
+        log.finish_task(TaskRecord(task_id, "f", 0, float(task_id)))
+    rows, _ = log.take_fresh()
+    assert [TaskRecord(*row).task_id for row in rows] == [7, 8, 9, 10, 11]
+    assert log.missed_rows == 3
+    log.unwatch()
+    log.finish_task(TaskRecord(12, "f", 0, 12.0))
+    assert not log.watching and log.take_fresh() == ([], [])

@@ -9,6 +9,9 @@ Linux is one clock for every process of the machine, so driver and worker times 
 When a task ends, its record moves into a bounded ring (``deque(maxlen=budget)``): memory
 stays flat on long runs and the oldest records are dropped first, counted in
 ``dropped``. Appending is one deque append, so the log is never switched off.
+Beside the ring, ``ended_counts`` counts every task that ever ended, by state (one
+counter bumped per task, about 40 ns): totals that stay right whatever left the ring,
+which the dashboard's history and throughput are built from.
 
 The ring holds each ended record frozen as a plain tuple of its field values
 (:func:`freeze`), not the record object. A full ring is 200,000 records: as objects, the
@@ -27,7 +30,8 @@ from __future__ import annotations
 
 import operator
 import time
-from collections import deque
+from collections import defaultdict, deque
+from itertools import islice
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -100,7 +104,9 @@ class DriverSpan:
 _FIELDS = tuple(f.name for f in fields(TaskRecord))
 #: A record's field values as one exact tuple (attrgetter builds it in C).
 freeze = operator.attrgetter(*_FIELDS)
-_STATE, _TASK_ID, _NAME = (_FIELDS.index(name) for name in ("state", "task_id", "name"))
+#: Field name -> its index in a frozen record (for readers of rows, like the advisor).
+FIELD_INDEX = {name: index for index, name in enumerate(_FIELDS)}
+_STATE, _TASK_ID, _NAME = (FIELD_INDEX[name] for name in ("state", "task_id", "name"))
 
 
 class EventLog:
@@ -113,20 +119,24 @@ class EventLog:
         self.spans: deque[DriverSpan] = deque(maxlen=budget)
         self.dropped_tasks = 0
         self.dropped_spans = 0
+        # Every task ended so far, by state (the ring's and those dropped from it).
+        self.ended_counts: defaultdict[str, int] = defaultdict(int)
         self.started_at = time.monotonic()
         self.started_at_wall = time.time()
-        # Records not yet seen by a watcher (the advisor), or None when nobody watches.
-        self.fresh_tasks: list[TaskRecord] | None = None
+        # A watcher (the advisor) reads the rows appended since its last look from the
+        # ring itself: ``_taken`` is how many had been appended then (None: nobody
+        # watches). Spans are few; those not yet taken are kept in a list.
+        self._taken: int | None = None
         self.fresh_spans: list[DriverSpan] | None = None
+        self.missed_rows = 0  # rows the ring dropped before a watcher took them
 
     def finish_task(self, record: TaskRecord) -> None:
         if not self.enabled:
             return
         if len(self.tasks) == self.budget:
             self.dropped_tasks += 1
+        self.ended_counts[record.state] += 1
         self.tasks.append(freeze(record))
-        if self.fresh_tasks is not None:
-            self.fresh_tasks.append(record)
 
     def add_span(self, span: DriverSpan) -> None:
         if not self.enabled:
@@ -154,12 +164,34 @@ class EventLog:
         return {values[_TASK_ID]: values[_NAME] for values in self.tasks
                 if values[_TASK_ID] in task_ids}
 
-    def watch(self) -> None:
-        """Start keeping the records that ``take_fresh`` hands out."""
-        self.fresh_tasks, self.fresh_spans = [], []
+    @property
+    def watching(self) -> bool:
+        return self._taken is not None
 
-    def take_fresh(self) -> tuple[list[TaskRecord], list[DriverSpan]]:
-        """The records added since the last call (call with the runtime's lock held)."""
-        tasks, spans = self.fresh_tasks or [], self.fresh_spans or []
-        self.fresh_tasks, self.fresh_spans = [], []
-        return tasks, spans
+    def watch(self) -> None:
+        """Start handing out, with ``take_fresh``, what is logged from now on."""
+        self._taken = len(self.tasks) + self.dropped_tasks
+        self.fresh_spans = []
+
+    def unwatch(self) -> None:
+        self._taken = self.fresh_spans = None
+
+    def take_fresh(self) -> tuple[list[tuple[Any, ...]], list[DriverSpan]]:
+        """The frozen rows (see :func:`freeze`; :data:`FIELD_INDEX` names their fields) and
+        the spans logged since the last call, oldest first (call with the runtime's lock
+        held). Reading the rows from the ring keeps the hot path free of the watcher:
+        nothing is kept for it, and the records die when they end as they would without
+        it. Rows the ring dropped before they were taken (more than ``budget`` tasks
+        between two looks) are counted in ``missed_rows``."""
+        if self._taken is None:
+            return [], []
+        appended = len(self.tasks) + self.dropped_tasks
+        new = appended - self._taken
+        self._taken = appended
+        if new > len(self.tasks):
+            self.missed_rows += new - len(self.tasks)
+            new = len(self.tasks)
+        rows = list(islice(reversed(self.tasks), new))
+        rows.reverse()
+        spans, self.fresh_spans = self.fresh_spans or [], []
+        return rows, spans

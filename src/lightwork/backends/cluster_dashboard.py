@@ -29,7 +29,7 @@ worker and one per actor, labelled with the address and pid (``known_workers``).
 The advisor's findings: a cluster run has no live advisor, so the first sync feeds an
 offline :class:`~lightwork.diagnostics.advisor.Advisor` the whole log, and each sync
 after it the records added since (``EventLog.take_fresh``). Once no sync came for
-``IDLE_S`` the log stops keeping fresh records (checked by the log's pull thread,
+``IDLE_S`` the log stops keeping spans for it (checked by the log's pull thread,
 ``ClusterLog.dashboard_idle``), and the next sync starts over from the whole log.
 """
 
@@ -100,13 +100,14 @@ class DashboardFacts:
 
     def findings(self) -> list[dict[str, Any]]:
         """The advisor's findings on the records so far (see the module docstring)."""
+        from lightwork._runtime.events import TaskRecord
         from lightwork.diagnostics.advisor import Advisor
 
         log = self.log
         with self._lock:
             self._last_sync = time.monotonic()
             with log.lock:
-                if self._advisor is None or log.log.fresh_tasks is None:
+                if self._advisor is None or not log.log.watching:
                     tasks, spans = log.log.task_records(), list(log.log.spans)
                     log.log.watch()
                     fresh = None
@@ -118,7 +119,8 @@ class DashboardFacts:
                                         started_at=log.log.started_at)
                 self._advisor.feed(tasks, spans)
             elif fresh[0] or fresh[1]:
-                self._advisor.feed(*fresh)
+                rows, spans = fresh
+                self._advisor.feed([TaskRecord(*row) for row in rows], spans)
             with self._advisor._lock:
                 return [finding.as_dict() for finding in self._advisor.findings]
 
@@ -127,7 +129,7 @@ class DashboardFacts:
         if self._advisor is not None and time.monotonic() - self._last_sync > IDLE_S:
             log = self.log
             with log.lock:
-                log.log.fresh_tasks = log.log.fresh_spans = None
+                log.log.unwatch()
             self._advisor = None
 
 

@@ -85,7 +85,7 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
 def run_command(args: Any, out: TextIO) -> int:
     """``lightwork dashboard``: attach, print the URL, serve until Ctrl-C."""
     from lightwork._runtime import control
-    from lightwork.dashboard import launch, server
+    from lightwork.dashboard import server
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535, got {args.port}")
@@ -108,8 +108,8 @@ def run_command(args: Any, out: TextIO) -> int:
         # last sync before its session closes, and the end of its stdin means the
         # program is gone (see launch.py); it then leaves on the child's schedule.
         return server.serve(path, args.port, args.allow_actions, args.open, None,
-                            idle_sync_s=launch.IDLE_SYNC_S, out=out, announce=False,
-                            on_start=_follow_parent, follow_program=os.getppid())
+                            out=out, announce=False, on_start=_follow_parent,
+                            follow_program=os.getppid())
     return server.serve(path, args.port, args.allow_actions, args.open, args.linger, out=out)
 
 
@@ -177,7 +177,9 @@ def _follow_parent(dashboard: Any) -> None:
     def follow() -> None:
         for line in sys.stdin:
             if line.strip() == "sync":
-                dashboard.sync_now()
+                # The program's last state; its records only if someone looks (no page
+                # open: the counts and live picture, the driver packs no record).
+                dashboard.sync_now(records=dashboard.active)
                 print("synced", flush=True)
         dashboard.program_gone()  # EOF: the program closed the pipe, or it died
 

@@ -23,6 +23,11 @@ A sync is incremental. The dashboard sends the cursors it reached, and gets:
   Packing runs in slices of ``PACK_SLICE`` rows, so the interpreter can hand the GIL to
   the driver's other threads between them. JSON and arrays of numbers only: nothing
   received is ever unpickled.
+  ``max_records`` 0 asks for none (a summary-only sync: the cursors stay where they are);
+* ``ended``: every task ended so far, by state (the event log's ``ended_counts``, kept
+  whatever left the ring or was never read): the dashboard's totals, and its history and
+  throughput, are differences of these, so they stay right across gaps between syncs
+  (a dashboard with no page open does not sync at all);
 * the driver's blocked ``get``/``wait`` spans since ``span_cursor`` (the same scheme);
 * the live picture, small by construction: counts of live tasks by state, the first
   ``live_limit`` live tasks (submission order), what each worker runs now, actors,
@@ -107,6 +112,15 @@ FINAL_SYNC_WAIT_S = 2.0  # the session waits this long at most for the final syn
 MAX_WATCHERS = 64  # dashboards registered for a final sync (more are not waited for)
 MAX_GRAPHS = 100
 
+
+class FeedTotals:
+    """What this program's feed has done so far (bumped under the node's lock, once per
+    sync): how a test, or a curious user, sees that no page open costs no sync."""
+
+    syncs = 0  # dashboard_sync requests answered
+    records = 0  # task records packed for them
+
+
 _FIELD_NAMES = tuple(TaskRecord.__dataclass_fields__)
 _NAME, _STATE, _ERROR, _RETRIES = (_FIELD_NAMES.index(n) for n in ("name", "state", "error",
                                                                      "retries"))
@@ -167,6 +181,9 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
         new_tasks, task_lost, task_next = _newest(log.tasks, task_total, task_cursor, max_records)
         span_total = log.dropped_spans + len(log.spans)
         new_spans, span_lost, span_next = _newest(log.spans, span_total, span_cursor, max_records)
+        ended = dict(log.ended_counts)
+        FeedTotals.syncs += 1
+        FeedTotals.records += len(new_tasks)
         live_counts = _live_counts(node)
         live = [
             (task.task_id, task.name, views.live_task_state(node, task), task.record.worker_id,
@@ -198,7 +215,7 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
         "base": node.log.started_at,
         "base_wall": node.log.started_at_wall,
         "budget": node.log.budget,
-        "tasks": {"cursor": task_next, "lost": task_lost, **task_facts},
+        "tasks": {"cursor": task_next, "lost": task_lost, "ended": ended, **task_facts},
         "spans": {"cursor": span_next, "lost": span_lost,
                   "rows": [[s.kind, s.start, s.end, s.object_count, s.thread_id,
                             _where(s.callsite)] for s in new_spans]},
@@ -239,9 +256,13 @@ def _live_counts(node: Node) -> Counter[str]:
 
 
 def _newest(ring: Any, total: int, cursor: int, limit: int) -> tuple[list[Any], int, int]:
-    """The ring's items appended since ``cursor`` (at most ``limit``, oldest first)."""
+    """The ring's items appended since ``cursor`` (at most ``limit``, oldest first), how
+    many of them left the ring unread, and the next cursor. ``limit`` 0 reads nothing
+    and moves nothing (the lost ones are counted when they are asked for)."""
     if cursor > total:  # a cursor from another session, or the log was reset
         cursor = 0
+    if limit == 0:
+        return [], 0, cursor
     available = len(ring)
     first_kept = total - available
     lost = max(0, first_kept - cursor)

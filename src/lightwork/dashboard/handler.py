@@ -89,7 +89,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         try:
             self._check_host()
             cookie_set = self._check_token(query)
-            dashboard.last_request = time.monotonic()
+            dashboard.requested()
             if method == "POST":
                 self._post(path)
                 return

@@ -7,10 +7,14 @@ on a command line). The child:
 
 * is in a session of its own (``start_new_session``), so a Ctrl-C meant for the program
   does not print a second traceback from the dashboard;
-* syncs every ``IDLE_SYNC_S`` seconds even with no page open (cheap: one incremental
-  request), so a page opened just before the program ended still shows its final state;
+* asks the program nothing while no page is open (``server``'s "Syncing"): the program
+  pays nothing for it then. A page that opens later gets the totals (the driver's
+  cumulative counts) and the records still in the event log at its first sync;
 * gets one last sync at ``shutdown()``: the program writes ``sync`` on the child's stdin
-  and waits for the answer (at most ``FINAL_SYNC_TIMEOUT_S``), then closes the pipe;
+  and waits for the answer (at most ``FINAL_SYNC_TIMEOUT_S``), then closes the pipe. With
+  a page open it brings the last records; with none, only the counts and the live
+  picture (no record is packed), so a page opened in the child's last seconds still
+  shows the final totals;
 * follows the program's end, leaving nothing behind: the end of its stdin (the program
   closed it at ``shutdown()``, or died, even by SIGKILL: the kernel closes the pipe), or
   a new parent pid, means the program is gone. It then exits within
@@ -29,7 +33,6 @@ import time
 
 STARTUP_TIMEOUT_S = 15.0
 FINAL_SYNC_TIMEOUT_S = 3.0
-IDLE_SYNC_S = 5.0
 
 
 class DashboardProcess:

@@ -15,10 +15,12 @@
   caches are theirs (``table.Table``).
 
 So a request waits for the lock at most one stage or publish (a few ms) or the cut of
-a trim (``del`` of the columns' oldest tenth: a memory move of every row, 36 ms at a
-million rows on a loaded host), never for a sync's merge, which used to hold it per
-order for up to 60 ms, nor for a trim's per-function recount (about a second at a
-million rows).
+a trim's swap (its new columns, copies without the oldest tenth, are made off the lock:
+the cut used to ``del`` them under it, a memory move of every row, 36–84 ms at a million
+rows on a loaded host), never for a sync's merge, which used to hold it per order for up
+to 60 ms, nor for a trim's per-function recount (about a second at a million rows). The
+price of the copies: while a trim runs, the process holds the columns twice (about 140
+bytes a row, for a moment).
 
 Ended tasks are kept as columns (``array`` of float64/int64/int32, names and states as
 small-int indexes into tables), 121 bytes per task in the columns, and 52 more in the
@@ -31,8 +33,10 @@ per-function figures lose the trimmed rows' counts (no recount).
 
 Views that read little: the task stream walks back from the newest record until the
 window's start and keeps at most ``MAX_STREAM_SPANS`` rectangles (the page says when the
-cap cut some); the functions view reads each function's histograms; history (tasks by
-state, finished count) is one point per sync, bounded. Live tasks (queued and running)
+cap cut some); the functions view reads each function's histograms; history is one point
+per sync, bounded: live tasks by state, and the driver's cumulative counts of ended tasks
+(finished, and failed or otherwise ended), so the rate between two points is right
+however far apart they are (no sync runs while no page is open). Live tasks (queued and running)
 come whole with each sync, at most ``live_limit`` of them (the page says when there are
 more).
 """
@@ -104,7 +108,9 @@ class Mirror:
         self.keys.ranks["state"] = SortKeys.ranks_of(self.states)
         self.orders = {key: SortOrder() for key in KEPT_ORDERS}
         self.function_stats = FunctionStats()
-        self.ended_counts: dict[str, int] = {}  # every record read, trimmed ones too
+        # Every task ended, by state: the driver's cumulative counts of its last sync
+        # (a replay, which has none, counts the records it read).
+        self.ended_counts: dict[str, int] = {}
         self.table = Table(self)
         self.driver_spans: deque[list[Any]] = deque(maxlen=MAX_DRIVER_SPANS)
         self.history: deque[list[Any]] = deque(maxlen=HISTORY_POINTS)
@@ -215,10 +221,14 @@ class Mirror:
             for sort, rows in staged.orders.items():
                 self.orders[sort].rows = rows
             self.function_stats = staged.stats
+            self.rows = staged.rows
+        driver_counts = tasks.get("ended")
+        if isinstance(driver_counts, dict):  # the driver's totals: right across any gap
+            self.ended_counts = {str(k): int(v) for k, v in driver_counts.items()}
+        elif staged is not None:  # a replay: the records it holds are all there is
             for state, n in staged.ended.items():
                 name = self.states[state]
                 self.ended_counts[name] = self.ended_counts.get(name, 0) + n
-            self.rows = staged.rows
         self.task_cursor = int(tasks["cursor"])
         spans = reply["spans"]
         self.driver_spans.extend(spans["rows"])
@@ -238,9 +248,9 @@ class Mirror:
         self.findings = reply["findings"]
         self.progress = reply["progress"]
         self.graphs = reply.get("graphs") or []
-        self.history.append([self.now, dict(self.live["counts"]),
-                             self.ended_counts.get("FINISHED", 0),
-                             self.ended_counts.get("FAILED", 0)])
+        finished = self.ended_counts.get("FINISHED", 0)
+        self.history.append([self.now, dict(self.live["counts"]), finished,
+                             sum(self.ended_counts.values()) - finished])
         self.synced_at = time.monotonic()
         self.syncs += 1
         self.generation += 1
@@ -255,16 +265,27 @@ class Mirror:
 
     def _trim(self, n: int) -> None:
         """Forget the oldest ``n`` ended records (the copy stays within the budget).
-        The renumbered orders, the per-function figures without them and the errors are
-        made off the lock; the lock is held to cut the columns and swap those in."""
+        Everything is made off the lock, as new arrays: the columns without those rows
+        (copies of the rest: the sync thread, here, is their only writer, and requests
+        read the old ones meanwhile), the renumbered orders, the per-function figures
+        without them, the errors. The lock is held only to swap them in."""
         orders = {sort: order.without_oldest(n) for sort, order in self.orders.items()}
         stats = self.function_stats.folded(
             self.name_of[:n], self.state_of[:n], self.keys.run_s[:n],
             _queued_for_stats(self.keys.queued_s[:n], self.floats["deps_ready"][:n]), sign=-1)
         errors = {row - n: text for row, text in self.errors.items() if row >= n}
+        floats = {name: _without_oldest(column, n) for name, column in self.floats.items()}
+        ints = {name: _without_oldest(column, n) for name, column in self.ints.items()}
+        name_of, state_of, retries = (_without_oldest(self.name_of, n),
+                                      _without_oldest(self.state_of, n),
+                                      _without_oldest(self.retries, n))
+        keys = self.keys.without_oldest(n, _without_oldest)
         with self.lock:
-            for column in self._row_columns():
-                del column[:n]
+            old = (self.floats, self.ints, self.keys, self.name_of, self.state_of,
+                   self.retries, self.errors, self.function_stats,
+                   [order.rows for order in self.orders.values()])
+            self.floats, self.ints, self.keys = floats, ints, keys
+            self.name_of, self.state_of, self.retries = name_of, state_of, retries
             for sort, rows in orders.items():
                 self.orders[sort].rows = rows
             self.errors = errors
@@ -273,6 +294,7 @@ class Mirror:
             self.trimmed += n
             self.table.forget()
             self.generation += 1
+        del old  # the old arrays are freed here, off the lock (unmapping takes time)
 
     def mark_ended(self, reason: str, replace: bool = False) -> None:
         """The session ended; ``replace`` rewrites the reason of one already marked."""
@@ -298,9 +320,11 @@ class Mirror:
         """What every view carries: session, liveness, and the banners to show."""
         banners = []
         if self.lost:
-            banners.append(f"{self.lost:,} task records left the session's event log before "
-                           "the dashboard read them (budget "
-                           f"{self.budget:,}; raise it with init(event_budget=...))")
+            banners.append(f"{self.lost:,} task records left the session's event log (it "
+                           f"keeps the newest {self.budget:,}) before the dashboard read "
+                           "them, or while no page was open: the table and the task "
+                           "stream lack them, the counts include them (keep more with "
+                           "init(event_budget=...))")
         if self.trimmed:
             banners.append(f"the dashboard keeps the newest {self.budget:,} task records "
                            f"(the event budget); {self.trimmed:,} older ones are not shown")
@@ -444,6 +468,17 @@ class Mirror:
             return {**self.header(), "actors": self.actors, "total": self.actor_count}
 
 
+def _without_oldest(column: array.array[Any], n: int) -> array.array[Any]:
+    """A copy of ``column`` without its first ``n`` values, with the spare room an array
+    keeps after growing (about 1/16), as ``del column[:n]`` would leave it: the next
+    syncs' rows are appended under the lock, and must not move the whole column."""
+    out = column[n:]  # exactly its size
+    if column:
+        out.append(column[0])  # grown: the array takes 1/16 more than asked ...
+        del out[-1]  # ... and keeps it when it shrinks by less than 16 values
+    return out
+
+
 def _queued_for_stats(queued_s: Any, deps_ready: Any) -> list[float]:
     """Queued times for the per-function figures: -1.0 (left out) where the arguments
     were never ready (the sort key says 0.0 there)."""
@@ -458,12 +493,15 @@ def _count(items: Any) -> dict[str, int]:
 
 
 def _rate(history: list[list[Any]], over_s: float) -> float | None:
-    """Tasks ended per second over the last ``over_s`` seconds of history."""
+    """Tasks ended per second over the last ``over_s`` seconds of history: from the
+    newest point at least that old (or the oldest there is) to the last. The counts are
+    cumulative, so a gap between points (no page was open) gives that gap's average."""
     if len(history) < 2:
         return None
     last = history[-1]
     times = [point[0] for point in history]
-    first = history[max(0, bisect.bisect_left(times, last[0] - over_s) - 0)]
+    first = history[max(0, min(len(history) - 2,
+                               bisect.bisect_right(times, last[0] - over_s) - 1))]
     if last[0] <= first[0]:
         return None
     done = (last[2] + last[3]) - (first[2] + first[3])

@@ -124,8 +124,17 @@ class SortKeys:
                                                          "state": array.array("b")}
 
     def columns(self) -> list[array.array[Any]]:
-        """Every array with one value per row (the mirror trims them with its columns)."""
+        """Every array with one value per row (the mirror cuts them with its columns)."""
         return [self.run_s, self.queued_s, *self.ranked_rows.values()]
+
+    def without_oldest(self, n: int, cut: Callable[[Any, int], Any]) -> SortKeys:
+        """New keys without rows below ``n`` (``cut(column, n)`` copies each column:
+        these stay as they are)."""
+        keys = SortKeys()
+        keys.run_s, keys.queued_s = cut(self.run_s, n), cut(self.queued_s, n)
+        keys.ranks = dict(self.ranks)
+        keys.ranked_rows = {kind: cut(rows, n) for kind, rows in self.ranked_rows.items()}
+        return keys
 
     def key(self, sort: str) -> Callable[[int], Any]:
         if sort in self.ranked_rows:

@@ -8,6 +8,15 @@
                                                   │   open, never when none is  │
                                                   └─────────────────────────────┘
 
+Syncing: the sync thread asks the driver for what is new about once a second while the
+server is *active*: a page (an event stream) is open, or a request came within
+``IDLE_AFTER_S``. Otherwise it asks nothing at all, so the driver packs no record while
+nobody looks (for ``lightwork dashboard`` and the child of ``init(dashboard=True)``
+alike). The first request after such a pause wakes it at once: that sync brings the
+driver's cumulative counts (the totals, and the history's and throughput's next point,
+right however long the pause was) and the records still in the driver's ring (those
+that left it meanwhile are counted and say so in a banner).
+
 Standard library only (``http.server.ThreadingHTTPServer``): it imports in tens of
 milliseconds and keeps the process near 20 MB, and the page needs nothing more than
 JSON endpoints and Server-Sent Events (one long GET per open page, one update a second
@@ -41,7 +50,8 @@ The page keeps working after the program ends: the mirror keeps the last state a
 every view says the session ended. That state is the final one: a dashboard started
 from a terminal holds a connection on which the program says it is closing, and takes
 a last sync on it (``_watch_end``; the program waits for it, briefly, see ``feed``); the
-child of ``init(dashboard=True)`` gets its last sync from the program's ``shutdown()``. The stacks, objects and trace need the live driver
+child of ``init(dashboard=True)`` gets its last sync from the program's ``shutdown()`` (a summary-only one, no records, if no page is
+open then: counts and the last live picture). The stacks, objects and trace need the live driver
 and say so. How long the server stays then depends on who started it:
 
 * ``lightwork dashboard`` from a terminal is the user's own process: it serves the final
@@ -73,6 +83,7 @@ DEFAULT_PORT = 8265  # Ray's dashboard port, so muscle memory works
 PORT_TRIES = 20
 SYNC_INTERVAL_S = 1.0
 IDLE_AFTER_S = 10.0  # no page and no request for this long: stop syncing
+IDLE_WAKE_S = 60.0  # the idle sync thread's turn when nothing wakes it (it asks nothing)
 END_WAIT_S = 20.0  # one dashboard_wait_end request (then asked again, same connection)
 NO_PAGE_EXIT_S = 2.0  # a child whose program is gone, with no page open: exits this soon
 PAGE_GRACE_S = 60.0  # ... with a page open: serves the final state this long at most
@@ -97,7 +108,7 @@ class DashboardServer:
 
     def __init__(self, socket_path: str | None, port: int = DEFAULT_PORT,
                  allow_actions: bool = False, linger_s: float | None = None,
-                 idle_sync_s: float | None = None, mirror: Mirror | None = None,
+                 mirror: Mirror | None = None,
                  follow_program: int | None = None) -> None:
         self.socket_path = socket_path
         # The pid of the program that started this dashboard (``init(dashboard=True)``),
@@ -106,12 +117,13 @@ class DashboardServer:
         self.program_gone_at: float | None = None
         self.allow_actions = allow_actions
         self.linger_s = linger_s
-        self.idle_sync_s = idle_sync_s
         self.token = secrets.token_urlsafe(16)  # 128 random bits
         self.mirror = mirror or Mirror()  # given: a replay (``--from FILE``), no socket
         self.clients = 0  # open event streams (changed under _clients_lock)
         self._clients_lock = threading.Lock()
-        self.last_request = time.monotonic()
+        # Set through ``requested``. A dashboard the user started counts as just asked
+        # (a page is about to open); the child of init(dashboard=True) starts idle.
+        self.last_request = time.monotonic() if follow_program is None else float("-inf")
         self.last_client = time.monotonic()
         self._stop = threading.Event()
         self._sync_lock = threading.Lock()
@@ -203,6 +215,20 @@ class DashboardServer:
     def stopped(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def active(self) -> bool:
+        """Whether someone looks: a page is open, or a request came lately (then the sync
+        thread syncs about once a second; otherwise it asks the driver nothing)."""
+        return self.clients > 0 or time.monotonic() - self.last_request < IDLE_AFTER_S
+
+    def requested(self) -> None:
+        """A request came (the handler, once its token checked): wake the sync thread if
+        it was idle, so the page gets data now, not at the next turn."""
+        was_active = self.active
+        self.last_request = time.monotonic()
+        if not was_active:
+            self._wake.set()
+
     def page_opened(self) -> None:
         with self._clients_lock:
             self.clients += 1
@@ -217,8 +243,9 @@ class DashboardServer:
         self.last_client = time.monotonic()
 
     # ---------------------------------------------------------------- syncing
-    def sync_now(self) -> bool:
-        """Bring the mirror up to date; False when the session has ended."""
+    def sync_now(self, records: bool = True) -> bool:
+        """Bring the mirror up to date; False when the session has ended. Without
+        ``records``, only the counts and the live picture (the driver packs no record)."""
         if self.mirror.ended or self.socket_path is None:
             return False
         with self._sync_lock:
@@ -229,6 +256,7 @@ class DashboardServer:
                         reply, attached = channel.ask("dashboard_sync", {
                             "task_cursor": self.mirror.task_cursor,
                             "span_cursor": self.mirror.span_cursor,
+                            "max_records": DEFAULT_MAX_RECORDS if records else 0,
                         }, timeout=10.0)
                         count = self.mirror.apply(reply, attached)
                         total += count
@@ -315,20 +343,18 @@ class DashboardServer:
 
     def _sync_loop(self) -> None:
         while not self._stop.is_set():
-            # Spaced so a sync's fixed part takes at most DRIVER_SHARE of the driver's
-            # time (its records cost the same however far apart), but never so far apart
-            # that the driver's ring overflows before the next one.
-            fixed = self.mirror.driver_fixed_cost_s
-            interval = max(SYNC_INTERVAL_S, min(fixed / DRIVER_SHARE, self._horizon_s))
-            active = self.clients > 0 or time.monotonic() - self.last_request < IDLE_AFTER_S
-            if not active:
-                interval = self.idle_sync_s if self.idle_sync_s is not None else SYNC_INTERVAL_S
-            self._wake.wait(interval)
+            if self.active:
+                # Spaced so a sync's fixed part takes at most DRIVER_SHARE of the driver's
+                # time (its records cost the same however far apart), but never so far
+                # apart that the driver's ring overflows before the next one.
+                fixed = self.mirror.driver_fixed_cost_s
+                interval = max(SYNC_INTERVAL_S, min(fixed / DRIVER_SHARE, self._horizon_s))
+                self._wake.wait(interval)
+            else:
+                self._wake.wait(IDLE_WAKE_S)  # nobody looks: a request or a page wakes it
             self._wake.clear()
-            if not (self._stop.is_set() or self.mirror.ended):
-                active = self.clients > 0 or time.monotonic() - self.last_request < IDLE_AFTER_S
-                if active or self.idle_sync_s is not None:
-                    self.sync_now()
+            if not (self._stop.is_set() or self.mirror.ended) and self.active:
+                self.sync_now()
             self.sync_turns += 1
 
     # ---------------------------------------------------------------- driver queries
@@ -377,7 +403,7 @@ def _bind(port: int) -> http.server.ThreadingHTTPServer:
 
 def serve(socket_path: str | None, port: int = DEFAULT_PORT, allow_actions: bool = False,
           open_browser: bool = False, linger_s: float | None = None,
-          idle_sync_s: float | None = None, out: Any = None, announce: bool = True,
+          out: Any = None, announce: bool = True,
           on_start: Any = None, mirror: Mirror | None = None,
           follow_program: int | None = None) -> int:
     """Run a dashboard until Ctrl-C (or, with ``linger_s``, until the session ended and no
@@ -385,8 +411,8 @@ def serve(socket_path: str | None, port: int = DEFAULT_PORT, allow_actions: bool
     module docstring). Prints the URL first. Without a socket, ``mirror`` is a replay of
     a timeline file."""
     out = out or sys.stdout
-    server = DashboardServer(socket_path, port, allow_actions, linger_s, idle_sync_s,
-                             mirror, follow_program).start()
+    server = DashboardServer(socket_path, port, allow_actions, linger_s, mirror,
+                             follow_program).start()
     if on_start is not None:
         on_start(server)
     if announce:

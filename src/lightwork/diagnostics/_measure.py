@@ -13,13 +13,17 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
 
-from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork._runtime.events import FIELD_INDEX, DriverSpan, TaskRecord
 
 BUSY_BUCKET_S = 0.05  # resolution of the record of how busy the slots were
 BUSY_MAX_BUCKETS = 100_000  # past this, the older half is dropped
+
+_STARTED, _FINISHED, _ACTOR_ID, _NUM_CPUS = (
+    FIELD_INDEX[name] for name in ("started", "finished", "actor_id", "num_cpus"))
 
 
 class SlotTime:
@@ -29,10 +33,39 @@ class SlotTime:
         self.width = width
         self.buckets: dict[int, float] = defaultdict(float)
 
-    def add_record(self, record: TaskRecord) -> None:
-        if record.started and record.finished > record.started:
-            slots = 1.0 if record.actor_id else max(1.0, record.num_cpus)
-            self.add(record.started, record.finished, slots)
+    def add_runs(self, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Add the runs of ended tasks, given as the log's frozen rows, in its order.
+
+        The advisor's thread calls this for every row of a step, and its time is taken
+        from the program, so the common case is kept to comparisons and one addition:
+        consecutive runs inside one bucket (thousands per bucket in a flood of small
+        tasks) are summed locally and added to the bucket once. (Measured on 5,000 no-op
+        records: 0.36 µs per record with a bucket lookup each, 0.1 µs like this.)
+        """
+        width, buckets = self.width, self.buckets
+        low = high = 0.0  # the bucket being summed: [low, high)
+        bucket, summed = 0, 0.0
+        for row in rows:
+            start, end = row[_STARTED], row[_FINISHED]
+            slots = 1.0 if row[_ACTOR_ID] or row[_NUM_CPUS] < 1.0 else row[_NUM_CPUS]
+            if low <= start < end < high:
+                summed += (end - start) * slots
+                continue
+            if not start or end <= start:
+                continue  # never ran (cancelled, failed before starting)
+            if summed:
+                buckets[bucket] += summed
+                summed = 0.0
+            first = int(start // width)
+            if first == int(end // width):
+                bucket, low, high = first, first * width, (first + 1) * width
+                summed = (end - start) * slots
+            else:
+                self.add(start, end, slots)
+        if summed:
+            buckets[bucket] += summed
+        if len(buckets) > BUSY_MAX_BUCKETS:
+            self._drop_older_half()
 
     def add(self, start: float, end: float, slots: float) -> None:
         width, buckets = self.width, self.buckets
@@ -45,8 +78,12 @@ class SlotTime:
                 buckets[bucket] += width * slots
             buckets[last] += (end - last * width) * slots
         if len(buckets) > BUSY_MAX_BUCKETS:
-            for old in sorted(buckets)[: BUSY_MAX_BUCKETS // 2]:
-                del buckets[old]
+            self._drop_older_half()
+
+    def _drop_older_half(self) -> None:
+        buckets = self.buckets
+        for old in sorted(buckets)[: BUSY_MAX_BUCKETS // 2]:
+            del buckets[old]
 
     def between(self, start: float, end: float) -> float:
         buckets = self.buckets

@@ -3,8 +3,9 @@
 Reads the always-on event log (task records and the driver's blocked get/wait spans)
 and a few runtime facts; never touches the hot path. A daemon thread
 (``_runtime.periodic.PeriodicThread``) wakes every ``interval`` seconds, takes the
-records added since its last look (``EventLog.take_fresh``, under the runtime's lock),
-folds them into per-call-site statistics, and checks each rule. This module is that
+records added since its last look (``EventLog.take_fresh``, under the runtime's lock:
+the log's frozen rows, read from its ring, so nothing is kept for the advisor between
+looks), folds them into per-call-site statistics, and checks each rule. This module is that
 collection (the thread, the replay, the public functions); the statistics and the rules
 themselves are :class:`~lightwork.diagnostics._advice_rules.AdviceRules`, which
 :class:`Advisor` extends. A rule that fires produces a :class:`Finding`: what was seen
@@ -84,7 +85,7 @@ from collections import defaultdict
 from itertools import groupby
 from typing import Any
 
-from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork._runtime.events import FIELD_INDEX, DriverSpan, TaskRecord, freeze
 from lightwork._runtime.periodic import PeriodicThread
 from lightwork.diagnostics._advice_rules import (
     CPU_BOUND_MIN_S,
@@ -103,6 +104,8 @@ __all__ = ["KINDS", "AdviceWarning", "Advisor", "Finding", "advise", "analyse",
 
 
 Finding.__module__ = __name__  # its public home, for reprs and pickles
+_LARGE_ARGS, _ARGS_LOADED, _FINISHED = (
+    FIELD_INDEX[name] for name in ("large_args", "args_loaded", "finished"))
 
 
 class AdviceWarning(UserWarning):
@@ -155,8 +158,7 @@ class Advisor(AdviceRules):
         with self._lock:
             # How busy the slots were comes from every run in the records (the replay
             # knows the runs that had not ended yet at a step, unlike the live thread).
-            for record in tasks:
-                self._busy.add_record(record)
+            self._busy.add_runs(map(freeze, tasks))
             try:
                 for _, group in groupby(timed, key=lambda item: (item[0] - first) // width):
                     step = list(group)
@@ -198,7 +200,7 @@ class Advisor(AdviceRules):
         with node.lock:
             if node.closed:
                 return
-            tasks, spans = node.log.take_fresh()
+            rows, spans = node.log.take_fresh()
             pinned = self._pinned_bytes() if node.objects.bytes_in_segments >= PINNED_MIN_BYTES else None
             running = running_work(node)
             workers = [(worker_id, conn.pid) for worker_id, conn in
@@ -215,21 +217,19 @@ class Advisor(AdviceRules):
                 if waited is not None:
                     self.add_worker_sample(worker_id, self._now, waited)
             self._running = running
-            busy = self._busy
-            for record in tasks:  # all of them, sampled or not: a cheap sum per record
-                busy.add_record(record)
-            stride = max(1, len(tasks) // SAMPLE_PER_STEP)
-            for index, record in enumerate(tasks):
-                # A flood of tasks: a sample tells the statistical rules as much, for a
-                # fraction of the time this thread takes from the program. Big arguments
-                # and long tasks are always looked at.
+            self._busy.add_runs(rows)  # all of them, sampled or not: a sum per row
+            # A flood of tasks: a sample tells the statistical rules as much, for a
+            # fraction of the time this thread takes from the program. Big arguments and
+            # long tasks are always looked at (in log order, with the sample).
+            stride = max(1, len(rows) // SAMPLE_PER_STEP)
+            for index, row in enumerate(rows):
                 if index % stride == 0:
-                    self._add_record(record, stride)
-                elif record.large_args or record.finished - record.args_loaded >= CPU_BOUND_MIN_S:
-                    self._add_record(record, 0)
+                    self._add_record(TaskRecord(*row), stride)
+                elif row[_LARGE_ARGS] or row[_FINISHED] - row[_ARGS_LOADED] >= CPU_BOUND_MIN_S:
+                    self._add_record(TaskRecord(*row), 0)
             for span in spans:
                 self._add_span(span)
-            if tasks or spans:  # the rules below only change when records arrive
+            if rows or spans:  # the rules below only change when records arrive
                 self._check_touched()
             if pinned is not None:
                 self._check_pinned(*pinned)
