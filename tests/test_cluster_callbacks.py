@@ -149,6 +149,63 @@ def test_dask_graph_on_the_cluster_with_profilers(cluster, tmp_path):
     assert layout is not None and (tmp_path / "p.html").stat().st_size > 1000
 
 
+def _until(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+def test_a_graph_shows_its_progress_while_it_runs_on_the_cluster(cluster, tmp_path):
+    """A chain of 8 held at its 6th task: the bar, the run's progress and the live
+    dashboard's sync all say 5 of 8 done while it runs on the workers, then 100%."""
+    dask = pytest.importorskip("dask")
+    import threading
+
+    import lightwork.dask
+    from lightwork.dask import _scheduler
+
+    gate = tmp_path / "gate"
+
+    def link(previous, i, gate):
+        deadline = time.monotonic() + 30
+        while i == 5 and not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return previous + 1
+
+    chain = 0
+    for k in range(8):
+        chain = dask.delayed(link)(chain, k, str(gate))
+    out = io.StringIO()
+    results = []
+
+    def run():
+        with ProgressBar(out=out, dt=0.05):
+            results.append(chain.compute(scheduler=lightwork.dask.get))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        [held] = _until(lambda: [g.progress() for g in list(_scheduler.running_graphs.values())
+                                 if g.progress()["done"] == 5])
+        assert held["total"] == 8 and held["running"] == 1 and held["name"] == "link"
+        _until(lambda: "| 62% Completed |" in out.getvalue())  # 5 of 8, as Dask rounds
+        assert "100%" not in out.getvalue()
+        log = lightwork._api._backend.recorder  # what the live dashboard's sync shows
+        [shown] = log.answer_query("dashboard_sync", {}).result["graphs"]
+        assert (shown["done"], shown["total"], shown["running"]) == (5, 8, 1)
+    finally:
+        gate.touch()
+        thread.join(30)
+    assert results == [8] and not _scheduler.running_graphs
+    assert out.getvalue().rstrip().split("\r")[-1].startswith("[" + "#" * 40 + "] | 100%")
+    ended = [r for r in lightwork.diagnostics.task_records() if r.name.startswith("link")]
+    assert len(ended) >= 8 and {r.pid for r in ended} <= set(cluster.worker_pids())
+
+
 def test_dask_graph_failure_raises_the_users_error(cluster):
     dask = pytest.importorskip("dask")
     import lightwork.dask

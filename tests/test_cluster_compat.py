@@ -4,8 +4,6 @@ not deep inside a call later. No cluster is needed: the check runs before connec
 
 from __future__ import annotations
 
-import types
-
 import pytest
 
 import lightwork
@@ -28,7 +26,6 @@ def test_the_installed_distributed_has_every_part():
     ("actor", "_worker_rpc", "Actor._worker_rpc"),
     ("actor", "_io_loop", "Actor._io_loop"),
     ("client", "_send_to_scheduler", "Client._send_to_scheduler"),
-    ("client", "_handle_task_erred", "Client._stream_handlers['task-erred']"),
 ])
 def test_a_missing_private_part_fails_init_naming_it_and_the_range(fresh_runtime, monkeypatch,
                                                                    owner, name, part):
@@ -53,10 +50,12 @@ def test_an_attribute_no_longer_set_by_the_actor_proxy_is_found_from_its_code(mo
     assert cluster_compat.missing_parts(distributed) == ["Actor._address"]
 
 
-def test_a_client_without_the_task_erred_handler_is_refused():
-    client = types.SimpleNamespace(_stream_handlers={"key-in-memory": print})
-    with pytest.raises(ImportError, match=r"_stream_handlers\['task-erred'\]"):
-        cluster_compat.check(distributed, client)
+def test_no_private_client_stream_handler_is_relied_on():
+    """Tasks lost with their worker are heard through a scheduler plugin and a topic
+    (cluster_plugin.TaskErrors), not the client's private task-erred handler."""
+    assert not [name for name, _use in cluster_compat.PRIVATE_PARTS if "task-erred" in name]
+    assert [name for name, _use in cluster_compat.PRIVATE_PARTS] == [
+        "Client._send_to_scheduler", "Actor._worker_rpc", "Actor._io_loop", "Actor._address"]
 
 
 def test_a_distributed_older_than_the_oldest_supported_is_refused(fresh_runtime, monkeypatch):

@@ -242,6 +242,68 @@ def test_objects_and_actors_held_on_the_workers_are_listed_with_their_owners(con
 
 
 @lightwork.remote
+def sized(n):
+    return b"s" * n
+
+
+@lightwork.remote
+def wraps_its_own(path):
+    """Returns refs it made (a put, a child's result) inside its result; writes their ids."""
+    inner = [lightwork.put(b"p" * 60_000), sized.remote(2000)]
+    with open(path, "w") as f:
+        f.write(" ".join(ref.hex() for ref in inner))
+    return inner
+
+
+@lightwork.remote
+def produce(n):
+    for i in range(n):
+        yield b"g" * 1000 * (i + 1)
+
+
+@lightwork.remote
+def reads_a_stream(path, gate):
+    """Holds the first item of a generator it reads until the gate opens."""
+    first = next(produce.remote(3))
+    with open(path + ".tmp", "w") as f:
+        f.write(first.hex())
+    os.rename(path + ".tmp", path)
+    while not os.path.exists(gate):
+        time.sleep(0.02)
+    return len(lightwork.get(first))
+
+
+def test_refs_inside_results_and_items_read_by_a_task_are_listed(connected, tmp_path):
+    inner_file, item_file, gate = (str(tmp_path / n) for n in ("inner", "item", "gate"))
+    outer = wraps_its_own.remote(inner_file)
+    assert lightwork.wait([outer], timeout=30)[0] == [outer]  # not read: nothing borrowed
+    reading = reads_a_stream.remote(item_file, gate)
+    try:
+        until(lambda: os.path.exists(item_file))
+        inner = open(inner_file).read().split()
+        with open(item_file) as f:
+            item = f.read()
+        rows = {o["object_id"]: o for o in lightwork.state.list_objects()}
+        labels = {f"worker {w['worker_id']}" for w in lightwork.state.list_workers()[1:]}
+        for hex_id in inner:  # kept only by the result they are inside
+            row = rows[hex_id]
+            assert row["reference_kind"] == "CAPTURED_IN_OBJECT", row
+            assert row["contained_in"] == 1 and row["holders"] == [] and row["owner"] in labels
+            assert row["state"] == "READY"
+        assert rows[inner[0]]["task_name"] == "(put)" and rows[inner[0]]["size"] >= 60_000
+        assert rows[inner[1]]["task_name"].endswith("sized")
+        assert rows[outer.hex()]["holders"] == ["driver"]
+        # The generator's item, held by the task reading it (its consumer thread filed it).
+        assert rows[item]["holders"][0] in labels and rows[item]["size"] >= 1000
+        assert rows[item]["reference_kind"] == "LOCAL_REFERENCE"
+    finally:
+        open(gate, "w").close()
+    assert lightwork.get(reading, timeout=30) == 1000
+    del outer  # the result goes, and the refs inside it with it
+    until(lambda: not set(inner) & {o["object_id"] for o in lightwork.state.list_objects()})
+
+
+@lightwork.remote
 def lists_from_a_task():
     try:
         lightwork.state.list_tasks()
@@ -364,6 +426,87 @@ def test_the_command_attaches_to_a_driver_on_the_cluster(driver, cluster, tmp_pa
 
     stack = until(stack_with_marker)
     assert stack.stdout.count("=== worker ") == 2
+
+
+# A driver with the event log off, reaching the cluster through LIGHTWORK_ADDRESS only.
+QUIET_DRIVER = """
+import os, sys, time
+import lightwork as ray
+
+context = ray.init(event_budget=0)  # the address comes from LIGHTWORK_ADDRESS
+assert ray.backend() == "distributed", ray.backend()
+
+@ray.remote
+def parked(path):
+    def lightwork_cli_marker():
+        while not os.path.exists(path):
+            time.sleep(0.02)
+    lightwork_cli_marker()
+    return True
+
+@ray.remote
+class Tally:
+    def add(self, n):
+        return n
+
+tally = Tally.remote()
+assert ray.get(tally.add.remote(1)) == 1
+blob = ray.put(b"x" * 300_000)
+waiting = parked.remote(sys.argv[1])
+print("SOCKET", os.path.join(context["session_dir"], "control.sock"), flush=True)
+ray.get(waiting)
+ray.shutdown()
+print("DONE", flush=True)
+"""
+
+
+def test_the_command_attaches_with_the_event_log_off(cluster, monkeypatch):
+    """As on a local session: event_budget=0 turns off the task records, not the command.
+    The scheduler was started with --no-dashboard: the status names no Dask dashboard
+    (its HTTP server is up all the same)."""
+    monkeypatch.setenv("LIGHTWORK_ADDRESS", cluster.address)
+    info = helpers.start_session_driver(QUIET_DRIVER)
+    try:
+        facts = json.loads(command(info, "status", "--format", "json").stdout)
+        assert facts["backend"] == "distributed" and facts["address"] == cluster.address
+        assert facts["worker_count"] == 2 and facts["event_log"]["budget"] == 0
+        assert facts["dask_dashboard"] is None
+        table = command(info, "status")
+        assert table.returncode == 0 and f"cluster    {cluster.address}\n" in table.stdout
+        assert "Dask dashboard" not in table.stdout
+
+        rows = json.loads(command(info, "list", "workers", "--format", "json").stdout)
+        assert {r["pid"] for r in rows[1:]} == set(cluster.worker_pids())
+        assert "Tally" in command(info, "list", "actors").stdout
+        memory = command(info, "memory")
+        assert memory.returncode == 0 and "(put)" in memory.stdout, memory.stderr
+        for verb in (("list", "tasks"), ("summary", "tasks"), ("timeline",)):
+            refused = command(info, *verb)
+            assert refused.returncode != 0 and "event_budget=0" in refused.stderr, (
+                verb, refused.stdout, refused.stderr)
+
+        def stack_with_marker():
+            result = command(info, "stack")
+            return result if "lightwork_cli_marker" in result.stdout else None
+
+        assert until(stack_with_marker).stdout.count("=== worker ") == 2
+    finally:
+        helpers.stop_session_driver(info)
+
+
+def test_the_dask_dashboard_is_named_only_when_the_scheduler_serves_it():
+    import distributed
+
+    from lightwork.backends.cluster_state import _dashboard_link
+
+    for address, served in (("127.0.0.1:0", True), (None, False)):
+        with distributed.LocalCluster(n_workers=0, processes=False,
+                                      dashboard_address=address) as local, \
+                distributed.Client(local) as client:
+            link = _dashboard_link(client)
+            assert (link == client.dashboard_link) if served else link is None, (address, link)
+            if served:
+                assert link.endswith("/status")
 
 
 def test_a_stopped_scheduler_makes_diagnostics_fail_fast_and_say_why(tmp_path):

@@ -329,6 +329,33 @@ def test_force_cancel_of_a_running_task(backend, tmp_path, wait_until):
     assert lightwork.get(ref, timeout=20)
 
 
+@lightwork.remote
+def meet(directory, name, parties):
+    return arrive_and_wait(directory, name, parties, limit=5)
+
+
+@gap("distributed", "distributed cannot interrupt a running task: cancel() without force "
+     "makes its get raise TaskCancelledError, but the task runs to its end on its worker "
+     "and keeps its slot (README, the backend table)")
+def test_cancel_interrupts_a_running_task_and_frees_its_slot(backend, tmp_path, wait_until):
+    gate = str(tmp_path / "gate")
+    ref = record_pid_and_wait.remote(str(tmp_path), gate)
+    wait_until(lambda: attempts(str(tmp_path)), timeout=20, message="the task to start")
+    lightwork.cancel(ref)
+    try:
+        with pytest.raises(exceptions.TaskCancelledError):
+            lightwork.get(ref, timeout=20)
+        barrier = tmp_path / "barrier"
+        barrier.mkdir()
+        # Both slots at once, the gate still closed: only if the cancel freed the first.
+        # (wait, not get: where it did not, one meeting queues behind the gate.)
+        meetings = [meet.remote(str(barrier), str(i), 2) for i in range(2)]
+        ready, _ = lightwork.wait(meetings, num_returns=2, timeout=8)
+        assert len(ready) == 2 and lightwork.get(meetings) == [True, True]
+    finally:
+        open(gate, "w").close()
+
+
 # ---- resources --------------------------------------------------------------------------
 def test_an_impossible_resource_request_fails_fast_naming_the_resource(backend):
     with pytest.raises(ValueError, match="CPU"):

@@ -326,7 +326,7 @@ def _spill_dir_option(spill_dir: Any, spilling_config: Any) -> str | None:
 
 def _context() -> InitContext:
     backend = _backend
-    node = backend.node or getattr(backend, "recorder", None)  # a cluster run's session
+    node = backend.node or getattr(backend, "session_log", None)  # a cluster run's session
     return InitContext(
         session_dir=getattr(getattr(node, "session", None), "directory", None),
         node_id=backend.runtime_context()["node_id"],
@@ -436,14 +436,16 @@ def _contained_ref_ids(value: Any) -> list[int]:
         return []
 
 
-def diagnostics_node(feature: str, recorded: bool = False) -> Any:
+def diagnostics_node(feature: str, recorded: bool = False, session: bool = False) -> Any:
     """``driver_node()`` for a diagnostic; on a backend without a ``Node``, its event log
     (``recorder``, e.g. ``cluster_record.ClusterLog``) if the diagnostic reads only that
-    (``recorded``), else UnsupportedOnBackend naming ``feature`` instead of None."""
+    (``recorded``), else UnsupportedOnBackend naming ``feature`` instead of None. With
+    ``session`` (the state API, which answers even with the log off, as a local session
+    does), the backend's ``session_log``."""
     node = driver_node()
     backend = _backend
     if node is None and backend is not None and not backend.closed and backend.in_driver:
-        recorder = getattr(backend, "recorder", None)
+        recorder = getattr(backend, "session_log" if session else "recorder", None)
         if recorded and recorder is not None:
             return recorder
         from lightwork.exceptions import UnsupportedOnBackend

@@ -32,7 +32,7 @@ def query(op: str, request_timeout: float = 30.0, **args: Any) -> Any:
     """Run one diagnostics operation (``control.OPS``) against this process's session."""
     from lightwork import _api
 
-    node = _api.diagnostics_node(f"the state API ({op})", recorded=True)
+    node = _api.diagnostics_node(f"the state API ({op})", recorded=True, session=True)
     if node is not None:
         answer = getattr(node, "answer_query", None)  # a cluster run's event log
         return answer(op, args) if answer is not None else control.dispatch(node, op, args)

@@ -7,8 +7,7 @@ gathered here, always under ``node.lock`` and always as copies:
 * :func:`task_graph_of` — for some object ids, the tasks that make them and, walking
   back through top-level ref arguments, every *unfinished* task they still depend on
   (what a ``get`` is waiting for), as plain ids and tuples: it runs under the runtime's
-  lock for every ``get`` that callbacks observe, so it must be quick;
-* :func:`node_or_none` — the driver's node, or None (not started, or in a worker).
+  lock for every ``get`` that callbacks observe, so it must be quick.
 
 Blocking-call observers
 -----------------------
@@ -80,13 +79,6 @@ def report_unraisable(exc: BaseException, message: str, where: Any) -> None:
 
 def _report(exc: BaseException, where: Any) -> None:
     report_unraisable(exc, "Exception ignored in lightwork blocking-call observer", where)
-
-
-def node_or_none() -> Any:
-    """The driver's running node, or None (no runtime, shut down, or inside a worker)."""
-    from lightwork import _api
-
-    return _api.driver_node()
 
 
 class TaskView(NamedTuple):

@@ -14,12 +14,12 @@ socket buffer waits in the connection's ``out`` buffer and the I/O thread finish
 the driver never blocks on a worker that is itself blocked on the driver.
 
 Workers: ``Session``'s fork server starts them; ``EXITED`` from it gives the wait status
-of a dead worker, so the error names the exit code or signal. A worker is dead when its
-socket closes; its running task is retried (``max_retries``) or fails with
-``WorkerCrashedError``, its queued tasks go back to the queue, what it borrowed is
-released, and the objects it owned are adopted by the driver: their values never lived
-only in the worker (inline values travel to the driver's table, large ones are segment
-files in ``/dev/shm``), so they stay readable for as long as someone holds a ref.
+of a dead worker, so the error names the exit code or signal. What happens when a worker
+ends is ``worker_deaths.py``'s (its task retried or failed with ``WorkerCrashedError``,
+the objects it owned adopted by the driver); cancelling is ``cancel.py``'s. Those, like
+``driver_calls.py`` (the API's operations), ``worker_requests.py`` (what workers ask of
+the driver) and ``lineage.py`` (rebuilding lost values), are mixins of :class:`Node`:
+methods on the same state, kept apart by responsibility.
 
 Reference counting: see ``objects.py`` (the table) and ``_object_ref.py`` (per process).
 
@@ -74,8 +74,10 @@ from lightwork._object_ref import (
 from lightwork._runtime import forkserver
 from lightwork._runtime import control
 from lightwork._runtime.actors import ActorManager
+from lightwork._runtime.cancel import Cancellation, cancelled_error
 from lightwork._runtime.driver_calls import DriverCalls
 from lightwork._runtime.worker_requests import WorkerRequests
+from lightwork._runtime.worker_deaths import WorkerDeaths
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
 from lightwork._runtime import ray_alias
@@ -83,14 +85,12 @@ from lightwork._runtime.events import EventLog, TaskRecord
 from lightwork._runtime.gpus import GpuIds
 from lightwork._runtime.introspect import report_unraisable
 from lightwork._runtime.lineage import Lineage, keeps_lineage
-from lightwork._runtime.memory_monitor import OOM_REASON, MemoryMonitor, handle_oom_death
+from lightwork._runtime.memory_monitor import MemoryMonitor
 from lightwork._runtime.objects import FAILED, PENDING, ObjectEntry, ObjectTable
 from lightwork._runtime.scheduler import (
     DISPATCHED,
     FAILED as TASK_FAILED,
     FINISHED,
-    READY as TASK_READY,
-    WAITING,
     Scheduler,
     TaskSpec,
     WorkerSlot,
@@ -103,7 +103,6 @@ from lightwork._runtime.store import SegmentStore, default_budget
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
-EXIT_STATUS_GRACE_S = 1.0
 # The I/O thread's sleep while the runtime is busy (it had frames or wake-ups within
 # IO_BUSY_FOR_S): a ref the program drops meanwhile is drained within this, without a
 # wake-up of its own. Idle, it sleeps IO_IDLE_SLEEP_S and a dropped ref wakes it.
@@ -135,7 +134,7 @@ class WorkerConn:
     oom_kill: str = ""  # why the memory monitor killed it, or ""
 
 
-class Node(DriverCalls, WorkerRequests, Lineage):
+class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
     """One session of the embedded runtime in the driver process."""
 
     def __init__(
@@ -528,7 +527,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                 self._release_gpus(task.task_id)
                 self.scheduler.take_back(conn.slot, task)
                 if task.cancelled and self.scheduler.remove_ready(task):
-                    self._fail_task(task, _cancelled(task, "before it ran"))
+                    self._fail_task(task, cancelled_error(task, "before it ran"))
         elif kind == p.RETIRE:
             self._retire_worker(conn)
         elif kind == p.CANCEL:
@@ -559,7 +558,7 @@ class Node(DriverCalls, WorkerRequests, Lineage):
                 for stored in outcome:  # nobody will read them: the store takes them back
                     if stored.path is not None:
                         self.store.release(stored.path)
-            self._fail_task(task, _cancelled(task, "before it finished"))
+            self._fail_task(task, cancelled_error(task, "before it finished"))
         elif type(outcome) is list:  # its results (none for num_returns=0): the common case
             self.store_results(task, outcome)
             self._end_task(task, FINISHED)
@@ -826,189 +825,6 @@ class Node(DriverCalls, WorkerRequests, Lineage):
         if self.gpus.held:
             self.gpus.release(task_id)
 
-    def _retire_worker(self, conn: WorkerConn) -> None:
-        """The worker ran a ``max_calls`` function's last call and is exiting
-        (``calls.CallLimit``): what it was sent after that call will not run there, so
-        it goes back to the queue, and a new worker takes the slot. Its end of file then
-        finds no task on it: an expected exit, not a crash."""
-        for task in self.scheduler.remove_worker(conn.slot):
-            if task.cancelled:
-                self._fail_task(task, _cancelled(task, "before it ran"))
-            else:
-                self._requeue(task)
-        if len(self.scheduler.workers) < max(1, int(self.scheduler.total.get("CPU", 1.0))):
-            self._start_worker()
-
-    # ------------------------------------------------------------------ worker death
-    def _on_worker_eof(self, conn: WorkerConn) -> None:
-        if conn.eof_at:
-            return
-        conn.eof_at = time.monotonic()
-        for selector in (self.selector, self._leader_selector):
-            try:
-                selector.unregister(conn.sock)
-            except (KeyError, ValueError):
-                pass
-        conn.sock.close()
-        if conn.exit_status is not None:
-            self._finish_worker_death(conn)
-        else:
-            self._add_timer(EXIT_STATUS_GRACE_S, lambda: self._finish_worker_death(conn))
-
-    def _finish_worker_death(self, conn: WorkerConn) -> None:
-        if conn.dead:
-            return
-        conn.dead = True
-        self.workers.pop(conn.worker_id, None)
-        self.store.forget_worker(conn.worker_id)
-        if conn.actor is not None:
-            self.actors.on_worker_death(conn, describe_exit(conn.exit_status))
-        else:
-            tasks = self.scheduler.remove_worker(conn.slot)
-            for task in tasks[1:]:
-                if task.cancelled:
-                    self._fail_task(task, _cancelled(task, "before it ran"))
-                else:
-                    self._requeue(task)
-            if tasks:
-                self._on_task_crashed(tasks[0], conn)
-        for object_id in conn.holds | conn.owned:
-            entry = self.objects.entries.get(object_id)
-            if entry is None:
-                continue
-            entry.discard_holder(conn.worker_id)
-            if entry.owner == conn.worker_id:
-                # Its bytes are in the driver's table (inline) or in /dev/shm, not in the
-                # dead process: the driver adopts it instead of losing it.
-                entry.owner = 0
-                entry.orphaned_by = conn.worker_id
-            self.objects.release_if_unheld(entry)
-
-    def _on_task_crashed(self, task: TaskSpec, conn: WorkerConn) -> None:
-        self._release_gpus(task.task_id)
-        how = describe_exit(conn.exit_status)
-        if conn.oom_kill:
-            how = f"{OOM_REASON} ({how})"
-        task.record.retries += ((time.monotonic(), f"worker crashed: {how}"),)
-        if task.cancelled:
-            self._fail_task(task, exceptions.TaskCancelledError(
-                f"task {task.name} was cancelled (force=True killed its worker)"))
-        elif conn.oom_kill:
-            handle_oom_death(self, task, conn)
-        elif task.max_retries < 0 or task.attempt < task.max_retries:
-            task.attempt += 1
-            self._requeue(task)
-        else:
-            self._fail_task(task, exceptions.WorkerCrashedError(
-                f"the worker process (pid {conn.pid}) running task {task.name} died: {how}. "
-                f"The task was tried {task.attempt + 1} time(s) (max_retries={task.max_retries}). "
-                f"Check the worker's output above for a traceback{crash_hint(conn.exit_status)}."))
-
-    # ------------------------------------------------------------------ cancel
-    def _cancel_ids(self, object_ids: list[int], force: bool, recursive: bool = False) -> None:
-        """Cancel the tasks making these objects; the cancel wins in every state.
-
-        ``recursive``: a task or actor call that is running may have submitted tasks and
-        actor calls from its worker (``TaskSpec.parent``); those still pending or running
-        are cancelled too, and theirs in turn, as in Ray: with the same ``force`` for tasks,
-        without it for actor calls (Ray ignores it there; given for an actor call itself,
-        it raises ValueError before anything is cancelled). No index
-        of children is kept (that would cost every nested submission): the tasks table is
-        searched, and only while some live task has a parent (``nested_live``). A running
-        task cancelled this way stays in ``cancelled_parents`` until it ends, so a task it
-        submitted just before the cancel landed is cancelled when its submission arrives.
-
-        Waiting or ready: the task fails now. Dispatched to a worker: its id goes to the
-        worker's cancel file, then SIGINT (SIGKILL with ``force``) — sent as soon as the
-        fork server gives the worker's pid if it has not yet. The worker checks the file
-        when a SIGINT came, both in the signal handler (the task running now) and before
-        it starts a task, so a cancel landing between dispatch and start is not lost. A
-        task queued on its worker behind another cannot have started: its objects fail
-        now, and ``force`` never kills the worker (that would kill the task ahead of it).
-        """
-        tasks = []
-        for object_id in object_ids:
-            entry = self.objects.entries.get(object_id)
-            task = self.tasks.get(entry.task_id) if entry is not None else None
-            if task is not None:
-                if force and task.actor_id:
-                    raise self.actors.force_refused(task)
-                tasks.append(task)
-        named = len(tasks)
-        if recursive:
-            running = [task for task in tasks if task.state == DISPATCHED]  # actor calls too
-            if running:
-                # Remembered even when no nested task is live: a child whose submission
-                # is still on its way is cancelled when it arrives (_on_worker_submit).
-                self.cancelled_parents.update(task.task_id for task in running)
-                if self.nested_live:
-                    tasks.extend(self._running_descendants(running))
-        for index, task in enumerate(tasks):
-            self._cancel_task(task, force and (index < named or not task.actor_id))
-
-    def _running_descendants(self, running: list[TaskSpec]) -> list[TaskSpec]:
-        """The live tasks and actor calls submitted by ``running`` (running tasks or
-        actor calls),
-        transitively; the running ones found are noted in ``cancelled_parents``."""
-        children: dict[int, list[TaskSpec]] = {}
-        for task in self.tasks.values():
-            if task.parent:
-                children.setdefault(task.parent, []).append(task)
-        found: list[TaskSpec] = []
-        frontier = list(running)
-        while frontier:
-            task = frontier.pop()
-            self.cancelled_parents.add(task.task_id)
-            for child in children.pop(task.task_id, ()):
-                found.append(child)
-                if child.state == DISPATCHED:
-                    frontier.append(child)
-        return found
-
-    def _cancel_task(self, task: TaskSpec, force: bool) -> None:
-        """Cancel one task (see ``_cancel_ids``)."""
-        if task.actor_id:  # an actor's call: see actors.py (force raises there)
-            self.actors.cancel_call(task, force)
-            return
-        if task.cancelled:
-            return
-        task.cancelled = True
-        if task.state == WAITING or (
-            task.state == TASK_READY and self.scheduler.remove_ready(task)
-        ):
-            self._fail_task(task, _cancelled(task, "before it ran"))
-        elif task.worker is not None:
-            slot = task.worker
-            if slot.inflight and slot.inflight[0] is not task:
-                self._fail_returns(task, _cancelled(task, "while it was queued on a worker"))
-                force = False
-            conn = self.workers.get(slot.worker_id)
-            if conn is not None:
-                self._interrupt(conn, task.task_id, force)
-
-    def _interrupt(self, conn: WorkerConn, task_id: int, force: bool) -> None:
-        try:
-            with open(p.cancel_file(self.session.directory, conn.worker_id), "a") as f:
-                f.write(f"{task_id}\n")
-        except OSError:
-            force = True  # the worker cannot learn which task: end it, the crash path retries
-        if force:
-            conn.doomed = True
-        else:
-            conn.interrupt_on_spawn = True
-        if conn.pid:
-            try:
-                os.kill(conn.pid, signal.SIGKILL if force else signal.SIGINT)
-            except ProcessLookupError:
-                pass
-
-    def _fail_returns(self, task: TaskSpec, error: Any) -> None:
-        """Fail a task's objects now; the task itself ends when its worker says so."""
-        for object_id in task.return_ids:
-            entry = self.objects.get(object_id)
-            if entry is not None:
-                self._resolve(entry, None, error)
-
     # ------------------------------------------------------------------ shutdown
     def shutdown(self) -> None:
         self.control.stop()
@@ -1057,10 +873,6 @@ def task_memory(store_budget: int) -> int:
     return max(0, total - used - store_budget)
 
 
-def _cancelled(task: TaskSpec, when: str) -> exceptions.TaskCancelledError:
-    return exceptions.TaskCancelledError(f"task {task.name} was cancelled with cancel() {when}")
-
-
 def _error_summary(error: Any) -> str:
     if isinstance(error, Stored):
         try:
@@ -1070,24 +882,3 @@ def _error_summary(error: Any) -> str:
     if isinstance(error, exceptions.TaskError) and error.cause is not None:
         return f"{type(error.cause).__name__}: {error.cause}"
     return f"{type(error).__name__}: {error}"
-
-
-def crash_hint(status: int | None) -> str:
-    """A likely cause worth naming for this wait status, as a clause (or "")."""
-    if status is not None and os.waitstatus_to_exitcode(status) == -signal.SIGKILL:
-        return ("; a SIGKILL often means the machine ran out of memory (the kernel's "
-                "out-of-memory killer), unless a person or program killed it")
-    return ""
-
-
-def describe_exit(status: int | None) -> str:
-    if status is None:
-        return "its exit status is unknown (the process closed its connection)"
-    code = os.waitstatus_to_exitcode(status)
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"it was killed by signal {-code} ({name})"
-    return f"it exited with code {code} (sys.exit or os._exit in the task, or a native crash)"

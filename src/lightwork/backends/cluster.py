@@ -26,12 +26,14 @@ caller's side of actors: creation, calls, restarts, names), ``cluster_streams``
 live) and ``cluster_actors`` (the actor's side, on a worker). What runs on
 the workers, and the stored forms of values and errors, are in ``cluster_worker``.
 
-Diagnostics: the driver's ``recorder``
-(``cluster_record.ClusterLog``) is the event log of the run, filled from the workers'
-own stamps; the state API (``cluster_state``), ``task_records``, the timeline,
-``stack``, the advisor, the Dask-style callbacks and profilers (its task listeners),
-``lightwork.dask.get``, the ``lightwork`` command from another terminal
-(``cluster_control``) and the live dashboard (``cluster_dashboard``) read it.
+Diagnostics: the driver's ``session_log`` (``cluster_record.ClusterLog``) is the
+event log of the run, filled from the workers' own stamps (``recorder``, what the task
+path stamps, is the same log, or None with ``event_budget=0``); the state API
+(``cluster_state``), ``task_records``, the timeline, ``stack``, the advisor, the
+Dask-style callbacks and profilers (its task listeners), ``lightwork.dask.get``, the
+``lightwork`` command from another terminal (``cluster_control``) and the live
+dashboard (``cluster_dashboard``) read it. Tasks lost with their worker are heard from
+the scheduler plugin ``cluster_plugin.TaskErrors`` (see ``cluster_tasks``).
 
 Which distributed: ``cluster_compat`` checks at connect (and in each worker) that the
 installed one has the few private parts the backend relies on, and names the supported
@@ -88,22 +90,26 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         self._owns_client = owns_client
         self.in_driver = in_driver
         self.namespace = namespace
-        # Not a Node (lightwork.dask and the callbacks need one): the event log of the
-        # cluster run, which the state API, timeline, stack and advisor read.
+        # Not a Node (lightwork.dask and the callbacks need one): the driver's session
+        # log of the cluster run, which the state API, timeline, stack, advisor and the
+        # `lightwork` command read. It serves the command even with event_budget=0, as a
+        # local session does; ``recorder`` (what the task path stamps) is it only while
+        # the event log is on, so with the log off the task path stamps nothing.
         self.node = None
-        self.recorder: ClusterLog | None = (
-            ClusterLog(self, event_budget) if in_driver and event_budget else None)
-        if self.recorder is not None:
-            self.recorder.serve()  # the `lightwork` command from another terminal
+        self.session_log: ClusterLog | None = (
+            ClusterLog(self, event_budget) if in_driver else None)
+        self.recorder: ClusterLog | None = self.session_log if event_budget else None
+        if self.session_log is not None:
+            self.session_log.serve()  # the `lightwork` command from another terminal
         self.lock = threading.Lock()
         # In a worker, each entry is tagged with its driver session (for the listings).
         self.futures: dict[int, Any] = {} if in_driver else cluster_worker.SessionFutures()
         self.keys: dict[int, str] = {}  # keys of refs this process may borrow
         self.task_ids: dict[int, int] = {}
         self._orphans: dict[int, Any] = {}
-        # Futures of the refs inside a task's single result, by its key: released with
-        # it (cluster_plugin.ExportedRefs); inside other stored values: cluster_holds.
-        self.exported_by_key: dict[Any, list[Any]] = {}
+        # The refs inside a task's single result, by its key: released with it
+        # (cluster_plugin.ExportedRefs); inside other stored values: cluster_holds.
+        self.exported_by_key: dict[Any, cluster_worker.Exported] = {}
         self._init_holds()
         self._prefix = random.getrandbits(PROCESS_ID_SHIFT - 17) + 1 << PROCESS_ID_SHIFT
         self._ids = itertools.count(1)
@@ -115,9 +121,20 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         if client is not None:
             self._watch_client(client)
         if in_driver and client is not None:
-            from lightwork.backends.cluster_plugin import ExportedRefs
+            from lightwork.backends.cluster_plugin import ExportedRefs, TaskErrors
             from lightwork.backends.cluster_tasks import check_allowed_failures
 
+            try:  # (idempotent: a driver before this one may have installed it)
+                client.register_plugin(TaskErrors(), name=TaskErrors.name)
+            except Exception as exc:  # said plainly, with what to do
+                if owns_client:
+                    client.close()
+                if cluster is not None:
+                    cluster.close()
+                raise RuntimeError(
+                    f"the Dask scheduler at {client.scheduler.address} could not load "
+                    f"lightwork's scheduler plugin ({type(exc).__name__}: {exc}); install "
+                    "lightwork (the same version) where the scheduler runs") from exc
             client.register_plugin(ExportedRefs(), name=ExportedRefs.name)
             check_allowed_failures(client)  # warns once if each loss is not one try
         self._closed = False
@@ -184,7 +201,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
     def _watch_client(self, client: Any) -> None:
         import distributed
 
-        cluster_compat.check(distributed, client)  # its private stream handlers (see there)
+        cluster_compat.check(distributed)  # (in a worker: the first check of this process)
         self._watch_task_errors(client)
 
     @property
@@ -196,8 +213,11 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             if self._closed:
                 return
             self._closed = True
-            if self.recorder is not None:
-                self.recorder.stop()
+        # Not under the lock: stopping waits on the event loop, whose callbacks (an
+        # actor call's reply, a failed key) take the lock.
+        if self.session_log is not None:
+            self.session_log.stop()
+        with self.lock:
             self.futures.clear()
             self._orphans.clear()
             self.exported_by_key.clear()
@@ -292,15 +312,21 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         futures = self.futures
         return {i: futures[i].key for i in ids if i in futures and futures[i].key is not None}
 
-    def encode(self, value: Any, result_key: Any = None) -> Any:
+    def encode(self, value: Any, result_key: Any = None, session: int = 0) -> Any:
         """``value`` as stored in the cluster. Refs inside it are kept alive while the
-        task result ``result_key`` lives, if given (``cluster_plugin.ExportedRefs``);
-        else the caller holds them (``hold_inside``, see ``cluster_holds``)."""
+        task result ``result_key`` of driver session ``session`` lives, if given
+        (``cluster_plugin.ExportedRefs``); else the caller holds them (``hold_inside``,
+        see ``cluster_holds``)."""
         stored = cluster_worker.encode(value, self._keys_of)
         if type(stored) is WithRefs and result_key is not None:
-            held = [self.futures[i] for i in stored.keys if i in self.futures]
+            futures, task_ids = self.futures, self.task_ids
+            held = {i: (futures[i], task_ids.get(i, 0)) for i in stored.keys if i in futures}
             with self.lock:
-                self.exported_by_key.setdefault(result_key, []).extend(held)
+                exported = self.exported_by_key.get(result_key)
+                if exported is None:
+                    exported = self.exported_by_key[result_key] = cluster_worker.Exported(
+                        session or self.session_tag)
+                exported.refs.update(held)
         return stored
 
     def decode(self, stored: Any) -> Any:

@@ -14,6 +14,12 @@ future resolves the outcome from a done callback. So ``get`` blocks on the outco
 call map to :class:`ActorResult` entries in ``futures`` (``key`` None: the value lives
 with its caller, not in the cluster).
 
+``.remote()`` never waits for the engine: while the actor's key is pending (its
+constructor runs, or no worker has room yet) calls queue (``_building``) and go, in
+order, from the key's done callback (``_built``). Every other wait on the engine in this
+module is bounded (``ENGINE_POLL_S`` at a time, looking again whether the session closed
+or the actor was killed), so a lost worker or scheduler ends in an error, not a hang.
+
 Restarts (the owner decides)
 ----------------------------
 The process that created an actor owns it (``OwnedActor``): it alone counts restarts and
@@ -26,10 +32,12 @@ the same ``ActorHost`` is built again on another worker, re-running the construc
 killed actor and one out of restarts stay dead; the owner cancels the key, so handles
 elsewhere see it dead too.
 
-While an actor restarts, new calls from its owner queue (``OwnedActor.queued``) and are
-sent, in order, once it is back. A call in flight when the worker died is sent again
-after the restart if ``max_task_retries`` allows (-1: always), otherwise it fails with
-``ActorDiedError`` (Ray's semantics: the call may have run partly). Calls in flight are
+While an actor restarts, new calls from its owner queue (``OwnedActor.queued``). A call
+in flight when the worker died is sent again after the restart if ``max_task_retries``
+allows (-1: always), otherwise it fails with ``ActorDiedError`` (Ray's semantics: the
+call may have run partly). Once the actor is back, the calls lost in flight go first, in
+the order they were made, then those queued meanwhile (``_flush``; calls made during the
+flush join its queue, so none overtakes an older one). Calls in flight are
 settled as soon as the loss is decided, not when their RPCs fail: an RPC sent to a worker
 that had just died may wait out distributed's connect timeout (30 s); its late end is
 ignored (``ActorCall.sends``). Sequence numbers (``_seqs``, per caller) start again at 0
@@ -41,12 +49,15 @@ the same, without deciding anything: their process follows the owner's decision 
 the actor's key. The key carries the actor's ``(max_restarts, max_task_retries)`` as an
 annotation, which such a process reads from the scheduler when it first meets a loss
 (``_restart_policy``). It meets one as a call whose RPC failed, or as the key failed (the
-``task-erred`` message drops its cached proxy, ``_actor_key_erred``). With restarts
+scheduler plugin's message, ``cluster_plugin.TaskErrors``, drops its cached proxy,
+``_actor_key_erred``). With restarts
 allowed, its calls then wait (:class:`BorrowedRestart`) while one thread follows the
 key's state: back in memory on another worker (restarted: the calls go, in order),
 cancelled (killed, or out of restarts: they fail with ``ActorDiedError``), or still
-failed after ``RESTART_WAIT_S`` (the owner is gone: they fail). A call in flight is sent
-again under ``max_task_retries``, as the owner's are. So that a handle elsewhere never
+failed after ``RESTART_WAIT_S`` (the owner is gone: they fail). Its calls in flight
+(``_sent``) are settled when the key fails, as the owner's are when it decides: sent
+again first under ``max_task_retries``, else failed — never left to an RPC that waits
+out the connect timeout on the dead address. So that a handle elsewhere never
 waits for a decision that cannot come, the owner watches every actor it creates and
 gives up (cancels the key of) a lost one without restarts at once.
 
@@ -62,14 +73,14 @@ import concurrent.futures
 import threading
 import time
 import uuid
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 from lightwork import exceptions
 from lightwork._object_ref import ObjectRef, collecting_refs, ref_counter
 from lightwork._runtime import pickler
-from lightwork.backends.cluster_worker import ArgSlot, Failed, WithRefs, key_name, unsupported
+from lightwork.backends.cluster_holds import Handover
+from lightwork.backends.cluster_worker import ArgSlot, Failed, key_name, unsupported
 
 _ACTOR_DATASET = "lightwork-actor/"
 #: How long a restart waits for the scheduler to notice a worker the RPC found dead.
@@ -78,6 +89,9 @@ LOSS_NOTICE_TIMEOUT_S = 30.0
 #: it looks at the actor's key meanwhile (only during a restart).
 RESTART_WAIT_S = 60.0
 RESTART_POLL_S = 0.05
+#: How long one wait on the engine for a result that should be at hand blocks before it
+#: looks again (closed? killed?): no wait on the engine is unbounded.
+ENGINE_POLL_S = 1.0
 #: The annotation of an actor's key carrying (max_restarts, max_task_retries), read by
 #: the processes that borrow a handle to it.
 _POLICY = "lightwork_actor_restarts"
@@ -89,6 +103,11 @@ def _task_id_of_key(key: Any) -> int | None:
         return int(str(key).split("-")[1], 16)
     except (IndexError, ValueError):
         return None
+
+
+def _in_order(calls: list[ActorCall]) -> list[ActorCall]:
+    """``calls`` in the order this process made them (task ids grow with each call)."""
+    return sorted(calls, key=lambda call: call.message[5])
 
 
 def _actor_dataset(name: str, namespace: str | None) -> str:
@@ -109,8 +128,8 @@ _ENV_LOADER = b"lightwork._runtime.runtime_env\x94\x8c\x10load_actor_class"
 class ActorCall:
     """One actor call from this process: its message, and its outcome once final."""
 
-    __slots__ = ("__weakref__", "actor_id", "attempt", "held", "message", "num_returns",
-                 "outcome", "recorder", "sends")
+    __slots__ = ("__weakref__", "actor_id", "attempt", "held", "inner", "message",
+                 "num_returns", "outcome", "recorder", "sends")
 
     def __init__(self, actor_id: int, message: tuple[Any, ...], num_returns: int,
                  recorder: Any = None) -> None:
@@ -119,6 +138,7 @@ class ActorCall:
         self.num_returns = num_returns
         self.attempt = 0
         self.held: list[Any] = []  # futures of the refs the call borrows, until it ends
+        self.inner: list[Any] = []  # futures of the refs inside its result (cluster_holds)
         self.outcome: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.recorder = recorder  # the driver's event log (cluster_record), or None
         self.sends = 0  # RPCs made for it: only the latest one's end counts
@@ -173,7 +193,9 @@ class BorrowedRestart:
     the calls made meanwhile wait here (see *Restarts*)."""
 
     lost_address: str | None  # the worker it was lost with, if known
-    queued: list[ActorCall]
+    queued: list[ActorCall]  # made meanwhile, in order
+    retried: list[ActorCall] = field(default_factory=list)  # lost in flight: sent first
+    flushing: bool = False  # restarted: its calls are being sent (new ones join queued)
 
 
 @dataclass(slots=True)
@@ -188,13 +210,19 @@ class OwnedActor:
     restarts: int = 0
     incarnation: int = 0
     restarting: bool = False
+    flushing: bool = False  # back: its queued calls are being sent (new ones join them)
     dead: str = ""  # why it is dead for good ("" while it may live)
     address: str = ""  # the worker holding it, once placed
-    queued: list[ActorCall] = field(default_factory=list)
+    queued: list[ActorCall] = field(default_factory=list)  # made while it restarts
+    retried: list[ActorCall] = field(default_factory=list)  # lost in flight: sent first
     inflight: dict[ActorCall, int] = field(default_factory=dict)  # call -> incarnation
 
     def out_of_restarts(self) -> bool:
         return 0 <= self.max_restarts <= self.restarts
+
+    def may_retry(self, call: ActorCall) -> bool:
+        """Whether ``call``, lost in flight, may run again (``max_task_retries``)."""
+        return self.max_task_retries < 0 or call.attempt < self.max_task_retries
 
 
 class ActorCalls:
@@ -205,6 +233,7 @@ class ActorCalls:
     task_ids: dict[int, int]
     namespace: str | None
     recorder: Any
+    session_log: Any
     in_driver: bool
 
     def _init_actor_calls(self) -> None:
@@ -217,6 +246,12 @@ class ActorCalls:
         self._caller = uuid.uuid4().hex  # this process, as a caller of actors
         self._borrowed: dict[int, BorrowedRestart] = {}  # borrowed actors being restarted
         self._policies: dict[int, tuple[int, int] | None] = {}  # see _restart_policy
+        # Calls of borrowed actors in flight (actor id -> call -> the proxy it went to):
+        # settled when the actor's key fails (_actor_key_erred), as the owner's are.
+        self._sent: dict[int, dict[ActorCall, Any]] = {}
+        # Calls waiting for their actor's key to be done (built, or rebuilt by its owner):
+        # ``.remote()`` never waits for the engine (see _queue_while_building).
+        self._building: dict[int, list[ActorCall]] = {}
 
     def actor_restarts(self, actor_id: int) -> int:
         """How many times this process restarted the actor (0 if it does not own it)."""
@@ -286,9 +321,9 @@ class ActorCalls:
         # Watch its worker once it is placed: a loss is decided at once (restarted, or
         # given up, which handles elsewhere learn from the cancelled key).
         future.add_done_callback(lambda _f, owned=owned: self._watch(owned, 0))
-        if self.recorder is not None:
-            self.recorder.actor_created(actor.actor_id, actor.class_name, actor.name, namespace,
-                                        actor.detached, actor.max_concurrency)
+        if self.session_log is not None:  # (listed even with the event log off)
+            self.session_log.actor_created(actor.actor_id, actor.class_name, actor.name,
+                                           namespace, actor.detached, actor.max_concurrency)
         if actor.name is not None:
             # The scheduler's datasets are the cluster's directory: whoever knows the name
             # finds the actor, and a published actor outlives this client (detached).
@@ -330,11 +365,15 @@ class ActorCalls:
                 refs.append(ObjectRef(object_id))
         return refs
 
-    def _dispatch(self, call: ActorCall) -> None:
-        """Send ``call`` now, queue it while its actor restarts, or fail it if dead."""
+    def _dispatch(self, call: ActorCall, flushing: bool = False) -> None:
+        """Send ``call`` now, queue it while its actor is built or restarts, or fail it if
+        the actor is dead; never waits for the engine. ``flushing``: a queued call sent
+        by the flush of its queue (the queue's own checks are skipped)."""
         actor_id = call.actor_id
         owned = self._owned.get(actor_id)
-        if owned is None and self._queue_while_restarting(call):
+        if not flushing and self._queue_while_building(call, owned):
+            return
+        if owned is None and not flushing and self._queue_while_restarting(call):
             return
         try:
             proxy = self._actor(actor_id)
@@ -347,14 +386,66 @@ class ActorCalls:
                 call.fail(died)
                 return
             proxy = None
+        if proxy is None and owned is None:  # its key is pending again: rebuilt elsewhere
+            if not self._await_restart(call, None):
+                call.fail(self._actor_died(actor_id, None))
+            return
         with self.lock:
-            if owned is not None and (owned.restarting or proxy is None):
-                owned.queued.append(call)
-                return
+            if owned is not None:
+                if owned.restarting or (owned.flushing and not flushing):
+                    owned.queued.append(call)
+                    return
+                # The proxy as of now (a restart may have replaced it since _actor()).
+                proxy = self._proxies.get(actor_id, proxy)
+                if proxy is None:  # pending again before its restart was decided
+                    owned.queued.append(call)
+                    return
             seq = self._seqs.get(actor_id, 0)
             self._seqs[actor_id] = seq + 1
             incarnation = owned.incarnation if owned is not None else 0
         self._send(proxy, call, seq, incarnation)
+
+    def _queue_while_building(self, call: ActorCall, owned: OwnedActor | None) -> bool:
+        """Queue ``call`` if its actor's key is pending (being built, or rebuilt by an
+        owner elsewhere; an owned actor's restart has a queue of its own): the calls
+        go, in order, once the key is done (``_built``). So ``.remote()`` returns at
+        once, even while a constructor runs or no worker can take the actor yet."""
+        actor_id = call.actor_id
+        future = self.futures.get(actor_id)
+        with self.lock:
+            waiting = self._building.get(actor_id)
+            if waiting is not None:
+                waiting.append(call)
+                return True
+            if (actor_id in self._proxies or future is None
+                    or getattr(future, "status", "finished") != "pending"
+                    or owned is not None and (owned.restarting or owned.flushing)):
+                return False
+            self._building[actor_id] = [call]
+        future.add_done_callback(lambda _f: self._built(actor_id))
+        return True
+
+    def _built(self, actor_id: int) -> None:
+        """The key the calls of ``_building`` wait for is done (in distributed's callback
+        thread): send them in order; calls made meanwhile join the queue until it is
+        empty, so none overtakes an older one."""
+        while True:
+            with self.lock:
+                waiting = self._building.get(actor_id)
+                future = self.futures.get(actor_id)
+                if waiting and future is not None and future.status == "pending":
+                    break  # pending again (rebuilt): wait for it once more
+                if not waiting:
+                    self._building.pop(actor_id, None)
+                    return
+                calls = waiting[:]
+                waiting.clear()
+            for call in calls:
+                try:
+                    self._dispatch(call, flushing=True)
+                except exceptions.LightworkError as error:  # the session closed, say
+                    call.fail(error)
+        future.add_done_callback(lambda _f: self._built(actor_id))
 
     def _send(self, proxy: Any, call: ActorCall, seq: int, incarnation: int) -> None:
         from distributed.protocol import to_serialize
@@ -366,8 +457,12 @@ class ActorCalls:
         with self.lock:
             call.sends += 1
             sends = call.sends
-            if owned is not None:  # settled at once if its actor is lost (_begin_restart)
+            # Settled at once if its actor is lost: _begin_restart for the owner, else
+            # _actor_key_erred (before its RPC may end, 30 s later for a dead address).
+            if owned is not None:
                 owned.inflight[call] = incarnation
+            else:
+                self._sent.setdefault(call.actor_id, {})[call] = proxy
 
         async def execute() -> Any:
             return await proxy._worker_rpc.actor_execute(
@@ -385,9 +480,16 @@ class ActorCalls:
         owned = self._owned.get(call.actor_id)
         with self.lock:
             if sends != call.sends or call.outcome.done():
+                self._drop_handover(done)  # nobody wants this reply's inner objects
                 return
             if owned is not None:
                 owned.inflight.pop(call, None)
+            else:
+                sent = self._sent.get(call.actor_id)
+                if sent is not None:
+                    sent.pop(call, None)
+                    if not sent:
+                        del self._sent[call.actor_id]
         try:
             reply = done.result()
         except OSError as exc:  # the actor's worker is gone
@@ -401,17 +503,23 @@ class ActorCalls:
             return
         if reply.get("status") == "OK":
             stored = reply["result"]
-            inner = {}  # refs inside the result: held here from now on (cluster_holds)
-            for part in stored if type(stored) is tuple else (stored,):
-                if type(part) is WithRefs:
-                    inner.update(part.keys)
-            if inner:  # ... while the call lives, and a little longer (cluster_holds)
-                weakref.finalize(call, self.linger, self.hold_keys(inner))
+            if type(stored) is Handover:  # refs inside: held here from now on, while
+                call.inner = self.take_over(stored, keep=True)  # the call lives
+                stored = stored.stored
             call.finish(stored)
         else:
             error = reply.get("exception")
             call.fail(exceptions.ActorDiedError(
                 f"actor {call.actor_id:020x} could not run {call.message[1]}: {error!r}"))
+
+    def _drop_handover(self, done: concurrent.futures.Future[Any]) -> None:
+        """A reply that comes too late (its call was settled): release what it hands
+        over, if anything (``cluster_holds``)."""
+        if done.cancelled() or done.exception() is not None:
+            return
+        reply = done.result()
+        if reply.get("status") == "OK" and type(reply.get("result")) is Handover:
+            self.take_over(reply["result"], keep=False)
 
     def _call_lost(self, call: ActorCall, proxy: Any, incarnation: int,
                    exc: BaseException) -> None:
@@ -425,8 +533,8 @@ class ActorCalls:
         if owned is None:
             policy = self._restart_policy(actor_id)
             if policy is not None and policy[0] and (policy[1] < 0 or call.attempt < policy[1]):
-                call.attempt += 1  # sent again once its owner has restarted it
-                if self._await_restart(call, proxy._address):
+                call.attempt += 1  # sent again, first, once its owner has restarted it
+                if self._await_restart(call, proxy._address, retry=True):
                     return
             more = ("" if policy is None or not policy[0] else
                     "; calls in flight are not retried (max_task_retries="
@@ -439,23 +547,28 @@ class ActorCalls:
         if not self._begin_restart(owned, incarnation):
             call.fail(self._actor_died(actor_id, exc))  # dead for good
             return
-        retries = owned.max_task_retries
-        if retries >= 0 and call.attempt >= retries:
-            call.fail(exceptions.ActorDiedError(
-                f"actor {owned.class_name} ({actor_id:020x}) lost its worker while running "
-                f"{name}; calls in flight are not retried (max_task_retries="
-                f"{owned.max_task_retries}): set max_task_retries (-1: no limit) if the call "
-                "is safe to run twice"))
+        if not owned.may_retry(call):
+            call.fail(self._not_retried(owned, name))
             return
         call.attempt += 1
+        self._note_retry(owned, call, exc)
+        with self.lock:
+            if owned.restarting or owned.flushing:
+                owned.retried.append(call)  # sent first, in order (_flush)
+                return
+        self._dispatch(call)
+
+    def _not_retried(self, owned: OwnedActor, name: str) -> exceptions.ActorDiedError:
+        return exceptions.ActorDiedError(
+            f"actor {owned.class_name} ({owned.actor_id:020x}) lost its worker while running "
+            f"{name}; calls in flight are not retried (max_task_retries="
+            f"{owned.max_task_retries}): set max_task_retries (-1: no limit) if the call "
+            "is safe to run twice")
+
+    def _note_retry(self, owned: OwnedActor, call: ActorCall, exc: BaseException) -> None:
         if self.recorder is not None:
             self.recorder.call_retried(call.message[5], "actor restarted: its worker "
                                        f"{owned.address} was lost ({type(exc).__name__})")
-        with self.lock:
-            if owned.restarting:
-                owned.queued.insert(0, call)
-                return
-        self._dispatch(call)
 
     # -- restarts ----------------------------------------------------------------------------
     def _watch(self, owned: OwnedActor, incarnation: int) -> None:
@@ -468,7 +581,9 @@ class ActorCalls:
                 self._begin_restart(owned, incarnation)
             return
         try:
-            proxy = future.result()
+            proxy = future.result(timeout=ENGINE_POLL_S)
+        except (TimeoutError, concurrent.futures.TimeoutError):
+            return  # pending again: whoever made it so watches it
         except Exception:  # noqa: BLE001 - lost in the meantime
             self._begin_restart(owned, incarnation)
             return
@@ -510,21 +625,37 @@ class ActorCalls:
                 effect = self._restart
             # Its calls in flight are lost now: their RPCs to the lost worker may take the
             # connect timeout (30 s) to fail. A late end of one is ignored (``sends``).
-            lost = [call for call, sent_to in owned.inflight.items() if sent_to == incarnation]
+            # Those that may run again are sent first after the restart, in their order.
+            lost = _in_order([call for call, sent_to in owned.inflight.items()
+                              if sent_to == incarnation])
+            failed = []
             for call in lost:
                 del owned.inflight[call]
                 call.sends += 1
+                if effect == self._restart and owned.may_retry(call):
+                    call.attempt += 1
+                    owned.retried.append(call)
+                else:
+                    failed.append(call)
         threading.Thread(target=effect, args=(owned,), daemon=True,
                          name=f"lightwork-restart-{owned.class_name}").start()
         if lost:
-            threading.Thread(target=self._calls_lost, args=(lost, incarnation, owned.address),
+            threading.Thread(target=self._settle_lost, args=(owned, lost, failed),
                              daemon=True, name="lightwork-actor-retry").start()
         return effect == self._restart
 
-    def _calls_lost(self, calls: list[ActorCall], incarnation: int, address: str) -> None:
-        for call in calls:
-            self._call_lost(call, None, incarnation,
-                            ConnectionError(f"its worker {address} was lost"))
+    def _settle_lost(self, owned: OwnedActor, lost: list[ActorCall],
+                     failed: list[ActorCall]) -> None:
+        """Fail the calls lost in flight that may not run again; record the others'
+        retry (queued already by ``_begin_restart``)."""
+        loss = ConnectionError(f"its worker {owned.address} was lost")
+        for call in lost:
+            if call not in failed:
+                self._note_retry(owned, call, loss)
+            elif owned.dead:
+                call.fail(self._actor_died(owned.actor_id, loss))
+            else:
+                call.fail(self._not_retried(owned, call.message[1]))
 
     def _restart(self, owned: OwnedActor) -> None:
         """Rebuild ``owned`` on another worker (its restart is counted already)."""
@@ -547,9 +678,10 @@ class ActorCalls:
             if self.recorder is not None:
                 self.recorder.actor_restarted(actor_id, f"its worker {owned.address} was lost")
             self.client.retry([future])
-            try:
-                proxy = future.result()
-            except Exception:  # noqa: BLE001 - lost again while rebuilt
+            proxy = self._placed(future, actor_id)
+            if proxy is None:  # lost again while rebuilt (or killed, or closed: see above)
+                if self._closed or self._killed.get(actor_id):
+                    continue
                 with self.lock:
                     if owned.out_of_restarts():
                         owned.dead = self._out_of_restarts(owned)
@@ -561,6 +693,19 @@ class ActorCalls:
                 continue
             self._restarted(owned, proxy)
             return
+
+    def _placed(self, future: Any, actor_id: int) -> Any:
+        """The proxy of ``future``'s actor once it is placed; None if it failed, or if the
+        actor is killed or the session closes while it waits (the wait is not bounded
+        otherwise: a cluster may take long to find room, and calls queue meanwhile)."""
+        while not self._closed and not self._killed.get(actor_id):
+            try:
+                return future.result(timeout=ENGINE_POLL_S)
+            except (TimeoutError, concurrent.futures.TimeoutError):
+                continue
+            except Exception:  # noqa: BLE001 - lost (again), or cancelled
+                return None
+        return None
 
     def _restarted(self, owned: OwnedActor, proxy: Any) -> None:
         """``owned`` is back: a new incarnation at ``proxy``, or (None) the same one, which
@@ -575,16 +720,32 @@ class ActorCalls:
                 self._seqs[owned.actor_id] = 0
                 owned.incarnation += 1
             owned.restarting = False
-            queued, owned.queued = owned.queued, []
+            owned.flushing = True
         self._watch(owned, owned.incarnation)
-        for call in queued:
-            self._dispatch(call)
+        self._flush(owned)
+
+    def _flush(self, owned: OwnedActor) -> None:
+        """Send the calls of ``owned`` that waited for its restart: those lost in flight
+        first, then those made meanwhile, in order; calls made during the flush join the
+        queue, so none overtakes an older one. Stops if it is lost again meanwhile (the
+        next restart sends the rest)."""
+        while True:
+            with self.lock:
+                calls = _in_order(owned.retried) + owned.queued
+                owned.retried, owned.queued = [], []
+                if not calls or owned.restarting:
+                    owned.queued[:0] = calls
+                    owned.flushing = False
+                    return
+            for call in calls:  # (if it died for good meanwhile, they fail)
+                self._dispatch(call, flushing=True)
 
     def _give_up(self, owned: OwnedActor) -> None:
         """``owned`` is dead for good (``owned.dead`` says why): end it everywhere."""
         with self.lock:
-            owned.restarting = False
-            queued, owned.queued = owned.queued, []
+            owned.restarting = owned.flushing = False
+            queued = owned.retried + owned.queued
+            owned.retried, owned.queued = [], []
             future = self.futures.get(owned.actor_id)
         if future is not None and not self._closed:
             self.client.cancel([future], force=True)  # handles elsewhere see it dead
@@ -617,7 +778,8 @@ class ActorCalls:
         return policy
 
     def _queue_while_restarting(self, call: ActorCall) -> bool:
-        """Queue ``call`` if its (borrowed) actor is being restarted by its owner."""
+        """Queue ``call`` if its (borrowed) actor is being restarted by its owner, or the
+        calls that waited for that are being sent."""
         with self.lock:
             borrowed = self._borrowed.get(call.actor_id)
             if borrowed is None:
@@ -625,24 +787,27 @@ class ActorCalls:
             borrowed.queued.append(call)
             return True
 
-    def _await_restart(self, call: ActorCall, lost_address: str | None) -> bool:
+    def _await_restart(self, call: ActorCall, lost_address: str | None,
+                       retry: bool = False) -> bool:
         """The actor of ``call``, borrowed from its owner, was lost (at ``lost_address``,
         if known): queue the call until its owner has restarted it, if it may be
-        (``max_restarts``). False if it will not be: the call is not queued."""
+        (``max_restarts``); a ``retry`` (lost in flight) goes before the calls made
+        meanwhile. False if it will not be: the call is not queued."""
         actor_id = call.actor_id
         policy = self._restart_policy(actor_id)
         if policy is None or not policy[0] or self._closed:
             return False
         with self.lock:
             borrowed = self._borrowed.get(actor_id)
-            if borrowed is not None:
-                borrowed.queued.append(call)
+            if borrowed is not None and not borrowed.flushing:
+                (borrowed.retried if retry else borrowed.queued).append(call)
                 return True
             cached = self._proxies.get(actor_id)
             if cached is not None and lost_address in (None, cached._address):
                 del self._proxies[actor_id]  # stale: its worker is gone
                 lost_address = cached._address
-            borrowed = self._borrowed[actor_id] = BorrowedRestart(lost_address, [call])
+            borrowed = self._borrowed[actor_id] = BorrowedRestart(
+                lost_address, [] if retry else [call], [call] if retry else [])
         threading.Thread(target=self._follow_restart, args=(actor_id, borrowed), daemon=True,
                          name=f"lightwork-actor-restart-{actor_id:x}").start()
         return True
@@ -657,7 +822,7 @@ class ActorCalls:
             status = future.status
             if status == "finished":
                 try:
-                    candidate = future.result()
+                    candidate = future.result(timeout=ENGINE_POLL_S)
                 except Exception:  # noqa: BLE001 - lost again meanwhile: go on watching
                     candidate = None
                 if candidate is not None and (candidate._address != borrowed.lost_address
@@ -673,18 +838,27 @@ class ActorCalls:
                 break
             time.sleep(RESTART_POLL_S)  # only while an actor restarts
         with self.lock:
-            if self._borrowed.get(actor_id) is borrowed:
-                del self._borrowed[actor_id]
-            queued, borrowed.queued = borrowed.queued, []
+            borrowed.flushing = True
             if proxy is not None:
                 self._proxies[actor_id] = proxy
                 self._seqs[actor_id] = 0  # the new incarnation counts each caller from 0
-        for call in queued:
-            if proxy is not None:
-                self._dispatch(call)
-            else:
-                call.fail(exceptions.ActorDiedError(
-                    f"actor {actor_id:020x} is dead: its worker was lost and {why or 'the session closed'}"))
+        # Lost calls first, then those made meanwhile, in order; calls made during the
+        # flush join the queue (none overtakes an older one) until it is empty.
+        while True:
+            with self.lock:
+                calls = _in_order(borrowed.retried) + borrowed.queued
+                borrowed.retried, borrowed.queued = [], []
+                if not calls:
+                    if self._borrowed.get(actor_id) is borrowed:
+                        del self._borrowed[actor_id]
+                    return
+            for call in calls:
+                if proxy is not None:
+                    self._dispatch(call, flushing=True)
+                else:
+                    call.fail(exceptions.ActorDiedError(
+                        f"actor {actor_id:020x} is dead: its worker was lost and "
+                        f"{why or 'the session closed'}"))
 
     def _actor_key_erred(self, key: Any) -> None:
         """The scheduler failed ``key`` (on the event loop): if it is a borrowed actor's,
@@ -698,15 +872,33 @@ class ActorCalls:
             if proxy is not None and proxy.key == key:
                 del self._proxies[actor_id]
                 self._seqs[actor_id] = 0  # a new incarnation counts each caller from 0
+            # Its calls in flight are lost now (the RPC of one sent to the dead address
+            # would fail only at the connect timeout, 30 s): settled as the owner's are.
+            lost = self._sent.pop(actor_id, {})
+            for call in lost:
+                call.sends += 1  # a late end of its RPC is ignored
+        if lost:
+            threading.Thread(target=self._borrowed_calls_lost, args=(list(lost.items()),),
+                             daemon=True, name="lightwork-actor-retry").start()
+
+    def _borrowed_calls_lost(self, lost: list[tuple[ActorCall, Any]]) -> None:
+        for call, proxy in sorted(lost, key=lambda item: item[0].message[5]):
+            self._call_lost(call, proxy, 0, ConnectionError(
+                f"its worker {proxy._address} was lost"))
 
     # -- the actor's proxy -------------------------------------------------------------------
     def _actor(self, actor_id: int) -> Any:
-        """The distributed proxy of the actor, once it exists; ActorDiedError if it is gone."""
+        """The distributed proxy of the actor; None while its key is pending (being built
+        or rebuilt: never waited for here); ActorDiedError if it is gone."""
         proxy = self._proxies.get(actor_id)
         if proxy is None:
             future = self._future_of(actor_id)
-            try:
-                proxy = future.result()
+            if future.status == "pending":
+                return None
+            try:  # done: at hand (bounded all the same, in case it went pending again)
+                proxy = future.result(timeout=ENGINE_POLL_S)
+            except (TimeoutError, concurrent.futures.TimeoutError):
+                return None
             except Exception as exc:  # noqa: BLE001 - its worker died, or it was killed
                 raise self._actor_died(actor_id, exc) from None
             self._proxies[actor_id] = proxy

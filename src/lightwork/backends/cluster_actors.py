@@ -17,7 +17,8 @@ that order too.
 Results: a call's result comes back to its caller (it is not a cluster key); the caller's
 side (``cluster_actor_calls``) maps the call's ref to an ``ActorResult``. Errors are
 values, as for tasks (``cluster_worker.Failed``); a constructor that raised makes every
-call fail with ``ActorDiedError`` carrying its traceback. Each call is stamped into the
+call fail with ``ActorDiedError`` carrying its traceback. A result with refs inside is
+handed over to its caller (``cluster_holds.Handover``). Each call is stamped into the
 event log from the actor's side (``cluster_record.note``, with the call's task id): actor
 calls bypass the scheduler. A restart (``max_restarts``) builds a new host from the same
 header on another worker (see ``cluster_actor_calls``); its call order starts afresh.
@@ -29,7 +30,6 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-import uuid
 from typing import Any
 
 import cloudpickle
@@ -192,13 +192,12 @@ class ActorHost:
                                  f"{result!r:.80}")
                 return _spread(error_of(name, exc), num_returns)
             stored = parts = tuple(self.backend.encode(part) for part in parts)
-        # Refs inside: held here until the caller's client holds them (cluster_holds); a
-        # caller in this process shares this client, so only the timeout lets them go.
-        backend = self.backend
-        taker = caller_client if caller_client != backend.client.id else ""
-        for part in parts:
-            if type(part) is WithRefs:
-                backend.hold_inside(part, f"actor-result-{uuid.uuid4().hex}", "taken", taker)
+        # Refs inside: handed over to the caller through the scheduler (cluster_holds),
+        # so this process's own refs may go as soon as the call returns.
+        inner = [key for part in parts if type(part) is WithRefs for key in part.keys.values()]
+        if inner:
+            return self.backend.hand_over_result(stored, list(dict.fromkeys(inner)),
+                                                 caller_client)
         return stored
 
 

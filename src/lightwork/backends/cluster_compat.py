@@ -1,15 +1,11 @@
 """Which versions of distributed the backend runs on, and the private parts it relies on.
 
 The backend uses distributed's public API (``Client``, ``Future``, ``Variable``,
-``Queue``, datasets, topics, ``client.run``/``run_on_scheduler``, worker plugins) and,
-on the scheduler, its documented state (``Scheduler.workers``/``tasks``, their
+``Queue``, datasets, topics, ``client.run``/``run_on_scheduler``, scheduler and worker
+plugins) and, on the scheduler, its documented state (``Scheduler.workers``/``tasks``, their
 ``WorkerState``/``TaskState`` fields). A few things have no public equivalent that does
 the same job at the same cost; each is listed in :data:`PRIVATE_PARTS` with why:
 
-* ``Client._stream_handlers["task-erred"]`` (``cluster_tasks._watch_task_errors``): the
-  one place a client hears that the scheduler failed a task with ``KilledWorker``,
-  without a callback on every future (the public alternative: a done callback per
-  task, on the submit path);
 * ``Client._send_to_scheduler`` with ``client-desires-keys`` (``cluster._on_borrow``): a
   ``Future`` made from a key in another process (a borrowed ref) counts only locally;
   the message makes the scheduler keep the key for this client. The public routes
@@ -22,7 +18,10 @@ the same job at the same cost; each is listed in :data:`PRIVATE_PARTS` with why:
   ``client.who_has`` is a round trip, and it is needed on the event loop.
 
 (An actor's liveness reads the actor key's ``Future``, which this process holds anyway,
-not the proxy's private one.)
+not the proxy's private one. A task failed with ``KilledWorker`` was heard through the
+client's private ``task-erred`` stream handler until session 6; a scheduler plugin
+publishing those failures on a topic, ``cluster_plugin.TaskErrors``, does it with the
+public plugin and topic API now.)
 
 :func:`check` runs at ``init`` (driver) and when a worker makes its backend: a
 distributed outside :data:`SUPPORTED`, or one lacking any of those parts, fails there with
@@ -43,7 +42,6 @@ SUPPORTED = f"distributed {OLDEST} to {NEWEST_TESTED}"
 
 #: (where, what it is for) of each private part, checked by :func:`check`.
 PRIVATE_PARTS: tuple[tuple[str, str], ...] = (
-    ("Client._stream_handlers['task-erred']", "retrying tasks lost with their worker"),
     ("Client._send_to_scheduler", "keeping borrowed refs alive"),
     ("Actor._worker_rpc", "actor calls"),
     ("Actor._io_loop", "actor calls"),
@@ -59,24 +57,15 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def missing_parts(distributed: Any, client: Any = None) -> list[str]:
-    """The private parts this distributed lacks (``client``: a connected one, to check its
-    stream handlers; None checks the classes only)."""
+def missing_parts(distributed: Any) -> list[str]:
+    """The private parts this distributed lacks (checked on its classes: nothing is
+    built or connected to find out)."""
     from distributed.actor import Actor
 
     missing = []
     client_class = distributed.Client
     if not callable(getattr(client_class, "_send_to_scheduler", None)):
         missing.append("Client._send_to_scheduler")
-    if client is not None:
-        handlers = getattr(client, "_stream_handlers", None)
-        if not isinstance(handlers, dict) or not callable(handlers.get("task-erred")):
-            missing.append("Client._stream_handlers['task-erred']")
-    else:  # made in Client.__init__: read from its code, so no client is needed
-        code = getattr(client_class.__init__, "__code__", None)
-        if code is None or "_stream_handlers" not in code.co_names or not callable(
-                getattr(client_class, "_handle_task_erred", None)):
-            missing.append("Client._stream_handlers['task-erred']")
     for name in ("_worker_rpc", "_io_loop"):
         if not isinstance(getattr(Actor, name, None), property):
             missing.append(f"Actor.{name}")
@@ -87,14 +76,14 @@ def missing_parts(distributed: Any, client: Any = None) -> list[str]:
     return missing
 
 
-def check(distributed: Any, client: Any = None) -> None:
+def check(distributed: Any) -> None:
     """Fail now, saying why, if this distributed cannot run the backend."""
     version = getattr(distributed, "__version__", "0")
     if _version_tuple(version) < _version_tuple(OLDEST):
         raise ImportError(
             f"lightwork's distributed backend needs {SUPPORTED}; this is distributed "
             f"{version}: pip install 'distributed>={OLDEST}' (or 'lightwork[cluster]')")
-    missing = missing_parts(distributed, client)
+    missing = missing_parts(distributed)
     if missing:
         uses = dict(PRIVATE_PARTS)
         what = "; ".join(f"{name} ({uses.get(name, '')})" for name in missing)

@@ -93,8 +93,8 @@ class Fetching:
 
     def _recover_all(self, killed: Any, futures: list[Any]) -> None:
         """Recover the task lost with its worker (``killed``: distributed's KilledWorker)
-        and every failed one among ``futures`` (those the ``task-erred`` message did not
-        reach first)."""
+        and every failed one among ``futures`` (those the scheduler plugin's message,
+        ``cluster_plugin.TaskErrors``, did not reach first)."""
         from lightwork.backends.cluster_tasks import _losses
 
         erred = [f.key for f in futures if f.key is not None and f.status == "error"]
@@ -182,7 +182,7 @@ class Fetching:
         """Whether ``wait`` counts ``future`` (of ``object_id``) as ready: done, unless it
         failed in the engine because its worker was lost and its task runs again
         (``max_retries``), as Ray keeps a retried task not ready. Then its id has a new
-        future (submitted here, if the ``task-erred`` message has not done it yet)."""
+        future (submitted here, if the scheduler plugin's message has not done it yet)."""
         if not future.done():
             return False
         if getattr(future, "status", None) != "error":

@@ -16,13 +16,18 @@ one can unpickle the value any more. What tells it depends on where the value li
 * One of a task's ``num_returns=k`` parts, and a generator's item (``"forgotten"`` too):
   held under the part's own key (``<main key>-<index>``) or the item's, watched at once
   (the storing process holds no ref to them).
-* An actor call's result (mode ``"taken"``): it goes back to its caller, not into the
-  cluster. The caller takes its own futures of the inner objects when the reply comes
-  (``cluster_actor_calls``), and the actor's process lets its holds go once the scheduler
-  shows the caller's client wanting every inner key (so there is no moment when no one
-  holds them), or after ``TAKEN_TIMEOUT_S`` (the caller is gone, or is this process).
-  So that the actor's check sees it even when the result is dropped at once, the caller
-  keeps its futures ``LINGER_S`` past the call's end (``linger``).
+* An actor call's result: it goes back to its caller, not into the cluster, so it is
+  *handed over* (:class:`Handover`), with no hold and no watching. Before it replies, the
+  actor's process makes a pseudo client of the scheduler, named for this result (its
+  *holder*), want every inner key (:func:`hand_over`, one ``run_on_scheduler`` round
+  trip: done when the reply leaves). The actor's process then drops its own refs at once.
+  The caller, on the reply (``cluster_actor_calls``), takes futures of its own (its
+  client wants the keys) and then releases the holder, both on its client's stream to
+  the scheduler, which handles them in order: from the reply on, someone the scheduler
+  knows always wants the keys, and the caller's own release of an older ref to one of
+  them can never land after its new want. A caller in the actor's own process does the
+  same (no special case, no timeout). Released holders are dropped from the scheduler's
+  clients by the next hand-over, which also lets go of those whose caller has left.
 
 One daemon thread per process (``_watch_holds``) checks the armed holds once every
 ``WATCH_INTERVAL_S`` in one ``run_on_scheduler`` round trip (:func:`release_facts`), and
@@ -33,13 +38,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 WATCH_INTERVAL_S = 1.0
-TAKEN_TIMEOUT_S = 60.0
-LINGER_S = 5.0
+#: The scheduler's pseudo clients that hold an actor result's inner keys are named so.
+HOLDER_PREFIX = "lightwork-result-"
 
 
 @dataclass(slots=True, eq=False)
@@ -47,24 +51,50 @@ class Hold:
     """Futures of the objects inside one stored value, and when they may go."""
 
     held: list[Any]
-    mode: str  # "forgotten" (the outer key) or "taken" (by the client ``taker``)
-    inner_keys: tuple[Any, ...]
-    taker: str = ""
     armed: bool = False  # watched now (a put: once this process dropped its own ref)
-    deadline: float = 0.0  # "taken": let go then anyway
 
 
-def release_facts(dask_scheduler: Any = None, outer: tuple[Any, ...] = (),
-                  taken: tuple[tuple[Any, str, tuple[Any, ...]], ...] = ()) -> tuple[list, list]:
-    """Run on the scheduler: the ``outer`` keys it has forgotten, and the holders among
-    ``taken`` (holder, client id, inner keys) whose client wants every inner key."""
+class Handover:
+    """An actor call's stored result whose inner keys the scheduler's pseudo client
+    ``holder`` wants until the caller takes them over (see the module docstring)."""
+
+    __slots__ = ("holder", "keys", "stored")
+
+    def __init__(self, stored: Any, holder: str, keys: list[Any]) -> None:
+        self.stored = stored
+        self.holder = holder
+        self.keys = keys
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Handover, (self.stored, self.holder, self.keys))
+
+
+def release_facts(dask_scheduler: Any = None, outer: tuple[Any, ...] = ()) -> list[Any]:
+    """Run on the scheduler: the ``outer`` keys it has forgotten."""
     tasks = dask_scheduler.tasks
-    gone = [key for key in outer if key not in tasks]
-    done = [holder for holder, client, keys in taken
-            if all(key in tasks and any(c.client_key == client
-                                        for c in tasks[key].who_wants or ())
-                   for key in keys)]
-    return gone, done
+    return [key for key in outer if key not in tasks]
+
+
+#: In the scheduler's process: the holders :func:`hand_over` made -> their caller's client.
+_holders: dict[str, str] = {}
+
+
+def hand_over(dask_scheduler: Any = None, keys: tuple[Any, ...] = (), holder: str = "",
+              caller: str = "") -> None:
+    """Run on the scheduler: the pseudo client ``holder`` wants ``keys`` until the client
+    ``caller`` releases it. First drops the holders released since (an empty pseudo
+    client is left otherwise), and lets go of those whose caller has left the cluster."""
+    clients = dask_scheduler.clients
+    for name, taker in list(_holders.items()):
+        state = clients.get(name)
+        if state is None or not state.wants_what:
+            clients.pop(name, None)
+            del _holders[name]
+        elif taker not in clients:  # the caller is gone: nobody will take them over
+            dask_scheduler.client_releases_keys(
+                keys=[task.key for task in state.wants_what], client=name)
+    dask_scheduler.client_desires_keys(keys=list(keys), client=holder)
+    _holders[holder] = caller
 
 
 class InnerHolds:
@@ -76,38 +106,59 @@ class InnerHolds:
     def _init_holds(self) -> None:
         self._holds: dict[Any, Hold] = {}  # holder (a key, or an actor result's token)
         self._holds_thread: threading.Thread | None = None
-        self._holds_start = threading.RLock()  # (linger may run inside, from a GC)
-        self._lingering: deque[tuple[float, list[Any]]] = deque()
+        self._holds_start = threading.Lock()
 
-    def hold_keys(self, keys: dict[int, str]) -> list[Any]:
-        """Futures of ``keys`` of this process's own, the scheduler told at once."""
-        from distributed import Future
-
-        client = self.client
-        held = [Future(key, client) for key in keys.values()]
-        # A Future made from a key only counts locally (see ``_on_borrow``).
-        client.loop.add_callback(client._send_to_scheduler, {
-            "op": "client-desires-keys", "keys": list(keys.values()), "client": client.id})
-        return held
-
-    def hold_inside(self, stored: Any, holder: Any, mode: str, taker: str = "",
+    def hold_inside(self, stored: Any, holder: Any, mode: str = "forgotten",
                     armed: bool = True) -> None:
-        """Hold the objects inside ``stored`` (a WithRefs) under ``holder`` until
-        ``mode`` lets them go (see the module docstring); watched at once if ``armed``,
+        """Hold the objects inside ``stored`` (a WithRefs) until the scheduler has
+        forgotten the key ``holder`` (the only ``mode``); watched at once if ``armed``,
         else once ``_arm_hold`` is called (a put whose ref this process dropped)."""
         held = [self.futures[i] for i in stored.keys if i in self.futures]
-        hold = Hold(held, mode, tuple(stored.keys.values()), taker, armed,
-                    time.monotonic() + TAKEN_TIMEOUT_S)
         with self.lock:
-            self._holds[holder] = hold
+            self._holds[holder] = Hold(held, armed)
         if armed:
             self._start_watching()
 
-    def linger(self, held: list[Any]) -> None:
-        """Keep ``held`` (an ended actor call's inner futures) ``LINGER_S`` longer. Runs
-        from a finalizer, in any thread: it only appends."""
-        self._lingering.append((time.monotonic() + LINGER_S, held))
+    def hold_under(self, key: Any, held: list[Any]) -> None:
+        """Hold the futures ``held`` until the scheduler has forgotten ``key`` (an actor
+        result's inner refs, under the key that carries that result to a task)."""
+        with self.lock:
+            self._holds[key] = Hold(list(held), True)
         self._start_watching()
+
+    def hand_over_result(self, stored: Any, keys: list[Any], caller: str) -> Handover:
+        """An actor result ``stored`` with ``keys`` inside, for the client ``caller``:
+        the scheduler holds them for it from now on (see the module docstring)."""
+        import uuid
+
+        holder = f"{HOLDER_PREFIX}{uuid.uuid4().hex}"
+        self.client.run_on_scheduler(hand_over, keys=tuple(keys), holder=holder,
+                                     caller=caller)
+        return Handover(stored, holder, keys)
+
+    def take_over(self, handover: Handover, keep: bool) -> list[Any]:
+        """The caller's side: futures of the handed-over keys (none unless ``keep``: the
+        result is not wanted), then the holder released, in this order on this client's
+        stream to the scheduler (see the module docstring). On the event loop too."""
+        client = self.client
+        if keep:
+            from distributed import Future
+
+            held = [Future(key, client) for key in handover.keys]
+        else:
+            held = []
+        messages = [{"op": "client-releases-keys", "keys": list(handover.keys),
+                     "client": handover.holder}]
+        if keep:  # (a Future made from a key only counts locally)
+            messages.insert(0, {"op": "client-desires-keys", "keys": list(handover.keys),
+                                "client": client.id})
+
+        def send() -> None:
+            for message in messages:
+                client._send_to_scheduler(message)
+
+        client.loop.add_callback(send)
+        return held
 
     def _arm_hold(self, key: Any) -> None:
         """This process dropped its ref to the put ``key``."""
@@ -126,26 +177,15 @@ class InnerHolds:
     def _watch_holds(self) -> None:
         while not self._closed:
             time.sleep(WATCH_INTERVAL_S)
-            now = time.monotonic()
-            while self._lingering and self._lingering[0][0] < now:
-                self._lingering.popleft()
             with self._holds_start, self.lock:
-                armed = [(holder, hold) for holder, hold in self._holds.items() if hold.armed]
-                if not armed and not self._lingering:
+                outer = tuple(holder for holder, hold in self._holds.items() if hold.armed)
+                if not outer:
                     self._holds_thread = None
                     return
-            if not armed:
-                continue
-            outer = tuple(holder for holder, hold in armed if hold.mode == "forgotten")
-            taken = tuple((holder, hold.taker, hold.inner_keys) for holder, hold in armed
-                          if hold.mode == "taken")
-            late = [holder for holder, hold in armed
-                    if hold.mode == "taken" and now > hold.deadline]
             try:
-                gone, done = self.client.run_on_scheduler(release_facts, outer=outer,
-                                                          taken=taken)
+                gone = self.client.run_on_scheduler(release_facts, outer=outer)
             except Exception:  # noqa: BLE001, S112 - the cluster is away: try next time
                 continue
             with self.lock:
-                for holder in (*gone, *done, *late):
+                for holder in gone:
                     self._holds.pop(holder, None)

@@ -1,16 +1,66 @@
-"""The worker plugin of the distributed backend (see :class:`ExportedRefs`).
+"""The plugins of the distributed backend: :class:`ExportedRefs` on every worker and
+:class:`TaskErrors` on the scheduler.
 
-Installed on every worker by the driver's ``init`` (``client.register_plugin``); imported
-only with ``distributed``.
+Installed by the driver's ``init`` (``client.register_plugin``); imported only with
+``distributed``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 
 from lightwork.backends import cluster_worker
+
+#: The scheduler topic :class:`TaskErrors` publishes on (``Client.subscribe_topic``).
+TASK_ERRORS_TOPIC = "lightwork-task-errors"
+
+
+class TaskErrors(SchedulerPlugin):
+    """A scheduler plugin: publishes each task the scheduler fails because a worker was
+    lost, so that every lightwork client can act on its own (``cluster_tasks``).
+
+    Published on :data:`TASK_ERRORS_TOPIC` for a key that went to ``erred`` when its
+    failure is a lost worker: ``{"key": key, "killed": the task that was running when its
+    worker died (the key itself, or the dependency it failed with), "losses": how many
+    lost workers that failure stands for (the scheduler's allowed-failures + 1)}``; and
+    ``{"key": key, "actor": True}`` for an actor whose worker was lost. Other failures
+    are the users' errors, which lightwork's tasks return as values: nothing is sent.
+
+    The message goes out once the scheduler has finished the current stimulus (a
+    callback on its loop), so a client that wants the key has its ``task-erred``
+    message, which fails the future, before this one (both travel on the client's one
+    stream). It costs the scheduler one method call per transition; the topic carries
+    only lost-worker failures, which are rare. Idempotent: the first driver registers
+    it, later ones reuse it; it stays for the scheduler's life (it keeps nothing).
+    """
+
+    name = "lightwork-task-errors"
+    idempotent = True
+
+    async def start(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any,
+                   **kwargs: Any) -> None:
+        if finish != "erred":
+            return
+        task = self.scheduler.tasks.get(key)
+        if task is None:
+            return
+        if task.actor:
+            message: dict[str, Any] = {"key": key, "actor": True}
+        else:
+            blame = task.exception_blame
+            exception = getattr(blame, "exception", None)
+            # (The scheduler's own KilledWorker is stored pickled, not as a Serialized.)
+            if blame is None or type(exception) is not bytes or (
+                    b"KilledWorker" not in exception[:100]):
+                return
+            message = {"key": key, "killed": blame.key,
+                       "losses": int(self.scheduler.allowed_failures) + 1}
+        self.scheduler.loop.add_callback(self.scheduler.log_event, TASK_ERRORS_TOPIC, message)
 
 
 class ExportedRefs(WorkerPlugin):

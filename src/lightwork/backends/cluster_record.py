@@ -77,6 +77,12 @@ The state API (tasks here; actors, workers, objects, memory and status through
 and the advisor (:meth:`ClusterLog.answer_query`, which the control socket also calls,
 ``cluster_control``), and the live dashboard (``cluster_dashboard``).
 ``stack`` goes through ``client.run`` too (:func:`dump_stacks`).
+
+With ``init(event_budget=0)`` the driver still has this log, as a local session keeps its
+node's control server: it records nothing (the task path has no ``recorder`` and
+:meth:`ClusterLog.sync` pulls nothing), but the state API's workers, actors, objects,
+memory and status, ``stack`` and the ``lightwork`` command answer; what reads task
+records (tasks, summary, timeline, advisor) says that the log is off.
 """
 
 from __future__ import annotations
@@ -101,6 +107,9 @@ PULL_INTERVAL_S = 1.0
 LISTENED_PULL_INTERVAL_S = 0.1
 PULL_TIMEOUT_S = 10.0
 SYNTHETIC_ROW = 4_000_000  # the timeline's synthetic pids (``timeline.SYNTHETIC_PID``)
+# The operations that read task records, which a session with event_budget=0 has none of.
+_READS_THE_LOG = {"summarize_tasks": "summarize_tasks", "timeline_data": "the timeline",
+                  "advise": "the advisor"}
 
 # ------------------------------------------------------------------------- worker side
 # One ring per session (the driver backend's id prefix, ``DistributedBackend.session``):
@@ -428,8 +437,10 @@ class ClusterLog:
 
     def sync(self) -> None:
         """Pull every worker's reports into the log (one ``client.run`` round trip), then
-        tell the listeners of the tasks that ended."""
+        tell the listeners of the tasks that ended. Nothing with the log off."""
         self.check_reachable()
+        if not self.log.enabled:
+            return
         client = self.backend.client
         ended: list[TaskRecord] = []
         with self._pull_lock:
@@ -600,6 +611,13 @@ class ClusterLog:
 
         if op != "ping":
             self.check_reachable()
+        if not self.log.enabled and (op in _READS_THE_LOG or (
+                op == "list" and args.get("kind") == "tasks")):
+            raise exceptions.UnsupportedOnBackend(
+                f"{_READS_THE_LOG.get(op, 'listing tasks')} is not available on the "
+                "distributed backend in this session: its event log is off "
+                "(init(event_budget=0)); leave event_budget at its default to have it. The "
+                "workers, actors, objects, status and stacks are still there")
         from lightwork.backends.cluster_state import ClusterState
 
         state = ClusterState(self)

@@ -36,10 +36,14 @@ Fields mean what they mean locally; where the cluster differs:
   and in a task, whose arguments' refs are tagged once unpickled). Each row has its
   ``owner`` (the process that made the ref, from the id's process prefix: ``driver`` or
   ``worker N``, N as ``list_workers`` numbers the cluster workers), its ``holders``,
-  its size and the workers storing it (``location``: ``"worker tcp://…"``). Not listed:
-  refs held by a task's result after the task ended (the worker keeps them with the
-  result's key, ``cluster_plugin``), by a generator's consumer thread in a task, or in
-  a worker that does not answer. There is no object store or shared memory of
+  its size and the workers storing it (``location``: ``"worker tcp://…"``). The refs
+  inside a task's result that the task's worker keeps with the result's key
+  (``cluster_plugin.ExportedRefs``) are listed too, as ``CAPTURED_IN_OBJECT`` with
+  ``contained_in`` counting those results (no holder, if nothing else holds them); a
+  generator's items read by a task are tagged with that task's session by its consumer
+  thread. Not listed: refs held only by a ``put`` value, one of several returns, a
+  generator's item or an actor result that contains them (``cluster_holds``), refs in a
+  worker that does not answer, and other drivers' objects (a session lists its own). There is no object store or shared memory of
   lightwork's: those sums are 0 and ``store`` is None.
 * Actors are this session's: those the driver created (``owner`` "driver") and those
   its tasks and actors created on the workers (``owner`` "worker N", while a handle to
@@ -330,6 +334,7 @@ class ClusterState:
         actors hold on the workers, each with its owner (the process that made the ref:
         ``driver`` or ``worker N``, as ``list_workers`` numbers them) and its holders."""
         backend, log = self.backend, self.log
+        backend._drain()  # refs this driver dropped since its last call are not listed
         with backend.lock:
             held = list(backend.futures.items())
             task_ids = dict(backend.task_ids)
@@ -342,6 +347,7 @@ class ClusterState:
                         future, ["driver"]]
             for object_id, future in held}
         worker_actors = set()
+        captured: dict[int, int] = {}  # object id -> results it is inside
         for address, reply in sorted(on_workers.items()):
             label = labels[address]
             if reply["prefix"]:
@@ -352,6 +358,12 @@ class ClusterState:
                     entry = entries[object_id] = [key, task_id, done, None, []]
                 entry[1] = entry[1] or task_id
                 entry[4].append(label)
+            for object_id, key, task_id, _outer in reply.get("captured", ()):
+                entry = entries.get(object_id)
+                if entry is None:  # held by nothing but the result it is inside
+                    entry = entries[object_id] = [key, task_id, True, None, []]
+                entry[1] = entry[1] or task_id
+                captured[object_id] = captured.get(object_id, 0) + 1
             worker_actors.update(actor["actor_id"] for actor in reply["actors"])
         with log.lock:
             actors = set(log.actor_info) | worker_actors
@@ -367,7 +379,10 @@ class ClusterState:
             kinds = ["ACTOR_HANDLE"] if handle else []
             if fact and fact["pending_dependents"]:
                 kinds.append("USED_BY_PENDING_TASK")
-            kinds.append("LOCAL_REFERENCE")
+            if captured.get(object_id):
+                kinds.append("CAPTURED_IN_OBJECT")
+            if holders or not captured.get(object_id):
+                kinds.append("LOCAL_REFERENCE")
             if key is None:  # an actor call's result: with its caller
                 ready = future.done() if future is not None else bool(done)
                 state = "READY" if ready else "PENDING"
@@ -392,7 +407,7 @@ class ClusterState:
                 "location": location, "reference_kind": kinds[0], "reference_kinds": kinds,
                 "holders": holders, "pending_task_uses":
                     fact["pending_dependents"] if fact else 0,
-                "contained_in": 0, "error": None, "key": key,
+                "contained_in": captured.get(object_id, 0), "error": None, "key": key,
             })
         rows.sort(key=lambda row: (-row["size"], row["object_id"]))
         return rows
@@ -468,11 +483,20 @@ class ClusterState:
         }
 
 
+def serves_dashboard(dask_scheduler: Any = None) -> bool:
+    """Whether the scheduler serves Dask's dashboard pages (run on the scheduler).
+
+    Its HTTP server always runs (health, metrics) and is always listed as the
+    ``"dashboard"`` service, even under ``dask scheduler --no-dashboard``; the pages are
+    the Bokeh application added to it only when the dashboard is on."""
+    application = getattr(dask_scheduler, "http_application", None)
+    return bool(getattr(application, "applications", None))
+
+
 def _dashboard_link(client: Any) -> str | None:
     """The Dask dashboard's URL, or None when the scheduler serves none."""
     try:
-        services = client.scheduler_info().get("services") or {}
-        return client.dashboard_link if "dashboard" in services else None
+        return client.dashboard_link if client.run_on_scheduler(serves_dashboard) else None
     except Exception:  # noqa: BLE001 - only a hint in the status
         return None
 

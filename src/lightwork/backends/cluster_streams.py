@@ -100,7 +100,10 @@ class Streams:
         client = self.client
         queue = Queue(_queue_name(task_id), client=client)
         head.add_done_callback(lambda _head: self._head_done(state, queue))
-        threading.Thread(target=self._consume, args=(state, queue), daemon=True,
+        # (In a worker, the items are tagged with the session of the task reading them,
+        # as that task's own refs are: cluster_worker.SessionFutures.)
+        session = getattr(cluster_worker.current, "session", 0)
+        threading.Thread(target=self._consume, args=(state, queue, session), daemon=True,
                          name=f"lightwork-stream-{task_id:x}").start()
 
     @staticmethod
@@ -112,7 +115,8 @@ class Streams:
         except Exception:  # noqa: BLE001 - the session is closing
             pass
 
-    def _consume(self, state: StreamState, queue: Any) -> None:
+    def _consume(self, state: StreamState, queue: Any, session: int = 0) -> None:
+        cluster_worker.current.session = session
         delivered_in_run = 0
         while not self._closed:
             try:

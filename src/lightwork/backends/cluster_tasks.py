@@ -19,8 +19,9 @@ scheduler fails a task with ``KilledWorker`` (its worker died while running it, 
 ``allowed-failures + 1`` workers: start the scheduler with ``allowed-failures=0`` so each
 loss is one attempt, as ``init(address="local-cluster")`` does; with another value
 ``init`` warns once and each failure counts ``allowed-failures + 1`` losses, see
-``check_allowed_failures``), the client's
-``task-erred`` message is seen (``_watch_task_errors``), and the task is submitted again
+``check_allowed_failures``), the scheduler
+plugin ``cluster_plugin.TaskErrors`` publishes it on a topic every lightwork client
+subscribes to (``_watch_task_errors``), and the task is submitted again
 under a new key (``…-r<n>``), its refs now naming the new futures, until its attempts
 are used up; then its get raises ``WorkerCrashedError``. Tasks that failed only because a
 dependency was lost are submitted again too, on the dependency's new futures, without
@@ -47,12 +48,10 @@ at submit, naming the resource.
 
 from __future__ import annotations
 
-import pickle
 import threading
 import uuid
 from dataclasses import dataclass
 from typing import Any
-
 
 from lightwork._object_ref import ObjectRef, collecting_refs, ref_counter
 from lightwork._runtime import pickler
@@ -287,6 +286,8 @@ class TaskSubmission:
             from distributed import Variable
 
             stored = result.stored(None)
+            if result.call.inner:  # refs inside: alive while the bridge's key is
+                self.hold_under(bridge.key, result.call.inner)
             try:
                 [value] = self.client.scatter([stored], hash=False)
                 Variable(name, client=self.client).set(value)
@@ -328,27 +329,27 @@ class TaskSubmission:
 
     # -- retries after a lost worker (see *Retries*) ---------------------------------------
     def _watch_task_errors(self, client: Any) -> None:
-        """See every ``task-erred`` message of ``client``: a lost worker starts recovery."""
-        from distributed.scheduler import KilledWorker
+        """Hear of every task the scheduler fails because a worker was lost (the
+        scheduler plugin ``cluster_plugin.TaskErrors`` publishes them on a topic): a lost
+        task starts recovery; a borrowed actor's key drops its cached proxy."""
+        from lightwork.backends.cluster_plugin import TASK_ERRORS_TOPIC
 
-        original = client._stream_handlers["task-erred"]
-
-        def task_erred(key: Any = None, exception: Any = None, **rest: Any) -> None:
-            original(key=key, exception=exception, **rest)
-            # The scheduler's own errors come pickled (the client unpickles them later).
-            if type(exception) is bytes and b"KilledWorker" in exception[:64]:
-                try:
-                    exception = pickle.loads(exception)
-                except Exception:  # noqa: BLE001 - not ours to read: the getter reports it
-                    return
-            if isinstance(exception, KilledWorker):  # on the event loop: never block here
-                threading.Thread(target=self._recover, args=(exception.task, key,
-                                                             _losses(exception)),
+        def task_erred(event: tuple[float, dict[str, Any]]) -> None:  # on the event loop
+            message = event[1]
+            key = message["key"]
+            killed = message.get("killed")
+            if killed is not None and (_task_id_of_key(key) in self._lineages
+                                       or _task_id_of_key(killed) in self._lineages):
+                # Never block the loop: recovery submits and may wait.
+                threading.Thread(target=self._recover, args=(killed, key,
+                                                             int(message.get("losses", 1))),
                                  daemon=True, name="lightwork-retry").start()
-            if self._proxies:  # a borrowed actor's key: its cached proxy is stale
+            if message.get("actor") and (self._proxies or self._sent):
+                # a borrowed actor's key: its proxy is stale, its calls in flight lost
                 self._actor_key_erred(key)
 
-        client._stream_handlers["task-erred"] = task_erred
+        # From the client's loop: its stream to the scheduler is woken only from there.
+        client.loop.add_callback(client.subscribe_topic, TASK_ERRORS_TOPIC, task_erred)
 
     def _recover(self, killed_key: Any, erred_key: Any, losses: int = 1) -> bool:
         """Submit again the task lost with its worker (``killed_key``: ``losses`` workers

@@ -190,7 +190,7 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
     finished = _wall()
     if num_returns == 1:
         # Refs inside the result live as long as the result's key (ExportedRefs).
-        stored = backend.encode(result, _current_key())
+        stored = backend.encode(result, _current_key(), session)
         if type(stored) is WithRefs:  # the refs inside are held by the result now: drop
             del result  # this process's own, so only the result's key keeps them alive
             if ref_counter._released:
@@ -323,13 +323,26 @@ class SessionFutures(dict):
                 self.session_of[object_id] = session
 
 
+class Exported:
+    """The refs inside one task result this worker stored (``exported_by_key``): held
+    while that result lives (``cluster_plugin.ExportedRefs``), and listed by the driver
+    of ``session`` as captured in it (:func:`held_refs`)."""
+
+    __slots__ = ("refs", "session")
+
+    def __init__(self, session: int) -> None:
+        self.session = session
+        self.refs: dict[int, tuple[Any, int]] = {}  # object id -> (future, task id)
+
+
 def held_refs(dask_worker: Any = None, session: int = 0, with_refs: bool = True) -> dict[str, Any]:
     """The refs (unless not ``with_refs``) and the actors that tasks and actor calls of
-    ``session`` hold in this worker process (run by ``client.run``; read by
-    ``cluster_state``)."""
+    ``session`` hold in this worker process, and the refs inside the results its tasks
+    stored here (``captured``: [object id, key, task id, the result's key]); run by
+    ``client.run``, read by ``cluster_state``."""
     backend = _backend
     if backend is None:  # this worker ran no lightwork task yet
-        return {"pid": os.getpid(), "prefix": None, "refs": [], "actors": []}
+        return {"pid": os.getpid(), "prefix": None, "refs": [], "actors": [], "captured": []}
     futures = backend.futures
     tags = getattr(futures, "session_of", {})
     refs = []
@@ -349,4 +362,12 @@ def held_refs(dask_worker: Any = None, session: int = 0, with_refs: bool = True)
                        "max_restarts": owned.max_restarts, "restarting": owned.restarting,
                        "dead": owned.dead, "killed": bool(backend._killed.get(actor_id)),
                        "status": getattr(future, "status", None)})
-    return {"pid": os.getpid(), "prefix": backend._prefix, "refs": refs, "actors": actors}
+    captured = []
+    with backend.lock:
+        exported = [(key, dict(entry.refs)) for key, entry in backend.exported_by_key.items()
+                    if entry.session == session] if with_refs else []
+    for outer, inner in exported:
+        captured += [[object_id, getattr(future, "key", None), task_id, str(outer)]
+                     for object_id, (future, task_id) in inner.items()]
+    return {"pid": os.getpid(), "prefix": backend._prefix, "refs": refs, "actors": actors,
+            "captured": captured}

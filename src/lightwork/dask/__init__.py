@@ -39,7 +39,6 @@ def get(dsk: Any, keys: Any, *, callbacks: Any = None, num_workers: int | None =
     that ``compute()`` passes to schedulers are accepted and ignored.
     """
     from lightwork import _api
-    from lightwork._runtime import introspect
     from lightwork.dask._graph import check_keys, flatten_keys, nest, normalize_graph
     from lightwork.dask._scheduler import DaskRun, run_nested
     from lightwork.diagnostics.callbacks import Hooks, active_callbacks
@@ -52,7 +51,7 @@ def get(dsk: Any, keys: Any, *, callbacks: Any = None, num_workers: int | None =
         raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
     _api._core()  # start a runtime if none is running, as lightwork.get does
     # The driver's node, or a cluster run's event log, which tells of ended tasks alike.
-    node = introspect.node_or_none() or getattr(_api._backend, "recorder", None)
+    node = _api.driver_node() or getattr(_api._backend, "recorder", None)
     if node is None:
         if callbacks is not None or active_callbacks():  # never silently without them
             _api.diagnostics_node("Dask callbacks of lightwork.dask.get")

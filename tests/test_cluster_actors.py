@@ -1,0 +1,361 @@
+"""Actors on a real Dask cluster: what only the distributed backend can get wrong.
+
+The conformance suite (``test_conformance.py``) runs the actor behaviour both backends
+share; this module covers the cluster's own paths, against the shared two-worker cluster
+(``dask_cluster.DaskCluster``, one thread and ``CPU=1`` per worker): calls from a handle
+borrowed by a task when the actor's worker is SIGKILLed (settled when the loss is known,
+retried under ``max_task_retries`` as Ray does), calls made while the actor is still
+being built (``.remote()`` never waits for the engine), and the objects inside an actor
+call's result (handed over to the caller, then released at once).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+from helpers import HANG_LIMIT_S, arrive_and_wait, attempts, count_attempt, wait_for_file
+
+import lightwork
+from lightwork import exceptions
+
+pytestmark = pytest.mark.lightwork_only
+pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
+
+
+@pytest.fixture(scope="module")
+def cluster(shared_dask_cluster):
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+    lightwork.init(address=shared_dask_cluster.scheduler_file)
+    try:
+        yield shared_dask_cluster
+    finally:
+        lightwork.shutdown()
+
+
+@pytest.fixture
+def both_workers(cluster):
+    """Both workers up (a worker an earlier test killed is back: its nanny restarts it)."""
+    cluster.wait_for_workers(lightwork._api._backend.client)
+    return cluster
+
+
+@lightwork.remote
+class Restartable:
+    """Records each run of its constructor (its pid) in ``directory``."""
+
+    def __init__(self, directory):
+        count_attempt(directory)
+
+    def pid(self):
+        return os.getpid()
+
+    def pid_after(self, started, gate):
+        open(started, "w").close()
+        wait_for_file(gate, 30)
+        return os.getpid()
+
+
+def _outcome(ref):
+    try:
+        return lightwork.get(ref, timeout=12)
+    except exceptions.ActorDiedError:
+        return "died"
+    except exceptions.GetTimeoutError:
+        return "timed out"
+
+
+@lightwork.remote
+def kill_its_worker_and_call(actor, directory, name):
+    """One of two tasks holding a borrowed handle to ``actor``, each on its own worker:
+    the one not sharing the actor's worker SIGKILLs that worker while a call is in
+    flight, and calls again at once. Returns (actor's pid, both calls' outcomes)."""
+    arrive_and_wait(directory, name, 2)  # both hold a slot now: one per worker
+    actor_pid = lightwork.get(actor.pid.remote(), timeout=20)
+    if actor_pid == os.getpid():  # this one dies with the actor's worker
+        wait_for_file(os.path.join(directory, "never"), 40)
+        return None
+    started, gate = os.path.join(directory, "started"), os.path.join(directory, "gate")
+    in_flight = actor.pid_after.remote(started, gate)
+    wait_for_file(started, 20)
+    os.kill(actor_pid, signal.SIGKILL)
+    sent_after = actor.pid.remote()
+    open(gate, "w").close()  # a retry of pid_after on the restarted actor goes through
+    return actor_pid, [_outcome(in_flight), _outcome(sent_after)]
+
+
+@pytest.mark.parametrize("max_task_retries", [0, 1])
+def test_a_tasks_borrowed_handle_retries_its_calls_under_max_task_retries(
+        both_workers, tmp_path, max_task_retries):
+    """Calls from a handle a task borrowed, in flight or just sent when the actor's worker
+    is SIGKILLed, end as the owner's do: ActorDiedError with max_task_retries=0, or run
+    again, in their order, on the restarted actor (Ray's semantics)."""
+    directory = tmp_path / "attempts"
+    directory.mkdir()
+    actor = Restartable.options(max_restarts=1, max_task_retries=max_task_retries).remote(
+        str(directory))
+    first = lightwork.get(actor.pid.remote(), timeout=20)
+    holders = [kill_its_worker_and_call.options(max_retries=0).remote(actor, str(tmp_path), name)
+               for name in ("a", "b")]
+    results = []
+    for holder in holders:
+        try:
+            results.append(lightwork.get(holder, timeout=45))
+        except exceptions.WorkerCrashedError:
+            pass  # the holder that shared the actor's worker
+    [(actor_pid, outcomes)] = results
+    assert actor_pid == first
+    if max_task_retries:
+        second = lightwork.get(actor.pid.remote(), timeout=30)
+        assert second != first and outcomes == [second, second]
+        assert attempts(str(directory)) == [first, second]
+    else:
+        assert outcomes == ["died", "died"]
+
+
+OWNER = """
+import os, sys, time
+import lightwork
+
+lightwork.init(address=sys.argv[1])
+
+
+@lightwork.remote
+class Shared:
+    def pid(self):
+        return os.getpid()
+
+    def pid_after(self, started, gate):
+        open(started, "w").close()
+        deadline = time.monotonic() + 30
+        while not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return os.getpid()
+
+
+actor = Shared.options(name=sys.argv[2], max_restarts=1,
+                       max_task_retries=int(sys.argv[3])).remote()
+lightwork.get(actor.pid.remote(), timeout=20)
+print("ready", flush=True)
+sys.stdin.readline()  # the test is done with it
+"""
+
+
+def _refused(address, limit=5.0):
+    """Block until ``address`` (a killed worker's, tcp://host:port) refuses connections."""
+    import socket
+    import time
+
+    host, port = address.rsplit("/", 1)[-1].rsplit(":", 1)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+        except ConnectionRefusedError:
+            return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise AssertionError(f"{address} still accepts connections {limit} s after its kill")
+
+
+@pytest.mark.parametrize("max_task_retries", [0, 1])
+def test_calls_a_borrowed_handle_sent_to_a_just_killed_worker_end_at_the_loss(
+        both_workers, tmp_path, max_task_retries):
+    """This process borrows (get_actor) an actor another driver owns. Its worker is
+    SIGKILLed while a call is in flight, and a second call goes to the dead address
+    before this process has heard of the loss (its event loop is held meanwhile, as load
+    can hold it): distributed would retry that connection for its connect timeout (30 s).
+    Both calls end as soon as the loss is known, as the owner's do: ActorDiedError with
+    max_task_retries=0, else run again on the actor its owner restarted."""
+    import subprocess
+    import sys
+
+    from helpers import script_env, write_script
+
+    name = f"shared-{max_task_retries}"
+    script = write_script(str(tmp_path), "owner.py", OWNER)
+    owner = subprocess.Popen(
+        [sys.executable, script, both_workers.scheduler_file, name, str(max_task_retries)],
+        env=script_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout.readline().strip() == "ready"
+        actor = lightwork.get_actor(name)
+        first = lightwork.get(actor.pid.remote(), timeout=20)
+        started, gate = str(tmp_path / "started"), str(tmp_path / "gate")
+        in_flight = actor.pid_after.remote(started, gate)
+        assert wait_for_file(started, 20)
+        backend = lightwork._api._backend
+        address = backend._proxies[actor._ref.id]._address
+        held, release = threading.Event(), threading.Event()
+        backend.client.loop.add_callback(lambda: (held.set(), release.wait(10)))
+        assert held.wait(10)
+        try:
+            os.kill(first, signal.SIGKILL)
+            _refused(address)
+            sent_after = actor.pid.remote()
+        finally:
+            release.set()
+        open(gate, "w").close()
+        outcomes = [_outcome(in_flight), _outcome(sent_after)]
+        if max_task_retries:
+            second = lightwork.get(actor.pid.remote(), timeout=20)
+            assert second != first and outcomes == [second, second]
+        else:
+            assert outcomes == ["died", "died"]
+    finally:
+        owner.stdin.close()
+        owner.wait(30)
+
+
+@lightwork.remote
+class SlowStart:
+    """Its constructor records its pid and waits for ``gate``; its calls count."""
+
+    def __init__(self, pid_file, gate):
+        with open(pid_file, "w") as f:
+            f.write(str(os.getpid()))
+        wait_for_file(gate, 40)
+        self.count = 0
+
+    def incr(self):
+        self.count += 1
+        return self.count
+
+
+def _bounded(call):
+    """``call()``'s result, or a failure if it does not return in HANG_LIMIT_S."""
+    made = []
+    thread = threading.Thread(target=lambda: made.append(call()), daemon=True)
+    thread.start()
+    thread.join(HANG_LIMIT_S)
+    assert made, f"{call} waited for the engine"
+    return made[0]
+
+
+def test_calls_made_while_the_actor_is_built_return_at_once_and_keep_their_order(
+        both_workers, tmp_path):
+    """.remote() never waits for the engine (here a constructor that waits for a gate):
+    the calls queue and run, in order, once the actor is up; meanwhile get(timeout)
+    says they are not ready."""
+    gate = str(tmp_path / "gate")
+    actor = SlowStart.remote(str(tmp_path / "pid"), gate)
+    refs = _bounded(lambda: [actor.incr.remote() for _ in range(50)])
+    with pytest.raises(exceptions.GetTimeoutError):
+        lightwork.get(refs[0], timeout=0.5)
+    open(gate, "w").close()
+    assert lightwork.get(refs, timeout=30) == list(range(1, 51))
+    assert lightwork.get(actor.incr.remote(), timeout=20) == 51
+
+
+def test_calls_queued_while_the_actor_is_built_fail_if_its_worker_is_lost(
+        both_workers, tmp_path):
+    """The worker building an actor (without restarts) is SIGKILLed: the calls that
+    waited for it fail with ActorDiedError, nothing hangs."""
+    pid_file, gate = tmp_path / "pid", str(tmp_path / "gate")
+    actor = SlowStart.remote(str(pid_file), gate)
+    refs = _bounded(lambda: [actor.incr.remote() for _ in range(3)])
+    assert wait_for_file(str(pid_file), 20)
+    import time
+
+    time.sleep(0.1)  # the pid is written out
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    for ref in refs:
+        with pytest.raises(exceptions.ActorDiedError):
+            lightwork.get(ref, timeout=30)
+    with pytest.raises(exceptions.ActorDiedError):
+        lightwork.get(actor.incr.remote(), timeout=30)
+
+
+# ---- the objects inside an actor call's result ----------------------------------------
+@lightwork.remote
+class Maker:
+    """Returns refs to objects it puts, keeping none itself."""
+
+    def wrap(self, size):
+        return [lightwork.put(b"w" * size)]
+
+    def wrap_via_itself(self, handle, size):
+        """Calls ``wrap`` on its own handle: the caller is in the actor's own process."""
+        [inner] = lightwork.get(handle.wrap.remote(size), timeout=20)
+        return len(lightwork.get(inner, timeout=20))
+
+    def keep(self, size):
+        self.kept = lightwork.put(b"k" * size)
+
+    def kept_ref(self):
+        return [self.kept]
+
+    def forget(self):
+        del self.kept
+
+
+def _wanted_by(key):
+    """The ids of the clients (pseudo clients included) the scheduler keeps ``key`` for;
+    None once it has forgotten the key."""
+    backend = lightwork._api._backend
+    backend._drain()  # releases apply at the next call into the backend: this is one
+
+    def wanters(dask_scheduler, key=key):
+        task = dask_scheduler.tasks.get(key)
+        return None if task is None else sorted(c.client_key for c in task.who_wants or ())
+
+    return backend.client.run_on_scheduler(wanters)
+
+
+def _keys():
+    backend = lightwork._api._backend
+    backend._drain()
+    return set(backend.client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks)))
+
+
+def test_an_actor_results_inner_objects_are_the_callers_alone_once_it_has_them(
+        cluster, wait_until):
+    """The actor's process lets its refs go as soon as the call returns, the pseudo
+    client holding them for the caller is released by the caller's reply handling, and
+    the objects live on while the caller holds its refs, then go with them."""
+    from distributed import Future
+
+    maker = Maker.remote()
+    [inner] = lightwork.get(maker.wrap.remote(100_000), timeout=20)
+    backend = lightwork._api._backend
+    key = backend.futures[inner.id].key
+    me = backend.client.id
+    wait_until(lambda: _wanted_by(key) == [me], timeout=HANG_LIMIT_S,
+               message="the caller alone to want the inner object")
+    assert isinstance(backend.futures[inner.id], Future)
+    assert lightwork.get(inner, timeout=20) == b"w" * 100_000  # not dropped meanwhile
+    del inner
+    wait_until(lambda: _wanted_by(key) is None, timeout=HANG_LIMIT_S,
+               message="the inner object to be freed with the caller's ref")
+
+
+def test_an_actor_result_for_a_caller_in_the_actors_own_process_is_freed_with_it(
+        cluster, wait_until):
+    """A call from the actor's own process (it calls itself) hands its result over the
+    same way: its inner object goes once that caller drops it (it waited 60 s before)."""
+    maker = Maker.options(max_concurrency=2).remote()
+    assert lightwork.get(maker.__ray_ready__.remote(), timeout=20) is True
+    before = _keys()
+    assert lightwork.get(maker.wrap_via_itself.remote(maker, 50_000), timeout=30) == 50_000
+    wait_until(lambda: not {k for k in _keys() - before if str(k).startswith("bytes-")},
+               timeout=HANG_LIMIT_S, message="the inner object to be freed")
+
+
+def test_an_object_the_caller_drops_while_the_actor_returns_it_again_stays(cluster):
+    """The caller drops its ref to an object the actor keeps while a call returning it
+    again is on its way, and the actor then drops its own: the ref in the new result
+    still reaches the object (the caller's release never lands after its new want)."""
+    maker = Maker.remote()
+    for _ in range(20):
+        lightwork.get(maker.keep.remote(10_000), timeout=20)
+        [older] = lightwork.get(maker.kept_ref.remote(), timeout=20)
+        again = maker.kept_ref.remote()
+        del older
+        forgotten = maker.forget.remote()
+        [newer] = lightwork.get(again, timeout=20)
+        lightwork.get(forgotten, timeout=20)
+        assert lightwork.get(newer, timeout=20) == b"k" * 10_000
