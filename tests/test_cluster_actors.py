@@ -398,3 +398,52 @@ def _raised(call):
     except Exception as error:  # noqa: BLE001 - the test looks at it
         return error
     return None
+
+
+DRIVER_OF_NAMED = """
+import sys
+import lightwork
+
+lightwork.init(address=sys.argv[1])
+
+
+@lightwork.remote
+class Count:
+    def __init__(self):
+        self.count = 0
+
+    def incr(self):
+        self.count += 1
+        return self.count
+
+
+kept = Count.options(name="kept-" + sys.argv[2], lifetime="detached").remote()
+gone = Count.options(name="gone-" + sys.argv[2]).remote()
+print(lightwork.get([kept.incr.remote(), gone.incr.remote()], timeout=20), flush=True)
+lightwork.shutdown()
+"""
+
+
+def test_a_detached_actor_outlives_its_driver_and_a_named_one_does_not(both_workers,
+                                                                      tmp_path):
+    """Another driver makes a detached and a plain named actor, then exits: the detached
+    one is found by name with its state, the other is gone (Ray's lifetimes)."""
+    import subprocess
+    import sys
+    import uuid
+
+    from helpers import script_env, write_script
+
+    tag = uuid.uuid4().hex[:8]
+    script = write_script(str(tmp_path), "driver.py", DRIVER_OF_NAMED)
+    done = subprocess.run([sys.executable, script, both_workers.scheduler_file, tag],
+                          env=script_env(), capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "[1, 1]", done.stderr[-2000:]
+    kept = lightwork.get_actor(f"kept-{tag}")
+    assert lightwork.get(kept.incr.remote(), timeout=20) == 2
+    with pytest.raises(ValueError, match="no live actor"):
+        lightwork.get_actor(f"gone-{tag}")
+    lightwork.kill(kept)
+    with pytest.raises(ValueError, match="no live actor"):
+        lightwork.get_actor(f"kept-{tag}")

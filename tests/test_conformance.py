@@ -406,6 +406,73 @@ def test_actor_calls_run_in_order(backend):
 
 
 @lightwork.remote
+class Journal:
+    """Records each caller's entries in the order they arrive."""
+
+    def __init__(self):
+        self.entries = {}
+
+    def add(self, caller, index):
+        self.entries.setdefault(caller, []).append(index)
+
+    def of(self, caller):
+        return self.entries.get(caller, [])
+
+
+@lightwork.remote
+def write_entries(journal, caller, count):
+    refs = [journal.add.remote(caller, index) for index in range(count)]
+    lightwork.get(refs, timeout=30)
+    return lightwork.get(journal.of.remote(caller), timeout=30)
+
+
+def test_each_callers_calls_run_in_that_callers_order(backend):
+    """Three callers at once (the driver and two tasks holding the handle): each one's
+    calls run in the order it made them."""
+    journal = Journal.remote()
+    writers = [write_entries.remote(journal, name, 300) for name in ("task-a", "task-b")]
+    mine = [journal.add.remote("driver", index) for index in range(300)]
+    lightwork.get(mine, timeout=30)
+    assert lightwork.get(writers, timeout=60) == [list(range(300))] * 2
+    assert lightwork.get(journal.of.remote("driver"), timeout=20) == list(range(300))
+
+
+@lightwork.remote
+class Relay:
+    """Holds a handle to another actor, given to its constructor or to a call."""
+
+    def __init__(self, target=None):
+        self.target = target
+
+    def through_kept(self, times):
+        return lightwork.get([self.target.incr.remote() for _ in range(times)], timeout=30)[-1]
+
+    def through(self, target):
+        return lightwork.get(target.incr.remote(), timeout=30)
+
+
+def test_an_actor_handle_passed_to_another_actor(backend):
+    counter = Counter.remote()
+    relay = Relay.remote(counter)
+    assert lightwork.get(relay.through_kept.remote(3), timeout=30) == 3
+    assert lightwork.get(Relay.remote().through.remote(counter), timeout=30) == 4
+    assert lightwork.get(counter.incr.remote(), timeout=20) == 5
+
+
+def test_a_detached_actor_outlives_its_handles(backend):
+    import gc
+
+    keeper = Counter.options(name="keeper", lifetime="detached").remote()
+    assert lightwork.get(keeper.incr.remote(), timeout=20) == 1
+    del keeper
+    gc.collect()
+    time.sleep(0.5)  # an actor with no handle left would be ending now
+    found = lightwork.get_actor("keeper")
+    assert lightwork.get(found.incr.remote(), timeout=20) == 2
+    lightwork.kill(found)
+
+
+@lightwork.remote
 class Meeter:
     def meet(self, directory, name, parties):
         return arrive_and_wait(directory, name, parties)
