@@ -9,14 +9,17 @@ Figures, written to ``bench/dashboard_results.json`` and printed:
 * ``throughput``: the driver's cost of a page open, over ``--rounds`` rounds of 10,000
   empty tasks (submit all, get all) on a 2-CPU runtime, each run once with no dashboard
   process at all and once with one attached and a page open (an event stream read by a
-  separate client process, as a browser would), alternating ABBA so the machine's drift
-  falls on both. Three figures, from the most to the least disturbed by the load: the
+  separate client process, as a browser would), in orders that put each mode in each
+  place of a round and after each other mode (six rounds), so the machine's drift
+  falls on all three. Three figures, from the most to the least disturbed by the load: the
   throughputs (medians); the driver process's CPU time per task (all its threads,
   ``process_time``; the cost is the median of the per-round differences); and the CPU
   time of the driver's threads that answer the dashboard (``feed_thread_cpu_us_per_task``:
   the syncs, their JSON, sending the records), as a share of the driver's CPU per task
   and of its wall time per task; of that, ``feed_pack_us_per_record_in_run`` (the
   records' packing, per record) and ``feed_syncs_per_batch`` (each with its fixed part).
+  A third run per round has the dashboard child of ``init(dashboard=True)`` attached with
+  no page open: its syncs and records packed must be 0 (``no_page_...``).
   ``feed_us_per_record_apart``: a sync of 10,000 records and its JSON, timed alone (best
   of 5).
 * with ``--history`` tasks recorded (100,000): the dashboard process's RSS, and the p95
@@ -92,7 +95,8 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
 
     Each round runs ``n_tasks`` no-op tasks twice: once with no dashboard process at all,
     once with one attached and a page open (an event stream, synced about once a
-    second); the order alternates (ABBA) so the machine's drift falls on both equally.
+    second), and once with the dashboard attached and no page open; the orders rotate
+    (``orders``) so the machine's drift falls on all alike.
     """
     import lightwork
     from lightwork._runtime import control
@@ -139,8 +143,9 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
     lightwork.get([noop.remote(i) for i in range(2 * n_tasks)])  # warm the workers
     node = lightwork._api._node
     runs: dict[str, dict[str, list[float]]] = {
-        mode: {"rate": [], "cpu_us": [], "feed_us": [], "pack_us_per_record": [], "syncs": []}
-        for mode in ("without", "page")}
+        mode: {"rate": [], "cpu_us": [], "feed_us": [], "pack_us_per_record": [], "syncs": [],
+               "records": []}
+        for mode in ("without", "idle", "page")}
     costs: list[float] = []
 
     def batch(mode: str, synced: Any = None) -> None:
@@ -154,11 +159,12 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
         if synced is not None:
             synced()  # the feed's CPU counts until the batch's records are all handed over
         runs[mode]["feed_us"].append(1e6 * (answered["cpu_s"] - feed_start) / n_tasks)
+        records = answered["records"] - before["records"]
+        runs[mode]["records"].append(records)
+        runs[mode]["syncs"].append(answered["syncs"] - before["syncs"])
         if mode == "page":
-            records = answered["records"] - before["records"]
             runs[mode]["pack_us_per_record"].append(
                 1e6 * (answered["pack_s"] - before["pack_s"]) / max(1, records))
-            runs[mode]["syncs"].append(answered["syncs"] - before["syncs"])
 
     def with_page() -> None:
         child, port, token = start_dashboard(node)
@@ -179,13 +185,27 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
             client.wait()
             child.stop()
 
+    def idle() -> None:  # the child of init(dashboard=True), no page open
+        child, _port, _token = start_dashboard(node)
+        try:
+            time.sleep(1.0)
+            syncs = answered["syncs"]  # after the child's first sync, as it started
+            batch("idle")
+            time.sleep(1.0)  # a sync it would take after the batch is counted too
+            runs["idle"]["syncs"][-1] = answered["syncs"] - syncs
+        finally:
+            child.stop()
+
+    # Every mode in every place of a round, and after every other mode, over six rounds:
+    # the machine's drift and any effect of the mode before fall on all three alike.
+    orders = (("without", "idle", "page"), ("idle", "page", "without"),
+              ("page", "without", "idle"), ("page", "idle", "without"),
+              ("without", "page", "idle"), ("idle", "without", "page"))
     try:
         for round_ in range(rounds):
-            for mode in (("without", "page") if round_ % 2 == 0 else ("page", "without")):
-                if mode == "page":
-                    with_page()
-                else:
-                    batch("without")
+            for mode in orders[round_ % len(orders)]:
+                {"page": with_page, "idle": idle,
+                 "without": lambda: batch("without")}[mode]()
     finally:
         lightwork.shutdown()
         control.ControlServer._answer = original_answer  # type: ignore[method-assign]
@@ -211,12 +231,19 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
     # Pairs of neighbouring runs (one round each): the difference of each pair cancels
     # the drift of the machine's load; the median of those is the cost.
     cpu_pairs = [p - w for w, p in zip(without["cpu_us"], page["cpu_us"])]
+    idle_pairs = [i - w for w, i in zip(without["cpu_us"], runs["idle"]["cpu_us"])]
     wall_base_us = 1e6 / median(without["rate"])
     feed_us = median(page["feed_us"])
     return {
         "tasks": n_tasks, "rounds": rounds, "load_1m_after": round(os.getloadavg()[0], 2),
         "throughput_no_dashboard_per_s": round(median(without["rate"])),
         "throughput_page_open_per_s": round(median(page["rate"])),
+        "throughput_dashboard_no_page_per_s": round(median(runs["idle"]["rate"])),
+        "driver_cpu_us_per_task_dashboard_no_page": round(median(runs["idle"]["cpu_us"]), 2),
+        "no_page_syncs_and_records_in_all_batches": [sum(runs["idle"]["syncs"]),
+                                                     sum(runs["idle"]["records"])],
+        "feed_thread_cpu_us_per_task_no_page": round(median(runs["idle"]["feed_us"]), 3),
+        "driver_cpu_no_page_minus_none_us_paired_median": round(median(idle_pairs), 3),
         "driver_cpu_us_per_task_no_dashboard": round(cpu_base, 2),
         "driver_cpu_us_per_task_page_open": round(median(page["cpu_us"]), 2),
         "driver_cpu_cost_us_per_task_paired_median": round(median(cpu_pairs), 3),
@@ -232,8 +259,10 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
         "driver_sync_ms_max": round(1000 * max(costs), 2),
         "runs_cpu_us_no_dashboard": [round(x, 2) for x in without["cpu_us"]],
         "runs_cpu_us_page_open": [round(x, 2) for x in page["cpu_us"]],
+        "runs_cpu_us_no_page": [round(x, 2) for x in runs["idle"]["cpu_us"]],
         "runs_no_dashboard": [round(x) for x in without["rate"]],
-        "runs_page_open": [round(x) for x in page["rate"]]}
+        "runs_page_open": [round(x) for x in page["rate"]],
+        "runs_no_page": [round(x) for x in runs["idle"]["rate"]]}
 
 
 def with_history(n_tasks: int) -> dict[str, Any]:
@@ -563,7 +592,7 @@ PARTS = ("throughput", "history", "synthetic", "contention", "memory")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--history", type=int, default=100_000)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--minutes", type=float, default=10.0,

@@ -359,3 +359,91 @@ def test_an_object_the_caller_drops_while_the_actor_returns_it_again_stays(clust
         [newer] = lightwork.get(again, timeout=20)
         lightwork.get(forgotten, timeout=20)
         assert lightwork.get(newer, timeout=20) == b"k" * 10_000
+
+
+def test_a_lost_scheduler_makes_actor_calls_fail_fast_and_say_why(tmp_path, wait_until):
+    """The scheduler is SIGKILLed: calls to an actor, a new actor, get_actor and kill
+    each fail at once with an error naming the scheduler and what to do (not an
+    ActorDiedError blaming a worker, a raw distributed error, or a hang), and shutdown
+    returns."""
+    from dask_cluster import DaskCluster
+
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+    cluster = DaskCluster(str(tmp_path), workers=1).start()
+    try:
+        lightwork.init(address=cluster.scheduler_file)
+        actor = Maker.options(name="maker").remote()
+        assert lightwork.get(actor.__ray_ready__.remote(), timeout=20) is True
+        cluster.processes[0].send_signal(signal.SIGKILL)  # the scheduler
+        client = lightwork._api._backend.client
+        wait_until(lambda: client.status != "running", timeout=HANG_LIMIT_S,
+                   message="the client to see the scheduler gone")
+        for call in (lambda: lightwork.get(actor.wrap.remote(10), timeout=20),
+                     lambda: Maker.remote(),
+                     lambda: lightwork.get_actor("maker"),
+                     lambda: lightwork.kill(actor)):
+            error = _bounded(lambda call=call: _raised(call))
+            assert isinstance(error, exceptions.RuntimeSystemError), error
+            assert "scheduler does not answer" in str(error) and "init()" in str(error)
+        _bounded(lightwork.shutdown)
+    finally:
+        lightwork.shutdown()
+        assert not cluster.stop()
+
+
+def _raised(call):
+    try:
+        call()
+    except Exception as error:  # noqa: BLE001 - the test looks at it
+        return error
+    return None
+
+
+DRIVER_OF_NAMED = """
+import sys
+import lightwork
+
+lightwork.init(address=sys.argv[1])
+
+
+@lightwork.remote
+class Count:
+    def __init__(self):
+        self.count = 0
+
+    def incr(self):
+        self.count += 1
+        return self.count
+
+
+kept = Count.options(name="kept-" + sys.argv[2], lifetime="detached").remote()
+gone = Count.options(name="gone-" + sys.argv[2]).remote()
+print(lightwork.get([kept.incr.remote(), gone.incr.remote()], timeout=20), flush=True)
+lightwork.shutdown()
+"""
+
+
+def test_a_detached_actor_outlives_its_driver_and_a_named_one_does_not(both_workers,
+                                                                      tmp_path):
+    """Another driver makes a detached and a plain named actor, then exits: the detached
+    one is found by name with its state, the other is gone (Ray's lifetimes)."""
+    import subprocess
+    import sys
+    import uuid
+
+    from helpers import script_env, write_script
+
+    tag = uuid.uuid4().hex[:8]
+    script = write_script(str(tmp_path), "driver.py", DRIVER_OF_NAMED)
+    done = subprocess.run([sys.executable, script, both_workers.scheduler_file, tag],
+                          env=script_env(), capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "[1, 1]", done.stderr[-2000:]
+    kept = lightwork.get_actor(f"kept-{tag}")
+    assert lightwork.get(kept.incr.remote(), timeout=20) == 2
+    with pytest.raises(ValueError, match="no live actor"):
+        lightwork.get_actor(f"gone-{tag}")
+    lightwork.kill(kept)
+    with pytest.raises(ValueError, match="no live actor"):
+        lightwork.get_actor(f"kept-{tag}")

@@ -371,6 +371,24 @@ def test_cluster_resources(backend, wait_until):
     assert len(lightwork.nodes()) == (1 if backend == "local" else 2)
 
 
+def test_a_running_task_takes_a_cpu_from_the_available_resources(backend, wait_until, tmp_path):
+    # As in Ray: a num_cpus=1 task holds one CPU while it runs (on the cluster it takes a
+    # worker's thread, not a declared CPU: counted all the same).
+    wait_until(lambda: lightwork.available_resources().get("CPU") == 2, timeout=30,
+               message="both slots to be free")
+    gate = str(tmp_path / "gate")
+    ref = gated.remote(gate, 1)
+    try:
+        wait_until(lambda: lightwork.available_resources().get("CPU") == 1, timeout=20,
+                   message="the running task to hold a CPU")
+        assert lightwork.cluster_resources()["CPU"] == 2
+    finally:
+        open(gate, "w").close()
+    assert lightwork.get(ref, timeout=30) == 1
+    wait_until(lambda: lightwork.available_resources().get("CPU") == 2, timeout=20,
+               message="the CPU to be given back")
+
+
 # ---- actors -----------------------------------------------------------------------------
 @lightwork.remote
 class Counter:
@@ -385,6 +403,73 @@ class Counter:
 def test_actor_calls_run_in_order(backend):
     counter = Counter.remote()
     assert lightwork.get([counter.incr.remote() for _ in range(1000)]) == list(range(1, 1001))
+
+
+@lightwork.remote
+class Journal:
+    """Records each caller's entries in the order they arrive."""
+
+    def __init__(self):
+        self.entries = {}
+
+    def add(self, caller, index):
+        self.entries.setdefault(caller, []).append(index)
+
+    def of(self, caller):
+        return self.entries.get(caller, [])
+
+
+@lightwork.remote
+def write_entries(journal, caller, count):
+    refs = [journal.add.remote(caller, index) for index in range(count)]
+    lightwork.get(refs, timeout=30)
+    return lightwork.get(journal.of.remote(caller), timeout=30)
+
+
+def test_each_callers_calls_run_in_that_callers_order(backend):
+    """Three callers at once (the driver and two tasks holding the handle): each one's
+    calls run in the order it made them."""
+    journal = Journal.remote()
+    writers = [write_entries.remote(journal, name, 300) for name in ("task-a", "task-b")]
+    mine = [journal.add.remote("driver", index) for index in range(300)]
+    lightwork.get(mine, timeout=30)
+    assert lightwork.get(writers, timeout=60) == [list(range(300))] * 2
+    assert lightwork.get(journal.of.remote("driver"), timeout=20) == list(range(300))
+
+
+@lightwork.remote
+class Relay:
+    """Holds a handle to another actor, given to its constructor or to a call."""
+
+    def __init__(self, target=None):
+        self.target = target
+
+    def through_kept(self, times):
+        return lightwork.get([self.target.incr.remote() for _ in range(times)], timeout=30)[-1]
+
+    def through(self, target):
+        return lightwork.get(target.incr.remote(), timeout=30)
+
+
+def test_an_actor_handle_passed_to_another_actor(backend):
+    counter = Counter.remote()
+    relay = Relay.remote(counter)
+    assert lightwork.get(relay.through_kept.remote(3), timeout=30) == 3
+    assert lightwork.get(Relay.remote().through.remote(counter), timeout=30) == 4
+    assert lightwork.get(counter.incr.remote(), timeout=20) == 5
+
+
+def test_a_detached_actor_outlives_its_handles(backend):
+    import gc
+
+    keeper = Counter.options(name="keeper", lifetime="detached").remote()
+    assert lightwork.get(keeper.incr.remote(), timeout=20) == 1
+    del keeper
+    gc.collect()
+    time.sleep(0.5)  # an actor with no handle left would be ending now
+    found = lightwork.get_actor("keeper")
+    assert lightwork.get(found.incr.remote(), timeout=20) == 2
+    lightwork.kill(found)
 
 
 @lightwork.remote

@@ -224,9 +224,41 @@ def test_actions_need_the_origin_and_the_token_then_cancel_and_kill(runtime, tmp
         assert kill.status == 200, kill.data
         with pytest.raises(lightwork.exceptions.RayActorError):
             lightwork.get(victim.add.remote(2), timeout=20)
+
+        def victim_row() -> Any:
+            server.sync_now()
+            rows = with_token.json("/api/actors")["actors"]
+            return next((a for a in rows if int(a["actor_id"], 16) == int(victim._ref.hex(), 16)
+                         and a["state"] == "DEAD"), None)
+
+        dead = helpers.wait_until(victim_row, timeout=20, message="the actors view to show it dead")
+        assert dead["class_name"] == "Tally" and dead["death_cause"]  # why it died
     finally:
         open(str(tmp_path / "gate"), "w").close()
         server.stop()
+
+
+def test_another_local_user_cannot_attach(runtime, monkeypatch):
+    import stat
+
+    from lightwork._runtime import control
+
+    path = runtime["node"].control.path
+    # The session's socket is its owner's alone (the directory 0700, the socket 0600) ...
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    # ... and a peer of another uid that reached it anyway is hung up on, unanswered: a
+    # dashboard it would start gets nothing to serve.
+    monkeypatch.setattr(control, "_peer_uid", lambda conn: os.getuid() + 1)
+    with pytest.raises((control.ControlError, ConnectionError)):  # reset, or EOF
+        control.request(path, "dashboard_sync", {"task_cursor": 0, "span_cursor": 0},
+                        timeout=5)
+    stranger = DashboardServer(path, port=0)
+    try:
+        stranger.sync_now()
+        assert stranger.mirror.syncs == 0 and stranger.mirror.ended_counts == {}
+    finally:
+        stranger.httpd.server_close()
 
 
 def test_nothing_received_is_unpickled():
@@ -308,6 +340,9 @@ def test_functions_actors_objects_stacks_and_trace(client, runtime):
     assert functions["broken"]["state_counts"] == {"FAILED": 1}
     actors = client.json("/api/actors")["actors"]
     assert [a["class_name"] for a in actors if a["state"] == "ALIVE"] == ["Tally"]
+    tally = next(a for a in actors if a["state"] == "ALIVE")
+    assert tally["restarts"] == 0 and tally["queued"] == 0 and tally["methods_running"] == []
+    assert tally["calls_done"] >= 1 and tally["death_cause"] is None
     objects = client.json("/api/objects")
     assert objects["objects"] >= 1 and "by_reference_kind" in objects
     stacks = client.json("/api/stacks?target=all")
@@ -365,6 +400,28 @@ def test_a_saved_timeline_replays_as_an_ended_session(runtime, client, tmp_path)
         replay.load(str(tmp_path / "plain.json"))
     with pytest.raises(ValueError, match="cannot read"):
         replay.load(str(tmp_path / "missing.json"))
+
+
+def test_open_starts_a_browser_and_linger_leaves_once_no_page_looks(runtime, tmp_path,
+                                                                    monkeypatch):
+    import io
+    import webbrowser
+
+    from lightwork import cli
+    from lightwork.dashboard import run_command
+
+    path = str(tmp_path / "trace.json")
+    lightwork.timeline(path)
+    opened: list[str] = []
+    monkeypatch.setattr(webbrowser, "open", opened.append)
+    args = cli.build_parser().parse_args(
+        ["dashboard", "--from", path, "--open", "--linger", "0", "--port", "0"])
+    out = io.StringIO()
+    began = time.monotonic()
+    assert run_command(args, out) == 0  # an ended session, no page: it leaves at once
+    assert time.monotonic() - began < 30
+    url = out.getvalue().rsplit(": ", 1)[1].strip()
+    assert opened == [url] and url.startswith("http://127.0.0.1:") and "token=" in url
 
 
 def test_no_page_open_means_no_sync(runtime, monkeypatch):
@@ -485,6 +542,16 @@ def test_live_counts_match_the_state_api_while_tasks_run_and_queue(runtime, tmp_
             expected = Counter(views.live_task_state(node, t) for t in node.tasks.values())
             counts = feed._live_counts(node)
         assert counts == +expected and counts["RUNNING"] >= 2
+        # The live rows' times (microseconds since the session began) as the views show
+        # them: seconds since the start, in the table and on the stream's running bars.
+        reply, attached = feed.sync(node, 0, 0, 0, 100)
+        mirror = Mirror()
+        mirror.apply(reply, b"".join(attached))
+        since_start = reply["now"] - reply["base"]
+        live = [r for r in mirror.tasks(page_size=200)["rows"] if r.get("live")]
+        assert len(live) >= 5 and all(0 < r["submitted_s"] <= since_start for r in live)
+        running = mirror.stream(window_s=3600)["running"]
+        assert len(running) >= 2 and all(0 < bar[2] <= since_start for bar in running)
     finally:
         open(gate, "w").close()
     assert lightwork.get(refs, timeout=20) == [True] * 5 and lightwork.get(call) == 7

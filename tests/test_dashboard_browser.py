@@ -11,6 +11,7 @@ refused, and there must be none.
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import helpers
@@ -109,6 +110,10 @@ def test_the_page_shows_the_running_program(browser_page, tmp_path):
         page.goto(server.url)
         assert "token=" not in page.url  # traded for the cookie
         page.wait_for_function("() => document.getElementById('liveness').textContent === 'live'")
+        page.wait_for_function("() => document.getElementById('resources').textContent"
+                               ".includes('CPU: ')")
+        resources = page.inner_text("#resources")  # memory in bytes shows as bytes
+        assert re.search(r"memory: [\d.]+ [kMGT]?B / [\d.]+ [kMGT]?B", resources), resources
 
         # A running Dask graph has its bar: 9 of its 12 tasks done, the 10th held.
         graph = page.locator(".progress-graph")

@@ -141,3 +141,47 @@ def test_parse_faulthandler_output():
     assert "=== worker 4 (pid 44) · task worker · idle ===" in out
     assert 'File "/x/a.py", line 9, in outer' in out and "<no Python frame>" in out
 
+
+
+def test_engine_and_runtime_frames_fold_around_the_users_code():
+    # A Dask worker thread runs a task under distributed's, dask's and lightwork's layers;
+    # the driver's main thread waits in a get through the same layers. Folded, each shows
+    # the user's frames, the call into lightwork and the innermost frame; full, all.
+    from lightwork.diagnostics.stack import _STDLIB_DIR, format_stacks
+
+    site = "/venv/lib/python3.11/site-packages"
+    stdlib = lambda name: os.path.join(_STDLIB_DIR, name)  # noqa: E731
+    package = os.path.dirname(lightwork.__file__)
+    app = "/home/someone/app.py"
+    task_thread = [
+        [stdlib("threading.py"), 1002, "_bootstrap"],
+        [stdlib("concurrent/futures/thread.py"), 81, "_worker"],
+        [f"{site}/distributed/threadpoolexecutor.py", 58, "_worker"],
+        [f"{site}/distributed/worker.py", 2821, "_run_task_simple"],
+        [f"{site}/dask/_task_spec.py", 768, "__call__"],
+        [f"{package}/backends/cluster_worker.py", 169, "run_task"],
+        [app, 14, "slow"],
+    ]
+    main_thread = [
+        [app, 39, "<module>"],
+        [f"{package}/_api.py", 558, "get"],
+        [f"{package}/backends/cluster_fetch.py", 61, "get"],
+        [f"{site}/distributed/client.py", 5560, "wait"],
+        [f"{site}/distributed/utils.py", 452, "sync"],
+        [stdlib("threading.py"), 331, "wait"],
+    ]
+    data = {"driver": {"pid": 1, "threads": [
+                {"id": 1, "name": "MainThread", "frames": main_thread, "notes": []}]},
+            "workers": [{"worker_id": 1, "pid": 2, "label": "tcp://10.0.0.2:1",
+                         "doing": "dask worker",
+                         "threads": [{"id": 2, "name": "", "frames": task_thread,
+                                      "notes": []}]}]}
+    folded = format_stacks(data)
+    driver, worker = folded.split("=== worker")
+    assert "[6 outer frames of lightwork, Dask and thread start-up" in worker
+    assert "in slow" in worker and "_run_task_simple" not in worker
+    assert "in <module>" in driver and "_api.py\", line 558, in get" in driver
+    assert "[3 inner frames of lightwork and Dask;" in driver
+    assert "client.py" not in driver and "threading.py\", line 331, in wait" in driver
+    full = format_stacks(data, full=True)
+    assert "_run_task_simple" in full and "client.py" in full and "frames of" not in full

@@ -21,7 +21,7 @@ Where the rest lives
 ``DistributedBackend`` is assembled from one mixin per responsibility, each module's
 docstring carrying its design: ``cluster_tasks`` (submission, resources, retries,
 cancel, put), ``cluster_fetch`` (get, wait, nested calls), ``cluster_actor_calls`` (the
-caller's side of actors: creation, calls, restarts, names), ``cluster_streams``
+caller's side of actors: creation, calls, names) with ``cluster_actor_restarts``, ``cluster_streams``
 (generator tasks), ``cluster_holds`` (the refs inside stored values, held while those
 live) and ``cluster_actors`` (the actor's side, on a worker). What runs on
 the workers, and the stored forms of values and errors, are in ``cluster_worker``.
@@ -224,8 +224,9 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             self._holds.clear()
         if ref_counter.on_borrow == self._on_borrow:
             ref_counter.on_borrow = None
-        for name in self._named:  # a named actor that is not detached ends with its driver
-            try:
+        reachable = getattr(self._client, "status", "running") == "running"
+        for name in self._named if reachable else ():  # (not detached: ends with its driver;
+            try:  # a lost scheduler forgot them anyway)
                 self._client.unpublish_dataset(name)
             except Exception:  # noqa: BLE001 - the cluster may be gone already
                 pass
@@ -368,19 +369,13 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
                 "gpu_ids": (), "namespace": self.namespace, "pid": os.getpid()}
 
     def resources(self) -> tuple[dict[str, float], dict[str, float]]:
-        def usage(dask_scheduler: Any) -> list[tuple[int, dict, dict]]:
-            return [(ws.nthreads, dict(ws.resources), dict(ws.used_resources))
-                    for ws in dask_scheduler.workers.values()]
+        """(total, available) over the cluster's workers: ``cluster_state.resource_use``
+        (a task with ``num_cpus <= 1`` takes a thread, counted as one CPU in use)."""
+        from lightwork.backends.cluster_state import resource_use, scheduler_facts
 
-        total: dict[str, float] = {"CPU": 0.0}
-        available: dict[str, float] = {"CPU": 0.0}
-        for nthreads, declared, used in self.client.run_on_scheduler(usage):
-            declared = {"CPU": float(nthreads), **declared}
-            for name, amount in declared.items():
-                total[name] = total.get(name, 0.0) + float(amount)
-                free = float(amount) - float(used.get(name, 0.0))
-                available[name] = available.get(name, 0.0) + max(0.0, free)
-        return total, available
+        use = resource_use(self.client.run_on_scheduler(scheduler_facts)["workers"])
+        return ({name: total for name, (_, total) in use.items()},
+                {name: max(0.0, total - used) for name, (used, total) in use.items()})
 
     def nodes(self) -> list[dict[str, Any]]:
         workers = self.client.scheduler_info(n_workers=-1)["workers"]

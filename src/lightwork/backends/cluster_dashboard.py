@@ -18,10 +18,9 @@ calls); the rest a node knows of itself, a cluster driver asks its scheduler, in
   live rows) and where the session's actors are;
 * when each worker process started, asked once per process (``client.run``) and kept.
 
-Resources are per worker: CPU is the worker's declared ``CPU`` (its threads if it
-declares none), used by its restricted tasks plus one per thread running a task that
-asks for no CPU resource (``num_cpus <= 1``: such tasks take a thread, see
-``cluster_tasks``); other resources are declared against used.
+Resources are ``cluster_state.resource_use``'s, as ``available_resources()`` counts them:
+CPU is the workers' declared ``CPU`` (their threads where none is declared), used by
+restricted tasks plus one per thread running a task that asks for no CPU resource.
 
 The rows of the task stream are the event log's (``ClusterLog._row``): one per cluster
 worker and one per actor, labelled with the address and pid (``known_workers``).
@@ -38,6 +37,8 @@ from __future__ import annotations
 import threading
 import time
 from typing import Any
+
+from lightwork.backends.cluster_state import resource_use
 
 IDLE_S = 30.0  # no dashboard sync for this long: stop keeping fresh records for it
 MAX_ACTORS = 2_000  # as the feed's
@@ -80,7 +81,7 @@ class DashboardFacts:
         held = len(log.backend.futures)
         cluster_bytes = sum(info["nbytes"] for info in scheduler["workers"].values())
         return {
-            "resources": resources(scheduler["workers"]),
+            "resources": resource_use(scheduler["workers"]),
             "workers": workers,
             "known_workers": known,
             "actors": actors[:MAX_ACTORS],
@@ -159,21 +160,6 @@ def _label(key: Any, info: dict[str, Any]) -> str:
     if info["actor_class"]:
         return f"{info['actor_class'].split('.<locals>.')[-1]} (actor)"
     return str(key).split("://")[-1]
-
-
-def resources(workers: dict[str, Any]) -> dict[str, list[float]]:
-    """``{name: [used, total]}`` over the cluster's workers (see the module docstring)."""
-    used: dict[str, float] = {"CPU": 0.0}
-    total: dict[str, float] = {"CPU": 0.0}
-    for info in workers.values():
-        declared = {"CPU": float(info["nthreads"]), **info["resources"]}
-        taken = dict(info.get("used_resources") or {})
-        taken["CPU"] = taken.get("CPU", 0.0) + info.get("unrestricted_busy", 0)
-        for name, amount in declared.items():
-            total[name] = total.get(name, 0.0) + float(amount)
-            used[name] = used.get(name, 0.0) + min(float(amount), float(taken.get(name, 0.0)))
-    return {name: [used[name], amount] for name, amount in total.items()
-            if amount or name == "CPU"}
 
 
 def resources_total_cpu(log: Any) -> float:

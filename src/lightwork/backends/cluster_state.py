@@ -121,6 +121,27 @@ def worker_started(dask_worker: Any = None) -> tuple[int, float]:
     return os.getpid(), psutil.Process().create_time()
 
 
+
+def resource_use(workers: dict[str, Any]) -> dict[str, list[float]]:
+    """``{name: [used, total]}`` over the workers of :func:`scheduler_facts`.
+
+    A worker offers its declared resources, and ``CPU`` as many as its threads unless it
+    declares ``CPU``. What its running tasks take: their resource restrictions, plus one
+    CPU per thread running a task that asks for no CPU resource (``num_cpus <= 1`` takes
+    a thread, not a declared CPU: see ``cluster_tasks``), as the driver submitted it.
+    Both ``available_resources()`` and the dashboard read this, so they agree."""
+    used: dict[str, float] = {"CPU": 0.0}
+    total: dict[str, float] = {"CPU": 0.0}
+    for info in workers.values():
+        declared = {"CPU": float(info["nthreads"]), **info["resources"]}
+        taken = dict(info.get("used_resources") or {})
+        taken["CPU"] = taken.get("CPU", 0.0) + info.get("unrestricted_busy", 0)
+        for name, amount in declared.items():
+            total[name] = total.get(name, 0.0) + float(amount)
+            used[name] = used.get(name, 0.0) + min(float(amount), float(taken.get(name, 0.0)))
+    return {name: [used[name], amount] for name, amount in total.items()
+            if amount or name == "CPU"}
+
 class ClusterState:
     """Builds the state API's rows for one ``ClusterLog`` (see the module docstring)."""
 

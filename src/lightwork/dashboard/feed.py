@@ -30,7 +30,9 @@ A sync is incremental. The dashboard sends the cursors it reached, and gets:
   (a dashboard with no page open does not sync at all);
 * the driver's blocked ``get``/``wait`` spans since ``span_cursor`` (the same scheme);
 * the live picture, small by construction: counts of live tasks by state, the first
-  ``live_limit`` live tasks (submission order), what each worker runs now, actors,
+  ``live_limit`` live tasks (submission order; their times as whole microseconds since
+  the session began, 0 for not yet: JSON writes an integer in half the time of a
+  float, and a thousand rows a sync made half of its fixed cost), what each worker runs now, actors,
   resources, the last CPU/RSS sample, the advisor's findings as it has them (its own
   thread keeps them current; nothing is analysed here) and the running ``get``/``wait``
   calls of the driver with how many of their objects are ready;
@@ -185,9 +187,12 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
         FeedTotals.syncs += 1
         FeedTotals.records += len(new_tasks)
         live_counts = _live_counts(node)
+        base = log.started_at
         live = [
             (task.task_id, task.name, views.live_task_state(node, task), task.record.worker_id,
-             task.actor_id, task.record.submitted, task.record.dispatched, task.record.attempt)
+             task.actor_id, int((task.record.submitted - base) * 1e6),
+             int((task.record.dispatched - base) * 1e6) if task.record.dispatched else 0,
+             task.record.attempt)
             for task in itertools.islice(node.tasks.values(), live_limit)
         ]
         if facts is None:

@@ -400,7 +400,8 @@ class Mirror:
                                   _r(done - base), task_ids[row], _r(loaded[row] - base),
                                   _r(finished[row] - base), self.state_of[row]])
                 row -= 1
-            running = [[r[3], r[1], _r((r[6] or r[5]) - base), r[0], r[2]]
+            # (a live row's times are microseconds since the session began: ``feed``)
+            running = [[r[3], r[1], (r[6] or r[5]) / 1e6, r[0], r[2]]
                        for r in self.live["rows"] if str(r[2]).startswith("RUNNING")]
             driver = [[kind, _r(s - base), _r(e - base), count, where]
                       for kind, s, e, count, _thread, where in self.driver_spans if e >= start]

@@ -273,7 +273,7 @@ class Table:
         return {"task_id": task_id, "name": name, "state": state,
                 "worker_id": worker_id if worker_id > 0 else None, "pid": None,
                 "actor_id": f"{actor_id:020x}" if actor_id else None, "attempt": attempt,
-                "submitted_s": _r(submitted - self.mirror.base), "queued_s": None,
+                "submitted_s": submitted / 1e6, "queued_s": None,  # (µs since the start)
                 "run_s": None, "arg_size": None, "result_size": None, "retries": 0,
                 "error": None, "live": True}
 

@@ -10,9 +10,13 @@ never hangs the command: it is reported as ``timeout`` with whatever it wrote.
 
 Each process is labelled with its worker id, pid, role (task worker or actor) and what
 it runs. Frames read oldest first, like a traceback, with their source line; the
-runtime's own outer frames (worker loop, fork server) are folded into one line unless
-``full=True``; so are, in a worker whose fork server was forked from the driver, the
-driver's frames at ``init`` that the fork copied below the fork server's.
+runtime's own outer frames (worker loop, fork server, the standard library's thread and
+event-loop plumbing, and on the cluster backend the engine's layers under a task) are
+folded into one line unless ``full=True``; so are, in a worker whose fork server was
+forked from the driver, the driver's frames at ``init`` that the fork copied below the
+fork server's. A thread inside a lightwork call (a ``get``) shows the user's line, the
+call into lightwork and the innermost frame (what it waits on), with the frames between
+folded.
 
 ``native=True`` also runs ``py-spy dump --native`` on every process when py-spy is
 installed (it shows C frames too, and needs ptrace permission), and otherwise says how
@@ -26,6 +30,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 from typing import Any
 
 from lightwork._runtime.control import DEFAULT_STACK_TIMEOUT_S
@@ -44,10 +49,37 @@ PY_SPY_MISSING = (
     "`sysctl kernel.yama.ptrace_scope=0`)")
 
 
+_STDLIB_DIR = os.path.dirname(os.path.abspath(threading.__file__))
+# Plumbing between a thread's start and the user's code: the standard library's thread
+# pools and event loops, and on the cluster backend the engine's own layers (a Dask
+# worker thread runs a task through distributed, dask and tornado before lightwork's).
+_STDLIB_PLUMBING = tuple(os.path.join(_STDLIB_DIR, name) for name in (
+    "threading.py", "asyncio" + os.sep, "concurrent" + os.sep, "selectors.py", "queue.py",
+    "socketserver.py"))
+_ENGINE = re.compile(r"[/\\](?:site|dist)-packages[/\\](?:distributed|dask|tornado)[/\\]")
+#: Frames kept on the inner side of a fold: the call into lightwork and the innermost.
+INNER_KEPT = 2
+
+
 def _foldable(filename: str) -> bool:
-    """The runtime's own outer frames: lightwork's modules, the fork server's -c, threads."""
+    """Frames that are not the user's: lightwork's modules, the fork server's -c, the
+    standard library's thread and event-loop plumbing, the cluster engine's modules."""
     return (filename.startswith(_PACKAGE_DIR + os.sep) or filename == "<string>"
-            or os.path.basename(filename) == "threading.py")
+            or filename.startswith(_STDLIB_PLUMBING) or _ENGINE.search(filename) is not None)
+
+
+def _fold_label(frames: list[list[Any]], side: str) -> str:
+    """``[N outer frames of lightwork, Dask and thread start-up; ...]``, naming only
+    the layers the folded frames belong to."""
+    layers = []
+    if any(name.startswith(_PACKAGE_DIR + os.sep) or name == "<string>" for name, *_ in frames):
+        layers.append("lightwork")
+    if any(_ENGINE.search(name) for name, *_ in frames):
+        layers.append("Dask")
+    if any(name.startswith(_STDLIB_PLUMBING) for name, *_ in frames):
+        layers.append("thread start-up" if side == "outer" else "the standard library")
+    named = " and ".join([", ".join(layers[:-1]), layers[-1]] if len(layers) > 1 else layers)
+    return f"[{len(frames)} {side} frames of {named}; --full shows them]"
 
 
 class StackDump(str):
@@ -96,7 +128,8 @@ def _format_thread(thread: dict[str, Any], full: bool) -> list[str]:
     title = f"Thread {name} ({thread['id']:#x})" if name else f"Thread {thread['id']:#x}"
     lines = [title + ":"]
     frames = thread["frames"]
-    folded = 0
+    folded = 0  # outer frames folded
+    inner: tuple[int, int] | None = None  # (first, end) of the inner frames folded
     if not full:
         # Frames below the fork server's are a forked driver's, not this process's work.
         for index, frame in enumerate(frames[:-1]):
@@ -107,10 +140,20 @@ def _format_thread(thread: dict[str, Any], full: bool) -> list[str]:
             folded += 1
         if folded == 1:
             folded = 0  # folding one line saves nothing
+        # Past the user's innermost frame, the thread is inside lightwork (a get, say):
+        # keep the call into it and the innermost frame (what it waits on), fold the rest.
+        last_own = max((index for index in range(folded, len(frames))
+                        if not _foldable(frames[index][0])), default=None)
+        if last_own is not None and len(frames) - last_own - 1 > INNER_KEPT + 1:
+            inner = (last_own + 2, len(frames) - 1)
     if folded:
-        lines.append(
-            f"  [{folded} outer frames of lightwork and thread start-up; --full shows them]")
-    for filename, lineno, function in frames[folded:]:
+        lines.append(f"  {_fold_label(frames[:folded], 'outer')}")
+    for index in range(folded, len(frames)):
+        if inner is not None and inner[0] <= index < inner[1]:
+            if index == inner[0]:
+                lines.append(f"  {_fold_label(frames[inner[0]:inner[1]], 'inner')}")
+            continue
+        filename, lineno, function = frames[index]
         lines.append(f'  File "{filename}", line {lineno}, in {function}')
         source = linecache.getline(filename, lineno).strip()
         if source:
