@@ -402,6 +402,28 @@ def test_a_saved_timeline_replays_as_an_ended_session(runtime, client, tmp_path)
         replay.load(str(tmp_path / "missing.json"))
 
 
+def test_open_starts_a_browser_and_linger_leaves_once_no_page_looks(runtime, tmp_path,
+                                                                    monkeypatch):
+    import io
+    import webbrowser
+
+    from lightwork import cli
+    from lightwork.dashboard import run_command
+
+    path = str(tmp_path / "trace.json")
+    lightwork.timeline(path)
+    opened: list[str] = []
+    monkeypatch.setattr(webbrowser, "open", opened.append)
+    args = cli.build_parser().parse_args(
+        ["dashboard", "--from", path, "--open", "--linger", "0", "--port", "0"])
+    out = io.StringIO()
+    began = time.monotonic()
+    assert run_command(args, out) == 0  # an ended session, no page: it leaves at once
+    assert time.monotonic() - began < 30
+    url = out.getvalue().rsplit(": ", 1)[1].strip()
+    assert opened == [url] and url.startswith("http://127.0.0.1:") and "token=" in url
+
+
 def test_no_page_open_means_no_sync(runtime, monkeypatch):
     from lightwork.dashboard import server as server_module
 
