@@ -131,6 +131,34 @@ def test_constructor_error_makes_every_call_raise_actor_died_with_traceback():
             ray.get(broken.work.remote(), timeout=10)
 
 
+@ray.remote
+def _sleeps_then_returns(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+@ray.remote
+class GetsInTurn:
+    def gets(self, rounds):
+        return [ray.get(_sleeps_then_returns.remote(0.2)) for _ in range(rounds)]
+
+    def ping(self):
+        return "pong"
+
+
+def test_a_call_that_arrives_while_a_method_gets_is_kept_for_after_it():
+    # The ping reaches the actor's process during one of the method's gets and waits in
+    # its inbox; the next get used to bounce it like a task's queue, and the driver
+    # ignores a bounced actor call: it was lost and this get hung.
+    actor = GetsInTurn.remote()
+    assert ray.get(actor.ping.remote(), timeout=20) == "pong"
+    busy = actor.gets.remote(3)
+    time.sleep(0.1)  # inside the first get (more rounds cover a late start)
+    ping = actor.ping.remote()
+    assert ray.get(busy, timeout=20) == [0.2, 0.2, 0.2]
+    assert ray.get(ping, timeout=20) == "pong"
+
+
 def test_crash_fails_pending_calls_with_actor_died_naming_the_cause():
     counter = Counter.remote()
     crash = counter.crash.remote()

@@ -356,6 +356,30 @@ def test_cancel_interrupts_a_running_task_and_frees_its_slot(backend, tmp_path, 
         open(gate, "w").close()
 
 
+def test_placement_groups_and_a_hard_node_affinity(backend):
+    """Locally a group reserves its bundles and a task may be pinned to the node; on
+    distributed neither exists, and each says so at the call, with what to do instead."""
+    from lightwork.util import placement_group, remove_placement_group
+    from lightwork.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = lightwork.get_runtime_context().get_node_id()
+    pinned = add.options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
+    loose = add.options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True))
+    assert lightwork.get(loose.remote(1, 1), timeout=30) == 2  # a preference: met anywhere
+    if backend == "local":
+        group = placement_group([{"CPU": 1}])
+        assert lightwork.get(group.ready(), timeout=30) == group
+        remove_placement_group(group)
+        assert lightwork.get(pinned.remote(1, 2), timeout=30) == 3
+        return
+    with pytest.raises(exceptions.UnsupportedOnBackend,
+                       match=r"placement groups.*distributed.*--resources"):
+        placement_group([{"CPU": 1}])
+    with pytest.raises(exceptions.UnsupportedOnBackend,
+                       match=r"NodeAffinity.*distributed.*resources=.*soft=True"):
+        pinned.remote(1, 2)
+
+
 # ---- resources --------------------------------------------------------------------------
 def test_an_impossible_resource_request_fails_fast_naming_the_resource(backend):
     with pytest.raises(ValueError, match="CPU"):

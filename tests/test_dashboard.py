@@ -58,7 +58,7 @@ class Tally:
 def runtime():
     if lightwork.is_initialized():
         lightwork.shutdown()
-    lightwork.init(num_cpus=2)
+    lightwork.init(num_cpus=2, resources={"scanner": 3})  # a custom resource too
     tally = Tally.remote()
     lightwork.get([square.remote(i) for i in range(20)] + [tally.add.remote(1)])
     with pytest.raises(KeyError):
@@ -273,7 +273,7 @@ def test_overview_counts_resources_workers_and_findings(client):
     o = client.json("/api/overview")
     assert o["session"] == lightwork._api._node.session.name and o["ended"] is False
     assert o["tasks"]["ended"]["FINISHED"] >= 24 and o["tasks"]["ended"]["FAILED"] >= 1
-    assert o["resources"]["CPU"][1] == 2.0
+    assert o["resources"]["CPU"][1] == 2.0 and o["resources"]["scanner"] == [0.0, 3.0]
     driver = o["workers"][0]
     assert driver["kind"] == "driver" and driver["pid"] == os.getpid()
     assert {"cpu_percent", "rss"} <= set(driver)
@@ -400,6 +400,28 @@ def test_a_saved_timeline_replays_as_an_ended_session(runtime, client, tmp_path)
         replay.load(str(tmp_path / "plain.json"))
     with pytest.raises(ValueError, match="cannot read"):
         replay.load(str(tmp_path / "missing.json"))
+
+
+def test_open_starts_a_browser_and_linger_leaves_once_no_page_looks(runtime, tmp_path,
+                                                                    monkeypatch):
+    import io
+    import webbrowser
+
+    from lightwork import cli
+    from lightwork.dashboard import run_command
+
+    path = str(tmp_path / "trace.json")
+    lightwork.timeline(path)
+    opened: list[str] = []
+    monkeypatch.setattr(webbrowser, "open", opened.append)
+    args = cli.build_parser().parse_args(
+        ["dashboard", "--from", path, "--open", "--linger", "0", "--port", "0"])
+    out = io.StringIO()
+    began = time.monotonic()
+    assert run_command(args, out) == 0  # an ended session, no page: it leaves at once
+    assert time.monotonic() - began < 30
+    url = out.getvalue().rsplit(": ", 1)[1].strip()
+    assert opened == [url] and url.startswith("http://127.0.0.1:") and "token=" in url
 
 
 def test_no_page_open_means_no_sync(runtime, monkeypatch):
@@ -627,6 +649,22 @@ def test_mirror_keeps_the_budget_and_says_so():
     lost["tasks"]["lost"] = 7
     mirror.apply(lost, attached)
     assert any("7 task records left" in banner for banner in mirror.header()["banners"])
+
+
+def test_the_live_rows_and_actors_caps_say_so():
+    mirror = Mirror()
+    reply, attached = _synthetic_sync(0, 10, ["f"], 50.0)
+    reply["live"] = {"counts": {"PENDING_NODE_ASSIGNMENT": 5_000},
+                     "rows": [[7, "f", "PENDING_NODE_ASSIGNMENT", -1, 0, 10, 0, 0]] * 1_000,
+                     "total": 5_000}
+    reply["actors"], reply["actor_count"] = [{"state": "ALIVE"}] * 2_000, 2_500
+    mirror.apply(reply, attached)
+    banners = mirror.header()["banners"]
+    assert any("5,000 tasks are queued or running" in b and "first 1,000" in b for b in banners)
+    assert any("2,500 actors" in b and "first 2,000" in b for b in banners)
+    reply, attached = _synthetic_sync(10, 0, ["f"], 50.0)  # within the caps: no banner
+    mirror.apply(reply, attached)
+    assert mirror.header()["banners"] == []
 
 
 def test_stream_caps_rectangles_and_says_so():

@@ -1,7 +1,8 @@
 """The dashboard's totals: the event log's cumulative ended counts, the history and
 throughput built from them, and a dashboard that asks the driver nothing while no page
 is open (``init(dashboard=True)``'s child included) yet shows the right totals when one
-opens.
+opens; and the URL ``lightwork demo --dashboard`` prints. Every test starts its own
+session (``fresh_runtime``, or a program of its own).
 """
 
 from __future__ import annotations
@@ -114,12 +115,13 @@ def test_a_dashboard_started_by_init_does_not_sync_while_no_page_is_open(
                            message="five idle turns of the sync loop")
         assert server.mirror.syncs == syncs  # nothing asked while nobody looks
         client = _client_of(server.url)
-        stream = _open_stream(client)  # a page opens: syncs resume at once
+        # The first request after the pause is answered with the totals at once ...
+        assert client.json("/api/overview")["tasks"]["ended"] == {"FINISHED": 30}
+        assert server.mirror.syncs == syncs + 1 and server.mirror.rows == 0  # a summary
+        stream = _open_stream(client)  # ... and a page opens: the records follow
         try:
-            overview = helpers.wait_until(
-                lambda: (o := client.json("/api/overview"))["tasks"]["ended"].get(
-                    "FINISHED") == 30 and o, timeout=20, message="the first sync")
-            assert overview["tasks"]["recorded"] == 30
+            helpers.wait_until(lambda: client.json("/api/overview")["tasks"]["recorded"] == 30,
+                               timeout=20, message="the records at the next syncs")
         finally:
             stream.close()
     finally:
@@ -196,14 +198,13 @@ def test_init_dashboard_packs_nothing_without_a_page_then_a_page_gets_the_totals
     try:
         assert lines["IDLE"] == lines["START"], lines  # no sync while no page was open
         client = _client_of(lines["URL"])
+        first = client.json("/api/overview")  # the first look: the totals at once
+        assert first["tasks"]["ended"] == {"FINISHED": 1000, "FAILED": 1}
         stream = _open_stream(client)
         try:
             overview = helpers.wait_until(
-                lambda: (o := client.json("/api/overview"))["tasks"]["ended"].get(
-                    "FINISHED") == 1000 and o, timeout=30,
-                message="the totals at the page's first sync")
-            assert overview["tasks"]["ended"] == {"FINISHED": 1000, "FAILED": 1}
-            assert overview["tasks"]["recorded"] == 300  # the ring's newest records
+                lambda: (o := client.json("/api/overview"))["tasks"]["recorded"] == 300 and o,
+                timeout=30, message="the ring's newest records")
             assert any("701 task records left" in b for b in overview["banners"])
             newest = client.json("/api/tasks?sort=task_id&page_size=1")["rows"][0]
             assert newest["state"] == "FAILED"  # the last task the program ran
@@ -255,3 +256,17 @@ def test_a_summary_sync_gives_a_late_page_the_final_totals(fresh_runtime):
         assert server.mirror.rows == 12 and server.mirror.lost == 0
     finally:
         server.httpd.server_close()
+
+
+def test_the_demo_prints_its_dashboard_url(fresh_runtime, monkeypatch, tmp_path, capfd):
+    import io
+
+    from lightwork import cli
+
+    # The experiments themselves are test_cli's; here only the URL of their session.
+    monkeypatch.setattr(cli, "_loop_experiments", lambda out: None)
+    monkeypatch.setattr(cli, "_dask_example", lambda out, path: None)
+    assert cli.demo(io.StringIO(), timeline_path=str(tmp_path / "demo.json"),
+                    dashboard=True) == 0
+    err = capfd.readouterr().err
+    assert err.count("dashboard at http://127.0.0.1:") == 1 and "token=" in err

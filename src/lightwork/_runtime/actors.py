@@ -19,7 +19,11 @@ as in Ray).
 At most ``max_pending_calls`` calls (queued plus running) are accepted at once; the
 next one raises ``PendingCallsLimitExceeded`` in the caller (from a task or an actor it
 becomes the call's result error). Calls wait in ``queue`` until their arguments are ready and the actor is ALIVE; the head
-is sent first, so calls run in submission order. Sent calls are in ``inflight``. When the
+is sent first, so calls run in submission order. Sent calls are in ``inflight``. A call
+made while every slot is taken (``inflight`` holds ``slots`` calls) stays queued: the
+node sends what queued meanwhile in one frame when it next reads one of the actor's
+frames (``Node._read_worker``), so a burst of calls costs one send per batch, as tasks
+do, instead of one each (issue 13: 10,000 calls, driver CPU 37 -> 20 µs per call). When the
 process dies they are re-sent after a restart (up to ``max_task_retries``) or fail with
 ``ActorDiedError`` naming the cause.
 
@@ -234,7 +238,10 @@ class ActorManager:
             return
         actor.queue.append(task)
         self.node.lookup(actor_id).task_uses += 1  # a pending call keeps the actor alive
-        self.pump(actor)
+        if len(actor.inflight) < actor.slots:
+            self.pump(actor)
+        # else: every slot is taken; the call waits here and goes with the others queued
+        # meanwhile, in one frame, when the actor's next frame is read (node._read_worker).
 
     def pump(self, actor: Actor) -> None:
         """Send the calls at the head of the queue whose arguments are ready."""

@@ -64,7 +64,9 @@ class TaskRecord:
     callsite: tuple[str, int, str] | None = None  # (file, line, function) of the .remote()
     actor_id: int = 0  # the actor whose method this call is, or 0 for a task
     num_cpus: float = 1.0  # the CPUs the task asked for
-    cpu_time: float = 0.0  # CPU seconds its worker process used while running it
+    # CPU seconds its worker process used while running it; 0.0: not measured (a call of
+    # a function whose previous run on that worker took under 1 ms: worker.CPU_CLOCK_MIN_S)
+    cpu_time: float = 0.0
     large_args: tuple[tuple[int, int], ...] = ()  # (identity, nbytes) of big by-value arguments
     copy_s: float = 0.0  # time .remote() spent copying big arguments (only those: 0 else)
     dep_tasks: tuple[int, ...] = ()  # the tasks making the refs it took as arguments

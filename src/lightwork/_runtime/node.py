@@ -428,6 +428,8 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
             self._handle(conn, message)
         if eof:
             self._on_worker_eof(conn)
+        elif conn.actor is not None and conn.actor.queue:  # calls held while it was busy
+            self.actors.pump(conn.actor)
 
     def _read_forkserver(self) -> None:
         import pickle
@@ -694,7 +696,9 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
                 return
         if task.actor_id:
             actor = self.actors.actors.get(task.actor_id)
-            if actor is not None:
+            # A busy actor's ready calls go with its next frame read (_read_worker), and
+            # a new call is queued after this (ActorManager.add_call sends it if idle).
+            if actor is not None and len(actor.inflight) < actor.slots:
                 self.actors.pump(actor)
         else:
             self.scheduler.make_ready(task)

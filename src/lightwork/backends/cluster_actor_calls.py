@@ -528,6 +528,13 @@ class ActorCalls(ActorRestarts):
                 self.client.unpublish_dataset(name)
             self.client.cancel([future], force=True)
             return None
+        if what == "placement_group":
+            raise unsupported(
+                "placement groups (placement_group())",
+                "distributed reserves no resources ahead of tasks; declare resources on the "
+                "workers (dask worker --resources 'CPU=n,name=1') and ask for them per task "
+                "and actor (num_cpus=, resources=), or run on the embedded runtime (init() "
+                "with no address)")
         raise unsupported(f"{what!r}", "it is not implemented on this backend; run on the "
                           "embedded runtime (init() with no address)")
 

@@ -12,10 +12,11 @@ Syncing: the sync thread asks the driver for what is new about once a second whi
 server is *active*: a page (an event stream) is open, or a request came within
 ``IDLE_AFTER_S``. Otherwise it asks nothing at all, so the driver packs no record while
 nobody looks (for ``lightwork dashboard`` and the child of ``init(dashboard=True)``
-alike). The first request after such a pause wakes it at once: that sync brings the
-driver's cumulative counts (the totals, and the history's and throughput's next point,
-right however long the pause was) and the records still in the driver's ring (those
-that left it meanwhile are counted and say so in a banner).
+alike). The first request after such a pause takes a summary sync (no records) before
+it is answered, so it shows the driver's cumulative counts (the totals, and the
+history's and throughput's next point, right however long the pause was) and the live
+picture, and wakes the sync thread, whose syncs bring the records still in the driver's
+ring (those that left it meanwhile are counted and say so in a banner).
 
 Standard library only (``http.server.ThreadingHTTPServer``): it imports in tens of
 milliseconds and keeps the process near 20 MB, and the page needs nothing more than
@@ -84,6 +85,7 @@ PORT_TRIES = 20
 SYNC_INTERVAL_S = 1.0
 IDLE_AFTER_S = 10.0  # no page and no request for this long: stop syncing
 IDLE_WAKE_S = 60.0  # the idle sync thread's turn when nothing wakes it (it asks nothing)
+FIRST_LOOK_TIMEOUT_S = 2.0  # the summary sync of a request after a pause waits this long
 END_WAIT_S = 20.0  # one dashboard_wait_end request (then asked again, same connection)
 NO_PAGE_EXIT_S = 2.0  # a child whose program is gone, with no page open: exits this soon
 PAGE_GRACE_S = 60.0  # ... with a page open: serves the final state this long at most
@@ -222,11 +224,14 @@ class DashboardServer:
         return self.clients > 0 or time.monotonic() - self.last_request < IDLE_AFTER_S
 
     def requested(self) -> None:
-        """A request came (the handler, once its token checked): wake the sync thread if
-        it was idle, so the page gets data now, not at the next turn."""
+        """A request came (the handler, once its token checked). The first after a pause
+        takes a summary sync before it is answered (the totals and the live picture, no
+        record: milliseconds), so its answer is current, and wakes the sync thread for
+        the records."""
         was_active = self.active
         self.last_request = time.monotonic()
         if not was_active:
+            self.sync_now(records=False, timeout=FIRST_LOOK_TIMEOUT_S)
             self._wake.set()
 
     def page_opened(self) -> None:
@@ -243,7 +248,7 @@ class DashboardServer:
         self.last_client = time.monotonic()
 
     # ---------------------------------------------------------------- syncing
-    def sync_now(self, records: bool = True) -> bool:
+    def sync_now(self, records: bool = True, timeout: float = 10.0) -> bool:
         """Bring the mirror up to date; False when the session has ended. Without
         ``records``, only the counts and the live picture (the driver packs no record)."""
         if self.mirror.ended or self.socket_path is None:
@@ -257,7 +262,7 @@ class DashboardServer:
                             "task_cursor": self.mirror.task_cursor,
                             "span_cursor": self.mirror.span_cursor,
                             "max_records": DEFAULT_MAX_RECORDS if records else 0,
-                        }, timeout=10.0)
+                        }, timeout=timeout)
                         count = self.mirror.apply(reply, attached)
                         total += count
                         if count < DEFAULT_MAX_RECORDS or self._stop.is_set():

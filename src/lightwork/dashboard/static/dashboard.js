@@ -205,6 +205,10 @@ function renderWorkers(rows) {
   ]);
 }
 
+// Syncs come about once a second while a page is open; a longer gap between two history
+// points means nobody watched meanwhile.
+const HISTORY_GAP_S = 5;
+
 function drawHistory(points) {
   const canvas = $("history");
   const ctx = sizeCanvas(canvas, 160);
@@ -228,16 +232,25 @@ function drawHistory(points) {
   ctx.fillText(`${(t1 - t0).toFixed(0)} s`, w - 40, h - 5);
   const legend = $("history-legend");
   legend.replaceChildren();
+  // No point is sampled while no page is open: across such a gap the states are unknown,
+  // so their lines break there; the finished rate is each interval's average, drawn flat
+  // over its interval (a long interval's average is known, its shape is not).
+  const joined = (i) => i > 0 && points[i][0] - points[i - 1][0] <= HISTORY_GAP_S;
   for (const name of names) {
     ctx.strokeStyle = STATE_COLORS[name] || "#999"; ctx.lineWidth = 1.5; ctx.beginPath();
-    points.forEach(([t, live], i) => { const px = x(t), py = y(live[name] || 0, max); i ? ctx.lineTo(px, py) : ctx.moveTo(px, py); });
+    points.forEach(([t, live], i) => { const px = x(t), py = y(live[name] || 0, max); joined(i) ? ctx.lineTo(px, py) : ctx.moveTo(px, py); });
     ctx.stroke();
     const item = el("span", name.toLowerCase().replaceAll("_", " "));
     item.style.setProperty("--swatch", STATE_COLORS[name] || "#999");
     legend.append(item);
   }
   ctx.strokeStyle = "#16a34a"; ctx.setLineDash([4, 3]); ctx.beginPath();
-  points.forEach(([t], i) => { const px = x(t), py = y(rates[i], maxRate); i ? ctx.lineTo(px, py) : ctx.moveTo(px, py); });
+  points.forEach(([t], i) => {
+    if (i === 0) return;
+    const py = y(rates[i], maxRate);
+    joined(i) ? ctx.lineTo(x(points[i - 1][0]), py) : ctx.moveTo(x(points[i - 1][0]), py);
+    ctx.lineTo(x(t), py);
+  });
   ctx.stroke(); ctx.setLineDash([]);
   const done = el("span", `finished per second (dashed, max ${maxRate.toFixed(0)})`);
   done.style.setProperty("--swatch", "#16a34a");
