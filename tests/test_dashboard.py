@@ -376,6 +376,39 @@ def test_events_stream_pushes_the_overview_and_the_view(client):
     helpers.wait_until(lambda: client.server.clients == 0, message="the stream to close")
 
 
+def test_a_page_gets_at_most_one_update_a_second_while_the_data_churns(client):
+    import itertools
+    import threading
+
+    stop = threading.Event()
+
+    def churn() -> None:  # a sync every 50 ms: the data changes far faster than 1/s
+        while not stop.is_set():
+            client.server.sync_now()
+            time.sleep(0.05)
+
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    conn = http.client.HTTPConnection("127.0.0.1", client.server.port, timeout=10)
+    try:
+        conn.request("GET", "/api/events?view=overview", headers={
+            "Host": f"127.0.0.1:{client.server.port}",
+            "Cookie": f"{client.server.cookie_name}={client.server.token}"})
+        response = conn.getresponse()
+        updates: list[float] = []
+        began = time.monotonic()
+        while time.monotonic() - began < 3.5:
+            if response.fp.readline().startswith(b"event: update"):
+                updates.append(time.monotonic())
+        assert len(updates) >= 3  # it does push while the data changes ...
+        gaps = [b - a for a, b in itertools.pairwise(updates)]
+        assert min(gaps) > 0.8, gaps  # ... about once a second, not once a sync
+    finally:
+        stop.set()
+        churner.join(10)
+        conn.close()
+
+
 def test_a_saved_timeline_replays_as_an_ended_session(runtime, client, tmp_path):
     from lightwork.dashboard import replay
 

@@ -4,8 +4,9 @@ This module runs inside the watched program (the handler ``init`` registers with
 control socket, ``lightwork.dashboard.register_control_ops``, imports it on the first
 dashboard request), in the control server's connection thread. Everything else of
 the dashboard runs in its own process (``lightwork.dashboard.server``), so the program
-pays only for these requests, about one a second while a page is open and none when
-no dashboard is attached.
+pays only for these requests, about one a second while a page is open and none while
+no page is open (the dashboard then asks nothing; the first request after the pause is
+a summary sync, ``max_records`` 0, then the records follow).
 
 A sync is incremental. The dashboard sends the cursors it reached, and gets:
 
