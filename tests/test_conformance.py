@@ -936,6 +936,47 @@ class Wrapper:
     def wrap(self, size):
         return [lightwork.put(b"w" * size)]
 
+    def wrap_after(self, gate, size):
+        wait_for_file(gate, 30)
+        return [lightwork.put(b"w" * size)]
+
+
+@lightwork.remote
+def sleep_until(path):
+    return wait_for_file(path, 30)
+
+
+@lightwork.remote
+def size_inside(wrapped):
+    [inner] = wrapped
+    return len(lightwork.get(inner, timeout=20))
+
+
+def test_refs_inside_a_pending_actor_result_passed_to_a_task_reach_it(backend, tmp_path):
+    """The actor call is still running when its result is passed to a task (on
+    distributed, through a bridge key); the task starts only after the driver has
+    dropped every ref of its own to that result: the object inside lives until the task
+    has it."""
+    import gc
+
+    gate, slots_free = str(tmp_path / "gate"), str(tmp_path / "free")
+    wrapper = Wrapper.remote()
+    assert lightwork.get(wrapper.__ray_ready__.remote(), timeout=20) is True
+    blockers = [sleep_until.remote(slots_free) for _ in range(2)]  # both slots taken
+    wrapped = wrapper.wrap_after.remote(gate, 50_000)
+    size = size_inside.remote(wrapped)
+    open(gate, "w").close()
+    lightwork.wait([wrapped], timeout=20)
+    del wrapped
+    for _ in range(3):
+        gc.collect()
+        lightwork.get(lightwork.put(0))  # a call into the runtime applies releases
+        time.sleep(0.3)  # (and they reach the scheduler)
+    open(slots_free, "w").close()
+    assert lightwork.get(size, timeout=30) == 50_000
+    lightwork.get(blockers, timeout=20)
+
+
 
 def test_refs_inside_puts_parts_and_actor_results_are_freed_with_them(backend, wait_until):
     """The objects inside a put value (from the driver or a task), inside one of several
