@@ -570,6 +570,7 @@ def memory_run(minutes: float, sample_s: float = 10.0) -> dict[str, Any]:
                 next_sample += sample_s
         curve.append([round(time.monotonic() - began),
                       round(dashboard.memory_info().rss / 1e6, 1), tasks])
+        peak_mb = _peak_rss_mb(child.process.pid)  # a trim's copies, between samples
     finally:
         client.terminate()
         client.wait()
@@ -583,7 +584,19 @@ def memory_run(minutes: float, sample_s: float = 10.0) -> dict[str, Any]:
             "rss_mb_min_after_1_min": min(after_first_minute),
             "rss_mb_max_after_1_min": max(after_first_minute),
             "rss_mb_second_half_first_last": [half[0], half[-1]],
-            "rss_mb_end": curve[-1][1], "curve": curve}
+            "rss_mb_end": curve[-1][1], "rss_mb_peak": peak_mb, "curve": curve}
+
+
+def _peak_rss_mb(pid: int) -> float | None:
+    """The highest RSS process ``pid`` ever had (Linux's VmHWM), in MB."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) * 1024 / 1e6, 1)
+    except OSError:
+        pass
+    return None
 
 
 PARTS = ("throughput", "history", "synthetic", "contention", "memory")

@@ -115,6 +115,10 @@ def test_connect_by_address_and_by_client_and_shutdown_leaves_a_users_client_ope
             assert client.status == "running"  # the user's client is the user's to close
         with pytest.raises(ValueError, match="declare their own"):
             lightwork.init(address=cluster.address, num_cpus=2)
+        with pytest.raises(lightwork.exceptions.UnsupportedOnBackend,
+                           match="runtime_env.*distributed.*--preload"):
+            lightwork.init(address=cluster.address, runtime_env={"env_vars": {"A": "1"}})
+        assert not lightwork.is_initialized()
     finally:
         lightwork.shutdown()
 

@@ -356,6 +356,30 @@ def test_cancel_interrupts_a_running_task_and_frees_its_slot(backend, tmp_path, 
         open(gate, "w").close()
 
 
+def test_placement_groups_and_a_hard_node_affinity(backend):
+    """Locally a group reserves its bundles and a task may be pinned to the node; on
+    distributed neither exists, and each says so at the call, with what to do instead."""
+    from lightwork.util import placement_group, remove_placement_group
+    from lightwork.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = lightwork.get_runtime_context().get_node_id()
+    pinned = add.options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
+    loose = add.options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True))
+    assert lightwork.get(loose.remote(1, 1), timeout=30) == 2  # a preference: met anywhere
+    if backend == "local":
+        group = placement_group([{"CPU": 1}])
+        assert lightwork.get(group.ready(), timeout=30) == group
+        remove_placement_group(group)
+        assert lightwork.get(pinned.remote(1, 2), timeout=30) == 3
+        return
+    with pytest.raises(exceptions.UnsupportedOnBackend,
+                       match=r"placement groups.*distributed.*--resources"):
+        placement_group([{"CPU": 1}])
+    with pytest.raises(exceptions.UnsupportedOnBackend,
+                       match=r"NodeAffinity.*distributed.*resources=.*soft=True"):
+        pinned.remote(1, 2)
+
+
 # ---- resources --------------------------------------------------------------------------
 def test_an_impossible_resource_request_fails_fast_naming_the_resource(backend):
     with pytest.raises(ValueError, match="CPU"):
@@ -911,6 +935,47 @@ def a_put_in_each_part(size):
 class Wrapper:
     def wrap(self, size):
         return [lightwork.put(b"w" * size)]
+
+    def wrap_after(self, gate, size):
+        wait_for_file(gate, 30)
+        return [lightwork.put(b"w" * size)]
+
+
+@lightwork.remote
+def sleep_until(path):
+    return wait_for_file(path, 30)
+
+
+@lightwork.remote
+def size_inside(wrapped):
+    [inner] = wrapped
+    return len(lightwork.get(inner, timeout=20))
+
+
+def test_refs_inside_a_pending_actor_result_passed_to_a_task_reach_it(backend, tmp_path):
+    """The actor call is still running when its result is passed to a task (on
+    distributed, through a bridge key); the task starts only after the driver has
+    dropped every ref of its own to that result: the object inside lives until the task
+    has it."""
+    import gc
+
+    gate, slots_free = str(tmp_path / "gate"), str(tmp_path / "free")
+    wrapper = Wrapper.remote()
+    assert lightwork.get(wrapper.__ray_ready__.remote(), timeout=20) is True
+    blockers = [sleep_until.remote(slots_free) for _ in range(2)]  # both slots taken
+    wrapped = wrapper.wrap_after.remote(gate, 50_000)
+    size = size_inside.remote(wrapped)
+    open(gate, "w").close()
+    lightwork.wait([wrapped], timeout=20)
+    del wrapped
+    for _ in range(3):
+        gc.collect()
+        lightwork.get(lightwork.put(0))  # a call into the runtime applies releases
+        time.sleep(0.3)  # (and they reach the scheduler)
+    open(slots_free, "w").close()
+    assert lightwork.get(size, timeout=30) == 50_000
+    lightwork.get(blockers, timeout=20)
+
 
 
 def test_refs_inside_puts_parts_and_actor_results_are_freed_with_them(backend, wait_until):

@@ -58,7 +58,7 @@ class Tally:
 def runtime():
     if lightwork.is_initialized():
         lightwork.shutdown()
-    lightwork.init(num_cpus=2)
+    lightwork.init(num_cpus=2, resources={"scanner": 3})  # a custom resource too
     tally = Tally.remote()
     lightwork.get([square.remote(i) for i in range(20)] + [tally.add.remote(1)])
     with pytest.raises(KeyError):
@@ -273,7 +273,7 @@ def test_overview_counts_resources_workers_and_findings(client):
     o = client.json("/api/overview")
     assert o["session"] == lightwork._api._node.session.name and o["ended"] is False
     assert o["tasks"]["ended"]["FINISHED"] >= 24 and o["tasks"]["ended"]["FAILED"] >= 1
-    assert o["resources"]["CPU"][1] == 2.0
+    assert o["resources"]["CPU"][1] == 2.0 and o["resources"]["scanner"] == [0.0, 3.0]
     driver = o["workers"][0]
     assert driver["kind"] == "driver" and driver["pid"] == os.getpid()
     assert {"cpu_percent", "rss"} <= set(driver)
@@ -374,6 +374,39 @@ def test_events_stream_pushes_the_overview_and_the_view(client):
     response.close()
     conn.close()
     helpers.wait_until(lambda: client.server.clients == 0, message="the stream to close")
+
+
+def test_a_page_gets_at_most_one_update_a_second_while_the_data_churns(client):
+    import itertools
+    import threading
+
+    stop = threading.Event()
+
+    def churn() -> None:  # a sync every 50 ms: the data changes far faster than 1/s
+        while not stop.is_set():
+            client.server.sync_now()
+            time.sleep(0.05)
+
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    conn = http.client.HTTPConnection("127.0.0.1", client.server.port, timeout=10)
+    try:
+        conn.request("GET", "/api/events?view=overview", headers={
+            "Host": f"127.0.0.1:{client.server.port}",
+            "Cookie": f"{client.server.cookie_name}={client.server.token}"})
+        response = conn.getresponse()
+        updates: list[float] = []
+        began = time.monotonic()
+        while time.monotonic() - began < 3.5:
+            if response.fp.readline().startswith(b"event: update"):
+                updates.append(time.monotonic())
+        assert len(updates) >= 3  # it does push while the data changes ...
+        gaps = [b - a for a, b in itertools.pairwise(updates)]
+        assert min(gaps) > 0.8, gaps  # ... about once a second, not once a sync
+    finally:
+        stop.set()
+        churner.join(10)
+        conn.close()
 
 
 def test_a_saved_timeline_replays_as_an_ended_session(runtime, client, tmp_path):
@@ -649,6 +682,22 @@ def test_mirror_keeps_the_budget_and_says_so():
     lost["tasks"]["lost"] = 7
     mirror.apply(lost, attached)
     assert any("7 task records left" in banner for banner in mirror.header()["banners"])
+
+
+def test_the_live_rows_and_actors_caps_say_so():
+    mirror = Mirror()
+    reply, attached = _synthetic_sync(0, 10, ["f"], 50.0)
+    reply["live"] = {"counts": {"PENDING_NODE_ASSIGNMENT": 5_000},
+                     "rows": [[7, "f", "PENDING_NODE_ASSIGNMENT", -1, 0, 10, 0, 0]] * 1_000,
+                     "total": 5_000}
+    reply["actors"], reply["actor_count"] = [{"state": "ALIVE"}] * 2_000, 2_500
+    mirror.apply(reply, attached)
+    banners = mirror.header()["banners"]
+    assert any("5,000 tasks are queued or running" in b and "first 1,000" in b for b in banners)
+    assert any("2,500 actors" in b and "first 2,000" in b for b in banners)
+    reply, attached = _synthetic_sync(10, 0, ["f"], 50.0)  # within the caps: no banner
+    mirror.apply(reply, attached)
+    assert mirror.header()["banners"] == []
 
 
 def test_stream_caps_rectangles_and_says_so():

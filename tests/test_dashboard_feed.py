@@ -116,6 +116,22 @@ def test_records_with_errors_and_retries_keep_them():
     assert mirror.ended_counts == {"FINISHED": 5, "FAILED": 1}
 
 
+def test_the_rows_with_errors_and_retries_are_found_in_every_slice():
+    from lightwork._runtime.events import TaskRecord, freeze
+
+    count = 2 * feed.PACK_SLICE + 123  # three slices, the last one short
+    rows = [freeze(TaskRecord(i, "f", 0, 1.0, state="FAILED" if i % 7 == 3 else "FINISHED",
+                              error=f"boom {i}" if i % 7 == 3 else None,
+                              retries=((1.0, "worker died"),) * (1 + i % 2) if i % 11 == 5
+                              else ()))
+            for i in range(count)]
+    facts, _ = feed.pack(rows)
+    assert facts["errors"] == [[i, f"boom {i}"] for i in range(count) if i % 7 == 3]
+    assert facts["retries"] == [[i, 1 + i % 2] for i in range(count) if i % 11 == 5]
+    clean, _ = feed.pack(rows[0:3] + rows[4:5] + rows[6:7])  # none failed or retried
+    assert clean["errors"] == [] and clean["retries"] == []
+
+
 # ---------------------------------------------------------------------------- progress
 @lightwork.remote
 def parked_until(path: str) -> int:

@@ -298,9 +298,8 @@ class ActorCalls(ActorRestarts):
                 call.fail(died)
                 return
             proxy = None
-        if proxy is None and owned is None:  # its key is pending again: rebuilt elsewhere
-            if not self._await_restart(call, None):
-                call.fail(self._actor_died(actor_id, None))
+        if proxy is None and owned is None:  # its key is pending (again): wait for it
+            self._queue_while_building(call, owned, pending=True)
             return
         with self.lock:
             if owned is not None:
@@ -317,11 +316,13 @@ class ActorCalls(ActorRestarts):
             incarnation = owned.incarnation if owned is not None else 0
         self._send(proxy, call, seq, incarnation)
 
-    def _queue_while_building(self, call: ActorCall, owned: OwnedActor | None) -> bool:
+    def _queue_while_building(self, call: ActorCall, owned: OwnedActor | None,
+                              pending: bool = False) -> bool:
         """Queue ``call`` if its actor's key is pending (being built, or rebuilt by an
         owner elsewhere; an owned actor's restart has a queue of its own): the calls
         go, in order, once the key is done (``_built``). So ``.remote()`` returns at
-        once, even while a constructor runs or no worker can take the actor yet."""
+        once, even while a constructor runs or no worker can take the actor yet.
+        ``pending``: the caller saw the key pending (the call is queued whatever else).""" 
         actor_id = call.actor_id
         future = self.futures.get(actor_id)
         with self.lock:
@@ -329,7 +330,8 @@ class ActorCalls(ActorRestarts):
             if waiting is not None:
                 waiting.append(call)
                 return True
-            if (actor_id in self._proxies or future is None
+            if not pending and (
+                    actor_id in self._proxies or future is None
                     or getattr(future, "status", "finished") != "pending"
                     or owned is not None and (owned.restarting or owned.flushing)):
                 return False
@@ -440,14 +442,14 @@ class ActorCalls(ActorRestarts):
         proxy = self._proxies.get(actor_id)
         if proxy is None:
             future = self._future_of(actor_id)
-            if future.status == "pending":
-                return None
-            try:  # done: at hand (bounded all the same, in case it went pending again)
-                proxy = future.result(timeout=ENGINE_POLL_S)
-            except (TimeoutError, concurrent.futures.TimeoutError):
-                return None
+            try:
+                proxy = self._result_at_hand(future)
+            except exceptions.RuntimeSystemError:
+                raise
             except Exception as exc:  # noqa: BLE001 - its worker died, or it was killed
                 raise self._actor_died(actor_id, exc) from None
+            if proxy is None:
+                return None
             self._proxies[actor_id] = proxy
         # The actor's key, as this process holds it (the proxy's own future is private).
         held = self.futures.get(actor_id)
@@ -455,6 +457,19 @@ class ActorCalls(ActorRestarts):
                 getattr(held, "status", "finished") not in ("finished", "pending")):
             raise self._actor_died(actor_id, None)
         return proxy
+
+    def _result_at_hand(self, future: Any) -> Any:
+        """The result of a done ``future`` (raising its error); None if it is pending.
+        Its value is here, but reading it takes a turn of the event loop: a busy loop is
+        waited for ``ENGINE_POLL_S`` at a time while the session is open and the
+        scheduler reachable (then a RuntimeSystemError says so), never without bound."""
+        while future.status != "pending":
+            try:
+                return future.result(timeout=ENGINE_POLL_S)
+            except (TimeoutError, concurrent.futures.TimeoutError):
+                self._check_open()
+                self._check_reachable()
+        return None
 
     def _actor_died(self, actor_id: int, exc: BaseException | None) -> exceptions.ActorDiedError:
         owned = self._owned.get(actor_id)
@@ -513,6 +528,13 @@ class ActorCalls(ActorRestarts):
                 self.client.unpublish_dataset(name)
             self.client.cancel([future], force=True)
             return None
+        if what == "placement_group":
+            raise unsupported(
+                "placement groups (placement_group())",
+                "distributed reserves no resources ahead of tasks; declare resources on the "
+                "workers (dask worker --resources 'CPU=n,name=1') and ask for them per task "
+                "and actor (num_cpus=, resources=), or run on the embedded runtime (init() "
+                "with no address)")
         raise unsupported(f"{what!r}", "it is not implemented on this backend; run on the "
                           "embedded runtime (init() with no address)")
 

@@ -199,11 +199,13 @@ class ActorRestarts:
                 self._begin_restart(owned, incarnation)
             return
         try:
-            proxy = future.result(timeout=ENGINE_POLL_S)
-        except (TimeoutError, concurrent.futures.TimeoutError):
-            return  # pending again: whoever made it so watches it
+            proxy = self._result_at_hand(future)
+        except exceptions.RuntimeSystemError:
+            return  # the session closed, or the scheduler is lost
         except Exception:  # noqa: BLE001 - lost in the meantime
             self._begin_restart(owned, incarnation)
+            return
+        if proxy is None:  # pending again: whoever made it so watches it
             return
         owned.address = address = proxy._address
         client = self.client

@@ -99,6 +99,15 @@ def shape_for(options: dict[str, Any], shape: Any, what: str) -> Any:
         if not strategy.soft:
             import lightwork
 
+            if lightwork.backend() != "local":  # (soft: a preference, met anywhere)
+                from lightwork.exceptions import UnsupportedOnBackend
+
+                raise UnsupportedOnBackend(
+                    f"NodeAffinitySchedulingStrategy(soft=False) for {what} is not supported "
+                    f"on the {lightwork.backend()} backend: lightwork does not pin tasks to "
+                    "one Dask worker; declare a resource on that worker (dask worker "
+                    "--resources 'node_a=1') and ask for it with resources={'node_a': 1}, "
+                    "or pass soft=True")
             here = lightwork.get_runtime_context().get_node_id()
             if strategy.node_id != here:
                 raise ValueError(
