@@ -782,8 +782,7 @@ def test_the_command_attaches_prints_its_url_and_says_what_went_wrong(tmp_path):
     env = helpers.script_env()
     env["TMPDIR"] = tempfile.mkdtemp(prefix="lw")  # no session there
     for args, code, words in ((["--port", "0"], 1, "no running lightwork session"),
-                              (["--session", "nightly"], 1, "no running lightwork session "
-                               "named 'nightly'"),
+                              (["--session", "nightly"], 1, "session named 'nightly'"),
                               (["--port", "70000"], 2, "--port"),
                               (["--from", str(tmp_path / "none.json")], 2, "cannot read")):
         done = subprocess.run(command[:4] + args, env=env, capture_output=True, text=True,

@@ -57,11 +57,15 @@ def test_a_sync_carries_the_totals_and_a_summary_sync_moves_no_cursor(fresh_runt
     assert summary["tasks"]["count"] == 0 and attached == []
     assert summary["tasks"]["cursor"] == 0 and summary["tasks"]["lost"] == 0
     assert feed.FeedTotals.records == records  # nothing packed
+    from lightwork._runtime import introspect
+
+    assert feed._progress._observe not in introspect.blocking_observers  # get unobserved
     reply, _ = feed.sync(node, 0, 0, 1000, 10)  # the ring holds the newest 50
     assert reply["tasks"]["count"] == 50 and reply["tasks"]["lost"] == 70
     assert reply["tasks"]["cursor"] == 120
     assert reply["tasks"]["ended"] == {"FINISHED": 118, "FAILED": 2}
     assert feed.FeedTotals.records == records + 50
+    assert feed._progress._observe in introspect.blocking_observers  # a page looks
 
 
 def _counts_sync(now: float, ended: dict[str, int], first: int = 0,
@@ -116,8 +120,8 @@ def test_a_dashboard_started_by_init_does_not_sync_while_no_page_is_open(
         assert server.mirror.syncs == syncs  # nothing asked while nobody looks
         client = _client_of(server.url)
         # The first request after the pause is answered with the totals at once ...
+        # (from its summary sync; the woken sync thread may have brought the records too)
         assert client.json("/api/overview")["tasks"]["ended"] == {"FINISHED": 30}
-        assert server.mirror.syncs == syncs + 1 and server.mirror.rows == 0  # a summary
         stream = _open_stream(client)  # ... and a page opens: the records follow
         try:
             helpers.wait_until(lambda: client.json("/api/overview")["tasks"]["recorded"] == 30,
@@ -130,6 +134,7 @@ def test_a_dashboard_started_by_init_does_not_sync_while_no_page_is_open(
 
 CHILD_PROGRAM = """
 import sys, time, lightwork
+from lightwork._runtime import introspect
 from lightwork.dashboard import feed
 
 ctx = lightwork.init(num_cpus=2, include_dashboard=True, event_budget=300)
@@ -142,8 +147,9 @@ def work(i):
 def fail():
     raise ValueError("on purpose")
 
-def totals():
-    return f"{feed.FeedTotals.syncs} {feed.FeedTotals.records}"
+def totals():  # syncs, records packed, observers on get/wait (the dashboard's: none)
+    return (f"{feed.FeedTotals.syncs} {feed.FeedTotals.records} "
+            f"{len(introspect.blocking_observers)}")
 
 print("URL", ctx["dashboard_url"], flush=True)
 print("PID", lightwork._api._dashboard.process.pid, flush=True)
@@ -231,10 +237,11 @@ def test_init_dashboard_without_a_page_takes_a_summary_final_sync(tmp_path):
     try:
         out, err = process.communicate(timeout=40)
         assert process.returncode == 0, err
-        start_syncs, start_records = map(int, lines["START"].split())
-        end_syncs, end_records = map(int, out.split("END ", 1)[1].split())
+        start_syncs, start_records, observers = map(int, lines["START"].split())
+        end_syncs, end_records, _ = map(int, out.split("END ", 1)[1].split())
         assert lines["IDLE"] == lines["START"]
         assert end_records == start_records == 0  # not one record packed in the program
+        assert observers == 0  # nor any get observed
         assert end_syncs == start_syncs + 1  # the summary at shutdown
     finally:
         _kill_leftovers(process, lines)

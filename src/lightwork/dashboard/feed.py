@@ -44,8 +44,10 @@ A sync is incremental. The dashboard sends the cursors it reached, and gets:
   ring would overflow before its next request).
 
 Progress of running ``get``/``wait`` calls comes from an observer on the blocking calls
-(``introspect.blocking_observers``), installed by the first sync and removed by itself
-once no sync came for ``OBSERVER_IDLE_S``: while no page is open, ``get`` pays nothing.
+(``introspect.blocking_observers``), installed by the first sync that asks for records
+(a summary sync, ``max_records`` 0, does not: it comes with no page open) and removed by
+itself once no such sync came for ``OBSERVER_IDLE_S``: while no page is open, ``get``
+pays nothing.
 
 Running Dask graphs (``lightwork.dask``) come with each sync too: finished and total
 tasks of each, read from the run's own state (the ``ProgressBar``'s numbers), and only
@@ -173,7 +175,8 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
          live_limit: int) -> tuple[dict[str, Any], list[Any]]:
     """The reply (JSON) and the bytes of its task records (``wire``'s layout)."""
     began = time.perf_counter()
-    _progress.touch(node)
+    if max_records:  # a page looks (a summary sync may come with none open: no observer)
+        _progress.touch(node)
     # A cluster run's log (backends/cluster_dashboard) asks its scheduler for what a node
     # knows of itself: before the lock, as it takes round trips.
     cluster_facts = getattr(node, "dashboard_facts", None)

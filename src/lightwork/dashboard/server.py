@@ -156,8 +156,9 @@ class DashboardServer:
 
     # ---------------------------------------------------------------- lifetime
     def start(self) -> DashboardServer:
-        """Sync once (so the first page has data), then serve in background threads."""
-        self.sync_now()
+        """Sync once (so the first page has data: the child of ``init(dashboard=True)``,
+        which no page looks at yet, takes a summary), then serve in background threads."""
+        self.sync_now(records=self.program_pid is None)
         self._sync_thread.start()
         if self.socket_path is not None and self.program_pid is None:
             self._end_channel = self._register_for_the_end()
