@@ -39,8 +39,14 @@ from lightwork._generator import DYNAMIC_METHOD, DynamicReturns, collect_async
 from lightwork._object_ref import ref_counter
 from lightwork.backends import cluster_record, cluster_worker
 from lightwork.backends.cluster_holds import Handover
-from lightwork.backends.cluster_worker import (ArgSlot, Failed, WithRefs, current, error_of,
-                                               stored_size)
+from lightwork.backends.cluster_worker import (
+    ArgSlot,
+    Failed,
+    WithRefs,
+    current,
+    error_of,
+    stored_size,
+)
 
 ASYNC_DEFAULT_CONCURRENCY = 1000
 
