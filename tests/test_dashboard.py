@@ -261,6 +261,23 @@ def test_another_local_user_cannot_attach(runtime, monkeypatch):
         stranger.httpd.server_close()
 
 
+@lightwork.remote
+def measure(text: str) -> int:
+    return len(text)
+
+
+def test_no_view_shows_an_argument_value(client):
+    secret = "lw-secret-argument-7f3a"  # sizes and call sites only, never values (Flower)
+    assert lightwork.get(measure.remote(secret)) == len(secret)
+    client.server.sync_now()
+    bodies = [client.request(path).data for path in (
+        "/api/overview", "/api/stream?window=600", "/api/tasks?page_size=200",
+        "/api/tasks?name=measure", "/api/functions", "/api/actors", "/api/objects",
+        "/api/stacks?target=all", "/api/trace")]
+    assert b"measure" in bodies[3]  # the task is there ...
+    assert not [body[:200] for body in bodies if secret.encode() in body]  # ... its value not
+
+
 def test_nothing_received_is_unpickled():
     folder = pathlib.Path(feed.__file__).parent
     source = "".join((folder / name).read_text()
@@ -765,6 +782,8 @@ def test_the_command_attaches_prints_its_url_and_says_what_went_wrong(tmp_path):
     env = helpers.script_env()
     env["TMPDIR"] = tempfile.mkdtemp(prefix="lw")  # no session there
     for args, code, words in ((["--port", "0"], 1, "no running lightwork session"),
+                              (["--session", "nightly"], 1, "no running lightwork session "
+                               "named 'nightly'"),
                               (["--port", "70000"], 2, "--port"),
                               (["--from", str(tmp_path / "none.json")], 2, "cannot read")):
         done = subprocess.run(command[:4] + args, env=env, capture_output=True, text=True,

@@ -90,6 +90,53 @@ the workers), no Event for a get that leads, a span of one object without lists,
 result list tested first in ``_on_done`` (its ``outcome[0] == "lost"`` called the
 dataclass ``__eq__`` of a ``Stored``): sync 89 -> 78 (0.88; main thread 59 -> 51), 10,000
 tasks 21.6 -> 19.9 (0.90).
+
+Session 6 (2026-11-24, load average 3-9 from other work; ``hotpath_ab.py`` 6-8 rounds,
+``hotpath_worker.py`` for a worker alone; medians, paired ratios):
+
+* Actor calls cost twice a task's driver CPU (37 vs 20 µs per call of 10,000) because
+  each went out in a frame of its own: ``add_call`` sent every call at once, even to a
+  busy actor, and ``register_task`` pumped the queue again. Now a call to a busy actor
+  waits in its queue and the calls queued meanwhile go in one frame when the actor's
+  next frame is read (``actors.py``): 10,000 calls in ~10 frames instead of 10,000;
+  driver 39.1 -> 21.5 µs per call (0.61), workers 13.8 -> 7.4, wall 56 -> 31; the
+  synchronous actor call is unchanged (1.00). It brought out a bug: a get inside an
+  actor's method bounced the calls waiting in the actor's inbox, and the driver ignores
+  a bounced actor call, so the call was lost (its get hung; ``test_actors.py``).
+* The workers (``worker.py``): the read turn's lock and notifies, and the CPU clock only
+  for functions whose last run took 1 ms or more: a worker's CPU per task in frames
+  9.6 -> 6.6 µs, per sync call 22 -> 18.6. The scheduler queues 5 ms of short tasks per
+  worker instead of 2 (``scheduler.py``): 10,000 tasks, workers 15.5 -> 11.2 µs per task.
+* 20,000 × ``sleep(0.1 ms)`` on 4 slots (1.5-1.8 s at load 7-8; 1.79 s in the quiet
+  bench). Where the time goes: ``sleep(0.0001)`` itself takes ~170 µs on this VM (the
+  kernel's default 50 µs timer slack; 119 µs with a 1 µs slack), so the four slots need
+  0.85 s for the sleeps alone; the rest is the submit phase (~0.3-0.4 s for 20,000
+  submits), during which the workers idled most of the time: the submit loop holds the
+  GIL, the I/O thread that reads results and dispatches gets it once per switch
+  interval (5 ms), and the workers' 2 ms queues ran dry (now 5 ms, above: 1.82 -> 1.53
+  s); and the cyclic GC's full collections (35-90 ms each, 1-2 per run) stop the whole
+  runtime. Placement is not it (``_place`` scans 4 workers). Tried and dropped: the
+  submitting thread applying results and dispatching itself every 1 ms (``_poll`` as a
+  leader, non-blocking): more CPU, no gain in wall time over 6 rounds. Not done:
+  lowering the workers' timer slack (``PR_SET_TIMERSLACK``) would cut ~0.25 s from this
+  figure but changes every sleep and timeout in user code on the workers.
+* The cyclic GC in the driver: every pending task holds 5 tracked objects (ObjectRef,
+  Stored, TaskRecord, ObjectEntry, TaskSpec; a finished one 1.4, its record in the
+  event log), which no pure-Python layout avoids. 10,000 tasks: ~90 young, 8 middle and
+  0-1 full collections, 1.5-3.5 µs per task. ``gc.set_threshold(10_000)`` while the
+  runtime runs: main thread 13.0 -> 11.0 µs per task (driver total 0.94), the sleep
+  figure no better (1.62 -> 1.83 s, noise); not done, as it changes the user's process
+  for 6%. ``gc.freeze()`` at init would keep the user's objects of that moment from
+  ever being collected as cycles: not done. In a worker the collector is idle (one
+  young collection per 20,000 no-op tasks): nothing to gain there.
+* A compiled spike (Cython 3.3.1, pure-Python mode, the 11 modules of the hot path
+  compiled as they are: driver_calls, node, scheduler, objects, protocol, actors,
+  worker, events, calls, serialization, _object_ref; 4 minutes to build): no gain.
+  Sync call driver CPU 74.7 -> 91.2 µs (1.24), workers 1.15; 10,000 tasks driver 0.99,
+  workers 1.06; actor calls 1.05; the worker loop alone 0.94 in frames, 1.05 one at a
+  time. Python 3.11's specializing interpreter already runs this code about as fast as
+  Cython's generic object calls do; the time is in C (dicts, pickling, object creation)
+  and the kernel. Not landed (the brief's bar: 25% less CPU).
 """
 
 from __future__ import annotations

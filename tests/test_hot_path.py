@@ -1,0 +1,118 @@
+"""The hot path's promises that are behaviour, not speed (issue 13).
+
+Calls to a busy actor wait on the driver and go together in one frame once the actor
+sends again (``actors.py``); a worker reads its CPU clock only for functions whose last
+run took ``worker.CPU_CLOCK_MIN_S`` or more, leaving 0.0 ("not measured") on the records
+of the rest (``worker.py``). Speed itself is never asserted here: ``bench/`` has it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from helpers import wait_for_file
+
+import lightwork as ray
+from lightwork import diagnostics
+from lightwork._api import driver_node
+from lightwork._runtime import protocol as p
+from lightwork._runtime.worker import CPU_CLOCK_MIN_S
+
+pytestmark = pytest.mark.lightwork_only  # the runtime's own frames and records
+
+
+@pytest.fixture(scope="module", autouse=True)
+def runtime(two_cpus):
+    return two_cpus
+
+
+@ray.remote
+class Gated:
+    def hold(self, entered, release):
+        open(entered, "w").close()
+        return wait_for_file(release, limit=30)
+
+    def echo(self, value):
+        return value
+
+
+def _record(ref):
+    node = driver_node()
+    with node.lock:
+        wanted = node.objects.entries[ref.id].task_id if ref.id in node.objects.entries else None
+    for record in diagnostics.task_records(include_unfinished=False):
+        if record.task_id == wanted:
+            return record
+    raise AssertionError(f"no finished record for {ref}")
+
+
+def test_calls_to_a_busy_actor_go_in_one_frame_and_run_in_order(tmp_path, monkeypatch):
+    actor = Gated.remote()
+    assert ray.get(actor.echo.remote("up"), timeout=20) == "up"
+    entered, release = str(tmp_path / "entered"), str(tmp_path / "release")
+    busy = actor.hold.remote(entered, release)
+    assert wait_for_file(entered)  # the actor's only slot is taken now
+    node = driver_node()
+    frames: list[int] = []
+    original = node._send
+
+    def counting_send(conn, messages):
+        if conn.actor is not None:
+            frames.append(sum(1 for m in messages if m[0] == p.TASK))
+        original(conn, messages)
+
+    monkeypatch.setattr(node, "_send", counting_send)
+    refs = [actor.echo.remote(i) for i in range(50)]
+    assert frames == []  # nothing is sent while the actor is busy
+    open(release, "w").close()
+    assert ray.get(busy, timeout=20) is True
+    assert ray.get(refs, timeout=20) == list(range(50))
+    assert sum(frames) == 50 and len(frames) == 1, frames
+
+
+def test_a_queued_call_to_a_busy_actor_is_cancelled_before_it_runs(tmp_path):
+    actor = Gated.remote()
+    entered, release = str(tmp_path / "entered"), str(tmp_path / "release")
+    busy = actor.hold.remote(entered, release)
+    assert wait_for_file(entered)
+    queued = actor.echo.remote("never")
+    ray.cancel(queued)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(queued, timeout=20)
+    open(release, "w").close()
+    assert ray.get(busy, timeout=20) is True
+    assert ray.get(actor.echo.remote("after"), timeout=20) == "after"
+
+
+@ray.remote
+def spin(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+    return os.getpid()
+
+
+@ray.remote
+def tiny():
+    return os.getpid()
+
+
+def test_the_cpu_clock_is_read_for_long_runs_and_skipped_after_a_tiny_one():
+    long_runs = [spin.remote(0.05) for _ in range(2)]
+    ray.get(long_runs, timeout=30)
+    for ref in long_runs:  # the first is measured (never run before), the next as well
+        assert _record(ref).cpu_time >= 0.04
+    first = tiny.remote()
+    pid = ray.get(first, timeout=20)
+    # The next tiny call on the same worker skips the clock: its last run was short.
+    for _ in range(20):
+        ref = tiny.remote()
+        if ray.get(ref, timeout=20) == pid:
+            break
+    else:
+        pytest.skip("no second tiny call landed on the first one's worker")
+    record = _record(ref)
+    assert record.finished - record.args_loaded < CPU_CLOCK_MIN_S
+    assert record.cpu_time == 0.0
