@@ -213,6 +213,26 @@ def test_a_dependency_fetched_from_the_other_worker_is_a_transfer_with_its_bytes
     lightwork.kill(blobs)
 
 
+@lightwork.remote
+def fails_with(a, b):
+    raise ValueError(f"got {len(a)} and {len(b)} bytes")
+
+
+def test_a_task_that_fails_after_a_fetch_keeps_its_transfer(cluster):
+    small, large = produce.remote(20_000), produce.remote(200_000)
+    with pytest.raises(ValueError, match="got 20000 and 200000 bytes"):
+        lightwork.get(fails_with.remote(small, large))
+    lightwork.diagnostics.task_records()  # (syncs the log)
+    producers = records_named("produce")[-2:]
+    [failed] = records_named("fails_with")
+    assert failed.state == "FAILED" and failed.result_size == 0
+    assert len({r.worker_id for r in producers}) == 2, "the producers shared a worker"
+    [fetched] = [r for r in producers if r.worker_id != failed.worker_id]
+    log = lightwork._api._backend.recorder
+    [transfer] = [t for t in log.transfers if t.task_id == failed.task_id]
+    assert transfer.nbytes == fetched.result_size and transfer.worker_id == failed.worker_id
+
+
 def test_summary_and_task_listing(cluster):
     lightwork.get([slow_add.remote(1) for _ in range(3)])
     summary = lightwork.state.summarize_tasks()
