@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 from helpers import script_env, write_script
@@ -512,6 +513,29 @@ def test_a_reports_size_and_transfers_are_put_on_the_driver_clock():
     [span] = spans(trace, name="transfer", cat="transfer")
     assert span["args"] == {"task_id": 3, "bytes": 4096, "from": "tcp://other:2"}
     assert span["dur"] == pytest.approx(200_000, abs=1)  # microseconds
+
+
+def test_transfers_into_reads_the_running_tasks_fetches_and_their_bytes(monkeypatch):
+    import distributed
+
+    from lightwork.backends import cluster_worker
+
+    assert cluster_worker.transfers_into() == ()  # outside a Dask task
+    fetched = {"action": "transfer", "start": 110.0, "stop": 110.5, "source": "tcp://a:1"}
+    forgotten = {"action": "transfer", "start": 111.0, "stop": 111.2, "source": "tcp://b:2"}
+    task = types.SimpleNamespace(startstops=[
+        fetched, {"action": "compute", "start": 100.0, "stop": 101.0}, forgotten])
+    worker = types.SimpleNamespace(
+        scheduler_delay=10.0, get_current_task=lambda: "k",
+        state=types.SimpleNamespace(tasks={"k": task}),
+        transfer_incoming_log=[{"start": 110.0, "who": "tcp://b:2", "total": 1},
+                               {"start": 110.0, "who": "tcp://a:1", "total": 5000}])
+    monkeypatch.setattr(distributed, "get_worker", lambda: worker)
+    assert cluster_worker.transfers_into() == (
+        (100.0, 100.5, "tcp://a:1", 5000),  # on the worker's own clock
+        (101.0, 101.2, "tcp://b:2", 0))  # its log entry is gone: bytes unknown
+    del worker.transfer_incoming_log  # a distributed without it: bytes unknown, no error
+    assert [t[3] for t in cluster_worker.transfers_into()] == [0, 0]
 
 
 def test_take_hands_each_report_out_once():

@@ -174,19 +174,23 @@ def transfers_into() -> tuple[tuple[float, float, str, int], ...]:
 
         worker = get_worker()
         task = worker.state.tasks.get(worker.get_current_task())
+        stamps = task.startstops if task is not None else ()
     except (ValueError, AttributeError, KeyError):
         return ()
-    if task is None or not task.startstops:
+    if not stamps:
         return ()
-    fetches = [s for s in task.startstops if s.get("action") == "transfer"]
+    fetches = [s for s in stamps if s.get("action") == "transfer"]
     if not fetches:
         return ()
-    delay = worker.scheduler_delay  # the stamps carry it: back on this worker's clock
-    logged = list(itertools.islice(reversed(worker.transfer_incoming_log), TRANSFER_LOG_SCAN))
+    # (Read with defaults: a distributed that renamed these loses the bytes, not the task.)
+    delay = getattr(worker, "scheduler_delay", 0.0)  # the stamps carry it: taken off
+    logged = list(itertools.islice(reversed(getattr(worker, "transfer_incoming_log", ())),
+                                   TRANSFER_LOG_SCAN))
     transfers = []
     for fetch in fetches:
-        nbytes = next((entry["total"] for entry in logged if entry["start"] == fetch["start"]
-                       and entry["who"] == fetch["source"]), 0)
+        nbytes = next((entry.get("total", 0) for entry in logged
+                       if entry.get("start") == fetch["start"]
+                       and entry.get("who") == fetch["source"]), 0)
         transfers.append((fetch["start"] - delay, fetch["stop"] - delay,
                           str(fetch["source"]), int(nbytes)))
     return tuple(transfers)
