@@ -171,6 +171,9 @@ def test_a_dependency_fetched_from_the_other_worker_is_a_transfer_with_its_bytes
     row, and every task's and actor call's result size."""
     from distributed.sizeof import safe_sizeof
 
+    # Both workers up (a test before may have killed one), so the two producers, which
+    # run at once, take one each.
+    cluster.wait_for_workers(lightwork._api._backend.client)
     small, large = produce.remote(60_000), produce.remote(300_000)
     consumer = joined_length.remote(small, large)
     assert lightwork.get(consumer) == 360_000
