@@ -31,18 +31,6 @@ pytestmark = pytest.mark.lightwork_only
 pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
 
 
-@pytest.fixture(scope="module")
-def cluster(shared_dask_cluster):
-    if lightwork.is_initialized():
-        lightwork.shutdown()
-    lightwork.init(address=shared_dask_cluster.scheduler_file)
-    try:
-        shared_dask_cluster.wait_for_workers(lightwork._api._backend.client)
-        yield shared_dask_cluster
-    finally:
-        lightwork.shutdown()
-
-
 @pytest.fixture(autouse=True)
 def no_listener_left(cluster):
     yield

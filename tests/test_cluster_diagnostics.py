@@ -29,18 +29,6 @@ pytestmark = pytest.mark.lightwork_only
 pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
 
 
-@pytest.fixture(scope="module")
-def cluster(shared_dask_cluster):
-    if lightwork.is_initialized():
-        lightwork.shutdown()
-    lightwork.init(address=shared_dask_cluster.scheduler_file)
-    try:
-        shared_dask_cluster.wait_for_workers(lightwork._api._backend.client)
-        yield shared_dask_cluster
-    finally:
-        lightwork.shutdown()
-
-
 @lightwork.remote
 def slow_add(a, b=0):
     time.sleep(0.02)
