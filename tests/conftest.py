@@ -156,6 +156,22 @@ def shared_dask_cluster(tmp_path_factory):
         assert not left, f"processes left behind by the cluster: {left}"
 
 
+@pytest.fixture(scope="module")
+def cluster(shared_dask_cluster):
+    """A lightwork session on the shared cluster for one test module, started with both
+    workers up (a module that needs something else defines its own ``cluster``)."""
+    import lightwork
+
+    if lightwork.is_initialized():
+        lightwork.shutdown()
+    lightwork.init(address=shared_dask_cluster.scheduler_file)
+    try:
+        shared_dask_cluster.wait_for_workers(lightwork._api._backend.client)
+        yield shared_dask_cluster
+    finally:
+        lightwork.shutdown()
+
+
 @pytest.fixture
 def wait_until():
     return helpers.wait_until

@@ -25,17 +25,6 @@ pytestmark = pytest.mark.lightwork_only
 pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
 
 
-@pytest.fixture(scope="module")
-def cluster(shared_dask_cluster):
-    if lightwork.is_initialized():
-        lightwork.shutdown()
-    lightwork.init(address=shared_dask_cluster.scheduler_file)
-    try:
-        yield shared_dask_cluster
-    finally:
-        lightwork.shutdown()
-
-
 @pytest.fixture
 def both_workers(cluster):
     """Both workers up (a worker an earlier test killed is back: its nanny restarts it)."""

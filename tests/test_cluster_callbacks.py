@@ -31,18 +31,6 @@ pytestmark = pytest.mark.lightwork_only
 pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
 
 
-@pytest.fixture(scope="module")
-def cluster(shared_dask_cluster):
-    if lightwork.is_initialized():
-        lightwork.shutdown()
-    lightwork.init(address=shared_dask_cluster.scheduler_file)
-    try:
-        shared_dask_cluster.wait_for_workers(lightwork._api._backend.client)
-        yield shared_dask_cluster
-    finally:
-        lightwork.shutdown()
-
-
 @pytest.fixture(autouse=True)
 def no_listener_left(cluster):
     yield
@@ -81,13 +69,15 @@ def test_progress_bar_and_profiler_on_plain_tasks(cluster):
     assert "[" + "#" * 40 + "]" in text and text.endswith("\n")
     assert len(prof.results) == 9
     rows = {r.worker_id for r in lightwork.diagnostics.task_records()
-            if r.name.endswith("add_one")}
+            if r.name.endswith("add_one") and r.submitted >= before}
     for data in prof.results:
         assert data.key.startswith("add_one-")
         assert before <= data.start_time <= data.end_time <= time.monotonic()
         assert data.end_time - data.start_time >= 0.025  # the worker's own run time
-        assert data.worker_id in rows and data.worker_id > 0
-    assert len({d.worker_id for d in prof.results}) == 2  # both workers ran some
+        assert data.worker_id > 0
+    # The workers that ran them, numbered as the event log numbers them (which workers
+    # the scheduler chose is its business: on a loaded host one may take all nine).
+    assert {d.worker_id for d in prof.results} == rows
 
 
 def test_callback_hooks_follow_dependencies_with_results(cluster):

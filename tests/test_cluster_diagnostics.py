@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 from helpers import script_env, write_script
@@ -26,18 +27,6 @@ from lightwork.backends import cluster_record
 
 pytestmark = pytest.mark.lightwork_only
 pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
-
-
-@pytest.fixture(scope="module")
-def cluster(shared_dask_cluster):
-    if lightwork.is_initialized():
-        lightwork.shutdown()
-    lightwork.init(address=shared_dask_cluster.scheduler_file)
-    try:
-        shared_dask_cluster.wait_for_workers(lightwork._api._backend.client)
-        yield shared_dask_cluster
-    finally:
-        lightwork.shutdown()
 
 
 @lightwork.remote
@@ -144,6 +133,96 @@ def test_timeline_passes_the_format_checks_with_a_row_per_worker_and_actor(clust
     assert any(names[e["pid"]].startswith("actor Tally")
                for e in spans(events, name="Tally.bump", cat="task"))
     assert spans(events, name="get", cat="driver")  # the driver's blocked time
+
+
+@lightwork.remote
+def produce(nbytes):
+    time.sleep(0.4)  # the two producers run at once, so on the two workers
+    return b"x" * nbytes
+
+
+@lightwork.remote
+def joined_length(a, b):
+    return len(a) + len(b)
+
+
+@lightwork.remote
+class Blobs:
+    def blob(self, nbytes):
+        return b"y" * nbytes
+
+
+def test_a_dependency_fetched_from_the_other_worker_is_a_transfer_with_its_bytes(
+        cluster, tmp_path):
+    """The consumer of two results made on different workers fetches one of them: the
+    log has that transfer (source worker, the bytes distributed moved) on the consumer's
+    row, and every task's and actor call's result size."""
+    from distributed.sizeof import safe_sizeof
+
+    # Both workers up (a test before may have killed one), so the two producers, which
+    # run at once, take one each.
+    cluster.wait_for_workers(lightwork._api._backend.client)
+    small, large = produce.remote(60_000), produce.remote(300_000)
+    consumer = joined_length.remote(small, large)
+    assert lightwork.get(consumer) == 360_000
+    blobs = Blobs.remote()
+    assert len(lightwork.get(blobs.blob.remote(70_000))) == 70_000
+    path = str(tmp_path / "trace.json")
+    lightwork.timeline(path)  # (syncs the log)
+
+    producers = records_named("produce")
+    [joined] = records_named("joined_length")
+    [call] = records_named("Blobs.blob")
+    assert sorted(r.result_size for r in producers) == [
+        safe_sizeof(b"x" * 60_000), safe_sizeof(b"x" * 300_000)]
+    assert joined.result_size == safe_sizeof(360_000) and joined.state == "FINISHED"
+    assert call.result_size == safe_sizeof(b"y" * 70_000)
+    assert len({r.worker_id for r in producers}) == 2, "the producers shared a worker"
+    [fetched] = [r for r in producers if r.worker_id != joined.worker_id]
+
+    log = lightwork._api._backend.recorder
+    address_of = {row: address for address, row in log.rows.items()
+                  if isinstance(address, str)}
+    [transfer] = [t for t in log.transfers if t.task_id == joined.task_id]
+    assert transfer.source == address_of[fetched.worker_id]
+    assert transfer.nbytes == fetched.result_size
+    assert transfer.worker_id == joined.worker_id
+    assert fetched.stored <= transfer.start + 0.05  # on the one clock (within its error)
+    assert transfer.start <= transfer.stop <= joined.started + 0.05
+
+    from test_timeline import load_trace
+
+    events = load_trace(path)
+    check_trace(events)
+    [span] = [e for e in spans(events, name="transfer", cat="transfer")
+              if e["args"]["task_id"] == joined.task_id]
+    assert span["args"]["bytes"] == fetched.result_size
+    assert span["args"]["from"] == address_of[fetched.worker_id]
+    [task_span] = [e for e in spans(events, name="joined_length", cat="task")]
+    assert span["pid"] == task_span["pid"]  # on the receiving worker's row
+    assert process_names(events)[span["pid"]].startswith(
+        f"worker {address_of[joined.worker_id]}")
+    lightwork.kill(blobs)
+
+
+@lightwork.remote
+def fails_with(a, b):
+    raise ValueError(f"got {len(a)} and {len(b)} bytes")
+
+
+def test_a_task_that_fails_after_a_fetch_keeps_its_transfer(cluster):
+    small, large = produce.remote(20_000), produce.remote(200_000)
+    with pytest.raises(ValueError, match="got 20000 and 200000 bytes"):
+        lightwork.get(fails_with.remote(small, large))
+    lightwork.diagnostics.task_records()  # (syncs the log)
+    producers = records_named("produce")[-2:]
+    [failed] = records_named("fails_with")
+    assert failed.state == "FAILED" and failed.result_size == 0
+    assert len({r.worker_id for r in producers}) == 2, "the producers shared a worker"
+    [fetched] = [r for r in producers if r.worker_id != failed.worker_id]
+    log = lightwork._api._backend.recorder
+    [transfer] = [t for t in log.transfers if t.task_id == failed.task_id]
+    assert transfer.nbytes == fetched.result_size and transfer.worker_id == failed.worker_id
 
 
 def test_summary_and_task_listing(cluster):
@@ -398,6 +477,56 @@ def test_calls_one_after_another_keep_their_order_across_pulls():
     assert first.finished == pytest.approx(submitted + 0.2)
     assert first.finished <= second.started <= second.finished <= third.started
     assert third.started == pytest.approx(submitted + 0.49)  # the better estimate
+
+
+def test_a_reports_size_and_transfers_are_put_on_the_driver_clock():
+    log = cluster_record.ClusterLog(_FakeBackend(), budget=10)
+    log.submitted(3, "f", None, 10)
+    submitted = log.tasks[3].record.submitted
+    wall = log.log.started_at_wall + (submitted - log.log.started_at)
+    skew = 50.0  # the worker's clock runs 50 s ahead
+    fetch = (wall + skew + 0.1, wall + skew + 0.3, "tcp://other:2", 4096)
+    reply = {"pid": 9, "now": wall + skew + 1.0, "dropped": 0, "reports": [
+        (3, "f", 0, wall + skew + 0.4, wall + skew + 0.5, wall + skew + 0.6,
+         wall + skew + 0.7, None, (), 1234, (fetch,))]}
+    log._merge("tcp://w:1", reply, wall + 0.99, wall + 1.01)
+    [record] = log.log.task_records()
+    assert record.result_size == 1234
+    [transfer] = log.transfers
+    assert transfer.task_id == 3 and transfer.worker_id == record.worker_id
+    assert transfer.source == "tcp://other:2" and transfer.nbytes == 4096
+    assert transfer.start == pytest.approx(submitted + 0.1, abs=0.02)
+    assert transfer.stop == pytest.approx(submitted + 0.3, abs=0.02)
+    from lightwork.diagnostics.timeline import build_trace
+
+    trace = build_trace(log.timeline_data())
+    check_trace(trace)
+    [span] = spans(trace, name="transfer", cat="transfer")
+    assert span["args"] == {"task_id": 3, "bytes": 4096, "from": "tcp://other:2"}
+    assert span["dur"] == pytest.approx(200_000, abs=1)  # microseconds
+
+
+def test_transfers_into_reads_the_running_tasks_fetches_and_their_bytes(monkeypatch):
+    import distributed
+
+    from lightwork.backends import cluster_worker
+
+    assert cluster_worker.transfers_into() == ()  # outside a Dask task
+    fetched = {"action": "transfer", "start": 110.0, "stop": 110.5, "source": "tcp://a:1"}
+    forgotten = {"action": "transfer", "start": 111.0, "stop": 111.2, "source": "tcp://b:2"}
+    task = types.SimpleNamespace(startstops=[
+        fetched, {"action": "compute", "start": 100.0, "stop": 101.0}, forgotten])
+    worker = types.SimpleNamespace(
+        scheduler_delay=10.0, get_current_task=lambda: "k",
+        state=types.SimpleNamespace(tasks={"k": task}),
+        transfer_incoming_log=[{"start": 110.0, "who": "tcp://b:2", "total": 1},
+                               {"start": 110.0, "who": "tcp://a:1", "total": 5000}])
+    monkeypatch.setattr(distributed, "get_worker", lambda: worker)
+    assert cluster_worker.transfers_into() == (
+        (100.0, 100.5, "tcp://a:1", 5000),  # on the worker's own clock
+        (101.0, 101.2, "tcp://b:2", 0))  # its log entry is gone: bytes unknown
+    del worker.transfer_incoming_log  # a distributed without it: bytes unknown, no error
+    assert [t[3] for t in cluster_worker.transfers_into()] == [0, 0]
 
 
 def test_take_hands_each_report_out_once():

@@ -74,14 +74,18 @@ class Counter:
         return self.n
 
 
-def until(predicate, timeout=15.0):
+def until(predicate, timeout=30.0):
+    """``predicate()``'s first true value; on a loaded host the workers' reports can take
+    seconds, so the wait is long, and a failure names the condition that was not met."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.05)
-    raise AssertionError("condition not met in time")
+    name = getattr(predicate, "__name__", "")
+    where = predicate.__code__.co_firstlineno if hasattr(predicate, "__code__") else "?"
+    raise AssertionError(f"condition {name} (line {where}) not met in {timeout:g} s")
 
 
 def test_listings_mean_what_they_mean_locally(connected, tmp_path):

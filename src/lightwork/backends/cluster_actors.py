@@ -38,7 +38,15 @@ from lightwork import exceptions
 from lightwork._generator import DYNAMIC_METHOD, DynamicReturns, collect_async
 from lightwork._object_ref import ref_counter
 from lightwork.backends import cluster_record, cluster_worker
-from lightwork.backends.cluster_worker import ArgSlot, Failed, WithRefs, current, error_of
+from lightwork.backends.cluster_holds import Handover
+from lightwork.backends.cluster_worker import (
+    ArgSlot,
+    Failed,
+    WithRefs,
+    current,
+    error_of,
+    stored_size,
+)
 
 ASYNC_DEFAULT_CONCURRENCY = 1000
 
@@ -135,7 +143,7 @@ class ActorHost:
         if ref_counter._released:  # holds keep those objects (cluster_holds)
             self.backend._drain()
         cluster_record.note(self.session, task_id, name, self.actor_id, started, loaded, finished,
-                            time.time(), None)
+                            time.time(), None, (), _result_size(stored, num_returns))
         return stored
 
     async def _run_async(self, method: str, name: str, payload: bytes, keys: Any,
@@ -164,7 +172,7 @@ class ActorHost:
         if ref_counter._released:
             self.backend._drain()
         cluster_record.note(self.session, task_id, name, self.actor_id, started, loaded, finished,
-                            time.time(), None)
+                            time.time(), None, (), _result_size(stored, num_returns))
         return stored
 
     def _method(self, method: str) -> Any:
@@ -199,6 +207,11 @@ class ActorHost:
             return self.backend.hand_over_result(stored, list(dict.fromkeys(inner)),
                                                  caller_client)
         return stored
+
+
+def _result_size(stored: Any, num_returns: int) -> int:
+    """The event log's result size of a call's stored result (a handed-over one's inside)."""
+    return stored_size(stored.stored if type(stored) is Handover else stored, num_returns)
 
 
 def _ready() -> bool:

@@ -8,7 +8,11 @@ Who records what
   :attr:`ClusterLog.tasks` until its worker's report arrives.
 * Each worker process stamps its own side in the task wrapper (``cluster_worker.run_task``)
   and in the actor host (actor calls bypass the scheduler, so the actor records them):
-  started, arguments loaded, finished, result stored, the retries it ran and the error.
+  started, arguments loaded, finished, result stored, the retries it ran and the error,
+  the result's size, and the fetches of its dependencies from other workers (source,
+  bytes, start and stop: see ``cluster_worker``'s "The event log"). The driver keeps
+  those transfers in :attr:`ClusterLog.transfers` (bounded by the event budget), not in
+  the task records, and the timeline draws them on the receiving worker's row.
   :func:`note` appends one tuple to a bounded per-process ring (a few hundred ns; no
   message per task). Nothing else runs on the task's path.
 * Drivers may share a cluster, one after another or at once: a worker keeps one ring per
@@ -96,7 +100,7 @@ import traceback
 from collections import deque
 from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 from lightwork import exceptions
 from lightwork._runtime.calls import LARGE_ARGUMENT_BYTES, large_arguments
@@ -121,9 +125,11 @@ MAX_SESSIONS = 16  # rings of drivers that died without ending theirs: the oldes
 
 def note(session: int, task_id: int, name: str, actor_id: int, started: float,
          loaded: float, finished: float, stored: float, error: str | None,
-         retries: tuple[tuple[float, str], ...] = ()) -> None:
+         retries: tuple[tuple[float, str], ...] = (), result_size: int = 0,
+         transfers: tuple[tuple[float, float, str, int], ...] = ()) -> None:
     """One task or actor call of ``session`` ended in this worker process (wall-clock
-    times)."""
+    times; ``transfers``: (start, stop, source address, bytes) of its dependencies'
+    fetches, ``cluster_worker.transfers_into``)."""
     ring = _reports.get(session)
     if ring is None:
         ring = _reports.setdefault(session, deque(maxlen=WORKER_RING))
@@ -133,7 +139,8 @@ def note(session: int, task_id: int, name: str, actor_id: int, started: float,
             _dropped.pop(oldest, None)
     if len(ring) == WORKER_RING:
         _dropped[session] = _dropped.get(session, 0) + 1
-    ring.append((task_id, name, actor_id, started, loaded, finished, stored, error, retries))
+    ring.append((task_id, name, actor_id, started, loaded, finished, stored, error, retries,
+                 result_size, transfers))
 
 
 def error_text(exc: BaseException) -> str:
@@ -187,6 +194,18 @@ def process_usage(dask_worker: Any = None) -> tuple[int, float, int]:
 
 
 # ------------------------------------------------------------------------- driver side
+class Transfer(NamedTuple):
+    """A task's dependency fetched from another worker before it ran (Dask's
+    ``startstops`` action "transfer"): the timeline draws it on the receiving row."""
+
+    task_id: int  # the task it was fetched for
+    worker_id: int  # the receiving worker's row (the task's ``worker_id``)
+    source: str  # the address of the worker it came from
+    nbytes: int  # the bytes moved (distributed's count: 0 if its log no longer had it)
+    start: float  # driver's monotonic clock, like every record's times
+    stop: float
+
+
 class _Live:
     """A submitted task not yet reported (what ``views`` reads of a live task)."""
 
@@ -234,6 +253,8 @@ class ClusterLog:
         self._ended_early: dict[int, None] = {}  # cancelled tasks, oldest first (bounded)
         self._lost: dict[int, None] = {}  # tasks whose future failed in the engine
         self._answered: dict[int, float] = {}  # actor calls answered, not yet reported
+        # Dependencies fetched from another worker, oldest first (bounded like the log).
+        self.transfers: deque[Transfer] = deque(maxlen=max(1, budget))
         self._pull_lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()  # a watched future ended: pull now
@@ -542,7 +563,7 @@ class ClusterLog:
                 return max(t - shift, last_placed) if t >= last_raw else t - shift
 
             for (task_id, name, actor_id, started, loaded, finished, stored, error,
-                 retries) in reports:
+                 retries, *sized) in reports:
                 live = self.tasks.pop(task_id, None)
                 if live is None and task_id in self._ended_early:
                     continue  # ended by the driver already (cancelled, or its actor lost)
@@ -565,6 +586,12 @@ class ClusterLog:
                 # The driver's own (an actor call sent again after a restart) come first.
                 record.retries += tuple((place(t), reason) for t, reason in retries)
                 record.attempt = len(record.retries)
+                if sized:  # (reports made before sizes were recorded have none)
+                    result_size, transfers = sized
+                    record.result_size = result_size
+                    for start, stop, source, nbytes in transfers:  # on the receiving row
+                        self.transfers.append(Transfer(task_id, record.worker_id, source,
+                                                       nbytes, place(start), place(stop)))
                 record.state = "FAILED" if error else "FINISHED"
                 log.finish_task(record)
                 ended.append(record)
@@ -700,6 +727,7 @@ class ClusterLog:
                     for task in self.tasks.values()]
             span_records = list(self.log.spans)
             rows = {str(row): dict(info) for row, info in self.row_info.items()}
+            transfers = [list(transfer) for transfer in self.transfers]
         spans = [(s.kind, s.start, s.end, s.object_count, s.thread_id) for s in span_records]
         threads = {t.ident: t.name for t in threading.enumerate() if t.ident is not None}
         return {
@@ -714,6 +742,7 @@ class ClusterLog:
             "tasks": [views._record_row(record) for record in ended],
             "live": [list(row) for row in live],
             "spans": spans,
+            "transfers": transfers,
             "threads": {str(ident): name for ident, name in threads.items()},
             "workers": rows,
             "profile": [],

@@ -35,11 +35,27 @@ The event log
 -------------
 :func:`run_task` stamps its start, arguments loaded, finish and result stored (wall
 clock), its retries and its error, into ``cluster_record``'s per-process ring, which the
-driver pulls (see ``cluster_record``).
+driver pulls (see ``cluster_record``). With them go the result's size
+(:func:`stored_size`: what distributed counts for the stored value, ``safe_sizeof``, so
+the same yardstick as its transfers) and, for a task with ref arguments, the fetches
+distributed made for it from other workers (:func:`transfers_into`).
+
+Transfers are read on the receiving worker, from the running task's own state: when
+distributed fetches a task's dependencies from another worker, it appends an
+``{"action": "transfer", "start", "stop", "source"}`` entry to the *dependent* task's
+``startstops`` (the same entries the scheduler's plugins receive with the task's
+``processing -> memory`` transition, and the Dask dashboard's task stream draws), and one
+entry with the bytes moved to ``Worker.transfer_incoming_log``. A ``WorkerPlugin``'s
+``transition`` hook gets neither (no kwargs), and a ``SchedulerPlugin`` gets the
+startstops without the bytes and on the scheduler's clock; here both are at hand, on this
+worker's clock (the stamps carry ``scheduler_delay``, which is taken off again). A batch
+fetch is attached by distributed to one dependent of what it fetched: the task that runs
+next, typically, as in Dask's task stream.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -47,6 +63,7 @@ import traceback
 from typing import Any
 
 import cloudpickle
+from distributed.sizeof import safe_sizeof
 
 from lightwork import exceptions
 from lightwork._object_ref import collecting_refs, ref_counter
@@ -135,6 +152,50 @@ def _should_retry(
     return retry_exceptions is True or isinstance(exc, tuple(retry_exceptions))
 
 
+def stored_size(stored: Any, num_returns: int = 1) -> int:
+    """The size of a task's or actor call's stored result(s), as distributed counts a
+    stored value (``nbytes``; a value holding refs: its pickle's length)."""
+    if num_returns == 1:
+        return len(stored.payload) if type(stored) is WithRefs else safe_sizeof(stored)
+    return sum(stored_size(part) for part in stored or ())
+
+
+#: Transfer log entries searched, newest first, for a transfer's bytes (a fetch's entry
+#: is logged just before the task it fed can run, so it is among the last few).
+TRANSFER_LOG_SCAN = 256
+
+
+def transfers_into() -> tuple[tuple[float, float, str, int], ...]:
+    """The fetches distributed made from other workers for the running task, as
+    (start, stop on this worker's wall clock, source worker's address, bytes; 0 if the
+    transfer log no longer has it). Empty outside a Dask task."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+        task = worker.state.tasks.get(worker.get_current_task())
+        stamps = task.startstops if task is not None else ()
+    except (ValueError, AttributeError, KeyError):
+        return ()
+    if not stamps:
+        return ()
+    fetches = [s for s in stamps if s.get("action") == "transfer"]
+    if not fetches:
+        return ()
+    # (Read with defaults: a distributed that renamed these loses the bytes, not the task.)
+    delay = getattr(worker, "scheduler_delay", 0.0)  # the stamps carry it: taken off
+    logged = list(itertools.islice(reversed(getattr(worker, "transfer_incoming_log", ())),
+                                   TRANSFER_LOG_SCAN))
+    transfers = []
+    for fetch in fetches:
+        nbytes = next((entry.get("total", 0) for entry in logged
+                       if entry.get("start") == fetch["start"]
+                       and entry.get("who") == fetch["source"]), 0)
+        transfers.append((fetch["start"] - delay, fetch["stop"] - delay,
+                          str(fetch["source"]), int(nbytes)))
+    return tuple(transfers)
+
+
 def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> Any:
     """Run one task (see the module docstring); returns its stored result(s). A generator
     task's items go to ``stream`` (``cluster_streams.run_stream_task``) as it yields them,
@@ -148,6 +209,8 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
             now = _wall()
             _note(session, task_id, name, 0, started, now, now, now, _error_text(value.error))
             return value if num_returns == 1 else (value,) * num_returns
+    # Read now: a retry of this task by distributed (its worker lost) starts afresh.
+    transfers = transfers_into() if dep_values else ()
     backend.adopt(keys)  # before unpickling: the refs inside are borrowed with these keys
     args, kwargs = cloudpickle.loads(payload)
     if dep_values:
@@ -180,7 +243,8 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
                     continue
                 failed = error_of(name, exc)
                 now = _wall()
-                _note(session, task_id, name, 0, started, loaded, now, now, _error_text(exc), retries)
+                _note(session, task_id, name, 0, started, loaded, now, now, _error_text(exc),
+                      retries, 0, transfers)
                 return failed if num_returns == 1 else (failed,) * num_returns
     finally:
         current.task, current.session = previous
@@ -195,10 +259,12 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
             del result  # this process's own, so only the result's key keeps them alive
             if ref_counter._released:
                 backend._drain()
-        _note(session, task_id, name, 0, started, loaded, finished, _wall(), None, retries)
+        _note(session, task_id, name, 0, started, loaded, finished, _wall(), None, retries,
+              stored_size(stored), transfers)
         return stored
-    _note(session, task_id, name, 0, started, loaded, finished, finished, None, retries)
     if num_returns == 0:
+        _note(session, task_id, name, 0, started, loaded, finished, finished, None, retries,
+              0, transfers)
         return None
     try:
         parts = tuple(result)
@@ -208,8 +274,12 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
         exc = ValueError(f"task {name} has num_returns={num_returns} but returned "
                          f"{type(result).__name__} {result!r:.80}; return a sequence of "
                          f"{num_returns} values")
+        _note(session, task_id, name, 0, started, loaded, finished, finished,
+              _error_text(exc), retries, 0, transfers)
         return (error_of(name, exc),) * num_returns
     stored = tuple(backend.encode(part) for part in parts)
+    _note(session, task_id, name, 0, started, loaded, finished, _wall(), None, retries,
+          stored_size(stored, num_returns), transfers)
     main_key = _current_key()
     for index, part in enumerate(stored):
         if type(part) is WithRefs:  # held while the part's own key lives (cluster_holds)

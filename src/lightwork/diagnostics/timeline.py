@@ -18,7 +18,9 @@ Layout (pid/tid are integers, named by ``process_name``/``thread_name`` metadata
   session's total CPU and memory.
 * every worker process (its pid; a synthetic pid above ``SYNTHETIC_PID`` when a pooled
   worker exited before its pid was seen): named by the functions it ran, or by its
-  actor's class, and its pid. Each task is a span ``[started, stored]`` with children
+  actor's class, and its pid. On a cluster, a worker's ``transfers`` rows hold the
+  fetches of its tasks' dependencies from other workers (a ``transfer`` span each, with
+  the bytes, the source worker and the task it fed as args), as Dask's task stream shows. Each task is a span ``[started, stored]`` with children
   ``load args``, ``execute``, ``store result``, preceded by a ``queued`` span for the
   part of its queueing that this row was free (the rest overlaps the previous task; the
   whole wait is in ``args.queued_ms``). Threaded and async actors run calls at once, so
@@ -60,6 +62,7 @@ SYNTHETIC_PID = 4_000_000  # above Linux's pid_max default (4,194,304 is its max
 SUBMIT_TID = 100_000
 PROFILE_TID = 100_001
 EVENTS_TID = 100_002
+TRANSFERS_TID = 100_010  # a cluster worker's first ``transfers`` row (more when they overlap)
 MAX_COUNTER_POINTS = 20_000
 
 
@@ -264,6 +267,24 @@ class _Builder:
         for start, end, record in runs:
             self.task_span(start, end, record)
         self.flows()
+
+    def transfers(self) -> None:
+        """A cluster's dependency fetches, on the receiving worker's ``transfers`` rows
+        (``cluster_record.Transfer``: task id, row, source, bytes, start, stop)."""
+        lanes: dict[int, list[float]] = {}  # pid -> end of the last transfer on each row
+        for task_id, worker_id, source, nbytes, start, stop in sorted(
+                self.data.get("transfers", ()), key=lambda transfer: transfer[4]):
+            pid = self.worker_pid(worker_id)
+            begin, end = self.us(start), self.us(stop)
+            ends = lanes.setdefault(pid, [])
+            lane = next((i for i, lane_end in enumerate(ends) if lane_end <= begin), len(ends))
+            if lane == len(ends):
+                ends.append(end)
+            ends[lane] = max(end, begin)
+            tid = TRANSFERS_TID + lane
+            self.thread_names[(pid, tid)] = "transfers" if lane == 0 else f"transfers #{lane + 1}"
+            self.span("transfer", "transfer", pid, tid, begin, end,
+                      {"task_id": task_id, "bytes": nbytes, "from": source})
 
     def task_span(self, start: float, end: float, record: dict[str, Any]) -> None:
         pid = self.worker_pid(record["worker_id"], record.get("live_pid") or record["pid"])
@@ -514,6 +535,7 @@ def build_trace(data: dict[str, Any]) -> list[dict[str, Any]]:
     builder = _Builder(data)
     builder.driver_spans()
     builder.tasks()
+    builder.transfers()
     builder.profile_spans()
     builder.findings()
     builder.usage()
