@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from helpers import arrive_and_wait
 
 import lightwork as ray
 from lightwork import _api
@@ -113,7 +114,7 @@ def test_view_held_in_actor_survives_reuse():
     assert ray.get(keeper.kept.remote()) == (7, 7)
 
 
-def test_view_held_in_task_worker_survives_reuse():
+def test_view_held_in_task_worker_survives_reuse(tmp_path):
     @ray.remote
     def keep(array):
         import sys
@@ -122,15 +123,18 @@ def test_view_held_in_task_worker_survives_reuse():
         return int(array[0])
 
     @ray.remote
-    def kept():
+    def kept(directory, name):
         import sys
 
+        # Both workers at once (a barrier), so one of them is the worker that kept it:
+        # which worker takes a lone task is the scheduler's business.
+        assert arrive_and_wait(directory, name, 2)
         value = getattr(sys, "lightwork_test_kept", None)
         return None if value is None else (int(value.min()), int(value.max()))
 
     assert ray.get(keep.remote(np.full(2 * MB, 7, dtype=np.uint8))) == 7
     _churn(9)
-    seen = {ray.get(kept.remote()) for _ in range(8)} - {None}
+    seen = set(ray.get([kept.remote(str(tmp_path), name) for name in ("a", "b")])) - {None}
     assert seen == {(7, 7)}
 
 
