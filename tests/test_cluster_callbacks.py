@@ -16,6 +16,7 @@ import time
 
 import psutil
 import pytest
+from helpers import wait_until
 
 import lightwork
 from lightwork.diagnostics import (
@@ -139,16 +140,6 @@ def test_dask_graph_on_the_cluster_with_profilers(cluster, tmp_path):
     assert layout is not None and (tmp_path / "p.html").stat().st_size > 1000
 
 
-def _until(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 def test_a_graph_shows_its_progress_while_it_runs_on_the_cluster(cluster, tmp_path):
     """A chain of 8 held at its 6th task: the bar, the run's progress and the live
     dashboard's sync all say 5 of 8 done while it runs on the workers, then 100%."""
@@ -179,10 +170,12 @@ def test_a_graph_shows_its_progress_while_it_runs_on_the_cluster(cluster, tmp_pa
     thread = threading.Thread(target=run)
     thread.start()
     try:
-        [held] = _until(lambda: [g.progress() for g in list(_scheduler.running_graphs.values())
-                                 if g.progress()["done"] == 5])
+        [held] = wait_until(lambda: [g.progress() for g in list(_scheduler.running_graphs.values())
+                                     if g.progress()["done"] == 5],
+                            timeout=30, message="the graph held at 5 of 8")
         assert held["total"] == 8 and held["running"] == 1 and held["name"] == "link"
-        _until(lambda: "| 62% Completed |" in out.getvalue())  # 5 of 8, as Dask rounds
+        wait_until(lambda: "| 62% Completed |" in out.getvalue(),  # 5 of 8, as Dask rounds
+                   timeout=30, message="the bar at 62%")
         assert "100%" not in out.getvalue()
         log = lightwork._api._backend.recorder  # what the live dashboard's sync shows
         [shown] = log.answer_query("dashboard_sync", {}).result["graphs"]

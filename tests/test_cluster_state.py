@@ -75,17 +75,11 @@ class Counter:
 
 
 def until(predicate, timeout=30.0):
-    """``predicate()``'s first true value; on a loaded host the workers' reports can take
-    seconds, so the wait is long, and a failure names the condition that was not met."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    name = getattr(predicate, "__name__", "")
-    where = predicate.__code__.co_firstlineno if hasattr(predicate, "__code__") else "?"
-    raise AssertionError(f"condition {name} (line {where}) not met in {timeout:g} s")
+    """``helpers.wait_until`` with a long wait (on a loaded host the workers' reports can
+    take seconds), naming the condition by its function and line."""
+    where = getattr(predicate, "__code__", None)
+    message = f"{predicate.__name__} (line {where.co_firstlineno if where else '?'})"
+    return helpers.wait_until(predicate, timeout, 0.05, message)
 
 
 def test_listings_mean_what_they_mean_locally(connected, tmp_path):
@@ -338,17 +332,9 @@ def test_bad_filters_say_what_to_do(connected):
 
 
 # ---- the command from another terminal ------------------------------------------------
-DRIVER = """
-import os, sys, time
-import lightwork as ray
-
-context = ray.init(address={address!r})
-
-@ray.remote
-def square(x):
-    return x * x
-
-@ray.remote
+# What both driver scripts below run: a task parked until a gate file appears (its marker
+# function shows in stacks), and an actor.
+DRIVER_REMOTES = """@ray.remote
 def parked(path):
     def lightwork_cli_marker():
         while not os.path.exists(path):
@@ -360,7 +346,19 @@ def parked(path):
 class Tally:
     def add(self, n):
         return n
+"""
 
+DRIVER = """
+import os, sys, time
+import lightwork as ray
+
+context = ray.init(address={address!r})
+
+@ray.remote
+def square(x):
+    return x * x
+
+""" + DRIVER_REMOTES + """
 tally = Tally.remote()
 ray.get([square.remote(i) for i in range(6)] + [tally.add.remote(1)])
 blob = ray.put(b"x" * 300_000)
@@ -440,19 +438,7 @@ import lightwork as ray
 context = ray.init(event_budget=0)  # the address comes from LIGHTWORK_ADDRESS
 assert ray.backend() == "distributed", ray.backend()
 
-@ray.remote
-def parked(path):
-    def lightwork_cli_marker():
-        while not os.path.exists(path):
-            time.sleep(0.02)
-    lightwork_cli_marker()
-    return True
-
-@ray.remote
-class Tally:
-    def add(self, n):
-        return n
-
+""" + DRIVER_REMOTES + """
 tally = Tally.remote()
 assert ray.get(tally.add.remote(1)) == 1
 blob = ray.put(b"x" * 300_000)

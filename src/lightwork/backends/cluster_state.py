@@ -461,11 +461,15 @@ class ClusterState:
         }
 
     def status(self) -> dict[str, Any]:
-        self.refresh_live_states()
+        # One round trip for the live tasks' states, the workers' rows and the resources.
+        live = self.live_keys()
+        facts = self._facts(tuple(key for _, key in live))
+        if live:
+            self.apply_live_states(live, facts)
         log = self.log
-        workers = self.worker_rows()
+        workers = self.worker_rows(facts)
         actors = Counter(row["state"] for row in self.actor_rows())
-        total, available = self.backend.resources()
+        use = resource_use(facts["workers"])
         with log.lock:
             states = Counter(task.state for task in log.tasks.values())
             ended = Counter(log.log.ended_states())
@@ -482,9 +486,9 @@ class ClusterState:
             "address": self.backend.address(),
             "dask_dashboard": _dashboard_link(self.backend.client),
             "resources": {
-                "total": total,
-                "available": {k: max(0.0, available.get(k, 0.0)) for k in total},
-                "used": {k: max(0.0, total[k] - available.get(k, 0.0)) for k in total},
+                "total": {name: total for name, (_, total) in use.items()},
+                "available": {name: max(0.0, total - used) for name, (used, total) in use.items()},
+                "used": {name: used for name, (used, _) in use.items()},
             },
             "workers": dict(Counter(row["state"] for row in workers[1:])),
             "worker_count": len(workers) - 1,
