@@ -186,16 +186,19 @@ def test_objects_and_actors_held_on_the_workers_are_listed_with_their_owners(con
                                                                              tmp_path):
     gate = str(tmp_path / "gate")
     backend = lightwork._api._backend
-    borrowed = lightwork.put(b"b" * 100_000)
-    borrowed_hex = borrowed.hex()
-    holding = holds_while_parked.remote([borrowed], gate)
-    del borrowed  # only the task holds it now
+    # The actors first, while both worker threads are free: distributed may place an
+    # actor's creation on a worker whose one thread a parked task holds, where it would
+    # wait for the gate (this hung the test now and then).
     keeper_blob = lightwork.put(b"k" * 50_000)
     keeper = Keeper.remote([keeper_blob])
     keeper_blob_hex = keeper_blob.hex()
     del keeper_blob  # only the actor's state holds it now
     assert lightwork.get(keeper.inner_bumps.remote()) == 1
     inner_hex = lightwork.get(keeper.inner_id.remote())
+    borrowed = lightwork.put(b"b" * 100_000)
+    borrowed_hex = borrowed.hex()
+    holding = holds_while_parked.remote([borrowed], gate)
+    del borrowed  # only the task holds it now
     outer = parent.remote(gate)
     try:
         workers = {w["worker_id"]: w for w in lightwork.state.list_workers()[1:]}
