@@ -97,6 +97,7 @@ from lightwork._runtime.scheduler import (
 )
 from lightwork._runtime.serialization import Stored
 from lightwork._runtime.session import ForkServer, Session
+from lightwork._runtime.spin import Spinner
 from lightwork._runtime.streams import StreamTable
 from lightwork._runtime.spill import Spiller
 from lightwork._runtime.store import SegmentStore, default_budget
@@ -221,6 +222,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         os.set_blocking(self._leader_wake_write, False)
         self._leader_selector.register(self._leader_wake_read, selectors.EVENT_READ, "wake")
         self._leader = threading.Lock()
+        self._leader_spinner = Spinner()  # whoever leads; see spin.py
         ref_counter.on_borrow = self._on_driver_borrow
         self._io_sleeps_long = False  # the I/O thread is (about to be) in an idle sleep
         self._io_busy_until = 0.0
@@ -365,7 +367,17 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
             until_timer = max(0.0, self._timers[0][0] - time.monotonic())
             timeout = until_timer if timeout is None else min(timeout, until_timer)
         try:
-            events = selector.select(timeout)
+            events = None
+            if leading:  # spin first while results have been coming quickly (spin.py)
+                spinner = self._leader_spinner
+                if spinner.spin_next:
+                    events = spinner.spin(self._leader_events_now, timeout)
+                if events is None:
+                    blocked_at = time.monotonic()
+                    events = selector.select(timeout)
+                    spinner.blocked(time.monotonic() - blocked_at)
+            else:
+                events = selector.select(timeout)
         except (OSError, ValueError):
             return not self.closed
         if events and not leading:
@@ -402,6 +414,9 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         for callback in deferred:
             callback()
         return True
+
+    def _leader_events_now(self) -> list[tuple[Any, int]] | None:
+        return self._leader_selector.select(0) or None
 
     def _read_worker(self, conn: WorkerConn) -> None:
         """Read what the worker sent and apply it (lock held)."""

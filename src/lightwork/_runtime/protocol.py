@@ -24,7 +24,10 @@ from __future__ import annotations
 import pickle
 import socket
 import struct
+import time
 from typing import Any
+
+from lightwork._runtime.spin import Spinner
 
 TASK = 1
 FUNCTION = 2
@@ -125,6 +128,7 @@ class BlockingConnection:
         self._pending: list[tuple[Any, ...]] = []
         self.send_lock = threading.Lock()
         self.recv_lock = threading.RLock()
+        self.spinner = Spinner()
 
     def send(self, messages: list[tuple[Any, ...]]) -> None:
         data = encode_many(messages)
@@ -132,10 +136,17 @@ class BlockingConnection:
             self.sock.sendall(data)
 
     def recv(self) -> tuple[Any, ...] | None:
-        """The next message, or None when the driver has closed the channel."""
+        """The next message, or None when the driver has closed the channel.
+
+        Polls first while frames have been coming quickly (``spin.py``), then blocks."""
+        spinner = self.spinner
         while not self._pending:
             try:
-                size = self.sock.recv_into(self._scratch)
+                size = spinner.spin(self._recv_now) if spinner.spin_next else None
+                if size is None:
+                    blocked_at = time.monotonic()
+                    size = self.sock.recv_into(self._scratch)
+                    spinner.blocked(time.monotonic() - blocked_at)
             except (ConnectionResetError, OSError):
                 return None
             if not size:
@@ -143,6 +154,13 @@ class BlockingConnection:
             self._pending = self._decoder.feed(self._scratch[:size])
             self._pending.reverse()
         return self._pending.pop()
+
+    def _recv_now(self) -> int | None:
+        """Bytes read into the scratch buffer without waiting (0: closed), or None."""
+        try:
+            return self.sock.recv_into(self._scratch, 0, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return None
 
     def has_buffered(self) -> bool:
         return bool(self._pending)
