@@ -116,3 +116,39 @@ def test_the_cpu_clock_is_read_for_long_runs_and_skipped_after_a_tiny_one():
     record = _record(ref)
     assert record.finished - record.args_loaded < CPU_CLOCK_MIN_S
     assert record.cpu_time == 0.0
+
+
+@ray.remote
+def quick(x):
+    return x + 1
+
+
+@ray.remote
+def slow_echo(x, seconds):
+    time.sleep(seconds)
+    return x
+
+
+@pytest.mark.parametrize("spare", [True, False], ids=["io-thread-muted", "both-watch"])
+def test_results_reach_every_waiter_whether_the_io_thread_watches_the_workers_or_not(
+        spare, monkeypatch):
+    """A leading getter mutes the I/O thread's view of the workers (when the machine has
+    cores to spare) and applies every result itself meanwhile; once it stops, the I/O
+    thread takes over again (node.py, driver_calls.py)."""
+    import concurrent.futures
+
+    from lightwork._runtime import driver_calls
+
+    monkeypatch.setattr(driver_calls, "cores_to_spare", lambda now: spare)
+    assert [ray.get(quick.remote(i)) for i in range(50)] == list(range(1, 51))
+    # Another thread waits for quick results while the main thread leads a long get.
+    slow = slow_echo.remote("slow", 1.0)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        others = pool.submit(lambda: [ray.get(quick.remote(i), timeout=20) for i in range(20)])
+        assert ray.get(slow, timeout=20) == "slow"
+        assert others.result(timeout=20) == list(range(1, 21))
+    # No getter now: a future's result comes through the I/O thread alone.
+    future = quick.remote(41).future()
+    assert future.result(timeout=20) == 42
+    time.sleep(0.1)  # the I/O thread idles; a result must still wake it
+    assert slow_echo.remote(7, 0.05).future().result(timeout=20) == 7

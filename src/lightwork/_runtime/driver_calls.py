@@ -144,6 +144,7 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import os
+import selectors
 import threading
 import time
 from collections.abc import Callable
@@ -159,6 +160,7 @@ from lightwork._runtime.lineage import value_vanished
 from lightwork._runtime.objects import PENDING, READY, ObjectEntry
 from lightwork._runtime.scheduler import TaskSpec
 from lightwork._runtime.serialization import Stored
+from lightwork._runtime.spin import cores_to_spare
 
 if TYPE_CHECKING:
     from lightwork._runtime.node import Node
@@ -540,6 +542,12 @@ class DriverCalls(_Base):
                     return True
                 event = countdown.event = threading.Event()
             return event.wait(timeout)  # the I/O thread or the leading getter completes it
+        # While this thread leads, the I/O thread's epoll does not watch the workers
+        # (see node.py), unless the machine's cores are all taken: then two threads
+        # waiting for a result see it sooner than one (this one may not be running).
+        muted = cores_to_spare(time.monotonic())
+        if muted:
+            self.selector.modify(self._worker_selector, selectors.EVENT_WRITE, "workers")
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             countdown.wake = self._wake_leader
@@ -553,6 +561,11 @@ class DriverCalls(_Base):
                     return countdown.remaining <= 0
             return True
         finally:
+            if muted:
+                try:
+                    self.selector.modify(self._worker_selector, selectors.EVENT_READ, "workers")
+                except (KeyError, ValueError, OSError):  # closed meanwhile (shutdown)
+                    pass
             self._leader.release()
 
     def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:

@@ -83,7 +83,7 @@ _spare_checked_at = float("-inf")
 _spare = True
 
 
-def _cores_to_spare(now: float) -> bool:
+def cores_to_spare(now: float) -> bool:
     """Whether, when last looked at, the machine had no more threads ready to run than
     it has cores, besides the caller (``/proc/loadavg``'s count of runnable threads,
     read at most every ``SPARE_CHECK_S``). Where they cannot all run at once, a spinner
@@ -120,7 +120,7 @@ class Spinner:
         long (``blocked``)."""
         clock = time.monotonic
         start = clock()
-        if not _cores_to_spare(start):
+        if not cores_to_spare(start):
             return None
         budget = self.budget if limit is None else min(self.budget, limit)
         deadline = start + budget

@@ -51,7 +51,7 @@ class WorkerDeaths(_Base):
         if conn.eof_at:
             return
         conn.eof_at = time.monotonic()
-        for selector in (self.selector, self._leader_selector):
+        for selector in (self._worker_selector, self.selector, self._leader_selector):
             try:
                 selector.unregister(conn.sock)
             except (KeyError, ValueError):
