@@ -9,6 +9,7 @@ of the rest (``worker.py``). Speed itself is never asserted here: ``bench/`` has
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import pytest
@@ -70,6 +71,41 @@ def test_calls_to_a_busy_actor_go_in_one_frame_and_run_in_order(tmp_path, monkey
     assert ray.get(busy, timeout=20) is True
     assert ray.get(refs, timeout=20) == list(range(50))
     assert sum(frames) == 50 and len(frames) == 1, frames
+
+
+@ray.remote(max_restarts=1, max_task_retries=0)
+class Restarting:
+    def __init__(self):
+        self.started = time.time()
+
+    def hold(self, entered, release):
+        open(entered, "w").close()
+        return wait_for_file(release, limit=30)
+
+    def pid(self):
+        return os.getpid()
+
+    def echo(self, value):
+        return value, self.started
+
+
+def test_calls_queued_on_the_driver_when_the_actor_dies_run_on_its_restart(tmp_path):
+    """As in Ray with max_task_retries=0: the call the dead process was running fails;
+    calls still queued on the driver (the actor was busy, so none was sent) were never
+    attempted, and run on the restarted actor, in order."""
+    actor = Restarting.remote()
+    first_pid = ray.get(actor.pid.remote(), timeout=20)
+    entered, release = str(tmp_path / "entered"), str(tmp_path / "release")
+    running = actor.hold.remote(entered, release)
+    assert wait_for_file(entered)
+    queued = [actor.echo.remote(i) for i in range(5)]
+    os.kill(first_pid, signal.SIGKILL)
+    with pytest.raises(ray.exceptions.ActorDiedError):
+        ray.get(running, timeout=20)
+    answers = ray.get(queued, timeout=20)
+    assert [value for value, _ in answers] == list(range(5))
+    assert len({started for _, started in answers}) == 1  # all on the one restarted actor
+    assert ray.get(actor.pid.remote(), timeout=20) != first_pid
 
 
 def test_a_queued_call_to_a_busy_actor_is_cancelled_before_it_runs(tmp_path):
