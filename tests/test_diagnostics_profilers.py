@@ -139,6 +139,32 @@ def test_resource_profiler_shape_and_no_zero_first_sample():
     assert rprof._sampler is None  # stopped with the block
 
 
+def test_resource_profiler_leaves_the_switch_interval_as_it_found_it():
+    """Entering and leaving lower Python's switch interval for a moment (profilers.py,
+    _prompt_gil); the process's own value comes back, also with profilers entered and
+    left in two threads at once."""
+    import threading
+
+    ours = 0.0123
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(ours)
+    try:
+        def profile() -> None:
+            for _ in range(20):
+                with ResourceProfiler(dt=0.005) as rprof:
+                    assert lightwork.dask.get(DSK, "z") == 22
+                assert rprof.results
+
+        threads = [threading.Thread(target=profile) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert sys.getswitchinterval() == pytest.approx(ours)
+    finally:
+        sys.setswitchinterval(before)
+
+
 def test_resource_profiler_registered_collects_only_during_runs():
     rprof = ResourceProfiler(dt=0.01)
     rprof.register()
