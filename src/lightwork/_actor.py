@@ -293,7 +293,7 @@ class ActorMethod:
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
-        self._call_name = call_name
+        self._call_name = call_name or f"{handle._class_name}.{name}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
@@ -310,7 +310,7 @@ class ActorMethod:
             check = checks.get(self._name)
             if check is not None and (kwargs or not check.low <= len(args) <= check.high):
                 check.bind(args, kwargs)
-        name = self._call_name or f"{handle._class_name}.{self._name}"
+        name = self._call_name
         num_returns = self._num_returns
         if type(num_returns) is str:  # "streaming" or "dynamic": one ref, the head
             method = DYNAMIC_METHOD + self._name if num_returns == "dynamic" else self._name
