@@ -1,5 +1,5 @@
 """Workers' own writes (results, puts, generator items) under the store's budget and
-through its pool of recycled segments (``store.py``, ``worker.SharedMemoryWriter``)."""
+through its pool of recycled segments (``store.py``, ``worker_calls.SharedMemoryWriter``)."""
 
 from __future__ import annotations
 

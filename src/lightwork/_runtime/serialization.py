@@ -17,7 +17,7 @@ a :class:`Stored` object in one of two forms:
 
 Who writes a segment: the driver writes into recycled segments it keeps mapped and
 faulted in (``store.py``'s :class:`SegmentStore`, any object with a ``write`` method);
-a worker, once the store granted it room (``worker.SharedMemoryWriter``), writes with
+a worker, once the store granted it room (``worker_calls.SharedMemoryWriter``), writes with
 ``pwrite`` over a recycled segment (its pages exist: no allocation) or into a new
 file; a new segment is written with ``pwrite`` into a new file (``write_segment``). A
 full ``/dev/shm`` then fails that ``pwrite`` with ENOSPC, raised as
