@@ -83,3 +83,40 @@ def test_the_driver_cpu_sample_reads_schedstat_keeping_the_gil():
     assert 0 < ours[0] <= theirs[0]  # CPU time only grows
     with pytest.raises(OSError):
         _read_schedstat(fd)  # closed now
+
+
+@pytest.mark.parametrize("getter_leads", [True, False])
+def test_frames_that_outgrow_a_busy_workers_socket_wait_for_room(fresh_runtime, getter_leads):
+    """Frames the worker's socket buffer cannot take yet wait in the driver, and this
+    thread's epoll is asked for room (the worker sockets are otherwise in an epoll of
+    their own, which a leading getter mutes): every task still runs, whether a getter
+    leads meanwhile or nobody waits."""
+    import concurrent.futures
+    import time
+
+    fresh_runtime.init(num_cpus=1)
+    node = _api._node
+    asked = []
+    watch = node._watch_writable
+    node._watch_writable = lambda conn: (asked.append(conn.worker_id), watch(conn))[-1]
+
+    @fresh_runtime.remote
+    def nap(seconds):
+        time.sleep(seconds)
+        return "rested"
+
+    @fresh_runtime.remote
+    def size(data):
+        return len(data)
+
+    busy = nap.remote(0.5)
+    time.sleep(0.05)  # the worker is in the nap, not reading its socket
+    refs = [size.remote(b"x" * 60_000) for _ in range(200)]  # inline: under 256 KiB
+    if getter_leads:
+        assert fresh_runtime.get(refs, timeout=30) == [60_000] * 200
+    else:
+        futures = [ref.future() for ref in refs]
+        done, _ = concurrent.futures.wait(futures, timeout=30)
+        assert len(done) == 200 and all(f.result() == 60_000 for f in futures)
+    assert fresh_runtime.get(busy, timeout=30) == "rested"
+    assert asked  # the test made the driver wait for room, or it tested nothing

@@ -438,8 +438,10 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         return True
 
     def _watch_writable(self, conn: WorkerConn) -> None:
-        if conn.sock not in self.selector.get_map():
-            self.selector.register(conn.sock, selectors.EVENT_WRITE, conn)
+        """Have this thread's epoll say when ``conn`` has room for its waiting output."""
+        if conn.eof_at or conn.sock in self.selector.get_map():  # closed, or watched
+            return
+        self.selector.register(conn.sock, selectors.EVENT_WRITE, conn)
 
     def _leader_events_now(self) -> list[tuple[Any, int]] | None:
         return self._leader_selector.select(0) or None
