@@ -17,8 +17,8 @@ Workers: ``Session``'s fork server starts them; ``EXITED`` from it gives the wai
 of a dead worker, so the error names the exit code or signal. What happens when a worker
 ends is ``worker_deaths.py``'s (its task retried or failed with ``WorkerCrashedError``,
 the objects it owned adopted by the driver); cancelling is ``cancel.py``'s. Those, like
-``driver_calls.py`` (the API's operations), ``worker_requests.py`` (what workers ask of
-the driver) and ``lineage.py`` (rebuilding lost values), are mixins of :class:`Node`:
+``driver_calls.py`` (the API's operations), ``worker_requests.py`` (what workers send
+the driver: results and requests) and ``lineage.py`` (rebuilding lost values), are mixins of :class:`Node`:
 methods on the same state, kept apart by responsibility.
 
 Reference counting: see ``objects.py`` (the table) and ``_object_ref.py`` (per process).
@@ -87,7 +87,7 @@ from lightwork._object_ref import (
 from lightwork._runtime import forkserver
 from lightwork._runtime import control
 from lightwork._runtime.actors import ActorManager
-from lightwork._runtime.cancel import Cancellation, cancelled_error
+from lightwork._runtime.cancel import Cancellation
 from lightwork._runtime.driver_calls import DriverCalls
 from lightwork._runtime.worker_requests import WorkerRequests
 from lightwork._runtime.worker_deaths import WorkerDeaths
@@ -97,13 +97,12 @@ from lightwork._runtime import ray_alias
 from lightwork._runtime.events import EventLog, TaskRecord
 from lightwork._runtime.gpus import GpuIds
 from lightwork._runtime.introspect import report_unraisable
-from lightwork._runtime.lineage import Lineage, keeps_lineage
+from lightwork._runtime.lineage import Lineage
 from lightwork._runtime.memory_monitor import MemoryMonitor
 from lightwork._runtime.objects import FAILED, PENDING, ObjectEntry, ObjectTable
 from lightwork._runtime.scheduler import (
     DISPATCHED,
     FAILED as TASK_FAILED,
-    FINISHED,
     Scheduler,
     TaskSpec,
     WorkerSlot,
@@ -525,136 +524,6 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         while self._timers and self._timers[0][0] <= now:
             _, _, callback = heapq.heappop(self._timers)
             callback()
-
-    # ------------------------------------------------------------------ messages
-    def _handle(self, conn: WorkerConn, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == p.DONE:
-            if conn.actor is not None:
-                self.actors.on_done(conn, message[1], message[2], message[3])
-            else:
-                self._on_done(conn, message[1], message[2], message[3])
-        elif kind == p.SUBMIT:
-            self._on_worker_submit(conn, message)
-        elif kind == p.FUNCTION:
-            self.functions.setdefault(message[1], message[2])
-            conn.functions.add(message[1])
-        elif kind == p.PUT:
-            entry = self.objects.create(message[1], conn.worker_id)
-            conn.holds.add(message[1])
-            conn.owned.add(message[1])
-            # An error instead of a value: a num_returns="dynamic" item (Worker.put_error).
-            self._resolve(entry, message[2], message[3] if len(message) > 3 else None)
-        elif kind == p.BORROW:
-            entry = self.objects.get(message[1])
-            if entry is not None:
-                entry.add_holder(conn.worker_id)
-                conn.holds.add(message[1])
-        elif kind == p.RELEASE:
-            for object_id in message[1]:
-                conn.holds.discard(object_id)
-                entry = self.objects.get(object_id)
-                if entry is not None:
-                    entry.discard_holder(conn.worker_id)
-                    self.objects.release_if_unheld(entry)
-            if self.streams.streams:
-                self.streams.release_unconsumed()
-        elif kind == p.GET:
-            self._on_worker_get(conn, message[1], message[2], message[3],
-                                message[4] if len(message) > 4 else None)
-        elif kind == p.WAIT:
-            self._on_worker_wait(conn, *message[1:])
-        elif kind == p.BOUNCE:
-            task = self.tasks.get(message[1])
-            if task is not None and task.worker is conn.slot:
-                self._release_gpus(task.task_id)
-                self.scheduler.take_back(conn.slot, task)
-                if task.cancelled and self.scheduler.remove_ready(task):
-                    self._fail_task(task, cancelled_error(task, "before it ran"))
-        elif kind == p.RETIRE:
-            self._retire_worker(conn)
-        elif kind == p.CANCEL:
-            self._cancel_ids(message[1], message[2], message[3])
-        elif kind == p.CALL:
-            self._on_worker_call(conn, message[1], message[2], message[3:])
-        elif kind == p.MAPPED:
-            self.store.add_reader(message[1], conn.worker_id)
-            self.store.touch(message[1])
-        elif kind == p.UNMAPPED:
-            for path in message[1]:
-                self.store.remove_reader(path, conn.worker_id)
-
-    def _on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
-        task = self.tasks.get(task_id)
-        if task is None or task.worker is not conn.slot:
-            return
-        started, args_loaded, finished, stored_at, cpu_time = times
-        self.scheduler.finish(conn.slot, task, finished - args_loaded)
-        self._release_gpus(task.task_id)
-        record = task.record
-        record.started, record.args_loaded = started, args_loaded
-        record.finished, record.stored = finished, stored_at
-        record.cpu_time = cpu_time
-        record.seen = time.monotonic()
-        if task.cancelled:
-            if type(outcome) is list:  # it finished before the cancel reached it
-                for stored in outcome:  # nobody will read them: the store takes them back
-                    if stored.path is not None:
-                        self.store.release(stored.path)
-            self._fail_task(task, cancelled_error(task, "before it finished"))
-        elif type(outcome) is list:  # its results (none for num_returns=0): the common case
-            self.store_results(task, outcome)
-            self._end_task(task, FINISHED)
-        elif outcome == "cancelled":  # a cancel signal meant for the task before this one
-            self._requeue(task)
-        elif outcome[0] == "lost":  # an argument's segment vanished: rebuild it, then rerun
-            self.recover_lost_argument(task, outcome[1])
-        elif outcome[0] == "error":
-            if self._should_retry_error(task, outcome[1]):
-                record.retries += ((record.seen, "exception"),)
-                task.attempt += 1
-                self._requeue(task)
-            else:
-                self._fail_task(task, outcome[1])
-        else:  # a runtime bug: fail loudly (the I/O loop stops the runtime, saying why)
-            raise AssertionError(f"task {task.name} ended with an unknown outcome {outcome!r}")
-
-    def store_results(self, task: TaskSpec, results: list[Stored]) -> None:
-        """Resolve a finished task's return objects (dropping those nobody holds)."""
-        lineage = task if keeps_lineage(task) else None
-        for object_id, stored in zip(task.return_ids, results):
-            task.record.result_size += stored.size
-            entry = self.objects.get(object_id)
-            if entry is None or entry.state != PENDING:
-                # Every ref to it was dropped while the task ran, or it is a result that
-                # was intact when the task re-ran to rebuild another (lineage.py).
-                if stored.path is not None and (entry is None or entry.stored is None
-                                                or entry.stored.path != stored.path):
-                    self.store.release(stored.path)
-                continue
-            if stored.path is not None:  # an inline value lives in this table: never lost
-                entry.lineage = lineage
-            self._resolve(entry, stored)
-
-    def _should_retry_error(self, task: TaskSpec, error: Stored) -> bool:
-        retry = task.retry_exceptions
-        if not retry or not (task.max_retries < 0 or task.attempt < task.max_retries):
-            return False
-        if retry is True:
-            return True
-        try:
-            cause = serialization.loads(error).cause
-        except Exception:
-            return False
-        if isinstance(cause, exceptions.UnserializableException):
-            # It could not travel as itself: match its class hierarchy by name.
-            return cause.is_instance_of_any(tuple(retry))
-        return isinstance(cause, tuple(retry))
-
-    def _requeue(self, task: TaskSpec) -> None:
-        task.record.dispatched = 0.0
-        self._release_gpus(task.task_id)  # it was queued on a worker: its GPU ids go back
-        self.scheduler.make_ready(task, front=True)
 
     # ------------------------------------------------------------------ objects
     def _resolve(self, entry: ObjectEntry, stored: Stored | None, error: Any = None) -> None:
