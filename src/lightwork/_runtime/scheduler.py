@@ -257,10 +257,14 @@ class Scheduler:
         assignments: list[tuple[TaskSpec, WorkerSlot]] = []
         starving = 0
         empty = []
+        # Within one pass nothing frees a slot, so what _place works out for queueing
+        # behind running tasks holds for the whole pass (see _place).
+        busy: dict[Shape, list[WorkerSlot]] = {}
+        depths: dict[bytes, int] = {}
         for shape, queue in self.ready.items():
             while queue:
                 task = queue[0]
-                slot = self._place(task)
+                slot = self._place(task, busy, depths)
                 if slot is None:
                     if self._fits(shape):
                         starving += min(len(queue), max(1, int(self.available.get("CPU", 1))))
@@ -279,7 +283,16 @@ class Scheduler:
         self.starving = starving
         return assignments
 
-    def _place(self, task: TaskSpec) -> WorkerSlot | None:
+    def _place(
+        self, task: TaskSpec, busy: dict[Shape, list[WorkerSlot]], depths: dict[bytes, int],
+    ) -> WorkerSlot | None:
+        """A worker for ``task``: an idle one, else (a short task) the least loaded of
+        those running this shape, within its pipeline depth; None: wait.
+
+        ``busy`` and ``depths`` carry, across one ``schedule`` pass, the slots running
+        each shape and each function's depth: once a shape has no free slot it gets none
+        in that pass (nothing ends meanwhile), so they need working out once per pass,
+        not per task (10,000 tasks: a scan of every worker and a depth per task)."""
         shape = task.shape
         if self._fits(shape):
             if not self.idle:
@@ -291,19 +304,22 @@ class Scheduler:
             slot.held = shape
             return slot
         # Every slot of this shape is busy: queue short tasks behind running ones.
-        depth = self.pipeline_depth(task.function_key)
+        key = task.function_key
+        depth = depths.get(key)
+        if depth is None:
+            depth = depths[key] = self.pipeline_depth(key)
         if depth <= 1:
             return None
+        running = busy.get(shape)
+        if running is None:
+            running = busy[shape] = [slot for slot in self.workers.values()
+                                     if slot.inflight and not slot.blocked and slot.held == shape]
         best: WorkerSlot | None = None
-        for slot in self.workers.values():
-            if (
-                slot.inflight
-                and not slot.blocked
-                and slot.held == shape
-                and len(slot.inflight) < depth
-                and (best is None or len(slot.inflight) < len(best.inflight))
-            ):
-                best = slot
+        fewest = depth
+        for slot in running:
+            queued = len(slot.inflight)
+            if queued < fewest:
+                best, fewest = slot, queued
         return best
 
     def _orphan_if_removed(self, shape: Shape, queue: deque[TaskSpec]) -> None:
