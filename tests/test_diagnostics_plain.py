@@ -205,6 +205,25 @@ def test_a_failing_task_listener_does_not_stop_the_runtime(monkeypatch):
     assert seen and all(str(exc) == "diagnostics bug" for exc in seen)
 
 
+def test_a_listener_removed_before_it_was_told_hears_of_what_ended_meanwhile():
+    """The thread that ends a task tells the listeners after letting go of the lock; a
+    listener removed in between is told at its removal, once."""
+    from lightwork._runtime.events import TaskRecord
+
+    heard = []
+    node = lightwork._api._node
+    node.add_task_listener(heard.append)
+    ended = TaskRecord(10**12, "ended-meanwhile", 0, 0.0)
+    with node.lock:  # as _end_task leaves it: noted, the telling still to come
+        node._ended_unheard.append(ended)
+    node.remove_task_listener(heard.append)
+    assert heard == [[ended]]
+    node.remove_task_listener(heard.append)  # removing twice tells nothing again
+    assert heard == [[ended]]
+    with node.lock:
+        node._ended_unheard.remove(ended)
+
+
 def test_a_failing_blocking_observer_does_not_break_get(monkeypatch):
     seen = []
     monkeypatch.setattr("sys.unraisablehook", lambda args: seen.append(args))

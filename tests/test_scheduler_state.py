@@ -6,7 +6,12 @@ import pytest
 
 from lightwork._runtime.calls import EMPTY_ARGS
 from lightwork._runtime.events import TaskRecord
-from lightwork._runtime.scheduler import Scheduler, TaskSpec, make_shape
+from lightwork._runtime.scheduler import (
+    MAX_PIPELINE_DEPTH,
+    Scheduler,
+    TaskSpec,
+    make_shape,
+)
 
 pytestmark = pytest.mark.lightwork_only
 
@@ -69,6 +74,43 @@ def test_short_tasks_are_queued_behind_running_ones_long_ones_are_not():
     for i in range(3):
         s2.make_ready(task(i, key=b"long"))
     assert len(s2.schedule()) == 1
+
+
+def test_short_tasks_fill_the_least_loaded_busy_worker_up_to_each_functions_depth():
+    """One pass queues short tasks behind running ones: always on the busy worker with
+    the fewest queued, never past the function's pipeline depth (5 for a function of
+    0.9 ms, MAX_PIPELINE_DEPTH for a tiny one)."""
+    s = Scheduler({"CPU": 3.0})
+    slots = [s.add_worker(worker_id) for worker_id in (1, 2, 3)]
+    s.mean_run_time[b"short"] = 0.0009
+    assert s.pipeline_depth(b"short") == 5
+    s.mean_run_time[b"tiny"] = 1e-6
+    for i in range(3):
+        s.make_ready(task(i, key=b"long"))  # unknown run time: never queued behind
+    s.schedule()  # one on each worker
+    for i in range(3, 18):
+        s.make_ready(task(i, key=b"short"))
+    placed = s.schedule()
+    assert [slot.worker_id for _, slot in placed] == [1, 2, 3] * 4  # fewest queued first
+    assert [len(slot.inflight) for slot in slots] == [5, 5, 5]
+    assert s.queued_count() == 3  # depth 5 reached everywhere
+    for i in range(18, 18 + 3 * MAX_PIPELINE_DEPTH):
+        s.make_ready(task(i, key=b"tiny"))
+    assert s.schedule() == []  # the short ones wait at the head of the queue
+    s.ready.clear()
+    for i in range(200, 200 + 3 * MAX_PIPELINE_DEPTH):
+        s.make_ready(task(i, key=b"tiny"))
+    placed = s.schedule()
+    assert len(placed) == 3 * (MAX_PIPELINE_DEPTH - 5)
+    assert [len(slot.inflight) for slot in slots] == [MAX_PIPELINE_DEPTH] * 3
+    # In one pass: the idle workers first, then short tasks queued behind them all.
+    fresh = Scheduler({"CPU": 3.0})
+    fresh_slots = [fresh.add_worker(worker_id) for worker_id in (1, 2, 3)]
+    fresh.mean_run_time[b"short"] = 0.0009
+    for i in range(16):
+        fresh.make_ready(task(i, key=b"short"))
+    assert len(fresh.schedule()) == 15
+    assert [len(slot.inflight) for slot in fresh_slots] == [5, 5, 5]
 
 
 def test_blocked_worker_lends_its_cpu_and_takes_it_back():

@@ -650,11 +650,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
             listeners = tuple(self.task_listeners)
         if ended:
             for listener in listeners:
-                try:
-                    listener(ended)
-                except Exception as exc:  # noqa: BLE001 - a diagnostics bug must not stop I/O
-                    report_unraisable(exc, "Exception ignored in lightwork task listener",
-                                      listener)
+                _tell(listener, ended)
 
     def add_task_listener(self, listener: Callable[[list[TaskRecord]], None]) -> None:
         with self.lock:
@@ -662,8 +658,15 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
 
     def remove_task_listener(self, listener: Callable[[list[TaskRecord]], None]) -> None:
         with self.lock:
-            if listener in self.task_listeners:
-                self.task_listeners.remove(listener)
+            if listener not in self.task_listeners:
+                return
+            self.task_listeners.remove(listener)
+            # Tasks that ended while it listened and that nobody has told of yet (the
+            # thread that ended them tells after letting go of the lock): tell it now,
+            # or it would never hear of them.
+            owed = list(self._ended_unheard)
+        if owed:
+            _tell(listener, owed)
 
     def _unuse(self, object_id: int) -> None:
         entry = self.objects.entries.get(object_id)
@@ -774,6 +777,13 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         if ref_counter.on_borrow == self._on_driver_borrow:
             ref_counter.on_borrow = None
             ref_counter.on_first_release = None
+
+def _tell(listener: Callable[[list[TaskRecord]], None], ended: list[TaskRecord]) -> None:
+    try:
+        listener(ended)
+    except Exception as exc:  # noqa: BLE001 - a diagnostics bug must not stop the runtime
+        report_unraisable(exc, "Exception ignored in lightwork task listener", listener)
+
 
 def task_memory(store_budget: int) -> int:
     """Ray's default ``memory`` resource: the memory available now, less the store's."""
