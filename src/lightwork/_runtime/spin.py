@@ -40,7 +40,9 @@ adaptive mutexes, kept short and taken only where it is likely to pay:
 
 The worker's reads (``protocol.BlockingConnection.recv``) and the getter that leads a
 blocked ``get``/``wait`` in the driver (``Node._poll``) spin; the driver's I/O thread
-does not (it is the fallback for everything else, and idles most of the time).
+does not (it is the fallback for everything else, and idles most of the time), and
+while a getter leads it does not watch the workers at all unless ``cores_to_spare``
+says the machine is full (``node.py``).
 """
 
 from __future__ import annotations
