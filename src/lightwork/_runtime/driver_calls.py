@@ -560,7 +560,10 @@ class DriverCalls(_Base):
         # waiting for a result see it sooner than one (this one may not be running).
         muted = cores_to_spare(time.monotonic())
         if muted:
-            self.selector.modify(self._worker_selector, selectors.EVENT_WRITE, "workers")
+            try:
+                self.selector.modify(self._worker_selector, selectors.EVENT_WRITE, "workers")
+            except (KeyError, ValueError, OSError):  # shut down meanwhile: _poll says so
+                muted = False
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             countdown.wake = self._wake_leader
