@@ -217,10 +217,12 @@ def write_script(directory: str, name: str, body: str) -> str:
     return path
 
 
-def run_script(path: str, timeout: float = 40.0) -> subprocess.CompletedProcess:
+def run_script(path: str, timeout: float = 40.0,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run a driver script (``write_script``); ``env``: variables to set for it."""
     return subprocess.run(
         [sys.executable, path],
-        env=script_env(),
+        env={**script_env(), **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 import time
 
 import psutil
 import pytest
-from helpers import script_env, wait_until
+from helpers import run_script, wait_until, write_script
 
 from lightwork._runtime import spin
 from lightwork._runtime.spin import MAX_BACKOFF, Spinner
@@ -143,16 +142,15 @@ def test_a_zero_budget_never_spins():
     assert not spinner.spin_next
 
 
-def run_python(code: str, spin_us: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-    env = {**script_env(), "LIGHTWORK_SPIN_US": spin_us}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+def run_python(directory, code: str, spin_us: str) -> subprocess.CompletedProcess:
+    path = write_script(str(directory), "driver.py", textwrap.dedent(code))
+    return run_script(path, timeout=60, env={"LIGHTWORK_SPIN_US": spin_us})
 
 
 @pytest.mark.parametrize("value, says", [("fast", "is not a number"),
                                          ("-5", "must be 0 or more")])
-def test_a_bad_spin_setting_is_named_at_import(value, says):
-    done = run_python("import lightwork", value)
+def test_a_bad_spin_setting_is_named_at_import(tmp_path, value, says):
+    done = run_python(tmp_path, "import lightwork", value)
     assert done.returncode != 0
     assert "LIGHTWORK_SPIN_US" in done.stderr and says in done.stderr
 
@@ -194,8 +192,9 @@ SYNC_LOOP = """
 
 
 @pytest.mark.parametrize("spin_us", ["200", "0"])
-def test_sync_calls_with_and_without_spinning_answer_and_leave_nothing_behind(spin_us):
-    done = run_python(SYNC_LOOP, spin_us)
+def test_sync_calls_with_and_without_spinning_answer_and_leave_nothing_behind(tmp_path,
+                                                                              spin_us):
+    done = run_python(tmp_path, SYNC_LOOP, spin_us)
     assert done.returncode == 0, done.stderr
     lines = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()}
     assert lines["timed"][-1] and float(lines["timed"][-1]) < 5.0  # the get's timeout held

@@ -157,7 +157,6 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import os
-import selectors
 import threading
 import time
 from collections.abc import Callable
@@ -558,12 +557,7 @@ class DriverCalls(_Base):
         # While this thread leads, the I/O thread's epoll does not watch the workers
         # (see node.py), unless the machine's cores are all taken: then two threads
         # waiting for a result see it sooner than one (this one may not be running).
-        muted = cores_to_spare(time.monotonic())
-        if muted:
-            try:
-                self.selector.modify(self._worker_selector, selectors.EVENT_WRITE, "workers")
-            except (KeyError, ValueError, OSError):  # shut down meanwhile: _poll says so
-                muted = False
+        muted = cores_to_spare(time.monotonic()) and self._watch_workers(False)
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             countdown.wake = self._wake_leader
@@ -578,10 +572,7 @@ class DriverCalls(_Base):
             return True
         finally:
             if muted:
-                try:
-                    self.selector.modify(self._worker_selector, selectors.EVENT_READ, "workers")
-                except (KeyError, ValueError, OSError):  # closed meanwhile (shutdown)
-                    pass
+                self._watch_workers(True)
             self._leader.release()
 
     def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:

@@ -18,8 +18,8 @@ of a dead worker, so the error names the exit code or signal. What happens when 
 ends is ``worker_deaths.py``'s (its task retried or failed with ``WorkerCrashedError``,
 the objects it owned adopted by the driver); cancelling is ``cancel.py``'s. Those, like
 ``driver_calls.py`` (the API's operations), ``worker_requests.py`` (what workers send
-the driver: results and requests) and ``lineage.py`` (rebuilding lost values), are mixins of :class:`Node`:
-methods on the same state, kept apart by responsibility.
+the driver: results and requests) and ``lineage.py`` (rebuilding lost values), are
+mixins of :class:`Node`: methods on the same state, kept apart by responsibility.
 
 Reference counting: see ``objects.py`` (the table) and ``_object_ref.py`` (per process).
 
@@ -387,15 +387,9 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
             until_timer = max(0.0, self._timers[0][0] - time.monotonic())
             timeout = until_timer if timeout is None else min(timeout, until_timer)
         try:
-            events = None
             if leading:  # spin first while results have been coming quickly (spin.py)
-                spinner = self._leader_spinner
-                if spinner.spin_next:
-                    events = spinner.spin(self._leader_events_now, timeout)
-                if events is None:
-                    blocked_at = time.monotonic()
-                    events = selector.select(timeout)
-                    spinner.blocked(time.monotonic() - blocked_at)
+                events = self._leader_spinner.wait(
+                    self._leader_events_now, lambda: selector.select(timeout), timeout)
             else:
                 events = selector.select(timeout)
         except (OSError, ValueError):
@@ -441,6 +435,17 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         if conn.eof_at or conn.sock in self.selector.get_map():  # closed, or watched
             return
         self.selector.register(conn.sock, selectors.EVENT_WRITE, conn)
+
+    def _watch_workers(self, watch: bool) -> bool:
+        """Have this thread's epoll watch the workers' sockets, or not (a leading getter
+        reads them: ``DriverCalls._block_on``); False if the selector is closed."""
+        try:
+            self.selector.modify(self._worker_selector,
+                                 selectors.EVENT_READ if watch else selectors.EVENT_WRITE,
+                                 "workers")  # an epoll is never writable: muted
+        except (KeyError, ValueError, OSError):  # shut down meanwhile: _poll says so
+            return False
+        return True
 
     def _leader_events_now(self) -> list[tuple[Any, int]] | None:
         return self._leader_selector.select(0) or None

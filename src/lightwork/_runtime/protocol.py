@@ -24,7 +24,6 @@ from __future__ import annotations
 import pickle
 import socket
 import struct
-import time
 from typing import Any
 
 from lightwork._runtime.spin import Spinner
@@ -115,8 +114,8 @@ class FrameDecoder:
 class BlockingConnection:
     """The worker's end: blocking sends and receives on one socket.
 
-    Only one thread receives at a time (the caller holds ``recv_lock`` or is the only
-    thread); sends are serialized by ``send_lock``.
+    Only one thread receives at a time (``Worker._take_turn`` sees to it); sends are
+    serialized by ``send_lock``.
     """
 
     def __init__(self, sock: socket.socket) -> None:
@@ -127,7 +126,6 @@ class BlockingConnection:
         self._scratch = memoryview(bytearray(RECV_SIZE))  # see RECV_SIZE
         self._pending: list[tuple[Any, ...]] = []
         self.send_lock = threading.Lock()
-        self.recv_lock = threading.RLock()
         self.spinner = Spinner()
 
     def send(self, messages: list[tuple[Any, ...]]) -> None:
@@ -139,14 +137,9 @@ class BlockingConnection:
         """The next message, or None when the driver has closed the channel.
 
         Polls first while frames have been coming quickly (``spin.py``), then blocks."""
-        spinner = self.spinner
         while not self._pending:
             try:
-                size = spinner.spin(self._recv_now) if spinner.spin_next else None
-                if size is None:
-                    blocked_at = time.monotonic()
-                    size = self.sock.recv_into(self._scratch)
-                    spinner.blocked(time.monotonic() - blocked_at)
+                size = self.spinner.wait(self._recv_now, self._recv_blocking)
             except (ConnectionResetError, OSError):
                 return None
             if not size:
@@ -154,6 +147,9 @@ class BlockingConnection:
             self._pending = self._decoder.feed(self._scratch[:size])
             self._pending.reverse()
         return self._pending.pop()
+
+    def _recv_blocking(self) -> int:
+        return self.sock.recv_into(self._scratch)
 
     def _recv_now(self) -> int | None:
         """Bytes read into the scratch buffer without waiting (0: closed), or None."""

@@ -115,11 +115,21 @@ class Spinner:
         self._misses = 0  # spins in a row that missed (see _missed)
         self._skip = 0  # waits left that block at once after a miss
 
-    def spin(self, poll: Callable[[], T], limit: float | None = None) -> T | None:
+    def wait(self, poll: Callable[[], T | None], block: Callable[[], T],
+             limit: float | None = None) -> T:
+        """What ``poll`` finds while spinning (if the last waits were short), else what
+        ``block`` waits for; ``limit``: the most seconds the caller may wait, if any."""
+        found = self.spin(poll, limit) if self.spin_next else None
+        if found is None:
+            blocked_at = time.monotonic()
+            found = block()
+            self.blocked(time.monotonic() - blocked_at)
+        return found
+
+    def spin(self, poll: Callable[[], T | None], limit: float | None = None) -> T | None:
         """Call ``poll`` (which must not block; None: nothing yet) until it returns
         something else, for at most the budget (or ``limit`` seconds, if less); its
-        result, or None if the budget ran out. The caller then blocks and reports how
-        long (``blocked``)."""
+        result, or None if the budget ran out (``wait`` then blocks)."""
         clock = time.monotonic
         start = clock()
         if not cores_to_spare(start):

@@ -48,6 +48,9 @@ _now = time.monotonic
 #: Python's switch interval while a ResourceProfiler starts its thread or takes its last
 #: sample in the caller's thread (see ``_prompt_gil``).
 PROMPT_SWITCH_S = 0.0001
+_prompt_lock = threading.Lock()
+_prompts = 0  # _prompt_gil blocks running now
+_switch_before = 0.005  # the process's interval, kept by the first of them
 
 
 @contextlib.contextmanager
@@ -59,7 +62,8 @@ def _prompt_gil() -> Iterator[None]:
     GIL for their whole switch interval each time a reader lets go of it: entering a
     ResourceProfiler then took 15-30 ms (starting its thread) and leaving it 20-26 ms
     (its thread's end, the last sample's ~14 reads), 2 ms and under 4 ms when the
-    runtime idled: 9% of a 20,000-task batch. The interval is the process's, so it is restored at once after."""
+    runtime idled: 9% of a 20,000-task batch. The interval is the process's, so it is
+    restored at once after."""
     import sys
 
     global _prompts, _switch_before
@@ -75,11 +79,6 @@ def _prompt_gil() -> Iterator[None]:
             _prompts -= 1
             if _prompts == 0:
                 sys.setswitchinterval(_switch_before)
-
-
-_prompt_lock = threading.Lock()
-_prompts = 0  # _prompt_gil blocks running now
-_switch_before = 0.005
 
 
 class _Timed(Callback):
@@ -382,8 +381,7 @@ class _Sampler(threading.Thread):
 
     def run(self) -> None:
         # Prime every CPU counter first, so the first sample is a real one. Here, not in
-        # the caller: each /proc read lets go of the GIL, and right after a batch the
-        # runtime's threads take it each time (entering took 20-30 ms then, 2 ms idle).
+        # the caller: each /proc read lets go of the GIL (see _prompt_gil).
         self._rescan()
         while not self.halt.wait(self.dt):
             self._sample()
