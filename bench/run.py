@@ -130,9 +130,9 @@ _RP = "ResourceProfiler(dt=0.25)"
 #: noise allowance of the event log.
 COST_ROWS: dict[str, CostRow] = {
     "event_log": CostRow(
-        "event log (default vs event_budget=0)",
+        "event log (advisor=False vs event_budget=0)",
         "async_per_task_us",
-        "async_per_task_us_default",
+        "async_per_task_us_advisor_off",
         "async_per_task_us_event_log_off",
         5,
     ),

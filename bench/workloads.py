@@ -471,17 +471,21 @@ def change_row(row: str) -> str:
     return f"{row}_change_pct"
 
 
+def paired_change(on: list[float], off: list[float]) -> float:
+    """The median over rounds of ``on``'s value over ``off``'s in the same round, minus
+    one, in percent. Pairing the runs of one round cancels the slow drifts of a shared
+    machine, which move best-of values taken minutes apart by ±10%."""
+    return (statistics.median(a / b for a, b in zip(on, off)) - 1) * 100
+
+
 def with_changes(values: dict[str, list[float]], baseline: str, scale: float = 1.0) -> dict[
         str, float]:
     """Each variant's best value (times ``scale``) and, for each but ``baseline``, its
-    change: the median over rounds of its value over the baseline's in the same round,
-    minus one, in percent. Pairing the runs of one round cancels the slow drifts of a
-    shared machine, which move best-of values taken minutes apart by ±10%."""
+    change against the baseline (:func:`paired_change`)."""
     out = {row: min(v) * scale for row, v in values.items()}
     for row, v in values.items():
         if row != baseline:
-            out[change_row(row)] = (statistics.median(
-                a / b for a, b in zip(v, values[baseline])) - 1) * 100
+            out[change_row(row)] = paired_change(v, values[baseline])
     return out
 
 
@@ -564,6 +568,13 @@ INIT_VARIANTS: dict[str, dict[str, Any]] = {
     "async_per_task_us_event_log_off": {"event_budget": 0},
     "async_per_task_us_advisor_off": {"advisor": False},
 }
+#: Each cost as (with it, without it): the event log alone is the advisor-less
+#: session against the log-less one (which has no advisor either), the advisor the
+#: default session against the advisor-less one. Together: default against log-less.
+INIT_COSTS: tuple[tuple[str, str], ...] = (
+    ("async_per_task_us_advisor_off", "async_per_task_us_event_log_off"),
+    ("async_per_task_us_default", "async_per_task_us_advisor_off"),
+)
 
 
 def async_in_new_session(init_kwargs: dict[str, Any], settings: Settings) -> Callable[[], float]:
@@ -586,13 +597,17 @@ def async_in_new_session(init_kwargs: dict[str, Any], settings: Settings) -> Cal
 def event_log_cost(settings: Settings) -> dict[str, float]:
     """``async_per_task_us`` with ``init`` at its defaults, with the event log off
     (``event_budget=0``) and with only the advisor off (``advisor=False``): best over
-    ``cost_sessions`` fresh sessions of each, started in turn."""
+    ``cost_sessions`` fresh sessions of each, started in turn; and the change of each
+    ``INIT_COSTS`` pair, under the name of its first figure."""
     per_session = replace(settings, async_runs=settings.cost_async_runs)
     variants = {
         row: async_in_new_session(kwargs, per_session) for row, kwargs in INIT_VARIANTS.items()
     }
     values = interleaved(variants, settings.cost_sessions, settings.cost_budget_s)
-    return with_changes(values, "async_per_task_us_default")
+    out = {row: min(v) for row, v in values.items()}
+    for on, off in INIT_COSTS:
+        out[change_row(on)] = paired_change(values[on], values[off])
+    return out
 
 
 Workload = Callable[[Peer, Settings], dict[str, float]]
@@ -630,10 +645,7 @@ EXTRA_ROWS: dict[str, tuple[str, ...]] = {
         "dask_20k_s",
         *(f"dask_20k_{v}_s{c}" for v in DIAGNOSTICS for c in ("", "_change_pct")),
     ),
-    "event_log_cost": (
-        *INIT_VARIANTS,
-        *(change_row(row) for row in INIT_VARIANTS if row != "async_per_task_us_default"),
-    ),
+    "event_log_cost": (*INIT_VARIANTS, *(change_row(on) for on, _ in INIT_COSTS)),
 }
 
 #: Workloads the serial baseline runs (it has no runtime for the others).

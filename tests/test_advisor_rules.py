@@ -483,7 +483,6 @@ def test_slot_time_sums_runs_in_one_pass_as_it_would_one_run_at_a_time():
     # actors (one slot) and of multi-CPU tasks, and records that never ran.
     import random
 
-    from lightwork._runtime.events import freeze
     from lightwork.diagnostics._measure import SlotTime
 
     rng = random.Random(7)
@@ -496,7 +495,7 @@ def test_slot_time_sums_runs_in_one_pass_as_it_would_one_run_at_a_time():
                              actor_id=7 if task_id % 5 == 0 else 0,
                              num_cpus=rng.choice((0.5, 1.0, 2.0))))
     batched, one_by_one = SlotTime(), SlotTime()
-    batched.add_runs(map(freeze, records))
+    batched.add_runs(records)
     for record in records:
         if record.started and record.finished > record.started:
             slots = 1.0 if record.actor_id else max(1.0, record.num_cpus)

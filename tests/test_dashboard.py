@@ -634,18 +634,18 @@ def _synthetic_sync(first_id: int, count: int, names: list[str],
     """A sync reply carrying ``count`` ended tasks, and its attached bytes, as
     ``feed.pack`` encodes them. Run times take 7 values, or with ``scattered`` about
     a million (a multiplicative hash of the task id), as a real program's do."""
-    from lightwork._runtime.events import TaskRecord, freeze
+    from lightwork._runtime.events import TaskRecord
 
     rows = []
     for i in range(first_id, first_id + count):
         t = base + i * 0.001
         spread = (i * 2654435761 % 1_000_003) * 1e-9 if scattered else (i % 7) * 1e-5
-        rows.append(freeze(TaskRecord(
+        rows.append(TaskRecord(
             i, names[i % len(names)], 0, t, worker_id=i % 4 + 1, deps_ready=t + 1e-4,
             dispatched=t + 2e-4, started=t + 3e-4, args_loaded=t + 4e-4,
             finished=t + 5e-4 + spread, stored=t + 6e-4 + spread,
             state="FAILED" if i % 10 == 0 else "FINISHED",
-            error="boom" if i % 10 == 0 else None)))
+            error="boom" if i % 10 == 0 else None))
     facts, attached = feed.pack(rows)
     return helpers.sync_reply(facts, first_id + count, session="synthetic",
                               now=base + (first_id + count) * 0.001, base=base,

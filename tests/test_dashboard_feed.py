@@ -76,7 +76,7 @@ def test_the_mirror_refuses_attached_bytes_that_do_not_match(node):
 
 
 def test_every_column_survives_the_whole_record_packing():
-    from lightwork._runtime.events import TaskRecord, freeze
+    from lightwork._runtime.events import TaskRecord
     from lightwork.dashboard.wire import FLOAT_COLUMNS, INT_COLUMNS
 
     records = [TaskRecord(7 + i, "f", 3, 1.5 + i, attempt=2 + i, worker_id=5 + i, pid=4242 + i,
@@ -85,7 +85,7 @@ def test_every_column_survives_the_whole_record_packing():
                           seen=99.0, arg_size=1 << 40, result_size=12345 + i,
                           actor_id=(1 << 62) + i, state="FINISHED", callsite=("x.py", 1, "f"),
                           yields=(1.0,), cpu_time=0.5) for i in range(3)]
-    facts, buffers = feed.pack([freeze(r) for r in records])
+    facts, buffers = feed.pack(records)
     reply = helpers.sync_reply(facts, 3)
     mirror = Mirror()
     mirror.apply(reply, b"".join(buffers))
@@ -96,12 +96,12 @@ def test_every_column_survives_the_whole_record_packing():
 
 
 def test_records_with_errors_and_retries_keep_them():
-    from lightwork._runtime.events import TaskRecord, freeze
+    from lightwork._runtime.events import TaskRecord
 
-    rows = [freeze(TaskRecord(i, "f" if i % 2 else "g", 0, 1.0 + i, finished=2.0 + i,
-                              state="FAILED" if i == 3 else "FINISHED",
-                              error="boom" if i == 3 else None,
-                              retries=((1.0, "worker died"),) * (i == 4)))
+    rows = [TaskRecord(i, "f" if i % 2 else "g", 0, 1.0 + i, finished=2.0 + i,
+                       state="FAILED" if i == 3 else "FINISHED",
+                       error="boom" if i == 3 else None,
+                       retries=((1.0, "worker died"),) * (i == 4))
             for i in range(6)]
     facts, buffers = feed.pack(rows)
     assert facts["names"] == ["g", "f"] and facts["states"] == ["FINISHED", "FAILED"]
@@ -117,13 +117,12 @@ def test_records_with_errors_and_retries_keep_them():
 
 
 def test_the_rows_with_errors_and_retries_are_found_in_every_slice():
-    from lightwork._runtime.events import TaskRecord, freeze
+    from lightwork._runtime.events import TaskRecord
 
     count = 2 * feed.PACK_SLICE + 123  # three slices, the last one short
-    rows = [freeze(TaskRecord(i, "f", 0, 1.0, state="FAILED" if i % 7 == 3 else "FINISHED",
-                              error=f"boom {i}" if i % 7 == 3 else None,
-                              retries=((1.0, "worker died"),) * (1 + i % 2) if i % 11 == 5
-                              else ()))
+    rows = [TaskRecord(i, "f", 0, 1.0, state="FAILED" if i % 7 == 3 else "FINISHED",
+                       error=f"boom {i}" if i % 7 == 3 else None,
+                       retries=((1.0, "worker died"),) * (1 + i % 2) if i % 11 == 5 else ())
             for i in range(count)]
     facts, _ = feed.pack(rows)
     assert facts["errors"] == [[i, f"boom {i}"] for i in range(count) if i % 7 == 3]

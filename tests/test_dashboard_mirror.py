@@ -12,7 +12,7 @@ from typing import Any
 import helpers
 import pytest
 
-from lightwork._runtime.events import TaskRecord, freeze
+from lightwork._runtime.events import TaskRecord
 from lightwork.dashboard import feed, functions, orders
 from lightwork.dashboard.mirror import Mirror
 
@@ -33,12 +33,12 @@ def _sync(first: int, count: int, budget: int = 1_000_000,
         no_args = i % 41 == 0
         deps = 0.0 if no_args else t + 1e-4
         started = deps + queued if deps else t + 2e-4
-        rows.append(freeze(TaskRecord(
+        rows.append(TaskRecord(
             i, NAMES[i % 3], 0, t, worker_id=i % 3 + 1, deps_ready=deps,
             dispatched=started - 1e-6, started=0.0 if cancelled else started,
             args_loaded=0.0 if cancelled else started + 1e-6,
             finished=started + 1e-6 + run, stored=started + 2e-6 + run,
-            state="FAILED" if i % 10 == 0 else "FINISHED")))
+            state="FAILED" if i % 10 == 0 else "FINISHED"))
     facts, attached = feed.pack(rows)
     return helpers.sync_reply(facts, first + count, now=100.0 + (first + count) * 1e-3,
                               base=100.0, budget=budget), b"".join(attached)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import textwrap
 import time
 
 import pytest
+from helpers import run_script, write_script
 
 import lightwork
+from lightwork._runtime.events import freeze
 from lightwork.diagnostics import blocked_spans, dropped_counts, task_records
 
 pytestmark = pytest.mark.lightwork_only
@@ -106,26 +109,97 @@ def test_a_zero_budget_turns_the_log_off(fresh_runtime):
         lightwork.init(event_budget=-1)
 
 
-def test_the_ring_costs_the_garbage_collector_nothing(runtime):
-    """Ended records are kept as plain tuples, which the collector stops tracking; a
-    read gives records back, equal to what the task lived through."""
+def test_records_are_kept_out_of_the_collector_and_readers_get_copies(runtime):
+    """Task records are untracked from submission on (they hold only strings, numbers,
+    None and tuples of those, so no cycle can run through one); the ring keeps them as
+    they ended, and a read gives copies, equal to what the task lived through."""
     import gc
 
     @lightwork.remote
-    def work(x):
+    def gate():
+        time.sleep(0.5)
+
+    @lightwork.remote
+    def work(_, x):
         return x
 
-    assert lightwork.get([work.remote(i) for i in range(20)]) == list(range(20))
+    @lightwork.remote
+    class Counter:
+        def bump(self, _, by):
+            return by
+
+    counter = Counter.remote()
+    opened = gate.remote()
+    refs = [work.remote(opened, i) for i in range(20)]
+    refs += [counter.bump.remote(opened, i) for i in range(5)]
     node = lightwork._api._node
-    gc.collect()
-    gc.collect()  # the first untracks the inner tuples (call site), the second the outer
+    with node.lock:  # waiting for the gate: pending, and not tracked
+        live = [task.record for task in node.tasks.values()]
+    assert len(live) >= 25 and not any(gc.is_tracked(record) for record in live)
+    assert lightwork.get(refs) == list(range(20)) + list(range(5))
     with node.lock:
-        frozen = list(node.log.tasks)
-    assert len(frozen) == 20 and not any(gc.is_tracked(values) for values in frozen)
+        ended = list(node.log.tasks)
+    calls = [r for r in ended if r.actor_id]
+    assert len(ended) == 26 and len(calls) == 5
+    assert not any(gc.is_tracked(record) for record in ended)
+    for record in ended:  # nothing that could lead back to a record
+        for value in freeze(record):
+            assert _atomic(value), (record.name, value)
     records = task_records(include_unfinished=False)
-    assert len(records) == 20 and all(r.name.endswith("work") for r in records)
+    assert len(records) == 26 and sum(r.name.endswith("work") for r in records) == 20
     assert all(r.state == "FINISHED" and r.finished >= r.started > 0 for r in records)
-    assert {r.task_id for r in records} == {values[0] for values in frozen}
+    assert {r.task_id for r in records} == {r.task_id for r in ended}
+    records[0].state = "changed by a reader"
+    with node.lock:
+        assert all(r.state == "FINISHED" for r in node.log.tasks)
+
+
+def _atomic(value: object) -> bool:
+    if isinstance(value, tuple):
+        return all(_atomic(item) for item in value)
+    return value is None or isinstance(value, (str, int, float))
+
+
+def test_records_made_elsewhere_are_untracked_when_they_end():
+    import gc
+
+    from lightwork._runtime.events import EventLog, TaskRecord
+
+    log = EventLog(budget=3)
+    record = TaskRecord(1, "rebuilt", 0, 1.0, callsite=("x.py", 3, "main"))
+    assert gc.is_tracked(record)
+    log.finish_task(record)
+    assert not gc.is_tracked(record) and list(log.tasks) == [record]
+    assert log.task_records() == [record] and log.task_records()[0] is not record
+
+
+def test_without_the_c_api_records_stay_tracked_and_the_log_still_works(tmp_path):
+    # Where ctypes cannot reach PyObject_GC_UnTrack, keep_out_of_collector does nothing:
+    # the same log, with the collector's cost back.
+    script = write_script(str(tmp_path), "driver.py", textwrap.dedent("""
+        import ctypes, gc
+        del ctypes.pythonapi  # as on an interpreter without CPython's C API
+        import lightwork
+        from lightwork._runtime import events
+
+        @lightwork.remote
+        def double(x):
+            return 2 * x
+
+        lightwork.init(num_cpus=2)
+        assert lightwork.get([double.remote(i) for i in range(30)]) == list(range(0, 60, 2))
+        node = lightwork._api._node
+        with node.lock:
+            ended = list(node.log.tasks)
+        assert len(ended) == 30 and all(gc.is_tracked(r) for r in ended)
+        assert sorted(r.task_id for r in events.EventLog.task_records(node.log)) == sorted(
+            r.task_id for r in ended)
+        lightwork.shutdown()
+        print("ok")
+    """))
+    result = run_script(script, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("ok")
 
 
 def test_a_watcher_takes_each_row_once_and_hears_of_rows_it_missed():
@@ -140,13 +214,13 @@ def test_a_watcher_takes_each_row_once_and_hears_of_rows_it_missed():
     log.watch()
     for task_id in (1, 2, 3):
         log.finish_task(TaskRecord(task_id, "f", 0, float(task_id)))
-    rows, spans = log.take_fresh()
-    assert [TaskRecord(*row).task_id for row in rows] == [1, 2, 3] and spans == []
+    records, spans = log.take_fresh()
+    assert [record.task_id for record in records] == [1, 2, 3] and spans == []
     assert log.take_fresh() == ([], [])
     for task_id in range(4, 12):  # 8 rows into a ring of 5: 3 are gone before the look
         log.finish_task(TaskRecord(task_id, "f", 0, float(task_id)))
-    rows, _ = log.take_fresh()
-    assert [TaskRecord(*row).task_id for row in rows] == [7, 8, 9, 10, 11]
+    records, _ = log.take_fresh()
+    assert [record.task_id for record in records] == [7, 8, 9, 10, 11]
     assert log.missed_rows == 3
     log.unwatch()
     log.finish_task(TaskRecord(12, "f", 0, 12.0))

@@ -167,7 +167,7 @@ from lightwork._object_ref import ObjectRef, ref_counter
 from lightwork._runtime import serialization
 from lightwork._runtime.actors import Actor
 from lightwork._runtime.calls import CallSpec, infeasible_message, large_arguments, prepare_args
-from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork._runtime.events import DriverSpan, TaskRecord, keep_out_of_collector
 from lightwork._runtime.lineage import value_vanished
 from lightwork._runtime.objects import PENDING, READY, ObjectEntry
 from lightwork._runtime.scheduler import TaskSpec
@@ -296,6 +296,7 @@ class DriverCalls(_Base):
                 next(ids) for _ in range(spec.num_returns))
             record = TaskRecord(task_id, spec.name, 0, submitted, arg_size=stored.size,
                                 callsite=callsite, num_cpus=spec.cpus)
+            keep_out_of_collector(record)  # while pending too (events.py)
             if submitted >= self._driver_busy_due:
                 self._sample_driver_busy(record, submitted)
             if stored.path is not None:
@@ -333,6 +334,7 @@ class DriverCalls(_Base):
         return_ids = tuple(self.next_object_id() for _ in range(num_returns))
         record = TaskRecord(task_id, name, 0, submitted, arg_size=stored.size,
                             callsite=callsite, actor_id=actor_id)
+        keep_out_of_collector(record)
         if submitted >= self._driver_busy_due:
             self._sample_driver_busy(record, submitted)
         if stored.path is not None:

@@ -18,7 +18,7 @@ from lightwork import exceptions
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
 from lightwork._runtime.cancel import cancelled_error
-from lightwork._runtime.events import TaskRecord
+from lightwork._runtime.events import TaskRecord, keep_out_of_collector
 from lightwork._runtime.lineage import file_exists, keeps_lineage
 from lightwork._runtime.objects import PENDING, READY, ObjectEntry
 from lightwork._runtime.scheduler import FINISHED, TaskSpec
@@ -170,6 +170,7 @@ class WorkerRequests(_Base):
         if args.path is not None:  # written into room the store reserved for this worker:
             self.store.track(args.path, args.size, 0)  # the call's now, even if it dies
         record = TaskRecord(task_id, name, conn.worker_id, time.monotonic(), arg_size=args.size)
+        keep_out_of_collector(record)
         task = TaskSpec(task_id, key, name, args, deps, return_ids, len(return_ids), shape,
                         max_retries, retry, conn.worker_id, record, actor_id=actor_id,
                         parent=parent)

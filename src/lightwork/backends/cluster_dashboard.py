@@ -101,7 +101,6 @@ class DashboardFacts:
 
     def findings(self) -> list[dict[str, Any]]:
         """The advisor's findings on the records so far (see the module docstring)."""
-        from lightwork._runtime.events import TaskRecord
         from lightwork.diagnostics.advisor import Advisor
 
         log = self.log
@@ -120,8 +119,7 @@ class DashboardFacts:
                                         started_at=log.log.started_at)
                 self._advisor.feed(tasks, spans)
             elif fresh[0] or fresh[1]:
-                rows, spans = fresh
-                self._advisor.feed([TaskRecord(*row) for row in rows], spans)
+                self._advisor.feed(*fresh)  # the log's records: the advisor only reads them
             with self._advisor._lock:
                 return [finding.as_dict() for finding in self._advisor.findings]
 

@@ -63,10 +63,9 @@ from collections import Counter
 from typing import Any
 
 from lightwork._object_ref import PROCESS_ID_SHIFT
-from lightwork._runtime.events import _FIELDS
 
 ALIVE_STATUSES = ("running", "paused", "init")
-_ACTOR_OF = operator.itemgetter(_FIELDS.index("actor_id"))  # of a frozen task record
+_ACTOR_OF = operator.attrgetter("actor_id")
 MAX_REFRESHED = 20_000  # live tasks whose state one listing asks the scheduler for
 
 

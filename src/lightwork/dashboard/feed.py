@@ -91,7 +91,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from lightwork._runtime import control, views
-from lightwork._runtime.events import TaskRecord
+from lightwork._runtime.events import TaskRecord, freeze
 from lightwork._runtime.objects import PENDING, READY
 from lightwork.dashboard import CONTROL_OPS
 from lightwork.dashboard.wire import (
@@ -127,8 +127,7 @@ class FeedTotals:
 
 
 _FIELD_NAMES = tuple(TaskRecord.__dataclass_fields__)
-_NAME, _STATE, _ERROR, _RETRIES = (_FIELD_NAMES.index(n) for n in ("name", "state", "error",
-                                                                     "retries"))
+_NAME, _STATE = (_FIELD_NAMES.index(n) for n in ("name", "state"))
 
 
 def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
@@ -287,7 +286,7 @@ def _newest(ring: Any, total: int, cursor: int, limit: int) -> tuple[list[Any], 
 
 
 _NAME_OF, _STATE_OF_ROW = operator.itemgetter(_NAME), operator.itemgetter(_STATE)
-# A frozen record packed whole, as it is (no tuple of the wanted fields is built per
+# A record packed whole, as it is frozen (no tuple of the wanted fields is built per
 # record): the numbers the dashboard reads as float64 ("d") and int64 ("q"), every other
 # field as one byte ("?": ``Struct`` takes any object's truth). Native alignment puts
 # each number at a multiple of 8 bytes, and "0q" pads the row to one: the dashboard
@@ -304,22 +303,22 @@ _ERROR_BYTE, _RETRIES_BYTE = (struct.calcsize("@" + _FIELD_CODES[:_FIELD_NAMES.i
                               for name in ("error", "retries"))
 
 
-def pack(rows: list[tuple[Any, ...]]) -> tuple[dict[str, Any], list[Any]]:
-    """Frozen task records as ``wire`` sends them: (JSON facts, attached buffers).
+def pack(records: list[TaskRecord]) -> tuple[dict[str, Any], list[Any]]:
+    """Ended task records as ``wire`` sends them: (JSON facts, attached buffers).
 
-    Everything per record runs in C (``starmap``, ``map``); Python code runs per slice
-    of ``PACK_SLICE`` rows (each pass over a slice while its records are in the cache),
-    per distinct name or state, and for the rows with an error or retries (found by
-    their flag bytes in the packed rows).
+    Everything per record runs in C (``map`` with ``freeze``, ``starmap``); Python code
+    runs per slice of ``PACK_SLICE`` records (each pass over a slice while its records
+    are in the cache), per distinct name or state, and for the records with an error or
+    retries (found by their flag bytes in the packed rows).
     """
-    if not rows:
+    if not records:
         return {"count": 0}, []
     names, states = _Table(), _Table()
     name_codes, state_codes = array.array(NAME_CODE), array.array(STATE_CODE)
     packed, retried, failed = [], [], []
     size = _RECORD.size
-    for first in range(0, len(rows), PACK_SLICE):
-        piece = rows[first:first + PACK_SLICE]
+    for first in range(0, len(records), PACK_SLICE):
+        piece = list(map(freeze, records[first:first + PACK_SLICE]))
         block = b"".join(itertools.starmap(_RECORD.pack, piece))
         packed.append(block)
         name_codes.extend(map(names.__getitem__, map(_NAME_OF, piece)))
@@ -329,10 +328,10 @@ def pack(rows: list[tuple[Any, ...]]) -> tuple[dict[str, Any], list[Any]]:
             if flags.count(0) != len(piece):
                 found.extend(itertools.compress(range(first, first + len(piece)), flags))
     facts = {
-        "count": len(rows), "names": list(names), "states": list(states),
+        "count": len(records), "names": list(names), "states": list(states),
         "row_bytes": _RECORD.size, "columns": _WORDS,
-        "retries": [[i, len(rows[i][_RETRIES])] for i in retried],
-        "errors": [[i, str(rows[i][_ERROR])[:MAX_ERROR_CHARS]] for i in failed],
+        "retries": [[i, len(records[i].retries)] for i in retried],
+        "errors": [[i, str(records[i].error)[:MAX_ERROR_CHARS]] for i in failed],
     }
     return facts, [*packed, name_codes, state_codes]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from lightwork._runtime.events import TaskRecord, freeze
+from lightwork._runtime.events import TaskRecord
 from lightwork.dashboard import feed
 from lightwork.dashboard.mirror import Mirror
 from lightwork.diagnostics.timeline import read_saved
@@ -30,19 +30,18 @@ def load(path: str) -> Mirror:
         records = [_record(row) for row in data["tasks"] if isinstance(row, dict)]
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: a task record of its event log is malformed ({exc})") from None
-    rows = [freeze(record) for record in records]
     base = float(data.get("started_at") or 0.0)
     spans = [[s.get("kind"), s.get("start"), s.get("end"), s.get("object_count"),
               s.get("thread_id"), feed._where(s.get("callsite"))]
              for s in data.get("spans", []) if isinstance(s, dict)]
     ends = [r.stored or r.finished for r in records] + [s[2] or 0.0 for s in spans]
     dropped = other.get("dropped") or {}
-    task_facts, attached = feed.pack(rows)
+    task_facts, attached = feed.pack(records)
     reply: dict[str, Any] = {
         "session": str(other.get("session") or path), "now": max(ends, default=base),
         "base": base, "base_wall": float(other.get("started_at_unix_s") or 0.0),
-        "budget": int(other.get("event_budget") or max(1, len(rows))), "cost_s": 0.0,
-        "tasks": {"cursor": len(rows), "lost": int(dropped.get("tasks") or 0),
+        "budget": int(other.get("event_budget") or max(1, len(records))), "cost_s": 0.0,
+        "tasks": {"cursor": len(records), "lost": int(dropped.get("tasks") or 0),
                   **task_facts},
         "spans": {"cursor": len(spans), "lost": 0, "rows": spans},
         "live": {"counts": {}, "rows": [], "total": 0},

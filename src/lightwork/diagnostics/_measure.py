@@ -17,13 +17,10 @@ from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
 
-from lightwork._runtime.events import FIELD_INDEX, DriverSpan, TaskRecord
+from lightwork._runtime.events import DriverSpan, TaskRecord
 
 BUSY_BUCKET_S = 0.05  # resolution of the record of how busy the slots were
 BUSY_MAX_BUCKETS = 100_000  # past this, the older half is dropped
-
-_STARTED, _FINISHED, _ACTOR_ID, _NUM_CPUS = (
-    FIELD_INDEX[name] for name in ("started", "finished", "actor_id", "num_cpus"))
 
 
 class SlotTime:
@@ -33,10 +30,10 @@ class SlotTime:
         self.width = width
         self.buckets: dict[int, float] = defaultdict(float)
 
-    def add_runs(self, rows: Iterable[tuple[Any, ...]]) -> None:
-        """Add the runs of ended tasks, given as the log's frozen rows, in its order.
+    def add_runs(self, records: Iterable[TaskRecord]) -> None:
+        """Add the runs of ended tasks, given as the log's records, in its order.
 
-        The advisor's thread calls this for every row of a step, and its time is taken
+        The advisor's thread calls this for every record of a step, and its time is taken
         from the program, so the common case is kept to comparisons and one addition:
         consecutive runs inside one bucket (thousands per bucket in a flood of small
         tasks) are summed locally and added to the bucket once. (Measured on 5,000 no-op
@@ -45,9 +42,9 @@ class SlotTime:
         width, buckets = self.width, self.buckets
         low = high = 0.0  # the bucket being summed: [low, high)
         bucket, summed = 0, 0.0
-        for row in rows:
-            start, end = row[_STARTED], row[_FINISHED]
-            slots = 1.0 if row[_ACTOR_ID] or row[_NUM_CPUS] < 1.0 else row[_NUM_CPUS]
+        for record in records:
+            start, end = record.started, record.finished
+            slots = 1.0 if record.actor_id or record.num_cpus < 1.0 else record.num_cpus
             if low <= start < end < high:
                 summed += (end - start) * slots
                 continue

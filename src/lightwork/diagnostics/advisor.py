@@ -4,7 +4,7 @@ Reads the always-on event log (task records and the driver's blocked get/wait sp
 and a few runtime facts; never touches the hot path. A daemon thread
 (``_runtime.periodic.PeriodicThread``) wakes every ``interval`` seconds, takes the
 records added since its last look (``EventLog.take_fresh``, under the runtime's lock:
-the log's frozen rows, read from its ring, so nothing is kept for the advisor between
+the log's records, read from its ring, so nothing is kept for the advisor between
 looks), folds them into per-call-site statistics, and checks each rule. This module is that
 collection (the thread, the replay, the public functions); the statistics and the rules
 themselves are :class:`~lightwork.diagnostics._advice_rules.AdviceRules`, which
@@ -85,7 +85,7 @@ from collections import defaultdict
 from itertools import groupby
 from typing import Any
 
-from lightwork._runtime.events import FIELD_INDEX, DriverSpan, TaskRecord, freeze
+from lightwork._runtime.events import DriverSpan, TaskRecord
 from lightwork._runtime.periodic import PeriodicThread
 from lightwork.diagnostics._advice_rules import (
     CPU_BOUND_MIN_S,
@@ -104,8 +104,6 @@ __all__ = ["KINDS", "AdviceWarning", "Advisor", "Finding", "advise", "analyse",
 
 
 Finding.__module__ = __name__  # its public home, for reprs and pickles
-_LARGE_ARGS, _ARGS_LOADED, _FINISHED = (
-    FIELD_INDEX[name] for name in ("large_args", "args_loaded", "finished"))
 
 
 class AdviceWarning(UserWarning):
@@ -158,7 +156,7 @@ class Advisor(AdviceRules):
         with self._lock:
             # How busy the slots were comes from every run in the records (the replay
             # knows the runs that had not ended yet at a step, unlike the live thread).
-            self._busy.add_runs(map(freeze, tasks))
+            self._busy.add_runs(tasks)
             try:
                 for _, group in groupby(timed, key=lambda item: (item[0] - first) // width):
                     step = list(group)
@@ -200,7 +198,7 @@ class Advisor(AdviceRules):
         with node.lock:
             if node.closed:
                 return
-            rows, spans = node.log.take_fresh()
+            records, spans = node.log.take_fresh()
             pinned = self._pinned_bytes() if node.objects.bytes_in_segments >= PINNED_MIN_BYTES else None
             running = running_work(node)
             workers = [(worker_id, conn.pid) for worker_id, conn in
@@ -217,19 +215,21 @@ class Advisor(AdviceRules):
                 if waited is not None:
                     self.add_worker_sample(worker_id, self._now, waited)
             self._running = running
-            self._busy.add_runs(rows)  # all of them, sampled or not: a sum per row
+            self._busy.add_runs(records)  # all of them, sampled or not: a sum per record
             # A flood of tasks: a sample tells the statistical rules as much, for a
             # fraction of the time this thread takes from the program. Big arguments and
-            # long tasks are always looked at (in log order, with the sample).
-            stride = max(1, len(rows) // SAMPLE_PER_STEP)
-            for index, row in enumerate(rows):
+            # long tasks are always looked at (in log order, with the sample). The rules
+            # keep the log's own records (they only read them).
+            stride = max(1, len(records) // SAMPLE_PER_STEP)
+            for index, record in enumerate(records):
                 if index % stride == 0:
-                    self._add_record(TaskRecord(*row), stride)
-                elif row[_LARGE_ARGS] or row[_FINISHED] - row[_ARGS_LOADED] >= CPU_BOUND_MIN_S:
-                    self._add_record(TaskRecord(*row), 0)
+                    self._add_record(record, stride)
+                elif (record.large_args
+                      or record.finished - record.args_loaded >= CPU_BOUND_MIN_S):
+                    self._add_record(record, 0)
             for span in spans:
                 self._add_span(span)
-            if rows or spans:  # the rules below only change when records arrive
+            if records or spans:  # the rules below only change when records arrive
                 self._check_touched()
             if pinned is not None:
                 self._check_pinned(*pinned)
