@@ -576,25 +576,29 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
     # ------------------------------------------------------------------ tasks
     def register_task(self, task: TaskSpec, contained: tuple[int, ...]) -> None:
         """Add a new task (lock held): pin its arguments, wait for its dependencies."""
-        deps = [self.lookup(object_id) for object_id in task.deps]
-        for object_id in contained:  # a ref inside an argument may come from an ended session
-            if object_id not in self.objects.entries and self.id_floor.minted_before(object_id):
-                raise self.ended_session_error(object_id)
+        # (Most tasks have neither: each test below skips a loop and its objects.)
+        deps = [self.lookup(object_id) for object_id in task.deps] if task.deps else ()
+        if contained:
+            entries = self.objects.entries
+            for object_id in contained:  # a ref inside an argument may be from an ended session
+                if object_id not in entries and self.id_floor.minted_before(object_id):
+                    raise self.ended_session_error(object_id)
         self.tasks[task.task_id] = task
         if task.parent:
             self.nested_live += 1  # see _cancel_ids; _end_task counts it down
+        unready = 0
         if deps:  # the advisor tells a chain of dependent steps from independent tasks
             task.record.dep_tasks = tuple([entry.task_id for entry in deps])  # 3x a genexpr
-        unready = 0
-        for entry in deps:
-            entry.task_uses += 1
-            if entry.state == PENDING:
-                unready += 1
-                entry.add_waiter(lambda _e, t=task: self._dep_ready(t))
-        for object_id in contained:
-            entry = self.objects.entries.get(object_id)
-            if entry is not None:
+            for entry in deps:
                 entry.task_uses += 1
+                if entry.state == PENDING:
+                    unready += 1
+                    entry.add_waiter(lambda _e, t=task: self._dep_ready(t))
+        if contained:
+            for object_id in contained:
+                entry = self.objects.entries.get(object_id)
+                if entry is not None:
+                    entry.task_uses += 1
         task.unready = unready
         if not unready:
             self._deps_ready(task)
@@ -715,6 +719,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         if assignments:
             batches: dict[WorkerConn, list[tuple[Any, ...]]] = {}
             now = time.monotonic()
+            gpus = self.gpus if self.gpus.any else None  # (a call per task saved without)
             for task, slot in assignments:
                 conn = self.workers[slot.worker_id]
                 batch = batches.get(conn)
@@ -733,13 +738,10 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
                 dep_values = [self.objects.entries[d].stored for d in deps] if deps else ()
                 batch.append((p.TASK, (
                     task.task_id, key, task.name, task.args, dep_values, task.return_ids,
-                    task.shape, self._assign_gpus(task),
+                    task.shape, gpus.assign(task.task_id, task.shape) if gpus else (),
                 )))
             for conn, batch in batches.items():
                 self._send(conn, batch)
-
-    def _assign_gpus(self, task: TaskSpec) -> tuple[int, ...]:
-        return self.gpus.assign(task.task_id, task.shape) if self.gpus.any else ()
 
     def _release_gpus(self, task_id: int) -> None:
         if self.gpus.held:

@@ -98,7 +98,8 @@ class WorkerRequests(_Base):
             return
         started, args_loaded, finished, stored_at, cpu_time = times
         self.scheduler.finish(conn.slot, task, finished - args_loaded)
-        self._release_gpus(task.task_id)
+        if self.gpus.held:  # (_release_gpus, without a call per task)
+            self.gpus.release(task.task_id)
         record = task.record
         record.started, record.args_loaded = started, args_loaded
         record.finished, record.stored = finished, stored_at
