@@ -347,9 +347,10 @@ class DriverCalls(_Base):
             self._check_open()
             try:
                 self.actors.check_room(actor_id)
+                now = time.monotonic()
                 for object_id in return_ids:
-                    self.objects.create(object_id, 0, task_id)
-                self.register_task(task, stored.contained)
+                    self.objects.create(object_id, 0, task_id, now)
+                self.register_task(task, stored.contained, now)
             except BaseException:
                 for object_id in return_ids:
                     self.objects.entries.pop(object_id, None)
@@ -424,10 +425,11 @@ class DriverCalls(_Base):
             self._check_open()
             if function_blob is not None:
                 self.functions.setdefault(task.function_key, function_blob)
+            now = time.monotonic()
             for object_id in task.return_ids:
-                self.objects.create(object_id, 0, task.task_id)
+                self.objects.create(object_id, 0, task.task_id, now)
             try:
-                self.register_task(task, task.args.contained)
+                self.register_task(task, task.args.contained, now)
             except BaseException:
                 self.tasks.pop(task.task_id, None)
                 for object_id in task.return_ids:

@@ -574,8 +574,11 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
             f"{object_id:020x}", ended_session_message(what, running=True))
 
     # ------------------------------------------------------------------ tasks
-    def register_task(self, task: TaskSpec, contained: tuple[int, ...]) -> None:
-        """Add a new task (lock held): pin its arguments, wait for its dependencies."""
+    def register_task(self, task: TaskSpec, contained: tuple[int, ...],
+                      at: float | None = None) -> None:
+        """Add a new task (lock held): pin its arguments, wait for its dependencies.
+        ``at``: the clock reading its result entries were created at, which is also when
+        its dependencies were found ready, if they were (one float for both)."""
         # (Most tasks have neither: each test below skips a loop and its objects.)
         deps = [self.lookup(object_id) for object_id in task.deps] if task.deps else ()
         if contained:
@@ -596,20 +599,20 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
                     entry.add_waiter(lambda _e, t=task: self._dep_ready(t))
         if contained:
             for object_id in contained:
-                entry = self.objects.entries.get(object_id)
-                if entry is not None:
-                    entry.task_uses += 1
+                inner = self.objects.entries.get(object_id)
+                if inner is not None:
+                    inner.task_uses += 1
         task.unready = unready
         if not unready:
-            self._deps_ready(task)
+            self._deps_ready(task, at)
 
     def _dep_ready(self, task: TaskSpec) -> None:
         task.unready -= 1
         if task.unready == 0 and task.state != TASK_FAILED:
             self._deps_ready(task)
 
-    def _deps_ready(self, task: TaskSpec) -> None:
-        task.record.deps_ready = time.monotonic()
+    def _deps_ready(self, task: TaskSpec, at: float | None = None) -> None:
+        task.record.deps_ready = time.monotonic() if at is None else at
         for object_id in task.deps:
             entry = self.objects.entries[object_id]
             if entry.state == FAILED:

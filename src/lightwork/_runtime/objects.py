@@ -117,8 +117,12 @@ class ObjectTable:
         self.bytes_in_segments = 0
         self.freed_count = 0
 
-    def create(self, object_id: int, owner: int, task_id: int = 0) -> ObjectEntry:
-        entry = ObjectEntry(object_id, owner, task_id, created_at=time.monotonic())
+    def create(self, object_id: int, owner: int, task_id: int = 0,
+               at: float | None = None) -> ObjectEntry:
+        """A new PENDING entry, created ``at`` (a ``time.monotonic()`` the caller already
+        took, shared with the task's record: one float less per queued task) or now."""
+        entry = ObjectEntry(object_id, owner, task_id,
+                            created_at=time.monotonic() if at is None else at)
         if owner == 0:
             entry.driver_holds = True
         else:

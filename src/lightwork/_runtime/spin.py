@@ -131,9 +131,9 @@ class Spinner:
         something else, for at most the budget (or ``limit`` seconds, if less); its
         result, or None if the budget ran out (``wait`` then blocks)."""
         clock = time.monotonic
-        start = clock()
-        if not cores_to_spare(start):
+        if not cores_to_spare(clock()):
             return None
+        start = clock()  # after the check: a read of /proc is not a slow poll
         budget = self.budget if limit is None else min(self.budget, limit)
         deadline = start + budget
         polls = 0

@@ -176,13 +176,13 @@ class WorkerRequests(_Base):
                         max_retries, retry, conn.worker_id, record, actor_id=actor_id,
                         parent=parent)
         for object_id in return_ids:
-            self.objects.create(object_id, conn.worker_id, task_id)
+            self.objects.create(object_id, conn.worker_id, task_id, record.submitted)
             conn.holds.add(object_id)
             conn.owned.add(object_id)
         try:
             if actor_id:
                 self.actors.check_room(actor_id)
-            self.register_task(task, args.contained)
+            self.register_task(task, args.contained, record.submitted)
         except (exceptions.ObjectLostError, exceptions.PendingCallsLimitExceeded) as exc:
             self._fail_task(task, exc)
             return
