@@ -5,12 +5,11 @@ travel as bytes attached after the reply's JSON line (``control.Attached``), in 
 order, for ``count`` records:
 
 * ``count`` rows of ``row_bytes`` bytes each (the reply's ``tasks.row_bytes``, a multiple
-  of 8): each record as the driver holds it, packed whole with native alignment. The
-  numbers the dashboard reads are 8-byte words in native byte order (one machine): the
+  of 8): the fields of each record that the dashboard reads, packed with native
+  alignment. The numbers are 8-byte words in native byte order (one machine): the
   ``FLOAT_COLUMNS`` float64, the ``INT_COLUMNS`` int64, at the word of the row that the
-  reply's ``tasks.columns`` names; the other bytes mean nothing here. Packing each record
-  whole spares the driver a tuple of the wanted fields per record (its cost is per
-  record, so that counts);
+  reply's ``tasks.columns`` names; the other bytes mean nothing here (the driver finds
+  the records with an error or retries by two flag bytes of its own);
 * ``count`` name codes (int32): positions in the reply's ``names`` table;
 * ``count`` state codes (int8): positions in the reply's ``states`` table.
 
