@@ -432,7 +432,7 @@ def test_worker_times_are_shifted_by_the_best_round_trips_offset():
         (7, "f", 0, wall + skew + 0.5, wall + skew + 0.6, wall + skew + 0.9,
          wall + skew + 0.95, None, ())]}
     log._merge("tcp://w:1", reply, wall + 0.99, wall + 1.01)  # a 20 ms round trip
-    [record] = log.log.task_records()
+    [record] = log.log.ended_records()
     assert record.started == pytest.approx(submitted + 0.5, abs=0.02)
     assert record.stored == pytest.approx(submitted + 0.95, abs=0.02)
     assert record.pid == 42 and record.worker_id == 1 and not log.tasks
@@ -450,7 +450,7 @@ def test_a_start_before_its_submission_is_clamped():
     reply = {"pid": 1, "now": wall, "dropped": 3, "reports": [
         (1, "f", 0, wall - 0.01, wall, wall + 0.1, wall + 0.1, None, ())]}
     log._merge("tcp://w:1", reply, wall, wall)
-    [record] = log.log.task_records()
+    [record] = log.log.ended_records()
     assert record.started == pytest.approx(submitted)
     assert record.finished - record.started == pytest.approx(0.11)
     assert log.log.dropped_tasks == 3
@@ -473,7 +473,7 @@ def test_calls_one_after_another_keep_their_order_across_pulls():
     log._merge("tcp://w:1", {"pid": 1, "now": wall + 1.011, "dropped": 0,
                              "reports": [call(2, 0.2005, 0.3), call(3, 0.5, 0.6)]},
                wall + 1.0, wall + 1.002)
-    first, second, third = sorted(log.log.task_records(), key=lambda r: r.task_id)
+    first, second, third = sorted(log.log.ended_records(), key=lambda r: r.task_id)
     assert first.finished == pytest.approx(submitted + 0.2)
     assert first.finished <= second.started <= second.finished <= third.started
     assert third.started == pytest.approx(submitted + 0.49)  # the better estimate
@@ -490,7 +490,7 @@ def test_a_reports_size_and_transfers_are_put_on_the_driver_clock():
         (3, "f", 0, wall + skew + 0.4, wall + skew + 0.5, wall + skew + 0.6,
          wall + skew + 0.7, None, (), 1234, (fetch,))]}
     log._merge("tcp://w:1", reply, wall + 0.99, wall + 1.01)
-    [record] = log.log.task_records()
+    [record] = log.log.ended_records()
     assert record.result_size == 1234
     [transfer] = log.transfers
     assert transfer.task_id == 3 and transfer.worker_id == record.worker_id

@@ -88,7 +88,7 @@ def test_profiler_uses_worker_times_and_ids():
         lightwork.get(refs)
     assert len(prof.results) == 6
     node = lightwork._api._node
-    records = {r.task_id: r for r in node.log.task_records()}
+    records = {r.task_id: r for r in node.log.ended_records()}
     for data in prof.results:
         record = records[int(data.key.rsplit("-", 1)[1])]
         assert (data.start_time, data.end_time, data.worker_id) == (

@@ -26,14 +26,16 @@ collector drops from its lists when it first sees it; but the copy cost 0.8 µs 
 (reading 29 fields of a record gone cold in the cache) and each tuple brought young
 collections forward. Untracking costs 0.25 µs (a ``ctypes`` call), once, when the
 record is made. The ring's records are never changed again; readers that change or
-keep them take copies (:meth:`EventLog.task_records`), and row readers freeze them
-(:func:`freeze`). Where ``ctypes`` cannot reach the C API, records stay tracked: the
+keep them take copies (``lightwork.diagnostics.task_records``), and row readers freeze
+them (:func:`freeze`). Where ``ctypes`` cannot reach the C API, records stay tracked: the
 same log, with the collector's cost back. Driver spans (time blocked in ``get`` and
 ``wait``) go to a second ring of the same kind.
 
-Readers take :meth:`EventLog.snapshot`, which copies under the runtime's lock holder's
-terms: deque iteration is safe against concurrent appends only if it is not mutated
-while iterating, so the node takes the snapshot while holding its lock.
+Readers take the ring's records with :meth:`EventLog.ended_records` under the runtime's
+lock (iterating a deque is safe against appends only if it is not mutated meanwhile):
+a copy of 200,000 pointers holds the lock 4.6 ms, where the copies of 200,000 records
+that readers got until session 8 held it 266 ms, a stall of the whole runtime.
+Whatever they do with the records then, they do after the lock is released.
 """
 
 from __future__ import annotations
@@ -184,9 +186,12 @@ class EventLog:
         if self.fresh_spans is not None:
             self.fresh_spans.append(span)
 
-    def task_records(self) -> list[TaskRecord]:
-        """The ended tasks' records, oldest first, as new objects (call under the lock)."""
-        return [TaskRecord(*freeze(record)) for record in self.tasks]
+    def ended_records(self) -> list[TaskRecord]:
+        """The ring's records, oldest first (call under the lock): a list of the records
+        themselves, so the lock is held for a copy of pointers (about 1 ms for 200,000),
+        not of records. They are never changed again: read them after the lock is gone,
+        and copy one (``TaskRecord(*freeze(record))``) before changing it."""
+        return list(self.tasks)
 
     def ended_states(self) -> dict[str, int]:
         """How many ended tasks in the ring finished, failed, ... (call under the lock)."""

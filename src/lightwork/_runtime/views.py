@@ -99,7 +99,8 @@ class _Snapshot:
 
     def __init__(self, node: Node, with_records: bool = True) -> None:
         with node.lock:
-            self.ended: list[TaskRecord] = node.log.task_records() if with_records else []
+            # The log's own records (read only): a copy of pointers under the lock.
+            self.ended: list[TaskRecord] = node.log.ended_records() if with_records else []
             self.live = [
                 (_record_row(task.record), live_task_state(node, task), task.actor_id,
                  _live_pid(node, task))

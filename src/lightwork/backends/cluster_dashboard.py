@@ -108,7 +108,7 @@ class DashboardFacts:
             self._last_sync = time.monotonic()
             with log.lock:
                 if self._advisor is None or not log.log.watching:
-                    tasks, spans = log.log.task_records(), list(log.log.spans)
+                    tasks, spans = log.log.ended_records(), list(log.log.spans)
                     log.log.watch()
                     fresh = None
                 else:

@@ -722,7 +722,7 @@ class ClusterLog:
         from lightwork.diagnostics import advisor
 
         with self.lock:
-            ended = self.log.task_records()
+            ended = self.log.ended_records()
             live = [views._record_row(task.record) + (task.state, task.actor_id, 0)
                     for task in self.tasks.values()]
             span_records = list(self.log.spans)

@@ -67,11 +67,10 @@ def _node():  # type: ignore[no-untyped-def]
 def task_records(include_unfinished: bool = True) -> list[TaskRecord]:
     """Copies of the records of ended tasks (oldest first), then of unfinished ones."""
     node = _node()
-    with node.lock:
-        records = node.log.task_records()  # new objects already
-        if include_unfinished:
-            records += [_copy(task.record) for task in node.tasks.values()]
-    return records
+    with node.lock:  # the live records change under the lock: copied here; ended ones after
+        ended = node.log.ended_records()
+        live = [_copy(task.record) for task in node.tasks.values()] if include_unfinished else []
+    return [_copy(record) for record in ended] + live
 
 
 def blocked_spans() -> list[DriverSpan]:
