@@ -462,3 +462,45 @@ def test_the_main_threads_submissions_carry_its_busy_time_and_others_do_not(runt
     assert all(r.driver_busy >= r.driver_cpu > 0 for r in main)
     assert [r.driver_busy for r in main] == sorted(r.driver_busy for r in main)
     assert all(r.driver_busy == 0 for r in other)  # another thread's clock is not the driver's
+
+
+def test_advise_waits_for_a_look_that_took_records_it_has_not_folded_in(monkeypatch):
+    # The advisor's thread takes the new records under the runtime's lock, reads /proc,
+    # then folds them into the rules. advise() looking in between must wait for that
+    # look, not answer without the records it holds.
+    import types
+
+    from lightwork._runtime.events import EventLog, TaskRecord
+    from lightwork.diagnostics import advisor as advisor_module
+    from lightwork.diagnostics._advice_rules import TINY_MIN_TASKS
+
+    node = types.SimpleNamespace(lock=threading.RLock(), closed=False, log=EventLog(),
+                                 objects=types.SimpleNamespace(bytes_in_segments=0))
+    advisor = node.advisor = advisor_module.Advisor(node, cpus=2, cores=2)
+    site = ("job.py", 7, "main")
+    for task_id in range(TINY_MIN_TASKS * 2):  # a flood of 10 µs tasks: tiny-tasks
+        at = 100.0 + task_id * 1e-3
+        node.log.finish_task(TaskRecord(
+            task_id, "f", 0, at, started=at, args_loaded=at, finished=at + 1e-5,
+            stored=at + 1e-5, seen=at + 1e-5, state="FINISHED", callsite=site))
+    between, resume = threading.Event(), threading.Event()
+
+    def idle_cores():  # the thread's look, between taking and folding, waits here
+        if threading.current_thread() is thread_look:
+            between.set()
+            resume.wait(30)
+        return None
+
+    monkeypatch.setattr(advisor_module, "machine_idle_core_s", idle_cores)
+    thread_look = threading.Thread(target=advisor.step)
+    thread_look.start()
+    assert between.wait(30)  # it holds every record now
+    answers: list[set[str]] = []
+    caller = threading.Thread(target=lambda: answers.append(
+        {finding.kind for finding in advisor_module.current_findings(node)}))
+    caller.start()
+    caller.join(0.5)  # time enough to answer at once, had it not waited
+    resume.set()
+    caller.join(30)
+    thread_look.join(30)
+    assert answers == [{"tiny-tasks"}]
