@@ -891,8 +891,7 @@ def test_a_generator_dropped_early_releases_its_items(backend, wait_until):
     assert lightwork.get(next(stream), timeout=20) == b"\x00" * 100_000
     del stream
     if backend == "distributed":  # its items' keys go once the task ends
-        wait_until(lambda: _cluster_keys() <= before, timeout=20,
-                   message="the unread items to be released on the cluster")
+        _wait_until_freed(wait_until, before, 20, "the unread items to be released on the cluster")
 
 
 def _cluster_keys():
@@ -901,6 +900,24 @@ def _cluster_keys():
     backend._drain()  # releases apply at the next call into the backend: this is one
     return set(backend.client.run_on_scheduler(
         lambda dask_scheduler: list(dask_scheduler.tasks)))
+
+
+def _wait_until_freed(wait_until, before, timeout, what):
+    """Wait until the scheduler holds no key it did not hold ``before``; if it still does
+    at the deadline, say which keys and who wants them (once seen in CI on the oldest
+    Dask, never reproduced: this is what the next look needs)."""
+    try:
+        wait_until(lambda: _cluster_keys() <= before, timeout=timeout, message=what)
+    except AssertionError as exc:
+        left = sorted(map(str, _cluster_keys() - before))[:10]
+
+        def describe(dask_scheduler, keys=tuple(left)):
+            return {str(key): (task.state, sorted(str(c.client_key) for c in task.who_wants),
+                               len(task.waiters or ()))
+                    for key, task in dask_scheduler.tasks.items() if str(key) in keys}
+
+        states = lightwork._api._core().client.run_on_scheduler(describe)
+        raise AssertionError(f"{exc}; left (state, wanted by, waiters): {states}") from None
 
 
 @lightwork.remote
@@ -917,8 +934,8 @@ def test_refs_returned_inside_a_result_are_freed_with_it(backend, wait_until):
         assert len(_cluster_keys() - before) == 2  # the result and the object inside
     del outer, inner
     if backend == "distributed":
-        wait_until(lambda: _cluster_keys() <= before, timeout=20,
-                   message="the object inside the result to be freed on the cluster")
+        _wait_until_freed(wait_until, before, 20,
+                          "the object inside the result to be freed on the cluster")
 
 
 @lightwork.remote
@@ -998,8 +1015,7 @@ def test_refs_inside_puts_parts_and_actor_results_are_freed_with_them(backend, w
         b"d" * size, b"p" * size, b"a" * size, b"b" * size, b"w" * size]
     del driver_put, task_put, parts, wrapped, d, p, a, b, w
     if backend == "distributed":
-        wait_until(lambda: _cluster_keys() <= before, timeout=30,
-                   message="the objects inside to be freed on the cluster")
+        _wait_until_freed(wait_until, before, 30, "the objects inside to be freed on the cluster")
 
 
 @lightwork.remote(num_returns="dynamic")
