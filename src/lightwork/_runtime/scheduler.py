@@ -20,8 +20,9 @@ worker when none is idle): to the one idle for the shortest time, so a run of
 synchronous calls keeps one warm worker busy instead of waking each in turn (the first
 in, first out order had every sync call land on a worker whose caches had gone cold: a
 worker's CPU per sync call 48 -> 33 µs, the round trip 0.82 of the wall time, A/B, 6
-rounds). When they do not fit — every slot is busy — short tasks (the function's recent mean run time below ``SHORT_TASK_S``) may be queued behind a running
-task of the same shape, up to a depth that covers a few milliseconds of work, so workers
+rounds). When they do not fit — every slot is busy — short tasks (the function's recent
+mean run time below ``SHORT_TASK_S``) may be queued behind a running task of the same
+shape, up to a depth that covers a few milliseconds of work, so workers
 never wait for a round trip between tiny tasks; long or unknown tasks are never queued
 behind another, so they spread over the workers as slots free up. The window
 (``PIPELINE_WINDOW_S``) is the interpreter's switch interval, 5 ms: while the program

@@ -59,7 +59,8 @@ class WorkerCalls(_Base):
             # strategy already checked the bundle, and the driver fails a removed group's.
             if amount > have + 1e-9 and "_group_" not in resource:
                 raise ValueError(infeasible_message(
-                    spec.name, f"it needs {amount:g} {resource} but the runtime has {have:g} in total"))
+                    spec.name,
+                    f"it needs {amount:g} {resource} but the runtime has {have:g} in total"))
         shape = spec.shape
         frame = self.current
         # A task or actor in a placement group may capture this one (see placement()).

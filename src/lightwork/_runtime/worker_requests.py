@@ -2,8 +2,9 @@
 and releases, get/wait from inside tasks, actor calls (``_handle`` dispatches them).
 
 A result resolves its task's return objects (``store_results``) or, for an error,
-retries the task (``retry_exceptions``) or fails it. A worker blocked in ``get``/``wait`` lends its CPU back to the pool (``Scheduler.block``)
-until the reply is sent; a reply is sent when every object is ready or the timeout fires
+retries the task (``retry_exceptions``) or fails it. A worker blocked in
+``get``/``wait`` lends its CPU back to the pool (``Scheduler.block``) until the reply is
+sent; a reply is sent when every object is ready or the timeout fires
 (a timer of the I/O loop). Methods of the Node (a mixin), called with its lock held.
 """
 

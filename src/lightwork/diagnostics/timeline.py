@@ -21,7 +21,8 @@ Layout (pid/tid are integers, named by ``process_name``/``thread_name`` metadata
   actor's class, and its pid. On a cluster, a worker's ``transfers`` rows hold the
   fetches of its tasks' dependencies from other workers (a ``transfer`` span each, with
   the bytes, the source worker and the task it fed as args), as Dask's task stream
-  shows. Each task is a span ``[started, stored]`` with children ``load args``, ``execute``, ``store result``, preceded by a ``queued`` span for the
+  shows. Each task is a span ``[started, stored]`` with children ``load args``,
+  ``execute``, ``store result``, preceded by a ``queued`` span for the
   part of its queueing that this row was free (the rest overlaps the previous task; the
   whole wait is in ``args.queued_ms``). Threaded and async actors run calls at once, so
   their calls are spread over as many ``tasks`` rows as were busy together: no two spans
