@@ -9,7 +9,8 @@
 
 One lock (``self.lock``) guards all runtime state; whoever holds it is the one mutator.
 API threads do their own sends (no thread hand-off on the submit path); the I/O thread
-does all reads. Sockets are non-blocking on this side: a frame that does not fit in the
+does all reads. A task submitted while every worker is busy skips the lock: it is queued
+and registered by the lock's next taker (``node_lock.py``). Sockets are non-blocking on this side: a frame that does not fit in the
 socket buffer waits in the connection's ``out`` buffer and the I/O thread finishes it, so
 the driver never blocks on a worker that is itself blocked on the driver.
 
@@ -99,6 +100,7 @@ from lightwork._runtime.gpus import GpuIds
 from lightwork._runtime.introspect import report_unraisable
 from lightwork._runtime.lineage import Lineage
 from lightwork._runtime.memory_monitor import MemoryMonitor
+from lightwork._runtime.node_lock import NodeLock
 from lightwork._runtime.objects import FAILED, PENDING, ObjectEntry, ObjectTable
 from lightwork._runtime.scheduler import (
     DISPATCHED,
@@ -167,7 +169,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         self.job_id = 1
         self.session = Session.create(spill_root=spill_dir)
         self.node_id = self.session.name
-        self.lock = threading.RLock()
+        self.lock = NodeLock()
         budget = object_store_memory or default_budget(self.session.shm_dir)
         total["memory"] = float(task_memory(budget) if memory is None else int(memory))
         self.store = SegmentStore(self.session.shm_dir, budget, self.session.spill_dir)
@@ -178,6 +180,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         self.log = EventLog(event_budget)
         self.functions: dict[bytes, bytes] = {}
         self.tasks: dict[int, TaskSpec] = {}
+        self.lock.register = self._register_queued
         self.workers: dict[int, WorkerConn] = {}
         self.gpus = GpuIds(int(num_gpus))  # which GPU ids each task and actor uses
         # Recursive cancel (``_cancel_ids``): how many live tasks were submitted by a task
@@ -606,6 +609,22 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         if not unready:
             self._deps_ready(task, at)
 
+    def _register_queued(self) -> None:
+        """Register the tasks and actor calls submitted without the lock, oldest first
+        (lock held; see ``node_lock.py``). They have no dependencies and no refs inside
+        their arguments, so they are ready: their clock reading is their submission's.
+        An actor call then joins its actor's queue, which sends it if a slot is free."""
+        queued = self.lock.queued
+        create = self.objects.create
+        while queued:
+            task = queued.popleft()
+            at = task.record.submitted
+            for object_id in task.return_ids:
+                create(object_id, 0, task.task_id, at)
+            self.register_task(task, (), at)
+            if task.actor_id:
+                self.actors.add_call(task.actor_id, task)
+
     def _dep_ready(self, task: TaskSpec) -> None:
         task.unready -= 1
         if task.unready == 0 and task.state != TASK_FAILED:
@@ -687,6 +706,8 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
             self.objects.release_if_unheld(entry)
 
     def _dispatch(self) -> None:
+        if self.lock.queued:  # submitted since the lock was taken (see node_lock.py)
+            self._register_queued()
         scheduler = self.scheduler
         if not (scheduler.ready or scheduler.pending_groups or scheduler.orphaned
                 or scheduler.newly_reserved or self.actors.pending):

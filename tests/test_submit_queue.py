@@ -1,0 +1,255 @@
+"""Submissions queued without the node's lock while every worker is busy (node_lock.py).
+
+One worker (``num_cpus=1``) is held by a gated task, so a new task cannot run and its
+submission queues it instead of taking the lock. Holding the lock in another thread
+makes that observable: a submission that took the lock would wait for it. Whoever takes
+the lock next registers the queued tasks before anything else, so every reader (the
+state API, ``cancel``, ``get``, the release of a dropped ref) sees them.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from helpers import wait_for_file, wait_until
+
+import lightwork as ray
+from lightwork._api import driver_node
+from lightwork import state
+
+pytestmark = pytest.mark.lightwork_only  # the runtime's own lock and tables
+
+
+@ray.remote
+def hold(entered, release):
+    open(entered, "w").close()
+    return wait_for_file(release, limit=30)
+
+
+@ray.remote
+def inc(x):
+    return x + 1
+
+
+@pytest.fixture
+def busy_worker(fresh_runtime, tmp_path):
+    """A 1-CPU runtime whose only worker runs a task until ``release`` exists."""
+    fresh_runtime.init(num_cpus=1)
+    assert ray.get(inc.remote(0), timeout=20) == 1  # the worker is up
+    entered, release = str(tmp_path / "entered"), str(tmp_path / "release")
+    running = hold.remote(entered, release)
+    assert wait_for_file(entered)
+    yield running, release
+    open(release, "w").close()
+
+
+class LockHeld:
+    """Holds the node's lock in a thread of its own until ``let_go``."""
+
+    def __init__(self) -> None:
+        self._taken = threading.Event()
+        self._let_go = threading.Event()
+        self._thread = threading.Thread(target=self._hold, daemon=True)
+        self._thread.start()
+        assert self._taken.wait(10)
+
+    def _hold(self) -> None:
+        with driver_node().lock:
+            self._taken.set()
+            self._let_go.wait(30)
+
+    def let_go(self) -> None:
+        self._let_go.set()
+        self._thread.join(10)
+
+
+def _submit_in_a_thread(submit, limit: float = 10.0):
+    """``submit()``'s result, failing the test if it blocks longer than ``limit``."""
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(submit()), daemon=True)
+    thread.start()
+    thread.join(limit)
+    assert done, "the submission waited for the node's lock while every worker was busy"
+    return done[0]
+
+
+def test_a_task_that_cannot_run_yet_is_submitted_without_waiting_for_the_lock(busy_worker):
+    running, release = busy_worker
+    lock = LockHeld()
+    try:
+        refs = _submit_in_a_thread(lambda: [inc.remote(i) for i in range(20)])
+        assert len(driver_node().lock.queued) == 20
+    finally:
+        lock.let_go()
+    # The next taker of the lock registered them: the state API lists them, pending.
+    listed = {row["task_id"]: row["state"] for row in state.list_tasks(limit=10_000)}
+    ids = {ref.task_id() for ref in refs}
+    assert ids <= set(listed)
+    assert {listed[task_id] for task_id in ids} <= {"PENDING_NODE_ASSIGNMENT",
+                                                    "SUBMITTED_TO_WORKER"}
+    assert not driver_node().lock.queued
+    open(release, "w").close()
+    assert ray.get(running, timeout=20) is True
+    assert ray.get(refs, timeout=20) == list(range(1, 21))
+
+
+def test_queued_tasks_run_in_the_order_they_were_submitted(busy_worker):
+    running, release = busy_worker
+    lock = LockHeld()
+    try:
+        first = _submit_in_a_thread(lambda: [inc.remote(i) for i in range(10)])
+    finally:
+        lock.let_go()
+    # Submitted with the lock free (registered at once, behind the queued ones).
+    later = [inc.remote(i) for i in range(10, 20)]
+    open(release, "w").close()
+    assert ray.get(first + later, timeout=20) == list(range(1, 21))
+    from lightwork import diagnostics
+
+    by_task = {record.task_id: record for record in diagnostics.task_records()}
+    dispatched = [by_task[ref.task_id()].dispatched for ref in first + later]
+    assert dispatched == sorted(dispatched)
+
+
+def test_a_dropped_ref_of_a_queued_task_is_freed_after_it_is_registered(busy_worker):
+    running, release = busy_worker
+    node = driver_node()
+    lock = LockHeld()
+    try:
+        object_id = _submit_in_a_thread(lambda: inc.remote(1).id)  # the ref dies at once
+        assert len(node.lock.queued) == 1
+    finally:
+        lock.let_go()
+    open(release, "w").close()
+    assert ray.get(running, timeout=20) is True
+
+    def freed() -> bool:
+        with node.lock:
+            return object_id not in node.objects.entries
+
+    # Registered first, then released: a release applied before the registration would
+    # have found no entry and left the registered one held for ever.
+    wait_until(freed, timeout=10, message="the dropped ref's object to be freed")
+
+
+def test_a_queued_task_can_be_cancelled_before_it_runs(busy_worker):
+    running, release = busy_worker
+    lock = LockHeld()
+    try:
+        ref = _submit_in_a_thread(lambda: inc.remote(1))
+    finally:
+        lock.let_go()
+    ray.cancel(ref)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(ref, timeout=20)
+    open(release, "w").close()
+    assert ray.get(running, timeout=20) is True
+    assert ray.get(inc.remote(5), timeout=20) == 6
+
+
+def test_tasks_queued_when_the_runtime_shuts_down_end_with_it(busy_worker):
+    running, release = busy_worker
+    lock = LockHeld()
+    try:
+        refs = _submit_in_a_thread(lambda: [inc.remote(i) for i in range(5)])
+    finally:
+        lock.let_go()
+    node = driver_node()
+    ray.shutdown()
+    assert node.closed and not node.lock.queued
+    with pytest.raises(ray.exceptions.SessionEndedError):
+        ray.get(refs, timeout=5)
+
+
+def test_a_task_queued_while_a_result_frees_the_worker_is_sent_by_that_poll(busy_worker):
+    """The race the queue must not lose (node_lock.py): the I/O thread holds the lock,
+    applying the result that frees the only worker, when a submission looks for an idle
+    worker, finds none, and queues. The dispatch that ends the same poll registers it."""
+    running, release = busy_worker
+    node = driver_node()
+    submitted: list = []
+    left_queued: list[int] = []
+    original_read, original_dispatch = node._read_worker, node._dispatch
+
+    def submit_before_reading(conn):
+        if not submitted and threading.current_thread() is node._thread:
+            submitted.append(_submit_in_a_thread(lambda: inc.remote(1)))
+        original_read(conn)
+
+    def dispatch_then_look():
+        original_dispatch()
+        if submitted and not left_queued:
+            left_queued.append(len(node.lock.queued))
+
+    node._read_worker, node._dispatch = submit_before_reading, dispatch_then_look
+    try:
+        open(release, "w").close()
+        wait_until(lambda: left_queued, timeout=10, message="the I/O thread's poll")
+    finally:
+        del node._read_worker, node._dispatch
+    assert left_queued == [0]
+    assert ray.get(running, timeout=20) is True
+    assert ray.get(submitted[0], timeout=20) == 2
+
+
+def test_a_task_submitted_while_a_worker_idles_is_sent_at_once(fresh_runtime):
+    """The other side of the queue: with a worker free, submit registers and sends the
+    task itself, so a synchronous call never waits for the I/O thread."""
+    fresh_runtime.init(num_cpus=1)
+    assert ray.get(inc.remote(0), timeout=20) == 1
+    node = driver_node()
+    wait_until(lambda: node.scheduler.idle, timeout=10, message="the worker to idle")
+    senders: list[int] = []
+    original = node._send_assignments
+
+    def recording(assignments):
+        senders.extend(threading.get_ident() for _ in assignments)
+        original(assignments)
+
+    node._send_assignments = recording
+    try:
+        ref = inc.remote(41)
+        # Sent by the submitting call itself, before it returned.
+        assert senders == [threading.get_ident()] and not node.lock.queued
+        assert ray.get(ref, timeout=20) == 42
+    finally:
+        del node._send_assignments
+
+
+@ray.remote
+class Gated:
+    def __init__(self):
+        self.seen = []
+
+    def hold(self, entered, release):
+        open(entered, "w").close()
+        return wait_for_file(release, limit=30)
+
+    def echo(self, value):
+        self.seen.append(value)
+        return value
+
+    def order(self):
+        return self.seen
+
+
+def test_calls_to_a_busy_actor_are_queued_without_the_lock_and_run_in_order(fresh_runtime,
+                                                                              tmp_path):
+    fresh_runtime.init(num_cpus=1)
+    actor = Gated.remote()
+    assert ray.get(actor.echo.remote("up"), timeout=20) == "up"
+    entered, release = str(tmp_path / "entered"), str(tmp_path / "release")
+    running = actor.hold.remote(entered, release)
+    assert wait_for_file(entered)  # the actor's only slot is taken
+    lock = LockHeld()
+    try:
+        queued = _submit_in_a_thread(lambda: [actor.echo.remote(i) for i in range(10)])
+        assert len(driver_node().lock.queued) == 10
+    finally:
+        lock.let_go()
+    later = [actor.echo.remote(i) for i in range(10, 15)]  # with the lock free
+    open(release, "w").close()
+    assert ray.get(running, timeout=20) is True
+    assert ray.get(queued + later, timeout=20) == list(range(15))
+    assert ray.get(actor.order.remote(), timeout=20) == ["up", *range(15)]  # run in order
