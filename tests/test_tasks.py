@@ -302,3 +302,21 @@ def test_task_with_many_objectref_arguments():
         return sum(values)
 
     assert ray.get(total.remote(*refs), timeout=30) == sum(range(200))
+
+
+@ray.remote
+def _types_and_values(*args, **kwargs):
+    return [(type(a).__name__, a) for a in args], {k: (type(v).__name__, v) for k, v in kwargs.items()}
+
+
+def test_scalar_arguments_arrive_as_sent_positional_or_keyword():
+    """Plain scalars take the C pickler's quick path (calls.prepare_args); the values and
+    their exact types must come through it unchanged, mixed with refs or not."""
+    scalars = (0, -(2**70), 1.5, float("inf"), "", "é", b"", b"\x00\xff", True, False, None)
+    positional, keywords = ray.get(_types_and_values.remote(*scalars), timeout=20)
+    assert positional == [(type(a).__name__, a) for a in scalars]
+    assert keywords == {}
+    positional, keywords = ray.get(
+        _types_and_values.remote(7, ray.put("via a ref"), flag=True, size=3), timeout=20)
+    assert positional == [("int", 7), ("str", "via a ref")]
+    assert keywords == {"flag": ("bool", True), "size": ("int", 3)}

