@@ -549,6 +549,11 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
             objects = self.objects
             for object_id in gone:
                 entry = objects.entries.get(object_id)
+                if entry is None and self.lock.queued:
+                    # Its task was queued after this thread took the lock (node_lock.py):
+                    # registered first, it is then released like any other.
+                    self._register_queued()
+                    entry = objects.entries.get(object_id)
                 if entry is not None and not ref_counter.holds(object_id):
                     entry.driver_holds = False
                     objects.release_if_unheld(entry)
