@@ -358,15 +358,15 @@ class DriverCalls(_Base):
         task = TaskSpec(task_id, method, name, stored, deps, return_ids, num_returns, (), 0,
                         False, 0, record, actor_id=actor_id)
         actor = self.actors.actors.get(actor_id)
-        if actor is not None and actor.max_pending_calls < 0 and not (deps or stored.contained):
-            # As in submit: queued, then registered by this call if the actor has a free
-            # slot, else by the lock's next taker (node_lock.py).
+        if (actor is not None and len(actor.inflight) >= actor.slots
+                and actor.max_pending_calls < 0 and not (deps or stored.contained)):
+            # Every slot of the actor is taken: queued, as in submit (node_lock.py).
             self._check_open()
             self.lock.queued.append(task)
-            if len(actor.inflight) < actor.slots:
-                self._drain_refs_if_any()
-                with self.lock:
-                    self._check_open()
+            if len(actor.inflight) >= actor.slots:  # looked at again after the append
+                return [ObjectRef(object_id) for object_id in return_ids]
+            with self.lock:  # a slot freed meanwhile: register (__enter__), which sends it
+                self._check_open()
             return [ObjectRef(object_id) for object_id in return_ids]
         self._drain_refs_if_any()
         with self.lock:
@@ -446,19 +446,19 @@ class DriverCalls(_Base):
                 "it could start; create a new group, or submit it without one"))
 
     def submit(self, task: TaskSpec, function_blob: bytes | None) -> None:
-        if not (task.deps or task.args.contained):
-            # Queued first, then registered by the lock's next taker (node_lock.py): this
-            # call if a worker is free to send it to, else the I/O thread once one frees.
+        scheduler = self.scheduler
+        if scheduler.workers and not scheduler.idle and not (task.deps or task.args.contained):
+            # Every worker is busy: queued, and registered by the lock's next taker
+            # (node_lock.py), most often the I/O thread once a worker frees.
             self._check_open()
             if function_blob is not None:  # the table only grows: one atomic setdefault
                 self.functions.setdefault(task.function_key, function_blob)
             self.lock.queued.append(task)
-            scheduler = self.scheduler
-            if scheduler.idle or not scheduler.workers:
-                self._drain_refs_if_any()
-                with self.lock:
-                    self._check_open()
-                    self._dispatch()
+            if not scheduler.idle:  # looked at again after the append: see node_lock.py
+                return
+            with self.lock:  # a worker freed meanwhile: register (__enter__) and send
+                self._check_open()
+                self._dispatch()
             return
         self._drain_refs_if_any()
         with self.lock:

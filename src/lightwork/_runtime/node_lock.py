@@ -10,11 +10,11 @@ not take the lock (``DriverCalls.submit``): it appends the task to ``queued`` (o
 atomic ``deque.append``), and whoever takes the lock next registers the queued tasks,
 in order, before anything else (``__enter__``). Every reader of the runtime's state
 holds the lock, so none of them ever sees the tables without a task already submitted.
-A submission that finds a worker idle takes the lock itself, which registers its task,
-and sends it.
+A submission that finds a worker idle takes the lock as before, registers its task and
+sends it at once (after the queued ones: ``__enter__`` registered them first).
 
 Why a queued task cannot be forgotten while a worker idles: the submitter appends, then
-looks for an idle worker, and takes the lock if it finds one. The I/O thread marks a
+looks for an idle worker again, and takes the lock if it finds one. The I/O thread marks a
 worker idle when it applies a result and then dispatches (``Node._dispatch``), which
 registers the queue again, under the lock. Python's GIL orders the four steps: if the
 submitter looked before the worker was marked idle, the dispatch that follows the mark
