@@ -306,7 +306,8 @@ def test_task_with_many_objectref_arguments():
 
 @ray.remote
 def _types_and_values(*args, **kwargs):
-    return [(type(a).__name__, a) for a in args], {k: (type(v).__name__, v) for k, v in kwargs.items()}
+    named = {key: (type(value).__name__, value) for key, value in kwargs.items()}
+    return [(type(arg).__name__, arg) for arg in args], named
 
 
 def test_scalar_arguments_arrive_as_sent_positional_or_keyword():

@@ -10,9 +10,10 @@
 One lock (``self.lock``) guards all runtime state; whoever holds it is the one mutator.
 API threads do their own sends (no thread hand-off on the submit path); the I/O thread
 does all reads. A task submitted while every worker is busy skips the lock: it is queued
-and registered by the lock's next taker (``node_lock.py``). Sockets are non-blocking on this side: a frame that does not fit in the
-socket buffer waits in the connection's ``out`` buffer and the I/O thread finishes it, so
-the driver never blocks on a worker that is itself blocked on the driver.
+and registered by the lock's next taker (``node_lock.py``). Sockets are non-blocking on
+this side: a frame that does not fit in the socket buffer waits in the connection's
+``out`` buffer and the I/O thread finishes it, so the driver never blocks on a worker
+that is itself blocked on the driver.
 
 Workers: ``Session``'s fork server starts them; ``EXITED`` from it gives the wait status
 of a dead worker, so the error names the exit code or signal. What happens when a worker

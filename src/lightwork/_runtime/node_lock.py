@@ -36,12 +36,14 @@ four threads submitting and dropping refs leaked in 5 runs of 6.) Every other re
 gets its ids from refs it holds, made after their tasks were appended and so before
 its own ``__enter__``.
 
-Measured (issue 13, session 9; ``bench/hotpath_ab.py``, 6 interleaved rounds, quiet
-2-core machine): 10,000 no-op tasks in a loop then ``get``, 20.4 -> 17.5 µs a task
-(paired 0.85); the submit loop alone 15.3 -> 7.6 µs a task; the driver's CPU 15.9 -> 14.4
-µs a task, its I/O thread's share 3.9 -> 2.1. A synchronous call, which always finds its
-worker idle and takes the lock, is unchanged (8 alternating rounds: paired 1.005); the
-lock's ``__enter__``/``__exit__`` in Python cost ~0.2 µs a taking over the C lock's.
+Measured (issue 13, session 9; ``bench/hotpath_ab.py`` against session 8's code, 8
+interleaved rounds of fresh processes, quiet 2-core machine): 10,000 no-op tasks in a
+loop then ``get``, 20.6 -> 17.5 µs a task (paired 0.86); the submit loop alone 15.0 ->
+7.6 µs a task; the driver's CPU 15.6 -> 14.7 µs a task, its I/O thread's share 3.5 ->
+2.1 (it no longer waits for the lock against each submission). A synchronous call finds
+its worker idle and takes the lock as before: unchanged (10 alternating rounds, paired
+1.000). Queueing it too, as a first version did, cost it ~2% (an extra registration
+step). ``__enter__`` in Python costs 0.08 µs a taking over the C lock's (0.26 / 0.19).
 """
 
 from __future__ import annotations
