@@ -47,6 +47,19 @@ class FakeClock:
         return 0.0 if self.calls == 1 else self.later
 
 
+def returns_within(call: Callable[[], Any], timeout: float, blocked: str) -> Any:
+    """``call()`` run in another thread; fails the test, saying ``blocked``, if it has not
+    returned within ``timeout`` seconds (a daemon thread: a hung call ends with the run)."""
+    import threading
+
+    result: list[Any] = []
+    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert result, blocked
+    return result[0]
+
+
 def wait_until(
     predicate: Callable[[], Any],
     timeout: float = 5.0,

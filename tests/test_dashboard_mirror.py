@@ -142,12 +142,7 @@ def _apply_in_thread(mirror: Mirror, reply: dict[str, Any], attached: bytes) -> 
 
 def _answers_within(call: Any, timeout: float = 5.0) -> Any:
     """``call()`` from another thread; fails if it waits longer than ``timeout``."""
-    result: list[Any] = []
-    worker = threading.Thread(target=lambda: result.append(call()), daemon=True)
-    worker.start()
-    worker.join(timeout)
-    assert result, "the request waited for the sync thread"
-    return result[0]
+    return helpers.returns_within(call, timeout, "the request waited for the sync thread")
 
 
 def test_requests_do_not_wait_for_a_sync_merging_its_rows(monkeypatch):

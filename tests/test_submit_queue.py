@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from helpers import wait_for_file, wait_until
+from helpers import returns_within, wait_for_file, wait_until
 
 import lightwork as ray
 from lightwork._api import driver_node
@@ -66,22 +66,25 @@ class LockHeld:
 
 def _submit_in_a_thread(submit, limit: float = 10.0):
     """``submit()``'s result, failing the test if it blocks longer than ``limit``."""
-    done: list = []
-    thread = threading.Thread(target=lambda: done.append(submit()), daemon=True)
-    thread.start()
-    thread.join(limit)
-    assert done, "the submission waited for the node's lock while every worker was busy"
-    return done[0]
+    return returns_within(
+        submit, limit, "the submission waited for the node's lock while every worker was busy")
+
+
+def _submit_while_the_lock_is_held(submit):
+    """``submit()``'s result, made while another thread holds the node's lock (so it
+    must not wait for it), and how many tasks were queued when it returned."""
+    lock = LockHeld()
+    try:
+        result = _submit_in_a_thread(submit)
+        return result, len(driver_node().lock.queued)
+    finally:
+        lock.let_go()
 
 
 def test_a_task_that_cannot_run_yet_is_submitted_without_waiting_for_the_lock(busy_worker):
     running, release = busy_worker
-    lock = LockHeld()
-    try:
-        refs = _submit_in_a_thread(lambda: [inc.remote(i) for i in range(20)])
-        assert len(driver_node().lock.queued) == 20
-    finally:
-        lock.let_go()
+    refs, queued = _submit_while_the_lock_is_held(lambda: [inc.remote(i) for i in range(20)])
+    assert queued == 20
     # The next taker of the lock registered them: the state API lists them, pending.
     listed = {row["task_id"]: row["state"] for row in state.list_tasks(limit=10_000)}
     ids = {ref.task_id() for ref in refs}
@@ -96,11 +99,7 @@ def test_a_task_that_cannot_run_yet_is_submitted_without_waiting_for_the_lock(bu
 
 def test_queued_tasks_run_in_the_order_they_were_submitted(busy_worker):
     running, release = busy_worker
-    lock = LockHeld()
-    try:
-        first = _submit_in_a_thread(lambda: [inc.remote(i) for i in range(10)])
-    finally:
-        lock.let_go()
+    first, _ = _submit_while_the_lock_is_held(lambda: [inc.remote(i) for i in range(10)])
     # Submitted with the lock free (registered at once, behind the queued ones).
     later = [inc.remote(i) for i in range(10, 20)]
     open(release, "w").close()
@@ -115,12 +114,9 @@ def test_queued_tasks_run_in_the_order_they_were_submitted(busy_worker):
 def test_a_dropped_ref_of_a_queued_task_is_freed_after_it_is_registered(busy_worker):
     running, release = busy_worker
     node = driver_node()
-    lock = LockHeld()
-    try:
-        object_id = _submit_in_a_thread(lambda: inc.remote(1).id)  # the ref dies at once
-        assert len(node.lock.queued) == 1
-    finally:
-        lock.let_go()
+    object_id, queued = _submit_while_the_lock_is_held(
+        lambda: inc.remote(1).id)  # the ref dies at once
+    assert queued == 1
     open(release, "w").close()
     assert ray.get(running, timeout=20) is True
 
@@ -135,11 +131,7 @@ def test_a_dropped_ref_of_a_queued_task_is_freed_after_it_is_registered(busy_wor
 
 def test_a_queued_task_can_be_cancelled_before_it_runs(busy_worker):
     running, release = busy_worker
-    lock = LockHeld()
-    try:
-        ref = _submit_in_a_thread(lambda: inc.remote(1))
-    finally:
-        lock.let_go()
+    ref, _ = _submit_while_the_lock_is_held(lambda: inc.remote(1))
     ray.cancel(ref)
     with pytest.raises(ray.exceptions.TaskCancelledError):
         ray.get(ref, timeout=20)
@@ -150,11 +142,7 @@ def test_a_queued_task_can_be_cancelled_before_it_runs(busy_worker):
 
 def test_tasks_queued_when_the_runtime_shuts_down_end_with_it(busy_worker):
     running, release = busy_worker
-    lock = LockHeld()
-    try:
-        refs = _submit_in_a_thread(lambda: [inc.remote(i) for i in range(5)])
-    finally:
-        lock.let_go()
+    refs, _ = _submit_while_the_lock_is_held(lambda: [inc.remote(i) for i in range(5)])
     node = driver_node()
     ray.shutdown()
     assert node.closed and not node.lock.queued
@@ -242,12 +230,9 @@ def test_calls_to_a_busy_actor_are_queued_without_the_lock_and_run_in_order(fres
     entered, release = str(tmp_path / "entered"), str(tmp_path / "release")
     running = actor.hold.remote(entered, release)
     assert wait_for_file(entered)  # the actor's only slot is taken
-    lock = LockHeld()
-    try:
-        queued = _submit_in_a_thread(lambda: [actor.echo.remote(i) for i in range(10)])
-        assert len(driver_node().lock.queued) == 10
-    finally:
-        lock.let_go()
+    queued, count = _submit_while_the_lock_is_held(
+        lambda: [actor.echo.remote(i) for i in range(10)])
+    assert count == 10
     later = [actor.echo.remote(i) for i in range(10, 15)]  # with the lock free
     open(release, "w").close()
     assert ray.get(running, timeout=20) is True

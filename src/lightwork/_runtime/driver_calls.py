@@ -363,10 +363,9 @@ class DriverCalls(_Base):
             # Every slot of the actor is taken: queued, as in submit (node_lock.py).
             self._check_open()
             self.lock.queued.append(task)
-            if len(actor.inflight) >= actor.slots:  # looked at again after the append
-                return [ObjectRef(object_id) for object_id in return_ids]
-            with self.lock:  # a slot freed meanwhile: register (__enter__), which sends it
-                self._check_open()
+            if len(actor.inflight) < actor.slots:  # looked at again after the append:
+                with self.lock:  # a slot freed meanwhile; __enter__ registers and sends it
+                    self._check_open()
             return [ObjectRef(object_id) for object_id in return_ids]
         self._drain_refs_if_any()
         with self.lock:
@@ -454,11 +453,10 @@ class DriverCalls(_Base):
             if function_blob is not None:  # the table only grows: one atomic setdefault
                 self.functions.setdefault(task.function_key, function_blob)
             self.lock.queued.append(task)
-            if not scheduler.idle:  # looked at again after the append: see node_lock.py
-                return
-            with self.lock:  # a worker freed meanwhile: register (__enter__) and send
-                self._check_open()
-                self._dispatch()
+            if scheduler.idle:  # looked at again after the append (see node_lock.py):
+                with self.lock:  # a worker freed meanwhile; __enter__ registers it
+                    self._check_open()
+                    self._dispatch()
             return
         self._drain_refs_if_any()
         with self.lock:

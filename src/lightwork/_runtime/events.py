@@ -26,8 +26,8 @@ collector drops from its lists when it first sees it; but the copy cost 0.8 µs 
 (reading 29 fields of a record gone cold in the cache) and each tuple brought young
 collections forward. Untracking costs 0.25 µs (a ``ctypes`` call), once, when the
 record is made. The ring's records are never changed again; readers that change or
-keep them take copies (``lightwork.diagnostics.task_records``), and row readers freeze
-them (:func:`freeze`). Where ``ctypes`` cannot reach the C API, records stay tracked: the
+keep them take copies (``lightwork.diagnostics.task_records``, made from
+:func:`freeze`). Where ``ctypes`` cannot reach the C API, records stay tracked: the
 same log, with the collector's cost back. Driver spans (time blocked in ``get`` and
 ``wait``) go to a second ring of the same kind.
 
@@ -141,8 +141,8 @@ keep_out_of_collector = _collector_untrack()
 _is_tracked = gc.is_tracked
 
 _FIELDS = tuple(f.name for f in fields(TaskRecord))
-#: A record's field values as one exact tuple (attrgetter builds it in C), for readers
-#: that work on rows (the dashboard's packing, saved files).
+#: A record's field values as one exact tuple (attrgetter builds it in C): what a copy
+#: is made from (``TaskRecord(*freeze(record))``, ``diagnostics.task_records``).
 freeze = operator.attrgetter(*_FIELDS)
 
 
