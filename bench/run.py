@@ -143,6 +143,13 @@ COST_ROWS: dict[str, CostRow] = {
         "async_per_task_us_advisor_off",
         2,
     ),
+    "advisor_looks": CostRow(
+        "advisor, its own work (its looks' CPU)",
+        "async_per_task_us",
+        "advisor_batch_us",
+        "advisor_batch_us_less_looks",
+        2,
+    ),
     "tasks_progressbar": CostRow(
         "ProgressBar", _TASKS, "tasks_20k_progressbar_s", "tasks_20k_s", 10
     ),

@@ -613,6 +613,73 @@ def event_log_cost(settings: Settings) -> dict[str, float]:
     return out
 
 
+def advisor_looks(peer: Peer, settings: Settings) -> dict[str, float]:
+    """The advisor's own work, timed directly: batches of ``async_tasks`` no-op tasks
+    in the default session (advisor on), with the CPU time its looks take on its
+    thread (``Advisor._look``, on the thread's CPU clock), less what a look does on the
+    program's behalf: registering the submissions that were queued while every worker
+    was busy, which whoever takes the runtime's lock first does (``node_lock.py``).
+    After each batch it waits for the next look, which takes the batch's last records.
+
+    Rows: ``advisor_batch_us``, the best time per task, and
+    ``advisor_batch_us_less_looks``, that run's time less its looks' CPU per task; the
+    cost table shows the change between them. ``event_log_cost``'s paired sessions
+    (default against ``advisor=False``) measure all the advisor changes, indirect
+    effects too, but a fresh session's speed varies ±15% from the next one's; this
+    measures its own work only, from one session."""
+    import threading
+
+    import lightwork
+    from lightwork.diagnostics import advisor as advisor_module
+
+    node = lightwork._api._node
+    if node is None or node.advisor is None:
+        raise NotSupported("no live advisor in this session")
+    warm_up(peer)
+    looks = {"cpu_s": 0.0, "count": 0}
+    in_look = threading.local()
+    original_look, original_register = advisor_module.Advisor._look, node.lock.register
+
+    def timed_look(advisor: Any, looked_at: Any) -> None:
+        start = time.thread_time()
+        in_look.registered_s = 0.0
+        try:
+            original_look(advisor, looked_at)
+        finally:
+            looks["cpu_s"] += time.thread_time() - start - in_look.registered_s
+            looks["count"] += 1
+
+    def timed_register() -> None:
+        start = time.thread_time()
+        try:
+            original_register()
+        finally:
+            if hasattr(in_look, "registered_s"):
+                in_look.registered_s += time.thread_time() - start
+
+    advisor_module.Advisor._look = timed_look  # type: ignore[method-assign]
+    node.lock.register = timed_register
+    n = settings.async_tasks
+    best: tuple[float, float] = (float("inf"), 0.0)
+    try:
+        for _ in range(settings.async_runs):
+            looks["cpu_s"] = 0.0
+            start = time.perf_counter()
+            peer.get([peer.submit(noop) for _ in range(n)])
+            elapsed = time.perf_counter() - start
+            count = looks["count"]
+            deadline = time.monotonic() + 10 * node.advisor.interval
+            while looks["count"] == count and time.monotonic() < deadline:
+                time.sleep(0.01)
+            best = min(best, (elapsed, looks["cpu_s"]))
+    finally:
+        advisor_module.Advisor._look = original_look  # type: ignore[method-assign]
+        node.lock.register = original_register
+    elapsed, looks_s = best
+    return {"advisor_batch_us": elapsed / n * 1e6,
+            "advisor_batch_us_less_looks": (elapsed - looks_s) / n * 1e6}
+
+
 Workload = Callable[[Peer, Settings], dict[str, float]]
 
 #: Workload name -> function, in the order a peer's subprocess runs them.
@@ -649,6 +716,7 @@ EXTRA_ROWS: dict[str, tuple[str, ...]] = {
         *(f"dask_20k_{v}_s{c}" for v in DIAGNOSTICS for c in ("", "_change_pct")),
     ),
     "event_log_cost": (*INIT_VARIANTS, *(change_row(on) for on, _ in INIT_COSTS)),
+    "advisor_looks": ("advisor_batch_us", "advisor_batch_us_less_looks"),
 }
 
 #: Workloads the serial baseline runs (it has no runtime for the others).
@@ -658,6 +726,7 @@ BASELINE_WORKLOADS: tuple[str, ...] = ("sleep_20k_s",)
 LIGHTWORK_WORKLOADS: dict[str, Workload] = {
     "tasks_diagnostics_cost": tasks_diagnostics_cost,
     "dask_diagnostics_cost": dask_diagnostics_cost,
+    "advisor_looks": advisor_looks,
 }
 
 #: Lightwork-only workloads that start and stop lightwork themselves (several ``init``

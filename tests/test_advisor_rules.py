@@ -505,3 +505,28 @@ def test_slot_time_sums_runs_in_one_pass_as_it_would_one_run_at_a_time():
         assert batched.buckets[bucket] == pytest.approx(total, rel=1e-9, abs=1e-12)
     assert batched.between(100.0, at + 1) == pytest.approx(
         one_by_one.between(100.0, at + 1), rel=1e-9)
+
+
+def test_slot_time_picks_the_live_looks_sample_in_the_same_pass():
+    # The live look sums every run and, in the same pass, picks what it reads in full:
+    # every stride-th record standing for `stride` tasks, and every other record with
+    # big arguments or a long run (from its arguments loaded), counted already.
+    from lightwork.diagnostics._measure import SlotTime
+
+    records = []
+    for task_id in range(100):
+        run = 0.02 if task_id in (13, 51) else 1e-4
+        record = _task(task_id, 10.0 + task_id * 1e-3, 10.0 + task_id * 1e-3,
+                       10.0 + task_id * 1e-3 + run,
+                       large_args=((1, 10 << 20),) if task_id in (7, 20) else ())
+        records.append(record)
+    records[88].args_loaded = 0.0  # failed loading its arguments: a run from 0 is long
+    summed, picking = SlotTime(), SlotTime()
+    summed.add_runs(records)
+    picked = picking.add_runs(records, 10, 0.01)
+    assert [(r.task_id, weight) for r, weight in picked] == sorted(
+        [(i, 10) for i in range(0, 100, 10)] + [(7, 0), (13, 0), (51, 0), (88, 0)])
+    assert picking.buckets == summed.buckets  # picking changes no sum
+    assert summed.add_runs(records) == []  # without a stride nothing is picked
+    every = SlotTime().add_runs(records, 1, 0.01)
+    assert [(r.task_id, weight) for r, weight in every] == [(i, 1) for i in range(100)]
