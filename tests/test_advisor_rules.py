@@ -477,6 +477,26 @@ def test_a_workers_wait_comes_from_its_own_samples():
     assert worker_waited_s(2 ** 22 + 12345) is None  # no such process
 
 
+def test_tiny_tasks_message_is_true_for_runs_longer_than_the_overhead():
+    # The rule fires below TINY_RATIO times the per-task overhead: a 90 µs median is
+    # longer than the overhead, and the message must not say it is shorter.
+    from lightwork.diagnostics._advice_rules import TASK_OVERHEAD_S, TINY_MIN_TASKS
+
+    records = [_task(i, 1.0 + i * 1e-3, 1.0 + i * 1e-3, 1.0 + i * 1e-3 + 90e-6)
+               for i in range(TINY_MIN_TASKS)]
+    [finding] = [f for f in _findings(records) if f.kind == "tiny-tasks"]
+    assert finding.evidence["median_run_s"] == pytest.approx(90e-6)
+    share = round(100 * TASK_OVERHEAD_S / (TASK_OVERHEAD_S + 90e-6))
+    assert "run for 90.0 µs" in finding.title and f"about {share}% of the time" in (
+        finding.title)
+    assert "less than" not in finding.title
+    # A task of no work at all: the overhead is all of its time.
+    records = [_task(i, 1.0 + i * 1e-3, 1.0 + i * 1e-3, 1.0 + i * 1e-3 + 2e-7)
+               for i in range(TINY_MIN_TASKS)]
+    [finding] = [f for f in _findings(records) if f.kind == "tiny-tasks"]
+    assert "about 100% of the time" in finding.title
+
+
 def test_slot_time_sums_runs_in_one_pass_as_it_would_one_run_at_a_time():
     # The advisor sums a step's runs bucket by bucket (add_runs); the figures must be
     # those of adding each run on its own: runs inside a bucket, across buckets, of
