@@ -61,6 +61,25 @@ call, A/B against spinning alone: 114 -> 54 µs, this thread's CPU per call 22 -
 µs, the driver's 99 -> 52; an actor's sync call 97 -> 71 µs; batches unchanged. Where
 the machine has no core to spare (``spin.cores_to_spare``) the leader does not mute,
 for the reason above.
+
+Session 10 (2026-11-25, quiet): why the workers starve while a program submits in a
+loop. Every socket call this thread makes (the workers' epoll queried with ``select(0)``,
+each ``recv_into``, each ``send``) releases the GIL, and getting it back from a submit
+loop that holds it waits up to a switch interval (5 ms): a pass that reads four
+workers and sends to them waits 5-10 times. 20,000 tasks of ``sleep(0.1 ms)`` on 4
+slots, from the records' dispatch times: while the loop submits (0.17-0.31 s), passes
+came 15-100 ms apart and the workers started 200-450 tasks per 100 ms, against
+1,700-1,900 once it stopped. Tried, each A/B in alternating fresh drivers: the three
+calls through libc holding the GIL (``ctypes.PyDLL``, as ``driver_calls._read_schedstat``
+does): passes every ~9 ms, the sleeps paired 0.99 (5 rounds), but 10,000 no-op tasks
+1.05 slower by the wall clock (8 rounds; the driver's CPU 0.97); with the submitting
+thread also reading the workers that are ready every 1 ms of submissions: the workers'
+starved time 0.13-0.25 -> 0.06-0.16 s, but the submit loop slower (0.23 -> 0.29-0.40 s),
+the sleeps 0.98, 10,000 tasks 1.11; a non-blocking look holding the GIL before each
+blocking ``select``: worse (the loop 0.30-0.45 s). None kept. The sleeps themselves are
+most of that figure: each ``sleep(0.1 ms)`` runs 200-215 µs in a worker under this load
+(175 µs alone: the kernel's 50 µs timer slack and the wake-up), so four slots need
+1.0-1.07 s for the 20,000 before any overhead.
 """
 
 from __future__ import annotations
