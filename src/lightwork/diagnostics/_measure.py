@@ -47,8 +47,8 @@ class SlotTime:
         for: every ``stride``-th record (weight ``stride``), and any other with big
         arguments or a run of ``long_s`` or more from its arguments loaded to its end
         (weight 0: counted already). The records went cold in the time since the I/O
-        thread wrote them, and a second pass over them cost nearly as much as this one
-        (10,000-task batches: the advisor's thread 0.46-0.50 µs of CPU per task with
+        thread wrote them, and a second pass over them cost about two thirds of this one
+        (10,000-task batches: the advisor's thread 0.46-0.57 µs of CPU per task with
         two passes, see ``advisor.py``).
         """
         width, buckets = self.width, self.buckets
