@@ -612,6 +612,10 @@ def test_the_get_observer_goes_away_when_no_dashboard_asks(runtime, monkeypatch)
 
     feed._progress.touch(runtime["node"])
     assert feed._progress._observe in introspect.blocking_observers
+    # From here no dashboard asks: the module's dashboard server may still be syncing
+    # for a page an earlier test opened, and its sync would attach the observer again
+    # between the get and the check below (seen once in CI).
+    monkeypatch.setattr(feed._progress, "touch", lambda node: None)
     monkeypatch.setattr(feed, "OBSERVER_IDLE_S", 0.0)
     lightwork.get(square.remote(3))
     assert feed._progress._observe not in introspect.blocking_observers
