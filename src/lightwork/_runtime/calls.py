@@ -23,8 +23,7 @@ from lightwork._object_ref import ObjectRef
 from lightwork._runtime import serialization
 from lightwork._runtime.serialization import Stored
 
-_SCALARS = (int, float, str, bytes, bool, type(None))
-_SCALAR_TYPES = frozenset(_SCALARS)
+_SCALARS = frozenset((int, float, str, bytes, bool, type(None)))
 EMPTY_ARGS = serialization.serialize(((), {}), None)
 
 
@@ -43,17 +42,20 @@ class ArgSlot:
 def prepare_args(
     args: tuple[Any, ...], kwargs: dict[str, Any], segment_path: serialization.SegmentTarget
 ) -> tuple[Stored, tuple[int, ...]]:
-    """Serialize a call's arguments; return them and the ids of top-level ref arguments."""
+    """Serialize a call's arguments; return them and the ids of top-level ref arguments.
+
+    Arguments that are all plain scalars or refs go through the C pickler alone (refs
+    become ``ArgSlot``s); the common call, positional scalars only, skips even the copies
+    and the ref checks (1.25 -> 0.9 µs for one argument). Anything else goes to
+    ``serialization.serialize`` (cloudpickle where needed, big values to a segment)."""
     if not kwargs:
         if not args:
             return EMPTY_ARGS, ()
-        for arg in args:  # the common call, positional scalars: 1.25 -> 0.9 µs for one
-            if type(arg) not in _SCALAR_TYPES:
+        for arg in args:
+            if type(arg) not in _SCALARS:
                 break
-        else:
-            stored = Stored(pickle.dumps((list(args), {}), protocol=5))
-            stored.size = len(stored.data)
-            return stored, ()
+        else:  # positional scalars only
+            return _pickled(list(args), {}), ()
     deps: list[int] = []
     plain = True
     new_args = list(args)
@@ -73,10 +75,15 @@ def prepare_args(
         elif kind not in _SCALARS:
             plain = False
     if plain:
-        stored = Stored(pickle.dumps((new_args, new_kwargs), protocol=5))
-        stored.size = len(stored.data)
-        return stored, tuple(deps)
+        return _pickled(new_args, new_kwargs), tuple(deps)
     return serialization.serialize((new_args, new_kwargs), segment_path), tuple(deps)
+
+
+def _pickled(args: list[Any], kwargs: dict[str, Any]) -> Stored:
+    """Arguments of plain scalars and ``ArgSlot``s, pickled inline."""
+    stored = Stored(pickle.dumps((args, kwargs), protocol=5))
+    stored.size = len(stored.data)
+    return stored
 
 
 class ArgumentCheck:
