@@ -131,7 +131,8 @@ def test_a_dropped_ref_of_a_queued_task_is_freed_after_it_is_registered(busy_wor
 
 def test_a_queued_task_can_be_cancelled_before_it_runs(busy_worker):
     running, release = busy_worker
-    ref, _ = _submit_while_the_lock_is_held(lambda: inc.remote(1))
+    ref, queued = _submit_while_the_lock_is_held(lambda: inc.remote(1))
+    assert queued == 1  # queued, so the cancel meets it as the lock's next taker registers it
     ray.cancel(ref)
     with pytest.raises(ray.exceptions.TaskCancelledError):
         ray.get(ref, timeout=20)
@@ -142,7 +143,8 @@ def test_a_queued_task_can_be_cancelled_before_it_runs(busy_worker):
 
 def test_tasks_queued_when_the_runtime_shuts_down_end_with_it(busy_worker):
     running, release = busy_worker
-    refs, _ = _submit_while_the_lock_is_held(lambda: [inc.remote(i) for i in range(5)])
+    refs, queued = _submit_while_the_lock_is_held(lambda: [inc.remote(i) for i in range(5)])
+    assert queued == 5
     node = driver_node()
     ray.shutdown()
     assert node.closed and not node.lock.queued
