@@ -8,6 +8,7 @@ from lightwork._runtime.calls import EMPTY_ARGS
 from lightwork._runtime.events import TaskRecord
 from lightwork._runtime.scheduler import (
     MAX_PIPELINE_DEPTH,
+    PIPELINE_WINDOW_S,
     Scheduler,
     TaskSpec,
     make_shape,
@@ -111,6 +112,62 @@ def test_short_tasks_fill_the_least_loaded_busy_worker_up_to_each_functions_dept
         fresh.make_ready(task(i, key=b"short"))
     assert len(fresh.schedule()) == 15
     assert [len(slot.inflight) for slot in fresh_slots] == [5, 5, 5]
+
+
+def _held_per_worker(s, slots, first_id, key, now):
+    """Offer 2,000 ``key`` tasks in a pass at ``now`` to workers busy with a long task
+    each: how many tasks each worker then holds (its running one included: the depth)."""
+    for i in range(2000):
+        s.make_ready(task(first_id + i, key=key))
+    s.schedule(now)
+    return [len(slot.inflight) for slot in slots]
+
+
+def _busy(workers):
+    s = Scheduler({"CPU": float(workers)})
+    slots = [s.add_worker(worker_id) for worker_id in range(1, workers + 1)]
+    for i in range(workers):
+        s.make_ready(task(i, key=b"long"))
+    s.schedule()
+    s.mean_run_time[b"short"] = 2 ** -12  # 244 µs (exact in binary): 20 in 5 ms
+    s.mean_run_time[b"tiny"] = 1e-6
+    return s, slots
+
+
+def test_the_pipeline_window_follows_the_gap_between_passes():
+    """Passes far apart (the I/O thread starved of the GIL) queue as much work as the
+    gap lasts, up to MAX_WINDOW_S; passes close together queue the base window's."""
+    s, slots = _busy(2)
+    s.schedule(10.0)
+    assert _held_per_worker(s, slots, 100, b"short", 10 + 2 ** -10) == [20, 20]  # 1 ms: base
+    s, slots = _busy(2)
+    s.schedule(10.0)
+    assert _held_per_worker(s, slots, 100, b"short", 10 + 2 ** -5) == [128, 128]  # 31 ms
+    s.schedule(10 + 2 ** -5 + 2 ** -10)  # the next pass soon after: back to the base window
+    assert s.window_s == PIPELINE_WINDOW_S
+    s, slots = _busy(2)
+    s.schedule(10.0)
+    assert _held_per_worker(s, slots, 100, b"short", 70.0) == [409, 409]  # 0.1 s: capped
+    # The depth cap of tiny tasks grows with the window, in proportion.
+    s, slots = _busy(2)
+    s.schedule(10.0)
+    assert _held_per_worker(s, slots, 100, b"tiny", 10 + 2 ** -5) == [
+        int(MAX_PIPELINE_DEPTH * 2 ** -5 / PIPELINE_WINDOW_S)] * 2  # 200 for a 31 ms gap
+    # Untimed passes (no clock given) keep the window they had.
+    s, slots = _busy(2)
+    assert _held_per_worker(s, slots, 100, b"short", None) == [20, 20]
+
+
+def test_a_program_submitting_in_a_loop_gets_the_widest_window_at_once():
+    """The node flags a run of submissions queued while every worker was busy: the next
+    pass queues MAX_WINDOW_S of work however recent the last pass, then the flag is spent."""
+    s, slots = _busy(2)
+    s.schedule(10.0)
+    s.submitting = True
+    assert _held_per_worker(s, slots, 100, b"short", 10 + 2 ** -10) == [409, 409]
+    assert not s.submitting
+    s.schedule(10.002)
+    assert s.window_s == PIPELINE_WINDOW_S
 
 
 def test_blocked_worker_lends_its_cpu_and_takes_it_back():

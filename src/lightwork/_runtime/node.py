@@ -640,6 +640,8 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         their arguments, so they are ready: their clock reading is their submission's.
         An actor call then joins its actor's queue, which sends it if a slot is free."""
         queued = self.lock.queued
+        if len(queued) > len(self.scheduler.workers):
+            self.scheduler.submitting = True  # a loop is submitting: see scheduler.py
         create = self.objects.create
         while queued:
             task = queued.popleft()
@@ -739,10 +741,11 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
             # Nothing to place (most calls: every poll and submit dispatches); what the
             # loop below would conclude, without its passes over queues and workers.
             scheduler.starving = 0
+            scheduler.submitting = False  # (queued actor calls set it; no task needs it)
             return
         try:
             while True:
-                assignments = scheduler.schedule()
+                assignments = scheduler.schedule(time.monotonic())
                 if scheduler.newly_reserved:  # their bundles' GPU ids, before anything runs there
                     for group in scheduler.newly_reserved:
                         self.gpus.reserve_group(group)

@@ -34,6 +34,18 @@ The I/O thread gets the GIL less often still, once per socket call (``node.py``,
 session 10); 15 ms and 96 deep: the same sleeps paired 0.96 over 5 rounds, not taken
 for the same reason.
 
+So the window follows the passes (session 11): it is the gap since the previous pass,
+between 5 ms and ``MAX_WINDOW_S`` (0.1 s), and the widest at once when the node
+registers more submissions queued while every worker was busy than there are workers
+(``submitting``: a loop is submitting, and holds the GIL); the depth's cap grows with it
+(``MAX_PIPELINE_DEPTH`` per 5 ms). Passes close together keep the 5 ms window, so what
+waits behind an outlier stays small once the program stops submitting. While it submits,
+the gaps were 15-115 ms: the workers now get work for the gap instead of 5 ms of it.
+20,000 sleeps paired 0.94 and 0.93 (8 rounds each, load ~1; the workers' starved time
+26-40 -> 9-17 µs per task); 20,000 with one in 500 sleeping 20 ms, or one in 2,000 for
+0.2 s (the last one among them), 0.93 and 0.93 (6 rounds): no loss behind outliers;
+10,000 no-op tasks paired 0.99 (8 rounds).
+
 Placement groups (Ray's, with one-machine semantics). A group reserves its bundles'
 resources: they leave ``available`` and come back under group names, as in Ray —
 ``CPU_group_<hex>`` for the whole group and ``CPU_group_<i>_<hex>`` for bundle ``i``
@@ -67,6 +79,7 @@ from lightwork._runtime.serialization import Stored
 SHORT_TASK_S = 0.001
 PIPELINE_WINDOW_S = 0.005
 MAX_PIPELINE_DEPTH = 32
+MAX_WINDOW_S = 0.1
 _EPS = 1e-9
 
 # task states
@@ -131,6 +144,11 @@ class Scheduler:
         self.workers: dict[int, WorkerSlot] = {}
         self.idle: dict[int, WorkerSlot] = {}  # insertion-ordered set
         self.mean_run_time: dict[bytes, float] = {}
+        self.window_s = PIPELINE_WINDOW_S  # the work a pass may queue ahead on a worker
+        self.last_pass: float | None = None  # when the last timed pass ran (schedule(now))
+        # Set by the node when it registers a run of submissions queued while every
+        # worker was busy: the program is submitting in a loop, so the next pass is late.
+        self.submitting = False
         self.starving = 0  # ready tasks that fit but found no worker in the last pass
         self.groups: dict[int, PlacementGroupState] = {}
         self.pending_groups: deque[PlacementGroupState] = deque()
@@ -254,8 +272,19 @@ class Scheduler:
                     self.idle[slot.worker_id] = slot
         self.make_ready(task, front=True)
 
-    def schedule(self) -> list[tuple[TaskSpec, WorkerSlot]]:
-        """Assign ready tasks to workers; set ``starving`` to the workers still wanted."""
+    def schedule(self, now: float | None = None) -> list[tuple[TaskSpec, WorkerSlot]]:
+        """Assign ready tasks to workers; set ``starving`` to the workers still wanted.
+
+        ``now`` (the monotonic clock) times the pass: the window follows the gap since
+        the last timed one, or is the widest while the program submits (``submitting``;
+        see the module docstring); without ``now`` the window is kept."""
+        if now is not None:
+            if self.submitting:
+                self.window_s = MAX_WINDOW_S
+                self.submitting = False
+            elif self.last_pass is not None:
+                self.window_s = min(MAX_WINDOW_S, max(PIPELINE_WINDOW_S, now - self.last_pass))
+            self.last_pass = now
         if self.pending_groups:
             self.reserve_groups()
         assignments: list[tuple[TaskSpec, WorkerSlot]] = []
@@ -335,7 +364,9 @@ class Scheduler:
         run_time = self.mean_run_time.get(function_key)
         if run_time is None or run_time >= SHORT_TASK_S:
             return 1
-        return max(2, min(MAX_PIPELINE_DEPTH, int(PIPELINE_WINDOW_S / max(run_time, 1e-5))))
+        window = self.window_s  # the cap grows with it: MAX_PIPELINE_DEPTH per base window
+        cap = int(MAX_PIPELINE_DEPTH * window / PIPELINE_WINDOW_S)
+        return max(2, min(cap, int(window / max(run_time, 1e-5))))
 
     def queued_count(self) -> int:
         return sum(len(queue) for queue in self.ready.values())
