@@ -41,10 +41,11 @@ registers more submissions queued while every worker was busy than there are wor
 (``MAX_PIPELINE_DEPTH`` per 5 ms). Passes close together keep the 5 ms window, so what
 waits behind an outlier stays small once the program stops submitting. While it submits,
 the gaps were 15-115 ms: the workers now get work for the gap instead of 5 ms of it.
-20,000 sleeps paired 0.94 and 0.93 (8 rounds each, load ~1; the workers' starved time
-26-40 -> 9-17 µs per task); 20,000 with one in 500 sleeping 20 ms, or one in 2,000 for
-0.2 s (the last one among them), 0.93 and 0.93 (6 rounds): no loss behind outliers;
-10,000 no-op tasks paired 0.99 (8 rounds).
+20,000 sleeps paired 0.94 (8 rounds, load ~1; the workers' starved time 26-40 -> 9-17 µs
+per task, from the records); 20,000 with one in 500 sleeping 20 ms, or one in 2,000 for
+0.2 s (the last one among them), 0.88 and 0.95 (6 rounds): no loss behind outliers;
+10,000 no-op tasks paired 1.04 and 0.97 (8 and 10 rounds: the noise; the driver's CPU
+1.04 and 0.99).
 
 Placement groups (Ray's, with one-machine semantics). A group reserves its bundles'
 resources: they leave ``available`` and come back under group names, as in Ray —
