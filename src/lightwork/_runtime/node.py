@@ -79,7 +79,9 @@ the sleeps 0.98, 10,000 tasks 1.11; a non-blocking look holding the GIL before e
 blocking ``select``: worse (the loop 0.30-0.45 s). None kept. The sleeps themselves are
 most of that figure: each ``sleep(0.1 ms)`` runs 200-215 µs in a worker under this load
 (175 µs alone: the kernel's 50 µs timer slack and the wake-up), so four slots need
-1.0-1.07 s for the 20,000 before any overhead.
+1.0-1.07 s for the 20,000 before any overhead. Session 11 gave the workers work for the
+whole gap instead: the scheduler's window follows the gaps between passes, and is widest
+while a loop submits (``scheduler.py``; the sleeps paired 0.94, 1.10 s in ``make bench``).
 """
 
 from __future__ import annotations
