@@ -87,7 +87,7 @@ def test_short_tasks_fill_the_least_loaded_busy_worker_up_to_each_functions_dept
     assert s.pipeline_depth(b"short") == 5
     s.mean_run_time[b"tiny"] = 1e-6
     for i in range(3):
-        s.make_ready(task(i, key=b"long"))  # unknown run time: never queued behind
+        s.make_ready(task(i, key=b"short"))
     s.schedule()  # one on each worker
     for i in range(3, 18):
         s.make_ready(task(i, key=b"short"))
@@ -115,7 +115,7 @@ def test_short_tasks_fill_the_least_loaded_busy_worker_up_to_each_functions_dept
 
 
 def _held_per_worker(s, slots, first_id, key, now):
-    """Offer 2,000 ``key`` tasks in a pass at ``now`` to workers busy with a long task
+    """Offer 2,000 ``key`` tasks in a pass at ``now`` to workers busy with a short task
     each: how many tasks each worker then holds (its running one included: the depth)."""
     for i in range(2000):
         s.make_ready(task(first_id + i, key=key))
@@ -124,13 +124,14 @@ def _held_per_worker(s, slots, first_id, key, now):
 
 
 def _busy(workers):
+    """A scheduler whose workers each run a short task."""
     s = Scheduler({"CPU": float(workers)})
     slots = [s.add_worker(worker_id) for worker_id in range(1, workers + 1)]
-    for i in range(workers):
-        s.make_ready(task(i, key=b"long"))
-    s.schedule()
     s.mean_run_time[b"short"] = 2 ** -12  # 244 µs (exact in binary): 20 in 5 ms
     s.mean_run_time[b"tiny"] = 1e-6
+    for i in range(workers):
+        s.make_ready(task(i, key=b"short"))
+    s.schedule()
     return s, slots
 
 
@@ -168,6 +169,30 @@ def test_a_program_submitting_in_a_loop_gets_the_widest_window_at_once():
     assert not s.submitting
     s.schedule(10.002)
     assert s.window_s == PIPELINE_WINDOW_S
+
+
+def test_short_tasks_never_wait_behind_a_long_or_unknown_running_task():
+    """A short task queued behind a long one would wait for its end while other slots
+    free up: only workers running a short task take a queue."""
+    s = Scheduler({"CPU": 3.0})
+    for worker_id in (1, 2, 3):
+        s.add_worker(worker_id)
+    s.mean_run_time[b"short"] = 0.0002
+    s.mean_run_time[b"long"] = 2.0
+    first = [task(0, key=b"long"), task(1, key=b"unknown"), task(2, key=b"short")]
+    for t in first:
+        s.make_ready(t)
+    running = {t.task_id: slot for t, slot in s.schedule(1.0)}
+    for i in range(3, 403):
+        s.make_ready(task(i, key=b"short"))
+    placed = s.schedule(1.05)  # a 50 ms window: 250 deep
+    assert {slot.worker_id for _, slot in placed} == {running[2].worker_id}
+    assert [len(running[i].inflight) for i in (0, 1, 2)] == [1, 1, 250]
+    # The long task ends: its worker takes the next short task, then a queue behind it.
+    s.finish(running[0], first[0], 2.0)
+    placed = s.schedule(1.051)
+    assert {slot.worker_id for _, slot in placed} == {running[0].worker_id}
+    assert len(running[0].inflight) == 25  # 5 ms deep: the passes are close again
 
 
 def test_blocked_worker_lends_its_cpu_and_takes_it_back():

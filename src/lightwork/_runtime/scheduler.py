@@ -21,10 +21,11 @@ synchronous calls keeps one warm worker busy instead of waking each in turn (the
 in, first out order had every sync call land on a worker whose caches had gone cold: a
 worker's CPU per sync call 48 -> 33 µs, the round trip 0.82 of the wall time, A/B, 6
 rounds). When they do not fit — every slot is busy — short tasks (the function's recent
-mean run time below ``SHORT_TASK_S``) may be queued behind a running task of the same
-shape, up to a depth that covers a few milliseconds of work, so workers
+mean run time below ``SHORT_TASK_S``) may be queued behind a running short task of the
+same shape, up to a depth that covers a few milliseconds of work, so workers
 never wait for a round trip between tiny tasks; long or unknown tasks are never queued
-behind another, so they spread over the workers as slots free up. The window
+behind another, nor is anything queued behind them (it would wait for their end while
+other slots free up), so they spread over the workers as slots free up. The window
 (``PIPELINE_WINDOW_S``) is the interpreter's switch interval, 5 ms: while the program
 submits in a loop, the I/O thread that hands out the next tasks gets the GIL only that
 often, and a 2 ms window left the workers idle most of each interval (20,000 tasks of
@@ -46,6 +47,12 @@ per task, from the records); 20,000 with one in 500 sleeping 20 ms, or one in 2,
 0.2 s (the last one among them), 0.88 and 0.95 (6 rounds): no loss behind outliers;
 10,000 no-op tasks paired 1.04 and 0.97 (8 and 10 rounds: the noise; the driver's CPU
 1.04 and 0.99).
+Nothing queues behind a long or unknown running task (session 11): before, a short task
+could be queued behind any running task of its shape, and waited for its end while other
+slots freed. 2,000 tasks of ``sleep(0.1 ms)`` submitted while two of four slots ran a
+1 s task: 0.96 s with session 10's window, 1.05 s with the wider one, 0.20-0.22 s now
+(3 rounds each in 2 drivers); 20,000 sleeps 1.02 and 10,000 no-op tasks 0.98 paired
+against the wider window alone (4 and 6 rounds).
 
 Placement groups (Ray's, with one-machine semantics). A group reserves its bundles'
 resources: they leave ``available`` and come back under group names, as in Ray —
@@ -321,7 +328,7 @@ class Scheduler:
         self, task: TaskSpec, busy: dict[Shape, list[WorkerSlot]], depths: dict[bytes, int],
     ) -> WorkerSlot | None:
         """A worker for ``task``: an idle one, else (a short task) the least loaded of
-        those running this shape, within its pipeline depth; None: wait.
+        those running a short task of this shape, within its pipeline depth; None: wait.
 
         ``busy`` and ``depths`` carry, across one ``schedule`` pass, the slots running
         each shape and each function's depth: once a shape has no free slot it gets none
@@ -346,8 +353,12 @@ class Scheduler:
             return None
         running = busy.get(shape)
         if running is None:
-            running = busy[shape] = [slot for slot in self.workers.values()
-                                     if slot.inflight and not slot.blocked and slot.held == shape]
+            short = self.mean_run_time
+            running = busy[shape] = [
+                slot for slot in self.workers.values()
+                if slot.inflight and not slot.blocked and slot.held == shape
+                # behind a short running task only: one long or unknown would hold them
+                and short.get(slot.inflight[0].function_key, SHORT_TASK_S) < SHORT_TASK_S]
         best: WorkerSlot | None = None
         fewest = depth
         for slot in running:
