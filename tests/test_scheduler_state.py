@@ -154,9 +154,14 @@ def test_the_pipeline_window_follows_the_gap_between_passes():
     s.schedule(10.0)
     assert _held_per_worker(s, slots, 100, b"tiny", 10 + 2 ** -5) == [
         int(MAX_PIPELINE_DEPTH * 2 ** -5 / PIPELINE_WINDOW_S)] * 2  # 200 for a 31 ms gap
-    # Untimed passes (no clock given) keep the window they had.
+    # Untimed passes (no clock given) keep the window they had: the base one at first,
+    # a wide one after a far-apart timed pass.
     s, slots = _busy(2)
     assert _held_per_worker(s, slots, 100, b"short", None) == [20, 20]
+    s.schedule(10.0)
+    s.schedule(10 + 2 ** -5)
+    s.schedule()
+    assert s.window_s == 2 ** -5
 
 
 def test_a_program_submitting_in_a_loop_gets_the_widest_window_at_once():

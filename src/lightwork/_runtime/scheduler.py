@@ -353,12 +353,12 @@ class Scheduler:
             return None
         running = busy.get(shape)
         if running is None:
-            short = self.mean_run_time
+            run_times = self.mean_run_time
             running = busy[shape] = [
                 slot for slot in self.workers.values()
                 if slot.inflight and not slot.blocked and slot.held == shape
                 # behind a short running task only: one long or unknown would hold them
-                and short.get(slot.inflight[0].function_key, SHORT_TASK_S) < SHORT_TASK_S]
+                and run_times.get(slot.inflight[0].function_key, SHORT_TASK_S) < SHORT_TASK_S]
         best: WorkerSlot | None = None
         fewest = depth
         for slot in running:
