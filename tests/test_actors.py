@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import threading
 import time
@@ -200,6 +201,26 @@ def test_actor_process_ends_when_no_handle_remains():
     pid = ray.get(counter.pid.remote())
     del counter
     wait_until(lambda: not still_running([pid]), timeout=5, message="actor to exit")
+
+
+def test_a_handle_keeps_its_methods_without_a_cycle_so_the_actor_ends_with_it():
+    """``handle.method`` is made once and kept on the handle; it holds the actor's ref,
+    not the handle, so dropping the last handle ends the actor by reference counting
+    alone (a cycle would wait for the collector, here switched off)."""
+    counter = Counter.remote()
+    assert counter.inc is counter.inc
+    assert ray.get([counter.inc.remote(1), counter.inc.options(name="again").remote(2)],
+                   timeout=10) == [1, 3]
+    pid = ray.get(counter.pid.remote())
+    method = counter.read
+    gc.disable()
+    try:
+        del counter
+        assert ray.get(method.remote(), timeout=10) == 3  # a method alone keeps it alive
+        del method
+        wait_until(lambda: not still_running([pid]), timeout=5, message="actor to exit")
+    finally:
+        gc.enable()
 
 
 def test_pending_calls_finish_even_if_the_handle_is_dropped():

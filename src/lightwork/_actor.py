@@ -270,7 +270,10 @@ class ActorHandle:
                 f"as `def get_{name}(self): return self.{name}` and call "
                 f"handle.get_{name}.remote()"
             )
-        return ActorMethod(self, name, methods[name])
+        # Kept on the handle: ``handle.method.remote()`` in a loop then finds it as a
+        # plain attribute (no __getattr__, no new object: ~0.8 µs of each call's ~18).
+        method = self.__dict__[name] = ActorMethod(self, name, methods[name])
+        return method
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ActorHandle, (self._ref, self._class_name, self._methods))
@@ -288,23 +291,28 @@ class ActorHandle:
 class ActorMethod:
     """``handle.method``: ``.remote(*args)`` queues a call and returns its ObjectRef(s)."""
 
-    def __init__(self, handle: ActorHandle, name: str, num_returns: int | str,
+    def __init__(self, handle: ActorHandle | ActorMethod, name: str, num_returns: int | str,
                  call_name: str | None = None) -> None:
-        self._handle = handle
+        # What a call needs of the handle (or of another method of it), not the handle
+        # itself: the handle keeps its methods (``ActorHandle.__getattr__``), and a method
+        # holding the handle would make a cycle that only the cyclic collector frees, so
+        # the actor would outlive its last handle until the collector ran.
+        self._ref: ObjectRef = handle._ref
+        self._class_name: str = handle._class_name
+        self._checks: dict[str, ArgumentCheck] | None = handle._checks
         self._name = name
         self._num_returns = num_returns
         self._call_name = call_name or f"{handle._class_name}.{name}"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
-            f"actor method {self._handle._class_name}.{self._name} cannot be called directly: "
+            f"actor method {self._class_name}.{self._name} cannot be called directly: "
             f"use .remote(), as in handle.{self._name}.remote(...)"
         )
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         _core = _api._core  # (not an import per call: 0.7 µs of each call's ~17)
-        handle = self._handle
-        checks = handle._checks
+        checks = self._checks
         if checks is not None:
             check = checks.get(self._name)
             if check is not None and (kwargs or not check.low <= len(args) <= check.high):
@@ -313,11 +321,11 @@ class ActorMethod:
         num_returns = self._num_returns
         if type(num_returns) is str:  # "streaming" or "dynamic": one ref, the head
             method = DYNAMIC_METHOD + self._name if num_returns == "dynamic" else self._name
-            refs = _core((handle,)).submit_actor_task(
-                handle._ref.id, method, name, args, kwargs, 1, callsite(1))
+            refs = _core((self,)).submit_actor_task(
+                self._ref.id, method, name, args, kwargs, 1, callsite(1))
             return ObjectRefGenerator(refs[0]) if num_returns == "streaming" else refs[0]
-        refs = _core((handle,)).submit_actor_task(
-            handle._ref.id, self._name, name, args, kwargs, num_returns, callsite(1))
+        refs = _core((self,)).submit_actor_task(
+            self._ref.id, self._name, name, args, kwargs, num_returns, callsite(1))
         if num_returns == 1:
             return refs[0]
         return None if num_returns == 0 else refs
@@ -326,7 +334,7 @@ class ActorMethod:
                 **ignored: Any) -> ActorMethod:
         count = self._num_returns if num_returns is None else num_returns
         _check_method_returns(count)
-        return ActorMethod(self._handle, self._name, count, name)
+        return ActorMethod(self, self._name, count, name)
 
 
 def _check_method_returns(count: Any) -> None:

@@ -403,12 +403,12 @@ def driver_node() -> Any:
 
 
 def _refuse_ended_session(values: Any) -> None:
-    from lightwork._actor import ActorHandle
+    from lightwork._actor import ActorHandle, ActorMethod
     from lightwork._object_ref import ended_session_message
     from lightwork.exceptions import SessionEndedError
 
     for value in values:
-        if isinstance(value, ActorHandle):
+        if isinstance(value, (ActorHandle, ActorMethod)):
             value = value._ref
             what = f"actor handle {value.hex()}"
         elif isinstance(value, ObjectRef):

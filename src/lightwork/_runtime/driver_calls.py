@@ -343,10 +343,12 @@ class DriverCalls(_Base):
     ) -> list[ObjectRef]:
         if actor_id not in self.actors.actors and self.id_floor.minted_before(actor_id):
             raise self.ended_session_error(actor_id, actor=True)
-        task_id = self.next_object_id()
+        ids = self._ids
+        task_id = next(ids)
         submitted = time.monotonic()
         stored, deps = prepare_args(args, kwargs, self.store)
-        return_ids = tuple(self.next_object_id() for _ in range(num_returns))
+        return_ids = (next(ids),) if num_returns == 1 else tuple(
+            next(ids) for _ in range(num_returns))
         record = TaskRecord(task_id, name, 0, submitted, arg_size=stored.size,
                             callsite=callsite, actor_id=actor_id)
         keep_out_of_collector(record)
