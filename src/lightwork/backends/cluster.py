@@ -16,6 +16,14 @@ mints them without asking anyone. When the process's last ref to an id is gone
 (``RefCounter.drain``), its future is dropped — but a task still running keeps its
 future until it ends (``_orphans``): a task whose ref was dropped still runs.
 
+Dropped refs are applied (``_drain``) at the next call into the backend: in the driver,
+whose program keeps calling, that is all. A worker process also applies them from its
+event loop, woken by the first one queued (``RefCounter.on_first_release``): there a ref
+can go while no lightwork call runs and none may follow — let go by a user's thread, the
+cycle collector, or the worker's profiler, which holds the frames of a running task for
+a moment each 10 ms and so may free a ``put``'s argument after the task's last drain.
+Without it that object stayed wanted by the worker's client for good.
+
 Where the rest lives
 --------------------
 ``DistributedBackend`` is assembled from one mixin per responsibility, each module's
@@ -139,7 +147,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             check_allowed_failures(client)  # warns once if each loss is not one try
         self._closed = False
         ref_counter.on_borrow = self._on_borrow
-        ref_counter.on_first_release = None
+        ref_counter.on_first_release = None if in_driver else self._drain_soon
 
     # -- lifetime ----------------------------------------------------------------------------
     @classmethod
@@ -224,6 +232,8 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             self._holds.clear()
         if ref_counter.on_borrow == self._on_borrow:
             ref_counter.on_borrow = None
+        if ref_counter.on_first_release == self._drain_soon:
+            ref_counter.on_first_release = None
         reachable = getattr(self._client, "status", "running") == "running"
         for name in self._named if reachable else ():  # (not detached: ends with its driver;
             try:  # a lost scheduler forgot them anyway)
@@ -269,6 +279,18 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         """Learn the keys of refs about to be unpickled here (before they are)."""
         if keys:
             self.keys.update(keys)
+
+    def _drain_soon(self) -> None:
+        """In a worker: a dropped ref was queued, maybe outside any call (see the module
+        docstring). Applied from the event loop, since this runs wherever the ref died,
+        inside a ``__del__``, perhaps while this thread holds ``lock``."""
+        client = self._client  # (none yet: no future in this process to drop)
+        if client is None or self._closed:
+            return
+        try:
+            client.loop.add_callback(self._drain)
+        except RuntimeError:  # the loop is closed: the worker is going away
+            pass
 
     def _drain(self) -> None:
         gone = ref_counter.drain()
