@@ -19,6 +19,7 @@ import lightwork as ray
 from lightwork import diagnostics
 from lightwork._api import driver_node
 from lightwork._runtime import protocol as p
+from lightwork._runtime.objects import PENDING
 from lightwork._runtime.worker import CPU_CLOCK_MIN_S
 
 pytestmark = pytest.mark.lightwork_only  # the runtime's own frames and records
@@ -163,6 +164,22 @@ def quick(x):
 def slow_echo(x, seconds):
     time.sleep(seconds)
     return x
+
+
+def test_a_muted_io_thread_leaves_the_workers_results_to_the_leader():
+    """Muting (one call on the gate, node.py) really keeps the I/O thread from reading
+    the workers: a result stays unread until it is unmuted, then arrives."""
+    node = driver_node()
+    assert ray.get(quick.remote(0), timeout=20) == 1  # a worker is up
+    assert node._watch_workers(False)
+    try:
+        ref = quick.remote(1)
+        time.sleep(0.5)  # far longer than the task takes
+        with node.lock:
+            assert node.objects.entries[ref.id].state == PENDING
+    finally:
+        assert node._watch_workers(True)
+    assert ref.future().result(timeout=20) == 2
 
 
 @pytest.mark.parametrize("spare", [True, False], ids=["io-thread-muted", "both-watch"])
