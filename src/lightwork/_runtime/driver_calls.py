@@ -165,6 +165,25 @@ loop 18.9 -> 15.3, the driver's CPU 17.0 -> 14.9 (the I/O thread 5.2 -> 3.9); sy
 log on and off, 8 rounds): +17% -> +9% wall in fresh drivers, within noise when toggled
 inside one driver. A task's result entries and its readiness now share one clock
 reading, a float less per queued task (the deep queue: 1,027 -> 995 bytes a task).
+
+Session 12 (2026-11-25, quiet unless said; ``hotpath_ab.py``, fresh drivers alternating).
+A py-spy of a sync loop put 9% of the main thread in the advisor's schedstat sample;
+timed directly it was 1% (the sampler's bias), but each sample took 42 µs where an
+isolated read took 3: every 5 ms the code had gone cold, and ctypes'
+``create_string_buffer`` alone took 19 µs cold. One buffer, made once: 15 µs, 0.35% of
+a sync loop. With the sync frames' fixed layouts (``protocol.py``), the gate the leader
+mutes the I/O thread with (``node.py``) and actor methods kept on their handle
+(``_actor.py``), against the session's start, 40 rounds: sync 64.0 -> 49.2 µs (paired
+0.80), actor sync 75.2 -> 47.9 (0.71), 10,000 actor calls 0.90, 10,000 tasks 0.97.
+Measured and left: the cyclic collector takes 2.5-2.9 µs of a 10,000-task batch's
+17-20 µs per task (``gc.callbacks``, per 100,000 tasks: ~880 young collections, 0.6 µs
+a task; 80 middle ones, 0.6-0.9; 7-8 full ones, 1.2-1.8). Pending tasks' objects outlive
+the young collections and reach the oldest generation, so a full collection comes
+every batch or two. Untracking every ``ObjectRef`` as records are (ctypes) changed
+nothing in two pairs of runs: collections are counted by allocations, and the full ones
+walk the whole heap. Fewer tracked objects per pending task (``TaskSpec`` and
+``ObjectEntry`` can sit in cycles through the worker slots, so untracking them could
+leak) or changing the program's collector (``gc.freeze``, thresholds) would; neither done.
 """
 
 from __future__ import annotations
