@@ -56,11 +56,11 @@ a context switch on each side). So this thread watches the worker sockets throug
 epoll of their own (``_worker_selector``, one fd in its epoll, behind a bare epoll, the
 *gate*), which a leader mutes with one ``epoll_ctl`` on the gate when it starts leading
 and unmutes when it stops (``DriverCalls._block_on``); a socket with output waiting is in
-this thread's epoll for writing only. The leader applies everything meanwhile, as it did before. A sync
-call, A/B against spinning alone: 114 -> 54 µs, this thread's CPU per call 22 -> 0.5
-µs, the driver's 99 -> 52; an actor's sync call 97 -> 71 µs; batches unchanged. Where
-the machine has no core to spare (``spin.cores_to_spare``) the leader does not mute,
-for the reason above.
+this thread's epoll for writing only. The leader applies everything meanwhile, as it did
+before. A sync call, A/B against spinning alone: 114 -> 54 µs, this thread's CPU per
+call 22 -> 0.5 µs, the driver's 99 -> 52; an actor's sync call 97 -> 71 µs; batches
+unchanged. Where the machine has no core to spare (``spin.cores_to_spare``) the leader
+does not mute, for the reason above.
 
 Session 10 (2026-11-25, quiet): why the workers starve while a program submits in a
 loop. Every socket call this thread makes (the workers' epoll queried with ``select(0)``,
