@@ -49,7 +49,7 @@ def _decoded_alone(message: tuple) -> tuple[bool, tuple]:
 
 
 def test_a_lone_task_or_result_of_the_common_shape_is_a_fixed_layout_equal_to_its_pickle() -> None:
-    """A sync call's TASK and DONE skip pickle (a third of the bytes, about half the
+    """A sync call's TASK and DONE skip pickle (half the bytes, about half the
     time); what the other side decodes is what it would have unpickled."""
     common = [
         _task(7, Stored(b"\x80\x05N.", (), None, 4, ())),
