@@ -15,6 +15,9 @@ only) it prints
   so Linux only), which a loaded machine distorts far less than the wall clock: the
   main thread, the I/O thread ``lightwork-node``, the advisor and the others, their
   total, and the workers' (every thread of every worker process, summed);
+* for the batch of tasks, the time Python's cyclic collector took per task, by
+  generation (young, middle, full; ``gc.callbacks``): 2.5-2.9 µs of a batch's 17-20 µs
+  per task in session 12 (``driver_calls.py``'s docstring);
 * the pipe floor (``floor.py``) measured in the same run, for scale.
 
 Every figure is printed per round, then as a median, so the noise is visible; ``--json
@@ -26,6 +29,7 @@ script, interleaved. Issue 13 (the hot path) was profiled with these;
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import json
 import os
@@ -119,6 +123,28 @@ def phases_us(records: list[Any]) -> dict[str, float]:
     return out
 
 
+class CollectorTime:
+    """Seconds the cyclic collector spent in each generation while in the ``with``
+    block (``gc.callbacks``: collections run one at a time, under the GIL)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds[info["generation"]] += time.perf_counter() - self._started
+
+    def __enter__(self) -> CollectorTime:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sync-calls", type=int, default=2_000)
@@ -169,9 +195,10 @@ def main() -> None:
 
         workers_before = workers_cpu_s()
         before, start = thread_cpu_s(), time.perf_counter()
-        refs = [task.remote() for _ in range(args.tasks)]
-        submitted = time.perf_counter()
-        lightwork.get(refs)
+        with CollectorTime() as collector:
+            refs = [task.remote() for _ in range(args.tasks)]
+            submitted = time.perf_counter()
+            lightwork.get(refs)
         wall = time.perf_counter() - start
         after = thread_cpu_s()
         workers_after = workers_cpu_s()
@@ -185,6 +212,8 @@ def main() -> None:
             },
         )
         add("tasks", phases_us(records))
+        add("tasks GC", {generation: seconds / args.tasks * 1e6 for generation, seconds
+                         in zip(("young", "middle", "full"), collector.seconds)})
         add("tasks CPU", cpu_per_call_us(before, after, args.tasks))
         add("tasks CPU", {"workers": (workers_after - workers_before) / args.tasks * 1e6})
 
