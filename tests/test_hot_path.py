@@ -13,7 +13,7 @@ import signal
 import time
 
 import pytest
-from helpers import wait_for_file
+from helpers import wait_for_file, wait_until
 
 import lightwork as ray
 from lightwork import diagnostics
@@ -168,13 +168,17 @@ def slow_echo(x, seconds):
 
 def test_a_muted_io_thread_leaves_the_workers_results_to_the_leader():
     """Muting (one call on the gate, node.py) really keeps the I/O thread from reading
-    the workers: a result stays unread until it is unmuted, then arrives."""
+    the workers: a result that has reached the driver's socket stays unread until it is
+    unmuted, then arrives."""
     node = driver_node()
     assert ray.get(quick.remote(0), timeout=20) == 1  # a worker is up
     assert node._watch_workers(False)
     try:
         ref = quick.remote(1)
-        time.sleep(0.5)  # far longer than the task takes
+        # The leader's own epoll (nobody leads now) sees the result waiting on a socket.
+        wait_until(lambda: any(key.data != "wake" for key, _ in node._leader_selector.select(0)),
+                   timeout=10, message="the result to reach the driver's socket")
+        time.sleep(0.2)  # time the I/O thread would take to read it, were it watching
         with node.lock:
             assert node.objects.entries[ref.id].state == PENDING
     finally:

@@ -261,9 +261,10 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         # selector cost 2.8 µs of Python (``selectors``' key bookkeeping), twice per
         # blocked get. No epoll (not Linux): no gate, and the leader does not mute.
         self._workers_gate: Any = None
+        self._workers_fd = self._worker_selector.fileno()
         if hasattr(select, "epoll"):
             self._workers_gate = select.epoll()
-            self._workers_gate.register(self._worker_selector.fileno(), select.EPOLLIN)
+            self._workers_gate.register(self._workers_fd, select.EPOLLIN)
             self.selector.register(self._workers_gate, selectors.EVENT_READ, "workers")
         else:
             self.selector.register(self._worker_selector, selectors.EVENT_READ, "workers")
@@ -480,7 +481,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         if gate is None:
             return False
         try:
-            gate.modify(self._worker_selector.fileno(), select.EPOLLIN if watch else 0)
+            gate.modify(self._workers_fd, select.EPOLLIN if watch else 0)
         except (ValueError, OSError):
             return False
         return True

@@ -118,6 +118,15 @@ _SHAPES: tuple[tuple[tuple[str, float], ...], ...] = ((), (("CPU", 1.0),))
 _FAST_DATA_MAX = 16 * 1024
 
 
+def _inline_bytes(stored: Any) -> bytes | None:
+    """The bytes of ``stored`` if a fixed layout can carry it: inline, no buffers, no
+    refs inside, at most ``_FAST_DATA_MAX``; else None."""
+    if type(stored) is not Stored or stored.buffers or stored.path is not None or stored.contained:
+        return None
+    data = stored.data
+    return data if type(data) is bytes and len(data) <= _FAST_DATA_MAX else None
+
+
 def _encode_fast(message: tuple[Any, ...]) -> bytes | None:
     """The fixed layout of ``message``, or None when it does not have the common shape:
     one TASK with inline arguments (no buffers, no refs inside), no dependencies, one
@@ -125,10 +134,8 @@ def _encode_fast(message: tuple[Any, ...]) -> bytes | None:
     try:
         if message[0] == TASK:
             task_id, key, name, args, deps, return_ids, shape, gpu_ids = message[1]
-            data = args.data
-            if (deps != () or gpu_ids != () or len(return_ids) != 1 or type(args) is not Stored
-                    or args.buffers or args.path is not None or args.contained
-                    or type(data) is not bytes or len(data) > _FAST_DATA_MAX):
+            data = _inline_bytes(args)
+            if data is None or deps != () or gpu_ids != () or len(return_ids) != 1:
                 return None
             shape_code = _SHAPES.index(shape)
             key_is_str = type(key) is str
@@ -145,9 +152,8 @@ def _encode_fast(message: tuple[Any, ...]) -> bytes | None:
         if type(outcome) is not list or len(outcome) != 1:
             return None  # an error, a cancel, several returns
         result = outcome[0]
-        data = result.data
-        if (type(result) is not Stored or result.buffers or result.path is not None
-                or result.contained or type(data) is not bytes or len(data) > _FAST_DATA_MAX):
+        data = _inline_bytes(result)
+        if data is None:
             return None
         return b"".join((
             _LENGTH.pack(_DONE_HEAD.size + len(data)),
