@@ -4,14 +4,18 @@ A ref the program drops is freed by the I/O thread even when the program makes n
 calls: an idle I/O thread is woken for it; a busy one (it had frames or wake-ups in the
 last ``IO_BUSY_FOR_S``) drains it at its next short sleep, without a wake-up per ref.
 Each test stretches the other sleep to a minute, so only the path under test can free
-the object within the test's bound.
+the object within the test's bound. ``RefCounter``'s wake-up requests are tested with
+another thread's drain forced into the middle of a release.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 import pytest
 
 from lightwork import _api
+from lightwork._object_ref import RefCounter
 from lightwork._runtime import node as node_module
 
 pytestmark = pytest.mark.lightwork_only  # the embedded runtime's own threads
@@ -62,6 +66,59 @@ def test_a_busy_io_thread_frees_a_dropped_ref_at_its_next_short_sleep(fresh_runt
     del ref
     assert not node._io_sleeps_long
     wait_until(lambda: _freed(node, object_id), timeout=10, message="the object freed")
+
+
+class _DrainedMeanwhile(deque):
+    """A release queue where another thread's whole drain runs at the moment a
+    release is appended: ``before`` the append, or ``after`` it."""
+
+    def __init__(self, counter: RefCounter, when: str) -> None:
+        super().__init__(counter._released)
+        self.counter, self.when, self.gone = counter, when, []
+
+    def append(self, object_id: int) -> None:
+        if self.when == "before":
+            self.gone += self.counter.drain()
+        super().append(object_id)
+        if self.when == "after":
+            self.gone += self.counter.drain()
+
+
+def _counter_with_wakes() -> tuple[RefCounter, list[int]]:
+    counter, wakes = RefCounter(), []
+    counter.on_first_release = lambda: wakes.append(len(counter._released))
+    for object_id in (1, 2, 3):
+        counter.add(object_id, borrowed=False)
+    return counter, wakes
+
+
+def test_a_release_queued_as_another_thread_drains_wakes_a_drainer():
+    """The queue was not empty when the release looked, but a drain emptied it before
+    the append: the release must ask for a wake-up, or it waits for the next drain."""
+    counter, wakes = _counter_with_wakes()
+    counter.release_later(1)
+    assert len(wakes) == 1
+    counter._released = queue = _DrainedMeanwhile(counter, "before")
+    counter.release_later(2)
+    assert queue.gone == [1]  # the other thread's drain took the first release
+    assert len(wakes) == 2, "the second release, queued after that drain, woke no one"
+    assert counter.drain() == [2]
+
+
+def test_after_rearm_the_next_release_wakes_the_sleeper():
+    """A drain that ran right after an append took the release, and the release then
+    asked for a wake-up: nothing is queued, yet no later release would call again
+    until a drain. ``rearm`` (the I/O thread, before it sleeps) ends that."""
+    counter, wakes = _counter_with_wakes()
+    counter._released = queue = _DrainedMeanwhile(counter, "after")
+    counter.release_later(1)
+    assert queue.gone == [1] and len(wakes) == 1
+    queue.when = None
+    assert counter.rearm() is False  # nothing queued: the I/O thread may sleep long
+    counter.release_later(2)
+    assert len(wakes) == 2
+    assert counter.rearm() is True  # queued, not drained: the thread must not sleep
+    assert counter.drain() == [2]
 
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/thread-self/schedstat"),

@@ -82,9 +82,15 @@ class RefCounter:
         self._lock = threading.Lock()
         # Called with an id whose count went 0 -> 1 through unpickling (a borrowed ref).
         self.on_borrow: Callable[[int], None] | None = None
-        # Called when a release is queued and none was pending: the runtime's wake-up,
-        # so objects are freed promptly even while the program makes no calls.
+        # Called when a release is queued and no wake-up is pending: the runtime's
+        # wake-up, so objects are freed promptly even while the program makes no calls.
         self.on_first_release: Callable[[], None] | None = None
+        # A wake-up was asked for and no drain has begun since. Set by release_later,
+        # cleared by drain before it looks at the queue: a release queued while another
+        # thread drains is either taken by that drain or wakes a new one. (Testing
+        # whether the queue was empty instead could miss: a drain emptying the queue
+        # between that test and the append left the release waiting for the next drain.)
+        self._wake_pending = False
 
     def add(self, object_id: int, borrowed: bool) -> None:
         with self._lock:
@@ -94,14 +100,21 @@ class RefCounter:
             self.on_borrow(object_id)
 
     def release_later(self, object_id: int) -> None:
-        released = self._released
-        was_empty = not released
-        released.append(object_id)
-        if was_empty and self.on_first_release is not None:
-            self.on_first_release()
+        self._released.append(object_id)
+        if not self._wake_pending:
+            self._wake_pending = True
+            if self.on_first_release is not None:
+                self.on_first_release()
+
+    def rearm(self) -> bool:
+        """Before a drainer sleeps: the next release calls ``on_first_release`` again;
+        return whether releases are queued already (they will wake no one: drain them)."""
+        self._wake_pending = False
+        return bool(self._released)
 
     def drain(self) -> list[int]:
         """Apply pending releases; return the ids this process no longer references."""
+        self._wake_pending = False
         if not self._released:
             return []
         gone = []
@@ -126,6 +139,7 @@ class RefCounter:
         with self._lock:
             self._counts.clear()
             self._released.clear()
+            self._wake_pending = False
 
 
 ref_counter = RefCounter()

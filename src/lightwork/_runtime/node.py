@@ -377,9 +377,9 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
                 else:
                     # Flag first, then look: a release queued before the flag was set is
                     # seen here; one queued after sees the flag and wakes us (the GIL
-                    # orders the two).
+                    # orders the two; rearm makes sure it calls us).
                     self._io_sleeps_long = True
-                    longest = 0.0 if ref_counter._released else IO_IDLE_SLEEP_S
+                    longest = 0.0 if ref_counter.rearm() else IO_IDLE_SLEEP_S
                 alive = self._poll(longest)
                 self._io_sleeps_long = False
                 if not alive:
