@@ -51,10 +51,10 @@ $(VENV)/.bench-installed: pyproject.toml | $(VENV)/bin/python
 demo: $(STAMP)
 	$(PY) -m lightwork demo $(DEMO_ARGS)
 
-# Pyflakes' checks first (ruff's F rules: undefined names, unused imports): a NameError on
-# a rarely taken path is caught here, not by a user.
+# Pyflakes' checks first (ruff's F rules: undefined names, unused imports), on the
+# benchmarks too: a NameError on a rarely taken path is caught here, not by a user.
 test: $(STAMP) $(OLDEST_STAMP) browser
-	$(PY) -m ruff check --select F src tests
+	$(PY) -m ruff check --select F src tests bench
 	$(PY) -m pytest -q
 	LIGHTWORK_TEST_BACKENDS=distributed $(OLDEST_VENV)/bin/python -m pytest -q $(DASK_TESTS) \
 		$(OLDEST_CLUSTER_TESTS)

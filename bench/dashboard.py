@@ -562,10 +562,8 @@ def memory_run(minutes: float, sample_s: float = 10.0) -> dict[str, Any]:
 
     import lightwork
 
-    from lightwork._runtime.events import DEFAULT_BUDGET
-
-    # A budget that keeps every task (the init(event_budget=1_000_000) at 1M).
-    lightwork.init(num_cpus=2, advisor=False, event_budget=max(DEFAULT_BUDGET, n_tasks))
+    # The default budget: a long run's memory with the log's ring full, as users run it.
+    lightwork.init(num_cpus=2, advisor=False)
 
     @lightwork.remote
     def noop(i: int) -> int:
