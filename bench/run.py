@@ -144,7 +144,7 @@ COST_ROWS: dict[str, CostRow] = {
         2,
     ),
     "advisor_looks": CostRow(
-        "advisor, its own work (its looks' CPU)",
+        "advisor, its own work (its looks' and tally's CPU)",
         "async_per_task_us",
         "advisor_batch_us",
         "advisor_batch_us_less_looks",

@@ -623,11 +623,15 @@ def advisor_looks(peer: Peer, settings: Settings) -> dict[str, float]:
     program's behalf: registering the submissions that were queued while every worker
     was busy, which whoever takes the runtime's lock first does (``node_lock.py``).
     After each batch it waits for the next look, which takes the batch's last records.
+    The advisor's other work is its tally (``RunTally``), which the event log calls for
+    each record as it ends: too short to time call by call, it is timed on the batch's
+    records afterwards, each chunk of 500 tallied once to bring it back into the cache
+    (as it is when the log calls it) and then timed (:func:`_tally_cpu_s`).
 
     Rows: ``advisor_batch_us``, the best time per task, and
-    ``advisor_batch_us_less_looks``, that batch's time less its looks' CPU per task; the
-    cost table shows the median over ``advisor_batches`` batches of each one's looks'
-    CPU against its time less that CPU. ``event_log_cost``'s paired sessions
+    ``advisor_batch_us_less_looks``, that batch's time less its looks' and tally's CPU
+    per task; the cost table shows the median over ``advisor_batches`` batches of each
+    one's advisor CPU against its time less that CPU. ``event_log_cost``'s paired sessions
     (default against ``advisor=False``) measure all the advisor changes, indirect
     effects too, but a fresh session's speed varies ±15% from the next one's; this
     measures its own work only, from one session."""
@@ -675,7 +679,9 @@ def advisor_looks(peer: Peer, settings: Settings) -> dict[str, float]:
             deadline = time.monotonic() + 10 * node.advisor.interval
             while looks["count"] == count and time.monotonic() < deadline:
                 time.sleep(0.01)
-            batches.append((elapsed, looks["cpu_s"]))
+            with node.lock:
+                records = node.log.ended_records()[-n:]
+            batches.append((elapsed, looks["cpu_s"] + _tally_cpu_s(records)))
     finally:
         advisor_module.Advisor._look = original_look  # type: ignore[method-assign]
         node.lock.register = original_register
@@ -686,6 +692,25 @@ def advisor_looks(peer: Peer, settings: Settings) -> dict[str, float]:
         change_row("advisor_batch_us"): statistics.median(
             looks / (seconds - looks) for seconds, looks in batches) * 100,
     }
+
+
+def _tally_cpu_s(records: list[Any]) -> float:
+    """The CPU time the advisor's tally takes for ``records`` when they are warm, as
+    when the event log calls it: each chunk tallied once untimed, then timed (on a
+    tally of its own: the advisor's sums are not touched)."""
+    from lightwork.diagnostics._advice_rules import CPU_BOUND_MIN_S
+    from lightwork.diagnostics._measure import RunTally
+
+    tally, cpu_s = RunTally(long_s=CPU_BOUND_MIN_S), 0.0
+    for first in range(0, len(records), 500):
+        chunk = records[first:first + 500]
+        for record in chunk:
+            tally.ended(record)
+        start = time.thread_time()
+        for record in chunk:
+            tally.ended(record)
+        cpu_s += time.thread_time() - start
+    return cpu_s
 
 
 Workload = Callable[[Peer, Settings], dict[str, float]]

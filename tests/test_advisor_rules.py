@@ -497,13 +497,14 @@ def test_tiny_tasks_message_is_true_for_runs_longer_than_the_overhead():
     assert "about 100% of the time" in finding.title
 
 
-def test_slot_time_sums_runs_in_one_pass_as_it_would_one_run_at_a_time():
-    # The advisor sums a step's runs bucket by bucket (add_runs); the figures must be
-    # those of adding each run on its own: runs inside a bucket, across buckets, of
-    # actors (one slot) and of multi-CPU tasks, and records that never ran.
+def test_run_tally_sums_runs_as_it_would_one_run_at_a_time():
+    # The advisor sums runs as their records end (RunTally, bucket by bucket), taking
+    # the sums at each look; the figures must be those of adding each run on its own:
+    # runs inside a bucket, across buckets, of actors (one slot) and of multi-CPU
+    # tasks, and records that never ran; whether taken once or at every look.
     import random
 
-    from lightwork.diagnostics._measure import SlotTime
+    from lightwork.diagnostics._measure import RunTally, SlotTime
 
     rng = random.Random(7)
     records, at = [], 100.0
@@ -514,24 +515,41 @@ def test_slot_time_sums_runs_in_one_pass_as_it_would_one_run_at_a_time():
         records.append(_task(task_id, at, started, at + run,
                              actor_id=7 if task_id % 5 == 0 else 0,
                              num_cpus=rng.choice((0.5, 1.0, 2.0))))
-    batched, one_by_one = SlotTime(), SlotTime()
-    batched.add_runs(records)
+    at_once, looked, one_by_one = SlotTime(), SlotTime(), SlotTime()
+    tally = RunTally(at_once)
+    for record in records:
+        tally.ended(record)
+    tally.flush()
+    live = RunTally()
+    for look in range(0, len(records), 250):  # a look after every 250 records
+        for record in records[look:look + 250]:
+            live.ended(record)
+        looked.merge(live.take())
     for record in records:
         if record.started and record.finished > record.started:
             slots = 1.0 if record.actor_id else max(1.0, record.num_cpus)
             one_by_one.add(record.started, record.finished, slots)
-    assert set(batched.buckets) == set(one_by_one.buckets)
-    for bucket, total in one_by_one.buckets.items():
-        assert batched.buckets[bucket] == pytest.approx(total, rel=1e-9, abs=1e-12)
-    assert batched.between(100.0, at + 1) == pytest.approx(
-        one_by_one.between(100.0, at + 1), rel=1e-9)
+    for summed in (at_once, looked):
+        assert set(summed.buckets) == set(one_by_one.buckets)
+        for bucket, total in one_by_one.buckets.items():
+            assert summed.buckets[bucket] == pytest.approx(total, rel=1e-9, abs=1e-12)
+        assert summed.between(100.0, at + 1) == pytest.approx(
+            one_by_one.between(100.0, at + 1), rel=1e-9)
+    assert live.take() == {}  # nothing since the last take
 
 
-def test_slot_time_picks_the_live_looks_sample_in_the_same_pass():
-    # The live look sums every run and, in the same pass, picks what it reads in full:
-    # every stride-th record standing for `stride` tasks, and every other record with
-    # big arguments or a long run (from its arguments loaded), counted already.
-    from lightwork.diagnostics._measure import SlotTime
+def _ended(log, records):
+    for record in records:
+        log.finish_task(record)
+
+
+def test_the_live_looks_sample_and_the_records_it_must_read():
+    # The live look reads in full every stride-th record, standing for `stride` tasks,
+    # and every other record with big arguments or a long run (from its arguments
+    # loaded), counted already: the tally names those as they end, the log hands their
+    # places over with the records.
+    from lightwork._runtime.events import EventLog
+    from lightwork.diagnostics._measure import RunTally, sample_places
 
     records = []
     for task_id in range(100):
@@ -541,12 +559,38 @@ def test_slot_time_picks_the_live_looks_sample_in_the_same_pass():
                        large_args=((1, 10 << 20),) if task_id in (7, 20) else ())
         records.append(record)
     records[88].args_loaded = 0.0  # failed loading its arguments: a run from 0 is long
-    summed, picking = SlotTime(), SlotTime()
-    summed.add_runs(records)
-    picked = picking.add_runs(records, 10, 0.01)
-    assert [(r.task_id, weight) for r, weight in picked] == sorted(
-        [(i, 10) for i in range(0, 100, 10)] + [(7, 0), (13, 0), (51, 0), (88, 0)])
-    assert picking.buckets == summed.buckets  # picking changes no sum
-    assert summed.add_runs(records) == []  # without a stride nothing is picked
-    every = SlotTime().add_runs(records, 1, 0.01)
-    assert [(r.task_id, weight) for r, weight in every] == [(i, 1) for i in range(100)]
+    log = EventLog(budget=1000)
+    _ended(log, records[:5])  # before anyone watched: not handed out
+    log.watch(RunTally(long_s=0.01).ended)
+    _ended(log, records[5:])
+    fresh = log.take_fresh()
+    assert [r.task_id for r in fresh.records] == list(range(5, 100))
+    assert [fresh.records[place].task_id for place in fresh.notable] == [7, 13, 20, 51, 88]
+    picked = [(fresh.records[place].task_id, weight)
+              for place, weight in sample_places(len(fresh.records), 10, fresh.notable)]
+    assert picked == sorted([(i, 10) for i in range(5, 100, 10)]
+                            + [(7, 0), (13, 0), (20, 0), (51, 0), (88, 0)])
+    every = sample_places(len(fresh.records), 1, fresh.notable)
+    assert every == [(place, 1) for place in range(95)]  # none twice
+    assert log.take_fresh() == ([], [], [])
+
+
+def test_records_the_ring_dropped_still_count_towards_how_busy_slots_were():
+    # More tasks between two looks than the ring holds: the dropped records are
+    # missed by the look (counted in missed_rows) but their runs were tallied as they
+    # ended, and the places handed over are those of the records still in the ring.
+    from lightwork._runtime.events import EventLog
+    from lightwork.diagnostics._measure import RunTally, SlotTime
+
+    records = [_task(i, 5.0 + i * 1e-3, 5.0 + i * 1e-3, 5.0 + i * 1e-3 + 1e-4,
+                     large_args=((1, 10 << 20),) if i in (3, 45) else ())
+               for i in range(50)]
+    log, tally = EventLog(budget=20), RunTally(long_s=0.01)
+    log.watch(tally.ended)
+    _ended(log, records)
+    fresh = log.take_fresh()
+    assert log.missed_rows == 30 and len(fresh.records) == 20
+    assert [fresh.records[place].task_id for place in fresh.notable] == [45]
+    busy = SlotTime()
+    busy.merge(tally.take())
+    assert busy.between(4.0, 6.0) == pytest.approx(50 * 1e-4)

@@ -267,7 +267,7 @@ def test_findings_stop_costing_once_no_dashboard_asks(session, client, monkeypat
     monkeypatch.setattr(cluster_dashboard, "IDLE_S", 30.0)  # (the pull thread calls it too)
     lightwork.get(square.remote(1))
     assert [f["kind"] for f in facts.findings()] == before
-    assert log.log.watching and log.log.take_fresh() == ([], [])
+    assert log.log.watching and log.log.take_fresh() == ([], [], [])
 
 
 def test_init_with_dashboard_serves_the_session_and_its_final_state(shared_dask_cluster,

@@ -209,18 +209,18 @@ def test_a_watcher_takes_each_row_once_and_hears_of_rows_it_missed():
 
     log = EventLog(budget=5)
     log.finish_task(TaskRecord(0, "before", 0, 1.0))
-    assert log.take_fresh() == ([], [])  # not watching: nothing kept
+    assert log.take_fresh() == ([], [], [])  # not watching: nothing kept
     log.watch()
     for task_id in (1, 2, 3):
         log.finish_task(TaskRecord(task_id, "f", 0, float(task_id)))
-    records, spans = log.take_fresh()
+    records, spans, _ = log.take_fresh()
     assert [record.task_id for record in records] == [1, 2, 3] and spans == []
-    assert log.take_fresh() == ([], [])
+    assert log.take_fresh() == ([], [], [])
     for task_id in range(4, 12):  # 8 rows into a ring of 5: 3 are gone before the look
         log.finish_task(TaskRecord(task_id, "f", 0, float(task_id)))
-    records, _ = log.take_fresh()
+    records, _, _ = log.take_fresh()
     assert [record.task_id for record in records] == [7, 8, 9, 10, 11]
     assert log.missed_rows == 3
     log.unwatch()
     log.finish_task(TaskRecord(12, "f", 0, 12.0))
-    assert not log.watching and log.take_fresh() == ([], [])
+    assert not log.watching and log.take_fresh() == ([], [], [])

@@ -36,6 +36,11 @@ lock (iterating a deque is safe against appends only if it is not mutated meanwh
 a copy of 200,000 pointers holds the lock 4.6 ms, where the copies of 200,000 records
 that readers got until session 8 held it 266 ms, a stall of the whole runtime.
 Whatever they do with the records then, they do after the lock is released.
+
+A watcher (the advisor) takes the records logged since its last look
+(:meth:`EventLog.take_fresh`) and may give :meth:`EventLog.watch` a tally, called with
+each record as it ends: the only per-record work a watcher adds to the hot path, done
+while the record is warm (see ``diagnostics._measure.RunTally`` for what it saved).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from itertools import islice
 from dataclasses import dataclass, fields
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 DEFAULT_BUDGET = 200_000
 
@@ -146,6 +151,14 @@ _FIELDS = tuple(f.name for f in fields(TaskRecord))
 freeze = operator.attrgetter(*_FIELDS)
 
 
+class Fresh(NamedTuple):
+    """What ``EventLog.take_fresh`` hands a watcher."""
+
+    records: list[TaskRecord]
+    spans: list[DriverSpan]
+    notable: list[int]  # places in records of those the watcher's tally asked for
+
+
 class EventLog:
     def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
         if budget < 0:
@@ -166,6 +179,11 @@ class EventLog:
         self._taken: int | None = None
         self.fresh_spans: list[DriverSpan] | None = None
         self.missed_rows = 0  # rows the ring dropped before a watcher took them
+        # The watcher's tally, called with each record as it ends (see watch), and the
+        # places in the ring (counted from the first record ever appended) of the
+        # records it asked to read in full, not yet taken.
+        self._tally: Callable[[TaskRecord], bool] | None = None
+        self._notable: list[int] = []
 
     def finish_task(self, record: TaskRecord) -> None:
         if not self.enabled:
@@ -176,6 +194,8 @@ class EventLog:
         if _is_tracked(record):  # made off the hot path (nested, rebuilt, cluster, tests)
             keep_out_of_collector(record)
         self.tasks.append(record)
+        if self._tally is not None and self._tally(record):
+            self._notable.append(len(self.tasks) + self.dropped_tasks - 1)
 
     def add_span(self, span: DriverSpan) -> None:
         if not self.enabled:
@@ -209,23 +229,32 @@ class EventLog:
     def watching(self) -> bool:
         return self._taken is not None
 
-    def watch(self) -> None:
-        """Start handing out, with ``take_fresh``, what is logged from now on."""
+    def watch(self, tally: Callable[[TaskRecord], bool] | None = None) -> None:
+        """Start handing out, with ``take_fresh``, what is logged from now on.
+
+        ``tally``, if given, is called with each record as it ends, under the runtime's
+        lock, while the record is still warm in the cache from being written: a watcher
+        that would otherwise read every record long after (the advisor's slot-time sums)
+        does its per-record work there, and samples the rest. It returns whether the
+        watcher must read that record in full even so: ``take_fresh`` says which."""
         self._taken = len(self.tasks) + self.dropped_tasks
         self.fresh_spans = []
+        self._tally, self._notable = tally, []
 
     def unwatch(self) -> None:
-        self._taken = self.fresh_spans = None
+        self._taken = self.fresh_spans = self._tally = None
+        self._notable = []
 
-    def take_fresh(self) -> tuple[list[TaskRecord], list[DriverSpan]]:
+    def take_fresh(self) -> Fresh:
         """The records and the spans logged since the last call, oldest first (call with
-        the runtime's lock held). The records are the ring's own: read them, never change
-        them. Reading them from the ring keeps the hot path free of the watcher: nothing
-        is kept for it, and the records leave the ring as they would without it. Records
-        the ring dropped before they were taken (more than ``budget`` tasks between two
-        looks) are counted in ``missed_rows``."""
+        the runtime's lock held), and the places in ``records`` of those the tally asked
+        for. The records are the ring's own: read them, never change them. Reading them
+        from the ring keeps the hot path free of the watcher: nothing is kept for it
+        (but the few places), and the records leave the ring as they would without it.
+        Records the ring dropped before they were taken (more than ``budget`` tasks
+        between two looks) are counted in ``missed_rows``."""
         if self._taken is None:
-            return [], []
+            return Fresh([], [], [])
         appended = len(self.tasks) + self.dropped_tasks
         new = appended - self._taken
         self._taken = appended
@@ -235,4 +264,7 @@ class EventLog:
         records = list(islice(reversed(self.tasks), new))
         records.reverse()
         spans, self.fresh_spans = self.fresh_spans or [], []
-        return records, spans
+        first = appended - new  # the place of records[0]
+        notable = [place - first for place in self._notable if place >= first]
+        self._notable = []
+        return Fresh(records, spans, notable)

@@ -118,8 +118,9 @@ class DashboardFacts:
                 self._advisor = Advisor(None, watch=False, cpus=cpus,
                                         started_at=log.log.started_at)
                 self._advisor.feed(tasks, spans)
-            elif fresh[0] or fresh[1]:
-                self._advisor.feed(*fresh)  # the log's records: the advisor only reads them
+            elif fresh.records or fresh.spans:
+                # The log's records: the advisor only reads them.
+                self._advisor.feed(fresh.records, fresh.spans)
             with self._advisor._lock:
                 return [finding.as_dict() for finding in self._advisor.findings]
 

@@ -3,7 +3,9 @@
 * :class:`SlotTime`: slot-seconds of work done, in buckets of log time, from every task's
   and actor call's run (its span on the worker); a rule asks how busy the CPU slots were
   over a window. Windows count their edge buckets whole, so the answer errs towards
-  "busy", and a rule that fires on idle slots errs towards silence.
+  "busy", and a rule that fires on idle slots errs towards silence. A :class:`RunTally`
+  fills it one record at a time, as each record ends (the live advisor's, called by the
+  event log) or as a replay reads them.
 * :func:`running_work`: the runs that have not ended yet (their records come later).
 * :func:`most_at_once` and :func:`union`: interval arithmetic for the CPU-time rules.
 * :func:`logged_at`: when the log received a record (the replay's order).
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
 
@@ -31,60 +32,13 @@ class SlotTime:
         self.width = width
         self.buckets: dict[int, float] = defaultdict(float)
 
-    def add_runs(
-        self, records: Iterable[TaskRecord], stride: int = 0, long_s: float = math.inf,
-    ) -> list[tuple[TaskRecord, int]]:
-        """Add the runs of ended tasks, given as the log's records, in its order.
-
-        The advisor's thread calls this for every record of a step, and its time is taken
-        from the program, so the common case is kept to comparisons and one addition:
-        consecutive runs inside one bucket (thousands per bucket in a flood of small
-        tasks) are summed locally and added to the bucket once. (Measured on 5,000 no-op
-        records: 0.36 µs per record with a bucket lookup each, 0.1 µs like this.)
-
-        With ``stride``, the same pass also picks the records the advisor's live look
-        reads in full, and returns them in order with the number of tasks each stands
-        for: every ``stride``-th record (weight ``stride``), and any other with big
-        arguments or a run of ``long_s`` or more from its arguments loaded to its end
-        (weight 0: counted already). The records went cold in the time since the I/O
-        thread wrote them, and a second pass over them cost about two thirds of this one
-        (10,000-task batches: the advisor's thread 0.46-0.57 µs of CPU per task with
-        two passes, see ``advisor.py``).
-        """
-        width, buckets = self.width, self.buckets
-        low = high = 0.0  # the bucket being summed: [low, high)
-        bucket, summed = 0, 0.0
-        picked: list[tuple[TaskRecord, int]] = []
-        to_next_sample = 1 if stride else 0  # counts down; 0: not picking
-        for record in records:
-            start, end = record.started, record.finished
-            if to_next_sample:
-                to_next_sample -= 1
-                if not to_next_sample:
-                    to_next_sample = stride
-                    picked.append((record, stride))
-                elif record.large_args or end - record.args_loaded >= long_s:
-                    picked.append((record, 0))
-            slots = 1.0 if record.actor_id or record.num_cpus < 1.0 else record.num_cpus
-            if low <= start < end < high:
-                summed += (end - start) * slots
-                continue
-            if not start or end <= start:
-                continue  # never ran (cancelled, failed before starting)
-            if summed:
-                buckets[bucket] += summed
-                summed = 0.0
-            first = int(start // width)
-            if first == int(end // width):
-                bucket, low, high = first, first * width, (first + 1) * width
-                summed = (end - start) * slots
-            else:
-                self.add(start, end, slots)
-        if summed:
-            buckets[bucket] += summed
-        if len(buckets) > BUSY_MAX_BUCKETS:
+    def merge(self, buckets: dict[int, float]) -> None:
+        """Add slot-seconds already summed by bucket (a :class:`RunTally`'s)."""
+        ours = self.buckets
+        for bucket, seconds in buckets.items():
+            ours[bucket] += seconds
+        if len(ours) > BUSY_MAX_BUCKETS:
             self._drop_older_half()
-        return picked
 
     def add(self, start: float, end: float, slots: float) -> None:
         width, buckets = self.width, self.buckets
@@ -108,6 +62,83 @@ class SlotTime:
         buckets = self.buckets
         return sum(buckets.get(bucket, 0.0)
                    for bucket in range(int(start // self.width), int(end // self.width) + 1))
+
+
+class RunTally:
+    """Sums the runs of ended tasks into a :class:`SlotTime`, one record at a time, as
+    each record ends; and says which records a sampling reader must read in full.
+
+    The live advisor's thread used to sum every record of a step at its look, and its
+    time is taken from the program: by then the records had gone cold in the cache, and
+    the pass cost 0.24-0.29 µs a record, four fifths of its looks' CPU. The event log
+    calls this instead as each record ends (``EventLog.watch``: the runtime's lock held,
+    on the thread that wrote the record's times a moment before): about 0.12 µs a record.
+    The live advisor takes what was summed at each look (:meth:`take`); an offline
+    replay tallies the records straight into its own ``SlotTime`` (``into``).
+
+    Consecutive runs inside one bucket (thousands per bucket in a flood of small tasks)
+    are summed here and added to the bucket once: the common case is a few comparisons
+    and one addition.
+    """
+
+    def __init__(self, into: SlotTime | None = None, long_s: float = math.inf) -> None:
+        self.into = SlotTime() if into is None else into
+        self.long_s = long_s
+        self._width = self.into.width
+        self._low = self._high = 0.0  # the bucket being summed here: [low, high)
+        self._bucket = 0
+        self._summed = 0.0
+
+    def ended(self, record: TaskRecord) -> bool:
+        """Add ``record``'s run; return whether a reader that samples must still read it
+        (big by-value arguments, or a run of ``long_s`` or more from its arguments
+        loaded to its end). About 0.12 µs on a warm record; a call of the instance
+        itself (``__call__``) cost 0.05 µs more."""
+        start, end = record.started, record.finished
+        slots = 1.0 if record.actor_id or record.num_cpus < 1.0 else record.num_cpus
+        if self._low <= start < end < self._high:
+            self._summed += (end - start) * slots
+        elif start and end > start:  # else it never ran (cancelled, failed before starting)
+            self._add(start, end, slots)
+        if record.large_args:
+            return True
+        return end - record.args_loaded >= self.long_s
+
+    def _add(self, start: float, end: float, slots: float) -> None:
+        self.flush()
+        width = self._width
+        first = int(start // width)
+        if first == int(end // width):
+            self._bucket, self._low, self._high = first, first * width, (first + 1) * width
+            self._summed = (end - start) * slots
+        else:
+            self.into.add(start, end, slots)
+
+    def flush(self) -> None:
+        """Add what is summed here to ``into``."""
+        if self._summed:
+            into = self.into
+            into.buckets[self._bucket] += self._summed
+            self._summed = 0.0
+            if len(into.buckets) > BUSY_MAX_BUCKETS:
+                into._drop_older_half()
+
+    def take(self) -> dict[int, float]:
+        """The slot-seconds tallied since the last take, by bucket; starts afresh."""
+        self.flush()
+        buckets, self.into = self.into.buckets, SlotTime(self._width)
+        return buckets
+
+
+def sample_places(count: int, stride: int, notable: list[int]) -> list[tuple[int, int]]:
+    """(place, weight) of the records to read of ``count``, in order: every
+    ``stride``-th from the first (weight ``stride``: the tasks it stands for) and those
+    in ``notable`` (ascending) besides (weight 0: counted already)."""
+    places = [(place, stride) for place in range(0, count, stride)]
+    extra = [(place, 0) for place in notable if place % stride]
+    if extra:
+        places = sorted(places + extra)
+    return places
 
 
 def running_work(node: Any) -> list[tuple[float, float, TaskRecord]]:

@@ -74,16 +74,19 @@ holds correct programs in the styles Ray's docs teach; each must get no finding.
 The thresholds are module constants; they are deliberately conservative: a finding must
 be worth the user's attention, and well-written programs must get none.
 
-What the looks cost (issue 13's 2% for the advisor; measured 2026-11-25 on the quiet
-2-core machine, batches of 10,000 no-op tasks, each look timed on its thread's CPU
-clock): 0.43 µs per task, about 3% of a task's 15 µs. Of that, the pass over the
-step's records 0.24 µs (it reads each record's run, cold by then: the same pass over
-warm records takes 0.09 µs), the sampled records folded into the rules 0.09 (500 a
-look, a fixed cost per look rather than per task), taking the records from the log
-0.04 and the ``/proc`` readings 0.04. The pass used to be two (the slot-time sums,
-then the sample): one pass, ``SlotTime.add_runs`` picking the sample as it sums, took
-0.46-0.57 -> 0.39-0.44 µs in three alternating pairs of runs. ``make bench`` reports
-this cost directly (``advisor_looks``: the looks' CPU per task against the time per
+What the advisor costs the program (issue 13's 2%; batches of 10,000 no-op tasks on the
+quiet 2-core machine, ``make bench``'s ``advisor_looks``): its looks, timed on its
+thread's CPU clock, and its tally (``_measure.RunTally``), which the event log calls for
+each record as it ends. Until session 13 a look summed every record of its step for how
+busy the slots were; by then the records were cold in the cache and that pass was 0.24-0.29
+µs a task, four fifths of the looks' CPU (2.5-2.7% of a batch in all, over the target).
+The tally does the same sums while each record is still warm from being written, 0.12 µs
+a record on the I/O thread; a look now folds in the tally's sums and reads only its
+sample (``SAMPLE_PER_STEP`` records a look, a cost per look, not per task) and the
+records the tally named (big arguments, long runs). Looks 0.8-0.9% of a batch, with the
+tally 1.7-1.9% (three runs each); the driver's CPU per task fell 1% (0.99 paired over 40
+alternating rounds, the advisor's thread 0.70, the I/O thread 1.06). ``make bench``
+reports this cost directly (the looks' and the tally's CPU per task against the time per
 task, in one session) next to the paired sessions with and without the advisor, whose
 difference swings with the ±15% between fresh sessions.
 """
@@ -110,7 +113,14 @@ from lightwork.diagnostics._advice_rules import (
     AdviceRules,
     Finding,
 )
-from lightwork.diagnostics._measure import logged_at, plain, restore, running_work
+from lightwork.diagnostics._measure import (
+    RunTally,
+    logged_at,
+    plain,
+    restore,
+    running_work,
+    sample_places,
+)
 
 __all__ = ["KINDS", "AdviceWarning", "Advisor", "Finding", "advise", "analyse",
            "analysis_input", "current_findings", "report"]
@@ -150,8 +160,11 @@ class Advisor(AdviceRules):
         self._looking = threading.Lock()
         self._thread = PeriodicThread("lightwork-advisor", interval, self.step,
                                       self._give_up)
+        # Live: the runs are summed as each record ends (the log calls this under the
+        # runtime's lock); each look takes the sums (_measure.RunTally says why).
+        self._fresh_runs = RunTally(long_s=CPU_BOUND_MIN_S)
         if watch and node is not None:
-            node.log.watch()
+            node.log.watch(self._fresh_runs.ended)
 
     def feed(self, tasks: list[TaskRecord], spans: list[DriverSpan]) -> None:
         """Analyse records given directly (the whole log when no advisor was running).
@@ -171,7 +184,10 @@ class Advisor(AdviceRules):
         with self._lock:
             # How busy the slots were comes from every run in the records (the replay
             # knows the runs that had not ended yet at a step, unlike the live thread).
-            self._busy.add_runs(tasks)
+            tally = RunTally(self._busy)
+            for record in tasks:
+                tally.ended(record)
+            tally.flush()
             try:
                 for _, group in groupby(timed, key=lambda item: (item[0] - first) // width):
                     step = list(group)
@@ -224,7 +240,8 @@ class Advisor(AdviceRules):
         with node.lock:
             if node.closed:
                 return
-            records, spans = node.log.take_fresh()
+            records, spans, notable = node.log.take_fresh()
+            runs = self._fresh_runs.take()
             pinned = self._pinned_bytes() if node.objects.bytes_in_segments >= PINNED_MIN_BYTES else None
             running = running_work(node)
             workers = [(worker_id, conn.pid) for worker_id, conn in
@@ -241,14 +258,15 @@ class Advisor(AdviceRules):
                 if waited is not None:
                     self.add_worker_sample(worker_id, self._now, waited)
             self._running = running
-            # Every run counts towards how busy the slots were. A flood of tasks: a
-            # sample tells the statistical rules as much, for a fraction of the time this
-            # thread takes from the program. Big arguments and long tasks are always
-            # looked at (in log order, with the sample); one pass does both. The rules
-            # keep the log's own records (they only read them).
+            # Every run counted towards how busy the slots were as it ended. A flood of
+            # tasks: a sample tells the statistical rules as much, for a fraction of the
+            # time this thread takes from the program. Big arguments and long tasks are
+            # always looked at (in log order, with the sample). The rules keep the log's
+            # own records (they only read them).
+            self._busy.merge(runs)
             stride = max(1, len(records) // SAMPLE_PER_STEP)
-            for record, weight in self._busy.add_runs(records, stride, CPU_BOUND_MIN_S):
-                self._add_record(record, weight)
+            for place, weight in sample_places(len(records), stride, notable):
+                self._add_record(records[place], weight)
             for span in spans:
                 self._add_span(span)
             if records or spans:  # the rules below only change when records arrive
