@@ -85,6 +85,14 @@ def _import_distributed() -> Any:
     return distributed
 
 
+def _worker_pids(client: Any) -> dict[str, int]:
+    """Each worker's process id, by address (one round trip; none if it cannot ask)."""
+    try:
+        return client.run(os.getpid, on_error="ignore")
+    except Exception:  # noqa: BLE001 - a cluster that cannot answer fails on the next call
+        return {}
+
+
 class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHolds, Backend):
     """The API on a Dask distributed cluster (see the module docstring)."""
 
@@ -132,6 +140,12 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             from lightwork.backends.cluster_plugin import ExportedRefs, TaskErrors
             from lightwork.backends.cluster_tasks import check_allowed_failures
 
+            if os.getpid() in _worker_pids(client).values():
+                if owns_client:
+                    client.close()
+                if cluster is not None:
+                    cluster.close()
+                raise RuntimeError(cluster_worker.WORKER_IN_DRIVER)
             try:  # (idempotent: a driver before this one may have installed it)
                 client.register_plugin(TaskErrors(), name=TaskErrors.name)
             except Exception as exc:  # said plainly, with what to do

@@ -323,6 +323,20 @@ def pick(values: tuple[Any, ...], index: int) -> Any:
 _backend: Any = None
 _backend_lock = threading.Lock()
 
+#: Why a Dask worker in the driver's own process is refused (at ``init``, or when one
+#: joins later and a task reaches it): the worker's backend would take over the API and
+#: the process's one ``RefCounter`` from the driver's, whose objects would then never be
+#: released in the cluster (found in session 13: LocalCluster(processes=False) kept every
+#: result's future).
+WORKER_IN_DRIVER = (
+    "lightwork's distributed backend needs the Dask workers in processes of their own, "
+    "but a worker of this cluster runs inside the driver's process (a LocalCluster or "
+    "Client made with processes=False): the driver and the worker would share one count "
+    "of each object's refs, and objects would never be freed. Start the workers as "
+    "processes (processes=True, LocalCluster's default; or init(address='local-cluster')), "
+    "or call lightwork.init() without an address to run on this machine alone."
+)
+
 
 def worker_backend() -> Any:
     """This worker process's backend, made (and given to the API) on its first task."""
@@ -334,6 +348,8 @@ def worker_backend() -> Any:
                 from lightwork import _api
                 from lightwork.backends.cluster import DistributedBackend
 
+                if getattr(_api._backend, "in_driver", False):  # a worker joined later
+                    raise RuntimeError(WORKER_IN_DRIVER)
                 _backend = DistributedBackend(None, in_driver=False)
                 _api._install_backend(_backend)
             backend = _backend
