@@ -1049,6 +1049,36 @@ def test_a_ref_a_worker_drops_outside_any_call_frees_its_object(backend, wait_un
         _wait_until_freed(wait_until, before, 20, "the object the thread dropped to be freed")
 
 
+def test_a_ref_the_driver_drops_is_freed_without_another_call(backend, wait_until):
+    """A program may drop a big object, then compute on its own or wait for input,
+    making no call into the runtime for a long time: the object is freed meanwhile."""
+    if backend == "distributed":
+        client = lightwork._api._core().client
+
+        def keys():  # the scheduler's keys, read without a call into the backend
+            return {str(key) for key in client.run_on_scheduler(
+                lambda dask_scheduler: list(dask_scheduler.tasks))}
+
+        before = keys()
+    ref = lightwork.put(b"x" * 200_000)
+    object_id = ref.id
+    if backend == "distributed":
+        [made] = keys() - before
+        assert made.startswith("bytes-")
+        del ref
+        wait_until(lambda: made not in keys(), timeout=20,
+                   message="the dropped object freed in the cluster")
+    else:
+        node = lightwork._api._node
+
+        def freed():
+            with node.lock:
+                return object_id not in node.objects.entries
+
+        del ref
+        wait_until(freed, timeout=20, message="the dropped object freed")
+
+
 @lightwork.remote(num_returns="dynamic")
 def dynamic_count(n):
     yield from range(n)

@@ -16,13 +16,15 @@ mints them without asking anyone. When the process's last ref to an id is gone
 (``RefCounter.drain``), its future is dropped — but a task still running keeps its
 future until it ends (``_orphans``): a task whose ref was dropped still runs.
 
-Dropped refs are applied (``_drain``) at the next call into the backend: in the driver,
-whose program keeps calling, that is all. A worker process also applies them from its
-event loop, woken by the first one queued (``RefCounter.on_first_release``): there a ref
-can go while no lightwork call runs and none may follow — let go by a user's thread, the
-cycle collector, or the worker's profiler, which holds the frames of a running task for
-a moment each 10 ms and so may free a ``put``'s argument after the task's last drain.
-Without it that object stayed wanted by the worker's client for good.
+Dropped refs are applied (``_drain``) at the next call into the backend, and from the
+client's event loop, woken by the first one queued since the last drain
+(``RefCounter.on_first_release``): a ref can go while no lightwork call runs and none may
+follow. In a worker it is let go by a user's thread, the cycle collector, or the
+worker's profiler, which holds the frames of a running task for a moment each 10 ms and
+so may free a ``put``'s argument after the task's last drain (that object stayed wanted
+by the worker's client for good, session 12). In the driver, a program that drops a big
+``put`` and then computes on its own, or waits for input, kept it in the cluster's memory
+until its next call (until session 13; the local runtime's I/O thread always freed it).
 
 Where the rest lives
 --------------------
@@ -161,7 +163,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             check_allowed_failures(client)  # warns once if each loss is not one try
         self._closed = False
         ref_counter.on_borrow = self._on_borrow
-        ref_counter.on_first_release = None if in_driver else self._drain_soon
+        ref_counter.on_first_release = self._drain_soon
 
     # -- lifetime ----------------------------------------------------------------------------
     @classmethod
@@ -295,9 +297,10 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             self.keys.update(keys)
 
     def _drain_soon(self) -> None:
-        """In a worker: a dropped ref was queued, maybe outside any call (see the module
-        docstring). Applied from the event loop, since this runs wherever the ref died,
-        inside a ``__del__``, perhaps while this thread holds ``lock``."""
+        """A dropped ref was queued, maybe outside any call (see the module docstring).
+        Applied from the event loop, since this runs wherever the ref died, inside a
+        ``__del__``, perhaps while this thread holds ``lock`` (no code holds ``lock``
+        while it waits for the loop: the loop's callbacks take it)."""
         client = self._client  # (none yet: no future in this process to drop)
         if client is None or self._closed:
             return
