@@ -504,3 +504,26 @@ def test_advise_waits_for_a_look_that_took_records_it_has_not_folded_in(monkeypa
     caller.join(30)
     thread_look.join(30)
     assert answers == [{"tiny-tasks"}]
+
+
+def test_an_advisor_whose_look_fails_says_why_and_stops_being_fed(fresh_runtime, monkeypatch,
+                                                                  capsys, wait_until):
+    # The advisor must never disturb the program: a look that raises prints the error,
+    # ends the thread, and the log stops keeping spans and tallying records for looks
+    # that will not come; tasks run on.
+    from lightwork.diagnostics import advisor as advisor_module
+
+    def broken_look(self, node):
+        raise ZeroDivisionError("a rule's bug")
+
+    monkeypatch.setattr(advisor_module.Advisor, "_look", broken_look)
+    fresh_runtime.init(num_cpus=2)
+    node = fresh_runtime._api._node
+    assert node.log.watching
+    wait_until(lambda: not node.log.watching, timeout=10, message="the log unwatched")
+    assert "ZeroDivisionError: a rule's bug" in capsys.readouterr().err
+    square = fresh_runtime.remote(lambda x: x * x)
+    assert fresh_runtime.get([square.remote(i) for i in range(20)], timeout=30) == [
+        i * i for i in range(20)]
+    with node.lock:
+        assert node.log._tally is None and node.log.fresh_spans is None

@@ -213,12 +213,16 @@ class Advisor(AdviceRules):
     def stop(self) -> None:
         self._thread.stop()
 
-    @staticmethod
-    def _give_up(error: Exception) -> bool:
+    def _give_up(self, error: Exception) -> bool:
         import traceback
 
-        # The advisor must never disturb the program: say what broke, then stop looking.
+        # The advisor must never disturb the program: say what broke, then stop looking,
+        # and stop the log keeping anything for looks that will not come.
         traceback.print_exception(type(error), error, error.__traceback__)
+        node = self.node
+        if node is not None:
+            with node.lock:
+                node.log.unwatch()
         return False
 
     def step(self) -> None:
