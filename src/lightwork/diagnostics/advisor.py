@@ -80,12 +80,13 @@ thread's CPU clock, and its tally (``_measure.RunTally``), which the event log c
 each record as it ends. Until session 13 a look summed every record of its step for how
 busy the slots were; by then the records were cold in the cache and that pass was 0.24-0.29
 µs a task, four fifths of the looks' CPU (2.5-2.7% of a batch in all, over the target).
-The tally does the same sums while each record is still warm from being written, 0.12 µs
-a record on the I/O thread; a look now folds in the tally's sums and reads only its
-sample (``SAMPLE_PER_STEP`` records a look, a cost per look, not per task) and the
-records the tally named (big arguments, long runs). Looks 0.8-0.9% of a batch, with the
-tally 1.7-1.9% (three runs each); the driver's CPU per task fell 1% (0.99 paired over 40
-alternating rounds, the advisor's thread 0.70, the I/O thread 1.06). ``make bench``
+The tally does the same sums while each record is still warm from being written, about
+0.1 µs a record on the I/O thread; a look now folds in the tally's sums and reads only
+its sample (``SAMPLE_PER_STEP`` records a look, a cost per look, not per task) and the
+records the tally named (big arguments, long runs). The looks' CPU 0.8-0.9% of a batch,
+with the tally's 1.7-1.9% (three runs each), 1.7-1.8% once the tally's attributes were in
+``__slots__`` (four); the driver's CPU per task fell 1% (0.99 paired over 40 alternating
+rounds, the advisor's thread 0.70, the I/O thread 1.06). ``make bench``
 reports this cost directly (the looks' and the tally's CPU per task against the time per
 task, in one session) next to the paired sessions with and without the advisor, whose
 difference swings with the ±15% between fresh sessions.
