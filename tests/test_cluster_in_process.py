@@ -15,13 +15,18 @@ distributed = pytest.importorskip("distributed",
                                   reason="the cluster extra: pip install 'lightwork[cluster]'")
 
 
-def _threads_cluster(workers: int):
-    return distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
-                                    processes=False, dashboard_address=None)
+def _cluster(workers: int, processes: bool):
+    import dask
+
+    # allowed-failures=0, as the README asks (else init warns that a lost worker's tasks
+    # are retried behind lightwork's back).
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        return distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
+                                        processes=processes, dashboard_address=None)
 
 
 def test_init_refuses_a_cluster_with_a_worker_in_this_process(fresh_runtime):
-    with _threads_cluster(1) as cluster, distributed.Client(cluster) as client:
+    with _cluster(1, processes=False) as cluster, distributed.Client(cluster) as client:
         with pytest.raises(RuntimeError, match="processes of their own") as caught:
             fresh_runtime.init(address=client)
         assert "processes=True" in str(caught.value)
@@ -29,16 +34,14 @@ def test_init_refuses_a_cluster_with_a_worker_in_this_process(fresh_runtime):
         assert not fresh_runtime.is_initialized()
         assert client.status == "running"  # the program's client: left for it to close
         # Workers in processes of their own are fine on the same scheduler's kind.
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as client:
+    with _cluster(1, processes=True) as cluster, distributed.Client(cluster) as client:
         fresh_runtime.init(address=client)
         square = fresh_runtime.remote(lambda x: x * x)
         assert fresh_runtime.get(square.remote(7), timeout=60) == 49
 
 
 def test_a_worker_joining_in_this_process_later_fails_its_task_saying_why(fresh_runtime):
-    with _threads_cluster(0) as cluster, distributed.Client(cluster) as client:
+    with _cluster(0, processes=False) as cluster, distributed.Client(cluster) as client:
         fresh_runtime.init(address=client)  # no worker yet: nothing to refuse
         backend = fresh_runtime._api._backend
         cluster.scale(1)

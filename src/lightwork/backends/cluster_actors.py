@@ -137,6 +137,7 @@ class ActorHost:
             return _spread(error_of(name, exc), num_returns)
         finally:
             current.task, current.session = previous
+            self.backend.confirm_borrows()  # before the reply (see there)
         finished = time.time()
         stored = self._store(name, result, num_returns, caller_client)
         del result  # this process's own refs to what is inside go now: the result's
@@ -166,6 +167,10 @@ class ActorHost:
             except Exception as exc:  # noqa: BLE001
                 self._note(task_id, name, started, exc)
                 return _spread(error_of(name, exc), num_returns)
+            finally:
+                # Before the reply (see there); a moment of this actor's loop, only
+                # when the call borrowed refs.
+                self.backend.confirm_borrows()
         finished = time.time()
         stored = self._store(name, result, num_returns, caller_client)
         del result

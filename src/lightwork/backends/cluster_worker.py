@@ -251,6 +251,7 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
         del args, kwargs  # the task's refs die here, so the drain below can release them
         if ref_counter._released:  # borrowed objects this task no longer holds
             backend._drain()
+        backend.confirm_borrows()  # those it still holds, before it ends (see there)
     finished = _wall()
     if num_returns == 1:
         # Refs inside the result live as long as the result's key (ExportedRefs).
