@@ -33,7 +33,7 @@ def test_init_refuses_a_cluster_with_a_worker_in_this_process(fresh_runtime):
         assert "init() without an address" in str(caught.value)
         assert not fresh_runtime.is_initialized()
         assert client.status == "running"  # the program's client: left for it to close
-        # Workers in processes of their own are fine on the same scheduler's kind.
+    # Workers in processes of their own are fine.
     with _cluster(1, processes=True) as cluster, distributed.Client(cluster) as client:
         fresh_runtime.init(address=client)
         square = fresh_runtime.remote(lambda x: x * x)

@@ -164,19 +164,19 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             from lightwork.backends.cluster_plugin import ExportedRefs, TaskErrors
             from lightwork.backends.cluster_tasks import check_allowed_failures
 
-            if os.getpid() in _worker_pids(client).values():
+            def close_what_init_opened() -> None:  # before refusing the cluster
                 if owns_client:
                     client.close()
                 if cluster is not None:
                     cluster.close()
+
+            if os.getpid() in _worker_pids(client).values():
+                close_what_init_opened()
                 raise RuntimeError(cluster_worker.WORKER_IN_DRIVER)
             try:  # (idempotent: a driver before this one may have installed it)
                 client.register_plugin(TaskErrors(), name=TaskErrors.name)
             except Exception as exc:  # said plainly, with what to do
-                if owns_client:
-                    client.close()
-                if cluster is not None:
-                    cluster.close()
+                close_what_init_opened()
                 raise RuntimeError(
                     f"the Dask scheduler at {client.scheduler.address} could not load "
                     f"lightwork's scheduler plugin ({type(exc).__name__}: {exc}); install "
