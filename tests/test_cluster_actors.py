@@ -460,3 +460,94 @@ def test_a_detached_actor_outlives_its_driver_and_a_named_one_does_not(both_work
     lightwork.kill(kept)
     with pytest.raises(ValueError, match="no live actor"):
         lightwork.get_actor(f"kept-{tag}")
+
+
+# ---- an actor's lifetime: it ends with its last handle ---------------------------------
+@lightwork.remote
+class Threaded:
+    def pid(self):
+        return os.getpid()
+
+
+@lightwork.remote
+class AsyncThreaded:
+    async def pid(self):
+        return os.getpid()
+
+
+def _actor_census(dask_worker=None):
+    """On a worker: the actor keys it hosts, and its actors' threads."""
+    import gc
+
+    gc.collect()
+    return (sorted(str(key) for key in dask_worker.state.actors),
+            sorted(t.name for t in threading.enumerate()
+                   if t.name.startswith("lightwork-actor-")))
+
+
+def _hosted():
+    """Every worker's actor keys and actor threads, merged."""
+    census = lightwork._api._backend.client.run(_actor_census)
+    return (sorted(k for keys, _ in census.values() for k in keys),
+            sorted(t for _, threads in census.values() for t in threads))
+
+
+def test_an_actor_whose_every_handle_is_dropped_ends_with_its_threads(cluster, wait_until):
+    """Distributed frees a key nobody wants: the driver's cached proxy no longer wants the
+    actor's key after the last handle is dropped, so the actor, and the thread pool or
+    event loop thread it ran on, go (they lived until the session ended before session
+    14)."""
+    import gc
+
+    backend = lightwork._api._backend
+    sync_actor, async_actor = Threaded.remote(), AsyncThreaded.remote()
+    assert len(set(lightwork.get([sync_actor.pid.remote(), async_actor.pid.remote()],
+                                 timeout=20))) >= 1
+    keys = [backend.futures[sync_actor._ref.id].key, backend.futures[async_actor._ref.id].key]
+    hosted, threads = _hosted()
+    assert set(keys) <= set(hosted)
+    assert any(t.startswith("lightwork-actor-AsyncThreaded") for t in threads), threads
+    del sync_actor, async_actor
+    gc.collect()
+    wait_until(lambda: all(_wanted_by(key) is None for key in keys), timeout=HANG_LIMIT_S,
+               message="the scheduler to forget the actors' keys")
+
+    def ended():
+        hosted, threads = _hosted()
+        return not set(keys) & set(hosted) and not any(
+            t.startswith(("lightwork-actor-Threaded", "lightwork-actor-AsyncThreaded"))
+            for t in threads)
+
+    wait_until(ended, timeout=HANG_LIMIT_S, message="the actors and their threads to end")
+
+
+@lightwork.remote
+def call_before_and_after(actor, started, gate):
+    first = lightwork.get(actor.pid.remote(), timeout=20)
+    open(started, "w").close()
+    wait_for_file(gate, 30)
+    return first, lightwork.get(actor.pid.remote(), timeout=20)
+
+
+def test_a_handle_a_running_task_holds_keeps_the_actor_after_the_driver_drops_its_own(
+        cluster, tmp_path, wait_until):
+    """The driver drops its handle while a task still holds one: the actor lives on for
+    the task, then goes with the task's."""
+    import gc
+
+    backend = lightwork._api._backend
+    actor = Threaded.remote()
+    key = backend.futures[actor._ref.id].key
+    started, gate = str(tmp_path / "started"), str(tmp_path / "gate")
+    ref = call_before_and_after.remote(actor, started, gate)
+    assert wait_for_file(started, 30)
+    del actor
+    gc.collect()
+    backend._drain()
+    assert _wanted_by(key)  # the task's process still wants it
+    open(gate, "w").close()
+    first, second = lightwork.get(ref, timeout=30)
+    assert first == second
+    del ref
+    wait_until(lambda: _wanted_by(key) is None, timeout=HANG_LIMIT_S,
+               message="the actor's key to go with the task's handle")

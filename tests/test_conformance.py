@@ -748,6 +748,70 @@ def test_a_handle_in_another_process_sees_a_killed_actor_dead(backend, tmp_path)
     assert len(attempts(str(tmp_path))) == 1
 
 
+def test_a_task_given_a_killed_actor_sees_it_dead(backend):
+    """A process that first meets a handle after its actor was killed (no restarts) gets
+    ActorDiedError, not a wait: on distributed the killed actor's key is forgotten, and a
+    want of an unknown key is ignored, so the task's call waited out its own timeout
+    (30 s here) until session 14."""
+    actor = Pid.remote()
+    lightwork.get(actor.pid.remote(), timeout=20)
+    lightwork.kill(actor)
+    with pytest.raises(exceptions.ActorDiedError, match="killed"):
+        lightwork.get(pid_through.remote(actor), timeout=40)
+
+
+@lightwork.remote
+class GatedStart:
+    """Its constructor waits for ``gate``."""
+
+    def __init__(self, gate):
+        wait_for_file(gate, 30)
+
+    def answer(self):
+        return 42
+
+
+def test_calls_made_while_the_actor_is_built_finish_though_its_handle_is_dropped(
+        backend, tmp_path):
+    """Calls keep their actor: dropped at once, the handle's queued calls (its constructor
+    still waits) run once it is up (on distributed they failed with "not known to this
+    session" until session 14)."""
+    import gc
+
+    gate = str(tmp_path / "gate")
+    actor = GatedStart.remote(gate)
+    refs = [actor.answer.remote() for _ in range(3)]
+    del actor
+    gc.collect()
+    lightwork.get(add.remote(1, 1), timeout=20)  # a call into the runtime: drops apply
+    open(gate, "w").close()
+    assert lightwork.get(refs, timeout=30) == [42, 42, 42]
+
+
+def test_a_named_actor_whose_handles_are_all_dropped_is_no_longer_found(backend, wait_until):
+    """Not detached, a named actor ends with its last handle and its name goes (Ray's
+    lifetime); on distributed its directory entry kept it alive for the whole session
+    until session 14."""
+    import gc
+
+    name = f"dropped-{uuid.uuid4().hex[:8]}"
+    actor = Pid.options(name=name).remote()
+    lightwork.get(actor.pid.remote(), timeout=20)
+    assert lightwork.get(lightwork.get_actor(name).pid.remote(), timeout=20)
+    del actor
+    gc.collect()
+
+    def gone():
+        lightwork.get(add.remote(1, 1), timeout=20)  # a call into the runtime: drops apply
+        try:
+            lightwork.get_actor(name)
+        except ValueError:
+            return True
+        return False
+
+    wait_until(gone, timeout=20, message="the name of the dropped actor to go")
+
+
 def _death_of(actor):
     """The ActorDiedError a call to ``actor`` raises, or None while it answers."""
     try:

@@ -273,7 +273,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         if ref_counter.on_first_release == self._drain_soon:
             ref_counter.on_first_release = None
         reachable = getattr(self._client, "status", "running") == "running"
-        for name in self._named if reachable else ():  # (not detached: ends with its driver;
+        for name in self._named.values() if reachable else ():  # (not detached: ends with its driver;
             try:  # a lost scheduler forgot them anyway)
                 self._client.unpublish_dataset(name)
             except Exception:  # noqa: BLE001 - the cluster may be gone already
@@ -379,6 +379,8 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
                     continue
                 future = self.futures.pop(object_id, None)
                 self.keys.pop(object_id, None)
+                if object_id in self._proxies or object_id in self._owned:
+                    self._forget_actor(object_id)  # the last handle here to an actor
                 if self._holds and getattr(future, "key", None) in self._holds:
                     dropped_puts.append(future.key)
                 if object_id in self._streams:  # a generator dropped: its unread items go

@@ -27,6 +27,25 @@ through the actor's key; calls lost in flight, or made meanwhile, wait for it th
 Named actors are published as scheduler datasets (``lightwork-actor/<namespace>/<name>``:
 the cluster's directory, found from any client); a detached one stays published after
 its driver leaves. ``kill`` cancels the actor's key, which ends it on its worker.
+
+Lifetime
+--------
+An actor lives while some process wants its key: distributed frees a key nobody wants,
+and the actor with it (``ActorHost.__del__`` then stops its threads). In each process the
+handles' ref (``futures``), the cached proxy (``_proxies``, whose own future wants the
+key) and each unsettled call (``ActorCall.actor``) want it. When the last handle here is
+dropped, ``_forget_actor`` drops the proxy, the creator's ownership (``_owned``: nothing
+can restart an actor without its key) and, for a named actor not detached, its directory
+entry (the dataset wants the key too); calls already made still finish. So, as in Ray,
+the actor ends once no process holds a handle. Until session 14 the proxy was kept for
+the session, and every actor lived until its driver ended.
+
+A process that meets a handle only after its actor was killed holds a key the scheduler
+has forgotten; distributed ignores a want of an unknown key, so its future would stay
+pending for good. The first call that finds such a key pending asks the scheduler
+whether it knows it (``_key_exists``) and fails with ``ActorDiedError`` if it does not.
+Left per actor for the session, all small: ``_seqs`` (a handle that comes back, inside a
+value, must go on counting its calls), ``_killed`` and ``_policies``.
 """
 
 from __future__ import annotations
@@ -34,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -51,6 +71,15 @@ from lightwork.backends.cluster_holds import Handover
 from lightwork.backends.cluster_worker import ArgSlot, Failed, key_name, unsupported
 
 _ACTOR_DATASET = "lightwork-actor/"
+#: How long an actor key the scheduler does not know is asked about again before the
+#: actor counts as gone (``_key_exists``).
+ACTOR_KEY_GRACE_S = 3.0
+ACTOR_KEY_POLL_S = 0.05
+
+
+def _key_known(dask_scheduler: Any = None, key: Any = None) -> bool:  # type: ignore[assignment]
+    """Run on the scheduler: whether it knows ``key``."""
+    return key in dask_scheduler.tasks
 
 
 
@@ -72,12 +101,16 @@ _ENV_LOADER = b"lightwork._runtime.runtime_env\x94\x8c\x10load_actor_class"
 class ActorCall:
     """One actor call from this process: its message, and its outcome once final."""
 
-    __slots__ = ("__weakref__", "actor_id", "attempt", "held", "inner", "message",
+    __slots__ = ("__weakref__", "actor", "actor_id", "attempt", "held", "inner", "message",
                  "num_returns", "outcome", "recorder", "sends")
 
-    def __init__(self, actor_id: int, message: tuple[Any, ...], num_returns: int,
+    def __init__(self, actor_id: int, actor: Any, message: tuple[Any, ...], num_returns: int,
                  recorder: Any = None) -> None:
         self.actor_id = actor_id
+        # The actor's key as this process held it when the call was made: the call keeps
+        # its actor alive, and can find it, until it is settled, even if every handle
+        # here is dropped meanwhile (see "Lifetime" in the module docstring).
+        self.actor: Any = actor
         self.message = message  # (method, name, payload, keys, num_returns, task_id)
         self.num_returns = num_returns
         self.attempt = 0
@@ -102,6 +135,7 @@ class ActorCall:
 
     def _settle(self, stored: Any) -> None:
         self.held = []
+        self.actor = None
         if not self.outcome.done():
             self.outcome.set_result(stored)
 
@@ -148,7 +182,9 @@ class ActorCalls(ActorRestarts):
         self._seqs: dict[int, int] = {}  # actor id -> next call number from this process
         self._owned: dict[int, OwnedActor] = {}
         self._watched: set[str] = set()  # worker topics subscribed to
-        self._named: list[str] = []  # named, not detached actors: unpublished at shutdown
+        # Named, not detached actors this process made (actor id -> dataset): unpublished
+        # when its last handle here is dropped (_forget_actor), or at shutdown.
+        self._named: dict[int, str] = {}
         self._caller = uuid.uuid4().hex  # this process, as a caller of actors
         self._borrowed: dict[int, BorrowedRestart] = {}  # borrowed actors being restarted
         self._policies: dict[int, tuple[int, int] | None] = {}  # see _restart_policy
@@ -237,7 +273,7 @@ class ActorCalls(ActorRestarts):
             entry = (actor.actor_id, actor.class_name, dict(actor.methods), future)
             self.client.publish_dataset(entry, name=_actor_dataset(actor.name, namespace))
             if not actor.detached:
-                self._named.append(_actor_dataset(actor.name, namespace))
+                self._named[actor.actor_id] = _actor_dataset(actor.name, namespace)
 
     # -- calls -------------------------------------------------------------------------------
     def submit_actor_task(self, actor_id: int, method: str, name: str, args: tuple,
@@ -246,6 +282,7 @@ class ActorCalls(ActorRestarts):
         self._check_reachable()
         if ref_counter._released:
             self._drain()
+        actor = self._future_of(actor_id)  # (a handle of an ended session raises here)
         tops = [a for a in (*args, *kwargs.values()) if type(a) is ObjectRef]
         if tops:  # resolved here, before the call is sent: its order is kept
             values = iter(self.get([ref.id for ref in tops], None))
@@ -258,7 +295,7 @@ class ActorCalls(ActorRestarts):
         if self.recorder is not None:
             self.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id,
                                     call=(args, kwargs))
-        call = ActorCall(actor_id, (method, name, payload, keys, num_returns, task_id),
+        call = ActorCall(actor_id, actor, (method, name, payload, keys, num_returns, task_id),
                          num_returns, self.recorder)
         if keys:  # hold what the call borrows until it ends
             call.held = [self.futures[i] for i in keys]
@@ -288,7 +325,7 @@ class ActorCalls(ActorRestarts):
         if owned is None and not flushing and self._queue_while_restarting(call):
             return
         try:
-            proxy = self._actor(actor_id)
+            proxy = self._actor(actor_id, call.actor)
         except exceptions.ActorDiedError as died:
             if owned is None:
                 if not self._await_restart(call, None):
@@ -299,7 +336,7 @@ class ActorCalls(ActorRestarts):
                 return
             proxy = None
         if proxy is None and owned is None:  # its key is pending (again): wait for it
-            self._queue_while_building(call, owned, pending=True)
+            self._queue_while_building(call, owned, pending=True, flushing=flushing)
             return
         with self.lock:
             if owned is not None:
@@ -317,14 +354,17 @@ class ActorCalls(ActorRestarts):
         self._send(proxy, call, seq, incarnation)
 
     def _queue_while_building(self, call: ActorCall, owned: OwnedActor | None,
-                              pending: bool = False) -> bool:
+                              pending: bool = False, flushing: bool = False) -> bool:
         """Queue ``call`` if its actor's key is pending (being built, or rebuilt by an
         owner elsewhere; an owned actor's restart has a queue of its own): the calls
         go, in order, once the key is done (``_built``). So ``.remote()`` returns at
         once, even while a constructor runs or no worker can take the actor yet.
-        ``pending``: the caller saw the key pending (the call is queued whatever else).""" 
+        ``pending``: the caller saw the key pending (the call is queued whatever else).
+        The first call to queue for an actor this process did not create makes sure the
+        scheduler knows the key (``_key_exists``; not when ``flushing``, in distributed's
+        callback thread): if not, the actor is gone and the call fails."""
         actor_id = call.actor_id
-        future = self.futures.get(actor_id)
+        future = call.actor
         with self.lock:
             waiting = self._building.get(actor_id)
             if waiting is not None:
@@ -335,6 +375,14 @@ class ActorCalls(ActorRestarts):
                     or getattr(future, "status", "finished") != "pending"
                     or owned is not None and (owned.restarting or owned.flushing)):
                 return False
+        if owned is None and not flushing and not self._key_exists(future):
+            call.fail(self._actor_died(actor_id, None, forgotten=True))
+            return True
+        with self.lock:
+            waiting = self._building.get(actor_id)
+            if waiting is not None:  # another call began the queue meanwhile
+                waiting.append(call)
+                return True
             self._building[actor_id] = [call]
         future.add_done_callback(lambda _f: self._built(actor_id))
         return True
@@ -346,12 +394,12 @@ class ActorCalls(ActorRestarts):
         while True:
             with self.lock:
                 waiting = self._building.get(actor_id)
-                future = self.futures.get(actor_id)
-                if waiting and future is not None and future.status == "pending":
-                    break  # pending again (rebuilt): wait for it once more
                 if not waiting:
                     self._building.pop(actor_id, None)
                     return
+                future = waiting[0].actor  # (the calls hold the key: see ActorCall.actor)
+                if future is not None and future.status == "pending":
+                    break  # pending again (rebuilt): wait for it once more
                 calls = waiting[:]
                 waiting.clear()
             for call in calls:
@@ -436,12 +484,12 @@ class ActorCalls(ActorRestarts):
             self.take_over(reply["result"], keep=False)
 
     # -- the actor's proxy -------------------------------------------------------------------
-    def _actor(self, actor_id: int) -> Any:
-        """The distributed proxy of the actor; None while its key is pending (being built
-        or rebuilt: never waited for here); ActorDiedError if it is gone."""
+    def _actor(self, actor_id: int, future: Any) -> Any:
+        """The distributed proxy of the actor whose key ``future`` is; None while the key
+        is pending (being built or rebuilt: never waited for here); ActorDiedError if it
+        is gone."""
         proxy = self._proxies.get(actor_id)
         if proxy is None:
-            future = self._future_of(actor_id)
             try:
                 proxy = self._result_at_hand(future)
             except exceptions.RuntimeSystemError:
@@ -450,13 +498,65 @@ class ActorCalls(ActorRestarts):
                 raise self._actor_died(actor_id, exc) from None
             if proxy is None:
                 return None
-            self._proxies[actor_id] = proxy
+            self._cache_proxy(actor_id, proxy)
         # The actor's key, as this process holds it (the proxy's own future is private).
-        held = self.futures.get(actor_id)
+        held = future
         if self._killed.get(actor_id) or held is not None and (
                 getattr(held, "status", "finished") not in ("finished", "pending")):
             raise self._actor_died(actor_id, None)
         return proxy
+
+    def _forget_actor(self, actor_id: int) -> None:
+        """The last handle in this process to ``actor_id`` was dropped (``_drain``, with
+        the lock held): drop its cached proxy, which holds the actor's key, so the actor
+        ends once no process holds a handle, as distributed frees any key nobody wants.
+        Its creator gives up owning it: nothing here can restart it without the key (a
+        handle elsewhere keeps the actor alive, without restarts). Calls still queued or
+        in flight hold the key themselves (``ActorCall.actor``) and finish."""
+        self._proxies.pop(actor_id, None)
+        owned = self._owned.pop(actor_id, None)
+        if owned is not None:
+            owned.dead = owned.dead or "every handle to it in its creator was dropped"
+            owned.held = []  # the refs its constructor borrowed, kept for restarts
+        name = self._named.pop(actor_id, None)
+        if name is not None:  # its directory entry holds the key too (Ray: no longer found)
+            # Not from here: this may run on the event loop (_drain_soon), which the RPC
+            # waits for, and with the lock held.
+            threading.Thread(target=self._unpublish, args=(name,), daemon=True,
+                             name="lightwork-actor-unpublish").start()
+
+    def _unpublish(self, name: str) -> None:
+        try:
+            self.client.unpublish_dataset(name)
+        except Exception:  # noqa: BLE001, S110 - the cluster is gone: so is the entry
+            pass
+
+    def _cache_proxy(self, actor_id: int, proxy: Any) -> None:
+        """Keep ``proxy`` for the next calls while this process holds a handle to the
+        actor: the proxy holds the actor's key, so a proxy kept after the last handle
+        would keep the actor alive (``_drain`` drops it with the handle)."""
+        if actor_id in self.futures:
+            self._proxies[actor_id] = proxy
+
+    def _key_exists(self, future: Any) -> bool:
+        """Whether the scheduler knows the actor key ``future`` stands for, pending (being
+        built, or rebuilt by its owner) or not. A process that meets a handle after its
+        actor was killed holds a key the scheduler has forgotten, and distributed ignores
+        a want of an unknown key: without this look the call would wait for a key nobody
+        will make. The creator's submission may still be on its way when a handle comes
+        by another path (an actor call's arguments go straight to its worker), so an
+        unknown key is looked at again for ``ACTOR_KEY_GRACE_S`` before it counts as
+        gone. Only a call that finds the key pending pays this (one read of the
+        scheduler's task table); later calls queue behind it."""
+        deadline = time.monotonic() + ACTOR_KEY_GRACE_S
+        while True:
+            try:
+                known = self.client.run_on_scheduler(_key_known, key=future.key)
+            except Exception:  # noqa: BLE001 - the scheduler is away: the wait is bounded
+                return True
+            if known or future.status != "pending" or time.monotonic() > deadline:
+                return bool(known) or future.status != "pending"
+            time.sleep(ACTOR_KEY_POLL_S)
 
     def _result_at_hand(self, future: Any) -> Any:
         """The result of a done ``future`` (raising its error); None if it is pending.
@@ -471,10 +571,15 @@ class ActorCalls(ActorRestarts):
                 self._check_reachable()
         return None
 
-    def _actor_died(self, actor_id: int, exc: BaseException | None) -> exceptions.ActorDiedError:
+    def _actor_died(self, actor_id: int, exc: BaseException | None,
+                    forgotten: bool = False) -> exceptions.ActorDiedError:
+        """``forgotten``: the scheduler no longer knows its key (``_key_exists``)."""
         owned = self._owned.get(actor_id)
         if self._killed.get(actor_id):
             why = "it was killed"
+        elif forgotten:
+            why = ("the cluster no longer has it (it was killed, or every handle to it was "
+                   "dropped)")
         elif owned is not None and owned.dead:
             why = owned.dead
         else:

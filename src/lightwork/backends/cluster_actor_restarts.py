@@ -340,7 +340,7 @@ class ActorRestarts:
                 # on the same future may have cached this very proxy object already
                 # (distributed batches concurrent gathers of one key), and the new actor
                 # counts each caller's calls from 0.
-                self._proxies[owned.actor_id] = proxy
+                self._cache_proxy(owned.actor_id, proxy)
                 self._seqs[owned.actor_id] = 0
                 owned.incarnation += 1
             owned.restarting = False
@@ -434,14 +434,15 @@ class ActorRestarts:
                 lost_address = cached._address
             borrowed = self._borrowed[actor_id] = BorrowedRestart(
                 lost_address, [] if retry else [call], [call] if retry else [])
-        threading.Thread(target=self._follow_restart, args=(actor_id, borrowed), daemon=True,
+        threading.Thread(target=self._follow_restart, args=(actor_id, borrowed, call.actor),
+                         daemon=True,
                          name=f"lightwork-actor-restart-{actor_id:x}").start()
         return True
 
-    def _follow_restart(self, actor_id: int, borrowed: BorrowedRestart) -> None:
+    def _follow_restart(self, actor_id: int, borrowed: BorrowedRestart, future: Any) -> None:
         """Follow the owner's restart of a borrowed actor through its key's state on the
-        scheduler (this process's future of it), then send the queued calls in order."""
-        future = self.futures.get(actor_id)
+        scheduler (``future``, this process's, held by the call that met the loss), then
+        send the queued calls in order."""
         deadline = time.monotonic() + RESTART_WAIT_S
         proxy, why = None, ""
         while future is not None and not self._closed:
@@ -466,7 +467,7 @@ class ActorRestarts:
         with self.lock:
             borrowed.flushing = True
             if proxy is not None:
-                self._proxies[actor_id] = proxy
+                self._cache_proxy(actor_id, proxy)
                 self._seqs[actor_id] = 0  # the new incarnation counts each caller from 0
         # Lost calls first, then those made meanwhile, in order; calls made during the
         # flush join the queue (none overtakes an older one) until it is empty.

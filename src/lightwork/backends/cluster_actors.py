@@ -84,11 +84,22 @@ class ActorHost:
         if is_async:  # its own loop, in its own thread: never the worker's
             self.loop = asyncio.new_event_loop()
             self.limit = asyncio.Semaphore(slots)
-            threading.Thread(target=self.loop.run_forever, daemon=True,
+            threading.Thread(target=_run_until_stopped, args=(self.loop,), daemon=True,
                              name=f"lightwork-actor-{class_name}").start()
         else:
             self.executor = concurrent.futures.ThreadPoolExecutor(
                 slots, thread_name_prefix=f"lightwork-actor-{class_name}")
+
+    def __del__(self) -> None:
+        """Distributed dropped the actor (killed, or no process holds a handle): its
+        threads end too (a pool's idle threads would, once it is collected; an async
+        actor's loop runs until stopped)."""
+        loop = getattr(self, "loop", None)
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)
+        executor = getattr(self, "executor", None)
+        if executor is not None:
+            executor.shutdown(wait=False)
 
     async def call(self, caller: str, seq: int, method: str, name: str, payload: bytes,
                    keys: dict[int, str] | None, num_returns: int, task_id: int = 0,
@@ -221,6 +232,11 @@ def _result_size(stored: Any, num_returns: int) -> int:
 
 def _ready() -> bool:
     return True
+
+
+def _run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:
+    loop.run_forever()
+    loop.close()
 
 
 def _spread(failed: Failed, num_returns: int) -> Any:
