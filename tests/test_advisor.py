@@ -527,3 +527,32 @@ def test_an_advisor_whose_look_fails_says_why_and_stops_being_fed(fresh_runtime,
         i * i for i in range(20)]
     with node.lock:
         assert node.log._tally is None and node.log.fresh_spans is None
+
+
+def test_a_fast_loop_of_gets_is_get_in_loop_though_the_look_samples_its_records():
+    """Thousands of tiny synchronous calls in one look: the look reads a sample of the
+    records, but every record a one-object get waited for, so the get-in-loop chain holds
+    (it was found for a slow loop only, until session 14)."""
+    import types
+
+    from lightwork._runtime.events import DriverSpan, EventLog, TaskRecord
+    from lightwork.diagnostics import advisor as advisor_module
+    from lightwork.diagnostics._advice_rules import SAMPLE_PER_STEP
+
+    node = types.SimpleNamespace(lock=threading.RLock(), closed=False, log=EventLog(),
+                                 objects=types.SimpleNamespace(bytes_in_segments=0))
+    advisor = node.advisor = advisor_module.Advisor(node, cpus=2, cores=2)
+    submit_site, get_site = ("job.py", 7, "main"), ("job.py", 8, "main")
+    calls = SAMPLE_PER_STEP * 6  # a sample of one record in six
+    for task_id in range(1, calls + 1):  # each: submitted, runs 1 µs, got, 60 µs apart
+        at = 100.0 + task_id * 60e-6
+        node.log.finish_task(TaskRecord(
+            task_id, "f", 0, at, started=at + 5e-6, args_loaded=at + 5e-6,
+            finished=at + 6e-6, stored=at + 7e-6, seen=at + 20e-6, state="FINISHED",
+            callsite=submit_site))
+        node.log.add_span(DriverSpan("get", at + 1e-6, at + 50e-6, 1, 1,
+                                     first_object_id=task_id + 10**6, callsite=get_site,
+                                     first_task_id=task_id))
+    advisor.step()
+    [finding] = [f for f in advisor.findings if f.kind == "get-in-loop"]
+    assert finding.callsite == get_site and finding.evidence["gets_in_a_row"] >= 4

@@ -82,8 +82,10 @@ busy the slots were; by then the records were cold in the cache and that pass wa
 µs a task, four fifths of the looks' CPU (2.5-2.7% of a batch in all, over the target).
 The tally does the same sums while each record is still warm from being written, about
 0.1 µs a record on the I/O thread; a look now folds in the tally's sums and reads only
-its sample (``SAMPLE_PER_STEP`` records a look, a cost per look, not per task) and the
-records the tally named (big arguments, long runs). The looks' CPU 0.8-0.9% of a batch,
+its sample (``SAMPLE_PER_STEP`` records a look, a cost per look, not per task), the
+records the tally named (big arguments, long runs) and those a one-object get waited for
+while get-in-loop may still be found at its call site (that rule follows each get to its
+task's record: sampled, a fast loop of tiny calls went unreported until session 14). The looks' CPU 0.8-0.9% of a batch,
 with the tally's 1.7-1.9% (three runs each), 1.7-1.8% once the tally's attributes were in
 ``__slots__`` (four); the driver's CPU per task fell 1% (0.99 paired over 40 alternating
 rounds, the advisor's thread 0.70, the I/O thread 1.06). ``make bench``
@@ -270,6 +272,8 @@ class Advisor(AdviceRules):
             # own records (they only read them).
             self._busy.merge(runs)
             stride = max(1, len(records) // SAMPLE_PER_STEP)
+            if stride > 1:
+                notable = self._with_waited_for(records, spans, notable)
             for place, weight in sample_places(len(records), stride, notable):
                 self._add_record(records[place], weight)
             for span in spans:
@@ -280,6 +284,22 @@ class Advisor(AdviceRules):
                 self._check_pinned(*pinned)
             for deadlock in deadlocks:
                 self._name_deadlock(deadlock)
+
+    def _with_waited_for(self, records: list[TaskRecord], spans: list[DriverSpan],
+                         notable: list[int]) -> list[int]:
+        """``notable`` and the places of the records that a get of one object waited for,
+        while its call site is not yet reported for get-in-loop: that rule follows each
+        such get to its task's record, and a sample would leave most of them out (a fast
+        loop of tiny tasks, thousands a look, went unreported until session 14). One
+        pass over the step's records, only while such gets come."""
+        wanted = {span.first_task_id for span in spans
+                  if span.kind == "get" and span.object_count == 1
+                  and ("get-in-loop", span.callsite) not in self._reported}
+        if not wanted:
+            return notable
+        waited_for = [place for place, record in enumerate(records)
+                      if record.task_id in wanted]
+        return sorted(set(notable).union(waited_for))
 
     def deliver_warnings(self) -> None:
         """Emit queued findings as warnings (called in the driver's thread by the API)."""
