@@ -244,3 +244,36 @@ def test_interpreter_exit_without_shutdown_leaves_nothing_behind(tmp_path):
             proc.kill()
             proc.wait()
         kill_leftovers(pids)
+
+
+ACTORS_THEN_SHUTDOWN = """
+import sys
+import lightwork as ray
+
+ray.init(num_cpus=2)
+
+
+@ray.remote
+class Pinger:
+    def ping(self):
+        return 1
+
+
+handles = [Pinger.remote() for _ in range(20)]  # most still starting at the shutdown
+if sys.argv[1] == "shutdown":
+    ray.shutdown()
+"""
+
+
+@pytest.mark.lightwork_only
+@pytest.mark.parametrize("how", ["shutdown", "exit"])
+def test_actors_still_starting_at_shutdown_end_without_a_word(tmp_path, how):
+    """Workers still building actors when the driver shuts down (or exits) end quietly:
+    their reply met a closed socket, and each printed a BrokenPipeError traceback on the
+    user's terminal until session 14."""
+    script = write_script(str(tmp_path), "driver.py", ACTORS_THEN_SHUTDOWN)
+    for _ in range(2):  # which workers are mid-start at the shutdown varies
+        done = subprocess.run([sys.executable, script, how], env=script_env(),
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "Traceback" not in done.stderr, done.stderr[-3000:]

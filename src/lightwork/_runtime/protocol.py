@@ -35,6 +35,7 @@ Worker -> driver: ``DONE``, ``SUBMIT``, ``PUT``, ``GET``, ``WAIT``, ``BORROW``,
 
 from __future__ import annotations
 
+import os
 import pickle
 import socket
 import struct
@@ -73,8 +74,6 @@ def cancel_file(session_dir: str, worker_id: int) -> str:
     A cancel is that line, then SIGINT to the worker: a signal carries no task id, and
     the worker's main thread may be deep in user code, so no frame could be read.
     """
-    import os
-
     return os.path.join(session_dir, f"cancel-w{worker_id}")
 #: The most one read takes from a socket. Reads go into a buffer of this size allocated
 #: once per connection (``recv_into``). ``recv(256 KiB)`` allocated a fresh bytes object
@@ -233,9 +232,16 @@ class BlockingConnection:
         self.spinner = Spinner()
 
     def send(self, messages: list[tuple[Any, ...]]) -> None:
+        """Send ``messages``; if the driver has closed the channel (it shut down, or
+        exited, while this worker still ran), end this process quietly, as ``recv``
+        does: there is no one to report to. (A worker still starting an actor when the
+        driver shut down printed a BrokenPipeError traceback on the user's terminal.)"""
         data = encode_many(messages)
         with self.send_lock:
-            self.sock.sendall(data)
+            try:
+                self.sock.sendall(data)
+            except (BrokenPipeError, ConnectionResetError):
+                os._exit(0)
 
     def recv(self) -> tuple[Any, ...] | None:
         """The next message, or None when the driver has closed the channel.
