@@ -414,6 +414,38 @@ def test_a_running_task_takes_a_cpu_from_the_available_resources(backend, wait_u
                message="the CPU to be given back")
 
 
+@lightwork.remote
+def give_lock():
+    return threading.Lock()
+
+
+@lightwork.remote(num_returns=2)
+def give_lock_and_one():
+    return threading.Lock(), 1
+
+
+def test_an_unpicklable_value_is_a_serialization_error_naming_it(backend):
+    """A task's unpicklable result is that task's error, and an unpicklable argument or
+    put fails at once, each naming what could not be pickled (on distributed the result
+    was a RuntimeSystemError, "could not fetch a result", after distributed logged the
+    task's whole payload, and an argument a bare TypeError, until session 14)."""
+    from lightwork._runtime.serialization import SerializationError
+
+    with pytest.raises(SerializationError, match="lock"):
+        lightwork.get(give_lock.remote(), timeout=30)
+    lock_ref, _ = give_lock_and_one.remote()
+    with pytest.raises(SerializationError, match="lock"):
+        lightwork.get(lock_ref, timeout=30)
+    with pytest.raises(SerializationError, match="lock"):
+        add.remote(threading.Lock())
+    journal = Journal.remote()
+    with pytest.raises(SerializationError, match="lock"):
+        journal.add.remote(threading.Lock(), 0)
+    with pytest.raises(SerializationError, match="lock"):
+        lightwork.put(threading.Lock())
+    assert lightwork.get(add.remote(1, 1), timeout=20) == 2
+
+
 # ---- actors -----------------------------------------------------------------------------
 @lightwork.remote
 class Counter:

@@ -133,6 +133,15 @@ def dumps(value: Any) -> tuple[bytes, list[pickle.PickleBuffer], list[int]]:
     return data, buffers, ids
 
 
+def pickle_value(value: Any) -> bytes:
+    """``value`` pickled in band (the cluster backend's arguments and results), or
+    ``SerializationError`` naming what in it could not be, as ``dumps`` says it."""
+    try:
+        return pickler.dumps(value)
+    except Exception as exc:
+        raise SerializationError(describe_unpicklable(value, exc)) from exc
+
+
 def dumps_by_reference(value: Any, buffer_callback: Any = None) -> bytes | None:
     """The plain pickle of ``value``, or None where only cloudpickle gets it right.
 

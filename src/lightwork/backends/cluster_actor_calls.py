@@ -59,7 +59,7 @@ from typing import Any
 
 from lightwork import exceptions
 from lightwork._object_ref import ObjectRef, collecting_refs, ref_counter
-from lightwork._runtime import pickler
+from lightwork._runtime.serialization import pickle_value
 from lightwork.backends.cluster_actor_restarts import (
     ENGINE_POLL_S,
     POLICY_ANNOTATION,
@@ -234,7 +234,7 @@ class ActorCalls(ActorRestarts):
             kwargs = {k: values[v.index] if type(v) is ArgSlot else v
                       for k, v in kwargs.items()}
         with collecting_refs() as contained:
-            payload = pickler.dumps((tuple(args), kwargs))
+            payload = pickle_value((tuple(args), kwargs))
         shape = dict(actor.hold)
         restrictions = {r: a for r, a in shape.items() if a and not (r == "CPU" and a <= 1)}
         if restrictions:
@@ -289,7 +289,7 @@ class ActorCalls(ActorRestarts):
             args = tuple(next(values) if type(a) is ObjectRef else a for a in args)
             kwargs = {k: next(values) if type(v) is ObjectRef else v for k, v in kwargs.items()}
         with collecting_refs() as contained:
-            payload = pickler.dumps((args, kwargs))
+            payload = pickle_value((args, kwargs))
         keys = self._keys_of(contained) if contained else None
         task_id = self.next_object_id()
         if self.recorder is not None:

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightwork._object_ref import ObjectRef, collecting_refs, ref_counter
-from lightwork._runtime import pickler
+from lightwork._runtime.serialization import pickle_value
 from lightwork.backends import cluster_streams, cluster_worker
 from lightwork.backends.cluster_worker import ArgSlot, key_name, unsupported
 
@@ -219,7 +219,7 @@ class TaskSubmission:
                               if type(a) is ObjectRef)
             args, kwargs = self._slots(args, kwargs, deps, sources)
         with collecting_refs() as contained:
-            payload = pickler.dumps((args, kwargs))
+            payload = pickle_value((args, kwargs))
         keys = self._keys_of(contained) if contained else None
         task_id = self.next_object_id()
         num_returns = spec.num_returns

@@ -68,6 +68,7 @@ from distributed.sizeof import safe_sizeof
 from lightwork import exceptions
 from lightwork._object_ref import collecting_refs, ref_counter
 from lightwork._runtime import pickler
+from lightwork._runtime.serialization import SerializationError, pickle_value
 from lightwork._runtime.calls import ArgSlot  # the same placeholder as the local runtime's
 from lightwork.backends.cluster_record import error_text as _error_text
 from lightwork.backends.cluster_record import note as _note
@@ -255,7 +256,12 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
     finished = _wall()
     if num_returns == 1:
         # Refs inside the result live as long as the result's key (ExportedRefs).
-        stored = backend.encode(result, _current_key(), session)
+        try:
+            stored = backend.encode(result, _current_key(), session)
+        except SerializationError as exc:  # the task's error, as on the local runtime
+            _note(session, task_id, name, 0, started, loaded, finished, finished,
+                  _error_text(exc), retries, 0, transfers)
+            return error_of(name, exc)
         if type(stored) is WithRefs:  # the refs inside are held by the result now: drop
             del result  # this process's own, so only the result's key keeps them alive
             if ref_counter._released:
@@ -278,7 +284,12 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
         _note(session, task_id, name, 0, started, loaded, finished, finished,
               _error_text(exc), retries, 0, transfers)
         return (error_of(name, exc),) * num_returns
-    stored = tuple(backend.encode(part) for part in parts)
+    try:
+        stored = tuple(backend.encode(part) for part in parts)
+    except SerializationError as exc:
+        _note(session, task_id, name, 0, started, loaded, finished, finished,
+              _error_text(exc), retries, 0, transfers)
+        return (error_of(name, exc),) * num_returns
     _note(session, task_id, name, 0, started, loaded, finished, _wall(), None, retries,
           stored_size(stored, num_returns), transfers)
     main_key = _current_key()
@@ -362,7 +373,7 @@ def encode(value: Any, keys_of: Any) -> Any:
     if type(value) in _PLAIN_TYPES:
         return value
     with collecting_refs() as ids:
-        payload = pickler.dumps(value)
+        payload = pickle_value(value)
     if not ids:
         return value
     return WithRefs(payload, keys_of(ids))
