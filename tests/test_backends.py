@@ -153,6 +153,85 @@ def test_local_cluster_starts_and_shutdown_leaves_nothing_behind(tmp_path):
     assert not left
 
 
+LOCAL_CLUSTER_EXIT_SCRIPT = """
+import time
+
+import lightwork
+
+
+@lightwork.remote
+def slow():
+    time.sleep(1.0)
+    return 1
+
+
+if __name__ == "__main__":
+    lightwork.init(address="local-cluster", num_cpus=2)
+    assert lightwork.get(slow.remote(), timeout=30) == 1
+    refs = [slow.remote() for _ in range(3)]
+    lightwork.wait(refs, timeout=0.1)
+    print("exiting, work in flight", flush=True)
+"""
+
+
+def test_a_local_cluster_program_exiting_with_work_in_flight_says_nothing(tmp_path):
+    """No shutdown(), tasks still running: the exit closes the session and the cluster
+    without a word. It printed "cannot schedule new futures after interpreter shutdown"
+    tracebacks and errors (atexit ran after Python had closed distributed's thread
+    pools), then the cluster's reports of each cancelled task, until session 14."""
+    pytest.importorskip("distributed")
+    from helpers import run_script, write_script
+
+    script = write_script(str(tmp_path), "exits.py", LOCAL_CLUSTER_EXIT_SCRIPT)
+    out = run_script(script, timeout=55)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "exiting, work in flight" in out.stdout
+    for word in ("Traceback", "ERROR", "WARNING", "cannot schedule"):
+        assert word not in out.stderr, out.stderr[-3000:]
+
+
+THREAD_OUTLIVES_MAIN_SCRIPT = """
+import sys
+import threading
+import time
+
+import lightwork
+
+
+@lightwork.remote
+def slow(x):
+    time.sleep(0.5)
+    return x
+
+
+def work():
+    time.sleep(1.0)  # the main thread has ended by now
+    value = lightwork.get(slow.remote(7), timeout=30)
+    print("thread got", value, "from", lightwork.backend(), flush=True)
+
+
+if __name__ == "__main__":
+    lightwork.init(address=sys.argv[1])
+    assert lightwork.get(slow.remote(1), timeout=30) == 1
+    threading.Thread(target=work).start()
+"""
+
+
+def test_a_thread_outliving_the_main_thread_keeps_its_cluster_session(
+        tmp_path, shared_dask_cluster):
+    """The exit closes a cluster session before Python stops its thread pools, but not
+    while a thread of the program's own still runs: it may use the session. (On a
+    ``local-cluster`` it cannot: the scheduler runs in the program's process, on those
+    pools.)"""
+    from helpers import script_env, write_script
+
+    script = write_script(str(tmp_path), "thread.py", THREAD_OUTLIVES_MAIN_SCRIPT)
+    out = subprocess.run([sys.executable, script, shared_dask_cluster.scheduler_file],
+                         env=script_env(), capture_output=True, text=True, timeout=55)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "thread got 7 from distributed" in out.stdout, out.stdout + out.stderr[-3000:]
+
+
 def test_a_backend_missing_an_operation_cannot_be_made():
     from lightwork.backends.base import Backend
     from lightwork.backends.local import LocalBackend

@@ -234,6 +234,7 @@ def init(
             _backend = DistributedBackend.connect(
                 target, num_cpus=num_cpus, num_gpus=num_gpus, resources=custom,
                 namespace=namespace, event_budget=budget)
+            _shut_down_before_thread_pools()
             if dashboard:
                 _start_dashboard(dashboard_port or 0)
             return _context()
@@ -355,6 +356,45 @@ def shutdown() -> None:
 
 
 atexit.register(shutdown)
+_early_exit_registered = False
+
+
+def _shut_down_before_thread_pools() -> None:
+    """At exit, shut a cluster session down before Python stops its thread pools.
+
+    ``atexit`` runs after ``concurrent.futures`` has stopped every thread pool (its hook
+    runs before the program's threads are joined), and distributed's client runs each
+    future's done callbacks in one: a program that exited with work in flight on a
+    cluster printed "cannot schedule new futures after interpreter shutdown" tracebacks
+    as the closing client cancelled its futures. Those hooks run last registered first,
+    so one registered now, after distributed's import, runs before the pools stop
+    (``_shutdown_unless_threads_remain``). ``shutdown`` is idempotent: the ``atexit``
+    hook then finds nothing to do."""
+    global _early_exit_registered
+    register = getattr(threading, "_register_atexit", None)
+    if _early_exit_registered or register is None:
+        return
+    try:
+        register(_shutdown_unless_threads_remain)
+    except RuntimeError:  # the interpreter is exiting already: atexit still runs shutdown
+        return
+    _early_exit_registered = True
+
+
+def _shutdown_unless_threads_remain() -> None:
+    """The main thread has ended: shut down now, unless a thread of the program's own
+    (not daemon, not a thread pool's, which Python stops next) still runs and may use
+    the session: then ``atexit`` does, once the program's threads are joined."""
+    from concurrent.futures import thread as pool_threads
+
+    main = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is main or thread.daemon or not thread.is_alive():
+            continue
+        if getattr(thread, "_target", None) is pool_threads._worker:
+            continue
+        return
+    shutdown()
 
 
 def is_initialized() -> bool:

@@ -53,6 +53,7 @@ range if not.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import random
 import threading
@@ -91,6 +92,11 @@ def _import_distributed() -> Any:
 #: How long a task or actor call waits, at most, for the scheduler to know of the keys it
 #: borrowed (``DistributedBackend.confirm_borrows``); milliseconds, normally.
 BORROW_CONFIRM_S = 10.0
+
+
+def _quiet_distributed_logs() -> None:
+    """Run on a worker of a closing ``local-cluster``: see ``_quiet_own_cluster``."""
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
 
 def _not_yet_wanted(dask_scheduler: Any = None, keys: list[Any] = (),  # type: ignore[assignment]
@@ -261,6 +267,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             self._closed = True
         # Not under the lock: stopping waits on the event loop, whose callbacks (an
         # actor call's reply, a failed key) take the lock.
+        quieted = self._quiet_own_cluster() if self._cluster is not None else None
         if self.session_log is not None:
             self.session_log.stop()
         with self.lock:
@@ -282,6 +289,24 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             self._client.close()
         if self._cluster is not None:
             self._cluster.close()
+        if quieted is not None:
+            logging.getLogger("distributed").setLevel(quieted)
+
+    def _quiet_own_cluster(self) -> int:
+        """The local cluster ``init`` started is about to close, and the program's work in
+        it with it: its processes' reports of that (each cancelled task, a worker killed
+        when the nanny's 4 s wait ran out, a broadcast to a closed actor) are what the
+        user asked for, not trouble, and filled the terminal at every exit. Silenced in
+        the workers and, until it is closed, here (where its scheduler and nannies log);
+        returns the level to restore."""
+        previous = logging.getLogger("distributed").level
+        logging.getLogger("distributed").setLevel(logging.CRITICAL)
+        if getattr(self._client, "status", "") == "running":
+            try:
+                self._client.run(_quiet_distributed_logs)
+            except Exception:  # noqa: BLE001, S110 - a worker may be gone: it says nothing
+                pass
+        return previous
 
     def address(self) -> str:
         return str(self.client.scheduler.address)
