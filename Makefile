@@ -23,7 +23,7 @@ DASK_TESTS := tests/test_dask_get.py tests/test_diagnostics_callbacks.py \
 # test_cluster_retries.py, which switches the shared scheduler's allowed-failures and back
 # (a config read through run_on_scheduler, the same on every version); on 2024.11.1 its
 # teardown once left a worker's child behind.
-OLDEST_CLUSTER_TESTS := tests/test_conformance.py tests/test_cluster_compat.py \
+OLDEST_CLUSTER_TESTS := tests/test_conformance.py tests/test_cluster_compat.py tests/test_cluster_sessions.py \
 	tests/test_cluster_state.py tests/test_cluster_diagnostics.py \
 	tests/test_cluster_callbacks.py tests/test_cluster_dashboard.py \
 	tests/test_cluster_actors.py

@@ -64,7 +64,7 @@ from typing import Any
 import cloudpickle
 
 from lightwork import exceptions
-from lightwork._object_ref import PROCESS_ID_SHIFT, ref_counter
+from lightwork._object_ref import PROCESS_ID_SHIFT, ended_session_message, ref_counter
 from lightwork.backends import cluster_compat, cluster_worker
 from lightwork.backends.base import Backend
 from lightwork.backends.cluster_actor_calls import ActorCalls
@@ -89,6 +89,10 @@ def _import_distributed() -> Any:
     return distributed
 
 
+#: The id prefixes of this process's ended driver sessions: a ref or handle of one says its
+#: session ended (``SessionEndedError``, as on the local runtime), where an unknown id of
+#: the current session is a ref counting error. A few ints per session for good.
+_ENDED_SESSIONS: set[int] = set()
 #: How long a task or actor call waits, at most, for the scheduler to know of the keys it
 #: borrowed (``DistributedBackend.confirm_borrows``); milliseconds, normally.
 BORROW_CONFIRM_S = 10.0
@@ -265,6 +269,8 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             if self._closed:
                 return
             self._closed = True
+        if self.in_driver:  # its refs and handles now say their session ended
+            _ENDED_SESSIONS.add(self._prefix)
         # Not under the lock: stopping waits on the event loop, whose callbacks (an
         # actor call's reply, a failed key) take the lock.
         quieted = self._quiet_own_cluster() if self._cluster is not None else None
@@ -424,9 +430,14 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         for key in dropped_puts:
             self._arm_hold(key)
 
-    def _future_of(self, object_id: int) -> Any:
+    def _future_of(self, object_id: int, actor: bool = False) -> Any:
         future = self.futures.get(object_id)
         if future is None:
+            if object_id >> PROCESS_ID_SHIFT << PROCESS_ID_SHIFT in _ENDED_SESSIONS:
+                what = (f"actor handle {object_id:020x}" if actor
+                        else f"ObjectRef({object_id:020x})")
+                raise exceptions.SessionEndedError(
+                    f"{object_id:020x}", ended_session_message(what, running=True))
             raise exceptions.ReferenceCountingAssertionError(
                 f"{object_id:020x}",
                 f"object {object_id:020x} is not known to this session of the {BACKEND} "

@@ -282,7 +282,7 @@ class ActorCalls(ActorRestarts):
         self._check_reachable()
         if ref_counter._released:
             self._drain()
-        actor = self._future_of(actor_id)  # (a handle of an ended session raises here)
+        actor = self._future_of(actor_id, actor=True)  # (an ended session's raises here)
         tops = [a for a in (*args, *kwargs.values()) if type(a) is ObjectRef]
         if tops:  # resolved here, before the call is sent: its order is kept
             values = iter(self.get([ref.id for ref in tops], None))
@@ -623,7 +623,7 @@ class ActorCalls(ActorRestarts):
             return actor_id, class_name, methods
         if what == "kill":
             actor_id = args[0]
-            future = self._future_of(actor_id)
+            future = self._future_of(actor_id, actor=True)
             self._killed[actor_id] = True
             owned = self._owned.get(actor_id)
             if owned is not None:
