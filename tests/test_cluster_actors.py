@@ -551,3 +551,33 @@ def test_a_handle_a_running_task_holds_keeps_the_actor_after_the_driver_drops_it
     del ref
     wait_until(lambda: _wanted_by(key) is None, timeout=HANG_LIMIT_S,
                message="the actor's key to go with the task's handle")
+
+
+@lightwork.remote
+class Tally:
+    def __init__(self):
+        self.count = 0
+
+    def incr(self):
+        self.count += 1
+        return self.count
+
+
+def test_a_handle_that_comes_back_after_the_last_one_was_dropped_calls_in_order(
+        cluster, wait_until):
+    """The driver drops its last handle while a stored value still holds one (the actor
+    lives on): its call counter goes with the handle, and the handle got back from the
+    value calls as a new caller, in order, not waiting for a turn that never comes."""
+    import gc
+
+    backend = lightwork._api._backend
+    actor = Tally.remote()
+    actor_id = actor._ref.id
+    assert lightwork.get([actor.incr.remote() for _ in range(3)], timeout=20) == [1, 2, 3]
+    stored = lightwork.put([actor])
+    del actor
+    gc.collect()
+    wait_until(lambda: (backend._drain(), actor_id not in backend._seqs)[1],
+               timeout=HANG_LIMIT_S, message="the dropped handle's call counter to go")
+    [again] = lightwork.get(stored, timeout=20)
+    assert lightwork.get([again.incr.remote() for _ in range(3)], timeout=20) == [4, 5, 6]

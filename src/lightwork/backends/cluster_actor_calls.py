@@ -44,14 +44,15 @@ A process that meets a handle only after its actor was killed holds a key the sc
 has forgotten; distributed ignores a want of an unknown key, so its future would stay
 pending for good. The first call that finds such a key pending asks the scheduler
 whether it knows it (``_key_exists``) and fails with ``ActorDiedError`` if it does not.
-Left per actor for the session, all small: ``_seqs`` (a handle that comes back, inside a
-value, must go on counting its calls), ``_killed`` and ``_policies``.
+Left for the session: ``_killed`` and ``_policies``, a few bytes for each actor killed
+here or met lost from a borrowed handle.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import threading
 import time
 import uuid
@@ -179,7 +180,11 @@ class ActorCalls(ActorRestarts):
     def _init_actor_calls(self) -> None:
         self._proxies: dict[int, Any] = {}  # actor id -> distributed Actor proxy
         self._killed: dict[int, bool] = {}
-        self._seqs: dict[int, int] = {}  # actor id -> next call number from this process
+        # actor id -> [this process's caller name, its next call number]: the actor runs
+        # each caller's calls in order. Made afresh when a call finds none: the first
+        # after a restart (a new incarnation counts from 0) or after _forget_actor.
+        self._seqs: dict[int, list[Any]] = {}
+        self._caller_names = itertools.count()
         self._owned: dict[int, OwnedActor] = {}
         self._watched: set[str] = set()  # worker topics subscribed to
         # Named, not detached actors this process made (actor id -> dataset): unpublished
@@ -348,10 +353,14 @@ class ActorCalls(ActorRestarts):
                 if proxy is None:  # pending again before its restart was decided
                     owned.queued.append(call)
                     return
-            seq = self._seqs.get(actor_id, 0)
-            self._seqs[actor_id] = seq + 1
+            counter = self._seqs.get(actor_id)
+            if counter is None:
+                counter = self._seqs[actor_id] = [
+                    f"{self._caller}-{next(self._caller_names)}", 0]
+            caller, seq = counter
+            counter[1] = seq + 1
             incarnation = owned.incarnation if owned is not None else 0
-        self._send(proxy, call, seq, incarnation)
+        self._send(proxy, call, caller, seq, incarnation)
 
     def _queue_while_building(self, call: ActorCall, owned: OwnedActor | None,
                               pending: bool = False, flushing: bool = False) -> bool:
@@ -409,11 +418,12 @@ class ActorCalls(ActorRestarts):
                     call.fail(error)
         future.add_done_callback(lambda _f: self._built(actor_id))
 
-    def _send(self, proxy: Any, call: ActorCall, seq: int, incarnation: int) -> None:
+    def _send(self, proxy: Any, call: ActorCall, caller: str, seq: int,
+              incarnation: int) -> None:
         from distributed.protocol import to_serialize
 
         method, name, payload, keys, num_returns, task_id = call.message
-        arguments = (self._caller, seq, method, name, payload, keys, num_returns, task_id,
+        arguments = (caller, seq, method, name, payload, keys, num_returns, task_id,
                      self.client.id)
         owned = self._owned.get(call.actor_id)
         with self.lock:
@@ -514,6 +524,7 @@ class ActorCalls(ActorRestarts):
         handle elsewhere keeps the actor alive, without restarts). Calls still queued or
         in flight hold the key themselves (``ActorCall.actor``) and finish."""
         self._proxies.pop(actor_id, None)
+        self._seqs.pop(actor_id, None)  # a handle that comes back calls as a new caller
         owned = self._owned.pop(actor_id, None)
         if owned is not None:
             owned.dead = owned.dead or "every handle to it in its creator was dropped"

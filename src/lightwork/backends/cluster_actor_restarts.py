@@ -24,8 +24,8 @@ the order they were made, then those queued meanwhile (``_flush``; calls made du
 flush join its queue, so none overtakes an older one). Calls in flight are
 settled as soon as the loss is decided, not when their RPCs fail: an RPC sent to a worker
 that had just died may wait out distributed's connect timeout (30 s); its late end is
-ignored (``ActorCall.sends``). Sequence numbers (``_seqs``, per caller) start again at 0
-for each incarnation of the actor, always (``_restarted``: a caller waiting on the same
+ignored (``ActorCall.sends``). Sequence numbers (``_seqs``, per caller) start again at 0,
+under a new caller name, for each incarnation of the actor, always (``_restarted``: a caller waiting on the same
 future may hold the new proxy already, distributed batching concurrent gathers of a key).
 
 Handles in other processes (passed to a task or another actor, or found by name) behave
@@ -133,7 +133,7 @@ class ActorRestarts:
     _closed: bool
     _owned: dict[int, OwnedActor]
     _proxies: dict[int, Any]
-    _seqs: dict[int, int]
+    _seqs: dict[int, list[Any]]
     _killed: dict[int, bool]
     _watched: set[str]
     _borrowed: dict[int, BorrowedRestart]
@@ -341,7 +341,7 @@ class ActorRestarts:
                 # (distributed batches concurrent gathers of one key), and the new actor
                 # counts each caller's calls from 0.
                 self._cache_proxy(owned.actor_id, proxy)
-                self._seqs[owned.actor_id] = 0
+                self._seqs.pop(owned.actor_id, None)  # its callers count from 0 again
                 owned.incarnation += 1
             owned.restarting = False
             owned.flushing = True
@@ -468,7 +468,7 @@ class ActorRestarts:
             borrowed.flushing = True
             if proxy is not None:
                 self._cache_proxy(actor_id, proxy)
-                self._seqs[actor_id] = 0  # the new incarnation counts each caller from 0
+                self._seqs.pop(actor_id, None)  # the new incarnation counts callers from 0
         # Lost calls first, then those made meanwhile, in order; calls made during the
         # flush join the queue (none overtakes an older one) until it is empty.
         while True:
@@ -498,7 +498,7 @@ class ActorRestarts:
             proxy = self._proxies.get(actor_id)
             if proxy is not None and proxy.key == key:
                 del self._proxies[actor_id]
-                self._seqs[actor_id] = 0  # a new incarnation counts each caller from 0
+                self._seqs.pop(actor_id, None)  # a new incarnation counts callers from 0
             # Its calls in flight are lost now (the RPC of one sent to the dead address
             # would fail only at the connect timeout, 30 s): settled as the owner's are.
             lost = self._sent.pop(actor_id, {})
