@@ -184,6 +184,28 @@ nothing in two pairs of runs: collections are counted by allocations, and the fu
 walk the whole heap. Fewer tracked objects per pending task (``TaskSpec`` and
 ``ObjectEntry`` can sit in cycles through the worker slots, so untracking them could
 leak) or changing the program's collector (``gc.freeze``, thresholds) would; neither done.
+
+Session 14 (2026-11-25; quiet, then a noisy host: sync calls 43 µs, later 55-65).
+For 10,000 no-op tasks the driver's GIL is the bottleneck: its two threads use ~12.8 µs
+of CPU a task (py-spy ``--gil``: submitting ~35% of it, reading and applying results
+~30%, dispatching ~14%, no function above 10%) against 16 µs by the wall clock, while
+``perf -a`` finds the machine ~27% idle. The event log per 10 ms shows why: the submit
+loop (91 ms) hardly overlaps the workers: dispatches come in bursts of 1,280 (the
+workers' queues) whenever the I/O thread gets the GIL, 20-30 ms apart, and the workers
+idle in between; once the last task is submitted the pipeline runs at ~9.5 µs a task.
+Tried and dropped (``hotpath_ab.py``, alternating fresh drivers):
+* the submitting thread reading results and dispatching itself every 0.5 ms while every
+  worker is busy: the pipeline overlapped, but batches were 1.27x slower (16 rounds),
+  the driver's CPU +28% and the workers' +53% (smaller frames, more wake-ups): the
+  bursts are what keep a task cheap;
+* one bound method for all of a get's waiters and no list for an entry's only waiter
+  (fewer containers that outlive young collections): 1.00-1.01 (24 rounds), the
+  collector's time unchanged;
+* a compiled ``untrack`` (24 ns a call against ctypes' 174) for records and results:
+  batches 0.95-0.99 (24 rounds each, noisy host). Within the noise, and an extension's
+  build and fallback tests would buy no target.
+The collector's whole share is the bound for anything of that kind: switched off, a
+batch went from 16.8 to 15.0 µs a task (-11%).
 """
 
 from __future__ import annotations
