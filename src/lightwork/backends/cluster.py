@@ -286,8 +286,9 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         if ref_counter.on_first_release == self._drain_soon:
             ref_counter.on_first_release = None
         reachable = getattr(self._client, "status", "running") == "running"
-        for name in self._named.values() if reachable else ():  # (not detached: ends with its driver;
-            try:  # a lost scheduler forgot them anyway)
+        # Named actors not detached end with their driver (a lost scheduler forgot them).
+        for name in self._named.values() if reachable else ():
+            try:
                 self._client.unpublish_dataset(name)
             except Exception:  # noqa: BLE001 - the cluster may be gone already
                 pass

@@ -24,9 +24,10 @@ the order they were made, then those queued meanwhile (``_flush``; calls made du
 flush join its queue, so none overtakes an older one). Calls in flight are
 settled as soon as the loss is decided, not when their RPCs fail: an RPC sent to a worker
 that had just died may wait out distributed's connect timeout (30 s); its late end is
-ignored (``ActorCall.sends``). Sequence numbers (``_seqs``, per caller) start again at 0,
-under a new caller name, for each incarnation of the actor, always (``_restarted``: a caller waiting on the same
-future may hold the new proxy already, distributed batching concurrent gathers of a key).
+ignored (``ActorCall.sends``). Sequence numbers (``_seqs``, per caller) start
+again at 0, under a new caller name, for each incarnation of the actor, always
+(``_restarted``: a caller waiting on the same future may hold the new proxy already,
+distributed batching concurrent gathers of a key).
 
 Handles in other processes (passed to a task or another actor, or found by name) behave
 the same, without deciding anything: their process follows the owner's decision through
