@@ -98,6 +98,10 @@ _ENDED_SESSIONS: set[int] = set()
 BORROW_CONFIRM_S = 10.0
 
 
+#: How long closing a ``local-cluster`` waits for its workers to silence their logs.
+QUIET_WORKERS_WAIT_S = 2.0
+
+
 def _quiet_distributed_logs() -> None:
     """Run on a worker of a closing ``local-cluster``: see ``_quiet_own_cluster``."""
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
@@ -309,11 +313,19 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         previous = logging.getLogger("distributed").level
         logging.getLogger("distributed").setLevel(logging.CRITICAL)
         if getattr(self._client, "status", "") == "running":
-            try:
-                self._client.run(_quiet_distributed_logs)
-            except Exception:  # noqa: BLE001, S110 - a worker may be gone: it says nothing
-                pass
+            # Waited for QUIET_WORKERS_WAIT_S at most: a worker whose task holds the GIL in
+            # C code answers late, and the shutdown must not wait for it.
+            quieting = threading.Thread(target=self._quiet_workers, daemon=True,
+                                        name="lightwork-quiet-workers")
+            quieting.start()
+            quieting.join(QUIET_WORKERS_WAIT_S)
         return previous
+
+    def _quiet_workers(self) -> None:
+        try:
+            self._client.run(_quiet_distributed_logs)
+        except Exception:  # noqa: BLE001, S110 - a worker may be gone: it says nothing
+            pass
 
     def address(self) -> str:
         return str(self.client.scheduler.address)

@@ -85,10 +85,12 @@ The tally does the same sums while each record is still warm from being written,
 its sample (``SAMPLE_PER_STEP`` records a look, a cost per look, not per task), the
 records the tally named (big arguments, long runs) and those a one-object get waited for
 while get-in-loop may still be found at its call site (that rule follows each get to its
-task's record: sampled, a fast loop of tiny calls went unreported until session 14). The looks' CPU 0.8-0.9% of a batch,
-with the tally's 1.7-1.9% (three runs each), 1.7-1.8% once the tally's attributes were in
-``__slots__`` (four); the driver's CPU per task fell 1% (0.99 paired over 40 alternating
-rounds, the advisor's thread 0.70, the I/O thread 1.06). ``make bench``
+task's record: sampled, a fast loop of tiny calls went unreported until session 14).
+The looks' CPU 0.8-0.9% of a batch, with the tally's 1.7-1.9% (three runs each),
+1.7-1.8% once the tally's attributes were in ``__slots__`` (four); the driver's CPU per
+task fell 1% (0.99 paired over 40 alternating rounds, the advisor's thread 0.70, the I/O
+thread 1.06). Half of the looks' CPU was then reading the sample (~2 µs a record, cold);
+a sample of 250 instead of 500: 1.3-1.4% in all (session 14). ``make bench``
 reports this cost directly (the looks' and the tally's CPU per task against the time per
 task, in one session) next to the paired sessions with and without the advisor, whose
 difference swings with the ±15% between fresh sessions.
