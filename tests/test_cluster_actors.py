@@ -581,3 +581,27 @@ def test_a_handle_that_comes_back_after_the_last_one_was_dropped_calls_in_order(
                timeout=HANG_LIMIT_S, message="the dropped handle's call counter to go")
     [again] = lightwork.get(stored, timeout=20)
     assert lightwork.get([again.incr.remote() for _ in range(3)], timeout=20) == [4, 5, 6]
+
+
+def test_a_call_in_flight_fails_at_once_when_its_dropped_actors_worker_dies(
+        both_workers, tmp_path):
+    """The creator drops its last handle while a call is in flight (the call keeps the
+    actor), then the actor's worker is SIGKILLed: with the handles gone nothing will
+    restart it (its restarts were the creator's to decide), so the call fails with
+    ActorDiedError at once, never waiting (up to 60 s) for a restart that cannot come:
+    the process no longer holds the key its restart policy would be read through."""
+    import gc
+
+    directory = tmp_path / "attempts"
+    directory.mkdir()
+    actor = Restartable.options(max_restarts=1, max_task_retries=1).remote(str(directory))
+    pid = lightwork.get(actor.pid.remote(), timeout=20)
+    started, gate = str(tmp_path / "started"), str(tmp_path / "gate")
+    in_flight = actor.pid_after.remote(started, gate)
+    assert wait_for_file(started, 20)
+    del actor
+    gc.collect()
+    lightwork._api._backend._drain()
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(exceptions.ActorDiedError, match="lost with its worker"):
+        lightwork.get(in_flight, timeout=30)
