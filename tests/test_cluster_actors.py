@@ -501,8 +501,9 @@ def test_an_actor_whose_every_handle_is_dropped_ends_with_its_threads(cluster, w
 
     backend = lightwork._api._backend
     sync_actor, async_actor = Threaded.remote(), AsyncThreaded.remote()
-    assert len(set(lightwork.get([sync_actor.pid.remote(), async_actor.pid.remote()],
-                                 timeout=20))) >= 1
+    worker_pids = set(backend.client.run(os.getpid).values())
+    assert set(lightwork.get([sync_actor.pid.remote(), async_actor.pid.remote()],
+                             timeout=20)) <= worker_pids  # both up, in the workers
     keys = [backend.futures[sync_actor._ref.id].key, backend.futures[async_actor._ref.id].key]
     hosted, threads = _hosted()
     assert set(keys) <= set(hosted)

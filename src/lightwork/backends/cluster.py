@@ -96,8 +96,6 @@ _ENDED_SESSIONS: set[int] = set()
 #: How long a task or actor call waits, at most, for the scheduler to know of the keys it
 #: borrowed (``DistributedBackend.confirm_borrows``); milliseconds, normally.
 BORROW_CONFIRM_S = 10.0
-
-
 #: How long closing a ``local-cluster`` waits for its workers to silence their logs.
 QUIET_WORKERS_WAIT_S = 2.0
 

@@ -510,9 +510,8 @@ class ActorCalls(ActorRestarts):
                 return None
             self._cache_proxy(actor_id, proxy)
         # The actor's key, as this process holds it (the proxy's own future is private).
-        held = future
-        if self._killed.get(actor_id) or held is not None and (
-                getattr(held, "status", "finished") not in ("finished", "pending")):
+        if self._killed.get(actor_id) or future is not None and (
+                getattr(future, "status", "finished") not in ("finished", "pending")):
             raise self._actor_died(actor_id, None)
         return proxy
 

@@ -45,6 +45,7 @@ from lightwork.backends.cluster_worker import (
     WithRefs,
     current,
     error_of,
+    spread_failure,
     stored_size,
 )
 
@@ -115,7 +116,7 @@ class ActorHost:
                 died = exceptions.ActorDiedError(
                     f"actor {self.class_name} died in its constructor:\n"
                     f"{self.init_error.error}")
-                return _spread(Failed(died), num_returns)
+                return spread_failure(Failed(died), num_returns)
             if self.is_async:
                 assert self.loop is not None
                 running = asyncio.run_coroutine_threadsafe(
@@ -145,7 +146,7 @@ class ActorHost:
             result = self._method(method)(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the user's error is the call's result
             self._note(task_id, name, started, exc)
-            return _spread(error_of(name, exc), num_returns)
+            return spread_failure(error_of(name, exc), num_returns)
         finally:
             current.task, current.session = previous
             self.backend.confirm_borrows()  # before the reply (see there)
@@ -177,7 +178,7 @@ class ActorHost:
                     result = await result
             except Exception as exc:  # noqa: BLE001
                 self._note(task_id, name, started, exc)
-                return _spread(error_of(name, exc), num_returns)
+                return spread_failure(error_of(name, exc), num_returns)
             finally:
                 # Before the reply (see there); a moment of this actor's loop, only
                 # when the call borrowed refs.
@@ -214,7 +215,7 @@ class ActorHost:
             if len(parts) != num_returns:
                 exc = ValueError(f"{name} has num_returns={num_returns} but returned "
                                  f"{result!r:.80}")
-                return _spread(error_of(name, exc), num_returns)
+                return spread_failure(error_of(name, exc), num_returns)
             stored = parts = tuple(self.backend.encode(part) for part in parts)
         # Refs inside: handed over to the caller through the scheduler (cluster_holds),
         # so this process's own refs may go as soon as the call returns.
@@ -237,10 +238,6 @@ def _ready() -> bool:
 def _run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:
     loop.run_forever()
     loop.close()
-
-
-def _spread(failed: Failed, num_returns: int) -> Any:
-    return failed if num_returns <= 1 else (failed,) * num_returns
 
 
 def _load_args(backend: Any, payload: bytes, dep_values: tuple[Any, ...]) -> tuple[list, dict]:

@@ -145,6 +145,11 @@ def error_of(name: str, exc: BaseException) -> Failed:
     return Failed(error)
 
 
+def spread_failure(failed: Failed, num_returns: int) -> Any:
+    """``failed`` as the result of a task or call with ``num_returns`` returns."""
+    return failed if num_returns <= 1 else (failed,) * num_returns
+
+
 def _should_retry(
     exc: BaseException, retry_exceptions: Any, attempt: int, max_retries: int
 ) -> bool:
@@ -254,14 +259,20 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
             backend._drain()
         backend.confirm_borrows()  # those it still holds, before it ends (see there)
     finished = _wall()
+
+    def kept_none(exc: Exception) -> Any:
+        """The task ran, but its result cannot be kept (``exc``): the error, noted, for
+        each of its returns (an unpicklable result is the task's error, as locally)."""
+        _note(session, task_id, name, 0, started, loaded, finished, finished,
+              _error_text(exc), retries, 0, transfers)
+        return spread_failure(error_of(name, exc), num_returns)
+
     if num_returns == 1:
         # Refs inside the result live as long as the result's key (ExportedRefs).
         try:
             stored = backend.encode(result, _current_key(), session)
-        except SerializationError as exc:  # the task's error, as on the local runtime
-            _note(session, task_id, name, 0, started, loaded, finished, finished,
-                  _error_text(exc), retries, 0, transfers)
-            return error_of(name, exc)
+        except SerializationError as exc:
+            return kept_none(exc)
         if type(stored) is WithRefs:  # the refs inside are held by the result now: drop
             del result  # this process's own, so only the result's key keeps them alive
             if ref_counter._released:
@@ -278,18 +289,14 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
     except TypeError:
         parts = ()
     if len(parts) != num_returns:
-        exc = ValueError(f"task {name} has num_returns={num_returns} but returned "
-                         f"{type(result).__name__} {result!r:.80}; return a sequence of "
-                         f"{num_returns} values")
-        _note(session, task_id, name, 0, started, loaded, finished, finished,
-              _error_text(exc), retries, 0, transfers)
-        return (error_of(name, exc),) * num_returns
+        return kept_none(ValueError(
+            f"task {name} has num_returns={num_returns} but returned "
+            f"{type(result).__name__} {result!r:.80}; return a sequence of "
+            f"{num_returns} values"))
     try:
         stored = tuple(backend.encode(part) for part in parts)
     except SerializationError as exc:
-        _note(session, task_id, name, 0, started, loaded, finished, finished,
-              _error_text(exc), retries, 0, transfers)
-        return (error_of(name, exc),) * num_returns
+        return kept_none(exc)
     _note(session, task_id, name, 0, started, loaded, finished, _wall(), None, retries,
           stored_size(stored, num_returns), transfers)
     main_key = _current_key()

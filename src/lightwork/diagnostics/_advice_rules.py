@@ -220,13 +220,7 @@ class AdviceRules:
 
     def _add_span(self, span: DriverSpan) -> None:
         self._spans.append(span)
-        if span.kind == "get" and span.object_count == 1 and (
-                ("get-in-loop", span.callsite) in self._reported):
-            # Said once per call site already. Checking again would cost every later get
-            # of the loop ~20-40 µs of this thread (the chain's last 16 gets against the
-            # site's recent tasks) to find what _report drops (issue 13).
-            self._get_runs.pop(span.callsite, None)
-        elif span.kind == "get" and span.object_count == 1:
+        if self._may_be_get_in_loop(span):
             run = self._get_runs[span.callsite]
             run.append(span)
             self._check_get_in_loop(span.callsite, run)
@@ -234,6 +228,14 @@ class AdviceRules:
             self._get_runs.pop(span.callsite, None)
         if span.kind == "get" and span.object_count >= SLOWEST_MIN_OBJECTS:
             self._check_wait_for_slowest(span)
+
+    def _may_be_get_in_loop(self, span: DriverSpan) -> bool:
+        """Whether ``span`` is a get of one object at a call site not yet reported for
+        get-in-loop. Once said, a site's gets are not followed: checking again would
+        cost every later get of the loop ~20-40 µs of this thread (the chain's last 16
+        gets against the site's recent tasks) to find what _report drops (issue 13)."""
+        return (span.kind == "get" and span.object_count == 1
+                and ("get-in-loop", span.callsite) not in self._reported)
 
     # -- the rules ---------------------------------------------------------------------
     def _check_get_in_loop(self, callsite: Any, run: list[DriverSpan]) -> None:

@@ -294,9 +294,7 @@ class Advisor(AdviceRules):
         such get to its task's record, and a sample would leave most of them out (a fast
         loop of tiny tasks, thousands a look, went unreported until session 14). One
         pass over the step's records, only while such gets come."""
-        wanted = {span.first_task_id for span in spans
-                  if span.kind == "get" and span.object_count == 1
-                  and ("get-in-loop", span.callsite) not in self._reported}
+        wanted = {span.first_task_id for span in spans if self._may_be_get_in_loop(span)}
         if not wanted:
             return notable
         waited_for = [place for place, record in enumerate(records)
