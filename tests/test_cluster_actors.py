@@ -606,3 +606,44 @@ def test_a_call_in_flight_fails_at_once_when_its_dropped_actors_worker_dies(
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(exceptions.ActorDiedError, match="lost with its worker"):
         lightwork.get(in_flight, timeout=30)
+
+
+def test_calls_to_an_actor_its_creator_found_dead_fail_at_once(both_workers, tmp_path,
+                                                               monkeypatch):
+    """The creator hears from the scheduler that the actor's worker was SIGKILLed and gives
+    the actor up (no restarts): the key's cancellation is then on its way, and a call
+    made meanwhile went to the dead worker's address, which distributed retries for its
+    connect timeout (30 s), until session 15 (the conformance test met it 1 run in 10).
+    Here the scheduler is stopped right after it told (as a busy one lags), so the
+    cancellation cannot land: every call must fail at once on the creator's decision."""
+    import time
+
+    directory = tmp_path / "attempts"
+    directory.mkdir()
+    actor = Restartable.remote(str(directory))
+    pid = lightwork.get(actor.pid.remote(), timeout=20)
+    started, gate = str(tmp_path / "started"), str(tmp_path / "gate")
+    in_flight = actor.pid_after.remote(started, gate)
+    assert wait_for_file(started, 20)
+    scheduler = both_workers.processes[0]
+    backend = lightwork._api._backend
+    heard = backend._worker_event
+
+    def heard_then_scheduler_stops(address, event):
+        heard(address, event)
+        if isinstance(event[1], dict) and event[1].get("action") == "remove-worker":
+            os.kill(scheduler.pid, signal.SIGSTOP)
+
+    monkeypatch.setattr(backend, "_worker_event", heard_then_scheduler_stops)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(exceptions.ActorDiedError, match="max_restarts=0"):
+            lightwork.get(in_flight, timeout=HANG_LIMIT_S)
+        for _ in range(2):
+            start = time.monotonic()
+            with pytest.raises(exceptions.ActorDiedError, match="max_restarts=0"):
+                lightwork.get(_bounded(actor.pid.remote), timeout=HANG_LIMIT_S)
+            assert time.monotonic() - start < 5
+    finally:
+        os.kill(scheduler.pid, signal.SIGCONT)
+    assert attempts(str(directory)) == [pid]

@@ -325,6 +325,13 @@ class ActorCalls(ActorRestarts):
             call.fail(exceptions.RuntimeSystemError(unreachable))
             return
         owned = self._owned.get(actor_id)
+        if owned is not None and owned.dead:
+            # Its loss is decided (a call's RPC failed, or the scheduler said so) before
+            # this process may have heard the key fail: sent now, the call would go to the
+            # dead worker's address, which distributed retries for its connect timeout (30
+            # s), and no decision is left to settle it sooner.
+            call.fail(self._actor_died(actor_id, None))
+            return
         if not flushing and self._queue_while_building(call, owned):
             return
         if owned is None and not flushing and self._queue_while_restarting(call):
