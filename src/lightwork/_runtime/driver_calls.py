@@ -206,6 +206,23 @@ Tried and dropped (``hotpath_ab.py``, alternating fresh drivers):
   build and fallback tests would buy no target.
 The collector's whole share is the bound for anything of that kind: switched off, a
 batch went from 16.8 to 15.0 µs a task (-11%).
+
+Session 15 (2026-11-25) corrects session 14's conclusion that only C could reach the
+batch target. ``bench/lean_bound.py`` is a lean pure-Python runtime (batched frames, an
+I/O thread, 4 workers) keeping what lightwork keeps per task (a counted ref, a record
+of its times in a ring, a table entry with a countdown, the spec in flight): 4.5-6.6 µs
+a task against a pipelined floor of 4.4-6.3 in the same minutes, where lightwork takes
+15-20. The difference is lightwork's own code: ~80 calls per task in the driver (38 in
+the submitting thread, 44 in the I/O thread; ``sys.setprofile``) and 51 in a worker,
+against 23 and 6. Split by phase (10,000 tasks submitted with the switch interval at
+1 s, so that nothing ran meanwhile, then got): submitting 4.8-5.1 µs a task against the
+lean one's 2.9-3.2, and everything after it 12.8-14.3 against 2.6-2.7, where the driver
+used 8.5-14.7 µs of CPU a task and the workers 8-10 (the lean ones 1.4-2.5). On two
+cores, with the driver's GIL-bound threads on one, the workers share the other: their
+CPU bounds a batch as much as the driver's does. Spinning is not it (``LIGHTWORK_SPIN_US=0``:
+the same within noise). So the way to the target is a lean path for the common task
+(plain function, inline arguments and result, default resources, no dependencies) on
+both sides, falling back to the general one for anything else: not an extension.
 """
 
 from __future__ import annotations
