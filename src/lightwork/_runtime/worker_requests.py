@@ -131,10 +131,10 @@ class WorkerRequests(_Base):
 
     def store_results(self, task: TaskSpec, results: list[Stored]) -> None:
         """Resolve a finished task's return objects (dropping those nobody holds)."""
-        lineage = task if keeps_lineage(task) else None
+        entries = self.objects.entries
         for object_id, stored in zip(task.return_ids, results):
             task.record.result_size += stored.size
-            entry = self.objects.get(object_id)
+            entry = entries.get(object_id)
             if entry is None or entry.state != PENDING:
                 # Every ref to it was dropped while the task ran, or it is a result that
                 # was intact when the task re-ran to rebuild another (lineage.py).
@@ -143,7 +143,7 @@ class WorkerRequests(_Base):
                     self.store.release(stored.path)
                 continue
             if stored.path is not None:  # an inline value lives in this table: never lost
-                entry.lineage = lineage
+                entry.lineage = task if keeps_lineage(task) else None
             self._resolve(entry, stored)
 
     def _should_retry_error(self, task: TaskSpec, error: Stored) -> bool:
