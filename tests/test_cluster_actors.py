@@ -647,3 +647,32 @@ def test_calls_to_an_actor_its_creator_found_dead_fail_at_once(both_workers, tmp
     finally:
         os.kill(scheduler.pid, signal.SIGCONT)
     assert attempts(str(directory)) == [pid]
+
+
+@lightwork.remote
+def time_a_call_of(actor):
+    """How long the first call of ``actor`` from this task took to fail, and why."""
+    import time
+
+    start = time.monotonic()
+    try:
+        lightwork.get(actor.pid.remote(), timeout=30)
+    except exceptions.ActorDiedError as error:
+        return time.monotonic() - start, str(error)
+    return None
+
+
+def test_a_task_given_a_killed_actors_handle_fails_at_once(both_workers, tmp_path):
+    """The scheduler forgets a killed actor's key, and a want of an unknown key is
+    ignored, so a process meeting the handle asks the scheduler about the key. An unknown
+    key gets a grace (its creation may still be on its way); the scheduler's plugin
+    remembers the actor keys it forgot, so this one fails at once: the call waited out
+    the whole grace, 3 s, until session 15."""
+    from lightwork.backends.cluster_actor_calls import ACTOR_KEY_GRACE_S
+
+    actor = Restartable.remote(str(tmp_path))
+    lightwork.get(actor.pid.remote(), timeout=20)
+    lightwork.kill(actor)
+    took, why = lightwork.get(time_a_call_of.remote(actor), timeout=40)
+    assert "no longer has it" in why
+    assert took < ACTOR_KEY_GRACE_S / 2, took

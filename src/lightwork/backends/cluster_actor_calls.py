@@ -78,9 +78,14 @@ ACTOR_KEY_GRACE_S = 3.0
 ACTOR_KEY_POLL_S = 0.05
 
 
-def _key_known(dask_scheduler: Any = None, key: Any = None) -> bool:  # type: ignore[assignment]
-    """Run on the scheduler: whether it knows ``key``."""
-    return key in dask_scheduler.tasks
+def actor_key_state(dask_scheduler: Any = None, key: Any = None) -> str:  # type: ignore[assignment]
+    """Run on the scheduler: "known" if it knows the actor key ``key``, "gone" if it
+    forgot it (``cluster_plugin.TaskErrors.gone_actors``), else "unknown" (not yet
+    submitted, or forgotten where no lightwork plugin of this version runs)."""
+    if key in dask_scheduler.tasks:
+        return "known"
+    plugin = dask_scheduler.plugins.get("lightwork-task-errors")
+    return "gone" if key in getattr(plugin, "gone_actors", ()) else "unknown"
 
 
 
@@ -563,16 +568,21 @@ class ActorCalls(ActorRestarts):
         will make. The creator's submission may still be on its way when a handle comes
         by another path (an actor call's arguments go straight to its worker), so an
         unknown key is looked at again for ``ACTOR_KEY_GRACE_S`` before it counts as
-        gone. Only a call that finds the key pending pays this (one read of the
-        scheduler's task table); later calls queue behind it."""
+        gone, unless the scheduler's plugin remembers forgetting it: then at once (until
+        session 15 every such call waited out the grace). Only a call that finds the key
+        pending pays this (one read of the scheduler's tables); later calls queue behind
+        it."""
         deadline = time.monotonic() + ACTOR_KEY_GRACE_S
         while True:
             try:
-                known = self.client.run_on_scheduler(_key_known, key=future.key)
+                state = self.client.run_on_scheduler(actor_key_state, key=future.key)
             except Exception:  # noqa: BLE001 - the scheduler is away: the wait is bounded
                 return True
-            if known or future.status != "pending" or time.monotonic() > deadline:
-                return bool(known) or future.status != "pending"
+            if state == "gone":
+                return False
+            if (state == "known" or future.status != "pending"
+                    or time.monotonic() > deadline):
+                return state == "known" or future.status != "pending"
             time.sleep(ACTOR_KEY_POLL_S)
 
     def _result_at_hand(self, future: Any) -> Any:

@@ -33,17 +33,39 @@ class TaskErrors(SchedulerPlugin):
     message, which fails the future, before this one (both travel on the client's one
     stream). It costs the scheduler one method call per transition; the topic carries
     only lost-worker failures, which are rare. Idempotent: the first driver registers
-    it, later ones reuse it; it stays for the scheduler's life (it keeps nothing).
+    it, later ones reuse it; it stays for the scheduler's life.
+
+    It also remembers which actor keys the scheduler forgot (``gone_actors``: killed, or
+    their last handle dropped; the newest ``GONE_ACTORS_KEPT``), so that a process that
+    meets a handle after that can tell such a key from one whose creation is still on its
+    way (``cluster_actor_calls.actor_key_state``). It keeps the keys of the actors the
+    scheduler knows meanwhile (``actors``), learnt as each enters the graph.
     """
 
     name = "lightwork-task-errors"
     idempotent = True
+    GONE_ACTORS_KEPT = 10_000
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
+        self.actors: set[Any] = set()
+        self.gone_actors: dict[Any, None] = {}  # oldest first
 
     def transition(self, key: Any, start: str, finish: str, *args: Any,
                    **kwargs: Any) -> None:
+        if finish == "forgotten":
+            if key in self.actors:
+                self.actors.discard(key)
+                gone = self.gone_actors
+                gone[key] = None
+                if len(gone) > self.GONE_ACTORS_KEPT:
+                    del gone[next(iter(gone))]
+            return
+        if start == "released" and finish == "waiting":  # a key entering the graph
+            task = self.scheduler.tasks.get(key)
+            if task is not None and task.actor:
+                self.actors.add(key)
+            return
         if finish != "erred":
             return
         task = self.scheduler.tasks.get(key)
