@@ -43,7 +43,9 @@ the session, and every actor lived until its driver ended.
 A process that meets a handle only after its actor was killed holds a key the scheduler
 has forgotten; distributed ignores a want of an unknown key, so its future would stay
 pending for good. The first call that finds such a key pending asks the scheduler
-whether it knows it (``_key_exists``) and fails with ``ActorDiedError`` if it does not.
+whether it knows it (``_key_exists``) and fails with ``ActorDiedError`` if it does not:
+at once if the scheduler's plugin remembers forgetting it, after a short grace if the
+key was never seen (its creation may still be on its way).
 Left for the session: ``_killed`` and ``_policies``, a few bytes for each actor killed
 here or met lost from a borrowed handle.
 """
