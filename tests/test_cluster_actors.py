@@ -676,3 +676,34 @@ def test_a_task_given_a_killed_actors_handle_fails_at_once(both_workers, tmp_pat
     took, why = lightwork.get(time_a_call_of.remote(actor), timeout=40)
     assert "no longer has it" in why
     assert took < ACTOR_KEY_GRACE_S / 2, took
+
+
+def test_the_creator_decides_its_actors_loss_without_the_workers_event(
+        both_workers, tmp_path, monkeypatch):
+    """The creator hears that its actor's worker died from the scheduler's remove-worker
+    event on that worker's topic, a subscription asked for when the actor is placed. One
+    that takes effect only after the worker died (an actor killed as soon as it was
+    placed, or restarted) misses the event; here it is never asked for. A call sent to
+    the dead worker's address before the loss was known (this process's event loop is
+    held meanwhile, as load can hold it) then waited out distributed's connect timeout
+    (30 s) until session 15: the key's failure now decides, and the call fails at once."""
+    import time
+
+    backend = lightwork._api._backend
+    monkeypatch.setattr(backend, "_watch", lambda owned, incarnation: None)
+    actor = Restartable.remote(str(tmp_path))
+    pid = lightwork.get(actor.pid.remote(), timeout=20)
+    address = backend._proxies[actor._ref.id]._address
+    held, release = threading.Event(), threading.Event()
+    backend.client.loop.add_callback(lambda: (held.set(), release.wait(10)))
+    assert held.wait(10)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        _refused(address)
+        sent = actor.pid.remote()
+    finally:
+        release.set()
+    start = time.monotonic()
+    with pytest.raises(exceptions.ActorDiedError, match="max_restarts=0"):
+        lightwork.get(sent, timeout=HANG_LIMIT_S)
+    assert time.monotonic() - start < 5

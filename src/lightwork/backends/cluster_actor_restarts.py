@@ -491,9 +491,20 @@ class ActorRestarts:
     def _actor_key_erred(self, key: Any) -> None:
         """The scheduler failed ``key`` (on the event loop): if it is a borrowed actor's,
         its cached proxy is stale (its worker is gone); the next call looks it up again
-        and, finding it lost, waits for the owner's restart."""
+        and, finding it lost, waits for the owner's restart. If this process owns the
+        actor, the loss is decided now unless it was already: the owner hears of it from
+        its worker's remove-worker event (``_watch``), but that subscription is asked
+        for when the actor is placed and may take effect only after the worker died (an
+        actor killed as soon as it was restarted), and its calls in flight then waited
+        out the connect timeout (30 s; 1 run in 4 of a conformance test, session 15)."""
         actor_id = _task_id_of_key(key)
-        if actor_id is None or actor_id in self._owned:
+        if actor_id is None:
+            return
+        owned = self._owned.get(actor_id)
+        if owned is not None:
+            future = self.futures.get(actor_id)
+            if future is not None and future.key == key and future.status == "error":
+                self._begin_restart(owned, owned.incarnation)  # (decided already: nothing)
             return
         with self.lock:
             proxy = self._proxies.get(actor_id)
