@@ -84,9 +84,11 @@ def actor_key_state(dask_scheduler: Any = None, key: Any = None) -> str:  # type
     """Run on the scheduler: "known" if it knows the actor key ``key``, "gone" if it
     forgot it (``cluster_plugin.TaskErrors.gone_actors``), else "unknown" (not yet
     submitted, or forgotten where no lightwork plugin of this version runs)."""
+    from lightwork.backends.cluster_plugin import TaskErrors
+
     if key in dask_scheduler.tasks:
         return "known"
-    plugin = dask_scheduler.plugins.get("lightwork-task-errors")
+    plugin = dask_scheduler.plugins.get(TaskErrors.name)
     return "gone" if key in getattr(plugin, "gone_actors", ()) else "unknown"
 
 
