@@ -611,39 +611,40 @@ def test_a_call_in_flight_fails_at_once_when_its_dropped_actors_worker_dies(
 def test_calls_to_an_actor_its_creator_found_dead_fail_at_once(both_workers, tmp_path,
                                                                monkeypatch):
     """The creator hears from the scheduler that the actor's worker was SIGKILLed and gives
-    the actor up (no restarts): the key's cancellation is then on its way, and a call
-    made meanwhile went to the dead worker's address, which distributed retries for its
-    connect timeout (30 s), until session 15 (the conformance test met it 1 run in 10).
-    Here the scheduler is stopped right after it told (as a busy one lags), so the
-    cancellation cannot land: every call must fail at once on the creator's decision."""
+    the actor up (no restarts) before the key's failure reaches it (the event comes
+    first): a call made then went to the dead worker's address, which distributed retries
+    for its connect timeout (30 s), until session 15 (the conformance test met it 1 run
+    in 10). Here the call is made right as the event is handled, and the scheduler is
+    stopped meanwhile (as a busy one lags): every call must fail at once."""
     import time
 
     directory = tmp_path / "attempts"
     directory.mkdir()
     actor = Restartable.remote(str(directory))
     pid = lightwork.get(actor.pid.remote(), timeout=20)
-    started, gate = str(tmp_path / "started"), str(tmp_path / "gate")
-    in_flight = actor.pid_after.remote(started, gate)
-    assert wait_for_file(started, 20)
     scheduler = both_workers.processes[0]
     backend = lightwork._api._backend
-    heard = backend._worker_event
+    heard, made = backend._worker_event, []
 
-    def heard_then_scheduler_stops(address, event):
+    def heard_then_call(address, event):
         heard(address, event)
-        if isinstance(event[1], dict) and event[1].get("action") == "remove-worker":
-            os.kill(scheduler.pid, signal.SIGSTOP)
+        if (not made and isinstance(event[1], dict)
+                and event[1].get("action") == "remove-worker"):
+            os.kill(scheduler.pid, signal.SIGSTOP)  # (once: the SIGCONT below is last)
+            made.append(actor.pid.remote())  # .remote() never waits for the engine
 
-    monkeypatch.setattr(backend, "_worker_event", heard_then_scheduler_stops)
+    monkeypatch.setattr(backend, "_worker_event", heard_then_call)
     try:
         os.kill(pid, signal.SIGKILL)
-        with pytest.raises(exceptions.ActorDiedError, match="max_restarts=0"):
-            lightwork.get(in_flight, timeout=HANG_LIMIT_S)
-        for _ in range(2):
-            start = time.monotonic()
+        deadline = time.monotonic() + HANG_LIMIT_S
+        while not made and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert made, "the scheduler's remove-worker event never came"
+        start = time.monotonic()
+        for ref in (made[0], _bounded(actor.pid.remote)):
             with pytest.raises(exceptions.ActorDiedError, match="max_restarts=0"):
-                lightwork.get(_bounded(actor.pid.remote), timeout=HANG_LIMIT_S)
-            assert time.monotonic() - start < 5
+                lightwork.get(ref, timeout=HANG_LIMIT_S)
+        assert time.monotonic() - start < 5
     finally:
         os.kill(scheduler.pid, signal.SIGCONT)
     assert attempts(str(directory)) == [pid]
