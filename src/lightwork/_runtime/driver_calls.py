@@ -223,6 +223,12 @@ CPU bounds a batch as much as the driver's does. Spinning is not it (``LIGHTWORK
 the same within noise). So the way to the target is a lean path for the common task
 (plain function, inline arguments and result, default resources, no dependencies) on
 both sides, falling back to the general one for anything else: not an extension.
+Part of it is the wire format: a batch frame's TASK and DONE messages each carry a
+``Stored`` (pickled through its ``__reduce__``, a Python call, and rebuilt by a class
+call), nested in tuples with the shape and the GPU ids. Pickled as a list of 100
+distinct messages: a TASK 525 ns to dump (driver) and 356 to load (worker), a DONE 514
+and 449; the lean tuples of ids and bytes 62/65 and 89/121. So ~0.8 µs a task in the
+driver and ~0.7 in a worker are the format alone.
 """
 
 from __future__ import annotations
