@@ -36,7 +36,6 @@ import os
 import pickle
 import select
 import socket
-import struct
 import sys
 import threading
 import time
@@ -48,16 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import floor  # noqa: E402
 
-HEADER = struct.Struct("!I")
+HEADER = floor.HEADER  # the floor's frames: a length, then a pickle (floor.send)
 WORKERS = 4
 FRAME_TASKS = 128
 IN_FLIGHT = 64
 TASKS = 10_000
-
-
-def _send(sock: socket.socket, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(HEADER.pack(len(data)) + data)
 
 
 class _Frames:
@@ -101,7 +95,7 @@ def _worker(sock: socket.socket, timed: bool) -> None:
                 positional, named = pickle.loads(args)
                 value = pickle.dumps(functions[key](*positional, **named))
                 results.append((task_id, value, (started, time.monotonic()) if timed else None))
-            _send(sock, results)
+            floor.send(sock, results)
 
 
 class _Ref:
@@ -174,7 +168,7 @@ class LeanRuntime:
 
     def register(self, key: int, function: Any) -> None:
         for sock in self.socks:
-            _send(sock, ("function", key, pickle.dumps(function)))
+            floor.send(sock, ("function", key, pickle.dumps(function)))
 
     def submit(self, key: int, args: tuple, kwargs: dict) -> _Ref:
         task_id, result_id = self.next_id, self.next_id + 1
@@ -247,7 +241,7 @@ class LeanRuntime:
                     spec.record.dispatched, spec.record.worker = now, index
                 in_flight.append(spec)
                 batch.append((spec.task_id, spec.key, spec.args))
-            _send(sock, ("tasks", batch))
+            floor.send(sock, ("tasks", batch))
 
     def _apply(self, index: int, results: list[Any]) -> None:
         now = time.monotonic()

@@ -151,6 +151,24 @@ def _refused(address, limit=5.0):
     raise AssertionError(f"{address} still accepts connections {limit} s after its kill")
 
 
+def _called_before_the_loss_is_heard(actor, pid):
+    """SIGKILL ``pid``, the worker holding ``actor``, and call it before this process can
+    hear of the loss: its event loop is held meanwhile (as load can hold it), so the
+    call goes to the dead worker's address, which already refuses connections. Returns
+    the call's ref."""
+    backend = lightwork._api._backend
+    address = backend._proxies[actor._ref.id]._address
+    held, release = threading.Event(), threading.Event()
+    backend.client.loop.add_callback(lambda: (held.set(), release.wait(10)))
+    assert held.wait(10)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        _refused(address)
+        return actor.pid.remote()
+    finally:
+        release.set()
+
+
 @pytest.mark.parametrize("max_task_retries", [0, 1])
 def test_calls_a_borrowed_handle_sent_to_a_just_killed_worker_end_at_the_loss(
         both_workers, tmp_path, max_task_retries):
@@ -177,17 +195,7 @@ def test_calls_a_borrowed_handle_sent_to_a_just_killed_worker_end_at_the_loss(
         started, gate = str(tmp_path / "started"), str(tmp_path / "gate")
         in_flight = actor.pid_after.remote(started, gate)
         assert wait_for_file(started, 20)
-        backend = lightwork._api._backend
-        address = backend._proxies[actor._ref.id]._address
-        held, release = threading.Event(), threading.Event()
-        backend.client.loop.add_callback(lambda: (held.set(), release.wait(10)))
-        assert held.wait(10)
-        try:
-            os.kill(first, signal.SIGKILL)
-            _refused(address)
-            sent_after = actor.pid.remote()
-        finally:
-            release.set()
+        sent_after = _called_before_the_loss_is_heard(actor, first)
         open(gate, "w").close()
         outcomes = [_outcome(in_flight), _outcome(sent_after)]
         if max_task_retries:
@@ -694,16 +702,7 @@ def test_the_creator_decides_its_actors_loss_without_the_workers_event(
     monkeypatch.setattr(backend, "_watch", lambda owned, incarnation: None)
     actor = Restartable.remote(str(tmp_path))
     pid = lightwork.get(actor.pid.remote(), timeout=20)
-    address = backend._proxies[actor._ref.id]._address
-    held, release = threading.Event(), threading.Event()
-    backend.client.loop.add_callback(lambda: (held.set(), release.wait(10)))
-    assert held.wait(10)
-    try:
-        os.kill(pid, signal.SIGKILL)
-        _refused(address)
-        sent = actor.pid.remote()
-    finally:
-        release.set()
+    sent = _called_before_the_loss_is_heard(actor, pid)
     start = time.monotonic()
     with pytest.raises(exceptions.ActorDiedError, match="max_restarts=0"):
         lightwork.get(sent, timeout=HANG_LIMIT_S)
