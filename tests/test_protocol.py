@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import pickle
 import socket
 import threading
 
 from lightwork._runtime import protocol as p
+from lightwork._runtime import serialization
 from lightwork._runtime.serialization import Stored
 
 
@@ -38,71 +38,39 @@ def _types(value: object) -> object:
     return type(value)
 
 
-def _decoded_alone(message: tuple) -> tuple[bool, tuple]:
-    """(whether ``message`` went as a pickle, what a decoder makes of its frame)."""
-    data = p.encode_many([message])
-    assert data == p.encode(message)
-    (length,) = p._LENGTH.unpack_from(data)
-    assert length == len(data) - 4
-    [decoded] = p.FrameDecoder().feed(data)
-    return data[4] == p._PICKLE_TAG, decoded
-
-
-def test_a_lone_task_or_result_of_the_common_shape_is_a_fixed_layout_equal_to_its_pickle() -> None:
-    """A sync call's TASK and DONE skip pickle (half the bytes, about half the
-    time); what the other side decodes is what it would have unpickled."""
-    common = [
-        _task(7, Stored(b"\x80\x05N.", (), None, 4, ())),
+def test_every_message_decodes_to_what_was_sent_type_for_type_alone_or_in_a_batch() -> None:
+    bare = b"\x80\x05N."  # a value's pickle alone (serialization.bare)
+    task = _task(7, bare)[1]
+    messages = [
+        _task(7, bare),
         # An actor method's name is the key; names in any script, the arguments empty.
-        (p.TASK, (2**40 + 3, "m\u00e9thode", "Actor.m\u00e9thode", Stored(b"", (), None, 0, ()),
-                  (), (2**40 + 4,), (), ())),
-        (p.TASK, (9, b"\x00" * 16, "odd \udcff name", Stored(b"a" * p._FAST_DATA_MAX,
-                  (), None, p._FAST_DATA_MAX, ()), (), (10,), (("CPU", 1.0),), ())),
-        _done(7, [Stored(b"x", (), None, 1, ())]),
-        _done(2**40 + 5, [Stored(b"y" * 300, (), None, 300, ())],
-              (1e9 + 0.123456789, -0.0, float("inf"), 5e-324, 0.0)),
-    ]
-    for message in common:
-        pickled, decoded = _decoded_alone(message)
-        assert not pickled, message
-        assert decoded == message == pickle.loads(pickle.dumps(message, protocol=5))
-        assert _types(decoded) == _types(message)  # a () stays a (), a str a str
-    assert len(p.encode(common[0])) < len(pickle.dumps(common[0], protocol=5)) / 1.5
-
-
-def test_every_other_task_or_result_goes_as_its_pickle() -> None:
-    plain = Stored(b"\x80\x05N.", (), None, 4, ())
-    task = _task(7, plain)[1]
-    other = [
+        (p.TASK, (2**40 + 3, "m\u00e9thode", "Actor.m\u00e9thode", b"", (), (2**40 + 4,), (),
+                  ())),
         (p.TASK, (*task[:4], (Stored(b"d", (), None, 1, ()),), *task[5:])),  # a dependency
-        (p.TASK, (*task[:4], [], *task[5:])),  # not the () a fixed layout stands for
         (p.TASK, (*task[:5], (8, 9), *task[6:])),  # two returns
-        (p.TASK, (*task[:6], (("CPU", 2.0),), ())),  # another shape
         (p.TASK, (*task[:7], (0,))),  # a GPU
         (p.TASK, (*task[:3], Stored(b"a", (b"buffer",), None, 7, ()), *task[4:])),
         (p.TASK, (*task[:3], Stored(b"", (), "/dev/shm/segment", 9, ()), *task[4:])),
         (p.TASK, (*task[:3], Stored(b"a", (), None, 1, (5,)), *task[4:])),  # a ref inside
-        (p.TASK, (*task[:3], Stored(b"a" * (p._FAST_DATA_MAX + 1), (), None, 1, ()), *task[4:])),
-        (p.TASK, (task[0], b"k" * 256, *task[2:])),  # a key too long for its byte
-        (p.TASK, (task[0], None, *task[2:])),
-        (p.TASK, (-1, *task[1:])),
-        (p.TASK, task[:7]),
+        _done(7, [b"x"]),
+        _done(2**40 + 5, [b"y" * 300], (1e9 + 0.123456789, -0.0, float("inf"), 5e-324, 0.0)),
         _done(7, "cancelled"),
-        _done(7, ("error", plain)),
-        _done(7, [plain, plain]),
-        _done(7, (plain,)),
-        _done(7, [Stored(b"a", (), None, 1, (5,))]),
-        _done(7, [plain], (1.0, 2.0, 3.0, 4.0)),
-        _done(7, [plain], (1.0, 2.0, 3.0, 4.0, None)),
+        _done(7, ("error", Stored(b"e", (), None, 1, ()))),
+        _done(7, [bare, Stored(b"a", (), None, 1, (5,))]),
+        _done(7, [Stored(b"", (), "/dev/shm/segment", 9, ())]),
         (p.REPLY, 1, "one"),
     ]
-    for message in other:
-        pickled, decoded = _decoded_alone(message)
-        assert pickled, message
+    for message in messages:
+        data = p.encode_many([message])
+        assert data == p.encode(message)
+        (length,) = p._LENGTH.unpack_from(data)
+        assert length == len(data) - 4
+        [decoded] = p.FrameDecoder().feed(data)
         assert decoded == message
-    # In a batch, the messages of the common shape are pickled with the rest.
-    data = p.encode_many([_task(1, plain), _done(2, [plain])])
-    assert data[4] == p._PICKLE_TAG
+        assert _types(decoded) == _types(message)  # bytes stay bytes, a () stays a ()
+    batch = p.FrameDecoder().feed(p.encode_many(messages))
+    assert batch == messages
+    assert [_types(m) for m in batch] == [_types(m) for m in messages]
 
 
 def test_frames_split_anywhere_decode_once_whole() -> None:
@@ -134,3 +102,21 @@ def test_a_batch_larger_than_one_recv_crosses_the_socket_intact() -> None:
     ours.close()
     assert connection.recv() is None  # the other side closed: None, not an exception
     theirs.close()
+
+
+def test_a_value_travels_bare_only_when_its_pickle_is_all_it_is() -> None:
+    """Frames carry a task's arguments and results as their pickle alone when that is all
+    they are; a value with buffers, a segment or refs inside keeps its ``Stored``."""
+    plain = serialization.serialize(("a", [1, 2]), None)
+    assert serialization.bare(plain) == plain.data
+    assert type(serialization.bare(plain)) is bytes
+    assert serialization.unbare(serialization.bare(plain)) == plain
+    assert serialization.loads(serialization.bare(plain)) == ("a", [1, 2])
+    kept = [
+        Stored(b"a", (b"buffer",), None, 7, ()),
+        Stored(b"", (), "/dev/shm/segment", 9, ()),
+        Stored(b"a", (), None, 1, (5,)),
+    ]
+    for stored in kept:
+        assert serialization.bare(stored) is stored
+        assert serialization.unbare(stored) is stored

@@ -269,7 +269,7 @@ class ActorManager:
             dep_values = [node.objects.entries[d].stored for d in task.deps] if task.deps else ()
             actor.inflight[task.task_id] = task
             batch.append((p.TASK, (
-                task.task_id, task.function_key, task.name, task.args, dep_values,
+                task.task_id, task.function_key, task.name, serialization.bare(task.args), dep_values,
                 task.return_ids, task.shape, actor.gpu_ids,
             )))
         if batch:
@@ -344,9 +344,7 @@ class ActorManager:
             actor.death_cause = "it called exit_actor()"
         if task.cancelled or outcome == "cancelled":
             if type(outcome) is list:  # it returned after the cancel: nobody reads these
-                for stored in outcome:
-                    if stored.path is not None:
-                        node.store.release(stored.path)
+                node.release_unread(outcome)
             self._finish_call(task, error=_cancelled_call(
                 task, "before it ran" if outcome == "cancelled" else "while it ran", actor))
             return

@@ -804,8 +804,11 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
                 record.state = DISPATCHED
                 deps = task.deps
                 dep_values = [self.objects.entries[d].stored for d in deps] if deps else ()
+                args = task.args  # (serialization.bare, without a call per task)
+                if args.path is None and not args.buffers and not args.contained:
+                    args = args.data
                 batch.append((p.TASK, (
-                    task.task_id, key, task.name, task.args, dep_values, task.return_ids,
+                    task.task_id, key, task.name, args, dep_values, task.return_ids,
                     task.shape, gpus.assign(task.task_id, task.shape) if gpus else (),
                 )))
             for conn, batch in batches.items():

@@ -11,21 +11,22 @@ costs 0.2-0.5 µs per message to write and as much to read, against 1.7-3.6 µs 
 ``Stored`` class and the function key, shape and empty arguments that the messages of
 a batch share and that one pickle writes once). Messages are tuples whose first item is
 one of the kinds below, so a decoded list is always a batch; user values inside them are
-already serialized (``Stored``), so decoding a frame never runs user code.
+already serialized (a ``Stored``, or its bytes alone: below), so decoding a frame never
+runs user code.
 
-A lone TASK or DONE of the common shape (a synchronous call's two frames) is not
-pickled but packed into a fixed layout (``_encode_fast``): a header of ``struct``
-fields, then the function key, the name and the inline value's bytes. A pickle starts
-with its protocol byte (0x80), a fixed layout with a tag of its own, so the decoder tells
-them apart by the first byte, and what it decodes is equal, type for type, to what the
-pickle would have given: the rest of the runtime cannot tell them apart. The common shape:
-inline arguments or result with no buffers and no refs inside (up to
-``_FAST_DATA_MAX``), no dependencies, one return, a default task's or an actor call's
-shape; anything else is pickled. Why: pickling a ``Stored`` means looking its class up
-by name and calling its constructor on load, and the pickler's set-up is per call; a
-no-op's TASK and DONE took 1.9-2.3 µs each to pickle and 2.3-2.4 µs to decode, against
-0.8-0.9 and 1.2-1.6 µs in a fixed layout (a loaded machine; issue 13). In a batch the
-pickle's memo writes those once per frame, so batches stay pickles.
+A task's arguments and a task's result travel bare when they can
+(``serialization.bare``): the pickle's bytes alone, not the ``Stored`` around them, which
+the pickler writes through ``__reduce__`` (a Python call) and the reader rebuilds by a
+class call. In a list of 100 messages of a no-op, a DONE took 556 ns to pickle and 442
+to read, a TASK 578 and 344; bare, 156 and 254, 189 and 170 (issue 13, session 16). A
+batch task's workers used 0.82 of their CPU (``hotpath_ab.py``, 8 rounds, paired: 11.1
+-> 8.8 µs a task), actor calls' 0.83; the driver's (23 µs a task) moved less than its
+noise (1.02: it saves ~0.4 µs pickling a TASK, and rebuilds a ``Stored`` for each result
+it keeps). With bare values a lone message's pickle
+is as quick as the fixed ``struct`` layout sessions 12-15 packed a synchronous call's
+TASK and DONE into (TASK 786 ns to encode against 938, DONE 567 against 649; decoding
+100-270 ns slower), and a sync call was no slower without it (``hotpath_ab.py``, 10
+rounds: wall 1.01 paired, the driver's CPU 0.98), so frames are pickles only.
 
 Driver -> worker: ``TASK``, ``FUNCTION``, ``REPLY``, ``EXIT``, ``ACTOR_INIT``.
 Worker -> driver: ``DONE``, ``SUBMIT``, ``PUT``, ``GET``, ``WAIT``, ``BORROW``,
@@ -41,7 +42,6 @@ import socket
 import struct
 from typing import Any
 
-from lightwork._runtime.serialization import Stored
 from lightwork._runtime.spin import Spinner
 
 TASK = 1
@@ -83,11 +83,6 @@ RECV_SIZE = 1 << 16
 
 
 def encode(message: tuple[Any, ...]) -> bytes:
-    kind = message[0]
-    if kind == TASK or kind == DONE:  # a sync call's frames: a fixed layout, not a pickle
-        fast = _encode_fast(message)
-        if fast is not None:
-            return fast
     payload = pickle.dumps(message, protocol=5)
     return _LENGTH.pack(len(payload)) + payload
 
@@ -98,87 +93,6 @@ def encode_many(messages: list[tuple[Any, ...]]) -> bytes:
         return encode(messages[0])
     payload = pickle.dumps(messages, protocol=5)
     return _LENGTH.pack(len(payload)) + payload
-
-
-# --- the fixed layouts of a lone TASK and DONE (see the module docstring) --------------
-#: A pickle (protocol 5) starts with PROTO 5; a fixed layout starts with its own tag.
-_PICKLE_TAG = 0x80
-_TASK_TAG = 0x01
-_DONE_TAG = 0x02
-#: tag, shape code, whether the key is a str (an actor method; else a function's hash),
-#: key length, task id, return id, name length, argument bytes, the arguments' size.
-_TASK_HEAD = struct.Struct("<BBBBQQHIQ")
-#: tag, task id, started, arguments loaded, finished, stored, CPU time, result size,
-#: result bytes.
-_DONE_HEAD = struct.Struct("<BQ5dQI")
-#: The shapes a fixed TASK carries, by code: an actor call's and a default task's.
-_SHAPES: tuple[tuple[tuple[str, float], ...], ...] = ((), (("CPU", 1.0),))
-#: Larger values go as pickles: decoding copies a fixed layout's bytes twice.
-_FAST_DATA_MAX = 16 * 1024
-
-
-def _inline_bytes(stored: Any) -> bytes | None:
-    """The bytes of ``stored`` if a fixed layout can carry it: inline, no buffers, no
-    refs inside, at most ``_FAST_DATA_MAX``; else None."""
-    if type(stored) is not Stored or stored.buffers or stored.path is not None or stored.contained:
-        return None
-    data = stored.data
-    return data if type(data) is bytes and len(data) <= _FAST_DATA_MAX else None
-
-
-def _encode_fast(message: tuple[Any, ...]) -> bytes | None:
-    """The fixed layout of ``message``, or None when it does not have the common shape:
-    one TASK with inline arguments (no buffers, no refs inside), no dependencies, one
-    return and a common shape; one DONE with one such result and its five times."""
-    try:
-        if message[0] == TASK:
-            task_id, key, name, args, deps, return_ids, shape, gpu_ids = message[1]
-            data = _inline_bytes(args)
-            if data is None or deps != () or gpu_ids != () or len(return_ids) != 1:
-                return None
-            shape_code = _SHAPES.index(shape)
-            key_is_str = type(key) is str
-            if not key_is_str and type(key) is not bytes:
-                return None
-            key_bytes = key.encode("utf-8", "surrogatepass") if key_is_str else key
-            name_bytes = name.encode("utf-8", "surrogatepass")
-            return b"".join((
-                _LENGTH.pack(_TASK_HEAD.size + len(key_bytes) + len(name_bytes) + len(data)),
-                _TASK_HEAD.pack(_TASK_TAG, shape_code, key_is_str, len(key_bytes), task_id,
-                                return_ids[0], len(name_bytes), len(data), args.size),
-                key_bytes, name_bytes, data))
-        _, task_id, outcome, times = message
-        if type(outcome) is not list or len(outcome) != 1:
-            return None  # an error, a cancel, several returns
-        result = outcome[0]
-        data = _inline_bytes(result)
-        if data is None:
-            return None
-        return b"".join((
-            _LENGTH.pack(_DONE_HEAD.size + len(data)),
-            _DONE_HEAD.pack(_DONE_TAG, task_id, *times, result.size, len(data)), data))
-    except (ValueError, TypeError, AttributeError, struct.error):
-        return None  # another shape (times that are not five numbers, a long key or name)
-
-
-def _decode_fast(buffer: bytearray, start: int) -> tuple[Any, ...]:
-    """The message the fixed layout at ``buffer[start:]`` stands for (see ``encode``)."""
-    if buffer[start] == _TASK_TAG:
-        (_, shape_code, key_is_str, key_length, task_id, return_id, name_length,
-         data_length, size) = _TASK_HEAD.unpack_from(buffer, start)
-        at = start + _TASK_HEAD.size
-        key_end = at + key_length
-        name_end = key_end + name_length
-        key: bytes | str = (buffer[at:key_end].decode("utf-8", "surrogatepass")
-                            if key_is_str else bytes(buffer[at:key_end]))
-        name = buffer[key_end:name_end].decode("utf-8", "surrogatepass")
-        args = Stored(bytes(buffer[name_end:name_end + data_length]), (), None, size, ())
-        return (TASK, (task_id, key, name, args, (), (return_id,), _SHAPES[shape_code], ()))
-    (_, task_id, started, loaded, finished, stored, cpu, size,
-     data_length) = _DONE_HEAD.unpack_from(buffer, start)
-    at = start + _DONE_HEAD.size
-    result = Stored(bytes(buffer[at:at + data_length]), (), None, size, ())
-    return (DONE, task_id, [result], (started, loaded, finished, stored, cpu))
 
 
 class FrameDecoder:
@@ -200,14 +114,11 @@ class FrameDecoder:
             if end - position - 4 < length:
                 break
             start = position + 4
-            if buffer[start] != _PICKLE_TAG:
-                messages.append(_decode_fast(buffer, start))
+            decoded = pickle.loads(memoryview(buffer)[start : start + length])
+            if type(decoded) is list:  # a batch (encode_many)
+                messages.extend(decoded)
             else:
-                decoded = pickle.loads(memoryview(buffer)[start : start + length])
-                if type(decoded) is list:  # a batch (encode_many)
-                    messages.extend(decoded)
-                else:
-                    messages.append(decoded)
+                messages.append(decoded)
             position = start + length
         if position:
             del buffer[:position]

@@ -95,6 +95,27 @@ class Stored:
         return (Stored, (self.data, self.buffers, self.path, self.size, self.contained))
 
 
+def bare(stored: Stored) -> Stored | bytes:
+    """How ``stored`` travels in a frame: its pickle alone when that is all it is (inline,
+    no out-of-band buffers, no refs inside), else the ``Stored`` itself.
+
+    Frames carry a task's arguments and a task's result this way (``protocol.py``): a
+    ``Stored`` is pickled through ``__reduce__`` (a Python call) and rebuilt by a class
+    call, where ``bytes`` are copied by the pickler in C. Whoever keeps the value turns
+    it back with :func:`unbare`; :func:`loads` takes either.
+    """
+    if stored.path is None and not stored.buffers and not stored.contained:
+        return stored.data
+    return stored
+
+
+def unbare(item: Stored | bytes) -> Stored:
+    """The ``Stored`` a frame's item (:func:`bare`) stands for."""
+    if type(item) is bytes:
+        return Stored(item, (), None, len(item), ())
+    return item
+
+
 class SegmentWriter(Protocol):
     """Where a large value goes: writes the segment, returns the path readers open."""
 
@@ -200,13 +221,13 @@ def _short_repr(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-_SCALARS = (int, float, str, bool, type(None))
+SCALARS = (int, float, str, bool, type(None))
 
 
 def serialize(value: Any, segment_path: SegmentTarget) -> Stored:
     """Serialize ``value``; write it to ``segment_path`` (see ``SegmentTarget``) if large."""
     kind = type(value)
-    if kind in _SCALARS:  # the common tiny result: skip cloudpickle's set-up
+    if kind in SCALARS:  # the common tiny result: skip cloudpickle's set-up
         data = pickle.dumps(value, protocol=5)
         return Stored(data, (), None, len(data), ())
     if kind is bytes and len(value) >= OUT_OF_BAND_MIN:
@@ -524,12 +545,15 @@ def _closed(mapping: mmap.mmap) -> bool:
 MAPS = MappedSegments()
 
 
-def loads(stored: Stored) -> Any:
-    """The value of ``stored``; arrays in a segment point into a read-only mapping.
+def loads(stored: Stored | bytes) -> Any:
+    """The value of ``stored`` (or of a bare pickle: see :func:`bare`); arrays in a
+    segment point into a read-only mapping.
 
     A segment is mapped once per process (:data:`MAPS`), and every ``get`` of it returns
     views of the same memory.
     """
+    if type(stored) is bytes:
+        return pickle.loads(stored)
     if stored.path is None:
         return pickle.loads(stored.data, buffers=stored.buffers)
     data, buffers = MAPS.parts(stored.path)

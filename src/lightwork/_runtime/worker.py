@@ -70,6 +70,7 @@ import faulthandler
 import inspect
 import itertools
 import os
+import pickle
 import signal
 import socket
 import sys
@@ -89,7 +90,7 @@ from lightwork._runtime import control
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
 from lightwork._runtime.calls import ArgSlot
-from lightwork._runtime.serialization import SerializationError, Stored
+from lightwork._runtime.serialization import SerializationError, Stored, bare
 from lightwork._runtime.worker_calls import SharedMemoryWriter, WorkerCalls
 
 FLUSH_AFTER_S = 0.001
@@ -565,8 +566,12 @@ class Worker(WorkerCalls):
         return (p.DONE, task_id, outcome, (started, started, now, now, 0.0))
 
     def store_results(self, name: str, result: Any, return_ids: tuple[int, ...]) -> Any:
+        """The outcome of a call that returned ``result``: its values as they travel
+        (``serialization.bare``)."""
         if len(return_ids) == 1:
-            return [serialization.serialize(result, SharedMemoryWriter(self, return_ids[0]))]
+            if type(result) in serialization.SCALARS:  # the common tiny result: no Stored
+                return [pickle.dumps(result, protocol=5)]
+            return [bare(serialization.serialize(result, SharedMemoryWriter(self, return_ids[0])))]
         if not return_ids:
             return []
         try:
@@ -581,7 +586,7 @@ class Worker(WorkerCalls):
                 "change num_returns"
             )
         return [
-            serialization.serialize(value, SharedMemoryWriter(self, object_id))
+            bare(serialization.serialize(value, SharedMemoryWriter(self, object_id)))
             for value, object_id in zip(values, return_ids)
         ]
 
@@ -636,7 +641,7 @@ class LostArgument(Exception):
         self.path = path
 
 
-def load_args(args_stored: Stored, dep_values: Any) -> tuple[list[Any], dict[str, Any]]:
+def load_args(args_stored: Stored | bytes, dep_values: Any) -> tuple[list[Any], dict[str, Any]]:
     args, kwargs = serialization.loads(args_stored)
     if dep_values:
         try:

@@ -108,9 +108,7 @@ class WorkerRequests(_Base):
         record.seen = time.monotonic()
         if task.cancelled:
             if type(outcome) is list:  # it finished before the cancel reached it
-                for stored in outcome:  # nobody will read them: the store takes them back
-                    if stored.path is not None:
-                        self.store.release(stored.path)
+                self.release_unread(outcome)
             self._fail_task(task, cancelled_error(task, "before it finished"))
         elif type(outcome) is list:  # its results (none for num_returns=0): the common case
             self.store_results(task, outcome)
@@ -129,10 +127,13 @@ class WorkerRequests(_Base):
         else:  # a runtime bug: fail loudly (the I/O loop stops the runtime, saying why)
             raise AssertionError(f"task {task.name} ended with an unknown outcome {outcome!r}")
 
-    def store_results(self, task: TaskSpec, results: list[Stored]) -> None:
-        """Resolve a finished task's return objects (dropping those nobody holds)."""
+    def store_results(self, task: TaskSpec, results: list[Stored | bytes]) -> None:
+        """Resolve a finished task's return objects (dropping those nobody holds) with
+        the values of its DONE (each a ``Stored`` or bare: ``serialization.bare``)."""
         entries = self.objects.entries
         for object_id, stored in zip(task.return_ids, results):
+            if type(stored) is bytes:  # (serialization.unbare, without a call per result)
+                stored = Stored(stored, (), None, len(stored), ())
             task.record.result_size += stored.size
             entry = entries.get(object_id)
             if entry is None or entry.state != PENDING:
@@ -145,6 +146,13 @@ class WorkerRequests(_Base):
             if stored.path is not None:  # an inline value lives in this table: never lost
                 entry.lineage = task if keeps_lineage(task) else None
             self._resolve(entry, stored)
+
+    def release_unread(self, results: list[Stored | bytes]) -> None:
+        """A DONE's values that nobody will read (its task was cancelled meanwhile): the
+        store takes their segments back."""
+        for stored in results:
+            if type(stored) is not bytes and stored.path is not None:
+                self.store.release(stored.path)
 
     def _should_retry_error(self, task: TaskSpec, error: Stored) -> bool:
         retry = task.retry_exceptions
