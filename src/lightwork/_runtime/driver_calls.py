@@ -376,8 +376,10 @@ class DriverCalls(_Base):
         try:
             return_ids = (next(ids),) if spec.num_returns == 1 else tuple(
                 next(ids) for _ in range(spec.num_returns))
+            # A task without dependencies is ready from its submission (register_task).
             record = TaskRecord(task_id, spec.name, 0, submitted, arg_size=stored.size,
-                                callsite=callsite, num_cpus=spec.cpus)
+                                callsite=callsite, num_cpus=spec.cpus,
+                                deps_ready=0.0 if deps else submitted)
             keep_out_of_collector(record)  # while pending too (events.py)
             if submitted >= self._driver_busy_due:
                 self._sample_driver_busy(record, submitted)
@@ -388,6 +390,9 @@ class DriverCalls(_Base):
                 task_id, spec.key, spec.name, stored, deps, return_ids, spec.num_returns, shape,
                 spec.max_retries, spec.retry_exceptions, 0, record,
             )
+            if spec.num_returns == 1 and not (deps or stored.contained or spec.stream) \
+                    and stored.path is None:
+                task.plain = True
             self.submit(task, spec.blob)
         except BaseException:
             if stored.path is not None:
@@ -417,7 +422,8 @@ class DriverCalls(_Base):
         return_ids = (next(ids),) if num_returns == 1 else tuple(
             next(ids) for _ in range(num_returns))
         record = TaskRecord(task_id, name, 0, submitted, arg_size=stored.size,
-                            callsite=callsite, actor_id=actor_id)
+                            callsite=callsite, actor_id=actor_id,
+                            deps_ready=0.0 if deps else submitted)
         keep_out_of_collector(record)
         if submitted >= self._driver_busy_due:
             self._sample_driver_busy(record, submitted)

@@ -622,7 +622,9 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
                       at: float | None = None) -> None:
         """Add a new task (lock held): pin its arguments, wait for its dependencies.
         ``at``: the clock reading its result entries were created at, which is also when
-        its dependencies were found ready, if they were (one float for both)."""
+        its dependencies were found ready, if they were (one float for both). A task
+        without dependencies is ready from its submission: its record is made saying so
+        (``deps_ready``), and is not touched here (it has gone cold in the cache since)."""
         # (Most tasks have neither: each test below skips a loop and its objects.)
         deps = [self.lookup(object_id) for object_id in task.deps] if task.deps else ()
         if contained:
@@ -656,14 +658,20 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         their arguments, so they are ready: their clock reading is their submission's.
         An actor call then joins its actor's queue, which sends it if a slot is free."""
         queued = self.lock.queued
-        if len(queued) > len(self.scheduler.workers):
-            self.scheduler.submitting = True  # a loop is submitting: see scheduler.py
+        scheduler = self.scheduler
+        if len(queued) > len(scheduler.workers):
+            scheduler.submitting = True  # a loop is submitting: see scheduler.py
         create = self.objects.create
+        tasks = self.tasks
         while queued:
             task = queued.popleft()
             at = task.record.submitted
             for object_id in task.return_ids:
                 create(object_id, 0, task.task_id, at)
+            if task.plain:  # what register_task comes to for it, without its tests
+                tasks[task.task_id] = task
+                scheduler.make_ready(task)
+                continue
             self.register_task(task, (), at)
             if task.actor_id:
                 self.actors.add_call(task.actor_id, task)
@@ -674,7 +682,8 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
             self._deps_ready(task)
 
     def _deps_ready(self, task: TaskSpec, at: float | None = None) -> None:
-        task.record.deps_ready = time.monotonic() if at is None else at
+        if at is None or task.deps:  # (else its record says so from birth: register_task)
+            task.record.deps_ready = time.monotonic() if at is None else at
         for object_id in task.deps:
             entry = self.objects.entries[object_id]
             if entry.state == FAILED:
@@ -706,12 +715,13 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
             self.cancelled_parents.discard(task.task_id)
         if self.streams.streams and task.return_ids:
             self.streams.on_task_end(task.return_ids[0])
-        for object_id in task.deps:
-            self._unuse(object_id)
-        for object_id in task.args.contained:
-            self._unuse(object_id)
-        if task.args.path is not None:
-            self.store.release(task.args.path)
+        if not task.plain:  # (a plain task has no dependencies and inline arguments)
+            for object_id in task.deps:
+                self._unuse(object_id)
+            for object_id in task.args.contained:
+                self._unuse(object_id)
+            if task.args.path is not None:
+                self.store.release(task.args.path)
         self.log.finish_task(task.record)
         if self.task_listeners:
             if not self._ended_unheard:

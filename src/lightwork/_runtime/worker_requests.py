@@ -111,7 +111,14 @@ class WorkerRequests(_Base):
                 self.release_unread(outcome)
             self._fail_task(task, cancelled_error(task, "before it finished"))
         elif type(outcome) is list:  # its results (none for num_returns=0): the common case
-            self.store_results(task, outcome)
+            result = outcome[0] if task.plain else None
+            if type(result) is bytes:  # store_results' work for the common task and value
+                record.result_size = len(result)
+                entry = self.objects.entries.get(task.return_ids[0])
+                if entry is not None and entry.state == PENDING:
+                    self._resolve(entry, Stored(result, (), None, len(result), ()))
+            else:
+                self.store_results(task, outcome)
             self._end_task(task, FINISHED)
         elif outcome == "cancelled":  # a cancel signal meant for the task before this one
             self._requeue(task)
@@ -179,7 +186,9 @@ class WorkerRequests(_Base):
          parent) = message
         if args.path is not None:  # written into room the store reserved for this worker:
             self.store.track(args.path, args.size, 0)  # the call's now, even if it dies
-        record = TaskRecord(task_id, name, conn.worker_id, time.monotonic(), arg_size=args.size)
+        now = time.monotonic()
+        record = TaskRecord(task_id, name, conn.worker_id, now, arg_size=args.size,
+                            deps_ready=0.0 if deps else now)  # (see register_task)
         keep_out_of_collector(record)
         task = TaskSpec(task_id, key, name, args, deps, return_ids, len(return_ids), shape,
                         max_retries, retry, conn.worker_id, record, actor_id=actor_id,
