@@ -47,9 +47,42 @@ def test_records_are_complete_and_ordered(runtime):
         assert times == sorted(times), record  # each phase at or after the one before
         assert record.finished - record.args_loaded >= 0.009  # the task's sleep
     ordered = sorted(records.values(), key=lambda r: r.submitted)
-    # The dependent task became ready only after its dependency's result was stored.
+    # The dependent task became ready only after its dependency's result was stored; the
+    # other, with no dependency, was ready from its submission.
     assert ordered[1].deps_ready >= ordered[0].stored
+    assert ordered[0].deps_ready == ordered[0].submitted
     assert ordered[0].result_size > 0 and ordered[1].arg_size > 0
+
+
+def test_calls_without_dependencies_are_ready_from_their_submission(runtime):
+    """Whether registered at once, queued while every worker was busy (``node_lock.py``)
+    or an actor's call, with inline or large arguments; a call with a dependency that is
+    already there is ready when registered."""
+
+    @lightwork.remote
+    def echo(x):
+        return len(x) if isinstance(x, bytes) else x
+
+    @lightwork.remote
+    class Echo:
+        def echo(self, x):
+            return x
+
+    actor = Echo.remote()
+    done = lightwork.put(7)
+    refs = [echo.remote(i) for i in range(30)]  # most queue: the workers are busy
+    refs += [echo.remote(b"x" * 600_000), actor.echo.remote(3), echo.remote(done)]
+    assert lightwork.get(refs) == [*range(30), 600_000, 3, 7]
+    records = [r for r in task_records() if r.name.endswith("echo")]
+    assert len(records) == 33
+    with_dependency = [r for r in records if r.dep_tasks]
+    assert len(with_dependency) == 1
+    for record in records:
+        if record in with_dependency:
+            assert record.submitted < record.deps_ready <= record.dispatched, record
+        else:
+            assert record.deps_ready == record.submitted, record
+            assert record.dispatched >= record.deps_ready, record
 
 
 def test_failures_and_retries_are_recorded(runtime):

@@ -390,8 +390,7 @@ class DriverCalls(_Base):
                 task_id, spec.key, spec.name, stored, deps, return_ids, spec.num_returns, shape,
                 spec.max_retries, spec.retry_exceptions, 0, record,
             )
-            if spec.num_returns == 1 and not (deps or stored.contained or spec.stream) \
-                    and stored.path is None:
+            if spec.num_returns == 1 and not (deps or stored.contained) and stored.path is None:
                 task.plain = True
             self.submit(task, spec.blob)
         except BaseException:
@@ -431,7 +430,9 @@ class DriverCalls(_Base):
             record.large_args = large_arguments(args, kwargs)
             record.copy_s = time.monotonic() - submitted
         task = TaskSpec(task_id, method, name, stored, deps, return_ids, num_returns, (), 0,
-                        False, 0, record, actor_id=actor_id)
+                        False, 0, record, actor_id=actor_id,
+                        plain=num_returns == 1 and not (deps or stored.contained)
+                        and stored.path is None)
         actor = self.actors.actors.get(actor_id)
         if (actor is not None and len(actor.inflight) >= actor.slots
                 and actor.max_pending_calls < 0 and not (deps or stored.contained)):

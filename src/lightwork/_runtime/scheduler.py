@@ -121,8 +121,9 @@ class TaskSpec:
     worker: WorkerSlot | None = None
     actor_id: int = 0  # a method call of this actor, else 0 for a plain task
     parent: int = 0  # the task that submitted this one from its worker, else 0 (the driver)
-    # The common task, which the node registers and ends in a few steps (node.py): the
-    # driver's, one return (no stream), no dependencies, inline arguments without refs.
+    # The common call, which the node registers and ends in fewer steps (node.py,
+    # worker_requests.py): the driver's task or actor call with one return, no
+    # dependencies and inline arguments without refs.
     plain: bool = False
 
 

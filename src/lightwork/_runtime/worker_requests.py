@@ -111,14 +111,7 @@ class WorkerRequests(_Base):
                 self.release_unread(outcome)
             self._fail_task(task, cancelled_error(task, "before it finished"))
         elif type(outcome) is list:  # its results (none for num_returns=0): the common case
-            result = outcome[0] if task.plain else None
-            if type(result) is bytes:  # store_results' work for the common task and value
-                record.result_size = len(result)
-                entry = self.objects.entries.get(task.return_ids[0])
-                if entry is not None and entry.state == PENDING:
-                    self._resolve(entry, Stored(result, (), None, len(result), ()))
-            else:
-                self.store_results(task, outcome)
+            self.store_results(task, outcome)
             self._end_task(task, FINISHED)
         elif outcome == "cancelled":  # a cancel signal meant for the task before this one
             self._requeue(task)
@@ -138,6 +131,13 @@ class WorkerRequests(_Base):
         """Resolve a finished task's return objects (dropping those nobody holds) with
         the values of its DONE (each a ``Stored`` or bare: ``serialization.bare``)."""
         entries = self.objects.entries
+        if task.plain and type(results[0]) is bytes:  # the common task and value, in short
+            data = results[0]
+            task.record.result_size = len(data)
+            entry = entries.get(task.return_ids[0])
+            if entry is not None and entry.state == PENDING:  # (else nobody holds it)
+                self._resolve(entry, Stored(data, (), None, len(data), ()))
+            return
         for object_id, stored in zip(task.return_ids, results):
             if type(stored) is bytes:  # (serialization.unbare, without a call per result)
                 stored = Stored(stored, (), None, len(stored), ())
