@@ -404,9 +404,8 @@ class DriverCalls(_Base):
             return_ids = (next(ids),) if spec.num_returns == 1 else tuple(
                 next(ids) for _ in range(spec.num_returns))
             # A task without dependencies is ready from its submission (register_task).
-            record = TaskRecord(task_id, spec.name, 0, submitted, arg_size=stored.size,
-                                callsite=callsite, num_cpus=spec.cpus,
-                                deps_ready=0.0 if deps else submitted)
+            record = TaskRecord(task_id, spec.name, 0, submitted, 0.0 if deps else submitted,
+                                stored.size, callsite, spec.cpus)
             keep_out_of_collector(record)  # while pending too (events.py)
             if submitted >= self._driver_busy_due:
                 self._sample_driver_busy(record, submitted)
@@ -447,9 +446,8 @@ class DriverCalls(_Base):
         stored, deps = prepare_args(args, kwargs, self.store)
         return_ids = (next(ids),) if num_returns == 1 else tuple(
             next(ids) for _ in range(num_returns))
-        record = TaskRecord(task_id, name, 0, submitted, arg_size=stored.size,
-                            callsite=callsite, actor_id=actor_id,
-                            deps_ready=0.0 if deps else submitted)
+        record = TaskRecord(task_id, name, 0, submitted, 0.0 if deps else submitted,
+                            stored.size, callsite, 1.0, actor_id)
         keep_out_of_collector(record)
         if submitted >= self._driver_busy_due:
             self._sample_driver_busy(record, submitted)

@@ -55,6 +55,9 @@ class ObjectEntry:
     object_id: int
     owner: int  # 0 = driver, else the worker id whose call created it
     task_id: int = 0  # creating task, 0 for put
+    # when its put() or task submission registered it (4th: the table passes it by
+    # position, a keyword costs a search of the parameters per call)
+    created_at: float = 0.0
     state: int = PENDING
     stored: Stored | None = None
     error: BaseException | Stored | None = None
@@ -67,7 +70,6 @@ class ObjectEntry:
     stream_pinned: bool = False  # an unread item of a generator's stream (streams.py)
     waiters: list[Callable[[ObjectEntry], None]] | None = None
     ready_at: float = 0.0  # when it became READY or FAILED (time.monotonic)
-    created_at: float = 0.0  # when its put() or task submission registered it
     # The finished task that made it, kept so a lost value can be rebuilt (lineage.py);
     # None for puts, actor results, and tasks that cannot be re-run.
     lineage: Any = None
@@ -121,8 +123,7 @@ class ObjectTable:
                at: float | None = None) -> ObjectEntry:
         """A new PENDING entry, created ``at`` (a ``time.monotonic()`` the caller already
         took, shared with the task's record: one float less per queued task) or now."""
-        entry = ObjectEntry(object_id, owner, task_id,
-                            created_at=time.monotonic() if at is None else at)
+        entry = ObjectEntry(object_id, owner, task_id, time.monotonic() if at is None else at)
         if owner == 0:
             entry.driver_holds = True
         else:

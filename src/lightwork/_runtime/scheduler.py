@@ -302,25 +302,30 @@ class Scheduler:
         assignments: list[tuple[TaskSpec, WorkerSlot]] = []
         starving = 0
         empty = []
-        # Within one pass nothing frees a slot, so what _place works out for queueing
-        # behind running tasks holds for the whole pass (see _place).
-        busy: dict[Shape, list[WorkerSlot]] = {}
-        depths: dict[bytes, int] = {}
+        depths: dict[bytes, int] = {}  # each function's pipeline depth, for this pass
+        idle = self.idle
         for shape, queue in self.ready.items():
-            while queue:
-                task = queue[0]
-                slot = self._place(task, busy, depths)
-                if slot is None:
-                    if self._fits(shape):
-                        starving += min(len(queue), max(1, int(self.available.get("CPU", 1))))
-                    else:
-                        self._orphan_if_removed(shape, queue)
-                    break
-                queue.popleft()
+            # An idle worker for each task while the shape fits: the one idle for the
+            # shortest time (its caches are warm, and a run of synchronous calls keeps
+            # one worker busy rather than waking each in turn).
+            fits = self._fits(shape)
+            while queue and fits and idle:
+                task = queue.popleft()
+                _, slot = idle.popitem()
+                self._acquire(shape)
+                slot.held = shape
                 task.state = DISPATCHED
                 task.worker = slot
                 slot.inflight.append(task)
                 assignments.append((task, slot))
+                fits = self._fits(shape)
+            if queue:
+                if fits:  # but no worker is idle: the node starts one (a slot beats a queue)
+                    starving += min(len(queue), max(1, int(self.available.get("CPU", 1))))
+                else:
+                    self._queue_behind(shape, queue, depths, assignments)
+                    if queue:
+                        self._orphan_if_removed(shape, queue)
             if not queue:
                 empty.append(shape)
         for shape in empty:
@@ -328,48 +333,44 @@ class Scheduler:
         self.starving = starving
         return assignments
 
-    def _place(
-        self, task: TaskSpec, busy: dict[Shape, list[WorkerSlot]], depths: dict[bytes, int],
-    ) -> WorkerSlot | None:
-        """A worker for ``task``: an idle one, else (a short task) the least loaded of
-        those running a short task of this shape, within its pipeline depth; None: wait.
+    def _queue_behind(self, shape: Shape, queue: deque[TaskSpec], depths: dict[bytes, int],
+                      assignments: list[tuple[TaskSpec, WorkerSlot]]) -> None:
+        """Every slot of ``shape`` is busy: queue the short tasks at the head of
+        ``queue`` behind running short tasks of this shape, each on the least loaded
+        worker, within its function's pipeline depth; stop at the first that must wait.
 
-        ``busy`` and ``depths`` carry, across one ``schedule`` pass, the slots running
-        each shape and each function's depth: once a shape has no free slot it gets none
-        in that pass (nothing ends meanwhile), so they need working out once per pass,
-        not per task (10,000 tasks: a scan of every worker and a depth per task)."""
-        shape = task.shape
-        if self._fits(shape):
-            if not self.idle:
-                return None  # the node starts a worker: a free slot beats a queue
-            # The worker idle for the shortest time: its caches are warm, and a run of
-            # synchronous calls keeps one worker busy rather than waking each in turn.
-            _, slot = self.idle.popitem()
-            self._acquire(shape)
-            slot.held = shape
-            return slot
-        # Every slot of this shape is busy: queue short tasks behind running ones.
-        key = task.function_key
-        depth = depths.get(key)
-        if depth is None:
-            depth = depths[key] = self.pipeline_depth(key)
-        if depth <= 1:
-            return None
-        running = busy.get(shape)
-        if running is None:
-            run_times = self.mean_run_time
-            running = busy[shape] = [
-                slot for slot in self.workers.values()
-                if slot.inflight and not slot.blocked and slot.held == shape
-                # behind a short running task only: one long or unknown would hold them
-                and run_times.get(slot.inflight[0].function_key, SHORT_TASK_S) < SHORT_TASK_S]
-        best: WorkerSlot | None = None
-        fewest = depth
-        for slot in running:
-            queued = len(slot.inflight)
-            if queued < fewest:
-                best, fewest = slot, queued
-        return best
+        Nothing ends during a pass, so the workers running this shape and each
+        function's depth are worked out once per pass, not per task (10,000 tasks: a
+        scan of every worker and a depth per task); a run of one function's tasks then
+        costs a scan of the running workers each."""
+        run_times = self.mean_run_time
+        running = [
+            slot for slot in self.workers.values()
+            if slot.inflight and not slot.blocked and slot.held == shape
+            # behind a short running task only: one long or unknown would hold them
+            and run_times.get(slot.inflight[0].function_key, SHORT_TASK_S) < SHORT_TASK_S]
+        if not running:
+            return
+        queued = [len(slot.inflight) for slot in running]  # kept in step with them below
+        key: bytes | None = None
+        depth = 0
+        while queue:
+            task = queue[0]
+            if task.function_key is not key:
+                key = task.function_key
+                found = depths.get(key)
+                depth = depths[key] = self.pipeline_depth(key) if found is None else found
+            fewest = min(queued)
+            if fewest >= depth:  # (a depth of 1 queues nothing: long or unknown tasks spread)
+                return
+            index = queued.index(fewest)  # the first of the least loaded
+            queued[index] = fewest + 1
+            slot = running[index]
+            queue.popleft()
+            task.state = DISPATCHED
+            task.worker = slot
+            slot.inflight.append(task)
+            assignments.append((task, slot))
 
     def _orphan_if_removed(self, shape: Shape, queue: deque[TaskSpec]) -> None:
         if self.removed_names and any(name in self.removed_names for name, _ in shape):
