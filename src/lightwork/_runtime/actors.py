@@ -101,13 +101,15 @@ class Actor:
     waits: dict[tuple[int, int], Wait] = field(default_factory=dict)  # blocked gets
     max_pending_calls: int = -1  # queued + running calls allowed at once; -1: no limit
     gpu_ids: tuple[int, ...] = ()  # its GPUs while its process lives (gpus.py)
+    # How many calls run at once: the thread pool of a threaded or async actor. Worked
+    # out once (its options are fixed at creation): it is read several times a call.
+    slots: int = field(init=False, default=1)
 
-    @property
-    def slots(self) -> int:
-        """How many calls run at once: the thread pool of a threaded or async actor."""
+    def __post_init__(self) -> None:
         if self.async_methods:
-            return self.max_concurrency or ASYNC_DEFAULT_CONCURRENCY
-        return self.max_concurrency or 1
+            self.slots = self.max_concurrency or ASYNC_DEFAULT_CONCURRENCY
+        else:
+            self.slots = self.max_concurrency or 1
 
 
 @dataclass(eq=False)
@@ -338,6 +340,9 @@ class ActorManager:
         record.seen = time.monotonic()
         record.pid = conn.pid
         actor.calls_done += 1
+        if type(outcome) is list and not task.cancelled:  # its results: the common case
+            self._store_call(actor, task, outcome)
+            return
         exited = isinstance(outcome, tuple) and outcome[0] == "exit"
         if exited:
             actor.no_restart = True
@@ -363,10 +368,14 @@ class ActorManager:
                 f"({outcome[1]}) before the call could read it; actor calls are not re-run "
                 "to rebuild arguments. Keep /dev/shm intact while lightwork runs."))
             return
+        self._store_call(actor, task, outcome)
+
+    def _store_call(self, actor: Actor, task: TaskSpec, results: list[Any]) -> None:
+        """A call returned ``results``: they resolve its return objects, and it ends."""
         if task.function_key == "__ray_terminate__":
             actor.no_restart = True
             actor.death_cause = "it was terminated with __ray_terminate__"
-        node.store_results(task, outcome)
+        self.node.store_results(task, results)
         self._finish_call(task)
 
     def _finish_call(self, task: TaskSpec, error: Any = None) -> None:

@@ -438,7 +438,8 @@ class DriverCalls(_Base):
         self, actor_id: int, method: str, name: str, args: tuple, kwargs: dict,
         num_returns: int, callsite: Any = None,
     ) -> list[ObjectRef]:
-        if actor_id not in self.actors.actors and self.id_floor.minted_before(actor_id):
+        actor = self.actors.actors.get(actor_id)
+        if actor is None and self.id_floor.minted_before(actor_id):
             raise self.ended_session_error(actor_id, actor=True)
         ids = self._ids
         task_id = next(ids)
@@ -455,10 +456,9 @@ class DriverCalls(_Base):
             record.large_args = large_arguments(args, kwargs)
             record.copy_s = time.monotonic() - submitted
         task = TaskSpec(task_id, method, name, stored, deps, return_ids, num_returns, (), 0,
-                        False, 0, record, actor_id=actor_id,
-                        plain=num_returns == 1 and not (deps or stored.contained)
+                        False, 0, record, actor_id, 0,
+                        num_returns == 1 and not (deps or stored.contained)
                         and stored.path is None)
-        actor = self.actors.actors.get(actor_id)
         if (actor is not None and len(actor.inflight) >= actor.slots
                 and actor.max_pending_calls < 0 and not (deps or stored.contained)):
             # Every slot of the actor is taken: queued, as in submit (node_lock.py).
@@ -467,6 +467,8 @@ class DriverCalls(_Base):
             if len(actor.inflight) < actor.slots:  # looked at again after the append:
                 with self.lock:  # a slot freed meanwhile; __enter__ registers and sends it
                     self._check_open()
+            if num_returns == 1:
+                return [ObjectRef(return_ids[0])]
             return [ObjectRef(object_id) for object_id in return_ids]
         self._drain_refs_if_any()
         with self.lock:

@@ -668,14 +668,16 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
             at = task.record.submitted
             for object_id in task.return_ids:
                 create(object_id, 0, task.task_id, at)
-            if task.actor_id:
-                self.register_task(task, (), at)
-                self.actors.add_call(task.actor_id, task)
-            elif task.plain:  # what register_task comes to for it, without its tests
+            if task.plain:  # what register_task comes to for it, without its tests
                 tasks[task.task_id] = task
-                scheduler.make_ready(task)
-            else:
-                self.register_task(task, (), at)
+                if task.actor_id:  # it joins its actor's queue, which sends it if it can
+                    self.actors.add_call(task.actor_id, task)
+                else:
+                    scheduler.make_ready(task)
+                continue
+            self.register_task(task, (), at)
+            if task.actor_id:
+                self.actors.add_call(task.actor_id, task)
 
     def _dep_ready(self, task: TaskSpec) -> None:
         task.unready -= 1

@@ -194,20 +194,30 @@ class ObjectTable:
         return inner_entries
 
     def release_if_unheld(self, entry: ObjectEntry) -> None:
-        """Free ``entry`` (and, transitively, what only it kept) if nothing holds it."""
-        stack = [entry]
-        while stack:
-            current = stack.pop()
-            if current.held() or self.entries.get(current.object_id) is not current:
-                continue
-            del self.entries[current.object_id]
-            self.freed_count += 1
-            if current.object_id in self.actor_handles:
-                self.actor_handles.discard(current.object_id)
-                if self.on_actor_freed is not None:
-                    self.on_actor_freed(current.object_id)
-            if current.stored is not None:
-                stack.extend(self._drop_value(current.stored))
+        """Free ``entry`` (and, transitively, what only it kept) if nothing holds it.
+
+        (One ``held()`` per entry and no list for a value that keeps nothing else alive:
+        this runs for every ref dropped and every actor call ended.)"""
+        others: list[ObjectEntry] | None = None  # entries only freed values kept
+        current = entry
+        while True:
+            if not current.held() and self.entries.get(current.object_id) is current:
+                del self.entries[current.object_id]
+                self.freed_count += 1
+                if current.object_id in self.actor_handles:
+                    self.actor_handles.discard(current.object_id)
+                    if self.on_actor_freed is not None:
+                        self.on_actor_freed(current.object_id)
+                stored = current.stored
+                if stored is not None and (stored.path is not None or stored.contained):
+                    inner = self._drop_value(stored)
+                    if others is None:
+                        others = inner
+                    else:
+                        others.extend(inner)
+            if not others:
+                return
+            current = others.pop()
 
     def unlink_all(self) -> None:
         for entry in self.entries.values():

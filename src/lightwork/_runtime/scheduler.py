@@ -114,17 +114,19 @@ class TaskSpec:
     retry_exceptions: Any
     owner: int
     record: TaskRecord
-    attempt: int = 0
-    unready: int = 0
-    state: str = WAITING
-    cancelled: bool = False
-    worker: WorkerSlot | None = None
-    actor_id: int = 0  # a method call of this actor, else 0 for a plain task
+    # (These three next: callers pass them by position, as a keyword costs a search of
+    # the parameters.)
+    actor_id: int = 0  # a method call of this actor, else 0 for a task
     parent: int = 0  # the task that submitted this one from its worker, else 0 (the driver)
     # The common call, which the node registers and ends in fewer steps (node.py,
     # worker_requests.py): the driver's task or actor call with one return, no
     # dependencies and inline arguments without refs.
     plain: bool = False
+    attempt: int = 0
+    unready: int = 0
+    state: str = WAITING
+    cancelled: bool = False
+    worker: WorkerSlot | None = None
 
 
 @dataclass(slots=True, eq=False)

@@ -191,8 +191,7 @@ class WorkerRequests(_Base):
                             deps_ready=0.0 if deps else now)  # (see register_task)
         keep_out_of_collector(record)
         task = TaskSpec(task_id, key, name, args, deps, return_ids, len(return_ids), shape,
-                        max_retries, retry, conn.worker_id, record, actor_id=actor_id,
-                        parent=parent)
+                        max_retries, retry, conn.worker_id, record, actor_id, parent)
         for object_id in return_ids:
             self.objects.create(object_id, conn.worker_id, task_id, record.submitted)
             conn.holds.add(object_id)
