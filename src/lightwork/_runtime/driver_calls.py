@@ -230,32 +230,49 @@ distinct messages: a TASK 525 ns to dump (driver) and 356 to load (worker), a DO
 and 449; the lean tuples of ids and bytes 62/65 and 89/121. So ~0.8 µs a task in the
 driver and ~0.7 in a worker are the format alone.
 
-Session 16 (2026-11-25, quiet; ``hotpath_ab.py`` rounds are ~2 s, so 30 of them). Values
-now travel bare (``protocol.py``): the workers' CPU per batch task 0.84 paired, the
-driver's unchanged, though decoding results fell from 18% of the I/O thread's GIL time
-to 10% (py-spy ``--gil``). A driver's task or actor call with one return, no
-dependencies and inline arguments is ``TaskSpec.plain``: registered from the submit
-queue and its result stored in fewer steps, and its record is born with ``deps_ready``
-(untouched, cold, at registration): batches 0.97 (driver CPU 0.97), actor calls 1.01.
-Then three calls fewer per result and two per ``get`` item (the DONE routed without
-``_handle``, ``lookup`` inlined, ``ref._id``) and an early return in
-``release_if_unheld``: 1.01-1.03 paired, nothing: at this grain the driver's time is
-not its calls. What it is instead, for a batch of 10,000 no-op tasks (13-15 µs a task of
-driver CPU): memory, ~1 KB per queued task (``bench/deep_queue.py``: 995 bytes), the
-record, spec, entry and ref alone 736 bytes (``sys.getsizeof``; 29, 20 and 16 fields)
-against ``bench/lean_bound.py``'s 296, touched cold in each phase (the first line
-touching the record or entry in a phase is a top line of the profile), and the cyclic
-collector: 3.4-3.6 µs a task (``gc.callbacks``: young 0.8-1.0, middle 1.3-1.6, full
-1.2-1.4), a quarter of the driver's time. The collector walks each pending task's ``TaskSpec``, ``ObjectEntry`` and
-``ObjectRef`` in every collection they live through, and a batch's 30,000 of them push
-the heap past the full collection's 25% rule once per batch. Untracked (``ctypes``, an
-experiment): ``ObjectRef`` and the results' ``Stored`` alone changed nothing, with
-``TaskSpec`` and ``ObjectEntry`` too the collector fell to 1.3-1.4 µs a task (young 0.3-0.4,
-middle 0.1, full 0.9). Not done: both can sit in cycles (an entry's waiters and errors,
-a task's worker slot), which an untracked object would leak. So the next step is the
-per-task memory itself: fewer, smaller objects per task in flight (the record's rarely
-set fields apart, the entry's and the spec's merged for a one-return task), which the
-collector and the caches both pay for.
+Session 16 (2026-11-25, quiet; ``hotpath_ab.py`` rounds take ~2 s, so 30 of them, and
+paired medians resolve ~2%). Values travel bare (``protocol.py``): the workers' CPU
+per batch task 0.84, the driver's unchanged, though decoding results fell from 18% of
+the I/O thread's GIL time to 10% (py-spy ``--gil``). The measure that then guided the
+driver: bytecodes executed per task (``sys.settrace`` with opcode events on every
+thread, 3,000 no-op tasks; deterministic to ~3%, where timings are not): 1,772 a task,
+against ``bench/lean_bound.py``'s 351, about 7 ns each in the driver's 13-15 µs. Where:
+the dataclass constructors 218 (record 89, spec 62, entry 50, ``Stored`` 17), placing
+186 (``_place`` 95 a task, ``schedule``, ``_fits``, ``make_ready``), submitting ~270
+besides them, the result ~430, ``get`` and the ref's release ~230. Kept:
+* ``TaskSpec.plain`` (one return, no dependencies, inline arguments without refs, the
+  driver's): registered from the submit queue and ended in fewer steps, its record born
+  with ``deps_ready`` (not touched, cold, at registration): batches 0.97;
+* short tasks queued behind running ones handed out in one loop per shape
+  (``Scheduler._queue_behind``: ``min``/``index`` over the workers' queue lengths, not a
+  call, a fit test and a scan per task), and records and entries made with positional
+  arguments (a keyword searches the parameters, C time no bytecode count shows: 0.2 µs
+  a record): batches 0.92 paired, 1,772 -> ~1,700 bytecodes;
+* for actor calls (1,762 bytecodes a call): ``Actor.slots`` worked out once (a property
+  read four times a call), a plain call queued on the driver joining its actor's queue
+  directly, its results stored before the rare outcomes are tested, one ``held()`` per
+  freed entry: 10,000 calls 0.90 (1,762 -> ~1,630).
+Measured and dropped: three calls fewer per result and two per ``get`` item (the DONE
+routed without ``_handle``, ``lookup`` inlined, ``ref._id``): 1.01-1.03, nothing.
+
+What remains, for a batch of 10,000 no-op tasks (~14 µs a task of driver CPU): the
+bytecodes above, spread over ~60 steps with none above 8%; memory, ~1 KB per queued
+task (``bench/deep_queue.py``: 995 bytes; the record, spec, entry and ref alone 736
+bytes by ``sys.getsizeof`` against the lean bound's 296), touched cold in each phase
+(the first line that touches the record or the entry in a phase is a top line of the
+profile); and the cyclic collector, 3.4-3.6 µs a task (``gc.callbacks``: young 0.8-1.0,
+middle 1.3-1.6, full 1.2-1.4). The collector walks each pending task's ``TaskSpec``,
+``ObjectEntry`` and ``ObjectRef`` in every collection they live through, and a batch's
+30,000 of them push the heap past the full collection's 25% rule once per batch.
+Untracked (``ctypes``, an experiment): ``ObjectRef`` and the results' ``Stored`` alone
+changed nothing; with ``TaskSpec`` and ``ObjectEntry`` too the collector fell to 1.3-1.4
+µs a task (young 0.3-0.4, middle 0.1, full 0.9). Not done: both can sit in cycles (an
+entry's waiters and errors, a task's worker slot), which an untracked object would leak.
+By batch size (best of several, quiet): 11.1-11.7 µs a task for 1,000, 11.1-15.8 for
+10,000, 12.7-16 for 30,000; 10.7-13.8 with the collector off. So the next steps are fewer
+bytecodes per task (the record's constructor, submitting, the result) and fewer,
+smaller objects per task in flight (the record's rarely set fields apart; an entry and
+a spec for a one-return task), which the collector and the caches both pay for.
 """
 
 from __future__ import annotations
