@@ -9,6 +9,9 @@ the driver's CPU per task, so it tells where a change can pay before an A/B run
 Every thread of the driver is traced (``threading.settrace`` before ``init``, opcode
 events) while it submits and gets a batch of no-op tasks, or of calls to one actor;
 tracing makes it ~50x slower, so frames and batches differ from a real run somewhat.
+The figure leaves out lightwork's periodic threads, listed apart: the advisor looks
+every 0.25 s of wall time, which under tracing comes every few tasks (its share in a
+real run: ``make bench``'s ``advisor_looks``), and so do the others' rounds.
 Dataclass constructors (generated code, ``<string>``) are named by their class.
 
     python bench/bytecodes.py [--actor] [--tasks N] [--top K] [--lean]
@@ -34,7 +37,7 @@ class OpcodeCounter:
     """Counts opcodes per (file, function) while ``on``; install before threads start."""
 
     def __init__(self) -> None:
-        self.counts: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.counts: collections.Counter[tuple[str, str]] = collections.Counter()  # (thread, where)
         self.on = False
 
     def install(self) -> None:
@@ -56,7 +59,7 @@ class OpcodeCounter:
         name = code.co_name
         if code.co_filename == "<string>":  # a dataclass's generated method: its class
             name += f" ({type(frame.f_locals.get('self')).__name__})"
-        key = (Path(code.co_filename).name, name)
+        key = (threading.current_thread().name, f"{Path(code.co_filename).name}:{name}")
         counts = self.counts
 
         def count(frame: Any, event: str, arg: Any) -> Any:
@@ -122,10 +125,20 @@ def main() -> None:
         count_lean(args.tasks, counter)
     else:
         count_lightwork(args.tasks, args.actor, counter)
-    total = sum(counter.counts.values())
-    print(f"bytecodes per {'call' if args.actor else 'task'}: {total / args.tasks:.0f}")
-    for (filename, function), count in counter.counts.most_common(args.top):
-        print(f"{count / args.tasks:8.1f}  {filename}:{function}")
+    periodic = ("lightwork-advisor", "lightwork-control", "lightwork-memory")
+    by_thread: collections.Counter[str] = collections.Counter()
+    by_function: collections.Counter[str] = collections.Counter()
+    for (thread, where), count in counter.counts.items():
+        by_thread[thread] += count
+        if thread not in periodic:
+            by_function[where] += count
+    per = "call" if args.actor else "task"
+    total = sum(count for thread, count in by_thread.items() if thread not in periodic)
+    print(f"bytecodes per {per}: {total / args.tasks:.0f}")
+    others = {t: round(c / args.tasks) for t, c in by_thread.items() if t in periodic}
+    print(f"in lightwork's periodic threads, per {per}: {others or 'none'}")
+    for where, count in by_function.most_common(args.top):
+        print(f"{count / args.tasks:8.1f}  {where}")
 
 
 if __name__ == "__main__":

@@ -418,7 +418,8 @@ class DriverCalls(_Base):
         submitted = time.monotonic()  # before the copy: the copy is part of submitting
         stored, deps = prepare_args(args, kwargs, self.store)
         try:
-            return_ids = (next(ids),) if spec.num_returns == 1 else tuple(
+            single = spec.num_returns == 1
+            return_ids = (next(ids),) if single else tuple(
                 next(ids) for _ in range(spec.num_returns))
             # A task without dependencies is ready from its submission (register_task).
             record = TaskRecord(task_id, spec.name, 0, submitted, 0.0 if deps else submitted,
@@ -431,16 +432,15 @@ class DriverCalls(_Base):
                 record.copy_s = time.monotonic() - submitted
             task = TaskSpec(
                 task_id, spec.key, spec.name, stored, deps, return_ids, spec.num_returns, shape,
-                spec.max_retries, spec.retry_exceptions, 0, record,
+                spec.max_retries, spec.retry_exceptions, 0, record, 0, 0,
+                single and not (deps or stored.contained) and stored.path is None,  # plain
             )
-            if spec.num_returns == 1 and not (deps or stored.contained) and stored.path is None:
-                task.plain = True
             self.submit(task, spec.blob)
         except BaseException:
             if stored.path is not None:
                 self.store.release(stored.path)
             raise
-        if len(return_ids) == 1:
+        if single:
             return [ObjectRef(return_ids[0])]
         return [ObjectRef(object_id) for object_id in return_ids]
 

@@ -251,21 +251,23 @@ class Scheduler:
 
     def finish(self, slot: WorkerSlot, task: TaskSpec, run_time: float) -> None:
         """``task`` (the head of ``slot.inflight``) ended on its worker."""
-        if slot.inflight and slot.inflight[0] is task:
-            slot.inflight.popleft()
+        inflight = slot.inflight
+        if inflight and inflight[0] is task:
+            inflight.popleft()
         else:
-            slot.inflight.remove(task)
+            inflight.remove(task)
         task.worker = None
-        previous = self.mean_run_time.get(task.function_key)
-        self.mean_run_time[task.function_key] = (
-            run_time if previous is None else 0.7 * previous + 0.3 * run_time
-        )
-        if slot.inflight:
-            following = slot.inflight[0].shape
-            if following != slot.held and not slot.blocked:
-                self._give_back(slot.held)
-                self._acquire(following)
-            slot.held = following
+        run_times = self.mean_run_time
+        key = task.function_key
+        previous = run_times.get(key)
+        run_times[key] = run_time if previous is None else 0.7 * previous + 0.3 * run_time
+        if inflight:
+            following = inflight[0].shape
+            if following is not slot.held:  # (most often the same shape object)
+                if following != slot.held and not slot.blocked:
+                    self._give_back(slot.held)
+                    self._acquire(following)
+                slot.held = following
         else:
             if not slot.blocked:
                 self._give_back(slot.held)

@@ -97,14 +97,12 @@ class WorkerRequests(_Base):
         task = self.tasks.get(task_id)
         if task is None or task.worker is not conn.slot:
             return
-        started, args_loaded, finished, stored_at, cpu_time = times
-        self.scheduler.finish(conn.slot, task, finished - args_loaded)
+        record = task.record
+        (record.started, record.args_loaded, record.finished, record.stored,
+         record.cpu_time) = times
+        self.scheduler.finish(conn.slot, task, record.finished - record.args_loaded)
         if self.gpus.held:  # (_release_gpus, without a call per task)
             self.gpus.release(task.task_id)
-        record = task.record
-        record.started, record.args_loaded = started, args_loaded
-        record.finished, record.stored = finished, stored_at
-        record.cpu_time = cpu_time
         record.seen = time.monotonic()
         if task.cancelled:
             if type(outcome) is list:  # it finished before the cancel reached it
