@@ -271,8 +271,8 @@ class ActorManager:
             dep_values = [node.objects.entries[d].stored for d in task.deps] if task.deps else ()
             actor.inflight[task.task_id] = task
             batch.append((p.TASK, (
-                task.task_id, task.function_key, task.name, serialization.bare(task.args), dep_values,
-                task.return_ids, task.shape, actor.gpu_ids,
+                task.task_id, task.function_key, task.name, serialization.bare(task.args),
+                dep_values, task.return_ids, task.shape, actor.gpu_ids,
             )))
         if batch:
             node._send(actor.conn, batch)

@@ -23,7 +23,7 @@ from lightwork._runtime.events import TaskRecord, keep_out_of_collector
 from lightwork._runtime.lineage import file_exists, keeps_lineage
 from lightwork._runtime.objects import PENDING, READY, ObjectEntry
 from lightwork._runtime.scheduler import FINISHED, TaskSpec
-from lightwork._runtime.serialization import Stored
+from lightwork._runtime.serialization import Stored, unbare
 
 if TYPE_CHECKING:
     from lightwork._runtime.node import Node, WorkerConn
@@ -136,9 +136,8 @@ class WorkerRequests(_Base):
             if entry is not None and entry.state == PENDING:  # (else nobody holds it)
                 self._resolve(entry, Stored(data, (), None, len(data), ()))
             return
-        for object_id, stored in zip(task.return_ids, results):
-            if type(stored) is bytes:  # (serialization.unbare, without a call per result)
-                stored = Stored(stored, (), None, len(stored), ())
+        for object_id, item in zip(task.return_ids, results):
+            stored = unbare(item)
             task.record.result_size += stored.size
             entry = entries.get(object_id)
             if entry is None or entry.state != PENDING:
