@@ -205,6 +205,32 @@ def test_records_made_elsewhere_are_untracked_when_they_end():
     assert not gc.is_tracked(record) and log.ended_records() == [record]
 
 
+def test_the_rings_are_out_of_the_collector_and_keep_what_they_hold():
+    import gc
+
+    from lightwork._runtime.events import DriverSpan, EventLog, TaskRecord
+
+    log = EventLog(budget=3)
+    records = [TaskRecord(i, f"task{i}", 0, float(i), callsite=("x.py", i, "main"))
+               for i in range(5)]
+    for record in records:
+        log.finish_task(record)
+    span = DriverSpan("get", 1.0, 2.0, 1, 7, callsite=("x.py", 9, "main"))
+    log.add_span(span)
+    # A full collection does not walk the rings (nothing in them leads back to them)...
+    assert not gc.is_tracked(log.tasks) and not gc.is_tracked(log.spans)
+    assert not any(referrer is log.tasks for referrer in gc.get_referrers(records[-1]))
+    assert not any(referrer is log.spans for referrer in gc.get_referrers(span))
+    # ... and what only the rings hold lives on through collections (a tracked span too:
+    # the ring's reference counts as one from outside), the oldest dropped as before.
+    del records, span, record
+    gc.collect()
+    gc.collect()
+    assert [r.name for r in log.ended_records()] == ["task2", "task3", "task4"]
+    assert [(s.kind, s.end, s.callsite) for s in log.spans] == [("get", 2.0, ("x.py", 9, "main"))]
+    assert log.dropped_tasks == 2
+
+
 def test_without_the_c_api_records_stay_tracked_and_the_log_still_works(tmp_path):
     # Where ctypes cannot reach PyObject_GC_UnTrack, keep_out_of_collector does nothing:
     # the same log, with the collector's cost back.
