@@ -510,8 +510,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
                 # All there was; a frame sent meanwhile wakes the poller again. This
                 # spares a recv that would fail (a syscall and an exception per wake-up).
                 break
-        for message in messages:
-            self._handle(conn, message)
+        self._handle_read(conn, messages)
         if eof:
             self._on_worker_eof(conn)
         elif conn.actor is not None and conn.actor.queue:  # calls held while it was busy
