@@ -104,13 +104,10 @@ class WorkerRequests(_Base):
         ``_on_done``'s tests for the rare outcomes and ``store_results``' for the rare
         values (issue 13)."""
         if conn.actor is not None:
-            for message in messages:
-                self._handle(conn, message)
+            self.actors.on_read(conn, messages)  # (the same for an actor's calls)
             return
         slot = conn.slot
         tasks = self.tasks
-        entries = self.objects.entries
-        resolve = self.objects.resolve
         finish = self.scheduler.finish
         gpus = self.gpus
         seen = time.monotonic()
@@ -131,12 +128,7 @@ class WorkerRequests(_Base):
             if gpus.held:
                 gpus.release(task_id)
             record.seen = seen
-            data = outcome[0]
-            record.result_size = len(data)
-            entry = entries.get(task.return_ids[0])
-            if entry is not None and entry.state == PENDING:  # (else nobody holds it)
-                for waiter in resolve(entry, Stored(data, (), None, len(data), ())):
-                    waiter(entry)
+            self.store_bare(task, outcome[0])
             self._end_task(task, FINISHED)
 
     def _on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
@@ -174,14 +166,10 @@ class WorkerRequests(_Base):
     def store_results(self, task: TaskSpec, results: list[Stored | bytes]) -> None:
         """Resolve a finished task's return objects (dropping those nobody holds) with
         the values of its DONE (each a ``Stored`` or bare: ``serialization.bare``)."""
-        entries = self.objects.entries
         if task.plain and type(results[0]) is bytes:  # the common task and value, in short
-            data = results[0]
-            task.record.result_size = len(data)
-            entry = entries.get(task.return_ids[0])
-            if entry is not None and entry.state == PENDING:  # (else nobody holds it)
-                self._resolve(entry, Stored(data, (), None, len(data), ()))
+            self.store_bare(task, results[0])
             return
+        entries = self.objects.entries
         for object_id, item in zip(task.return_ids, results):
             stored = unbare(item)
             task.record.result_size += stored.size
@@ -196,6 +184,14 @@ class WorkerRequests(_Base):
             if stored.path is not None:  # an inline value lives in this table: never lost
                 entry.lineage = task if keeps_lineage(task) else None
             self._resolve(entry, stored)
+
+    def store_bare(self, task: TaskSpec, data: bytes) -> None:
+        """Resolve the one return object of plain ``task`` with its bare value ``data``."""
+        task.record.result_size = len(data)
+        entry = self.objects.entries.get(task.return_ids[0])
+        if entry is not None and entry.state == PENDING:  # (else nobody holds it)
+            for waiter in self.objects.resolve(entry, Stored(data, (), None, len(data), ())):
+                waiter(entry)
 
     def release_unread(self, results: list[Stored | bytes]) -> None:
         """A DONE's values that nobody will read (its task was cancelled meanwhile): the
