@@ -98,6 +98,37 @@ def test_objectref_pickle_roundtrip_while_alive(dumps, loads):
     assert ray.get(copy) == {"v": 7}
 
 
+@ray.remote
+def _seven():
+    return 7
+
+
+@pytest.mark.parametrize("make", [lambda: ray.put(7), lambda: _seven.remote()],
+                         ids=["put", "task"])
+def test_a_new_ref_and_its_copies_keep_the_object_until_the_last_is_gone(make):
+    # A call's or put's ref is counted without the counter's lock (_object_ref.fresh_ref):
+    # it must count as one, as any copy of it does.
+    from lightwork import exceptions
+
+    ref = make()
+    copy = pickle.loads(pickle.dumps(ref))
+    del ref
+    gc.collect()
+    time.sleep(0.1)  # the release is applied at the runtime's next step
+    assert ray.get(copy, timeout=10) == 7  # the copy alone keeps it
+    orphan = pickle.dumps(copy)
+    del copy
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while True:  # then it is freed: a ref rebuilt from the pickle finds nothing
+        try:
+            ray.get(pickle.loads(orphan), timeout=10)
+        except exceptions.ReferenceCountingAssertionError:
+            break
+        assert time.monotonic() < deadline, "the object outlived its last ref"
+        time.sleep(0.05)
+
+
 def test_get_list_with_duplicates_and_empty_list():
     a = ray.put("a")
     assert ray.get([a, a, ray.put("b")]) == ["a", "a", "b"]

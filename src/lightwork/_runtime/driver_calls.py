@@ -286,7 +286,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lightwork import exceptions
-from lightwork._object_ref import ObjectRef, ref_counter
+from lightwork._object_ref import ObjectRef, fresh_ref, ref_counter
 from lightwork._runtime import serialization
 from lightwork._runtime.actors import Actor
 from lightwork._runtime.calls import CallSpec, infeasible_message, large_arguments, prepare_args
@@ -441,8 +441,8 @@ class DriverCalls(_Base):
                 self.store.release(stored.path)
             raise
         if single:
-            return [ObjectRef(return_ids[0])]
-        return [ObjectRef(object_id) for object_id in return_ids]
+            return [fresh_ref(return_ids[0])]
+        return [fresh_ref(object_id) for object_id in return_ids]
 
     def create_actor(self, actor: Actor, blob: bytes) -> None:
         self._drain_refs_if_any()
@@ -485,8 +485,8 @@ class DriverCalls(_Base):
                 with self.lock:  # a slot freed meanwhile; __enter__ registers and sends it
                     self._check_open()
             if num_returns == 1:
-                return [ObjectRef(return_ids[0])]
-            return [ObjectRef(object_id) for object_id in return_ids]
+                return [fresh_ref(return_ids[0])]
+            return [fresh_ref(object_id) for object_id in return_ids]
         self._drain_refs_if_any()
         with self.lock:
             self._check_open()
@@ -503,7 +503,7 @@ class DriverCalls(_Base):
                     self.store.release(stored.path)
                 raise
             self.actors.add_call(actor_id, task)
-        return [ObjectRef(object_id) for object_id in return_ids]
+        return [fresh_ref(object_id) for object_id in return_ids]
 
     def driver_request(self, what: str, *args: Any) -> Any:
         with self.lock:
@@ -625,7 +625,7 @@ class DriverCalls(_Base):
             self._check_open()
             entry = self.objects.create(object_id, 0)
             self.objects.resolve(entry, stored)
-            return ObjectRef(object_id)
+            return fresh_ref(object_id)
 
     def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
         self._drain_refs_if_any()
