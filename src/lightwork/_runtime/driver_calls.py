@@ -273,6 +273,30 @@ By batch size (best of several, quiet): 11.1-11.7 µs a task for 1,000, 11.1-15.
 bytecodes per task (the record's constructor, submitting, the result) and fewer,
 smaller objects per task in flight (the record's rarely set fields apart; an entry and
 a spec for a one-return task), which the collector and the caches both pay for.
+
+Session 17 (2026-11-28, quiet: load average under 1; ``hotpath_ab.py`` 8-12 rounds, and
+the event log of single batches). The anatomy of a 10,000-task batch: dispatches come in
+4-10 bursts (at most 2,560 tasks, the workers' 5 ms queues), and each worker idles 83-97
+ms of the batch's 95-108: the workers wait for the driver, whose CPU (8-10 µs a task)
+is the wall clock. Of that CPU the cyclic collector takes a quarter: per batch ~85
+young collections (~40 µs each), ~8 middle ones (~0.45 ms) and about one full one (5-10
+ms of CPU with 25,000-58,000 objects in the oldest generation, ~200 ns an object: the
+cache misses of visiting each object's referents), 1.5-2.4 µs a task; with the
+collector off, 8.7 µs a task against 10.1 (8 interleaved rounds in one driver). While
+pending a task adds ~5 to the young generation's count (the ref, spec, entry, record
+and return-ids tuple; ``gc.get_count`` with the collector off). Kept:
+* the event log's rings leave the collector (``events.py``): a full collection visited
+  every record in the ring, one cache miss apiece (100,000 records: 5.0-5.6 -> 1.9-2.5 ms
+  a full collection, in every program that runs long enough to fill the ring);
+* a read's plain DONEs end in one loop (``WorkerRequests._handle_read``,
+  ``ActorManager.on_read``): 10,000 tasks 0.93-0.98 paired, the I/O thread 0.79-0.80;
+* a call's new ref counted without the counter's lock (``_object_ref.fresh_ref``):
+  tasks 0.95, the submit loop 0.86, actor calls 0.90.
+Bytecodes per batch task 1,531 -> 1,469. Measured and dropped again: ``TaskSpec`` and
+``ObjectEntry`` untracked at birth (``ctypes``): the collector's share fell 2.3 -> 1.6
+µs a task (young 0.3 -> 0.2, middle 0.4 -> 0.2, full 1.6 -> 1.2), the driver's CPU and
+the wall clock did not move (0.98-1.00): two ``ctypes`` calls a task cost what it saved,
+and both objects can sit in cycles (above).
 """
 
 from __future__ import annotations
