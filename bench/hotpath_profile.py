@@ -17,13 +17,13 @@ only) it prints
   total, and the workers' (every thread of every worker process, summed);
 * for the batch of tasks, the time Python's cyclic collector took per task, by
   generation (young, middle, full; ``gc.callbacks``): 2.5-2.9 µs of a batch's 17-20 µs
-  per task in session 12 (``driver_calls.py``'s docstring);
+  per task in session 12 (``HOTPATH.md``);
 * the pipe floor (``floor.py``) measured in the same run, for scale.
 
 Every figure is printed per round, then as a median, so the noise is visible; ``--json
 PATH`` also writes them for ``hotpath_ab.py``, which compares two checkouts with this
 script, interleaved. Issue 13 (the hot path) was profiled with these;
-``driver_calls.py``'s docstring has the findings.
+``HOTPATH.md`` has the findings.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ figure is its own code per task. Counted with ``sys.setprofile`` (calls of Pytho
 C functions alike, per task): the lean driver makes 23 (15 in the submitting thread, 8
 in the I/O thread) and its worker 6; lightwork's driver ~80 (38 and 44) and a worker
 51, each a general path (resources, dependencies, retries, cancellation, the store,
-streams) taken by every task. See ``src/lightwork/_runtime/driver_calls.py``.
+streams) taken by every task. See ``HOTPATH.md``.
 
 ``python bench/lean_bound.py`` prints both figures and the floor.
 """
