@@ -316,36 +316,29 @@ class ActorManager:
             "without force (a sync method can check "
             "get_runtime_context().is_canceled()), or kill(actor) to end the actor.")
 
-    def on_read(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None:
-        """The messages of one read from an actor's worker, in order: its plain calls'
-        DONEs (one return, returned bare) end in one loop, as a task worker's do
-        (``WorkerRequests._handle_read``); anything else goes through ``on_done`` or
-        the node's ``_handle``."""
+    def end_plain_call(self, conn: WorkerConn, done: tuple[Any, ...], seen: float) -> bool:
+        """End the call of ``done`` if it is a plain call that returned its value bare,
+        seen by the driver at ``seen``; else return False (``on_done`` takes it). The
+        actor-worker side of ``WorkerRequests._handle_read``."""
+        _, task_id, outcome, times = done
         actor = conn.actor
+        task = actor.inflight.get(task_id)
+        if (task is None or not task.plain or task.cancelled or conn.doomed
+                or actor.state == DEAD or type(outcome) is not list
+                or type(outcome[0]) is not bytes or task.function_key == "__ray_terminate__"):
+            return False
+        del actor.inflight[task_id]
+        record = task.record
+        (record.started, record.args_loaded, record.finished, record.stored,
+         record.cpu_time) = times
+        record.seen = seen
+        record.pid = conn.pid
+        actor.calls_done += 1
         node = self.node
-        inflight = actor.inflight
-        seen = time.monotonic()
-        for message in messages:
-            if message[0] != p.DONE:
-                node._handle(conn, message)
-                continue
-            _, task_id, outcome, times = message
-            task = inflight.get(task_id)
-            if (task is None or not task.plain or task.cancelled or conn.doomed
-                    or actor.state == DEAD or type(outcome) is not list
-                    or type(outcome[0]) is not bytes or task.function_key == "__ray_terminate__"):
-                self.on_done(conn, task_id, outcome, times)
-                continue
-            del inflight[task_id]
-            record = task.record
-            (record.started, record.args_loaded, record.finished, record.stored,
-             record.cpu_time) = times
-            record.seen = seen
-            record.pid = conn.pid
-            actor.calls_done += 1
-            node.store_bare(task, outcome[0])
-            node._end_task(task, FINISHED)
-            node._unuse(task.actor_id)
+        node.store_bare(task, outcome[0])
+        node._end_task(task, FINISHED)
+        node._unuse(task.actor_id)
+        return True
 
     def on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
         actor = conn.actor

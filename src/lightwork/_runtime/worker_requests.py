@@ -96,40 +96,36 @@ class WorkerRequests(_Base):
     def _handle_read(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None:
         """The messages of one read from ``conn``, in order.
 
-        A task worker's frames in a batch are mostly DONEs of plain tasks (one return,
-        returned bare): those end here in one loop, with what every one of them needs
-        looked up once per read and one clock reading for when the driver saw them
-        (they were read together); every other message and outcome goes through
-        ``_handle``/``_on_done``. Besides the calls it saves, this spares a batch task
-        ``_on_done``'s tests for the rare outcomes and ``store_results``' for the rare
-        values (issue 13)."""
-        if conn.actor is not None:
-            self.actors.on_read(conn, messages)  # (the same for an actor's calls)
-            return
-        slot = conn.slot
-        tasks = self.tasks
-        finish = self.scheduler.finish
-        gpus = self.gpus
+        In a batch they are mostly DONEs of plain tasks or actor calls (one return,
+        returned bare): each ends in one call (``_end_plain_task``,
+        ``ActorManager.end_plain_call``) with one clock reading per read for when the
+        driver saw them (they were read together); any other message, and a DONE those
+        decline, goes through ``_handle``. This spares a batch task the general path's
+        calls and its tests for rare outcomes and values (issue 13)."""
+        end_plain = self._end_plain_task if conn.actor is None else self.actors.end_plain_call
         seen = time.monotonic()
         for message in messages:
-            if message[0] != p.DONE:
+            if message[0] != p.DONE or not end_plain(conn, message, seen):
                 self._handle(conn, message)
-                continue
-            _, task_id, outcome, times = message
-            task = tasks.get(task_id)
-            if (task is None or not task.plain or task.worker is not slot or task.cancelled
-                    or type(outcome) is not list or type(outcome[0]) is not bytes):
-                self._on_done(conn, task_id, outcome, times)
-                continue
-            record = task.record
-            (record.started, record.args_loaded, record.finished, record.stored,
-             record.cpu_time) = times
-            finish(slot, task, record.finished - record.args_loaded)
-            if gpus.held:
-                gpus.release(task_id)
-            record.seen = seen
-            self.store_bare(task, outcome[0])
-            self._end_task(task, FINISHED)
+
+    def _end_plain_task(self, conn: WorkerConn, done: tuple[Any, ...], seen: float) -> bool:
+        """End the task of ``done`` if it is a plain task that returned its value bare,
+        seen by the driver at ``seen``; else return False (``_on_done`` takes it)."""
+        _, task_id, outcome, times = done
+        task = self.tasks.get(task_id)
+        if (task is None or not task.plain or task.worker is not conn.slot or task.cancelled
+                or type(outcome) is not list or type(outcome[0]) is not bytes):
+            return False
+        record = task.record
+        (record.started, record.args_loaded, record.finished, record.stored,
+         record.cpu_time) = times
+        self.scheduler.finish(conn.slot, task, record.finished - record.args_loaded)
+        if self.gpus.held:
+            self.gpus.release(task_id)
+        record.seen = seen
+        self.store_bare(task, outcome[0])
+        self._end_task(task, FINISHED)
+        return True
 
     def _on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
         task = self.tasks.get(task_id)
