@@ -129,6 +129,32 @@ def test_a_new_ref_and_its_copies_keep_the_object_until_the_last_is_gone(make):
         time.sleep(0.05)
 
 
+@ray.remote
+def _plus_one(x):
+    return x + 1
+
+
+@ray.remote
+def _get_inside(refs):
+    return ray.get(refs[0])
+
+
+def test_a_plain_result_is_kept_as_its_bytes_and_read_like_any_value():
+    # A plain task's small result is kept bare, outside the cycle collector (objects.py):
+    # every reader still gets it, from the driver and from workers.
+    ref = _seven.remote()
+    assert ray.get(ref, timeout=10) == 7
+    node = ray._api._node
+    with node.lock:
+        entry = node.objects.entries[ref.id]
+        kept = entry.serialized
+        assert type(kept) is bytes and not gc.is_tracked(kept)
+        assert entry.stored.path is None and entry.stored.size == len(kept) == entry.size
+    assert ray.get(_plus_one.remote(ref), timeout=10) == 8  # an argument: sent to a worker
+    assert ray.get(_get_inside.remote([ref]), timeout=10) == 7  # a worker's get of it
+    assert ray.get([ref, ref], timeout=10) == [7, 7]
+
+
 def test_get_list_with_duplicates_and_empty_list():
     a = ray.put("a")
     assert ray.get([a, a, ray.put("b")]) == ["a", "a", "b"]

@@ -537,9 +537,9 @@ class DriverCalls(_Base):
 
 def _value_of(entry: ObjectEntry, store: SegmentStore | None = None) -> Any:
     if entry.state == READY:
-        stored = entry.stored
+        stored = entry.serialized  # (a Stored, or bare bytes: objects.py)
         assert stored is not None
-        if stored.path is not None and store is not None:
+        if type(stored) is not bytes and stored.path is not None and store is not None:
             store.touch(stored.path)  # least recently used spills first
         return serialization.loads(stored)
     error = entry.error

@@ -4,9 +4,15 @@ Plain state: the node mutates it while holding its lock and carries out what it 
 (waking waiters). A freed value's segment goes back to ``release_segment`` (the store's
 ``release``: recycled or unlinked).
 
-An entry is PENDING until its creating task finishes, then READY (``stored`` holds the
-serialized value) or FAILED (``error`` holds the exception to raise). It stays in the
-table while anything holds it:
+An entry is PENDING until its creating task finishes, then READY (``serialized`` holds
+the serialized value) or FAILED (``error`` holds the exception to raise). A plain task's
+result is kept as its pickle's bytes alone when that is all it is (``serialization.bare``:
+inline, no out-of-band buffers, no refs inside), not in a ``Stored``: ``bytes`` are no
+object of the cycle collector's, and a batch's results wait through dozens of its
+collections before they are read (issue 13: 0.95-0.96 of a 10,000-task batch, the
+collector's time 0.88-0.91; ``bench/HOTPATH.md``). Readers take the value as ``stored``,
+a ``Stored`` either way; the hot paths (the result's store, ``get``, freeing) read
+``serialized`` itself. It stays in the table while anything holds it:
 
 * ``driver_holds``: a live ``ObjectRef`` in the driver process;
 * ``holders``: ids of workers that hold a ref (their own result refs, puts, borrows);
@@ -35,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lightwork._runtime.serialization import Stored
+from lightwork._runtime.serialization import Stored, unbare
 
 
 def unlink_quietly(path: str) -> None:
@@ -59,7 +65,7 @@ class ObjectEntry:
     # position, a keyword costs a search of the parameters per call)
     created_at: float = 0.0
     state: int = PENDING
-    stored: Stored | None = None
+    serialized: Stored | bytes | None = None  # (read it as ``stored``: module docstring)
     error: BaseException | Stored | None = None
     driver_holds: bool = False
     # Created on first use: most objects never have a holder or a waiter, and fewer
@@ -74,6 +80,16 @@ class ObjectEntry:
     # None for puts, actor results, and tasks that cannot be re-run.
     lineage: Any = None
     orphaned_by: int = 0  # the dead worker that owned it before the driver adopted it
+
+    @property
+    def stored(self) -> Stored | None:
+        """The value as a ``Stored`` (made for a value kept bare: off the hot path)."""
+        serialized = self.serialized
+        return unbare(serialized) if type(serialized) is bytes else serialized
+
+    @stored.setter
+    def stored(self, stored: Stored | None) -> None:
+        self.serialized = stored
 
     def held(self) -> bool:
         return bool(self.driver_holds or self.holders or self.task_uses or self.containers
@@ -101,7 +117,10 @@ class ObjectEntry:
 
     @property
     def size(self) -> int:
-        return self.stored.size if self.stored is not None else 0
+        serialized = self.serialized
+        if serialized is None:
+            return 0
+        return len(serialized) if type(serialized) is bytes else serialized.size
 
 
 class ObjectTable:
@@ -134,18 +153,23 @@ class ObjectTable:
     def get(self, object_id: int) -> ObjectEntry | None:
         return self.entries.get(object_id)
 
-    def resolve(self, entry: ObjectEntry, stored: Stored | None, error: Any = None) -> list[Callable]:
-        """Make ``entry`` READY (or FAILED); return the waiters to call."""
+    def resolve(self, entry: ObjectEntry, stored: Stored | bytes | None,
+                error: Any = None) -> list[Callable]:
+        """Make ``entry`` READY with ``stored`` (a ``Stored``, or a bare value's bytes:
+        the module docstring) or FAILED with ``error``; return the waiters to call."""
         if entry.state != PENDING:
             return []
         entry.ready_at = time.monotonic()
         if error is not None:
             entry.state = FAILED
             entry.error = error
+        elif type(stored) is bytes:  # inline, nothing inside: nothing else to account
+            entry.state = READY
+            entry.serialized = stored
         else:
             assert stored is not None
             entry.state = READY
-            entry.stored = stored
+            entry.serialized = stored
             if stored.path is not None:
                 self.bytes_in_segments += stored.size
                 if self.track_segment is not None:
@@ -208,8 +232,9 @@ class ObjectTable:
                     self.actor_handles.discard(current.object_id)
                     if self.on_actor_freed is not None:
                         self.on_actor_freed(current.object_id)
-                stored = current.stored
-                if stored is not None and (stored.path is not None or stored.contained):
+                stored = current.serialized
+                if stored is not None and type(stored) is not bytes and (
+                        stored.path is not None or stored.contained):
                     inner = self._drop_value(stored)
                     if others is None:
                         others = inner

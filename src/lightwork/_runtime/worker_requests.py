@@ -186,7 +186,7 @@ class WorkerRequests(_Base):
         task.record.result_size = len(data)
         entry = self.objects.entries.get(task.return_ids[0])
         if entry is not None and entry.state == PENDING:  # (else nobody holds it)
-            for waiter in self.objects.resolve(entry, Stored(data, (), None, len(data), ())):
+            for waiter in self.objects.resolve(entry, data):  # kept bare (objects.py)
                 waiter(entry)
 
     def release_unread(self, results: list[Stored | bytes]) -> None:
