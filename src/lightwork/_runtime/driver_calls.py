@@ -22,8 +22,8 @@ spec and entry, which outlive the young collections, and a batch's 30,000 of the
 a full collection about once a batch. The common task (``TaskSpec.plain``: the driver's,
 one return, no dependencies, inline arguments without refs) takes shorter paths on both
 sides: registered straight from the submit queue, its result ended in one call
-(``WorkerRequests._handle_read``), its ref counted without a lock
-(``_object_ref.fresh_ref``).
+(``WorkerRequests._handle_read``) and kept as its bytes (``ObjectEntry.serialized``),
+its ref counted without a lock (``_object_ref.fresh_ref``).
 """
 
 from __future__ import annotations
