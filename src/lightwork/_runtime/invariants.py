@@ -46,10 +46,9 @@ def violations(node: Node) -> list[str]:
             for holder in entry.holders or ():
                 if holder not in live_workers:
                     problems.append(f"{name} is still held by dead worker {holder}")
-            stored = entry.stored
-            if stored is not None and stored.path is not None and \
-                    not stored.path.startswith(node.session.shm_dir):
-                problems.append(f"{name} has a segment outside the session: {stored.path}")
+            path = entry.path
+            if path is not None and not path.startswith(node.session.shm_dir):
+                problems.append(f"{name} has a segment outside the session: {path}")
         scheduler = node.scheduler
         for worker_id, slot in scheduler.workers.items():
             if worker_id not in live_workers:

@@ -58,10 +58,10 @@ def keeps_lineage(task: TaskSpec) -> bool:
 def value_vanished(entry: ObjectEntry, store: SegmentStore | None) -> bool:
     """Whether ``entry`` is READY but its value can no longer be read in this process:
     its segment file is gone, not spilled, and not mapped here already."""
-    stored = entry.stored
-    if entry.state != READY or stored is None or stored.path is None:
+    path = entry.path
+    if entry.state != READY or path is None:
         return False
-    return stored.path not in serialization.MAPS and not file_exists(stored.path, store)
+    return path not in serialization.MAPS and not file_exists(path, store)
 
 
 def file_exists(path: str, store: SegmentStore | None) -> bool:
@@ -92,8 +92,8 @@ class Lineage(_Base):
         for object_id in task.deps:
             dep = self.objects.entries.get(object_id)
             # By name: a spilled value's file is found under the spill directory.
-            if dep is not None and dep.stored is not None and dep.stored.path is not None \
-                    and os.path.basename(dep.stored.path) == os.path.basename(path):
+            dep_path = dep.path if dep is not None else None
+            if dep_path is not None and os.path.basename(dep_path) == os.path.basename(path):
                 lost = dep
                 break
         if lost is None:  # not one of its ref arguments: its own by-value arguments
@@ -113,8 +113,8 @@ class Lineage(_Base):
             self._deps_ready(task)
 
     def _note_vanished(self, entry: ObjectEntry) -> None:
-        if entry.stored is not None and entry.stored.path is not None:
-            self.store.forget_lost(entry.stored.path)
+        if entry.path is not None:
+            self.store.forget_lost(entry.path)
 
     def _rebuild(self, entry: ObjectEntry, visiting: set[int]) -> BaseException | None:
         """Re-submit the task that made ``entry``; return the error if it cannot be."""

@@ -91,6 +91,12 @@ class ObjectEntry:
     def stored(self, stored: Stored | None) -> None:
         self.serialized = stored
 
+    @property
+    def path(self) -> str | None:
+        """The segment its value lives in; None for a value inline or not there."""
+        serialized = self.serialized
+        return None if serialized is None or type(serialized) is bytes else serialized.path
+
     def held(self) -> bool:
         return bool(self.driver_holds or self.holders or self.task_uses or self.containers
                     or self.stream_pinned)
@@ -246,8 +252,9 @@ class ObjectTable:
 
     def unlink_all(self) -> None:
         for entry in self.entries.values():
-            if entry.stored is not None and entry.stored.path is not None:
-                unlink_quietly(entry.stored.path)
+            path = entry.path
+            if path is not None:
+                unlink_quietly(path)
         self.entries.clear()
 
 

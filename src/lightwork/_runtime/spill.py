@@ -143,9 +143,9 @@ class Spiller:
 
 
 def _unread(entry: ObjectEntry, store: object) -> bool:
-    stored = entry.stored
-    return bool(stored is not None and stored.path is not None and not entry.task_uses
-                and not store.readers.get(stored.path))  # type: ignore[attr-defined]
+    path = entry.path
+    return bool(path is not None and not entry.task_uses
+                and not store.readers.get(path))  # type: ignore[attr-defined]
 
 
 class _SourceGone(Exception):

@@ -350,9 +350,9 @@ def object_rows(node: Node) -> list[dict[str, Any]]:
         live_names = {task.task_id: task.name for task in node.tasks.values()}
         copied = [
             (e.object_id, e.owner, e.task_id, e.state, e.size,
-             e.stored.path if e.stored is not None else None, e.driver_holds,
+             e.path, e.driver_holds,
              sorted(e.holders or ()), e.task_uses, e.containers,
-             e.stored is not None and e.stored.path in serialization.MAPS,
+             e.path is not None and e.path in serialization.MAPS,
              e.object_id in table.actor_handles, e.error)
             for e in table.entries.values()
         ]

@@ -173,8 +173,7 @@ class WorkerRequests(_Base):
             if entry is None or entry.state != PENDING:
                 # Every ref to it was dropped while the task ran, or it is a result that
                 # was intact when the task re-ran to rebuild another (lineage.py).
-                if stored.path is not None and (entry is None or entry.stored is None
-                                                or entry.stored.path != stored.path):
+                if stored.path is not None and (entry is None or entry.path != stored.path):
                     self.store.release(stored.path)
                 continue
             if stored.path is not None:  # an inline value lives in this table: never lost
@@ -320,17 +319,16 @@ class WorkerRequests(_Base):
                 return ("err", exc)
         assert entry is not None
         if entry.state == READY:
-            return ("ok", entry.stored)
+            return ("ok", entry.serialized)  # (a Stored or bare bytes: loads takes either)
         return ("err", entry.error)
 
     def _on_worker_get(self, conn: WorkerConn, request_id: int, ids: list[int], timeout: Any,
                        context: Any = None) -> None:
         for object_id in ids:
             entry = self.objects.entries.get(object_id)
-            stored = entry.stored if entry is not None else None
+            path = entry.path if entry is not None else None
             # The driver's own mapping does not help a worker: it opens the file by name.
-            if stored is not None and stored.path is not None and not file_exists(
-                    stored.path, self.store):
+            if path is not None and not file_exists(path, self.store):
                 self.recover_lost(entry)
         pending = [e for e in (self.objects.entries.get(i) for i in ids) if e is not None and e.state == PENDING]
         if not pending:

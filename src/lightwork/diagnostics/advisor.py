@@ -319,13 +319,13 @@ class Advisor(AdviceRules):
         by_task: dict[int, int] = defaultdict(int)
         settled = time.monotonic() - PINNED_MIN_AGE_S  # results just made are about to be read
         for entry in self.node.objects.entries.values():
-            stored = entry.stored
-            if stored is None or stored.path is None or entry.ready_at > settled:
+            if entry.path is None or entry.ready_at > settled:  # (only values in segments)
                 continue
             if entry.driver_holds and not (entry.holders or entry.task_uses or entry.containers):
-                total += stored.size
+                size = entry.size
+                total += size
                 count += 1
-                by_task[entry.task_id] += stored.size
+                by_task[entry.task_id] += size
         return total, count, dict(by_task)
 
 
