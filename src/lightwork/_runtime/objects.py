@@ -11,8 +11,9 @@ inline, no out-of-band buffers, no refs inside), not in a ``Stored``: ``bytes`` 
 object of the cycle collector's, and a batch's results wait through dozens of its
 collections before they are read (issue 13: 0.95-0.96 of a 10,000-task batch, the
 collector's time 0.88-0.91; ``bench/HOTPATH.md``). Readers take the value as ``stored``,
-a ``Stored`` either way; the hot paths (the result's store, ``get``, freeing) read
-``serialized`` itself. It stays in the table while anything holds it:
+a ``Stored`` either way, and its segment as ``path``; the hot paths (the result's store,
+``get``, freeing) and the walks over every entry read ``serialized`` or ``path``, which
+make nothing. It stays in the table while anything holds it:
 
 * ``driver_holds``: a live ``ObjectRef`` in the driver process;
 * ``holders``: ids of workers that hold a ref (their own result refs, puts, borrows);
