@@ -316,31 +316,10 @@ class ActorManager:
             "without force (a sync method can check "
             "get_runtime_context().is_canceled()), or kill(actor) to end the actor.")
 
-    def end_plain_call(self, conn: WorkerConn, done: tuple[Any, ...], seen: float) -> bool:
-        """End the call of ``done`` if it is a plain call that returned its value bare,
-        seen by the driver at ``seen``; else return False (``on_done`` takes it). The
-        actor-worker side of ``WorkerRequests._handle_read``."""
-        _, task_id, outcome, times = done
-        actor = conn.actor
-        task = actor.inflight.get(task_id)
-        if (task is None or not task.plain or task.cancelled or conn.doomed
-                or actor.state == DEAD or type(outcome) is not list
-                or type(outcome[0]) is not bytes or task.function_key == "__ray_terminate__"):
-            return False
-        del actor.inflight[task_id]
-        record = task.record
-        (record.started, record.args_loaded, record.finished, record.stored,
-         record.cpu_time) = times
-        record.seen = seen
-        record.pid = conn.pid
-        actor.calls_done += 1
-        node = self.node
-        node.store_bare(task, outcome[0])
-        node._end_task(task, FINISHED)
-        node._unuse(task.actor_id)
-        return True
-
-    def on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
+    def on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple,
+                seen: float) -> None:
+        """A DONE from the actor's worker, read by the driver at ``seen``: its
+        constructor's or one of its calls'."""
         actor = conn.actor
         node = self.node
         if conn.doomed or actor.state == DEAD:
@@ -361,7 +340,7 @@ class ActorManager:
         record = task.record
         (record.started, record.args_loaded, record.finished, record.stored,
          record.cpu_time) = times
-        record.seen = time.monotonic()
+        record.seen = seen
         record.pid = conn.pid
         actor.calls_done += 1
         if type(outcome) is list and not task.cancelled:  # its results: the common case

@@ -21,9 +21,9 @@ cyclic collector a quarter (1.5-2.4 µs a task): each pending task holds a track
 spec and entry, which outlive the young collections, and a batch's 30,000 of them bring
 a full collection about once a batch. The common task (``TaskSpec.plain``: the driver's,
 one return, no dependencies, inline arguments without refs) takes shorter paths on both
-sides: registered straight from the submit queue, its result ended in one call
-(``WorkerRequests._handle_read``) and kept as its bytes (``ObjectEntry.serialized``),
-its ref counted without a lock (``_object_ref.fresh_ref``).
+sides: registered straight from the submit queue, its result kept as its bytes
+(``ObjectEntry.serialized``), its ref counted without a lock (``_object_ref.fresh_ref``);
+a read's results go straight to their handler (``WorkerRequests._handle_read``).
 """
 
 from __future__ import annotations

@@ -38,12 +38,7 @@ class WorkerRequests(_Base):
 
     def _handle(self, conn: WorkerConn, message: tuple[Any, ...]) -> None:
         kind = message[0]
-        if kind == p.DONE:
-            if conn.actor is not None:
-                self.actors.on_done(conn, message[1], message[2], message[3])
-            else:
-                self._on_done(conn, message[1], message[2], message[3])
-        elif kind == p.SUBMIT:
+        if kind == p.SUBMIT:
             self._on_worker_submit(conn, message)
         elif kind == p.FUNCTION:
             self.functions.setdefault(message[1], message[2])
@@ -94,40 +89,22 @@ class WorkerRequests(_Base):
                 self.store.remove_reader(path, conn.worker_id)
 
     def _handle_read(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None:
-        """The messages of one read from ``conn``, in order.
-
-        In a batch they are mostly DONEs of plain tasks or actor calls (one return,
-        returned bare): each ends in one call (``_end_plain_task``,
-        ``ActorManager.end_plain_call``) with one clock reading per read for when the
-        driver saw them (they were read together); any other message, and a DONE those
-        decline, goes through ``_handle``. This spares a batch task the general path's
-        calls and its tests for rare outcomes and values (issue 13)."""
-        end_plain = self._end_plain_task if conn.actor is None else self.actors.end_plain_call
+        """The messages of one read from ``conn``, in order: results (DONE) straight to
+        their handler, the task's or the actor's, with one clock reading for when the
+        driver saw them (they were read together); anything else through ``_handle``.
+        In a batch nearly every message is a DONE (issue 13)."""
+        on_done = self._on_done if conn.actor is None else self.actors.on_done
         seen = time.monotonic()
         for message in messages:
-            if message[0] != p.DONE or not end_plain(conn, message, seen):
+            if message[0] == p.DONE:
+                on_done(conn, message[1], message[2], message[3], seen)
+            else:
                 self._handle(conn, message)
 
-    def _end_plain_task(self, conn: WorkerConn, done: tuple[Any, ...], seen: float) -> bool:
-        """End the task of ``done`` if it is a plain task that returned its value bare,
-        seen by the driver at ``seen``; else return False (``_on_done`` takes it)."""
-        _, task_id, outcome, times = done
-        task = self.tasks.get(task_id)
-        if (task is None or not task.plain or task.worker is not conn.slot or task.cancelled
-                or type(outcome) is not list or type(outcome[0]) is not bytes):
-            return False
-        record = task.record
-        (record.started, record.args_loaded, record.finished, record.stored,
-         record.cpu_time) = times
-        self.scheduler.finish(conn.slot, task, record.finished - record.args_loaded)
-        if self.gpus.held:
-            self.gpus.release(task_id)
-        record.seen = seen
-        self.store_bare(task, outcome[0])
-        self._end_task(task, FINISHED)
-        return True
-
-    def _on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple) -> None:
+    def _on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple,
+                 seen: float) -> None:
+        """A task's DONE: its worker's times, and its outcome, read by the driver at
+        ``seen``."""
         task = self.tasks.get(task_id)
         if task is None or task.worker is not conn.slot:
             return
@@ -137,7 +114,7 @@ class WorkerRequests(_Base):
         self.scheduler.finish(conn.slot, task, record.finished - record.args_loaded)
         if self.gpus.held:  # (_release_gpus, without a call per task)
             self.gpus.release(task.task_id)
-        record.seen = time.monotonic()
+        record.seen = seen
         if task.cancelled:
             if type(outcome) is list:  # it finished before the cancel reached it
                 self.release_unread(outcome)
