@@ -15,7 +15,7 @@ floor: the leading getter reads the result itself, waiters spin briefly before t
 block, and the I/O thread is muted while a getter leads. A batch of 10,000 no-op tasks
 costs the driver 8-10 µs of CPU a task on a quiet host, and that CPU is the batch's wall
 clock: the workers idle most of the batch waiting for it (dispatches come in bursts of
-up to 2,560 tasks, the workers' 5 ms queues). Of it, ~1,450 bytecodes a task spread over
+up to 2,560 tasks, the workers' 5 ms queues). Of it, ~1,440 bytecodes a task spread over
 ~60 steps with none above 9% (``bench/bytecodes.py``; the lean bound's 353), and the
 cyclic collector a quarter (1.5-2.4 µs a task): each pending task holds a tracked ref,
 spec and entry, which outlive the young collections, and a batch's 30,000 of them bring
