@@ -232,8 +232,9 @@ def test_the_rings_are_out_of_the_collector_and_keep_what_they_hold():
 
 
 def test_without_the_c_api_records_stay_tracked_and_the_log_still_works(tmp_path):
-    # Where ctypes cannot reach PyObject_GC_UnTrack, keep_out_of_collector does nothing:
-    # the same log, with the collector's cost back.
+    # Where neither lightwork._collector (forced off here) nor ctypes can reach
+    # PyObject_GC_UnTrack, keep_out_of_collector does nothing: the same log, with the
+    # collector's cost back.
     script = write_script(str(tmp_path), "driver.py", textwrap.dedent("""
         import ctypes, gc
         del ctypes.pythonapi  # as on an interpreter without CPython's C API
@@ -255,7 +256,7 @@ def test_without_the_c_api_records_stay_tracked_and_the_log_still_works(tmp_path
         lightwork.shutdown()
         print("ok")
     """))
-    result = run_script(script, timeout=60)
+    result = run_script(script, timeout=60, env={"LIGHTWORK_PURE_PYTHON": "1"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("ok")
 

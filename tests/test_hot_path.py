@@ -209,3 +209,48 @@ def test_results_reach_every_waiter_whether_the_io_thread_watches_the_workers_or
     assert future.result(timeout=20) == 42
     time.sleep(0.1)  # the I/O thread idles; a result must still wake it
     assert slow_echo.remote(7, 0.05).future().result(timeout=20) == 7
+
+
+def test_one_waiter_is_held_bare_more_go_in_a_list_and_each_leaves_on_its_timeout(tmp_path):
+    """A get registers one bound method on every entry it waits for, held without a list
+    while it is an entry's only waiter (objects.py): no object per pending entry. A
+    second waiter makes a list; a timed-out get or a finished wait takes its own waiter
+    away in either form, and every waiter still there is woken."""
+    import concurrent.futures
+
+    node = driver_node()
+    gate = str(tmp_path / "gate")
+    refs = [slow_gated.remote(gate, i) for i in range(3)]
+
+    def waiters_of(ref):
+        with node.lock:
+            return node.objects.entries[ref.id].waiters
+
+    def as_list(waiters):
+        return waiters if isinstance(waiters, list) else [] if waiters is None else [waiters]
+
+    with pytest.raises(ray.exceptions.GetTimeoutError):
+        ray.get(refs, timeout=0.05)
+    assert [waiters_of(ref) for ref in refs] == [None, None, None]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(ray.get, refs, timeout=20)
+        wait_until(lambda: all(waiters_of(ref) is not None for ref in refs), timeout=10,
+                   message="the first get to wait")
+        held = [waiters_of(ref) for ref in refs]
+        assert not isinstance(held[0], list) and all(w is held[0] for w in held)
+        second = pool.submit(ray.get, refs[0], timeout=20)
+        wait_until(lambda: isinstance(waiters_of(refs[0]), list), timeout=10,
+                   message="the second get to wait")
+        assert ray.wait(refs, num_returns=1, timeout=0.05) == ([], refs)
+        assert as_list(waiters_of(refs[0])) == [held[0], as_list(waiters_of(refs[0]))[1]]
+        assert as_list(waiters_of(refs[1])) == [held[1]]  # the wait's own waiter left
+        open(gate, "w").close()
+        assert first.result(timeout=20) == [0, 1, 2]
+        assert second.result(timeout=20) == 0
+    assert [waiters_of(ref) for ref in refs] == [None, None, None]
+
+
+@ray.remote
+def slow_gated(gate, value):
+    wait_for_file(gate, limit=30)
+    return value

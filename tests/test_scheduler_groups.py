@@ -41,7 +41,7 @@ def test_a_group_reserves_its_bundles_and_outside_tasks_cannot_use_them():
     assert s.available["CPU"] == 1.0
     for i in range(3):
         s.make_ready(task(i, make_shape({"CPU": 1})))
-    assert [t.task_id for t, _ in s.schedule()] == [0]  # only the unreserved CPU
+    assert [t.task_id for t in s.schedule()] == [0]  # only the unreserved CPU
     assert s.queued_count() == 2
 
 
@@ -51,7 +51,7 @@ def test_tasks_inside_use_only_the_bundle():
     s.make_ready(task(0, in_group(group, 1, index=0)))
     s.make_ready(task(1, in_group(group, 1, index=0)))  # bundle 0 is taken by task 0
     s.make_ready(task(2, in_group(group, 1)))  # any bundle: bundle 1 is free
-    placed = [t.task_id for t, _ in s.schedule()]
+    placed = [t.task_id for t in s.schedule()]
     assert placed == [0, 2]
     assert s.available["CPU"] == 2.0  # the group used its own reservation only
 
@@ -59,7 +59,8 @@ def test_tasks_inside_use_only_the_bundle():
 def test_a_group_waits_for_free_resources_then_is_reserved_in_order():
     s = scheduler_with_workers(2)
     s.make_ready(task(0, make_shape({"CPU": 2})))
-    [(running, slot)] = s.schedule()
+    [running] = s.schedule()
+    slot = running.worker
     first = s.add_group(1, "aa", "", [{"CPU": 1}], "STRICT_PACK")
     second = s.add_group(2, "bb", "", [{"CPU": 2}], "PACK")
     assert (first.state, second.state) == ("PENDING", "PENDING")
@@ -95,7 +96,8 @@ def test_removal_gives_resources_back_and_orphans_queued_tasks():
     group = s.add_group(1, "aa", "", [{"CPU": 1}], "PACK")
     s.make_ready(task(0, in_group(group, 1)))
     s.make_ready(task(1, in_group(group, 1)))
-    [(running, slot)] = s.schedule()
+    [running] = s.schedule()
+    slot = running.worker
     s.remove_group(1)
     assert [t.task_id for t in s.orphaned] == [1]
     assert s.available["CPU"] == 2.0  # the reservation is back at once

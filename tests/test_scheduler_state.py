@@ -30,8 +30,8 @@ def test_tasks_go_to_idle_workers_until_resources_run_out():
     for i in range(4):
         s.make_ready(task(i))
     placed = s.schedule()
-    assert [t.task_id for t, _ in placed] == [0, 1]
-    assert len({slot.worker_id for _, slot in placed}) == 2
+    assert [t.task_id for t in placed] == [0, 1]
+    assert len({t.worker.worker_id for t in placed}) == 2
     assert s.available["CPU"] == 0
     assert s.queued_count() == 2
 
@@ -42,11 +42,11 @@ def test_finishing_gives_resources_back_and_the_next_task_runs():
     first, second = task(0), task(1)
     s.make_ready(first)
     s.make_ready(second)
-    [(placed, slot)] = s.schedule()
+    [placed] = s.schedule()
     assert placed is first and s.schedule() == []
-    s.finish(slot, first, run_time=0.5)
+    s.finish(placed.worker, first, run_time=0.5)
     assert s.available["CPU"] == 1.0
-    assert [t for t, _ in s.schedule()] == [second]
+    assert s.schedule() == [second]
 
 
 def test_a_gpu_task_waiting_does_not_block_cpu_tasks_behind_it():
@@ -56,7 +56,7 @@ def test_a_gpu_task_waiting_does_not_block_cpu_tasks_behind_it():
     s.make_ready(task(0, GPU=1.0))
     s.make_ready(task(1, GPU=1.0))
     s.make_ready(task(2))
-    placed = [t.task_id for t, _ in s.schedule()]
+    placed = [t.task_id for t in s.schedule()]
     assert placed == [0, 2]  # task 1 waits for the GPU; task 2 does not wait for task 1
 
 
@@ -92,7 +92,7 @@ def test_short_tasks_fill_the_least_loaded_busy_worker_up_to_each_functions_dept
     for i in range(3, 18):
         s.make_ready(task(i, key=b"short"))
     placed = s.schedule()
-    assert [slot.worker_id for _, slot in placed] == [1, 2, 3] * 4  # fewest queued first
+    assert [t.worker.worker_id for t in placed] == [1, 2, 3] * 4  # fewest queued first
     assert [len(slot.inflight) for slot in slots] == [5, 5, 5]
     assert s.queued_count() == 3  # depth 5 reached everywhere
     for i in range(18, 18 + 3 * MAX_PIPELINE_DEPTH):
@@ -187,16 +187,16 @@ def test_short_tasks_never_wait_behind_a_long_or_unknown_running_task():
     first = [task(0, key=b"long"), task(1, key=b"unknown"), task(2, key=b"short")]
     for t in first:
         s.make_ready(t)
-    running = {t.task_id: slot for t, slot in s.schedule(1.0)}
+    running = {t.task_id: t.worker for t in s.schedule(1.0)}
     for i in range(3, 403):
         s.make_ready(task(i, key=b"short"))
     placed = s.schedule(1.05)  # a 50 ms window: 250 deep
-    assert {slot.worker_id for _, slot in placed} == {running[2].worker_id}
+    assert {t.worker.worker_id for t in placed} == {running[2].worker_id}
     assert [len(running[i].inflight) for i in (0, 1, 2)] == [1, 1, 250]
     # The long task ends: its worker takes the next short task, then a queue behind it.
     s.finish(running[0], first[0], 2.0)
     placed = s.schedule(1.051)
-    assert {slot.worker_id for _, slot in placed} == {running[0].worker_id}
+    assert {t.worker.worker_id for t in placed} == {running[0].worker_id}
     assert len(running[0].inflight) == 25  # 5 ms deep: the passes are close again
 
 

@@ -33,6 +33,8 @@ from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from lightwork._runtime.collector import untrack_hot
+
 if TYPE_CHECKING:
     import concurrent.futures
 
@@ -154,6 +156,8 @@ def fresh_ref(object_id: int) -> ObjectRef:
     ref = _new_instance(ObjectRef)
     ref._id = object_id
     ref_counter._counts[object_id] = 1
+    if untrack_hot is not None:  # it holds an int: out of the collector (collector.py)
+        untrack_hot(ref)
     return ref
 
 

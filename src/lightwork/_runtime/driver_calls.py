@@ -41,7 +41,8 @@ from lightwork._object_ref import ObjectRef, fresh_ref, ref_counter
 from lightwork._runtime import serialization
 from lightwork._runtime.actors import Actor
 from lightwork._runtime.calls import CallSpec, infeasible_message, large_arguments, prepare_args
-from lightwork._runtime.events import DriverSpan, TaskRecord, keep_out_of_collector
+from lightwork._runtime.collector import keep_out_of_collector, untrack_hot
+from lightwork._runtime.events import DriverSpan, TaskRecord
 from lightwork._runtime.lineage import value_vanished
 from lightwork._runtime.objects import PENDING, READY, ObjectEntry
 from lightwork._runtime.scheduler import TaskSpec
@@ -186,6 +187,8 @@ class DriverCalls(_Base):
                 spec.max_retries, spec.retry_exceptions, 0, record, 0, 0,
                 single and not (deps or stored.contained) and stored.path is None,  # plain
             )
+            if untrack_hot is not None:  # out of the collector while pending (collector.py)
+                untrack_hot(task)
             self.submit(task, spec.blob)
         except BaseException:
             if stored.path is not None:
@@ -387,8 +390,9 @@ class DriverCalls(_Base):
             countdown = None
             if pending:
                 countdown = Countdown(len(pending))
+                hit = countdown.hit
                 for entry in pending:
-                    entry.add_waiter(countdown.hit)
+                    entry.add_waiter(hit)
         if countdown is not None:
             start = time.monotonic()
             finished = self._block_on(countdown, timeout)
@@ -424,9 +428,10 @@ class DriverCalls(_Base):
             countdown = None
             if ready < num_returns and timeout != 0:
                 countdown = Countdown(num_returns - ready)
+                hit = countdown.hit
                 for entry in entries:
                     if entry.state == PENDING:
-                        entry.add_waiter(countdown.hit)
+                        entry.add_waiter(hit)
         if countdown is not None:
             start = time.monotonic()
             self._block_on(countdown, timeout)

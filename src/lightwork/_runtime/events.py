@@ -31,12 +31,12 @@ container references (the collector counts that reference as one from outside).
 Earlier the ring held each record frozen into a tuple of its values instead, which the
 collector drops from its lists when it first sees it; but the copy cost 0.8 µs a task
 (reading 29 fields of a record gone cold in the cache) and each tuple brought young
-collections forward. Untracking costs 0.25 µs (a ``ctypes`` call), once, when the
-record is made. The ring's records are never changed again; readers that change or
-keep them take copies (``lightwork.diagnostics.task_records``, made from
-:func:`freeze`). Where ``ctypes`` cannot reach the C API, records stay tracked: the
-same log, with the collector's cost back. Driver spans (time blocked in ``get`` and
-``wait``) go to a second ring of the same kind.
+collections forward. Untracking costs ~6 ns (``lightwork._collector``) or 0.17 µs (its
+``ctypes`` fallback), once, when the record is made (``collector.py`` has the rules for
+what may leave the collector, and the fallbacks). The ring's records are never changed
+again; readers that change or keep them take copies (``lightwork.diagnostics.task_records``,
+made from :func:`freeze`). Driver spans (time blocked in ``get`` and ``wait``) go to a
+second ring of the same kind.
 
 Readers take the ring's records with :meth:`EventLog.ended_records` under the runtime's
 lock (iterating a deque is safe against appends only if it is not mutated meanwhile):
@@ -59,7 +59,9 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from itertools import islice
 from dataclasses import dataclass, fields
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
+
+from lightwork._runtime.collector import keep_out_of_collector
 
 DEFAULT_BUDGET = 200_000
 
@@ -134,24 +136,6 @@ class DriverSpan:
     longest: float = 0.0  # ... and the most
 
 
-def _collector_untrack() -> Callable[[Any], None]:
-    """CPython's ``PyObject_GC_UnTrack`` through ``ctypes`` (the GIL held: a
-    ``pythonapi`` function), or, where that cannot be reached, a function that does
-    nothing."""
-    try:
-        import ctypes
-
-        untrack = ctypes.pythonapi.PyObject_GC_UnTrack
-    except (ImportError, AttributeError, OSError):
-        return lambda record: None
-    untrack.argtypes = [ctypes.py_object]
-    untrack.restype = None
-    return cast(Callable[[Any], None], untrack)
-
-
-#: Take a :class:`TaskRecord` (or a ring of them) out of the cycle collector's lists (see
-#: the module docstring for why that is safe and what it saves). Twice is harmless.
-keep_out_of_collector = _collector_untrack()
 _is_tracked = gc.is_tracked
 
 _FIELDS = tuple(f.name for f in fields(TaskRecord))

@@ -795,13 +795,14 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
             reason = str(exc)  # fail outside this call: it may run under a user's API call
             self._deferred.append(lambda: self.fail_runtime(reason))
 
-    def _send_assignments(self, assignments: list[tuple[TaskSpec, WorkerSlot]]) -> None:
+    def _send_assignments(self, assignments: list[TaskSpec]) -> None:
         if assignments:
             batches: dict[WorkerConn, list[tuple[Any, ...]]] = {}
             now = time.monotonic()
             gpus = self.gpus if self.gpus.any else None  # (a call per task saved without)
-            for task, slot in assignments:
-                conn = self.workers[slot.worker_id]
+            workers = self.workers
+            for task in assignments:
+                conn = workers[task.worker.worker_id]
                 batch = batches.get(conn)
                 if batch is None:
                     batch = batches[conn] = []
@@ -855,6 +856,10 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
         self.forkserver.stop()
         self.spiller.stop()
         with self.lock:
+            # Specs still queued on a worker would keep a cycle with its slot that the
+            # collector cannot see, each spec being out of it (collector.py): empty them.
+            for slot in list(self.scheduler.workers.values()):
+                self.scheduler.remove_worker(slot)
             self.objects.unlink_all()
             self.store.close()
         serialization.MAPS.clear()

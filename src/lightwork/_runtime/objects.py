@@ -38,10 +38,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lightwork._runtime.collector import track_again, untrack_hot
 from lightwork._runtime.serialization import Stored, unbare
 
 
@@ -75,7 +76,11 @@ class ObjectEntry:
     task_uses: int = 0
     containers: int = 0
     stream_pinned: bool = False  # an unread item of a generator's stream (streams.py)
-    waiters: list[Callable[[ObjectEntry], None]] | None = None
+    # One waiter is held as it is, two or more in a list: a get registers the same bound
+    # method on every entry it waits for, so a pending entry costs no object of its own
+    # (a list and a bound method per entry outlived the young collections and reached the
+    # oldest generation: 20,000 a 10,000-task batch, a full collection each batch).
+    waiters: Callable[[ObjectEntry], None] | list[Callable[[ObjectEntry], None]] | None = None
     ready_at: float = 0.0  # when it became READY or FAILED (time.monotonic)
     # The finished task that made it, kept so a lost value can be rebuilt (lineage.py);
     # None for puts, actor results, and tasks that cannot be re-run.
@@ -113,14 +118,21 @@ class ObjectEntry:
             self.holders.discard(worker_id)
 
     def add_waiter(self, waiter: Callable[[ObjectEntry], None]) -> None:
-        if self.waiters is None:
-            self.waiters = [waiter]
+        waiters = self.waiters
+        if waiters is None:
+            self.waiters = waiter
+        elif type(waiters) is list:
+            waiters.append(waiter)
         else:
-            self.waiters.append(waiter)
+            self.waiters = [waiters, waiter]
 
     def remove_waiter(self, waiter: Callable[[ObjectEntry], None]) -> None:
-        if self.waiters and waiter in self.waiters:
-            self.waiters.remove(waiter)
+        waiters = self.waiters
+        if type(waiters) is list:
+            if waiter in waiters:
+                waiters.remove(waiter)
+        elif waiters is not None and waiters == waiter:
+            self.waiters = None
 
     @property
     def size(self) -> int:
@@ -155,13 +167,15 @@ class ObjectTable:
         else:
             entry.holders = {owner}
         self.entries[object_id] = entry
+        if untrack_hot is not None:  # out of the collector until an error (collector.py)
+            untrack_hot(entry)
         return entry
 
     def get(self, object_id: int) -> ObjectEntry | None:
         return self.entries.get(object_id)
 
     def resolve(self, entry: ObjectEntry, stored: Stored | bytes | None,
-                error: Any = None) -> list[Callable]:
+                error: Any = None) -> Sequence[Callable]:
         """Make ``entry`` READY with ``stored`` (a ``Stored``, or a bare value's bytes:
         the module docstring) or FAILED with ``error``; return the waiters to call."""
         if entry.state != PENDING:
@@ -170,6 +184,7 @@ class ObjectTable:
         if error is not None:
             entry.state = FAILED
             entry.error = error
+            track_again(entry)  # a traceback's frames may lead back to it (collector.py)
         elif type(stored) is bytes:  # inline, nothing inside: nothing else to account
             entry.state = READY
             entry.serialized = stored
@@ -186,10 +201,12 @@ class ObjectTable:
                 if inner is not None:
                     inner.containers += 1
         waiters = entry.waiters
+        if waiters is None:
+            return ()
         entry.waiters = None
-        return waiters or []
+        return waiters if type(waiters) is list else (waiters,)
 
-    def lose(self, entry: ObjectEntry, error: BaseException) -> list[Callable]:
+    def lose(self, entry: ObjectEntry, error: BaseException) -> Sequence[Callable]:
         """The object's value is gone (its owner died): from now on it raises ``error``."""
         stored = entry.stored
         if stored is not None:

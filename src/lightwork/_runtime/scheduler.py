@@ -288,8 +288,10 @@ class Scheduler:
                     self.idle[slot.worker_id] = slot
         self.make_ready(task, front=True)
 
-    def schedule(self, now: float | None = None) -> list[tuple[TaskSpec, WorkerSlot]]:
-        """Assign ready tasks to workers; set ``starving`` to the workers still wanted.
+    def schedule(self, now: float | None = None) -> list[TaskSpec]:
+        """Assign ready tasks to workers, returning those placed (each on ``task.worker``:
+        no pair per task, which a pass of thousands kept alive through young collections);
+        set ``starving`` to the workers still wanted.
 
         ``now`` (the monotonic clock) times the pass: the window follows the gap since
         the last timed one, or is the widest while the program submits (``submitting``;
@@ -303,7 +305,7 @@ class Scheduler:
             self.last_pass = now
         if self.pending_groups:
             self.reserve_groups()
-        assignments: list[tuple[TaskSpec, WorkerSlot]] = []
+        assignments: list[TaskSpec] = []
         starving = 0
         empty = []
         depths: dict[bytes, int] = {}  # each function's pipeline depth, for this pass
@@ -321,7 +323,7 @@ class Scheduler:
                 task.state = DISPATCHED
                 task.worker = slot
                 slot.inflight.append(task)
-                assignments.append((task, slot))
+                assignments.append(task)
                 fits = self._fits(shape)
             if queue:
                 if fits:  # but no worker is idle: the node starts one (a slot beats a queue)
@@ -338,7 +340,7 @@ class Scheduler:
         return assignments
 
     def _queue_behind(self, shape: Shape, queue: deque[TaskSpec], depths: dict[bytes, int],
-                      assignments: list[tuple[TaskSpec, WorkerSlot]]) -> None:
+                      assignments: list[TaskSpec]) -> None:
         """Every slot of ``shape`` is busy: queue the short tasks at the head of
         ``queue`` behind running short tasks of this shape, each on the least loaded
         worker, within its function's pipeline depth; stop at the first that must wait.
@@ -374,7 +376,7 @@ class Scheduler:
             task.state = DISPATCHED
             task.worker = slot
             slot.inflight.append(task)
-            assignments.append((task, slot))
+            assignments.append(task)
 
     def _orphan_if_removed(self, shape: Shape, queue: deque[TaskSpec]) -> None:
         if self.removed_names and any(name in self.removed_names for name, _ in shape):

@@ -19,7 +19,8 @@ from lightwork import exceptions
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
 from lightwork._runtime.cancel import cancelled_error
-from lightwork._runtime.events import TaskRecord, keep_out_of_collector
+from lightwork._runtime.collector import keep_out_of_collector
+from lightwork._runtime.events import TaskRecord
 from lightwork._runtime.lineage import file_exists, keeps_lineage
 from lightwork._runtime.objects import PENDING, READY, ObjectEntry
 from lightwork._runtime.scheduler import FINISHED, TaskSpec

@@ -1,0 +1,94 @@
+"""What the runtime keeps out of CPython's cyclic garbage collector, and how (issue 13).
+
+Reference counting frees an object the moment its last reference goes; the cyclic
+collector exists for the objects that reference counting cannot free, those in reference
+cycles. Every instance of a class is on its lists ("tracked") and is visited by its
+collections: a young collection visits the objects made since the last one, and a full
+collection visits every tracked object in the process, each a cache miss once the object
+has gone cold. A 10,000-task batch keeps ~30,000 of the runtime's objects pending (each
+task's ref, spec and table entry), so young collections walked them again and again, and
+they reached the oldest generation in numbers that brought a full collection (10-15 ms)
+about once a batch: a quarter of the driver's CPU (session 17, bench/HOTPATH.md).
+
+An object may leave the collector ("untracked") when it cannot be part of a reference
+cycle that becomes garbage: reference counting alone then frees it. Untracking an object
+that is in such a cycle leaks the cycle (the collector counts the untracked object's
+references as ones from outside, so everything the cycle reaches survives). What is
+untracked here, and why that is safe:
+
+* task records and the event log's rings (``events.py``): a record holds strings,
+  numbers, ``None`` and tuples of those; the rings hold records and spans, which cannot
+  lead back to them;
+* a new task's or call's ref (``_object_ref.fresh_ref``): an ``ObjectRef`` holds one int;
+* a task's spec made by ``submit_task``: it references its arguments, record and ids,
+  nothing that leads back to it, except while it runs: ``spec.worker`` is the
+  ``WorkerSlot`` whose ``inflight`` queue holds the spec. The scheduler breaks that cycle
+  whenever a spec leaves the queue (``Scheduler.finish`` and ``remove_worker`` set
+  ``worker`` to ``None``), and ``Node.shutdown`` empties every slot's queue;
+* a table entry (``ObjectTable.create``): it holds its value (bytes or a ``Stored``),
+  holders' ids, the spec that can rebuild it, and its waiters, callables that may lead
+  to the node and so back to the table; but the waiters leave when the object resolves,
+  times out or the runtime shuts down (which resolves every pending object), so a cycle
+  through them never outlives the runtime's hold on the entry. An error may carry a
+  traceback whose frames hold anything, the entry too: an entry that takes an error
+  returns to the collector (``track_again``).
+
+Python cannot untrack an object itself. ``lightwork._collector`` (``_collector.c``, built
+by ``pip install``/``make``; optional) does it in ~6 ns. Without it, records and rings
+are untracked through ``ctypes`` (~170 ns a call, which a record's many fields repay but
+a ref, spec or entry does not: ``untrack_hot`` is then ``None`` and they stay tracked),
+and where ``ctypes`` cannot reach the C API either, nothing is untracked: the same
+runtime, with the collector's cost back. ``LIGHTWORK_PURE_PYTHON=1`` forces the fallback
+(the tests run part of the suite that way).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, cast
+
+
+def _load() -> tuple[Callable[[Any], None], Callable[[Any], None] | None,
+                     Callable[[Any], None]]:
+    """(untrack, untrack for the hot path or None, track again)."""
+    if not os.environ.get("LIGHTWORK_PURE_PYTHON"):
+        try:
+            from lightwork import _collector
+        except ImportError:
+            pass
+        else:
+            return _collector.untrack, _collector.untrack, _collector.track
+    return _ctypes_untrack(), None, _nothing
+
+
+def _ctypes_untrack() -> Callable[[Any], None]:
+    """CPython's ``PyObject_GC_UnTrack`` through ``ctypes`` (the GIL held: a
+    ``pythonapi`` function), or, where that cannot be reached, a function that does
+    nothing."""
+    try:
+        import ctypes
+
+        untrack = ctypes.pythonapi.PyObject_GC_UnTrack
+    except (ImportError, AttributeError, OSError):
+        return _nothing
+    untrack.argtypes = [ctypes.py_object]
+    untrack.restype = None
+    return cast(Callable[[Any], None], untrack)
+
+
+def _nothing(obj: Any) -> None:
+    return None
+
+
+#: Take ``obj`` out of the collector (a record, a ring: see the module docstring).
+#: Twice is harmless.
+keep_out_of_collector: Callable[[Any], None]
+#: The same for the hot path's refs, specs and entries, or ``None`` where it would cost
+#: more than it saves (no compiled module).
+untrack_hot: Callable[[Any], None] | None
+#: Put an untracked object back in the collector (an entry that took an error).
+track_again: Callable[[Any], None]
+keep_out_of_collector, untrack_hot, track_again = _load()
+#: Whether the compiled module does the work.
+COMPILED = untrack_hot is not None

@@ -1,0 +1,167 @@
+"""What the runtime keeps out of CPython's cyclic collector, and that nothing leaks for it
+(``_runtime/collector.py``, issue 13).
+
+With ``lightwork._collector`` built (``make`` builds it), a new task's ref, spec and table
+entry leave the collector; without it (``LIGHTWORK_PURE_PYTHON=1``, which ``make test``
+also runs this file under) they stay in it. Either way an untracked object must never
+sit in a cycle that becomes garbage: the tests below build the cycles the module
+docstring names (a spec and its worker's slot, an entry and an error's traceback) and
+check that what they reach is freed.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import textwrap
+import weakref
+
+import pytest
+from helpers import run_script, wait_for_file, write_script
+
+import lightwork as ray
+from lightwork._api import driver_node
+from lightwork._runtime import collector
+from lightwork._runtime.objects import ObjectTable
+
+pytestmark = pytest.mark.lightwork_only  # the runtime's own objects
+
+FORCED_PURE = bool(os.environ.get("LIGHTWORK_PURE_PYTHON"))
+
+
+def test_the_compiled_module_is_used_unless_the_fallback_is_forced():
+    # make builds it; a missing compiler would show here, not as a slow runtime.
+    assert collector.COMPILED is not FORCED_PURE
+    assert (collector.untrack_hot is None) is FORCED_PURE
+
+
+def test_a_new_tasks_ref_spec_and_entry_leave_the_collector_with_the_compiled_module(
+        fresh_runtime, tmp_path):
+    fresh_runtime.init(num_cpus=1)
+    gate = str(tmp_path / "gate")
+    ref = gated.remote(gate)
+    node = driver_node()
+    with node.lock:
+        entry = node.objects.entries[ref.id]
+        spec = node.tasks[entry.task_id]
+        tracked = [gc.is_tracked(obj) for obj in (ref, spec, entry)]
+        record_tracked = gc.is_tracked(spec.record)
+    assert tracked == [FORCED_PURE] * 3
+    assert not record_tracked  # records leave it either way (ctypes without the module)
+    open(gate, "w").close()
+    assert ray.get(ref, timeout=20) == "opened"
+    # A ref made any other way (here: unpickled, a borrowed copy) stays tracked.
+    import pickle
+
+    assert gc.is_tracked(pickle.loads(pickle.dumps(ref)))
+
+
+def test_an_entry_that_takes_an_error_returns_to_the_collector_and_its_cycle_is_freed():
+    # An error's traceback holds the frames it passed through, and a frame may hold the
+    # entry: entry -> error -> traceback -> frame -> entry. Left untracked, the entry
+    # would keep that cycle alive for ever.
+    class Boom(Exception):
+        pass
+
+    table = ObjectTable()
+    entry = table.create(7, 0)
+    assert gc.is_tracked(entry) is FORCED_PURE
+
+    def fail(entry):
+        try:
+            raise Boom("no")
+        except Boom as error:
+            table.resolve(entry, None, error)  # this frame holds entry: the cycle
+            return weakref.ref(error)
+
+    error_alive = fail(entry)
+    assert gc.is_tracked(entry)
+    del table.entries[7], entry
+    gc.collect()
+    assert error_alive() is None
+
+
+def test_shutdown_empties_the_workers_queues_so_the_specs_in_them_are_freed(tmp_path):
+    # A running spec and its worker's slot are a cycle (spec.worker -> slot -> inflight
+    # -> spec) that the collector cannot see with the spec untracked: shutdown breaks it.
+    # What the spec holds (here the retry_exceptions classes) must then be freed.
+    script = write_script(str(tmp_path), "driver.py", textwrap.dedent(f"""
+        import gc, os, weakref
+        import lightwork
+
+        def make(gate):
+            class Flaky(Exception):
+                pass
+
+            @lightwork.remote(retry_exceptions=[Flaky], max_retries=1)
+            def hold(gate):
+                import time
+                while not os.path.exists(gate):
+                    time.sleep(0.01)
+                return 1
+
+            return hold, weakref.ref(Flaky)
+
+        lightwork.init(num_cpus=1)
+        hold, flaky = make({str(tmp_path / "gate")!r})
+        refs = [hold.remote({str(tmp_path / "gate")!r}) for _ in range(3)]
+        node = lightwork._api._node
+        while True:
+            with node.lock:
+                slots = list(node.scheduler.workers.values())
+                if any(slot.inflight for slot in slots):
+                    break
+        lightwork.shutdown()
+        assert all(not slot.inflight for slot in slots), "a queue kept its specs"
+        del hold, refs, node, slots
+        gc.collect()
+        gc.collect()
+        print("freed" if flaky() is None else "leaked")
+    """))
+    result = run_script(script, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("freed")
+
+
+def test_a_spec_leaves_its_workers_slot_when_it_ends(fresh_runtime):
+    fresh_runtime.init(num_cpus=1)
+    ref = quick.remote(3)
+    node = driver_node()
+    with node.lock:
+        spec = node.tasks[node.objects.entries[ref.id].task_id]
+    assert ray.get(ref, timeout=20) == 4
+    assert spec.worker is None  # no spec -> slot reference once out of the queue
+
+
+def test_the_fallback_runs_a_batch_with_everything_in_the_collector(tmp_path):
+    script = write_script(str(tmp_path), "driver.py", textwrap.dedent("""
+        import gc
+        import lightwork
+        from lightwork._runtime import collector
+
+        @lightwork.remote
+        def double(x):
+            return 2 * x
+
+        assert not collector.COMPILED and collector.untrack_hot is None
+        lightwork.init(num_cpus=2)
+        refs = [double.remote(i) for i in range(2_000)]
+        assert all(gc.is_tracked(ref) for ref in refs)
+        assert lightwork.get(refs) == [2 * i for i in range(2_000)]
+        lightwork.shutdown()
+        print("ok")
+    """))
+    result = run_script(script, timeout=60, env={"LIGHTWORK_PURE_PYTHON": "1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("ok")
+
+
+@ray.remote
+def gated(gate):
+    wait_for_file(gate, limit=30)
+    return "opened"
+
+
+@ray.remote
+def quick(x):
+    return x + 1
