@@ -56,6 +56,19 @@ def test_a_new_tasks_ref_spec_and_entry_leave_the_collector_with_the_compiled_mo
     assert gc.is_tracked(pickle.loads(pickle.dumps(ref)))
 
 
+def test_an_actor_calls_spec_leaves_the_collector_as_well(fresh_runtime, tmp_path):
+    fresh_runtime.init(num_cpus=1)
+    holder = Holder.remote()
+    gate = str(tmp_path / "gate")
+    ref = holder.hold.remote(gate)
+    node = driver_node()
+    with node.lock:
+        spec = node.tasks[node.objects.entries[ref.id].task_id]
+        assert spec.actor_id and gc.is_tracked(spec) is FORCED_PURE
+    open(gate, "w").close()
+    assert ray.get(ref, timeout=20) == "opened"
+
+
 def test_an_entry_that_takes_an_error_returns_to_the_collector_and_its_cycle_is_freed():
     # An error's traceback holds the frames it passed through, and a frame may hold the
     # entry: entry -> error -> traceback -> frame -> entry. Left untracked, the entry
@@ -165,3 +178,10 @@ def gated(gate):
 @ray.remote
 def quick(x):
     return x + 1
+
+
+@ray.remote
+class Holder:
+    def hold(self, gate):
+        wait_for_file(gate, limit=30)
+        return "opened"

@@ -20,11 +20,13 @@ untracked here, and why that is safe:
   numbers, ``None`` and tuples of those; the rings hold records and spans, which cannot
   lead back to them;
 * a new task's or call's ref (``_object_ref.fresh_ref``): an ``ObjectRef`` holds one int;
-* a task's spec made by ``submit_task``: it references its arguments, record and ids,
-  nothing that leads back to it, except while it runs: ``spec.worker`` is the
-  ``WorkerSlot`` whose ``inflight`` queue holds the spec. The scheduler breaks that cycle
-  whenever a spec leaves the queue (``Scheduler.finish`` and ``remove_worker`` set
-  ``worker`` to ``None``), and ``Node.shutdown`` empties every slot's queue;
+* a task's or an actor call's spec made by the driver (``submit_task``,
+  ``submit_actor_task``): it references its arguments, record and ids, nothing that
+  leads back to it, except while a task runs: ``spec.worker`` is the ``WorkerSlot``
+  whose ``inflight`` queue holds the spec (an actor's calls have no ``worker``). The
+  scheduler breaks that cycle whenever a spec leaves the queue (``Scheduler.finish`` and
+  ``remove_worker`` set ``worker`` to ``None``), and ``Node.shutdown`` empties every
+  slot's queue;
 * a table entry (``ObjectTable.create``): it holds its value (bytes or a ``Stored``),
   holders' ids, the spec that can rebuild it, and its waiters, callables that may lead
   to the node and so back to the table; but the waiters leave when the object resolves,

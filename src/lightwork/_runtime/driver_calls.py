@@ -230,6 +230,8 @@ class DriverCalls(_Base):
                         False, 0, record, actor_id, 0,
                         num_returns == 1 and not (deps or stored.contained)
                         and stored.path is None)
+        if untrack_hot is not None:  # out of the collector while pending (collector.py)
+            untrack_hot(task)
         if (actor is not None and len(actor.inflight) >= actor.slots
                 and actor.max_pending_calls < 0 and not (deps or stored.contained)):
             # Every slot of the actor is taken: queued, as in submit (node_lock.py).
