@@ -13,13 +13,15 @@ Where the time goes (issue 13; every session's measurements, changes and dropped
 experiments are in ``bench/HOTPATH.md``). A synchronous call is within 1-2x of the pipe
 floor: the leading getter reads the result itself, waiters spin briefly before they
 block, and the I/O thread is muted while a getter leads. A batch of 10,000 no-op tasks
-costs the driver 8-10 µs of CPU a task on a quiet host, and that CPU is the batch's wall
-clock: the workers idle most of the batch waiting for it (dispatches come in bursts of
-up to 2,560 tasks, the workers' 5 ms queues). Of it, ~1,440 bytecodes a task spread over
-~60 steps with none above 9% (``bench/bytecodes.py``; the lean bound's 353), and the
-cyclic collector a quarter (1.5-2.4 µs a task): each pending task holds a tracked ref,
-spec and entry, which outlive the young collections, and a batch's 30,000 of them bring
-a full collection about once a batch. The common task (``TaskSpec.plain``: the driver's,
+costs the driver ~7 µs of CPU a task on a quiet host, and that CPU is most of the
+batch's wall clock: the workers idle most of the batch waiting for it (dispatches come in
+bursts of up to 2,560 tasks, the workers' 5 ms queues), and with 4 workers on 2 cores
+their ~4 µs a task competes with it for the cores. Of it, ~1,470 bytecodes a task spread
+over ~60 steps with none above 10% (``bench/bytecodes.py``; the lean bound's 353). The
+cyclic collector, a quarter of it until session 17, is now a few percent: a pending
+task's ref, spec and entry are out of it (``collector.py``), and a ``get`` registers
+one bound method on all its entries, so nothing per task reaches the oldest generation
+and full collections no longer come every batch. The common task (``TaskSpec.plain``: the driver's,
 one return, no dependencies, inline arguments without refs) takes shorter paths on both
 sides: registered straight from the submit queue, its result kept as its bytes
 (``ObjectEntry.serialized``), its ref counted without a lock (``_object_ref.fresh_ref``);
