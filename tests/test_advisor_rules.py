@@ -517,13 +517,12 @@ def test_run_tally_sums_runs_as_it_would_one_run_at_a_time():
                              num_cpus=rng.choice((0.5, 1.0, 2.0))))
     at_once, looked, one_by_one = SlotTime(), SlotTime(), SlotTime()
     tally = RunTally(at_once)
-    for record in records:
-        tally.ended(record)
+    tally.ended(records)
     tally.flush()
     live = RunTally()
     for look in range(0, len(records), 250):  # a look after every 250 records
-        for record in records[look:look + 250]:
-            live.ended(record)
+        for read in range(look, look + 250, 50):  # ... of 5 reads of 50
+            live.ended(records[read:read + 50])
         looked.merge(live.take())
     for record in records:
         if record.started and record.finished > record.started:

@@ -284,3 +284,39 @@ def test_a_watcher_takes_each_row_once_and_hears_of_rows_it_missed():
     log.unwatch()
     log.finish_task(TaskRecord(12, "f", 0, 12.0))
     assert not log.watching and log.take_fresh() == ([], [], [])
+
+
+def test_a_watchers_tally_gets_the_records_that_ended_together_in_one_call():
+    # The node hands a read's records to the tally at the read's end (tally_now), one
+    # call for all; without it, every TALLY_AT_MOST records (the ring's size if smaller)
+    # and at each take_fresh, so no record leaves the ring untallied.
+    from lightwork._runtime.events import TALLY_AT_MOST, EventLog, TaskRecord
+
+    calls: list[list[int]] = []
+
+    def tally(records):
+        calls.append([r.task_id for r in records])
+        return [place for place, r in enumerate(records) if r.task_id % 500 == 7]
+
+    log = EventLog(budget=10_000)
+    log.watch(tally)
+    for task_id in range(5):
+        log.finish_task(TaskRecord(task_id, "f", 0, 1.0))
+    log.tally_now()
+    log.tally_now()  # nothing new: no call
+    assert calls == [[0, 1, 2, 3, 4]]
+    for task_id in range(5, 5 + 2 * TALLY_AT_MOST + 10):
+        log.finish_task(TaskRecord(task_id, "f", 0, 1.0))
+    assert [len(c) for c in calls[1:]] == [TALLY_AT_MOST, TALLY_AT_MOST]
+    fresh = log.take_fresh()  # tallies the last 10 first
+    assert sum(len(c) for c in calls) == 5 + 2 * TALLY_AT_MOST + 10
+    assert [c[0] for c in calls] == [0, 5, 5 + TALLY_AT_MOST, 5 + 2 * TALLY_AT_MOST]
+    assert [fresh.records[place].task_id for place in fresh.notable] == [7, 507, 1007, 1507, 2007]
+
+    small = EventLog(budget=3)
+    calls.clear()
+    small.watch(tally)
+    for task_id in range(7):
+        small.finish_task(TaskRecord(task_id, "f", 0, 1.0))
+    small.take_fresh()
+    assert calls == [[0, 1, 2], [3, 4, 5], [6]]  # before the ring of 3 drops any

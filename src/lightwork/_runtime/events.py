@@ -46,8 +46,9 @@ Whatever they do with the records then, they do after the lock is released.
 
 A watcher (the advisor) takes the records logged since its last look
 (:meth:`EventLog.take_fresh`) and may give :meth:`EventLog.watch` a tally, called with
-each record as it ends: the only per-record work a watcher adds to the hot path, done
-while the record is warm (see ``diagnostics._measure.RunTally`` for what it saved).
+the records that ended in each read of the workers (``tally_now``): the only per-record
+work a watcher adds to the hot path, done while the records are warm (see
+``diagnostics._measure.RunTally`` for what it saved).
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ from typing import Any, NamedTuple
 from lightwork._runtime.collector import keep_out_of_collector
 
 DEFAULT_BUDGET = 200_000
+#: The most records ended between two calls of a watcher's tally (``EventLog.tally_now``;
+#: the ring's size if smaller), so none leaves the ring untallied.
+TALLY_AT_MOST = 1024
 
 
 @dataclass(slots=True)
@@ -177,11 +181,13 @@ class EventLog:
         self._taken: int | None = None
         self.fresh_spans: list[DriverSpan] | None = None
         self.missed_rows = 0  # rows the ring dropped before a watcher took them
-        # The watcher's tally, called with each record as it ends (see watch), and the
+        # The watcher's tally, called with the records that ended together (see watch), and the
         # places in the ring (counted from the first record ever appended) of the
         # records it asked to read in full, not yet taken.
-        self._tally: Callable[[TaskRecord], bool] | None = None
+        self._tally: Callable[[list[TaskRecord]], list[int]] | None = None
         self._notable: list[int] = []
+        self._untallied = 0  # records ended since the tally last had them
+        self._tally_at_most = max(1, min(TALLY_AT_MOST, budget))  # (a small ring: sooner)
 
     def finish_task(self, record: TaskRecord) -> None:
         if not self.enabled:
@@ -192,8 +198,27 @@ class EventLog:
         if _is_tracked(record):  # made off the hot path (nested, rebuilt, cluster, tests)
             keep_out_of_collector(record)
         self.tasks.append(record)
-        if self._tally is not None and self._tally(record):
-            self._notable.append(len(self.tasks) + self.dropped_tasks - 1)
+        if self._tally is not None:
+            self._untallied += 1
+            if self._untallied >= self._tally_at_most:  # (else the read's end: tally_now)
+                self.tally_now()
+
+    def tally_now(self) -> None:
+        """Hand the records ended since the last call to the watcher's tally (see
+        ``watch``; the runtime's lock held). The node calls it at the end of each read
+        of a worker's results, while they are warm; ``take_fresh`` and every
+        ``TALLY_AT_MOST`` records call it too, so none leaves the ring untallied."""
+        count = self._untallied
+        if not count or self._tally is None:
+            return
+        self._untallied = 0
+        count = min(count, len(self.tasks))
+        records = list(islice(reversed(self.tasks), count))
+        records.reverse()
+        notable = self._tally(records)
+        if notable:
+            first = len(self.tasks) + self.dropped_tasks - count
+            self._notable.extend(first + place for place in notable)
 
     def add_span(self, span: DriverSpan) -> None:
         if not self.enabled:
@@ -227,21 +252,23 @@ class EventLog:
     def watching(self) -> bool:
         return self._taken is not None
 
-    def watch(self, tally: Callable[[TaskRecord], bool] | None = None) -> None:
+    def watch(self, tally: Callable[[list[TaskRecord]], list[int]] | None = None) -> None:
         """Start handing out, with ``take_fresh``, what is logged from now on.
 
-        ``tally``, if given, is called with each record as it ends, under the runtime's
-        lock, while the record is still warm in the cache from being written: a watcher
-        that would otherwise read every record long after (the advisor's slot-time sums)
-        does its per-record work there, and samples the rest. It returns whether the
-        watcher must read that record in full even so: ``take_fresh`` says which."""
+        ``tally``, if given, is called with the records that ended together (in one read
+        of a worker's results: ``tally_now``), under the runtime's lock, while they are
+        still warm in the cache from being written: a watcher that would otherwise read
+        every record long after (the advisor's slot-time sums) does its per-record work
+        there, and samples the rest. It returns the places (in the list it was given) of
+        the records the watcher must read in full even so: ``take_fresh`` says which."""
         self._taken = len(self.tasks) + self.dropped_tasks
         self.fresh_spans = []
-        self._tally, self._notable = tally, []
+        self._tally, self._notable, self._untallied = tally, [], 0
 
     def unwatch(self) -> None:
         self._taken = self.fresh_spans = self._tally = None
         self._notable = []
+        self._untallied = 0
 
     def take_fresh(self) -> Fresh:
         """The records and the spans logged since the last call, oldest first (call with
@@ -253,6 +280,7 @@ class EventLog:
         between two looks) are counted in ``missed_rows``."""
         if self._taken is None:
             return Fresh([], [], [])
+        self.tally_now()
         appended = len(self.tasks) + self.dropped_tasks
         new = appended - self._taken
         self._taken = appended

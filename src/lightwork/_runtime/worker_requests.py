@@ -101,6 +101,7 @@ class WorkerRequests(_Base):
                 on_done(conn, message[1], message[2], message[3], seen)
             else:
                 self._handle(conn, message)
+        self.log.tally_now()  # the watcher's tally of the records just ended, still warm
 
     def _on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple,
                  seen: float) -> None:

@@ -76,24 +76,28 @@ be worth the user's attention, and well-written programs must get none.
 
 What the advisor costs the program (issue 13's 2%; batches of 10,000 no-op tasks on the
 quiet 2-core machine, ``make bench``'s ``advisor_looks``): its looks, timed on its
-thread's CPU clock, and its tally (``_measure.RunTally``), which the event log calls for
-each record as it ends. Until session 13 a look summed every record of its step for how
-busy the slots were; by then the records were cold in the cache and that pass was 0.24-0.29
-µs a task, four fifths of the looks' CPU (2.5-2.7% of a batch in all, over the target).
-The tally does the same sums while each record is still warm from being written, about
-0.1 µs a record on the I/O thread; a look now folds in the tally's sums and reads only
-its sample (``SAMPLE_PER_STEP`` records a look, a cost per look, not per task), the
-records the tally named (big arguments, long runs) and those a one-object get waited for
-while get-in-loop may still be found at its call site (that rule follows each get to its
-task's record: sampled, a fast loop of tiny calls went unreported until session 14).
-The looks' CPU 0.8-0.9% of a batch, with the tally's 1.7-1.9% (three runs each),
-1.7-1.8% once the tally's attributes were in ``__slots__`` (four); the driver's CPU per
-task fell 1% (0.99 paired over 40 alternating rounds, the advisor's thread 0.70, the I/O
-thread 1.06). Half of the looks' CPU was then reading the sample (~2 µs a record, cold);
-a sample of 250 instead of 500: 1.3-1.4% in all (session 14). ``make bench``
-reports this cost directly (the looks' and the tally's CPU per task against the time per
-task, in one session) next to the paired sessions with and without the advisor, whose
-difference swings with the ±15% between fresh sessions.
+thread's CPU clock, and its tally (``_measure.RunTally``), which the event log calls
+with the records that ended in each read of the workers. Until session 13 a look summed
+every record of its step for how busy the slots were; by then the records were cold in
+the cache and that pass was 0.24-0.29 µs a task, four fifths of the looks' CPU (2.5-2.7%
+of a batch in all, over the target). The tally does the same sums while each record is
+still warm from being written, about 0.1 µs a record on the I/O thread; a look now folds
+in the tally's sums and reads only its sample (``SAMPLE_PER_STEP`` records a look, a
+cost per look, not per task), the records the tally named (big arguments, long runs) and
+those a one-object get waited for while get-in-loop may still be found at its call site
+(that rule follows each get to its task's record: sampled, a fast loop of tiny calls
+went unreported until session 14). The looks' CPU 0.8-0.9% of a batch, with the tally's
+1.7-1.9% (three runs each), 1.7-1.8% once the tally's attributes were in ``__slots__``
+(four); the driver's CPU per task fell 1% (0.99 paired over 40 alternating rounds, the
+advisor's thread 0.70, the I/O thread 1.06). Half of the looks' CPU was then reading the
+sample (~2 µs a record, cold); a sample of 250 instead of 500: 1.3-1.4% in all (session
+14). ``make bench`` reports this cost directly (the looks' and the tally's CPU per task
+against the time per task, in one session) next to the paired sessions with and without
+the advisor, whose difference swings with the ±15% between fresh sessions. Session 18
+made a batch 25% faster, and the same work per task read +2.4% of it: the tally now
+takes each read's records in one call (0.105 -> 0.074 µs a record, its sums in locals
+meanwhile), +2.0-2.1% in three runs of the row; the looks are ~0.09 µs a task of it (one
+a batch in the row).
 """
 
 from __future__ import annotations
@@ -165,7 +169,7 @@ class Advisor(AdviceRules):
         self._looking = threading.Lock()
         self._thread = PeriodicThread("lightwork-advisor", interval, self.step,
                                       self._give_up)
-        # Live: the runs are summed as each record ends (the log calls this under the
+        # Live: the runs are summed as the records end (the log calls this under the
         # runtime's lock); each look takes the sums (_measure.RunTally says why).
         self._fresh_runs = RunTally(long_s=CPU_BOUND_MIN_S)
         if watch and node is not None:
@@ -190,8 +194,7 @@ class Advisor(AdviceRules):
             # How busy the slots were comes from every run in the records (the replay
             # knows the runs that had not ended yet at a step, unlike the live thread).
             tally = RunTally(self._busy)
-            for record in tasks:
-                tally.ended(record)
+            tally.ended(tasks)
             tally.flush()
             try:
                 for _, group in groupby(timed, key=lambda item: (item[0] - first) // width):
