@@ -18,14 +18,15 @@ batch's wall clock: the workers idle most of the batch waiting for it (dispatche
 bursts of up to 2,560 tasks, the workers' 5 ms queues), and with 4 workers on 2 cores
 their ~4 µs a task competes with it for the cores. Of it, ~1,470 bytecodes a task spread
 over ~60 steps with none above 10% (``bench/bytecodes.py``; the lean bound's 353). The
-cyclic collector, a quarter of it until session 17, is now a few percent: a pending
+cyclic collector, a quarter of it through session 17, is now a few percent: a pending
 task's ref, spec and entry are out of it (``collector.py``), and a ``get`` registers
 one bound method on all its entries, so nothing per task reaches the oldest generation
-and full collections no longer come every batch. The common task (``TaskSpec.plain``: the driver's,
-one return, no dependencies, inline arguments without refs) takes shorter paths on both
-sides: registered straight from the submit queue, its result kept as its bytes
-(``ObjectEntry.serialized``), its ref counted without a lock (``_object_ref.fresh_ref``);
-a read's results go straight to their handler (``WorkerRequests._handle_read``).
+and full collections no longer come every batch. The common task (``TaskSpec.plain``:
+the driver's, one return, no dependencies, inline arguments without refs) takes shorter
+paths on both sides: registered straight from the submit queue, its result kept as its
+bytes (``ObjectEntry.serialized``), its ref counted without a lock
+(``_object_ref.fresh_ref``); a read's results go straight to their handler
+(``WorkerRequests._handle_read``).
 """
 
 from __future__ import annotations

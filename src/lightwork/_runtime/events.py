@@ -208,8 +208,8 @@ class EventLog:
         ``watch``; the runtime's lock held). The node calls it at the end of each read
         of a worker's results, while they are warm; ``take_fresh`` and every
         ``TALLY_AT_MOST`` records call it too, so none leaves the ring untallied."""
-        count = self._untallied
-        if not count or self._tally is None:
+        count = self._untallied  # (it grows only while a tally is set: finish_task)
+        if not count:
             return
         self._untallied = 0
         count = min(count, len(self.tasks))
