@@ -159,6 +159,37 @@ def test_profiler_task_names_its_dependencies_in_the_run():
     assert by_group["nap"].end_time <= by_group["add"].start_time
 
 
+def test_a_dependency_passed_twice_is_named_once_and_a_put_is_none():
+    a = nap.remote(0.2)
+    b = add.remote(a, a)
+    c = add.remote(b, lightwork.put(1))  # a put is data, not a task of the run
+    with Profiler() as prof:
+        lightwork.get(c)
+    by_key = {r.key: r.task for r in prof.results}
+    calls = sorted(by_key.values(), key=lambda call: call.task_id)
+    assert [call.name for call in calls] == ["nap", "add", "add"]
+    keys = {call.task_id: key for key, call in by_key.items()}
+    assert calls[1].dependencies == {keys[calls[0].task_id]}
+    assert calls[2].dependencies == {keys[calls[1].task_id]}
+
+
+def test_task_graph_walks_back_to_unfinished_tasks_with_their_records():
+    node = lightwork._api._node
+    a = nap.remote(0.3)
+    b = add.remote(a, 1)
+    done = lightwork.put(5)
+    graph = introspect.task_graph_of(node, [b.id, done.id])
+    assert graph.made_by[1] == 0 and graph.made_by[0] in graph.records
+    assert sorted(record.name for record in graph.records.values()) == ["add", "nap"]
+    assert graph.return_ids == {}  # only looked up when asked for
+    asked = introspect.task_graph_of(node, [b.id], with_return_ids=True)
+    assert asked.return_ids[asked.made_by[0]] == (b.id,)
+    b_record = graph.records[graph.made_by[0]]
+    a_task = next(i for i, record in graph.records.items() if record.name == "nap")
+    assert introspect.unfinished_deps(b_record, graph.records) == (a_task,)
+    assert lightwork.get(b) == pytest.approx(1.3)
+
+
 def test_profiler_gives_the_same_results_with_a_state_keeping_callback():
     """Profiler alone keeps no Dask state; next to a pretask hook the run keeps it."""
     def keys_of(extra):

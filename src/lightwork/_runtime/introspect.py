@@ -2,12 +2,13 @@
 
 Diagnostics (``lightwork.diagnostics``, ``lightwork.dask``) live above the runtime and
 must not reach into the node's tables while they change, so what they need to read is
-gathered here, always under ``node.lock`` and always as copies:
+gathered here, always under ``node.lock`` and as copies (a task's record is the one
+live object handed out: the node only fills in its times and state):
 
 * :func:`task_graph_of` — for some object ids, the tasks that make them and, walking
   back through top-level ref arguments, every *unfinished* task they still depend on
-  (what a ``get`` is waiting for), as plain ids and tuples: it runs under the runtime's
-  lock for every ``get`` that callbacks observe, so it must be quick.
+  (what a ``get`` is waiting for), as ids and the tasks' records: it runs under the
+  runtime's lock for every ``get`` that callbacks observe, so it must be quick.
 
 Blocking-call observers
 -----------------------
@@ -81,22 +82,25 @@ def _report(exc: BaseException, where: Any) -> None:
     report_unraisable(exc, "Exception ignored in lightwork blocking-call observer", where)
 
 
-class TaskView(NamedTuple):
-    """One unfinished task, as a ``get`` sees it (a tuple: thousands are made at once)."""
+class TaskGraph(NamedTuple):
+    """What a ``get`` waits for, from :func:`task_graph_of`."""
 
-    task_id: int
-    name: str
-    dep_task_ids: tuple[int, ...]  # creating tasks of its top-level ref arguments
-    return_ids: tuple[int, ...]
-    record: Any  # the live TaskRecord (mutated by the node; read its times once ended)
+    made_by: list[int]  # per object asked for: its task's id, 0 for a put, -1 if freed
+    # The unfinished tasks, by id: each one's live TaskRecord (the node fills in its
+    # times and state as it runs; its ``dep_tasks`` name the tasks making its ref
+    # arguments, those in this dict being the unfinished ones). A record is the one
+    # object per task here, and it is out of the cyclic collector: a graph of 20,000
+    # tasks adds one dict for the collector to walk, not 20,000 tuples.
+    records: dict[int, Any]
+    return_ids: dict[int, tuple[int, ...]]  # per task in ``records``, if asked for
 
 
-def task_graph_of(node: Any, object_ids: Iterable[int]) -> tuple[list[int], dict[int, TaskView]]:
-    """For the objects asked for: the id of the task that makes each (0 for a ``put``,
-    -1 if already freed), and the unfinished tasks they (transitively) wait on."""
-    tasks: dict[int, TaskView] = {}
-    no_deps: tuple[int, ...] = ()
-    view = tuple.__new__  # TaskView(...) would run namedtuple's Python-level __new__
+def task_graph_of(node: Any, object_ids: Iterable[int], with_return_ids: bool = False
+                  ) -> TaskGraph:
+    """For the objects asked for: the task that makes each, and the unfinished tasks
+    they (transitively) wait on (their results' ids too if ``with_return_ids``)."""
+    records: dict[int, Any] = {}
+    return_ids: dict[int, tuple[int, ...]] = {}
     with node.lock:
         entries = node.objects.entries
         live = node.tasks
@@ -105,21 +109,23 @@ def task_graph_of(node: Any, object_ids: Iterable[int]) -> tuple[list[int], dict
         stack = [task_id for task_id in made_by if task_id in live]
         while stack:
             task_id = stack.pop()
-            if task_id in tasks:
+            if task_id in records:
                 continue
             spec = live[task_id]
-            dep_tasks = no_deps
-            if spec.deps:
-                found = []
-                for dep in spec.deps:
-                    dep_entry = entries.get(dep)
-                    if dep_entry is not None and dep_entry.task_id in live:
-                        found.append(dep_entry.task_id)
-                        stack.append(dep_entry.task_id)
-                dep_tasks = tuple(dict.fromkeys(found))
-            tasks[task_id] = view(TaskView, (task_id, spec.name, dep_tasks, spec.return_ids,
-                                             spec.record))
-    return made_by, tasks
+            records[task_id] = record = spec.record
+            if with_return_ids:
+                return_ids[task_id] = spec.return_ids
+            if record.dep_tasks:  # (register_task names them, 0 for a put)
+                stack.extend([dep for dep in record.dep_tasks if dep in live])
+    return TaskGraph(made_by, records, return_ids)
+
+
+def unfinished_deps(record: Any, records: dict[int, Any]) -> tuple[int, ...]:
+    """The tasks of a graph's ``records`` whose results ``record``'s task takes as
+    arguments (each once, in argument order)."""
+    if not record.dep_tasks:
+        return ()
+    return tuple(dict.fromkeys([dep for dep in record.dep_tasks if dep in records]))
 
 
 def ready_value(node: Any, object_id: int) -> tuple[bool, Any]:

@@ -83,7 +83,8 @@ class TaskRun:
         self.hooks = hooks
         self.lock = threading.RLock()
         self.closed = False
-        self.tasks: dict[int, introspect.TaskView] = {}
+        self.tasks: dict[int, Any] = {}  # unfinished task id -> its live TaskRecord
+        self.return_ids: dict[int, tuple[int, ...]] = {}  # per task, if a hook reads results
         self.made_by: list[int] = []  # per ref: its task id, 0 for a put, -1 if freed
         self.ended: list[Any] = []  # TaskRecords of the run's tasks, as they ended
         self.dsk: dict[str, Any] = {}
@@ -93,12 +94,17 @@ class TaskRun:
     def start(self) -> None:
         node = self.node
         node.add_task_listener(self._on_ended)
-        ids = [ref.id for ref in self.refs]
+        ids = [ref._id for ref in self.refs]  # (not .id: the property costs 4x)
         own = getattr(node, "task_graph_of", None)  # a cluster run's log has its own
         with self.lock:
-            self.made_by, self.tasks = (own(ids) if own is not None
-                                        else introspect.task_graph_of(node, ids))
+            self.made_by, self.tasks, self.return_ids = (
+                own(ids, self.reads_results()) if own is not None
+                else introspect.task_graph_of(node, ids, self.reads_results()))
             self._begin()
+
+    def reads_results(self) -> bool:
+        """Whether a hook takes the tasks' results (so their ids are looked up)."""
+        return False
 
     def _begin(self) -> None:
         self.hooks.start(self.dsk)
@@ -147,25 +153,26 @@ class TaskRun:
         heard = {record.task_id for record in self.ended}
         if len(heard) == len(self.tasks):
             return
-        late = [view.record for task_id, view in self.tasks.items()
-                if task_id not in heard and view.record.state in ENDED_STATES]
+        late = [record for task_id, record in self.tasks.items()
+                if task_id not in heard and record.state in ENDED_STATES]
         if late:
             late.sort(key=lambda record: record.finished)
             self._heard(late)
 
 
-def _key_of(tasks: dict[int, introspect.TaskView], task_id: int) -> str:
+def _key_of(tasks: dict[int, Any], task_id: int) -> str:
     return f"{tasks[task_id].name}-{task_id}"
 
 
-def _call_of(view: introspect.TaskView, key_of: Callable[[int], str]) -> RemoteCall:
-    """The graph entry of a task, its dependencies named by ``key_of``."""
-    deps = frozenset(map(key_of, view.dep_task_ids)) if view.dep_task_ids else _NO_KEYS
+def _call_of(record: Any, tasks: dict[int, Any], key_of: Callable[[int], str]) -> RemoteCall:
+    """The graph entry of a task of ``tasks``, its dependencies named by ``key_of``."""
+    dep_ids = introspect.unfinished_deps(record, tasks)
+    deps = frozenset(map(key_of, dep_ids)) if dep_ids else _NO_KEYS
     # tuple.__new__: RemoteCall(...) would run namedtuple's Python-level __new__
-    return tuple.__new__(RemoteCall, (view.name, view.task_id, deps))
+    return tuple.__new__(RemoteCall, (record.name, record.task_id, deps))
 
 
-def _finished_items(ended: list[Any], tasks: dict[int, introspect.TaskView]) -> Iterator[
+def _finished_items(ended: list[Any], tasks: dict[int, Any]) -> Iterator[
         tuple[str, RemoteCall, int, Any]]:
     """``_posttask_batch`` items of the finished tasks, made as they are read (the hook
     may keep them for later: they hold records and names, never ObjectRefs)."""
@@ -180,7 +187,7 @@ def _finished_items(ended: list[Any], tasks: dict[int, introspect.TaskView]) -> 
     for record in ended:
         if record.state == "FINISHED":
             task_id = record.task_id
-            yield key_of(task_id), _call_of(tasks[task_id], key_of), record.worker_id, record
+            yield key_of(task_id), _call_of(record, tasks, key_of), record.worker_id, record
 
 
 class StateRun(TaskRun):
@@ -199,8 +206,8 @@ class StateRun(TaskRun):
         key_of_task, dsk, tasks = self.key_of_task, self.dsk, self.tasks
         for task_id in tasks:
             key_of_task[task_id] = _key_of(tasks, task_id)
-        for task_id, view in tasks.items():
-            dsk[key_of_task[task_id]] = _call_of(view, key_of_task.__getitem__)
+        for task_id, record in tasks.items():
+            dsk[key_of_task[task_id]] = _call_of(record, tasks, key_of_task.__getitem__)
         cache: dict[str, Any] = {}
         for ref, task_id in zip(self.refs, self.made_by):
             key = key_of_task.get(task_id)
@@ -216,6 +223,9 @@ class StateRun(TaskRun):
         hooks.start_state(dsk, self.state)
         for key in sorted(self.state["running"]) if hooks.pretask else ():
             hooks.fire_pretask(key, dsk, self.state)
+
+    def reads_results(self) -> bool:
+        return self.hooks.posttask_needs_result
 
     def _close(self, failed: bool) -> None:
         self.hooks.finish(self.dsk, self.state, failed)
@@ -274,7 +284,7 @@ class StateRun(TaskRun):
         # A task can end before one of its dependencies' batch arrived (the runtime
         # delivers ends in the order it applied them, but two threads may deliver).
         for dep in sorted(state["waiting"].get(key, ())):
-            dep_record = self.tasks[self.dsk[dep].task_id].record
+            dep_record = self.tasks[self.dsk[dep].task_id]
             if dep_record.state in ENDED_STATES:
                 self._task_ended(dep, dep_record)
         dsk = self.dsk
@@ -309,7 +319,7 @@ class StateRun(TaskRun):
                 own = getattr(self.node, "ready_value", None)  # a cluster run's log
                 values = [(own(oid) if own is not None
                            else introspect.ready_value(self.node, oid))[1]
-                          for oid in self.tasks[record.task_id].return_ids]
+                          for oid in self.return_ids[record.task_id]]
                 result = values[0] if len(values) == 1 else tuple(values)
             hooks.fire_posttask(key, result, dsk, state, record.worker_id, record)
         if hooks.posttask_batch:
