@@ -96,6 +96,20 @@ def test_profiler_results_have_dasks_shape_and_worker_times():
     assert prof.results == [] and prof.start_time is None
 
 
+def test_two_profilers_each_get_every_task_of_a_graph_and_of_plain_tasks():
+    @lightwork.remote
+    def one():
+        return 1
+
+    for run in (lambda: lightwork.dask.get(DSK, "z"),
+                lambda: lightwork.get([one.remote() for _ in range(5)])):
+        with Profiler() as outer, Profiler() as inner:
+            run()
+        assert len(outer.results) in (2, 5)  # the graph's two tasks, or the five
+        assert inner.results == outer.results
+        assert [r.key for r in inner.results] == [r.key for r in outer.results]
+
+
 def test_registered_profiler_sets_start_and_end_time():
     prof = Profiler()
     prof.register()

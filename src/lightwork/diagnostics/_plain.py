@@ -16,8 +16,9 @@ Three kinds of run, by what the callbacks need (``Hooks.run_needs``)
 * ``"tasks"`` (lightwork's ``ProgressBar``/``Profiler``, which say they read neither the
   graph nor the state): :class:`TaskRun` finds the run's unfinished tasks and keeps the
   records of those that end, in end order — one membership test and one append per
-  task. Progress is ``(ended, total)`` from those; keys, graph entries and the ended
-  tasks' batch for ``_posttask_batch`` are made once, as the run finishes.
+  task. Progress is ``(ended, total)`` from those; the ended tasks' batch for
+  ``_posttask_batch`` is handed over as the run finishes, and their keys and graph
+  entries are made only as a hook reads it (:class:`FinishedItems`).
 * ``"state"`` (any other callback — a user's ``PrintKeys``, ``CacheProfiler``):
   :class:`StateRun` also builds the Dask graph and state and keeps them current task by
   task, firing ``pretask``/``posttask`` as Dask would.
@@ -126,7 +127,7 @@ class TaskRun:
     def _close(self, failed: bool) -> None:
         hooks = self.hooks
         if hooks.posttask_batch and self.ended:
-            hooks.fire_posttask_batch(_finished_items(self.ended, self.tasks), self.dsk,
+            hooks.fire_posttask_batch(FinishedItems(self.ended, self.tasks), self.dsk,
                                       self.state)
         hooks.finish(self.dsk, self.state, failed)
 
@@ -172,22 +173,32 @@ def _call_of(record: Any, tasks: dict[int, Any], key_of: Callable[[int], str]) -
     return tuple.__new__(RemoteCall, (record.name, record.task_id, deps))
 
 
-def _finished_items(ended: list[Any], tasks: dict[int, Any]) -> Iterator[
-        tuple[str, RemoteCall, int, Any]]:
-    """``_posttask_batch`` items of the finished tasks, made as they are read (the hook
-    may keep them for later: they hold records and names, never ObjectRefs)."""
-    keys: dict[int, str] = {}  # a dependency's key is made once, not once per dependent
+class FinishedItems:
+    """The ``_posttask_batch`` items of a run's finished tasks, made each time they are
+    read: each hook may keep them and read them later (``Profiler`` does), and until then
+    they cost a list of records (out of the collector) and the run's task dict, not four
+    objects a task. They hold records and names, never ObjectRefs."""
 
-    def key_of(task_id: int) -> str:
-        key = keys.get(task_id)
-        if key is None:
-            key = keys[task_id] = _key_of(tasks, task_id)
-        return key
+    __slots__ = ("ended", "tasks")
 
-    for record in ended:
-        if record.state == "FINISHED":
-            task_id = record.task_id
-            yield key_of(task_id), _call_of(record, tasks, key_of), record.worker_id, record
+    def __init__(self, ended: list[Any], tasks: dict[int, Any]) -> None:
+        self.ended = ended
+        self.tasks = tasks
+
+    def __iter__(self) -> Iterator[tuple[str, RemoteCall, int, Any]]:
+        tasks = self.tasks
+        keys: dict[int, str] = {}  # a dependency's key is made once, not once per dependent
+
+        def key_of(task_id: int) -> str:
+            key = keys.get(task_id)
+            if key is None:
+                key = keys[task_id] = _key_of(tasks, task_id)
+            return key
+
+        for record in self.ended:
+            if record.state == "FINISHED":
+                yield key_of(record.task_id), _call_of(record, tasks, key_of), \
+                    record.worker_id, record
 
 
 class StateRun(TaskRun):

@@ -65,8 +65,9 @@ to cost (almost) nothing per task:
 * ``_posttask_batch(items, dsk, state)``, an iterable of ``(key, task, worker_id,
   TaskRecord)``, replaces ``_pretask``/``_posttask`` under lightwork's schedulers: a run
   hands over ended tasks in batches (Dask's schedulers still call the per-task hooks).
-  The hook may keep ``items`` and read them later, once (``Profiler`` does: a plain run
-  makes each item's key and graph entry only as it is read);
+  Every hook gets the same ``items``, which it may keep and read later, as often as it
+  likes (``Profiler`` does): the runs make the tuples anew each time they are iterated
+  (a plain run makes each item's key and graph entry only then);
 * ``_start_progress(progress)`` replaces ``_start_state``: ``progress()`` returns
   ``(tasks ended, tasks in the run)`` at any moment, from any thread;
 * ``_run_needs`` says what the run must build (see :class:`Callback`): a plain ``get``
