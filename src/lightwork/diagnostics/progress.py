@@ -95,9 +95,10 @@ class ProgressBar(Callback):
             self._timer = None
         elapsed = self._clock() - self._start_time
         self.last_duration = elapsed
+        done, total = self._progress()
+        self._progress = _no_progress  # let go of the run (it holds this bar: a cycle)
         if elapsed < self._minimum:
             return
-        done, total = self._progress()
         if not errored:
             self._draw(done / total if total else 1.0, elapsed)
         elif done < total:
