@@ -135,6 +135,25 @@ def test_no_observer_left_once_callbacks_end():
     assert not introspect.blocking_observers
 
 
+def test_a_finished_progress_bar_keeps_no_cycle_with_its_run():
+    """Freed as soon as the program drops it: the run (its tasks' records) with it."""
+    import gc
+    import weakref
+
+    bar = ProgressBar(out=io.StringIO())
+    with bar:
+        lightwork.get([square.remote(i) for i in range(5)])
+    gone = weakref.ref(bar)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del bar
+        assert gone() is None
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def test_progress_bar_moves_as_tasks_end():
     out = io.StringIO()
     refs = [nap.remote(0.15) for _ in range(6)]  # 3 rounds on 2 CPUs
