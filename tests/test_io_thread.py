@@ -16,7 +16,7 @@ import pytest
 
 from lightwork import _api
 from lightwork._object_ref import RefCounter
-from lightwork._runtime import node as node_module
+from lightwork._runtime import io_loop
 
 pytestmark = pytest.mark.lightwork_only  # the embedded runtime's own threads
 
@@ -28,8 +28,8 @@ def _freed(node, object_id: int) -> bool:
 
 def test_an_idle_io_thread_is_woken_to_free_a_dropped_ref(fresh_runtime, monkeypatch,
                                                           wait_until):
-    monkeypatch.setattr(node_module, "IO_BUSY_FOR_S", 0.0)  # never busy
-    monkeypatch.setattr(node_module, "IO_IDLE_SLEEP_S", 60.0)
+    monkeypatch.setattr(io_loop, "IO_BUSY_FOR_S", 0.0)  # never busy
+    monkeypatch.setattr(io_loop, "IO_IDLE_SLEEP_S", 60.0)
     fresh_runtime.init(num_cpus=1)
     node = _api._node
 
@@ -49,8 +49,8 @@ def test_an_idle_io_thread_is_woken_to_free_a_dropped_ref(fresh_runtime, monkeyp
 def test_a_busy_io_thread_frees_a_dropped_ref_at_its_next_short_sleep(fresh_runtime,
                                                                        monkeypatch,
                                                                        wait_until):
-    monkeypatch.setattr(node_module, "IO_BUSY_FOR_S", 60.0)  # busy after any event
-    monkeypatch.setattr(node_module, "IO_IDLE_SLEEP_S", 60.0)
+    monkeypatch.setattr(io_loop, "IO_BUSY_FOR_S", 60.0)  # busy after any event
+    monkeypatch.setattr(io_loop, "IO_IDLE_SLEEP_S", 60.0)
     fresh_runtime.init(num_cpus=1)
     node = _api._node
 

@@ -478,7 +478,7 @@ class DriverCalls(_Base):
                 event = countdown.event = threading.Event()
             return event.wait(timeout)  # the I/O thread or the leading getter completes it
         # While this thread leads, the I/O thread's epoll does not watch the workers
-        # (see node.py), unless the machine's cores are all taken: then two threads
+        # (see io_loop.py), unless the machine's cores are all taken: then two threads
         # waiting for a result see it sooner than one (this one may not be running).
         muted = cores_to_spare(time.monotonic()) and self._watch_workers(False)
         try:

@@ -31,7 +31,7 @@ submits in a loop, the I/O thread that hands out the next tasks gets the GIL onl
 often, and a 2 ms window left the workers idle most of each interval (20,000 tasks of
 ``sleep(0.1 ms)`` on 4 slots, A/B, 6 rounds at load 7-8: 1.82 -> 1.53 s, CPU 1.50 ->
 1.39 s; 10 ms and 64 deep: 1.47 s, not taken: more tasks stuck behind an outlier).
-The I/O thread gets the GIL less often still, once per socket call (``node.py``,
+The I/O thread gets the GIL less often still, once per socket call (``io_loop.py``,
 session 10); 15 ms and 96 deep: the same sleeps paired 0.96 over 5 rounds, not taken
 for the same reason.
 

@@ -10,7 +10,8 @@ A task may call the API itself (nested ``remote``/``put``/``get``/``wait``): tha
 ``worker_calls.py``'s (a mixin of :class:`Worker`). Whichever thread needs the next
 frame reads it (one at a time, under ``_cond``) and routes it: a reply goes to the
 thread waiting for it, a task goes to the inbox; while a thread waits, task frames in
-the inbox are bounced back for the driver to place elsewhere.
+the inbox are bounced back for the driver to place elsewhere. An actor with concurrency
+runs its calls on threads or an event loop (``actor_runners.py``).
 
 The loop is defensive: a user error is a result, never a crash of the loop. The process
 ends when the driver closes the socket (or sends EXIT), or right after the last call a
@@ -70,7 +71,6 @@ per actor call 0.82 (``hotpath_ab.py``, 30 rounds against session 15's code).
 
 from __future__ import annotations
 
-import contextvars
 import faulthandler
 import inspect
 import itertools
@@ -94,6 +94,13 @@ from lightwork._object_ref import PROCESS_ID_SHIFT, ref_counter
 from lightwork._runtime import control
 from lightwork._runtime import protocol as p
 from lightwork._runtime import serialization
+from lightwork._runtime.actor_runners import (
+    COROUTINE_FRAME,
+    AsyncRunner,
+    CallPool,
+    is_async_class,
+    leave_sigint_to_the_main_thread,
+)
 from lightwork._runtime.calls import ArgSlot
 from lightwork._runtime.serialization import SerializationError, Stored, bare
 from lightwork._runtime.worker_calls import SharedMemoryWriter, WorkerCalls
@@ -242,7 +249,7 @@ class Worker(WorkerCalls):
     def _flush_late(self) -> None:
         """Send held results when the task after them has run for FLUSH_AFTER_S."""
         assert self._flush_soon is not None
-        _leave_sigint_to_the_main_thread()
+        leave_sigint_to_the_main_thread()
         while True:
             self._flush_soon.wait()
             self._flush_soon.clear()
@@ -380,7 +387,7 @@ class Worker(WorkerCalls):
         this coroutine), or None."""
         frame = getattr(self._local, "frame", None)
         if frame is None and self.loop is not None:
-            frame = _COROUTINE_FRAME.get()
+            frame = COROUTINE_FRAME.get()
         return frame
 
     @current.setter
@@ -559,7 +566,7 @@ class Worker(WorkerCalls):
         try:
             cls = self.function(key)
             args, kwargs = load_args(args_stored, dep_values)
-            if _is_async_class(cls):
+            if is_async_class(cls):
                 self.loop = AsyncRunner(self, concurrency or 1000)
                 self.pool = CallPool(self, self.loop.limit)
             elif concurrency and concurrency > 1:
@@ -675,101 +682,9 @@ def _noop() -> None:
     return None
 
 
-def _is_async_class(cls: type) -> bool:
-    return any(
-        inspect.iscoroutinefunction(member) for _, member in inspect.getmembers(cls, callable)
-    )
-
-
-class CallPool:
-    """Runs an actor's calls on ``size`` threads (threaded and async actors)."""
-
-    def __init__(self, worker: Worker, size: int) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.worker = worker
-        self.executor = ThreadPoolExecutor(size, thread_name_prefix="lightwork-actor",
-                                           initializer=_leave_sigint_to_the_main_thread)
-
-    def submit(self, frame: tuple[Any, ...]) -> None:
-        self.executor.submit(self._run, frame)
-
-    def _run(self, frame: tuple[Any, ...]) -> None:
-        worker = self.worker
-        result = worker.execute(frame)
-        worker.send([result])
-        if worker.exiting:
-            os._exit(0)
-
-
-class AsyncRunner:
-    """The event loop of an async actor, in its own thread; calls share it.
-
-    Each call's coroutine runs as an asyncio task registered in ``running`` under its
-    task id, so ``cancel()`` (the SIGINT handler, ``_on_sigint``) can cancel it on the
-    loop: the coroutine gets ``asyncio.CancelledError`` at its next ``await``, as in Ray.
-    The task's context carries the call's frame (``Worker.current`` reads it there).
-    """
-
-    def __init__(self, worker: Worker, limit: int) -> None:
-        import asyncio
-
-        self.worker = worker
-        self.limit = limit
-        self.running: dict[int, Any] = {}  # task id -> asyncio task
-        self._loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._run_loop, name="lightwork-actor-loop",
-                                       daemon=True)
-        self.thread.start()
-
-    def _run_loop(self) -> None:
-        _leave_sigint_to_the_main_thread()
-        self._loop.run_forever()
-
-    def run(self, coroutine: Any, frame: tuple[Any, ...] | None = None) -> Any:
-        import asyncio
-
-        if frame is not None:
-            coroutine = self._cancellable(coroutine, frame)
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
-
-    async def _cancellable(self, coroutine: Any, frame: tuple[Any, ...]) -> Any:
-        import asyncio
-
-        task_id = frame[0]
-        # The call's frame for code on the loop (Worker.current): the parent of the calls
-        # it makes, its task id in get_runtime_context(). Each asyncio task has its own.
-        _COROUTINE_FRAME.set(frame)
-        self.running[task_id] = asyncio.current_task()
-        try:
-            # Registered first, then checked: a cancel read before the registration is
-            # seen here, one read after it finds the task in ``running``.
-            if task_id in self.worker.cancelled_ids:
-                coroutine.close()
-                raise asyncio.CancelledError
-            return await coroutine
-        finally:
-            del self.running[task_id]
-
-    def cancel(self, task_ids: set[int]) -> None:
-        """Cancel the running coroutines of these calls (from any thread)."""
-        for task_id, task in list(self.running.items()):
-            if task_id in task_ids:
-                self._loop.call_soon_threadsafe(task.cancel)
-
-
 def _set_gpu_env(gpu_ids: tuple[int, ...]) -> None:
     if gpu_ids:
         os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
-
-
-def _leave_sigint_to_the_main_thread() -> None:
-    """Block SIGINT in one of lightwork's own threads of a worker (call it first thing).
-
-    A cancel's SIGINT then lands in the main thread, whose sleep or read it interrupts, so
-    the handler runs at once. Taken by another thread, it would only flag the main thread,
-    which could start (and run) the cancelled call before looking at the flag."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
@@ -799,8 +714,6 @@ def _on_sigint(signum: int, frame: Any) -> None:
 
 
 _current_worker: Worker | None = None
-_COROUTINE_FRAME: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.ContextVar(
-    "lightwork_coroutine_frame", default=None)
 
 # Tests only: LIGHTWORK_TEST_GATE_DIR=<dir> holds a task named N at point P while the
 # file <dir>/P-N.hold exists (and creates <dir>/P-N.reached), so a test can act on a

@@ -35,6 +35,7 @@ from lightwork._object_ref import ObjectRef
 from lightwork._runtime import protocol as p
 from lightwork._runtime import runtime_env
 from lightwork._runtime import serialization
+from lightwork._runtime.actor_runners import leave_sigint_to_the_main_thread
 from lightwork._runtime.calls import CallSpec, infeasible_message, prepare_args
 from lightwork._runtime.scheduler import captured_shape
 from lightwork._runtime.serialization import Stored
@@ -187,10 +188,8 @@ class WorkerCalls(_Base):
 
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
-        from lightwork._runtime.worker import _leave_sigint_to_the_main_thread  # a cycle
-
         def fetch() -> None:
-            _leave_sigint_to_the_main_thread()
+            leave_sigint_to_the_main_thread()
             try:
                 future.set_result(self.get([ref.id], None)[0])
             except BaseException as exc:  # noqa: BLE001 - delivered to the future
