@@ -316,10 +316,10 @@ class ActorManager:
             "without force (a sync method can check "
             "get_runtime_context().is_canceled()), or kill(actor) to end the actor.")
 
-    def on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple,
-                seen: float) -> None:
-        """A DONE from the actor's worker, read by the driver at ``seen``: its
-        constructor's or one of its calls'."""
+    def on_done(self, conn: WorkerConn, done: tuple[Any, ...], seen: float) -> None:
+        """A DONE from the actor's worker (``protocol.py``), read by the driver at
+        ``seen``: its constructor's or one of its calls'."""
+        task_id, outcome = done[1], done[2]
         actor = conn.actor
         node = self.node
         if conn.doomed or actor.state == DEAD:
@@ -338,8 +338,8 @@ class ActorManager:
         if task is None:
             return
         record = task.record
-        (record.started, record.args_loaded, record.finished, record.stored,
-         record.cpu_time) = times
+        (_, _, _, record.started, record.args_loaded, record.finished, record.stored,
+         record.cpu_time) = done
         record.seen = seen
         record.pid = conn.pid
         actor.calls_done += 1

@@ -175,12 +175,13 @@ class ObjectTable:
         return self.entries.get(object_id)
 
     def resolve(self, entry: ObjectEntry, stored: Stored | bytes | None,
-                error: Any = None) -> Sequence[Callable]:
+                error: Any = None, at: float = 0.0) -> Sequence[Callable]:
         """Make ``entry`` READY with ``stored`` (a ``Stored``, or a bare value's bytes:
-        the module docstring) or FAILED with ``error``; return the waiters to call."""
+        the module docstring) or FAILED with ``error``, ``at`` a clock reading the caller
+        took (or now); return the waiters to call."""
         if entry.state != PENDING:
             return []
-        entry.ready_at = time.monotonic()
+        entry.ready_at = at or time.monotonic()
         if error is not None:
             entry.state = FAILED
             entry.error = error

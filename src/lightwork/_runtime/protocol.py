@@ -28,6 +28,10 @@ TASK and DONE into (TASK 786 ns to encode against 938, DONE 567 against 649; dec
 100-270 ns slower), and a sync call was no slower without it (``hotpath_ab.py``, 10
 rounds: wall 1.01 paired, the driver's CPU 0.98), so frames are pickles only.
 
+A ``DONE`` is flat, ``(DONE, task_id, outcome, started, args_loaded, finished, stored,
+cpu_time)``: the worker's clock readings are items of the message, not a tuple inside
+it (one object less to build, pickle, read and free per task on each side; session 19).
+
 Driver -> worker: ``TASK``, ``FUNCTION``, ``REPLY``, ``EXIT``, ``ACTOR_INIT``.
 Worker -> driver: ``DONE``, ``SUBMIT``, ``PUT``, ``GET``, ``WAIT``, ``BORROW``,
 ``RELEASE``, ``BLOCKED``, ``UNBLOCKED``, ``BOUNCE``, ``CANCEL``, ``CALL``, ``MAPPED``,

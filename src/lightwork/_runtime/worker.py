@@ -342,7 +342,7 @@ class Worker(WorkerCalls):
                     self._wake_late_flush()
                 started = time.monotonic()
                 result = self.execute(message[1], started)
-                stored = result[3][3]  # when its result was stored: the end of the call
+                stored = result[6]  # when its result was stored: the end of the call
                 if self.exiting or stored - started >= FLUSH_AFTER_S:
                     # Batching only pays for tiny tasks; holding a longer task's result
                     # would only lose it (and re-run the task) if this worker died.
@@ -479,7 +479,7 @@ class Worker(WorkerCalls):
             self.cancelled_ids.discard(frame[0])
         if len(serialization.MAPS):  # _execute's locals (args, result) are gone by now
             self._report_unmapped()
-        return (p.DONE, frame[0], outcome, (started, args_loaded, finished, time.monotonic(), cpu))
+        return (p.DONE, frame[0], outcome, started, args_loaded, finished, time.monotonic(), cpu)
 
     def _execute(self, frame: tuple[Any, ...], started: float) -> tuple[Any, float, float, float]:
         """Run one task: its outcome, when its arguments were loaded and it ended, its CPU."""
@@ -575,7 +575,7 @@ class Worker(WorkerCalls):
         except BaseException as exc:  # noqa: BLE001 - reported as the actor's death cause
             outcome = ("error", error_outcome(f"{name}.__init__", exc))
         now = time.monotonic()
-        return (p.DONE, task_id, outcome, (started, started, now, now, 0.0))
+        return (p.DONE, task_id, outcome, started, started, now, now, 0.0)
 
     def store_results(self, name: str, result: Any, return_ids: tuple[int, ...]) -> Any:
         """The outcome of a call that returned ``result``: its values as they travel

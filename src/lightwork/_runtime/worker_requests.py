@@ -98,21 +98,21 @@ class WorkerRequests(_Base):
         seen = time.monotonic()
         for message in messages:
             if message[0] == p.DONE:
-                on_done(conn, message[1], message[2], message[3], seen)
+                on_done(conn, message, seen)
             else:
                 self._handle(conn, message)
         self.log.tally_now()  # the watcher's tally of the records just ended, still warm
 
-    def _on_done(self, conn: WorkerConn, task_id: int, outcome: Any, times: tuple,
-                 seen: float) -> None:
-        """A task's DONE: its worker's times, and its outcome, read by the driver at
-        ``seen``."""
-        task = self.tasks.get(task_id)
+    def _on_done(self, conn: WorkerConn, done: tuple[Any, ...], seen: float) -> None:
+        """A task's DONE (``protocol.py``: its outcome and its worker's times), read by
+        the driver at ``seen``."""
+        task = self.tasks.get(done[1])
         if task is None or task.worker is not conn.slot:
             return
+        outcome = done[2]
         record = task.record
-        (record.started, record.args_loaded, record.finished, record.stored,
-         record.cpu_time) = times
+        (_, _, _, record.started, record.args_loaded, record.finished, record.stored,
+         record.cpu_time) = done
         self.scheduler.finish(conn.slot, task, record.finished - record.args_loaded)
         if self.gpus.held:  # (_release_gpus, without a call per task)
             self.gpus.release(task.task_id)
@@ -164,7 +164,8 @@ class WorkerRequests(_Base):
         task.record.result_size = len(data)
         entry = self.objects.entries.get(task.return_ids[0])
         if entry is not None and entry.state == PENDING:  # (else nobody holds it)
-            for waiter in self.objects.resolve(entry, data):  # kept bare (objects.py)
+            # Kept bare (objects.py); ready when the driver read it: one clock reading
+            for waiter in self.objects.resolve(entry, data, None, task.record.seen):
                 waiter(entry)
 
     def release_unread(self, results: list[Stored | bytes]) -> None:
