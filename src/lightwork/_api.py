@@ -592,7 +592,7 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
     refs = [object_refs] if single else _refs_of(object_refs, "get()")
     if not refs:
         return []
-    ids = [ref.id for ref in refs]
+    ids = [ref._id for ref in refs]  # (not .id: the property costs 4x; a ref a task)
     site = callsite(1)
     if _observers:  # diagnostics callbacks follow this get as one run
         values = _observe_call("get", refs, lambda: _core(refs).get(ids, timeout, site))
@@ -659,7 +659,7 @@ def wait(
     timeout = _check_timeout(timeout)
     # A generator's next ref may be a ref also passed (its head, once the stream ended):
     # such a shared ref is already ready, so waiting on each id once is enough.
-    ids = list(dict.fromkeys(ref.id for ref in refs))
+    ids = list(dict.fromkeys([ref._id for ref in refs]))
     site = callsite(1)
 
     def call() -> list[int]:
@@ -670,7 +670,7 @@ def wait(
     ready: list[Any] = []
     not_ready: list[Any] = []
     for waitable, ref in zip(waitables, refs):
-        is_ready = ref.id in ready_ids and len(ready) < num_returns
+        is_ready = ref._id in ready_ids and len(ready) < num_returns
         (ready if is_ready else not_ready).append(waitable)
     return ready, not_ready
 
