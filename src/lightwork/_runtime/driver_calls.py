@@ -16,8 +16,10 @@ block, and the I/O thread is muted while a getter leads. A batch of 10,000 no-op
 costs the driver ~7 µs of CPU a task on a quiet host, and that CPU is most of the
 batch's wall clock: the workers idle most of the batch waiting for it (dispatches come in
 bursts of up to 2,560 tasks, the workers' 5 ms queues), and with 4 workers on 2 cores
-their ~4 µs a task competes with it for the cores. Of it, ~1,470 bytecodes a task spread
-over ~60 steps with none above 10% (``bench/bytecodes.py``; the lean bound's 353). The
+their ~4 µs a task competes with it for the cores. Its two threads keep the GIL busy
+through the whole submit loop; ``perf`` puts its CPU in the interpreter (~41%) and in
+making and freeing the ~25 objects a task has on this side (~15%), over ~1,500 bytecodes
+a task and ~60 steps with none above 10% (``bench/bytecodes.py``; the lean bound's 353). The
 cyclic collector, a quarter of it through session 17, is now a few percent: a pending
 task's ref, spec and entry are out of it (``collector.py``), and a ``get`` registers
 one bound method on all its entries, so nothing per task reaches the oldest generation
