@@ -343,7 +343,7 @@ class ActorManager:
         record.seen = seen
         record.pid = conn.pid
         actor.calls_done += 1
-        if type(outcome) is list and not task.cancelled:  # its results: the common case
+        if (type(outcome) is bytes or type(outcome) is list) and not task.cancelled:  # results
             self._store_call(actor, task, outcome)
             return
         exited = isinstance(outcome, tuple) and outcome[0] == "exit"
@@ -373,7 +373,7 @@ class ActorManager:
             return
         self._store_call(actor, task, outcome)
 
-    def _store_call(self, actor: Actor, task: TaskSpec, results: list[Any]) -> None:
+    def _store_call(self, actor: Actor, task: TaskSpec, results: list[Any] | bytes) -> None:
         """A call returned ``results``: they resolve its return objects, and it ends."""
         if task.function_key == "__ray_terminate__":
             actor.no_restart = True

@@ -30,7 +30,9 @@ rounds: wall 1.01 paired, the driver's CPU 0.98), so frames are pickles only.
 
 A ``DONE`` is flat, ``(DONE, task_id, outcome, started, args_loaded, finished, stored,
 cpu_time)``: the worker's clock readings are items of the message, not a tuple inside
-it (one object less to build, pickle, read and free per task on each side; session 19).
+it; and a task's one scalar result is its outcome as its pickle's bytes alone, where
+other results come as a list (``Worker.store_results``). Each is an object less to
+build, pickle, read and free per task on both sides (session 19).
 
 Driver -> worker: ``TASK``, ``FUNCTION``, ``REPLY``, ``EXIT``, ``ACTOR_INIT``.
 Worker -> driver: ``DONE``, ``SUBMIT``, ``PUT``, ``GET``, ``WAIT``, ``BORROW``,

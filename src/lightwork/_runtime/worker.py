@@ -579,10 +579,10 @@ class Worker(WorkerCalls):
 
     def store_results(self, name: str, result: Any, return_ids: tuple[int, ...]) -> Any:
         """The outcome of a call that returned ``result``: its values as they travel
-        (``serialization.bare``)."""
+        (``serialization.bare``), in a list, or the one scalar's pickle alone."""
         if len(return_ids) == 1:
             if type(result) in serialization.SCALARS:  # the common tiny result: no Stored
-                return [pickle.dumps(result, protocol=5)]
+                return pickle.dumps(result, protocol=5)  # (and no list: protocol.py)
             return [bare(serialization.serialize(result, SharedMemoryWriter(self, return_ids[0])))]
         if not return_ids:
             return []

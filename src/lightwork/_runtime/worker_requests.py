@@ -121,7 +121,7 @@ class WorkerRequests(_Base):
             if type(outcome) is list:  # it finished before the cancel reached it
                 self.release_unread(outcome)
             self._fail_task(task, cancelled_error(task, "before it finished"))
-        elif type(outcome) is list:  # its results (none for num_returns=0): the common case
+        elif type(outcome) is bytes or type(outcome) is list:  # its results: the common case
             self.store_results(task, outcome)
             self._end_task(task, FINISHED)
         elif outcome == "cancelled":  # a cancel signal meant for the task before this one
@@ -138,10 +138,16 @@ class WorkerRequests(_Base):
         else:  # a runtime bug: fail loudly (the I/O loop stops the runtime, saying why)
             raise AssertionError(f"task {task.name} ended with an unknown outcome {outcome!r}")
 
-    def store_results(self, task: TaskSpec, results: list[Stored | bytes]) -> None:
+    def store_results(self, task: TaskSpec, results: list[Stored | bytes] | bytes) -> None:
         """Resolve a finished task's return objects (dropping those nobody holds) with
-        the values of its DONE (each a ``Stored`` or bare: ``serialization.bare``)."""
-        if task.plain and type(results[0]) is bytes:  # the common task and value, in short
+        the values of its DONE: a list of them (each a ``Stored`` or bare:
+        ``serialization.bare``; none for num_returns=0), or one scalar's bytes alone."""
+        if type(results) is bytes:  # the common value, in short (protocol.py)
+            if task.plain:
+                self.store_bare(task, results)
+                return
+            results = [results]
+        elif task.plain and type(results[0]) is bytes:
             self.store_bare(task, results[0])
             return
         entries = self.objects.entries
