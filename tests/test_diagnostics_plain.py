@@ -178,7 +178,7 @@ def test_profiler_task_names_its_dependencies_in_the_run():
     assert by_group["nap"].end_time <= by_group["add"].start_time
 
 
-def test_a_dependency_passed_twice_is_named_once_and_a_put_is_none():
+def test_a_put_argument_is_not_a_dependency_in_the_run():
     a = nap.remote(0.2)
     b = add.remote(a, a)
     c = add.remote(b, lightwork.put(1))  # a put is data, not a task of the run
@@ -195,7 +195,7 @@ def test_a_dependency_passed_twice_is_named_once_and_a_put_is_none():
 def test_task_graph_walks_back_to_unfinished_tasks_with_their_records():
     node = lightwork._api._node
     a = nap.remote(0.3)
-    b = add.remote(a, 1)
+    b = add.remote(a, a)  # a dependency passed twice is one dependency
     done = lightwork.put(5)
     graph = introspect.task_graph_of(node, [b.id, done.id])
     assert graph.made_by[1] == 0 and graph.made_by[0] in graph.records
@@ -206,7 +206,7 @@ def test_task_graph_walks_back_to_unfinished_tasks_with_their_records():
     b_record = graph.records[graph.made_by[0]]
     a_task = next(i for i, record in graph.records.items() if record.name == "nap")
     assert introspect.unfinished_deps(b_record, graph.records) == (a_task,)
-    assert lightwork.get(b) == pytest.approx(1.3)
+    assert lightwork.get(b) == pytest.approx(0.6)
 
 
 def test_profiler_gives_the_same_results_with_a_state_keeping_callback():

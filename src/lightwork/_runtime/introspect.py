@@ -99,24 +99,31 @@ def task_graph_of(node: Any, object_ids: Iterable[int], with_return_ids: bool = 
                   ) -> TaskGraph:
     """For the objects asked for: the task that makes each, and the unfinished tasks
     they (transitively) wait on (their results' ids too if ``with_return_ids``)."""
-    records: dict[int, Any] = {}
-    return_ids: dict[int, tuple[int, ...]] = {}
     with node.lock:
         entries = node.objects.entries
-        live = node.tasks
         made_by = [entry.task_id if entry is not None else -1
                    for entry in map(entries.get, object_ids)]
-        stack = [task_id for task_id in made_by if task_id in live]
-        while stack:
-            task_id = stack.pop()
-            if task_id in records:
-                continue
-            spec = live[task_id]
-            records[task_id] = record = spec.record
-            if with_return_ids:
-                return_ids[task_id] = spec.return_ids
-            if record.dep_tasks:  # (register_task names them, 0 for a put)
-                stack.extend([dep for dep in record.dep_tasks if dep in live])
+        return walk_task_graph(made_by, node.tasks, with_return_ids)
+
+
+def walk_task_graph(made_by: list[int], live: dict[int, Any], with_return_ids: bool
+                    ) -> TaskGraph:
+    """The :class:`TaskGraph` of the objects made by ``made_by``'s tasks, from ``live``
+    (task id -> its task, which has ``record`` and ``return_ids``: the node's specs, a
+    cluster run's tasks), under the lock that guards ``live``."""
+    records: dict[int, Any] = {}
+    return_ids: dict[int, tuple[int, ...]] = {}
+    stack = [task_id for task_id in made_by if task_id in live]
+    while stack:
+        task_id = stack.pop()
+        if task_id in records:
+            continue
+        task = live[task_id]
+        records[task_id] = record = task.record
+        if with_return_ids:
+            return_ids[task_id] = task.return_ids
+        if record.dep_tasks:  # (the tasks making its ref arguments, 0 for a put)
+            stack.extend([dep for dep in record.dep_tasks if dep in live])
     return TaskGraph(made_by, records, return_ids)
 
 

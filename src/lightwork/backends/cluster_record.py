@@ -504,25 +504,12 @@ class ClusterLog:
     def task_graph_of(self, object_ids: list[int], with_return_ids: bool = False) -> Any:
         """``introspect.task_graph_of`` on the cluster: per object, the task making it
         (0 for a put, -1 if freed), and the unfinished tasks they depend on."""
-        from lightwork._runtime.introspect import TaskGraph
+        from lightwork._runtime.introspect import walk_task_graph
 
         task_ids, futures = self.backend.task_ids, self.backend.futures
-        records: dict[int, Any] = {}
-        return_ids: dict[int, tuple[int, ...]] = {}
         with self.lock:
-            live = self.tasks
             made_by = [task_ids.get(i, 0) if i in futures else -1 for i in object_ids]
-            stack = [task_id for task_id in made_by if task_id in live]
-            while stack:
-                task_id = stack.pop()
-                if task_id in records:
-                    continue
-                task = live[task_id]
-                records[task_id] = task.record
-                if with_return_ids:
-                    return_ids[task_id] = task.return_ids
-                stack.extend([dep for dep in task.record.dep_tasks if dep in live])
-        return TaskGraph(made_by, records, return_ids)
+            return walk_task_graph(made_by, self.tasks, with_return_ids)
 
     def ready_value(self, object_id: int) -> tuple[bool, Any]:
         """``introspect.ready_value`` on the cluster."""
