@@ -11,8 +11,10 @@ check that what they reach is freed.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
+import sys
 import textwrap
 import weakref
 
@@ -22,7 +24,9 @@ from helpers import run_script, wait_for_file, write_script
 import lightwork as ray
 from lightwork._api import driver_node
 from lightwork._runtime import collector
-from lightwork._runtime.objects import ObjectTable
+from lightwork._runtime.events import TaskRecord
+from lightwork._runtime.objects import ObjectEntry, ObjectTable
+from lightwork._runtime.scheduler import TaskSpec
 
 pytestmark = pytest.mark.lightwork_only  # the runtime's own objects
 
@@ -167,6 +171,92 @@ def test_the_fallback_runs_a_batch_with_everything_in_the_collector(tmp_path):
     result = run_script(script, timeout=60, env={"LIGHTWORK_PURE_PYTHON": "1"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("ok")
+
+
+# --- maker: the hot path's records, specs and entries --------------------------------
+
+
+@pytest.mark.parametrize("values", [
+    (7, "f", 0, 1.5),  # the required fields only
+    (7, "f", 0, 1.5, 1.5, 120, ("a.py", 3, "main"), 0.5),  # as submit_task passes them
+    tuple(range(len(dataclasses.fields(TaskRecord)))),  # every field
+])
+def test_a_made_record_equals_the_one_its_class_makes(values):
+    made = collector.maker(TaskRecord, collector.keep_out_of_collector)(*values)
+    assert type(made) is TaskRecord
+    assert made == TaskRecord(*values)
+    assert not gc.is_tracked(made) or FORCED_PURE and collector.keep_out_of_collector is \
+        collector._nothing  # out of the collector, unless nothing here can untrack
+
+
+def test_a_made_spec_and_entry_equal_their_classes_and_are_untracked_where_that_pays():
+    record = TaskRecord(1, "f", 0, 1.0)
+    spec_values = (1, b"key", "f", None, (), (2,), 1, (), 0, False, 0, record, 0, 0, True)
+    spec = collector.maker(TaskSpec, collector.untrack_hot)(*spec_values)
+    entry = collector.maker(ObjectEntry, collector.untrack_hot)(2, 0, 1, 1.0, 0, None, None, True)
+    assert dataclasses.astuple(spec) == dataclasses.astuple(TaskSpec(*spec_values))
+    assert entry == ObjectEntry(2, 0, 1, 1.0, 0, None, None, True)
+    assert [gc.is_tracked(spec), gc.is_tracked(entry)] == [FORCED_PURE] * 2
+    # Without an untrack, a made object stays in the collector.
+    assert gc.is_tracked(collector.maker(ObjectEntry, None)(3, 0))
+
+
+def test_a_maker_refuses_a_wrong_count_or_keywords_with_the_class_named():
+    make = collector.maker(ObjectEntry, collector.untrack_hot)
+    named = "ObjectEntry" if collector.COMPILED else ""  # the fallback is the class itself
+    with pytest.raises(TypeError, match=named):
+        make(1)  # owner is required too
+    with pytest.raises(TypeError, match=named):
+        make(*range(len(dataclasses.fields(ObjectEntry)) + 1))
+    if collector.COMPILED:  # (the class itself takes keywords, as a dataclass does)
+        with pytest.raises(TypeError, match="by position only"):
+            make(1, 0, task_id=3)
+
+
+def test_a_maker_refuses_a_class_it_cannot_make_faithfully():
+    @dataclasses.dataclass(slots=True)
+    class WithFactory:
+        items: list = dataclasses.field(default_factory=list)
+
+    with pytest.raises(TypeError, match="WithFactory.items has no plain default"):
+        collector.maker(WithFactory, None)
+
+
+@pytest.mark.skipif(FORCED_PURE, reason="the compiled Maker's own checks")
+def test_the_compiled_maker_refuses_names_that_are_not_the_classes_slots():
+    from lightwork._collector import Maker
+
+    class Plain:  # attributes in a __dict__, no slots
+        pass
+
+    with pytest.raises(TypeError, match="not a slot of"):
+        Maker(Plain, ("x",), (None,), 0, False)
+    with pytest.raises(TypeError, match="not a slot of"):
+        Maker(ObjectEntry, ("held",), (None,), 0, False)  # a method, not a slot
+    with pytest.raises(ValueError, match="one default per name"):
+        Maker(ObjectEntry, ("object_id",), (), 0, False)
+
+
+def test_made_objects_free_what_they_hold_and_keep_no_extra_reference_to_defaults():
+    make = collector.maker(ObjectEntry, collector.untrack_hot)
+
+    class Value:
+        pass
+
+    value = Value()
+    held = weakref.ref(value)
+    entry = make(1, 0, 0, 0.0, 0, value)
+    del value
+    assert held() is not None
+    del entry  # untracked: reference counting alone must free it and what it holds
+    assert held() is None
+    make_record = collector.maker(TaskRecord, collector.keep_out_of_collector)
+    default = TaskRecord(1, "f", 0, 0.0).state  # a string every new record shares
+    before = sys.getrefcount(default)
+    made = [make_record(i, "f", 0, 0.0) for i in range(1_000)]
+    assert sys.getrefcount(default) == before + 1_000
+    del made
+    assert sys.getrefcount(default) == before
 
 
 @ray.remote

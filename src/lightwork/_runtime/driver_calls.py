@@ -46,7 +46,7 @@ from lightwork._object_ref import ObjectRef, fresh_ref, ref_counter
 from lightwork._runtime import serialization
 from lightwork._runtime.actors import Actor
 from lightwork._runtime.calls import CallSpec, infeasible_message, large_arguments, prepare_args
-from lightwork._runtime.collector import keep_out_of_collector, untrack_hot
+from lightwork._runtime.collector import keep_out_of_collector, maker, untrack_hot
 from lightwork._runtime.events import DriverSpan, TaskRecord
 from lightwork._runtime.lineage import value_vanished
 from lightwork._runtime.objects import PENDING, READY, ObjectEntry
@@ -64,6 +64,11 @@ else:
 
 
 DRIVER_BUSY_SAMPLE_S = 0.005
+
+#: A new task's or call's record and spec, made out of the collector (collector.py): a
+#: record always (events.py), a spec while it is pending (where that pays: untrack_hot).
+make_record = maker(TaskRecord, keep_out_of_collector)
+make_spec = maker(TaskSpec, untrack_hot)
 
 
 _schedstat: tuple[int, int] | None = None  # (pid, fd of the main thread's schedstat)
@@ -179,21 +184,18 @@ class DriverCalls(_Base):
             return_ids = (next(ids),) if single else tuple(
                 next(ids) for _ in range(spec.num_returns))
             # A task without dependencies is ready from its submission (register_task).
-            record = TaskRecord(task_id, spec.name, 0, submitted, 0.0 if deps else submitted,
-                                stored.size, callsite, spec.cpus)
-            keep_out_of_collector(record)  # while pending too (events.py)
+            record = make_record(task_id, spec.name, 0, submitted,
+                                 0.0 if deps else submitted, stored.size, callsite, spec.cpus)
             if submitted >= self._driver_busy_due:
                 self._sample_driver_busy(record, submitted)
             if stored.path is not None:
                 record.large_args = large_arguments(args, kwargs)
                 record.copy_s = time.monotonic() - submitted
-            task = TaskSpec(
+            task = make_spec(
                 task_id, spec.key, spec.name, stored, deps, return_ids, spec.num_returns, shape,
                 spec.max_retries, spec.retry_exceptions, 0, record, 0, 0,
                 single and not (deps or stored.contained) and stored.path is None,  # plain
             )
-            if untrack_hot is not None:  # out of the collector while pending (collector.py)
-                untrack_hot(task)
             self.submit(task, spec.blob)
         except BaseException:
             if stored.path is not None:
@@ -223,20 +225,17 @@ class DriverCalls(_Base):
         stored, deps = prepare_args(args, kwargs, self.store)
         return_ids = (next(ids),) if num_returns == 1 else tuple(
             next(ids) for _ in range(num_returns))
-        record = TaskRecord(task_id, name, 0, submitted, 0.0 if deps else submitted,
-                            stored.size, callsite, 1.0, actor_id)
-        keep_out_of_collector(record)
+        record = make_record(task_id, name, 0, submitted, 0.0 if deps else submitted,
+                             stored.size, callsite, 1.0, actor_id)
         if submitted >= self._driver_busy_due:
             self._sample_driver_busy(record, submitted)
         if stored.path is not None:
             record.large_args = large_arguments(args, kwargs)
             record.copy_s = time.monotonic() - submitted
-        task = TaskSpec(task_id, method, name, stored, deps, return_ids, num_returns, (), 0,
-                        False, 0, record, actor_id, 0,
-                        num_returns == 1 and not (deps or stored.contained)
-                        and stored.path is None)
-        if untrack_hot is not None:  # out of the collector while pending (collector.py)
-            untrack_hot(task)
+        task = make_spec(task_id, method, name, stored, deps, return_ids, num_returns, (), 0,
+                         False, 0, record, actor_id, 0,
+                         num_returns == 1 and not (deps or stored.contained)
+                         and stored.path is None)
         if (actor is not None and len(actor.inflight) >= actor.slots
                 and actor.max_pending_calls < 0 and not (deps or stored.contained)):
             # Every slot of the actor is taken: queued, as in submit (node_lock.py).

@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lightwork._runtime.collector import track_again, untrack_hot
+from lightwork._runtime.collector import maker, track_again, untrack_hot
 from lightwork._runtime.serialization import Stored, unbare
 
 
@@ -142,6 +142,10 @@ class ObjectEntry:
         return len(serialized) if type(serialized) is bytes else serialized.size
 
 
+#: A new entry, out of the collector until an error (collector.py) where that pays.
+make_entry = maker(ObjectEntry, untrack_hot)
+
+
 class ObjectTable:
     def __init__(
         self,
@@ -161,14 +165,14 @@ class ObjectTable:
                at: float | None = None) -> ObjectEntry:
         """A new PENDING entry, created ``at`` (a ``time.monotonic()`` the caller already
         took, shared with the task's record: one float less per queued task) or now."""
-        entry = ObjectEntry(object_id, owner, task_id, time.monotonic() if at is None else at)
+        if at is None:
+            at = time.monotonic()
         if owner == 0:
-            entry.driver_holds = True
+            entry = make_entry(object_id, 0, task_id, at, PENDING, None, None, True)
         else:
+            entry = make_entry(object_id, owner, task_id, at)
             entry.holders = {owner}
         self.entries[object_id] = entry
-        if untrack_hot is not None:  # out of the collector until an error (collector.py)
-            untrack_hot(entry)
         return entry
 
     def get(self, object_id: int) -> ObjectEntry | None:
