@@ -275,3 +275,27 @@ class Holder:
     def hold(self, gate):
         wait_for_file(gate, limit=30)
         return "opened"
+
+
+def test_dropping_the_drivers_refs_frees_only_what_nothing_else_holds():
+    # ObjectTable.release_driver_holds, the ref drain's pass over the ids the driver let
+    # go of: bare values and empty entries go at once; a holder, a ref made again, a
+    # segment's value and an actor handle each take their own way.
+    from lightwork._runtime.serialization import Stored
+
+    released: list[str] = []
+    freed_actors: list[int] = []
+    table = ObjectTable(release_segment=released.append)
+    table.on_actor_freed = freed_actors.append
+    bare, empty, worker_held, again, segment, handle = (
+        table.create(object_id, 0, object_id) for object_id in range(1, 7))
+    table.resolve(bare, b"value")
+    worker_held.add_holder(3)
+    table.resolve(segment, Stored(b"", (), "/segment", 10))
+    table.actor_handles.add(6)
+    table.release_driver_holds([1, 2, 3, 4, 5, 6, 99], still_held=lambda object_id: object_id == 4)
+    assert sorted(table.entries) == [3, 4]
+    assert table.freed_count == 4
+    assert not worker_held.driver_holds and again.driver_holds  # (a ref to 4 lives again)
+    assert released == ["/segment"] and freed_actors == [6]
+    assert table.bytes_in_segments == 0

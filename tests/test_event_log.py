@@ -320,3 +320,64 @@ def test_a_watchers_tally_gets_the_records_that_ended_together_in_one_call():
         small.finish_task(TaskRecord(task_id, "f", 0, 1.0))
     small.take_fresh()
     assert calls == [[0, 1, 2], [3, 4, 5], [6]]  # before the ring of 3 drops any
+
+
+def test_records_logged_together_match_records_logged_one_by_one():
+    # A read's plain tasks reach the log in one call (EventLog.finish_tasks): the ring,
+    # its drop count, the counts by state and a watcher's rows must be as if each had
+    # been logged alone, including when the batch overflows the ring.
+    from lightwork._runtime.events import EventLog, TaskRecord
+
+    def finished(task_id):
+        record = TaskRecord(task_id, "f", 0, float(task_id))
+        record.state = "FINISHED"
+        return record
+
+    tallied = {"one": [], "batch": []}
+    one, batch = EventLog(budget=5), EventLog(budget=5)
+    one.watch(lambda records: tallied["one"].extend(r.task_id for r in records) or [])
+    batch.watch(lambda records: tallied["batch"].extend(r.task_id for r in records) or [])
+    for ids in ([1, 2, 3], [4], [5, 6, 7, 8, 9, 10, 11]):
+        for task_id in ids:
+            one.finish_task(finished(task_id))
+        batch.finish_tasks([finished(task_id) for task_id in ids])
+        one.tally_now()
+        batch.tally_now()
+        assert [r.task_id for r in batch.tasks] == [r.task_id for r in one.tasks]
+        assert batch.dropped_tasks == one.dropped_tasks
+        assert dict(batch.ended_counts) == dict(one.ended_counts)
+    assert [r.task_id for r in batch.tasks] == [7, 8, 9, 10, 11]
+    assert batch.dropped_tasks == 6 and batch.ended_counts["FINISHED"] == 11
+    assert tallied["batch"] == tallied["one"] == list(range(1, 12))  # none dropped untallied
+    fresh = [[r.task_id for r in log.take_fresh().records] for log in (one, batch)]
+    assert fresh == [[7, 8, 9, 10, 11]] * 2
+    assert batch.missed_rows == one.missed_rows == 6
+
+
+def test_the_log_keeps_the_order_tasks_ended_in_when_a_read_mixes_plain_and_other_tasks(
+        fresh_runtime):
+    # One worker runs them one after another, and their results come back many to a
+    # read: the plain tasks' records go to the log together, a two-return task's alone
+    # in between; the ring must still hold them in the order they finished.
+    lightwork.init(num_cpus=1)
+    try:
+        @lightwork.remote
+        def one(i):
+            return i
+
+        @lightwork.remote(num_returns=2)
+        def two(i):
+            return i, -i
+
+        refs = []
+        for i in range(300):
+            refs.extend(two.remote(i) if i % 7 == 3 else [one.remote(i)])
+        lightwork.get(refs, timeout=60)
+        records = [r for r in task_records() if r.name.split(".")[-1] in ("one", "two")]
+        assert len(records) == 300 and {r.state for r in records} == {"FINISHED"}
+        twos = sum(r.name.endswith(".two") for r in records)
+        assert twos == len([i for i in range(300) if i % 7 == 3])
+        finished = [r.finished for r in records]
+        assert finished == sorted(finished)
+    finally:
+        lightwork.shutdown()

@@ -203,6 +203,32 @@ class EventLog:
             if self._untallied >= self._tally_at_most:  # (else the read's end: tally_now)
                 self.tally_now()
 
+    def finish_tasks(self, records: list[TaskRecord]) -> None:
+        """``finish_task`` for each of ``records`` in turn, all of them FINISHED and made
+        out of the collector (the driver's plain tasks that ended in one read of a
+        worker: ``WorkerRequests._on_task_messages``). A watcher's tally still gets
+        every ``TALLY_AT_MOST`` records, before the ring could drop them."""
+        if not self.enabled:
+            return
+        self.ended_counts[records[0].state] += len(records)
+        while records:
+            part = records
+            if self._tally is not None:
+                take = self._tally_at_most - self._untallied  # >= 1: tally_now resets it
+                if take < len(records):
+                    part, records = records[:take], records[take:]
+                else:
+                    records = []
+                self._untallied += len(part)
+            else:
+                records = []
+            room = self.budget - len(self.tasks)
+            if len(part) > room:
+                self.dropped_tasks += len(part) - room
+            self.tasks.extend(part)
+            if self._untallied >= self._tally_at_most:
+                self.tally_now()
+
     def tally_now(self) -> None:
         """Hand the records ended since the last call to the watcher's tally (see
         ``watch``; the runtime's lock held). The node calls it at the end of each read

@@ -295,17 +295,11 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
     def _drain_refs(self) -> None:
         gone = ref_counter.drain()
         if gone:
-            objects = self.objects
-            for object_id in gone:
-                entry = objects.entries.get(object_id)
-                if entry is None and self.lock.queued:
-                    # Its task was queued after this thread took the lock (node_lock.py):
-                    # registered first, it is then released like any other.
-                    self._register_queued()
-                    entry = objects.entries.get(object_id)
-                if entry is not None and not ref_counter.holds(object_id):
-                    entry.driver_holds = False
-                    objects.release_if_unheld(entry)
+            if self.lock.queued:
+                # Tasks queued after this thread took the lock (node_lock.py) may have
+                # made some of these: registered first, theirs are released like any other.
+                self._register_queued()
+            self.objects.release_driver_holds(gone, ref_counter.holds)
             if self.streams.streams:  # a dropped generator releases its unread items
                 self.streams.release_unconsumed()
 

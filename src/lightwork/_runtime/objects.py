@@ -246,6 +246,30 @@ class ObjectTable:
                 inner_entries.append(inner)
         return inner_entries
 
+    def release_driver_holds(self, object_ids: list[int],
+                             still_held: Callable[[int], bool]) -> None:
+        """The driver dropped its refs to ``object_ids``: each is freed if nothing else
+        holds it, unless ``still_held(object_id)`` (a ref to it was made again since).
+        In a batch these are results just read, which keep nothing else alive: they are
+        freed here, in one pass over the ids; anything more through ``release_if_unheld``."""
+        entries = self.entries
+        actor_handles = self.actor_handles
+        freed = 0
+        for object_id in object_ids:
+            entry = entries.get(object_id)
+            if entry is None or still_held(object_id):
+                continue
+            entry.driver_holds = False
+            if entry.held():
+                continue
+            serialized = entry.serialized
+            if (serialized is None or type(serialized) is bytes) and object_id not in actor_handles:
+                del entries[object_id]
+                freed += 1
+            else:
+                self.release_if_unheld(entry)
+        self.freed_count += freed
+
     def release_if_unheld(self, entry: ObjectEntry) -> None:
         """Free ``entry`` (and, transitively, what only it kept) if nothing holds it.
 
