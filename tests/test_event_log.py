@@ -381,3 +381,39 @@ def test_the_log_keeps_the_order_tasks_ended_in_when_a_read_mixes_plain_and_othe
         assert finished == sorted(finished)
     finally:
         lightwork.shutdown()
+
+
+def test_an_actors_calls_are_logged_in_order_and_let_go_of_its_handle(fresh_runtime):
+    # An actor's plain calls that end in one read are logged together and drop their
+    # holds on the handle together (ActorManager.on_messages); a two-return call in
+    # between goes the general way. Order, counts and the handle's uses must add up.
+    from lightwork._api import driver_node
+
+    lightwork.init(num_cpus=1)
+    try:
+        @lightwork.remote
+        class Counter:
+            def one(self, i):
+                return i
+
+            @lightwork.method(num_returns=2)
+            def two(self, i):
+                return i, -i
+
+        counter = Counter.remote()
+        refs = []
+        for i in range(300):
+            refs.extend(counter.two.remote(i) if i % 7 == 3 else [counter.one.remote(i)])
+        values = lightwork.get(refs, timeout=60)
+        assert values[:4] == [0, 1, 2, 3] and values[4] == -3
+        records = [r for r in task_records() if r.name.split(".")[-1] in ("one", "two")]
+        assert len(records) == 300 and {r.state for r in records} == {"FINISHED"}
+        finished = [r.finished for r in records]
+        assert finished == sorted(finished)
+        node = driver_node()
+        with node.lock:
+            actor_id = counter._ref.id
+            assert node.actors.actors[actor_id].calls_done == 300
+            assert node.objects.entries[actor_id].task_uses == 0  # no call holds it any more
+    finally:
+        lightwork.shutdown()

@@ -316,6 +316,51 @@ class ActorManager:
             "without force (a sync method can check "
             "get_runtime_context().is_canceled()), or kill(actor) to end the actor.")
 
+    def on_messages(self, conn: WorkerConn, messages: list[tuple[Any, ...]],
+                    seen: float) -> None:
+        """An actor's worker's messages of one read, in order. The DONE of a plain
+        call that returned its value (nearly every message while calls stream in) ends
+        in ``Node._end_plain``, its record logged with the others of the read and its
+        hold on the actor's handle let go with theirs; any other message, and every
+        DONE while the node's ``ends_followed`` (which only the general way can change),
+        goes the general way (``on_done``, ``Node._handle``), what ended so far
+        accounted for first, in order."""
+        actor = conn.actor
+        node = self.node
+        inflight = actor.inflight
+        ended: list[Any] = []
+        followed = node.ends_followed()  # (only the general way changes it)
+        for message in messages:
+            if message[0] == p.DONE and not followed and not conn.doomed and actor.state != DEAD:
+                task = inflight.get(message[1])
+                outcome = message[2]
+                if (task is not None and task.plain and type(outcome) is bytes
+                        and not task.cancelled and task.function_key != "__ray_terminate__"):
+                    del inflight[message[1]]
+                    record = task.record
+                    (_, _, _, record.started, record.args_loaded, record.finished,
+                     record.stored, record.cpu_time) = message
+                    record.pid = conn.pid
+                    ended.append(node._end_plain(task, outcome, seen))
+                    continue
+            if ended:
+                self._account_ended(actor, ended)
+                ended = []
+            if message[0] == p.DONE:
+                self.on_done(conn, message, seen)
+            else:
+                node._handle(conn, message)
+            followed = node.ends_followed()
+        if ended:
+            self._account_ended(actor, ended)
+
+    def _account_ended(self, actor: Actor, records: list[Any]) -> None:
+        """Plain calls of ``actor`` ended (``on_messages``): count them, log their
+        records, and let go of their holds on the actor's handle (``add_call``)."""
+        actor.calls_done += len(records)
+        self.node.log.finish_tasks(records)
+        self.node._unuse(actor.actor_id, len(records))
+
     def on_done(self, conn: WorkerConn, done: tuple[Any, ...], seen: float) -> None:
         """A DONE from the actor's worker (``protocol.py``), read by the driver at
         ``seen``: its constructor's or one of its calls'."""

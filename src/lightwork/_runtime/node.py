@@ -462,10 +462,10 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         if owed:
             _tell(listener, owed)
 
-    def _unuse(self, object_id: int) -> None:
+    def _unuse(self, object_id: int, times: int = 1) -> None:
         entry = self.objects.entries.get(object_id)
         if entry is not None:
-            entry.task_uses -= 1
+            entry.task_uses -= times
             self.objects.release_if_unheld(entry)
 
     def _dispatch(self) -> None:

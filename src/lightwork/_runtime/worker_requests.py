@@ -92,58 +92,40 @@ class WorkerRequests(_Base):
 
     def _handle_read(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None:
         """The messages of one read from ``conn``, in order, with one clock reading for
-        when the driver saw them (they were read together): a task worker's through
-        ``_on_task_messages``; an actor's DONEs straight to the actor's handler, anything
-        else through ``_handle``. In a batch nearly every message is a DONE (issue 13)."""
+        when the driver saw them (they were read together): a task worker's here, an
+        actor's by its manager (``ActorManager.on_messages``). In a batch nearly every
+        message is a DONE (issue 13)."""
         seen = time.monotonic()
         if conn.actor is None:
             self._on_task_messages(conn, messages, seen)
         else:
-            on_done = self.actors.on_done
-            for message in messages:
-                if message[0] == p.DONE:
-                    on_done(conn, message, seen)
-                else:
-                    self._handle(conn, message)
+            self.actors.on_messages(conn, messages, seen)
         self.log.tally_now()  # the watcher's tally of the records just ended, still warm
 
     def _on_task_messages(self, conn: WorkerConn, messages: list[tuple[Any, ...]],
                           seen: float) -> None:
         """A task worker's messages of one read, in order. The DONE of a plain task
-        that returned its value (nearly every message of a batch) ends here, as
-        ``_on_done``, ``store_bare`` and ``_end_task`` would end it, with what they look
-        up taken once a read and its record handed to the event log with the others'
-        (``EventLog.finish_tasks``): ~100 bytecodes a task less (issue 13). Any other
-        message, and every DONE while something follows tasks one by one (GPUs held,
-        cancelled parents, streams, task listeners), goes the general way, the records
-        ended so far logged first so the log keeps the order they ended in."""
+        that returned its value (nearly every message of a batch) ends in
+        ``_end_plain``, its record logged with the others of the read; any other
+        message, and every DONE while GPUs are held or ``ends_followed`` (which only the
+        general way can change), goes the general way (``_on_done``, ``_handle``), the
+        records ended so far logged first so that the log keeps the order they ended in."""
         slot = conn.slot
         tasks = self.tasks
         finish = self.scheduler.finish
-        entries = self.objects.entries
-        resolve = self.objects.resolve
         ended: list[TaskRecord] = []
+        followed = self.gpus.held or self.ends_followed()  # (only the general way changes it)
         for message in messages:
-            if message[0] == DONE:
+            if message[0] == DONE and not followed:
                 task = tasks.get(message[1])
                 outcome = message[2]
                 if (task is not None and task.plain and type(outcome) is bytes
-                        and task.worker is slot and not task.cancelled
-                        and not (self.gpus.held or self.cancelled_parents
-                                 or self.streams.streams or self.task_listeners)):
+                        and task.worker is slot and not task.cancelled):
                     record = task.record
                     (_, _, _, record.started, record.args_loaded, record.finished,
                      record.stored, record.cpu_time) = message
                     finish(slot, task, record.finished - record.args_loaded)
-                    record.seen = seen
-                    record.result_size = len(outcome)
-                    entry = entries.get(task.return_ids[0])
-                    if entry is not None and entry.state == PENDING:  # (else nobody holds it)
-                        for waiter in resolve(entry, outcome, None, seen):
-                            waiter(entry)
-                    task.state = record.state = FINISHED
-                    del tasks[task.task_id]
-                    ended.append(record)
+                    ended.append(self._end_plain(task, outcome, seen))
                     continue
             if ended:
                 self.log.finish_tasks(ended)
@@ -152,8 +134,33 @@ class WorkerRequests(_Base):
                 self._on_done(conn, message, seen)
             else:
                 self._handle(conn, message)
+            followed = self.gpus.held or self.ends_followed()
         if ended:
             self.log.finish_tasks(ended)
+
+    def ends_followed(self) -> bool:
+        """Whether something follows tasks' ends one by one (a cancelled parent's
+        children, a stream, a task listener): while nothing does, a plain task or call
+        that returned its value ends in ``_end_plain``."""
+        return bool(self.cancelled_parents or self.streams.streams or self.task_listeners)
+
+    def _end_plain(self, task: TaskSpec, data: bytes, seen: float) -> TaskRecord:
+        """End plain ``task`` (a task or an actor call) that returned ``data``, its
+        value's bytes, read at ``seen``, as ``store_bare`` and ``_end_task`` would
+        while nothing follows ends (``ends_followed``); return its record, which the
+        caller logs with the others of its read (``EventLog.finish_tasks``): ~100
+        bytecodes a task less than the general way (issue 13)."""
+        record = task.record
+        record.seen = seen
+        record.result_size = len(data)
+        objects = self.objects
+        entry = objects.entries.get(task.return_ids[0])
+        if entry is not None and entry.state == PENDING:  # (else nobody holds it)
+            for waiter in objects.resolve(entry, data, None, seen):
+                waiter(entry)
+        task.state = record.state = FINISHED
+        del self.tasks[task.task_id]
+        return record
 
     def _on_done(self, conn: WorkerConn, done: tuple[Any, ...], seen: float) -> None:
         """A task's DONE (``protocol.py``: its outcome and its worker's times), read by
