@@ -39,6 +39,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from pickle import loads as pickle_loads
 from typing import TYPE_CHECKING, Any
 
 from lightwork import exceptions
@@ -391,14 +392,20 @@ class DriverCalls(_Base):
         self._drain_refs_if_any()
         with self.lock:
             self._check_open()
-            entries = [self.lookup(i) for i in ids]
+            known = self.objects.entries.get
+            entries = [known(i) for i in ids]
+            if None in entries:  # (lookup says why: a freed ref, or an ended session's)
+                entries = [self.lookup(i) for i in ids]
             pending = [e for e in entries if e.state == PENDING]
             countdown = None
             if pending:
                 countdown = Countdown(len(pending))
                 hit = countdown.hit
                 for entry in pending:
-                    entry.add_waiter(hit)
+                    if entry.waiters is None:  # (add_waiter's common case, without a call)
+                        entry.waiters = hit
+                    else:
+                        entry.add_waiter(hit)
         if countdown is not None:
             start = time.monotonic()
             finished = self._block_on(countdown, timeout)
@@ -414,7 +421,9 @@ class DriverCalls(_Base):
                     "Raise the timeout, or use wait() to take the ready ones first.")
         store = self.store
         try:
-            return [_value_of(entry, store) for entry in entries]
+            # A plain task's value is kept as its pickle (objects.py): read it in place.
+            return [pickle_loads(value) if type(value := entry.serialized) is bytes
+                    and entry.state == READY else _value_of(entry, store) for entry in entries]
         except FileNotFoundError:  # a segment vanished from /dev/shm: rebuild, then read
             with self.lock:
                 for entry in entries:
