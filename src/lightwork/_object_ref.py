@@ -93,6 +93,9 @@ class RefCounter:
         # whether the queue was empty instead could miss: a drain emptying the queue
         # between that test and the append left the release waiting for the next drain.)
         self._wake_pending = False
+        #: holds(object_id): whether a live ref counts (a re-borrow may follow a drain
+        #: that reported it gone); the dict's own test, without a Python call per id.
+        self.holds: Callable[[int], bool] = self._counts.__contains__
 
     def add(self, object_id: int, borrowed: bool) -> None:
         with self._lock:
@@ -133,9 +136,6 @@ class RefCounter:
                     gone.append(object_id)
         return gone
 
-    def holds(self, object_id: int) -> bool:
-        """Whether a live ref counts (a re-borrow may follow a drain that reported it gone)."""
-        return object_id in self._counts
 
     def reset(self) -> None:
         with self._lock:

@@ -330,7 +330,8 @@ class DriverCalls(_Base):
         if scheduler.workers and not scheduler.idle and not (task.deps or task.args.contained):
             # Every worker is busy: queued, and registered by the lock's next taker
             # (node_lock.py), most often the I/O thread once a worker frees.
-            self._check_open()
+            if self.closed or self.broken:
+                self._check_open()  # (it raises, saying which)
             if function_blob is not None:  # the table only grows: one atomic setdefault
                 self.functions.setdefault(task.function_key, function_blob)
             self.lock.queued.append(task)

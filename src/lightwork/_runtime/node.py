@@ -373,15 +373,16 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         while queued:
             task = queued.popleft()
             at = task.record.submitted
-            for object_id in task.return_ids:
-                create(object_id, 0, task.task_id, at)
             if task.plain:  # what register_task comes to for it, without its tests
+                create(task.return_ids[0], 0, task.task_id, at)  # (its one return)
                 tasks[task.task_id] = task
                 if task.actor_id:  # it joins its actor's queue, which sends it if it can
                     self.actors.add_call(task.actor_id, task)
                 else:
                     scheduler.make_ready(task)
                 continue
+            for object_id in task.return_ids:
+                create(object_id, 0, task.task_id, at)
             self.register_task(task, (), at)
             if task.actor_id:
                 self.actors.add_call(task.actor_id, task)
