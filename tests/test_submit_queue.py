@@ -274,3 +274,82 @@ def test_threads_submitting_at_once_while_workers_churn_lose_nothing(fresh_runti
             return not node.objects.entries and not node.tasks and not node.lock.queued
 
     wait_until(all_freed, timeout=10, message="every object and task to be freed")
+
+
+def _count_passes(node) -> list[int]:
+    """Count ``node``'s submitter passes (the instance's attribute shadows the method)."""
+    passes = [0]
+    original = node._submitter_pass
+
+    def counted() -> None:
+        passes[0] += 1
+        original()
+
+    node._submitter_pass = counted
+    return passes
+
+
+def test_a_loop_submitting_past_busy_workers_reads_and_dispatches_itself(fresh_runtime):
+    # Every SUBMITTER_PASS_EVERY queued submissions the submitting thread reads the
+    # workers and dispatches (driver_calls._submitter_pass), the I/O thread muted.
+    from lightwork._runtime.driver_calls import SUBMITTER_PASS_EVERY
+
+    fresh_runtime.init(num_cpus=2)
+    node = driver_node()
+    assert ray.get([inc.remote(i) for i in range(4)], timeout=20) == [1, 2, 3, 4]
+    passes = _count_passes(node)
+    refs = [inc.remote(i) for i in range(20 * SUBMITTER_PASS_EVERY)]
+    assert passes[0] >= 1
+    assert ray.get(refs, timeout=60) == [i + 1 for i in range(20 * SUBMITTER_PASS_EVERY)]
+    assert not node._submitter_muted  # the getter took the muted gate over, and unmuted
+
+
+def test_results_are_read_when_a_submitting_loop_stops_without_a_get(fresh_runtime):
+    # The loop muted the I/O thread's watch of the workers; once it stops (here: it
+    # sleeps, no get), the I/O thread watches them again and applies every result.
+    fresh_runtime.init(num_cpus=2)
+    node = driver_node()
+    assert ray.get([inc.remote(i) for i in range(4)], timeout=20) == [1, 2, 3, 4]
+    passes = _count_passes(node)
+    refs = [inc.remote(i) for i in range(3_000)]
+    assert passes[0] >= 1
+
+    def all_ended() -> bool:
+        with node.lock:
+            return not node.tasks and not node.lock.queued and not node._submitter_muted
+
+    wait_until(all_ended, timeout=20, message="every task to end without a get")
+    with node.lock:
+        assert all(node.objects.entries[ref.id].state == 1 for ref in refs)  # READY
+    assert ray.get(refs[-1], timeout=5) == 3_000
+
+
+def test_a_getter_in_another_thread_is_answered_while_a_loop_submits(fresh_runtime):
+    # One thread submits long bursts (its passes mute the I/O thread) while another
+    # makes synchronous calls: the second's results come from the first's passes or
+    # the I/O thread, never left unread.
+    fresh_runtime.init(num_cpus=2)
+    assert ray.get(inc.remote(0), timeout=20) == 1
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    synchronous: list[int] = []
+
+    def caller() -> None:
+        try:
+            while not stop.is_set():
+                value = len(synchronous)
+                synchronous.append(ray.get(inc.remote(value), timeout=10) - value)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    try:
+        for burst in range(6):
+            refs = [inc.remote(burst * 1_000 + i) for i in range(800)]
+            assert ray.get(refs, timeout=60) == [burst * 1_000 + i + 1 for i in range(800)]
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not thread.is_alive() and not errors, errors
+    assert synchronous and set(synchronous) == {1}

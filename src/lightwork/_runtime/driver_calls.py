@@ -12,23 +12,26 @@ Every method here runs in a user thread; state belongs to the node (``node.py``)
 Where the time goes (issue 13; every session's measurements, changes and dropped
 experiments are in ``bench/HOTPATH.md``). A synchronous call is within 1-2x of the pipe
 floor: the leading getter reads the result itself, waiters spin briefly before they
-block, and the I/O thread is muted while a getter leads. A batch of 10,000 no-op tasks
-costs the driver ~7 µs of CPU a task on a quiet host, and that CPU is most of the
-batch's wall clock: the workers idle most of the batch waiting for it (dispatches come in
-bursts of up to 2,560 tasks, the workers' 5 ms queues), and with 4 workers on 2 cores
-their ~4 µs a task competes with it for the cores. Its two threads keep the GIL busy
-through the whole submit loop; ``perf`` puts its CPU in the interpreter (~41%) and in
-making and freeing the ~25 objects a task has on this side (~15%), over ~1,500 bytecodes
-a task and ~60 steps with none above 10% (``bench/bytecodes.py``; the lean bound's 353). The
-cyclic collector, a quarter of it through session 17, is now a few percent: a pending
-task's ref, spec and entry are out of it (``collector.py``), and a ``get`` registers
-one bound method on all its entries, so nothing per task reaches the oldest generation
-and full collections no longer come every batch. The common task (``TaskSpec.plain``:
-the driver's, one return, no dependencies, inline arguments without refs) takes shorter
-paths on both sides: registered straight from the submit queue, its result kept as its
-bytes (``ObjectEntry.serialized``), its ref counted without a lock
-(``_object_ref.fresh_ref``); a read's results go straight to their handler
-(``WorkerRequests._handle_read``).
+block, and the I/O thread is muted while a getter leads. A batch of no-op tasks is bound
+by the driver's CPU, ~4.6 µs a task on a quiet host. Until session 20 two threads shared
+it while a program submitted in a loop: the loop queued its tasks without the lock
+(``node_lock.py``) and the I/O thread registered, dispatched and read them, the two
+taking the GIL from each other and the tasks' objects from one core's cache to the
+other's (the I/O thread ~2.4 µs a task; the tasks reached the workers in bursts, 35 ms
+after their submission at the median). Now the submitting thread does that work itself
+every ``SUBMITTER_PASS_EVERY`` queued submissions (``_submitter_pass``), the I/O thread
+muted as for a leading getter (``io_loop.py``): the driver's CPU a task 0.76 of before,
+the wall clock 0.73, and a task reaches a worker 0.3 ms after its submission. What is
+left, ~1,100 bytecodes a task (``bench/bytecodes.py``; the lean bound's 353) over ~50
+steps, none above ~12%, and ``perf``'s interpreter (~42%) and allocation (~10%): the
+records, specs and entries are made in C (``collector.maker``), a read's plain results
+end in one pass (``WorkerRequests._on_task_messages``), and full collections, rare now
+that a pending task's ref, spec and entry are out of the collector (``collector.py``),
+cost 10-17 ms when they come (the program's whole heap; a fresh process that imported
+much has one in its first batches). The common task (``TaskSpec.plain``: the driver's,
+one return, no dependencies, inline arguments without refs) takes shorter paths on both
+sides: registered straight from the submit queue, its result kept as its bytes
+(``ObjectEntry.serialized``), its ref counted without a lock (``_object_ref.fresh_ref``).
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ else:
 
 
 DRIVER_BUSY_SAMPLE_S = 0.005
+#: A thread submitting while every worker is busy reads the workers and dispatches
+#: itself each time this many submissions wait to be registered (``_submitter_pass``).
+SUBMITTER_PASS_EVERY = 128
 
 #: A new task's or call's record and spec, made out of the collector (collector.py): a
 #: record always (events.py), a spec while it is pending (where that pays: untrack_hot).
@@ -240,11 +246,15 @@ class DriverCalls(_Base):
         if (actor is not None and len(actor.inflight) >= actor.slots
                 and actor.max_pending_calls < 0 and not (deps or stored.contained)):
             # Every slot of the actor is taken: queued, as in submit (node_lock.py).
-            self._check_open()
-            self.lock.queued.append(task)
+            if self.closed or self.broken:
+                self._check_open()  # (it raises, saying which)
+            queued = self.lock.queued
+            queued.append(task)
             if len(actor.inflight) < actor.slots:  # looked at again after the append:
                 with self.lock:  # a slot freed meanwhile; __enter__ registers and sends it
                     self._check_open()
+            elif len(queued) >= SUBMITTER_PASS_EVERY:
+                self._submitter_pass()
             if num_returns == 1:
                 return [fresh_ref(return_ids[0])]
             return [fresh_ref(object_id) for object_id in return_ids]
@@ -334,11 +344,14 @@ class DriverCalls(_Base):
                 self._check_open()  # (it raises, saying which)
             if function_blob is not None:  # the table only grows: one atomic setdefault
                 self.functions.setdefault(task.function_key, function_blob)
-            self.lock.queued.append(task)
+            queued = self.lock.queued
+            queued.append(task)
             if scheduler.idle:  # looked at again after the append (see node_lock.py):
                 with self.lock:  # a worker freed meanwhile; __enter__ registers it
                     self._check_open()
                     self._dispatch()
+            elif len(queued) >= SUBMITTER_PASS_EVERY:
+                self._submitter_pass()
             return
         self._drain_refs_if_any()
         with self.lock:
@@ -359,6 +372,33 @@ class DriverCalls(_Base):
                 self._dispatch()
             # else: every worker is busy; the next result frees one and the poller
             # dispatches a whole batch then, instead of one frame per submit here.
+
+    def _submitter_pass(self) -> None:
+        """This thread submits faster than the workers finish (``SUBMITTER_PASS_EVERY``
+        submissions queued): it reads what the workers sent and dispatches, as the I/O
+        thread would, and mutes the I/O thread's watch of the workers meanwhile (the
+        gate, as a leading getter does), so the two do not take turns with the GIL.
+        The I/O thread unmutes once no pass came for ``SUBMITTER_LEFT_AFTER_S``
+        (``IOLoop._loop``); a getter that leads takes the muted gate over. Nothing is
+        done while another thread leads (the ``_leader`` lock), nor by the I/O thread
+        itself (a callback of its that submits). Why: ``io_loop.py``."""
+        if threading.current_thread() is self._thread or not self._leader.acquire(blocking=False):
+            return
+        try:
+            if not self._submitter_muted:
+                self._submitter_muted = self._watch_workers(False)
+            self._submitter_passed_at = time.monotonic()
+            with self.lock:  # (__enter__ registers what was queued)
+                for key, _ in self._leader_selector.select(0):
+                    if key.data != "wake":  # (a leading getter's wake-up pipe)
+                        self._read_worker(key.data)
+                self._drain_refs()
+                self._dispatch()
+                deferred, self._deferred = self._deferred, []
+        finally:
+            self._leader.release()
+        for callback in deferred:
+            callback()
 
     def _drain_refs_if_any(self) -> None:
         if ref_counter._released:
@@ -491,7 +531,9 @@ class DriverCalls(_Base):
         # While this thread leads, the I/O thread's epoll does not watch the workers
         # (see io_loop.py), unless the machine's cores are all taken: then two threads
         # waiting for a result see it sooner than one (this one may not be running).
-        muted = cores_to_spare(time.monotonic()) and self._watch_workers(False)
+        muted = self._submitter_muted or (cores_to_spare(time.monotonic())
+                                          and self._watch_workers(False))
+        self._submitter_muted = False  # (taken over: this thread unmutes when it stops)
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             countdown.wake = self._wake_leader

@@ -219,6 +219,10 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         ref_counter.on_borrow = self._on_driver_borrow
         self._io_sleeps_long = False  # the I/O thread is (about to be) in an idle sleep
         self._io_busy_until = 0.0
+        # A submitting thread muted the I/O thread's watch of the workers, and when it
+        # last read them (DriverCalls._submitter_pass; both under _leader).
+        self._submitter_muted = False
+        self._submitter_passed_at = 0.0
         ref_counter.on_first_release = self._on_first_release
         with self.lock:
             for _ in range(max(1, int(num_cpus))):
