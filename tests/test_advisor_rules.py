@@ -567,8 +567,10 @@ def test_the_live_looks_sample_and_the_records_it_must_read():
     assert [fresh.records[place].task_id for place in fresh.notable] == [7, 13, 20, 51, 88]
     picked = [(fresh.records[place].task_id, weight)
               for place, weight in sample_places(len(fresh.records), 10, fresh.notable)]
-    assert picked == sorted([(i, 10) for i in range(5, 100, 10)]
+    # The last of the stride stands for the 5 records left (95 in all), not 10.
+    assert picked == sorted([(i, 10) for i in range(5, 95, 10)] + [(95, 5)]
                             + [(7, 0), (13, 0), (20, 0), (51, 0), (88, 0)])
+    assert sum(weight for _, weight in picked) == len(fresh.records)
     every = sample_places(len(fresh.records), 1, fresh.notable)
     assert every == [(place, 1) for place in range(95)]  # none twice
     assert log.take_fresh() == ([], [], [])

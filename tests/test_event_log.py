@@ -417,3 +417,25 @@ def test_an_actors_calls_are_logged_in_order_and_let_go_of_its_handle(fresh_runt
             assert node.objects.entries[actor_id].task_uses == 0  # no call holds it any more
     finally:
         lightwork.shutdown()
+
+
+def test_a_watcher_reads_its_fresh_records_in_the_ring_itself():
+    # take_fresh hands out a view of the ring's newest records (FreshRecords), not a
+    # copy: in log order by place and by iteration, bounded on both sides.
+    from lightwork._runtime.events import EventLog, FreshRecords, TaskRecord
+
+    log = EventLog(budget=6)
+    log.watch()
+    for task_id in range(1, 5):
+        log.finish_task(TaskRecord(task_id, "f", 0, float(task_id)))
+    log.take_fresh()
+    for task_id in range(5, 9):  # the ring (6) now holds 3..8; 5..8 are fresh
+        log.finish_task(TaskRecord(task_id, "f", 0, float(task_id)))
+    fresh = log.take_fresh()
+    assert isinstance(fresh.records, FreshRecords) and len(fresh.records) == 4
+    assert [fresh.records[place].task_id for place in range(4)] == [5, 6, 7, 8]
+    assert [record.task_id for record in fresh.records] == [5, 6, 7, 8]
+    for outside in (-1, 4):
+        with pytest.raises(IndexError):
+            fresh.records[outside]
+    assert log.take_fresh().records == []  # nothing new: an empty list

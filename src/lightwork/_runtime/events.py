@@ -57,7 +57,7 @@ import gc
 import operator
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
@@ -148,10 +148,37 @@ _FIELDS = tuple(f.name for f in fields(TaskRecord))
 freeze = operator.attrgetter(*_FIELDS)
 
 
+class FreshRecords(Sequence[TaskRecord]):
+    """The records logged since a watcher's last take, read in the ring itself: valid
+    only while the runtime's lock is held (the ring moves as tasks end). A look at a
+    flood of tasks reads a sample of them; copying them all out had cost it ~0.3 ms a
+    look of 10,000 records, each record's header a cache miss (session 20)."""
+
+    __slots__ = ("_ring", "_first", "_count")
+
+    def __init__(self, ring: deque[TaskRecord], count: int) -> None:
+        self._ring = ring
+        self._first = len(ring) - count  # (indexing walks from the nearer end: the right)
+        self._count = count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, place: int) -> TaskRecord:  # type: ignore[override]
+        if not 0 <= place < self._count:
+            raise IndexError(place)
+        return self._ring[self._first + place]
+
+    def __iter__(self) -> Iterator[TaskRecord]:
+        copied = list(islice(reversed(self._ring), self._count))
+        copied.reverse()
+        return iter(copied)
+
+
 class Fresh(NamedTuple):
     """What ``EventLog.take_fresh`` hands a watcher."""
 
-    records: list[TaskRecord]
+    records: Sequence[TaskRecord]  # a FreshRecords, or [] when there is none
     spans: list[DriverSpan]
     notable: list[int]  # places in records of those the watcher's tally asked for
 
@@ -298,8 +325,9 @@ class EventLog:
 
     def take_fresh(self) -> Fresh:
         """The records and the spans logged since the last call, oldest first (call with
-        the runtime's lock held), and the places in ``records`` of those the tally asked
-        for. The records are the ring's own: read them, never change them. Reading them
+        the runtime's lock held, and read the records before letting go of it: a
+        ``FreshRecords``), and the places in ``records`` of those the tally asked for.
+        The records are the ring's own: read them, never change them. Reading them
         from the ring keeps the hot path free of the watcher: nothing is kept for it
         (but the few places), and the records leave the ring as they would without it.
         Records the ring dropped before they were taken (more than ``budget`` tasks
@@ -313,8 +341,7 @@ class EventLog:
         if new > len(self.tasks):
             self.missed_rows += new - len(self.tasks)
             new = len(self.tasks)
-        records = list(islice(reversed(self.tasks), new))
-        records.reverse()
+        records: Sequence[TaskRecord] = FreshRecords(self.tasks, new) if new else []
         spans, self.fresh_spans = self.fresh_spans or [], []
         first = appended - new  # the place of records[0]
         notable = [place - first for place in self._notable if place >= first]

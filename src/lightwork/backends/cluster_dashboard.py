@@ -113,6 +113,7 @@ class DashboardFacts:
                     fresh = None
                 else:
                     fresh = log.log.take_fresh()
+                    fresh = fresh._replace(records=list(fresh.records))  # (read under the lock)
             if fresh is None:
                 cpus = resources_total_cpu(log)
                 self._advisor = Advisor(None, watch=False, cpus=cpus,

@@ -57,11 +57,12 @@ SERIAL_MIN_WORK_SHARE = 0.5  # the call site's tasks did at least this share of 
 OVERSUBSCRIBED_CPU = 1.6  # cores used by one single-CPU task's process
 OVERSUBSCRIBED_MIN_S = 0.2  # only tasks long enough for CPU time to mean something
 CORES_MEASURE_SLACK = 1.1  # CPU time over wall time above this times the cores: not real
-# Records looked at in full per step; more are sampled. Reading one costs a look ~2 µs
-# (cold in the cache by then): 500 a look were half the looks' CPU, 0.8-0.9% of a batch;
-# 250 took the advisor's own work from 1.6-1.7% to 1.3-1.4% (session 14). The statistical
-# rules keep their last 512 run times per call site, filled in two looks or three.
-SAMPLE_PER_STEP = 250
+# Records looked at in full per step; more are sampled. Reading one costs a look ~1.5-2
+# µs (cold in the cache by then): 500 a look were half the looks' CPU, 0.8-0.9% of a
+# batch; 250 took the advisor's own work from 1.6-1.7% to 1.3-1.4% (session 14); 128 when
+# session 20's batches, 30% shorter, had brought it back to 2.2-2.8%. The statistical
+# rules keep their last 512 run times per call site, filled in four looks or five (~1 s).
+SAMPLE_PER_STEP = 128
 CPU_BOUND_MIN_S = 0.01  # tasks shorter than this say little about the cores' use
 CORES_BUSY_SHARE = 0.75  # tasks at once kept this share of the cores busy
 PINNED_MIN_BYTES = 256 << 20

@@ -104,15 +104,16 @@ class RunTally:
         low, high, summed, long_s = self._low, self._high, self._summed, self.long_s
         notable: list[int] = []
         for place, record in enumerate(records):
-            start, end = record.started, record.finished
-            if low <= start < end < high and record.num_cpus == 1.0:
+            start = record.started
+            end = record.finished
+            if low <= start and end < high and start < end and record.num_cpus == 1.0:
                 summed += end - start  # one slot, whether a task's or an actor call's
             elif start and end > start:  # else it never ran (cancelled, failed to start)
                 self._summed = summed
                 self._add(start, end,
                           1.0 if record.actor_id or record.num_cpus < 1.0 else record.num_cpus)
                 low, high, summed = self._low, self._high, self._summed
-            if record.large_args or end - record.args_loaded >= long_s:
+            if end - record.args_loaded >= long_s or record.large_args:
                 notable.append(place)
         self._summed = summed
         return notable
@@ -145,9 +146,12 @@ class RunTally:
 
 def sample_places(count: int, stride: int, notable: list[int]) -> list[tuple[int, int]]:
     """(place, weight) of the records to read of ``count``, in order: every
-    ``stride``-th from the first (weight ``stride``: the tasks it stands for) and those
-    in ``notable`` (ascending) besides (weight 0: counted already)."""
+    ``stride``-th from the first (weight ``stride``, the tasks it stands for; the last
+    stands for those left, so the weights add up to ``count``) and those in ``notable``
+    (ascending) besides (weight 0: counted already)."""
     places = [(place, stride) for place in range(0, count, stride)]
+    if count % stride:
+        places[-1] = (places[-1][0], count % stride)
     extra = [(place, 0) for place in notable if place % stride]
     if extra:
         places = sorted(places + extra)

@@ -107,6 +107,7 @@ import threading
 import time
 import warnings
 from collections import defaultdict
+from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
 
@@ -253,6 +254,19 @@ class Advisor(AdviceRules):
             if node.closed:
                 return
             records, spans, notable = node.log.take_fresh()
+            # Every run counted towards how busy the slots were as it ended (the tally).
+            # A flood of tasks: a sample tells the statistical rules as much, for a
+            # fraction of the time this thread takes from the program. Big arguments and
+            # long tasks are always looked at (in log order, with the sample), and so are
+            # the tasks one-object gets waited for (get-in-loop). Read out of the ring
+            # here, under the lock (the log's FreshRecords); the rules keep the log's own
+            # records (they only read them).
+            count = len(records)
+            stride = max(1, count // SAMPLE_PER_STEP)
+            if stride > 1:
+                notable = self._with_waited_for(records, spans, notable)
+            picked = [(records[place], weight)
+                      for place, weight in sample_places(count, stride, notable)]
             runs = self._fresh_runs.take()
             pinned = self._pinned_bytes() if node.objects.bytes_in_segments >= PINNED_MIN_BYTES else None
             running = running_work(node)
@@ -270,27 +284,19 @@ class Advisor(AdviceRules):
                 if waited is not None:
                     self.add_worker_sample(worker_id, self._now, waited)
             self._running = running
-            # Every run counted towards how busy the slots were as it ended. A flood of
-            # tasks: a sample tells the statistical rules as much, for a fraction of the
-            # time this thread takes from the program. Big arguments and long tasks are
-            # always looked at (in log order, with the sample). The rules keep the log's
-            # own records (they only read them).
             self._busy.merge(runs)
-            stride = max(1, len(records) // SAMPLE_PER_STEP)
-            if stride > 1:
-                notable = self._with_waited_for(records, spans, notable)
-            for place, weight in sample_places(len(records), stride, notable):
-                self._add_record(records[place], weight)
+            for record, weight in picked:
+                self._add_record(record, weight)
             for span in spans:
                 self._add_span(span)
-            if records or spans:  # the rules below only change when records arrive
+            if count or spans:  # the rules below only change when records arrive
                 self._check_touched()
             if pinned is not None:
                 self._check_pinned(*pinned)
             for deadlock in deadlocks:
                 self._name_deadlock(deadlock)
 
-    def _with_waited_for(self, records: list[TaskRecord], spans: list[DriverSpan],
+    def _with_waited_for(self, records: Sequence[TaskRecord], spans: list[DriverSpan],
                          notable: list[int]) -> list[int]:
         """``notable`` and the places of the records that a get of one object waited for,
         while its call site is not yet reported for get-in-loop: that rule follows each
