@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from lightwork import exceptions
 from lightwork._runtime import protocol as p
-from lightwork._runtime.protocol import DONE
 from lightwork._runtime import serialization
 from lightwork._runtime.cancel import cancelled_error
 from lightwork._runtime.collector import keep_out_of_collector
 from lightwork._runtime.events import TaskRecord
 from lightwork._runtime.lineage import file_exists, keeps_lineage
 from lightwork._runtime.objects import PENDING, READY, ObjectEntry
+from lightwork._runtime.protocol import DONE
 from lightwork._runtime.scheduler import FINISHED, TaskSpec
 from lightwork._runtime.serialization import Stored, unbare
 
@@ -159,7 +159,7 @@ class WorkerRequests(_Base):
             for waiter in objects.resolve(entry, data, None, seen):
                 waiter(entry)
         task.state = record.state = FINISHED
-        del self.tasks[task.task_id]
+        self.tasks.pop(task.task_id, None)  # (a plain task's parent is the driver: 0)
         return record
 
     def _on_done(self, conn: WorkerConn, done: tuple[Any, ...], seen: float) -> None:
