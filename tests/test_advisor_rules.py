@@ -595,3 +595,57 @@ def test_records_the_ring_dropped_still_count_towards_how_busy_slots_were():
     busy = SlotTime()
     busy.merge(tally.take())
     assert busy.between(4.0, 6.0) == pytest.approx(50 * 1e-4)
+
+
+def test_the_compiled_tally_sums_and_names_what_the_python_one_does(monkeypatch):
+    # RunTally.ended sums the common record in C (_collector's RunSummer) and hands the
+    # rest to its Python loop; with or without the C, the buckets, the places named and
+    # the running sums must agree, over runs that cross buckets, take several slots,
+    # never ran, carry big arguments, run long, or hold a field that is not a float.
+    import random
+
+    from lightwork.diagnostics import _measure
+    from lightwork.diagnostics._measure import RunTally
+
+    rng = random.Random(20)
+    records = []
+    at = 100.0
+    for task_id in range(3_000):
+        at += rng.choice((1e-5, 1e-4, 0.003))
+        run = rng.choice((2e-6, 5e-5, 0.004, 0.02, 0.08))
+        record = _task(task_id, at, at, at + run)
+        kind = rng.randrange(12)
+        if kind == 0:
+            record.num_cpus = 2.0
+        elif kind == 1:
+            record.actor_id, record.num_cpus = 7, 0.5
+        elif kind == 2:
+            record.started = record.args_loaded = 0.0  # it never ran
+        elif kind == 3:
+            record.large_args = ((1, 10 << 20),)
+        elif kind == 4:
+            record.args_loaded = 0  # an int, not a float: Python's to read
+        records.append(record)
+    reads = []
+    while records:  # as the event log hands them over: a read's records at a time
+        size = rng.randrange(1, 130)
+        reads.append(records[:size])
+        records = records[size:]
+
+    def tally_all() -> tuple[dict[int, float], list[list[int]], float]:
+        tally = RunTally(long_s=0.01)
+        named = [tally.ended(read) for read in reads]
+        tally.flush()
+        return dict(tally.into.buckets), named, tally._summed
+
+    monkeypatch.setattr(_measure, "_sum_runs", None)
+    in_python = tally_all()
+    monkeypatch.undo()
+    compiled = tally_all()
+    assert compiled[1] == in_python[1]  # the same places named, read by read
+    assert sum(len(named) for named in compiled[1]) > 100
+    assert compiled[0].keys() == in_python[0].keys()
+    for bucket, seconds in in_python[0].items():
+        assert compiled[0][bucket] == pytest.approx(seconds, rel=1e-9, abs=1e-12)
+    if _measure._sum_runs is None:
+        pytest.skip("lightwork._collector not built (LIGHTWORK_PURE_PYTHON): compared with itself")

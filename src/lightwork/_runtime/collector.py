@@ -135,3 +135,9 @@ else:
     keep_out_of_collector, untrack_hot, track_again = _ctypes_untrack(), None, _nothing
 #: Whether the compiled module does the work.
 COMPILED = _module is not None
+
+
+def compiled_module() -> Any:
+    """``lightwork._collector``, or None where it is not built or the fallback is forced
+    (what else it offers: ``diagnostics/_measure.py``'s ``RunTally``)."""
+    return _module

@@ -20,9 +20,15 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
+from lightwork._runtime.collector import compiled_module
 from lightwork._runtime.events import DriverSpan, TaskRecord
 
 BUSY_BUCKET_S = 0.05  # resolution of the record of how busy the slots were
+
+_compiled = compiled_module()
+#: The compiled summer of records' runs (``_collector.c``'s ``RunSummer``), or None.
+_sum_runs = None if _compiled is None else _compiled.RunSummer(
+    TaskRecord, ("started", "finished", "num_cpus", "args_loaded", "large_args"))
 BUSY_MAX_BUCKETS = 100_000  # past this, the older half is dropped
 
 
@@ -88,7 +94,7 @@ class RunTally:
 
     def __init__(self, into: SlotTime | None = None, long_s: float = math.inf) -> None:
         self.into = SlotTime() if into is None else into
-        self.long_s = long_s
+        self.long_s = float(long_s)
         self._width = self.into.width
         self._low = self._high = 0.0  # the bucket being summed here: [low, high)
         self._bucket = 0
@@ -100,10 +106,30 @@ class RunTally:
         from its arguments loaded to its end). The event log hands over the records that
         ended in one read of the workers together: a call per record cost as much as its
         work (0.105 µs a warm record one call each, 0.05 in one call for all; session 18),
-        and the sums stay in locals meanwhile."""
-        low, high, summed, long_s = self._low, self._high, self._summed, self.long_s
+        and the sums stay in locals meanwhile. With the compiled module the common
+        record (one slot, inside the bucket) is summed in C (``_sum_runs``: ~5 ns where
+        this loop takes ~55, at its floor in Python; session 20), and the loop below
+        takes each record the C leaves to it."""
         notable: list[int] = []
-        for place, record in enumerate(records):
+        if _sum_runs is None or type(records) is not list:
+            self._tally_in_python(records, 0, len(records), notable)
+            return notable
+        place, count = 0, len(records)
+        while place < count:
+            part, place = _sum_runs(records, place, self._low, self._high, self.long_s,
+                                    notable)
+            self._summed += part
+            if place < count:
+                self._tally_in_python(records, place, place + 1, notable)
+                place += 1
+        return notable
+
+    def _tally_in_python(self, records: Sequence[TaskRecord], first: int, stop: int,
+                         notable: list[int]) -> None:
+        """``ended``'s work on ``records[first:stop]``, in Python."""
+        low, high, summed, long_s = self._low, self._high, self._summed, self.long_s
+        for place in range(first, stop):
+            record = records[place]
             start = record.started
             end = record.finished
             if low <= start and end < high and start < end and record.num_cpus == 1.0:
@@ -116,7 +142,6 @@ class RunTally:
             if end - record.args_loaded >= long_s or record.large_args:
                 notable.append(place)
         self._summed = summed
-        return notable
 
     def _add(self, start: float, end: float, slots: float) -> None:
         self.flush()
