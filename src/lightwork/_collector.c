@@ -36,6 +36,28 @@ collector_track(PyObject *module, PyObject *obj)
     Py_RETURN_NONE;
 }
 
+/* Where, from an instance's start, the slot ``names[i]`` of ``cls`` (its own, holding an
+ * object) lives, for each i, into offsets; -1 with TypeError naming ``who`` if one is not. */
+static int
+slot_offsets(const char *who, PyTypeObject *cls, PyObject *names, Py_ssize_t *offsets)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        PyObject *descr = PyUnicode_Check(name)
+            ? PyDict_GetItemWithError(cls->tp_dict, name) : NULL;  /* borrowed */
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
+                || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            if (!PyErr_Occurred()) {
+                PyErr_Format(PyExc_TypeError, "%s: %R is not a slot of %s itself", who,
+                             name, cls->tp_name);
+            }
+            return -1;
+        }
+        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    return 0;
+}
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -104,20 +126,9 @@ maker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (offsets == NULL) {
         return PyErr_NoMemory();
     }
-    for (Py_ssize_t i = 0; i < fields; i++) {
-        PyObject *name = PyTuple_GET_ITEM(names, i);
-        PyObject *descr = PyUnicode_Check(name)
-            ? PyDict_GetItemWithError(cls->tp_dict, name) : NULL;  /* borrowed */
-        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
-                || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
-            if (!PyErr_Occurred()) {
-                PyErr_Format(PyExc_TypeError, "Maker: %R is not a slot of %s itself",
-                             name, cls->tp_name);
-            }
-            PyMem_Free(offsets);
-            return NULL;
-        }
-        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    if (slot_offsets("Maker", cls, names, offsets) < 0) {
+        PyMem_Free(offsets);
+        return NULL;
     }
     MakerObject *maker = (MakerObject *)type->tp_alloc(type, 0);
     if (maker == NULL) {
@@ -255,20 +266,9 @@ summer_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (summer == NULL) {
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < RUN_FIELDS; i++) {
-        PyObject *name = PyTuple_GET_ITEM(names, i);
-        PyObject *descr = PyUnicode_Check(name)
-            ? PyDict_GetItemWithError(cls->tp_dict, name) : NULL;  /* borrowed */
-        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type)
-                || ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
-            if (!PyErr_Occurred()) {
-                PyErr_Format(PyExc_TypeError, "RunSummer: %R is not a slot of %s itself",
-                             name, cls->tp_name);
-            }
-            Py_DECREF(summer);
-            return NULL;
-        }
-        summer->offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    if (slot_offsets("RunSummer", cls, names, summer->offsets) < 0) {
+        Py_DECREF(summer);
+        return NULL;
     }
     summer->vectorcall = summer_call;
     summer->cls = (PyTypeObject *)Py_NewRef(cls);
