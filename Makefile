@@ -28,7 +28,7 @@ OLDEST_CLUSTER_TESTS := tests/test_conformance.py tests/test_cluster_compat.py t
 	tests/test_cluster_callbacks.py tests/test_cluster_dashboard.py \
 	tests/test_cluster_actors.py
 # The runtime without its compiled module (lightwork._collector, optional: see
-# src/lightwork/_runtime/collector.py), as on a machine that could not build it: the
+# src/lightwork/kernel/collector.py), as on a machine that could not build it: the
 # tests of the objects it would take out of the collector, run on the fallback.
 # ~25 s on 2 cores.
 PURE_PYTHON_TESTS := tests/test_collector.py tests/test_objects.py tests/test_tasks.py \

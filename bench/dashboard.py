@@ -101,7 +101,7 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
     (``orders``) so the machine's drift falls on all alike.
     """
     import lightwork
-    from lightwork._runtime import control
+    from lightwork.kernel import control
 
     # The direct cost: CPU time of the driver's threads that answer the dashboard (a
     # control connection each: the sync, its JSON encoding, sending the records).
@@ -136,7 +136,7 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
 
     answered.update(pack_s=0.0, records=0, syncs=0)
     feed.pack, feed.sync = timed_pack, counted_sync  # type: ignore[assignment]
-    from lightwork._runtime.events import DEFAULT_BUDGET
+    from lightwork.kernel.events import DEFAULT_BUDGET
 
     # A budget that keeps every task (the issue's init(event_budget=1_000_000) at 1M).
     lightwork.init(num_cpus=2, advisor=False, event_budget=max(DEFAULT_BUDGET, n_tasks))
@@ -146,7 +146,7 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
         return i
 
     lightwork.get([noop.remote(i) for i in range(2 * n_tasks)])  # warm the workers
-    node = lightwork._api._node
+    node = lightwork.api.core._node
     runs: dict[str, dict[str, list[float]]] = {
         mode: {"rate": [], "cpu_us": [], "feed_us": [], "pack_us_per_record": [], "syncs": [],
                "records": []}
@@ -220,7 +220,7 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
 
     lightwork.init(num_cpus=2, advisor=False)
     lightwork.get([noop.remote(i) for i in range(n_tasks)])
-    node = lightwork._api._node
+    node = lightwork.api.core._node
     sync_s = encode_s = float("inf")
     for _ in range(5):  # CPU time of this thread: the machine's load disturbs it least
         start = time.thread_time()
@@ -275,7 +275,7 @@ def with_history(n_tasks: int) -> dict[str, Any]:
 
     import lightwork
 
-    from lightwork._runtime.events import DEFAULT_BUDGET
+    from lightwork.kernel.events import DEFAULT_BUDGET
 
     # A budget that keeps every task (the issue's init(event_budget=1_000_000) at 1M).
     lightwork.init(num_cpus=2, advisor=False, event_budget=max(DEFAULT_BUDGET, n_tasks))
@@ -284,7 +284,7 @@ def with_history(n_tasks: int) -> dict[str, Any]:
     def noop(i: int) -> int:
         return i
 
-    node = lightwork._api._node
+    node = lightwork.api.core._node
     child, port, token = start_dashboard(node)
     rss_at_start = psutil.Process(child.process.pid).memory_info().rss
     try:
@@ -569,7 +569,7 @@ def memory_run(minutes: float, sample_s: float = 10.0) -> dict[str, Any]:
     def noop(i: int) -> int:
         return i
 
-    node = lightwork._api._node
+    node = lightwork.api.core._node
     child, port, token = start_dashboard(node)
     client = open_page(port, token)
     dashboard = psutil.Process(child.process.pid)

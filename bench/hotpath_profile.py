@@ -85,7 +85,7 @@ def thread_cpu_s() -> dict[int, float]:
 
 def workers_cpu_s() -> float:
     """CPU seconds of every thread of the session's worker processes, summed."""
-    from lightwork._api import driver_node
+    from lightwork.api.core import driver_node
 
     node = driver_node()
     total = 0.0

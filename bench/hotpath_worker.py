@@ -39,8 +39,9 @@ def child(mode: str, tasks: int) -> None:
     """Run a worker against a fake driver; print its CPU µs per task as JSON."""
     import cloudpickle
 
-    from lightwork._runtime import protocol as p
-    from lightwork._runtime import serialization, worker
+    from lightwork.engines.local import protocol as p
+    from lightwork.kernel import serialization
+    from lightwork.engines.local import worker
 
     driver_end, worker_end = socket.socketpair()
     pid = os.fork()

@@ -45,7 +45,7 @@ def measure() -> dict[str, float | None]:
     import lightwork
 
     lightwork.init(num_cpus=2, object_store_memory=BUDGET, advisor=False)
-    node = lightwork._api._node
+    node = lightwork.api.core._node
     store, spiller = node.store, node.spiller
     arrays = [np.full(ARRAY, i % 251, dtype=np.uint8) for i in range(TOTAL // ARRAY)]
     start = time.perf_counter()

@@ -166,7 +166,7 @@ def cluster(shared_dask_cluster):
         lightwork.shutdown()
     lightwork.init(address=shared_dask_cluster.scheduler_file)
     try:
-        shared_dask_cluster.wait_for_workers(lightwork._api._backend.client)
+        shared_dask_cluster.wait_for_workers(lightwork.api.core._backend.client)
         yield shared_dask_cluster
     finally:
         lightwork.shutdown()

@@ -420,7 +420,7 @@ def test_the_runtimes_deadlock_reports_become_findings_once(runtime, monkeypatch
     report = {"time": time.time(), "actor_id": 7, "class_name": "Single",
               "method": "Single.outer", "callsite": "prog.py:12 in outer",
               "waits_for": ["Single.inner"]}
-    node = lightwork._api._node
+    node = lightwork.api.core.driver_node()
     monkeypatch.setattr(node.actors, "deadlocks", deque([report, dict(report)]), raising=False)
     [finding] = findings_of("actor-deadlock")
     assert "Single.outer" in finding.title and "prog.py:12" in finding.title
@@ -456,7 +456,7 @@ def test_the_main_threads_submissions_carry_its_busy_time_and_others_do_not(runt
     thread.join()
     lightwork.get(other_refs)
     by_id = {r.task_id: r for r in task_records()}
-    core = lightwork._api._core()
+    core = lightwork.api.core._core()
     main = [by_id[core.task_id_of(ref.id)] for ref in main_refs]
     other = [by_id[core.task_id_of(ref.id)] for ref in other_refs]
     assert all(r.driver_busy >= r.driver_cpu > 0 for r in main)
@@ -470,7 +470,7 @@ def test_advise_waits_for_a_look_that_took_records_it_has_not_folded_in(monkeypa
     # look, not answer without the records it holds.
     import types
 
-    from lightwork._runtime.events import EventLog, TaskRecord
+    from lightwork.kernel.events import EventLog, TaskRecord
     from lightwork.diagnostics import advisor as advisor_module
     from lightwork.diagnostics._advice_rules import TINY_MIN_TASKS
 
@@ -518,7 +518,7 @@ def test_an_advisor_whose_look_fails_says_why_and_stops_being_fed(fresh_runtime,
 
     monkeypatch.setattr(advisor_module.Advisor, "_look", broken_look)
     fresh_runtime.init(num_cpus=2)
-    node = fresh_runtime._api._node
+    node = fresh_runtime.api.core.driver_node()
     assert node.log.watching
     wait_until(lambda: not node.log.watching, timeout=10, message="the log unwatched")
     assert "ZeroDivisionError: a rule's bug" in capsys.readouterr().err
@@ -535,7 +535,7 @@ def test_a_fast_loop_of_gets_is_get_in_loop_though_the_look_samples_its_records(
     (it was found for a slow loop only, until session 14)."""
     import types
 
-    from lightwork._runtime.events import DriverSpan, EventLog, TaskRecord
+    from lightwork.kernel.events import DriverSpan, EventLog, TaskRecord
     from lightwork.diagnostics import advisor as advisor_module
     from lightwork.diagnostics._advice_rules import SAMPLE_PER_STEP
 

@@ -12,7 +12,7 @@ import itertools
 
 import pytest
 
-from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork.kernel.events import DriverSpan, TaskRecord
 from lightwork.diagnostics.advisor import Advisor
 
 SITE = ("program.py", 10, "<module>")
@@ -167,7 +167,7 @@ def test_overlapping_calls_of_a_threaded_actor_are_not_oversubscription():
 def test_a_big_argument_is_the_same_only_while_it_is_the_same_object():
     """id() is reused by a new array made where the last one was freed: not the same."""
     np = pytest.importorskip("numpy")
-    from lightwork._runtime.calls import large_arguments
+    from lightwork.kernel.calls import large_arguments
 
     kept = np.ones(300_000)
     [(identity, size)] = large_arguments((kept,), {})
@@ -384,7 +384,7 @@ def test_idle_cores_come_from_the_samples_around_the_run():
 def test_the_drivers_busy_clock_counts_work_and_not_sleep():
     import time
 
-    from lightwork._runtime.driver_calls import _thread_cpu_and_busy_s
+    from lightwork.engines.local.driver_calls import _thread_cpu_and_busy_s
 
     def busy():
         cpu, busy = _thread_cpu_and_busy_s()
@@ -547,7 +547,7 @@ def test_the_live_looks_sample_and_the_records_it_must_read():
     # and every other record with big arguments or a long run (from its arguments
     # loaded), counted already: the tally names those as they end, the log hands their
     # places over with the records.
-    from lightwork._runtime.events import EventLog
+    from lightwork.kernel.events import EventLog
     from lightwork.diagnostics._measure import RunTally, sample_places
 
     records = []
@@ -580,7 +580,7 @@ def test_records_the_ring_dropped_still_count_towards_how_busy_slots_were():
     # More tasks between two looks than the ring holds: the dropped records are
     # missed by the look (counted in missed_rows) but their runs were tallied as they
     # ended, and the places handed over are those of the records still in the ring.
-    from lightwork._runtime.events import EventLog
+    from lightwork.kernel.events import EventLog
     from lightwork.diagnostics._measure import RunTally, SlotTime
 
     records = [_task(i, 5.0 + i * 1e-3, 5.0 + i * 1e-3, 5.0 + i * 1e-3 + 1e-4,

@@ -20,7 +20,7 @@ import pytest
 from test_timeline import load_trace
 
 import lightwork
-from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork.kernel.events import DriverSpan, TaskRecord
 from lightwork.diagnostics.advisor import Advisor, Finding, analyse
 from lightwork.diagnostics.timeline import EVENTS_TID
 
@@ -142,7 +142,7 @@ def step(x):
 for i in range(5):
     lightwork.get(step.remote(i))  # get in a loop
 gate = sys.argv[1]
-print("SOCKET", os.path.join(lightwork._api._node.session.directory, "control.sock"), flush=True)
+print("SOCKET", os.path.join(lightwork.api.core.driver_node().session.directory, "control.sock"), flush=True)
 while not os.path.exists(gate):
     time.sleep(0.02)
 lightwork.shutdown()

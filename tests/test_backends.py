@@ -10,8 +10,8 @@ import pytest
 from helpers import script_env
 
 import lightwork
-from lightwork import _api
-from lightwork.backends import parse_address
+from lightwork.api import core as _api
+from lightwork.engines import parse_address
 
 pytestmark = pytest.mark.lightwork_only
 
@@ -40,13 +40,13 @@ def test_backend_is_local_for_the_embedded_runtime(fresh_runtime):
 
 def test_local_backend_calls_the_runtime_directly(fresh_runtime):
     """The seam costs the hot path nothing: the interface's methods are the Node's own."""
-    from lightwork._runtime.node import Node
+    from lightwork.engines.local.node import Node
 
     lightwork.init(num_cpus=1)
     backend = _api._core()
     assert backend.submit_task.__func__ is Node.submit_task
     assert backend.get.__func__ is Node.get
-    assert backend.node is _api._node and _api.driver_node() is _api._node
+    assert backend.node is _api.driver_node() and _api.driver_node() is _api.driver_node()
 
 
 def test_init_inside_a_task_is_refused(fresh_runtime):
@@ -86,7 +86,7 @@ def test_bad_addresses_say_what_is_accepted(monkeypatch):
 
 
 def test_import_lightwork_never_imports_distributed():
-    code = ("import sys, lightwork, lightwork.backends, lightwork.backends.local\n"
+    code = ("import sys, lightwork, lightwork.engines, lightwork.engines.local.backend\n"
             "print('distributed' in sys.modules, 'dask' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], env=script_env(), capture_output=True,
                          text=True, timeout=60)
@@ -233,8 +233,8 @@ def test_a_thread_outliving_the_main_thread_keeps_its_cluster_session(
 
 
 def test_a_backend_missing_an_operation_cannot_be_made():
-    from lightwork.backends.base import Backend
-    from lightwork.backends.local import LocalBackend
+    from lightwork.kernel.backend import Backend
+    from lightwork.engines.local.backend import LocalBackend
 
     class Partial(Backend):
         def shutdown(self) -> None:

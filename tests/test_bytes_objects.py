@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 import lightwork as ray
-from lightwork._runtime import serialization
-from lightwork._runtime.serialization import OUT_OF_BAND_MIN, SHARED_MEMORY_MIN
+from lightwork.kernel import serialization
+from lightwork.kernel.serialization import OUT_OF_BAND_MIN, SHARED_MEMORY_MIN
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -62,9 +62,9 @@ def parent(box, go: str, submitted: str) -> str:
 
 
 def test_a_child_submitted_as_its_parent_is_cancelled_is_cancelled_on_arrival(tmp_path):
-    from lightwork import _api
+    from lightwork.api import core as _api
 
-    node = _api._node
+    node = _api.driver_node()
     box = Box.remote()
     assert ray.get(box.contents.remote(), timeout=20) == []
     go, submitted = str(tmp_path / "go"), str(tmp_path / "submitted")

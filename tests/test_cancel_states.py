@@ -40,7 +40,7 @@ def gate_dir(tmp_path_factory):
 
 
 def _node():
-    from lightwork import _api
+    from lightwork.api import core as _api
 
     return _api.driver_node()
 

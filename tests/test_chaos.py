@@ -2,7 +2,7 @@
 
 Each case runs in a session of its own (``session`` fixture) and, when it ends, the
 fixture checks within 5 s that the runtime's bookkeeping holds
-(``lightwork._runtime.invariants``): no task left, the object table empty, every CPU
+(``lightwork.engines.local.invariants``): no task left, the object table empty, every CPU
 available again; then, after ``shutdown``, that no process of the session, no
 ``/dev/shm`` segment and no spill file (nothing under the session directory) is left.
 
@@ -40,8 +40,8 @@ import pytest
 import lightwork as ray
 import lightwork.exceptions as exc
 from helpers import HANG_LIMIT_S, still_running, wait_until
-from lightwork import _api
-from lightwork._runtime import invariants
+from lightwork.api import core as _api
+from lightwork.engines.local import invariants
 
 pytestmark = pytest.mark.lightwork_only
 
@@ -63,7 +63,7 @@ def session(fresh_runtime) -> Iterator[Callable[..., object]]:
 
     def start(**options: object) -> object:
         ray.init(**{"num_cpus": 2, **options})
-        node = _api._node
+        node = _api.driver_node()
         started.append(node)
         return node
 

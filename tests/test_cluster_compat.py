@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import lightwork
-from lightwork.backends import cluster_compat
+from lightwork.engines.distributed import compat as cluster_compat
 
 pytestmark = pytest.mark.lightwork_only
 distributed = pytest.importorskip("distributed",

@@ -60,7 +60,7 @@ def session(shared_dask_cluster):
     if lightwork.is_initialized():
         lightwork.shutdown()
     lightwork.init(address=shared_dask_cluster.scheduler_file)
-    backend = lightwork._api._backend
+    backend = lightwork.api.core._backend
     shared_dask_cluster.wait_for_workers(backend.client)
     tally = Tally.remote()
     lightwork.get([square.remote(i) for i in range(20)] + [tally.add.remote(1)])
@@ -253,7 +253,7 @@ def test_actions_cancel_a_pending_task_and_kill_an_actor(session, tmp_path):
 def test_findings_stop_costing_once_no_dashboard_asks(session, client, monkeypatch):
     """The log keeps fresh records for the dashboard's advisor only while syncs come; a
     sync after a pause starts again from the whole log, with the same findings."""
-    from lightwork.backends import cluster_dashboard
+    from lightwork.engines.distributed import dashboard as cluster_dashboard
 
     log = session["backend"].recorder
     facts = log.dashboard
@@ -277,7 +277,7 @@ def test_init_with_dashboard_serves_the_session_and_its_final_state(shared_dask_
     try:
         url = context["dashboard_url"]
         assert url and url.startswith("http://127.0.0.1:") and "token=" in url
-        child = lightwork._api._dashboard
+        child = lightwork.api.core._dashboard
         lightwork.get([square.remote(i) for i in range(5)])
         page = _client_of(url)
         helpers.wait_until(
@@ -303,7 +303,7 @@ def cube(x):
     return x ** 3
 
 lightwork.get([cube.remote(i) for i in range(7)])
-print("SOCKET", lightwork._api._backend.recorder.control.path, flush=True)
+print("SOCKET", lightwork.api.core._backend.recorder.control.path, flush=True)
 import os, time
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.05)
@@ -337,7 +337,7 @@ def test_no_event_log_means_no_dashboard_and_says_why(shared_dask_cluster, capsy
     context = lightwork.init(address=shared_dask_cluster.scheduler_file, dashboard=True,
                              event_budget=0)
     try:
-        assert context["dashboard_url"] is None and lightwork._api._dashboard is None
+        assert context["dashboard_url"] is None and lightwork.api.core._dashboard is None
         assert "no dashboard" in capsys.readouterr().err
         assert lightwork.get(square.remote(3)) == 9  # the program runs on without it
     finally:

@@ -23,7 +23,7 @@ from test_timeline import check_trace, process_names, spans
 
 import lightwork
 from lightwork import exceptions
-from lightwork.backends import cluster_record
+from lightwork.engines.distributed import record as cluster_record
 
 pytestmark = pytest.mark.lightwork_only
 pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
@@ -161,7 +161,7 @@ def test_a_dependency_fetched_from_the_other_worker_is_a_transfer_with_its_bytes
 
     # Both workers up (a test before may have killed one), so the two producers, which
     # run at once, take one each.
-    cluster.wait_for_workers(lightwork._api._backend.client)
+    cluster.wait_for_workers(lightwork.api.core._backend.client)
     small, large = produce.remote(60_000), produce.remote(300_000)
     consumer = joined_length.remote(small, large)
     assert lightwork.get(consumer) == 360_000
@@ -180,7 +180,7 @@ def test_a_dependency_fetched_from_the_other_worker_is_a_transfer_with_its_bytes
     assert len({r.worker_id for r in producers}) == 2, "the producers shared a worker"
     [fetched] = [r for r in producers if r.worker_id != joined.worker_id]
 
-    log = lightwork._api._backend.recorder
+    log = lightwork.api.core._backend.recorder
     address_of = {row: address for address, row in log.rows.items()
                   if isinstance(address, str)}
     [transfer] = [t for t in log.transfers if t.task_id == joined.task_id]
@@ -220,7 +220,7 @@ def test_a_task_that_fails_after_a_fetch_keeps_its_transfer(cluster):
     assert failed.state == "FAILED" and failed.result_size == 0
     assert len({r.worker_id for r in producers}) == 2, "the producers shared a worker"
     [fetched] = [r for r in producers if r.worker_id != failed.worker_id]
-    log = lightwork._api._backend.recorder
+    log = lightwork.api.core._backend.recorder
     [transfer] = [t for t in log.transfers if t.task_id == failed.task_id]
     assert transfer.nbytes == fetched.result_size and transfer.worker_id == failed.worker_id
 
@@ -240,7 +240,7 @@ def test_a_cancelled_task_ends_in_the_log(cluster):
     lightwork.cancel(pending)
     with pytest.raises(exceptions.TaskCancelledError):
         lightwork.get(pending)
-    task_id = lightwork._api._core().task_id_of(pending.id)
+    task_id = lightwork.api.core._core().task_id_of(pending.id)
     [record] = [r for r in lightwork.diagnostics.task_records() if r.task_id == task_id]
     assert record.state == "FAILED" and "TaskCancelledError" in record.error
     assert lightwork.get([blocker, other]) == [1.0, 1.0]
@@ -509,7 +509,7 @@ def test_a_reports_size_and_transfers_are_put_on_the_driver_clock():
 def test_transfers_into_reads_the_running_tasks_fetches_and_their_bytes(monkeypatch):
     import distributed
 
-    from lightwork.backends import cluster_worker
+    from lightwork.engines.distributed import worker as cluster_worker
 
     assert cluster_worker.transfers_into() == ()  # outside a Dask task
     fetched = {"action": "transfer", "start": 110.0, "stop": 110.5, "source": "tcp://a:1"}

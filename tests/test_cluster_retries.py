@@ -51,7 +51,7 @@ def test_a_scheduler_that_retries_lost_tasks_itself_is_warned_about_and_counted(
         lenient_scheduler, tmp_path):
     with pytest.warns(RuntimeWarning, match="allowed-failures=1.*allowed-failures=0"):
         lightwork.init(address=lenient_scheduler.scheduler_file)
-    lenient_scheduler.wait_for_workers(lightwork._api._backend.client)
+    lenient_scheduler.wait_for_workers(lightwork.api.core._backend.client)
     # The scheduler ran it twice (two lost workers) before failing it: that is both of
     # the tries max_retries=1 allows, so lightwork does not submit it again.
     with pytest.raises(exceptions.WorkerCrashedError):

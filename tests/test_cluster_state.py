@@ -33,7 +33,7 @@ def cluster(shared_dask_cluster):
         lightwork.shutdown()
     lightwork.init(address=shared_dask_cluster.scheduler_file)
     try:
-        shared_dask_cluster.wait_for_workers(lightwork._api._backend.client)
+        shared_dask_cluster.wait_for_workers(lightwork.api.core._backend.client)
     finally:
         lightwork.shutdown()
     try:
@@ -178,7 +178,7 @@ class Keeper:
 
 def _held_by_other_sessions(backend):
     """What the workers hold for a session tag that is not ours."""
-    from lightwork.backends.cluster_worker import held_refs
+    from lightwork.engines.distributed.worker import held_refs
 
     replies = backend.client.run(held_refs, session=backend.session_tag + 1)
     return [entry for reply in replies.values() for entry in reply["refs"] + reply["actors"]]
@@ -187,7 +187,7 @@ def _held_by_other_sessions(backend):
 def test_objects_and_actors_held_on_the_workers_are_listed_with_their_owners(connected,
                                                                              tmp_path):
     gate = str(tmp_path / "gate")
-    backend = lightwork._api._backend
+    backend = lightwork.api.core._backend
     # The actors first, while both worker threads are free: distributed may place an
     # actor's creation on a worker whose one thread a parked task holds, where it would
     # wait for the gate (this hung the test now and then).
@@ -492,7 +492,7 @@ def test_the_command_attaches_with_the_event_log_off(cluster, monkeypatch):
 def test_the_dask_dashboard_is_named_only_when_the_scheduler_serves_it():
     import distributed
 
-    from lightwork.backends.cluster_state import _dashboard_link
+    from lightwork.engines.distributed.state import _dashboard_link
 
     for address, served in (("127.0.0.1:0", True), (None, False)):
         with distributed.LocalCluster(n_workers=0, processes=False,
@@ -514,8 +514,8 @@ def test_a_stopped_scheduler_makes_diagnostics_fail_fast_and_say_why(tmp_path):
         lightwork.init(address=cluster.scheduler_file)
         assert lightwork.get(after.remote(b"abc")) == 3
         cluster.processes[0].send_signal(signal.SIGKILL)  # the scheduler
-        until(lambda: lightwork._api._backend.client.status != "running")
-        log = lightwork._api._backend.recorder
+        until(lambda: lightwork.api.core._backend.client.status != "running")
+        log = lightwork.api.core._backend.recorder
         dashboard_sync = lambda: log.answer_query("dashboard_sync", {})  # noqa: E731
         for call in (lightwork.state.status, lightwork.state.list_workers,
                      lightwork.state.list_tasks, lightwork.diagnostics.task_records,

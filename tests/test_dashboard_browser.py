@@ -47,7 +47,7 @@ def link(previous, i, release):  # a Dask chain that stops at link 9 until relea
 
 for i in range(12):  # a get inside the loop: the advisor's get-in-loop
     lightwork.get(step.remote(i))
-print("SOCKET", lightwork._api._node.control.path, flush=True)
+print("SOCKET", lightwork.api.core.driver_node().control.path, flush=True)
 gate = sys.argv[1]
 
 import threading, dask, lightwork.dask
@@ -61,7 +61,7 @@ while not os.path.exists(gate):
     lightwork.get([trickle.remote(i), trickle.remote(i + 1)])
     i += 2
 graph.join()
-print("DONE", lightwork._api._node.log.ended_states().get("FINISHED"), flush=True)
+print("DONE", lightwork.api.core.driver_node().log.ended_states().get("FINISHED"), flush=True)
 """
 
 

@@ -17,7 +17,7 @@ import helpers
 import pytest
 
 import lightwork
-from lightwork._runtime import control
+from lightwork.kernel import control
 from lightwork.dashboard import feed
 from lightwork.dashboard.mirror import Mirror
 from lightwork.dashboard.server import DashboardServer
@@ -37,7 +37,7 @@ def node():
         lightwork.shutdown()
     lightwork.init(num_cpus=2)
     lightwork.get([square.remote(i) for i in range(10)])
-    yield lightwork._api._node
+    yield lightwork.api.core.driver_node()
     lightwork.shutdown()
 
 
@@ -76,7 +76,7 @@ def test_the_mirror_refuses_attached_bytes_that_do_not_match(node):
 
 
 def test_every_column_survives_the_whole_record_packing():
-    from lightwork._runtime.events import TaskRecord
+    from lightwork.kernel.events import TaskRecord
     from lightwork.dashboard.wire import FLOAT_COLUMNS, INT_COLUMNS
 
     records = [TaskRecord(7 + i, "f", 3, 1.5 + i, attempt=2 + i, worker_id=5 + i, pid=4242 + i,
@@ -96,7 +96,7 @@ def test_every_column_survives_the_whole_record_packing():
 
 
 def test_records_with_errors_and_retries_keep_them():
-    from lightwork._runtime.events import TaskRecord
+    from lightwork.kernel.events import TaskRecord
 
     rows = [TaskRecord(i, "f" if i % 2 else "g", 0, 1.0 + i, finished=2.0 + i,
                        state="FAILED" if i == 3 else "FINISHED",
@@ -117,7 +117,7 @@ def test_records_with_errors_and_retries_keep_them():
 
 
 def test_the_rows_with_errors_and_retries_are_found_in_every_slice():
-    from lightwork._runtime.events import TaskRecord
+    from lightwork.kernel.events import TaskRecord
 
     count = 2 * feed.PACK_SLICE + 123  # three slices, the last one short
     rows = [TaskRecord(i, "f", 0, 1.0, state="FAILED" if i % 7 == 3 else "FINISHED",
@@ -228,7 +228,7 @@ def work(i):
     return i
 
 lightwork.get([work.remote(i) for i in range(30)])
-print("SOCKET", lightwork._api._node.control.path, flush=True)
+print("SOCKET", lightwork.api.core.driver_node().control.path, flush=True)
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.02)
 lightwork.get([work.remote(i) for i in range(7)])  # the last records, just before the end
@@ -255,7 +255,7 @@ SILENT_DASHBOARD_DRIVER = """
 import os, sys, time, lightwork
 from lightwork.dashboard import feed
 lightwork.init(num_cpus=1)
-print("SOCKET", lightwork._api._node.control.path, flush=True)
+print("SOCKET", lightwork.api.core.driver_node().control.path, flush=True)
 while not (os.path.exists(sys.argv[1])
            and any(watch._watchers for watch in list(feed._end_watches.values()))):
     time.sleep(0.02)  # the gate is open and a dashboard is registered for the end
@@ -302,6 +302,6 @@ def test_the_dashboard_process_imports_no_runtime():
                           capture_output=True, text=True, timeout=30, check=True)
     modules = set(done.stdout.split())
     assert "lightwork.dashboard.server" in modules
-    heavy = {"lightwork._api", "lightwork._runtime.node", "lightwork._runtime.scheduler",
+    heavy = {"lightwork.api.core", "lightwork.engines.local.node", "lightwork.engines.local.scheduler",
              "lightwork.dashboard.feed", "cloudpickle", "numpy", "psutil"} & modules
     assert not heavy, heavy

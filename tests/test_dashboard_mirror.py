@@ -12,7 +12,7 @@ from typing import Any
 import helpers
 import pytest
 
-from lightwork._runtime.events import TaskRecord
+from lightwork.kernel.events import TaskRecord
 from lightwork.dashboard import feed, functions, orders
 from lightwork.dashboard.mirror import Mirror
 

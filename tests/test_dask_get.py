@@ -159,7 +159,7 @@ def test_dask_missing_names_the_extra(monkeypatch):
 def test_intermediates_are_released_as_soon_as_unused():
     from lightwork.diagnostics import Callback
 
-    node = lightwork._api._node
+    node = lightwork.api.core.driver_node()
     live_during: list[int] = []
     seen: dict[str, object] = {}
 

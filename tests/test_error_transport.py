@@ -46,9 +46,9 @@ class OnlyInWorkers(Exception):
 
 
 def _rebuild_only_in_workers(message):
-    from lightwork import _api
+    from lightwork.engines.local import worker
 
-    if _api._worker is None:
+    if worker._current_worker is None:
         raise RuntimeError("this exception cannot be rebuilt in the driver")
     return OnlyInWorkers(message)
 
@@ -239,7 +239,7 @@ def test_code_pickled_by_value_keeps_its_file_name():
     which would take the user's file and source lines out of remote tracebacks."""
     import pickle
 
-    from lightwork._runtime import pickler
+    from lightwork.kernel import pickler
 
     def nested():
         return lambda: 1 / 0

@@ -9,7 +9,7 @@ import pytest
 from helpers import run_script, write_script
 
 import lightwork
-from lightwork._runtime.events import freeze
+from lightwork.kernel.events import freeze
 from lightwork.diagnostics import blocked_spans, dropped_counts, task_records
 
 pytestmark = pytest.mark.lightwork_only
@@ -136,7 +136,7 @@ def test_a_zero_budget_turns_the_log_off(fresh_runtime):
 
     assert lightwork.get([noop.remote() for _ in range(5)]) == [7] * 5
     assert task_records(include_unfinished=False) == []
-    assert lightwork._api._node.advisor is None
+    assert lightwork.api.core.driver_node().advisor is None
     lightwork.shutdown()
     with pytest.raises(ValueError, match="event_budget must be an int >= 0"):
         lightwork.init(event_budget=-1)
@@ -165,7 +165,7 @@ def test_records_are_kept_out_of_the_collector_and_readers_get_copies(runtime):
     opened = gate.remote()
     refs = [work.remote(opened, i) for i in range(20)]
     refs += [counter.bump.remote(opened, i) for i in range(5)]
-    node = lightwork._api._node
+    node = lightwork.api.core.driver_node()
     with node.lock:  # waiting for the gate: pending, and not tracked
         live = [task.record for task in node.tasks.values()]
     assert len(live) >= 25 and not any(gc.is_tracked(record) for record in live)
@@ -196,7 +196,7 @@ def _atomic(value: object) -> bool:
 def test_records_made_elsewhere_are_untracked_when_they_end():
     import gc
 
-    from lightwork._runtime.events import EventLog, TaskRecord
+    from lightwork.kernel.events import EventLog, TaskRecord
 
     log = EventLog(budget=3)
     record = TaskRecord(1, "rebuilt", 0, 1.0, callsite=("x.py", 3, "main"))
@@ -208,7 +208,7 @@ def test_records_made_elsewhere_are_untracked_when_they_end():
 def test_the_rings_are_out_of_the_collector_and_keep_what_they_hold():
     import gc
 
-    from lightwork._runtime.events import DriverSpan, EventLog, TaskRecord
+    from lightwork.kernel.events import DriverSpan, EventLog, TaskRecord
 
     log = EventLog(budget=3)
     records = [TaskRecord(i, f"task{i}", 0, float(i), callsite=("x.py", i, "main"))
@@ -247,7 +247,7 @@ def test_without_the_c_api_records_stay_tracked_and_the_log_still_works(tmp_path
 
         lightwork.init(num_cpus=2)
         assert lightwork.get([double.remote(i) for i in range(30)]) == list(range(0, 60, 2))
-        node = lightwork._api._node
+        node = lightwork.api.core.driver_node()
         with node.lock:
             ended = list(node.log.tasks)
         assert len(ended) == 30 and all(gc.is_tracked(r) for r in ended)
@@ -265,7 +265,7 @@ def test_a_watcher_takes_each_row_once_and_hears_of_rows_it_missed():
     # The advisor reads what was logged since its last look from the ring itself: each
     # ended task exactly once, in order; rows the ring dropped before a look are counted,
     # not silently skipped; nothing is handed out once it stops watching.
-    from lightwork._runtime.events import EventLog, TaskRecord
+    from lightwork.kernel.events import EventLog, TaskRecord
 
     log = EventLog(budget=5)
     log.finish_task(TaskRecord(0, "before", 0, 1.0))
@@ -290,7 +290,7 @@ def test_a_watchers_tally_gets_the_records_that_ended_together_in_one_call():
     # The node hands a read's records to the tally at the read's end (tally_now), one
     # call for all; without it, every TALLY_AT_MOST records (the ring's size if smaller)
     # and at each take_fresh, so no record leaves the ring untallied.
-    from lightwork._runtime.events import TALLY_AT_MOST, EventLog, TaskRecord
+    from lightwork.kernel.events import TALLY_AT_MOST, EventLog, TaskRecord
 
     calls: list[list[int]] = []
 
@@ -326,7 +326,7 @@ def test_records_logged_together_match_records_logged_one_by_one():
     # A read's plain tasks reach the log in one call (EventLog.finish_tasks): the ring,
     # its drop count, the counts by state and a watcher's rows must be as if each had
     # been logged alone, including when the batch overflows the ring.
-    from lightwork._runtime.events import EventLog, TaskRecord
+    from lightwork.kernel.events import EventLog, TaskRecord
 
     def finished(task_id):
         record = TaskRecord(task_id, "f", 0, float(task_id))
@@ -387,7 +387,7 @@ def test_an_actors_calls_are_logged_in_order_and_let_go_of_its_handle(fresh_runt
     # An actor's plain calls that end in one read are logged together and drop their
     # holds on the handle together (ActorManager.on_messages); a two-return call in
     # between goes the general way. Order, counts and the handle's uses must add up.
-    from lightwork._api import driver_node
+    from lightwork.api.core import driver_node
 
     lightwork.init(num_cpus=1)
     try:
@@ -422,7 +422,7 @@ def test_an_actors_calls_are_logged_in_order_and_let_go_of_its_handle(fresh_runt
 def test_a_watcher_reads_its_fresh_records_in_the_ring_itself():
     # take_fresh hands out a view of the ring's newest records (FreshRecords), not a
     # copy: in log order by place and by iteration, bounded on both sides.
-    from lightwork._runtime.events import EventLog, FreshRecords, TaskRecord
+    from lightwork.kernel.events import EventLog, FreshRecords, TaskRecord
 
     log = EventLog(budget=6)
     log.watch()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from lightwork._runtime.gpus import GpuIds
-from lightwork._runtime.scheduler import PlacementGroupState, group_shape, make_shape
+from lightwork.engines.local.gpus import GpuIds
+from lightwork.engines.local.scheduler import PlacementGroupState
+from lightwork.kernel.resources import group_shape, make_shape
 
 
 def _group(hex_id: str, bundles: list[dict[str, float]]) -> PlacementGroupState:

@@ -17,10 +17,10 @@ from helpers import wait_for_file, wait_until
 
 import lightwork as ray
 from lightwork import diagnostics
-from lightwork._api import driver_node
-from lightwork._runtime import protocol as p
-from lightwork._runtime.objects import PENDING
-from lightwork._runtime.worker import CPU_CLOCK_MIN_S
+from lightwork.api.core import driver_node
+from lightwork.engines.local import protocol as p
+from lightwork.engines.local.objects import PENDING
+from lightwork.engines.local.worker import CPU_CLOCK_MIN_S
 
 pytestmark = pytest.mark.lightwork_only  # the runtime's own frames and records
 
@@ -194,7 +194,7 @@ def test_results_reach_every_waiter_whether_the_io_thread_watches_the_workers_or
     thread takes over again (node.py, driver_calls.py)."""
     import concurrent.futures
 
-    from lightwork._runtime import driver_calls
+    from lightwork.engines.local import driver_calls
 
     monkeypatch.setattr(driver_calls, "cores_to_spare", lambda now: spare)
     assert [ray.get(quick.remote(i)) for i in range(50)] == list(range(1, 51))

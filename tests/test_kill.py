@@ -35,7 +35,7 @@ def runtime():
 
 
 def _node():
-    from lightwork import _api
+    from lightwork.api import core as _api
 
     return _api.driver_node()
 

@@ -144,7 +144,7 @@ def test_a_plain_result_is_kept_as_its_bytes_and_read_like_any_value():
     # every reader still gets it, from the driver and from workers.
     ref = _seven.remote()
     assert ray.get(ref, timeout=10) == 7
-    node = ray._api._node
+    node = ray.api.core.driver_node()
     with node.lock:
         entry = node.objects.entries[ref.id]
         kept = entry.serialized
@@ -377,10 +377,10 @@ def test_large_object_memory_is_returned_when_last_ref_dropped(wait_until):
     """Spec: objects are freed when no reference remains; their memory returns to the
     machine or waits, bounded, in the store's pool of segments for the next large value.
     Measured on lightwork's session directory (/dev/shm/lightwork-*)."""
-    from lightwork import _api
+    from lightwork.api import core as _api
 
-    store = _api._node.store
-    session_dir = _api._node.session.shm_dir  # this session's only: others may run too
+    store = _api.driver_node().store
+    session_dir = _api.driver_node().session.shm_dir  # this session's only: others may run too
     before = _shm_bytes(session_dir) - store.pooled_bytes
     ref = ray.put(np.ones(8_000_000, dtype=np.float64))  # 64 MB
     assert _shm_bytes(session_dir) - before >= 60_000_000, "large object not in /dev/shm"

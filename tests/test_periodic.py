@@ -8,7 +8,7 @@ import threading
 import pytest
 from helpers import wait_until
 
-from lightwork._runtime.periodic import PeriodicThread
+from lightwork.kernel.periodic import PeriodicThread
 
 
 def test_rounds_run_until_stop_and_stop_ends_the_thread():

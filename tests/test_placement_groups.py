@@ -8,12 +8,7 @@ import pytest
 from helpers import wait_for_file
 
 import lightwork
-from lightwork.util import (
-    get_current_placement_group,
-    placement_group,
-    placement_group_table,
-    remove_placement_group,
-)
+from lightwork.util import get_current_placement_group, placement_group, placement_group_table, remove_placement_group
 from lightwork.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import socket
 import threading
 
-from lightwork._runtime import protocol as p
-from lightwork._runtime import serialization
-from lightwork._runtime.serialization import Stored
+from lightwork.engines.local import protocol as p
+from lightwork.kernel import serialization
+from lightwork.kernel.serialization import Stored
 
 
 def _task(i: int, shared: Stored) -> tuple:

@@ -16,7 +16,7 @@ import pytest
 from helpers import script_env
 
 import lightwork
-from lightwork._runtime import ray_alias
+from lightwork.kernel import ray_alias
 
 pytestmark = pytest.mark.lightwork_only
 

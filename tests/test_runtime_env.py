@@ -178,7 +178,7 @@ def test_init_runtime_env_is_the_job_default(fresh_runtime, project):
 
 @pytest.mark.lightwork_only
 def test_unsupported_keys_warn_once_and_the_task_still_runs(one_worker):
-    from lightwork._runtime import runtime_env
+    from lightwork.kernel import runtime_env
 
     runtime_env._warned.discard("runtime_env:conda")
     with pytest.warns(ray.exceptions.RuntimeEnvWarning, match=r"runtime_env\['conda'\].*not supported"):
@@ -191,7 +191,7 @@ def test_unsupported_keys_warn_once_and_the_task_still_runs(one_worker):
 
 @pytest.mark.lightwork_only
 def test_unsupported_key_in_init_warns(fresh_runtime):
-    from lightwork._runtime import runtime_env
+    from lightwork.kernel import runtime_env
 
     runtime_env._warned.discard("runtime_env:container")
     with pytest.warns(ray.exceptions.RuntimeEnvWarning, match="container"):

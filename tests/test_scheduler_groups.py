@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from lightwork._runtime.calls import EMPTY_ARGS
-from lightwork._runtime.events import TaskRecord
-from lightwork._runtime.scheduler import (
+from lightwork.kernel.calls import EMPTY_ARGS
+from lightwork.kernel.events import TaskRecord
+from lightwork.engines.local.scheduler import (
     Scheduler,
     TaskSpec,
-    captured_shape,
-    group_shape,
-    make_shape,
 )
+from lightwork.kernel.resources import captured_shape, group_shape, make_shape
 
 pytestmark = pytest.mark.lightwork_only
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from lightwork._runtime.calls import EMPTY_ARGS
-from lightwork._runtime.events import TaskRecord
-from lightwork._runtime.scheduler import (
+from lightwork.kernel.calls import EMPTY_ARGS
+from lightwork.kernel.events import TaskRecord
+from lightwork.engines.local.scheduler import (
     MAX_PIPELINE_DEPTH,
     PIPELINE_WINDOW_S,
     Scheduler,
     TaskSpec,
-    make_shape,
 )
+from lightwork.kernel.resources import make_shape
 
 pytestmark = pytest.mark.lightwork_only
 

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import lightwork as ray
-from lightwork import _api
+from lightwork.api import core as _api
 from helpers import HANG_LIMIT_S, call_bounded
 from lightwork.exceptions import ObjectStoreFullError
 
@@ -56,7 +56,7 @@ def put_bounded(limit_s: float, put: Callable[[], object], what: str) -> object:
 
 
 def _store():
-    return _api._node.store
+    return _api.driver_node().store
 
 
 def _spill_files(directory: str) -> list[str]:
@@ -107,12 +107,12 @@ def test_status_and_memory_summary_show_the_store(fresh_runtime):
     ray.init(num_cpus=1, object_store_memory=64 * MB)
     ref = ray.put(np.ones(MB, dtype=np.uint8))
     summary = ray.memory_summary() if hasattr(ray, "memory_summary") else None
-    from lightwork._runtime import views
+    from lightwork.kernel import views
 
-    store = views.memory_summary(_api._node)["store"]
+    store = views.memory_summary(_api.driver_node())["store"]
     assert store["budget_bytes"] == 64 * MB
     assert store["used_bytes"] >= MB
-    assert views.status(_api._node)["store"]["budget_bytes"] == 64 * MB
+    assert views.status(_api.driver_node())["store"]["budget_bytes"] == 64 * MB
     del ref, summary
 
 
@@ -206,7 +206,7 @@ def test_spill_files_removed_when_the_driver_is_killed(tmp_path, budget, count, 
         import sys, numpy as np, lightwork as ray, time
         ray.init(num_cpus=1, object_store_memory={budget}, _spill_dir={str(tmp_path)!r})
         refs = [ray.put(np.full({size}, i, dtype=np.uint8)) for i in range({count})]
-        store = ray._api._node.store
+        store = ray.api.core.driver_node().store
         while not store.spilled_total:
             time.sleep(0.02)
         print("spilled", flush=True)
@@ -338,7 +338,7 @@ def test_read_only_spill_dir_keeps_data_and_reports_once(fresh_runtime, read_onl
 def test_full_shared_memory_is_an_error_not_a_crash(fresh_runtime, tmp_path, monkeypatch):
     """/dev/shm filled by someone else: writes fail with ObjectStoreFullError (no SIGBUS),
     in the driver and in a worker, and what was stored stays readable."""
-    from lightwork._runtime import session
+    from lightwork.kernel import session
 
     shm = tmp_path / "shm"
     shm.mkdir()
@@ -373,7 +373,7 @@ def test_a_stalled_disk_never_stalls_tasks_or_gets(fresh_runtime, monkeypatch):
     gets of objects in memory go on meanwhile; spilling finishes once the disk answers."""
     import threading
 
-    from lightwork._runtime import spill
+    from lightwork.engines.local import spill
 
     disk_answers = threading.Event()
     copying = threading.Event()
@@ -446,11 +446,11 @@ def test_a_get_racing_a_spill_does_not_keep_the_mapping(fresh_runtime):
     """A driver get read the object's shared-memory path just before the spiller moved
     it: the read maps the spill file, and freeing the object drops that mapping (before,
     it stayed in the driver's mapping table, holding the deleted file, until shutdown)."""
-    from lightwork._runtime import serialization
+    from lightwork.kernel import serialization
 
     ray.init(num_cpus=1, object_store_memory=64 * MB)
     ref = ray.put(np.full(2 * MB, 6, dtype=np.uint8))
-    node = _api._node
+    node = _api.driver_node()
     stored_before_spill = node.objects.get(ref.id).stored  # what the racing get read
     old_path = stored_before_spill.path
     with node.lock:

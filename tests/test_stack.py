@@ -69,7 +69,7 @@ def test_actor_is_labelled_with_class_and_method(runtime):
             return helpers.wait_for_file(path)
 
     waiter = Waiter.remote()
-    gate = os.path.join(lightwork._api._node.session.directory, "test-gate")
+    gate = os.path.join(lightwork.api.core.driver_node().session.directory, "test-gate")
     started = gate + "-started"
     call = waiter.wait_here.remote(gate, started)
     helpers.wait_until(lambda: os.path.exists(started), timeout=20)
@@ -87,7 +87,7 @@ def test_a_stopped_worker_times_out_alone(runtime):
         return None
 
     lightwork.get([noop.remote() for _ in range(4)])  # workers killed by earlier tests come back
-    node = lightwork._api._node
+    node = lightwork.api.core.driver_node()
     alive = lambda: [c for c in node.workers.values() if c.pid and not c.eof_at and not c.dead]  # noqa: E731
     helpers.wait_until(lambda: len(alive()) >= 2)
     victim = alive()[0]
@@ -159,13 +159,13 @@ def test_engine_and_runtime_frames_fold_around_the_users_code():
         [f"{site}/distributed/threadpoolexecutor.py", 58, "_worker"],
         [f"{site}/distributed/worker.py", 2821, "_run_task_simple"],
         [f"{site}/dask/_task_spec.py", 768, "__call__"],
-        [f"{package}/backends/cluster_worker.py", 169, "run_task"],
+        [f"{package}/engines/distributed/worker.py", 169, "run_task"],
         [app, 14, "slow"],
     ]
     main_thread = [
         [app, 39, "<module>"],
         [f"{package}/_api.py", 558, "get"],
-        [f"{package}/backends/cluster_fetch.py", 61, "get"],
+        [f"{package}/engines/distributed/fetch.py", 61, "get"],
         [f"{site}/distributed/client.py", 5560, "wait"],
         [f"{site}/distributed/utils.py", 452, "sync"],
         [stdlib("threading.py"), 331, "wait"],

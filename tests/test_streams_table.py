@@ -1,4 +1,4 @@
-"""The driver's stream table (``lightwork._runtime.streams``) on a stand-in node: the
+"""The driver's stream table (``lightwork.engines.local.streams``) on a stand-in node: the
 pins it takes and gives back, and what it does with a retried task's repeated yields.
 These paths race with the consumer in a real session; here each is driven directly."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import itertools
 
-from lightwork._runtime import serialization
-from lightwork._runtime.objects import ObjectTable
-from lightwork._runtime.streams import StreamTable
+from lightwork.kernel import serialization
+from lightwork.engines.local.objects import ObjectTable
+from lightwork.engines.local.streams import StreamTable
 
 HEAD = 1
 

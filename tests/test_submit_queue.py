@@ -15,7 +15,7 @@ import pytest
 from helpers import returns_within, wait_for_file, wait_until
 
 import lightwork as ray
-from lightwork._api import driver_node
+from lightwork.api.core import driver_node
 from lightwork import state
 
 pytestmark = pytest.mark.lightwork_only  # the runtime's own lock and tables
@@ -292,7 +292,7 @@ def _count_passes(node) -> list[int]:
 def test_a_loop_submitting_past_busy_workers_reads_and_dispatches_itself(fresh_runtime):
     # Every SUBMITTER_PASS_EVERY queued submissions the submitting thread reads the
     # workers and dispatches (driver_calls._submitter_pass), the I/O thread muted.
-    from lightwork._runtime.driver_calls import SUBMITTER_PASS_EVERY
+    from lightwork.engines.local.driver_calls import SUBMITTER_PASS_EVERY
 
     fresh_runtime.init(num_cpus=2)
     node = driver_node()

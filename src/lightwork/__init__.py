@@ -8,28 +8,33 @@ import os as _os
 
 from lightwork import (
     actor,  # ray.actor
-    exceptions,
+    exceptions,  # ray.exceptions
 )
-from lightwork._actor import ActorClass, ActorHandle, get_actor, kill, method
-from lightwork._generator import DynamicObjectRefGenerator, ObjectRefGenerator
-from lightwork._api import (
+from lightwork.api import (
+    ActorClass,
+    ActorHandle,
+    DynamicObjectRefGenerator,
+    ObjectRef,
+    ObjectRefGenerator,
     available_resources,
     backend,
     cancel,
     cluster_resources,
     get,
+    get_actor,
     get_gpu_ids,
     get_runtime_context,
     init,
     is_initialized,
+    kill,
+    method,
     nodes,
     put,
     remote,
     shutdown,
     wait,
 )
-from lightwork._object_ref import ObjectRef
-from lightwork._runtime.ray_alias import install_as_ray
+from lightwork.kernel.ray_alias import install_as_ray
 
 # The diagnostics, ray.util and ray.util.state are a third of this package's import time.
 # The driver imports them here (so ``init()`` pays none of it); the fork server, which
@@ -102,3 +107,8 @@ if _os.environ.get(_WORKER_IMPORT_VARIABLE) != "1":
     for _name in _LAZY:
         __getattr__(_name)
     del _name
+    # The tools the layers below use by registration (see lightwork.kernel.tools).
+    from lightwork import dashboard as _dashboard
+
+    _dashboard.register()
+    del _dashboard

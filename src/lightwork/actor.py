@@ -1,5 +1,5 @@
 """Ray's ``ray.actor`` names: ``exit_actor``, ``ActorClass``, ``ActorHandle``, ``ActorMethod``."""
 
-from lightwork._actor import ActorClass, ActorHandle, ActorMethod, exit_actor, method
+from lightwork.api.actor import ActorClass, ActorHandle, ActorMethod, exit_actor, method
 
 __all__ = ["ActorClass", "ActorHandle", "ActorMethod", "exit_actor", "method"]

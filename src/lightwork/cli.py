@@ -9,14 +9,14 @@ on lightwork under ``Profiler``, ``ResourceProfiler`` and ``CacheProfiler``, plo
 HTML file (skipped, saying what to install, without dask or bokeh).
 
 ``lightwork run script.py [args]`` (or ``run -m module``) runs a program written for Ray
-unchanged: ``import ray`` gives lightwork (see ``lightwork._runtime.ray_alias``).
+unchanged: ``import ray`` gives lightwork (see ``lightwork.kernel.ray_alias``).
 
 ``lightwork advise FILE`` re-runs the advisor on a saved timeline file (the trace's
 ``otherData`` carries the event log as the advisor reads it); no session is needed.
 
 The other commands attach to a running program on this machine, through the control
 socket of its session (the newest of this user's sessions, or ``--session NAME``, or
-``--address SOCKET``; see ``lightwork._runtime.control``):
+``--address SOCKET``; see ``lightwork.kernel.control``):
 
     lightwork status                       resources, workers, actors, queues, objects
     lightwork list tasks|actors|workers|objects [--filter k=v] [--limit N] [--format json]
@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from lightwork._runtime import control
+from lightwork.kernel import control
 
 
 def _loop_experiments(out: TextIO, sleep_s: float = 0.5, serial_s: float = 0.3) -> dict[str, float]:
@@ -500,7 +500,7 @@ def _stdout_to_devnull() -> None:
 
 
 def _run_program(args: Any) -> int:
-    from lightwork._runtime import ray_alias
+    from lightwork.kernel import ray_alias
 
     try:
         ray_alias.run(args.target, args.args, as_module=args.as_module)

@@ -11,7 +11,7 @@ mean/p50/p95/max, total queued time. ``memory_summary()`` groups objects by owne
 reference kind and lists the largest. ``status()`` is what ``lightwork status`` shows.
 
 Task states, reference kinds and filter rules are documented in
-``lightwork._runtime.views``. Listings read the always-on event log, so ended tasks
+``lightwork.kernel.views``. Listings read the always-on event log, so ended tasks
 are there up to the event budget (``init(event_budget=...)``).
 
 In the driver these read the runtime directly; inside a task or an actor they ask the
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightwork._runtime import control, views
+from lightwork.kernel import control
+from lightwork.kernel import views
 
 __all__ = ["list_actors", "list_objects", "list_tasks", "list_workers", "memory_summary",
            "query", "status", "summarize_tasks"]
@@ -30,19 +31,17 @@ __all__ = ["list_actors", "list_objects", "list_tasks", "list_workers", "memory_
 
 def query(op: str, request_timeout: float = 30.0, **args: Any) -> Any:
     """Run one diagnostics operation (``control.OPS``) against this process's session."""
-    from lightwork import _api
+    from lightwork.api import core as _api
 
     node = _api.diagnostics_node(f"the state API ({op})", recorded=True, session=True)
     if node is not None:
-        answer = getattr(node, "answer_query", None)  # a cluster run's event log
-        return answer(op, args) if answer is not None else control.dispatch(node, op, args)
-    if _api._worker is not None:
-        path = control.worker_socket_path()
-        if path is not None:
-            return control.request(path, op, args, timeout=request_timeout)
+        return control.dispatch(node, op, args)
     backend = _api._backend
+    path = control.worker_socket_path()  # in a worker that knows its session's socket
+    if path is not None and backend is not None and not backend.in_driver:
+        return control.request(path, op, args, timeout=request_timeout)
     if backend is not None and not backend.in_driver:  # a task on a cluster worker
-        from lightwork.exceptions import UnsupportedOnBackend
+        from lightwork.kernel.exceptions import UnsupportedOnBackend
 
         raise UnsupportedOnBackend(
             f"the state API ({op}) inside a task is not supported on the {backend.name} "

@@ -6,7 +6,7 @@
 
 Pieces (each module's docstring has its design):
 
-* ``feed`` — in the watched program (``register_control_ops`` hooks it into the control
+* ``feed`` — in the watched program (``register`` hooks it into the control
   socket at ``init``): answers the incremental ``dashboard_sync`` (new task records as binary columns, live picture), about once a
   second while a page is open and never when none is;
 * ``mirror`` — in the dashboard process: the session's copy (the sync thread applies
@@ -36,19 +36,28 @@ import sys
 import threading
 from typing import Any, TextIO
 
-__all__ = ["add_command", "register_control_ops", "run_command", "serve_main"]
+__all__ = ["add_command", "register", "run_command", "serve_main"]
 
 #: The control socket's operations this package answers in the watched program.
 CONTROL_OPS = ("dashboard_sync", "dashboard_wait_end", "dashboard_end_seen", "dashboard_cancel",
                "dashboard_kill")
 
 
-def register_control_ops() -> None:
-    """Register the dashboard's operations with the control socket (``init`` calls this;
-    ``_runtime`` never imports this package). The feed is imported on the first request."""
-    from lightwork._runtime import control
+def register() -> None:
+    """Plug the dashboard into the layers below (``import lightwork`` calls this in the
+    driver; they never import this package): its operations on the control socket, and
+    the starter ``init(dashboard=True)`` uses. The feed and the launcher are imported on
+    first use."""
+    from lightwork.kernel import control, tools
 
     control.register_ops(CONTROL_OPS, _answer_control_op)
+    tools.register_dashboard(_start)
+
+
+def _start(socket_path: str, port: int) -> Any:
+    from lightwork.dashboard import launch
+
+    return launch.start(socket_path, port)
 
 
 def _answer_control_op(node: Any, op: str, args: dict[str, Any]) -> Any:
@@ -84,7 +93,7 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
 
 def run_command(args: Any, out: TextIO) -> int:
     """``lightwork dashboard``: attach, print the URL, serve until Ctrl-C."""
-    from lightwork._runtime import control
+    from lightwork.kernel import control
     from lightwork.dashboard import server
 
     if not 0 <= args.port <= 65535:
@@ -155,7 +164,7 @@ def _become_lean(args: Any, path: str) -> None:
 
 def serve_main(argv: list[str]) -> int:
     """``_serve.py``: the dashboard process's command line, and the CLI's error policy."""
-    from lightwork._runtime import control
+    from lightwork.kernel import control
 
     parser = argparse.ArgumentParser(prog="lightwork dashboard")
     parser.add_argument("--session")

@@ -1,7 +1,7 @@
 """The driver's side of the dashboard: what one ``dashboard_sync`` request copies out.
 
 This module runs inside the watched program (the handler ``init`` registers with the
-control socket, ``lightwork.dashboard.register_control_ops``, imports it on the first
+control socket, ``lightwork.dashboard.register``, imports it on the first
 dashboard request), in the control server's connection thread. Everything else of
 the dashboard runs in its own process (``lightwork.dashboard.server``), so the program
 pays only for these requests, about one a second while a page is open and none while
@@ -92,9 +92,10 @@ import weakref
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from lightwork._runtime import control, views
-from lightwork._runtime.events import TaskRecord
-from lightwork._runtime.objects import PENDING, READY
+from lightwork.kernel import control
+from lightwork.kernel import views
+from lightwork.kernel.events import TaskRecord
+from lightwork.engines.local.objects import PENDING, READY
 from lightwork.dashboard import CONTROL_OPS
 from lightwork.dashboard.wire import (
     DEFAULT_MAX_RECORDS,
@@ -106,7 +107,7 @@ from lightwork.dashboard.wire import (
 )
 
 if TYPE_CHECKING:
-    from lightwork._runtime.node import Node
+    from lightwork.engines.local.node import Node
 
 OPS = CONTROL_OPS
 PACK_SLICE = 2_000  # rows packed per C call (about 0.5 ms: the GIL can move between them)
@@ -385,7 +386,7 @@ class _BlockingCalls:
 
     def touch(self, node: Node) -> None:
         """A dashboard asked: observe get/wait until it stops asking or the session ends."""
-        from lightwork._runtime import introspect
+        from lightwork.kernel import introspect
 
         sidecar = getattr(node, "control", None)
         if sidecar is None or sidecar.stopped:
@@ -397,7 +398,7 @@ class _BlockingCalls:
             introspect.blocking_observers.append(self._observe)
 
     def detach(self) -> None:
-        from lightwork._runtime import introspect
+        from lightwork.kernel import introspect
 
         try:
             introspect.blocking_observers.remove(self._observe)

@@ -31,7 +31,7 @@ import os
 import time
 from typing import Any
 
-from lightwork._runtime import control
+from lightwork.kernel import control
 from lightwork.dashboard.server import (
     MAX_BODY_BYTES,
     SECURITY_HEADERS,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from lightwork._runtime.events import TaskRecord
+from lightwork.kernel.events import TaskRecord
 from lightwork.dashboard import feed
 from lightwork.dashboard.mirror import Mirror
 from lightwork.diagnostics.timeline import read_saved

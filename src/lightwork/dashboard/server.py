@@ -76,7 +76,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from lightwork._runtime import control
+from lightwork.kernel import control
 from lightwork.dashboard.mirror import Mirror
 from lightwork.dashboard.wire import DEFAULT_MAX_RECORDS
 

@@ -38,7 +38,7 @@ def get(dsk: Any, keys: Any, *, callbacks: Any = None, num_workers: int | None =
     runtime's CPUs). ``cache``: values of keys already known. Other keyword arguments
     that ``compute()`` passes to schedulers are accepted and ignored.
     """
-    from lightwork import _api
+    from lightwork.api import core as _api
     from lightwork.dask._graph import check_keys, flatten_keys, nest, normalize_graph
     from lightwork.dask._scheduler import DaskRun, run_nested
     from lightwork.diagnostics.callbacks import Hooks, active_callbacks

@@ -54,9 +54,10 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 
-from lightwork import _api
-from lightwork._object_ref import ObjectRef
-from lightwork._runtime import pickler, serialization
+from lightwork.api import core as _api
+from lightwork.kernel.object_ref import ObjectRef
+from lightwork.kernel import pickler
+from lightwork.kernel import serialization
 from lightwork.dask._execute import run_graph_node, run_task, without_function
 from lightwork.dask._graph import needed_subgraph
 from lightwork.diagnostics.callbacks import Hooks, dask_state, state_progress

@@ -1,7 +1,7 @@
 """Reading what the runtime recorded.
 
 ``task_records()`` and ``blocked_spans()`` read the always-on event log (see
-``lightwork._runtime.events``): one record per task with its timestamps on the driver
+``lightwork.kernel.events``): one record per task with its timestamps on the driver
 and on the worker, and the spans the driver spent blocked in ``get``/``wait``. Later
 diagnostics (timeline, profilers, the advisor) are built on these.
 
@@ -15,7 +15,7 @@ Dask's diagnostics, for Dask graphs run by ``lightwork.dask.get`` and for plain 
 
 from __future__ import annotations
 
-from lightwork._runtime.events import DriverSpan, TaskRecord, freeze
+from lightwork.kernel.events import DriverSpan, TaskRecord, freeze
 from lightwork.diagnostics.callbacks import Callback, add_callbacks, current_task_record
 from lightwork.diagnostics.profilers import (
     CacheData,
@@ -50,7 +50,7 @@ __all__ = [
 
 
 def _node():  # type: ignore[no-untyped-def]
-    from lightwork import _api
+    from lightwork.api import core as _api
 
     node = _api.diagnostics_node("the event log", recorded=True)
     sync = getattr(node, "sync", None)  # a cluster run: pull the workers' reports first

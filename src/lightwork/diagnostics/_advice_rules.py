@@ -22,7 +22,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork.kernel.events import DriverSpan, TaskRecord
 from lightwork.diagnostics._chains import feeds_next_call
 from lightwork.diagnostics._measure import SlotTime, most_at_once, union
 

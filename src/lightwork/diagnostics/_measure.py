@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from lightwork._runtime.collector import compiled_module
-from lightwork._runtime.events import DriverSpan, TaskRecord
+from lightwork.kernel.collector import compiled_module
+from lightwork.kernel.events import DriverSpan, TaskRecord
 
 BUSY_BUCKET_S = 0.05  # resolution of the record of how busy the slots were
 

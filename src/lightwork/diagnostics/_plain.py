@@ -44,7 +44,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from lightwork._runtime import introspect
+from lightwork.kernel import introspect
 from lightwork.diagnostics.callbacks import Hooks, dask_state
 
 ENDED_STATES = ("FINISHED", "FAILED")

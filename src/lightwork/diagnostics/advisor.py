@@ -103,6 +103,7 @@ a batch in the row).
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 import warnings
@@ -111,8 +112,9 @@ from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
 
-from lightwork._runtime.events import DriverSpan, TaskRecord
-from lightwork._runtime.periodic import PeriodicThread
+from lightwork.kernel import tools as _tools
+from lightwork.kernel.events import DriverSpan, TaskRecord
+from lightwork.kernel.periodic import PeriodicThread
 from lightwork.diagnostics._advice_rules import (
     CPU_BOUND_MIN_S,
     KINDS,
@@ -432,7 +434,7 @@ def advise(print_report: bool = True) -> list[Finding]:
 
     Works with ``init(advisor=False)`` too: the whole event log is then analysed now.
     """
-    from lightwork import _api
+    from lightwork.api import core as _api
 
     node = _api.diagnostics_node("the advisor", recorded=True)
     sync = getattr(node, "sync", None)  # a cluster run: pull the workers' reports first
@@ -449,3 +451,7 @@ def advise(print_report: bool = True) -> list[Finding]:
     if print_report:
         print(report(findings))
     return findings
+
+
+# The engines build a run's advisor, and the views read its findings, through the kernel.
+_tools.register_advisor(sys.modules[__name__])

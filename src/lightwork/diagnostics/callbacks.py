@@ -41,7 +41,7 @@ objects.
 Runs of plain tasks
 -------------------
 While any callback is active, an observer sits on ``lightwork.get``/``wait`` (see
-``lightwork._runtime.introspect.blocking_observers``). A ``get`` or ``wait`` with active
+``lightwork.kernel.introspect.blocking_observers``). A ``get`` or ``wait`` with active
 callbacks in its thread is one run: the graph is the requested refs' tasks and every
 unfinished task they depend on (through top-level ref arguments); objects already
 made (``put``, finished tasks) are data in ``cache``. ``pretask`` fires when a task's
@@ -88,7 +88,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from lightwork._runtime import introspect
+from lightwork.kernel import introspect
 
 __all__ = ["Callback", "add_callbacks", "current_task_record"]
 
@@ -403,7 +403,7 @@ def _observe_blocking(kind: str, refs: list[Any]) -> Callable[[bool], None] | No
     callbacks = active_callbacks()
     if not callbacks:
         return None
-    from lightwork import _api
+    from lightwork.api import core as _api
 
     # On the cluster this is its event log (``cluster_record.ClusterLog``); on a backend
     # that records no run it raises UnsupportedOnBackend, which the hook reports on

@@ -276,14 +276,14 @@ class ResourceProfiler(_Timed):
 
     def _start_collect(self) -> None:
         if self._sampler is None:
-            from lightwork import _api
+            from lightwork.api import core as _api
 
             backend = _api._backend
             with _prompt_gil():  # (both prime their counters: reads that let go of the GIL)
                 if backend is not None and backend.name == "distributed" and backend.in_driver:
                     self._sampler = _ClusterSampler(self._dt, backend.client)
                 else:
-                    self._sampler = _Sampler(self._dt, _runtime_processes(_api._node))
+                    self._sampler = _Sampler(self._dt, _runtime_processes(_api.driver_node()))
                 self._sampler.start()
 
     def _stop_collect(self) -> None:
@@ -438,7 +438,7 @@ class _ClusterSampler(threading.Thread):
         super().__init__(name="lightwork-resource-profiler", daemon=True)
         import psutil
 
-        from lightwork.backends.cluster_record import process_usage
+        from lightwork.engines.distributed.record import process_usage
 
         self.dt = dt
         self.client = client

@@ -33,7 +33,7 @@ import subprocess
 import threading
 from typing import Any
 
-from lightwork._runtime.control import DEFAULT_STACK_TIMEOUT_S
+from lightwork.kernel.control import DEFAULT_STACK_TIMEOUT_S
 
 __all__ = ["StackDump", "format_stacks", "native_stacks", "parse_faulthandler", "stack"]
 
@@ -41,7 +41,7 @@ _THREAD = re.compile(
     r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\])? \(most recent call first\):")
 _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_FORK_SERVER_FILE = os.path.join(_PACKAGE_DIR, "_runtime", "forkserver.py")
+_FORK_SERVER_FILE = os.path.join(_PACKAGE_DIR, "engines", "local", "forkserver.py")
 
 PY_SPY_MISSING = (
     "native stacks need py-spy, which is not installed: `pip install py-spy` "

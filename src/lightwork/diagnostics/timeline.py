@@ -55,7 +55,7 @@ import time
 from types import TracebackType
 from typing import Any
 
-from lightwork._runtime import control
+from lightwork.kernel import control
 
 __all__ = ["build_trace", "profile", "timeline", "write_trace"]
 
@@ -160,7 +160,7 @@ def _jsonable(extra: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _record_profile(name: str, start: float, end: float, extra: dict[str, Any]) -> None:
-    from lightwork import _api
+    from lightwork.api import core as _api
 
     node = _api.driver_node()
     if node is not None:
@@ -168,13 +168,11 @@ def _record_profile(name: str, start: float, end: float, extra: dict[str, Any]) 
         if sidecar is not None:
             sidecar.add_profile([name, start, end, os.getpid(), threading.get_ident(), None, extra])
         return
-    worker = _api._worker
-    if worker is not None:
-        writer = control.worker_profile_writer()
-        if writer is not None:
-            frame = worker.current
-            task_id = frame[0] if frame else None
-            writer.write([name, start, end, os.getpid(), threading.get_ident(), task_id, extra])
+    writer = control.worker_profile_writer()  # set in the embedded runtime's workers
+    backend = _api._backend
+    if writer is not None and backend is not None and not backend.in_driver:
+        task_id = backend.runtime_context()["task_id"]
+        writer.write([name, start, end, os.getpid(), threading.get_ident(), task_id, extra])
 
 
 # ---------------------------------------------------------------------------- building

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightwork.util import scheduling_strategies, state
+from lightwork.util import state
+from lightwork.util import scheduling_strategies
 from lightwork.util.actor_pool import ActorPool
 from lightwork.util.placement_group import (  # the function shadows its module, as in Ray
     PlacementGroup,

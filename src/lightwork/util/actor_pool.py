@@ -13,8 +13,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import lightwork
-from lightwork._actor import ActorHandle
+from lightwork import api
+from lightwork.api.actor import ActorHandle
 
 
 class ActorPool:
@@ -34,7 +34,7 @@ class ActorPool:
         if self._idle:
             actor = self._idle.pop()
             ref = fn(actor, value)
-            if not isinstance(ref, lightwork.ObjectRef):
+            if not isinstance(ref, api.ObjectRef):
                 self._idle.append(actor)
                 raise TypeError(
                     "the function given to ActorPool must return an ObjectRef, e.g. "
@@ -79,7 +79,7 @@ class ActorPool:
         index = min(self._index_to_ref)
         ref = self._index_to_ref[index]
         if timeout is not None:
-            ready, _ = lightwork.wait([ref], timeout=timeout)
+            ready, _ = api.wait([ref], timeout=timeout)
             if not ready:
                 if ignore_if_timedout:
                     del self._index_to_ref[index]
@@ -92,7 +92,7 @@ class ActorPool:
         if not self.has_next():
             raise StopIteration("no more results to get: submit work first")
         waiting = {ref: index for index, ref in self._index_to_ref.items()}
-        ready, _ = lightwork.wait(list(waiting), num_returns=1, timeout=timeout)
+        ready, _ = api.wait(list(waiting), num_returns=1, timeout=timeout)
         if not ready:
             raise TimeoutError(f"timed out after {timeout} s waiting for a result")
         ref = ready[0]
@@ -104,7 +104,7 @@ class ActorPool:
         entry = self._running.pop(ref, None)
         if entry is not None:
             self._return_actor(entry[1])
-        return lightwork.get(ref) if fetch else None
+        return api.get(ref) if fetch else None
 
     def _return_actor(self, actor: ActorHandle) -> None:
         self._idle.append(actor)

@@ -51,8 +51,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import lightwork
-from lightwork.exceptions import TaskError
+from lightwork import api
+from lightwork.kernel.exceptions import TaskError
 
 __all__ = ["AsyncResult", "IMapIterator", "Pool", "TimeoutError"]
 
@@ -123,13 +123,13 @@ class Pool:
             raise ValueError(f"maxtasksperchild must be an int >= 1 or None, got {maxtasksperchild!r}")
         if ray_remote_args is not None and not isinstance(ray_remote_args, dict):
             raise TypeError(f"ray_remote_args must be a dict of actor options, got {ray_remote_args!r}")
-        if ray_address is not None and not lightwork.is_initialized():
-            lightwork.init(address=ray_address)
+        if ray_address is not None and not api.is_initialized():
+            api.init(address=ray_address)
         self._initializer = initializer
         self._initargs = tuple(initargs or ())
         self._maxtasksperchild = maxtasksperchild
-        self._actor_class = lightwork.remote(_PoolProcess).options(**(ray_remote_args or {}))
-        count = processes or max(1, int(lightwork.cluster_resources().get("CPU", 1)))
+        self._actor_class = api.remote(_PoolProcess).options(**(ray_remote_args or {}))
+        count = processes or max(1, int(api.cluster_resources().get("CPU", 1)))
         self._processes = count
         # Guards the roster, the counts and the handler's start.
         self._lock = threading.RLock()
@@ -204,7 +204,7 @@ class Pool:
             self._retired = []
         for actor in actors:
             with contextlib.suppress(Exception):  # an actor already gone is what we want
-                lightwork.kill(actor)
+                api.kill(actor)
         self._handler_inbox.put(None)  # the handler ends once the killed chunks are handled
 
     def join(self) -> None:
@@ -216,14 +216,14 @@ class Pool:
             with self._lock:
                 pending = list(self._pending)
             if pending:
-                lightwork.wait(pending, num_returns=len(pending))
+                api.wait(pending, num_returns=len(pending))
             self._flush_handler()  # their callbacks have run, as in the standard library
             with self._lock:
                 actors, self._actors = self._actors + self._retired, []
                 self._retired = []
             ends = [actor.__ray_terminate__.remote() for actor in actors]
             if ends:
-                lightwork.wait(ends, num_returns=len(ends), timeout=30)
+                api.wait(ends, num_returns=len(ends), timeout=30)
             self._state = _TERMINATE
             self._handler_inbox.put(None)
 
@@ -278,7 +278,7 @@ class Pool:
         if not chunks:
             return []
         if func_ref is None:
-            func_ref = lightwork.put(func)  # stored once, read by every chunk's process
+            func_ref = api.put(func)  # stored once, read by every chunk's process
         refs = []
         with self._lock:
             for chunk in chunks:
@@ -323,9 +323,9 @@ class Pool:
             if chunks:
                 watched = list(chunks)
                 try:
-                    done = lightwork.wait(watched, num_returns=1, timeout=_HANDLER_POLL_S)[0]
+                    done = api.wait(watched, num_returns=1, timeout=_HANDLER_POLL_S)[0]
                     if done:  # collect every other chunk already done, in the same sweep
-                        done = lightwork.wait(watched, num_returns=len(watched), timeout=0)[0]
+                        done = api.wait(watched, num_returns=len(watched), timeout=0)[0]
                 except Exception:  # the runtime ended under the pool
                     _logger.debug("pool results handler stops: the runtime ended", exc_info=True)
                     for flushed in flushes:
@@ -394,12 +394,12 @@ class AsyncResult:
     def ready(self) -> bool:
         if self._outcome is not None or not self._refs:
             return True
-        ready, _ = lightwork.wait(self._refs, num_returns=len(self._refs), timeout=0)
+        ready, _ = api.wait(self._refs, num_returns=len(self._refs), timeout=0)
         return len(ready) == len(self._refs)
 
     def wait(self, timeout: float | None = None) -> None:
         if self._refs and self._outcome is None:
-            lightwork.wait(self._refs, num_returns=len(self._refs), timeout=timeout)
+            api.wait(self._refs, num_returns=len(self._refs), timeout=timeout)
 
     def successful(self) -> bool:
         if not self.ready():
@@ -418,7 +418,7 @@ class AsyncResult:
     def _settle(self) -> tuple[bool, Any]:
         if self._outcome is None:
             try:
-                chunks = lightwork.get(self._refs)
+                chunks = api.get(self._refs)
             except BaseException as error:  # noqa: BLE001 - handed to the caller
                 self._outcome = (False, _user_error(error))
             else:
@@ -467,7 +467,7 @@ class IMapIterator(Iterator[Any]):
                 self._input_error = error
             if chunk:
                 if self._func_ref is None:
-                    self._func_ref = lightwork.put(self._func)
+                    self._func_ref = api.put(self._func)
                 self._in_flight.extend(self._pool._submit(
                     self._func, "map", [chunk], func_ref=self._func_ref, check=False))
 
@@ -481,14 +481,14 @@ class IMapIterator(Iterator[Any]):
                     raise error
                 raise StopIteration
             if self._ordered:
-                ready, _ = lightwork.wait([self._in_flight[0]], timeout=timeout)
+                ready, _ = api.wait([self._in_flight[0]], timeout=timeout)
             else:
-                ready, _ = lightwork.wait(list(self._in_flight), num_returns=1, timeout=timeout)
+                ready, _ = api.wait(list(self._in_flight), num_returns=1, timeout=timeout)
             if not ready:
                 raise TimeoutError(f"no result within {timeout} s")
             self._in_flight.remove(ready[0])
             try:
-                self._buffer.extend(lightwork.get(ready[0]))
+                self._buffer.extend(api.get(ready[0]))
             except BaseException as error:  # noqa: BLE001 - re-raised as the user's type
                 raise _user_error(error)  # its __cause__ is the remote traceback
             finally:

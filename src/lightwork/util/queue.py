@@ -18,8 +18,8 @@ import queue as _stdlib_queue
 from collections.abc import Iterable
 from typing import Any
 
-import lightwork
-from lightwork.exceptions import TaskError
+from lightwork import api
+from lightwork.kernel.exceptions import TaskError
 
 __all__ = ["Empty", "Full", "Queue"]
 
@@ -52,15 +52,15 @@ class Queue:
 
     def size(self) -> int:
         """The number of items in the queue now."""
-        return lightwork.get(self._actor().qsize.remote())
+        return api.get(self._actor().qsize.remote())
 
     qsize = size
 
     def empty(self) -> bool:
-        return lightwork.get(self._actor().empty.remote())
+        return api.get(self._actor().empty.remote())
 
     def full(self) -> bool:
-        return lightwork.get(self._actor().full.remote())
+        return api.get(self._actor().full.remote())
 
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         """Add ``item``; if the queue is full, wait up to ``timeout`` s (None: forever)
@@ -68,7 +68,7 @@ class Queue:
         if not block:
             return self.put_nowait(item)
         _check_timeout(timeout)
-        _raise_plain(lambda: lightwork.get(self._actor().put.remote(item, timeout)))
+        _raise_plain(lambda: api.get(self._actor().put.remote(item, timeout)))
 
     async def put_async(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
         """:meth:`put` for asyncio code: awaits instead of blocking the thread."""
@@ -83,7 +83,7 @@ class Queue:
         if not block:
             return self.get_nowait()
         _check_timeout(timeout)
-        return _raise_plain(lambda: lightwork.get(self._actor().get.remote(timeout)))
+        return _raise_plain(lambda: api.get(self._actor().get.remote(timeout)))
 
     async def get_async(self, block: bool = True, timeout: float | None = None) -> Any:
         """:meth:`get` for asyncio code: awaits instead of blocking the thread."""
@@ -93,23 +93,23 @@ class Queue:
         return await _await_plain(self._actor().get.remote(timeout))
 
     def put_nowait(self, item: Any) -> None:
-        _raise_plain(lambda: lightwork.get(self._actor().put_nowait.remote(item)))
+        _raise_plain(lambda: api.get(self._actor().put_nowait.remote(item)))
 
     def put_nowait_batch(self, items: Iterable[Any]) -> None:
         """Add all ``items`` at once, or none of them (:class:`Full`) if they do not fit."""
         if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
             raise TypeError(f"put_nowait_batch() needs a list of items, got {items!r:.80}")
-        _raise_plain(lambda: lightwork.get(self._actor().put_nowait_batch.remote(list(items))))
+        _raise_plain(lambda: api.get(self._actor().put_nowait_batch.remote(list(items))))
 
     def get_nowait(self) -> Any:
-        return _raise_plain(lambda: lightwork.get(self._actor().get_nowait.remote()))
+        return _raise_plain(lambda: api.get(self._actor().get_nowait.remote()))
 
     def get_nowait_batch(self, num_items: int) -> list[Any]:
         """Remove and return the ``num_items`` oldest items, or none (:class:`Empty`) if
         fewer are there."""
         if isinstance(num_items, bool) or not isinstance(num_items, int) or num_items < 0:
             raise ValueError(f"num_items must be an int >= 0, got {num_items!r}")
-        return _raise_plain(lambda: lightwork.get(self._actor().get_nowait_batch.remote(num_items)))
+        return _raise_plain(lambda: api.get(self._actor().get_nowait_batch.remote(num_items)))
 
     def shutdown(self, force: bool = False, grace_period_s: int = 5) -> None:
         """End the queue's actor (its items are lost). ``force=True`` kills it now;
@@ -119,12 +119,12 @@ class Queue:
         if actor is None:
             return
         if force:
-            lightwork.kill(actor, no_restart=True)
+            api.kill(actor, no_restart=True)
             return
         done = actor.__ray_terminate__.remote()
-        ready, _ = lightwork.wait([done], timeout=grace_period_s)
+        ready, _ = api.wait([done], timeout=grace_period_s)
         if not ready:
-            lightwork.kill(actor, no_restart=True)
+            api.kill(actor, no_restart=True)
 
     def _actor(self) -> Any:
         if self.actor is None:
@@ -231,5 +231,5 @@ _actor_class: Any = None
 def _queue_actor_class() -> Any:
     global _actor_class
     if _actor_class is None:
-        _actor_class = lightwork.remote(_QueueActor)
+        _actor_class = api.remote(_QueueActor)
     return _actor_class

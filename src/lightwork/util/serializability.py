@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from lightwork._runtime import pickler
+from lightwork.kernel import pickler
 
 __all__ = ["FailureTuple", "inspect_serializability"]
 

@@ -1,0 +1,207 @@
+"""``@remote`` on functions: RemoteFunction and ``.options()``.
+
+A RemoteFunction pickles its function once (cloudpickle, by value for ``__main__``) and
+names it by the hash of those bytes; a task frame carries only the hash, and each worker
+receives the code once. Redefining the function makes a new RemoteFunction with a new
+hash, so the newest definition is what runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import sys
+from typing import Any
+
+
+from lightwork.api.generator import ObjectRefGenerator
+from lightwork.kernel import pickler
+from lightwork.kernel.calls import (
+    TASK_OPTIONS,
+    ArgumentCheck,
+    CallSpec,
+    call_limited,
+    check_options,
+)
+from lightwork.kernel.runtime_env import cache_key as env_cache_key
+from lightwork.kernel.runtime_env import normalize, payload_with_env
+from lightwork.kernel.serialization import SerializationError, describe_unpicklable
+
+
+class RemoteFunction:
+    """A function that runs as a task: call ``f.remote(*args)`` to get an ObjectRef."""
+
+    def __init__(self, function: Any, options: dict[str, Any]) -> None:
+        self._function = function
+        self._options = check_options(dict(options), TASK_OPTIONS, f"remote function {_name(function)}")
+        _check_strategy(self._options, f"remote function {_name(function)}")
+        max_calls = self._options.get("max_calls")
+        if max_calls is None and self._options.get("num_gpus"):
+            # Ray's default for GPU functions: a fresh process per call, so whatever GPU
+            # memory a library kept is given back (max_calls=0 turns it off).
+            max_calls = 1
+        self._max_calls: int = max_calls or 0
+        self._key: bytes | None = None
+        self._blob: bytes | None = None
+        self._spec: CallSpec | None = None
+        self._arguments: ArgumentCheck | None = None
+        self._env_payloads: dict[str, tuple[bytes, bytes]] = {}  # payload+env -> key, blob
+        functools.update_wrapper(self, function, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"remote function {_name(self._function)} cannot be called directly: use "
+            f".remote(), as in {self._function.__name__}.remote(...), to run it as a task "
+            "and lightwork.get() the result"
+        )
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        spec = self._spec
+        if spec is None:
+            spec = self._spec = self._call_spec(self._options)
+        return _submit(spec, args, kwargs)
+
+    def _call_spec(self, options: dict[str, Any]) -> CallSpec:
+        function = self._function
+        if inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(function):
+            # A generator streams unless told otherwise (Ray's default since 2.8). It is
+            # retried like any task: a re-run skips the items already streamed (streams.py).
+            options = {"num_returns": "streaming", **options}
+        key, blob = self._payload(dynamic=options.get("num_returns") == "dynamic")
+        if self._max_calls:  # @remote's only: .options() refuses it
+            key, blob = call_limited(blob, self._max_calls)
+        if options.get("runtime_env"):
+            key, blob = self._payload_with_env(options["runtime_env"], key, blob)
+        if self._arguments is None:
+            self._arguments = ArgumentCheck(self._function, _name(self._function))
+        spec = CallSpec(key, blob, options.get("name") or _name(self._function), options,
+                        self._arguments)
+        if options.get("scheduling_strategy") is not None or options.get("placement_group") is not None:
+            from lightwork.api.scheduling_strategies import shape_for
+
+            spec.shape = shape_for(options, spec.shape, f"task {spec.name}")
+        return spec
+
+    def options(self, **options: Any) -> _BoundOptions:
+        """This function with some options changed for the calls made through the result."""
+        _refuse_max_calls(options, _name(self._function))
+        check_options(options, TASK_OPTIONS, f"remote function {_name(self._function)}")
+        _check_strategy(options, f"remote function {_name(self._function)}")
+        return _BoundOptions(self, {**self._options, **options})
+
+    def _payload(self, dynamic: bool = False) -> tuple[bytes, bytes]:
+        if dynamic:  # the function runs inside DynamicReturns: another payload
+            from lightwork.kernel.generators import DynamicReturns
+
+            blob = pickler.dumps(DynamicReturns(self._function))
+            return hashlib.blake2b(blob, digest_size=16).digest(), blob
+        if self._key is None:
+            try:
+                blob = pickler.dumps(self._function)
+            except Exception as exc:
+                raise SerializationError(
+                    f"remote function {_name(self._function)} could not be pickled: "
+                    + describe_unpicklable(self._function, exc)
+                ) from exc
+            self._blob = blob
+            self._key = hashlib.blake2b(blob, digest_size=16).digest()
+        assert self._blob is not None
+        return self._key, self._blob
+
+    def _payload_with_env(
+        self, runtime_env: dict[str, Any], key: bytes, blob: bytes
+    ) -> tuple[bytes, bytes]:
+        """(key, blob) of the payload ``key``/``blob`` run under ``runtime_env``."""
+        env = normalize(runtime_env, f"remote function {_name(self._function)}")
+        if env is None:
+            return key, blob
+        cache_key = key.hex() + env_cache_key(env)
+        found = self._env_payloads.get(cache_key)
+        if found is None:
+            found = self._env_payloads[cache_key] = payload_with_env(blob, env, actor=False)
+        return found
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RemoteFunction, (self._function, self._options))
+
+    def __repr__(self) -> str:
+        return f"<lightwork remote function {_name(self._function)}>"
+
+
+class _BoundOptions:
+    """What ``f.options(...)`` returns: ``.remote()`` with those options."""
+
+    def __init__(self, function: RemoteFunction, options: dict[str, Any]) -> None:
+        self._remote_function = function
+        self._options = options
+        self._spec: CallSpec | None = None
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        spec = self._spec
+        if spec is None:
+            spec = self._spec = self._remote_function._call_spec(self._options)
+        return _submit(spec, args, kwargs)
+
+    def options(self, **options: Any) -> _BoundOptions:
+        _refuse_max_calls(options, _name(self._remote_function._function))
+        check_options(options, TASK_OPTIONS, "remote function")
+        _check_strategy(options, "remote function")
+        return _BoundOptions(self._remote_function, {**self._options, **options})
+
+
+def _refuse_max_calls(options: dict[str, Any], name: str) -> None:
+    if "max_calls" in options:  # as in Ray: it belongs to the function's worker processes
+        raise ValueError(
+            f"max_calls cannot be set in .options() (remote function {name}), as in Ray: "
+            f"give it where the function is declared, @remote(max_calls=N)")
+
+
+def _check_strategy(options: dict[str, Any], what: str) -> None:
+    if options.get("scheduling_strategy") is not None:
+        from lightwork.api.scheduling_strategies import check_strategy
+
+        check_strategy(options["scheduling_strategy"], what)
+
+
+def _name(function: Any) -> str:
+    return getattr(function, "__qualname__", None) or getattr(function, "__name__", repr(function))
+
+
+# Call sites seen so far, by the calling instruction (its code and offset), each kept as
+# one tuple that every task record from that line shares: a queue of a million tasks from
+# one loop then costs one tuple, not a million; and the line number, which Python works
+# out from the code's line table on each read (~45 ns), is read once per instruction.
+_callsites: dict[tuple[Any, int], tuple[str, int, str]] = {}
+_CALLSITES_MAX = 10_000
+
+
+def callsite(depth: int) -> tuple[str, int, str]:
+    """(file, line, function) of the user's frame ``depth`` levels above the caller."""
+    frame = sys._getframe(depth + 1)
+    instruction = (frame.f_code, frame.f_lasti)
+    site = _callsites.get(instruction)
+    if site is None:
+        code = frame.f_code
+        site = (code.co_filename, frame.f_lineno, code.co_name)
+        if len(_callsites) < _CALLSITES_MAX:  # generated code: do not grow without bound
+            _callsites[instruction] = site
+    return site
+
+
+def _submit(spec: CallSpec, args: tuple, kwargs: dict) -> Any:
+    check = spec.arguments
+    if kwargs or not check.low <= len(args) <= check.high:
+        check.bind(args, kwargs)
+    refs = _api._core(args, kwargs).submit_task(spec, args, kwargs, callsite(2))
+    num_returns = spec.num_returns
+    if num_returns == 1:
+        return ObjectRefGenerator(refs[0]) if spec.stream else refs[0]
+    if num_returns == 0:
+        return None
+    return refs
+
+
+__all__ = ["RemoteFunction"]
+
+from lightwork.api import core as _api  # noqa: E402  (_api imports this module: bind it after)

@@ -1,0 +1,250 @@
+"""Actors on the distributed backend: each lightwork actor lives in a distributed actor.
+
+``create_actor`` submits :class:`ActorHost` with ``actor=True``: distributed builds it on
+one worker and keeps it in that worker's memory, and calls reach it directly from the
+caller (not through the scheduler). Distributed runs every actor method of a worker on
+one shared thread, so the host's only method, :meth:`ActorHost.call`, is a coroutine
+(distributed runs it on the worker's event loop) that hands the user's method to the
+actor's *own* thread pool (``max_concurrency`` threads) or, for an async actor, to its own
+event loop thread: two actors on one worker run at the same time, and a slow method never
+blocks the worker's loop.
+
+Order: distributed sends each call as its own message and may deliver them out of
+order, so every call carries ``(caller, seq)``; the host starts a caller's calls in
+``seq`` order (a call waits on the loop for its turn) and, with one thread, runs them in
+that order too.
+
+Results: a call's result comes back to its caller (it is not a cluster key); the caller's
+side (``cluster_actor_calls``) maps the call's ref to an ``ActorResult``. Errors are
+values, as for tasks (``cluster_worker.Failed``); a constructor that raised makes every
+call fail with ``ActorDiedError`` carrying its traceback. A result with refs inside is
+handed over to its caller (``cluster_holds.Handover``). Each call is stamped into the
+event log from the actor's side (``cluster_record.note``, with the call's task id): actor
+calls bypass the scheduler. A restart (``max_restarts``) builds a new host from the same
+header on another worker (see ``cluster_actor_calls``); its call order starts afresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from typing import Any
+
+import cloudpickle
+
+from lightwork.kernel import exceptions
+from lightwork.kernel.generators import DYNAMIC_METHOD, DynamicReturns, collect_async
+from lightwork.kernel.object_ref import ref_counter
+from lightwork.engines.distributed import record as cluster_record
+from lightwork.engines.distributed import worker as cluster_worker
+from lightwork.engines.distributed.holds import Handover
+from lightwork.engines.distributed.worker import (
+    ArgSlot,
+    Failed,
+    WithRefs,
+    current,
+    error_of,
+    spread_failure,
+    stored_size,
+)
+
+ASYNC_DEFAULT_CONCURRENCY = 1000
+
+
+class ActorHost:
+    """One lightwork actor inside a distributed actor (see the module docstring)."""
+
+    def __init__(self, header: tuple[Any, ...], *dep_values: Any) -> None:
+        actor_id, class_name, blob, payload, keys, max_concurrency, is_async, session = header
+        self.actor_id = actor_id
+        self.session = session  # its driver's: tags its calls' stamps (cluster_record)
+        self.class_name = class_name
+        self.backend = backend = cluster_worker.worker_backend()
+        # The worker's client, found now (in the worker's task thread): the actor's own
+        # threads cannot find it, and its methods may put, submit or get.
+        backend.client  # noqa: B018
+        self.init_error: Failed | None = None
+        self.instance: Any = None
+        backend.adopt(keys)
+        previous = getattr(current, "session", 0)
+        current.session = session  # what the constructor borrows or makes is its session's
+        try:
+            args, kwargs = _load_args(backend, payload, dep_values)
+            self.instance = cloudpickle.loads(blob)(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - every call will say the actor died of it
+            self.init_error = error_of(f"{class_name}.__init__", exc)
+        finally:
+            current.session = previous
+        self.next_seq: dict[str, int] = {}
+        self.turns: dict[tuple[str, int], asyncio.Event] = {}
+        self.is_async = is_async
+        slots = max_concurrency or (ASYNC_DEFAULT_CONCURRENCY if is_async else 1)
+        self.executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        if is_async:  # its own loop, in its own thread: never the worker's
+            self.loop = asyncio.new_event_loop()
+            self.limit = asyncio.Semaphore(slots)
+            threading.Thread(target=_run_until_stopped, args=(self.loop,), daemon=True,
+                             name=f"lightwork-actor-{class_name}").start()
+        else:
+            self.executor = concurrent.futures.ThreadPoolExecutor(
+                slots, thread_name_prefix=f"lightwork-actor-{class_name}")
+
+    def __del__(self) -> None:
+        """Distributed dropped the actor (killed, or no process holds a handle): its
+        threads end too (a pool's idle threads would, once it is collected; an async
+        actor's loop runs until stopped)."""
+        loop = getattr(self, "loop", None)
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)
+        executor = getattr(self, "executor", None)
+        if executor is not None:
+            executor.shutdown(wait=False)
+
+    async def call(self, caller: str, seq: int, method: str, name: str, payload: bytes,
+                   keys: dict[int, str] | None, num_returns: int, task_id: int = 0,
+                   caller_client: str = "") -> Any:
+        """Run one method call in its caller's order; returns its stored result(s)
+        (``caller_client``: the id of the caller's distributed client, which takes over
+        the refs inside the result, see ``cluster_holds``)."""
+        if self.next_seq.get(caller, 0) != seq:
+            turn = self.turns.setdefault((caller, seq), asyncio.Event())
+            await turn.wait()
+        try:
+            if self.init_error is not None:
+                died = exceptions.ActorDiedError(
+                    f"actor {self.class_name} died in its constructor:\n"
+                    f"{self.init_error.error}")
+                return spread_failure(Failed(died), num_returns)
+            if self.is_async:
+                assert self.loop is not None
+                running = asyncio.run_coroutine_threadsafe(
+                    self._run_async(method, name, payload, keys, num_returns, task_id,
+                                    caller_client), self.loop)
+            else:
+                assert self.executor is not None
+                running = self.executor.submit(
+                    self._run, method, name, payload, keys, num_returns, task_id,
+                    caller_client)
+        finally:  # the next call of this caller may start now
+            self.next_seq[caller] = seq + 1
+            successor = self.turns.pop((caller, seq + 1), None)
+            if successor is not None:
+                successor.set()
+        return await asyncio.wrap_future(running)
+
+    def _run(self, method: str, name: str, payload: bytes, keys: Any, num_returns: int,
+             task_id: int, caller_client: str) -> Any:
+        started = time.time()
+        previous = getattr(current, "task", None), getattr(current, "session", 0)
+        current.task, current.session = (0, name, {}), self.session
+        try:
+            self.backend.adopt(keys)
+            args, kwargs = cloudpickle.loads(payload)
+            loaded = time.time()
+            result = self._method(method)(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the user's error is the call's result
+            self._note(task_id, name, started, exc)
+            return spread_failure(error_of(name, exc), num_returns)
+        finally:
+            current.task, current.session = previous
+            self.backend.confirm_borrows()  # before the reply (see there)
+        finished = time.time()
+        stored = self._store(name, result, num_returns, caller_client)
+        del result  # this process's own refs to what is inside go now: the result's
+        if ref_counter._released:  # holds keep those objects (cluster_holds)
+            self.backend._drain()
+        cluster_record.note(self.session, task_id, name, self.actor_id, started, loaded, finished,
+                            time.time(), None, (), _result_size(stored, num_returns))
+        return stored
+
+    async def _run_async(self, method: str, name: str, payload: bytes, keys: Any,
+                         num_returns: int, task_id: int, caller_client: str) -> Any:
+        current.session = self.session  # this loop's thread runs only this actor's calls
+        async with self.limit:
+            started = time.time()
+            try:
+                self.backend.adopt(keys)
+                args, kwargs = cloudpickle.loads(payload)
+                loaded = time.time()
+                if method.startswith(DYNAMIC_METHOD):  # drained on this loop (not a new one)
+                    result = getattr(self.instance, method[len(DYNAMIC_METHOD):])(
+                        *args, **kwargs)
+                    result = await collect_async(result)
+                else:
+                    result = self._method(method)(*args, **kwargs)
+                if asyncio.iscoroutine(result):
+                    result = await result
+            except Exception as exc:  # noqa: BLE001
+                self._note(task_id, name, started, exc)
+                return spread_failure(error_of(name, exc), num_returns)
+            finally:
+                # Before the reply (see there); a moment of this actor's loop, only
+                # when the call borrowed refs.
+                self.backend.confirm_borrows()
+        finished = time.time()
+        stored = self._store(name, result, num_returns, caller_client)
+        del result
+        if ref_counter._released:
+            self.backend._drain()
+        cluster_record.note(self.session, task_id, name, self.actor_id, started, loaded, finished,
+                            time.time(), None, (), _result_size(stored, num_returns))
+        return stored
+
+    def _method(self, method: str) -> Any:
+        if method == "__ray_ready__":  # Ray's: True once the actor is up
+            return _ready
+        if method.startswith(DYNAMIC_METHOD):  # num_returns="dynamic": items stored as put
+            return DynamicReturns(getattr(self.instance, method[len(DYNAMIC_METHOD):]))
+        return getattr(self.instance, method)
+
+    def _note(self, task_id: int, name: str, started: float, exc: BaseException) -> None:
+        now = time.time()
+        cluster_record.note(self.session, task_id, name, self.actor_id, started, now, now, now,
+                            cluster_record.error_text(exc))
+
+    def _store(self, name: str, result: Any, num_returns: int, caller_client: str) -> Any:
+        if num_returns == 0:
+            return None
+        if num_returns == 1:
+            stored: Any = self.backend.encode(result)
+            parts: tuple[Any, ...] = (stored,)
+        else:
+            parts = tuple(result) if isinstance(result, (tuple, list)) else ()
+            if len(parts) != num_returns:
+                exc = ValueError(f"{name} has num_returns={num_returns} but returned "
+                                 f"{result!r:.80}")
+                return spread_failure(error_of(name, exc), num_returns)
+            stored = parts = tuple(self.backend.encode(part) for part in parts)
+        # Refs inside: handed over to the caller through the scheduler (cluster_holds),
+        # so this process's own refs may go as soon as the call returns.
+        inner = [key for part in parts if type(part) is WithRefs for key in part.keys.values()]
+        if inner:
+            return self.backend.hand_over_result(stored, list(dict.fromkeys(inner)),
+                                                 caller_client)
+        return stored
+
+
+def _result_size(stored: Any, num_returns: int) -> int:
+    """The event log's result size of a call's stored result (a handed-over one's inside)."""
+    return stored_size(stored.stored if type(stored) is Handover else stored, num_returns)
+
+
+def _ready() -> bool:
+    return True
+
+
+def _run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:
+    loop.run_forever()
+    loop.close()
+
+
+def _load_args(backend: Any, payload: bytes, dep_values: tuple[Any, ...]) -> tuple[list, dict]:
+    args, kwargs = cloudpickle.loads(payload)
+    if dep_values:
+        values = [backend.decode(value) for value in dep_values]
+        args = [values[a.index] if type(a) is ArgSlot else a for a in args]
+        kwargs = {k: values[v.index] if type(v) is ArgSlot else v for k, v in kwargs.items()}
+    return list(args), kwargs

@@ -1,0 +1,227 @@
+"""``get`` and ``wait`` on the distributed backend.
+
+The ``Fetching`` part of ``DistributedBackend`` (``cluster.py``). ``get`` gathers the
+objects' futures through the client (``timeout`` by distributed's ``wait`` first);
+``wait`` counts done futures with done callbacks and one event. A future's failure that
+is not the user's error (a stored ``Failed``) is turned into lightwork's own error:
+cancelled, a worker lost on every try (``WorkerCrashedError``), or the backend's.
+
+A task lost with its worker and submitted again (``max_retries``, see ``cluster_tasks``)
+is not ready while its retry runs, for ``get`` and ``wait`` alike: both start its
+recovery when they meet the loss first (it is idempotent), then follow the id's new
+future. It is ready, its ``get`` raising ``WorkerCrashedError``, only once its retries
+are used up.
+
+Nested calls
+------------
+Inside a task, ``get`` and ``wait`` secede from the worker's thread pool while they
+block and rejoin after, so a task waiting for its children never holds the slot they
+need, even on a cluster of one single-thread worker.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from typing import Any
+
+from lightwork.kernel import exceptions
+from lightwork.kernel.object_ref import ObjectRef, ref_counter
+from lightwork.engines.distributed import worker as cluster_worker
+from lightwork.engines.distributed.worker import BACKEND
+
+
+class _WorkerLost(Exception):
+    """A fetched task was lost with its worker (``killed``: distributed's KilledWorker)."""
+
+    def __init__(self, killed: BaseException) -> None:
+        super().__init__(killed)
+        self.killed = killed
+
+
+class Fetching:
+    """Fetching results (a part of ``DistributedBackend``)."""
+
+    in_driver: bool
+    task_ids: dict[int, int]
+    recorder: Any
+
+    def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
+        self._check_open()
+        if ref_counter._released:
+            self._drain()
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        try:
+            while True:
+                futures = [self._future_of(i) for i in ids]
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    stored = self._blocking(lambda: self._gather(futures, left))
+                    break
+                except _WorkerLost as lost:  # submitted again, unless out of retries
+                    self._recover_all(lost.killed, futures)
+                    if all(self.futures.get(i) is f for i, f in zip(ids, futures)):
+                        raise self._system_error(lost.killed, futures) from None
+        finally:
+            if self.recorder is not None:
+                self.recorder.blocked("get", start, ids, callsite, self.task_ids.get(ids[0], 0))
+        return [self.decode(value) for value in stored]
+
+    def _gather(self, futures: list[Any], timeout: float | None) -> list[Any]:
+        from distributed import wait as wait_futures
+
+        try:
+            if any(f.key is None for f in futures):
+                return self._gather_with_actor_results(futures, timeout)
+            if timeout is not None:
+                wait_futures(futures, timeout=timeout)
+            return self.client.gather(futures)
+        except TimeoutError:
+            still = sum(1 for f in futures if not f.done())
+            raise exceptions.GetTimeoutError(
+                f"get timed out after {timeout} s: {still} of {len(futures)} object(s) "
+                "not ready. Raise the timeout, or use wait() to take the ready ones "
+                "first.") from None
+        except BaseException as exc:
+            from distributed.scheduler import KilledWorker
+
+            if isinstance(exc, KilledWorker):
+                raise _WorkerLost(exc) from None
+            raise self._system_error(exc, futures) from None
+
+    def _recover_all(self, killed: Any, futures: list[Any]) -> None:
+        """Recover the task lost with its worker (``killed``: distributed's KilledWorker)
+        and every failed one among ``futures`` (those the scheduler plugin's message,
+        ``cluster_plugin.TaskErrors``, did not reach first)."""
+        from lightwork.engines.distributed.tasks import _losses
+
+        erred = [f.key for f in futures if f.key is not None and f.status == "error"]
+        for key in erred or [killed.task]:
+            self._recover(killed.task, key, _losses(killed))
+
+    def _gather_with_actor_results(self, futures: list[Any], timeout: float | None) -> list[Any]:
+        from distributed import wait as wait_futures
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cluster = [f for f in futures if f.key is not None]
+        if cluster and timeout is not None:
+            wait_futures(cluster, timeout=timeout)
+        values = iter(self.client.gather(cluster) if cluster else [])
+        return [next(values) if f.key is not None else f.stored(
+            None if deadline is None else max(0.0, deadline - time.monotonic()))
+            for f in futures]
+
+    def _system_error(self, exc: BaseException, futures: list[Any]) -> BaseException:
+        """distributed's failure of a future as lightwork's error."""
+        from distributed.scheduler import KilledWorker
+
+        if isinstance(exc, concurrent.futures.CancelledError):
+            key = getattr(exc, "key", None) or next(
+                (f.key for f in futures if f.cancelled()), "?")
+            return exceptions.TaskCancelledError(f"task {key} was cancelled")
+        if isinstance(exc, KilledWorker):
+            key = exc.args[0] if exc.args else "?"
+            return exceptions.WorkerCrashedError(
+                f"task {key} was running on a worker that died, on every try its "
+                "max_retries allows (each try is allowed-failures + 1 workers: "
+                f"{exc.allowed_failures + 1} here). Look at the workers' logs for why they "
+                "died (memory limit, a crash in native code); if the task uses too much "
+                "memory, give it more with resources or split it")
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            return exc
+        return exceptions.RuntimeSystemError(
+            f"the {BACKEND} backend could not fetch a result: {type(exc).__name__}: {exc}")
+
+    def wait(self, ids: list[int], num_returns: int, timeout: float | None,
+             callsite: Any = None) -> list[int]:
+        self._check_open()
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        blocked = False
+        while True:
+            futures = [self._future_of(i) for i in ids]
+            settled = [self._settled(i, f) for i, f in zip(ids, futures)]
+            if not all(f is self.futures.get(i) for i, f in zip(ids, futures)):
+                continue  # a lost task was submitted again: count its new future
+            ready = [i for i, was_settled in zip(ids, settled) if was_settled]
+            left = None if deadline is None else deadline - time.monotonic()
+            if len(ready) >= num_returns or timeout == 0 or (left is not None and left <= 0):
+                break
+            # A task's Future, an actor call's ActorResult or a stream's ItemSlot; every one
+            # not counted above (a callback on one done since runs at once: none is missed).
+            # A future that fails in the engine (its worker lost) is not counted: it wakes
+            # the loop, which counts it once its retry is decided (see ``_settled``).
+            event = threading.Event()
+            needed = [num_returns - len(ready)]
+            count_lock = threading.Lock()
+
+            def hit(future: Any, event: Any = event, needed: Any = needed,
+                    count_lock: Any = count_lock) -> None:
+                if getattr(future, "status", None) == "error":
+                    event.set()
+                    return
+                with count_lock:
+                    needed[0] -= 1
+                    if needed[0] <= 0:
+                        event.set()
+
+            for future, was_settled in zip(futures, settled):
+                if not was_settled:
+                    future.add_done_callback(hit)
+            blocked = True
+            if not self._blocking(lambda event=event, left=left: event.wait(left)):
+                ready = [i for i, f in zip(ids, futures) if self._settled(i, f)]
+                break
+        if blocked and self.recorder is not None:
+            self.recorder.blocked("wait", start, ids, callsite, self.task_ids.get(ids[0], 0))
+        return ready[:num_returns]
+
+    def _settled(self, object_id: int, future: Any) -> bool:
+        """Whether ``wait`` counts ``future`` (of ``object_id``) as ready: done, unless it
+        failed in the engine because its worker was lost and its task runs again
+        (``max_retries``), as Ray keeps a retried task not ready. Then its id has a new
+        future (submitted here, if the scheduler plugin's message has not done it yet)."""
+        if not future.done():
+            return False
+        if getattr(future, "status", None) != "error":
+            return True
+        from distributed.scheduler import KilledWorker
+
+        try:
+            lost = future.exception()
+        except Exception:  # noqa: BLE001 - released meanwhile: get says what happened
+            return True
+        if isinstance(lost, KilledWorker):
+            from lightwork.engines.distributed.tasks import _losses
+
+            self._recover(lost.task, future.key, _losses(lost))
+        return self.futures.get(object_id) is future
+
+    def _blocking(self, call: Any) -> Any:
+        """Run ``call``; inside a task, seceded from the worker's pool while it blocks."""
+        if self.in_driver or getattr(cluster_worker.current, "task", None) is None:
+            return call()
+        from distributed import rejoin, secede
+
+        try:
+            secede()
+        except ValueError:  # an actor's own thread, not the worker's pool: nothing to free
+            return call()
+        try:
+            return call()
+        finally:
+            rejoin()
+
+    def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
+        result: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def fetch() -> None:
+            try:
+                result.set_result(self.get([ref.id], None)[0])
+            except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                result.set_exception(exc)
+
+        threading.Thread(target=fetch, daemon=True, name="lightwork-future").start()
+        return result

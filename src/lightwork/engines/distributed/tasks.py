@@ -1,0 +1,454 @@
+"""Tasks on the distributed backend: submission, resources, retries, cancel and ``put``.
+
+The ``TaskSubmission`` part of ``DistributedBackend`` (``cluster.py``).
+
+Tasks
+-----
+``submit_task`` pickles the function's arguments itself, replacing each top-level ref by
+an ``ArgSlot``, and passes those refs' futures to distributed as dependencies: the engine
+resolves top-level refs to values; refs inside containers stay refs (borrowed: see
+``cluster_worker``). ``num_returns=k`` is one task returning a tuple and ``k`` small
+``pick`` tasks, each with its own key and ref.
+
+Retries
+-------
+``retry_exceptions`` (by type) runs again on the worker, up to ``max_retries``. A lost
+worker counts against each task's own ``max_retries`` too, from the driver: every task
+keeps its :class:`Lineage` (how to submit it again) while its refs live. When the
+scheduler fails a task with ``KilledWorker`` (its worker died while running it, on
+``allowed-failures + 1`` workers: start the scheduler with ``allowed-failures=0`` so each
+loss is one attempt, as ``init(address="local-cluster")`` does; with another value
+``init`` warns once and each failure counts ``allowed-failures + 1`` losses, see
+``check_allowed_failures``), the scheduler
+plugin ``cluster_plugin.TaskErrors`` publishes it on a topic every lightwork client
+subscribes to (``_watch_task_errors``), and the task is submitted again
+under a new key (``…-r<n>``), its refs now naming the new futures, until its attempts
+are used up; then its get raises ``WorkerCrashedError``. Tasks that failed only because a
+dependency was lost are submitted again too, on the dependency's new futures, without
+counting an attempt. Recovery runs on one thread (``_recover``), started by the message
+or by a ``get`` that met the error first, whichever comes first; it is idempotent.
+
+Actor results as arguments
+--------------------------
+An actor call's result lives with its caller, not in the cluster. Passed to a task once
+it has come, it is passed by value. Passed while the call still runs, it becomes a
+*bridge* (``_bridge``): a small task, the argument's dependency, that secedes from its
+worker's pool and waits on a distributed ``Variable``; the caller sets the Variable to
+the result's scattered key when the call ends. So ``.remote()`` never waits for an actor
+call, and nothing polls.
+
+Resources: ``num_cpus`` up to 1 takes one worker thread, as every distributed task does
+(no resource restriction, so the engine's fast path and its queuing apply, and a task
+blocked in a nested ``get`` secedes and frees its thread, as Ray frees the CPU of a
+blocked task). ``num_cpus`` above 1, ``num_gpus`` and ``resources`` become distributed
+resource restrictions, which only count resources the workers declared: start them with
+``--resources "CPU=n"`` (and ``GPU=``, custom names). A request no worker can meet fails
+at submit, naming the resource.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from lightwork.kernel.object_ref import ObjectRef, collecting_refs, ref_counter
+from lightwork.kernel.serialization import pickle_value
+from lightwork.engines.distributed import streams as cluster_streams
+from lightwork.engines.distributed import worker as cluster_worker
+from lightwork.engines.distributed.worker import ArgSlot, key_name, unsupported
+
+
+@dataclass(slots=True, eq=False)
+class Lineage:
+    """How to submit a task again after its worker was lost (see *Retries*)."""
+
+    task_id: int
+    name: str
+    header: tuple[Any, ...]
+    sources: tuple[tuple[Lineage | None, int, Any], ...]  # per dep: (task, index, future)
+    restrictions: dict[str, float] | None
+    prefix: str
+    num_returns: int
+    max_retries: int
+    return_ids: list[int]
+    futures: list[Any]  # its current return futures (the main one if it returns none)
+    key: str  # its current main key
+    stream: bool  # a streaming generator task (see cluster_streams)
+    live: int = 0  # refs of its returns still held here
+    lost: int = 0  # attempts lost with their worker
+    resubmits: int = 0
+    final: str = ""  # why it will not be submitted again
+
+
+def _losses(killed: Any) -> int:
+    """How many lost workers a ``KilledWorker`` stands for: the scheduler tried the task
+    ``allowed-failures + 1`` times before giving up (see ``check_allowed_failures``)."""
+    return max(0, int(getattr(killed, "allowed_failures", 0) or 0)) + 1
+
+
+_warned_allowed_failures: set[str] = set()  # scheduler addresses warned about
+
+
+def check_allowed_failures(client: Any) -> int:
+    """The scheduler's ``allowed-failures``; warns once per scheduler when it is not 0.
+
+    The scheduler itself runs a task again on another worker after each lost worker, up
+    to ``allowed-failures`` times, before it fails the task (``KilledWorker``). lightwork
+    counts those losses against the task's own ``max_retries`` (``_losses``), so no task
+    runs more than ``max_retries + 1`` times unless the scheduler's own retries go
+    beyond it; with 0 each lost worker is exactly one of the task's tries.
+    """
+    def allowed(dask_scheduler: Any = None) -> int:
+        return int(getattr(dask_scheduler, "allowed_failures", 0) or 0)
+
+    try:
+        value = client.run_on_scheduler(allowed)
+    except Exception:  # noqa: BLE001 - a scheduler that will not run functions: no check
+        return 0
+    address = str(getattr(client.scheduler, "address", ""))
+    if value and address not in _warned_allowed_failures:
+        _warned_allowed_failures.add(address)
+        import warnings
+
+        warnings.warn(
+            f"the Dask scheduler at {address} retries a task lost with its worker itself, "
+            f"up to allowed-failures={value} time(s), before lightwork hears of it: a task "
+            f"may then run up to {value + 1} times however low its max_retries (max_retries"
+            f"=0 included), and each loss counts {value + 1} of its max_retries. Start the "
+            "scheduler with allowed-failures=0 (DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"
+            "=0 in its environment, or distributed.scheduler.allowed-failures: 0 in its "
+            "config), so that each lost worker is one of a task's tries, as in Ray",
+            RuntimeWarning, stacklevel=4)
+    return value
+
+
+def _task_id_of_key(key: Any) -> int | None:
+    try:
+        return int(str(key).split("-")[1], 16)
+    except (IndexError, ValueError):
+        return None
+
+
+class TaskSubmission:
+    """Submitting tasks and objects (a part of ``DistributedBackend``)."""
+
+    lock: threading.Lock
+    futures: dict[int, Any]
+    task_ids: dict[int, int]
+    _orphans: dict[int, Any]
+    _shapes: dict[tuple, dict[str, float] | None]
+    recorder: Any
+    _lineages: dict[int, Lineage]
+    _recover_lock: threading.Lock
+
+    def _restrictions(self, spec: Any) -> dict[str, float] | None:
+        """The distributed resource restrictions of ``spec``'s shape (None: none)."""
+        shape = spec.shape
+        try:
+            return self._shapes[shape]
+        except KeyError:
+            pass
+        restrictions = {r: a for r, a in shape if a and not (r == "CPU" and a <= 1)}
+        if restrictions:
+            problem = self._infeasible(restrictions)
+            if problem:
+                problem = self._infeasible(restrictions, refresh=True)
+            if problem:
+                raise ValueError(
+                    f"task {spec.name} can never be scheduled on this cluster: {problem}. "
+                    "Lower its request with .options(), or start workers that declare the "
+                    "resource: dask worker --resources 'CPU=4,GPU=1' (distributed counts "
+                    "only resources the workers declare)")
+        self._shapes[shape] = restrictions or None
+        return restrictions or None
+
+    def _infeasible(self, restrictions: dict[str, float], refresh: bool = False) -> str:
+        if refresh:
+            self._worker_resources = None
+        offered = self.worker_resources()
+        if any(all(have.get(r, 0.0) >= a for r, a in restrictions.items())
+               for have in offered.values()):
+            return ""
+        for resource, amount in restrictions.items():
+            best = max((have.get(resource, 0.0) for have in offered.values()), default=0.0)
+            if best < amount:
+                return (f"it needs {amount:g} {resource} on one worker, and the most any of "
+                        f"the {len(offered)} worker(s) declares is {best:g}")
+        return f"no one worker declares all of {restrictions}"
+
+    _worker_resources: dict[str, dict[str, float]] | None = None
+
+    def worker_resources(self) -> dict[str, dict[str, float]]:
+        """Each worker's declared resources (cached; refreshed when a request fails)."""
+        if self._worker_resources is None:
+            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+            self._worker_resources = {
+                address: {k: float(v) for k, v in (info.get("resources") or {}).items()}
+                for address, info in workers.items()}
+        return self._worker_resources
+
+    def submit_task(
+        self, spec: Any, args: tuple, kwargs: dict, callsite: Any = None
+    ) -> list[ObjectRef]:
+        self._check_open()
+        if spec.runtime_env:
+            # A Dask worker runs several tasks in one process: environment variables, the
+            # working directory and sys.path set for one task would leak into the others.
+            raise unsupported(
+                f"a per-task runtime_env ({spec.name})",
+                "set the environment on the cluster's workers (dask worker's environment "
+                "or a WorkerPlugin), or run the task without runtime_env")
+        if spec.max_calls:
+            # A Dask worker runs many tasks in one long-lived process: it cannot exit
+            # after N calls of one function.
+            raise unsupported(
+                f"max_calls ({spec.name}, max_calls={spec.max_calls})",
+                "declare the function without max_calls, or run the leaking work in an "
+                "actor that you kill and create again")
+        if ref_counter._released:
+            self._drain()
+        restrictions = self._restrictions(spec)
+        deps: list[Any] = []
+        sources: list[tuple[Lineage | None, int, Any]] = []
+        futures = self.futures
+        dep_tasks: tuple[int, ...] = ()
+        if any(type(a) is ObjectRef for a in args) or any(
+                type(v) is ObjectRef for v in kwargs.values()):
+            dep_tasks = tuple(self.task_ids.get(a.id, 0) for a in (*args, *kwargs.values())
+                              if type(a) is ObjectRef)
+            args, kwargs = self._slots(args, kwargs, deps, sources)
+        with collecting_refs() as contained:
+            payload = pickle_value((args, kwargs))
+        keys = self._keys_of(contained) if contained else None
+        task_id = self.next_object_id()
+        num_returns = spec.num_returns
+        prefix = key_name(spec.name)
+        shape = dict(spec.shape)
+        header = (task_id, spec.key, spec.blob, spec.name, payload, keys, max(num_returns, 1),
+                  spec.max_retries, spec.retry_exceptions, shape, self.session_tag)
+        recorder = self.recorder
+        if recorder is not None:
+            recorder.submitted(task_id, spec.name, callsite, len(payload),
+                               num_cpus=shape.get("CPU", 1.0), dep_tasks=dep_tasks,
+                               call=(args, kwargs))
+        main_key = f"{prefix}-{task_id:x}"
+        main, return_futures = self._submit_main(header, deps, restrictions, main_key,
+                                                 num_returns, spec.stream)
+        if keys:  # hold what the task borrows until it ends
+            held = [futures[i] for i in keys]
+            main.add_done_callback(lambda _f, held=held: held.clear())
+        refs = []
+        lineage = Lineage(task_id, spec.name, header, tuple(sources), restrictions, prefix,
+                          num_returns, spec.max_retries, [], return_futures, main_key,
+                          spec.stream)
+        with self.lock:
+            for future in return_futures if num_returns else []:
+                object_id = self.next_object_id()
+                futures[object_id] = future
+                self.task_ids[object_id] = task_id
+                lineage.return_ids.append(object_id)
+                refs.append(ObjectRef(object_id))
+            lineage.live = len(refs)
+            self._lineages[task_id] = lineage
+            if not num_returns:
+                self._orphans[task_id] = main
+                main.add_done_callback(lambda _f: self._task_ended(task_id))
+        if spec.stream:
+            self._open_stream(refs[0].id, task_id, main)
+        if recorder is not None:
+            recorder.returned(task_id, [ref.id for ref in refs], main)
+        return refs
+
+    def _submit_main(self, header: tuple[Any, ...], deps: list[Any],
+                     restrictions: dict[str, float] | None, main_key: str,
+                     num_returns: int, stream: bool) -> tuple[Any, list[Any]]:
+        """Submit one attempt of a task: its main future, and its return futures."""
+        client = self.client
+        runner = cluster_streams.run_stream_task if stream else cluster_worker.run_task
+        main = client.submit(runner, header, *deps, key=main_key, resources=restrictions,
+                             pure=False)
+        if num_returns <= 1:
+            return main, [main]
+        return main, [client.submit(cluster_worker.pick, main, index, pure=False,
+                                    key=f"{main_key}-{index}")
+                      for index in range(num_returns)]
+
+    def _bridge(self, result: Any) -> Any:
+        """A cluster key for a pending actor call's ``result`` (see *Actor results as
+        arguments*): a task that waits, seceded, on a distributed ``Variable`` this
+        process sets to the result's key once the call has finished."""
+        name = f"lightwork-bridge-{uuid.uuid4().hex}"
+        bridge = self.client.submit(cluster_worker.await_bridged, name, pure=False,
+                                    key=f"actor_result-{self.next_object_id():x}")
+
+        def set_variable() -> None:
+            from distributed import Variable
+
+            stored = result.stored(None)
+            if result.call.inner:  # refs inside: alive while the bridge's key is
+                self.hold_under(bridge.key, result.call.inner)
+            try:
+                [value] = self.client.scatter([stored], hash=False)
+                Variable(name, client=self.client).set(value)
+            except Exception:  # noqa: BLE001 - the session closed meanwhile
+                pass
+
+        # The call ends on the event loop: the scatter and set run in a thread of their own.
+        result.add_done_callback(lambda _r: threading.Thread(
+            target=set_variable, daemon=True, name="lightwork-bridge").start())
+        return bridge
+
+    def _task_ended(self, task_id: int) -> None:
+        self._orphans.pop(task_id, None)
+        self._lineages.pop(task_id, None)
+
+    def _slots(self, args: tuple, kwargs: dict, deps: list[Any],
+               sources: list[tuple[Lineage | None, int, Any]]) -> tuple[tuple, dict]:
+        """Top-level refs replaced by ArgSlots; their futures appended to ``deps``, and
+        where each came from to ``sources`` (to submit the task again: see *Retries*)."""
+
+        def slot(value: Any) -> Any:
+            if type(value) is not ObjectRef:
+                return value
+            future = self._future_of(value.id)
+            if future.key is None:  # an actor call's result: it lives here, not in the cluster
+                if future.done():
+                    return self.decode(future.stored(None))  # passed by value
+                future = self._bridge(future)  # a key that becomes its value when it comes
+                deps.append(future)
+                sources.append((None, 0, future))
+                return ArgSlot(len(deps) - 1)
+            deps.append(future)
+            source = self._lineages.get(self.task_ids.get(value.id, 0))
+            index = source.return_ids.index(value.id) if source is not None else 0
+            sources.append((source, index, future))
+            return ArgSlot(len(deps) - 1)
+
+        return tuple(slot(a) for a in args), {k: slot(v) for k, v in kwargs.items()}
+
+    # -- retries after a lost worker (see *Retries*) ---------------------------------------
+    def _watch_task_errors(self, client: Any) -> None:
+        """Hear of every task the scheduler fails because a worker was lost (the
+        scheduler plugin ``cluster_plugin.TaskErrors`` publishes them on a topic): a lost
+        task starts recovery; a borrowed actor's key drops its cached proxy."""
+        from lightwork.engines.distributed.plugin import TASK_ERRORS_TOPIC
+
+        def task_erred(event: tuple[float, dict[str, Any]]) -> None:  # on the event loop
+            message = event[1]
+            key = message["key"]
+            killed = message.get("killed")
+            if killed is not None and (_task_id_of_key(key) in self._lineages
+                                       or _task_id_of_key(killed) in self._lineages):
+                # Never block the loop: recovery submits and may wait.
+                threading.Thread(target=self._recover, args=(killed, key,
+                                                             int(message.get("losses", 1))),
+                                 daemon=True, name="lightwork-retry").start()
+            if message.get("actor") and (self._proxies or self._sent):
+                # a borrowed actor's key: its proxy is stale, its calls in flight lost
+                self._actor_key_erred(key)
+
+        # From the client's loop: its stream to the scheduler is woken only from there.
+        client.loop.add_callback(client.subscribe_topic, TASK_ERRORS_TOPIC, task_erred)
+
+    def _recover(self, killed_key: Any, erred_key: Any, losses: int = 1) -> bool:
+        """Submit again the task lost with its worker (``killed_key``: ``losses`` workers
+        died running it, see ``_losses``) and the task whose key failed with it
+        (``erred_key``, a dependent); True if anything was."""
+        with self._recover_lock:
+            if self._closed:
+                return False
+            killed = self._lineages.get(_task_id_of_key(killed_key) or 0)
+            erred = self._lineages.get(_task_id_of_key(erred_key) or 0)
+            if killed is None and erred is not None:  # a dependency whose refs are gone
+                killed = next((source for source, _i, _f in erred.sources
+                               if source is not None and source.key == str(killed_key)), None)
+            again = False
+            if killed is not None and killed.key == str(killed_key) and not killed.final:
+                killed.lost += losses
+                limit = killed.max_retries
+                if limit >= 0 and killed.lost > limit:
+                    killed.final = (f"its worker died {killed.lost} time(s) while running "
+                                    f"it, and max_retries={limit}")
+                else:
+                    self._resubmit(killed)
+                    again = True
+            if erred is not None and erred is not killed and not erred.final and any(
+                    source is not None and source.futures[index] is not future
+                    for source, index, future in erred.sources):
+                self._resubmit(erred)  # its dependency is back: it did not fail itself
+                again = True
+            return again
+
+    def _resubmit(self, lineage: Lineage) -> None:
+        """Submit ``lineage``'s task again under a new key; its refs follow (recovering
+        first the dependencies lost with it)."""
+        deps = [source.futures[index] if source is not None else future
+                for source, index, future in lineage.sources]
+        lineage.sources = tuple((source, index, dep) for (source, index, _f), dep
+                                in zip(lineage.sources, deps))
+        lineage.resubmits += 1
+        key = f"{lineage.prefix}-{lineage.task_id:x}-r{lineage.resubmits}"
+        main, return_futures = self._submit_main(lineage.header, deps, lineage.restrictions,
+                                                 key, lineage.num_returns, lineage.stream)
+        with self.lock:
+            lineage.key, lineage.futures = key, return_futures
+            for object_id, future in zip(lineage.return_ids, return_futures):
+                if object_id in self.futures:
+                    self.futures[object_id] = future
+            if not lineage.num_returns:
+                self._orphans[lineage.task_id] = main
+                main.add_done_callback(lambda _f: self._task_ended(lineage.task_id))
+
+    def cancel(self, object_ids: list[int], force: bool, recursive: bool = True) -> None:
+        # recursive: tasks submitted from a task go through the same client; Dask keeps no
+        # parent link, so only the named tasks are cancelled here.
+        self._check_open()
+        futures = [self._future_of(i) for i in object_ids]
+        if force:
+            running = self._running([f.key for f in futures])
+            if running:
+                raise unsupported(
+                    "cancel(force=True) of a running task",
+                    f"distributed cannot stop a task that is running ({running[0]!r}); call "
+                    "cancel() without force to stop waiting for it (its get raises "
+                    "TaskCancelledError), or let it finish")
+        self.client.cancel(futures, force=True)
+        if self.recorder is not None:
+            self.recorder.cancelled([self.task_ids.get(i, 0) for i in object_ids])
+
+    def _running(self, keys: list[Any]) -> list[Any]:
+        def processing(dask_scheduler: Any, keys: list[Any] = keys) -> list[Any]:
+            tasks = dask_scheduler.tasks
+            return [k for k in keys if k in tasks and tasks[k].state == "processing"]
+
+        return self.client.run_on_scheduler(processing)
+
+    def put_error(self, exc: BaseException) -> ObjectRef:
+        """An object whose ``get`` raises ``exc`` as the running task's error: where a
+        ``num_returns="dynamic"`` generator stopped with it (``_generator._error_item``),
+        the items before it staying readable, as on the embedded runtime."""
+        self._check_open()
+        task = getattr(cluster_worker.current, "task", None)
+        stored = cluster_worker.error_of(task[1] if task else "(unknown task)", exc)
+        object_id = self.next_object_id()
+        [future] = self.client.scatter([stored], hash=False)
+        with self.lock:
+            self.futures[object_id] = future
+            self.task_ids[object_id] = 0
+            return ObjectRef(object_id)
+
+    def put(self, value: Any) -> ObjectRef:
+        self._check_open()
+        if ref_counter._released:
+            self._drain()
+        object_id = self.next_object_id()
+        stored = self.encode(value)
+        [future] = self.client.scatter([stored], hash=False)
+        if type(stored) is cluster_worker.WithRefs:  # held until no one can read it
+            self.hold_inside(stored, future.key, "forgotten", armed=False)
+        with self.lock:
+            self.futures[object_id] = future
+            self.task_ids[object_id] = 0
+            return ObjectRef(object_id)

@@ -1,0 +1,126 @@
+"""The local backend: the embedded runtime of ``lightwork.engines.local``.
+
+:meth:`LocalBackend.open` builds a session: the driver's ``Node``, its memory monitor
+and, when the advisor is loaded and wanted, its advisor. In the driver it wraps the ``Node``; inside one of its worker processes, the ``Worker``
+(nested calls travel to the driver). Both already provide every operation of
+:class:`~lightwork.kernel.backend.Backend` under the same names, so the backend binds the
+core's methods onto itself when it is made: a call through the interface is a direct
+call of the core's method, and the local hot path pays nothing for the seam. The class
+also carries plain forwarders of the same names, so it implements the abstract interface
+as a class (the instance's bound methods shadow them).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Any
+
+from lightwork.kernel.backend import Backend, SessionOptions
+
+# The operations whose implementation is the core's method of the same name.
+_BOUND = (
+    "submit_task", "cancel", "next_object_id", "put", "get", "wait", "future",
+    "task_id_of", "create_actor", "submit_actor_task", "driver_request",
+    "runtime_context", "resources",
+)
+
+
+class LocalBackend(Backend):
+    """The embedded runtime: ``core`` is the driver's Node or a worker's Worker."""
+
+    name = "local"
+
+    def __init__(self, core: Any, in_driver: bool) -> None:
+        self.core = core
+        self.in_driver = in_driver
+        self.node = core if in_driver else None
+        for operation in _BOUND:  # see the module docstring: no wrapper on the hot path
+            setattr(self, operation, getattr(core, operation))
+
+    @classmethod
+    def open(cls, options: SessionOptions) -> LocalBackend:
+        """Start the embedded runtime in this process with ``init``'s options."""
+        import os
+
+        from lightwork.engines.local.memory_monitor import MemoryMonitor, configure
+        from lightwork.engines.local.node import Node
+        from lightwork.engines.local.store import check_budget
+        from lightwork.kernel import tools
+        from lightwork.kernel.session import SHM_ROOT
+
+        threshold, refresh_s = configure(options.memory_usage_threshold,
+                                         options.memory_monitor_refresh_ms)
+        store_budget = options.object_store_memory
+        if store_budget is not None:
+            store_budget = check_budget(store_budget, SHM_ROOT + "/.")
+        cpus = float(os.cpu_count() or 1) if options.num_cpus is None else options.num_cpus
+        node = Node(cpus, options.num_gpus or 0.0, dict(options.resources or {}),
+                    options.namespace, options.event_budget, store_budget, options.spill_dir,
+                    runtime_env=options.runtime_env, memory=options.memory)
+        node.memory_monitor = MemoryMonitor(node, threshold, refresh_s)
+        node.memory_monitor.start()
+        if options.advisor and options.event_budget and tools.advisor_loaded():
+            node.advisor = tools.advisor().Advisor(node, init_callsite=options.init_callsite)
+            node.advisor.start()
+        return cls(node, in_driver=True)
+
+    @property
+    def closed(self) -> bool:
+        return self.node is not None and self.node.closed
+
+    def shutdown(self) -> None:
+        node = self.node
+        if node is None:
+            return
+        if node.advisor is not None:
+            node.advisor.stop()
+        node.shutdown()
+
+    def address(self) -> str:
+        return "local"
+
+    def put_error(self, exc: BaseException) -> Any:
+        if self.in_driver:
+            raise exc
+        return self.core.put_error(exc)
+
+    def actor_loop(self) -> Any:
+        return None if self.in_driver else self.core.loop
+
+    def is_canceled(self) -> bool:
+        if self.in_driver:
+            raise RuntimeError(
+                "is_canceled() works only inside a task or an actor's method: the "
+                "driver is never cancelled")
+        if self.core.loop is not None:
+            raise RuntimeError(
+                "is_canceled() is not supported in an async actor: cancel() raises "
+                "asyncio.CancelledError in the coroutine instead (catch it to clean up)")
+        return bool(self.core.is_canceled())
+
+    def exit_actor(self) -> None:
+        from lightwork.engines.local.worker import ActorExit
+
+        worker = self.core
+        if self.in_driver or worker.actor is None and worker.actor_id == 0:
+            super().exit_actor()
+        raise ActorExit(0)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        total = self.core.resources()[0]
+        return [{"NodeID": self.core.runtime_context()["node_id"], "Alive": True,
+                 "Resources": total, "NodeManagerAddress": "127.0.0.1"}]
+
+
+def _forward_to_core(operation: str) -> Callable[..., Any]:
+    def forward(self: LocalBackend, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.core, operation)(*args, **kwargs)
+
+    forward.__name__ = forward.__qualname__ = operation
+    return forward
+
+
+for _operation in _BOUND:
+    setattr(LocalBackend, _operation, _forward_to_core(_operation))
+abc.update_abstractmethods(LocalBackend)

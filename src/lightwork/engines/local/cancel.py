@@ -1,0 +1,136 @@
+"""Cancelling tasks: ``cancel()`` wins in every state of a task (Node methods, a mixin).
+
+The states and what a cancel does in each are in :meth:`Cancellation._cancel_ids`'s
+docstring; an actor's calls are cancelled by ``actors.py`` (``ActorManager.cancel_call``),
+which uses :meth:`Cancellation._interrupt` and :meth:`Cancellation._fail_returns` too.
+Called with the node's lock held.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import TYPE_CHECKING, Any
+
+from lightwork.kernel import exceptions
+from lightwork.engines.local import protocol as p
+from lightwork.engines.local.scheduler import DISPATCHED, READY as TASK_READY, WAITING, TaskSpec
+
+if TYPE_CHECKING:
+    from lightwork.engines.local.node import Node, WorkerConn
+
+    _Base = Node
+else:
+    _Base = object
+
+
+def cancelled_error(task: TaskSpec, when: str) -> exceptions.TaskCancelledError:
+    return exceptions.TaskCancelledError(f"task {task.name} was cancelled with cancel() {when}")
+
+
+class Cancellation(_Base):
+    """The node's cancel operations."""
+
+    def _cancel_ids(self, object_ids: list[int], force: bool, recursive: bool = False) -> None:
+        """Cancel the tasks making these objects; the cancel wins in every state.
+
+        ``recursive``: a task or actor call that is running may have submitted tasks and
+        actor calls from its worker (``TaskSpec.parent``); those still pending or running
+        are cancelled too, and theirs in turn, as in Ray: with the same ``force`` for tasks,
+        without it for actor calls (Ray ignores it there; given for an actor call itself,
+        it raises ValueError before anything is cancelled). No index
+        of children is kept (that would cost every nested submission): the tasks table is
+        searched, and only while some live task has a parent (``nested_live``). A running
+        task cancelled this way stays in ``cancelled_parents`` until it ends, so a task it
+        submitted just before the cancel landed is cancelled when its submission arrives.
+
+        Waiting or ready: the task fails now. Dispatched to a worker: its id goes to the
+        worker's cancel file, then SIGINT (SIGKILL with ``force``) — sent as soon as the
+        fork server gives the worker's pid if it has not yet. The worker checks the file
+        when a SIGINT came, both in the signal handler (the task running now) and before
+        it starts a task, so a cancel landing between dispatch and start is not lost. A
+        task queued on its worker behind another cannot have started: its objects fail
+        now, and ``force`` never kills the worker (that would kill the task ahead of it).
+        """
+        tasks = []
+        for object_id in object_ids:
+            entry = self.objects.entries.get(object_id)
+            task = self.tasks.get(entry.task_id) if entry is not None else None
+            if task is not None:
+                if force and task.actor_id:
+                    raise self.actors.force_refused(task)
+                tasks.append(task)
+        named = len(tasks)
+        if recursive:
+            running = [task for task in tasks if task.state == DISPATCHED]  # actor calls too
+            if running:
+                # Remembered even when no nested task is live: a child whose submission
+                # is still on its way is cancelled when it arrives (_on_worker_submit).
+                self.cancelled_parents.update(task.task_id for task in running)
+                if self.nested_live:
+                    tasks.extend(self._running_descendants(running))
+        for index, task in enumerate(tasks):
+            self._cancel_task(task, force and (index < named or not task.actor_id))
+
+    def _running_descendants(self, running: list[TaskSpec]) -> list[TaskSpec]:
+        """The live tasks and actor calls submitted by ``running`` (running tasks or
+        actor calls),
+        transitively; the running ones found are noted in ``cancelled_parents``."""
+        children: dict[int, list[TaskSpec]] = {}
+        for task in self.tasks.values():
+            if task.parent:
+                children.setdefault(task.parent, []).append(task)
+        found: list[TaskSpec] = []
+        frontier = list(running)
+        while frontier:
+            task = frontier.pop()
+            self.cancelled_parents.add(task.task_id)
+            for child in children.pop(task.task_id, ()):
+                found.append(child)
+                if child.state == DISPATCHED:
+                    frontier.append(child)
+        return found
+
+    def _cancel_task(self, task: TaskSpec, force: bool) -> None:
+        """Cancel one task (see ``_cancel_ids``)."""
+        if task.actor_id:  # an actor's call: see actors.py (force raises there)
+            self.actors.cancel_call(task, force)
+            return
+        if task.cancelled:
+            return
+        task.cancelled = True
+        if task.state == WAITING or (
+            task.state == TASK_READY and self.scheduler.remove_ready(task)
+        ):
+            self._fail_task(task, cancelled_error(task, "before it ran"))
+        elif task.worker is not None:
+            slot = task.worker
+            if slot.inflight and slot.inflight[0] is not task:
+                self._fail_returns(task, cancelled_error(task, "while it was queued on a worker"))
+                force = False
+            conn = self.workers.get(slot.worker_id)
+            if conn is not None:
+                self._interrupt(conn, task.task_id, force)
+
+    def _interrupt(self, conn: WorkerConn, task_id: int, force: bool) -> None:
+        try:
+            with open(p.cancel_file(self.session.directory, conn.worker_id), "a") as f:
+                f.write(f"{task_id}\n")
+        except OSError:
+            force = True  # the worker cannot learn which task: end it, the crash path retries
+        if force:
+            conn.doomed = True
+        else:
+            conn.interrupt_on_spawn = True
+        if conn.pid:
+            try:
+                os.kill(conn.pid, signal.SIGKILL if force else signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    def _fail_returns(self, task: TaskSpec, error: Any) -> None:
+        """Fail a task's objects now; the task itself ends when its worker says so."""
+        for object_id in task.return_ids:
+            entry = self.objects.get(object_id)
+            if entry is not None:
+                self._resolve(entry, None, error)

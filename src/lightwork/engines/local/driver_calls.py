@@ -1,0 +1,618 @@
+"""The driver's side of the public API, as methods of the Node (a mixin).
+
+``submit_task``/``submit_actor_task``/``create_actor``/``put`` register work under the
+node's lock and dispatch it from the caller's thread (no hand-off on the submit path);
+``get``/``wait`` register a :class:`Countdown` on the pending objects and block on it.
+The first blocked caller *leads*: it polls the worker sockets itself on its own epoll,
+so the result that completes its countdown wakes it directly; other blocked callers wait
+on their countdown's event, set by whichever thread applied the result.
+
+Every method here runs in a user thread; state belongs to the node (``node.py``).
+
+Where the time goes (issue 13; every session's measurements, changes and dropped
+experiments are in ``bench/HOTPATH.md``). A synchronous call is within 1-2x of the pipe
+floor: the leading getter reads the result itself, waiters spin briefly before they
+block, and the I/O thread is muted while a getter leads. A batch of no-op tasks is bound
+by the driver's CPU, ~4.6 µs a task on a quiet host. Until session 20 two threads shared
+it while a program submitted in a loop: the loop queued its tasks without the lock
+(``node_lock.py``) and the I/O thread registered, dispatched and read them, the two
+taking the GIL from each other and the tasks' objects from one core's cache to the
+other's (the I/O thread ~2.4 µs a task; the tasks reached the workers in bursts, 35 ms
+after their submission at the median). Now the submitting thread does that work itself
+every ``SUBMITTER_PASS_EVERY`` queued submissions (``_submitter_pass``), the I/O thread
+muted as for a leading getter (``io_loop.py``): the driver's CPU a task 0.76 of before,
+the wall clock 0.73, and a task reaches a worker 0.3 ms after its submission. What is
+left, ~1,100 bytecodes a task (``bench/bytecodes.py``; the lean bound's 353) over ~50
+steps, none above ~12%, and ``perf``'s interpreter (~42%) and allocation (~10%): the
+records, specs and entries are made in C (``collector.maker``), a read's plain results
+end in one pass (``WorkerRequests._on_task_messages``), and full collections, rare now
+that a pending task's ref, spec and entry are out of the collector (``collector.py``),
+cost 10-17 ms when they come (the program's whole heap; a fresh process that imported
+much has one in its first batches). The common task (``TaskSpec.plain``: the driver's,
+one return, no dependencies, inline arguments without refs) takes shorter paths on both
+sides: registered straight from the submit queue, its result kept as its bytes
+(``ObjectEntry.serialized``), its ref counted without a lock (``_object_ref.fresh_ref``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import os
+import threading
+import time
+from collections.abc import Callable
+from pickle import loads as pickle_loads
+from typing import TYPE_CHECKING, Any
+
+from lightwork.kernel import exceptions
+from lightwork.kernel.object_ref import ObjectRef, fresh_ref, ref_counter
+from lightwork.kernel import serialization
+from lightwork.engines.local.actors import Actor
+from lightwork.kernel.calls import CallSpec, infeasible_message, large_arguments, prepare_args
+from lightwork.kernel.collector import keep_out_of_collector, maker, untrack_hot
+from lightwork.kernel.events import DriverSpan, TaskRecord
+from lightwork.engines.local.lineage import value_vanished
+from lightwork.engines.local.objects import PENDING, READY, ObjectEntry
+from lightwork.engines.local.scheduler import TaskSpec
+from lightwork.kernel.serialization import Stored
+from lightwork.engines.local.spin import cores_to_spare
+
+if TYPE_CHECKING:
+    from lightwork.engines.local.node import Node
+    from lightwork.engines.local.store import SegmentStore
+
+    _Base = Node
+else:
+    _Base = object
+
+
+DRIVER_BUSY_SAMPLE_S = 0.005
+#: A thread submitting while every worker is busy reads the workers and dispatches
+#: itself each time this many submissions wait to be registered (``_submitter_pass``).
+SUBMITTER_PASS_EVERY = 128
+
+#: A new task's or call's record and spec, made out of the collector (collector.py): a
+#: record always (events.py), a spec while it is pending (where that pays: untrack_hot).
+make_record = maker(TaskRecord, keep_out_of_collector)
+make_spec = maker(TaskSpec, untrack_hot)
+
+
+_schedstat: tuple[int, int] | None = None  # (pid, fd of the main thread's schedstat)
+#: libc's pread through ctypes, and the one buffer it reads into (the main thread's only).
+_pread_holding_gil: tuple[Callable[[int, Any, int, int], int], Any] | None = None
+
+
+def _read_schedstat(fd: int) -> bytes:
+    # libc's pread through ctypes.PyDLL, which keeps the GIL: os.pread releases it, and
+    # in a submit loop the I/O thread takes it then, so each sample cost the loop a GIL
+    # hand-off (10,000 submits: 51 -> 22 µs per task without them; issue 13). The buffer
+    # is made once: a sample comes every 5 ms, with ctypes' code gone cold by then, and
+    # a new buffer each time cost 19 µs of the sample's 50 (after a 5 ms sleep).
+    global _pread_holding_gil
+    import ctypes
+
+    if _pread_holding_gil is None:
+        pread = ctypes.PyDLL(None, use_errno=True).pread
+        pread.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long)
+        pread.restype = ctypes.c_ssize_t
+        _pread_holding_gil = (pread, ctypes.create_string_buffer(64))
+    pread, buffer = _pread_holding_gil
+    length = pread(fd, buffer, 64, 0)
+    if length < 0:
+        raise OSError(ctypes.get_errno(), "pread of schedstat failed")
+    return buffer.raw[:length]
+
+
+def _thread_cpu_and_busy_s() -> tuple[float, float]:
+    """The calling (main) thread's CPU seconds, and its seconds running or ready to run
+    (``schedstat``: CPU time plus time waiting for a core, so a loaded machine stretches
+    the driver's work without hiding it; its CPU time where ``/proc`` has no schedstat)."""
+    global _schedstat
+    try:
+        if _schedstat is None or _schedstat[0] != os.getpid():
+            _schedstat = (os.getpid(), os.open("/proc/thread-self/schedstat", os.O_RDONLY))
+        ran, waited = _read_schedstat(_schedstat[1]).split()[:2]
+        return int(ran) / 1e9, (int(ran) + int(waited)) / 1e9
+    except (OSError, ValueError, AttributeError):  # AttributeError: no libc pread
+        cpu = time.thread_time()
+        return cpu, cpu
+
+
+class Countdown:
+    """Wakes a blocked caller when ``remaining`` objects have resolved.
+
+    ``hit`` runs under the node's lock. The caller may be polling the workers itself
+    (``Node._block_on``, the leader: it reads ``remaining``); when another thread
+    completes the countdown, ``wake`` interrupts the leader's select. A caller that does
+    not lead sleeps on ``event``, made (under the lock) only then: most gets lead.
+    """
+
+    __slots__ = ("remaining", "event", "waiter", "wake")
+
+    def __init__(self, remaining: int) -> None:
+        self.remaining = remaining
+        self.event: threading.Event | None = None
+        self.waiter = threading.get_ident()
+        self.wake: Callable[[], None] | None = None
+
+    def hit(self, entry: ObjectEntry) -> None:
+        self.remaining -= 1
+        if self.remaining <= 0:
+            if self.event is not None:
+                self.event.set()
+            if self.wake is not None and threading.get_ident() != self.waiter:
+                self.wake()
+
+
+class DriverCalls(_Base):
+    """The public API's operations on the driver's runtime."""
+
+    def cancel(self, object_ids: list[int], force: bool, recursive: bool = True) -> None:
+        with self.lock:
+            for object_id in object_ids:
+                if object_id not in self.objects.entries and self.id_floor.minted_before(object_id):
+                    raise self.ended_session_error(object_id)
+            self._cancel_ids(object_ids, force, recursive)
+
+    # When the next submission samples the driver's CPU time (see _sample_driver_busy).
+    _driver_busy_due = 0.0
+
+    def _sample_driver_busy(self, record: TaskRecord, submitted: float) -> None:
+        """Note on ``record`` how long the main thread has worked (at most every
+        ``DRIVER_BUSY_SAMPLE_S``: a float compare per task otherwise; a sample costs
+        ~2-10 µs). The advisor's serial-driver rule reads the driver's own work from
+        it rather than from wall time, in which a sleeping driver looks busy."""
+        self._driver_busy_due = submitted + DRIVER_BUSY_SAMPLE_S
+        if threading.get_ident() == threading.main_thread().ident:
+            record.driver_cpu, record.driver_busy = _thread_cpu_and_busy_s()
+
+    # ------------------------------------------------------------------ the API
+    def submit_task(
+        self, spec: CallSpec, args: tuple, kwargs: dict, callsite: Any = None
+    ) -> list[ObjectRef]:
+        shape = spec.shape
+        if shape not in self._feasible_shapes:
+            problem = self.scheduler.check_feasible(shape)
+            if problem:
+                removed = self.scheduler.removed_names
+                if removed and any(name in removed for name, _ in shape):
+                    raise exceptions.TaskPlacementGroupRemoved(
+                        f"task {spec.name} was submitted to a placement group that was "
+                        "removed; create a new group, or submit it without one")
+                raise ValueError(infeasible_message(spec.name, problem))
+            self._feasible_shapes.add(shape)
+        ids = self._ids
+        task_id = next(ids)
+        submitted = time.monotonic()  # before the copy: the copy is part of submitting
+        stored, deps = prepare_args(args, kwargs, self.store)
+        try:
+            single = spec.num_returns == 1
+            return_ids = (next(ids),) if single else tuple(
+                next(ids) for _ in range(spec.num_returns))
+            # A task without dependencies is ready from its submission (register_task).
+            record = make_record(task_id, spec.name, 0, submitted,
+                                 0.0 if deps else submitted, stored.size, callsite, spec.cpus)
+            if submitted >= self._driver_busy_due:
+                self._sample_driver_busy(record, submitted)
+            if stored.path is not None:
+                record.large_args = large_arguments(args, kwargs)
+                record.copy_s = time.monotonic() - submitted
+            task = make_spec(
+                task_id, spec.key, spec.name, stored, deps, return_ids, spec.num_returns, shape,
+                spec.max_retries, spec.retry_exceptions, 0, record, 0, 0,
+                single and not (deps or stored.contained) and stored.path is None,  # plain
+            )
+            self.submit(task, spec.blob)
+        except BaseException:
+            if stored.path is not None:
+                self.store.release(stored.path)
+            raise
+        if single:
+            return [fresh_ref(return_ids[0])]
+        return [fresh_ref(object_id) for object_id in return_ids]
+
+    def create_actor(self, actor: Actor, blob: bytes) -> None:
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            self.functions.setdefault(actor.class_key, blob)
+            self.actors.create(actor)
+
+    def submit_actor_task(
+        self, actor_id: int, method: str, name: str, args: tuple, kwargs: dict,
+        num_returns: int, callsite: Any = None,
+    ) -> list[ObjectRef]:
+        actor = self.actors.actors.get(actor_id)
+        if actor is None and self.id_floor.minted_before(actor_id):
+            raise self.ended_session_error(actor_id, actor=True)
+        ids = self._ids
+        task_id = next(ids)
+        submitted = time.monotonic()
+        stored, deps = prepare_args(args, kwargs, self.store)
+        return_ids = (next(ids),) if num_returns == 1 else tuple(
+            next(ids) for _ in range(num_returns))
+        record = make_record(task_id, name, 0, submitted, 0.0 if deps else submitted,
+                             stored.size, callsite, 1.0, actor_id)
+        if submitted >= self._driver_busy_due:
+            self._sample_driver_busy(record, submitted)
+        if stored.path is not None:
+            record.large_args = large_arguments(args, kwargs)
+            record.copy_s = time.monotonic() - submitted
+        task = make_spec(task_id, method, name, stored, deps, return_ids, num_returns, (), 0,
+                         False, 0, record, actor_id, 0,
+                         num_returns == 1 and not (deps or stored.contained)
+                         and stored.path is None)
+        if (actor is not None and len(actor.inflight) >= actor.slots
+                and actor.max_pending_calls < 0 and not (deps or stored.contained)):
+            # Every slot of the actor is taken: queued, as in submit (node_lock.py).
+            if self.closed or self.broken:
+                self._check_open()  # (it raises, saying which)
+            queued = self.lock.queued
+            queued.append(task)
+            if len(actor.inflight) < actor.slots:  # looked at again after the append:
+                with self.lock:  # a slot freed meanwhile; __enter__ registers and sends it
+                    self._check_open()
+            elif len(queued) >= SUBMITTER_PASS_EVERY:
+                self._submitter_pass()
+            if num_returns == 1:
+                return [fresh_ref(return_ids[0])]
+            return [fresh_ref(object_id) for object_id in return_ids]
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            try:
+                self.actors.check_room(actor_id)
+                now = time.monotonic()
+                for object_id in return_ids:
+                    self.objects.create(object_id, 0, task_id, now)
+                self.register_task(task, stored.contained, now)
+            except BaseException:
+                for object_id in return_ids:
+                    self.objects.entries.pop(object_id, None)
+                if stored.path is not None:
+                    self.store.release(stored.path)
+                raise
+            self.actors.add_call(actor_id, task)
+        return [fresh_ref(object_id) for object_id in return_ids]
+
+    def driver_request(self, what: str, *args: Any) -> Any:
+        with self.lock:
+            self._check_open()
+            if what == "get_actor":
+                found = self.actors.lookup_name(args[0], args[1])
+                return None if found is None else (found.actor_id, found.class_name, found.methods)
+            if what == "kill":
+                self.actors.kill(args[0], args[1])
+                return None
+            if what == "placement_group":
+                return self.placement_group_request(*args)
+            if what == "stream":
+                return self.streams.request(*args)
+            raise ValueError(f"unknown request {what!r}")
+
+    # ------------------------------------------------------------------ placement groups
+    def placement_group_request(self, op: str, *args: Any) -> Any:
+        """``create``/``remove``/``table`` of placement groups (caller holds the lock).
+
+        The decisions are the scheduler's (see ``scheduler.py``); this carries them out:
+        dispatch what a new reservation or a returned one lets run, fail what a removal
+        strands, and forget cached feasibility of the removed group's resource names."""
+        scheduler = self.scheduler
+        if op == "create":
+            group_id, group_hex, name, bundles, strategy = args
+            if name and any(group.name == name and group.state != "REMOVED"
+                            for group in scheduler.groups.values()):
+                raise ValueError(
+                    f"a placement group named {name!r} already exists; pick another name, or "
+                    "remove it first (lightwork.util.remove_placement_group)")
+            scheduler.add_group(group_id, group_hex, name, bundles, strategy)
+            self._dispatch()
+            return None
+        if op == "remove":
+            group = scheduler.remove_group(args[0])
+            if group is None:
+                raise ValueError(f"no placement group with id {args[0]} in this session")
+            self.gpus.remove_group(group.hex)
+            removed = scheduler.removed_names
+            self._feasible_shapes = {shape for shape in self._feasible_shapes
+                                     if not any(name in removed for name, _ in shape)}
+            for actor in list(self.actors.actors.values()):
+                if actor.state != "DEAD" and any(
+                        name in removed for name, _ in (*actor.place, *actor.hold)):
+                    self.actors.kill(actor.actor_id, True)
+                    actor.death_cause = "its placement group was removed"
+            self._dispatch()
+            return None
+        if op == "table":
+            return {group.hex: group.row(self.node_id) for group in scheduler.groups.values()}
+        raise ValueError(f"unknown placement group request {op!r}")
+
+    def _fail_orphaned_tasks(self) -> None:
+        orphaned, self.scheduler.orphaned = self.scheduler.orphaned, []
+        for task in orphaned:
+            self._fail_task(task, exceptions.TaskPlacementGroupRemoved(
+                f"task {task.name} was to run in a placement group that was removed before "
+                "it could start; create a new group, or submit it without one"))
+
+    def submit(self, task: TaskSpec, function_blob: bytes | None) -> None:
+        scheduler = self.scheduler
+        if scheduler.workers and not scheduler.idle and not (task.deps or task.args.contained):
+            # Every worker is busy: queued, and registered by the lock's next taker
+            # (node_lock.py), most often the I/O thread once a worker frees.
+            if self.closed or self.broken:
+                self._check_open()  # (it raises, saying which)
+            if function_blob is not None:  # the table only grows: one atomic setdefault
+                self.functions.setdefault(task.function_key, function_blob)
+            queued = self.lock.queued
+            queued.append(task)
+            if scheduler.idle:  # looked at again after the append (see node_lock.py):
+                with self.lock:  # a worker freed meanwhile; __enter__ registers it
+                    self._check_open()
+                    self._dispatch()
+            elif len(queued) >= SUBMITTER_PASS_EVERY:
+                self._submitter_pass()
+            return
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            if function_blob is not None:
+                self.functions.setdefault(task.function_key, function_blob)
+            now = time.monotonic()
+            for object_id in task.return_ids:
+                self.objects.create(object_id, 0, task.task_id, now)
+            try:
+                self.register_task(task, task.args.contained, now)
+            except BaseException:
+                self.tasks.pop(task.task_id, None)
+                for object_id in task.return_ids:
+                    self.objects.entries.pop(object_id, None)
+                raise
+            if self.scheduler.idle or not self.scheduler.workers:
+                self._dispatch()
+            # else: every worker is busy; the next result frees one and the poller
+            # dispatches a whole batch then, instead of one frame per submit here.
+
+    def _submitter_pass(self) -> None:
+        """This thread submits faster than the workers finish (``SUBMITTER_PASS_EVERY``
+        submissions queued): it reads what the workers sent and dispatches, as the I/O
+        thread would, and mutes the I/O thread's watch of the workers meanwhile (the
+        gate, as a leading getter does), so the two do not take turns with the GIL.
+        The I/O thread unmutes once no pass came for ``SUBMITTER_LEFT_AFTER_S``
+        (``IOLoop._loop``); a getter that leads takes the muted gate over. Nothing is
+        done while another thread leads (the ``_leader`` lock), nor by the I/O thread
+        itself (a callback of its that submits). Why: ``io_loop.py``."""
+        if threading.current_thread() is self._thread or not self._leader.acquire(blocking=False):
+            return
+        try:
+            if not self._submitter_muted:
+                self._submitter_muted = self._watch_workers(False)
+            self._submitter_passed_at = time.monotonic()
+            with self.lock:  # (__enter__ registers what was queued)
+                for key, _ in self._leader_selector.select(0):
+                    if key.data != "wake":  # (a leading getter's wake-up pipe)
+                        self._read_worker(key.data)
+                self._drain_refs()
+                self._dispatch()
+                deferred, self._deferred = self._deferred, []
+        finally:
+            self._leader.release()
+        for callback in deferred:
+            callback()
+
+    def _drain_refs_if_any(self) -> None:
+        if ref_counter._released:
+            with self.lock:
+                self._drain_refs()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise exceptions.RuntimeSystemError(
+                "the lightwork runtime was shut down; call lightwork.init() to start a new one")
+        if self.broken:
+            raise exceptions.RuntimeSystemError(
+                f"the lightwork runtime stopped working: {self.broken}\nCall "
+                "lightwork.shutdown() and lightwork.init() to start a new runtime.")
+
+    def put(self, value: Any) -> ObjectRef:
+        object_id = self.next_object_id()
+        start = time.monotonic()
+        stored = serialization.serialize(value, self.store)
+        if stored.path is not None and self.log.enabled:
+            # lightwork's own copying, not the driver's work (the advisor subtracts it).
+            self.log.add_span(DriverSpan("put", start, time.monotonic(), 1,
+                                         threading.get_ident(), object_id))
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            entry = self.objects.create(object_id, 0)
+            self.objects.resolve(entry, stored)
+            return fresh_ref(object_id)
+
+    def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            known = self.objects.entries.get
+            entries = [known(i) for i in ids]
+            if None in entries:  # (lookup says why: a freed ref, or an ended session's)
+                entries = [self.lookup(i) for i in ids]
+            pending = [e for e in entries if e.state == PENDING]
+            countdown = None
+            if pending:
+                countdown = Countdown(len(pending))
+                hit = countdown.hit
+                for entry in pending:
+                    if entry.waiters is None:  # (add_waiter's common case, without a call)
+                        entry.waiters = hit
+                    else:
+                        entry.add_waiter(hit)
+        if countdown is not None:
+            start = time.monotonic()
+            finished = self._block_on(countdown, timeout)
+            if self.log.enabled:
+                self.log.add_span(self._span("get", start, entries, pending, callsite))
+            if not finished:
+                with self.lock:
+                    for entry in pending:
+                        entry.remove_waiter(countdown.hit)
+                still = sum(1 for e in pending if e.state == PENDING)
+                raise exceptions.GetTimeoutError(
+                    f"get timed out after {timeout} s: {still} of {len(ids)} object(s) not ready. "
+                    "Raise the timeout, or use wait() to take the ready ones first.")
+        store = self.store
+        try:
+            # A plain task's value is kept as its pickle (objects.py): read it in place.
+            return [pickle_loads(value) if type(value := entry.serialized) is bytes
+                    and entry.state == READY else _value_of(entry, store) for entry in entries]
+        except FileNotFoundError:  # a segment vanished from /dev/shm: rebuild, then read
+            with self.lock:
+                for entry in entries:
+                    if value_vanished(entry, store):
+                        self.recover_lost(entry)
+            return self.get(ids, timeout, callsite)
+
+    def wait(
+        self, ids: list[int], num_returns: int, timeout: float | None, callsite: Any = None
+    ) -> list[int]:
+        """Ids (in input order) of up to ``num_returns`` objects that are ready."""
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            entries = [self.lookup(i) for i in ids]
+            ready = sum(1 for e in entries if e.state != PENDING)
+            countdown = None
+            if ready < num_returns and timeout != 0:
+                countdown = Countdown(num_returns - ready)
+                hit = countdown.hit
+                for entry in entries:
+                    if entry.state == PENDING:
+                        entry.add_waiter(hit)
+        if countdown is not None:
+            start = time.monotonic()
+            self._block_on(countdown, timeout)
+            if self.log.enabled:
+                waited = [e for e in entries if e.ready_at >= start or e.state == PENDING]
+                self.log.add_span(self._span("wait", start, entries, waited, callsite))
+            with self.lock:
+                for entry in entries:
+                    entry.remove_waiter(countdown.hit)
+        return [e.object_id for e in entries if e.state != PENDING][:num_returns]
+
+    def _span(
+        self, kind: str, start: float, entries: list[ObjectEntry], waited: list[ObjectEntry],
+        callsite: Any,
+    ) -> DriverSpan:
+        """The record of one blocked get/wait, with when its objects became ready."""
+        if len(waited) == 1:  # get(f.remote()): the same figures, without the lists
+            ready_at = waited[0].ready_at
+            first = last = ready_at
+            shortest = longest = ready_at - waited[0].created_at if ready_at else 0.0
+        else:
+            ready = [e for e in waited if e.ready_at]
+            ready_times = [e.ready_at for e in ready]
+            durations = [e.ready_at - e.created_at for e in ready]
+            first, last = min(ready_times, default=0.0), max(ready_times, default=0.0)
+            shortest, longest = min(durations, default=0.0), max(durations, default=0.0)
+        return DriverSpan(
+            kind, start, time.monotonic(), len(entries), threading.get_ident(),
+            entries[0].object_id, callsite, entries[0].task_id, len(entries) - len(waited),
+            first, last, shortest, longest,
+        )
+
+    def _block_on(self, countdown: Countdown, timeout: float | None) -> bool:
+        """Wait until ``countdown`` completes, polling the workers from this thread."""
+        if threading.current_thread() is self._thread or not self._leader.acquire(blocking=False):
+            with self.lock:
+                if countdown.remaining <= 0:
+                    return True
+                event = countdown.event = threading.Event()
+            return event.wait(timeout)  # the I/O thread or the leading getter completes it
+        # While this thread leads, the I/O thread's epoll does not watch the workers
+        # (see io_loop.py), unless the machine's cores are all taken: then two threads
+        # waiting for a result see it sooner than one (this one may not be running).
+        muted = self._submitter_muted or (cores_to_spare(time.monotonic())
+                                          and self._watch_workers(False))
+        self._submitter_muted = False  # (taken over: this thread unmutes when it stops)
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            countdown.wake = self._wake_leader
+            while countdown.remaining > 0:
+                remaining = None
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                if not self._poll(remaining, leading=True):
+                    return countdown.remaining <= 0
+            return True
+        finally:
+            if muted:
+                self._watch_workers(True)
+            self._leader.release()
+
+    def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def complete(entry: ObjectEntry, keep: ObjectRef = ref) -> None:
+            def run() -> None:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(_value_of(entry))
+                    except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                        future.set_exception(exc)
+            self._deferred.append(run)
+
+        with self.lock:
+            self._check_open()
+            entry = self.lookup(ref.id)
+            if entry.state == PENDING:
+                entry.add_waiter(complete)
+                return future
+        complete(entry)
+        for run in self._deferred_pop():
+            run()
+        return future
+
+    def _deferred_pop(self) -> list[Callable[[], None]]:
+        with self.lock:
+            deferred, self._deferred = self._deferred, []
+        return deferred
+
+    def runtime_context(self) -> dict[str, Any]:
+        return {"actor_id": None, "actor_name": None,
+                "job_id": self.job_id, "task_id": None, "worker_id": 0,
+                "node_id": self.node_id, "resources": {}, "gpu_ids": (),
+                "namespace": self.namespace, "pid": os.getpid()}
+
+    def task_id_of(self, object_id: int) -> int:
+        with self.lock:
+            return self.lookup(object_id).task_id
+
+    # ------------------------------------------------------------------ introspection
+    def resources(self) -> tuple[dict[str, float], dict[str, float]]:
+        with self.lock:
+            total = {k: v for k, v in self.scheduler.total.items() if v or k == "CPU"}
+            available = {k: max(0.0, self.scheduler.available.get(k, 0.0)) for k in total}
+            return total, available
+
+
+
+def _value_of(entry: ObjectEntry, store: SegmentStore | None = None) -> Any:
+    if entry.state == READY:
+        stored = entry.serialized  # (a Stored, or bare bytes: objects.py)
+        assert stored is not None
+        if type(stored) is not bytes and stored.path is not None and store is not None:
+            store.touch(stored.path)  # least recently used spills first
+        return serialization.loads(stored)
+    error = entry.error
+    if isinstance(error, Stored):
+        error = serialization.loads(error)
+    if isinstance(error, exceptions.TaskError):
+        raised = error.as_instanceof_cause()
+        raise copy.copy(error) if raised is error else raised
+    assert isinstance(error, BaseException)
+    # A copy: raising the table's own exception object would hang this call's frames (and
+    # the ObjectRefs in them) on its __traceback__, so the object could never be freed.
+    raise copy.copy(error)
+

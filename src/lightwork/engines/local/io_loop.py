@@ -1,0 +1,364 @@
+"""The driver's I/O loop: the poll, reading and sending frames, timers and wake-ups.
+
+A mixin of :class:`~lightwork.engines.local.node.Node` (methods on the node's state, called
+with its lock held unless they say otherwise). Two threads run :meth:`IOLoop._poll`: the
+I/O thread "lightwork-node" in :meth:`IOLoop._loop`, on its epoll of the fork server's
+control socket, a wake-up pipe, the *gate* to the workers' sockets and any socket with
+output waiting; and the thread leading a blocked ``get`` (``DriverCalls._block_on``), on
+an epoll of the workers' sockets and its own wake-up pipe. Whoever reads a worker applies
+what it read (``WorkerRequests._handle_read``), then both drain dropped refs, run due
+timers and dispatch, and call what was deferred outside the lock. Sends are made by
+whichever thread has something to send; a frame that does not fit in the socket buffer
+waits in the connection's ``out`` buffer, and this thread's epoll finishes it.
+
+Cost of the I/O thread on the hot path (issue 13, measured 2026-11-24; details and
+figures in ``driver_calls.py``'s docstring). During a loop of synchronous calls it used
+~52 µs of CPU per call (the main thread ~70) although the leading getter reads the result
+itself, for two wake-ups per call:
+
+* the result frame: this thread's epoll watches the same worker sockets as the leader's.
+  Kept on purpose: keeping this thread out while a getter leads (a nested epoll of the
+  worker sockets, unregistered for the leader's time) made every figure worse on the
+  loaded 2-core host (main thread +40-80 µs per call, total +40-60, wall 1.6-3x, A/B in
+  one run): two threads racing for a frame reach it sooner there than one does.
+* the wake pipe, written when the program drops a ref (``_object_ref.RefCounter``'s
+  ``on_first_release``), so the release is applied while the program makes no calls.
+  Now written only when this thread sleeps idle: while the runtime is busy (frames or
+  wake-ups in the last ``IO_BUSY_FOR_S``) it sleeps at most ``IO_BUSY_SLEEP_S`` and
+  drains releases then, if a call has not already. This thread: 51 -> 33 µs per sync
+  call, the driver's total 126 -> 105 (A/B, 5 rounds each, load average 13).
+
+Session 5 measured why the first wake-up is worth keeping: this thread applies about
+half of the results itself (real work, not a lost race), and a leader reading alone
+only moved that work into the caller's thread (total CPU unchanged, wall 6-35% worse;
+``driver_calls.py`` has the figures). Worker sockets are read into one buffer of
+``protocol.RECV_SIZE`` allocated once (``_recv_scratch``), and a read stops at a short
+read: the next frame wakes the poller anyway, and the extra ``recv`` only failed.
+
+Session 7 (quiet machine) reversed that verdict once the leading getter spins
+(``spin.py``): it is then on the CPU when the result comes, and the I/O thread's
+wake-up for the same frame is pure cost (the GIL and the lock taken from the leader,
+a context switch on each side). So this thread watches the worker sockets through an
+epoll of their own (``_worker_selector``, one fd in its epoll, behind a bare epoll, the
+*gate*), which a leader mutes with one ``epoll_ctl`` on the gate when it starts leading
+and unmutes when it stops (``DriverCalls._block_on``); a socket with output waiting is in
+this thread's epoll for writing only. The leader applies everything meanwhile, as it did
+before. A sync call, A/B against spinning alone: 114 -> 54 µs, this thread's CPU per
+call 22 -> 0.5 µs, the driver's 99 -> 52; an actor's sync call 97 -> 71 µs; batches
+unchanged. Where the machine has no core to spare (``spin.cores_to_spare``) the leader
+does not mute, for the reason above.
+
+Session 10 (2026-11-25, quiet): why the workers starve while a program submits in a
+loop. Every socket call this thread makes (the workers' epoll queried with ``select(0)``,
+each ``recv_into``, each ``send``) releases the GIL, and getting it back from a submit
+loop that holds it waits up to a switch interval (5 ms): a pass that reads four
+workers and sends to them waits 5-10 times. 20,000 tasks of ``sleep(0.1 ms)`` on 4
+slots, from the records' dispatch times: while the loop submits (0.17-0.31 s), passes
+came 15-100 ms apart and the workers started 200-450 tasks per 100 ms, against
+1,700-1,900 once it stopped. Tried, each A/B in alternating fresh drivers: the three
+calls through libc holding the GIL (``ctypes.PyDLL``, as ``driver_calls._read_schedstat``
+does): passes every ~9 ms, the sleeps paired 0.99 (5 rounds), but 10,000 no-op tasks
+1.05 slower by the wall clock (8 rounds; the driver's CPU 0.97); with the submitting
+thread also reading the workers that are ready every 1 ms of submissions: the workers'
+starved time 0.13-0.25 -> 0.06-0.16 s, but the submit loop slower (0.23 -> 0.29-0.40 s),
+the sleeps 0.98, 10,000 tasks 1.11; a non-blocking look holding the GIL before each
+blocking ``select``: worse (the loop 0.30-0.45 s). None kept. The sleeps themselves are
+most of that figure: each ``sleep(0.1 ms)`` runs 200-215 µs in a worker under this load
+(175 µs alone: the kernel's 50 µs timer slack and the wake-up), so four slots need
+1.0-1.07 s for the 20,000 before any overhead. Session 11 gave the workers work for the
+whole gap instead: the scheduler's window follows the gaps between passes, and is widest
+while a loop submits (``scheduler.py``; the sleeps paired 0.94, 1.10 s in ``make bench``).
+
+Session 20 took this thread out of a submit loop altogether. Pinning the driver's two
+threads to one core (an experiment only) made a batch ~10% faster: the threads' turns
+with the GIL moved each task's objects between the cores' caches. So the submitting
+thread now reads the workers and dispatches itself, every ``SUBMITTER_PASS_EVERY``
+submissions it queued (``DriverCalls._submitter_pass``), and mutes this thread's watch of
+the workers as a leading getter does; this thread unmutes once no pass came for
+``SUBMITTER_LEFT_AFTER_S`` (the loop stopped; while muted it sleeps at most
+``IO_BUSY_SLEEP_S`` at a time), and a getter that starts leading takes the muted gate
+over. Session 10's passes were made alongside this thread, which then woke for frames
+the submitter had read: slower. ``hotpath_ab.py``, 30 rounds: 10,000 tasks 0.73 by the
+wall clock (the driver's CPU 0.76, this thread's 2.4 -> 0.2 µs a task), 10,000 actor
+calls 0.63; the median task reached its worker 0.3 ms after its submission, not 35.
+Passes every 64 to 512 submissions measured alike (two rounds of ten batches each).
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import select
+import selectors
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from lightwork.kernel.object_ref import ref_counter
+from lightwork.engines.local import forkserver
+from lightwork.engines.local import protocol as p
+
+if TYPE_CHECKING:
+    from lightwork.engines.local.node import Node, WorkerConn
+
+    _Base = Node
+else:
+    _Base = object
+
+# The I/O thread's sleep while the runtime is busy (it had frames or wake-ups within
+# IO_BUSY_FOR_S): a ref the program drops meanwhile is drained within this, without a
+# wake-up of its own. Idle, it sleeps IO_IDLE_SLEEP_S and a dropped ref wakes it.
+IO_BUSY_SLEEP_S = 0.005
+IO_BUSY_FOR_S = 0.05
+IO_IDLE_SLEEP_S = 0.5
+# A submitting thread that made no pass (DriverCalls._submitter_pass) for this long has
+# stopped submitting: this thread watches the workers again.
+SUBMITTER_LEFT_AFTER_S = 0.002
+
+
+class IOLoop(_Base):
+    """The node's polling, reading, sending, timers and wake-ups."""
+
+    # ------------------------------------------------------------------ wake-ups
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_write, b"x")
+        except BlockingIOError:
+            pass
+
+    def _on_first_release(self) -> None:
+        # Runs inside ObjectRef.__del__ (any thread, any moment): no lock, no state but a
+        # flag. A busy I/O thread drains the release within IO_BUSY_SLEEP_S by itself;
+        # only an idle one needs the wake-up (see _loop for why none is lost).
+        if self._io_sleeps_long:
+            self._wake()
+
+    def _wake_leader(self) -> None:
+        try:
+            os.write(self._leader_wake_write, b"x")
+        except BlockingIOError:
+            pass
+
+    # ------------------------------------------------------------------ sending
+    def _send(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None:
+        if conn.dead:
+            return
+        out = conn.out
+        out += p.encode_many(messages)
+        self._flush(conn)
+
+    def _flush(self, conn: WorkerConn) -> None:
+        out = conn.out
+        try:
+            while out:
+                sent = conn.sock.send(out)
+                del out[:sent]
+        except BlockingIOError:
+            if threading.current_thread() is self._thread:
+                self._watch_writable(conn)
+            else:
+                self._want_write.add(conn)
+                self._wake()
+        except OSError:
+            out.clear()  # the worker is gone; its EOF is handled by the I/O loop
+
+    # ------------------------------------------------------------------ the I/O loop
+    def _loop(self) -> None:
+        try:
+            while not self.closed:
+                if self._submitter_muted:  # a submitting thread reads the workers
+                    self._unmute_if_submitter_left()
+                if self._submitter_muted or time.monotonic() < self._io_busy_until:
+                    longest = IO_BUSY_SLEEP_S
+                else:
+                    # Flag first, then look: a release queued before the flag was set is
+                    # seen here; one queued after sees the flag and wakes us (the GIL
+                    # orders the two; rearm makes sure it calls us).
+                    self._io_sleeps_long = True
+                    longest = 0.0 if ref_counter.rearm() else IO_IDLE_SLEEP_S
+                alive = self._poll(longest)
+                self._io_sleeps_long = False
+                if not alive:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - a runtime bug: fail loudly, never hang
+            import traceback
+
+            self.fail_runtime(
+                "its I/O thread failed:\n" + "".join(traceback.format_exception(exc)).rstrip())
+
+    def _unmute_if_submitter_left(self) -> None:
+        """Watch the workers again once the thread that muted it to submit
+        (``DriverCalls._submitter_pass``) made no pass for ``SUBMITTER_LEFT_AFTER_S``:
+        it stopped submitting, and nobody else would read their results. While muted,
+        this thread sleeps at most ``IO_BUSY_SLEEP_S`` at a time, so it looks often."""
+        if time.monotonic() - self._submitter_passed_at < SUBMITTER_LEFT_AFTER_S:
+            return
+        if self._leader.acquire(blocking=False):
+            try:
+                if self._submitter_muted:
+                    self._submitter_muted = False
+                    self._watch_workers(True)
+            finally:
+                self._leader.release()
+
+    def _poll(self, longest: float | None, leading: bool = False) -> bool:
+        """Wait for I/O up to ``longest`` seconds and apply it; False once closed.
+
+        The I/O thread calls this in its loop. The thread leading a blocked ``get``
+        calls it too (``leading``, on its own epoll), so a result wakes its waiter
+        directly instead of through the I/O thread. While a leader leads, the I/O thread
+        does not watch the workers (``_worker_selector`` muted), unless the machine has no
+        core to spare: then both may be woken by the same frame, and the lock makes one
+        of them read it while the other finds nothing.
+        """
+        selector = self._leader_selector if leading else self.selector
+        timeout = longest
+        if self._timers:
+            until_timer = max(0.0, self._timers[0][0] - time.monotonic())
+            timeout = until_timer if timeout is None else min(timeout, until_timer)
+        try:
+            if leading:  # spin first while results have been coming quickly (spin.py)
+                events = self._leader_spinner.wait(
+                    self._leader_events_now, lambda: selector.select(timeout), timeout)
+            else:
+                events = selector.select(timeout)
+        except (OSError, ValueError):
+            return not self.closed
+        if events and not leading:
+            self._io_busy_until = time.monotonic() + IO_BUSY_FOR_S
+        with self.lock:
+            if self.closed:
+                return False
+            for key, mask in events:
+                data = key.data
+                if data == "wake":
+                    try:
+                        os.read(key.fd, 4096)
+                    except BlockingIOError:
+                        pass
+                elif data == "forkserver":
+                    self._read_forkserver()
+                elif data == "workers":
+                    for worker_key, _ in self._worker_selector.select(0):
+                        self._read_worker(worker_key.data)
+                elif leading:
+                    self._read_worker(data)
+                else:  # only this thread's epoll asks for room to write
+                    self._flush(data)
+                    if not data.out and not data.dead:
+                        self.selector.unregister(data.sock)
+            if not leading:
+                for conn in self._want_write:
+                    if not conn.dead and conn.out:
+                        self._watch_writable(conn)
+                self._want_write.clear()
+            self._drain_refs()
+            self._run_timers()
+            self._dispatch()
+            deferred, self._deferred = self._deferred, []
+        for callback in deferred:
+            callback()
+        return True
+
+    def _watch_writable(self, conn: WorkerConn) -> None:
+        """Have this thread's epoll say when ``conn`` has room for its waiting output."""
+        if conn.eof_at or conn.sock in self.selector.get_map():  # closed, or watched
+            return
+        self.selector.register(conn.sock, selectors.EVENT_WRITE, conn)
+
+    def _watch_workers(self, watch: bool) -> bool:
+        """Have this thread's epoll watch the workers' sockets, or not (a leading getter
+        reads them: ``DriverCalls._block_on``); False if not done (no gate, or it is
+        closed: shut down meanwhile, which ``_poll`` says)."""
+        gate = self._workers_gate
+        if gate is None:
+            return False
+        try:
+            gate.modify(self._workers_fd, select.EPOLLIN if watch else 0)
+        except (ValueError, OSError):
+            return False
+        return True
+
+    def _leader_events_now(self) -> list[tuple[Any, int]] | None:
+        return self._leader_selector.select(0) or None
+
+    def _read_worker(self, conn: WorkerConn) -> None:
+        """Read what the worker sent and apply it (lock held)."""
+        scratch = self._recv_scratch
+        messages: list[tuple[Any, ...]] = []
+        eof = False
+        while True:
+            try:
+                size = conn.sock.recv_into(scratch)
+            except BlockingIOError:
+                break
+            except OSError:
+                eof = True
+                break
+            if not size:
+                eof = True
+                break
+            messages += conn.decoder.feed(scratch[:size])
+            if size < len(scratch):
+                # All there was; a frame sent meanwhile wakes the poller again. This
+                # spares a recv that would fail (a syscall and an exception per wake-up).
+                break
+        self._handle_read(conn, messages)
+        if eof:
+            self._on_worker_eof(conn)
+        elif conn.actor is not None and conn.actor.queue:  # calls held while it was busy
+            self.actors.pump(conn.actor)
+
+    def _read_forkserver(self) -> None:
+        import pickle
+
+        control = self.forkserver.control
+        try:
+            data = control.recv(1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.selector.unregister(control)
+            if not self.closed:
+                code = self.forkserver.process.poll()
+                self._deferred.append(lambda: self.fail_runtime(
+                    f"the fork server (pid {self.forkserver.process.pid}) exited with code "
+                    f"{code}, so no worker can be started; its error, if any, is above"))
+            return
+        buffer = self._fs_decoder
+        buffer += data
+        while len(buffer) >= 4:
+            length = int.from_bytes(buffer[:4], "little")
+            if len(buffer) < 4 + length:
+                break
+            message = pickle.loads(bytes(buffer[4 : 4 + length]))
+            del buffer[: 4 + length]
+            conn = self.workers.get(message[1])
+            if conn is None:
+                continue
+            if message[0] == forkserver.SPAWNED:
+                conn.pid = message[2]
+                if conn.doomed or conn.interrupt_on_spawn:  # kill/cancel came before the pid
+                    try:
+                        os.kill(conn.pid, signal.SIGKILL if conn.doomed else signal.SIGINT)
+                    except ProcessLookupError:
+                        pass
+            elif message[0] == forkserver.EXITED:
+                conn.exit_status = message[3]
+                if conn.eof_at:
+                    self._finish_worker_death(conn)
+
+    def _add_timer(self, delay: float, callback: Callable[[], None]) -> None:
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_seq), callback))
+        if threading.current_thread() is not self._thread:
+            self._wake()
+
+    def _run_timers(self) -> None:
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, callback = heapq.heappop(self._timers)
+            callback()

@@ -1,0 +1,508 @@
+"""Task placement: which ready task runs on which worker, and when.
+
+Pure decision logic with no I/O, so tests drive it without processes. The node calls it
+while holding its lock and carries out the assignments it returns.
+
+State, each piece owned here:
+
+* ``available``: resources not held by running tasks (CPU, GPU, ``memory`` and custom
+  names); ``total`` is fixed at ``init``. ``memory`` is Ray's logical memory resource, in
+  bytes: a task or actor with ``memory=X`` reserves X for scheduling, nothing measures or
+  limits what it really uses (``Node`` sets the total). A worker blocked in ``get``/``wait`` lends the
+  resources of its task back, and takes them again when it resumes (which may briefly
+  oversubscribe, as in Ray; nothing new is placed until ``available`` recovers).
+* ``ready``: one FIFO queue per resource shape, so a task waiting for a GPU never holds
+  back CPU-only tasks behind it.
+* workers: ``idle`` ones, and busy ones with their ``inflight`` tasks in order.
+
+Policy: a ready task goes to an idle worker when its resources fit (the node starts a
+worker when none is idle): to the one idle for the shortest time, so a run of
+synchronous calls keeps one warm worker busy instead of waking each in turn (the first
+in, first out order had every sync call land on a worker whose caches had gone cold: a
+worker's CPU per sync call 48 -> 33 µs, the round trip 0.82 of the wall time, A/B, 6
+rounds). When they do not fit — every slot is busy — short tasks (the function's recent
+mean run time below ``SHORT_TASK_S``) may be queued behind a running short task of the
+same shape, up to a depth that covers a few milliseconds of work, so workers
+never wait for a round trip between tiny tasks; long or unknown tasks are never queued
+behind another, nor is anything queued behind them (it would wait for their end while
+other slots free up), so they spread over the workers as slots free up. The window
+(``PIPELINE_WINDOW_S``) is the interpreter's switch interval, 5 ms: while the program
+submits in a loop, the I/O thread that hands out the next tasks gets the GIL only that
+often, and a 2 ms window left the workers idle most of each interval (20,000 tasks of
+``sleep(0.1 ms)`` on 4 slots, A/B, 6 rounds at load 7-8: 1.82 -> 1.53 s, CPU 1.50 ->
+1.39 s; 10 ms and 64 deep: 1.47 s, not taken: more tasks stuck behind an outlier).
+The I/O thread gets the GIL less often still, once per socket call (``io_loop.py``,
+session 10); 15 ms and 96 deep: the same sleeps paired 0.96 over 5 rounds, not taken
+for the same reason.
+
+So the window follows the passes (session 11): it is the gap since the previous pass,
+between 5 ms and ``MAX_WINDOW_S`` (0.1 s), and the widest at once when the node
+registers more submissions queued while every worker was busy than there are workers
+(``submitting``: a loop is submitting, and holds the GIL); the depth's cap grows with it
+(``MAX_PIPELINE_DEPTH`` per 5 ms). Passes close together keep the 5 ms window, so what
+waits behind an outlier stays small once the program stops submitting. While it submits,
+the gaps were 15-115 ms: the workers now get work for the gap instead of 5 ms of it.
+20,000 sleeps paired 0.94 (8 rounds, load ~1; the workers' starved time 26-40 -> 9-17 µs
+per task, from the records); 20,000 with one in 500 sleeping 20 ms, or one in 2,000 for
+0.2 s (the last one among them), 0.88 and 0.95 (6 rounds): no loss behind outliers;
+10,000 no-op tasks paired 1.04 and 0.97 (8 and 10 rounds: the noise; the driver's CPU
+1.04 and 0.99).
+Nothing queues behind a long or unknown running task (session 11): before, a short task
+could be queued behind any running task of its shape, and waited for its end while other
+slots freed. 2,000 tasks of ``sleep(0.1 ms)`` submitted while two of four slots ran a
+1 s task: 0.96 s with session 10's window, 1.05 s with the wider one, 0.20-0.22 s now
+(3 rounds each in 2 drivers); 20,000 sleeps 1.02 and 10,000 no-op tasks 0.98 paired
+against the wider window alone (4 and 6 rounds).
+
+Placement groups (Ray's, with one-machine semantics). A group reserves its bundles'
+resources: they leave ``available`` and come back under group names, as in Ray —
+``CPU_group_<hex>`` for the whole group and ``CPU_group_<i>_<hex>`` for bundle ``i``
+(likewise GPU and custom resources, plus ``bundle_group_<hex>``, the sliver that
+``PlacementGroup.ready()`` asks for). A task placed in the group asks for the group names
+instead of the plain ones (:func:`group_shape`; a task for bundle ``i`` takes both names,
+so bundle and group totals both hold), so tasks outside cannot use the reservation and
+tasks inside use only it; nothing else in the policy changes. A task placed with
+``placement_group_capture_child_tasks`` also takes a sliver of ``capture_group_<hex>``:
+a worker seeing it in its running task's shape places that task's own tasks in the group
+(:func:`captured_shape`). Groups are reserved in
+creation order (``pending_groups``) as soon as their whole demand fits; the node hears of
+each reservation (``newly_reserved``) to give its bundles their GPU ids (``gpus.py``). Every strategy
+but STRICT_SPREAD is satisfied on one node; what can never fit (STRICT_SPREAD of more
+than one bundle, a bundle or a group larger than the machine) is refused at creation.
+Removing a group gives its resources back; its names leave ``total`` and keep a negative
+``available``, so tasks still running in it give back into a name nothing can use, and
+ready tasks for it are handed to the node to fail (``orphaned``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightwork.kernel.events import TaskRecord
+from lightwork.kernel.resources import (
+    BUNDLE_UNITS,
+    CAPTURE,
+    STRATEGIES,
+    Shape,
+    describe_amount,
+    group_resource,
+    make_shape,
+)
+from lightwork.kernel.serialization import Stored
+
+SHORT_TASK_S = 0.001
+PIPELINE_WINDOW_S = 0.005
+MAX_PIPELINE_DEPTH = 32
+MAX_WINDOW_S = 0.1
+_EPS = 1e-9
+
+# task states
+WAITING = "PENDING_ARGS_AVAIL"
+READY = "PENDING_NODE_ASSIGNMENT"
+DISPATCHED = "SUBMITTED_TO_WORKER"
+FINISHED = "FINISHED"
+FAILED = "FAILED"
+
+
+@dataclass(slots=True, eq=False)
+class TaskSpec:
+    task_id: int
+    function_key: bytes
+    name: str
+    args: Stored
+    deps: tuple[int, ...]  # ids of top-level ref arguments, in ArgSlot order
+    return_ids: tuple[int, ...]
+    num_returns: int
+    shape: Shape
+    max_retries: int
+    retry_exceptions: Any
+    owner: int
+    record: TaskRecord
+    # (These three next: callers pass them by position, as a keyword costs a search of
+    # the parameters.)
+    actor_id: int = 0  # a method call of this actor, else 0 for a task
+    parent: int = 0  # the task that submitted this one from its worker, else 0 (the driver)
+    # The common call, which the node registers and ends in fewer steps (node.py,
+    # worker_requests.py): the driver's task or actor call with one return, no
+    # dependencies and inline arguments without refs.
+    plain: bool = False
+    attempt: int = 0
+    unready: int = 0
+    state: str = WAITING
+    cancelled: bool = False
+    worker: WorkerSlot | None = None
+
+
+@dataclass(slots=True, eq=False)
+class WorkerSlot:
+    worker_id: int
+    inflight: deque[TaskSpec] = field(default_factory=deque)
+    held: Shape = ()
+    blocked: int = 0
+    blocked_in: str = ""  # "get" or "wait": the nested call the worker last blocked in
+    alive: bool = True
+
+
+class Scheduler:
+    def __init__(self, total: dict[str, float]) -> None:
+        self.total = dict(total)
+        self.available = dict(total)
+        self.ready: dict[Shape, deque[TaskSpec]] = {}
+        self.workers: dict[int, WorkerSlot] = {}
+        self.idle: dict[int, WorkerSlot] = {}  # insertion-ordered set
+        self.mean_run_time: dict[bytes, float] = {}
+        self.window_s = PIPELINE_WINDOW_S  # the work a pass may queue ahead on a worker
+        self.last_pass: float | None = None  # when the last timed pass ran (schedule(now))
+        # Set by the node when it registers a run of submissions queued while every
+        # worker was busy: the program is submitting in a loop, so the next pass is late.
+        self.submitting = False
+        self.starving = 0  # ready tasks that fit but found no worker in the last pass
+        self.groups: dict[int, PlacementGroupState] = {}
+        self.pending_groups: deque[PlacementGroupState] = deque()
+        self.removed_names: set[str] = set()  # resource names of removed groups
+        self.orphaned: list[TaskSpec] = []  # ready tasks of removed groups, for the node to fail
+        self.newly_reserved: list[PlacementGroupState] = []  # for the node (its GPU ids)
+
+    # -- resources -------------------------------------------------------------------
+    def check_feasible(self, shape: Shape) -> str | None:
+        """Why a task of this shape can never run here, or None if it can."""
+        for name, amount in shape:
+            have = self.total.get(name, 0.0)
+            if amount > have + _EPS:
+                return (
+                    f"it needs {describe_amount(name, amount)} but the runtime has "
+                    f"{describe_amount(name, have)} in total"
+                )
+        return None
+
+    def _fits(self, shape: Shape) -> bool:
+        available = self.available
+        for name, amount in shape:  # a loop, not all(<genexpr>): once per task placed
+            if available.get(name, 0.0) + _EPS < amount:
+                return False
+        return True
+
+    def _acquire(self, shape: Shape) -> None:
+        for name, amount in shape:
+            self.available[name] -= amount
+
+    def _give_back(self, shape: Shape) -> None:
+        for name, amount in shape:
+            self.available[name] += amount
+
+    # -- workers ---------------------------------------------------------------------
+    def add_worker(self, worker_id: int) -> WorkerSlot:
+        slot = WorkerSlot(worker_id)
+        self.workers[worker_id] = slot
+        self.idle[worker_id] = slot
+        return slot
+
+    def remove_worker(self, slot: WorkerSlot) -> list[TaskSpec]:
+        """Forget a dead worker; return its inflight tasks (the first was running)."""
+        slot.alive = False
+        self.workers.pop(slot.worker_id, None)
+        self.idle.pop(slot.worker_id, None)
+        if slot.inflight and not slot.blocked:
+            self._give_back(slot.held)
+        slot.held = ()
+        tasks = list(slot.inflight)
+        slot.inflight.clear()
+        for task in tasks:
+            task.worker = None
+        return tasks
+
+    def block(self, slot: WorkerSlot) -> None:
+        slot.blocked += 1
+        if slot.blocked == 1 and slot.inflight:
+            self._give_back(slot.held)
+
+    def unblock(self, slot: WorkerSlot) -> None:
+        slot.blocked -= 1
+        if slot.blocked == 0 and slot.inflight:
+            self._acquire(slot.held)
+
+    # -- tasks -----------------------------------------------------------------------
+    def make_ready(self, task: TaskSpec, front: bool = False) -> None:
+        task.state = READY
+        queue = self.ready.get(task.shape)
+        if queue is None:
+            queue = self.ready[task.shape] = deque()
+        if front:
+            queue.appendleft(task)
+        else:
+            queue.append(task)
+
+    def remove_ready(self, task: TaskSpec) -> bool:
+        queue = self.ready.get(task.shape)
+        if queue is None:
+            return False
+        try:
+            queue.remove(task)
+        except ValueError:
+            return False
+        return True
+
+    def finish(self, slot: WorkerSlot, task: TaskSpec, run_time: float) -> None:
+        """``task`` (the head of ``slot.inflight``) ended on its worker."""
+        inflight = slot.inflight
+        if inflight and inflight[0] is task:
+            inflight.popleft()
+        else:
+            inflight.remove(task)
+        task.worker = None
+        run_times = self.mean_run_time
+        key = task.function_key
+        previous = run_times.get(key)
+        run_times[key] = run_time if previous is None else 0.7 * previous + 0.3 * run_time
+        if inflight:
+            following = inflight[0].shape
+            if following is not slot.held:  # (most often the same shape object)
+                if following != slot.held and not slot.blocked:
+                    self._give_back(slot.held)
+                    self._acquire(following)
+                slot.held = following
+        else:
+            if not slot.blocked:
+                self._give_back(slot.held)
+            slot.held = ()
+            if slot.alive:
+                self.idle[slot.worker_id] = slot
+
+    def take_back(self, slot: WorkerSlot, task: TaskSpec) -> None:
+        """A queued, unstarted task came back from its worker: run it elsewhere first."""
+        if task in slot.inflight:
+            slot.inflight.remove(task)
+            task.worker = None
+            if not slot.inflight:
+                if not slot.blocked:
+                    self._give_back(slot.held)
+                slot.held = ()
+                if slot.alive:
+                    self.idle[slot.worker_id] = slot
+        self.make_ready(task, front=True)
+
+    def schedule(self, now: float | None = None) -> list[TaskSpec]:
+        """Assign ready tasks to workers, returning those placed (each on ``task.worker``:
+        no pair per task, which a pass of thousands kept alive through young collections);
+        set ``starving`` to the workers still wanted.
+
+        ``now`` (the monotonic clock) times the pass: the window follows the gap since
+        the last timed one, or is the widest while the program submits (``submitting``;
+        see the module docstring); without ``now`` the window is kept."""
+        if now is not None:
+            if self.submitting:
+                self.window_s = MAX_WINDOW_S
+                self.submitting = False
+            elif self.last_pass is not None:
+                self.window_s = min(MAX_WINDOW_S, max(PIPELINE_WINDOW_S, now - self.last_pass))
+            self.last_pass = now
+        if self.pending_groups:
+            self.reserve_groups()
+        assignments: list[TaskSpec] = []
+        starving = 0
+        empty = []
+        depths: dict[bytes, int] = {}  # each function's pipeline depth, for this pass
+        idle = self.idle
+        for shape, queue in self.ready.items():
+            # An idle worker for each task while the shape fits: the one idle for the
+            # shortest time (its caches are warm, and a run of synchronous calls keeps
+            # one worker busy rather than waking each in turn).
+            fits = self._fits(shape)
+            while queue and fits and idle:
+                task = queue.popleft()
+                _, slot = idle.popitem()
+                self._acquire(shape)
+                slot.held = shape
+                task.state = DISPATCHED
+                task.worker = slot
+                slot.inflight.append(task)
+                assignments.append(task)
+                fits = self._fits(shape)
+            if queue:
+                if fits:  # but no worker is idle: the node starts one (a slot beats a queue)
+                    starving += min(len(queue), max(1, int(self.available.get("CPU", 1))))
+                else:
+                    self._queue_behind(shape, queue, depths, assignments)
+                    if queue:
+                        self._orphan_if_removed(shape, queue)
+            if not queue:
+                empty.append(shape)
+        for shape in empty:
+            del self.ready[shape]
+        self.starving = starving
+        return assignments
+
+    def _queue_behind(self, shape: Shape, queue: deque[TaskSpec], depths: dict[bytes, int],
+                      assignments: list[TaskSpec]) -> None:
+        """Every slot of ``shape`` is busy: queue the short tasks at the head of
+        ``queue`` behind running short tasks of this shape, each on the least loaded
+        worker, within its function's pipeline depth; stop at the first that must wait.
+
+        Nothing ends during a pass, so the workers running this shape and each
+        function's depth are worked out once per pass, not per task (10,000 tasks: a
+        scan of every worker and a depth per task); a run of one function's tasks then
+        costs a scan of the running workers each."""
+        run_times = self.mean_run_time
+        running = [
+            slot for slot in self.workers.values()
+            if slot.inflight and not slot.blocked and slot.held == shape
+            # behind a short running task only: one long or unknown would hold them
+            and run_times.get(slot.inflight[0].function_key, SHORT_TASK_S) < SHORT_TASK_S]
+        if not running:
+            return
+        queued = [len(slot.inflight) for slot in running]  # kept in step with them below
+        key: bytes | None = None
+        depth = 0
+        while queue:
+            task = queue[0]
+            if task.function_key is not key:
+                key = task.function_key
+                found = depths.get(key)
+                depth = depths[key] = self.pipeline_depth(key) if found is None else found
+            fewest = min(queued)
+            if fewest >= depth:  # (a depth of 1 queues nothing: long or unknown tasks spread)
+                return
+            index = queued.index(fewest)  # the first of the least loaded
+            queued[index] = fewest + 1
+            slot = running[index]
+            queue.popleft()
+            task.state = DISPATCHED
+            task.worker = slot
+            slot.inflight.append(task)
+            assignments.append(task)
+
+    def _orphan_if_removed(self, shape: Shape, queue: deque[TaskSpec]) -> None:
+        if self.removed_names and any(name in self.removed_names for name, _ in shape):
+            self.orphaned.extend(queue)
+            queue.clear()
+
+    def pipeline_depth(self, function_key: bytes) -> int:
+        run_time = self.mean_run_time.get(function_key)
+        if run_time is None or run_time >= SHORT_TASK_S:
+            return 1
+        window = self.window_s  # the cap grows with it: MAX_PIPELINE_DEPTH per base window
+        cap = int(MAX_PIPELINE_DEPTH * window / PIPELINE_WINDOW_S)
+        return max(2, min(cap, int(window / max(run_time, 1e-5))))
+
+    def queued_count(self) -> int:
+        return sum(len(queue) for queue in self.ready.values())
+
+    def worker_cap(self) -> int:
+        blocked = sum(1 for slot in self.workers.values() if slot.blocked)
+        return math.ceil(self.total.get("CPU", 1.0)) + blocked + 8
+
+    # -- placement groups (see the module docstring) -----------------------------------
+    def add_group(self, group_id: int, group_hex: str, name: str,
+                  bundles: list[dict[str, float]], strategy: str) -> PlacementGroupState:
+        """Register a group and reserve it now if its resources are free (else when they are).
+
+        Raises ValueError, saying why, for a group this node can never hold."""
+        if strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        problem = _group_problem(self, bundles, strategy)
+        if problem:
+            raise ValueError(f"placement group {name or group_hex}: {problem}")
+        group = PlacementGroupState(group_id, group_hex, name, [dict(b) for b in bundles], strategy)
+        for index, bundle in enumerate(group.bundles):
+            for resource, amount in [*bundle.items(), ("bundle", BUNDLE_UNITS),
+                                     (CAPTURE, BUNDLE_UNITS)]:
+                for key in (group_resource(resource, group_hex), group_resource(resource, group_hex, index)):
+                    group.names[key] = group.names.get(key, 0.0) + amount
+        for key, amount in group.names.items():
+            self.total[key] = amount  # feasible from now on; usable once reserved
+            self.available.setdefault(key, 0.0)
+        self.groups[group_id] = group
+        self.pending_groups.append(group)
+        self.reserve_groups()
+        return group
+
+    def reserve_groups(self) -> None:
+        """Reserve pending groups in creation order while their whole demand fits."""
+        pending = self.pending_groups
+        while pending:
+            group = pending[0]
+            demand = group.demand
+            if not self._fits(demand):
+                return
+            self._acquire(demand)
+            for key, amount in group.names.items():
+                self.available[key] += amount
+            group.state = GROUP_CREATED
+            pending.popleft()
+            self.newly_reserved.append(group)
+
+    def remove_group(self, group_id: int) -> PlacementGroupState | None:
+        """Give a group's reservation back; its ready tasks go to ``orphaned``."""
+        group = self.groups.get(group_id)
+        if group is None or group.state == GROUP_REMOVED:
+            return group
+        if group.state == GROUP_CREATED:
+            self._give_back(group.demand)
+        else:
+            self.pending_groups.remove(group)
+        for key, amount in group.names.items():
+            self.total.pop(key, None)
+            # Reserved and unused, this reaches 0; a running task's give-back brings it back to 0.
+            self.available[key] -= amount
+            self.removed_names.add(key)
+        group.state = GROUP_REMOVED
+        for shape, queue in list(self.ready.items()):
+            self._orphan_if_removed(shape, queue)
+            if not queue:
+                del self.ready[shape]
+        return group
+
+
+# -- placement groups ----------------------------------------------------------------------
+GROUP_PENDING, GROUP_CREATED, GROUP_REMOVED = "PENDING", "CREATED", "REMOVED"
+
+
+@dataclass(slots=True, eq=False)
+class PlacementGroupState:
+    group_id: int
+    hex: str
+    name: str
+    bundles: list[dict[str, float]]
+    strategy: str
+    state: str = GROUP_PENDING
+    names: dict[str, float] = field(default_factory=dict)  # group resource name -> amount
+
+    @property
+    def demand(self) -> Shape:
+        """The plain resources the whole group takes from ``available`` when reserved."""
+        total: dict[str, float] = {}
+        for bundle in self.bundles:
+            for name, amount in bundle.items():
+                total[name] = total.get(name, 0.0) + amount
+        return make_shape(total)
+
+    def row(self, node_id: str) -> dict[str, Any]:
+        return {
+            "placement_group_id": self.hex,
+            "name": self.name,
+            "bundles": {index: dict(bundle) for index, bundle in enumerate(self.bundles)},
+            "bundles_to_node_id": {index: node_id for index in range(len(self.bundles))},
+            "strategy": self.strategy,
+            "state": self.state,
+        }
+
+
+def _group_problem(scheduler: Scheduler, bundles: list[dict[str, float]], strategy: str) -> str | None:
+    if strategy == "STRICT_SPREAD" and len(bundles) > 1:
+        return (f"STRICT_SPREAD puts each of its {len(bundles)} bundles on a different node, "
+                "and this runtime is one node; use PACK or SPREAD (on one machine they place "
+                "every bundle here), or a single bundle")
+    for index, bundle in enumerate(bundles):
+        problem = scheduler.check_feasible(make_shape(bundle))
+        if problem:
+            return f"bundle {index} ({bundle}) can never be reserved: {problem}"
+    group = PlacementGroupState(0, "", "", bundles, strategy)
+    problem = scheduler.check_feasible(group.demand)
+    if problem:
+        return f"the {len(bundles)} bundles together can never be reserved on this node: {problem}"
+    return None
+
+

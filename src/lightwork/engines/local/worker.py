@@ -1,0 +1,759 @@
+"""The worker process: run tasks sent by the driver, send results back.
+
+One socket to the driver carries everything. The main thread reads a frame, runs the
+task, and sends the result; when more task frames are already buffered, results are
+held back briefly and sent together (batching), but never longer than ``FLUSH_AFTER_S``:
+only results of tasks shorter than that are held, every send carries them, and a
+late-flush thread sends them if the next task runs longer.
+
+A task may call the API itself (nested ``remote``/``put``/``get``/``wait``): that side is
+``worker_calls.py``'s (a mixin of :class:`Worker`). Whichever thread needs the next
+frame reads it (one at a time, under ``_cond``) and routes it: a reply goes to the
+thread waiting for it, a task goes to the inbox; while a thread waits, task frames in
+the inbox are bounced back for the driver to place elsewhere. An actor with concurrency
+runs its calls on threads or an event loop (``actor_runners.py``).
+
+The loop is defensive: a user error is a result, never a crash of the loop. The process
+ends when the driver closes the socket (or sends EXIT), or right after the last call a
+``max_calls`` function may make here (``retire``: it sends the result and RETIRE, and the
+driver moves what it had queued here elsewhere); faulthandler is on, so a fatal error
+leaves a stack on stderr. A task submitted from here carries the running task's id (its
+parent, for recursive cancel) and inherits its ``runtime_env`` (``runtime_env.py``).
+
+The worker's share of a synchronous no-op call (issue 13, measured 2026-11-24 on the
+loaded 2-core machine): from the driver's send to the task starting 55 µs (mostly the
+process wake-up; py-spy ``--native`` finds the main thread blocked in ``recv`` in 92%
+of its samples), arguments 4.5 µs, run 2.4, storing the result 7.7; the result then
+leaves at once (no other task is buffered, so nothing is held and the late-flush
+thread is not involved). The worker is not where the time goes: the driver's CPU per
+call is 110–190 µs (``driver_calls.py``).
+
+Session 5 measured the workers' CPU too (``bench/hotpath_profile.py``, all threads of
+every worker, per call): 45-50 µs per sync no-op and 15-21 µs per task of 10,000.
+``perf`` found a third of it in the kernel: ``recv(256 KiB)`` allocated a fresh buffer
+per read that glibc mapped and the kernel faulted in and shrank (mmap, page faults,
+mremap, munmap: 10-15% of the worker's CPU; now ``recv_into`` one buffer,
+``protocol.RECV_SIZE``), and the wake-ups of blocking reads and sends. Of the Python
+left (profiled in-process, ``Worker.run`` fed by a fake driver: ~11.5 µs per task in
+batches), the largest items are the two ``time.process_time`` calls around each call
+(2.4 µs each on this VM: a syscall, for ``TaskRecord.cpu_time``, which the advisor's
+CPU rules read for tasks of 10 ms or more) and the read turn under ``_cond`` (five
+acquisitions and three ``notify_all`` per task, with nobody waiting in a task worker):
+both changed in session 6, below.
+Session 6 (``bench/hotpath_worker.py``: this loop alone in a forked process, fed by a
+fake driver over a socketpair, A/B against the previous code, 6 rounds of 10,000 no-op
+tasks, load average 3-4): the read turn takes ``_cond`` once per frame already decoded
+(twice when it reads the socket, letting go of it meanwhile) and notifies only when a
+thread waits (``_cond_waiters``); the CPU clock is read only for a function whose last
+run here took ``CPU_CLOCK_MIN_S`` or more (else the record's ``cpu_time`` is 0.0, "not
+measured", which the advisor's CPU rules already skip: they read runs of 10 ms or more;
+the first long run after short ones goes unmeasured, the next is measured). The
+worker's CPU per task: in frames of 100, 9.6 -> 6.6 µs (the read turn 9.9 -> 8.5 of it);
+one at a time, 22.0 -> 18.6 µs (the rest is the kernel's: wake-ups, recv, send). The
+cyclic collector is no cost here: one young collection per 20,000 no-op tasks (their
+objects die by reference counting), so ``gc.freeze`` after start gains nothing.
+Session 15: on 2 cores a batch's workers share the core the driver leaves them, so their
+CPU bounds a batch too (``bench/lean_bound.py``: a lean worker uses 1.4-2.5 µs a task).
+A call per task now skips what its common case does not need: the clock read once for
+the task loop and the call's start, the stored time reused for the flush decision, the
+running frame set without the ``current`` property, no GPU or dependency helper when
+there are none, the function taken from its table directly, one return stored without
+the list comprehension, the short-run set added to only once. ``hotpath_worker.py`` A/B,
+8 rounds: 8.8 -> 7.6 µs a task in frames (paired 0.89), sync 42.5 -> 38.7 (0.84);
+``hotpath_ab.py``, 12 rounds: the workers' CPU per task of a batch 7.7 -> 6.7 (0.86),
+per actor call 0.89; the wall clock unchanged (0.96-1.00: the driver bounds it).
+Session 16: a task's arguments come, and its result leaves, as their pickle's bytes
+alone when that is all they are (``serialization.bare``; ``protocol.py`` has the
+figures): no ``Stored`` is rebuilt from the frame or pickled through ``__reduce__`` into
+it, and a scalar result is pickled without one. The workers' CPU per batch task 0.84,
+per actor call 0.82 (``hotpath_ab.py``, 30 rounds against session 15's code).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import inspect
+import itertools
+import os
+import pickle
+import signal
+import socket
+import sys
+import threading
+import time
+import types
+import traceback
+from collections import deque
+from typing import Any
+
+import cloudpickle
+
+from lightwork.kernel import exceptions
+from lightwork.kernel.generators import DYNAMIC_METHOD
+from lightwork.kernel.object_ref import PROCESS_ID_SHIFT, ref_counter
+from lightwork.kernel import control
+from lightwork.engines.local import protocol as p
+from lightwork.kernel import serialization
+from lightwork.engines.local.actor_runners import (
+    COROUTINE_FRAME,
+    AsyncRunner,
+    CallPool,
+    is_async_class,
+    leave_sigint_to_the_main_thread,
+)
+from lightwork.kernel import calls
+from lightwork.kernel.calls import ArgSlot
+from lightwork.kernel.serialization import SerializationError, Stored, bare
+from lightwork.engines.local.worker_calls import SharedMemoryWriter, WorkerCalls
+
+FLUSH_AFTER_S = 0.001
+# A call whose function's last run here was shorter than this is not timed on the CPU
+# clock (its record's cpu_time stays 0.0, "not measured"; the advisor's CPU rules read
+# only runs of 10 ms or more, and skip 0.0). See the module docstring.
+CPU_CLOCK_MIN_S = 0.001
+
+
+# Frames in these files are lightwork's own (worker loop, serialization, the API's
+# plumbing): a remote traceback shown to the user leaves them out.
+_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def user_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback (with its chained exceptions) without lightwork's frames.
+
+    A stack made only of lightwork frames (an error in lightwork itself) is kept whole.
+    """
+    formatted = traceback.TracebackException.from_exception(exc)
+    seen: set[int] = set()
+    pending = [formatted]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        kept = [f for f in current.stack if not f.filename.startswith(_LIGHTWORK_DIR)]
+        if kept and len(kept) != len(current.stack):
+            current.stack = traceback.StackSummary.from_list(kept)
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return "".join(formatted.format())
+
+
+def error_outcome(name: str, exc: BaseException) -> Stored:
+    """Serialize a user exception as a TaskError (see TaskError for how its cause travels)."""
+    try:
+        tb = user_traceback(exc)
+    except Exception:  # noqa: BLE001 - never lose the error over its formatting
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        return serialization.serialize(exceptions.TaskError(name, tb, exc, os.getpid()), None)
+    except Exception:  # noqa: BLE001 - the cause is packed safely; this is a last resort
+        return serialization.serialize(exceptions.TaskError(name, tb, None, os.getpid()), None)
+
+
+class Worker(WorkerCalls):
+    """The worker's runtime: task loop, and the API as seen from inside a task."""
+
+    def __init__(self, sock: socket.socket, worker_id: int, config: dict[str, Any]) -> None:
+        self.conn = p.BlockingConnection(sock)
+        self.worker_id = worker_id
+        self.job_id = config["job_id"]
+        self.shm_dir = config["shm_dir"]
+        self.node_id = config["node_id"]
+        self.total: dict[str, float] = config["total"]
+        self.functions: dict[bytes, Any] = {}
+        self.function_blobs: dict[bytes, bytes] = {}
+        self.sent_functions: set[bytes] = set()
+        # Payloads wrapped in an inherited runtime_env: (key, env) -> (key, blob).
+        self._inherited_payloads: dict[tuple[bytes, str], tuple[bytes, bytes]] = {}
+        self.inbox: deque[tuple[Any, ...]] = deque()
+        self.outbox: deque[tuple[Any, ...]] = deque()
+        self.replies: dict[int, Any] = {}
+        self._cond = threading.Condition()
+        self._reading = False
+        self._cond_waiters = 0  # threads waiting on _cond for their turn or a frame
+        self._waiting = 0
+        self._ids = itertools.count(1)
+        self._requests = itertools.count(1)
+        self._local = threading.local()
+        self.actor: Any = None
+        self.actor_id = 0
+        self.actor_name: str | None = None
+        self.placed_in: Any = ()  # the actor's place shape: a group its calls may capture
+        self.actor_gpu_ids: tuple[int, ...] = ()
+        self.pool: CallPool | None = None
+        self.loop: AsyncRunner | None = None
+        self.exiting = False
+        self.retiring = False  # a max_calls function's last call ran here (calls.CallLimit)
+        self.bounce_when_waiting = True
+        # Cancels: the driver appends a task id to ``cancel_path`` and then sends SIGINT.
+        # The handler only counts the signal (and interrupts the task it names, if
+        # running); the file is read when a signal is unread (or, before a call on a pool
+        # thread, when it grew: ``_cancel_file_grew``), so a cancel that lands before its
+        # task starts is found when it starts. See ``_on_sigint``.
+        self.cancel_path = p.cancel_file(config.get("session_dir") or self.shm_dir, worker_id)
+        # SIGINTs received (the handler counts them) and read up to: unequal means read the
+        # file. Unequal at start: a SIGINT that came before ``main`` installed the handler
+        # was lost.
+        self.cancel_signals = 1
+        self._signals_read = 0
+        self.cancelled_ids: set[int] = set()
+        self._cancel_offset = 0
+        self.interrupted = 0  # the task a KeyboardInterrupt was raised in (at most once)
+        # Results of finished tasks held back to be sent in one batch with the next ones.
+        # Every send carries them first, and a late-flush thread sends them if the task
+        # that followed runs longer than FLUSH_AFTER_S (it might never end: a blocked
+        # actor call, or a parent waiting for a child that needs one of these results).
+        self._held: list[tuple[Any, ...]] = []
+        self._held_since = 0.0
+        self._tasks_started = 0
+        self._short_runs: set[Any] = set()  # function keys not timed on the CPU clock
+        self._flush_soon: threading.Event | None = None
+        self._send_lock = threading.Lock()  # one sender at a time: BORROW before RELEASE
+        ref_counter.reset()
+        ref_counter.on_borrow = self._note_borrow
+        # The driver recycles a segment only when no worker maps it: say so before any
+        # message that could end this worker's use of the object (outbox goes first).
+        serialization.MAPS.on_map = self._note_mapped
+        serialization.MAPS.spill_dir = config.get("spill_dir")
+
+    # -- ids and messages ------------------------------------------------------------
+    def next_object_id(self) -> int:
+        return (self.worker_id << PROCESS_ID_SHIFT) | next(self._ids)
+
+    def _note_borrow(self, object_id: int) -> None:
+        self.outbox.append((p.BORROW, object_id))
+
+    def _note_mapped(self, path: str) -> None:
+        self.outbox.append((p.MAPPED, path))
+
+    def _report_unmapped(self) -> None:
+        """Close the segments no value of this process points into; tell the driver."""
+        closed = serialization.MAPS.release_unused()
+        if closed:
+            self.outbox.append((p.UNMAPPED, closed))
+
+    def send(self, messages: list[tuple[Any, ...]]) -> None:
+        """Send held results and queued messages, then ``messages``, releases last."""
+        with self._send_lock:
+            gone = ref_counter.drain()
+            outbox = self.outbox
+            if outbox or self._held:
+                queued, self._held = self._held, []
+                while outbox:  # popleft is atomic: other threads may append meanwhile
+                    queued.append(outbox.popleft())
+                messages = queued + messages
+            if gone:
+                messages.append((p.RELEASE, gone))
+            if messages:
+                self.conn.send(messages)
+
+    def _flush_late(self) -> None:
+        """Send held results when the task after them has run for FLUSH_AFTER_S."""
+        assert self._flush_soon is not None
+        leave_sigint_to_the_main_thread()
+        while True:
+            self._flush_soon.wait()
+            self._flush_soon.clear()
+            started = self._tasks_started
+            time.sleep(FLUSH_AFTER_S)
+            if self._held and self._tasks_started == started:
+                self.send([])
+
+    # -- reading ---------------------------------------------------------------------
+    def _route(self, message: tuple[Any, ...]) -> bool:
+        """File a frame just read (caller holds ``_cond``); True: bounce it back now."""
+        kind = message[0]
+        if kind == p.REPLY:
+            self.replies[message[1]] = message[2]
+        elif kind == p.FUNCTION:
+            self.function_blobs[message[1]] = message[2]
+        elif kind == p.TASK and self._waiting and self.bounce_when_waiting:
+            return True
+        else:
+            self.inbox.append(message)
+        return False
+
+    def _take_turn(self, done: Any) -> Any:
+        """Read frames until ``done()`` returns something other than None; return it.
+
+        One thread reads at a time (``_reading``); the others wait on ``_cond`` and are
+        notified only when there are any (``_cond_waiters``: a task worker's main
+        thread is nearly always alone). A frame already decoded is taken without letting
+        go of ``_cond``; a read from the socket lets go of it meanwhile.
+        """
+        cond = self._cond
+        conn = self.conn
+        with cond:
+            while True:
+                result = done()
+                if result is not None:
+                    return result
+                if self._reading:
+                    self._cond_waiters += 1
+                    try:
+                        cond.wait()
+                    finally:
+                        self._cond_waiters -= 1
+                    continue
+                if conn.has_buffered():
+                    message = conn.recv()
+                else:
+                    self._reading = True
+                    try:
+                        cond.release()
+                        try:
+                            message = conn.recv()
+                        finally:
+                            cond.acquire()
+                    finally:
+                        self._reading = False
+                        if self._cond_waiters:  # one of them reads next
+                            cond.notify_all()
+                if message is None:
+                    os._exit(0)  # the driver is gone: nothing to report to, nothing to keep
+                bounce = self._route(message)
+                if self._cond_waiters:
+                    cond.notify_all()
+                if bounce:  # now, not with the next send: this worker is blocked until a reply
+                    cond.release()
+                    try:
+                        self.send([(p.BOUNCE, message[1][0])])
+                    finally:
+                        cond.acquire()
+
+    def _next_inbox(self) -> tuple[Any, ...] | None:
+        return self.inbox.popleft() if self.inbox else None
+
+    # -- the task loop ---------------------------------------------------------------
+    def run(self) -> None:
+        while True:
+            if self._held and (
+                not (self.inbox or self.conn.has_buffered())
+                or time.monotonic() - self._held_since > FLUSH_AFTER_S
+            ):
+                self.send([])
+            message = self._take_turn(self._next_inbox)
+            kind = message[0]
+            if kind == p.TASK:
+                if self.pool is not None:
+                    self.pool.submit(message[1])
+                    continue
+                self._tasks_started += 1
+                if self._held:
+                    self._wake_late_flush()
+                started = time.monotonic()
+                result = self.execute(message[1], started)
+                stored = result[6]  # when its result was stored: the end of the call
+                if self.exiting or stored - started >= FLUSH_AFTER_S:
+                    # Batching only pays for tiny tasks; holding a longer task's result
+                    # would only lose it (and re-run the task) if this worker died.
+                    self.send([result, (p.RETIRE,)] if self.retiring else [result])
+                    if self.exiting:
+                        return
+                    continue
+                with self._send_lock:
+                    if not self._held:
+                        self._held_since = stored
+                    # What the task queued (MAPPED reports, borrows) goes before its result.
+                    outbox = self.outbox
+                    while outbox:
+                        self._held.append(outbox.popleft())
+                    self._held.append(result)
+            elif kind == p.ACTOR_INIT:
+                self.send([self.start_actor(message[1])])
+            elif kind == p.EXIT:
+                self.send([])
+                return
+
+    def retire(self) -> None:
+        """Exit once the running task is done; the driver runs nothing more here."""
+        self.retiring = self.exiting = True
+
+    def _wake_late_flush(self) -> None:
+        if self._flush_soon is None:
+            self._flush_soon = threading.Event()
+            threading.Thread(target=self._flush_late, name="lightwork-flush", daemon=True).start()
+        if not self._flush_soon.is_set():  # set() takes the Event's lock: once per task
+            self._flush_soon.set()
+
+    def function(self, key: bytes) -> Any:
+        fn = self.functions.get(key)
+        if fn is None:
+            fn = self.functions[key] = cloudpickle.loads(self.function_blobs.pop(key))
+        return fn
+
+    @property
+    def current(self) -> tuple[Any, ...] | None:
+        """The frame of the call running in this thread (on an async actor's loop: in
+        this coroutine), or None."""
+        frame = getattr(self._local, "frame", None)
+        if frame is None and self.loop is not None:
+            frame = COROUTINE_FRAME.get()
+        return frame
+
+    @current.setter
+    def current(self, frame: tuple[Any, ...] | None) -> None:
+        self._local.frame = frame
+
+    def target(self, key: Any) -> Any:
+        """The callable a task frame names: a function by hash, or an actor method."""
+        if type(key) is bytes:
+            return self.function(key)
+        if key == "__ray_terminate__":
+            self.exiting = True
+            return _noop
+        if key == "__ray_ready__":
+            return _ready
+        try:
+            return getattr(self.actor, key)
+        except AttributeError:
+            if key.startswith(DYNAMIC_METHOD):  # a num_returns="dynamic" call (_generator.py)
+                from lightwork.kernel.generators import DynamicReturns
+
+                return DynamicReturns(getattr(self.actor, key[len(DYNAMIC_METHOD):]))
+            raise
+
+    def cancelled(self, task_id: int, file_grew: bool = False) -> bool:
+        """Whether the driver cancelled ``task_id`` (the file is read only after a SIGINT,
+        or when the caller saw it grow)."""
+        signals = self.cancel_signals
+        if signals != self._signals_read or file_grew:
+            start = self._cancel_offset
+            try:
+                with open(self.cancel_path, "rb") as f:
+                    f.seek(start)
+                    text = f.read()
+            except OSError:
+                text = b""
+            end = text.rfind(b"\n") + 1  # a line being written now is read next time
+            self.cancelled_ids.update(int(line) for line in text[:end].split())
+            # Several readers (an actor's threads, the SIGINT handler interrupting one):
+            # move on only from where this one started. Re-reading a line adds nothing;
+            # skipping one would lose a cancel.
+            if self._cancel_offset == start:
+                self._cancel_offset = start + end
+            # Read up to ``signals`` only: a SIGINT that came meanwhile (its id perhaps
+            # written after this read) leaves the counts unequal, and the file is read
+            # again. Another thread checking meanwhile reads the file itself.
+            self._signals_read = signals
+        return task_id in self.cancelled_ids
+
+    def _cancel_file_grew(self) -> bool:
+        """Whether the driver appended to the cancel file since it was last read.
+
+        The start check of a call on a pool thread (threaded and async actors) cannot rely
+        on the SIGINT handler: it runs on the main thread, which on a loaded host may get
+        the GIL only after the pool thread started the call. The driver writes the line
+        before it signals, so one ``stat`` finds the cancel without the handler. Calls on
+        the main thread don't need it: the handler runs there before the next bytecode.
+        """
+        try:
+            return os.stat(self.cancel_path).st_size > self._cancel_offset
+        except OSError:  # no cancel yet: the driver creates the file with the first one
+            return False
+
+    def is_canceled(self) -> bool:
+        """``get_runtime_context().is_canceled()``: was the running call cancelled?"""
+        frame = self.current
+        if frame is None:
+            return False
+        return bool(self.cancel_signals != self._signals_read or self.cancelled_ids) and \
+            self.cancelled(frame[0])
+
+    def execute(self, frame: tuple[Any, ...], started: float = 0.0) -> tuple[Any, ...]:
+        """Run the task of ``frame``; its DONE message. ``started``: when the caller
+        took it up (the task loop reads the clock for itself anyway), else now."""
+        if _test_gate_dir is not None:
+            _hold_at_gate("dispatched", frame[2])
+            started = 0.0
+        if not started:
+            started = time.monotonic()
+        args_loaded = finished = started
+        cpu = 0.0
+        try:
+            outcome, args_loaded, finished, cpu = self._execute(frame, started)
+        except KeyboardInterrupt:  # a cancel that landed outside _execute's own handlers
+            finished = time.monotonic()
+            outcome = "cancelled"
+        self._local.frame = None  # (the ``current`` setter's work, without its call)
+        if self.cancelled_ids:
+            self.cancelled_ids.discard(frame[0])
+        if len(serialization.MAPS):  # _execute's locals (args, result) are gone by now
+            self._report_unmapped()
+        return (p.DONE, frame[0], outcome, started, args_loaded, finished, time.monotonic(), cpu)
+
+    def _execute(self, frame: tuple[Any, ...], started: float) -> tuple[Any, float, float, float]:
+        """Run one task: its outcome, when its arguments were loaded and it ended, its CPU."""
+        (task_id, key, name, args_stored, dep_values, return_ids, _resources, gpu_ids) = frame
+        outcome: Any
+        args_loaded = started
+        # The process's CPU time (all threads: shows tasks that oversubscribe) over the
+        # call alone: loading arguments and storing results are the runtime's work.
+        cpu = cpu_started = 0.0
+        try:
+            # From here a SIGINT naming this task interrupts it (the ``current`` setter's
+            # work, without its call: a worker runs this for every task).
+            self._local.frame = frame
+            # On a pool thread the main thread may not have run the handler yet.
+            grew = self.pool is not None and self._cancel_file_grew()
+            if (grew or self.cancel_signals != self._signals_read or self.cancelled_ids) and \
+                    self.cancelled(task_id, grew):
+                self.interrupted = task_id
+                raise KeyboardInterrupt  # cancelled between dispatch and start
+            if gpu_ids:
+                _set_gpu_env(gpu_ids)
+            fn = self.functions.get(key) if type(key) is bytes else None
+            if fn is None:  # an actor method, or a function not yet loaded
+                fn = self.target(key)
+            args, kwargs = (load_args(args_stored, dep_values) if dep_values
+                            else serialization.loads(args_stored))
+            # The CPU clock is a syscall (1-2.4 µs here): read only when this function's
+            # last run here took CPU_CLOCK_MIN_S or more, or it has not run here yet.
+            timed = key not in self._short_runs
+            args_loaded = time.monotonic()
+            if timed:
+                cpu_started = time.process_time()
+            result = fn(*args, **kwargs)
+            if self.loop is not None and inspect.iscoroutine(result):
+                result = self.loop.run(result, frame)
+            if type(result) in _GENERATORS and len(return_ids) == 1:
+                result = self.stream_items(name, return_ids[0], result)
+            del args, kwargs
+            finished = time.monotonic()
+            if timed:
+                cpu = time.process_time() - cpu_started
+            if finished - args_loaded < CPU_CLOCK_MIN_S:
+                if timed:
+                    self._short_runs.add(key)
+            elif not timed:
+                self._short_runs.discard(key)
+            outcome = self.store_results(name, result, return_ids)
+            del result
+        except KeyboardInterrupt as exc:
+            finished = time.monotonic()
+            # Ours (a cancel) or the user's own: only the first is a cancellation.
+            outcome = "cancelled" if self.interrupted == task_id else (
+                "error", error_outcome(name, exc))
+        except LostArgument as lost:  # the driver rebuilds it and sends the task again
+            finished = time.monotonic()
+            outcome = ("lost", lost.path)
+        except ActorExit:
+            finished = time.monotonic()
+            self.exiting = True
+            outcome = ("exit", None)
+        except SerializationError as exc:
+            finished = time.monotonic()
+            outcome = ("error", serialization.serialize(
+                exceptions.TaskError(name, f"{exc}\n", exc, os.getpid()), None))
+        except BaseException as exc:  # noqa: BLE001 - user errors become results
+            finished = time.monotonic()
+            outcome = ("error", error_outcome(name, exc))
+            # The error is sent as text and a copy: drop the failed task's locals now, so a
+            # reference cycle through its frames cannot pin its objects (refs, arrays that
+            # keep segments mapped) until the collector happens to run.
+            traceback.clear_frames(exc.__traceback__)
+        return outcome, args_loaded, finished, cpu
+
+    def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Create this worker's actor instance; the DONE says whether ``__init__`` worked."""
+        (task_id, key, name, args_stored, dep_values, actor_id, actor_name, concurrency,
+         gpu_ids, self.placed_in) = frame
+        started = time.monotonic()
+        self.actor_gpu_ids = gpu_ids
+        _set_gpu_env(gpu_ids)  # for the constructor too: it may pick its device
+        self.actor_id, self.actor_name = actor_id, actor_name
+        self.bounce_when_waiting = False  # an actor's calls cannot run anywhere else
+        outcome: Any = []
+        try:
+            cls = self.function(key)
+            args, kwargs = load_args(args_stored, dep_values)
+            if is_async_class(cls):
+                self.loop = AsyncRunner(self, concurrency or 1000)
+                self.pool = CallPool(self, self.loop.limit)
+            elif concurrency and concurrency > 1:
+                self.pool = CallPool(self, concurrency)
+            self.actor = cls(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - reported as the actor's death cause
+            outcome = ("error", error_outcome(f"{name}.__init__", exc))
+        now = time.monotonic()
+        return (p.DONE, task_id, outcome, started, started, now, now, 0.0)
+
+    def store_results(self, name: str, result: Any, return_ids: tuple[int, ...]) -> Any:
+        """The outcome of a call that returned ``result``: its values as they travel
+        (``serialization.bare``), in a list, or the one scalar's pickle alone."""
+        if len(return_ids) == 1:
+            if type(result) in serialization.SCALARS:  # the common tiny result: no Stored
+                return pickle.dumps(result, protocol=5)  # (and no list: protocol.py)
+            return [bare(serialization.serialize(result, SharedMemoryWriter(self, return_ids[0])))]
+        if not return_ids:
+            return []
+        try:
+            values = list(result)
+        except TypeError:
+            values = None
+        if values is None or len(values) != len(return_ids):
+            got = "a non-iterable" if values is None else f"{len(values)} values"
+            raise ValueError(
+                f"task {name} was declared with num_returns={len(return_ids)} but "
+                f"returned {got}; return a tuple of exactly {len(return_ids)} items or "
+                "change num_returns"
+            )
+        return [
+            bare(serialization.serialize(value, SharedMemoryWriter(self, object_id)))
+            for value, object_id in zip(values, return_ids)
+        ]
+
+    def stream_items(self, name: str, head: int, items: Any) -> None:
+        """Send each item of a generator task to the driver as it is yielded (see
+        ``streams.py``); the task's own result is None. An exception the generator raises
+        becomes the stream's last item, as in Ray (the task itself succeeds). Once the
+        consumer is gone the generator still runs to its end, but its items are not sent.
+        A re-run (a retry) neither serializes nor sends the yields the driver's reply
+        says the stream already has."""
+        # [yields so far in this run, items the stream holds; None: nobody consumes it]
+        progress: list[Any] = [0, 0]
+
+        def send(item: Any) -> None:
+            index, have = progress
+            progress[0] = index + 1
+            if have is not None and index >= have:
+                object_id = self.next_object_id()
+                stored = serialization.serialize(item, SharedMemoryWriter(self, object_id))
+                progress[1] = self.driver_request("stream", "yield", head, index, object_id, stored)
+
+        try:
+            if type(items) is types.AsyncGeneratorType:
+                import asyncio
+
+                async def drain() -> None:
+                    async for item in items:
+                        await asyncio.to_thread(send, item)  # the actor's loop keeps serving
+
+                if self.loop is not None:
+                    self.loop.run(drain())
+                else:
+                    asyncio.run(drain())
+            else:
+                for item in items:
+                    send(item)
+        except (ActorExit, SerializationError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the user's error is the stream's last item
+            index, have = progress
+            if have is not None and index >= have:
+                self.driver_request("stream", "yield", head, index, self.next_object_id(),
+                                    None, error_outcome(name, exc))
+        return None
+
+
+class LostArgument(Exception):
+    """A ref argument's segment file vanished before the task could read it."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+
+def load_args(args_stored: Stored | bytes, dep_values: Any) -> tuple[list[Any], dict[str, Any]]:
+    args, kwargs = serialization.loads(args_stored)
+    if dep_values:
+        try:
+            values = [serialization.loads(stored) for stored in dep_values]
+        except FileNotFoundError as exc:
+            raise LostArgument(exc.filename) from exc
+        args = [values[a.index] if type(a) is ArgSlot else a for a in args]
+        for k, v in kwargs.items():
+            if type(v) is ArgSlot:
+                kwargs[k] = values[v.index]
+    return args, kwargs
+
+
+class ActorExit(SystemExit):
+    """Raised by ``exit_actor()``: finish the current call, then end the actor's process."""
+
+
+_GENERATORS = (types.GeneratorType, types.AsyncGeneratorType)
+
+
+def _ready() -> bool:
+    return True
+
+
+def _noop() -> None:
+    return None
+
+
+def _set_gpu_env(gpu_ids: tuple[int, ...]) -> None:
+    if gpu_ids:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    """A cancel: interrupt the running task if the driver named it, else note it.
+
+    Raises at most once per task (``interrupted``), so the KeyboardInterrupt cannot land
+    a second time while ``execute`` is turning the first into the "cancelled" outcome.
+    """
+    worker = _current_worker
+    if worker is None:
+        return
+    if _test_gate_dir is not None:  # a test holds the handler: the main thread is late
+        _hold_at_gate("sigint", "handler")
+    worker.cancel_signals += 1
+    if worker.actor_id:
+        # An actor's running call is never interrupted here (Ray: its state could be left
+        # half-changed): is_canceled() and the start check read the ids; coroutines of an
+        # async actor are cancelled on its loop. See ActorManager.cancel_call.
+        worker.cancelled(0)
+        if worker.loop is not None and worker.loop.running:
+            worker.loop.cancel(worker.cancelled_ids)
+        return
+    running = worker.current
+    if running is not None and worker.interrupted != running[0] and worker.cancelled(running[0]):
+        worker.interrupted = running[0]
+        raise KeyboardInterrupt
+
+
+_current_worker: Worker | None = None
+
+# Tests only: LIGHTWORK_TEST_GATE_DIR=<dir> holds a task named N at point P while the
+# file <dir>/P-N.hold exists (and creates <dir>/P-N.reached), so a test can act on a
+# task at an exact point of its life. Read once in ``main``; unset, it costs one check.
+_test_gate_dir: str | None = None
+
+
+def _hold_at_gate(point: str, task_name: str) -> None:
+    gate = os.path.join(_test_gate_dir or "", f"{point}-{task_name}")
+    if os.path.exists(gate + ".hold"):
+        open(gate + ".reached", "w").close()
+        while os.path.exists(gate + ".hold"):
+            time.sleep(0.005)
+
+
+def main(fd: int, worker_id: int, config: dict[str, Any]) -> None:
+    """Entry point in the forked child."""
+    global _current_worker, _test_gate_dir
+    faulthandler.enable()
+    _test_gate_dir = os.environ.get("LIGHTWORK_TEST_GATE_DIR") or None
+    sys.path[:] = config["sys_path"]
+    try:
+        os.chdir(config["cwd"])
+    except OSError:
+        pass
+    os.environ.update(config["env"])
+    if config.get("as_ray"):  # the driver runs a Ray program: its modules `import ray`
+        from lightwork.kernel import ray_alias
+
+        ray_alias.install_as_ray()
+    sock = socket.socket(fileno=fd)
+    control.install_worker_hooks(worker_id, config)  # stack dumps on SIGUSR1, profile spans
+    worker = Worker(sock, worker_id, config)
+    _current_worker = worker
+    calls.retire_worker = worker.retire  # max_calls: this process ends after the call
+    signal.signal(signal.SIGINT, _on_sigint)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    from lightwork.engines.local.backend import LocalBackend
+    from lightwork.kernel import backend as kernel_backend
+
+    kernel_backend.install(LocalBackend(worker, in_driver=False))
+    worker.run()

@@ -1,0 +1,467 @@
+"""What workers send the driver: results (``DONE``), nested submissions, puts, borrows
+and releases, get/wait from inside tasks, actor calls (``_handle`` dispatches them).
+
+A result resolves its task's return objects (``store_results``) or, for an error,
+retries the task (``retry_exceptions``) or fails it. A worker blocked in
+``get``/``wait`` lends its CPU back to the pool (``Scheduler.block``) until the reply is
+sent; a reply is sent when every object is ready or the timeout fires
+(a timer of the I/O loop). Methods of the Node (a mixin), called with its lock held.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from lightwork.kernel import exceptions
+from lightwork.engines.local import protocol as p
+from lightwork.kernel import serialization
+from lightwork.engines.local.cancel import cancelled_error
+from lightwork.kernel.collector import keep_out_of_collector
+from lightwork.kernel.events import TaskRecord
+from lightwork.engines.local.lineage import file_exists, keeps_lineage
+from lightwork.engines.local.objects import PENDING, READY, ObjectEntry
+from lightwork.engines.local.protocol import DONE
+from lightwork.engines.local.scheduler import FINISHED, TaskSpec
+from lightwork.kernel.serialization import Stored, unbare
+
+if TYPE_CHECKING:
+    from lightwork.engines.local.node import Node, WorkerConn
+
+    _Base = Node
+else:
+    _Base = object
+
+
+class WorkerRequests(_Base):
+    """Handlers of the messages a worker sends, for itself and its running task."""
+
+    def _handle(self, conn: WorkerConn, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == p.SUBMIT:
+            self._on_worker_submit(conn, message)
+        elif kind == p.FUNCTION:
+            self.functions.setdefault(message[1], message[2])
+            conn.functions.add(message[1])
+        elif kind == p.PUT:
+            entry = self.objects.create(message[1], conn.worker_id)
+            conn.holds.add(message[1])
+            conn.owned.add(message[1])
+            # An error instead of a value: a num_returns="dynamic" item (Worker.put_error).
+            self._resolve(entry, message[2], message[3] if len(message) > 3 else None)
+        elif kind == p.BORROW:
+            entry = self.objects.get(message[1])
+            if entry is not None:
+                entry.add_holder(conn.worker_id)
+                conn.holds.add(message[1])
+        elif kind == p.RELEASE:
+            for object_id in message[1]:
+                conn.holds.discard(object_id)
+                entry = self.objects.get(object_id)
+                if entry is not None:
+                    entry.discard_holder(conn.worker_id)
+                    self.objects.release_if_unheld(entry)
+            if self.streams.streams:
+                self.streams.release_unconsumed()
+        elif kind == p.GET:
+            self._on_worker_get(conn, message[1], message[2], message[3],
+                                message[4] if len(message) > 4 else None)
+        elif kind == p.WAIT:
+            self._on_worker_wait(conn, *message[1:])
+        elif kind == p.BOUNCE:
+            task = self.tasks.get(message[1])
+            if task is not None and task.worker is conn.slot:
+                self._release_gpus(task.task_id)
+                self.scheduler.take_back(conn.slot, task)
+                if task.cancelled and self.scheduler.remove_ready(task):
+                    self._fail_task(task, cancelled_error(task, "before it ran"))
+        elif kind == p.RETIRE:
+            self._retire_worker(conn)
+        elif kind == p.CANCEL:
+            self._cancel_ids(message[1], message[2], message[3])
+        elif kind == p.CALL:
+            self._on_worker_call(conn, message[1], message[2], message[3:])
+        elif kind == p.MAPPED:
+            self.store.add_reader(message[1], conn.worker_id)
+            self.store.touch(message[1])
+        elif kind == p.UNMAPPED:
+            for path in message[1]:
+                self.store.remove_reader(path, conn.worker_id)
+
+    def _handle_read(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None:
+        """The messages of one read from ``conn``, in order, with one clock reading for
+        when the driver saw them (they were read together): a task worker's here, an
+        actor's by its manager (``ActorManager.on_messages``). In a batch nearly every
+        message is a DONE (issue 13)."""
+        seen = time.monotonic()
+        if conn.actor is None:
+            self._on_task_messages(conn, messages, seen)
+        else:
+            self.actors.on_messages(conn, messages, seen)
+        self.log.tally_now()  # the watcher's tally of the records just ended, still warm
+
+    def _on_task_messages(self, conn: WorkerConn, messages: list[tuple[Any, ...]],
+                          seen: float) -> None:
+        """A task worker's messages of one read, in order. The DONE of a plain task
+        that returned its value (nearly every message of a batch) ends in
+        ``_end_plain``, its record logged with the others of the read; any other
+        message, and every DONE while GPUs are held or ``ends_followed`` (which only the
+        general way can change), goes the general way (``_on_done``, ``_handle``), the
+        records ended so far logged first so that the log keeps the order they ended in."""
+        slot = conn.slot
+        tasks = self.tasks
+        finish = self.scheduler.finish
+        ended: list[TaskRecord] = []
+        followed = self.gpus.held or self.ends_followed()  # (only the general way changes it)
+        for message in messages:
+            if message[0] == DONE and not followed:
+                task = tasks.get(message[1])
+                outcome = message[2]
+                if (task is not None and task.plain and type(outcome) is bytes
+                        and task.worker is slot and not task.cancelled):
+                    record = task.record
+                    (_, _, _, record.started, record.args_loaded, record.finished,
+                     record.stored, record.cpu_time) = message
+                    finish(slot, task, record.finished - record.args_loaded)
+                    ended.append(self._end_plain(task, outcome, seen))
+                    continue
+            if ended:
+                self.log.finish_tasks(ended)
+                ended = []
+            if message[0] == DONE:
+                self._on_done(conn, message, seen)
+            else:
+                self._handle(conn, message)
+            followed = self.gpus.held or self.ends_followed()
+        if ended:
+            self.log.finish_tasks(ended)
+
+    def ends_followed(self) -> bool:
+        """Whether something follows tasks' ends one by one (a cancelled parent's
+        children, a stream, a task listener): while nothing does, a plain task or call
+        that returned its value ends in ``_end_plain``."""
+        return bool(self.cancelled_parents or self.streams.streams or self.task_listeners)
+
+    def _end_plain(self, task: TaskSpec, data: bytes, seen: float) -> TaskRecord:
+        """End plain ``task`` (a task or an actor call) that returned ``data``, its
+        value's bytes, read at ``seen``, as ``store_bare`` and ``_end_task`` would
+        while nothing follows ends (``ends_followed``); return its record, which the
+        caller logs with the others of its read (``EventLog.finish_tasks``): ~100
+        bytecodes a task less than the general way (issue 13)."""
+        record = task.record
+        record.seen = seen
+        record.result_size = len(data)
+        objects = self.objects
+        entry = objects.entries.get(task.return_ids[0])
+        if entry is not None and entry.state == PENDING:  # (else nobody holds it)
+            for waiter in objects.resolve(entry, data, None, seen):
+                waiter(entry)
+        task.state = record.state = FINISHED
+        self.tasks.pop(task.task_id, None)  # (a plain task's parent is the driver: 0)
+        return record
+
+    def _on_done(self, conn: WorkerConn, done: tuple[Any, ...], seen: float) -> None:
+        """A task's DONE (``protocol.py``: its outcome and its worker's times), read by
+        the driver at ``seen``."""
+        task = self.tasks.get(done[1])
+        if task is None or task.worker is not conn.slot:
+            return
+        outcome = done[2]
+        record = task.record
+        (_, _, _, record.started, record.args_loaded, record.finished, record.stored,
+         record.cpu_time) = done
+        self.scheduler.finish(conn.slot, task, record.finished - record.args_loaded)
+        if self.gpus.held:  # (_release_gpus, without a call per task)
+            self.gpus.release(task.task_id)
+        record.seen = seen
+        if task.cancelled:
+            if type(outcome) is list:  # it finished before the cancel reached it
+                self.release_unread(outcome)
+            self._fail_task(task, cancelled_error(task, "before it finished"))
+        elif type(outcome) is bytes or type(outcome) is list:  # its results: the common case
+            self.store_results(task, outcome)
+            self._end_task(task, FINISHED)
+        elif outcome == "cancelled":  # a cancel signal meant for the task before this one
+            self._requeue(task)
+        elif outcome[0] == "lost":  # an argument's segment vanished: rebuild it, then rerun
+            self.recover_lost_argument(task, outcome[1])
+        elif outcome[0] == "error":
+            if self._should_retry_error(task, outcome[1]):
+                record.retries += ((record.seen, "exception"),)
+                task.attempt += 1
+                self._requeue(task)
+            else:
+                self._fail_task(task, outcome[1])
+        else:  # a runtime bug: fail loudly (the I/O loop stops the runtime, saying why)
+            raise AssertionError(f"task {task.name} ended with an unknown outcome {outcome!r}")
+
+    def store_results(self, task: TaskSpec, results: list[Stored | bytes] | bytes) -> None:
+        """Resolve a finished task's return objects (dropping those nobody holds) with
+        the values of its DONE: a list of them (each a ``Stored`` or bare:
+        ``serialization.bare``; none for num_returns=0), or one scalar's bytes alone."""
+        if type(results) is bytes:  # the common value, in short (protocol.py)
+            if task.plain:
+                self.store_bare(task, results)
+                return
+            results = [results]
+        elif task.plain and type(results[0]) is bytes:
+            self.store_bare(task, results[0])
+            return
+        entries = self.objects.entries
+        for object_id, item in zip(task.return_ids, results):
+            stored = unbare(item)
+            task.record.result_size += stored.size
+            entry = entries.get(object_id)
+            if entry is None or entry.state != PENDING:
+                # Every ref to it was dropped while the task ran, or it is a result that
+                # was intact when the task re-ran to rebuild another (lineage.py).
+                if stored.path is not None and (entry is None or entry.path != stored.path):
+                    self.store.release(stored.path)
+                continue
+            if stored.path is not None:  # an inline value lives in this table: never lost
+                entry.lineage = task if keeps_lineage(task) else None
+            self._resolve(entry, stored)
+
+    def store_bare(self, task: TaskSpec, data: bytes) -> None:
+        """Resolve the one return object of plain ``task`` with its bare value ``data``."""
+        task.record.result_size = len(data)
+        entry = self.objects.entries.get(task.return_ids[0])
+        if entry is not None and entry.state == PENDING:  # (else nobody holds it)
+            # Kept bare (objects.py); ready when the driver read it: one clock reading
+            for waiter in self.objects.resolve(entry, data, None, task.record.seen):
+                waiter(entry)
+
+    def release_unread(self, results: list[Stored | bytes]) -> None:
+        """A DONE's values that nobody will read (its task was cancelled meanwhile): the
+        store takes their segments back."""
+        for stored in results:
+            if type(stored) is not bytes and stored.path is not None:
+                self.store.release(stored.path)
+
+    def _should_retry_error(self, task: TaskSpec, error: Stored) -> bool:
+        retry = task.retry_exceptions
+        if not retry or not (task.max_retries < 0 or task.attempt < task.max_retries):
+            return False
+        if retry is True:
+            return True
+        try:
+            cause = serialization.loads(error).cause
+        except Exception:
+            return False
+        if isinstance(cause, exceptions.UnserializableException):
+            # It could not travel as itself: match its class hierarchy by name.
+            return cause.is_instance_of_any(tuple(retry))
+        return isinstance(cause, tuple(retry))
+
+    def _requeue(self, task: TaskSpec) -> None:
+        task.record.dispatched = 0.0
+        self._release_gpus(task.task_id)  # it was queued on a worker: its GPU ids go back
+        self.scheduler.make_ready(task, front=True)
+
+    def _on_worker_submit(self, conn: WorkerConn, message: tuple[Any, ...]) -> None:
+        (_, task_id, key, name, args, deps, return_ids, shape, max_retries, retry, actor_id,
+         parent) = message
+        if args.path is not None:  # written into room the store reserved for this worker:
+            self.store.track(args.path, args.size, 0)  # the call's now, even if it dies
+        now = time.monotonic()
+        record = TaskRecord(task_id, name, conn.worker_id, now, arg_size=args.size,
+                            deps_ready=0.0 if deps else now)  # (see register_task)
+        keep_out_of_collector(record)
+        task = TaskSpec(task_id, key, name, args, deps, return_ids, len(return_ids), shape,
+                        max_retries, retry, conn.worker_id, record, actor_id, parent)
+        for object_id in return_ids:
+            self.objects.create(object_id, conn.worker_id, task_id, record.submitted)
+            conn.holds.add(object_id)
+            conn.owned.add(object_id)
+        try:
+            if actor_id:
+                self.actors.check_room(actor_id)
+            self.register_task(task, args.contained, record.submitted)
+        except (exceptions.ObjectLostError, exceptions.PendingCallsLimitExceeded) as exc:
+            self._fail_task(task, exc)
+            return
+        if actor_id:
+            self.actors.add_call(actor_id, task)
+            if self.cancelled_parents and parent in self.cancelled_parents:
+                self.actors.cancel_call(task, False)  # as below, for an actor call
+        elif self.cancelled_parents and parent in self.cancelled_parents:
+            # Its parent was cancelled (recursive) while this submission was on its way.
+            self._cancel_task(task, False)
+
+    def _on_worker_call(self, conn: WorkerConn, request_id: int, what: str, args: tuple) -> None:
+        """A worker asks the driver to do something only the driver can (actor registry)."""
+        try:
+            if what == "create_actor":
+                actor = args[0]
+                actor.owner = conn.worker_id
+                self.actors.create(actor)
+                conn.holds.add(actor.actor_id)
+                conn.owned.add(actor.actor_id)
+                result: Any = None
+            elif what == "get_actor":
+                found = self.actors.lookup_name(args[0], args[1])
+                result = None if found is None else (found.actor_id, found.class_name, found.methods)
+            elif what == "task_id_of":
+                result = self.lookup(args[0]).task_id
+            elif what == "kill":
+                self.actors.kill(args[0], args[1])
+                result = None
+            elif what == "cancel":  # with force (actors.py refuses it for an actor's call)
+                self._cancel_ids(args[0], args[1], args[2])
+                result = None
+            elif what == "placement_group":
+                result = self.placement_group_request(*args)
+            elif what == "stream":
+                result = self.streams.request(*args)
+            elif what == "room":
+                self._on_room_request(conn, request_id, *args)
+                return
+            elif what == "unreserve":
+                self.store.release(args[0])
+                result = None
+            else:
+                raise ValueError(f"unknown request {what!r}")
+            self._reply(conn, request_id, ("ok", result))
+        except Exception as exc:  # noqa: BLE001 - the caller re-raises it
+            self._reply(conn, request_id, ("err", exc))
+
+    def _on_room_request(self, conn: WorkerConn, request_id: int, size: int, path: str) -> None:
+        """A worker asks for room to write ``size`` bytes (``store.reserve``). Room that is
+        there (or a pooled segment) is granted at once; room the spiller must make first
+        is waited for on a short-lived thread, so the I/O loop never blocks on it."""
+        try:
+            granted = self.store.reserve(size, path, conn.worker_id, wait=False)
+        except exceptions.ObjectStoreFullError as exc:
+            self._reply(conn, request_id, ("err", exc))
+            return
+        if granted is not None:
+            self._reply(conn, request_id, ("ok", granted))
+            return
+
+        def wait_for_room() -> None:
+            try:
+                reply: Any = ("ok", self.store.reserve_new(size, path, conn.worker_id))
+            except Exception as exc:  # noqa: BLE001 - the worker raises it in its task
+                reply = ("err", exc)
+            with self.lock:
+                if conn.dead and reply[0] == "ok":  # died waiting: nobody will write it
+                    self.store.release(reply[1][0])
+                self._reply(conn, request_id, reply)
+
+        threading.Thread(target=wait_for_room, name="lightwork-room", daemon=True).start()
+
+    def _reply(self, conn: WorkerConn, request_id: int, payload: Any) -> None:
+        self._send(conn, [(p.REPLY, request_id, payload)])
+
+    def _payload(self, object_id: int) -> tuple[str, Any]:
+        entry = self.objects.entries.get(object_id)
+        if entry is None:
+            try:
+                self.lookup(object_id)
+            except exceptions.ObjectLostError as exc:
+                return ("err", exc)
+        assert entry is not None
+        if entry.state == READY:
+            return ("ok", entry.serialized)  # (a Stored or bare bytes: loads takes either)
+        return ("err", entry.error)
+
+    def _on_worker_get(self, conn: WorkerConn, request_id: int, ids: list[int], timeout: Any,
+                       context: Any = None) -> None:
+        for object_id in ids:
+            entry = self.objects.entries.get(object_id)
+            path = entry.path if entry is not None else None
+            # The driver's own mapping does not help a worker: it opens the file by name.
+            if path is not None and not file_exists(path, self.store):
+                self.recover_lost(entry)
+        pending = [e for e in (self.objects.entries.get(i) for i in ids) if e is not None and e.state == PENDING]
+        if not pending:
+            self._reply(conn, request_id, [self._payload(i) for i in ids])
+            return
+        actor = conn.actor
+        if actor is not None and context is not None:
+            deadlock = self.actors.start_wait(actor, (conn.worker_id, request_id), pending,
+                                              timeout, context)
+            if deadlock:
+                self._reply(conn, request_id, ("deadlock", deadlock))
+                return
+        conn.slot.blocked_in = "get"
+        self.scheduler.block(conn.slot)
+        state = {"done": False}
+
+        def finish(timed_out: bool) -> None:
+            if state["done"]:
+                return
+            state["done"] = True
+            if actor is not None:
+                actor.waits.pop((conn.worker_id, request_id), None)
+            if not conn.dead:
+                self.scheduler.unblock(conn.slot)
+            payload = "timeout" if timed_out else [self._payload(i) for i in ids]
+            self._reply(conn, request_id, payload)
+
+        countdown = _CallbackCountdown(len(pending), lambda: finish(False))
+        for entry in pending:
+            entry.add_waiter(countdown.hit)
+        if timeout is not None:
+            self._add_timer(timeout, lambda: finish(True))
+
+    def _on_worker_wait(self, conn: WorkerConn, request_id: int, ids: list[int],
+                        num_returns: int, timeout: Any, context: Any = None) -> None:
+        def ready_ids() -> list[int]:
+            out = []
+            for object_id in ids:
+                entry = self.objects.entries.get(object_id)
+                if entry is None or entry.state != PENDING:
+                    out.append(object_id)
+            return out
+
+        ready = ready_ids()
+        if len(ready) >= num_returns or timeout == 0:
+            self._reply(conn, request_id, ready[:num_returns])
+            return
+        actor = conn.actor
+        if actor is not None and context is not None:  # as for get: can it ever return?
+            pending = [e for e in (self.objects.entries.get(i) for i in ids)
+                       if e is not None and e.state == PENDING]
+            deadlock = self.actors.start_wait(actor, (conn.worker_id, request_id), pending,
+                                              timeout, context, need=num_returns - len(ready))
+            if deadlock:
+                self._reply(conn, request_id, ("deadlock", deadlock))
+                return
+        conn.slot.blocked_in = "wait"
+        self.scheduler.block(conn.slot)
+        state = {"done": False}
+
+        def finish() -> None:
+            if state["done"]:
+                return
+            state["done"] = True
+            if actor is not None:
+                actor.waits.pop((conn.worker_id, request_id), None)
+            if not conn.dead:
+                self.scheduler.unblock(conn.slot)
+            self._reply(conn, request_id, ready_ids()[:num_returns])
+
+        countdown = _CallbackCountdown(num_returns - len(ready), finish)
+        for object_id in ids:
+            entry = self.objects.entries.get(object_id)
+            if entry is not None and entry.state == PENDING:
+                entry.add_waiter(countdown.hit)
+        if timeout is not None:
+            self._add_timer(timeout, finish)
+
+
+class _CallbackCountdown:
+    __slots__ = ("remaining", "callback")
+
+    def __init__(self, remaining: int, callback: Callable[[], None]) -> None:
+        self.remaining = remaining
+        self.callback = callback
+
+    def hit(self, entry: ObjectEntry) -> None:
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.callback()
+

@@ -1,0 +1,450 @@
+"""What a call carries: its arguments, serialized once, and its validated options.
+
+Shared by the driver and by workers (nested calls). Top-level ``ObjectRef`` arguments
+become :class:`ArgSlot` placeholders and are listed as dependencies: the task runs only
+when they are ready, and the worker receives their values beside the arguments. Refs
+nested inside containers stay refs (borrowed by the task).
+
+Arguments made only of plain scalars are pickled with the C pickler; anything else goes
+through cloudpickle (functions and classes defined in ``__main__`` must travel by value).
+"""
+
+from __future__ import annotations
+
+import itertools
+import numbers
+import pickle
+import sys
+import weakref
+import zlib
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from lightwork.kernel.object_ref import ObjectRef
+from lightwork.kernel import serialization
+from lightwork.kernel.resources import Shape
+from lightwork.kernel.serialization import Stored
+
+_SCALARS = frozenset((int, float, str, bytes, bool, type(None)))
+EMPTY_ARGS = serialization.serialize(((), {}), None)
+
+
+class ArgSlot:
+    """Placeholder for a top-level ObjectRef argument, filled with its value on the worker."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ArgSlot, (self.index,))
+
+
+def prepare_args(
+    args: tuple[Any, ...], kwargs: dict[str, Any], segment_path: serialization.SegmentTarget
+) -> tuple[Stored, tuple[int, ...]]:
+    """Serialize a call's arguments; return them and the ids of top-level ref arguments.
+
+    Arguments that are all plain scalars or refs go through the C pickler alone (refs
+    become ``ArgSlot``s); the common call, positional scalars only, skips even the copies
+    and the ref checks (1.25 -> 0.9 µs for one argument). Anything else goes to
+    ``serialization.serialize`` (cloudpickle where needed, big values to a segment)."""
+    if not kwargs:
+        if not args:
+            return EMPTY_ARGS, ()
+        for arg in args:
+            if type(arg) not in _SCALARS:
+                break
+        else:  # positional scalars only
+            return _pickled(list(args), {}), ()
+    deps: list[int] = []
+    plain = True
+    new_args = list(args)
+    for index, arg in enumerate(args):
+        kind = type(arg)
+        if kind is ObjectRef:
+            new_args[index] = ArgSlot(len(deps))
+            deps.append(arg._id)
+        elif kind not in _SCALARS:
+            plain = False
+    new_kwargs = dict(kwargs)
+    for name, arg in kwargs.items():
+        kind = type(arg)
+        if kind is ObjectRef:
+            new_kwargs[name] = ArgSlot(len(deps))
+            deps.append(arg._id)
+        elif kind not in _SCALARS:
+            plain = False
+    if plain:
+        return _pickled(new_args, new_kwargs), tuple(deps)
+    return serialization.serialize((new_args, new_kwargs), segment_path), tuple(deps)
+
+
+def _pickled(args: list[Any], kwargs: dict[str, Any]) -> Stored:
+    """Arguments of plain scalars and ``ArgSlot``s, pickled inline."""
+    stored = Stored(pickle.dumps((args, kwargs), protocol=5))
+    stored.size = len(stored.data)
+    return stored
+
+
+@dataclass(eq=False)
+class ActorSpec:
+    """What creating an actor asks of a backend (``Backend.create_actor``): the API
+    fills it; an engine may still adjust where it runs (``place``, ``hold``), its class
+    key (a runtime_env) and its ``owner`` before it builds its own actor state."""
+
+    actor_id: int
+    class_name: str
+    class_key: bytes
+    args: Stored
+    deps: tuple[int, ...]
+    place: Shape
+    hold: Shape
+    name: str | None
+    namespace: str | None
+    detached: bool
+    max_restarts: int
+    max_task_retries: int
+    max_concurrency: int
+    owner: int
+    methods: dict[str, int] = field(default_factory=dict)
+    async_methods: frozenset[str] = frozenset()  # non-empty: an async actor
+    max_pending_calls: int = -1  # queued + running calls allowed at once; -1: no limit
+
+    def fields(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class ArgumentCheck:
+    """Checks a call's arguments against the callee's signature at ``.remote()``, as Ray does.
+
+    The common call, positional arguments only and as many as the function takes, passes
+    on two comparisons (``low <= len(args) <= high``); anything else (keyword arguments,
+    a count out of range) is bound with ``inspect.Signature.bind`` once per *shape* (the
+    number of positional arguments and the keyword names, which alone decide whether a
+    call binds); shapes that bound are remembered, so repeated keyword calls stay cheap.
+    A callee without a readable signature (some builtins) is not checked.
+    """
+
+    __slots__ = ("fitting_shapes", "high", "low", "signature", "what")
+
+    def __init__(self, callee: Any, what: str, skip_first: bool = False) -> None:
+        import inspect
+
+        self.what = what
+        self.fitting_shapes: set[tuple[Any, ...]] = set()
+        try:
+            signature: inspect.Signature | None = inspect.signature(callee)
+        except (TypeError, ValueError):
+            signature = None
+        if signature is not None and skip_first:
+            parameters = list(signature.parameters.values())[1:]
+            signature = signature.replace(parameters=parameters)
+        self.signature = signature
+        if signature is None:
+            self.low, self.high = 0, sys.maxsize
+            return
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        low = high = 0
+        for parameter in signature.parameters.values():
+            if parameter.kind in positional:
+                high += 1
+                if parameter.default is inspect.Parameter.empty:
+                    low += 1
+            elif parameter.kind == inspect.Parameter.VAR_POSITIONAL:
+                high = sys.maxsize
+            elif (parameter.kind == inspect.Parameter.KEYWORD_ONLY
+                  and parameter.default is inspect.Parameter.empty):
+                low = sys.maxsize  # a required keyword: never the quick path
+        self.low, self.high = low, high
+
+    def bind(self, args: tuple, kwargs: dict[str, Any]) -> None:
+        """Raise TypeError naming the callee when ``args``/``kwargs`` do not fit it."""
+        if self.signature is None:
+            return
+        shape = (len(args), *kwargs)
+        if shape in self.fitting_shapes:
+            return
+        try:
+            self.signature.bind(*args, **kwargs)
+            if len(self.fitting_shapes) < 64:  # bounded: keyword names may be made up per call
+                self.fitting_shapes.add(shape)
+        except TypeError as exc:
+            raise TypeError(
+                f"{self.what}.remote() was called with arguments that do not match "
+                f"{self.what}{self.signature}: {exc}"
+            ) from None
+
+
+class CallSpec:
+    """What every call of one remote function with one set of options shares.
+
+    Computed once per (function, options) and reused by each ``.remote()``.
+    """
+
+    __slots__ = ("arguments", "key", "blob", "name", "shape", "cpus", "num_returns",
+                 "max_retries", "retry_exceptions", "stream", "runtime_env", "max_calls")
+
+    def __init__(
+        self, key: bytes, blob: bytes, name: str, options: dict[str, Any],
+        arguments: ArgumentCheck | None = None,
+    ) -> None:
+        from lightwork.kernel.resources import make_shape
+
+        self.arguments = arguments or ArgumentCheck(None, name)
+        self.key = key
+        self.blob = blob
+        self.name = name
+        self.shape = make_shape(resource_demand(options, 1.0))
+        self.cpus = dict(self.shape).get("CPU", 0.0)
+        num_returns = options.get("num_returns", 1)
+        # "streaming": one return ref, the head of the stream the caller reads through an
+        # ObjectRefGenerator; "dynamic": one ref to a generator of refs (see _generator.py).
+        self.stream = num_returns == "streaming"
+        self.num_returns: int = 1 if isinstance(num_returns, str) else num_returns
+        self.max_retries: int = options.get("max_retries", 3)
+        self.retry_exceptions: Any = options.get("retry_exceptions", False)
+        # The payload already carries it (runtime_env.payload_with_env); kept for backends
+        # that cannot honour a per-task environment.
+        self.runtime_env: Any = options.get("runtime_env")
+        # Likewise (the payload is a CallLimit): the user's own max_calls, not a default.
+        self.max_calls: int = options.get("max_calls") or 0
+
+
+#: Set by an engine's worker process that can end itself after its current call
+#: (``max_calls``); None elsewhere, where ``max_calls`` only counts.
+retire_worker: Any = None
+
+
+class CallLimit:
+    """A task function whose worker process exits after running it ``max_calls`` times.
+
+    Ray's ``max_calls``: a worker that ran N calls of the function leaves, and a fresh
+    process takes its slot, which gives back what the calls leaked (memory, a GPU a
+    library keeps). The payload of such a function is this wrapper (its own key), loaded
+    once per worker like any function, so it counts that worker's calls. The call that
+    reaches the limit marks the worker as retiring (also when it raises); the worker
+    sends its result and ``RETIRE``, then exits (``Worker.run``), and the driver gives the
+    tasks it had queued there to other workers and starts a replacement (``Node``).
+    """
+
+    def __init__(self, function_blob: bytes, max_calls: int) -> None:
+        self.function_blob = function_blob
+        self.max_calls = max_calls
+        self.calls = 0
+        self._function: Any = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CallLimit, (self.function_blob, self.max_calls))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._function is None:
+            import cloudpickle
+
+            self._function = cloudpickle.loads(self.function_blob)
+        self.calls += 1
+        if self.calls >= self.max_calls and retire_worker is not None:
+            retire_worker()
+        return self._function(*args, **kwargs)
+
+
+def call_limited(blob: bytes, max_calls: int) -> tuple[bytes, bytes]:
+    """(key, blob) of the task function ``blob`` run under :class:`CallLimit`."""
+    import hashlib
+
+    from lightwork.kernel import pickler
+
+    wrapped = pickler.dumps(CallLimit(blob, max_calls))
+    return hashlib.blake2b(wrapped, digest_size=16).digest(), wrapped
+
+
+def infeasible_message(name: str, problem: str) -> str:
+    return (
+        f"task {name} can never be scheduled: {problem}. Lower its resource request with "
+        ".options(), or start lightwork with more resources "
+        "(lightwork.init(num_cpus=..., num_gpus=..., resources={...}))."
+    )
+
+
+LARGE_ARGUMENT_BYTES = 1 << 20
+
+
+def large_arguments(args: tuple, kwargs: dict) -> tuple[tuple[int, int], ...]:
+    """(identity, size) of the arguments of a megabyte or more passed by value.
+
+    Called only for calls whose arguments went to shared memory, so its cost is off the
+    common path; the advisor uses it to spot the same big value sent again and again.
+    """
+    found = []
+    for value in (*args, *kwargs.values()):
+        size = getattr(value, "nbytes", None)
+        if size is None and isinstance(value, (bytes, bytearray)):
+            size = len(value)
+        if isinstance(size, int) and size >= LARGE_ARGUMENT_BYTES:
+            found.append((_identity(value), size))
+    return tuple(found)
+
+
+# id() alone is not an identity over time: a loop making a new array per call often gets
+# the address of the one just freed, and the advisor would call them "the same value".
+# A weak reference tells the same object from a new one at a reused address.
+_large_seen: dict[int, tuple[Any, int]] = {}  # id() -> (weak ref, identity)
+_identities = itertools.count(1)
+_SAMPLE = 1 << 12
+
+
+def _identity(value: Any) -> int:
+    key = id(value)
+    try:
+        ref = weakref.ref(value)
+    except TypeError:  # bytes and bytearray take no weak refs: a sample of their content
+        view = memoryview(value).cast("B")
+        middle = len(view) // 2
+        sample = bytes(view[:_SAMPLE]) + bytes(view[middle:middle + _SAMPLE]) + bytes(
+            view[-_SAMPLE:])
+        return hash((key, zlib.crc32(sample)))
+    known = _large_seen.get(key)
+    if known is not None and known[0]() is value:
+        return known[1]
+    if len(_large_seen) >= 1024:  # forget the values that are gone
+        for stale in [k for k, (r, _) in _large_seen.items() if r() is None]:
+            del _large_seen[stale]
+        if len(_large_seen) >= 1024:
+            _large_seen.clear()
+    identity = next(_identities)
+    _large_seen[key] = (ref, identity)
+    return identity
+
+
+# -- options ---------------------------------------------------------------------------
+# Ray's task options. Those in IGNORED_OPTIONS are accepted so Ray code runs unchanged, but
+# have no effect on one machine: each is validated, and warned about once per process
+# (IgnoredOptionWarning) when given a value that would matter in Ray.
+TASK_OPTIONS = {
+    "num_returns", "num_cpus", "num_gpus", "resources", "max_retries", "retry_exceptions",
+    "name", "memory", "scheduling_strategy", "runtime_env", "accelerator_type",
+    "max_calls", "placement_group", "placement_group_bundle_index",
+    "_metadata", "label_selector",
+}
+
+
+GENERATOR_RETURNS = ("streaming", "dynamic")
+
+# Option -> what to do instead, for the options that are accepted and have no effect.
+IGNORED_OPTIONS = {
+    "accelerator_type": "this is one machine: calls use its own accelerators (num_gpus)",
+    "label_selector": "this is one node: there are no node labels to select",
+    "_metadata": "nothing reads Ray's internal call metadata here",
+    "concurrency_groups": "all the actor's methods share its max_concurrency (one thread "
+                          "pool or event loop); give a method that must not wait its own actor",
+}
+
+
+def warn_ignored_option(option: str, what: str) -> None:
+    """Warn, once per option per process, that ``option`` has no effect (IGNORED_OPTIONS)."""
+    from lightwork.kernel.runtime_env import warn_once
+    from lightwork.kernel.exceptions import IgnoredOptionWarning
+
+    warn_once(
+        f"option:{option}",
+        f"option {option!r} (given for {what}) has no effect in lightwork and is ignored: "
+        f"{IGNORED_OPTIONS[option]}.", IgnoredOptionWarning)
+
+
+def _check_ignored_options(options: dict[str, Any], what: str) -> None:
+    """Validate the options that have no effect here, and warn about those given a value."""
+    accelerator = options.get("accelerator_type")
+    if accelerator is not None and not isinstance(accelerator, str):
+        raise TypeError(f"accelerator_type must be a string such as 'A100', got {accelerator!r}")
+    for option in ("label_selector", "_metadata"):
+        value = options.get(option)
+        if value is not None and not isinstance(value, dict):
+            raise TypeError(f"{option} must be a dict, got {value!r:.80}")
+    groups = options.get("concurrency_groups")
+    if groups is not None and (not isinstance(groups, dict) or not all(
+            isinstance(name, str) and isinstance(size, int) and not isinstance(size, bool)
+            and size >= 1 for name, size in groups.items())):
+        raise TypeError("concurrency_groups must be a dict of group name -> max "
+                        f"concurrency (an int >= 1), got {groups!r:.80}")
+    for option in IGNORED_OPTIONS:
+        if options.get(option):  # None, 0 and {} ask for nothing: Ray's defaults
+            warn_ignored_option(option, what)
+
+
+def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
+    """Validate option names and values; raise a clear error naming the bad one."""
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {what}; "
+            f"valid options are: {', '.join(sorted(allowed))}"
+        )
+    for key in ("num_cpus", "num_gpus", "memory"):
+        if key in options and options[key] is not None:
+            check_amount(key, options[key])
+    if not options.keys().isdisjoint(IGNORED_OPTIONS):
+        _check_ignored_options(options, what)
+    max_calls = options.get("max_calls")
+    if max_calls is not None and (
+            isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
+        raise ValueError(f"max_calls must be an int >= 0 (0: no limit), got {max_calls!r}")
+    if options.get("runtime_env") is not None:
+        from lightwork.kernel.runtime_env import normalize
+
+        normalize(options["runtime_env"], what)  # raises on a bad one, warns on unsupported keys
+    resources = options.get("resources")
+    if resources is not None:
+        if not isinstance(resources, dict):
+            raise TypeError(f"resources must be a dict of name -> amount, got {resources!r}")
+        for name, amount in resources.items():
+            if not isinstance(name, str):
+                raise TypeError(f"resource names must be strings, got {name!r}")
+            if name in ("CPU", "GPU", "memory", "object_store_memory"):
+                raise ValueError(  # as in Ray
+                    f"use num_cpus/num_gpus/memory instead of resources={{{name!r}: ...}}"
+                )
+            check_amount(f"resources[{name!r}]", amount)
+    if "num_returns" in options and options["num_returns"] not in GENERATOR_RETURNS:
+        n = options["num_returns"]
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(
+                f"num_returns must be a non-negative int, 'streaming' or 'dynamic', got {n!r}")
+    if "max_retries" in options:
+        n = options["max_retries"]
+        if not isinstance(n, int) or isinstance(n, bool) or n < -1:
+            raise ValueError(f"max_retries must be an int >= -1 (-1: retry forever), got {n!r}")
+    retry = options.get("retry_exceptions")
+    if retry is not None and not isinstance(retry, bool):
+        if not (
+            isinstance(retry, (list, tuple))
+            and all(isinstance(c, type) and issubclass(c, BaseException) for c in retry)
+        ):
+            raise TypeError(
+                f"retry_exceptions must be True/False or a list of exception classes, got {retry!r}"
+            )
+    return options
+
+
+class InvalidAmountError(TypeError, ValueError):
+    """A resource amount that is not a number (both a TypeError and a ValueError)."""
+
+
+def check_amount(name: str, amount: Any) -> float:
+    if isinstance(amount, bool) or not isinstance(amount, numbers.Real):
+        raise InvalidAmountError(f"{name} must be a number, got {amount!r} ({type(amount).__name__})")
+    if amount < 0:
+        raise ValueError(f"{name} must be >= 0, got {amount}")
+    return float(amount)
+
+
+def resource_demand(options: dict[str, Any], default_cpus: float) -> dict[str, float]:
+    num_cpus = options.get("num_cpus")
+    demand = {"CPU": float(default_cpus if num_cpus is None else num_cpus)}
+    if options.get("num_gpus"):
+        demand["GPU"] = float(options["num_gpus"])
+    if options.get("memory"):  # bytes, a logical resource as in Ray (scheduler.py)
+        demand["memory"] = float(int(options["memory"]))
+    for name, amount in (options.get("resources") or {}).items():
+        demand[name] = float(amount)
+    return demand
