@@ -46,7 +46,7 @@ def prepare_args(
 
     Arguments that are all plain scalars or refs go through the C pickler alone (refs
     become ``ArgSlot``s); the common call, positional scalars only, skips even the copies
-    and the ref checks (1.25 -> 0.9 µs for one argument). Anything else goes to
+    and the ref checks (a quarter less time for one argument). Anything else goes to
     ``serialization.serialize`` (cloudpickle where needed, big values to a segment)."""
     if not kwargs:
         if not args:
