@@ -1,4 +1,4 @@
-"""Builds lightwork's one compiled module, ``lightwork._collector`` (issue 13; see
+"""Builds lightwork's one compiled module, ``lightwork._collector`` (see
 ``src/lightwork/_runtime/collector.py``). It is optional: where it cannot be built, the
 install goes on and the runtime uses its pure-Python fallback."""
 

@@ -149,8 +149,8 @@ class FreshRecords(Sequence[TaskRecord]):
     """The records logged since a watcher's last take, read in the ring itself: valid
     only while the runtime's lock is held (the ring moves as tasks end). A look at a
     flood of tasks reads a sample of them; copying them all out would cost a look a
-    cache miss per record header (measured: see bench/HOTPATH.md, "The advisor's
-    cost")."""
+    cache miss per record header (measured: see bench/HOTPATH.md, "The diagnostics'
+    costs")."""
 
     __slots__ = ("_ring", "_first", "_count")
 

@@ -35,7 +35,7 @@ it is there (without that, the entry registered later would be held for ever). E
 other reader gets its ids from refs it holds, made after their tasks were appended and
 so before its own ``__enter__``.
 
-A synchronous call finds its worker idle and takes the lock as before: queueing it too
+A synchronous call finds its worker idle and takes the lock at once: queueing it too
 would add a registration step to the path that has nothing to wait behind.
 
 Measured: see bench/HOTPATH.md, "The node lock".

@@ -20,9 +20,7 @@ A sync is incremental. The dashboard sends the cursors it reached, and gets:
   (the numbers as 8-byte words, then an error and a retries flag byte), and the names
   and states as codes into small tables (two dictionary look-ups), all in C: 0.6 µs a
   record (20,000 records in cache, quiet machine), against 1.8 µs for the same rows
-  as base64 inside the JSON. (Until session 8 the event log kept each record frozen in
-  a tuple, which packing took as it was: 0.43 µs a record here, but the copy cost every
-  task 0.8 µs, page or no page; ``events.py``.)
+  as base64 inside the JSON (measured: see bench/HOTPATH.md, "The dashboard").
   Packing runs in slices of ``PACK_SLICE`` rows, so the interpreter can hand the GIL to
   the driver's other threads between them. JSON and arrays of numbers only: nothing
   received is ever unpickled.
