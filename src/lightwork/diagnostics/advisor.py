@@ -83,8 +83,9 @@ arguments, long runs) and those a one-object get waited for while get-in-loop ma
 be found at its call site (that rule follows each such get to its task's record, which
 a sample would miss in a fast loop of tiny calls). ``make bench``'s ``advisor_looks``
 row reports the looks' and the tally's CPU per task against the time per task in one
-session (the target: 2% of a batch of no-op tasks), beside the paired sessions with and
-without the advisor, whose difference swings with the noise between fresh sessions.
+session (the target: 2% of a batch of no-op tasks), beside a row that times fresh
+sessions with and without the advisor, whose difference swings with the noise between
+sessions.
 Measured: see bench/HOTPATH.md, "The diagnostics' costs".
 """
 
