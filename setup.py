@@ -1,5 +1,5 @@
-"""Builds lightwork's one compiled module, ``lightwork._collector`` (issue 13; see
-``src/lightwork/_runtime/collector.py``). It is optional: where it cannot be built, the
+"""Builds lightwork's one compiled module, ``lightwork._collector`` (see
+``src/lightwork/kernel/collector.py``). It is optional: where it cannot be built, the
 install goes on and the runtime uses its pure-Python fallback."""
 
 from setuptools import Extension, setup

@@ -1,5 +1,5 @@
 """Which distributed the backend runs on: a version without the private parts it relies on
-fails at ``init`` with an error naming the supported range (``backends/cluster_compat``),
+fails at ``init`` with an error naming the supported range (``engines/distributed/compat.py``),
 not deep inside a call later. No cluster is needed: the check runs before connecting."""
 
 from __future__ import annotations

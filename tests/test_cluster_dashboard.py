@@ -2,7 +2,7 @@
 two single-thread ``dask worker`` processes; ``shared_dask_cluster``).
 
 The driver is this process, connected with ``init(address=...)``; the dashboard reads
-it through the control socket its event log serves (``backends/cluster_control.py``),
+it through the control socket its event log serves (``engines/distributed/control.py``),
 as for a local session, and the JSON endpoints are asked over HTTP with the token.
 One test loads the page in headless Chromium, as ``test_dashboard_browser.py`` does.
 """

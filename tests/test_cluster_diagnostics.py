@@ -1,7 +1,7 @@
 """The diagnostics on the distributed backend, against a real cluster (``dask scheduler``
 plus two single-thread ``dask worker`` processes, ``dask_cluster.DaskCluster``).
 
-The event log is filled from the workers' own stamps (``backends/cluster_record.py``);
+The event log is filled from the workers' own stamps (``engines/distributed/record.py``);
 these tests check what each reader makes of it: task records (times on one clock,
 worker pids, errors, retries, actor calls), the timeline (the same format checks as a
 local one, one row per worker and per actor), the state API, the advisor's get-in-loop

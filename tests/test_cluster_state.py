@@ -2,8 +2,8 @@
 cluster (``dask scheduler`` plus two single-thread ``dask worker`` processes).
 
 The listings read the scheduler and the workers through the engine
-(``backends/cluster_state.py``); the command attaches to a driver running on the cluster
-through the same control socket as a local session (``backends/cluster_control.py``):
+(``engines/distributed/state.py``); the command attaches to a driver running on the cluster
+through the same control socket as a local session (``engines/distributed/control.py``):
 here the driver is a real program in another process, ``import lightwork as ray`` with
 the cluster's address, and every command is another process.
 """

@@ -1,4 +1,4 @@
-"""Which GPU ids tasks and actors get (``_runtime/gpus.py``), without processes."""
+"""Which GPU ids tasks and actors get (``engines/local/gpus.py``), without processes."""
 
 from __future__ import annotations
 

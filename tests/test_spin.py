@@ -1,4 +1,4 @@
-"""Spin, then block (``_runtime/spin.py``): when a waiter polls, when it backs off, and
+"""Spin, then block (``engines/local/spin.py``): when a waiter polls, when it backs off, and
 that a runtime which spins still answers right, honours timeouts and ends its workers.
 
 Speed is never asserted here (``bench/`` has it); these are the rules that keep a spin

@@ -180,7 +180,7 @@ def test_engine_and_runtime_frames_fold_around_the_users_code():
     driver, worker = folded.split("=== worker")
     assert "[6 outer frames of lightwork, Dask and thread start-up" in worker
     assert "in slow" in worker and "_run_task_simple" not in worker
-    assert "in <module>" in driver and "_api.py\", line 558, in get" in driver
+    assert "in <module>" in driver and "api/core.py\", line 558, in get" in driver
     assert "[3 inner frames of lightwork and Dask;" in driver
     assert "client.py" not in driver and "threading.py\", line 331, in wait" in driver
     full = format_stacks(data, full=True)

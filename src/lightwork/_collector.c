@@ -1,8 +1,8 @@
 /* lightwork._collector: take an object out of CPython's cyclic garbage collector, or put
  * it back; make the hot path's instances of slotted classes with their defaults, out of
  * the collector from birth; and read the run times of ended tasks' records for the
- * advisor's tally (issue 13). What Python cannot do itself, or not fast enough: what may
- * be untracked, and why, is in lightwork/_runtime/collector.py, which also holds the
+ * advisor's tally. What Python cannot do itself, or not fast enough: what may
+ * be untracked, and why, is in lightwork/kernel/collector.py, which also holds the
  * pure-Python fallbacks used when this module is not built (the tally's is in
  * lightwork/diagnostics/_measure.py).
  *

@@ -2,7 +2,7 @@
 
 ``Cls.remote(*args)`` asks the core to start the actor in its own process and returns an
 :class:`ActorHandle` at once. The handle holds an ``ObjectRef`` to the actor's handle
-object (see ``_runtime/actors.py``), so handles are counted like any other reference:
+object (see ``engines/local/actors.py``), so handles are counted like any other reference:
 the actor's process ends when no handle to it remains anywhere, unless it is detached.
 Handles pickle, so they can be passed to tasks and other actors and called from there.
 """

@@ -143,7 +143,7 @@ def init(
     it the timeline, the profilers and the advisor (only for measuring what it costs).
     ``runtime_env`` is the job-wide default of every task and actor: ``env_vars``,
     ``working_dir`` and ``py_modules`` (local paths) are applied in every worker; other
-    keys are warned about once (see ``_runtime/runtime_env.py``).
+    keys are warned about once (see ``kernel/runtime_env.py``).
     ``dashboard=True`` (or Ray's ``include_dashboard=True``) starts the live dashboard in a
     process of its own and prints its URL (``lightwork.dashboard``).
     ``_memory_usage_threshold`` (default 0.95) and ``_memory_monitor_refresh_ms`` (250; 0

@@ -20,9 +20,7 @@ A sync is incremental. The dashboard sends the cursors it reached, and gets:
   (the numbers as 8-byte words, then an error and a retries flag byte), and the names
   and states as codes into small tables (two dictionary look-ups), all in C: 0.6 µs a
   record (20,000 records in cache, quiet machine), against 1.8 µs for the same rows
-  as base64 inside the JSON. (Until session 8 the event log kept each record frozen in
-  a tuple, which packing took as it was: 0.43 µs a record here, but the copy cost every
-  task 0.8 µs, page or no page; ``events.py``.)
+  as base64 inside the JSON (measured: see bench/HOTPATH.md, "The dashboard").
   Packing runs in slices of ``PACK_SLICE`` rows, so the interpreter can hand the GIL to
   the driver's other threads between them. JSON and arrays of numbers only: nothing
   received is ever unpickled.
@@ -65,7 +63,7 @@ anything is torn down), so the page shows the program's final state, not the one
 to a second before. A session with no dashboard registered waits for nothing; one that
 was killed without saying so costs the program's end ``FINAL_SYNC_WAIT_S`` once.
 
-A cluster session (``backends/cluster_dashboard``): the "node" is the run's
+A cluster session (``engines/distributed/dashboard.py``): the "node" is the run's
 ``ClusterLog``, which has the same event log, lock and live tasks; what a node knows of
 itself (resources, workers, actors, store, findings) it gives in ``dashboard_facts``,
 asked before the lock (it takes round trips to the cluster), and a running get's
@@ -75,7 +73,7 @@ Actions (``dashboard_cancel``, ``dashboard_kill``) exist only for the dashboard'
 ``--allow-actions`` mode; the dashboard process checks the token and the origin first,
 and this side refuses any action whose request does not carry ``allow_actions: true``
 (which only a dashboard started with ``--allow-actions`` sends; see the trust model in
-``_runtime/control.py``).
+``kernel/control.py``).
 """
 
 from __future__ import annotations
@@ -175,7 +173,7 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
     began = time.perf_counter()
     if max_records:  # a page looks (a summary sync may come with none open: no observer)
         _progress.touch(node)
-    # A cluster run's log (backends/cluster_dashboard) asks its scheduler for what a node
+    # A cluster run's log (engines/distributed/dashboard.py) asks its scheduler for what a node
     # knows of itself: before the lock, as it takes round trips.
     cluster_facts = getattr(node, "dashboard_facts", None)
     facts = cluster_facts(live_limit) if cluster_facts is not None else None

@@ -15,12 +15,11 @@
   caches are theirs (``table.Table``).
 
 So a request waits for the lock at most one stage or publish (a few ms) or the cut of
-a trim's swap (its new columns, copies without the oldest tenth, are made off the lock:
-the cut used to ``del`` them under it, a memory move of every row, 36–84 ms at a million
-rows on a loaded host), never for a sync's merge, which used to hold it per order for up
-to 60 ms, nor for a trim's per-function recount (about a second at a million rows). The
-price of the copies: while a trim runs, the process holds the columns twice (about 140
-bytes a row, for a moment).
+a trim's swap (its new columns, copies without the oldest tenth, are made off the lock,
+where a ``del`` under it would move every row in memory), never for a sync's merge,
+nor for a per-function recount (which a trim does not need). The price of the copies:
+while a trim runs, the process holds the columns twice (about 140 bytes a row, for a
+moment). Measured: see bench/HOTPATH.md, "The dashboard".
 
 Ended tasks are kept as columns (``array`` of float64/int64/int32, names and states as
 small-int indexes into tables), 121 bytes per task in the columns, and 52 more in the

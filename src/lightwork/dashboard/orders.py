@@ -12,7 +12,7 @@ numbers than every kept one, so a new row goes after the kept rows of equal valu
 slices between those places (O(k log n) key reads, and a memory copy). The new rows are
 sorted, so each place is after the last one, and they spread over the kept rows about
 ``n / k`` apart: each search looks in the next ``2 n / k`` kept rows first (a few probes),
-in the rest only past them (20,000 new rows into a million: 101 → 62 ms of CPU). Only
+in the rest only past them (measured: see bench/HOTPATH.md, "The dashboard"). Only
 while the order is small, or the new rows outnumber the kept, one Timsort of the kept
 run and the sorted new run does it instead: that makes a list of every row (36 bytes
 each), which at 100,000 rows would be most of the process's growth.

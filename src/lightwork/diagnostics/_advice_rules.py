@@ -37,8 +37,8 @@ GET_IN_LOOP_MIN_IDLE = 0.5  # slots idle on average over those gets
 TINY_MIN_TASKS = 200
 TINY_RATIO = 3.0  # median run time below this many times the per-task overhead
 # What a task costs the runtime, every process's CPU together, on the 2-core machine:
-# between a task in a batch (~25 µs: the driver ~15, its worker ~9; session 9's bench)
-# and a synchronous call (~50 µs round trip).
+# between a task in a batch (~25 µs: the driver ~15, its worker ~9) and a synchronous
+# call (~50 µs round trip), as the hot-path bench measured them when this was set.
 TASK_OVERHEAD_S = 40e-6
 LARGE_ARG_MIN_REPEATS = 3
 SLOWEST_MIN_OBJECTS = 4
@@ -58,10 +58,10 @@ OVERSUBSCRIBED_CPU = 1.6  # cores used by one single-CPU task's process
 OVERSUBSCRIBED_MIN_S = 0.2  # only tasks long enough for CPU time to mean something
 CORES_MEASURE_SLACK = 1.1  # CPU time over wall time above this times the cores: not real
 # Records looked at in full per step; more are sampled. Reading one costs a look ~1.5-2
-# µs (cold in the cache by then): 500 a look were half the looks' CPU, 0.8-0.9% of a
-# batch; 250 took the advisor's own work from 1.6-1.7% to 1.3-1.4% (session 14); 128 when
-# session 20's batches, 30% shorter, had brought it back to 2.2-2.8%. The statistical
-# rules keep their last 512 run times per call site, filled in four looks or five (~1 s).
+# µs (cold in the cache by then), so the sample is most of a look's cost; 128 keeps the
+# advisor's own work within its 2% on the fastest batches (measured: see
+# bench/HOTPATH.md, "The diagnostics' costs"). The statistical rules keep their last
+# 512 run times per call site, filled in four looks or five (~1 s).
 SAMPLE_PER_STEP = 128
 CPU_BOUND_MIN_S = 0.01  # tasks shorter than this say little about the cores' use
 CORES_BUSY_SHARE = 0.75  # tasks at once kept this share of the cores busy
@@ -234,7 +234,7 @@ class AdviceRules:
         """Whether ``span`` is a get of one object at a call site not yet reported for
         get-in-loop. Once said, a site's gets are not followed: checking again would
         cost every later get of the loop ~20-40 µs of this thread (the chain's last 16
-        gets against the site's recent tasks) to find what _report drops (issue 13)."""
+        gets against the site's recent tasks) to find what _report drops."""
         return (span.kind == "get" and span.object_count == 1
                 and ("get-in-loop", span.callsite) not in self._reported)
 

@@ -75,12 +75,12 @@ class RunTally:
     """Sums the runs of ended tasks into a :class:`SlotTime`, as the records end; and
     says which records a sampling reader must read in full.
 
-    The live advisor's thread used to sum every record of a step at its look, and its
-    time is taken from the program: by then the records had gone cold in the cache, and
-    the pass cost 0.24-0.29 µs a record, four fifths of its looks' CPU. The event log
-    calls this instead with the records that ended in each read of the workers
+    Summing them at the advisor's look would read every record of a step once it has
+    gone cold in the cache, on time taken from the program. The event log calls this
+    instead with the records that ended in each read of the workers
     (``EventLog.watch``: the runtime's lock held, on the thread that wrote the records'
-    times a moment before): about 0.05 µs a record.
+    times a moment before), while they are warm (measured: see bench/HOTPATH.md, "The
+    diagnostics' costs").
     The live advisor takes what was summed at each look (:meth:`take`); an offline
     replay tallies the records straight into its own ``SlotTime`` (``into``).
 
@@ -105,11 +105,10 @@ class RunTally:
         samples must still read (big by-value arguments, or a run of ``long_s`` or more
         from its arguments loaded to its end). The event log hands over the records that
         ended in one read of the workers together: a call per record cost as much as its
-        work (0.105 µs a warm record one call each, 0.05 in one call for all; session 18),
-        and the sums stay in locals meanwhile. With the compiled module the common
+        work, and the sums stay in locals meanwhile. With the compiled module the common
         record (one slot, inside the bucket) is summed in C (``_sum_runs``: ~5 ns where
-        this loop takes ~55, at its floor in Python; session 20), and the loop below
-        takes each record the C leaves to it."""
+        this loop takes ~55, at its floor in Python), and the loop below takes each
+        record the C leaves to it."""
         notable: list[int] = []
         if _sum_runs is None or type(records) is not list:
             self._tally_in_python(records, 0, len(records), notable)

@@ -2,7 +2,7 @@
 
 Reads the always-on event log (task records and the driver's blocked get/wait spans)
 and a few runtime facts; never touches the hot path. A daemon thread
-(``_runtime.periodic.PeriodicThread``) wakes every ``interval`` seconds, takes the
+(``kernel.periodic.PeriodicThread``) wakes every ``interval`` seconds, takes the
 records added since its last look (``EventLog.take_fresh``, under the runtime's lock:
 the log's records, read from its ring, so nothing is kept for the advisor between
 looks), folds them into per-call-site statistics, and checks each rule. This module is that
@@ -74,30 +74,19 @@ holds correct programs in the styles Ray's docs teach; each must get no finding.
 The thresholds are module constants; they are deliberately conservative: a finding must
 be worth the user's attention, and well-written programs must get none.
 
-What the advisor costs the program (issue 13's 2%; batches of 10,000 no-op tasks on the
-quiet 2-core machine, ``make bench``'s ``advisor_looks``): its looks, timed on its
-thread's CPU clock, and its tally (``_measure.RunTally``), which the event log calls
-with the records that ended in each read of the workers. Until session 13 a look summed
-every record of its step for how busy the slots were; by then the records were cold in
-the cache and that pass was 0.24-0.29 µs a task, four fifths of the looks' CPU (2.5-2.7%
-of a batch in all, over the target). The tally does the same sums while each record is
-still warm from being written, about 0.1 µs a record on the I/O thread; a look now folds
-in the tally's sums and reads only its sample (``SAMPLE_PER_STEP`` records a look, a
-cost per look, not per task), the records the tally named (big arguments, long runs) and
-those a one-object get waited for while get-in-loop may still be found at its call site
-(that rule follows each get to its task's record: sampled, a fast loop of tiny calls
-went unreported until session 14). The looks' CPU 0.8-0.9% of a batch, with the tally's
-1.7-1.9% (three runs each), 1.7-1.8% once the tally's attributes were in ``__slots__``
-(four); the driver's CPU per task fell 1% (0.99 paired over 40 alternating rounds, the
-advisor's thread 0.70, the I/O thread 1.06). Half of the looks' CPU was then reading the
-sample (~2 µs a record, cold); a sample of 250 instead of 500: 1.3-1.4% in all (session
-14). ``make bench`` reports this cost directly (the looks' and the tally's CPU per task
-against the time per task, in one session) next to the paired sessions with and without
-the advisor, whose difference swings with the ±15% between fresh sessions. Session 18
-made a batch 25% faster, and the same work per task read +2.4% of it: the tally now
-takes each read's records in one call (0.105 -> 0.074 µs a record, its sums in locals
-meanwhile), +2.0-2.1% in three runs of the row; the looks are ~0.09 µs a task of it (one
-a batch in the row).
+What the advisor costs the program, by design a cost per look rather than per task:
+its looks, on its own thread, and its tally (``_measure.RunTally``), which the event log
+calls with the records that ended in each read of the workers, on the thread that wrote
+them, while they are still warm in the cache. A look folds in the tally's sums and reads
+in full only its sample (``SAMPLE_PER_STEP`` records), the records the tally named (big
+arguments, long runs) and those a one-object get waited for while get-in-loop may still
+be found at its call site (that rule follows each such get to its task's record, which
+a sample would miss in a fast loop of tiny calls). ``make bench``'s ``advisor_looks``
+row reports the looks' and the tally's CPU per task against the time per task in one
+session (the target: 2% of a batch of no-op tasks), beside a row that times fresh
+sessions with and without the advisor, whose difference swings with the noise between
+sessions.
+Measured: see bench/HOTPATH.md, "The diagnostics' costs".
 """
 
 from __future__ import annotations
@@ -303,7 +292,7 @@ class Advisor(AdviceRules):
         """``notable`` and the places of the records that a get of one object waited for,
         while its call site is not yet reported for get-in-loop: that rule follows each
         such get to its task's record, and a sample would leave most of them out (a fast
-        loop of tiny tasks, thousands a look, went unreported until session 14). One
+        loop of tiny tasks, thousands a look, would go unreported). One
         pass over the step's records, only while such gets come."""
         wanted = {span.first_task_id for span in spans if self._may_be_get_in_loop(span)}
         if not wanted:

@@ -352,9 +352,9 @@ class _Sampler(threading.Thread):
         # Prime every CPU counter, so the first sample is a real one: here, in the
         # caller, before the thread starts, and only for the processes the runtime
         # knows (``family``; the thread's first rescan, RESCAN_S later, finds their
-        # children). Done by the thread, with a scan of every process in /proc, its ~80
-        # reads each gave up the GIL to a program submitting tasks by then: +7% of a
-        # 20,000-task run of ~95 ms (session 20).
+        # children). Done by the thread, a scan of every process in /proc, its ~80 reads
+        # each giving up the GIL to a program submitting tasks by then, costs a short run
+        # several percent (measured: see bench/HOTPATH.md, "The diagnostics' costs").
         if family is None:
             self._rescan()
         else:

@@ -3,7 +3,7 @@
 ``stack()`` (and ``lightwork stack`` from another terminal) needs no external tool, no
 sudo and no ptrace: the runtime asks its own processes. The driver lists its threads
 with ``sys._current_frames``; each worker has faulthandler registered on ``SIGUSR1``
-(see ``_runtime/control.py``), so the dump is written by a C signal handler and works
+(see ``kernel/control.py``), so the dump is written by a C signal handler and works
 while the worker sleeps in C, runs a long numpy call or holds the GIL. Every worker is
 signalled at once and each has its own deadline (``timeout``), so one stopped process
 never hangs the command: it is reported as ``timeout`` with whatever it wrote.

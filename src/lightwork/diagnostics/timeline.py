@@ -43,7 +43,7 @@ dashboard --from FILE`` replays it; both read it back with :func:`read_saved`.
 
 ``profile(name, extra_data=None)`` records a custom span in the driver (a ring bounded
 by the budget), a task or an actor (appended to the worker's file in the session
-directory, see ``_runtime/control.py``); it shows nested in the task that ran it.
+directory, see ``kernel/control.py``); it shows nested in the task that ran it.
 """
 
 from __future__ import annotations

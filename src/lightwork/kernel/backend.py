@@ -1,15 +1,17 @@
-"""The backend interface: what the public API asks of whatever runs its tasks.
+"""The backend interface: what the API asks of whatever runs its tasks.
 
 ``lightwork.api.core`` validates every call, then hands it to the process's backend, an
-instance of a :class:`Backend` subclass. Two implementations:
+instance of a :class:`Backend` subclass that :func:`lightwork.engines.open_backend`
+made. Two engines implement it:
 
-* ``local`` (:mod:`lightwork.engines.local.backend`): the embedded runtime of ``_runtime/`` (the
-  driver's ``Node``, or, inside one of its worker processes, the ``Worker``);
+* ``local`` (:mod:`lightwork.engines.local`): the embedded runtime (the driver's
+  ``Node``, or, inside one of its worker processes, the ``Worker``);
 * ``distributed`` (:mod:`lightwork.engines.distributed`): a Dask distributed cluster.
 
-As with httpx's ``BaseTransport``, the interface is a handful of methods, each documented
-here; a backend overrides them all. Ids are plain ints (``ObjectRef.id``); values cross
-the interface as Python objects, never as frames. The API has already checked the
+As with httpx's ``BaseTransport``, the interface is a handful of methods in plain types,
+each documented here. Ids are plain ints (``ObjectRef.id``); values cross the interface
+as Python objects, never as frames; a session starts from a :class:`SessionOptions`, an
+actor from a :class:`~lightwork.kernel.calls.ActorSpec`. The API has already checked the
 arguments (types, ranges, duplicates), so a backend checks only what it alone can know
 (is this resource request possible on this cluster?).
 
@@ -17,21 +19,28 @@ A feature the engine cannot provide raises :class:`~lightwork.exceptions.Unsuppo
 naming the feature, the backend and what to do instead; a backend never silently does
 something else.
 
-Diagnostics read ``node``: the driver-side record of the run (event log ``log``, task
-table ``tasks``, the ``lock`` guarding them, the ``advisor``). It is None where there is
-none (inside a worker process).
+Diagnostics read the run's record (:meth:`Backend.run_record`): the event log, the task
+table, the lock guarding them, the advisor, the control server. It is None where there
+is none (inside a worker process).
+
+The process's backend is the API's; code below the API reaches it through
+:func:`current`, :func:`install` and :func:`installed`, which the API connects when it
+loads (:func:`connect_api`), so the kernel names no layer above it.
 """
 
 from __future__ import annotations
 
 import abc
 import concurrent.futures
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from lightwork.kernel.object_ref import ObjectRef
+
+if TYPE_CHECKING:
+    from lightwork.kernel.calls import ActorSpec
 
 # The process's backend is owned by the API floor (``lightwork.api.core``); it hands the
 # kernel three functions when it loads (:func:`connect_api`), so code below the API
@@ -143,7 +152,7 @@ class Backend(abc.ABC):
     def submit_task(
         self, spec: Any, args: tuple, kwargs: dict, callsite: Any = None
     ) -> list[ObjectRef]:
-        """Start one task of ``spec`` (a ``_runtime.calls.CallSpec``: function key and
+        """Start one task of ``spec`` (a ``kernel.calls.CallSpec``: function key and
         pickled code, name, resource shape, num_returns, retries); return its
         ``spec.num_returns`` refs. Top-level ref arguments are resolved to values before
         the function runs; refs inside containers stay refs (borrowed)."""
@@ -187,10 +196,9 @@ class Backend(abc.ABC):
 
     # -- actors ----------------------------------------------------------------------------
     @abc.abstractmethod
-    def create_actor(self, actor: Any, blob: bytes) -> None:
-        """Start the actor described by ``actor`` (a ``_runtime.actors.Actor``: id, class
-        key, constructor arguments, resources, name, restarts, concurrency); ``blob`` is
-        its pickled class. Returns at once; calls queue until it is up."""
+    def create_actor(self, actor: ActorSpec, blob: bytes) -> None:
+        """Start the actor ``actor`` describes (id, class key, constructor arguments,
+        resources, name, restarts, concurrency); ``blob`` is its pickled class. Returns at once; calls queue until it is up."""
 
     @abc.abstractmethod
     def submit_actor_task(self, actor_id: int, method: str, name: str, args: tuple,

@@ -48,7 +48,7 @@ def prepare_args(
 
     Arguments that are all plain scalars or refs go through the C pickler alone (refs
     become ``ArgSlot``s); the common call, positional scalars only, skips even the copies
-    and the ref checks (1.25 -> 0.9 µs for one argument). Anything else goes to
+    and the ref checks (a quarter less time for one argument). Anything else goes to
     ``serialization.serialize`` (cloudpickle where needed, big values to a segment)."""
     if not kwargs:
         if not args:
@@ -200,7 +200,7 @@ class CallSpec:
         self.cpus = dict(self.shape).get("CPU", 0.0)
         num_returns = options.get("num_returns", 1)
         # "streaming": one return ref, the head of the stream the caller reads through an
-        # ObjectRefGenerator; "dynamic": one ref to a generator of refs (see _generator.py).
+        # ObjectRefGenerator; "dynamic": one ref to a generator of refs (see api/generator.py).
         self.stream = num_returns == "streaming"
         self.num_returns: int = 1 if isinstance(num_returns, str) else num_returns
         self.max_retries: int = options.get("max_retries", 3)

@@ -1,20 +1,16 @@
-"""What the runtime keeps out of CPython's cyclic garbage collector, and how (issue 13).
+"""What the runtime keeps out of CPython's cyclic garbage collector, and how.
 
-Reference counting frees an object the moment its last reference goes; the cyclic
-collector exists for the objects that reference counting cannot free, those in reference
-cycles. Every instance of a class is on its lists ("tracked") and is visited by its
-collections: a young collection visits the objects made since the last one, and a full
-collection visits every tracked object in the process, each a cache miss once the object
-has gone cold. A 10,000-task batch keeps ~30,000 of the runtime's objects pending (each
-task's ref, spec and table entry), so young collections walked them again and again, and
-they reached the oldest generation in numbers that brought a full collection (10-15 ms)
-about once a batch: a quarter of the driver's CPU (session 17, bench/HOTPATH.md).
+Every class instance is tracked by the cyclic collector and visited by its collections:
+a young collection visits the objects made since the last one, a full collection every
+tracked object in the process (each a cache miss once it has gone cold). A batch of
+tasks keeps each task's ref, spec and table entry pending through dozens of
+collections, enough to bring a full collection about once a batch; that was a quarter
+of the driver's CPU (measured: see bench/HOTPATH.md, "The cyclic collector").
 
-An object may leave the collector ("untracked") when it cannot be part of a reference
-cycle that becomes garbage: reference counting alone then frees it. Untracking an object
-that is in such a cycle leaks the cycle (the collector counts the untracked object's
-references as ones from outside, so everything the cycle reaches survives). What is
-untracked here, and why that is safe:
+The rule: an object may leave the collector ("untracked") only when it cannot be part
+of a reference cycle that becomes garbage; reference counting alone then frees it.
+Untracking an object that is in such a cycle leaks everything the cycle reaches. What is
+untracked, and why that is safe:
 
 * task records and the event log's rings (``events.py``): a record holds strings,
   numbers, ``None`` and tuples of those; the rings hold records and spans, which cannot
@@ -35,23 +31,23 @@ untracked here, and why that is safe:
   traceback whose frames hold anything, the entry too: an entry that takes an error
   returns to the collector (``track_again``).
 
-Python cannot untrack an object itself. ``lightwork._collector`` (``_collector.c``, built
-by ``pip install``/``make``; optional) does it in ~6 ns. Without it, records and rings
-are untracked through ``ctypes`` (~170 ns a call, which a record's many fields repay but
-a ref, spec or entry does not: ``untrack_hot`` is then ``None`` and they stay tracked),
-and where ``ctypes`` cannot reach the C API either, nothing is untracked: the same
-runtime, with the collector's cost back. ``LIGHTWORK_PURE_PYTHON=1`` forces the fallback
-(the tests run part of the suite that way).
+How: Python cannot untrack an object itself. ``lightwork._collector`` (``_collector.c``,
+built by ``pip install``/``make``; optional) does it in ~6 ns. Without it, records and
+rings are untracked through ``ctypes`` (~170 ns a call, which a record's many fields
+repay but a ref, spec or entry does not: ``untrack_hot`` is then ``None`` and they stay
+tracked), and where ``ctypes`` cannot reach the C API either, nothing is untracked: the
+same runtime, with the collector's cost back. ``LIGHTWORK_PURE_PYTHON=1`` forces the
+fallback (the tests run part of the suite that way).
 
 The same module makes the hot path's records, specs and entries (``maker``): a
 ``dataclass(slots=True)``'s generated ``__init__`` stores every field, three bytecodes
-each, 0.15-0.22 µs for a record's 29 fields, a spec's 20 or an entry's 16, where most
-of them take their defaults; a ``Maker`` copies the given values and the defaults into
-the slots in C (~0.05 µs), out of the collector from birth where asked. Without the
-module ``maker`` returns the class itself (with the untracking above where it pays).
-Its ``RunSummer`` reads records' run times from their slots the same way, for the
-advisor's tally (``diagnostics/_measure.py``'s ``RunTally``, whose Python loop is the
-fallback; ``compiled_module`` hands the module over).
+each, though most take their defaults; a ``Maker`` copies the given values and the
+defaults into the slots in C, out of the collector from birth where asked (about a
+third of the time). Without the module ``maker`` returns the class itself (with the
+untracking above where it pays). Its ``RunSummer`` reads records' run times from their
+slots the same way, for the advisor's tally (``diagnostics/_measure.py``'s
+``RunTally``, whose Python loop is the fallback; ``compiled_module`` hands the module
+over).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
                                                       │ samples CPU/memory         │
                                                       └────────────────────────────┘
 
-Layers above ``_runtime`` add operations without being imported from here
+Layers above the kernel add operations without being imported from here
 (:func:`register_ops`, as DESIGN requires): ``lightwork.init`` registers the live
 dashboard's ``dashboard_*`` operations (``lightwork/dashboard/__init__.py``), whose
 handler imports ``lightwork.dashboard.feed`` on the first request.
@@ -35,7 +35,7 @@ had a hole. That flag is a guard against mistakes, not a barrier between clients
 same-user process can set it.
 
 On the cluster backend the same server runs beside the run's event log
-(``backends/cluster_control.py``), which answers every operation itself
+(``engines/distributed/control.py``), which answers every operation itself
 (``answer_query``): :func:`dispatch` hands requests to it.
 
 The server is a side-car of the :class:`~lightwork.engines.local.node.Node` (``node.control``)
@@ -359,7 +359,7 @@ _extra_ops: dict[str, OpHandler] = {}
 
 
 def register_ops(names: Iterable[str], handler: OpHandler) -> None:
-    """Let a layer above ``_runtime`` answer the operations ``names`` (idempotent).
+    """Let a layer above the kernel answer the operations ``names`` (idempotent).
 
     ``handler(node, op, args)`` runs in the control server's connection thread, like the
     built-in operations; it should import what it needs lazily, so registering costs

@@ -16,33 +16,30 @@ which the dashboard's history and throughput are built from.
 Records are kept out of the cycle collector (:func:`keep_out_of_collector`, CPython's
 ``PyObject_GC_UnTrack``). A record holds only strings, numbers, ``None`` and tuples of
 those, so it can never be part of a reference cycle: reference counting frees it, and
-the collector has nothing to find in it. Tracked, it cost the collector twice:
-- while its task is pending, every young collection walked its 29 fields (a 10,000-task
-  batch keeps thousands pending through dozens of collections);
-- in the ring, every full collection walked all of them (measured: 21 full collections of
-  up to 176 ms in 300,000 tasks, a quarter of the run).
-The rings themselves are untracked as well: a tracked ring made every full collection
-visit each record it held (the visit reads the record's header, a cache miss on a record
-long gone cold): with 100,000 records in the ring a full collection took 5.0-5.6 ms, 1.9-2.5
-ms with the rings untracked (session 17). A span holds a kind, numbers and a call site, so
-it cannot lead back to its ring either; spans themselves stay tracked and are walked in
-their generations like any object, which is correct for an object only an untracked
-container references (the collector counts that reference as one from outside).
-Earlier the ring held each record frozen into a tuple of its values instead, which the
-collector drops from its lists when it first sees it; but the copy cost 0.8 µs a task
-(reading 29 fields of a record gone cold in the cache) and each tuple brought young
-collections forward. Untracking costs ~6 ns (``lightwork._collector``) or 0.17 µs (its
-``ctypes`` fallback), once, when the record is made (``collector.py`` has the rules for
-what may leave the collector, and the fallbacks). The ring's records are never changed
-again; readers that change or keep them take copies (``lightwork.diagnostics.task_records``,
+the collector has nothing to find in it. Tracked, it would cost the collector twice:
+every young collection would walk its 29 fields while its task is pending, and every
+full collection would walk all of the ring's. The rings themselves are untracked as
+well: a tracked ring makes every full collection visit each record it holds (the
+visit reads the record's header, a cache miss on a record long gone cold). A span
+holds a kind, numbers and a call site, so it cannot lead back to its ring either;
+spans themselves stay tracked and are walked in their generations like any object,
+which is correct for an object only an untracked container references (the collector
+counts that reference as one from outside). The ring keeps the record itself, not a
+frozen tuple of its values: that copy read 29 fields of a record gone cold, per task.
+Untracking costs ~6 ns (``lightwork._collector``) or 0.17 µs (its ``ctypes``
+fallback), once, when the record is made (``collector.py`` has the rules for what may
+leave the collector, and the fallbacks). The ring's records are never changed again;
+readers that change or keep them take copies (``lightwork.diagnostics.task_records``,
 made from :func:`freeze`). Driver spans (time blocked in ``get`` and ``wait``) go to a
 second ring of the same kind.
 
 Readers take the ring's records with :meth:`EventLog.ended_records` under the runtime's
 lock (iterating a deque is safe against appends only if it is not mutated meanwhile):
-a copy of 200,000 pointers holds the lock 4.6 ms, where the copies of 200,000 records
-that readers got until session 8 held it 266 ms, a stall of the whole runtime.
-Whatever they do with the records then, they do after the lock is released.
+a copy of the ring's pointers, a few milliseconds for 200,000, where copying the
+records themselves would stall the whole runtime for far longer. Whatever readers do with the
+records then, they do after the lock is released.
+
+Measured: see bench/HOTPATH.md, "The cyclic collector".
 
 A watcher (the advisor) takes the records logged since its last look
 (:meth:`EventLog.take_fresh`) and may give :meth:`EventLog.watch` a tally, called with
@@ -151,8 +148,9 @@ freeze = operator.attrgetter(*_FIELDS)
 class FreshRecords(Sequence[TaskRecord]):
     """The records logged since a watcher's last take, read in the ring itself: valid
     only while the runtime's lock is held (the ring moves as tasks end). A look at a
-    flood of tasks reads a sample of them; copying them all out had cost it ~0.3 ms a
-    look of 10,000 records, each record's header a cache miss (session 20)."""
+    flood of tasks reads a sample of them; copying them all out would cost a look a
+    cache miss per record header (measured: see bench/HOTPATH.md, "The diagnostics'
+    costs")."""
 
     __slots__ = ("_ring", "_first", "_count")
 

@@ -35,8 +35,8 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     └── SystemError_ (RaySystemError)       the runtime itself failed
 
 Two warnings live here too: ``RuntimeEnvWarning`` (a ``runtime_env`` key lightwork does not
-support; see ``_runtime/runtime_env.py``) and ``IgnoredOptionWarning`` (a Ray option that
-has no effect on lightwork's one machine; see ``_runtime/calls.py``).
+support; see ``kernel/runtime_env.py``) and ``IgnoredOptionWarning`` (a Ray option that
+has no effect on lightwork's one machine; see ``kernel/calls.py``).
 """
 
 from __future__ import annotations

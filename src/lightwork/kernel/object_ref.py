@@ -152,7 +152,7 @@ def fresh_ref(object_id: int) -> ObjectRef:
     return): counted without the counter's lock, which guards a count's read and write
     against another thread's on the same id; no other thread can hold, copy or release
     an id nobody was given yet, and one dict store is atomic. This skips ``__init__``,
-    the lock and a dict read on every task submitted (issue 13)."""
+    the lock and a dict read on every task submitted."""
     ref = _new_instance(ObjectRef)
     ref._id = object_id
     ref_counter._counts[object_id] = 1

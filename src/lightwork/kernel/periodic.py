@@ -2,8 +2,8 @@
 
 Used by the runtime's watchers that look at the world on a clock rather than on events:
 the memory monitor (``memory_monitor.py``) and the advisor
-(``lightwork.diagnostics.advisor``; diagnostics may import ``_runtime``, never the
-other way). The thread owns nothing: each round calls its owner's ``work``, which takes
+(``lightwork.diagnostics.advisor``, a tool above the kernel, which subclasses nothing
+but uses this thread). The thread owns nothing: each round calls its owner's ``work``, which takes
 whatever lock it needs. It sleeps on an ``Event`` so ``stop`` ends it at once rather than
 after the rest of an interval; ``stop`` joins it for a bounded time (it may be called
 from the thread itself, from a round that ends the runtime).

@@ -25,10 +25,9 @@ full ``/dev/shm`` then fails that ``pwrite`` with ENOSPC, raised as
 into unallocated pages can cause, and every mapping written to here covers pages a
 completed ``pwrite`` allocated (workers write recycled segments with ``pwrite`` too,
 never through a mapping). ``posix_fallocate`` first would
-say the same a moment sooner but costs a second pass over the pages: re-measured on
-2026-11-24 (thread CPU, medians of interleaved runs, load average ~22) at 6-13% more
-per new segment (4 MB: 2.00-2.15 vs 2.26-2.27 ms; 160 MB: 82-88 vs 91-96 ms), for no
-gain here, so the writers keep ``pwrite``.
+say the same a moment sooner but costs a second pass over the pages, for no gain here,
+so the writers keep ``pwrite`` (measured: see bench/HOTPATH.md, "Shared-memory
+writes").
 
 Readers: every process maps a segment once (:data:`MAPS`, its :class:`MappedSegments`)
 and hands out views of that mapping. A segment may be reused for a new object only once
@@ -75,9 +74,8 @@ _LAYOUT = struct.Struct("<Q")
 #: the I/O thread goes on while a large value is written.
 _GIL_FREE_COPY_MIN = 1 << 20
 #: Buffers from this size are copied by two threads, each copying half: one core's
-#: ``memcpy`` does not fill the memory bandwidth. Measured on the 2-core machine
-#: (2026-11-24, quiet, 160 MB into a faulted-in mapping, medians of 15): one thread
-#: 14.8-15.5 ms, two 11.4-13.1 ms, four no better than two.
+#: ``memcpy`` does not fill the memory bandwidth; four threads copy no faster than two
+#: (measured: see bench/HOTPATH.md, "Shared-memory writes").
 _SPLIT_COPY_MIN = 16 << 20
 
 

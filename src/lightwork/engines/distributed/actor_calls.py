@@ -37,8 +37,8 @@ key) and each unsettled call (``ActorCall.actor``) want it. When the last handle
 dropped, ``_forget_actor`` drops the proxy, the creator's ownership (``_owned``: nothing
 can restart an actor without its key) and, for a named actor not detached, its directory
 entry (the dataset wants the key too); calls already made still finish. So, as in Ray,
-the actor ends once no process holds a handle. Until session 14 the proxy was kept for
-the session, and every actor lived until its driver ended.
+the actor ends once no process holds a handle (a proxy kept for the session would keep
+every actor alive until its driver ended).
 
 A process that meets a handle only after its actor was killed holds a key the scheduler
 has forgotten; distributed ignores a want of an unknown key, so its future would stay
@@ -572,8 +572,8 @@ class ActorCalls(ActorRestarts):
         will make. The creator's submission may still be on its way when a handle comes
         by another path (an actor call's arguments go straight to its worker), so an
         unknown key is looked at again for ``ACTOR_KEY_GRACE_S`` before it counts as
-        gone, unless the scheduler's plugin remembers forgetting it: then at once (until
-        session 15 every such call waited out the grace). Only a call that finds the key
+        gone, unless the scheduler's plugin remembers forgetting it: then at once (rather
+        than every such call waiting out the grace). Only a call that finds the key
         pending pays this (one read of the scheduler's tables); later calls queue behind
         it."""
         deadline = time.monotonic() + ACTOR_KEY_GRACE_S

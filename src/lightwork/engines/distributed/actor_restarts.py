@@ -495,8 +495,8 @@ class ActorRestarts:
         actor, the loss is decided now unless it was already: the owner hears of it from
         its worker's remove-worker event (``_watch``), but that subscription is asked
         for when the actor is placed and may take effect only after the worker died (an
-        actor killed as soon as it was restarted), and its calls in flight then waited
-        out the connect timeout (30 s; once in five runs of a conformance test, session 15)."""
+        actor killed as soon as it was restarted), and its calls in flight would then
+        wait out the connect timeout (30 s)."""
         actor_id = _task_id_of_key(key)
         if actor_id is None:
             return

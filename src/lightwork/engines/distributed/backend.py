@@ -21,10 +21,11 @@ client's event loop, woken by the first one queued since the last drain
 (``RefCounter.on_first_release``): a ref can go while no lightwork call runs and none may
 follow. In a worker it is let go by a user's thread, the cycle collector, or the
 worker's profiler, which holds the frames of a running task for a moment each 10 ms and
-so may free a ``put``'s argument after the task's last drain (that object stayed wanted
-by the worker's client for good, session 12). In the driver, a program that drops a big
-``put`` and then computes on its own, or waits for input, kept it in the cluster's memory
-until its next call (until session 13; the local runtime's I/O thread always freed it).
+so may free a ``put``'s argument after the task's last drain (drained only at the next
+call, that object would stay wanted by the worker's client for good). In the driver, a
+program that drops a big ``put`` and then computes on its own, or waits for input, would
+keep it in the cluster's memory until its next call (the local runtime's I/O thread
+frees it at once too).
 
 Where the rest lives
 --------------------
@@ -388,8 +389,8 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         The want goes on the client's stream when the ref is unpickled, while the call's
         end reaches the caller by another path (an actor call's reply comes straight from
         this worker); the caller then drops its own hold on the refs it passed, and the
-        scheduler, getting that first, freed an object this process had kept (an actor
-        storing a ref passed inside a list lost it 2 to 5 times in 40 until session 13).
+        scheduler, getting that first, could free an object this process had kept (an
+        actor storing a ref passed inside a list, say).
         One read of the scheduler's state per call that borrowed (``_not_yet_wanted``);
         read-only, so a key this process let go of meanwhile is never wanted again by
         mistake."""

@@ -18,10 +18,10 @@ the same job at the same cost; each is listed in :data:`PRIVATE_PARTS` with why:
   ``client.who_has`` is a round trip, and it is needed on the event loop.
 
 (An actor's liveness reads the actor key's ``Future``, which this process holds anyway,
-not the proxy's private one. A task failed with ``KilledWorker`` was heard through the
-client's private ``task-erred`` stream handler until session 6; a scheduler plugin
-publishing those failures on a topic, ``cluster_plugin.TaskErrors``, does it with the
-public plugin and topic API now.)
+not the proxy's private one. A task failed with ``KilledWorker`` is heard through a
+scheduler plugin publishing those failures on a topic, ``cluster_plugin.TaskErrors``,
+with the public plugin and topic API, not the client's private ``task-erred`` stream
+handler.)
 
 :func:`check` runs at ``init`` (driver) and when a worker makes its backend: a
 distributed outside :data:`SUPPORTED`, or one lacking any of those parts, fails there with

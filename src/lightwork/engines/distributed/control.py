@@ -1,7 +1,7 @@
 """The ``lightwork`` command from another terminal, for a program on the cluster backend.
 
 The embedded runtime serves ``lightwork status|list|summary|memory|timeline|stack``
-through a control socket in its session directory (``_runtime/control.py``); the
+through a control socket in its session directory (``kernel/control.py``); the
 command finds the newest session of the user under ``sessions_root()`` by the socket's
 presence and by the driver pid at the end of the directory's name. A driver on the
 cluster backend does the same, so the command works unchanged:

@@ -1,5 +1,5 @@
 """The state API's listings on the distributed backend: actors, workers, objects,
-memory and status, as the same rows ``_runtime/views.py`` makes on the embedded runtime.
+memory and status, as the same rows ``kernel/views.py`` makes on the embedded runtime.
 
 Where each fact comes from
 --------------------------

@@ -345,8 +345,8 @@ _backend_lock = threading.Lock()
 #: Why a Dask worker in the driver's own process is refused (at ``init``, or when one
 #: joins later and a task reaches it): the worker's backend would take over the API and
 #: the process's one ``RefCounter`` from the driver's, whose objects would then never be
-#: released in the cluster (found in session 13: LocalCluster(processes=False) kept every
-#: result's future).
+#: released in the cluster (a ``LocalCluster(processes=False)`` kept every result's
+#: future).
 WORKER_IN_DRIVER = (
     "lightwork's distributed backend needs the Dask workers in processes of their own, "
     "but a worker of this cluster runs inside the driver's process (a LocalCluster or "

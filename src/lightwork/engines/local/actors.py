@@ -23,8 +23,8 @@ is sent first, so calls run in submission order. Sent calls are in ``inflight``.
 made while every slot is taken (``inflight`` holds ``slots`` calls) stays queued: the
 node sends what queued meanwhile in one frame when it next reads one of the actor's
 frames (``IOLoop._read_worker``), so a burst of calls costs one send per batch, as tasks
-do, instead of one each (issue 13: 10,000 calls, driver CPU 37 -> 20 µs per call). When the
-process dies they are re-sent after a restart (up to ``max_task_retries``) or fail with
+do, instead of one each (measured: see bench/HOTPATH.md, "Actor calls in batches").
+When the process dies they are re-sent after a restart (up to ``max_task_retries``) or fail with
 ``ActorDiedError`` naming the cause.
 
 ``cancel()`` of a call (``cancel_call``), as Ray does for actor tasks: a call still in

@@ -5,33 +5,27 @@ node's lock and dispatch it from the caller's thread (no hand-off on the submit 
 ``get``/``wait`` register a :class:`Countdown` on the pending objects and block on it.
 The first blocked caller *leads*: it polls the worker sockets itself on its own epoll,
 so the result that completes its countdown wakes it directly; other blocked callers wait
-on their countdown's event, set by whichever thread applied the result.
+on their countdown's event, set by whichever thread applied the result. A leader spins
+briefly before it blocks (``spin.py``) and mutes the I/O thread's watch of the workers
+meanwhile (``io_loop.py``).
 
 Every method here runs in a user thread; state belongs to the node (``node.py``).
 
-Where the time goes (issue 13; every session's measurements, changes and dropped
-experiments are in ``bench/HOTPATH.md``). A synchronous call is within 1-2x of the pipe
-floor: the leading getter reads the result itself, waiters spin briefly before they
-block, and the I/O thread is muted while a getter leads. A batch of no-op tasks is bound
-by the driver's CPU, ~4.6 µs a task on a quiet host. Until session 20 two threads shared
-it while a program submitted in a loop: the loop queued its tasks without the lock
-(``node_lock.py``) and the I/O thread registered, dispatched and read them, the two
-taking the GIL from each other and the tasks' objects from one core's cache to the
-other's (the I/O thread ~2.4 µs a task; the tasks reached the workers in bursts, 35 ms
-after their submission at the median). Now the submitting thread does that work itself
-every ``SUBMITTER_PASS_EVERY`` queued submissions (``_submitter_pass``), the I/O thread
-muted as for a leading getter (``io_loop.py``): the driver's CPU a task 0.76 of before,
-the wall clock 0.73, and a task reaches a worker 0.3 ms after its submission. What is
-left, ~1,100 bytecodes a task (``bench/bytecodes.py``; the lean bound's 353) over ~50
-steps, none above ~12%, and ``perf``'s interpreter (~42%) and allocation (~10%): the
-records, specs and entries are made in C (``collector.maker``), a read's plain results
-end in one pass (``WorkerRequests._on_task_messages``), and full collections, rare now
-that a pending task's ref, spec and entry are out of the collector (``collector.py``),
-cost 10-17 ms when they come (the program's whole heap; a fresh process that imported
-much has one in its first batches). The common task (``TaskSpec.plain``: the driver's,
-one return, no dependencies, inline arguments without refs) takes shorter paths on both
-sides: registered straight from the submit queue, its result kept as its bytes
-(``ObjectEntry.serialized``), its ref counted without a lock (``_object_ref.fresh_ref``).
+A submission that finds every worker busy is queued without the lock
+(``node_lock.py``). Every ``SUBMITTER_PASS_EVERY`` queued submissions the submitting
+thread registers them, reads the workers and dispatches itself (``_submitter_pass``),
+with the I/O thread's watch of the workers muted as for a leading getter. Why: with two
+threads taking turns with the GIL, each turn moved the batch's objects from one core's
+cache to the other's, and the workers got their tasks in bursts.
+
+The common task (``TaskSpec.plain``: the driver's, one return, no dependencies, inline
+arguments without refs) takes shorter paths on both sides: registered straight from the
+submit queue, its result kept as its bytes (``ObjectEntry.serialized``), its ref counted
+without a lock (``_object_ref.fresh_ref``), its record, spec and entry made in C
+(``collector.maker``), and a read's plain results ended in one pass
+(``WorkerRequests._on_task_messages``).
+
+Measured: see bench/HOTPATH.md, "The driver's share".
 """
 
 from __future__ import annotations
@@ -85,10 +79,10 @@ _pread_holding_gil: tuple[Callable[[int, Any, int, int], int], Any] | None = Non
 
 def _read_schedstat(fd: int) -> bytes:
     # libc's pread through ctypes.PyDLL, which keeps the GIL: os.pread releases it, and
-    # in a submit loop the I/O thread takes it then, so each sample cost the loop a GIL
-    # hand-off (10,000 submits: 51 -> 22 µs per task without them; issue 13). The buffer
-    # is made once: a sample comes every 5 ms, with ctypes' code gone cold by then, and
-    # a new buffer each time cost 19 µs of the sample's 50 (after a 5 ms sleep).
+    # in a submit loop the I/O thread takes it then, so each sample would cost the loop
+    # a GIL hand-off. The buffer is made once: a sample comes every 5 ms, with ctypes'
+    # code gone cold by then, and making a buffer cold cost more than the read itself
+    # (measured: see bench/HOTPATH.md, "The driver's share").
     global _pread_holding_gil
     import ctypes
 

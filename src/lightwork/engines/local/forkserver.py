@@ -52,20 +52,10 @@ When the control socket closes — ``shutdown()``, or the driver died, even by S
 the fork server kills every worker it started, removes the session's shared-memory and
 session directories, and exits. Nothing of the session is left behind.
 
-Measured in one sitting (2026-11-24, load average 1.6-1.9; ``bench/startup_and_bytes.py
-first-batch``, medians of 5 fresh drivers, exec then fork, twice):
-
-| | exec'd | forked |
-|---|---|---|
-| ``init`` to the first result of one task | 0.23-0.25 s | 0.074-0.080 s |
-| README's first batch (8 x 0.1 s on 4 slots) | 0.33-0.34 s | 0.226-0.229 s |
-| the second batch | 0.202-0.204 s | 0.203-0.204 s |
-| idle worker RSS / USS / PSS (MB) | 17.6 / 4.0 / 6.1 | 21.2 / 2.7 / 5.6 |
-| fork server RSS / USS / PSS (MB) | 23.0 / 3.9 / 7.1 | 21.5 / 2.4 / 5.5 |
-| driver USS (MB) | 16.6 | 7.8 (the rest is shared with the server) |
-
-At load average 14 (08:55 UTC, same bench): exec'd 1.17 s to the first result and 1.20 s
-for the first batch; forked 0.30 s and 0.31 s; the second batch 0.21-0.23 s either way.
+Forking the driver brings the first result of a fresh ``init`` about three times
+sooner than the exec'd server, and the first batch as fast as later ones; workers of
+either kind cost a few MB of their own (measured: see bench/HOTPATH.md, "Fork server
+start-up").
 
 A driver that imported numpy before ``init`` has an OpenBLAS thread, so it gets the exec'd
 server (and the same figures as the exec'd column).

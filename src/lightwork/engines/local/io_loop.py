@@ -1,87 +1,46 @@
 """The driver's I/O loop: the poll, reading and sending frames, timers and wake-ups.
 
 A mixin of :class:`~lightwork.engines.local.node.Node` (methods on the node's state, called
-with its lock held unless they say otherwise). Two threads run :meth:`IOLoop._poll`: the
-I/O thread "lightwork-node" in :meth:`IOLoop._loop`, on its epoll of the fork server's
-control socket, a wake-up pipe, the *gate* to the workers' sockets and any socket with
-output waiting; and the thread leading a blocked ``get`` (``DriverCalls._block_on``), on
-an epoll of the workers' sockets and its own wake-up pipe. Whoever reads a worker applies
-what it read (``WorkerRequests._handle_read``), then both drain dropped refs, run due
-timers and dispatch, and call what was deferred outside the lock. Sends are made by
-whichever thread has something to send; a frame that does not fit in the socket buffer
-waits in the connection's ``out`` buffer, and this thread's epoll finishes it.
+with its lock held unless they say otherwise).
 
-Cost of the I/O thread on the hot path (issue 13, measured 2026-11-24; details and
-figures in ``driver_calls.py``'s docstring). During a loop of synchronous calls it used
-~52 µs of CPU per call (the main thread ~70) although the leading getter reads the result
-itself, for two wake-ups per call:
+Threads. Two threads run :meth:`IOLoop._poll`:
 
-* the result frame: this thread's epoll watches the same worker sockets as the leader's.
-  Kept on purpose: keeping this thread out while a getter leads (a nested epoll of the
-  worker sockets, unregistered for the leader's time) made every figure worse on the
-  loaded 2-core host (main thread +40-80 µs per call, total +40-60, wall 1.6-3x, A/B in
-  one run): two threads racing for a frame reach it sooner there than one does.
-* the wake pipe, written when the program drops a ref (``_object_ref.RefCounter``'s
-  ``on_first_release``), so the release is applied while the program makes no calls.
-  Now written only when this thread sleeps idle: while the runtime is busy (frames or
-  wake-ups in the last ``IO_BUSY_FOR_S``) it sleeps at most ``IO_BUSY_SLEEP_S`` and
-  drains releases then, if a call has not already. This thread: 51 -> 33 µs per sync
-  call, the driver's total 126 -> 105 (A/B, 5 rounds each, load average 13).
+* the I/O thread "lightwork-node" (:meth:`IOLoop._loop`), on its epoll of the fork
+  server's control socket, a wake-up pipe, the *gate* to the workers' sockets, and any
+  socket with output waiting (for writing only);
+* the thread leading a blocked ``get`` (``DriverCalls._block_on``), on an epoll of the
+  workers' sockets and its own wake-up pipe.
 
-Session 5 measured why the first wake-up is worth keeping: this thread applies about
-half of the results itself (real work, not a lost race), and a leader reading alone
-only moved that work into the caller's thread (total CPU unchanged, wall 6-35% worse;
-``driver_calls.py`` has the figures). Worker sockets are read into one buffer of
+Whoever reads a worker applies what it read (``WorkerRequests._handle_read``); then
+both drain dropped refs, run due timers, dispatch, and call what was deferred outside
+the lock. Sends are made by whichever thread has something to send; a frame that does
+not fit in the socket buffer waits in the connection's ``out`` buffer, and the I/O
+thread's epoll finishes it. Worker sockets are read into one buffer of
 ``protocol.RECV_SIZE`` allocated once (``_recv_scratch``), and a read stops at a short
-read: the next frame wakes the poller anyway, and the extra ``recv`` only failed.
+read (the next frame wakes the poller anyway).
 
-Session 7 (quiet machine) reversed that verdict once the leading getter spins
-(``spin.py``): it is then on the CPU when the result comes, and the I/O thread's
-wake-up for the same frame is pure cost (the GIL and the lock taken from the leader,
-a context switch on each side). So this thread watches the worker sockets through an
-epoll of their own (``_worker_selector``, one fd in its epoll, behind a bare epoll, the
-*gate*), which a leader mutes with one ``epoll_ctl`` on the gate when it starts leading
-and unmutes when it stops (``DriverCalls._block_on``); a socket with output waiting is in
-this thread's epoll for writing only. The leader applies everything meanwhile, as it did
-before. A sync call, A/B against spinning alone: 114 -> 54 µs, this thread's CPU per
-call 22 -> 0.5 µs, the driver's 99 -> 52; an actor's sync call 97 -> 71 µs; batches
-unchanged. Where the machine has no core to spare (``spin.cores_to_spare``) the leader
-does not mute, for the reason above.
+The gate. The I/O thread watches the workers through an epoll of their own
+(``_worker_selector``), one fd in its own epoll, so muting that watch is one
+``epoll_ctl``. It is open, or muted by one of two owners:
 
-Session 10 (2026-11-25, quiet): why the workers starve while a program submits in a
-loop. Every socket call this thread makes (the workers' epoll queried with ``select(0)``,
-each ``recv_into``, each ``send``) releases the GIL, and getting it back from a submit
-loop that holds it waits up to a switch interval (5 ms): a pass that reads four
-workers and sends to them waits 5-10 times. 20,000 tasks of ``sleep(0.1 ms)`` on 4
-slots, from the records' dispatch times: while the loop submits (0.17-0.31 s), passes
-came 15-100 ms apart and the workers started 200-450 tasks per 100 ms, against
-1,700-1,900 once it stopped. Tried, each A/B in alternating fresh drivers: the three
-calls through libc holding the GIL (``ctypes.PyDLL``, as ``driver_calls._read_schedstat``
-does): passes every ~9 ms, the sleeps paired 0.99 (5 rounds), but 10,000 no-op tasks
-1.05 slower by the wall clock (8 rounds; the driver's CPU 0.97); with the submitting
-thread also reading the workers that are ready every 1 ms of submissions: the workers'
-starved time 0.13-0.25 -> 0.06-0.16 s, but the submit loop slower (0.23 -> 0.29-0.40 s),
-the sleeps 0.98, 10,000 tasks 1.11; a non-blocking look holding the GIL before each
-blocking ``select``: worse (the loop 0.30-0.45 s). None kept. The sleeps themselves are
-most of that figure: each ``sleep(0.1 ms)`` runs 200-215 µs in a worker under this load
-(175 µs alone: the kernel's 50 µs timer slack and the wake-up), so four slots need
-1.0-1.07 s for the 20,000 before any overhead. Session 11 gave the workers work for the
-whole gap instead: the scheduler's window follows the gaps between passes, and is widest
-while a loop submits (``scheduler.py``; the sleeps paired 0.94, 1.10 s in ``make bench``).
+* a leading getter, from when it starts leading until it stops
+  (``DriverCalls._block_on``). A spinning leader (``spin.py``) is on the CPU when its
+  frame comes, so a second wake-up for the same frame only takes the GIL and the lock
+  from it. Where the machine has no core to spare (``spin.cores_to_spare``) the leader
+  does not mute: two threads racing for a frame then reach it sooner than one;
+* a submitting thread, which reads the workers and dispatches itself every
+  ``SUBMITTER_PASS_EVERY`` queued submissions (``DriverCalls._submitter_pass``), so
+  that one thread, not two taking turns with the GIL, touches a batch's objects. The
+  I/O thread unmutes once no pass came for ``SUBMITTER_LEFT_AFTER_S`` (muted, it sleeps
+  at most ``IO_BUSY_SLEEP_S`` at a time to notice), and a getter that starts leading
+  takes the muted gate over.
 
-Session 20 took this thread out of a submit loop altogether. Pinning the driver's two
-threads to one core (an experiment only) made a batch ~10% faster: the threads' turns
-with the GIL moved each task's objects between the cores' caches. So the submitting
-thread now reads the workers and dispatches itself, every ``SUBMITTER_PASS_EVERY``
-submissions it queued (``DriverCalls._submitter_pass``), and mutes this thread's watch of
-the workers as a leading getter does; this thread unmutes once no pass came for
-``SUBMITTER_LEFT_AFTER_S`` (the loop stopped; while muted it sleeps at most
-``IO_BUSY_SLEEP_S`` at a time), and a getter that starts leading takes the muted gate
-over. Session 10's passes were made alongside this thread, which then woke for frames
-the submitter had read: slower. ``hotpath_ab.py``, 30 rounds: 10,000 tasks 0.73 by the
-wall clock (the driver's CPU 0.76, this thread's 2.4 -> 0.2 µs a task), 10,000 actor
-calls 0.63; the median task reached its worker 0.3 ms after its submission, not 35.
-Passes every 64 to 512 submissions measured alike (two rounds of ten batches each).
+Wake-ups. A dropped ref (``_object_ref.RefCounter``'s ``on_first_release``) writes the
+wake pipe only while the I/O thread sleeps idle; while the runtime is busy (frames or
+wake-ups in the last ``IO_BUSY_FOR_S``) the thread sleeps at most ``IO_BUSY_SLEEP_S``
+and drains releases then, if a call has not already.
+
+Measured: see bench/HOTPATH.md, "The I/O thread".
 """
 
 from __future__ import annotations

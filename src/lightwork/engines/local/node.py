@@ -23,7 +23,7 @@ the objects it owned adopted by the driver); cancelling is ``cancel.py``'s. Thos
 the driver: results and requests) and ``lineage.py`` (rebuilding lost values), are
 mixins of :class:`Node`: methods on the same state, kept apart by responsibility.
 
-Reference counting: see ``objects.py`` (the table) and ``_object_ref.py`` (per process).
+Reference counting: see ``objects.py`` (the table) and ``kernel/object_ref.py`` (per process).
 
 The I/O loop (the poll both the I/O thread and a leading getter run, reading and
 sending frames, timers and wake-ups) is ``io_loop.py``'s, with what it costs on the hot
@@ -149,7 +149,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         # (0: nothing to search), and the running tasks cancelled with recursive=True.
         self.nested_live = 0
         self.cancelled_parents: set[int] = set()
-        # Ids and worker numbers continue from the previous session (see _object_ref.py).
+        # Ids and worker numbers continue from the previous session (see kernel/object_ref.py).
         self.id_floor = IdFloor()
         self._ids = DRIVER_IDS
         self._feasible_shapes: set[tuple] = set()

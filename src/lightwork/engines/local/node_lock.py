@@ -31,19 +31,14 @@ The one reader that can meet an id whose task is still queued is the drain of re
 refs (``Node._drain_refs``): another thread may submit a task and drop its ref while
 this one holds the lock, after its ``__enter__``. A release with no entry therefore
 registers the queue and looks again: the task was appended before its ref existed, so
-it is there. (Without that, the entry registered later was held for ever: a test with
-four threads submitting and dropping refs leaked in 5 runs of 6.) Every other reader
-gets its ids from refs it holds, made after their tasks were appended and so before
-its own ``__enter__``.
+it is there (without that, the entry registered later would be held for ever). Every
+other reader gets its ids from refs it holds, made after their tasks were appended and
+so before its own ``__enter__``.
 
-Measured (issue 13, session 9; ``bench/hotpath_ab.py`` against session 8's code, 8
-interleaved rounds of fresh processes, quiet 2-core machine): 10,000 no-op tasks in a
-loop then ``get``, 20.6 -> 17.5 µs a task (paired 0.86); the submit loop alone 15.0 ->
-7.6 µs a task; the driver's CPU 15.6 -> 14.7 µs a task, its I/O thread's share 3.5 ->
-2.1 (it no longer waits for the lock against each submission). A synchronous call finds
-its worker idle and takes the lock as before: unchanged (10 alternating rounds, paired
-1.000). Queueing it too, as a first version did, cost it ~2% (an extra registration
-step). ``__enter__`` in Python costs 0.08 µs a taking over the C lock's (0.26 / 0.19).
+A synchronous call finds its worker idle and takes the lock at once: queueing it too
+would add a registration step to the path that has nothing to wait behind.
+
+Measured: see bench/HOTPATH.md, "The node lock".
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ the serialized value) or FAILED (``error`` holds the exception to raise). A plai
 result is kept as its pickle's bytes alone when that is all it is (``serialization.bare``:
 inline, no out-of-band buffers, no refs inside), not in a ``Stored``: ``bytes`` are no
 object of the cycle collector's, and a batch's results wait through dozens of its
-collections before they are read (issue 13: 0.95-0.96 of a 10,000-task batch, the
-collector's time 0.88-0.91; ``bench/HOTPATH.md``). Readers take the value as ``stored``,
+collections before they are read (measured: see bench/HOTPATH.md, "The cyclic
+collector"). Readers take the value as ``stored``,
 a ``Stored`` either way, and its segment as ``path``; the hot paths (the result's store,
 ``get``, freeing) and the walks over every entry read ``serialized`` or ``path``, which
 make nothing. It stays in the table while anything holds it:

@@ -5,39 +5,31 @@ carries pickles, so no other user of the machine can inject work.
 
 A frame is a 4-byte little-endian length and a pickle: of one message, or of a list of
 messages when there are several to send at once (batches of tasks, batches of results).
-That is what makes many short tasks cheap: one pickle per batch rather than per message
-costs 0.2-0.5 µs per message to write and as much to read, against 1.7-3.6 µs and
-1.9-2.3 µs for a frame each (a no-op's TASK and DONE; the pickler's set-up, and the
-``Stored`` class and the function key, shape and empty arguments that the messages of
-a batch share and that one pickle writes once). Messages are tuples whose first item is
-one of the kinds below, so a decoded list is always a batch; user values inside them are
-already serialized (a ``Stored``, or its bytes alone: below), so decoding a frame never
-runs user code.
+That is what makes many short tasks cheap: one pickle per batch writes the pickler's
+set-up, and what the messages of a batch share (the ``Stored`` class, the function key,
+the shape, empty arguments), once. Messages are tuples whose first item is one of the
+kinds below, so a decoded list is always a batch; user values inside them are already
+serialized (a ``Stored``, or its bytes alone: below), so decoding a frame never runs
+user code. Frames are pickles only: a fixed ``struct`` layout for a synchronous call's
+messages was no faster once values travel bare.
 
 A task's arguments and a task's result travel bare when they can
 (``serialization.bare``): the pickle's bytes alone, not the ``Stored`` around them, which
 the pickler writes through ``__reduce__`` (a Python call) and the reader rebuilds by a
-class call. In a list of 100 messages of a no-op, a DONE took 556 ns to pickle and 442
-to read, a TASK 578 and 344; bare, 156 and 254, 189 and 170 (issue 13, session 16). A
-batch task's workers used 0.82 of their CPU (``hotpath_ab.py``, 8 rounds, paired: 11.1
--> 8.8 µs a task), actor calls' 0.83; the driver's (23 µs a task) moved less than its
-noise (1.02: it saves ~0.4 µs pickling a TASK, and rebuilds a ``Stored`` for each result
-it keeps). With bare values a lone message's pickle
-is as quick as the fixed ``struct`` layout sessions 12-15 packed a synchronous call's
-TASK and DONE into (TASK 786 ns to encode against 938, DONE 567 against 649; decoding
-100-270 ns slower), and a sync call was no slower without it (``hotpath_ab.py``, 10
-rounds: wall 1.01 paired, the driver's CPU 0.98), so frames are pickles only.
+class call.
 
 A ``DONE`` is flat, ``(DONE, task_id, outcome, started, args_loaded, finished, stored,
 cpu_time)``: the worker's clock readings are items of the message, not a tuple inside
 it; and a task's one scalar result is its outcome as its pickle's bytes alone, where
 other results come as a list (``Worker.store_results``). Each is an object less to
-build, pickle, read and free per task on both sides (session 19).
+build, pickle, read and free per task on both sides.
 
 Driver -> worker: ``TASK``, ``FUNCTION``, ``REPLY``, ``EXIT``, ``ACTOR_INIT``.
 Worker -> driver: ``DONE``, ``SUBMIT``, ``PUT``, ``GET``, ``WAIT``, ``BORROW``,
 ``RELEASE``, ``BLOCKED``, ``UNBLOCKED``, ``BOUNCE``, ``CANCEL``, ``CALL``, ``MAPPED``,
 ``UNMAPPED`` (which shared-memory segments the worker maps: see ``store.py``).
+
+Measured: see bench/HOTPATH.md, "The wire format".
 """
 
 from __future__ import annotations

@@ -17,42 +17,24 @@ State, each piece owned here:
 
 Policy: a ready task goes to an idle worker when its resources fit (the node starts a
 worker when none is idle): to the one idle for the shortest time, so a run of
-synchronous calls keeps one warm worker busy instead of waking each in turn (the first
-in, first out order had every sync call land on a worker whose caches had gone cold: a
-worker's CPU per sync call 48 -> 33 µs, the round trip 0.82 of the wall time, A/B, 6
-rounds). When they do not fit — every slot is busy — short tasks (the function's recent
-mean run time below ``SHORT_TASK_S``) may be queued behind a running short task of the
-same shape, up to a depth that covers a few milliseconds of work, so workers
-never wait for a round trip between tiny tasks; long or unknown tasks are never queued
-behind another, nor is anything queued behind them (it would wait for their end while
-other slots free up), so they spread over the workers as slots free up. The window
-(``PIPELINE_WINDOW_S``) is the interpreter's switch interval, 5 ms: while the program
-submits in a loop, the I/O thread that hands out the next tasks gets the GIL only that
-often, and a 2 ms window left the workers idle most of each interval (20,000 tasks of
-``sleep(0.1 ms)`` on 4 slots, A/B, 6 rounds at load 7-8: 1.82 -> 1.53 s, CPU 1.50 ->
-1.39 s; 10 ms and 64 deep: 1.47 s, not taken: more tasks stuck behind an outlier).
-The I/O thread gets the GIL less often still, once per socket call (``io_loop.py``,
-session 10); 15 ms and 96 deep: the same sleeps paired 0.96 over 5 rounds, not taken
-for the same reason.
+synchronous calls keeps one warm worker busy instead of waking each in turn, whose
+caches would have gone cold. When they do not fit — every slot is busy — short tasks
+(the function's recent mean run time below ``SHORT_TASK_S``) may be queued behind a
+running short task of the same shape, up to a depth that covers a window of work, so
+workers never wait for a round trip between tiny tasks. Long or unknown tasks are never
+queued behind another, nor is anything queued behind them (it would wait for their end
+while other slots free up), so they spread over the workers as slots free up.
 
-So the window follows the passes (session 11): it is the gap since the previous pass,
-between 5 ms and ``MAX_WINDOW_S`` (0.1 s), and the widest at once when the node
-registers more submissions queued while every worker was busy than there are workers
-(``submitting``: a loop is submitting, and holds the GIL); the depth's cap grows with it
-(``MAX_PIPELINE_DEPTH`` per 5 ms). Passes close together keep the 5 ms window, so what
-waits behind an outlier stays small once the program stops submitting. While it submits,
-the gaps were 15-115 ms: the workers now get work for the gap instead of 5 ms of it.
-20,000 sleeps paired 0.94 (8 rounds, load ~1; the workers' starved time 26-40 -> 9-17 µs
-per task, from the records); 20,000 with one in 500 sleeping 20 ms, or one in 2,000 for
-0.2 s (the last one among them), 0.88 and 0.95 (6 rounds): no loss behind outliers;
-10,000 no-op tasks paired 1.04 and 0.97 (8 and 10 rounds: the noise; the driver's CPU
-1.04 and 0.99).
-Nothing queues behind a long or unknown running task (session 11): before, a short task
-could be queued behind any running task of its shape, and waited for its end while other
-slots freed. 2,000 tasks of ``sleep(0.1 ms)`` submitted while two of four slots ran a
-1 s task: 0.96 s with session 10's window, 1.05 s with the wider one, 0.20-0.22 s now
-(3 rounds each in 2 drivers); 20,000 sleeps 1.02 and 10,000 no-op tasks 0.98 paired
-against the wider window alone (4 and 6 rounds).
+The window follows the passes: it is the gap since the previous pass, between
+``PIPELINE_WINDOW_S`` (5 ms, the interpreter's switch interval) and ``MAX_WINDOW_S``,
+and the widest at once when the node registers more submissions queued while every
+worker was busy than there are workers (``submitting``: a loop is submitting, and holds
+the GIL); the depth's cap grows with it (``MAX_PIPELINE_DEPTH`` per 5 ms). Why: the
+workers get work for the whole gap until the next pass, not for a fixed part of it,
+while passes close together keep the narrow window, so what waits behind an outlier
+stays small once the program stops submitting.
+
+Measured: see bench/HOTPATH.md, "The scheduler's window".
 
 Placement groups (Ray's, with one-machine semantics). A group reserves its bundles'
 resources: they leave ``available`` and come back under group names, as in Ray —

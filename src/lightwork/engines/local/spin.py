@@ -3,23 +3,15 @@
 A synchronous call (``get(f.remote())``, an actor's method called the same way) makes two
 processes wait for each other in turn: the worker waits for the task, the driver for the
 result. If each waiter blocks in the kernel, every hand-over costs a sleep and a
-wake-up. On the 2-core VM lightwork is developed on, that is the bulk of a synchronous
-call (issue 13, quiet machine, 2026-11-24, 3,000 calls ``get(f.remote())`` of a no-op):
-150 µs per call, of which the driver used 107 µs of CPU and the worker 55 µs, half of
-it in the kernel's context switches (``perf``: ``finish_task_switch`` and the wake-up's
-``_raw_spin_unlock_irqrestore``), and the Python code ran with cold caches after each
-sleep. The pipe floor (``bench/floor.py``: two plain processes passing a pickle) took
-27-34 µs per round trip in the same minutes, 8-13 µs of CPU on each side.
+wake-up, and the Python code runs with cold caches after each sleep; on a small machine
+that is the bulk of a synchronous call.
 
 So a waiter whose last waits were short first *polls* for the frame (a non-blocking
 read, or ``epoll_wait`` with a zero timeout, then ``sched_yield`` so that anything else
 runnable on the core goes first) for at most ``SPIN_S``, and only then blocks. A
-synchronous loop then stays on the CPU on both sides: ``get(f.remote())`` 63-93 µs per
-call against 150-155 µs blocking (A/B in one sitting, quiet), the driver's CPU per call
-110 -> 69 µs; an actor's synchronous call 163 -> 87 µs. Batches of tasks, batches of
-actor calls and 20,000 × ``sleep(0.1 ms)`` on 4 slots did not move (their waiters find
-frames already there). This is the adaptive spin of OpenMP's ``KMP_BLOCKTIME`` and of
-adaptive mutexes, kept short and taken only where it is likely to pay:
+synchronous loop then stays on the CPU on both sides; batches, whose waiters find frames
+already there, are unaffected. This is the adaptive spin of OpenMP's ``KMP_BLOCKTIME``
+and of adaptive mutexes, kept short and taken only where it is likely to pay:
 
 * ``Spinner.spin_next``: a waiter spins only if its previous wait ended within
   ``SPIN_S`` (the frame came while it spun, or soon after it blocked). A worker whose
@@ -30,9 +22,7 @@ adaptive mutexes, kept short and taken only where it is likely to pay:
 * Not while the machine is oversubscribed: a spinner then only takes a core from the
   thread it waits for. Each process looks at ``/proc/loadavg``'s count of runnable
   threads at most every ``SPARE_CHECK_S`` and spins only while it is at most the cores
-  plus one (the reader). Measured with two CPU-bound tasks filling both cores and the
-  driver calling an actor synchronously: without this check the calls took 240-320
-  µs against 180-215 blocking; with it 178-183 against 171-197.
+  plus one (the reader).
 * The budget, 200 µs, is a few times a no-op call's round trip and far below anything
   a person or a long task would notice. ``LIGHTWORK_SPIN_US`` (microseconds, read at
   import) changes it; 0 turns spinning off. On a machine with a single CPU it is off:
@@ -43,6 +33,8 @@ blocked ``get``/``wait`` in the driver (``IOLoop._poll``) spin; the driver's I/O
 does not (it is the fallback for everything else, and idles most of the time), and
 while a getter leads it does not watch the workers at all unless ``cores_to_spare``
 says the machine is full (``io_loop.py``).
+
+Measured: see bench/HOTPATH.md, "Spinning waiters".
 """
 
 from __future__ import annotations

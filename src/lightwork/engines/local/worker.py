@@ -20,53 +20,29 @@ driver moves what it had queued here elsewhere); faulthandler is on, so a fatal 
 leaves a stack on stderr. A task submitted from here carries the running task's id (its
 parent, for recursive cancel) and inherits its ``runtime_env`` (``runtime_env.py``).
 
-The worker's share of a synchronous no-op call (issue 13, measured 2026-11-24 on the
-loaded 2-core machine): from the driver's send to the task starting 55 µs (mostly the
-process wake-up; py-spy ``--native`` finds the main thread blocked in ``recv`` in 92%
-of its samples), arguments 4.5 µs, run 2.4, storing the result 7.7; the result then
-leaves at once (no other task is buffered, so nothing is held and the late-flush
-thread is not involved). The worker is not where the time goes: the driver's CPU per
-call is 110–190 µs (``driver_calls.py``).
+What a task costs here, and why (on two cores a batch's workers share the core the
+driver leaves them, so their CPU bounds a batch as much as the driver's does):
 
-Session 5 measured the workers' CPU too (``bench/hotpath_profile.py``, all threads of
-every worker, per call): 45-50 µs per sync no-op and 15-21 µs per task of 10,000.
-``perf`` found a third of it in the kernel: ``recv(256 KiB)`` allocated a fresh buffer
-per read that glibc mapped and the kernel faulted in and shrank (mmap, page faults,
-mremap, munmap: 10-15% of the worker's CPU; now ``recv_into`` one buffer,
-``protocol.RECV_SIZE``), and the wake-ups of blocking reads and sends. Of the Python
-left (profiled in-process, ``Worker.run`` fed by a fake driver: ~11.5 µs per task in
-batches), the largest items are the two ``time.process_time`` calls around each call
-(2.4 µs each on this VM: a syscall, for ``TaskRecord.cpu_time``, which the advisor's
-CPU rules read for tasks of 10 ms or more) and the read turn under ``_cond`` (five
-acquisitions and three ``notify_all`` per task, with nobody waiting in a task worker):
-both changed in session 6, below.
-Session 6 (``bench/hotpath_worker.py``: this loop alone in a forked process, fed by a
-fake driver over a socketpair, A/B against the previous code, 6 rounds of 10,000 no-op
-tasks, load average 3-4): the read turn takes ``_cond`` once per frame already decoded
-(twice when it reads the socket, letting go of it meanwhile) and notifies only when a
-thread waits (``_cond_waiters``); the CPU clock is read only for a function whose last
-run here took ``CPU_CLOCK_MIN_S`` or more (else the record's ``cpu_time`` is 0.0, "not
-measured", which the advisor's CPU rules already skip: they read runs of 10 ms or more;
-the first long run after short ones goes unmeasured, the next is measured). The
-worker's CPU per task: in frames of 100, 9.6 -> 6.6 µs (the read turn 9.9 -> 8.5 of it);
-one at a time, 22.0 -> 18.6 µs (the rest is the kernel's: wake-ups, recv, send). The
-cyclic collector is no cost here: one young collection per 20,000 no-op tasks (their
-objects die by reference counting), so ``gc.freeze`` after start gains nothing.
-Session 15: on 2 cores a batch's workers share the core the driver leaves them, so their
-CPU bounds a batch too (``bench/lean_bound.py``: a lean worker uses 1.4-2.5 µs a task).
-A call per task now skips what its common case does not need: the clock read once for
-the task loop and the call's start, the stored time reused for the flush decision, the
-running frame set without the ``current`` property, no GPU or dependency helper when
-there are none, the function taken from its table directly, one return stored without
-the list comprehension, the short-run set added to only once. ``hotpath_worker.py`` A/B,
-8 rounds: 8.8 -> 7.6 µs a task in frames (paired 0.89), sync 42.5 -> 38.7 (0.84);
-``hotpath_ab.py``, 12 rounds: the workers' CPU per task of a batch 7.7 -> 6.7 (0.86),
-per actor call 0.89; the wall clock unchanged (0.96-1.00: the driver bounds it).
-Session 16: a task's arguments come, and its result leaves, as their pickle's bytes
-alone when that is all they are (``serialization.bare``; ``protocol.py`` has the
-figures): no ``Stored`` is rebuilt from the frame or pickled through ``__reduce__`` into
-it, and a scalar result is pickled without one. The workers' CPU per batch task 0.84,
-per actor call 0.82 (``hotpath_ab.py``, 30 rounds against session 15's code).
+* the read turn takes ``_cond`` once per frame already decoded (twice when it reads the
+  socket, letting go of it meanwhile) and notifies only when a thread waits
+  (``_cond_waiters``): in a task worker nobody else waits;
+* the CPU clock (a syscall) is read only for a function whose last run here took
+  ``CPU_CLOCK_MIN_S`` or more; else the record's ``cpu_time`` is 0.0, "not measured",
+  which the advisor's CPU rules skip (they read runs of 10 ms or more). So the first long
+  run after short ones goes unmeasured, the next is measured;
+* the common call skips what it does not need: one clock reading for the task loop and
+  the call's start, no GPU or dependency helper when there are none, the function taken
+  from its table directly, one return stored without building a list;
+* arguments come, and a result leaves, as their pickle's bytes alone when that is all
+  they are (``serialization.bare``, ``protocol.py``): no ``Stored`` is rebuilt from the
+  frame or pickled into it;
+* sockets are read into one buffer (``protocol.RECV_SIZE``), not a fresh one per read.
+
+The cyclic collector costs a worker nearly nothing (a no-op task's objects die by
+reference counting: one young collection per 20,000 tasks), so the loop does nothing
+about it.
+
+Measured: see bench/HOTPATH.md, "The worker loop".
 """
 
 from __future__ import annotations
@@ -407,7 +383,7 @@ class Worker(WorkerCalls):
         try:
             return getattr(self.actor, key)
         except AttributeError:
-            if key.startswith(DYNAMIC_METHOD):  # a num_returns="dynamic" call (_generator.py)
+            if key.startswith(DYNAMIC_METHOD):  # a num_returns="dynamic" call (api/generator.py)
                 from lightwork.kernel.generators import DynamicReturns
 
                 return DynamicReturns(getattr(self.actor, key[len(DYNAMIC_METHOD):]))

@@ -94,7 +94,7 @@ class WorkerRequests(_Base):
         """The messages of one read from ``conn``, in order, with one clock reading for
         when the driver saw them (they were read together): a task worker's here, an
         actor's by its manager (``ActorManager.on_messages``). In a batch nearly every
-        message is a DONE (issue 13)."""
+        message is a DONE."""
         seen = time.monotonic()
         if conn.actor is None:
             self._on_task_messages(conn, messages, seen)
@@ -149,7 +149,7 @@ class WorkerRequests(_Base):
         value's bytes, read at ``seen``, as ``store_bare`` and ``_end_task`` would
         while nothing follows ends (``ends_followed``); return its record, which the
         caller logs with the others of its read (``EventLog.finish_tasks``): ~100
-        bytecodes a task less than the general way (issue 13)."""
+        bytecodes a task less than the general way."""
         record = task.record
         record.seen = seen
         record.result_size = len(data)
