@@ -37,6 +37,7 @@ PURE_PYTHON_TESTS := tests/test_collector.py tests/test_objects.py tests/test_ta
 	tests/test_io_thread.py tests/test_cleanup.py tests/test_generators.py
 
 .PHONY: demo test chaos bench clean browser
+.PHONY: install-check
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +68,12 @@ test: $(STAMP) $(OLDEST_STAMP) browser
 	LIGHTWORK_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_PYTHON_TESTS)
 	LIGHTWORK_TEST_BACKENDS=distributed $(OLDEST_VENV)/bin/python -m pytest -q $(DASK_TESTS) \
 		$(OLDEST_CLUSTER_TESTS)
+
+# A wheel and an sdist built, installed in fresh venvs and run there, CLI and dashboard
+# included (tests/packaging/check_install.py; about 25 s).
+install-check: $(STAMP)
+	$(PY) tests/packaging/check_install.py
+test: install-check
 
 # The chaos suite's full-size variants (minutes each; figures printed on stderr);
 # `make test` runs scaled-down ones.
