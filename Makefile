@@ -37,6 +37,7 @@ PURE_PYTHON_TESTS := tests/test_collector.py tests/test_objects.py tests/test_ta
 	tests/test_io_thread.py tests/test_cleanup.py tests/test_generators.py
 
 .PHONY: demo test chaos bench clean browser
+.PHONY: hooks install-check
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +68,22 @@ test: $(STAMP) $(OLDEST_STAMP) browser
 	LIGHTWORK_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_PYTHON_TESTS)
 	LIGHTWORK_TEST_BACKENDS=distributed $(OLDEST_VENV)/bin/python -m pytest -q $(DASK_TESTS) \
 		$(OLDEST_CLUSTER_TESTS)
+
+# The repository's git hooks (hooks/commit-msg: a subject of at most 72 characters, a
+# blank line, the body), for everyone who runs make in a checkout. Only at the top of
+# a git work tree that has hooks/: an unpacked sdist, or a copy inside another
+# repository, is left alone.
+hooks:
+	@[ -d hooks ] && cdup=$$(git rev-parse --show-cdup 2>/dev/null) && [ -z "$$cdup" ] \
+		&& [ "$$(git config core.hooksPath)" != hooks ] \
+		&& git config core.hooksPath hooks && echo "git hooks: core.hooksPath set to hooks/" || true
+demo test: hooks
+
+# A wheel and an sdist built, installed in fresh venvs and run there, CLI and dashboard
+# included (tests/packaging/check_install.py; about 25 s).
+install-check: $(STAMP)
+	$(PY) tests/packaging/check_install.py
+test: install-check
 
 # The chaos suite's full-size variants (minutes each; figures printed on stderr);
 # `make test` runs scaled-down ones.

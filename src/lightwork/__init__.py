@@ -66,7 +66,7 @@ def __getattr__(name: str) -> object:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the package version: pyproject.toml reads this literal
 
 __all__ = [
     "ActorClass",
