@@ -20,7 +20,7 @@ IMAGES = Path(__file__).resolve().parent / "images"
 VIEWS = {"overview": 760, "stream": 260, "tasks": 860, "functions": 300, "actors": 200}
 
 
-import lightwork as ray  # noqa: E402  (importing starts nothing)
+import lightwork as ray  # importing starts nothing: no thread, no process
 
 
 @ray.remote

@@ -30,6 +30,9 @@ from sybil import Example, Sybil
 from sybil.evaluators.python import PythonEvaluator
 from sybil.parsers.markdown import CodeBlockParser, SkipParser
 
+# The pages document lightwork (its output, its command line), not Ray.
+pytestmark = pytest.mark.lightwork_only
+
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 OUTPUT_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
@@ -99,9 +102,14 @@ class _Page:
         if lightwork.is_initialized():
             lightwork.shutdown()
         os.chdir(self.cwd)
-        # A page may install the `ray` alias: take it out again, so the rest of the
-        # suite imports what it imported before.
-        sys.meta_path[:] = self.meta_path
+        # A page may install the `ray` alias (an import finder of lightwork's): take it
+        # out again, so the rest of the suite imports what it imported before. Finders
+        # other libraries added meanwhile (importlib_metadata's) stay.
+        sys.meta_path[:] = [
+            finder for finder in sys.meta_path
+            if finder in self.meta_path
+            or not type(finder).__module__.startswith("lightwork")
+        ]
         for name in set(sys.modules) - self.modules:
             if name == "ray" or name.startswith("ray."):
                 del sys.modules[name]
