@@ -65,6 +65,7 @@ demo: $(STAMP)
 test: $(STAMP) $(OLDEST_STAMP) browser
 	$(PY) -m ruff check --select F src tests bench
 	$(PY) -m pytest -q
+	$(MAKE) docs
 	LIGHTWORK_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_PYTHON_TESTS)
 	LIGHTWORK_TEST_BACKENDS=distributed $(OLDEST_VENV)/bin/python -m pytest -q $(DASK_TESTS) \
 		$(OLDEST_CLUSTER_TESTS)
@@ -96,6 +97,12 @@ bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/spill.py
 	$(PY) bench/dashboard.py
 	$(PY) bench/deep_queue.py
+	$(PY) bench/readme_table.py
+
+# The documentation site, warnings as errors (its examples run in `make test`: tests/docs).
+.PHONY: docs
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -q
 
 # Chromium, for the tests that open visualize()'s HTML and the dashboard in a real browser. Installed when
 # this runs as root with apt-get (as in CI); otherwise those tests are skipped, saying so.

@@ -628,16 +628,11 @@ def machine_info() -> dict[str, Any]:
         "cpu_count_physical": psutil.cpu_count(logical=False),
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "platform": platform.platform(),
+        "kernel": platform.release(),
         "python": platform.python_version(),
         "python_executable": sys.executable,
     }
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu_model"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    info.update(host_timing_facts())
     try:  # read-only: which commit was measured, if there is one
         info["git_commit"] = (
             subprocess.run(
@@ -651,6 +646,58 @@ def machine_info() -> dict[str, Any]:
     except (OSError, subprocess.SubprocessError):
         info["git_commit"] = None
     return info
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def host_timing_facts() -> dict[str, Any]:
+    """What sets a host's wake-up latency, recorded beside the figures.
+
+    The synchronous figures follow how fast a blocked process wakes up, which differs
+    between hosts of the same CPU model by 3x: these fields are what tells two such
+    hosts apart when their results are compared (None where the host does not say).
+    """
+    facts: dict[str, Any] = {"cpu_model": None, "cpu_mhz": None, "hypervisor": False}
+    cpuinfo = _read_text("/proc/cpuinfo") or ""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "model name" and facts["cpu_model"] is None:
+            facts["cpu_model"] = value
+        elif key == "cpu MHz" and facts["cpu_mhz"] is None:
+            facts["cpu_mhz"] = float(value)
+        elif key == "flags" and "hypervisor" in value.split():
+            facts["hypervisor"] = True
+    facts["clocksource"] = _read_text(
+        "/sys/devices/system/clocksource/clocksource0/current_clocksource"
+    )
+    facts["cpufreq_governor"] = _read_text(
+        "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"
+    )
+    slack = _read_text("/proc/self/timerslack_ns")
+    facts["timer_slack_ns"] = int(slack) if slack and slack.isdigit() else None
+    facts["lightwork_spin_us"] = os.environ.get("LIGHTWORK_SPIN_US")
+    return facts
+
+
+def describe_machine(machine: dict[str, Any]) -> str:
+    """One line naming the machine and its load, as the README's table caption does."""
+    def load(key: str) -> str:
+        values = machine.get(key)
+        return " / ".join(f"{v:g}" for v in values) if values else "not recorded"
+
+    return (
+        f"{machine.get('cpu_model') or 'CPU not recorded'}, {machine.get('cpu_count')} CPUs, "
+        f"Linux {machine.get('kernel') or 'kernel not recorded'}, Python "
+        f"{machine.get('python')}, clocksource {machine.get('clocksource') or '?'}, "
+        f"load average (1/5/15 min) {load('load_average_before')} before, "
+        f"{load('load_average_after')} after"
+    )
 
 
 # --- command line --------------------------------------------------------------------
@@ -866,8 +913,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     tmp = RESULTS_PATH.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     tmp.replace(RESULTS_PATH)
+    print(f"\nmachine: {describe_machine(machine)}")
     print(
-        f"\nresults: {RESULTS_PATH.relative_to(REPO_DIR)}; logs: {LOG_DIR.relative_to(REPO_DIR)}/"
+        f"results: {RESULTS_PATH.relative_to(REPO_DIR)}; logs: {LOG_DIR.relative_to(REPO_DIR)}/"
     )
     return 0
 
