@@ -17,7 +17,7 @@ from lightwork.engines.local import protocol as p
 from lightwork.engines.local.scheduler import DISPATCHED, READY as TASK_READY, WAITING, TaskSpec
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.node import Node, NodeState, WorkerConn
+    from lightwork.engines.local.node import NodeState, WorkerConn
 
     _Base = NodeState
 else:

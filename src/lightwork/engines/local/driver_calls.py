@@ -58,7 +58,7 @@ from lightwork.kernel.serialization import Stored
 from lightwork.engines.local.spin import cores_to_spare
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.node import Node, NodeState
+    from lightwork.engines.local.node import NodeState
     from lightwork.engines.local.store import SegmentStore
 
     _Base = NodeState

@@ -60,7 +60,7 @@ from lightwork.engines.local import forkserver
 from lightwork.engines.local import protocol as p
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.node import Node, NodeState, WorkerConn
+    from lightwork.engines.local.node import NodeState, WorkerConn
 
     _Base = NodeState
 else:

@@ -39,7 +39,7 @@ from lightwork.engines.local.objects import FAILED, PENDING, READY, ObjectEntry
 from lightwork.engines.local.scheduler import WAITING, TaskSpec
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.node import Node, NodeState
+    from lightwork.engines.local.node import NodeState
     from lightwork.engines.local.store import SegmentStore
 
     _Base = NodeState

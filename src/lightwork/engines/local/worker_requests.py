@@ -28,7 +28,7 @@ from lightwork.engines.local.scheduler import FINISHED, TaskSpec
 from lightwork.kernel.serialization import Stored, unbare
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.node import Node, NodeState, WorkerConn
+    from lightwork.engines.local.node import NodeState, WorkerConn
 
     _Base = NodeState
 else:
