@@ -256,10 +256,10 @@ def _restore_cause(cls: type, args: tuple, state: dict[str, Any]) -> BaseExcepti
     return cause
 
 
-_DUAL_CLASSES: dict[type, type] = {}
+_DUAL_CLASSES: dict[type, type[TaskError]] = {}
 
 
-def _dual_class(cause_cls: type) -> type:
+def _dual_class(cause_cls: type) -> type[TaskError]:
     derived = _DUAL_CLASSES.get(cause_cls)
     if derived is None:
 
@@ -267,7 +267,8 @@ def _dual_class(cause_cls: type) -> type:
             return (_unpack_task_error, (
                 self.function_name, self.traceback_str, _pack_cause(self.cause), self.pid, True))
 
-        derived = type(
+        # (type() is typed to return a bare type: this one subclasses TaskError)
+        derived = type(  # type: ignore[assignment]
             f"TaskError({cause_cls.__name__})",
             (TaskError, cause_cls),
             {"__str__": TaskError.__str__, "__reduce__": reduce, "__module__": PUBLIC_MODULE},
