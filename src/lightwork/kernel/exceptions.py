@@ -267,8 +267,7 @@ def _dual_class(cause_cls: type) -> type[TaskError]:
             return (_unpack_task_error, (
                 self.function_name, self.traceback_str, _pack_cause(self.cause), self.pid, True))
 
-        # (type() is typed to return a bare type: this one subclasses TaskError)
-        derived = type(  # type: ignore[assignment]
+        derived = type(
             f"TaskError({cause_cls.__name__})",
             (TaskError, cause_cls),
             {"__str__": TaskError.__str__, "__reduce__": reduce, "__module__": PUBLIC_MODULE},
