@@ -64,6 +64,7 @@ demo: $(STAMP)
 # benchmarks too: a NameError on a rarely taken path is caught here, not by a user.
 test: $(STAMP) $(OLDEST_STAMP) browser
 	$(PY) -m ruff check --select F src tests bench
+	$(PY) -m mypy src/lightwork
 	$(PY) -m pytest -q
 	$(MAKE) docs
 	LIGHTWORK_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_PYTHON_TESTS)

@@ -245,7 +245,7 @@ class ActorHandle:
     """A reference to a running actor; call its methods with ``handle.method.remote()``."""
 
     def __init__(
-        self, ref: ObjectRef, class_name: str, methods: dict[str, int],
+        self, ref: ObjectRef, class_name: str, methods: dict[str, int | str],
         checks: dict[str, ArgumentCheck] | None = None,
     ) -> None:
         self._ref = ref

@@ -165,7 +165,7 @@ def _check_strategy(options: dict[str, Any], what: str) -> None:
 
 
 def _name(function: Any) -> str:
-    return getattr(function, "__qualname__", None) or getattr(function, "__name__", repr(function))
+    return getattr(function, "__qualname__", "") or getattr(function, "__name__", repr(function))
 
 
 # Call sites seen so far, by the calling instruction (its code and offset), each kept as

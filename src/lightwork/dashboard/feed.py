@@ -309,6 +309,9 @@ def pack(records: list[TaskRecord]) -> tuple[dict[str, Any], list[Any]]:
         return {"count": 0}, []
     names, states = _Table(), _Table()
     name_codes, state_codes = array.array(NAME_CODE), array.array(STATE_CODE)
+    packed: list[bytes]
+    retried: list[int]
+    failed: list[int]
     packed, retried, failed = [], [], []
     size = _RECORD.size
     for first in range(0, len(records), PACK_SLICE):

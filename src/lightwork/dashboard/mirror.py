@@ -161,6 +161,7 @@ class Mirror:
         errors = {first + int(i): str(text) for i, text in tasks["errors"]}
         run_s, queued_s = run_times(floats), queued_times(floats)
         ranks, ranked_rows, new_ranks = {}, {}, {}
+        column: array.array[Any]  # int columns and float ones, in turn
         for kind, labels, column, codes in (("name", self.names, self.name_of, name_of),
                                             ("state", self.states, self.state_of, state_of)):
             ranks[kind], ranked_rows[kind] = self.keys.ranks[kind], self.keys.ranked_rows[kind]
@@ -447,6 +448,7 @@ class Mirror:
         with self.lock:
             functions = self.function_stats.rows(self.names, self.states)
             live_by_name: dict[str, dict[str, int]] = {}
+            counts: dict[str, int] | None
             for r in self.live["rows"]:
                 counts = live_by_name.setdefault(r[1], {})
                 counts[r[2]] = counts.get(r[2], 0) + 1

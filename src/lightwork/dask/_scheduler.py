@@ -202,7 +202,8 @@ class DaskRun:
             # A literal read by tasks is stored once, not pickled into every reader.
             cache[key] = _api._core().put(value) if dependents[key] and not isinstance(
                 value, ObjectRef) else value
-        self.priority = order(needed, dependencies=dependencies) if len(needed) > 1 else {
+        # (dask types graph keys as its Key union; this module, as Hashable)
+        self.priority = order(needed, dependencies=dependencies) if len(needed) > 1 else {  # type: ignore[arg-type, assignment]
             key: 0 for key in needed}
         waiting: dict[Hashable, set[Hashable]] = {}
         ready = []

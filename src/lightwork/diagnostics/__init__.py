@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 
-def _node():  # type: ignore[no-untyped-def]
+def _node():
     from lightwork.api import core as _api
 
     node = _api.diagnostics_node("the event log", recorded=True)

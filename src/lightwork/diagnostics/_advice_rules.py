@@ -441,10 +441,10 @@ class AdviceRules:
             return False
         # Best: how long its worker waited for a core meanwhile (sampled each look; the
         # samples around the run may add a neighbour's waits: towards no finding).
-        waited = self._worker_waited_between(slowest.worker_id, slowest.started,
-                                             slowest.finished)
-        if waited is not None:
-            return waited >= SLOWEST_STALL_SHARE * extra
+        waited_s = self._worker_waited_between(slowest.worker_id, slowest.started,
+                                               slowest.finished)
+        if waited_s is not None:
+            return waited_s >= SLOWEST_STALL_SHARE * extra
         idle = self._idle_cores_between(slowest.started, slowest.finished)
         return idle is not None and idle < SLOWEST_MIN_IDLE_CORES
 

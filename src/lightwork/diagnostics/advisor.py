@@ -410,7 +410,7 @@ def analyse(data: dict[str, Any]) -> list[Finding]:
     callsite = data.get("init_callsite")
     advisor = Advisor(cpus=float(data["cpus"]), cores=int(data.get("cores") or 1),
                       started_at=data.get("started_at"),
-                      init_callsite=tuple(callsite) if callsite else None)  # type: ignore[arg-type]
+                      init_callsite=tuple(callsite) if callsite else None)
     for at, idle_core_s in data.get("machine") or ():
         advisor.add_machine_sample(float(at), float(idle_core_s))
     advisor.feed([restore(TaskRecord, row) for row in data.get("tasks", [])],

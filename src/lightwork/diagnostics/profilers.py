@@ -252,7 +252,7 @@ class ResourceProfiler(_Timed):
             raise ValueError(f"ResourceProfiler(dt=...) must be > 0 seconds, got {dt!r}")
         self._dt = dt
         self._entered = False
-        self._sampler: _Sampler | None = None
+        self._sampler: _Sampler | _ClusterSampler | None = None
         self.results: list[ResourceData] = []
         self.clear()
 

@@ -149,7 +149,7 @@ def _in_notebook() -> bool:
     if shell is None:
         return False
     try:
-        ip = shell.get_ipython()  # type: ignore[attr-defined]
+        ip = shell.get_ipython()
         if ip is None or type(ip).__name__ != "ZMQInteractiveShell":
             return False
         import ipywidgets  # noqa: F401

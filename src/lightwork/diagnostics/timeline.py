@@ -385,8 +385,8 @@ class _Builder:
         for r in records:
             live = "live_state" in r
             if r["deps_ready"]:
-                running = str(r.get("live_state", "")).startswith("RUNNING")
-                began = r["started"] or (r["dispatched"] if running else 0.0)
+                is_running = str(r.get("live_state", "")).startswith("RUNNING")
+                began = r["started"] or (r["dispatched"] if is_running else 0.0)
                 until = began or r["finished"] or r["seen"] or (now if live else r["deps_ready"])
                 changes += [(r["deps_ready"], 1, 0), (until, -1, 0)]
                 if began:

@@ -206,7 +206,7 @@ def plot_resources(results: list[Any], start_time: float | None, end_time: float
     fig.yaxis.axis_label = "% CPU"
     low = min(mem) if mem else 0
     high = max(mem) if mem else 100
-    fig.extra_y_ranges = {"memory": Range1d(low, max(high, low + 100))}
+    fig.extra_y_ranges = {"memory": Range1d(start=low, end=max(high, low + 100))}
     fig.line(times, mem, color=colors[2], y_range_name="memory", line_width=4,
              legend_label="Memory")
     fig.add_layout(LinearAxis(y_range_name="memory", axis_label="Memory (MB)"), "right")

@@ -108,7 +108,7 @@ class ActorSpec:
     max_task_retries: int
     max_concurrency: int
     owner: int
-    methods: dict[str, int] = field(default_factory=dict)
+    methods: dict[str, int | str] = field(default_factory=dict)  # name -> num_returns
     async_methods: frozenset[str] = frozenset()  # non-empty: an async actor
     max_pending_calls: int = -1  # queued + running calls allowed at once; -1: no limit
 

@@ -75,6 +75,8 @@ def maker(cls: type, untrack: Callable[[Any], None] | None) -> Callable[..., Any
     values by position (at least the required ones), it returns what ``cls(*values)``
     would, taken out of the collector if ``untrack`` is ``keep_out_of_collector`` or
     ``untrack_hot`` (and that does something here)."""
+    names: list[str]
+    defaults: list[Any]
     names, defaults, required = [], [], 0
     for field in fields(cls):
         if field.default_factory is not MISSING or not field.init:
@@ -90,6 +92,7 @@ def maker(cls: type, untrack: Callable[[Any], None] | None) -> Callable[..., Any
         return _module.Maker(cls, tuple(names), tuple(defaults), required, untracked)
     if not untracked:
         return cls
+    assert untrack is not None  # (untracked says so; once per maker, not per instance)
 
     def make_untracked(*values: Any) -> Any:
         made = cls(*values)

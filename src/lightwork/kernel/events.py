@@ -266,7 +266,8 @@ class EventLog:
         count = min(count, len(self.tasks))
         records = list(islice(reversed(self.tasks), count))
         records.reverse()
-        notable = self._tally(records)
+        # (set while _untallied counts: see finish_task; no check on this path)
+        notable = self._tally(records)  # type: ignore[misc]
         if notable:
             first = len(self.tasks) + self.dropped_tasks - count
             self._notable.extend(first + place for place in notable)

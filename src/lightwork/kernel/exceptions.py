@@ -256,10 +256,10 @@ def _restore_cause(cls: type, args: tuple, state: dict[str, Any]) -> BaseExcepti
     return cause
 
 
-_DUAL_CLASSES: dict[type, type] = {}
+_DUAL_CLASSES: dict[type, type[TaskError]] = {}
 
 
-def _dual_class(cause_cls: type) -> type:
+def _dual_class(cause_cls: type) -> type[TaskError]:
     derived = _DUAL_CLASSES.get(cause_cls)
     if derived is None:
 

@@ -57,7 +57,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
 
 from lightwork.kernel.exceptions import RuntimeEnvWarning
@@ -171,7 +171,7 @@ _LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + o
 
 def _user_stacklevel() -> int:
     """The stacklevel of the first frame outside lightwork, for warnings.warn from here."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     level = 1
     while frame is not None and frame.f_code.co_filename.startswith(_LIGHTWORK_DIR):
         frame = frame.f_back

@@ -59,7 +59,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, final
 
 import cloudpickle
 
@@ -79,6 +79,7 @@ _GIL_FREE_COPY_MIN = 1 << 20
 _SPLIT_COPY_MIN = 16 << 20
 
 
+@final
 @dataclass(slots=True)
 class Stored:
     """A serialized value: inline (``data``, ``buffers``) or in a segment (``path``)."""
@@ -109,9 +110,9 @@ def bare(stored: Stored) -> Stored | bytes:
 
 def unbare(item: Stored | bytes) -> Stored:
     """The ``Stored`` a frame's item (:func:`bare`) stands for."""
-    if type(item) is bytes:
-        return Stored(item, (), None, len(item), ())
-    return item
+    if type(item) is Stored:
+        return item
+    return Stored(item, (), None, len(item), ())
 
 
 class SegmentWriter(Protocol):
@@ -550,7 +551,7 @@ def loads(stored: Stored | bytes) -> Any:
     A segment is mapped once per process (:data:`MAPS`), and every ``get`` of it returns
     views of the same memory.
     """
-    if type(stored) is bytes:
+    if type(stored) is not Stored:  # (Stored is final: mypy narrows both branches)
         return pickle.loads(stored)
     if stored.path is None:
         return pickle.loads(stored.data, buffers=stored.buffers)

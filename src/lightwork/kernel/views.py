@@ -153,10 +153,10 @@ def task_rows(node: Run) -> list[dict[str, Any]]:
     for values, state, actor_id, pid in snap.live:
         record = dict(zip(RECORD_FIELDS, values))
         rows.append(_task_row(node, record, state, actor_id, pid or record["pid"], snap.now))
-    for record in reversed(snap.ended):
-        fields = {name: getattr(record, name) for name in RECORD_FIELDS}
-        pid = record.pid or pids.get(record.worker_id, 0)
-        rows.append(_task_row(node, fields, record.state, record.actor_id, pid, snap.now))
+    for ended in reversed(snap.ended):
+        fields = {name: getattr(ended, name) for name in RECORD_FIELDS}
+        pid = ended.pid or pids.get(ended.worker_id, 0)
+        rows.append(_task_row(node, fields, ended.state, ended.actor_id, pid, snap.now))
     return rows
 
 

@@ -80,7 +80,7 @@ ACTOR_KEY_GRACE_S = 3.0
 ACTOR_KEY_POLL_S = 0.05
 
 
-def actor_key_state(dask_scheduler: Any = None, key: Any = None) -> str:  # type: ignore[assignment]
+def actor_key_state(dask_scheduler: Any = None, key: Any = None) -> str:
     """Run on the scheduler: "known" if it knows the actor key ``key``, "gone" if it
     forgot it (``cluster_plugin.TaskErrors.gone_actors``), else "unknown" (not yet
     submitted, or forgotten where no lightwork plugin of this version runs)."""

@@ -74,6 +74,14 @@ ENGINE_POLL_S = 1.0
 POLICY_ANNOTATION = "lightwork_actor_restarts"
 
 
+if TYPE_CHECKING:
+    from lightwork.engines.distributed.backend import DistributedState
+
+    _Base = DistributedState
+else:
+    _Base = object
+
+
 def _task_id_of_key(key: Any) -> int | None:
     """The id in a key ``"<name>-<id hex>"`` (an actor's: its actor id), or None."""
     try:
@@ -125,7 +133,7 @@ class OwnedActor:
         return self.max_task_retries < 0 or call.attempt < self.max_task_retries
 
 
-class ActorRestarts:
+class ActorRestarts(_Base):
     """Restarting actors and following restarts (a part of ``DistributedBackend``)."""
 
     lock: threading.Lock

@@ -24,12 +24,20 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel import exceptions
 from lightwork.kernel.object_ref import ObjectRef, ref_counter
 from lightwork.engines.distributed import worker as cluster_worker
 from lightwork.engines.distributed.worker import BACKEND
+
+
+if TYPE_CHECKING:
+    from lightwork.engines.distributed.backend import DistributedState
+
+    _Base = DistributedState
+else:
+    _Base = object
 
 
 class _WorkerLost(Exception):
@@ -40,7 +48,7 @@ class _WorkerLost(Exception):
         self.killed = killed
 
 
-class Fetching:
+class Fetching(_Base):
     """Fetching results (a part of ``DistributedBackend``)."""
 
     in_driver: bool

@@ -39,7 +39,15 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightwork.engines.distributed.backend import DistributedState
+
+    _Base = DistributedState
+else:
+    _Base = object
+
 
 WATCH_INTERVAL_S = 1.0
 #: The scheduler's pseudo clients that hold an actor result's inner keys are named so.
@@ -97,7 +105,7 @@ def hand_over(dask_scheduler: Any = None, keys: tuple[Any, ...] = (), holder: st
     _holders[holder] = caller
 
 
-class InnerHolds:
+class InnerHolds(_Base):
     """Holding the refs inside stored values (a part of ``DistributedBackend``)."""
 
     lock: threading.Lock
@@ -144,7 +152,7 @@ class InnerHolds:
         if keep:
             from distributed import Future
 
-            held = [Future(key, client) for key in handover.keys]
+            held: list[Any] = [Future(key, client) for key in handover.keys]
         else:
             held = []
         messages = [{"op": "client-releases-keys", "keys": list(handover.keys),

@@ -366,7 +366,7 @@ class ClusterState:
             object_id: [getattr(future, "key", None), task_ids.get(object_id, 0), None,
                         future, ["driver"]]
             for object_id, future in held}
-        worker_actors = set()
+        worker_actors: set[int] = set()
         captured: dict[int, int] = {}  # object id -> results it is inside
         for address, reply in sorted(on_workers.items()):
             label = labels[address]

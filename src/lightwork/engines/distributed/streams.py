@@ -34,9 +34,17 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightwork.engines.distributed import worker as cluster_worker
+
+if TYPE_CHECKING:
+    from lightwork.engines.distributed.backend import DistributedState
+
+    _Base = DistributedState
+else:
+    _Base = object
+
 
 _QUEUE = "lightwork-stream-"
 
@@ -82,7 +90,7 @@ class StreamState:
     closed: bool = False  # the generator was dropped
 
 
-class Streams:
+class Streams(_Base):
     """Streaming generator tasks (a part of ``DistributedBackend``)."""
 
     lock: threading.Lock

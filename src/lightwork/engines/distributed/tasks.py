@@ -51,7 +51,7 @@ from __future__ import annotations
 import threading
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel.object_ref import ObjectRef, collecting_refs, ref_counter
 from lightwork.kernel.serialization import pickle_value
@@ -80,6 +80,14 @@ class Lineage:
     lost: int = 0  # attempts lost with their worker
     resubmits: int = 0
     final: str = ""  # why it will not be submitted again
+
+
+if TYPE_CHECKING:
+    from lightwork.engines.distributed.backend import DistributedState
+
+    _Base = DistributedState
+else:
+    _Base = object
 
 
 def _losses(killed: Any) -> int:
@@ -131,7 +139,7 @@ def _task_id_of_key(key: Any) -> int | None:
         return None
 
 
-class TaskSubmission:
+class TaskSubmission(_Base):
     """Submitting tasks and objects (a part of ``DistributedBackend``)."""
 
     lock: threading.Lock

@@ -97,7 +97,7 @@ class Actor:
     init_error: Any = None
     calls_done: int = 0
     started_at: float = field(default_factory=time.monotonic)
-    methods: dict[str, int] = field(default_factory=dict)
+    methods: dict[str, int | str] = field(default_factory=dict)  # name -> num_returns
     async_methods: frozenset[str] = frozenset()  # non-empty: an async actor
     waits: dict[tuple[int, int], Wait] = field(default_factory=dict)  # blocked gets
     max_pending_calls: int = -1  # queued + running calls allowed at once; -1: no limit

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel.backend import Backend, SessionOptions
 
@@ -30,6 +30,23 @@ class LocalBackend(Backend):
     """The embedded runtime: ``core`` is the driver's Node or a worker's Worker."""
 
     name = "local"
+
+    if TYPE_CHECKING:
+        # Forwarders set on the class below (and the core's bound methods on each
+        # instance): for the type checker, the interface's own signatures.
+        submit_task = Backend.submit_task
+        cancel = Backend.cancel
+        next_object_id = Backend.next_object_id
+        put = Backend.put
+        get = Backend.get
+        wait = Backend.wait
+        future = Backend.future
+        task_id_of = Backend.task_id_of
+        create_actor = Backend.create_actor
+        submit_actor_task = Backend.submit_actor_task
+        driver_request = Backend.driver_request
+        runtime_context = Backend.runtime_context
+        resources = Backend.resources
 
     def __init__(self, core: Any, in_driver: bool) -> None:
         self.core = core

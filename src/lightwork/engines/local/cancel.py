@@ -17,9 +17,9 @@ from lightwork.engines.local import protocol as p
 from lightwork.engines.local.scheduler import DISPATCHED, READY as TASK_READY, WAITING, TaskSpec
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.node import Node, WorkerConn
+    from lightwork.engines.local.node import NodeState, WorkerConn
 
-    _Base = Node
+    _Base = NodeState
 else:
     _Base = object
 

@@ -42,8 +42,13 @@ from typing import TYPE_CHECKING, Any
 from lightwork.kernel import exceptions
 from lightwork.kernel.object_ref import ObjectRef, fresh_ref, ref_counter
 from lightwork.kernel import serialization
-from lightwork.engines.local.actors import Actor
-from lightwork.kernel.calls import CallSpec, infeasible_message, large_arguments, prepare_args
+from lightwork.kernel.calls import (
+    ActorSpec,
+    CallSpec,
+    infeasible_message,
+    large_arguments,
+    prepare_args,
+)
 from lightwork.kernel.collector import keep_out_of_collector, maker, untrack_hot
 from lightwork.kernel.events import DriverSpan, TaskRecord
 from lightwork.engines.local.lineage import value_vanished
@@ -53,10 +58,10 @@ from lightwork.kernel.serialization import Stored
 from lightwork.engines.local.spin import cores_to_spare
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.node import Node
+    from lightwork.engines.local.node import NodeState
     from lightwork.engines.local.store import SegmentStore
 
-    _Base = Node
+    _Base = NodeState
 else:
     _Base = object
 
@@ -74,7 +79,7 @@ make_spec = maker(TaskSpec, untrack_hot)
 
 _schedstat: tuple[int, int] | None = None  # (pid, fd of the main thread's schedstat)
 #: libc's pread through ctypes, and the one buffer it reads into (the main thread's only).
-_pread_holding_gil: tuple[Callable[[int, Any, int, int], int], Any] | None = None
+_pread_holding_gil: tuple[Any, Any] | None = None  # (ctypes: dynamic attributes)
 
 
 def _read_schedstat(fd: int) -> bytes:
@@ -206,7 +211,7 @@ class DriverCalls(_Base):
             return [fresh_ref(return_ids[0])]
         return [fresh_ref(object_id) for object_id in return_ids]
 
-    def create_actor(self, actor: Actor, blob: bytes) -> None:
+    def create_actor(self, actor: ActorSpec, blob: bytes) -> None:
         self._drain_refs_if_any()
         with self.lock:
             self._check_open()
@@ -427,7 +432,8 @@ class DriverCalls(_Base):
         self._drain_refs_if_any()
         with self.lock:
             self._check_open()
-            known = self.objects.entries.get
+            # (None in it is caught just below: mypy does not follow a None-in test)
+            known: Callable[[int], ObjectEntry] = self.objects.entries.get  # type: ignore[assignment]
             entries = [known(i) for i in ids]
             if None in entries:  # (lookup says why: a freed ref, or an ended session's)
                 entries = [self.lookup(i) for i in ids]
@@ -596,7 +602,7 @@ def _value_of(entry: ObjectEntry, store: SegmentStore | None = None) -> Any:
     if entry.state == READY:
         stored = entry.serialized  # (a Stored, or bare bytes: objects.py)
         assert stored is not None
-        if type(stored) is not bytes and stored.path is not None and store is not None:
+        if type(stored) is Stored and stored.path is not None and store is not None:
             store.touch(stored.path)  # least recently used spills first
         return serialization.loads(stored)
     error = entry.error

@@ -72,6 +72,7 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from typing import Any
 
 SPAWN = "spawn"
@@ -143,8 +144,9 @@ def main_in_forked_driver(control_fd: int, cleanup_paths: list[str]) -> None:
 
 def _forget_driver_signals() -> None:
     signal.set_wakeup_fd(-1)
-    fresh = {signal.SIGINT: signal.default_int_handler, signal.SIGPIPE: signal.SIG_IGN,
-             signal.SIGXFSZ: signal.SIG_IGN}
+    fresh: dict[int, Callable[..., Any] | int] = {
+        signal.SIGINT: signal.default_int_handler, signal.SIGPIPE: signal.SIG_IGN,
+        signal.SIGXFSZ: signal.SIG_IGN}
     for sig in signal.valid_signals():
         try:
             current = signal.getsignal(sig)
@@ -178,8 +180,9 @@ def _release_driver_descriptors(keep: set[int]) -> None:
 
 def _serve(control: socket.socket, wake_read: int, children: dict[int, int], run_worker: Any) -> None:
     buffer = b""
+    watched: list[socket.socket | int] = [control, wake_read]
     while True:
-        readable, _, _ = select.select([control, wake_read], [], [])
+        readable, _, _ = select.select(watched, [], [])
         if wake_read in readable:
             os.read(wake_read, 4096)
             _reap(control, children)

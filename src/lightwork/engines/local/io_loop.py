@@ -60,9 +60,9 @@ from lightwork.engines.local import forkserver
 from lightwork.engines.local import protocol as p
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.node import Node, WorkerConn
+    from lightwork.engines.local.node import NodeState, WorkerConn
 
-    _Base = Node
+    _Base = NodeState
 else:
     _Base = object
 

@@ -39,10 +39,10 @@ from lightwork.engines.local.objects import FAILED, PENDING, READY, ObjectEntry
 from lightwork.engines.local.scheduler import WAITING, TaskSpec
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.node import Node
+    from lightwork.engines.local.node import NodeState
     from lightwork.engines.local.store import SegmentStore
 
-    _Base = Node
+    _Base = NodeState
 else:
     _Base = object
 
@@ -108,7 +108,8 @@ class Lineage(_Base):
         task.record.dispatched = 0.0
         if lost.state == PENDING:
             task.unready += 1
-            lost.add_waiter(lambda _e, t=task: self._dep_ready(t))
+            # (mypy cannot infer a lambda with a default: the task bound per waiter)
+            lost.add_waiter(lambda _e, t=task: self._dep_ready(t))  # type: ignore[misc]
         else:
             self._deps_ready(task)
 

@@ -47,7 +47,7 @@ from lightwork.kernel.periodic import PeriodicThread
 from lightwork.engines.local.scheduler import WAITING
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.node import Node, WorkerConn
+    from lightwork.engines.local.node import Node, NodeState, WorkerConn
     from lightwork.engines.local.scheduler import TaskSpec
 
 DEFAULT_THRESHOLD = 0.95
@@ -124,7 +124,7 @@ def find_cgroups(root: str = CGROUP_ROOT,
 
 
 def _levels(base: str, path: str, files: tuple[str, str, str, str]) -> list[CgroupFiles]:
-    levels = []
+    levels: list[CgroupFiles] = []
     parts = [part for part in path.split("/") if part]
     # Inside a container the cgroup namespace's root is mounted at ``base`` itself, so
     # a path that does not exist there is looked for at every shorter suffix too.
@@ -321,7 +321,7 @@ class MemoryMonitor:
             "variable LIGHTWORK_MEMORY_USAGE_THRESHOLD)")
 
 
-def handle_oom_death(node: Node, task: TaskSpec, conn: WorkerConn) -> None:
+def handle_oom_death(node: NodeState, task: TaskSpec, conn: WorkerConn) -> None:
     """``task``'s worker was killed by the monitor: retry it after a backoff, or fail it."""
     message = conn.oom_kill
     if task.max_retries < 0 or task.attempt < task.max_retries:

@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel import exceptions
 from lightwork.kernel.object_ref import (
@@ -109,6 +109,100 @@ class WorkerConn:
     doomed: bool = False  # killed on purpose: SIGKILL sent, or sent once its pid is known
     interrupt_on_spawn: bool = False  # a cancel came before its pid: SIGINT once known
     oom_kill: str = ""  # why the memory monitor killed it, or ""
+
+
+if TYPE_CHECKING:
+
+    class NodeState:
+        """What :class:`Node`'s mixins share, declared for the type checker only.
+
+        Each mixin (``io_loop.py``, ``driver_calls.py``, ...) subclasses this under
+        ``TYPE_CHECKING`` (at run time, ``object``): the attributes ``Node.__init__``
+        sets and the methods one mixin calls on another, so mypy checks every part
+        against one list. ``Node`` itself cannot be the mixins' base: it subclasses them.
+        """
+
+        _fs_decoder: bytearray
+        _ids: itertools.count[int]
+        _leader: threading.Lock
+        _leader_selector: selectors.BaseSelector
+        _leader_spinner: Spinner
+        _leader_wake_write: int
+        _recv_scratch: memoryview
+        _submitter_passed_at: float
+        _submitter_muted: bool
+        _deferred: list[Callable[[], None]]
+        _feasible_shapes: set[tuple]
+        _thread: threading.Thread
+        _timer_seq: itertools.count[int]
+        _timers: list[tuple[float, int, Callable[[], None]]]
+        _wake_write: int
+        _want_write: set[WorkerConn]
+        _worker_selector: selectors.BaseSelector
+        _workers_fd: int
+        _workers_gate: Any  # select.epoll, or None where there is no epoll
+        actors: ActorManager
+        broken: str
+        cancelled_parents: set[int]
+        closed: bool
+        forkserver: ForkServer
+        functions: dict[bytes, bytes]
+        gpus: GpuIds
+        id_floor: IdFloor
+        job_id: int
+        lock: NodeLock
+        log: EventLog
+        namespace: str | None
+        nested_live: int
+        node_id: str
+        objects: ObjectTable
+        scheduler: Scheduler
+        selector: selectors.BaseSelector
+        session: Session
+        store: SegmentStore
+        streams: StreamTable
+        task_listeners: list[Callable[[list[TaskRecord]], None]]
+        tasks: dict[int, TaskSpec]
+        workers: dict[int, WorkerConn]
+
+        def next_object_id(self) -> int: ...
+        def lookup(self, object_id: int) -> ObjectEntry: ...
+        def register_task(
+            self, task: TaskSpec, contained: tuple[int, ...], at: float | None = None
+        ) -> None: ...
+        def fail_runtime(self, reason: str) -> None: ...
+        def ended_session_error(
+            self, object_id: int, actor: bool = False
+        ) -> exceptions.SessionEndedError: ...
+        def placement_group_request(self, op: str, *args: Any) -> Any: ...
+        def recover_lost(self, entry: ObjectEntry) -> None: ...
+        def recover_lost_argument(self, task: TaskSpec, path: str) -> None: ...
+        def _start_worker(self, pooled: bool = True) -> WorkerConn: ...
+        def _dispatch(self) -> None: ...
+        def _drain_refs(self) -> None: ...
+        def _dep_ready(self, task: TaskSpec) -> None: ...
+        def _deps_ready(self, task: TaskSpec, at: float | None = None) -> None: ...
+        def _end_task(self, task: TaskSpec, state: str) -> None: ...
+        def _fail_task(self, task: TaskSpec, error: Any) -> None: ...
+        def _requeue(self, task: TaskSpec) -> None: ...
+        def _release_gpus(self, task_id: int) -> None: ...
+        def _resolve(
+            self, entry: ObjectEntry, stored: Stored | None, error: Any = None
+        ) -> None: ...
+        def _cancel_ids(
+            self, object_ids: list[int], force: bool, recursive: bool = False
+        ) -> None: ...
+        def _cancel_task(self, task: TaskSpec, force: bool) -> None: ...
+        def _add_timer(self, delay: float, callback: Callable[[], None]) -> None: ...
+        def _poll(self, longest: float | None, leading: bool = False) -> bool: ...
+        def _read_worker(self, conn: WorkerConn) -> None: ...
+        def _send(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None: ...
+        def _wake_leader(self) -> None: ...
+        def _watch_workers(self, watch: bool) -> bool: ...
+        def _handle_read(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None: ...
+        def _on_worker_eof(self, conn: WorkerConn) -> None: ...
+        def _finish_worker_death(self, conn: WorkerConn) -> None: ...
+        def _retire_worker(self, conn: WorkerConn) -> None: ...
 
 
 class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
@@ -354,7 +448,8 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
                 entry.task_uses += 1
                 if entry.state == PENDING:
                     unready += 1
-                    entry.add_waiter(lambda _e, t=task: self._dep_ready(t))
+                    # (mypy cannot infer a lambda with a default: the task bound per waiter)
+                    entry.add_waiter(lambda _e, t=task: self._dep_ready(t))  # type: ignore[misc]
         if contained:
             for object_id in contained:
                 inner = self.objects.entries.get(object_id)
@@ -515,8 +610,9 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             now = time.monotonic()
             gpus = self.gpus if self.gpus.any else None  # (a call per task saved without)
             workers = self.workers
+            args: Stored | bytes  # a task's arguments as the frame carries them
             for task in assignments:
-                conn = workers[task.worker.worker_id]
+                conn = workers[task.worker.worker_id]  # type: ignore[union-attr]  # assigned: placed
                 batch = batches.get(conn)
                 if batch is None:
                     batch = batches[conn] = []

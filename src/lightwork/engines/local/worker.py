@@ -60,7 +60,7 @@ import time
 import types
 import traceback
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
@@ -124,6 +124,42 @@ def error_outcome(name: str, exc: BaseException) -> Stored:
         return serialization.serialize(exceptions.TaskError(name, tb, exc, os.getpid()), None)
     except Exception:  # noqa: BLE001 - the cause is packed safely; this is a last resort
         return serialization.serialize(exceptions.TaskError(name, tb, None, os.getpid()), None)
+
+
+if TYPE_CHECKING:
+
+    class WorkerState:
+        """What :class:`Worker` shares with its ``WorkerCalls`` part, declared for the
+        type checker only (``worker_calls.py`` subclasses it under ``TYPE_CHECKING``;
+        ``Worker`` cannot be its base: it subclasses it)."""
+
+        _cond: threading.Condition
+        _inherited_payloads: dict[tuple[bytes, str], tuple[bytes, bytes]]
+        _requests: itertools.count[int]
+        _waiting: int
+        actor_gpu_ids: tuple[int, ...]
+        actor_id: int
+        actor_name: str | None
+        bounce_when_waiting: bool
+        function_blobs: dict[bytes, bytes]
+        functions: dict[bytes, Any]
+        job_id: int
+        loop: AsyncRunner | None
+        node_id: str
+        outbox: deque[tuple[Any, ...]]
+        placed_in: Any  # the actor's place shape: a group its calls may capture
+        replies: dict[int, Any]
+        sent_functions: set[bytes]
+        total: dict[str, float]
+        worker_id: int
+        inbox: deque[tuple[Any, ...]]
+        shm_dir: str
+
+        @property
+        def current(self) -> tuple[Any, ...] | None: ...
+        def next_object_id(self) -> int: ...
+        def send(self, messages: list[tuple[Any, ...]]) -> None: ...
+        def _take_turn(self, done: Any) -> Any: ...
 
 
 class Worker(WorkerCalls):
@@ -493,7 +529,8 @@ class Worker(WorkerCalls):
             if self.loop is not None and inspect.iscoroutine(result):
                 result = self.loop.run(result, frame)
             if type(result) in _GENERATORS and len(return_ids) == 1:
-                result = self.stream_items(name, return_ids[0], result)
+                self.stream_items(name, return_ids[0], result)
+                result = None  # the task's own result: its items went to the stream
             del args, kwargs
             finished = time.monotonic()
             if timed:

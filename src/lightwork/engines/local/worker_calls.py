@@ -36,14 +36,14 @@ from lightwork.engines.local import protocol as p
 from lightwork.kernel import runtime_env
 from lightwork.kernel import serialization
 from lightwork.engines.local.actor_runners import leave_sigint_to_the_main_thread
-from lightwork.kernel.calls import CallSpec, infeasible_message, prepare_args
+from lightwork.kernel.calls import ActorSpec, CallSpec, infeasible_message, prepare_args
 from lightwork.kernel.resources import captured_shape
 from lightwork.kernel.serialization import Stored
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.worker import Worker
+    from lightwork.engines.local.worker import WorkerState
 
-    _Base = Worker
+    _Base = WorkerState
 else:
     _Base = object
 
@@ -105,7 +105,7 @@ class WorkerCalls(_Base):
                 self._inherited_payloads[cache_key] = found
         return found
 
-    def create_actor(self, actor: Any, blob: bytes) -> None:
+    def create_actor(self, actor: ActorSpec, blob: bytes) -> None:
         parent = self.placement()
         if parent:  # created by a call that captures its children: in the same group
             actor.place = captured_shape(actor.place, parent)
@@ -280,7 +280,7 @@ class SharedMemoryWriter:
 
     __slots__ = ("object_id", "prefix", "worker")
 
-    def __init__(self, worker: Worker, object_id: int, prefix: str = "") -> None:
+    def __init__(self, worker: WorkerCalls, object_id: int, prefix: str = "") -> None:
         self.worker = worker
         self.object_id = object_id
         self.prefix = prefix

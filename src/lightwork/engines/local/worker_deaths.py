@@ -22,9 +22,9 @@ from lightwork.engines.local.memory_monitor import OOM_REASON, handle_oom_death
 from lightwork.engines.local.scheduler import TaskSpec
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.node import Node, WorkerConn
+    from lightwork.engines.local.node import NodeState, WorkerConn
 
-    _Base = Node
+    _Base = NodeState
 else:
     _Base = object
 

@@ -28,9 +28,9 @@ from lightwork.engines.local.scheduler import FINISHED, TaskSpec
 from lightwork.kernel.serialization import Stored, unbare
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.node import Node, WorkerConn
+    from lightwork.engines.local.node import NodeState, WorkerConn
 
-    _Base = Node
+    _Base = NodeState
 else:
     _Base = object
 
@@ -39,6 +39,7 @@ class WorkerRequests(_Base):
     """Handlers of the messages a worker sends, for itself and its running task."""
 
     def _handle(self, conn: WorkerConn, message: tuple[Any, ...]) -> None:
+        entry: ObjectEntry | None
         kind = message[0]
         if kind == p.SUBMIT:
             self._on_worker_submit(conn, message)
@@ -211,7 +212,8 @@ class WorkerRequests(_Base):
             return
         entries = self.objects.entries
         for object_id, item in zip(task.return_ids, results):
-            stored = unbare(item)
+            # (a list here: mypy narrows only the bytes branch of the type() test above)
+            stored = unbare(item)  # type: ignore[arg-type]
             task.record.result_size += stored.size
             entry = entries.get(object_id)
             if entry is None or entry.state != PENDING:
@@ -237,7 +239,7 @@ class WorkerRequests(_Base):
         """A DONE's values that nobody will read (its task was cancelled meanwhile): the
         store takes their segments back."""
         for stored in results:
-            if type(stored) is not bytes and stored.path is not None:
+            if type(stored) is Stored and stored.path is not None:
                 self.store.release(stored.path)
 
     def _should_retry_error(self, task: TaskSpec, error: Stored) -> bool:
@@ -374,6 +376,7 @@ class WorkerRequests(_Base):
             path = entry.path if entry is not None else None
             # The driver's own mapping does not help a worker: it opens the file by name.
             if path is not None and not file_exists(path, self.store):
+                assert entry is not None
                 self.recover_lost(entry)
         pending = [e for e in (self.objects.entries.get(i) for i in ids) if e is not None and e.state == PENDING]
         if not pending:
