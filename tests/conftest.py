@@ -45,6 +45,7 @@ else:
     import cloudpickle as _cloudpickle
 
 import helpers  # noqa: E402  (tests/ is on sys.path: pytest's rootdir-less conftest)
+import support  # noqa: E402
 
 # A hang prints every thread's stack (pytest-timeout also dumps at its deadline).
 faulthandler.enable()
@@ -59,6 +60,12 @@ os.environ.setdefault("LIGHTWORK_MEMORY_MONITOR_REFRESH_MS", "0")
 # on workers being able to import tests/ (that contract has its own test with a module
 # written to tmp_path, in test_worker_env.py).
 _cloudpickle.register_pickle_by_value(helpers)
+_cloudpickle.register_pickle_by_value(support)
+
+
+# What a test file about lightwork's internals mentions (see pytest_ignore_collect).
+INTERNALS = ("lightwork._", "lightwork.diagnostics", "lightwork.kernel", "lightwork.engines",
+             "lightwork.api", "import support", "from support")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -73,10 +80,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_ignore_collect(collection_path, config):
     """Under the Ray switch, skip test files about lightwork's internals (they import
-    private modules Ray does not have)."""
+    private modules Ray does not have, or reach them through ``support``)."""
     if AGAINST_RAY and collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
         source = collection_path.read_text(errors="replace")
-        if "lightwork._" in source or "lightwork.diagnostics" in source:
+        if any(internal in source for internal in INTERNALS):
             return True
     return None
 
@@ -166,7 +173,7 @@ def cluster(shared_dask_cluster):
         lightwork.shutdown()
     lightwork.init(address=shared_dask_cluster.scheduler_file)
     try:
-        shared_dask_cluster.wait_for_workers(lightwork.api.core._backend.client)
+        shared_dask_cluster.wait_for_workers(support.cluster_client())
         yield shared_dask_cluster
     finally:
         lightwork.shutdown()

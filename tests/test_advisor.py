@@ -17,6 +17,7 @@ import pytest
 
 import lightwork
 from helpers import OtherProgramsLoad
+import support
 from lightwork.diagnostics.advisor import PINNED_MIN_AGE_S, AdviceWarning
 
 pytestmark = pytest.mark.lightwork_only
@@ -420,7 +421,7 @@ def test_the_runtimes_deadlock_reports_become_findings_once(runtime, monkeypatch
     report = {"time": time.time(), "actor_id": 7, "class_name": "Single",
               "method": "Single.outer", "callsite": "prog.py:12 in outer",
               "waits_for": ["Single.inner"]}
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     monkeypatch.setattr(node.actors, "deadlocks", deque([report, dict(report)]), raising=False)
     [finding] = findings_of("actor-deadlock")
     assert "Single.outer" in finding.title and "prog.py:12" in finding.title
@@ -456,7 +457,7 @@ def test_the_main_threads_submissions_carry_its_busy_time_and_others_do_not(runt
     thread.join()
     lightwork.get(other_refs)
     by_id = {r.task_id: r for r in task_records()}
-    core = lightwork.api.core._core()
+    core = support.running_backend()
     main = [by_id[core.task_id_of(ref.id)] for ref in main_refs]
     other = [by_id[core.task_id_of(ref.id)] for ref in other_refs]
     assert all(r.driver_busy >= r.driver_cpu > 0 for r in main)
@@ -518,7 +519,7 @@ def test_an_advisor_whose_look_fails_says_why_and_stops_being_fed(fresh_runtime,
 
     monkeypatch.setattr(advisor_module.Advisor, "_look", broken_look)
     fresh_runtime.init(num_cpus=2)
-    node = fresh_runtime.api.core.driver_node()
+    node = support.driver_node()
     assert node.log.watching
     wait_until(lambda: not node.log.watching, timeout=10, message="the log unwatched")
     assert "ZeroDivisionError: a rule's bug" in capsys.readouterr().err

@@ -130,7 +130,7 @@ def test_offline_analysis_of_plain_records_needs_no_runtime():
 
 DRIVER = """
 import os, sys, time
-import lightwork
+import lightwork, support
 
 lightwork.init(num_cpus=2)
 
@@ -142,7 +142,7 @@ def step(x):
 for i in range(5):
     lightwork.get(step.remote(i))  # get in a loop
 gate = sys.argv[1]
-print("SOCKET", os.path.join(lightwork.api.core.driver_node().session.directory, "control.sock"), flush=True)
+print("SOCKET", os.path.join(support.session_directory(), "control.sock"), flush=True)
 while not os.path.exists(gate):
     time.sleep(0.02)
 lightwork.shutdown()

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 from helpers import script_env
+import support
 
 import lightwork
-from lightwork.api import core as _api
 from lightwork.engines import parse_address
 
 pytestmark = pytest.mark.lightwork_only
@@ -43,10 +43,10 @@ def test_local_backend_calls_the_runtime_directly(fresh_runtime):
     from lightwork.engines.local.node import Node
 
     lightwork.init(num_cpus=1)
-    backend = _api._core()
+    backend = support.running_backend()
     assert backend.submit_task.__func__ is Node.submit_task
     assert backend.get.__func__ is Node.get
-    assert backend.node is _api.driver_node() and _api.driver_node() is _api.driver_node()
+    assert backend.node is support.driver_node() and support.driver_node() is support.driver_node()
 
 
 def test_init_inside_a_task_is_refused(fresh_runtime):

@@ -14,6 +14,7 @@ import time
 
 import pytest
 from helpers import wait_for_file, wait_until
+import support
 
 import lightwork as ray
 
@@ -62,9 +63,8 @@ def parent(box, go: str, submitted: str) -> str:
 
 
 def test_a_child_submitted_as_its_parent_is_cancelled_is_cancelled_on_arrival(tmp_path):
-    from lightwork.api import core as _api
 
-    node = _api.driver_node()
+    node = support.driver_node()
     box = Box.remote()
     assert ray.get(box.contents.remote(), timeout=20) == []
     go, submitted = str(tmp_path / "go"), str(tmp_path / "submitted")

@@ -18,6 +18,7 @@ import os
 
 import pytest
 from helpers import wait_for_file, wait_until
+import support
 
 import lightwork as ray
 from lightwork import exceptions as exc
@@ -40,9 +41,8 @@ def gate_dir(tmp_path_factory):
 
 
 def _node():
-    from lightwork.api import core as _api
 
-    return _api.driver_node()
+    return support.driver_node()
 
 
 def _task_of(ref):

@@ -40,7 +40,7 @@ import pytest
 import lightwork as ray
 import lightwork.exceptions as exc
 from helpers import HANG_LIMIT_S, still_running, wait_until
-from lightwork.api import core as _api
+import support
 from lightwork.engines.local import invariants
 
 pytestmark = pytest.mark.lightwork_only
@@ -63,7 +63,7 @@ def session(fresh_runtime) -> Iterator[Callable[..., object]]:
 
     def start(**options: object) -> object:
         ray.init(**{"num_cpus": 2, **options})
-        node = _api.driver_node()
+        node = support.driver_node()
         started.append(node)
         return node
 

@@ -17,6 +17,7 @@ import threading
 
 import pytest
 from helpers import HANG_LIMIT_S, arrive_and_wait, attempts, count_attempt, wait_for_file
+import support
 
 import lightwork
 from lightwork import exceptions
@@ -28,7 +29,7 @@ pytest.importorskip("distributed", reason="the cluster extra: pip install 'light
 @pytest.fixture
 def both_workers(cluster):
     """Both workers up (a worker an earlier test killed is back: its nanny restarts it)."""
-    cluster.wait_for_workers(lightwork.api.core._backend.client)
+    cluster.wait_for_workers(support.cluster_client())
     return cluster
 
 
@@ -156,7 +157,7 @@ def _called_before_the_loss_is_heard(actor, pid):
     hear of the loss: its event loop is held meanwhile (as load can hold it), so the
     call goes to the dead worker's address, which already refuses connections. Returns
     the call's ref."""
-    backend = lightwork.api.core._backend
+    backend = support.backend()
     address = backend._proxies[actor._ref.id]._address
     held, release = threading.Event(), threading.Event()
     backend.client.loop.add_callback(lambda: (held.set(), release.wait(10)))
@@ -293,7 +294,7 @@ class Maker:
 def _wanted_by(key):
     """The ids of the clients (pseudo clients included) the scheduler keeps ``key`` for;
     None once it has forgotten the key."""
-    backend = lightwork.api.core._backend
+    backend = support.backend()
     backend._drain()  # releases apply at the next call into the backend: this is one
 
     def wanters(dask_scheduler, key=key):
@@ -304,7 +305,7 @@ def _wanted_by(key):
 
 
 def _keys():
-    backend = lightwork.api.core._backend
+    backend = support.backend()
     backend._drain()
     return set(backend.client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks)))
 
@@ -318,7 +319,7 @@ def test_an_actor_results_inner_objects_are_the_callers_alone_once_it_has_them(
 
     maker = Maker.remote()
     [inner] = lightwork.get(maker.wrap.remote(100_000), timeout=20)
-    backend = lightwork.api.core._backend
+    backend = support.backend()
     key = backend.futures[inner.id].key
     me = backend.client.id
     wait_until(lambda: _wanted_by(key) == [me], timeout=HANG_LIMIT_S,
@@ -397,7 +398,7 @@ def test_a_lost_scheduler_makes_actor_calls_fail_fast_and_say_why(tmp_path, wait
         actor = Maker.options(name="maker").remote()
         assert lightwork.get(actor.__ray_ready__.remote(), timeout=20) is True
         cluster.processes[0].send_signal(signal.SIGKILL)  # the scheduler
-        client = lightwork.api.core._backend.client
+        client = support.cluster_client()
         wait_until(lambda: client.status != "running", timeout=HANG_LIMIT_S,
                    message="the client to see the scheduler gone")
         for call in (lambda: lightwork.get(actor.wrap.remote(10), timeout=20),
@@ -495,7 +496,7 @@ def _actor_census(dask_worker=None):
 
 def _hosted():
     """Every worker's actor keys and actor threads, merged."""
-    census = lightwork.api.core._backend.client.run(_actor_census)
+    census = support.cluster_client().run(_actor_census)
     return (sorted(k for keys, _ in census.values() for k in keys),
             sorted(t for _, threads in census.values() for t in threads))
 
@@ -507,7 +508,7 @@ def test_an_actor_whose_every_handle_is_dropped_ends_with_its_threads(cluster, w
     14)."""
     import gc
 
-    backend = lightwork.api.core._backend
+    backend = support.backend()
     sync_actor, async_actor = Threaded.remote(), AsyncThreaded.remote()
     worker_pids = set(backend.client.run(os.getpid).values())
     assert set(lightwork.get([sync_actor.pid.remote(), async_actor.pid.remote()],
@@ -544,7 +545,7 @@ def test_a_handle_a_running_task_holds_keeps_the_actor_after_the_driver_drops_it
     the task, then goes with the task's."""
     import gc
 
-    backend = lightwork.api.core._backend
+    backend = support.backend()
     actor = Threaded.remote()
     key = backend.futures[actor._ref.id].key
     started, gate = str(tmp_path / "started"), str(tmp_path / "gate")
@@ -579,7 +580,7 @@ def test_a_handle_that_comes_back_after_the_last_one_was_dropped_calls_in_order(
     value calls as a new caller, in order, not waiting for a turn that never comes."""
     import gc
 
-    backend = lightwork.api.core._backend
+    backend = support.backend()
     actor = Tally.remote()
     actor_id = actor._ref.id
     assert lightwork.get([actor.incr.remote() for _ in range(3)], timeout=20) == [1, 2, 3]
@@ -610,7 +611,7 @@ def test_a_call_in_flight_fails_at_once_when_its_dropped_actors_worker_dies(
     assert wait_for_file(started, 20)
     del actor
     gc.collect()
-    lightwork.api.core._backend._drain()
+    support.drain_cluster_backend()
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(exceptions.ActorDiedError, match="lost with its worker"):
         lightwork.get(in_flight, timeout=30)
@@ -631,7 +632,7 @@ def test_calls_to_an_actor_its_creator_found_dead_fail_at_once(both_workers, tmp
     actor = Restartable.remote(str(directory))
     pid = lightwork.get(actor.pid.remote(), timeout=20)
     scheduler = both_workers.processes[0]
-    backend = lightwork.api.core._backend
+    backend = support.backend()
     heard, made = backend._worker_event, []
 
     def heard_then_call(address, event):
@@ -698,7 +699,7 @@ def test_the_creator_decides_its_actors_loss_without_the_workers_event(
     (30 s) until session 15: the key's failure now decides, and the call fails at once."""
     import time
 
-    backend = lightwork.api.core._backend
+    backend = support.backend()
     monkeypatch.setattr(backend, "_watch", lambda owned, incarnation: None)
     actor = Restartable.remote(str(tmp_path))
     pid = lightwork.get(actor.pid.remote(), timeout=20)

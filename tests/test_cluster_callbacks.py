@@ -17,6 +17,7 @@ import time
 import psutil
 import pytest
 from helpers import wait_until
+import support
 
 import lightwork
 from lightwork.diagnostics import (
@@ -35,7 +36,7 @@ pytest.importorskip("distributed", reason="the cluster extra: pip install 'light
 @pytest.fixture(autouse=True)
 def no_listener_left(cluster):
     yield
-    recorder = lightwork.api.core._backend.recorder
+    recorder = support.recorder()
     assert recorder.task_listeners == [], "a run left its listener on the cluster's log"
 
 
@@ -177,7 +178,7 @@ def test_a_graph_shows_its_progress_while_it_runs_on_the_cluster(cluster, tmp_pa
         wait_until(lambda: "| 62% Completed |" in out.getvalue(),  # 5 of 8, as Dask rounds
                    timeout=30, message="the bar at 62%")
         assert "100%" not in out.getvalue()
-        log = lightwork.api.core._backend.recorder  # what the live dashboard's sync shows
+        log = support.recorder()  # what the live dashboard's sync shows
         [shown] = log.answer_query("dashboard_sync", {}).result["graphs"]
         assert (shown["done"], shown["total"], shown["running"]) == (5, 8, 1)
     finally:
@@ -213,7 +214,7 @@ def test_resource_profiler_reads_each_workers_own_usage(cluster):
     """Each worker's samples integrate to the CPU time that worker used, read from its
     process independently. No CPU % is assumed: on a loaded host a worker gets a small
     share of a core, and its 0.8 s of CPU take longer (it failed that way at load 28)."""
-    pids = lightwork.api.core._backend.client.run(os.getpid)  # address -> pid
+    pids = support.cluster_client().run(os.getpid)  # address -> pid
     assert sorted(pids.values()) == sorted(cluster.worker_pids())
     before = {address: _cpu_seconds(pid) for address, pid in pids.items()}
     with ResourceProfiler(dt=0.1) as rprof:

@@ -16,6 +16,7 @@ import threading
 import time
 
 import helpers
+import support
 import pytest
 import test_dashboard_browser
 from test_dashboard import Client, _client_of
@@ -60,7 +61,7 @@ def session(shared_dask_cluster):
     if lightwork.is_initialized():
         lightwork.shutdown()
     lightwork.init(address=shared_dask_cluster.scheduler_file)
-    backend = lightwork.api.core._backend
+    backend = support.backend()
     shared_dask_cluster.wait_for_workers(backend.client)
     tally = Tally.remote()
     lightwork.get([square.remote(i) for i in range(20)] + [tally.add.remote(1)])
@@ -277,7 +278,7 @@ def test_init_with_dashboard_serves_the_session_and_its_final_state(shared_dask_
     try:
         url = context["dashboard_url"]
         assert url and url.startswith("http://127.0.0.1:") and "token=" in url
-        child = lightwork.api.core._dashboard
+        child = support.dashboard_child()
         lightwork.get([square.remote(i) for i in range(5)])
         page = _client_of(url)
         helpers.wait_until(
@@ -295,7 +296,7 @@ def test_the_command_attaches_to_a_cluster_session(shared_dask_cluster, tmp_path
     """``lightwork dashboard`` from another terminal attaches to a driver on the cluster
     (another process here) and serves its tasks."""
     body = f"""
-import sys, lightwork
+import sys, lightwork, support
 lightwork.init(address={shared_dask_cluster.scheduler_file!r})
 
 @lightwork.remote
@@ -303,7 +304,7 @@ def cube(x):
     return x ** 3
 
 lightwork.get([cube.remote(i) for i in range(7)])
-print("SOCKET", lightwork.api.core._backend.recorder.control.path, flush=True)
+print("SOCKET", support.recorder().control.path, flush=True)
 import os, time
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.05)
@@ -337,7 +338,7 @@ def test_no_event_log_means_no_dashboard_and_says_why(shared_dask_cluster, capsy
     context = lightwork.init(address=shared_dask_cluster.scheduler_file, dashboard=True,
                              event_budget=0)
     try:
-        assert context["dashboard_url"] is None and lightwork.api.core._dashboard is None
+        assert context["dashboard_url"] is None and support.dashboard_child() is None
         assert "no dashboard" in capsys.readouterr().err
         assert lightwork.get(square.remote(3)) == 9  # the program runs on without it
     finally:

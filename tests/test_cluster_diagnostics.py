@@ -19,6 +19,7 @@ import types
 
 import pytest
 from helpers import script_env, write_script
+import support
 from test_timeline import check_trace, process_names, spans
 
 import lightwork
@@ -161,7 +162,7 @@ def test_a_dependency_fetched_from_the_other_worker_is_a_transfer_with_its_bytes
 
     # Both workers up (a test before may have killed one), so the two producers, which
     # run at once, take one each.
-    cluster.wait_for_workers(lightwork.api.core._backend.client)
+    cluster.wait_for_workers(support.cluster_client())
     small, large = produce.remote(60_000), produce.remote(300_000)
     consumer = joined_length.remote(small, large)
     assert lightwork.get(consumer) == 360_000
@@ -180,7 +181,7 @@ def test_a_dependency_fetched_from_the_other_worker_is_a_transfer_with_its_bytes
     assert len({r.worker_id for r in producers}) == 2, "the producers shared a worker"
     [fetched] = [r for r in producers if r.worker_id != joined.worker_id]
 
-    log = lightwork.api.core._backend.recorder
+    log = support.recorder()
     address_of = {row: address for address, row in log.rows.items()
                   if isinstance(address, str)}
     [transfer] = [t for t in log.transfers if t.task_id == joined.task_id]
@@ -220,7 +221,7 @@ def test_a_task_that_fails_after_a_fetch_keeps_its_transfer(cluster):
     assert failed.state == "FAILED" and failed.result_size == 0
     assert len({r.worker_id for r in producers}) == 2, "the producers shared a worker"
     [fetched] = [r for r in producers if r.worker_id != failed.worker_id]
-    log = lightwork.api.core._backend.recorder
+    log = support.recorder()
     [transfer] = [t for t in log.transfers if t.task_id == failed.task_id]
     assert transfer.nbytes == fetched.result_size and transfer.worker_id == failed.worker_id
 
@@ -240,7 +241,7 @@ def test_a_cancelled_task_ends_in_the_log(cluster):
     lightwork.cancel(pending)
     with pytest.raises(exceptions.TaskCancelledError):
         lightwork.get(pending)
-    task_id = lightwork.api.core._core().task_id_of(pending.id)
+    task_id = support.task_id_of(pending)
     [record] = [r for r in lightwork.diagnostics.task_records() if r.task_id == task_id]
     assert record.state == "FAILED" and "TaskCancelledError" in record.error
     assert lightwork.get([blocker, other]) == [1.0, 1.0]

@@ -7,6 +7,7 @@ were then never freed in the cluster (``cluster_worker.WORKER_IN_DRIVER``)."""
 from __future__ import annotations
 
 import pytest
+import support
 
 from lightwork import exceptions
 
@@ -43,11 +44,11 @@ def test_init_refuses_a_cluster_with_a_worker_in_this_process(fresh_runtime):
 def test_a_worker_joining_in_this_process_later_fails_its_task_saying_why(fresh_runtime):
     with _cluster(0, processes=False) as cluster, distributed.Client(cluster) as client:
         fresh_runtime.init(address=client)  # no worker yet: nothing to refuse
-        backend = fresh_runtime.api.core._backend
+        backend = support.backend()
         cluster.scale(1)
         client.wait_for_workers(1, timeout=30)
         square = fresh_runtime.remote(lambda x: x * x)
         with pytest.raises(exceptions.RuntimeSystemError, match="processes of their own"):
             fresh_runtime.get(square.remote(3), timeout=30)
         # The driver's backend still serves the program (the worker did not take it).
-        assert fresh_runtime.api.core._backend is backend and backend.in_driver
+        assert support.backend() is backend and backend.in_driver

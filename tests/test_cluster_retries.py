@@ -13,6 +13,7 @@ import signal
 
 import pytest
 from helpers import attempts, count_attempt
+import support
 
 import lightwork
 from lightwork import exceptions
@@ -51,7 +52,7 @@ def test_a_scheduler_that_retries_lost_tasks_itself_is_warned_about_and_counted(
         lenient_scheduler, tmp_path):
     with pytest.warns(RuntimeWarning, match="allowed-failures=1.*allowed-failures=0"):
         lightwork.init(address=lenient_scheduler.scheduler_file)
-    lenient_scheduler.wait_for_workers(lightwork.api.core._backend.client)
+    lenient_scheduler.wait_for_workers(support.cluster_client())
     # The scheduler ran it twice (two lost workers) before failing it: that is both of
     # the tries max_retries=1 allows, so lightwork does not submit it again.
     with pytest.raises(exceptions.WorkerCrashedError):

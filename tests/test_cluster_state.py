@@ -17,6 +17,7 @@ import sys
 import time
 
 import helpers
+import support
 import pytest
 from dask_cluster import DaskCluster
 
@@ -33,7 +34,7 @@ def cluster(shared_dask_cluster):
         lightwork.shutdown()
     lightwork.init(address=shared_dask_cluster.scheduler_file)
     try:
-        shared_dask_cluster.wait_for_workers(lightwork.api.core._backend.client)
+        shared_dask_cluster.wait_for_workers(support.cluster_client())
     finally:
         lightwork.shutdown()
     try:
@@ -187,7 +188,7 @@ def _held_by_other_sessions(backend):
 def test_objects_and_actors_held_on_the_workers_are_listed_with_their_owners(connected,
                                                                              tmp_path):
     gate = str(tmp_path / "gate")
-    backend = lightwork.api.core._backend
+    backend = support.backend()
     # The actors first, while both worker threads are free: distributed may place an
     # actor's creation on a worker whose one thread a parked task holds, where it would
     # wait for the gate (this hung the test now and then).
@@ -514,8 +515,8 @@ def test_a_stopped_scheduler_makes_diagnostics_fail_fast_and_say_why(tmp_path):
         lightwork.init(address=cluster.scheduler_file)
         assert lightwork.get(after.remote(b"abc")) == 3
         cluster.processes[0].send_signal(signal.SIGKILL)  # the scheduler
-        until(lambda: lightwork.api.core._backend.client.status != "running")
-        log = lightwork.api.core._backend.recorder
+        until(lambda: support.cluster_client().status != "running")
+        log = support.recorder()
         dashboard_sync = lambda: log.answer_query("dashboard_sync", {})  # noqa: E731
         for call in (lightwork.state.status, lightwork.state.list_workers,
                      lightwork.state.list_tasks, lightwork.diagnostics.task_records,

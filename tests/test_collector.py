@@ -22,7 +22,7 @@ import pytest
 from helpers import run_script, wait_for_file, write_script
 
 import lightwork as ray
-from lightwork.api.core import driver_node
+from support import driver_node
 from lightwork.kernel import collector
 from lightwork.kernel.events import TaskRecord
 from lightwork.engines.local.objects import ObjectEntry, ObjectTable
@@ -104,7 +104,7 @@ def test_shutdown_empties_the_workers_queues_so_the_specs_in_them_are_freed(tmp_
     # What the spec holds (here the retry_exceptions classes) must then be freed.
     script = write_script(str(tmp_path), "driver.py", textwrap.dedent(f"""
         import gc, os, weakref
-        import lightwork
+        import lightwork, support
 
         def make(gate):
             class Flaky(Exception):
@@ -122,7 +122,7 @@ def test_shutdown_empties_the_workers_queues_so_the_specs_in_them_are_freed(tmp_
         lightwork.init(num_cpus=1)
         hold, flaky = make({str(tmp_path / "gate")!r})
         refs = [hold.remote({str(tmp_path / "gate")!r}) for _ in range(3)]
-        node = lightwork.api.core.driver_node()
+        node = support.driver_node()
         while True:
             with node.lock:
                 slots = list(node.scheduler.workers.values())

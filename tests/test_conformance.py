@@ -17,6 +17,7 @@ import uuid
 
 import pytest
 from helpers import arrive_and_wait, attempts, count_attempt, wait_for_file
+import support
 
 import lightwork
 from lightwork import exceptions
@@ -40,7 +41,7 @@ def backend(request, shared_dask_cluster):
         lightwork.init(address=shared_dask_cluster.scheduler_file)
     try:
         if request.param != "local":
-            shared_dask_cluster.wait_for_workers(lightwork.api.core._backend.client)
+            shared_dask_cluster.wait_for_workers(support.cluster_client())
         yield request.param
     finally:
         lightwork.shutdown()
@@ -997,7 +998,7 @@ def test_a_generator_dropped_early_releases_its_items(backend, wait_until):
 
 def _cluster_keys():
     """The keys the scheduler holds now (after the driver applied its refs' releases)."""
-    backend = lightwork.api.core._core()
+    backend = support.running_backend()
     backend._drain()  # releases apply at the next call into the backend: this is one
     return set(backend.client.run_on_scheduler(
         lambda dask_scheduler: list(dask_scheduler.tasks)))
@@ -1018,7 +1019,7 @@ def _wait_until_freed(wait_until, before, timeout, what):
                                len(task.waiters or ()))
                     for key, task in dask_scheduler.tasks.items() if str(key) in keys}
 
-        states = lightwork.api.core._core().client.run_on_scheduler(describe)
+        states = support.running_backend().client.run_on_scheduler(describe)
         raise AssertionError(f"{exc}; left (state, wanted by, waiters): {states}") from None
 
 
@@ -1153,7 +1154,7 @@ def test_a_ref_the_driver_drops_is_freed_without_another_call(backend, wait_unti
     """A program may drop a big object, then compute on its own or wait for input,
     making no call into the runtime for a long time: the object is freed meanwhile."""
     if backend == "distributed":
-        client = lightwork.api.core._core().client
+        client = support.running_backend().client
 
         def keys():  # the scheduler's keys, read without a call into the backend
             return {str(key) for key in client.run_on_scheduler(
@@ -1169,7 +1170,7 @@ def test_a_ref_the_driver_drops_is_freed_without_another_call(backend, wait_unti
         wait_until(lambda: made not in keys(), timeout=20,
                    message="the dropped object freed in the cluster")
     else:
-        node = lightwork.api.core.driver_node()
+        node = support.driver_node()
 
         def freed():
             with node.lock:
@@ -1316,7 +1317,7 @@ def test_timeline_state_and_advisor_read_the_run(backend):
     assert sum(1 for e in events if e.get("ph") == "X" and e["name"] == "add") >= 4
     summary = {s["name"]: s for s in lightwork.state.summarize_tasks()["functions"]}
     assert summary["add"]["count"] >= 4
-    ids = {lightwork.api.core._core().task_id_of(ref.id) for ref in refs}
+    ids = {support.task_id_of(ref) for ref in refs}
     records = [r for r in lightwork.diagnostics.task_records() if r.task_id in ids]
     assert len(records) == 4 and all(r.state == "FINISHED" and r.worker_id > 0 for r in records)
     assert isinstance(lightwork.advise(print_report=False), list)

@@ -21,6 +21,7 @@ from collections import deque
 from typing import Any
 
 import helpers
+import support
 import pytest
 
 import lightwork
@@ -65,7 +66,7 @@ def runtime():
         lightwork.get(broken.remote())
     for i in range(3):  # a get in a loop: a staircase on the driver's row
         lightwork.get(square.remote(i))
-    yield {"node": lightwork.api.core.driver_node(), "tally": tally}
+    yield {"node": support.driver_node(), "tally": tally}
     lightwork.shutdown()
 
 
@@ -288,7 +289,7 @@ def test_nothing_received_is_unpickled():
 # ---------------------------------------------------------------------------- endpoints
 def test_overview_counts_resources_workers_and_findings(client):
     o = client.json("/api/overview")
-    assert o["session"] == lightwork.api.core.driver_node().session.name and o["ended"] is False
+    assert o["session"] == support.driver_node().session.name and o["ended"] is False
     assert o["tasks"]["ended"]["FINISHED"] >= 24 and o["tasks"]["ended"]["FAILED"] >= 1
     assert o["resources"]["CPU"][1] == 2.0 and o["resources"]["scanner"] == [0.0, 3.0]
     driver = o["workers"][0]
@@ -625,7 +626,7 @@ def test_the_get_observer_goes_away_with_the_session(fresh_runtime):
     from lightwork.kernel import introspect
 
     lightwork.init(num_cpus=1)
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     feed.sync(node, 0, 0, 10, 10)
     assert feed._progress._observe in introspect.blocking_observers
     lightwork.shutdown()
@@ -731,7 +732,7 @@ def test_stream_caps_rectangles_and_says_so():
 
 # ---------------------------------------------------------------------------- lifetime
 DRIVER = """
-import sys, lightwork
+import sys, lightwork, support
 lightwork.init(num_cpus=2)
 
 @lightwork.remote
@@ -739,7 +740,7 @@ def work(i):
     return i
 
 lightwork.get([work.remote(i) for i in range(30)])
-print("SOCKET", lightwork.api.core.driver_node().control.path, flush=True)
+print("SOCKET", support.control_path(), flush=True)
 import os, time
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.02)
@@ -827,7 +828,7 @@ def _open_stream(client: Client) -> http.client.HTTPConnection:
 
 
 INIT_DASHBOARD_DRIVER = """
-import os, sys, time, lightwork
+import os, sys, time, lightwork, support
 ctx = lightwork.init(num_cpus=2, include_dashboard=True)
 
 @lightwork.remote
@@ -836,7 +837,7 @@ def work(i):
 
 lightwork.get([work.remote(i) for i in range(40)])
 print("URL", ctx["dashboard_url"], flush=True)
-print("PID", lightwork.api.core._dashboard.process.pid, flush=True)
+print("PID", support.dashboard_child().process.pid, flush=True)
 if sys.argv[1] == "wait":
     sys.stdin.readline()  # the test opened its page
     lightwork.shutdown()

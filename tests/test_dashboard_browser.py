@@ -25,7 +25,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 DRIVER = """
 import os, sys, time
-import lightwork
+import lightwork, support
 
 lightwork.init(num_cpus=2)
 
@@ -47,7 +47,7 @@ def link(previous, i, release):  # a Dask chain that stops at link 9 until relea
 
 for i in range(12):  # a get inside the loop: the advisor's get-in-loop
     lightwork.get(step.remote(i))
-print("SOCKET", lightwork.api.core.driver_node().control.path, flush=True)
+print("SOCKET", support.control_path(), flush=True)
 gate = sys.argv[1]
 
 import threading, dask, lightwork.dask
@@ -61,7 +61,7 @@ while not os.path.exists(gate):
     lightwork.get([trickle.remote(i), trickle.remote(i + 1)])
     i += 2
 graph.join()
-print("DONE", lightwork.api.core.driver_node().log.ended_states().get("FINISHED"), flush=True)
+print("DONE", support.event_log().ended_states().get("FINISHED"), flush=True)
 """
 
 

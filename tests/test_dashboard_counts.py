@@ -12,6 +12,7 @@ import sys
 import tempfile
 
 import helpers
+import support
 import pytest
 from test_dashboard import _client_of, _open_stream, _synthetic_sync
 
@@ -46,7 +47,7 @@ def test_the_event_log_counts_every_ended_task_past_its_ring():
 
 def test_a_sync_carries_the_totals_and_a_summary_sync_moves_no_cursor(fresh_runtime):
     lightwork.init(num_cpus=2, event_budget=50)
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     lightwork.get([square.remote(i) for i in range(118)])
     for _ in range(2):
         with pytest.raises(KeyError):
@@ -105,7 +106,7 @@ def test_a_dashboard_started_by_init_does_not_sync_while_no_page_is_open(
 
     monkeypatch.setattr(server_module, "IDLE_WAKE_S", 0.05)
     lightwork.init(num_cpus=2)
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     # As the child runs it: following a program (here this one), started idle.
     server = server_module.DashboardServer(node.control.path, port=0,
                                            follow_program=1).start()
@@ -133,7 +134,7 @@ def test_a_dashboard_started_by_init_does_not_sync_while_no_page_is_open(
 
 
 CHILD_PROGRAM = """
-import sys, time, lightwork
+import sys, time, lightwork, support
 from lightwork.kernel import introspect
 from lightwork.dashboard import feed
 
@@ -152,7 +153,7 @@ def totals():  # syncs, records packed, observers on get/wait (the dashboard's: 
             f"{len(introspect.blocking_observers)}")
 
 print("URL", ctx["dashboard_url"], flush=True)
-print("PID", lightwork.api.core._dashboard.process.pid, flush=True)
+print("PID", support.dashboard_child().process.pid, flush=True)
 print("START", totals(), flush=True)
 for _ in range(8):  # no page open: the driver must pay nothing
     lightwork.get([work.remote(i) for i in range(125)])
@@ -249,7 +250,7 @@ def test_init_dashboard_without_a_page_takes_a_summary_final_sync(tmp_path):
 
 def test_a_summary_sync_gives_a_late_page_the_final_totals(fresh_runtime):
     lightwork.init(num_cpus=2)
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     lightwork.get([square.remote(i) for i in range(12)])
     from lightwork.dashboard.server import DashboardServer
 

@@ -14,6 +14,7 @@ import threading
 import time
 
 import helpers
+import support
 import pytest
 
 import lightwork
@@ -37,7 +38,7 @@ def node():
         lightwork.shutdown()
     lightwork.init(num_cpus=2)
     lightwork.get([square.remote(i) for i in range(10)])
-    yield lightwork.api.core.driver_node()
+    yield support.driver_node()
     lightwork.shutdown()
 
 
@@ -221,14 +222,14 @@ def test_wait_end_checks_its_arguments(node):
 
 
 DRIVER = """
-import os, sys, time, lightwork
+import os, sys, time, lightwork, support
 
 @lightwork.remote
 def work(i):
     return i
 
 lightwork.get([work.remote(i) for i in range(30)])
-print("SOCKET", lightwork.api.core.driver_node().control.path, flush=True)
+print("SOCKET", support.control_path(), flush=True)
 while not os.path.exists(sys.argv[1]):
     time.sleep(0.02)
 lightwork.get([work.remote(i) for i in range(7)])  # the last records, just before the end
@@ -252,10 +253,10 @@ def test_a_dashboard_from_a_terminal_gets_the_final_state_at_the_end():
 
 
 SILENT_DASHBOARD_DRIVER = """
-import os, sys, time, lightwork
+import os, sys, time, lightwork, support
 from lightwork.dashboard import feed
 lightwork.init(num_cpus=1)
-print("SOCKET", lightwork.api.core.driver_node().control.path, flush=True)
+print("SOCKET", support.control_path(), flush=True)
 while not (os.path.exists(sys.argv[1])
            and any(watch._watchers for watch in list(feed._end_watches.values()))):
     time.sleep(0.02)  # the gate is open and a dashboard is registered for the end

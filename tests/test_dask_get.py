@@ -6,6 +6,7 @@ import operator
 import sys
 
 import pytest
+import support
 
 dask = pytest.importorskip("dask")
 np = pytest.importorskip("numpy")
@@ -159,7 +160,7 @@ def test_dask_missing_names_the_extra(monkeypatch):
 def test_intermediates_are_released_as_soon_as_unused():
     from lightwork.diagnostics import Callback
 
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     live_during: list[int] = []
     seen: dict[str, object] = {}
 

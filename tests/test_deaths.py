@@ -14,10 +14,10 @@ import signal
 
 import pytest
 from helpers import attempts, count_attempt, still_running, wait_until
+import support
 
 import lightwork as ray
 import lightwork.exceptions as exc
-from lightwork.api import core as _api
 
 pytestmark = [pytest.mark.usefixtures("ray_start"), pytest.mark.lightwork_only]
 
@@ -25,22 +25,22 @@ BIG = 400_000  # bytes: over the shared-memory threshold, so the value is a segm
 
 
 def segment_of(ref: ray.ObjectRef) -> str:
-    path = _api.driver_node().objects.entries[ref.id].stored.path
+    path = support.object_entry(ref).stored.path
     assert path is not None, "the value was inlined; make it bigger"
     return path
 
 
 def entry_of(ref: ray.ObjectRef):
-    return _api.driver_node().objects.entries[ref.id]
+    return support.object_entry(ref)
 
 
 def segment_freed(path: str) -> bool:
     """The store no longer counts ``path`` as a live value (it unlinked or pooled it)."""
-    return path not in _api.driver_node().store.live
+    return path not in support.store().live
 
 
 def worker_gone(pid: int) -> bool:
-    return pid not in {conn.pid for conn in list(_api.driver_node().workers.values())}
+    return pid not in support.worker_pids()
 
 
 @ray.remote
@@ -124,7 +124,7 @@ def test_adopted_object_is_freed_when_the_last_ref_goes():
     wait_until(lambda: worker_gone(pid), timeout=5, message="the runtime to see the death")
     object_id = ref.id
     del ref
-    wait_until(lambda: object_id not in _api.driver_node().objects.entries and segment_freed(path),
+    wait_until(lambda: object_id not in support.object_ids() and segment_freed(path),
                timeout=5, message="the adopted object to be freed")
 
 
@@ -205,7 +205,7 @@ def test_lost_segment_is_never_recycled_for_a_new_value(tmp_path):
     lost = segment_of(ref)
     os.unlink(lost)
     assert ray.get(ref, timeout=20) == b"z" * BIG
-    assert all(segment.path != lost for segment in _api.driver_node().store.free)
+    assert all(segment.path != lost for segment in support.store().free)
     assert ray.get(ray.put(b"p" * BIG), timeout=10) == b"p" * BIG
 
 
@@ -272,9 +272,7 @@ def test_retry_after_a_crash_that_left_a_result_segment_behind(tmp_path):
             # What the worker does on return, done early, then a crash before the DONE.
             from lightwork.kernel import serialization
 
-            from lightwork.engines.local import worker as worker_module
-
-            worker = worker_module._current_worker
+            worker = support.current_worker()
             return_id = worker.current[5][0]
             serialization.serialize(b"old" * BIG, f"{worker.shm_dir}/{return_id:x}")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -305,7 +303,7 @@ def test_failed_object_is_freed_after_its_error_was_raised():
     import gc
 
     gc.collect()
-    wait_until(lambda: ray.get([]) == [] and object_id not in _api.driver_node().objects.entries,
+    wait_until(lambda: ray.get([]) == [] and object_id not in support.object_ids(),
                timeout=5, message="the failed object to be freed")
 
 

@@ -6,6 +6,7 @@ import io
 import time
 
 import helpers
+import support
 import pytest
 
 import lightwork
@@ -87,7 +88,7 @@ def test_profiler_uses_worker_times_and_ids():
     with Profiler() as prof:
         lightwork.get(refs)
     assert len(prof.results) == 6
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     records = {r.task_id: r for r in node.log.ended_records()}
     for data in prof.results:
         record = records[int(data.key.rsplit("-", 1)[1])]
@@ -193,7 +194,7 @@ def test_a_put_argument_is_not_a_dependency_in_the_run():
 
 
 def test_task_graph_walks_back_to_unfinished_tasks_with_their_records():
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     a = nap.remote(0.3)
     b = add.remote(a, a)  # a dependency passed twice is one dependency
     done = lightwork.put(5)
@@ -226,7 +227,7 @@ def test_profiler_gives_the_same_results_with_a_state_keeping_callback():
 
 
 def test_profiler_results_do_not_keep_objects_alive(wait_until):
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     gate = nap.remote(0.3)  # holds all 50 back: each is still unfinished when get starts
     refs = [add.remote(gate, i) for i in range(50)]
     ids = [ref.id for ref in refs] + [gate.id]
@@ -245,7 +246,7 @@ def test_a_failing_task_listener_does_not_stop_the_runtime(monkeypatch):
     def broken(records):
         raise RuntimeError("diagnostics bug")
 
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     node.add_task_listener(broken)
     try:
         assert lightwork.get([square.remote(i) for i in range(5)]) == [0, 1, 4, 9, 16]
@@ -261,7 +262,7 @@ def test_a_listener_removed_before_it_was_told_hears_of_what_ended_meanwhile():
     from lightwork.kernel.events import TaskRecord
 
     heard = []
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     node.add_task_listener(heard.append)
     ended = TaskRecord(10**12, "ended-meanwhile", 0, 0.0)
     with node.lock:  # as _end_task leaves it: noted, the telling still to come
@@ -282,7 +283,7 @@ def test_a_failing_blocking_observer_does_not_break_get(monkeypatch):
         raise RuntimeError("observer bug")
 
     monkeypatch.setattr(introspect, "blocking_observers", [broken])
-    monkeypatch.setattr(lightwork.api.core, "_observers", introspect.blocking_observers)
+    support.patch_blocking_observers(monkeypatch, introspect.blocking_observers)
     assert lightwork.get(square.remote(4)) == 16
     assert [str(args.exc_value) for args in seen] == ["observer bug"]
     assert "blocking-call observer" in seen[0].err_msg

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import helpers
+import support
 import pytest
 
 dask = pytest.importorskip("dask")
@@ -87,7 +88,7 @@ def test_profiler_results_have_dasks_shape_and_worker_times():
         lightwork.dask.get(DSK, "z")
     assert prof.results[0]._fields == DaskTaskData._fields
     assert sorted(r.key for r in prof.results) == ["y", "z"]
-    workers = set(lightwork.api.core.driver_node().workers)
+    workers = support.worker_ids()
     for r in prof.results:
         assert prof.start_time <= r.start_time <= r.end_time <= prof.end_time
         assert r.worker_id in workers
@@ -252,7 +253,7 @@ def test_profiler_gives_alias_tasks_a_worker_id():
     x = da.ones((40, 40), chunks=(10, 10))
     with Profiler() as prof:
         (x + x.T).sum().compute(scheduler=lightwork.dask.get)
-    workers = set(lightwork.api.core.driver_node().workers)
+    workers = support.worker_ids()
     ids = sorted({r.worker_id for r in prof.results})  # once a TypeError: None among ints
     assert all(isinstance(worker_id, int) for worker_id in ids) and set(ids) <= workers
 

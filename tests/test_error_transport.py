@@ -14,6 +14,7 @@ import sys
 import threading
 
 import pytest
+import support
 
 import lightwork as ray
 import lightwork.exceptions as exc
@@ -46,9 +47,7 @@ class OnlyInWorkers(Exception):
 
 
 def _rebuild_only_in_workers(message):
-    from lightwork.engines.local import worker
-
-    if worker._current_worker is None:
+    if support.current_worker() is None:
         raise RuntimeError("this exception cannot be rebuilt in the driver")
     return OnlyInWorkers(message)
 

@@ -7,6 +7,7 @@ import time
 
 import pytest
 from helpers import run_script, write_script
+import support
 
 import lightwork
 from lightwork.kernel.events import freeze
@@ -136,7 +137,7 @@ def test_a_zero_budget_turns_the_log_off(fresh_runtime):
 
     assert lightwork.get([noop.remote() for _ in range(5)]) == [7] * 5
     assert task_records(include_unfinished=False) == []
-    assert lightwork.api.core.driver_node().advisor is None
+    assert support.driver_node().advisor is None
     lightwork.shutdown()
     with pytest.raises(ValueError, match="event_budget must be an int >= 0"):
         lightwork.init(event_budget=-1)
@@ -165,7 +166,7 @@ def test_records_are_kept_out_of_the_collector_and_readers_get_copies(runtime):
     opened = gate.remote()
     refs = [work.remote(opened, i) for i in range(20)]
     refs += [counter.bump.remote(opened, i) for i in range(5)]
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     with node.lock:  # waiting for the gate: pending, and not tracked
         live = [task.record for task in node.tasks.values()]
     assert len(live) >= 25 and not any(gc.is_tracked(record) for record in live)
@@ -238,7 +239,7 @@ def test_without_the_c_api_records_stay_tracked_and_the_log_still_works(tmp_path
     script = write_script(str(tmp_path), "driver.py", textwrap.dedent("""
         import ctypes, gc
         del ctypes.pythonapi  # as on an interpreter without CPython's C API
-        import lightwork
+        import lightwork, support
         import lightwork.diagnostics
 
         @lightwork.remote
@@ -247,7 +248,7 @@ def test_without_the_c_api_records_stay_tracked_and_the_log_still_works(tmp_path
 
         lightwork.init(num_cpus=2)
         assert lightwork.get([double.remote(i) for i in range(30)]) == list(range(0, 60, 2))
-        node = lightwork.api.core.driver_node()
+        node = support.driver_node()
         with node.lock:
             ended = list(node.log.tasks)
         assert len(ended) == 30 and all(gc.is_tracked(r) for r in ended)
@@ -387,7 +388,7 @@ def test_an_actors_calls_are_logged_in_order_and_let_go_of_its_handle(fresh_runt
     # An actor's plain calls that end in one read are logged together and drop their
     # holds on the handle together (ActorManager.on_messages); a two-return call in
     # between goes the general way. Order, counts and the handle's uses must add up.
-    from lightwork.api.core import driver_node
+    from support import driver_node
 
     lightwork.init(num_cpus=1)
     try:

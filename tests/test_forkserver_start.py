@@ -20,13 +20,13 @@ pytestmark = pytest.mark.lightwork_only  # lightwork's own process model
 FORKED_DRIVER = r"""
 import os, select, signal, sys
 import lightwork as ray
-from lightwork.api import core as _api
+import support
 
 read_end, write_end = os.pipe()  # the driver keeps this writer open across init()
 signal.signal(signal.SIGUSR2, lambda *_: print("driver handler ran in", os.getpid()))
 sys.stdout.write("text-buffered-before-init\n")  # stdout is a pipe: block-buffered
 ray.init(num_cpus=2)
-print("start_method", _api.driver_node().forkserver.start_method)
+print("start_method", support.forkserver().start_method)
 
 @ray.remote
 def probe(writer):
@@ -111,7 +111,7 @@ def test_stacks_fold_the_driver_frames_a_forked_worker_carries_but_not_its_task(
 FALLBACKS = r"""
 import os, threading, time
 import lightwork as ray
-from lightwork.api import core as _api
+import support
 from lightwork.engines.local import fork_client as session
 
 @ray.remote
@@ -120,7 +120,7 @@ def add(a, b):
 
 def run(label):
     ray.init(num_cpus=1)
-    method = _api.driver_node().forkserver.start_method
+    method = support.forkserver().start_method
     print(label, method, ray.get(add.remote(1, 2), timeout=30))
     ray.shutdown()
 
@@ -157,7 +157,7 @@ def test_a_driver_with_threads_or_much_memory_gets_the_execd_fork_server(tmp_pat
 KILLED_DRIVER = r"""
 import os, sys, time
 import lightwork as ray
-from lightwork.api import core as _api
+import support
 ray.init(num_cpus=2)
 
 @ray.remote
@@ -165,7 +165,7 @@ def pid():
     return os.getpid()
 
 pids = set(ray.get([pid.remote() for _ in range(4)], timeout=30))
-node = _api.driver_node()
+node = support.driver_node()
 print(node.forkserver.start_method, node.forkserver.process.pid, *pids, flush=True)
 print(node.session.shm_dir, node.session.directory, flush=True)
 time.sleep(60)

@@ -17,7 +17,7 @@ from helpers import wait_for_file, wait_until
 
 import lightwork as ray
 from lightwork import diagnostics
-from lightwork.api.core import driver_node
+from support import driver_node
 from lightwork.engines.local import protocol as p
 from lightwork.engines.local.objects import PENDING
 from lightwork.engines.local.worker import CPU_CLOCK_MIN_S

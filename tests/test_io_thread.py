@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import deque
 
 import pytest
+import support
 
-from lightwork.api import core as _api
 from lightwork.kernel.object_ref import RefCounter
 from lightwork.engines.local import io_loop
 
@@ -31,7 +31,7 @@ def test_an_idle_io_thread_is_woken_to_free_a_dropped_ref(fresh_runtime, monkeyp
     monkeypatch.setattr(io_loop, "IO_BUSY_FOR_S", 0.0)  # never busy
     monkeypatch.setattr(io_loop, "IO_IDLE_SLEEP_S", 60.0)
     fresh_runtime.init(num_cpus=1)
-    node = _api.driver_node()
+    node = support.driver_node()
 
     @fresh_runtime.remote
     def echo(value):
@@ -52,7 +52,7 @@ def test_a_busy_io_thread_frees_a_dropped_ref_at_its_next_short_sleep(fresh_runt
     monkeypatch.setattr(io_loop, "IO_BUSY_FOR_S", 60.0)  # busy after any event
     monkeypatch.setattr(io_loop, "IO_IDLE_SLEEP_S", 60.0)
     fresh_runtime.init(num_cpus=1)
-    node = _api.driver_node()
+    node = support.driver_node()
 
     @fresh_runtime.remote
     def echo(value):
@@ -152,7 +152,7 @@ def test_frames_that_outgrow_a_busy_workers_socket_wait_for_room(fresh_runtime, 
     import time
 
     fresh_runtime.init(num_cpus=1)
-    node = _api.driver_node()
+    node = support.driver_node()
     asked = []
     watch = node._watch_writable
     node._watch_writable = lambda conn: (asked.append(conn.worker_id), watch(conn))[-1]

@@ -15,6 +15,7 @@ import os
 
 import pytest
 from helpers import wait_for_file, wait_until
+import support
 
 # The contract is Ray's (kill wins, calls fail with ActorDiedError), but these tests read
 # lightwork's state rows (state, death_cause, worker of the actor) and hold the node's lock.
@@ -35,9 +36,8 @@ def runtime():
 
 
 def _node():
-    from lightwork.api import core as _api
 
-    return _api.driver_node()
+    return support.driver_node()
 
 
 def _row(handle):

@@ -15,7 +15,7 @@ import pytest
 import lightwork as ray
 import lightwork.exceptions as exc
 from helpers import attempts, count_attempt, wait_for_file, wait_until
-from lightwork.api import core as _api
+import support
 from lightwork.engines.local import memory_monitor
 from lightwork.engines.local.memory_monitor import configure, read_meminfo
 
@@ -32,7 +32,7 @@ def runtime():
     if ray.is_initialized():
         ray.shutdown()
     ray.init(num_cpus=2, _memory_monitor_refresh_ms=0)
-    yield _api.driver_node().memory_monitor
+    yield support.memory_monitor()
     ray.shutdown()
 
 
@@ -321,7 +321,7 @@ def test_an_actor_restarted_after_a_memory_kill_fails_its_lost_call_as_out_of_me
 def test_one_kill_at_a_time(monitor, tmp_path):
     first, first_dir = start(tmp_path, "first", max_retries=1)
     second, second_dir = start(tmp_path, "second", max_retries=1)
-    node = _api.driver_node()
+    node = support.driver_node()
     with node.lock:  # the death cannot be handled while we hold the lock
         victim = monitor.check()
         assert victim is not None

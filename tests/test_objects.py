@@ -17,6 +17,7 @@ import pytest
 
 import lightwork as ray
 from helpers import SHM_GLOB, wait_for_file
+import support
 
 pytestmark = pytest.mark.usefixtures("ray_start")
 
@@ -144,7 +145,7 @@ def test_a_plain_result_is_kept_as_its_bytes_and_read_like_any_value():
     # every reader still gets it, from the driver and from workers.
     ref = _seven.remote()
     assert ray.get(ref, timeout=10) == 7
-    node = ray.api.core.driver_node()
+    node = support.driver_node()
     with node.lock:
         entry = node.objects.entries[ref.id]
         kept = entry.serialized
@@ -377,10 +378,9 @@ def test_large_object_memory_is_returned_when_last_ref_dropped(wait_until):
     """Spec: objects are freed when no reference remains; their memory returns to the
     machine or waits, bounded, in the store's pool of segments for the next large value.
     Measured on lightwork's session directory (/dev/shm/lightwork-*)."""
-    from lightwork.api import core as _api
 
-    store = _api.driver_node().store
-    session_dir = _api.driver_node().session.shm_dir  # this session's only: others may run too
+    store = support.store()
+    session_dir = support.driver_node().session.shm_dir  # this session's only: others may run too
     before = _shm_bytes(session_dir) - store.pooled_bytes
     ref = ray.put(np.ones(8_000_000, dtype=np.float64))  # 64 MB
     assert _shm_bytes(session_dir) - before >= 60_000_000, "large object not in /dev/shm"

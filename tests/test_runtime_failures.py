@@ -7,9 +7,9 @@ import signal
 import time
 
 import pytest
+import support
 
 import lightwork
-from lightwork.api import core as _api
 from lightwork.exceptions import RuntimeSystemError
 
 pytestmark = pytest.mark.lightwork_only
@@ -24,7 +24,7 @@ def test_dead_fork_server_fails_pending_and_later_calls_clearly(fresh_runtime):
         return 1
 
     ref = slow.remote()
-    os.kill(_api.driver_node().forkserver.process.pid, signal.SIGKILL)
+    os.kill(support.forkserver().process.pid, signal.SIGKILL)
     with pytest.raises(RuntimeSystemError, match="fork server .* exited"):
         lightwork.get(ref, timeout=20)
     with pytest.raises(RuntimeSystemError, match="shutdown.*init"):

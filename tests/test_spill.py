@@ -29,8 +29,8 @@ import numpy as np
 import pytest
 
 import lightwork as ray
-from lightwork.api import core as _api
-from helpers import HANG_LIMIT_S, call_bounded
+from helpers import HANG_LIMIT_S, TESTS_DIR, call_bounded
+import support
 from lightwork.exceptions import ObjectStoreFullError
 
 MB = 1 << 20
@@ -56,7 +56,7 @@ def put_bounded(limit_s: float, put: Callable[[], object], what: str) -> object:
 
 
 def _store():
-    return _api.driver_node().store
+    return support.store()
 
 
 def _spill_files(directory: str) -> list[str]:
@@ -109,10 +109,10 @@ def test_status_and_memory_summary_show_the_store(fresh_runtime):
     summary = ray.memory_summary() if hasattr(ray, "memory_summary") else None
     from lightwork.kernel import views
 
-    store = views.memory_summary(_api.driver_node())["store"]
+    store = views.memory_summary(support.driver_node())["store"]
     assert store["budget_bytes"] == 64 * MB
     assert store["used_bytes"] >= MB
-    assert views.status(_api.driver_node())["store"]["budget_bytes"] == 64 * MB
+    assert views.status(support.driver_node())["store"]["budget_bytes"] == 64 * MB
     del ref, summary
 
 
@@ -204,9 +204,10 @@ def test_spilled_object_of_a_dead_worker_is_removed(fresh_runtime, budget, count
 def test_spill_files_removed_when_the_driver_is_killed(tmp_path, budget, count, size):
     script = textwrap.dedent(f"""
         import sys, numpy as np, lightwork as ray, time
+        sys.path.append({TESTS_DIR!r}); import support
         ray.init(num_cpus=1, object_store_memory={budget}, _spill_dir={str(tmp_path)!r})
         refs = [ray.put(np.full({size}, i, dtype=np.uint8)) for i in range({count})]
-        store = ray.api.core.driver_node().store
+        store = support.store()
         while not store.spilled_total:
             time.sleep(0.02)
         print("spilled", flush=True)
@@ -450,7 +451,7 @@ def test_a_get_racing_a_spill_does_not_keep_the_mapping(fresh_runtime):
 
     ray.init(num_cpus=1, object_store_memory=64 * MB)
     ref = ray.put(np.full(2 * MB, 6, dtype=np.uint8))
-    node = _api.driver_node()
+    node = support.driver_node()
     stored_before_spill = node.objects.get(ref.id).stored  # what the racing get read
     old_path = stored_before_spill.path
     with node.lock:

@@ -8,6 +8,7 @@ import signal
 import pytest
 
 import helpers
+import support
 import lightwork
 from lightwork.diagnostics import stack as stacks
 from lightwork.diagnostics.stack import format_stacks, parse_faulthandler, stack
@@ -69,7 +70,7 @@ def test_actor_is_labelled_with_class_and_method(runtime):
             return helpers.wait_for_file(path)
 
     waiter = Waiter.remote()
-    gate = os.path.join(lightwork.api.core.driver_node().session.directory, "test-gate")
+    gate = os.path.join(support.session_directory(), "test-gate")
     started = gate + "-started"
     call = waiter.wait_here.remote(gate, started)
     helpers.wait_until(lambda: os.path.exists(started), timeout=20)
@@ -87,7 +88,7 @@ def test_a_stopped_worker_times_out_alone(runtime):
         return None
 
     lightwork.get([noop.remote() for _ in range(4)])  # workers killed by earlier tests come back
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     alive = lambda: [c for c in node.workers.values() if c.pid and not c.eof_at and not c.dead]  # noqa: E731
     helpers.wait_until(lambda: len(alive()) >= 2)
     victim = alive()[0]

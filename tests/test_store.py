@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 from helpers import arrive_and_wait
+import support
 
 import lightwork as ray
-from lightwork.api import core as _api
 from lightwork.kernel import serialization
 
 MB = 1_000_000
@@ -22,7 +22,7 @@ def runtime(two_cpus):
 
 
 def _store():
-    return _api.driver_node().store
+    return support.store()
 
 
 def _churn(fill: int, count: int = 12, size: int = 2 * MB) -> None:
@@ -69,7 +69,7 @@ def test_a_large_value_written_into_a_pooled_segment_is_bit_exact():
 def test_view_held_in_driver_survives_reuse():
     ref = ray.put(np.full(2 * MB, 7, dtype=np.uint8))
     held = ray.get(ref)
-    path = _api.driver_node().objects.get(ref.id).stored.path
+    path = support.stored_path(ref)
     del ref
     gc.collect()
     before = _store().recycled_count
@@ -141,7 +141,7 @@ def test_view_held_in_task_worker_survives_reuse(tmp_path):
 def test_mapping_table_reports_closing_only_unviewed():
     segments = serialization.MappedSegments()
     ref = ray.put(np.full(2 * MB, 1, dtype=np.uint8))
-    path = _api.driver_node().objects.get(ref.id).stored.path
+    path = support.stored_path(ref)
     data, buffers = segments.parts(path)
     view = np.frombuffer(buffers[0], dtype=np.uint8)
     del data, buffers
@@ -183,7 +183,7 @@ def test_an_idle_pool_gives_its_memory_back(monkeypatch):
     store = _store()
     monkeypatch.setattr(store, "pool_idle_s", 0.3)
     refs = [ray.put(np.full(2 * MB, 1, dtype=np.uint8)) for _ in range(3)]
-    paths = [_api.driver_node().objects.get(ref.id).stored.path for ref in refs]
+    paths = [support.stored_path(ref) for ref in refs]
     del refs
     gc.collect()
     wait_until(lambda: store.pooled_bytes > 0, message="freed segments pooled")

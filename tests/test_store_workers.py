@@ -9,16 +9,16 @@ import os
 import numpy as np
 import pytest
 from helpers import call_bounded, wait_until
+import support
 
 import lightwork as ray
-from lightwork.api import core as _api
 from lightwork.exceptions import ObjectStoreFullError
 
 MB = 1_000_000
 
 
 def _store():
-    return _api.driver_node().store
+    return support.store()
 
 
 @ray.remote
@@ -35,7 +35,7 @@ def _pool_some(count: int, size: int = 2 * MB) -> None:
 
 
 def _path_of(ref) -> str:
-    return _api.driver_node().objects.get(ref.id).stored.path
+    return support.stored_path(ref)
 
 
 def test_worker_results_and_puts_reuse_pooled_segments(fresh_runtime):
@@ -107,7 +107,7 @@ def test_worker_writes_are_counted_before_they_are_written(fresh_runtime):
     spiller moved older objects out before the worker wrote (before, the worker wrote
     first and the spiller caught up after)."""
     ray.init(num_cpus=1, object_store_memory=16 * MB)
-    objects = _api.driver_node().objects
+    objects = support.driver_node().objects
     seen: list[int] = []
     track = objects.track_segment
 
@@ -152,9 +152,7 @@ def test_a_reservation_of_a_worker_that_dies_is_dropped(fresh_runtime):
 
     @ray.remote(max_retries=0)
     def reserve_and_die():
-        from lightwork.engines.local import worker
-
-        me = worker._current_worker
+        me = support.current_worker()
         path, _ = me.room(4 * MB, f"{me.shm_dir}/dying")
         open(path, "wb").close()
         os._exit(1)

@@ -15,7 +15,7 @@ import pytest
 from helpers import returns_within, wait_for_file, wait_until
 
 import lightwork as ray
-from lightwork.api.core import driver_node
+from support import driver_node
 from lightwork import state
 
 pytestmark = pytest.mark.lightwork_only  # the runtime's own lock and tables

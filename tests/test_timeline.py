@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 import helpers
+import support
 import lightwork
 from lightwork.diagnostics.timeline import build_trace, profile, timeline
 
@@ -251,7 +252,7 @@ def test_counters_for_tasks_cpu_and_memory(runtime, tmp_path):
             pass
 
     lightwork.get([spin.remote() for _ in range(4)])
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     helpers.wait_until(lambda: len(node.control.samples()[0]) >= 2, timeout=10)
     events = traced(tmp_path)
     counters = {(e["name"], e["pid"]) for e in events if e["ph"] == "C"}
@@ -369,7 +370,7 @@ def test_stopping_a_worker_does_not_break_the_trace(fresh_runtime, tmp_path):
         return helpers.wait_for_file(path)
 
     ref = victim.remote(str(tmp_path / "never"))
-    node = lightwork.api.core.driver_node()
+    node = support.driver_node()
     helpers.wait_until(lambda: any(c.pid and c.slot.inflight for c in node.workers.values()))
     [conn] = [c for c in node.workers.values() if c.slot.inflight]
     node.control.sample_now()
