@@ -44,8 +44,7 @@ if AGAINST_RAY:
 else:
     import cloudpickle as _cloudpickle
 
-import helpers  # noqa: E402  (tests/ is on sys.path: pytest's rootdir-less conftest)
-import support  # noqa: E402
+from tests import helpers, support  # noqa: E402  (tests/ is a package: see tests/__init__.py)
 
 # A hang prints every thread's stack (pytest-timeout also dumps at its deadline).
 faulthandler.enable()
@@ -65,7 +64,7 @@ _cloudpickle.register_pickle_by_value(support)
 
 # What a test file about lightwork's internals mentions (see pytest_ignore_collect).
 INTERNALS = ("lightwork._", "lightwork.diagnostics", "lightwork.kernel", "lightwork.engines",
-             "lightwork.api", "import support", "from support")
+             "lightwork.api", "support.")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -153,7 +152,7 @@ def shared_dask_cluster(tmp_path_factory):
     cluster tests; the modules connect to it and call ``wait_for_workers`` first. Nothing
     may be left behind when it stops."""
     pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
-    from dask_cluster import DaskCluster
+    from tests.dask_cluster import DaskCluster
 
     cluster = DaskCluster(str(tmp_path_factory.mktemp("dask"))).start()
     try:

@@ -11,8 +11,7 @@ import os
 import numpy as np
 import pytest
 
-import helpers
-import support
+from tests import helpers, support
 import lightwork
 from lightwork import state
 from lightwork.kernel import views
