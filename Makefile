@@ -38,7 +38,7 @@ OLDEST_CLUSTER_TESTS := tests/conformance/test_conformance.py \
 PURE_PYTHON_TESTS := tests/kernel/test_collector.py tests/api/test_objects.py \
 	tests/api/test_tasks.py tests/engines/local/test_hot_path.py tests/kernel/test_event_log.py \
 	tests/engines/local/test_deaths.py tests/api/test_actors.py \
-	tests/engines/local/test_scheduling.py tests/api/test_cancel_states.py \
+	tests/engines/local/test_scheduler.py tests/api/test_cancel_states.py \
 	tests/engines/local/test_submit_queue.py tests/engines/local/test_io_thread.py \
 	tests/engines/local/test_cleanup.py tests/api/test_generators.py
 
