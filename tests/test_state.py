@@ -14,7 +14,7 @@ import pytest
 from tests import helpers, support
 import lightwork
 from lightwork import state
-from lightwork.kernel import views
+from lightwork.kernel import views  # the state API's views (their percentile helper)
 
 pytestmark = pytest.mark.lightwork_only
 

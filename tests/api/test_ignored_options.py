@@ -11,7 +11,7 @@ import warnings
 import pytest
 
 import lightwork
-from lightwork.kernel import runtime_env
+from lightwork.kernel import runtime_env  # its warn-once registry, reset between tests
 from lightwork.exceptions import IgnoredOptionWarning
 
 pytestmark = pytest.mark.lightwork_only

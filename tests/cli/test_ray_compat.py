@@ -16,7 +16,7 @@ import pytest
 from tests.helpers import script_env
 
 import lightwork
-from lightwork.kernel import ray_alias
+from lightwork.kernel import ray_alias  # install_as_ray's own module: the subject
 
 pytestmark = pytest.mark.lightwork_only
 

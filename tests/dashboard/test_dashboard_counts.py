@@ -16,7 +16,7 @@ import pytest
 from tests.dashboard.test_dashboard import _client_of, _open_stream, _synthetic_sync
 
 import lightwork
-from lightwork.kernel.events import EventLog, TaskRecord
+from lightwork.kernel.events import EventLog, TaskRecord  # what the dashboard reads
 from lightwork.dashboard import feed
 from lightwork.dashboard.mirror import Mirror
 

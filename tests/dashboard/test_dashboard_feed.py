@@ -17,7 +17,7 @@ from tests import helpers, support
 import pytest
 
 import lightwork
-from lightwork.kernel import control
+from lightwork.kernel import control  # the dashboard's channel to the driver: its wire
 from lightwork.dashboard import feed
 from lightwork.dashboard.mirror import Mirror
 from lightwork.dashboard.server import DashboardServer

@@ -12,7 +12,7 @@ from typing import Any
 from tests import helpers
 import pytest
 
-from lightwork.kernel.events import TaskRecord
+from lightwork.kernel.events import TaskRecord  # records built by hand: the mirror's input
 from lightwork.dashboard import feed, functions, orders
 from lightwork.dashboard.mirror import Mirror
 

@@ -12,7 +12,7 @@ import itertools
 
 import pytest
 
-from lightwork.kernel.events import DriverSpan, TaskRecord
+from lightwork.kernel.events import DriverSpan, TaskRecord  # the advisor's input, by hand
 from lightwork.diagnostics.advisor import Advisor
 
 SITE = ("program.py", 10, "<module>")

@@ -20,7 +20,7 @@ import pytest
 from tests.diagnostics.test_timeline import load_trace
 
 import lightwork
-from lightwork.kernel.events import DriverSpan, TaskRecord
+from lightwork.kernel.events import DriverSpan, TaskRecord  # the advisor's input, by hand
 from lightwork.diagnostics.advisor import Advisor, Finding, analyse
 from lightwork.diagnostics.timeline import EVENTS_TID
 

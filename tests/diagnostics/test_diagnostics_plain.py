@@ -292,7 +292,7 @@ def test_a_diagnostics_bug_is_printed_by_default_and_get_goes_on(tmp_path):
     """Python's default unraisable hook accepts only its own argument type."""
     path = helpers.write_script(str(tmp_path), "observer_bug.py", """
 import lightwork
-from lightwork.kernel import introspect
+from lightwork.kernel import introspect  # the callbacks' hook into get/wait and graphs
 
 lightwork.init(num_cpus=1)
 

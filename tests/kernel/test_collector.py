@@ -25,6 +25,7 @@ import lightwork as ray
 from tests.support import driver_node
 from lightwork.kernel import collector
 from lightwork.kernel.events import TaskRecord
+# The collector's clients: the local engine's records it keeps out of the cyclic GC.
 from lightwork.engines.local.objects import ObjectEntry, ObjectTable
 from lightwork.engines.local.scheduler import TaskSpec
 

@@ -11,7 +11,7 @@ from tests.helpers import arrive_and_wait
 from tests import support
 
 import lightwork as ray
-from lightwork.kernel import serialization
+from lightwork.kernel import serialization  # the segments the store recycles: its subject
 
 MB = 1_000_000
 
