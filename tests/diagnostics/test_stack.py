@@ -164,7 +164,7 @@ def test_engine_and_runtime_frames_fold_around_the_users_code():
     ]
     main_thread = [
         [app, 39, "<module>"],
-        [f"{package}/_api.py", 558, "get"],
+        [f"{package}/api/core.py", 558, "get"],
         [f"{package}/engines/distributed/fetch.py", 61, "get"],
         [f"{site}/distributed/client.py", 5560, "wait"],
         [f"{site}/distributed/utils.py", 452, "sync"],
