@@ -11,8 +11,8 @@ OLDEST_VENV := .venv-oldest-dask
 OLDEST_STAMP := $(OLDEST_VENV)/.installed-$(OLDEST_DASK)
 OLDEST_PINS := 'dask[array,bag,dataframe]==$(OLDEST_DASK)' 'distributed==$(OLDEST_DASK)' \
 	'numpy<2.2' 'pandas<2.3'
-DASK_TESTS := tests/test_dask_get.py tests/test_diagnostics_callbacks.py \
-	tests/test_diagnostics_profilers.py tests/test_diagnostics_plain.py
+DASK_TESTS := tests/dask/test_dask_get.py tests/diagnostics/test_diagnostics_callbacks.py \
+	tests/diagnostics/test_diagnostics_profilers.py tests/diagnostics/test_diagnostics_plain.py
 # The cluster tests on the oldest distributed: the conformance suite's distributed half
 # (LIGHTWORK_TEST_BACKENDS) and every cluster file but the seeds' programs, which start a
 # 4-worker cluster of their own (11 s) and exercise no distributed API the others do not.
@@ -23,18 +23,24 @@ DASK_TESTS := tests/test_dask_get.py tests/test_diagnostics_callbacks.py \
 # test_cluster_retries.py, which switches the shared scheduler's allowed-failures and back
 # (a config read through run_on_scheduler, the same on every version); on 2024.11.1 its
 # teardown once left a worker's child behind.
-OLDEST_CLUSTER_TESTS := tests/test_conformance.py tests/test_cluster_compat.py tests/test_cluster_sessions.py \
-	tests/test_cluster_state.py tests/test_cluster_diagnostics.py \
-	tests/test_cluster_callbacks.py tests/test_cluster_dashboard.py \
-	tests/test_cluster_actors.py
+OLDEST_CLUSTER_TESTS := tests/conformance/test_conformance.py \
+	tests/engines/distributed/test_cluster_compat.py \
+	tests/engines/distributed/test_cluster_sessions.py \
+	tests/engines/distributed/test_cluster_state.py \
+	tests/engines/distributed/test_cluster_diagnostics.py \
+	tests/engines/distributed/test_cluster_callbacks.py \
+	tests/engines/distributed/test_cluster_dashboard.py \
+	tests/engines/distributed/test_cluster_actors.py
 # The runtime without its compiled module (lightwork._collector, optional: see
 # src/lightwork/kernel/collector.py), as on a machine that could not build it: the
 # tests of the objects it would take out of the collector, run on the fallback.
 # ~25 s on 2 cores.
-PURE_PYTHON_TESTS := tests/test_collector.py tests/test_objects.py tests/test_tasks.py \
-	tests/test_hot_path.py tests/test_event_log.py tests/test_deaths.py tests/test_actors.py \
-	tests/test_scheduling.py tests/test_cancel_states.py tests/test_submit_queue.py \
-	tests/test_io_thread.py tests/test_cleanup.py tests/test_generators.py
+PURE_PYTHON_TESTS := tests/kernel/test_collector.py tests/api/test_objects.py \
+	tests/api/test_tasks.py tests/engines/local/test_hot_path.py tests/kernel/test_event_log.py \
+	tests/engines/local/test_deaths.py tests/api/test_actors.py \
+	tests/engines/local/test_scheduler.py tests/api/test_cancel_states.py \
+	tests/engines/local/test_submit_queue.py tests/engines/local/test_io_thread.py \
+	tests/engines/local/test_cleanup.py tests/api/test_generators.py
 
 .PHONY: demo test chaos bench clean browser
 .PHONY: hooks install-check

@@ -44,7 +44,7 @@ if AGAINST_RAY:
 else:
     import cloudpickle as _cloudpickle
 
-import helpers  # noqa: E402  (tests/ is on sys.path: pytest's rootdir-less conftest)
+from tests import helpers, support  # noqa: E402  (tests/ is a package: see tests/__init__.py)
 
 # A hang prints every thread's stack (pytest-timeout also dumps at its deadline).
 faulthandler.enable()
@@ -59,6 +59,12 @@ os.environ.setdefault("LIGHTWORK_MEMORY_MONITOR_REFRESH_MS", "0")
 # on workers being able to import tests/ (that contract has its own test with a module
 # written to tmp_path, in test_worker_env.py).
 _cloudpickle.register_pickle_by_value(helpers)
+_cloudpickle.register_pickle_by_value(support)
+
+
+# What a test file about lightwork's internals mentions (see pytest_ignore_collect).
+INTERNALS = ("lightwork._", "lightwork.diagnostics", "lightwork.kernel", "lightwork.engines",
+             "lightwork.api", "support.")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -73,10 +79,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_ignore_collect(collection_path, config):
     """Under the Ray switch, skip test files about lightwork's internals (they import
-    private modules Ray does not have)."""
+    private modules Ray does not have, or reach them through ``support``)."""
     if AGAINST_RAY and collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
         source = collection_path.read_text(errors="replace")
-        if "lightwork._" in source or "lightwork.diagnostics" in source:
+        if any(internal in source for internal in INTERNALS):
             return True
     return None
 
@@ -146,7 +152,7 @@ def shared_dask_cluster(tmp_path_factory):
     cluster tests; the modules connect to it and call ``wait_for_workers`` first. Nothing
     may be left behind when it stops."""
     pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
-    from dask_cluster import DaskCluster
+    from tests.dask_cluster import DaskCluster
 
     cluster = DaskCluster(str(tmp_path_factory.mktemp("dask"))).start()
     try:
@@ -166,7 +172,7 @@ def cluster(shared_dask_cluster):
         lightwork.shutdown()
     lightwork.init(address=shared_dask_cluster.scheduler_file)
     try:
-        shared_dask_cluster.wait_for_workers(lightwork.api.core._backend.client)
+        shared_dask_cluster.wait_for_workers(support.cluster_client())
         yield shared_dask_cluster
     finally:
         lightwork.shutdown()

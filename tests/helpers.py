@@ -24,10 +24,17 @@ SHM_GLOB = "/dev/shm/lightwork-*"
 # marker (``make chaos``, a quiet machine) or printed by ``bench/``.
 HANG_LIMIT_S = 15.0
 
+# The directory holding the ``tests`` package (the repository's top): on a driver
+# script's sys.path, the script can ``from tests import support``.
+SUITE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 # Prepended to every driver script run in a subprocess, so the conformance switch
-# (LIGHTWORK_TEST_AGAINST_RAY=1, see conftest.py) applies there too.
-ALIAS_PRELUDE = """\
-import os as _os, sys as _sys
+# (LIGHTWORK_TEST_AGAINST_RAY=1, see conftest.py) applies there too, and the script can
+# import ``tests.support``. It goes on the script's sys.path, not in PYTHONPATH: workers
+# inherit the environment, and they must not depend on importing tests/. One line, so the
+# scripts' line numbers stay what they were.
+ALIAS_PRELUDE = f"""\
+import os as _os, sys as _sys; _sys.path.append({SUITE_ROOT!r})
 if _os.environ.get("LIGHTWORK_TEST_AGAINST_RAY") == "1":
     import ray as _ray, ray.exceptions as _rex
     _sys.modules["lightwork"] = _ray

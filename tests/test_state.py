@@ -11,10 +11,10 @@ import os
 import numpy as np
 import pytest
 
-import helpers
+from tests import helpers, support
 import lightwork
 from lightwork import state
-from lightwork.kernel import views
+from lightwork.kernel import views  # the state API's views (their percentile helper)
 
 pytestmark = pytest.mark.lightwork_only
 
@@ -51,7 +51,7 @@ def test_live_and_ended_task_states(runtime, tmp_path):
     waiting = after.remote(first)
     outer = nested.remote(gate)
     big = blocked.options(num_cpus=2).remote(gate)  # cannot fit while the others run
-    ids = {lightwork.api.core.driver_node().task_id_of(r.id): r for r in (first, waiting, outer, big)}
+    ids = {support.driver_node().task_id_of(r.id): r for r in (first, waiting, outer, big)}
 
     def states():
         rows = _by_id(state.list_tasks(limit=None))
@@ -85,7 +85,7 @@ def test_a_task_blocked_in_a_nested_wait_is_running_in_ray_wait(runtime, tmp_pat
         return len(ready)
 
     ref = waits.remote(gate)
-    task_id = lightwork.api.core.driver_node().task_id_of(ref.id)
+    task_id = support.driver_node().task_id_of(ref.id)
 
     def state_of():
         return _by_id(state.list_tasks(limit=None)).get(task_id, {}).get("state")

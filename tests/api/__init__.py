@@ -1,0 +1,1 @@
+"""Tests of ``lightwork.api``: tasks, actors, objects, errors, cancel and init."""

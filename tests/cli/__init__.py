@@ -1,0 +1,1 @@
+"""Tests of the command line (``lightwork.cli``, ``python -m lightwork run``)."""

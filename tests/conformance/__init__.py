@@ -1,0 +1,1 @@
+"""The conformance suite: the behaviour every backend must show."""

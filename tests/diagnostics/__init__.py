@@ -1,0 +1,1 @@
+"""Tests of ``lightwork.diagnostics``: advisor, timeline, stack, callbacks, profilers."""

@@ -1,0 +1,1 @@
+"""Tests of the local engine (``lightwork.engines.local``): scheduler, store, workers, I/O loop."""

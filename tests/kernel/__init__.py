@@ -1,0 +1,1 @@
+"""Tests of ``lightwork.kernel``: ids, serialization, the event log, the backend interface."""
