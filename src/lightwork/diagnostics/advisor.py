@@ -68,7 +68,7 @@ its worker did not wait for a core for most of its extra time (each worker's
 log, cores sat idle meanwhile: the machine's idle time, sampled each look and saved);
 otherwise other programs may have kept it off the cores. No finding advises a fix the
 runtime cannot carry out (``num_cpus`` above its CPU slots) or reports a figure no
-process can reach (more cores than the machine has). ``tests/test_advisor_corpus.py``
+process can reach (more cores than the machine has). ``tests/diagnostics/test_advisor_corpus.py``
 holds correct programs in the styles Ray's docs teach; each must get no finding.
 
 The thresholds are module constants; they are deliberately conservative: a finding must
