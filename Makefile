@@ -104,6 +104,7 @@ bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/spill.py
 	$(PY) bench/dashboard.py
 	$(PY) bench/deep_queue.py
+	$(PY) bench/wakeups.py --json bench/wakeups.json
 	$(PY) bench/readme_table.py
 
 # The documentation site, warnings as errors (its examples run in `make test`: tests/docs).
