@@ -220,3 +220,21 @@ def test_percentile_and_parse_filters_units():
     assert views.filter_rows("tasks", rows, [("error", "=", "none")])[1] == 1
     assert views.filter_rows("tasks", rows, [("task_id", "=", "1.0")])[1] == 1
     assert views.filter_rows("tasks", rows, [("task_id", "=", "one")])[1] == 0
+
+
+def test_a_task_whose_worker_is_still_starting_is_not_yet_running():
+    # The frame waits in the socket of a worker the fork server has not reported yet:
+    # there is no process to run it (nor to dump its stack), so it is not RUNNING.
+    from collections import deque
+    from types import SimpleNamespace
+
+    from lightwork.engines.local.scheduler import WorkerSlot
+
+    task = SimpleNamespace(state="SUBMITTED_TO_WORKER", actor_id=0)
+    task.worker = WorkerSlot(7, inflight=deque([task]))
+    starting = SimpleNamespace(workers={7: SimpleNamespace(pid=0)})
+    started = SimpleNamespace(workers={7: SimpleNamespace(pid=4242)})
+    assert views.live_task_state(starting, task) == "SUBMITTED_TO_WORKER"
+    assert views.live_task_state(started, task) == "RUNNING"
+    task.worker.blocked, task.worker.blocked_in = 1, "get"
+    assert views.live_task_state(started, task) == "RUNNING_IN_RAY_GET"

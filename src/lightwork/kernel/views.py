@@ -129,6 +129,9 @@ def live_task_state(node: Run, task: Any) -> str:
     slot = task.worker
     if slot is None or not slot.inflight or slot.inflight[0] is not task:
         return state
+    conn = node.workers.get(slot.worker_id)
+    if conn is not None and not conn.pid:
+        return state  # its worker is still starting: the task waits in its socket
     return _running_state(slot)
 
 
