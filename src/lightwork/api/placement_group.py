@@ -219,8 +219,7 @@ def _check_session(group: PlacementGroup) -> None:
 
     backend = core._backend
     if backend is not None and not backend.closed:
-        id_floor = getattr(getattr(backend, "node", None), "id_floor", None)
-        if id_floor is None or not id_floor.minted_before(group._group_id):
+        if not backend.minted_before_session(group._group_id):
             return  # this session's (a worker or the cluster backend cannot tell: trusted)
         now = "This session cannot see it"
     else:

@@ -51,7 +51,7 @@ def get(dsk: Any, keys: Any, *, callbacks: Any = None, num_workers: int | None =
         raise ValueError(f"num_workers must be a positive int, got {num_workers!r}")
     _api._core()  # start a runtime if none is running, as lightwork.get does
     # The driver's node, or a cluster run's event log, which tells of ended tasks alike.
-    node = _api.driver_node() or getattr(_api._backend, "recorder", None)
+    node = _api._core().run_record()
     if node is None:
         if callbacks is not None or active_callbacks():  # never silently without them
             _api.diagnostics_node("Dask callbacks of lightwork.dask.get")

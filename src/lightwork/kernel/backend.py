@@ -231,6 +231,11 @@ class Backend(abc.ABC):
         task can make one: elsewhere the error is raised to the caller."""
         raise exc
 
+    def minted_before_session(self, object_id: int) -> bool:
+        """Whether ``object_id`` was made by an earlier session of this process (so a
+        ref, handle or group carrying it is stale). False where the engine cannot tell."""
+        return False
+
     def actor_loop(self) -> Any:
         """The running async actor's event loop runner, or None (not in an async actor)."""
         return None

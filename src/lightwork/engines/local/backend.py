@@ -97,6 +97,9 @@ class LocalBackend(Backend):
     def address(self) -> str:
         return "local"
 
+    def minted_before_session(self, object_id: int) -> bool:
+        return self.in_driver and self.core.id_floor.minted_before(object_id)
+
     def put_error(self, exc: BaseException) -> Any:
         if self.in_driver:
             raise exc
