@@ -225,9 +225,10 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
     name = options.get("name")
     namespace = options.get("namespace")
     if name is not None and options.get("get_if_exists"):
-        found = core.driver_request("get_actor", name, namespace)
+        found = core.find_actor(name, namespace)
         if found is not None:
-            return ActorHandle(ObjectRef(found[0], _borrowed=True), found[1], found[2])
+            return ActorHandle(ObjectRef(found.actor_id, _borrowed=True), found.class_name,
+                               found.methods)
     actor_id = core.next_object_id()
     stored, deps = prepare_args(args, kwargs, None)
     actor = ActorSpec(
@@ -355,13 +356,14 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
 
     if not isinstance(name, str) or not name:
         raise ValueError(f"get_actor() needs an actor name, got {name!r}")
-    found = _core().driver_request("get_actor", name, namespace)
+    found = _core().find_actor(name, namespace)
     if found is None:
         raise ValueError(
             f"no live actor named {name!r} in namespace {namespace!r}; create it with "
             f"Cls.options(name={name!r}).remote(), or check the name and namespace"
         )
-    return ActorHandle(ObjectRef(found[0], _borrowed=True), found[1], found[2])
+    return ActorHandle(ObjectRef(found.actor_id, _borrowed=True), found.class_name,
+                       found.methods)
 
 
 def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
@@ -370,7 +372,7 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}: {actor!r:.80}")
-    _core((actor,)).driver_request("kill", actor._ref.id, bool(no_restart))
+    _core((actor,)).kill_actor(actor._ref.id, bool(no_restart))
 
 
 def exit_actor() -> None:

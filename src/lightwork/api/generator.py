@@ -53,7 +53,7 @@ class ObjectRefGenerator:
             raise StopIteration
         core = _api._core((self._head,))
         while True:
-            kind, object_id = core.driver_request("stream", "item", self._head.id, self._index)
+            kind, object_id = core.stream_item(self._head.id, self._index)
             if kind == "item":
                 self._index += 1
                 return ObjectRef(object_id, _borrowed=True)
@@ -77,7 +77,7 @@ class ObjectRefGenerator:
         if self._finished:
             return self._head
         core = _api._core((self._head,))
-        kind, object_id = core.driver_request("stream", "item", self._head.id, self._index)
+        kind, object_id = core.stream_item(self._head.id, self._index)
         if kind in ("item", "wait"):
             return ObjectRef(object_id, _borrowed=True)
         return self._head  # "error" or "end": the task ended, so its head is ready

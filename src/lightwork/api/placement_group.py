@@ -29,7 +29,7 @@ A group belongs to its session: after ``shutdown()``, using an old group (in a s
 ``SessionEndedError``, before any new ``init()`` (starting no runtime) and after one.
 
 The bookkeeping is the scheduler's (``lightwork.engines.local.scheduler``); this module
-checks arguments and talks to it through the backend's ``driver_request``.
+checks arguments and talks to it through the backend's placement-group methods.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def placement_group(bundles: list[dict[str, float]], strategy: str = "PACK", nam
     backend = core._core()
     group_id = backend.next_object_id()
     group = PlacementGroup(group_id, checked, strategy, name)
-    backend.driver_request("placement_group", "create", group_id, group.hex, name, checked, strategy)
+    backend.create_placement_group(group_id, group.hex, name, checked, strategy)
     return group
 
 
@@ -153,7 +153,7 @@ def remove_placement_group(placement_group: PlacementGroup) -> None:
     """Give the group's resources back; its actors are killed, its waiting tasks fail."""
     _check_group(placement_group, "remove_placement_group")
     _check_session(placement_group)
-    core._core().driver_request("placement_group", "remove", placement_group._group_id)
+    core._core().remove_placement_group(placement_group._group_id)
 
 
 def placement_group_table(placement_group: PlacementGroup | None = None) -> dict[str, Any]:
@@ -162,7 +162,7 @@ def placement_group_table(placement_group: PlacementGroup | None = None) -> dict
     if placement_group is not None:
         _check_group(placement_group, "placement_group_table")
         _check_session(placement_group)
-    table = core._core().driver_request("placement_group", "table")
+    table = core._core().placement_group_table()
     if placement_group is None:
         return table
     return table.get(placement_group.hex, {})

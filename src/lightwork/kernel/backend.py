@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import abc
 import concurrent.futures
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,6 +83,14 @@ def installed() -> Backend | None:
     _api_loaded()
     assert _installed is not None
     return _installed()
+
+
+class ActorInfo(NamedTuple):
+    """What a backend knows of a live actor by name."""
+
+    actor_id: int
+    class_name: str
+    methods: dict[str, int | str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,10 +214,36 @@ class Backend(abc.ABC):
         """Queue a call of ``method`` on the actor; calls from one caller run in order."""
 
     @abc.abstractmethod
-    def driver_request(self, what: str, *args: Any) -> Any:
-        """A named request to the session's directory: ``("get_actor", name, namespace)``
-        returns ``(actor_id, class_name, methods)`` or None; ``("kill", actor_id,
-        no_restart)``. A backend raises UnsupportedOnBackend for a request it cannot do."""
+    def find_actor(self, name: str, namespace: str | None) -> ActorInfo | None:
+        """The live actor named ``name`` in ``namespace`` (None: the session's), or None."""
+
+    @abc.abstractmethod
+    def kill_actor(self, actor_id: int, no_restart: bool) -> None:
+        """End the actor's process now; its pending and later calls raise ActorDiedError."""
+
+    # -- placement groups --------------------------------------------------------------
+    @abc.abstractmethod
+    def create_placement_group(self, group_id: int, group_hex: str, name: str,
+                               bundles: list[dict[str, float]], strategy: str) -> None:
+        """Reserve ``bundles`` (checked by the API) as group ``group_id``; returns at once,
+        the reservation is made when the resources are free. A backend that reserves
+        nothing ahead of tasks raises UnsupportedOnBackend."""
+
+    @abc.abstractmethod
+    def remove_placement_group(self, group_id: int) -> None:
+        """Release the group's reservation; its tasks fail with TaskPlacementGroupRemoved."""
+
+    @abc.abstractmethod
+    def placement_group_table(self) -> dict[str, dict[str, Any]]:
+        """Every group of the session by hex id: bundles, strategy, state, name."""
+
+    # -- streaming generators --------------------------------------------------------------
+    @abc.abstractmethod
+    def stream_item(self, head_id: int, index: int) -> tuple[str, Any]:
+        """Item ``index`` of the generator task whose head ref is ``head_id``:
+        ``("item", id)`` (its ref), ``("wait", id)`` (not yet: a ref that becomes ready
+        when it comes), ``("error", None)`` (the head raises the task's error) or
+        ``("end", None)``."""
 
     # -- introspection ---------------------------------------------------------------------
     @abc.abstractmethod

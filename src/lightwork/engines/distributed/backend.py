@@ -68,7 +68,7 @@ from lightwork.kernel import exceptions
 from lightwork.kernel.object_ref import PROCESS_ID_SHIFT, ended_session_message, ref_counter
 from lightwork.engines.distributed import compat as cluster_compat
 from lightwork.engines.distributed import worker as cluster_worker
-from lightwork.kernel.backend import Backend, SessionOptions
+from lightwork.kernel.backend import ActorInfo, Backend, SessionOptions
 from lightwork.engines.distributed.actor_calls import ActorCalls
 from lightwork.engines.distributed.fetch import Fetching
 from lightwork.engines.distributed.holds import InnerHolds
@@ -253,6 +253,26 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
 
     def run_record(self, session: bool = False) -> Any:
         return self.session_log if session else self.recorder
+
+    # -- the typed requests of the interface, carried by the engine's own request path --
+    def find_actor(self, name: str, namespace: str | None) -> ActorInfo | None:
+        found = self.driver_request("get_actor", name, namespace)
+        return None if found is None else ActorInfo(*found)
+
+    def kill_actor(self, actor_id: int, no_restart: bool) -> None:
+        self.driver_request("kill", actor_id, no_restart)
+
+    def create_placement_group(self, group_id: int, group_hex: str, name: str,
+                               bundles: list[dict[str, float]], strategy: str) -> None:
+        self.driver_request("placement_group", "create", group_id, group_hex, name, bundles,
+                            strategy)
+
+    def remove_placement_group(self, group_id: int) -> None:
+        self.driver_request("placement_group", "remove", group_id)
+
+    def placement_group_table(self) -> dict[str, dict[str, Any]]:
+        table: dict[str, dict[str, Any]] = self.driver_request("placement_group", "table")
+        return table
 
     @classmethod
     def open(cls, target: Any, options: SessionOptions) -> DistributedBackend:

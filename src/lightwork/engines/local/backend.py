@@ -16,13 +16,12 @@ import abc
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lightwork.kernel.backend import Backend, SessionOptions
+from lightwork.kernel.backend import ActorInfo, Backend, SessionOptions
 
 # The operations whose implementation is the core's method of the same name.
 _BOUND = (
     "submit_task", "cancel", "next_object_id", "put", "get", "wait", "future",
-    "task_id_of", "create_actor", "submit_actor_task", "driver_request",
-    "runtime_context", "resources",
+    "task_id_of", "create_actor", "submit_actor_task", "runtime_context", "resources",
 )
 
 
@@ -44,7 +43,6 @@ class LocalBackend(Backend):
         task_id_of = Backend.task_id_of
         create_actor = Backend.create_actor
         submit_actor_task = Backend.submit_actor_task
-        driver_request = Backend.driver_request
         runtime_context = Backend.runtime_context
         resources = Backend.resources
 
@@ -126,6 +124,33 @@ class LocalBackend(Backend):
         if self.in_driver or worker.actor is None and worker.actor_id == 0:
             super().exit_actor()
         raise ActorExit(0)
+
+    # -- the typed requests of the interface, carried by the engine's own request path --
+    def find_actor(self, name: str, namespace: str | None) -> ActorInfo | None:
+        found = self._request("get_actor", name, namespace)
+        return None if found is None else ActorInfo(*found)
+
+    def kill_actor(self, actor_id: int, no_restart: bool) -> None:
+        self._request("kill", actor_id, no_restart)
+
+    def create_placement_group(self, group_id: int, group_hex: str, name: str,
+                               bundles: list[dict[str, float]], strategy: str) -> None:
+        self._request("placement_group", "create", group_id, group_hex, name, bundles,
+                      strategy)
+
+    def remove_placement_group(self, group_id: int) -> None:
+        self._request("placement_group", "remove", group_id)
+
+    def placement_group_table(self) -> dict[str, dict[str, Any]]:
+        table: dict[str, dict[str, Any]] = self._request("placement_group", "table")
+        return table
+
+    def stream_item(self, head_id: int, index: int) -> tuple[str, Any]:
+        kind, object_id = self._request("stream", "item", head_id, index)
+        return kind, object_id
+
+    def _request(self, what: str, *args: Any) -> Any:
+        return self.core.driver_request(what, *args)  # the Node, or a worker's Worker
 
     def nodes(self) -> list[dict[str, Any]]:
         total = self.core.resources()[0]
