@@ -175,8 +175,7 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
         _progress.touch(node)
     # A cluster run's log (engines/distributed/dashboard.py) asks its scheduler for what a node
     # knows of itself: before the lock, as it takes round trips.
-    cluster_facts = getattr(node, "dashboard_facts", None)
-    facts = cluster_facts(live_limit) if cluster_facts is not None else None
+    facts = node.dashboard_facts(live_limit)
     with node.lock:
         log = node.log
         task_total = log.dropped_tasks + len(log.tasks)
@@ -205,7 +204,7 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
         now = time.monotonic()
     graphs = _dask_graphs()
     if facts is None:
-        sidecar = getattr(node, "control", None)
+        sidecar = node.control
         known = sidecar.known_workers() if sidecar is not None else {}
         facts = {"resources": resources, "workers": views.worker_rows(node),
                  "known_workers": {str(wid): info for wid, info in known.items()},
@@ -366,7 +365,7 @@ def _store_facts(node: Node) -> dict[str, Any]:
 
 def _findings(node: Node) -> list[dict[str, Any]] | None:
     """The live advisor's findings as it has them (None when the advisor is off)."""
-    advisor = getattr(node, "advisor", None)
+    advisor = node.advisor
     if advisor is None:
         return None
     with advisor._lock:
@@ -389,7 +388,7 @@ class _BlockingCalls:
         """A dashboard asked: observe get/wait until it stops asking or the session ends."""
         from lightwork.kernel import introspect
 
-        sidecar = getattr(node, "control", None)
+        sidecar = node.control
         if sidecar is None or sidecar.stopped:
             return  # a request still being answered as the session ends
         self._last_sync = time.monotonic()
@@ -554,9 +553,9 @@ def kill_actor(node: Node, actor_hex: str) -> dict[str, Any]:
         actor_id = int(actor_hex, 16)
     except ValueError:
         raise ValueError(f"actor_id must be the actor's hex id, got {actor_hex!r}") from None
-    with node.lock:  # (a cluster run's log keeps its actors in actor_info)
-        known = actor_id in node.actors.actors or actor_id in getattr(node, "actor_info", ())
+    with node.lock:
+        known = node.knows_actor(actor_id)
     if not known:
         raise ValueError(f"no actor {actor_hex} in this session; refresh the actors view")
-    node.driver_request("kill", actor_id, True)
+    node.kill_actor(actor_id)
     return {"killed": actor_hex}

@@ -53,9 +53,8 @@ def _node():
     from lightwork.api import core as _api
 
     node = _api.diagnostics_node("the event log", recorded=True)
-    sync = getattr(node, "sync", None)  # a cluster run: pull the workers' reports first
-    if sync is not None:
-        sync()
+    if node is not None:
+        node.sync()  # a cluster run pulls its workers' reports first
     if node is None:
         raise RuntimeError(
             "no lightwork runtime is running in this process; call lightwork.init() first "

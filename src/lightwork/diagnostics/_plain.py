@@ -96,11 +96,9 @@ class TaskRun:
         node = self.node
         node.add_task_listener(self._on_ended)
         ids = [ref._id for ref in self.refs]  # (not .id: the property costs 4x)
-        own = getattr(node, "task_graph_of", None)  # a cluster run's log has its own
         with self.lock:
-            self.made_by, self.tasks, self.return_ids = (
-                own(ids, self.reads_results()) if own is not None
-                else introspect.task_graph_of(node, ids, self.reads_results()))
+            self.made_by, self.tasks, self.return_ids = node.task_graph_of(
+                ids, self.reads_results())
             self._begin()
 
     def reads_results(self) -> bool:
@@ -112,12 +110,10 @@ class TaskRun:
         self.hooks.start_progress(self.progress)
 
     def end(self, failed: bool) -> None:
-        settle = getattr(self.node, "settle", None)
-        if settle is not None:  # a cluster run: hear of the tasks that ended by now
-            try:
-                settle()
-            except Exception:  # noqa: BLE001, S110 - the sweep below still ends the run
-                pass
+        try:
+            self.node.settle()  # a cluster run: hear of the tasks that ended by now
+        except Exception:  # noqa: BLE001, S110 - the sweep below still ends the run
+            pass
         self.node.remove_task_listener(self._on_ended)
         with self.lock:
             self._sweep()

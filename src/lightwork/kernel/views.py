@@ -92,7 +92,7 @@ def _record_row(record: TaskRecord) -> tuple[Any, ...]:
 
 def _sidecar(node: Run) -> Any:
     """The node's control server (samples, known workers), or None."""
-    return getattr(node, "control", None)
+    return node.control
 
 
 class _Snapshot:

@@ -106,6 +106,7 @@ from lightwork.kernel import control, exceptions
 from lightwork.kernel.calls import LARGE_ARGUMENT_BYTES, large_arguments
 from lightwork.kernel.events import DriverSpan, EventLog, TaskRecord
 from lightwork.kernel import tools
+from lightwork.kernel.run import RunRecord
 
 WORKER_RING = 100_000  # reports a worker keeps until the driver pulls them
 PULL_INTERVAL_S = 1.0
@@ -228,7 +229,7 @@ class _Live:
         return self.record.name
 
 
-class ClusterLog:
+class ClusterLog(RunRecord):
     """The driver's record of a cluster run, read by the diagnostics like a ``Node``'s."""
 
     def __init__(self, backend: Any, budget: int) -> None:
@@ -703,6 +704,9 @@ class ClusterLog:
 
     def driver_request(self, what: str, *args: Any) -> Any:
         return self.backend.driver_request(what, *args)
+
+    def knows_actor(self, actor_id: int) -> bool:
+        return actor_id in self.actors.actors or actor_id in self.actor_info
 
     def timeline_data(self) -> dict[str, Any]:
         """``views.timeline_data`` for a cluster run: one row per worker and per actor."""

@@ -53,6 +53,7 @@ from lightwork.kernel.object_ref import (
     ref_counter,
 )
 from lightwork.kernel import control
+from lightwork.kernel.run import RunRecord
 from lightwork.engines.local.actors import ActorManager
 from lightwork.engines.local.cancel import Cancellation
 from lightwork.engines.local.driver_calls import DriverCalls
@@ -205,7 +206,7 @@ if TYPE_CHECKING:
         def _retire_worker(self, conn: WorkerConn) -> None: ...
 
 
-class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths):
+class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, RunRecord):
     """One session of the embedded runtime in the driver process."""
 
     def __init__(
