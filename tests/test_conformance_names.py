@@ -21,12 +21,18 @@ import threading
 import time
 
 import pytest
-from test_conformance import _apply_gaps, backend, gap  # noqa: F401
+import test_conformance
 
 import lightwork
 from lightwork import exceptions
 
 pytestmark = pytest.mark.lightwork_only
+
+# The conformance suite's fixtures and gap marker (assigned, not imported by name: the
+# tests' parameters then shadow no import).
+backend = test_conformance.backend
+_apply_gaps = test_conformance._apply_gaps
+gap = test_conformance.gap
 
 
 @contextlib.contextmanager
