@@ -1,8 +1,10 @@
 """The package's floors import only downward, and no two packages import each other.
 
 Floors, top to bottom: the public face (``lightwork``, ``lightwork.exceptions``,
-``lightwork.actor``, and the ``lightwork`` command: ``__main__``, ``cli``), the tools
-(``state``, ``diagnostics``, ``dashboard``, ``dask``, ``util``), the API (``api``), the engines (``engines`` and its
+``lightwork.actor``, Ray's other top-level modules ``cloudpickle``, ``job_config``,
+``ray_constants``, ``runtime_context``, ``_raylet``, and the ``lightwork`` command:
+``__main__``, ``cli``), the tools (``state``, ``diagnostics``, ``dashboard``, ``dask``,
+``util``, ``experimental``), the API (``api``), the engines (``engines`` and its
 ``local`` and ``distributed``), the kernel (``kernel``, ``_collector``). Every import is
 read from the source, lazy ones and type-only ones too.
 """
@@ -18,8 +20,9 @@ import pytest
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 FLOORS = ("kernel", "engines", "api", "tools", "face")
 FACE = {"lightwork", "lightwork.__main__", "lightwork.cli", "lightwork.exceptions",
-        "lightwork.actor"}
-TOOL_PACKAGES = ("state", "diagnostics", "dashboard", "dask", "util")
+        "lightwork.actor", "lightwork.cloudpickle", "lightwork.job_config",
+        "lightwork.ray_constants", "lightwork.runtime_context", "lightwork._raylet"}
+TOOL_PACKAGES = ("state", "diagnostics", "dashboard", "dask", "util", "experimental")
 
 
 def module_name(path: pathlib.Path) -> str:

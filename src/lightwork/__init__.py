@@ -8,7 +8,10 @@ import os as _os
 
 from lightwork import (
     actor,  # ray.actor
+    cloudpickle,  # ray.cloudpickle
     exceptions,  # ray.exceptions
+    job_config,  # ray.job_config
+    runtime_context,  # ray.runtime_context
 )
 from lightwork.api import (
     ActorClass,
@@ -36,6 +39,8 @@ from lightwork.api import (
 )
 from lightwork.kernel.ray_alias import install_as_ray
 
+ObjectID = ObjectRef  # Ray's old name for ObjectRef
+
 # The diagnostics, ray.util and ray.util.state are a third of this package's import time.
 # The driver imports them here (so ``init()`` pays none of it); the fork server, which
 # imports this package before it can start the first worker, leaves them to first use
@@ -49,12 +54,19 @@ _LAZY = {
     "state": ("lightwork.state", None),
     "util": ("lightwork.util", None),
 }
+# Modules imported only when a program names them, in the driver too: Ray programs
+# rarely use them, so `import lightwork` does not pay for them.
+_ON_USE = {
+    "_raylet": ("lightwork._raylet", None),
+    "experimental": ("lightwork.experimental", None),
+    "ray_constants": ("lightwork.ray_constants", None),
+}
 
 
 def __getattr__(name: str) -> object:
     import importlib
 
-    where = _LAZY.get(name)
+    where = _LAZY.get(name) or _ON_USE.get(name)
     if where is None:
         raise AttributeError(f"module 'lightwork' has no attribute {name!r}")
     module = importlib.import_module(where[0])
@@ -72,6 +84,7 @@ __all__ = [
     "ActorClass",
     "ActorHandle",
     "DynamicObjectRefGenerator",
+    "ObjectID",
     "ObjectRef",
     "ObjectRefGenerator",
     "actor",
@@ -79,8 +92,10 @@ __all__ = [
     "available_resources",
     "backend",
     "cancel",
+    "cloudpickle",
     "cluster_resources",
     "exceptions",
+    "experimental",
     "get",
     "get_actor",
     "get_gpu_ids",
@@ -88,12 +103,15 @@ __all__ = [
     "init",
     "install_as_ray",
     "is_initialized",
+    "job_config",
     "kill",
     "method",
     "nodes",
     "profile",
     "put",
+    "ray_constants",
     "remote",
+    "runtime_context",
     "shutdown",
     "stack",
     "state",

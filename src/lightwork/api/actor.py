@@ -229,11 +229,16 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
         if found is not None:
             return ActorHandle(ObjectRef(found.actor_id, _borrowed=True), found.class_name,
                                found.methods)
+    lifetime = options.get("lifetime")
+    if lifetime is None and name is not None:  # the JobConfig's default_actor_lifetime
+        from lightwork.api.job_config import default_actor_lifetime
+
+        lifetime = default_actor_lifetime()
     actor_id = core.next_object_id()
     stored, deps = prepare_args(args, kwargs, None)
     actor = ActorSpec(
         actor_id, actor_class._cls.__qualname__, key, stored, deps, place, hold, name,
-        namespace, options.get("lifetime") == "detached", options.get("max_restarts", 0),
+        namespace, lifetime == "detached", options.get("max_restarts", 0),
         options.get("max_task_retries", 0), options.get("max_concurrency") or 0, 0,
         methods=actor_class._methods, async_methods=_async_methods(actor_class._cls),
         max_pending_calls=options.get("max_pending_calls", -1),

@@ -40,7 +40,7 @@ _init_lock = threading.RLock()
 RAY_ONLY_INIT_ARGS = {
     "include_dashboard", "dashboard_host", "dashboard_port", "log_to_driver",
     "logging_format", "logging_config", "configure_logging", "local_mode",
-    "_temp_dir", "_system_config", "storage", "job_config",
+    "_temp_dir", "_system_config", "storage",
     "_node_ip_address", "_redis_password", "_plasma_directory", "_metrics_export_port",
     "_enable_object_reconstruction", "_tracing_startup_hook", "labels",
     "enable_resource_isolation", "system_reserved_cpu", "system_reserved_memory",
@@ -146,6 +146,9 @@ def init(
     keys are warned about once (see ``kernel/runtime_env.py``).
     ``dashboard=True`` (or Ray's ``include_dashboard=True``) starts the live dashboard in a
     process of its own and prints its URL (``lightwork.dashboard``).
+    ``job_config`` (a :class:`lightwork.job_config.JobConfig`) gives the job's runtime_env,
+    namespace, code_search_path and default actor lifetime, where ``init``'s own
+    arguments do not (see ``api/job_config.py`` for what each field does here).
     ``_memory_usage_threshold`` (default 0.95) and ``_memory_monitor_refresh_ms`` (250; 0
     turns it off) set the memory monitor (``lightwork.engines.local.memory_monitor``).
     """
@@ -160,6 +163,7 @@ def init(
                                   ray_kwargs.pop("object_spilling_config", None))
     # Ray's `memory` resource of the node, in bytes (default: available memory less the store's).
     task_memory = ray_kwargs.pop("_memory", None)
+    job_config = ray_kwargs.pop("job_config", None)
     if task_memory is not None:
         task_memory = check_amount("_memory", task_memory)
     unknown = sorted(set(ray_kwargs) - RAY_ONLY_INIT_ARGS - {"logging_level"})
@@ -197,7 +201,13 @@ def init(
     from lightwork.kernel.backend import SessionOptions
     from lightwork.kernel.runtime_env import normalize
 
+    from lightwork.api.job_config import session_settings, set_default_actor_lifetime
+
+    runtime_env, namespace, code_paths = session_settings(job_config, runtime_env, namespace)
     job_env = normalize(runtime_env, "init()")
+    if code_paths:  # JobConfig(code_search_path=...): first on the workers' sys.path
+        job_env = job_env or {"env_vars": {}, "working_dir": None, "paths": []}
+        job_env["paths"] = list(dict.fromkeys(code_paths + job_env["paths"]))
     budget = 200_000 if event_budget is None else event_budget
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise ValueError(
@@ -218,6 +228,7 @@ def init(
                 "lightwork.shutdown() first, or pass ignore_reinit_error=True"
             )
         _backend = open_backend(backend_name, target, options)
+        set_default_actor_lifetime(job_config)
         if _backend.ends_before_thread_pools:
             _shut_down_before_thread_pools()
     if dashboard:
@@ -319,6 +330,10 @@ def shutdown() -> None:
             return  # inside a task or actor: the driver owns the runtime
         backend, _backend = _backend, None
         dashboard, _dashboard = _dashboard, None
+        if backend is not None:
+            from lightwork.api.job_config import set_default_actor_lifetime
+
+            set_default_actor_lifetime(None)
     if dashboard is not None:
         dashboard.final_sync()  # its last look while the session is still open
     if backend is not None:

@@ -31,6 +31,7 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     ├── OutOfMemoryError                    the memory monitor killed the task's worker
     │   └── ActorOutOfMemoryError           ... or the actor's (also an ActorDiedError)
     ├── PendingCallsLimitExceeded           an actor's max_pending_calls was reached
+    ├── ObjectRefStreamEndOfStreamError     a ref past the end of a generator's stream
     ├── UnsupportedOnBackend                also NotImplementedError: not on this engine
     └── SystemError_ (RaySystemError)       the runtime itself failed
 
@@ -53,6 +54,7 @@ __all__ = [
     "LightworkError",
     "ObjectLostError",
     "ObjectReconstructionFailedError",
+    "ObjectRefStreamEndOfStreamError",
     "ObjectStoreFullError",
     "OutOfMemoryError",
     "OwnerDiedError",
@@ -367,6 +369,18 @@ class ActorOutOfMemoryError(ActorDiedError, OutOfMemoryError):
 
 class PendingCallsLimitExceeded(LightworkError):
     """An actor already has ``max_pending_calls`` calls waiting; this one was refused."""
+
+
+class ObjectRefStreamEndOfStreamError(LightworkError):
+    """A streaming generator has no item at this place: its stream ended before it.
+
+    Ray raises it from ``get`` of a ref that stands for a place past the end of a
+    generator's stream (its lower-level calls can hand out such refs ahead of the
+    items). lightwork's ``ObjectRefGenerator`` ends its iteration with ``StopIteration``
+    (``StopAsyncIteration``) and never hands out a ref past the end, so its own calls do
+    not raise this; the class is here so that code written for Ray, which names it in an
+    ``except`` clause or raises it from a test double, runs unchanged.
+    """
 
 
 class UnsupportedOnBackend(LightworkError, NotImplementedError):

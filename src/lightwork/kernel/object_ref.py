@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from lightwork.kernel.collector import untrack_hot
 
 if TYPE_CHECKING:
+    import asyncio
     import concurrent.futures
 
 PROCESS_ID_SHIFT = 40
@@ -183,7 +184,8 @@ class ObjectRef:
 
     Returned by ``f.remote()`` and ``put()``. Hashable, printable and picklable (a ref
     inside an argument or a result is borrowed). ``get(ref)`` fetches the value;
-    ``ref.future()`` gives a ``concurrent.futures.Future``; ``await ref`` works in asyncio.
+    ``ref.future()`` gives a ``concurrent.futures.Future``, ``ref.as_future()`` an
+    ``asyncio.Future``; ``await ref`` works in asyncio.
     """
 
     __slots__ = ("_id", "__weakref__")
@@ -232,6 +234,79 @@ class ObjectRef:
 
         return backend.current((self,)).future(self)
 
+    def as_future(self) -> asyncio.Future[Any]:
+        """An ``asyncio.Future`` of the object's value, on the current event loop.
+
+        Each call makes a new future, so cancelling one (``asyncio.wait_for`` timing
+        out) leaves the object, its task and any later ``await ref`` untouched.
+        """
+        import asyncio  # here: a worker's start-up should not pay for asyncio
+
+        return asyncio.wrap_future(self.future())
+
+    # -- the future protocol asyncio.wait() uses (add/remove_done_callback, done, ...) --
+    # Python 3.11's asyncio.wait() no longer wraps awaitables in tasks: it calls these on
+    # each element, so `await asyncio.wait([ref, ...])` (Ray's asyncio guide) works; the
+    # sets it returns hold the refs. Callbacks live in _DONE_CALLBACKS, not on the ref:
+    # refs stay two slots.
+
+    def add_done_callback(self, fn: Callable[[ObjectRef], Any]) -> None:
+        """Call ``fn(ref)`` once the object is ready (its value or its error): on the
+        running event loop if there is one where this is called, else in the thread that
+        sees it complete."""
+        import asyncio  # here: a worker's start-up should not pay for asyncio
+
+        if not callable(fn):
+            raise TypeError(f"add_done_callback() needs a callable, got {fn!r}")
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        entry = _DoneCallback(fn)
+        with _callbacks_lock:
+            _DONE_CALLBACKS.setdefault(self._id, []).append(entry)
+
+        def deliver(_: object) -> None:
+            with _callbacks_lock:
+                if not entry.live:
+                    return  # removed meanwhile
+                entry.live = False
+                _forget_callback(self._id, entry)
+            if loop is None:
+                fn(self)
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(fn, self)
+
+        self.future().add_done_callback(deliver)
+
+    def remove_done_callback(self, fn: Callable[[ObjectRef], Any]) -> int:
+        """Remove ``fn`` from the callbacks not yet called; return how many were removed."""
+        with _callbacks_lock:
+            entries = [e for e in _DONE_CALLBACKS.get(self._id, ()) if e.fn == fn and e.live]
+            for entry in entries:
+                entry.live = False
+                _forget_callback(self._id, entry)
+        return len(entries)
+
+    def done(self) -> bool:
+        """Whether the object is ready now (never blocks)."""
+        from lightwork.kernel import backend
+
+        return bool(backend.current((self,)).wait([self._id], 1, 0))
+
+    def cancelled(self) -> bool:
+        """Always False: a ref is not a future that can be cancelled (``cancel(ref)``
+        cancels its task, and the ref then raises ``TaskCancelledError``)."""
+        return False
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The object's value, as ``get(ref, timeout=timeout)``."""
+        return self.future().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The error ``get(ref)`` would raise, or None when it holds a value."""
+        return self.future().exception(timeout)
+
     def __await__(self) -> Generator[Any, None, Any]:
         import asyncio  # here: a worker's start-up should not pay for asyncio
 
@@ -241,6 +316,27 @@ class ObjectRef:
         from lightwork.kernel import backend
 
         return backend.current((self,)).task_id_of(self._id)
+
+
+class _DoneCallback:
+    __slots__ = ("fn", "live")
+
+    def __init__(self, fn: Callable[[ObjectRef], Any]) -> None:
+        self.fn = fn
+        self.live = True
+
+
+_DONE_CALLBACKS: dict[int, list[_DoneCallback]] = {}  # object id -> callbacks not yet called
+_callbacks_lock = threading.Lock()
+
+
+def _forget_callback(object_id: int, entry: _DoneCallback) -> None:
+    """Drop ``entry`` from the table (the caller holds ``_callbacks_lock``)."""
+    entries = _DONE_CALLBACKS.get(object_id)
+    if entries is not None:
+        entries.remove(entry)
+        if not entries:
+            del _DONE_CALLBACKS[object_id]
 
 
 def _rebuild_ref(object_id: int) -> ObjectRef:

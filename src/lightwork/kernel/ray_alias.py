@@ -10,12 +10,15 @@ Two routes, both through :func:`install_as_ray`:
 The alias is a meta-path finder placed first on ``sys.meta_path`` (and every lightwork
 module already imported is entered in ``sys.modules`` under its Ray name): ``ray`` is
 ``lightwork``, and ``ray.X.Y`` is ``lightwork.X.Y`` (``ray.util.queue``,
-``ray.exceptions``, ``ray.util.state``, ...). The loader puts the *lightwork* module
-itself in ``sys.modules`` under the Ray name, so ``ray.get is lightwork.get``, classes
-keep their lightwork ``__module__`` (pickles name lightwork, which every worker has) and
-``isinstance`` works across both names. A Ray module that lightwork does not provide
-(``ray.data``, ``ray.train``, ...) fails at import with a ``ModuleNotFoundError`` that
-says only Ray's core API is here, instead of importing a real Ray by accident.
+``ray.exceptions``, ``ray.util.state``, ...). Ray's private modules (``ray._private``,
+``ray._common``, ...) are refused, except ``ray._raylet``, which is lightwork's
+``_raylet``: the few public names programs import from there, nothing else. The loader
+puts the *lightwork* module itself in ``sys.modules`` under the Ray name, so
+``ray.get is lightwork.get``, classes keep their lightwork ``__module__`` (pickles name
+lightwork, which every worker has) and ``isinstance`` works across both names. A Ray
+module that lightwork does not provide (``ray.data``, ``ray.train``, ...) fails at
+import with a ``ModuleNotFoundError`` that says only Ray's core API is here, instead of
+importing a real Ray by accident.
 
 Workers: a function pickled by value that names the module ``ray`` travels as a
 reference to ``lightwork`` (the module's real name), so it needs nothing. A function
@@ -40,12 +43,19 @@ _RAY = "ray"
 _TARGET = "lightwork"
 
 
+# Ray's private modules that programs import public names from: each is a lightwork
+# module of the same name that holds those names alone (see lightwork/_raylet.py).
+_PRIVATE_ALLOWED = ("_raylet",)
+
+
 def _lightwork_name(fullname: str) -> str | None:
     """The lightwork module that stands for Ray's module ``fullname``, or None."""
     if fullname == _RAY:
         return _TARGET
     if fullname.startswith(_RAY + "."):
         rest = fullname[len(_RAY) + 1:]
+        if rest in _PRIVATE_ALLOWED:
+            return f"{_TARGET}.{rest}"
         if rest.startswith("_") or "._" in rest:
             return None  # Ray's private modules are not part of its API
         return f"{_TARGET}.{rest}"
@@ -79,8 +89,10 @@ class RayAliasFinder(importlib.abc.MetaPathFinder):
                 f"No module named {fullname!r}: lightwork stands in for Ray's core API "
                 "(ray, ray.util, ray.util.queue, ray.util.multiprocessing, "
                 "ray.util.state, ray.util.placement_group, ray.util.scheduling_strategies, "
-                "ray.exceptions, ray.actor) and has no Ray library of this name; run this "
-                "program on Ray itself, or remove the import",
+                "ray.util.joblib, ray.exceptions, ray.actor, ray.runtime_context, "
+                "ray.job_config, ray.cloudpickle, ray.experimental.state.api, and the "
+                "public names of ray._raylet) and has no Ray library or internal module of "
+                "this name; run this program on Ray itself, or remove the import",
                 name=fullname)
         is_package = hasattr(importlib.import_module(name), "__path__")
         return importlib.util.spec_from_loader(fullname, _AliasLoader(name), is_package=is_package)

@@ -227,9 +227,15 @@ class Fetching(_Base):
 
         def fetch() -> None:
             try:
-                result.set_result(self.get([ref.id], None)[0])
+                value = self.get([ref.id], None)[0]
             except BaseException as exc:  # noqa: BLE001 - delivered to the future
-                result.set_exception(exc)
+                if result.set_running_or_notify_cancel():
+                    result.set_exception(exc)
+                return
+            # The caller may have given up on it (an asyncio.wait_for that timed out
+            # cancels the future): a cancelled future takes no result.
+            if result.set_running_or_notify_cancel():
+                result.set_result(value)
 
         threading.Thread(target=fetch, daemon=True, name="lightwork-future").start()
         return result

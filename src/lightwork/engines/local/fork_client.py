@@ -133,7 +133,11 @@ class ForkServer:
 
 
 def _exec_python(child_end: socket.socket, cleanup_paths: list[str]) -> subprocess.Popen:
-    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # The directory that holds the lightwork package (.../src, or site-packages): this
+    # file is lightwork/engines/local/fork_client.py. Not lightwork/ itself, whose
+    # modules (cloudpickle.py, dask/, ...) would shadow the packages of those names.
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
     # The worker's part of lightwork only (see lightwork/__init__.py): the first
     # workers start as soon as this import ends.
     code = (

@@ -191,9 +191,15 @@ class WorkerCalls(_Base):
         def fetch() -> None:
             leave_sigint_to_the_main_thread()
             try:
-                future.set_result(self.get([ref.id], None)[0])
+                value = self.get([ref.id], None)[0]
             except BaseException as exc:  # noqa: BLE001 - delivered to the future
-                future.set_exception(exc)
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(exc)
+                return
+            # The caller may have given up on it (an asyncio.wait_for that timed out
+            # cancels the future): a cancelled future takes no result.
+            if future.set_running_or_notify_cancel():
+                future.set_result(value)
 
         threading.Thread(target=fetch, daemon=True).start()
         return future
