@@ -7,7 +7,7 @@ Ray (``pip install ray``): ``lightwork`` and ``lightwork.exceptions`` are aliase
 ``ray`` and ``ray.exceptions`` before any test module imports them. This checks that
 the tests describe Ray's behaviour, not just ours. Tests of lightwork-only contracts
 (its shared-memory directory, its error-message wording) are marked ``lightwork_only``
-and skipped under the switch; a few tests assert behaviour the spec (issue 2) asks
+and skipped under the switch; a few tests assert behaviour the spec asks
 for and Ray lacks — those fail against Ray on purpose and say so in their docstring.
 
 Runtimes

@@ -1,4 +1,4 @@
-"""cancel() of actor calls, with Ray's semantics for actor tasks (issue 12).
+"""cancel() of actor calls, with Ray's semantics for actor tasks.
 
 * A call that has not started (queued behind another call, or waiting for an argument)
   is cancelled: its ``get`` raises TaskCancelledError and the method never runs.

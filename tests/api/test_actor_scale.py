@@ -1,4 +1,4 @@
-"""Many actors, and actors that ask for more than the machine has (issue 3, "Failures").
+"""Many actors, and actors that ask for more than the machine has.
 
 * 200 actors on a 2-CPU runtime start, each answers from a process of its own, and
   everything goes away: the processes when the handles are dropped, then after

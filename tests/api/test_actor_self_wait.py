@@ -1,4 +1,4 @@
-"""A get inside an actor that can never return raises, naming the fix (issue 12, item 4).
+"""A get inside an actor that can never return raises, naming the fix.
 
 A method of a ``max_concurrency=1`` actor that gets a call on its own handle waits for a
 call queued behind itself: Ray hangs there silently. lightwork raises

@@ -1,4 +1,4 @@
-"""Wrong call signatures fail at ``.remote()``, as in Ray (issue 12, item 5).
+"""Wrong call signatures fail at ``.remote()``, as in Ray.
 
 A missing or extra argument to ``f.remote()``, ``Cls.remote()`` or
 ``handle.method.remote()`` raises ``TypeError`` in the caller at once, naming the callee

@@ -1,4 +1,4 @@
-"""cancel() wins in every state of a task (issue 12, item 7), with and without force.
+"""cancel() wins in every state of a task, with and without force.
 
 Each test holds the task at one point with a gate the test controls, cancels it there,
 and checks that ``get`` raises TaskCancelledError, that the task's body never ran (or was

@@ -1,4 +1,4 @@
-"""Crash messages give advice that fits the case (issue 12, Messages).
+"""Crash messages give advice that fits the case.
 
 * WorkerCrashedError's "a SIGKILL often means out of memory" hint appears only when the
   worker was killed by SIGKILL;

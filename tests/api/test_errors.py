@@ -1,6 +1,6 @@
 """The error model: user exceptions, crashed workers and retries, lost objects,
 cancellation, bad input; and the transport of user exceptions: they reach the caller
-whole, even when they cannot be rebuilt simply (issue 12, item 2), and remote tracebacks
+whole, even when they cannot be rebuilt simply, and remote tracebacks
 show the user's frames, not lightwork's (item 5).
 
 The error-model tests share one 4-CPU runtime (``ray_start``); after the failure tests
@@ -289,7 +289,7 @@ def test_crash_with_max_retries_zero_runs_once(tmp_path):
 
 
 def test_worker_crashed_error_names_exit_code(tmp_path):
-    """Spec (issue 2): the message names the exit code. Ray's message does not."""
+    """Spec: the message names the exit code. Ray's message does not."""
 
     @ray.remote(max_retries=0)
     def exit_three():
@@ -303,7 +303,7 @@ def test_worker_crashed_error_names_exit_code(tmp_path):
 
 
 def test_worker_crashed_error_names_signal(tmp_path):
-    """Spec (issue 2): the message names the signal. Ray's message does not."""
+    """Spec: the message names the signal. Ray's message does not."""
 
     @ray.remote(max_retries=0)
     def sigkill_self():

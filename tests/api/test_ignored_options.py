@@ -1,4 +1,4 @@
-"""Ray options that have no effect on one machine say so, once (issue 12, item 6).
+"""Ray options that have no effect on one machine say so, once.
 
 lightwork-only: Ray applies these options (or has no such warning), so the warnings and
 the stricter type checks are lightwork's own.

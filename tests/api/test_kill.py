@@ -1,4 +1,4 @@
-"""kill() wins whatever state the actor is in (issue 12, item 3).
+"""kill() wins whatever state the actor is in.
 
 Each test holds the actor at one point of its life with a gate the test controls (a file
 the actor waits for, or the node's lock, which keeps the I/O thread from learning the

@@ -1,4 +1,4 @@
-"""runtime_env is applied, not ignored (issue 12, item 6): ``env_vars``, a local
+"""runtime_env is applied, not ignored: ``env_vars``, a local
 ``working_dir`` and local ``py_modules`` on tasks, actors and job-wide via ``init``;
 nothing leaks into later tasks on the same worker; keys lightwork does not support are
 said so; bad values fail at once. Also ``get``/``wait`` of a non-ref raise ValueError.

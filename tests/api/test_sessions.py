@@ -1,4 +1,4 @@
-"""Refs and actor handles do not outlive their session (issue 12, item 1).
+"""Refs and actor handles do not outlive their session.
 
 After ``shutdown()``, a ref or actor handle from the ended session must never name an
 object or actor of a later session, and using it says so clearly, also before any new

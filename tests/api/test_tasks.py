@@ -1,5 +1,5 @@
 """Remote functions: submission, results, options, argument passing, nesting; and the
-task-side API that Ray programs rely on (issue 12): ``retry_exceptions`` matching an
+task-side API that Ray programs rely on: ``retry_exceptions`` matching an
 exception that could not travel as itself, recursive ``cancel``, ``max_calls``, the
 ``memory`` resource, nested tasks inheriting their parent's ``runtime_env``, and GPU ids
 inside placement-group bundles.

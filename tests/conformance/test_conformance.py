@@ -433,7 +433,7 @@ def test_an_unpicklable_value_is_a_serialization_error_naming_it(backend):
     """A task's unpicklable result is that task's error, and an unpicklable argument or
     put fails at once, each naming what could not be pickled (on distributed the result
     was a RuntimeSystemError, "could not fetch a result", after distributed logged the
-    task's whole payload, and an argument a bare TypeError, until session 14)."""
+    task's whole payload, and an argument a bare TypeError)."""
     from lightwork.kernel.serialization import SerializationError
 
     with pytest.raises(SerializationError, match="lock"):
@@ -789,7 +789,7 @@ def test_a_task_given_a_killed_actor_sees_it_dead(backend):
     """A process that first meets a handle after its actor was killed (no restarts) gets
     ActorDiedError, not a wait: on distributed the killed actor's key is forgotten, and a
     want of an unknown key is ignored, so the task's call waited out its own timeout
-    (30 s here) until session 14."""
+    (30 s here)."""
     actor = Pid.remote()
     lightwork.get(actor.pid.remote(), timeout=20)
     lightwork.kill(actor)
@@ -812,7 +812,7 @@ def test_calls_made_while_the_actor_is_built_finish_though_its_handle_is_dropped
         backend, tmp_path):
     """Calls keep their actor: dropped at once, the handle's queued calls (its constructor
     still waits) run once it is up (on distributed they failed with "not known to this
-    session" until session 14)."""
+    session")."""
     import gc
 
     gate = str(tmp_path / "gate")
@@ -827,8 +827,8 @@ def test_calls_made_while_the_actor_is_built_finish_though_its_handle_is_dropped
 
 def test_a_named_actor_whose_handles_are_all_dropped_is_no_longer_found(backend, wait_until):
     """Not detached, a named actor ends with its last handle and its name goes (Ray's
-    lifetime); on distributed its directory entry kept it alive for the whole session
-    until session 14."""
+    lifetime); on distributed its directory entry once kept it alive for the whole
+    session."""
     import gc
 
     name = f"dropped-{uuid.uuid4().hex[:8]}"

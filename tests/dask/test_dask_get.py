@@ -1,4 +1,4 @@
-"""lightwork.dask.get: Dask's get contract, collections, errors, memory (issue 5)."""
+"""lightwork.dask.get: Dask's get contract, collections, errors, memory."""
 
 from __future__ import annotations
 

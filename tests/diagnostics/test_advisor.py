@@ -397,7 +397,7 @@ class _Selfish:
 
 
 def test_an_actor_getting_its_own_call_is_named(runtime):
-    """Issue 12: ``advise`` once said nothing looked wrong while an actor waited for its
+    """``advise`` once said nothing looked wrong while an actor waited for its
     own call. The runtime now refuses that get (ActorDeadlockError); the advisor names it."""
     deadlock_error = getattr(lightwork.exceptions, "ActorDeadlockError", None)
     if deadlock_error is None:
@@ -533,7 +533,7 @@ def test_an_advisor_whose_look_fails_says_why_and_stops_being_fed(fresh_runtime,
 def test_a_fast_loop_of_gets_is_get_in_loop_though_the_look_samples_its_records():
     """Thousands of tiny synchronous calls in one look: the look reads a sample of the
     records, but every record a one-object get waited for, so the get-in-loop chain holds
-    (it was found for a slow loop only, until session 14)."""
+    (it was found for a slow loop only)."""
     import types
 
     from lightwork.kernel.events import DriverSpan, EventLog, TaskRecord

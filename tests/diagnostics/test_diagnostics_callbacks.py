@@ -1,4 +1,4 @@
-"""Dask-style callbacks: signatures, state, scoping, threads, failures (issue 5)."""
+"""Dask-style callbacks: signatures, state, scoping, threads, failures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Callbacks and profilers for plain lightwork tasks: a get/wait is one run (issue 5)."""
+"""Callbacks and profilers for plain lightwork tasks: a get/wait is one run."""
 
 from __future__ import annotations
 

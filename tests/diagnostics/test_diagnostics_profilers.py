@@ -1,4 +1,4 @@
-"""ProgressBar, Profiler, ResourceProfiler, CacheProfiler, visualize (issue 5)."""
+"""ProgressBar, Profiler, ResourceProfiler, CacheProfiler, visualize."""
 
 from __future__ import annotations
 

@@ -178,7 +178,7 @@ def test_a_local_cluster_program_exiting_with_work_in_flight_says_nothing(tmp_pa
     """No shutdown(), tasks still running: the exit closes the session and the cluster
     without a word. It printed "cannot schedule new futures after interpreter shutdown"
     tracebacks and errors (atexit ran after Python had closed distributed's thread
-    pools), then the cluster's reports of each cancelled task, until session 14."""
+    pools), then the cluster's reports of each cancelled task."""
     pytest.importorskip("distributed")
     from tests.helpers import run_script, write_script
 

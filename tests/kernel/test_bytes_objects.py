@@ -1,4 +1,4 @@
-"""Large ``bytes`` values are stored like arrays: their buffer out of band (issue 12, item 8).
+"""Large ``bytes`` values are stored like arrays: their buffer out of band.
 
 Pickle 5 keeps ``bytes`` in band, so a 1 GiB result was copied into the pickle, scanned
 and copied again (7 s against 0.5 s for an array). The figures are in ``bench/``; these

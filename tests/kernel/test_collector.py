@@ -1,5 +1,5 @@
 """What the runtime keeps out of CPython's cyclic collector, and that nothing leaks for it
-(``kernel/collector.py``, issue 13).
+(``kernel/collector.py``).
 
 With ``lightwork._collector`` built (``make`` builds it), a new task's ref, spec and table
 entry leave the collector; without it (``LIGHTWORK_PURE_PYTHON=1``, which ``make test``

@@ -357,8 +357,8 @@ def test_a_ref_an_actor_keeps_survives_the_caller_dropping_it_at_once(cluster):
     """The actor borrows a ref passed inside a list and keeps it; the caller drops its
     own as soon as the call returns. The actor's want of the key reached the scheduler
     on its client's stream while the reply came straight back, so the scheduler could
-    hear the caller's release first and free the object (2 to 5 losses in 40 on a LocalCluster before
-    session 13): the call now returns only once the scheduler knows of the want."""
+    hear the caller's release first and free the object (2 to 5 losses in 40 on a
+    LocalCluster): the call now returns only once the scheduler knows of the want."""
     keeper = RefKeeper.remote()
     for size in range(1000, 1100):
         ref = lightwork.put(b"x" * size)
@@ -622,8 +622,7 @@ def test_calls_to_an_actor_its_creator_found_dead_fail_at_once(both_workers, tmp
     """The creator hears from the scheduler that the actor's worker was SIGKILLed and gives
     the actor up (no restarts) before the key's failure reaches it (the event comes
     first): a call made then went to the dead worker's address, which distributed retries
-    for its connect timeout (30 s), until session 15 (the conformance test met it 1 run
-    in 10). Here the call is made right as the event is handled, and the scheduler is
+    for its connect timeout, 30 s (the conformance test met it 1 run in 10). Here the call is made right as the event is handled, and the scheduler is
     stopped meanwhile (as a busy one lags): every call must fail at once."""
     import time
 
@@ -677,7 +676,7 @@ def test_a_task_given_a_killed_actors_handle_fails_at_once(both_workers, tmp_pat
     ignored, so a process meeting the handle asks the scheduler about the key. An unknown
     key gets a grace (its creation may still be on its way); the scheduler's plugin
     remembers the actor keys it forgot, so this one fails at once: the call waited out
-    the whole grace, 3 s, until session 15."""
+    the whole grace, 3 s."""
     from lightwork.engines.distributed.actor_calls import ACTOR_KEY_GRACE_S
 
     actor = Restartable.remote(str(tmp_path))
@@ -696,7 +695,7 @@ def test_the_creator_decides_its_actors_loss_without_the_workers_event(
     placed, or restarted) misses the event; here it is never asked for. A call sent to
     the dead worker's address before the loss was known (this process's event loop is
     held meanwhile, as load can hold it) then waited out distributed's connect timeout
-    (30 s) until session 15: the key's failure now decides, and the call fails at once."""
+    (30 s): the key's failure now decides, and the call fails at once."""
     import time
 
     backend = support.backend()

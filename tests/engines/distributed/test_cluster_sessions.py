@@ -16,7 +16,7 @@ def test_a_ref_or_handle_of_an_ended_session_says_so(fresh_runtime, shared_dask_
     """After shutdown() and a new init(), a ref or an actor handle of the old session
     raises SessionEndedError saying what to do, as on the local runtime (it said "not
     known to this session ... it was freed, or it comes from an earlier session" with
-    ReferenceCountingAssertionError until session 14)."""
+    ReferenceCountingAssertionError)."""
     from lightwork import exceptions
 
     @lightwork.remote

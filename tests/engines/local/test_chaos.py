@@ -6,7 +6,7 @@ fixture checks within 5 s that the runtime's bookkeeping holds
 available again; then, after ``shutdown``, that no process of the session, no
 ``/dev/shm`` segment and no spill file (nothing under the session directory) is left.
 
-``make test`` runs each case scaled down to a few seconds; the full sizes of issue 11
+``make test`` runs each case scaled down to a few seconds; the full sizes
 carry the ``chaos`` marker and run with ``make chaos`` (about a minute or two each on
 2 cores). Full runs print their figures (wall time against a clean run, kills,
 attempts) on stderr: ``make chaos`` shows them.
@@ -47,7 +47,7 @@ pytestmark = pytest.mark.lightwork_only
 
 RESULT_BYTES = 64 * 1024
 
-PROMPT_S = 1.0  # issue 11: a death's error comes within 1 s (checked by ``make chaos``)
+PROMPT_S = 1.0  # a death's error comes within 1 s (checked by ``make chaos``)
 # ``make test`` bounds a hang only; ``make chaos`` also holds the issue's figure.
 PROMPTNESS = [pytest.param(HANG_LIMIT_S, id="no-hang"),
               pytest.param(PROMPT_S, id="prompt", marks=pytest.mark.chaos)]

@@ -270,7 +270,7 @@ if sys.argv[1] == "shutdown":
 def test_actors_still_starting_at_shutdown_end_without_a_word(tmp_path, how):
     """Workers still building actors when the driver shuts down (or exits) end quietly:
     their reply met a closed socket, and each printed a BrokenPipeError traceback on the
-    user's terminal until session 14."""
+    user's terminal."""
     script = write_script(str(tmp_path), "driver.py", ACTORS_THEN_SHUTDOWN)
     for _ in range(2):  # which workers are mid-start at the shutdown varies
         done = subprocess.run([sys.executable, script, how], env=script_env(),

@@ -1,6 +1,6 @@
 """Objects outlive the process that made them; lost task results are rebuilt (lineage).
 
-A dead worker's objects are adopted by the driver (issue 11): their bytes are in the
+A dead worker's objects are adopted by the driver: their bytes are in the
 driver's table or in /dev/shm, so they stay readable. A value is really lost only when
 its segment file vanishes; the tests remove the file by hand to make that happen, then
 check what is rebuilt (task results, by re-running the task within max_retries) and what

@@ -1,4 +1,4 @@
-"""The hot path's promises that are behaviour, not speed (issue 13).
+"""The hot path's promises that are behaviour, not speed.
 
 Calls to a busy actor wait on the driver and go together in one frame once the actor
 sends again (``actors.py``); a worker reads its CPU clock only for functions whose last

@@ -446,7 +446,7 @@ class TestOnASmallRuntime:
         )
 
     def test_infeasible_cpu_request_fails_at_submission(self):
-        """Spec (issue 2): a clear error instead of a hang. Ray only warns and leaves the
+        """Spec: a clear error instead of a hang. Ray only warns and leaves the
         task pending, so this fails against Ray."""
 
         @ray.remote(num_cpus=64)
@@ -457,7 +457,7 @@ class TestOnASmallRuntime:
             greedy.remote()
 
     def test_infeasible_custom_resource_fails_at_submission(self):
-        """Spec (issue 2): fails against Ray (Ray leaves infeasible tasks pending)."""
+        """Spec: fails against Ray (Ray leaves infeasible tasks pending)."""
 
         @ray.remote
         def needs_gadget():
@@ -469,7 +469,7 @@ class TestOnASmallRuntime:
             needs_gadget.options(resources={"widget": 5}).remote()
 
     def test_gpu_request_without_gpus_fails_at_submission(self):
-        """Spec (issue 2): fails against Ray (Ray leaves infeasible tasks pending)."""
+        """Spec: fails against Ray (Ray leaves infeasible tasks pending)."""
 
         @ray.remote(num_gpus=1)
         def needs_gpu():
@@ -496,7 +496,7 @@ class TestOnASmallRuntime:
             ray.remote(f).options(num_cpus=bad).remote()
 
     def test_non_numeric_num_cpus_is_valueerror(self):
-        """Spec (issue 2) asks for ValueError; Ray raises TypeError, so this fails against Ray."""
+        """Spec asks for ValueError; Ray raises TypeError, so this fails against Ray."""
 
         def f():
             return 1

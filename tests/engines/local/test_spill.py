@@ -1,6 +1,6 @@
 """The store's budget, spilling to disk, and what happens when even the disk is full.
 
-The default variants are scaled down to a few seconds; the full sizes of issue 11's chaos
+The default variants are scaled down to a few seconds; the full sizes of the chaos
 cases (256 MB budget, 150 arrays of 8-24 MB, 1,500 gets) run under ``-m chaos``
 (``make chaos``).
 
@@ -35,7 +35,7 @@ from lightwork.exceptions import ObjectStoreFullError
 
 MB = 1 << 20
 
-PROMPT_S = 2.0  # issue 11: a full store fails within 2 s (checked by ``make chaos``)
+PROMPT_S = 2.0  # a full store fails within 2 s (checked by ``make chaos``)
 # ``make test`` bounds a hang only; ``make chaos`` also holds the issue's figure.
 PROMPTNESS = [pytest.param(HANG_LIMIT_S, id="no-hang"),
               pytest.param(PROMPT_S, id="prompt", marks=pytest.mark.chaos)]

@@ -189,7 +189,7 @@ def test_an_idle_pool_gives_its_memory_back(monkeypatch):
     wait_until(lambda: store.pooled_bytes > 0, message="freed segments pooled")
     # Nothing writes now: after the idle time the pool is empty and its files are gone
     # (the spill thread empties the pool, then unlinks each file: wait for both; reading
-    # the pool empty, then the files, raced the last unlink: seen once, in session 20).
+    # the pool empty, then the files, raced the last unlink, seen once).
     wait_until(lambda: store.pooled_bytes == 0 and not store.free
                and not [path for path in paths if os.path.exists(path)], timeout=10,
                message="the idle pool trimmed and its files unlinked")
