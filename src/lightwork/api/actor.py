@@ -15,7 +15,7 @@ from typing import Any
 
 
 from lightwork.api.generator import ObjectRefGenerator
-from lightwork.kernel.generators import DYNAMIC_METHOD
+from lightwork.kernel.generators import DYNAMIC_METHOD, STATIC_METHOD
 from lightwork.kernel.object_ref import ObjectRef
 from lightwork.api.remote_function import callsite
 from lightwork.kernel import pickler
@@ -303,6 +303,11 @@ class ActorMethod:
         self._name = name
         self._num_returns = num_returns
         self._call_name = call_name or f"{handle._class_name}.{name}"
+        # A generator method (it streams by default) called with num_returns=1 returns
+        # its first item: the worker must not stream it (kernel/generators.py).
+        self._yields: bool = (handle._yields if type(handle) is ActorMethod
+                              else num_returns in ("streaming", "dynamic"))
+        self._target = STATIC_METHOD + name if self._yields and num_returns == 1 else name
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
@@ -325,7 +330,7 @@ class ActorMethod:
                 self._ref.id, method, name, args, kwargs, 1, callsite(1))
             return ObjectRefGenerator(refs[0]) if num_returns == "streaming" else refs[0]
         refs = _core((self,)).submit_actor_task(
-            self._ref.id, self._name, name, args, kwargs, num_returns, callsite(1))
+            self._ref.id, self._target, name, args, kwargs, num_returns, callsite(1))
         if num_returns == 1:
             return refs[0]
         return None if num_returns == 0 else refs
