@@ -19,7 +19,14 @@ from lightwork.kernel.generators import DYNAMIC_METHOD, STATIC_METHOD
 from lightwork.kernel.object_ref import ObjectRef
 from lightwork.api.remote_function import callsite
 from lightwork.kernel import pickler
-from lightwork.kernel.calls import ActorSpec, ArgumentCheck, check_amount, check_options
+from lightwork.kernel.calls import (
+    RETRIES_RULE,
+    ActorSpec,
+    ArgumentCheck,
+    check_amount,
+    check_count,
+    check_options,
+)
 from lightwork.kernel.runtime_env import cache_key as env_cache_key
 from lightwork.kernel.runtime_env import normalize, payload_with_env
 from lightwork.kernel.resources import make_shape
@@ -140,6 +147,7 @@ class ActorClass:
                 blob = pickler.dumps(self._cls)
             except Exception as exc:
                 raise SerializationError(describe_unpicklable(self._cls, exc)) from exc
+            pickler.check_function_size(blob, f"actor {self._cls.__name__}")
             self._blob = blob
             self._key = hashlib.blake2b(blob, digest_size=16).digest()
         assert self._blob is not None
@@ -176,9 +184,7 @@ def _check_actor_options(options: dict[str, Any], what: str) -> dict[str, Any]:
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     for key in ("max_restarts", "max_task_retries"):
-        value = options.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-            raise ValueError(f"{key} must be an int >= -1 (-1: forever), got {value!r}")
+        check_count(options, key, -1, RETRIES_RULE)
     pending = options.get("max_pending_calls", -1)
     if isinstance(pending, bool) or not isinstance(pending, int) or not (pending == -1 or pending > 0):
         raise ValueError(

@@ -120,6 +120,7 @@ class RemoteFunction:
                     f"remote function {_name(self._function)} could not be pickled: "
                     + describe_unpicklable(self._function, exc)
                 ) from exc
+            pickler.check_function_size(blob, f"remote function {_name(self._function)}")
             self._blob = blob
             self._key = hashlib.blake2b(blob, digest_size=16).digest()
         assert self._blob is not None
