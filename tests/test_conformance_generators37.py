@@ -1,4 +1,4 @@
-"""Generators called with a fixed ``num_returns``, on every backend (issue 37).
+"""Generators called with a fixed ``num_returns``, on every backend.
 
 A generator task or method called with ``num_returns=k`` fills its k refs in yield
 order, as Ray does: k items are the result whatever follows (one more yield, or an

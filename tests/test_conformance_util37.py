@@ -1,5 +1,5 @@
 """ActorPool, ``util.multiprocessing.Pool``, ``available_resources`` and the definition
-checks, on every backend (issue 37): the behaviours Ray's own tests of these expect.
+checks, on every backend: the behaviours Ray's own tests of these expect.
 """
 
 # ruff: noqa: F811 - the tests take the imported ``backend`` fixture by its name
