@@ -15,11 +15,18 @@ from typing import Any
 
 
 from lightwork.api.generator import ObjectRefGenerator
-from lightwork.kernel.generators import DYNAMIC_METHOD
+from lightwork.kernel.generators import DYNAMIC_METHOD, STATIC_METHOD
 from lightwork.kernel.object_ref import ObjectRef
 from lightwork.api.remote_function import callsite
 from lightwork.kernel import pickler
-from lightwork.kernel.calls import ActorSpec, ArgumentCheck, check_amount, check_options
+from lightwork.kernel.calls import (
+    RETRIES_RULE,
+    ActorSpec,
+    ArgumentCheck,
+    check_amount,
+    check_count,
+    check_options,
+)
 from lightwork.kernel.runtime_env import cache_key as env_cache_key
 from lightwork.kernel.runtime_env import normalize, payload_with_env
 from lightwork.kernel.resources import make_shape
@@ -140,6 +147,7 @@ class ActorClass:
                 blob = pickler.dumps(self._cls)
             except Exception as exc:
                 raise SerializationError(describe_unpicklable(self._cls, exc)) from exc
+            pickler.check_function_size(blob, f"actor {self._cls.__name__}")
             self._blob = blob
             self._key = hashlib.blake2b(blob, digest_size=16).digest()
         assert self._blob is not None
@@ -176,9 +184,7 @@ def _check_actor_options(options: dict[str, Any], what: str) -> dict[str, Any]:
     if name is not None and (not isinstance(name, str) or not name):
         raise ValueError(f"name must be a non-empty string, got {name!r}")
     for key in ("max_restarts", "max_task_retries"):
-        value = options.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-            raise ValueError(f"{key} must be an int >= -1 (-1: forever), got {value!r}")
+        check_count(options, key, -1, RETRIES_RULE)
     pending = options.get("max_pending_calls", -1)
     if isinstance(pending, bool) or not isinstance(pending, int) or not (pending == -1 or pending > 0):
         raise ValueError(
@@ -309,6 +315,11 @@ class ActorMethod:
         self._name = name
         self._num_returns = num_returns
         self._call_name = call_name or f"{handle._class_name}.{name}"
+        # A generator method (it streams by default) called with num_returns=1 returns
+        # its first item: the worker must not stream it (kernel/generators.py).
+        self._yields: bool = (handle._yields if type(handle) is ActorMethod
+                              else num_returns in ("streaming", "dynamic"))
+        self._target = STATIC_METHOD + name if self._yields and num_returns == 1 else name
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
@@ -331,7 +342,7 @@ class ActorMethod:
                 self._ref.id, method, name, args, kwargs, 1, callsite(1))
             return ObjectRefGenerator(refs[0]) if num_returns == "streaming" else refs[0]
         refs = _core((self,)).submit_actor_task(
-            self._ref.id, self._name, name, args, kwargs, num_returns, callsite(1))
+            self._ref.id, self._target, name, args, kwargs, num_returns, callsite(1))
         if num_returns == 1:
             return refs[0]
         return None if num_returns == 0 else refs

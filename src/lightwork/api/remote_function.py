@@ -47,6 +47,7 @@ class RemoteFunction:
         self._spec: CallSpec | None = None
         self._arguments: ArgumentCheck | None = None
         self._env_payloads: dict[str, tuple[bytes, bytes]] = {}  # payload+env -> key, blob
+        self._wrapped: dict[str, tuple[bytes, bytes]] = {}  # see _wrapped_payload
         functools.update_wrapper(self, function, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -68,7 +69,14 @@ class RemoteFunction:
             # A generator streams unless told otherwise (Ray's default since 2.8). It is
             # retried like any task: a re-run skips the items already streamed (streams.py).
             options = {"num_returns": "streaming", **options}
-        key, blob = self._payload(dynamic=options.get("num_returns") == "dynamic")
+        num_returns = options.get("num_returns")
+        if num_returns == 1 and (inspect.isgeneratorfunction(function)
+                                 or inspect.isasyncgenfunction(function)):
+            key, blob = self._wrapped_payload("static")  # its first item, not a stream
+        elif num_returns == "dynamic":
+            key, blob = self._wrapped_payload("dynamic")
+        else:
+            key, blob = self._payload()
         if self._max_calls:  # @remote's only: .options() refuses it
             key, blob = call_limited(blob, self._max_calls)
         if options.get("runtime_env"):
@@ -90,12 +98,20 @@ class RemoteFunction:
         _check_strategy(options, f"remote function {_name(self._function)}")
         return _BoundOptions(self, {**self._options, **options})
 
-    def _payload(self, dynamic: bool = False) -> tuple[bytes, bytes]:
-        if dynamic:  # the function runs inside DynamicReturns: another payload
-            from lightwork.kernel.generators import DynamicReturns
+    def _wrapped_payload(self, kind: str) -> tuple[bytes, bytes]:
+        """The payload of this function run inside DynamicReturns (``"dynamic"``) or
+        StaticReturns (``"static"``, a generator called with num_returns=1), made once."""
+        found = self._wrapped.get(kind)
+        if found is None:
+            from lightwork.kernel.generators import DynamicReturns, StaticReturns
 
-            blob = pickler.dumps(DynamicReturns(self._function))
-            return hashlib.blake2b(blob, digest_size=16).digest(), blob
+            wrapper = DynamicReturns if kind == "dynamic" else StaticReturns
+            self._payload()  # (checks that the function pickles, with the clear message)
+            blob = pickler.dumps(wrapper(self._function))
+            found = self._wrapped[kind] = (hashlib.blake2b(blob, digest_size=16).digest(), blob)
+        return found
+
+    def _payload(self) -> tuple[bytes, bytes]:
         if self._key is None:
             try:
                 blob = pickler.dumps(self._function)
@@ -104,6 +120,7 @@ class RemoteFunction:
                     f"remote function {_name(self._function)} could not be pickled: "
                     + describe_unpicklable(self._function, exc)
                 ) from exc
+            pickler.check_function_size(blob, f"remote function {_name(self._function)}")
             self._blob = blob
             self._key = hashlib.blake2b(blob, digest_size=16).digest()
         assert self._blob is not None

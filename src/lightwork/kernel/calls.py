@@ -360,7 +360,8 @@ def _check_ignored_options(options: dict[str, Any], what: str) -> None:
     for option in ("label_selector", "_metadata"):
         value = options.get(option)
         if value is not None and not isinstance(value, dict):
-            raise TypeError(f"{option} must be a dict, got {value!r:.80}")
+            raise TypeError(f"The type of keyword '{option}' must be {(dict, type(None))}, "
+                            f"but received type {type(value)}: give a dict, got {value!r:.80}")
     groups = options.get("concurrency_groups")
     if groups is not None and (not isinstance(groups, dict) or not all(
             isinstance(name, str) and isinstance(size, int) and not isinstance(size, bool)
@@ -382,13 +383,12 @@ def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict
         )
     for key in ("num_cpus", "num_gpus", "memory"):
         if key in options and options[key] is not None:
-            check_amount(key, options[key])
+            amount = check_amount(key, options[key])
+            if key != "memory":
+                _check_precision(key, amount)
     if not options.keys().isdisjoint(IGNORED_OPTIONS):
         _check_ignored_options(options, what)
-    max_calls = options.get("max_calls")
-    if max_calls is not None and (
-            isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 0):
-        raise ValueError(f"max_calls must be an int >= 0 (0: no limit), got {max_calls!r}")
+    check_count(options, "max_calls", 0, "None, 0 or a positive integer (0: no limit)")
     if options.get("runtime_env") is not None:
         from lightwork.kernel.runtime_env import normalize
 
@@ -404,16 +404,13 @@ def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict
                 raise ValueError(  # as in Ray
                     f"use num_cpus/num_gpus/memory instead of resources={{{name!r}: ...}}"
                 )
-            check_amount(f"resources[{name!r}]", amount)
+            _check_precision(name, check_amount(f"resources[{name!r}]", amount))
     if "num_returns" in options and options["num_returns"] not in GENERATOR_RETURNS:
-        n = options["num_returns"]
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(
-                f"num_returns must be a non-negative int, 'streaming' or 'dynamic', got {n!r}")
-    if "max_retries" in options:
-        n = options["max_retries"]
-        if not isinstance(n, int) or isinstance(n, bool) or n < -1:
-            raise ValueError(f"max_retries must be an int >= -1 (-1: retry forever), got {n!r}")
+        check_count(options, "num_returns", 0, NUM_RETURNS_RULE, (int, str, type(None)))
+        if isinstance(options["num_returns"], str):
+            raise ValueError(f"The keyword 'num_returns' only accepts {NUM_RETURNS_RULE}, "
+                             f"got {options['num_returns']!r}")
+    check_count(options, "max_retries", -1, RETRIES_RULE)
     retry = options.get("retry_exceptions")
     if retry is not None and not isinstance(retry, bool):
         if not (
@@ -424,6 +421,39 @@ def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict
                 f"retry_exceptions must be True/False or a list of exception classes, got {retry!r}"
             )
     return options
+
+
+NUM_RETURNS_RULE = 'None, a non-negative integer, or "dynamic" (or "streaming")'
+RETRIES_RULE = "None, 0, -1 or a positive integer, where -1 represents infinity."
+
+
+def check_count(options: dict[str, Any], key: str, lowest: int, rule: str,
+                types: tuple[type, ...] = (int, type(None))) -> None:
+    """Check option ``key`` of ``options``, a count of ``types`` that is at least
+    ``lowest``; the messages are Ray's (``rule`` says what is accepted), as programs and
+    Ray's own tests match them."""
+    value = options.get(key)
+    if value is None:
+        options.pop(key, None)  # None is Ray's "the default"
+        return
+    if isinstance(value, bool) or not isinstance(value, types):
+        raise InvalidCountError(f"The type of keyword '{key}' must be {types}, but received type "
+                        f"{type(value)}: {key} takes {rule}, got {value!r:.80}")
+    if isinstance(value, int) and value < lowest:
+        raise ValueError(f"The keyword '{key}' only accepts {rule}, got {value!r}")
+
+
+class InvalidCountError(TypeError, ValueError):
+    """A count option of the wrong type: a TypeError as in Ray, and a ValueError as
+    lightwork raised before it matched Ray's message."""
+
+
+def _check_precision(name: str, amount: float) -> None:
+    # As in Ray: fractions of a resource go to 1/10,000 (its fixed-point unit).
+    units = amount * 10_000
+    if abs(units - round(units)) > 1e-6:
+        raise ValueError(f"The precision of the fractional quantity of resource {name} "
+                         f"cannot go beyond 0.0001; round {amount} to 4 decimal places")
 
 
 class InvalidAmountError(TypeError, ValueError):

@@ -40,3 +40,34 @@ def dumps(value: Any, protocol: int = 5, buffer_callback: Any = None) -> bytes:
     file = io.BytesIO()
     _Pickler(file, protocol=protocol, buffer_callback=buffer_callback).dump(value)
     return file.getvalue()
+
+
+#: A remote function or actor class whose pickle is this large is refused (Ray's
+#: ``FUNCTION_SIZE_ERROR_THRESHOLD``, read from the same environment variable), and one of
+#: a tenth of it is warned about: such a pickle almost always captured a large array from
+#: the enclosing scope, and every worker would load it.
+def function_size_limits() -> tuple[int, int]:
+    import os
+
+    error = int(os.environ.get("FUNCTION_SIZE_ERROR_THRESHOLD", 10**8))
+    return error // 10, error
+
+
+def check_function_size(blob: bytes, what: str) -> None:
+    """Refuse (``ValueError``) or warn about the pickle of ``what`` ("remote function
+    f", "actor A") when it is too large; called once per function or class."""
+    warn_at, error_at = function_size_limits()
+    size = len(blob)
+    if size < warn_at:
+        return
+    mib = 1024 * 1024
+    advice = ("Check that its definition does not capture a large array or other object "
+              "from its scope: put that with lightwork.put() and pass the ref, or build it "
+              "inside the function.")
+    if size >= error_at:
+        raise ValueError(f"The {what} is too large ({size // mib} MiB > "
+                         f"FUNCTION_SIZE_ERROR_THRESHOLD={error_at // mib} MiB). {advice}")
+    import warnings
+
+    warnings.warn(f"The {what} is very large ({size // mib} MiB). {advice}",
+                  UserWarning, stacklevel=4)

@@ -45,6 +45,7 @@ import contextlib
 import itertools
 import logging
 import multiprocessing as _stdlib_multiprocessing
+import os
 import queue
 import threading
 from collections import deque
@@ -54,9 +55,12 @@ from typing import Any
 from lightwork import api
 from lightwork.kernel.exceptions import TaskError
 
-__all__ = ["AsyncResult", "IMapIterator", "Pool", "TimeoutError"]
+__all__ = ["AsyncResult", "IMapIterator", "JoinableQueue", "Pool", "TimeoutError"]
 
 TimeoutError = _stdlib_multiprocessing.TimeoutError  # the stdlib's name, as Ray's module has
+# The standard library's, as Ray's module re-exports it: a queue between this process
+# and its own children (not an actor: for a queue that tasks share, see util.queue).
+JoinableQueue = _stdlib_multiprocessing.JoinableQueue
 
 _RUN, _CLOSE, _TERMINATE = "RUN", "CLOSE", "TERMINATE"
 
@@ -77,11 +81,58 @@ class _PoolProcess:
             initializer(*initargs)
 
     def run_chunk(self, func: Callable[..., Any], how: str, chunk: list[Any]) -> list[Any]:
-        if how == "star":
-            return [func(*args) for args in chunk]
-        if how == "apply":
-            return [func(*args, **kwargs) for args, kwargs in chunk]
-        return [func(item) for item in chunk]
+        """The chunk's results in order; an item that raised is an ``_ItemFailure``
+        in its place (the other items still run, as in Ray)."""
+        results: list[Any] = []
+        for item in chunk:
+            try:
+                if how == "star":
+                    results.append(func(*item))
+                elif how == "apply":
+                    results.append(func(*item[0], **item[1]))
+                else:
+                    results.append(func(item))
+            except Exception as exc:  # noqa: BLE001 - the item's result is its error
+                results.append(_ItemFailure.of(exc))
+        return results
+
+
+class _ItemFailure:
+    """The error one item of a chunk raised, as its result: the exception (or, if it
+    cannot be pickled, a ``RemoteError`` with its text) and its traceback's text."""
+
+    __slots__ = ("error", "traceback")
+
+    def __init__(self, error: BaseException, traceback: str) -> None:
+        self.error = error
+        self.traceback = traceback
+
+    @classmethod
+    def of(cls, exc: BaseException) -> _ItemFailure:
+        import traceback as _traceback
+
+        import cloudpickle
+
+        text = "".join(_traceback.format_exception(type(exc), exc, exc.__traceback__))
+        try:
+            cloudpickle.dumps(exc)
+        except Exception:  # noqa: BLE001 - it still travels, as its text
+            exc = RemoteError(f"{type(exc).__name__}: {exc} (the exception could not be "
+                              "pickled, so it came back as this RemoteError)")
+        exc.__traceback__ = None  # its frames stay here; the text travels
+        return cls(exc, text)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_ItemFailure, (self.error, self.traceback))
+
+    def exception(self) -> BaseException:
+        """The user's exception, with the remote traceback as its ``__cause__``."""
+        self.error.__cause__ = RemoteTraceback(f'\n"""\n{self.traceback}"""')
+        return self.error
+
+
+class RemoteError(Exception):
+    """An exception raised in a pool process that could not be pickled back."""
 
 
 class RemoteTraceback(Exception):
@@ -123,13 +174,24 @@ class Pool:
             raise ValueError(f"maxtasksperchild must be an int >= 1 or None, got {maxtasksperchild!r}")
         if ray_remote_args is not None and not isinstance(ray_remote_args, dict):
             raise TypeError(f"ray_remote_args must be a dict of actor options, got {ray_remote_args!r}")
-        if ray_address is not None and not api.is_initialized():
-            api.init(address=ray_address)
+        if not api.is_initialized():  # as in Ray: an address given or set, else local
+            if ray_address is not None:
+                api.init(address=ray_address)
+            elif os.environ.get("LIGHTWORK_ADDRESS"):  # (init() reads it)
+                api.init()
+            else:
+                api.init(num_cpus=processes)
+        cpus = int(api.cluster_resources().get("CPU", 0))
+        if processes is not None and processes > cpus:
+            raise ValueError(
+                f"Pool(processes={processes}) needs {processes} CPUs, but the runtime has "
+                f"{cpus}: ask for at most {cpus} processes, or start the runtime with "
+                f"more (init(num_cpus={processes}))")
         self._initializer = initializer
         self._initargs = tuple(initargs or ())
         self._maxtasksperchild = maxtasksperchild
         self._actor_class = api.remote(_PoolProcess).options(**(ray_remote_args or {}))
-        count = processes or max(1, int(api.cluster_resources().get("CPU", 1)))
+        count = processes or max(1, cpus)
         self._processes = count
         # Guards the roster, the counts and the handler's start.
         self._lock = threading.RLock()
@@ -144,6 +206,12 @@ class Pool:
         # once everything before it is handled (join); None to stop (terminate).
         self._handler_inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._handler: threading.Thread | None = None
+        # As in Ray, the processes are up (their initializer has run) when Pool() returns.
+        try:
+            api.get([actor.__ray_ready__.remote() for actor in self._actors])
+        except BaseException:
+            self.terminate()
+            raise
 
     # -- the standard library's interface ------------------------------------------------
     def apply(self, func: Callable[..., Any], args: Iterable[Any] = (),
@@ -423,7 +491,11 @@ class AsyncResult:
                 self._outcome = (False, _user_error(error))
             else:
                 values = list(itertools.chain.from_iterable(chunks))
-                self._outcome = (True, values[0] if self._single else values)
+                failed = next((v for v in values if type(v) is _ItemFailure), None)
+                if failed is not None:  # the first item that raised, in input order
+                    self._outcome = (False, failed.exception())
+                else:
+                    self._outcome = (True, values[0] if self._single else values)
         return self._outcome
 
 
@@ -493,7 +565,10 @@ class IMapIterator(Iterator[Any]):
                 raise _user_error(error)  # its __cause__ is the remote traceback
             finally:
                 self._fill()  # keep the processes busy while the caller works
-        return self._buffer.popleft()
+        value = self._buffer.popleft()
+        if type(value) is _ItemFailure:  # as in Ray: a failed item's result is its error
+            return value.exception()
+        return value
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:

@@ -30,16 +30,27 @@ import asyncio
 import concurrent.futures
 import threading
 import time
+import types
 from typing import Any
 
 import cloudpickle
 
 from lightwork.kernel import exceptions
-from lightwork.kernel.generators import DYNAMIC_METHOD, DynamicReturns, collect_async
+from lightwork.kernel.generators import (
+    DYNAMIC_METHOD,
+    STATIC_METHOD,
+    DynamicReturns,
+    GeneratorRaised,
+    StaticItems,
+    StaticReturns,
+    collect_async,
+    take_static,
+)
 from lightwork.kernel.object_ref import ref_counter
 from lightwork.engines.distributed import record as cluster_record
 from lightwork.engines.distributed import worker as cluster_worker
 from lightwork.engines.distributed.holds import Handover
+from lightwork.kernel.serialization import SerializationError
 from lightwork.engines.distributed.worker import (
     ArgSlot,
     Failed,
@@ -145,6 +156,14 @@ class ActorHost:
             args, kwargs = cloudpickle.loads(payload)
             loaded = time.time()
             result = self._method(method)(*args, **kwargs)
+            if type(result) is StaticItems or (
+                    num_returns != 1 and type(result) is types.GeneratorType):
+                result = _static_result(result, num_returns, name)
+        except GeneratorRaised as raised:
+            failure = self._generator_raised(raised, name, num_returns, task_id, started)
+            if failure is not None:
+                return failure
+            result = raised.partial
         except Exception as exc:  # noqa: BLE001 - the user's error is the call's result
             self._note(task_id, name, started, exc)
             return spread_failure(error_of(name, exc), num_returns)
@@ -177,6 +196,14 @@ class ActorHost:
                     result = self._method(method)(*args, **kwargs)
                 if asyncio.iscoroutine(result):
                     result = await result
+                if type(result) is StaticItems or (
+                        num_returns != 1 and type(result) is types.GeneratorType):
+                    result = _static_result(result, num_returns, name)
+            except GeneratorRaised as raised:
+                failure = self._generator_raised(raised, name, num_returns, task_id, started)
+                if failure is not None:
+                    return failure
+                result = raised.partial
             except Exception as exc:  # noqa: BLE001
                 self._note(task_id, name, started, exc)
                 return spread_failure(error_of(name, exc), num_returns)
@@ -198,7 +225,26 @@ class ActorHost:
             return _ready
         if method.startswith(DYNAMIC_METHOD):  # num_returns="dynamic": items stored as put
             return DynamicReturns(getattr(self.instance, method[len(DYNAMIC_METHOD):]))
+        if method.startswith(STATIC_METHOD):  # a generator method called with num_returns=1
+            return StaticReturns(getattr(self.instance, method[len(STATIC_METHOD):]))
         return getattr(self.instance, method)
+
+    def _generator_raised(self, raised: GeneratorRaised, name: str, num_returns: int,
+                          task_id: int, started: float) -> Any:
+        """A generator method raised before it filled its returns: None when its result
+        is ``raised.partial`` (a dynamic one's refs, the error last), else the stored
+        result: the items it yielded, then the error for each return left."""
+        if type(raised.partial) is not list:
+            return None
+        self._note(task_id, name, started, raised.error)
+        failed = error_of(name, raised.error)
+        try:
+            kept = tuple(self.backend.encode(part) for part in raised.partial)
+        except SerializationError:
+            kept = ()
+        if not kept:
+            return spread_failure(failed, num_returns)
+        return kept + (failed,) * (num_returns - len(kept))
 
     def _note(self, task_id: int, name: str, started: float, exc: BaseException) -> None:
         now = time.time()
@@ -225,6 +271,12 @@ class ActorHost:
             return self.backend.hand_over_result(stored, list(dict.fromkeys(inner)),
                                                  caller_client)
         return stored
+
+
+def _static_result(items: Any, num_returns: int, name: str) -> Any:
+    """A generator method's first ``num_returns`` items, as a call's result."""
+    values = take_static(items, num_returns, name)
+    return values[0] if num_returns == 1 else values
 
 
 def _result_size(stored: Any, num_returns: int) -> int:

@@ -610,8 +610,9 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         from lightwork.engines.distributed.state import resource_use, scheduler_facts
 
         use = resource_use(self.client.run_on_scheduler(scheduler_facts)["workers"])
+        # As in Ray, a resource none of which is free now is left out of ``available``.
         return ({name: total for name, (_, total) in use.items()},
-                {name: max(0.0, total - used) for name, (used, total) in use.items()})
+                {name: total - used for name, (used, total) in use.items() if total > used})
 
     def nodes(self) -> list[dict[str, Any]]:
         workers = self.client.scheduler_info(n_workers=-1)["workers"]

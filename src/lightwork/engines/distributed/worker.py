@@ -60,6 +60,7 @@ import os
 import threading
 import time
 import traceback
+import types
 from typing import Any
 
 import cloudpickle
@@ -68,6 +69,7 @@ from distributed.sizeof import safe_sizeof
 from lightwork.kernel import exceptions
 from lightwork.kernel.object_ref import collecting_refs, ref_counter
 from lightwork.kernel import pickler
+from lightwork.kernel.generators import GeneratorRaised, StaticItems, take_static
 from lightwork.kernel.serialization import SerializationError, pickle_value
 from lightwork.kernel.calls import ArgSlot  # the same placeholder as the local runtime's
 from lightwork.engines.distributed.record import error_text as _error_text
@@ -232,6 +234,7 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
     attempt = 0
     retries: tuple[tuple[float, str], ...] = ()
     loaded = _wall()
+    short: list[Any] | None = None  # a static generator's items, fewer than its returns
     try:
         while True:
             try:
@@ -241,15 +244,34 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
                     for item in result:
                         stream.item(item)
                     result = None
+                elif type(result) is StaticItems or (
+                        num_returns != 1 and type(result) is types.GeneratorType):
+                    # num_returns=k: its first k items (generators.take_static)
+                    values = take_static(result, num_returns, name)
+                    result = values[0] if num_returns == 1 else values
                 break
             except Exception as exc:  # noqa: BLE001 - the user's error becomes the result
-                if _should_retry(exc, retry_exceptions, attempt, max_retries):
+                error = exc.error if isinstance(exc, GeneratorRaised) else exc
+                if _should_retry(error, retry_exceptions, attempt, max_retries):
                     attempt += 1
-                    retries += ((_wall(), f"retry_exceptions: {_error_text(exc)}"),)
+                    retries += ((_wall(), f"retry_exceptions: {_error_text(error)}"),)
                     continue
-                failed = error_of(name, exc)
+                if isinstance(exc, GeneratorRaised):
+                    if type(exc.partial) is not list:  # dynamic: its refs, the error last
+                        result = exc.partial
+                        break
+                    short = exc.partial
+                failed = error_of(name, error)
+                if short:  # the items it yielded fill the first returns, as in Ray
+                    _note(session, task_id, name, 0, started, loaded, _wall(), _wall(),
+                          _error_text(error), retries, 0, transfers)
+                    try:
+                        kept = tuple(backend.encode(part) for part in short)
+                    except SerializationError:
+                        kept = ()
+                    return kept + (failed,) * (num_returns - len(kept))
                 now = _wall()
-                _note(session, task_id, name, 0, started, loaded, now, now, _error_text(exc),
+                _note(session, task_id, name, 0, started, loaded, now, now, _error_text(error),
                       retries, 0, transfers)
                 return failed if num_returns == 1 else (failed,) * num_returns
     finally:

@@ -397,9 +397,12 @@ class ActorManager:
         if exited:
             actor.no_restart = True
             actor.death_cause = "it called exit_actor()"
+        raised = isinstance(outcome, tuple) and outcome[0] == "raised"
         if task.cancelled or outcome == "cancelled":
             if type(outcome) is list:  # it returned after the cancel: nobody reads these
                 node.release_unread(outcome)
+            elif raised:
+                node.release_unread(outcome[2])
             self._finish_call(task, error=_cancelled_call(
                 task, "before it ran" if outcome == "cancelled" else "while it ran", actor))
             return
@@ -409,6 +412,10 @@ class ActorManager:
             return
         if isinstance(outcome, tuple) and outcome[0] == "error":
             self._finish_call(task, error=outcome[1])
+            return
+        if raised:  # a generator method raised before it filled its returns
+            node.store_partial(task, outcome[2], outcome[1])
+            node._unuse(task.actor_id)
             return
         if isinstance(outcome, tuple) and outcome[0] == "lost":
             # Re-sending the call after a rebuild would reorder it behind later calls.

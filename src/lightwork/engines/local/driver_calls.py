@@ -592,9 +592,15 @@ class DriverCalls(_Base):
     # ------------------------------------------------------------------ introspection
     def resources(self) -> tuple[dict[str, float], dict[str, float]]:
         with self.lock:
-            total = {k: v for k, v in self.scheduler.total.items() if v or k == "CPU"}
-            available = {k: max(0.0, self.scheduler.available.get(k, 0.0)) for k in total}
-            return total, available
+            return self._resources_x()
+
+    def _resources_x(self) -> tuple[dict[str, float], dict[str, float]]:
+        """(total, available) of the node; as in Ray, a resource none of which is free
+        now is left out of ``available`` (a total of 0 is left out of both, but CPU's)."""
+        scheduler = self.scheduler
+        total = {k: v for k, v in scheduler.total.items() if v or k == "CPU"}
+        available = {k: free for k in total if (free := scheduler.available.get(k, 0.0)) > 0}
+        return total, available
 
 
 

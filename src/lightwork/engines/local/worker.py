@@ -65,7 +65,13 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from lightwork.kernel import exceptions
-from lightwork.kernel.generators import DYNAMIC_METHOD
+from lightwork.kernel.generators import (
+    DYNAMIC_METHOD,
+    STATIC_METHOD,
+    GeneratorRaised,
+    StaticItems,
+    take_static,
+)
 from lightwork.kernel.object_ref import PROCESS_ID_SHIFT, ref_counter
 from lightwork.kernel import control
 from lightwork.engines.local import protocol as p
@@ -423,6 +429,10 @@ class Worker(WorkerCalls):
                 from lightwork.kernel.generators import DynamicReturns
 
                 return DynamicReturns(getattr(self.actor, key[len(DYNAMIC_METHOD):]))
+            if key.startswith(STATIC_METHOD):  # a generator method called with num_returns=1
+                from lightwork.kernel.generators import StaticReturns
+
+                return StaticReturns(getattr(self.actor, key[len(STATIC_METHOD):]))
             raise
 
     def cancelled(self, task_id: int, file_grew: bool = False) -> bool:
@@ -528,9 +538,10 @@ class Worker(WorkerCalls):
             result = fn(*args, **kwargs)
             if self.loop is not None and inspect.iscoroutine(result):
                 result = self.loop.run(result, frame)
-            if type(result) in _GENERATORS and len(return_ids) == 1:
-                self.stream_items(name, return_ids[0], result)
-                result = None  # the task's own result: its items went to the stream
+            stored = None
+            if type(result) in _YIELDING:  # its items stream, or fill num_returns=k
+                stored = self.store_yields(name, result, return_ids)
+                result = None
             del args, kwargs
             finished = time.monotonic()
             if timed:
@@ -540,7 +551,7 @@ class Worker(WorkerCalls):
                     self._short_runs.add(key)
             elif not timed:
                 self._short_runs.discard(key)
-            outcome = self.store_results(name, result, return_ids)
+            outcome = self.store_results(name, result, return_ids) if stored is None else stored
             del result
         except KeyboardInterrupt as exc:
             finished = time.monotonic()
@@ -554,6 +565,14 @@ class Worker(WorkerCalls):
             finished = time.monotonic()
             self.exiting = True
             outcome = ("exit", None)
+        except GeneratorRaised as raised:  # before it filled its returns: the driver
+            finished = time.monotonic()      # retries it, or keeps ``partial``
+            partial = raised.partial
+            if type(partial) is not list:  # a dynamic generator's refs, the error last
+                partial = self.store_results(name, partial, return_ids)
+            outcome = ("raised", error_outcome(name, raised.error), partial)
+            traceback.clear_frames(raised.error.__traceback__)
+            del raised, partial
         except SerializationError as exc:
             finished = time.monotonic()
             outcome = ("error", serialization.serialize(
@@ -615,6 +634,20 @@ class Worker(WorkerCalls):
             bare(serialization.serialize(value, SharedMemoryWriter(self, object_id)))
             for value, object_id in zip(values, return_ids)
         ]
+
+    def store_yields(self, name: str, items: Any, return_ids: tuple[int, ...]) -> Any:
+        """The outcome of a call whose function returned a generator: streamed when the
+        caller asked for one ref and did not fix it (``stream_items``), else its items
+        fill the ``num_returns=k`` returns one by one as they are yielded, each written
+        as it comes (``generators.take_static``: what more or fewer items do)."""
+        if type(items) is not StaticItems and len(return_ids) == 1:
+            self.stream_items(name, return_ids[0], items)
+            return self.store_results(name, None, return_ids)  # the task's own result
+
+        def store(item: Any, index: int) -> Any:
+            return bare(serialization.serialize(item, SharedMemoryWriter(self, return_ids[index])))
+
+        return take_static(items, len(return_ids), name, store)
 
     def stream_items(self, name: str, head: int, items: Any) -> None:
         """Send each item of a generator task to the driver as it is yielded (see
@@ -685,7 +718,8 @@ class ActorExit(SystemExit):
     """Raised by ``exit_actor()``: finish the current call, then end the actor's process."""
 
 
-_GENERATORS = (types.GeneratorType, types.AsyncGeneratorType)
+# What a function returns that yields its items (StaticItems: a num_returns=1 call's)
+_YIELDING = (types.GeneratorType, types.AsyncGeneratorType, StaticItems)
 
 
 def _ready() -> bool:

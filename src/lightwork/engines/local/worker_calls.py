@@ -223,7 +223,10 @@ class WorkerCalls(_Base):
         }
 
     def resources(self) -> tuple[dict[str, float], dict[str, float]]:
-        return dict(self.total), dict(self.total)
+        """The node's (total, available) now, as the driver sees them (as in Ray, a
+        task sees the cluster's, its own reservation taken)."""
+        total, available = self.driver_request("resources")
+        return dict(total), dict(available)
 
     def put(self, value: Any) -> ObjectRef:
         object_id = self.next_object_id()

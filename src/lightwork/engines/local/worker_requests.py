@@ -180,6 +180,8 @@ class WorkerRequests(_Base):
         if task.cancelled:
             if type(outcome) is list:  # it finished before the cancel reached it
                 self.release_unread(outcome)
+            elif type(outcome) is tuple and outcome[0] == "raised":
+                self.release_unread(outcome[2])
             self._fail_task(task, cancelled_error(task, "before it finished"))
         elif type(outcome) is bytes or type(outcome) is list:  # its results: the common case
             self.store_results(task, outcome)
@@ -195,6 +197,14 @@ class WorkerRequests(_Base):
                 self._requeue(task)
             else:
                 self._fail_task(task, outcome[1])
+        elif outcome[0] == "raised":  # a generator raised before it filled its returns
+            if self._should_retry_error(task, outcome[1]):
+                self.release_unread(outcome[2])  # a retry's items are all the retry's
+                record.retries += ((record.seen, "exception"),)
+                task.attempt += 1
+                self._requeue(task)
+            else:
+                self.store_partial(task, outcome[2], outcome[1])
         else:  # a runtime bug: fail loudly (the I/O loop stops the runtime, saying why)
             raise AssertionError(f"task {task.name} ended with an unknown outcome {outcome!r}")
 
@@ -225,6 +235,18 @@ class WorkerRequests(_Base):
             if stored.path is not None:  # an inline value lives in this table: never lost
                 entry.lineage = task if keeps_lineage(task) else None
             self._resolve(entry, stored)
+
+    def store_partial(self, task: TaskSpec, values: list[Stored | bytes], error: Stored) -> None:
+        """End a generator task that raised ``error`` before it filled its returns
+        (``generators.GeneratorRaised``) and is not retried: ``values`` resolve its first
+        returns, ``error`` the others; with none left over (a dynamic generator's one
+        value, its refs with the error last) the task succeeded, as in Ray."""
+        if values:
+            self.store_results(task, values)
+        if len(values) < len(task.return_ids):
+            self._fail_task(task, error)  # (the returns resolved above stay as they are)
+        else:
+            self._end_task(task, FINISHED)
 
     def store_bare(self, task: TaskSpec, data: bytes) -> None:
         """Resolve the one return object of plain ``task`` with its bare value ``data``."""
@@ -317,6 +339,8 @@ class WorkerRequests(_Base):
                 result = self.placement_group_request(*args)
             elif what == "stream":
                 result = self.streams.request(*args)
+            elif what == "resources":  # a task's available_resources(): the node's now
+                result = self._resources_x()
             elif what == "room":
                 self._on_room_request(conn, request_id, *args)
                 return
