@@ -12,8 +12,8 @@ items are all the retry's.
 from __future__ import annotations
 
 import pytest
-from helpers import attempts, count_attempt
-from test_conformance import _apply_gaps, backend, gap  # noqa: F401
+from tests.helpers import attempts, count_attempt
+from tests.conformance.test_conformance import _apply_gaps, backend, gap  # noqa: F401
 
 import lightwork
 from lightwork import exceptions

@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from helpers import wait_for_file
-from test_conformance import _apply_gaps, backend  # noqa: F401
+from tests.helpers import wait_for_file
+from tests.conformance.test_conformance import _apply_gaps, backend  # noqa: F401
 
 import lightwork
 from lightwork.util import ActorPool
