@@ -374,12 +374,20 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 
 
 def exit_actor() -> None:
-    """End the current actor from inside one of its methods, after that method returns."""
+    """End the current actor from inside it, as Ray's ``exit_actor``.
+
+    Raises (``SystemExit``; ``AsyncioActorExit`` in an async actor) to unwind the call,
+    which fails with ``ActorDiedError`` in its caller even if the exception is caught.
+    Calls not yet started fail the same way; running calls of a threaded or async actor
+    finish first. Then ``__ray_shutdown__()`` and the actor's atexit handlers run, and
+    its process ends. Outside an actor: ``TypeError``."""
     from lightwork.api import core as _api
 
     backend = _api._backend
     if backend is None or backend.in_driver:
-        raise TypeError("exit_actor() can only be called inside an actor's method")
+        from lightwork.kernel.backend import NOT_IN_AN_ACTOR
+
+        raise TypeError(NOT_IN_AN_ACTOR)
     backend.exit_actor()
 
 

@@ -372,6 +372,11 @@ class ActorManager:
         if conn.doomed or actor.state == DEAD:
             return  # killed: its calls are failed or retried when its process is gone
         if task_id == actor.creation_task:
+            if outcome and outcome[0] == "exit":  # exit_actor() in the constructor
+                actor.no_restart = True
+                self._die(actor, "it called exit_actor() while it was being created")
+                node._send(conn, [(p.EXIT,)])  # its process ends gracefully (atexit)
+                return
             if outcome:  # ("error", Stored): the constructor raised
                 actor.init_error = outcome[1]
                 actor.no_restart = True
@@ -419,6 +424,16 @@ class ActorManager:
                 "to rebuild arguments. Keep /dev/shm intact while lightwork runs."))
             return
         self._store_call(actor, task, outcome)
+
+    def on_exiting(self, actor: Actor | None) -> None:
+        """The actor's process said it ends on ``exit_actor()`` (from an asyncio task or
+        a thread of the actor's, no call may say so): no restart, and its calls fail
+        naming the cause when the process is gone."""
+        if actor is None or actor.state == DEAD:
+            return
+        actor.no_restart = True
+        if not actor.death_cause:
+            actor.death_cause = "it called exit_actor()"
 
     def _store_call(self, actor: Actor, task: TaskSpec, results: list[Any] | bytes) -> None:
         """A call returned ``results``: they resolve its return objects, and it ends."""
@@ -494,7 +509,7 @@ class ActorManager:
 
     def _never_runs(self, actor: Actor, method: Any, assumed: set[tuple[int, int]]) -> list[TaskSpec] | None:
         blocked = [w for w in actor.waits.values() if w.calls]
-        if method in actor.async_methods:  # a coroutine runs on the loop: is it held?
+        if actor.async_methods:  # an async actor runs every method on its loop: held?
             blocked = [w for w in blocked if w.on_loop]
             if not blocked:
                 return None
