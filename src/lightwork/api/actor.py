@@ -92,6 +92,26 @@ class ActorClass:
             self._method_table = _methods_of(self._cls)
         return self._method_table
 
+    def __getattr__(self, name: str) -> Any:
+        """The user's class attributes, classmethods and staticmethods (inherited ones
+        too), as on Ray's actor class: ``Cls.LIMIT`` or ``Cls.helper()`` inside a method,
+        where ``Cls`` is the decorated name. Dunders are the ActorClass's own."""
+        cls = self.__dict__.get("_cls")  # (absent while unpickling builds the object)
+        if cls is None or name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return getattr(cls, name)
+        except AttributeError:
+            raise AttributeError(
+                f"actor class {cls.__qualname__} has no attribute {name!r}") from None
+
+    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[Any, ...]:
+        raise TypeError(
+            "Inheriting from actor classes is not currently supported (as in Ray): "
+            f"subclass the plain class and decorate the subclass, as in `class "
+            f"Sub(Base)` then `lightwork.remote(Sub)`, where Base is "
+            f"{self._cls.__qualname__} without @remote")
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
             f"actor class {self._cls.__qualname__} cannot be instantiated directly: use "

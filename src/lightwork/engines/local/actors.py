@@ -68,6 +68,8 @@ RESTARTING = "RESTARTING"
 DEAD = "DEAD"
 ASYNC_DEFAULT_CONCURRENCY = 1000  # the worker's default for async actors
 MAX_DEADLOCK_REPORTS = 100
+#: The death cause of an actor ended by kill(), in Ray's words (which tests match).
+KILLED = "it was killed by `ray.kill` (lightwork.kill())"
 
 
 @dataclass(eq=False)
@@ -565,7 +567,7 @@ class ActorManager:
         if actor.state == DEAD:
             return
         if not actor.death_cause:
-            actor.death_cause = f"its process (pid {conn.pid}) died: {how}"
+            actor.death_cause = f"its worker process has died (pid {conn.pid}): {how}"
         if not self._can_restart(actor):
             self._die(actor, actor.death_cause)
             return
@@ -625,8 +627,9 @@ class ActorManager:
                 f"restarted (max_restarts={actor.max_restarts}), but calls that were running "
                 f"are not retried (max_task_retries={actor.max_task_retries}); set "
                 "max_task_retries (-1: no limit) if the call is safe to run twice.")
+        # "The actor is dead because ...": Ray's words, which programs and tests match.
         return error(
-            f"{what} cannot run {method}: the actor died because "
+            f"{what} cannot run {method}. The actor is dead because "
             f"{actor.death_cause or 'it ended'}. {_after_death_advice(actor)}")
 
     def kill(self, actor_id: int, no_restart: bool) -> None:
@@ -646,7 +649,7 @@ class ActorManager:
         conn = actor.conn
         if no_restart or not self._can_restart(actor):
             actor.no_restart = True
-            actor.death_cause = "it was killed with kill()"
+            actor.death_cause = KILLED
             self._die(actor, actor.death_cause)
             if conn is not None:
                 self._end_process(conn)
@@ -654,7 +657,7 @@ class ActorManager:
         if conn is None:  # waiting for placement: no process to kill, a restart all the same
             actor.restarts += 1
             return
-        actor.death_cause = "it was killed with kill(no_restart=False)"
+        actor.death_cause = KILLED + " with no_restart=False"
         actor.state = RESTARTING
         self._end_process(conn)
 
