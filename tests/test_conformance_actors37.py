@@ -442,3 +442,11 @@ def test_a_killed_actors_calls_say_it_in_rays_words(backend):
     with pytest.raises(exceptions.RayActorError,
                        match="The actor is dead because it was killed by `ray.kill`"):
         lightwork.get(actor.now.remote(), timeout=LIMIT)
+
+
+def test_dir_lists_an_actors_methods_for_autocompletion(backend):
+    public = [name for name in dir(WithAttributes) if not name.startswith("_")]
+    assert set(public) == {"double", "read", "total", "options", "remote"}
+    actor = WithAttributes.remote()
+    assert [name for name in dir(actor) if not name.startswith("_")] == ["double", "read", "total"]
+    assert "__ray_terminate__" in dir(actor)

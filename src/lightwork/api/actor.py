@@ -105,6 +105,10 @@ class ActorClass:
             raise AttributeError(
                 f"actor class {cls.__qualname__} has no attribute {name!r}") from None
 
+    def __dir__(self) -> list[str]:
+        """Its own names and the actor's methods (autocompletion, as on Ray's)."""
+        return sorted(set(super().__dir__()) | set(self._methods))
+
     def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[Any, ...]:
         raise TypeError(
             "Inheriting from actor classes is not currently supported (as in Ray): "
@@ -297,6 +301,11 @@ class ActorHandle:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ActorHandle, (self._ref, self._class_name, self._methods))
+
+    def __dir__(self) -> list[str]:
+        """What can be called on it, as Ray lists it (autocompletion): the actor's
+        methods, ``__init__`` and ``__ray_terminate__``."""
+        return sorted({name for name in self._methods if name != "__ray_ready__"} | {"__init__"})
 
     def __repr__(self) -> str:
         return f"Actor({self._class_name}, {self._ref.hex()})"
