@@ -70,7 +70,6 @@ from lightwork.engines.distributed.actor_restarts import (
     BorrowedRestart,
     OwnedActor,
 )
-from lightwork.engines.distributed import worker as cluster_worker
 from lightwork.engines.distributed.holds import Handover
 from lightwork.engines.distributed.worker import ArgSlot, Failed, key_name, unsupported
 
@@ -648,9 +647,10 @@ class ActorCalls(ActorRestarts):
     def exit_actor(self) -> None:
         """``exit_actor()`` in an actor's method (or an asyncio task or thread of its):
         the actor ends inside its host (``ActorHost.request_exit``)."""
+        from lightwork.engines.distributed.actors import host_here
         from lightwork.kernel.backend import NOT_IN_AN_ACTOR
 
-        host = getattr(cluster_worker.current, "host", None)
+        host = host_here()
         if self.in_driver or host is None:
             raise TypeError(NOT_IN_AN_ACTOR)
         host.request_exit("it called exit_actor()")

@@ -41,6 +41,7 @@ import contextvars
 import sys
 import threading
 import traceback
+import weakref
 import time
 from typing import Any
 
@@ -119,7 +120,7 @@ class ActorHost:
             self._shutdown_once()
 
     def _construct_here(self, cls: Any, args: Any, kwargs: Any) -> Any:
-        current.host = self
+        current.host = weakref.ref(self)
         try:
             return cls(*args, **kwargs)
         except SystemExit:
@@ -130,7 +131,9 @@ class ActorHost:
             current.host = None
 
     async def _construct(self, cls: Any, args: Any, kwargs: Any) -> Any:
-        current.session, current.host = self.session, self  # the loop runs only this actor
+        # The loop runs only this actor. Weakly: the loop thread's locals must not keep the
+        # host (and so the loop) alive once distributed drops it (``__del__``).
+        current.session, current.host = self.session, weakref.ref(self)
         try:
             return cls(*args, **kwargs)
         except exceptions.AsyncioActorExit:
@@ -176,7 +179,7 @@ class ActorHost:
             result = hook()
             if asyncio.iscoroutine(result):
                 assert self.loop is not None  # (only an async actor has coroutine methods)
-                on_loop = getattr(current, "host", None) is self and self.is_async
+                on_loop = host_here() is self and self.is_async
                 if on_loop:  # it cannot wait for itself: runs next on the loop
                     self.loop.create_task(result)
                 else:
@@ -240,7 +243,8 @@ class ActorHost:
              task_id: int, caller_client: str) -> Any:
         started = time.time()
         previous = getattr(current, "task", None), getattr(current, "session", 0)
-        current.task, current.session, current.host = (0, name, {}), self.session, self
+        current.task, current.session = (0, name, {}), self.session
+        current.host = weakref.ref(self)
         token = object()
         _CALL.set(token)
         try:
@@ -275,8 +279,8 @@ class ActorHost:
 
     async def _run_async(self, method: str, name: str, payload: bytes, keys: Any,
                          num_returns: int, task_id: int, caller_client: str) -> Any:
-        # This loop's thread runs only this actor's calls.
-        current.session, current.host = self.session, self
+        # This loop's thread runs only this actor's calls (the host weakly: see _construct).
+        current.session, current.host = self.session, weakref.ref(self)
         token = object()
         _CALL.set(token)  # (this call's asyncio task has a context of its own)
         async with self.limit:
@@ -363,6 +367,12 @@ def _result_size(stored: Any, num_returns: int) -> int:
 
 def _ready() -> bool:
     return True
+
+
+def host_here() -> ActorHost | None:
+    """The actor whose method (or asyncio task, on its loop) runs in this thread."""
+    ref = getattr(current, "host", None)
+    return ref() if ref is not None else None
 
 
 #: The call running in this context (a token per call: each thread of the pool, and each
