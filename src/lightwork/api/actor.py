@@ -99,6 +99,30 @@ class ActorClass:
             self._method_table = _methods_of(self._cls)
         return self._method_table
 
+    def __getattr__(self, name: str) -> Any:
+        """The user's class attributes, classmethods and staticmethods (inherited ones
+        too), as on Ray's actor class: ``Cls.LIMIT`` or ``Cls.helper()`` inside a method,
+        where ``Cls`` is the decorated name. Dunders are the ActorClass's own."""
+        cls = self.__dict__.get("_cls")  # (absent while unpickling builds the object)
+        if cls is None or name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return getattr(cls, name)
+        except AttributeError:
+            raise AttributeError(
+                f"actor class {cls.__qualname__} has no attribute {name!r}") from None
+
+    def __dir__(self) -> list[str]:
+        """Its own names and the actor's methods (autocompletion, as on Ray's)."""
+        return sorted(set(super().__dir__()) | set(self._methods))
+
+    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[Any, ...]:
+        raise TypeError(
+            "Inheriting from actor classes is not currently supported (as in Ray): "
+            f"subclass the plain class and decorate the subclass, as in `class "
+            f"Sub(Base)` then `lightwork.remote(Sub)`, where Base is "
+            f"{self._cls.__qualname__} without @remote")
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
             f"actor class {self._cls.__qualname__} cannot be instantiated directly: use "
@@ -290,6 +314,11 @@ class ActorHandle:
     def __reduce__(self) -> tuple[Any, ...]:
         return (ActorHandle, (self._ref, self._class_name, self._methods))
 
+    def __dir__(self) -> list[str]:
+        """What can be called on it, as Ray lists it (autocompletion): the actor's
+        methods, ``__init__`` and ``__ray_terminate__``."""
+        return sorted({name for name in self._methods if name != "__ray_ready__"} | {"__init__"})
+
     def __repr__(self) -> str:
         return f"Actor({self._class_name}, {self._ref.hex()})"
 
@@ -392,12 +421,20 @@ def kill(actor: ActorHandle, *, no_restart: bool = True) -> None:
 
 
 def exit_actor() -> None:
-    """End the current actor from inside one of its methods, after that method returns."""
+    """End the current actor from inside it, as Ray's ``exit_actor``.
+
+    Raises (``SystemExit``; ``AsyncioActorExit`` in an async actor) to unwind the call,
+    which fails with ``ActorDiedError`` in its caller even if the exception is caught.
+    Calls not yet started fail the same way; running calls of a threaded or async actor
+    finish first. Then ``__ray_shutdown__()`` and the actor's atexit handlers run, and
+    its process ends. Outside an actor: ``TypeError``."""
     from lightwork.api import core as _api
 
     backend = _api._backend
     if backend is None or backend.in_driver:
-        raise TypeError("exit_actor() can only be called inside an actor's method")
+        from lightwork.kernel.backend import NOT_IN_AN_ACTOR
+
+        raise TypeError(NOT_IN_AN_ACTOR)
     backend.exit_actor()
 
 

@@ -33,6 +33,12 @@ class RemoteFunction:
     """A function that runs as a task: call ``f.remote(*args)`` to get an ObjectRef."""
 
     def __init__(self, function: Any, options: dict[str, Any]) -> None:
+        if inspect.iscoroutinefunction(function):  # Ray refuses it here too
+            raise ValueError(
+                f"remote function {_name(function)} is an 'async def': a task runs a plain "
+                "function. Run the coroutine inside one (def f(): return asyncio.run(g())), "
+                "or make it a method of an actor: an async actor runs its coroutines on "
+                "its own event loop")
         self._function = function
         self._options = check_options(dict(options), TASK_OPTIONS, f"remote function {_name(function)}")
         _check_strategy(self._options, f"remote function {_name(function)}")

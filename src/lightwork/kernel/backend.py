@@ -93,6 +93,13 @@ class ActorInfo(NamedTuple):
     methods: dict[str, int | str]
 
 
+#: exit_actor() outside an actor (the words Ray's tests match come first).
+NOT_IN_AN_ACTOR = (
+    "exit_actor API is called on a non-actor worker (the driver or a task): call "
+    "exit_actor() inside an actor's method to end that actor; to end an actor from "
+    "outside, use kill(handle) or handle.__ray_terminate__.remote()")
+
+
 @dataclass(frozen=True, slots=True)
 class SessionOptions:
     """What ``init`` asked of a new session, checked by the API (an engine checks only
@@ -281,4 +288,4 @@ class Backend(abc.ABC):
 
     def exit_actor(self) -> None:
         """End the running actor after its current method returns (raises to unwind)."""
-        raise TypeError("exit_actor() can only be called inside an actor's method")
+        raise TypeError(NOT_IN_AN_ACTOR)

@@ -18,6 +18,7 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     ├── ActorError (RayActorError)
     │   ├── ActorDiedError
     │   └── ActorDeadlockError              a get inside an actor that can never return
+    ├── AsyncioActorExit                    exit_actor() in an async actor (Ray's name)
     ├── WorkerCrashedError                  process died while running a task
     ├── ObjectLostError
     │   ├── OwnerDiedError
@@ -49,6 +50,7 @@ __all__ = [
     "ActorDiedError",
     "ActorError",
     "ActorOutOfMemoryError",
+    "AsyncioActorExit",
     "GetTimeoutError",
     "IgnoredOptionWarning",
     "LightworkError",
@@ -292,6 +294,16 @@ class ActorDeadlockError(ActorError):
     The actor's free slots are all taken by callers waiting, directly or through other
     actors, on calls queued behind them: e.g. a method of a ``max_concurrency=1`` actor
     that gets another call on its own handle. Ray hangs there; lightwork raises.
+    """
+
+
+class AsyncioActorExit(LightworkError):
+    """Raised by ``exit_actor()`` in an async actor (any of its methods, or a task it
+    started on its event loop).
+
+    A ``SystemExit`` there would end only the event loop's thread, so it is an ordinary
+    exception, as in Ray. Catching it does not stop the exit: the actor has been told to
+    end once its running calls return. Its caller sees ``ActorDiedError``.
     """
 
 

@@ -80,6 +80,10 @@ ACTOR_KEY_GRACE_S = 3.0
 ACTOR_KEY_POLL_S = 0.05
 
 
+#: The death cause of an actor ended by kill(), in Ray's words (which tests match).
+KILLED = "it was killed by `ray.kill` (lightwork.kill())"
+
+
 def actor_key_state(dask_scheduler: Any = None, key: Any = None) -> str:
     """Run on the scheduler: "known" if it knows the actor key ``key``, "gone" if it
     forgot it (``cluster_plugin.TaskErrors.gone_actors``), else "unknown" (not yet
@@ -607,7 +611,7 @@ class ActorCalls(ActorRestarts):
         """``forgotten``: the scheduler no longer knows its key (``_key_exists``)."""
         owned = self._owned.get(actor_id)
         if self._killed.get(actor_id):
-            why = "it was killed"
+            why = KILLED
         elif forgotten:
             why = ("the cluster no longer has it (it was killed, or every handle to it was "
                    "dropped)")
@@ -620,7 +624,9 @@ class ActorCalls(ActorRestarts):
                   else "Find why its workers keep dying, or raise max_restarts (-1: no limit)")
         if owned is not None and owned.max_restarts == 0 and not self._killed.get(actor_id):
             advice += ", or create it with max_restarts to have it restarted on another worker"
-        return exceptions.ActorDiedError(f"actor {actor_id:020x} is dead: {why}. {advice}")
+        # "The actor is dead because ...": Ray's words, which programs and tests match.
+        return exceptions.ActorDiedError(
+            f"actor {actor_id:020x}: The actor is dead because {why}. {advice}")
 
     def _unreachable(self) -> str:
         """Why the cluster's scheduler cannot be reached now, or "" if it can (the
@@ -637,6 +643,20 @@ class ActorCalls(ActorRestarts):
         unreachable = self._unreachable()
         if unreachable:
             raise exceptions.RuntimeSystemError(unreachable)
+
+    def exit_actor(self) -> None:
+        """``exit_actor()`` in an actor's method (or an asyncio task or thread of its):
+        the actor ends inside its host (``ActorHost.request_exit``)."""
+        from lightwork.engines.distributed.actors import host_here
+        from lightwork.kernel.backend import NOT_IN_AN_ACTOR
+
+        host = host_here()
+        if self.in_driver or host is None:
+            raise TypeError(NOT_IN_AN_ACTOR)
+        host.request_exit("it called exit_actor()")
+        if host.is_async:  # a SystemExit would end only the loop's thread
+            raise exceptions.AsyncioActorExit()
+        raise SystemExit(0)
 
     def driver_request(self, what: str, *args: Any) -> Any:
         if what == "stream" and args[0] == "item":  # a generator task's next item

@@ -493,7 +493,7 @@ class ActorRestarts(_Base):
                     self._dispatch(call, flushing=True)
                 else:
                     call.fail(exceptions.ActorDiedError(
-                        f"actor {actor_id:020x} is dead: its worker was lost and "
+                        f"actor {actor_id:020x}: The actor is dead because its worker was lost and "
                         f"{why or 'the session closed'}"))
 
     def _actor_key_erred(self, key: Any) -> None:

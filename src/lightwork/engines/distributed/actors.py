@@ -22,13 +22,26 @@ handed over to its caller (``cluster_holds.Handover``). Each call is stamped int
 event log from the actor's side (``cluster_record.note``, with the call's task id): actor
 calls bypass the scheduler. A restart (``max_restarts``) builds a new host from the same
 header on another worker (see ``cluster_actor_calls``); its call order starts afresh.
+
+An async actor runs every method on its loop's thread, sync ones and its constructor
+included, as in Ray (a sync method that sets an ``asyncio.Event`` wakes the coroutine
+awaiting it). ``exit_actor()`` and ``__ray_terminate__`` end the actor inside its host
+(``request_exit``): the worker process is shared, so it stays, and the actor's atexit
+handlers do not run; the call that exited fails with ``ActorDiedError`` (the one that
+called ``__ray_terminate__`` returns), every later call fails naming why, and
+``__ray_shutdown__()`` runs once, as it does when distributed drops the host
+(``__del__``: no handle left).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
+import sys
 import threading
+import traceback
+import weakref
 import time
 import types
 from typing import Any
@@ -79,18 +92,15 @@ class ActorHost:
         self.init_error: Failed | None = None
         self.instance: Any = None
         backend.adopt(keys)
-        previous = getattr(current, "session", 0)
-        current.session = session  # what the constructor borrows or makes is its session's
-        try:
-            args, kwargs = _load_args(backend, payload, dep_values)
-            self.instance = cloudpickle.loads(blob)(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - every call will say the actor died of it
-            self.init_error = error_of(f"{class_name}.__init__", exc)
-        finally:
-            current.session = previous
         self.next_seq: dict[str, int] = {}
         self.turns: dict[tuple[str, int], asyncio.Event] = {}
         self.is_async = is_async
+        # Why the actor ended inside this host (exit_actor(), __ray_terminate__), else "";
+        # the call that asked for it (``_CALL``), whose caller sees the death.
+        self.exit_reason = ""
+        self.exit_call: Any = None
+        self._running: set[Any] = set()  # the _CALL tokens of an async actor's running calls
+        self._shut_down = False
         slots = max_concurrency or (ASYNC_DEFAULT_CONCURRENCY if is_async else 1)
         self.executor: concurrent.futures.ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -102,11 +112,103 @@ class ActorHost:
         else:
             self.executor = concurrent.futures.ThreadPoolExecutor(
                 slots, thread_name_prefix=f"lightwork-actor-{class_name}")
+        previous = getattr(current, "session", 0)
+        current.session = session  # what the constructor borrows or makes is its session's
+        try:
+            args, kwargs = _load_args(backend, payload, dep_values)
+            cls = cloudpickle.loads(blob)
+            if self.loop is not None:  # on the loop, as in Ray: it may start asyncio tasks
+                self.instance = asyncio.run_coroutine_threadsafe(
+                    self._construct(cls, args, kwargs), self.loop).result()
+            else:
+                self.instance = self._construct_here(cls, args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - every call will say the actor died of it
+            self.init_error = error_of(f"{class_name}.__init__", exc)
+        finally:
+            current.session = previous
+        if self.init_error is None and self.exit_reason:  # exit_actor() in the constructor
+            self.exit_reason = "it called exit_actor() while it was being created"
+            self._shutdown_once()
+
+    def _construct_here(self, cls: Any, args: Any, kwargs: Any) -> Any:
+        current.host = weakref.ref(self)
+        try:
+            return cls(*args, **kwargs)
+        except SystemExit:
+            if not self.exit_reason:
+                raise
+            return None
+        finally:
+            current.host = None
+
+    async def _construct(self, cls: Any, args: Any, kwargs: Any) -> Any:
+        # The loop runs only this actor. Weakly: the loop thread's locals must not keep the
+        # host (and so the loop) alive once distributed drops it (``__del__``).
+        current.session, current.host = self.session, weakref.ref(self)
+        try:
+            return cls(*args, **kwargs)
+        except exceptions.AsyncioActorExit:
+            return None
+
+    def request_exit(self, reason: str) -> None:
+        """``exit_actor()`` (or ``__ray_terminate__``) in this actor: later calls fail, the
+        calling one's caller sees the death, ``__ray_shutdown__()`` runs once."""
+        if not self.exit_reason:
+            self.exit_reason = reason
+            self.exit_call = _CALL.get()
+        if self.exit_call not in self._running and self.loop is not None:
+            # From an asyncio task of its own (which may carry the token of the call that
+            # started it, long returned): no call ends with it, so the hook runs now.
+            self.loop.call_soon_threadsafe(self._shutdown_once)
+
+    def _died_here(self, name: str, num_returns: int) -> Any:
+        """The result of a call made after the actor ended in this host."""
+        died = exceptions.ActorDiedError(
+            f"actor {self.class_name} cannot run {name}. The actor is dead because "
+            f"{self.exit_reason}. Calls made after an actor's death fail; create a new actor.")
+        return spread_failure(Failed(died), num_returns)
+
+    def _exit_outcome(self, name: str, num_returns: int, token: Any) -> Any:
+        """The result of the call that called ``exit_actor()`` (``token``: its ``_CALL``),
+        whatever it returned or raised; None for any other call."""
+        if token is not self.exit_call or not self.exit_reason or self.exit_reason == TERMINATED:
+            return None
+        self._shutdown_once()
+        died = exceptions.ActorDiedError(
+            f"actor {self.class_name}: exit_actor() was called in method {name}")
+        return spread_failure(Failed(died), num_returns)
+
+    def _shutdown_once(self) -> None:
+        """Call the user's ``__ray_shutdown__()`` once (a coroutine is run on the loop)."""
+        if self._shut_down or self.instance is None:
+            return
+        self._shut_down = True
+        hook = getattr(self.instance, "__ray_shutdown__", None)
+        if not callable(hook):
+            return
+        try:
+            result = hook()
+            if asyncio.iscoroutine(result):
+                assert self.loop is not None  # (only an async actor has coroutine methods)
+                on_loop = host_here() is self and self.is_async
+                if on_loop:  # it cannot wait for itself: runs next on the loop
+                    self.loop.create_task(result)
+                else:
+                    asyncio.run_coroutine_threadsafe(result, self.loop).result()
+        except Exception:  # noqa: BLE001 - logged, as in Ray; the actor ends all the same
+            print(f"lightwork: {self.class_name}.__ray_shutdown__() raised:", file=sys.stderr)
+            traceback.print_exc()
 
     def __del__(self) -> None:
         """Distributed dropped the actor (killed, or no process holds a handle): its
         threads end too (a pool's idle threads would, once it is collected; an async
-        actor's loop runs until stopped)."""
+        actor's loop runs until stopped), after ``__ray_shutdown__()``.
+
+        A kill ends it the same way here (distributed cancels the key and drops the host
+        alike, and the worker process is shared): unlike Ray's ``kill``, which skips the
+        hook, it runs."""
+        if getattr(self, "instance", None) is not None and not self._shut_down:
+            self._shutdown_once()
         loop = getattr(self, "loop", None)
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(loop.stop)
@@ -129,6 +231,8 @@ class ActorHost:
                     f"actor {self.class_name} died in its constructor:\n"
                     f"{self.init_error.error}")
                 return spread_failure(Failed(died), num_returns)
+            if self.exit_reason:
+                return self._died_here(name, num_returns)
             if self.is_async:
                 assert self.loop is not None
                 running = asyncio.run_coroutine_threadsafe(
@@ -151,6 +255,9 @@ class ActorHost:
         started = time.time()
         previous = getattr(current, "task", None), getattr(current, "session", 0)
         current.task, current.session = (0, name, {}), self.session
+        current.host = weakref.ref(self)
+        token = object()
+        _CALL.set(token)
         try:
             self.backend.adopt(keys)
             args, kwargs = cloudpickle.loads(payload)
@@ -166,10 +273,20 @@ class ActorHost:
             result = raised.partial
         except Exception as exc:  # noqa: BLE001 - the user's error is the call's result
             self._note(task_id, name, started, exc)
-            return spread_failure(error_of(name, exc), num_returns)
+            return self._exit_outcome(name, num_returns, token) or spread_failure(
+                error_of(name, exc), num_returns)
+        except SystemExit as exc:  # exit_actor(), or the user's sys.exit(): never the pool's
+            self._note(task_id, name, started, exc)
+            return self._exit_outcome(name, num_returns, token) or spread_failure(
+                error_of(name, exc), num_returns)
         finally:
-            current.task, current.session = previous
+            current.task, current.session, current.host = previous + (None,)
             self.backend.confirm_borrows()  # before the reply (see there)
+        if self.exit_reason and token is self.exit_call:  # it ended the actor
+            exited = self._exit_outcome(name, num_returns, token)
+            if exited is not None:
+                return exited
+            self._shutdown_once()  # __ray_terminate__: it returns None, after the hook
         finished = time.time()
         stored = self._store(name, result, num_returns, caller_client)
         del result  # this process's own refs to what is inside go now: the result's
@@ -181,9 +298,13 @@ class ActorHost:
 
     async def _run_async(self, method: str, name: str, payload: bytes, keys: Any,
                          num_returns: int, task_id: int, caller_client: str) -> Any:
-        current.session = self.session  # this loop's thread runs only this actor's calls
+        # This loop's thread runs only this actor's calls (the host weakly: see _construct).
+        current.session, current.host = self.session, weakref.ref(self)
+        token = object()
+        _CALL.set(token)  # (this call's asyncio task has a context of its own)
         async with self.limit:
             started = time.time()
+            self._running.add(token)
             try:
                 self.backend.adopt(keys)
                 args, kwargs = cloudpickle.loads(payload)
@@ -204,13 +325,20 @@ class ActorHost:
                 if failure is not None:
                     return failure
                 result = raised.partial
-            except Exception as exc:  # noqa: BLE001
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - SystemExit would end the loop
                 self._note(task_id, name, started, exc)
-                return spread_failure(error_of(name, exc), num_returns)
+                return self._exit_outcome(name, num_returns, token) or spread_failure(
+                    error_of(name, exc), num_returns)
             finally:
+                self._running.discard(token)
                 # Before the reply (see there); a moment of this actor's loop, only
                 # when the call borrowed refs.
                 self.backend.confirm_borrows()
+        if self.exit_reason and token is self.exit_call:  # it ended the actor
+            exited = self._exit_outcome(name, num_returns, token)
+            if exited is not None:
+                return exited
+            self._shutdown_once()  # __ray_terminate__: it returns None, after the hook
         finished = time.time()
         stored = self._store(name, result, num_returns, caller_client)
         del result
@@ -223,6 +351,8 @@ class ActorHost:
     def _method(self, method: str) -> Any:
         if method == "__ray_ready__":  # Ray's: True once the actor is up
             return _ready
+        if method == "__ray_terminate__":
+            return self._terminate
         if method.startswith(DYNAMIC_METHOD):  # num_returns="dynamic": items stored as put
             return DynamicReturns(getattr(self.instance, method[len(DYNAMIC_METHOD):]))
         if method.startswith(STATIC_METHOD):  # a generator method called with num_returns=1
@@ -245,6 +375,9 @@ class ActorHost:
         if not kept:
             return spread_failure(failed, num_returns)
         return kept + (failed,) * (num_returns - len(kept))
+
+    def _terminate(self) -> None:
+        self.request_exit(TERMINATED)
 
     def _note(self, task_id: int, name: str, started: float, exc: BaseException) -> None:
         now = time.time()
@@ -286,6 +419,20 @@ def _result_size(stored: Any, num_returns: int) -> int:
 
 def _ready() -> bool:
     return True
+
+
+def host_here() -> ActorHost | None:
+    """The actor whose method (or asyncio task, on its loop) runs in this thread."""
+    ref = getattr(current, "host", None)
+    return ref() if ref is not None else None
+
+
+#: The call running in this context (a token per call: each thread of the pool, and each
+#: asyncio task on the loop, has its own), so ``request_exit`` knows which call exited.
+_CALL: contextvars.ContextVar[Any] = contextvars.ContextVar("lightwork_actor_call", default=None)
+TERMINATED = "it was terminated with __ray_terminate__"
+
+
 
 
 def _run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:

@@ -1,6 +1,17 @@
 """How an actor with concurrency runs its calls in a worker: on a thread pool
-(``max_concurrency`` > 1: :class:`CallPool`) or, for an async actor, as coroutines on an
-event loop of its own (:class:`AsyncRunner`, whose calls the pool's threads hand over).
+(``max_concurrency`` > 1: :class:`CallPool`) or, for an async actor, on an event loop of
+its own (:class:`AsyncRunner`, whose calls the pool's threads hand over).
+
+Every method of an async actor runs on its loop's one thread, sync ones and the
+constructor included, as in Ray: a plain method that sets an ``asyncio.Event`` then wakes
+the coroutine awaiting it (set from another thread, the waiter's future would be marked
+done without the loop waking up). A sync method blocks the loop while it runs, as in
+Ray; ``max_concurrency`` bounds the calls in progress (the pool's threads, each waiting
+for one call on the loop).
+
+Once the actor is exiting (``exit_actor()``, ``__ray_terminate__``), calls not yet
+started never start: the process ends when the running ones return
+(``Worker.begin_exit``), and the driver fails the others with the actor's death.
 
 The worker's main thread keeps reading frames meanwhile (``worker.py``). Threads started
 here block SIGINT (:func:`leave_sigint_to_the_main_thread`): a cancel's signal must land
@@ -11,7 +22,6 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-import os
 import signal
 import threading
 from typing import TYPE_CHECKING, Any
@@ -51,14 +61,21 @@ class CallPool:
                                            initializer=leave_sigint_to_the_main_thread)
 
     def submit(self, frame: tuple[Any, ...]) -> None:
-        self.executor.submit(self._run, frame)
+        try:
+            self.executor.submit(self._run, frame)
+        except RuntimeError:  # shut down: the actor is exiting, the call never starts
+            pass
 
     def _run(self, frame: tuple[Any, ...]) -> None:
         worker = self.worker
+        if worker.exiting:  # exit_actor() ran meanwhile: later calls fail with its death
+            return
         result = worker.execute(frame)
-        worker.send([result])
         if worker.exiting:
-            os._exit(0)
+            worker.send([worker.exit_result(result)])
+            worker.begin_exit()
+            return
+        worker.send([result])
 
 
 class AsyncRunner:
@@ -90,7 +107,15 @@ class AsyncRunner:
 
         if frame is not None:
             coroutine = self._cancellable(coroutine, frame)
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        result = asyncio.run_coroutine_threadsafe(_shielded(coroutine), self._loop).result()
+        if type(result) is _Raised:
+            raise result.exc
+        return result
+
+    def call(self, fn: Any, args: Any, kwargs: Any, frame: tuple[Any, ...] | None) -> Any:
+        """Call ``fn`` (a method, or the class: the constructor) on the loop's thread and
+        await what it returns if that is a coroutine; from another thread."""
+        return self.run(_invoke(fn, args, kwargs), frame)
 
     async def _cancellable(self, coroutine: Any, frame: tuple[Any, ...]) -> Any:
         import asyncio
@@ -110,8 +135,45 @@ class AsyncRunner:
         finally:
             del self.running[task_id]
 
+    def call_soon(self, callback: Any) -> None:
+        self._loop.call_soon_threadsafe(callback)
+
     def cancel(self, task_ids: set[int]) -> None:
         """Cancel the running coroutines of these calls (from any thread)."""
         for task_id, task in list(self.running.items()):
             if task_id in task_ids:
                 self._loop.call_soon_threadsafe(task.cancel)
+
+
+class _Raised:
+    """A ``BaseException`` that is not an ``Exception`` (``SystemExit``,
+    ``KeyboardInterrupt``), carried out of the loop as a value: raised in a coroutine,
+    asyncio would re-raise it out of ``run_forever`` and end the loop's thread, so every
+    later call would wait forever. The caller's thread raises it again (``run``)."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+async def _shielded(coroutine: Any) -> Any:
+    import asyncio
+
+    try:
+        return await coroutine
+    except asyncio.CancelledError:
+        raise
+    except (SystemExit, KeyboardInterrupt) as exc:
+        return _Raised(exc)
+
+
+async def _invoke(fn: Any, args: Any, kwargs: Any) -> Any:
+    from lightwork.kernel.generators import DynamicReturns, collect_async
+
+    if type(fn) is DynamicReturns:  # an async generator is drained here, on this loop
+        return await collect_async(fn.function(*args, **kwargs))
+    result = fn(*args, **kwargs)
+    if inspect.iscoroutine(result):
+        result = await result
+    return result

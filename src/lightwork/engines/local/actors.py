@@ -68,6 +68,8 @@ RESTARTING = "RESTARTING"
 DEAD = "DEAD"
 ASYNC_DEFAULT_CONCURRENCY = 1000  # the worker's default for async actors
 MAX_DEADLOCK_REPORTS = 100
+#: The death cause of an actor ended by kill(), in Ray's words (which tests match).
+KILLED = "it was killed by `ray.kill` (lightwork.kill())"
 
 
 @dataclass(eq=False)
@@ -372,6 +374,11 @@ class ActorManager:
         if conn.doomed or actor.state == DEAD:
             return  # killed: its calls are failed or retried when its process is gone
         if task_id == actor.creation_task:
+            if outcome and outcome[0] == "exit":  # exit_actor() in the constructor
+                actor.no_restart = True
+                self._die(actor, "it called exit_actor() while it was being created")
+                node._send(conn, [(p.EXIT,)])  # its process ends gracefully (atexit)
+                return
             if outcome:  # ("error", Stored): the constructor raised
                 actor.init_error = outcome[1]
                 actor.no_restart = True
@@ -426,6 +433,16 @@ class ActorManager:
                 "to rebuild arguments. Keep /dev/shm intact while lightwork runs."))
             return
         self._store_call(actor, task, outcome)
+
+    def on_exiting(self, actor: Actor | None) -> None:
+        """The actor's process said it ends on ``exit_actor()`` (from an asyncio task or
+        a thread of the actor's, no call may say so): no restart, and its calls fail
+        naming the cause when the process is gone."""
+        if actor is None or actor.state == DEAD:
+            return
+        actor.no_restart = True
+        if not actor.death_cause:
+            actor.death_cause = "it called exit_actor()"
 
     def _store_call(self, actor: Actor, task: TaskSpec, results: list[Any] | bytes) -> None:
         """A call returned ``results``: they resolve its return objects, and it ends."""
@@ -501,7 +518,7 @@ class ActorManager:
 
     def _never_runs(self, actor: Actor, method: Any, assumed: set[tuple[int, int]]) -> list[TaskSpec] | None:
         blocked = [w for w in actor.waits.values() if w.calls]
-        if method in actor.async_methods:  # a coroutine runs on the loop: is it held?
+        if actor.async_methods:  # an async actor runs every method on its loop: held?
             blocked = [w for w in blocked if w.on_loop]
             if not blocked:
                 return None
@@ -557,7 +574,7 @@ class ActorManager:
         if actor.state == DEAD:
             return
         if not actor.death_cause:
-            actor.death_cause = f"its process (pid {conn.pid}) died: {how}"
+            actor.death_cause = f"its worker process has died (pid {conn.pid}): {how}"
         if not self._can_restart(actor):
             self._die(actor, actor.death_cause)
             return
@@ -617,8 +634,9 @@ class ActorManager:
                 f"restarted (max_restarts={actor.max_restarts}), but calls that were running "
                 f"are not retried (max_task_retries={actor.max_task_retries}); set "
                 "max_task_retries (-1: no limit) if the call is safe to run twice.")
+        # "The actor is dead because ...": Ray's words, which programs and tests match.
         return error(
-            f"{what} cannot run {method}: the actor died because "
+            f"{what} cannot run {method}. The actor is dead because "
             f"{actor.death_cause or 'it ended'}. {_after_death_advice(actor)}")
 
     def kill(self, actor_id: int, no_restart: bool) -> None:
@@ -638,7 +656,7 @@ class ActorManager:
         conn = actor.conn
         if no_restart or not self._can_restart(actor):
             actor.no_restart = True
-            actor.death_cause = "it was killed with kill()"
+            actor.death_cause = KILLED
             self._die(actor, actor.death_cause)
             if conn is not None:
                 self._end_process(conn)
@@ -646,7 +664,7 @@ class ActorManager:
         if conn is None:  # waiting for placement: no process to kill, a restart all the same
             actor.restarts += 1
             return
-        actor.death_cause = "it was killed with kill(no_restart=False)"
+        actor.death_cause = KILLED + " with no_restart=False"
         actor.state = RESTARTING
         self._end_process(conn)
 

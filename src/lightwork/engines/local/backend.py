@@ -16,6 +16,7 @@ import abc
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from lightwork.kernel import exceptions
 from lightwork.kernel.backend import ActorInfo, Backend, SessionOptions
 
 # The operations whose implementation is the core's method of the same name.
@@ -121,8 +122,11 @@ class LocalBackend(Backend):
         from lightwork.engines.local.worker import ActorExit
 
         worker = self.core
-        if self.in_driver or worker.actor is None and worker.actor_id == 0:
+        if self.in_driver or worker.actor_id == 0:
             super().exit_actor()
+        worker.request_exit()
+        if worker.loop is not None:  # a SystemExit would end only the loop's thread
+            raise exceptions.AsyncioActorExit()
         raise ActorExit(0)
 
     # -- the typed requests of the interface, carried by the engine's own request path --

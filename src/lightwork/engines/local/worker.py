@@ -47,8 +47,8 @@ Measured: see bench/HOTPATH.md, "The worker loop".
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
-import inspect
 import itertools
 import os
 import pickle
@@ -201,6 +201,12 @@ class Worker(WorkerCalls):
         self.pool: CallPool | None = None
         self.loop: AsyncRunner | None = None
         self.exiting = False
+        # exit_actor(): the task id of the call it ran in (-1: outside any call), else 0;
+        # _exit_lock orders it against the constructor's end (request_exit).
+        self.exit_call = 0
+        self.actor_started = False
+        self._exit_lock = threading.Lock()
+        self._exit_thread: threading.Thread | None = None
         self.retiring = False  # a max_calls function's last call ran here (calls.CallLimit)
         self.bounce_when_waiting = True
         # Cancels: the driver appends a task id to ``cancel_path`` and then sends SIGINT.
@@ -365,6 +371,8 @@ class Worker(WorkerCalls):
                 if self.exiting or stored - started >= FLUSH_AFTER_S:
                     # Batching only pays for tiny tasks; holding a longer task's result
                     # would only lose it (and re-run the task) if this worker died.
+                    if self.exiting:
+                        result = self.exit_result(result)
                     self.send([result, (p.RETIRE,)] if self.retiring else [result])
                     if self.exiting:
                         return
@@ -386,6 +394,97 @@ class Worker(WorkerCalls):
     def retire(self) -> None:
         """Exit once the running task is done; the driver runs nothing more here."""
         self.retiring = self.exiting = True
+
+    # -- an actor's end ----------------------------------------------------------------
+    def request_exit(self) -> None:
+        """``exit_actor()``, from a call or from a thread or asyncio task of the actor's.
+
+        The call it ran in fails with ActorDiedError even if the user catches the
+        exception (``exit_result``), calls not yet started never start, and the process
+        ends gracefully once the running calls return (``begin_exit``). In the
+        constructor, ``start_actor`` reports it; ``_exit_lock`` makes sure that either
+        ``start_actor`` sees the request or this starts the exit, never neither.
+        """
+        frame = self.current
+        with self._exit_lock:
+            self.exiting = True
+            if not self.exit_call:
+                self.exit_call = frame[0] if frame is not None else -1
+            started = self.actor_started
+        if started and self.pool is not None:
+            self.begin_exit()
+
+    def exit_result(self, done: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The DONE of a call that ran while the actor began to exit: the one that called
+        ``exit_actor()`` says so, whatever it returned or raised."""
+        if done[1] == self.exit_call and done[2] != "cancelled":
+            return (done[0], done[1], ("exit", None)) + done[3:]
+        return done
+
+    def begin_exit(self) -> None:
+        """End a threaded or async actor once its running calls return (a thread of its
+        own: a pool thread cannot wait for the pool). Idempotent."""
+        with self._exit_lock:
+            if self._exit_thread is not None:
+                return
+            self._exit_thread = threading.Thread(
+                target=self._exit_when_idle, name="lightwork-actor-exit", daemon=True)
+        self._exit_thread.start()
+
+    def _exit_when_idle(self) -> None:
+        leave_sigint_to_the_main_thread()
+        if self.pool is not None:  # calls not started are dropped: they fail with the death
+            self.pool.executor.shutdown(wait=True, cancel_futures=True)
+        self.leave()
+
+    def end(self) -> None:
+        """The task loop returned: an actor's process ends gracefully (``leave``); a task
+        worker's just returns."""
+        if not self.actor_id:
+            return
+        if self.pool is not None:
+            self.begin_exit()
+            assert self._exit_thread is not None
+            self._exit_thread.join()  # it never returns: leave() ends the process
+        self.leave()
+
+    def leave(self) -> None:
+        """End an actor's process gracefully: ``__ray_shutdown__()``, then the atexit
+        handlers registered in it, then ``os._exit(0)``. ``kill()`` never comes here (it
+        is a SIGKILL), nor does a crash.
+
+        A hung hook must not keep the process (and the resources it holds) for good:
+        after ``GRACEFUL_EXIT_S`` a watchdog ends it anyway, as Ray's
+        ``actor_graceful_shutdown_timeout_ms`` does. The handlers are the ones registered
+        in this worker only: those inherited from the driver (a forked fork server
+        carries its atexit table) were dropped in ``main``.
+        """
+        watchdog = threading.Timer(GRACEFUL_EXIT_S, _give_up_exiting)
+        watchdog.daemon = True
+        watchdog.start()
+        if self.exit_call:  # no call may have said it (an asyncio task called exit_actor)
+            try:
+                self.driver_request("actor_exiting")
+            except BaseException:  # noqa: BLE001 - the driver is gone: nothing to tell
+                pass
+        shutdown = getattr(self.actor, "__ray_shutdown__", None) if self.actor is not None else None
+        if callable(shutdown):
+            try:
+                if self.loop is not None:
+                    self.loop.call(shutdown, (), {}, None)
+                else:
+                    shutdown()
+            except BaseException:  # noqa: BLE001 - logged, as in Ray; the exit goes on
+                print(f"lightwork: {type(self.actor).__name__}.__ray_shutdown__() raised "
+                      "(the actor exits all the same):", file=sys.stderr)
+                traceback.print_exc()
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed or broken stream
+                pass
+        os._exit(0)
 
     def _wake_late_flush(self) -> None:
         if self._flush_soon is None:
@@ -535,9 +634,10 @@ class Worker(WorkerCalls):
             args_loaded = time.monotonic()
             if timed:
                 cpu_started = time.process_time()
-            result = fn(*args, **kwargs)
-            if self.loop is not None and inspect.iscoroutine(result):
-                result = self.loop.run(result, frame)
+            if self.loop is None:
+                result = fn(*args, **kwargs)
+            else:  # an async actor: every method runs on its loop (actor_runners.py)
+                result = self.loop.call(fn, args, kwargs, frame)
             stored = None
             if type(result) in _YIELDING:  # its items stream, or fill num_returns=k
                 stored = self.store_yields(name, result, return_ids)
@@ -602,11 +702,20 @@ class Worker(WorkerCalls):
             if is_async_class(cls):
                 self.loop = AsyncRunner(self, concurrency or 1000)
                 self.pool = CallPool(self, self.loop.limit)
-            elif concurrency and concurrency > 1:
-                self.pool = CallPool(self, concurrency)
-            self.actor = cls(*args, **kwargs)
+                # On the loop, as in Ray: the constructor may start asyncio tasks.
+                self.actor = self.loop.call(cls, args, kwargs, None)
+            else:
+                if concurrency and concurrency > 1:
+                    self.pool = CallPool(self, concurrency)
+                self.actor = cls(*args, **kwargs)
+        except (ActorExit, exceptions.AsyncioActorExit):
+            outcome = ("exit", None)
         except BaseException as exc:  # noqa: BLE001 - reported as the actor's death cause
             outcome = ("error", error_outcome(f"{name}.__init__", exc))
+        with self._exit_lock:  # see request_exit
+            self.actor_started = True
+            if self.exiting and not outcome:  # exit_actor() caught, or in a task it started
+                outcome = ("exit", None)
         now = time.monotonic()
         return (p.DONE, task_id, outcome, started, started, now, now, 0.0)
 
@@ -715,7 +824,20 @@ def load_args(args_stored: Stored | bytes, dep_values: Any) -> tuple[list[Any], 
 
 
 class ActorExit(SystemExit):
-    """Raised by ``exit_actor()``: finish the current call, then end the actor's process."""
+    """Raised by ``exit_actor()`` in a sync actor: finish the current call, then end the
+    actor's process. (An async actor's gets ``AsyncioActorExit``: a ``SystemExit`` would
+    end only its loop's thread.)"""
+
+
+#: How long an actor's graceful exit (``__ray_shutdown__``, atexit handlers) may take
+#: before its process is ended anyway (Ray's actor_graceful_shutdown_timeout_ms: 30 s).
+GRACEFUL_EXIT_S = 30.0
+
+
+def _give_up_exiting() -> None:
+    print(f"lightwork: the actor's __ray_shutdown__() or atexit handlers did not return "
+          f"within {GRACEFUL_EXIT_S:.0f} s; its process ends without them", file=sys.stderr)
+    os._exit(1)
 
 
 # What a function returns that yields its items (StaticItems: a num_returns=1 call's)
@@ -803,4 +925,9 @@ def main(fd: int, worker_id: int, config: dict[str, Any]) -> None:
     from lightwork.kernel import backend as kernel_backend
 
     kernel_backend.install(LocalBackend(worker, in_driver=False))
+    # The atexit handlers that run when an actor ends (Worker.leave) are its own: a fork
+    # server forked from the driver carries the driver's (lightwork's shutdown, the
+    # user's), which must never run here.
+    atexit._clear()
     worker.run()
+    worker.end()

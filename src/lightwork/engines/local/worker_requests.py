@@ -344,6 +344,9 @@ class WorkerRequests(_Base):
             elif what == "room":
                 self._on_room_request(conn, request_id, *args)
                 return
+            elif what == "actor_exiting":  # exit_actor() (Worker.leave)
+                self.actors.on_exiting(conn.actor)
+                result = None
             elif what == "unreserve":
                 self.store.release(args[0])
                 result = None
