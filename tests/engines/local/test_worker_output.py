@@ -114,3 +114,28 @@ print("result", ray.get(loud.remote()), flush=True)
     assert len(texts[20000]) <= (1 << 16) + 10  # a huge line is cut, not kept whole
     assert "bad \\xff\\xfe bytes" in texts
     assert done.stdout.splitlines()[-1] == "result ok"
+
+
+def test_the_driver_keeps_a_bounded_log_per_call():
+    """The driver's end alone, with injected streams: labels, streams, and bounds."""
+    import io
+
+    from lightwork.engines.local import output
+
+    out, err = io.StringIO(), io.StringIO()
+    kept = output.DriverOutput(stdout=out, stderr=err)
+    kept.receive(3, 77, [(output.STDOUT, 5, "f", "one"), (output.STDERR, 5, "f", "two")])
+    assert out.getvalue() == "(f pid=77) one\n" and err.getvalue() == "(f pid=77) two\n"
+    [task] = kept.query(task=5)
+    assert task["lines"] == [["stdout", "one"], ["stderr", "two"]] and task["worker_id"] == 3
+    many = [(output.STDOUT, 6, "g", f"line {i}") for i in range(output.LINES_PER_TASK + 5)]
+    kept.receive(3, 77, many)
+    [task] = kept.query(function="g")
+    assert task["dropped"] == 5 and task["lines"][0] == ["stdout", "line 5"]
+    for task_id in range(100, 100 + output.TASKS_KEPT + 10):
+        kept.receive(4, 78, [(output.STDOUT, task_id, "h", "x")])
+    assert len(kept.tasks) == output.TASKS_KEPT and not kept.query(task=5)
+    assert kept.size == sum(len(t) for e in kept.tasks.values() for _s, t in e.lines)
+    quiet = output.DriverOutput(echo=False, stdout=out, stderr=err)
+    quiet.receive(1, 2, [(output.STDOUT, 9, "q", "not shown")])
+    assert "not shown" not in out.getvalue() and quiet.query(worker=1)

@@ -36,7 +36,7 @@ unlabelled, as they did before. faulthandler's stacks still go to the real stder
 Driver side. :class:`DriverOutput` is owned by the node: ``receive`` runs with the node
 lock held (in whichever thread read the worker's socket), and queries read it under
 its own lock. It keeps the last ``LINES_PER_TASK`` lines of the last ``TASKS_KEPT``
-calls that printed. With ``echo`` False (``init(log_to_driver=False)``) the lines are
+calls that printed, at most ``BYTES_KEPT`` characters in all. With ``echo`` False (``init(log_to_driver=False)``) the lines are
 kept but not printed.
 """
 
@@ -63,6 +63,8 @@ STDOUT = 1
 STDERR = 2
 LINES_PER_TASK = 1000
 TASKS_KEPT = 2000
+#: Characters of kept lines, all calls together: the oldest calls go first beyond it.
+BYTES_KEPT = 32 << 20
 
 
 # ----------------------------------------------------------------------- worker side
@@ -259,6 +261,7 @@ class DriverOutput:
         self._stderr = stderr
         self.lock = threading.Lock()
         self.tasks: OrderedDict[tuple[int, int], TaskOutput] = OrderedDict()
+        self.size = 0  # characters kept, all calls together
 
     def receive(self, worker_id: int, pid: int, lines: list[tuple[int, int, str, str]]) -> None:
         kept = self.tasks
@@ -272,12 +275,18 @@ class DriverOutput:
                     if entry is None:
                         entry = kept[key] = TaskOutput(task_id, name, worker_id, pid)
                         if len(kept) > TASKS_KEPT:
-                            kept.popitem(last=False)
+                            _key, oldest = kept.popitem(last=False)
+                            self.size -= sum(len(t) for _s, t in oldest.lines)
                     else:
                         kept.move_to_end(key)
                 if len(entry.lines) == LINES_PER_TASK:
                     entry.dropped += 1
+                    self.size -= len(entry.lines[0][1])
                 entry.lines.append((stream, text))
+                self.size += len(text)
+                while self.size > BYTES_KEPT and len(kept) > 1:
+                    _key, oldest = kept.popitem(last=False)
+                    self.size -= sum(len(t) for _s, t in oldest.lines)
                 if self.echo:
                     echoed.append((stream, f"({name} pid={pid}) {text}\n"))
         if echoed:
