@@ -393,6 +393,12 @@ def _attach(args: Any, out: TextIO) -> int:
                       "a one-off analysis of its event log (it runs with advisor=False)")
             print(f"session {result['session']}, from {source}:", file=out)
             print(report([Finding.from_dict(f) for f in result["findings"]]), file=out)
+    elif args.command == "logs":
+        result = ask("logs", task=args.task, function=args.function, worker=args.worker)
+        if as_json:
+            print(json.dumps(result["tasks"], indent=1), file=out)
+        else:
+            print(format_logs(result, args), file=out, end="")
     elif args.command == "stack":
         timeout = args.process_timeout + 10.0
         data = ask("stacks", timeout=args.process_timeout)
@@ -401,6 +407,24 @@ def _attach(args: Any, out: TextIO) -> int:
             print("\n" + stacks.native_stacks(data, timeout=max(5.0, args.process_timeout)),
                   file=out, end="")
     return 0
+
+
+def format_logs(result: dict[str, Any], args: Any) -> str:
+    """``lightwork logs``' table form: a heading per call, then its lines as printed."""
+    tasks = result["tasks"]
+    if not tasks:
+        what = (f"task {args.task}" if args.task else f"function {args.function}"
+                if args.function else f"worker {args.worker}")
+        return (f"no output kept for {what} in session {result['session']} (only calls "
+                "that printed are kept, the most recent first to go)\n")
+    parts = []
+    for task in tasks:
+        dropped = f", {task['dropped']} earlier lines not kept" if task["dropped"] else ""
+        parts.append(f"== {task['name']} task {task['task_id']} worker {task['worker_id']} "
+                     f"pid {task['pid']}{dropped}\n")
+        parts.extend(f"{text}\n" if stream == "stdout" else f"[stderr] {text}\n"
+                     for stream, text in task["lines"])
+    return "".join(parts)
 
 
 def advise_file(path: str, as_json: bool, out: TextIO) -> int:
@@ -466,6 +490,12 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--full", action="store_true", help="do not fold lightwork's own frames")
     dump.add_argument("--process-timeout", type=float, default=control.DEFAULT_STACK_TIMEOUT_S,
                       help="seconds to wait for each process's dump (default 2)")
+    shown = commands.add_parser("logs", parents=[attach, formats],
+                                help="what one task, function or worker printed")
+    which = shown.add_mutually_exclusive_group(required=True)
+    which.add_argument("--task", metavar="ID", help="a task id (as `lightwork list tasks` shows)")
+    which.add_argument("--function", metavar="NAME", help="every call of this function or method")
+    which.add_argument("--worker", metavar="N", type=int, help="every call on this worker")
     from lightwork.dashboard import add_command
 
     add_command(commands, attach)

@@ -38,7 +38,7 @@ _init_lock = threading.RLock()
 # Ray's init arguments that have no meaning for the embedded runtime. Asking for what
 # they turn on gets a one-line note; they never raise.
 RAY_ONLY_INIT_ARGS = {
-    "include_dashboard", "dashboard_host", "dashboard_port", "log_to_driver",
+    "include_dashboard", "dashboard_host", "dashboard_port",
     "logging_format", "logging_config", "configure_logging", "local_mode",
     "_temp_dir", "_system_config", "storage",
     "_node_ip_address", "_redis_password", "_plasma_directory", "_metrics_export_port",
@@ -164,6 +164,9 @@ def init(
     # Ray's `memory` resource of the node, in bytes (default: available memory less the store's).
     task_memory = ray_kwargs.pop("_memory", None)
     job_config = ray_kwargs.pop("job_config", None)
+    log_to_driver = ray_kwargs.pop("log_to_driver", True)
+    if not isinstance(log_to_driver, bool):
+        raise TypeError(f"log_to_driver must be True or False, got {log_to_driver!r}")
     if task_memory is not None:
         task_memory = check_amount("_memory", task_memory)
     unknown = sorted(set(ray_kwargs) - RAY_ONLY_INIT_ARGS - {"logging_level"})
@@ -218,7 +221,7 @@ def init(
         advisor=advisor, init_callsite=callsite(1), runtime_env=job_env,
         object_store_memory=object_store_memory, spill_dir=spill_dir, memory=task_memory,
         memory_usage_threshold=_memory_usage_threshold,
-        memory_monitor_refresh_ms=_memory_monitor_refresh_ms)
+        memory_monitor_refresh_ms=_memory_monitor_refresh_ms, log_to_driver=log_to_driver)
     with _init_lock:
         if _backend is not None and not _backend.closed:
             if ignore_reinit_error:

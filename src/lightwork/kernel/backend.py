@@ -122,6 +122,8 @@ class SessionOptions:
     memory: float | None = None
     memory_usage_threshold: float | None = None
     memory_monitor_refresh_ms: float | None = None
+    #: Ray's ``log_to_driver``: print what tasks write, labelled, on the driver's terminal.
+    log_to_driver: bool = True
 
 
 class Backend(abc.ABC):

@@ -69,6 +69,7 @@ from lightwork.engines.local.io_loop import IOLoop
 from lightwork.engines.local.lineage import Lineage
 from lightwork.engines.local.memory_monitor import MemoryMonitor
 from lightwork.engines.local.node_lock import NodeLock
+from lightwork.engines.local.output import DriverOutput
 from lightwork.engines.local.objects import FAILED, PENDING, ObjectEntry, ObjectTable
 from lightwork.engines.local.scheduler import (
     DISPATCHED,
@@ -133,6 +134,7 @@ if TYPE_CHECKING:
         _submitter_passed_at: float
         _submitter_muted: bool
         _deferred: list[Callable[[], None]]
+        output: DriverOutput
         _feasible_shapes: set[tuple]
         _thread: threading.Thread
         _timer_seq: itertools.count[int]
@@ -221,6 +223,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         spill_dir: str | None = None,
         runtime_env: dict[str, Any] | None = None,
         memory: float | None = None,
+        log_to_driver: bool = True,
     ) -> None:
         total = {"CPU": float(num_cpus), "GPU": float(num_gpus), **resources}
         self.namespace = namespace
@@ -257,6 +260,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         # the thread that applied the ends, with the TaskRecords of the tasks that
         # finished or failed since the last delivery, in the order they ended. The node
         # pays one append per ended task while any listener is registered.
+        self.output = DriverOutput(echo=log_to_driver)  # what workers print (output.py)
         self.task_listeners: list[Callable[[list[TaskRecord]], None]] = []
         self._ended_unheard: list[TaskRecord] = []
         self._want_write: set[WorkerConn] = set()

@@ -27,7 +27,8 @@ build, pickle, read and free per task on both sides.
 Driver -> worker: ``TASK``, ``FUNCTION``, ``REPLY``, ``EXIT``, ``ACTOR_INIT``.
 Worker -> driver: ``DONE``, ``SUBMIT``, ``PUT``, ``GET``, ``WAIT``, ``BORROW``,
 ``RELEASE``, ``BLOCKED``, ``UNBLOCKED``, ``BOUNCE``, ``CANCEL``, ``CALL``, ``MAPPED``,
-``UNMAPPED`` (which shared-memory segments the worker maps: see ``store.py``).
+``UNMAPPED`` (which shared-memory segments the worker maps: see ``store.py``),
+``OUTPUT`` (what its calls printed: ``output.py``).
 
 Measured: see bench/HOTPATH.md, "The wire format".
 """
@@ -62,6 +63,7 @@ CALL = 21
 MAPPED = 22
 UNMAPPED = 23
 RETIRE = 24  # worker -> driver: it ran a max_calls function's last call and exits now
+OUTPUT = 25  # worker -> driver: lines its calls printed (``output.py``)
 
 _LENGTH = struct.Struct("<I")
 

@@ -58,7 +58,26 @@ def answer_query(node: Node, op: str, args: dict[str, Any]) -> Any:
         if not 0 < timeout <= 60:
             raise ValueError(f"the stack timeout must be in (0, 60] seconds, got {timeout}")
         return collect_stacks(node, timeout)
+    if op == "logs":
+        return logs(node, args)
     raise ValueError(f"unknown operation {op!r}; known: {', '.join(known_ops())}")
+
+
+def logs(node: Node, args: dict[str, Any]) -> dict[str, Any]:
+    """``lightwork logs``: what the calls named by ``task`` (its id, as
+    ``list tasks`` shows it), ``function`` (a
+    function's or method's name) or ``worker`` (its number) printed, as kept."""
+    task = args.get("task")
+    worker = args.get("worker")
+    function = args.get("function")
+    if task is None and worker is None and not function:
+        raise ValueError("name what to show: a task id, a function name or a worker number")
+    try:
+        task_id = None if task is None else int(str(task), 0)
+    except ValueError:
+        raise ValueError(f"{task!r} is not a task id; `lightwork list tasks` shows them") from None
+    return {"session": node.session.name, "echo": node.output.echo,
+            "tasks": node.output.query(task_id, function, None if worker is None else int(worker))}
 
 
 def _describe_worker(node: Node, conn: Any) -> dict[str, Any]:

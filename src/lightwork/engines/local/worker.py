@@ -209,6 +209,9 @@ class Worker(WorkerCalls):
         self._exit_thread: threading.Thread | None = None
         self.retiring = False  # a max_calls function's last call ran here (calls.CallLimit)
         self.bounce_when_waiting = True
+        # Captured stdout/stderr (output.py): set when lines wait for the call's end.
+        self.output: Any = None
+        self.output_pending = False
         # Cancels: the driver appends a task id to ``cancel_path`` and then sends SIGINT.
         # The handler only counts the signal (and interrupts the task it names, if
         # running); the file is read when a signal is unread (or, before a call on a pool
@@ -596,6 +599,8 @@ class Worker(WorkerCalls):
         except KeyboardInterrupt:  # a cancel that landed outside _execute's own handlers
             finished = time.monotonic()
             outcome = "cancelled"
+        if self.output_pending:  # what the call printed goes before its result
+            self.output.end_call()
         self._local.frame = None  # (the ``current`` setter's work, without its call)
         if self.cancelled_ids:
             self.cancelled_ids.discard(frame[0])
@@ -712,6 +717,8 @@ class Worker(WorkerCalls):
             outcome = ("exit", None)
         except BaseException as exc:  # noqa: BLE001 - reported as the actor's death cause
             outcome = ("error", error_outcome(f"{name}.__init__", exc))
+        if self.output_pending:
+            self.output.end_call()
         with self._exit_lock:  # see request_exit
             self.actor_started = True
             if self.exiting and not outcome:  # exit_actor() caught, or in a task it started
@@ -929,5 +936,8 @@ def main(fd: int, worker_id: int, config: dict[str, Any]) -> None:
     # server forked from the driver carries the driver's (lightwork's shutdown, the
     # user's), which must never run here.
     atexit._clear()
+    from lightwork.engines.local import output
+
+    output.install(worker)  # print() and logging reach the driver, labelled
     worker.run()
     worker.end()

@@ -90,6 +90,8 @@ class WorkerRequests(_Base):
         elif kind == p.UNMAPPED:
             for path in message[1]:
                 self.store.remove_reader(path, conn.worker_id)
+        elif kind == p.OUTPUT:
+            self.output.receive(conn.worker_id, conn.pid, message[1])
 
     def _handle_read(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None:
         """The messages of one read from ``conn``, in order, with one clock reading for

@@ -1,0 +1,141 @@
+"""What tasks and actor methods print reaches the driver's terminal, labelled with the
+call and the worker's pid, in the order each worker wrote it; ``log_to_driver=False``
+keeps it off the terminal. Real driver programs in subprocesses."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests import helpers
+
+pytestmark = pytest.mark.lightwork_only
+
+LABEL = re.compile(r"^\((?P<name>[\w.]+) pid=(?P<pid>\d+)\) (?P<text>.*)$")
+
+PROGRAM = """
+import logging, sys
+import lightwork as ray
+ray.init(num_cpus=2{options})
+
+@ray.remote
+def speak(i):
+    print("hello from task", i)
+    logging.warning("warn from task %d", i)
+    print("to stderr", i, file=sys.stderr)
+    print("partial", i, end="")
+    return i
+
+@ray.remote
+class Greeter:
+    def hi(self):
+        print("actor says hi")
+        return "hi"
+
+print("results", ray.get([speak.remote(0), speak.remote(1)]), flush=True)
+print("actor", ray.get(Greeter.remote().hi.remote()), flush=True)
+"""
+
+
+def labelled(text: str) -> list[tuple[str, int, str]]:
+    found = [LABEL.match(line) for line in text.splitlines()]
+    return [(m["name"], int(m["pid"]), m["text"]) for m in found if m]
+
+
+def run(tmp_path, body: str):
+    done = helpers.run_script(helpers.write_script(str(tmp_path), "driver.py", body))
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_lines_are_labelled_in_order_with_stderr_and_logging(tmp_path):
+    done = run(tmp_path, PROGRAM.format(options=""))
+    out, err = labelled(done.stdout), labelled(done.stderr)
+    for i in (0, 1):
+        pid = next(pid for name, pid, text in out if text == f"hello from task {i}")
+        assert [t for n, p, t in out if p == pid and n == "speak"] == [
+            f"hello from task {i}", f"partial {i}"]  # the partial line, flushed alone
+        assert [t for n, p, t in err if p == pid] == [
+            f"WARNING:root:warn from task {i}", f"to stderr {i}"]
+    assert [n for n, p, t in out if t == "actor says hi"] == ["Greeter.hi"]
+    # Printed before each result was returned, so before the driver's own next line.
+    lines = done.stdout.splitlines()
+    assert max(i for i, line in enumerate(lines) if "partial" in line) < \
+        lines.index("results [0, 1]") < lines.index("actor hi")
+    assert lines.index("actor hi") > next(i for i, line in enumerate(lines) if "actor says" in line)
+
+
+def test_log_to_driver_false_keeps_it_off_the_terminal(tmp_path):
+    done = run(tmp_path, PROGRAM.format(options=", log_to_driver=False"))
+    assert "results [0, 1]" in done.stdout and "actor hi" in done.stdout
+    assert "hello" not in done.stdout and "warn" not in done.stderr, done.stderr
+
+
+def test_a_task_that_prints_then_fails_still_shows_its_lines(tmp_path):
+    done = run(tmp_path, """
+import lightwork as ray
+ray.init(num_cpus=1)
+
+@ray.remote(max_retries=0)
+def doomed():
+    print("last words")
+    raise ValueError("on purpose")
+
+try:
+    ray.get(doomed.remote())
+except ValueError:
+    print("caught", flush=True)
+""")
+    lines = done.stdout.splitlines()
+    assert [t for n, p, t in labelled(done.stdout)] == ["last words"]
+    assert lines.index("caught") > 0
+
+
+def test_huge_and_binary_output(tmp_path):
+    done = run(tmp_path, """
+import sys
+import lightwork as ray
+ray.init(num_cpus=1)
+
+@ray.remote
+def loud():
+    for i in range(20000):
+        print("line", i)
+    print("x" * 200_000)
+    sys.stdout.buffer.write(b"bad \\xff\\xfe bytes\\n")
+    return "ok"
+
+print("result", ray.get(loud.remote()), flush=True)
+""")
+    out = labelled(done.stdout)
+    texts = [t for n, p, t in out]
+    assert texts[:20000] == [f"line {i}" for i in range(20000)]
+    assert len(texts[20000]) <= (1 << 16) + 10  # a huge line is cut, not kept whole
+    assert "bad \\xff\\xfe bytes" in texts
+    assert done.stdout.splitlines()[-1] == "result ok"
+
+
+def test_the_driver_keeps_a_bounded_log_per_call():
+    """The driver's end alone, with injected streams: labels, streams, and bounds."""
+    import io
+
+    from lightwork.engines.local import output
+
+    out, err = io.StringIO(), io.StringIO()
+    kept = output.DriverOutput(stdout=out, stderr=err)
+    kept.receive(3, 77, [(output.STDOUT, 5, "f", "one"), (output.STDERR, 5, "f", "two")])
+    assert out.getvalue() == "(f pid=77) one\n" and err.getvalue() == "(f pid=77) two\n"
+    [task] = kept.query(task=5)
+    assert task["lines"] == [["stdout", "one"], ["stderr", "two"]] and task["worker_id"] == 3
+    many = [(output.STDOUT, 6, "g", f"line {i}") for i in range(output.LINES_PER_TASK + 5)]
+    kept.receive(3, 77, many)
+    [task] = kept.query(function="g")
+    assert task["dropped"] == 5 and task["lines"][0] == ["stdout", "line 5"]
+    for task_id in range(100, 100 + output.TASKS_KEPT + 10):
+        kept.receive(4, 78, [(output.STDOUT, task_id, "h", "x")])
+    assert len(kept.tasks) == output.TASKS_KEPT and not kept.query(task=5)
+    assert kept.size == sum(len(t) for e in kept.tasks.values() for _s, t in e.lines)
+    quiet = output.DriverOutput(echo=False, stdout=out, stderr=err)
+    quiet.receive(1, 2, [(output.STDOUT, 9, "q", "not shown")])
+    assert "not shown" not in out.getvalue() and quiet.query(worker=1)
