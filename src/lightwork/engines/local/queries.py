@@ -58,7 +58,29 @@ def answer_query(node: Node, op: str, args: dict[str, Any]) -> Any:
         if not 0 < timeout <= 60:
             raise ValueError(f"the stack timeout must be in (0, 60] seconds, got {timeout}")
         return collect_stacks(node, timeout)
+    if op in ("sample_start", "sample_stop", "sample"):
+        return answer_sampling(node, op, args)
     raise ValueError(f"unknown operation {op!r}; known: {', '.join(known_ops())}")
+
+
+def answer_sampling(node: Node, op: str, args: dict[str, Any]) -> Any:
+    """Task profiles (``sampler.py``): start, stop, or ``sample`` for ``seconds``."""
+    from lightwork.engines.local import sampler
+
+    hz = float(args.get("hz", sampler.DEFAULT_HZ))
+    if op == "sample_start":
+        return sampler.start(node, hz)
+    if op == "sample_stop":
+        return sampler.stop(node)
+    seconds = float(args.get("seconds", 5.0))
+    if not 0 < seconds <= 3600:
+        raise ValueError(f"a profile lasts within (0, 3600] seconds, got {seconds:g}")
+    sampler.start(node, hz)
+    try:
+        time.sleep(seconds)
+    finally:
+        result = sampler.stop(node)
+    return result
 
 
 def _describe_worker(node: Node, conn: Any) -> dict[str, Any]:
