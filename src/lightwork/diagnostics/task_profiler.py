@@ -46,6 +46,7 @@ from typing import Any
 __all__ = ["TaskProfile", "profile_tasks"]
 
 ALL = "all tasks"
+DRIVER = "(driver)"  # the driver's samples' label (engines/local/sampler.py)
 
 
 class TaskProfile:
@@ -80,11 +81,12 @@ class TaskProfile:
 
     @property
     def labels(self) -> list[str]:
-        """The task functions (and ``(driver)``) with samples, hottest first."""
+        """The task functions with samples, hottest first, then ``(driver)``."""
         per = Counter[str]()
         for label, _w, _f, n in self.stacks:
             per[label] += n
-        return [label for label, _ in per.most_common()]
+        ranked = [label for label, _ in per.most_common() if label != DRIVER]
+        return ranked + [DRIVER] * (DRIVER in per)
 
     @property
     def workers(self) -> set[int]:
@@ -226,14 +228,20 @@ def profile_tasks(hz: float = 100.0) -> Iterator[TaskProfile]:
 
     The yielded :class:`TaskProfile` is empty inside the block and filled when it ends.
     """
-    from lightwork.state import query
+    from lightwork.api import core as _api
+    from lightwork.kernel import control
 
-    query("sample_start", hz=hz)
+    node = _api.diagnostics_node("profile_tasks()")  # UnsupportedOnBackend on a cluster
+    if node is None:
+        raise RuntimeError("no lightwork runtime is running in this process; call "
+                           "lightwork.init() first (from another terminal, `lightwork "
+                           "profile` attaches to a running program)")
+    control.dispatch(node, "sample_start", {"hz": hz})
     profile = TaskProfile()
     try:
         yield profile
     finally:
-        profile._fill(query("sample_stop"))
+        profile._fill(control.dispatch(node, "sample_stop", {}))
 
 
 def _split(frame: str) -> tuple[str, str]:
