@@ -8,6 +8,11 @@ both call it, so both paths return the same rows, built by :mod:`lightwork.kerne
 worker's faulthandler (installed by ``control.install_worker_hooks``) writes all its
 threads into its ``stack-w<id>.txt`` in the session directory, from a C signal handler,
 so a worker stuck in C code or holding the GIL still answers, with no ptrace.
+
+:func:`answer_sampling` runs task profiles (``sampler.py``): ``sample_start`` and
+``sample_stop`` for ``profile_tasks()`` in the driver, and ``sample`` (start, wait
+``seconds`` in the connection's own thread, stop) for ``lightwork profile``, so a
+client that goes away mid-profile cannot leave the workers sampling.
 """
 
 from __future__ import annotations
