@@ -190,6 +190,26 @@ def test_one_profile_at_a_time_and_workers_stop(two_cpus):
     assert {path: os.stat(path).st_mtime_ns for path in files} == written
 
 
+@lightwork.remote
+class AsyncSpinner:
+    async def turn(self, unit: float) -> int:
+        busy_a(unit)
+        return os.getpid()
+
+
+def test_an_async_actor_counts_its_coroutines_once(two_cpus):
+    spinner = AsyncSpinner.remote()
+    lightwork.get(spinner.turn.remote(0.001))
+    with profile_tasks() as prof:
+        lightwork.get([spinner.turn.remote(UNIT_S) for _ in range(30)])
+    stacks = parse_collapsed(prof.collapsed())
+    busy = under(stacks, "AsyncSpinner.turn", "busy_a")
+    waiting = sum(n for frames, n in stacks.items() if frames[0] == "AsyncSpinner.turn") - busy
+    assert busy > 0, prof.top()
+    # 30 calls of 10 ms: about 30 samples; the pool threads waiting for the loop add none.
+    assert busy + waiting <= 3 * 30 * UNIT_S * prof.hz, prof.top()
+
+
 def test_an_empty_profile_prints(two_cpus):
     prof = TaskProfile({"hz": 100, "started": 0, "ended": 1, "processes": [], "missing": []})
     assert "0 samples" in prof.top() and prof.collapsed() == ""

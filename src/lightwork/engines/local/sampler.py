@@ -36,7 +36,9 @@ Labelling: a sample belongs to the call running in its thread. The sampler finds
 the stack itself, with nothing written on the task loop: the innermost frame of
 ``Worker._execute`` (sync tasks, and calls on a threaded actor's pool) or of
 ``AsyncRunner._cancellable`` (a coroutine on an async actor's loop) holds the task's
-frame, whose name is the task table's name (``f``, ``Counter.incr``). Only the frames
+frame, whose name is the task table's name (``f``, ``Counter.incr``); a pool thread of
+an async actor waiting in ``AsyncRunner.run`` for its coroutine is skipped, since the
+loop thread's sample is the call's. Only the frames
 above it (the user's code and what it calls) are kept; a thread with no such frame runs
 no task and is skipped. Reading ``f_locals`` of that one frame snapshots its locals
 into the frame's dict: it may keep the call's arguments alive until ``_execute``
@@ -204,6 +206,8 @@ class Sampler:
         codes: list[Any] = []
         while frame is not None:
             code = frame.f_code
+            if code is _HANDED_TO_LOOP:
+                return None, ()  # the loop thread's sample of the coroutine counts it
             if code is _EXECUTE_CODE or code is _COROUTINE_CODE:
                 try:
                     call = frame.f_locals.get("frame")
@@ -240,6 +244,8 @@ class Sampler:
 # The frames that hold a running call's task frame (see the module docstring).
 _EXECUTE_CODE = Worker._execute.__code__
 _COROUTINE_CODE = AsyncRunner._cancellable.__code__
+# An async actor's pool thread waits here while its coroutine runs on the loop.
+_HANDED_TO_LOOP = AsyncRunner.run.__code__
 
 
 # ---------------------------------------------------------------------------- workers
