@@ -24,6 +24,9 @@ socket of its session (the newest of this user's sessions, or ``--session NAME``
     lightwork memory                       objects by owner, reference kind and size
     lightwork timeline [--output FILE]     Chrome trace JSON for ui.perfetto.dev
     lightwork stack [--native]             every thread of the driver and each worker
+    lightwork profile [--seconds N] [-o FILE]  sample every task's stack; top functions,
+                                           or a flame graph (.html), speedscope (.json),
+                                           collapsed stacks (other names)
     lightwork advise [--format json]       the advisor's findings: mistakes and their fixes
     lightwork dashboard [--port N] [--open] [--allow-actions]
                                            a live dashboard in the browser (lightwork.dashboard)
@@ -406,6 +409,9 @@ def _attach(args: Any, out: TextIO) -> int:
         if args.native:
             print("\n" + stacks.native_stacks(data, timeout=max(5.0, args.process_timeout)),
                   file=out, end="")
+    elif args.command == "profile":
+        timeout = max(timeout, args.seconds + 15.0)  # the driver answers when sampling ends
+        write_profile(ask, args, out)
     return 0
 
 
@@ -425,6 +431,29 @@ def format_logs(result: dict[str, Any], args: Any) -> str:
         parts.extend(f"{text}\n" if stream == "stdout" else f"[stderr] {text}\n"
                      for stream, text in task["lines"])
     return "".join(parts)
+
+
+def write_profile(ask: Any, args: Any, out: TextIO) -> None:
+    """``lightwork profile``: sample the session's tasks for ``--seconds``; write or print."""
+    from lightwork.diagnostics.task_profiler import TaskProfile
+
+    if not 0 < args.seconds <= 3600:
+        raise ValueError(f"--seconds must be within (0, 3600], got {args.seconds:g}")
+    profile = TaskProfile(ask("sample", seconds=args.seconds, hz=args.rate))
+    if args.output is None:
+        print(profile.top(args.top), file=out, end="")
+        return
+    if args.output.endswith(".html"):
+        profile.flamegraph(args.output)
+        what = "a flame graph (open it in a browser)"
+    elif args.output.endswith(".json"):
+        profile.speedscope(args.output)
+        what = "a speedscope profile (open it at https://www.speedscope.app)"
+    else:
+        profile.collapsed(args.output)
+        what = "collapsed stacks (flamegraph.pl, inferno, speedscope read them)"
+    print(f"wrote {profile.total} samples from {len(profile.workers)} workers to "
+          f"{os.path.abspath(args.output)}: {what}", file=out)
 
 
 def advise_file(path: str, as_json: bool, out: TextIO) -> int:
@@ -496,6 +525,17 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--task", metavar="ID", help="a task id (as `lightwork list tasks` shows)")
     which.add_argument("--function", metavar="NAME", help="every call of this function or method")
     which.add_argument("--worker", metavar="N", type=int, help="every call on this worker")
+    sampling = commands.add_parser("profile", parents=[attach],
+                                   help="sample the stacks of every running task")
+    sampling.add_argument("--seconds", type=float, default=5.0,
+                          help="how long to sample (default 5)")
+    sampling.add_argument("--rate", type=float, default=100.0,
+                          help="samples per second in each process (default 100)")
+    sampling.add_argument("--output", "-o", help="write FILE instead of printing the top "
+                          "functions: .html a flame graph, .json speedscope, else collapsed "
+                          "stacks")
+    sampling.add_argument("--top", type=int, default=10,
+                          help="functions per task function in the printed table (10)")
     from lightwork.dashboard import add_command
 
     add_command(commands, attach)

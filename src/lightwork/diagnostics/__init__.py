@@ -9,7 +9,8 @@ Dask's diagnostics, for Dask graphs run by ``lightwork.dask.get`` and for plain 
 (a ``get``/``wait`` inside an active callback is one run): ``Callback`` and
 ``add_callbacks`` (``callbacks.py``), ``ProgressBar`` (``progress.py``), ``Profiler``,
 ``ResourceProfiler``, ``CacheProfiler`` and their namedtuples (``profilers.py``),
-``visualize`` (``visualize.py``, needs bokeh). Code written against
+``visualize`` (``visualize.py``, needs bokeh). ``profile_tasks`` samples the code
+inside tasks on every worker (``task_profiler.py``). Code written against
 ``dask.diagnostics`` works after changing only its imports.
 """
 
@@ -26,6 +27,7 @@ from lightwork.diagnostics.profilers import (
     TaskData,
 )
 from lightwork.diagnostics.progress import ProgressBar, format_time
+from lightwork.diagnostics.task_profiler import TaskProfile, profile_tasks
 from lightwork.diagnostics.visualize import visualize
 
 __all__ = [
@@ -38,12 +40,14 @@ __all__ = [
     "ResourceData",
     "ResourceProfiler",
     "TaskData",
+    "TaskProfile",
     "TaskRecord",
     "add_callbacks",
     "blocked_spans",
     "current_task_record",
     "dropped_counts",
     "format_time",
+    "profile_tasks",
     "task_records",
     "visualize",
 ]

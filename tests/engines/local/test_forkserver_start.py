@@ -23,7 +23,7 @@ import lightwork as ray
 from tests import support
 
 read_end, write_end = os.pipe()  # the driver keeps this writer open across init()
-signal.signal(signal.SIGUSR2, lambda *_: print("driver handler ran in", os.getpid()))
+signal.signal(signal.SIGHUP, lambda *_: print("driver handler ran in", os.getpid()))
 sys.stdout.write("text-buffered-before-init\n")  # stdout is a pipe: block-buffered
 ray.init(num_cpus=2)
 print("start_method", support.forkserver().start_method)
@@ -32,7 +32,7 @@ print("start_method", support.forkserver().start_method)
 def probe(writer):
     target = os.readlink(f"/proc/self/fd/{writer}") if os.path.exists(f"/proc/self/fd/{writer}") else "closed"
     print("task-printed", flush=True)
-    return (signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL, os.getsid(0), target)
+    return (signal.getsignal(signal.SIGHUP) == signal.SIG_DFL, os.getsid(0), target)
 
 default_handler, worker_session, writer_target = ray.get(probe.remote(write_end), timeout=30)
 print("worker_signal_default", default_handler)

@@ -8,6 +8,11 @@ both call it, so both paths return the same rows, built by :mod:`lightwork.kerne
 worker's faulthandler (installed by ``control.install_worker_hooks``) writes all its
 threads into its ``stack-w<id>.txt`` in the session directory, from a C signal handler,
 so a worker stuck in C code or holding the GIL still answers, with no ptrace.
+
+:func:`answer_sampling` runs task profiles (``sampler.py``): ``sample_start`` and
+``sample_stop`` for ``profile_tasks()`` in the driver, and ``sample`` (start, wait
+``seconds`` in the connection's own thread, stop) for ``lightwork profile``, so a
+client that goes away mid-profile cannot leave the workers sampling.
 """
 
 from __future__ import annotations
@@ -60,6 +65,8 @@ def answer_query(node: Node, op: str, args: dict[str, Any]) -> Any:
         return collect_stacks(node, timeout)
     if op == "logs":
         return logs(node, args)
+    if op in ("sample_start", "sample_stop", "sample"):
+        return answer_sampling(node, op, args)
     raise ValueError(f"unknown operation {op!r}; known: {', '.join(known_ops())}")
 
 
@@ -78,6 +85,27 @@ def logs(node: Node, args: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"{task!r} is not a task id; `lightwork list tasks` shows them") from None
     return {"session": node.session.name, "echo": node.output.echo,
             "tasks": node.output.query(task_id, function, None if worker is None else int(worker))}
+
+
+
+def answer_sampling(node: Node, op: str, args: dict[str, Any]) -> Any:
+    """Task profiles (``sampler.py``): start, stop, or ``sample`` for ``seconds``."""
+    from lightwork.engines.local import sampler
+
+    hz = float(args.get("hz", sampler.DEFAULT_HZ))
+    if op == "sample_start":
+        return sampler.start(node, hz)
+    if op == "sample_stop":
+        return sampler.stop(node)
+    seconds = float(args.get("seconds", 5.0))
+    if not 0 < seconds <= 3600:
+        raise ValueError(f"a profile lasts within (0, 3600] seconds, got {seconds:g}")
+    sampler.start(node, hz)
+    try:
+        time.sleep(seconds)
+    finally:
+        result = sampler.stop(node)
+    return result
 
 
 def _describe_worker(node: Node, conn: Any) -> dict[str, Any]:

@@ -1,0 +1,109 @@
+"""What sampling every task at 100 Hz costs (``lightwork.profile_tasks``), paired.
+
+Usage (from the repository root)::
+
+    python bench/task_profiler_cost.py [--rounds 6] [--hz 100]
+
+Two workloads, each run with the profiler off and on in turn (off on, then on off in
+the next round, so a drift in the machine's load weighs on both alike), in one runtime:
+
+* ``guide loops``: the profiling guide's loops (``lightwork demo``'s ex1, ex2, ex3) with
+  0.1 s tasks; the figure is their wall time. The tasks sleep, as in the guide.
+* ``cpu tasks``: 40 CPU-bound tasks of a fixed amount of pure-Python work on 2 workers;
+  the figures are the workers' process CPU time per task (the sampler thread's CPU is
+  in it: ``time.process_time`` counts every thread) and the batch's wall time.
+
+Printed per figure: the medians off and on, and the median of the per-round ratios
+on/off. A shared 2-core host is noisy: the CPU figure is the one to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+import lightwork as ray  # noqa: E402
+
+WORK = 300_000  # iterations: ~30 ms of pure Python on this host
+
+
+@ray.remote
+def crunch() -> float:
+    started = time.process_time()
+    total = 0
+    for i in range(WORK):
+        total += i * i
+    return time.process_time() - started
+
+
+@ray.remote
+def nap(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def serial(seconds: float) -> None:
+    deadline = time.thread_time() + seconds
+    while time.thread_time() < deadline:
+        pass
+
+
+def guide_loops() -> float:
+    started = time.perf_counter()
+    for _ in range(5):
+        ray.get(nap.remote(0.1))
+    ray.get([nap.remote(0.1) for _ in range(5)])
+    refs = []
+    for _ in range(5):
+        serial(0.03)
+        refs.append(nap.remote(0.1))
+    ray.get(refs)
+    return time.perf_counter() - started
+
+
+def cpu_tasks() -> tuple[float, float]:
+    started = time.perf_counter()
+    cpu = ray.get([crunch.remote() for _ in range(40)])
+    return statistics.median(cpu), time.perf_counter() - started
+
+
+def measure(profiled: bool, hz: float) -> dict[str, float]:
+    if profiled:
+        with ray.profile_tasks(hz=hz) as prof:
+            loops = guide_loops()
+            cpu, wall = cpu_tasks()
+        assert prof.total > 0
+    else:
+        loops = guide_loops()
+        cpu, wall = cpu_tasks()
+    return {"guide loops wall s": loops, "cpu tasks CPU/task ms": 1000 * cpu,
+            "cpu tasks wall s": wall}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--hz", type=float, default=100.0)
+    args = parser.parse_args()
+    ray.init(num_cpus=2)
+    measure(False, args.hz)  # warm-up: workers started, functions loaded
+    runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+    for index in range(args.rounds):
+        for profiled in ((False, True) if index % 2 == 0 else (True, False)):
+            runs[profiled].append(measure(profiled, args.hz))
+    ray.shutdown()
+    print(f"{'figure':<24}{'off':>10}{'on':>10}{'on/off':>9}   ({args.rounds} rounds, {args.hz:g} Hz)")
+    for figure in runs[False][0]:
+        off = [r[figure] for r in runs[False]]
+        on = [r[figure] for r in runs[True]]
+        ratio = statistics.median(b / a for a, b in zip(off, on))
+        print(f"{figure:<24}{statistics.median(off):>10.4f}{statistics.median(on):>10.4f}"
+              f"{ratio:>9.3f}")
+
+
+if __name__ == "__main__":
+    main()
