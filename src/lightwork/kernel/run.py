@@ -9,8 +9,10 @@ made it. The record holds, as attributes:
   id), ``actors`` (``actors.actors``: live actors by id);
 * ``advisor`` (the live advisor, or None), ``control`` (the control server, or None).
 
-and the methods below, which an engine overrides where its run differs. The defaults
-are the embedded runtime's, whose record is always up to date in this process.
+and ``answer_query(op, args)``, each engine's own answer to the built-in diagnostics
+operations (``control.OPS``), beside the methods below, which an engine overrides
+where its run differs. Their defaults are the embedded runtime's, whose record is
+always up to date in this process.
 """
 
 from __future__ import annotations
@@ -23,10 +25,6 @@ class RunRecord:
 
     advisor: Any = None
     control: Any = None
-
-    def answer_query(self, op: str, args: dict[str, Any]) -> Any:
-        """Answer one built-in diagnostics operation (``control.OPS``)."""
-        raise NotImplementedError(f"{type(self).__name__} answers no diagnostics requests")
 
     def sync(self) -> None:
         """Bring the record up to date before a diagnostic reads it (a cluster run
