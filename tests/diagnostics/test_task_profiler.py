@@ -173,6 +173,18 @@ def test_top_names_self_and_total(profiled):
     assert "Spinner.turn:" in table and "only_b:" in table
 
 
+def test_short_tasks_are_sampled_for_their_time(two_cpus):
+    # 60 tasks of 10 ms: 0.6 s at 100 Hz is about 60 samples. A sampler that waits out
+    # the GIL's switch interval on a fixed beat lands between tasks for half its rounds
+    # or locks onto their boundaries (about 20 of 60 when measured that way).
+    lightwork.get([only_b.remote(0.001) for _ in range(4)])
+    with profile_tasks() as prof:
+        lightwork.get([only_b.remote(UNIT_S) for _ in range(60)])
+    stacks = parse_collapsed(prof.collapsed())
+    expected = 60 * UNIT_S * prof.hz
+    assert under(stacks, "only_b", "busy_b") >= 0.65 * expected, prof.top()
+
+
 def test_one_profile_at_a_time_and_workers_stop(two_cpus):
     with profile_tasks(hz=50):
         with pytest.raises(ValueError, match="already running"):

@@ -32,6 +32,16 @@ running sampler reads the switch itself once a second, so none outlives its prof
 worker still starting has no handler yet (SIGUSR2's default action kills): the driver
 signals only workers whose ``.ready`` marker exists, written after the handler is.
 
+Fairness: the sampler is a Python thread, so it reads stacks only once it holds the
+GIL. A task thread running Python code lets go of it after the switch interval (5 ms
+by default), or at once when it blocks, and a task's end is such a point (the worker
+reads its socket). Sampling on a fixed 10 ms beat with a 5 ms wait would land on the
+gap between short tasks for up to half its rounds, and lock in phase with tasks of
+10 ms, seeing none of them. So a worker's sampler shortens the switch interval while
+it runs (restored at its end: only the sampler ever waits for the GIL in a worker, so
+nothing else pays) and spreads its rounds at random within 0.5-1.5 intervals; the
+driver keeps its interval, since lightwork's own threads share its GIL.
+
 Labelling: a sample belongs to the call running in its thread. The sampler finds it in
 the stack itself, with nothing written on the task loop: the innermost frame of
 ``Worker._execute`` (sync tasks, and calls on a threaded actor's pool) or of
@@ -57,6 +67,7 @@ import _thread
 import glob
 import json
 import os
+import random
 import signal
 import sys
 import threading
@@ -71,6 +82,8 @@ SWITCH_NAME = "sampling"
 DEFAULT_HZ = 100.0
 FLUSH_EVERY_S = 1.0
 DRIVER_LABEL = "(driver)"
+# A worker's GIL hand-off to its sampler while profiling (see the module docstring).
+SAMPLING_SWITCH_S = 0.0002
 
 
 def _switch_path(session_dir: str) -> str:
@@ -133,11 +146,15 @@ class Sampler:
     def _run(self) -> None:
         self._thread_id = _thread.get_ident()
         interval = self.interval
+        jitter = random.Random(os.getpid()).random
         due = time.monotonic()
         flushed = due
+        switch_before = sys.getswitchinterval()
+        if not self.driver:
+            sys.setswitchinterval(min(switch_before, SAMPLING_SWITCH_S))
         try:
             while not self.stopping:
-                due += interval
+                due += interval * (0.5 + jitter())  # the mean stays 1/hz
                 delay = due - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
@@ -151,6 +168,8 @@ class Sampler:
                         break
         finally:
             self.ended = time.time()
+            if not self.driver:
+                sys.setswitchinterval(switch_before)
             if self.path is not None:
                 self.write(final=True)
             self.done.release()
