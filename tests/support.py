@@ -129,6 +129,21 @@ def session_directory() -> str:
     return driver_node().session.directory
 
 
+def session_driver_pid(path: str) -> int | None:
+    """The driver pid a session directory's name ends with (None if it names none)."""
+    from lightwork.kernel.session import driver_pid
+    import os
+
+    return driver_pid(os.path.basename(path))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of that pid exists, as the runtime's stale-session sweep sees it."""
+    from lightwork.kernel.session import pid_alive as alive
+
+    return alive(pid)
+
+
 def control_path() -> str:
     """The path of the driver's control socket (what ``lightwork`` CLI commands and the
     dashboard connect to)."""
