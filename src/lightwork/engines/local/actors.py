@@ -56,7 +56,7 @@ from lightwork.kernel.calls import ActorSpec
 from lightwork.engines.local import protocol as p
 from lightwork.kernel import serialization
 from lightwork.engines.local.memory_monitor import OOM_REASON
-from lightwork.engines.local.scheduler import FINISHED, Shape, TaskSpec, WorkerSlot
+from lightwork.engines.local.scheduler import FINISHED, TaskSpec, WorkerSlot
 
 if TYPE_CHECKING:
     from lightwork.engines.local.node import Node, WorkerConn
@@ -73,21 +73,10 @@ KILLED = "it was killed by `ray.kill` (lightwork.kill())"
 
 
 @dataclass(eq=False)
-class Actor:
-    actor_id: int
-    class_name: str
-    class_key: bytes
-    args: serialization.Stored
-    deps: tuple[int, ...]
-    place: Shape
-    hold: Shape
-    name: str | None
-    namespace: str | None
-    detached: bool
-    max_restarts: int
-    max_task_retries: int
-    max_concurrency: int
-    owner: int
+class Actor(ActorSpec):
+    """An actor as the local engine tracks it: what creating it asked (``ActorSpec``)
+    and its life here (its process, its calls, its restarts)."""
+
     state: str = PENDING
     conn: WorkerConn | None = None
     creation_task: int = 0
@@ -99,10 +88,7 @@ class Actor:
     init_error: Any = None
     calls_done: int = 0
     started_at: float = field(default_factory=time.monotonic)
-    methods: dict[str, int | str] = field(default_factory=dict)  # name -> num_returns
-    async_methods: frozenset[str] = frozenset()  # non-empty: an async actor
     waits: dict[tuple[int, int], Wait] = field(default_factory=dict)  # blocked gets
-    max_pending_calls: int = -1  # queued + running calls allowed at once; -1: no limit
     gpu_ids: tuple[int, ...] = ()  # its GPUs while its process lives (gpus.py)
     # How many calls run at once: the thread pool of a threaded or async actor. Worked
     # out once (its options are fixed at creation): it is read several times a call.
