@@ -25,6 +25,7 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 PREFIX = "lwh"
@@ -71,8 +72,10 @@ def sweep_stale() -> None:
 class SimulatedHosts:
     """``names`` hosts on one bridge; ``address(name)`` is the host's IPv4 address."""
 
-    def __init__(self, names: tuple[str, ...] = ("a", "b", "c")) -> None:
+    def __init__(self, names: tuple[str, ...] = ("a", "b", "c"), delay_ms: float = 0) -> None:
         self.names = names
+        self.delay_ms = delay_ms
+        self.wire: subprocess.Popen | None = None
         self.tag = f"{os.getpid()}-{random.randrange(1 << 16):04x}"
         # 198.18.0.0/15: the third octet spans 0-255 in 198.18 and 198.19
         self.subnet = f"198.{random.choice((18, 19))}.{random.randrange(256)}"
@@ -89,35 +92,66 @@ class SimulatedHosts:
     def start(self) -> SimulatedHosts:
         sweep_stale()
         try:
-            switch = self._ns("sw")
-            _ip("netns", "add", switch)
-            self.namespaces.append(switch)
-            _ip("-n", switch, "link", "add", "br0", "type", "bridge")
-            _ip("-n", switch, "link", "set", "br0", "up")
-            for index, name in enumerate(self.names):
+            if self.delay_ms:
+                self._start_wire()
+            else:
+                self._start_bridge()
+            for name in self.names:
                 ns = self._ns(name)
-                _ip("netns", "add", ns)
-                self.namespaces.append(ns)
-                host_end, switch_end = (f"lwh{index}h{os.getpid() % 100000}",
-                                        f"lwh{index}s{os.getpid() % 100000}")
-                _ip("link", "add", host_end, "type", "veth", "peer", "name", switch_end)
-                _ip("link", "set", switch_end, "netns", switch)
-                _ip("link", "set", host_end, "netns", ns)
-                _ip("-n", ns, "link", "set", host_end, "name", "eth0")
-                _ip("-n", switch, "link", "set", switch_end, "master", "br0")
-                _ip("-n", switch, "link", "set", switch_end, "up")
                 _ip("-n", ns, "addr", "add", f"{self.address(name)}/24", "dev", "eth0")
                 _ip("-n", ns, "link", "set", "eth0", "up")
                 _ip("-n", ns, "link", "set", "lo", "up")
                 self.holders[name] = subprocess.Popen(
                     ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation",
                      "private", "--", "sh", "-c", MOUNTS], start_new_session=True)
+            if self.wire is not None:
+                assert self.wire.stdin is not None
+                self.wire.stdin.write("".join(f"{index} {self.address(name)}\n"
+                                              for index, name in enumerate(self.names)))
+                self.wire.stdin.flush()
             for name in self.names:
                 self._wait_for_mounts(name)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _add_namespace(self, name: str) -> str:
+        ns = self._ns(name)
+        _ip("netns", "add", ns)
+        self.namespaces.append(ns)
+        return ns
+
+    def _start_bridge(self) -> None:
+        switch = self._add_namespace("sw")
+        _ip("-n", switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", switch, "link", "set", "br0", "up")
+        for index, name in enumerate(self.names):
+            ns = self._add_namespace(name)
+            host_end, switch_end = (f"lwh{index}h{os.getpid() % 100000}",
+                                    f"lwh{index}s{os.getpid() % 100000}")
+            _ip("link", "add", host_end, "type", "veth", "peer", "name", switch_end)
+            _ip("link", "set", switch_end, "netns", switch)
+            _ip("link", "set", host_end, "netns", ns)
+            _ip("-n", ns, "link", "set", host_end, "name", "eth0")
+            _ip("-n", switch, "link", "set", switch_end, "master", "br0")
+            _ip("-n", switch, "link", "set", switch_end, "up")
+
+    def _start_wire(self) -> None:
+        devices = [f"lwt{index}x{os.getpid() % 100000}" for index in range(len(self.names))]
+        wire = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py")
+        self.wire = subprocess.Popen(
+            [sys.executable, wire, str(self.delay_ms), *devices], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, start_new_session=True)
+        assert self.wire.stdout is not None
+        if self.wire.stdout.readline().strip() != "READY":
+            raise RuntimeError("the delaying wire did not start (no /dev/net/tun?)")
+        for device, name in zip(devices, self.names):
+            ns = self._add_namespace(name)
+            _ip("link", "set", device, "netns", ns)
+            _ip("-n", ns, "link", "set", device, "name", "eth0")
+            # one large packet per TCP segment: the wire's cost is per packet
+            _ip("-n", ns, "link", "set", "eth0", "mtu", "65000")
 
     def _wait_for_mounts(self, name: str, timeout: float = 10.0) -> None:
         holder = self.holders[name]
@@ -152,14 +186,15 @@ class SimulatedHosts:
                               timeout=timeout, **kwargs)
 
     def stop(self) -> None:
-        for process in [*self.processes, *self.holders.values()]:
+        wire = [self.wire] if self.wire is not None else []
+        for process in [*self.processes, *self.holders.values(), *wire]:
             if process.poll() is None:
                 try:
                     os.killpg(process.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
         deadline = time.monotonic() + 10
-        for process in [*self.processes, *self.holders.values()]:
+        for process in [*self.processes, *self.holders.values(), *wire]:
             try:
                 process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:

@@ -11,7 +11,9 @@ other side crossed the network.
 What is covered: large values both ways, a ref borrowed by a task on another host,
 actors called from the driver and from a task on the other host, a worker process
 killed mid-task and its task retried, the CLI on the driver's host (and not on
-another), and the timeline's clock across hosts.
+another), and the timeline's clock across hosts. One test runs on links of 1 ms each
+way (``tests/wire.py``), so that nothing in the backend assumes a sub-millisecond
+network: its timeouts, its batching, its waits.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ PORT = 8786
 
 
 class HostCluster:
-    def __init__(self) -> None:
-        self.hosts = hosts.SimulatedHosts(("a", "b", "c"))
+    def __init__(self, delay_ms: float = 0) -> None:
+        self.hosts = hosts.SimulatedHosts(("a", "b", "c"), delay_ms=delay_ms)
         self.logs = tempfile.mkdtemp(prefix="lwhosts-", dir="/var/tmp")
         self.env = helpers.script_env()
         self.env["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] = "0"
@@ -296,3 +298,60 @@ def test_the_cli_attaches_on_the_drivers_host_and_its_timeline_spans_both(cluste
         cluster.hosts.run("a", ["touch", "/tmp/gate"])
         out, err = driver.communicate(timeout=60)
     assert '"done": true' in out, err
+
+
+@pytest.fixture(scope="module")
+def delayed_cluster():
+    built = HostCluster(delay_ms=1)
+    try:
+        built.start()
+        yield built
+    finally:
+        built.stop()
+
+
+def test_on_links_of_one_millisecond_every_kind_of_call_holds(delayed_cluster):
+    facts = delayed_cluster.drive("""
+import numpy as np
+
+probe = socket.create_connection(({scheduler!r}, {port}))  # the link's own round trip
+probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+start = time.perf_counter()
+probe.sendall(b"x" * 8)  # the scheduler answers junk by closing
+probe.recv(1)
+rtt_ms = (time.perf_counter() - start) * 1e3
+probe.close()
+
+@lightwork.remote
+def add(x, y):
+    return x + y
+
+@lightwork.remote
+def outer(n):
+    return sum(lightwork.get([add.remote(i, i) for i in range(n)]))
+
+@lightwork.remote
+class Counter:
+    def __init__(self):
+        self.n = 0
+    def incr(self):
+        self.n += 1
+        return self.n
+
+sync = [lightwork.get(add.remote(i, 1), timeout=30) for i in range(20)]
+batch = lightwork.get([add.remote(i, i) for i in range(200)], timeout=60)
+ready, pending = lightwork.wait([add.remote(1, 1) for _ in range(10)], num_returns=10,
+                                timeout=30)
+counter = Counter.remote()
+counts = lightwork.get([counter.incr.remote() for _ in range(30)], timeout=60)
+big = np.ones(4 << 20)  # 32 MB by value
+report(rtt_ms=rtt_ms, sync=sync == [i + 1 for i in range(20)],
+       batch=batch == [2 * i for i in range(200)], ready=len(ready),
+       counts=counts == list(range(1, 31)),
+       nested=lightwork.get(outer.remote(20), timeout=60),
+       big=bool(lightwork.get(add.remote(big, big), timeout=60).sum() == 2 * big.size))
+""".replace("{scheduler!r}", repr(delayed_cluster.hosts.address("a"))).replace(
+        "{port}", str(PORT)), timeout=240)
+    assert facts["rtt_ms"] >= 2.0, "the wire did not delay the links"
+    assert facts["sync"] and facts["batch"] and facts["counts"] and facts["big"]
+    assert facts["ready"] == 10 and facts["nested"] == sum(2 * i for i in range(20))
