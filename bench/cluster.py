@@ -102,11 +102,8 @@ def measure_distributed(tasks: int, calls: int, repeat: int) -> dict[str, dict[s
             "lightwork on distributed, event log off": off}
 
 
-RAY_CHILD = """
-import json, statistics, time
-import ray
-def noop():
-    return None
+# The timing helpers of the child programs (the same as this module's own).
+CHILD_HELPERS = """
 def best_of(repeat, run):
     return min(run() for _ in range(repeat))
 def per_task(submit_all, tasks):
@@ -124,7 +121,14 @@ def sync(one, calls):
             times.append(time.perf_counter() - start)
         return statistics.median(times) * 1e6
     return run
-ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR")
+"""
+
+RAY_CHILD = """
+import json, statistics, time
+import ray
+def noop():
+    return None
+{helpers}ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR")
 f = ray.remote(noop)
 ray.get([f.remote() for _ in range(200)])
 print(json.dumps({{
@@ -136,7 +140,7 @@ ray.shutdown()
 
 
 def measure_ray(tasks: int, calls: int, repeat: int) -> dict[str, float] | None:
-    code = RAY_CHILD.format(repeat=repeat, tasks=tasks, calls=calls)
+    code = RAY_CHILD.format(helpers=CHILD_HELPERS, repeat=repeat, tasks=tasks, calls=calls)
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              timeout=600, check=False)
@@ -155,24 +159,7 @@ def noop():
     return None
 def nbytes(array):
     return array.nbytes
-def best_of(repeat, run):
-    return min(run() for _ in range(repeat))
-def per_task(submit_all, tasks):
-    def run():
-        start = time.perf_counter()
-        submit_all(tasks)
-        return (time.perf_counter() - start) / tasks * 1e6
-    return run
-def sync(one, calls):
-    def run():
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            one()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times) * 1e6
-    return run
-def by_value(one):
+{helpers}def by_value(one):
     array = np.ones(20 << 20)  # 160 MB
     def run():
         start = time.perf_counter()
@@ -239,7 +226,8 @@ def measure_on_hosts(count: int, delay_ms: float, tasks: int, calls: int, repeat
     results: dict[str, dict[str, float]] = {}
 
     def child(built: Any, setup: str) -> None:
-        code = HOSTS_CHILD.format(setup=setup, repeat=repeat, tasks=tasks, calls=calls)
+        code = HOSTS_CHILD.format(helpers=CHILD_HELPERS, setup=setup, repeat=repeat,
+                                  tasks=tasks, calls=calls)
         done = built.run("a", [sys.executable, "-c", code], env=env, timeout=1800)
         if done.returncode != 0:
             print(f"not measured: {done.stderr.strip().splitlines()[-3:]}", file=sys.stderr)

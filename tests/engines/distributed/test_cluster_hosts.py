@@ -122,14 +122,17 @@ def report(**facts):
 """
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    built = HostCluster()
+def host_cluster(delay_ms: float = 0):
+    built = HostCluster(delay_ms)
     try:
-        built.start()
-        yield built
+        yield built.start()
     finally:
         built.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    yield from host_cluster()
 
 
 def test_tasks_run_on_both_worker_hosts_and_large_values_cross(cluster):
@@ -302,12 +305,7 @@ def test_the_cli_attaches_on_the_drivers_host_and_its_timeline_spans_both(cluste
 
 @pytest.fixture(scope="module")
 def delayed_cluster():
-    built = HostCluster(delay_ms=1)
-    try:
-        built.start()
-        yield built
-    finally:
-        built.stop()
+    yield from host_cluster(delay_ms=1)
 
 
 def test_on_links_of_one_millisecond_every_kind_of_call_holds(delayed_cluster):
