@@ -119,6 +119,12 @@ def worker_ids() -> set[int]:
     return set(driver_node().workers)
 
 
+def task_table() -> Any:
+    """The driver's table of live tasks (``task_table.py``: its recursive-cancel
+    bookkeeping, its task-end listeners and the records they have not heard of)."""
+    return driver_node().task_table
+
+
 def event_log() -> Any:
     """The driver's event log (task records, spans, tallies)."""
     return driver_node().log

@@ -212,7 +212,7 @@ class ActorManager:
         messages: list[tuple[Any, ...]] = []
         if actor.class_key not in conn.functions:
             conn.functions.add(actor.class_key)
-            messages.append((p.FUNCTION, actor.class_key, node.functions[actor.class_key]))
+            messages.append((p.FUNCTION, actor.class_key, node.task_table.functions[actor.class_key]))
         actor.gpu_ids = node.gpus.assign(actor.actor_id, actor.hold) if node.gpus.any else ()
         messages.append((p.ACTOR_INIT, (
             actor.creation_task, actor.class_key, actor.class_name, actor.args, dep_values,

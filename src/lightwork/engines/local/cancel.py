@@ -40,9 +40,10 @@ class Cancellation(_Base):
         without it for actor calls (Ray ignores it there; given for an actor call itself,
         it raises ValueError before anything is cancelled). No index
         of children is kept (that would cost every nested submission): the tasks table is
-        searched, and only while some live task has a parent (``nested_live``). A running
-        task cancelled this way stays in ``cancelled_parents`` until it ends, so a task it
-        submitted just before the cancel landed is cancelled when its submission arrives.
+        searched, and only while some live task has a parent (``TaskTable.nested_live``).
+        A running task cancelled this way stays in ``TaskTable.cancelled_parents`` until it
+        ends, so a task it submitted just before the cancel landed is cancelled when its
+        submission arrives.
 
         Waiting or ready: the task fails now. Dispatched to a worker: its id goes to the
         worker's cancel file, then SIGINT (SIGKILL with ``force``) — sent as soon as the
@@ -66,30 +67,9 @@ class Cancellation(_Base):
             if running:
                 # Remembered even when no nested task is live: a child whose submission
                 # is still on its way is cancelled when it arrives (_on_worker_submit).
-                self.cancelled_parents.update(task.task_id for task in running)
-                if self.nested_live:
-                    tasks.extend(self._running_descendants(running))
+                tasks.extend(self.task_table.cancel_children_of(running))
         for index, task in enumerate(tasks):
             self._cancel_task(task, force and (index < named or not task.actor_id))
-
-    def _running_descendants(self, running: list[TaskSpec]) -> list[TaskSpec]:
-        """The live tasks and actor calls submitted by ``running`` (running tasks or
-        actor calls),
-        transitively; the running ones found are noted in ``cancelled_parents``."""
-        children: dict[int, list[TaskSpec]] = {}
-        for task in self.tasks.values():
-            if task.parent:
-                children.setdefault(task.parent, []).append(task)
-        found: list[TaskSpec] = []
-        frontier = list(running)
-        while frontier:
-            task = frontier.pop()
-            self.cancelled_parents.add(task.task_id)
-            for child in children.pop(task.task_id, ()):
-                found.append(child)
-                if child.state == DISPATCHED:
-                    frontier.append(child)
-        return found
 
     def _cancel_task(self, task: TaskSpec, force: bool) -> None:
         """Cancel one task (see ``_cancel_ids``)."""

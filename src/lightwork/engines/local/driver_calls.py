@@ -215,7 +215,7 @@ class DriverCalls(_Base):
         self._drain_refs_if_any()
         with self.lock:
             self._check_open()
-            self.functions.setdefault(actor.class_key, blob)
+            self.task_table.add_function(actor.class_key, blob)
             self.actors.create(actor)
 
     def submit_actor_task(
@@ -341,8 +341,8 @@ class DriverCalls(_Base):
             # (node_lock.py), most often the I/O thread once a worker frees.
             if self.closed or self.broken:
                 self._check_open()  # (it raises, saying which)
-            if function_blob is not None:  # the table only grows: one atomic setdefault
-                self.functions.setdefault(task.function_key, function_blob)
+            if function_blob is not None:  # (no lock needed: task_table.py)
+                self.task_table.add_function(task.function_key, function_blob)
             queued = self.lock.queued
             queued.append(task)
             if scheduler.idle:  # looked at again after the append (see node_lock.py):
@@ -356,14 +356,14 @@ class DriverCalls(_Base):
         with self.lock:
             self._check_open()
             if function_blob is not None:
-                self.functions.setdefault(task.function_key, function_blob)
+                self.task_table.add_function(task.function_key, function_blob)
             now = time.monotonic()
             for object_id in task.return_ids:
                 self.objects.create(object_id, 0, task.task_id, now)
             try:
                 self.register_task(task, task.args.contained, now)
             except BaseException:
-                self.tasks.pop(task.task_id, None)
+                self.task_table.discard(task)
                 for object_id in task.return_ids:
                     self.objects.entries.pop(object_id, None)
                 raise

@@ -64,7 +64,6 @@ from lightwork.kernel import serialization
 from lightwork.kernel import ray_alias
 from lightwork.kernel.events import EventLog, TaskRecord
 from lightwork.engines.local.gpus import GpuIds
-from lightwork.kernel.introspect import report_unraisable
 from lightwork.engines.local.io_loop import IOLoop
 from lightwork.engines.local.lineage import Lineage
 from lightwork.engines.local.memory_monitor import MemoryMonitor
@@ -85,6 +84,7 @@ from lightwork.engines.local.spin import Spinner
 from lightwork.engines.local.streams import StreamTable
 from lightwork.engines.local.spill import Spiller
 from lightwork.engines.local.store import SegmentStore, default_budget
+from lightwork.engines.local.task_table import TaskTable, tell
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
@@ -146,17 +146,14 @@ if TYPE_CHECKING:
         _workers_gate: Any  # select.epoll, or None where there is no epoll
         actors: ActorManager
         broken: str
-        cancelled_parents: set[int]
         closed: bool
         forkserver: ForkServer
-        functions: dict[bytes, bytes]
         gpus: GpuIds
         id_floor: IdFloor
         job_id: int
         lock: NodeLock
         log: EventLog
         namespace: str | None
-        nested_live: int
         node_id: str
         objects: ObjectTable
         scheduler: Scheduler
@@ -164,7 +161,7 @@ if TYPE_CHECKING:
         session: Session
         store: SegmentStore
         streams: StreamTable
-        task_listeners: list[Callable[[list[TaskRecord]], None]]
+        task_table: TaskTable
         tasks: dict[int, TaskSpec]
         workers: dict[int, WorkerConn]
 
@@ -239,15 +236,12 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         self.spiller = Spiller(self)
         self.scheduler = Scheduler(total)
         self.log = EventLog(event_budget)
-        self.functions: dict[bytes, bytes] = {}
-        self.tasks: dict[int, TaskSpec] = {}
+        self.task_table = TaskTable()  # live tasks, their code, their ends' listeners
+        # (Tools read the live tasks as ``node.tasks``; only the table changes them.)
+        self.tasks: dict[int, TaskSpec] = self.task_table.tasks
         self.lock.register = self._register_queued
         self.workers: dict[int, WorkerConn] = {}
         self.gpus = GpuIds(int(num_gpus))  # which GPU ids each task and actor uses
-        # Recursive cancel (``_cancel_ids``): how many live tasks were submitted by a task
-        # (0: nothing to search), and the running tasks cancelled with recursive=True.
-        self.nested_live = 0
-        self.cancelled_parents: set[int] = set()
         # Ids and worker numbers continue from the previous session (see kernel/object_ref.py).
         self.id_floor = IdFloor()
         self._ids = DRIVER_IDS
@@ -256,13 +250,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_seq = itertools.count()
         self._deferred: list[Callable[[], None]] = []
-        # Observers of task ends (diagnostics): called as fn(records) outside the lock, in
-        # the thread that applied the ends, with the TaskRecords of the tasks that
-        # finished or failed since the last delivery, in the order they ended. The node
-        # pays one append per ended task while any listener is registered.
         self.output = DriverOutput(echo=log_to_driver)  # what workers print (output.py)
-        self.task_listeners: list[Callable[[list[TaskRecord]], None]] = []
-        self._ended_unheard: list[TaskRecord] = []
         self._want_write: set[WorkerConn] = set()
         # One receive buffer for every worker socket, used under the lock: ``recv`` of a
         # fresh 256 KiB bytes per read cost an mmap, page faults and an mremap each.
@@ -444,9 +432,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             for object_id in contained:  # a ref inside an argument may be from an ended session
                 if object_id not in entries and self.id_floor.minted_before(object_id):
                     raise self.ended_session_error(object_id)
-        self.tasks[task.task_id] = task
-        if task.parent:
-            self.nested_live += 1  # see _cancel_ids; _end_task counts it down
+        self.task_table.add(task)
         unready = 0
         if deps:  # the advisor tells a chain of dependent steps from independent tasks
             task.record.dep_tasks = tuple([entry.task_id for entry in deps])  # 3x a genexpr
@@ -475,13 +461,13 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         if len(queued) > len(scheduler.workers):
             scheduler.submitting = True  # a loop is submitting: see scheduler.py
         create = self.objects.create
-        tasks = self.tasks
+        add = self.task_table.add
         while queued:
             task = queued.popleft()
             at = task.record.submitted
             if task.plain:  # what register_task comes to for it, without its tests
                 create(task.return_ids[0], 0, task.task_id, at)  # (its one return)
-                tasks[task.task_id] = task
+                add(task)
                 if task.actor_id:  # it joins its actor's queue, which sends it if it can
                     self.actors.add_call(task.actor_id, task)
                 else:
@@ -524,12 +510,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         self._end_task(task, TASK_FAILED)
 
     def _end_task(self, task: TaskSpec, state: str) -> None:
-        task.state = state
-        task.record.state = state
-        if self.tasks.pop(task.task_id, None) is not None and task.parent:
-            self.nested_live -= 1
-        if self.cancelled_parents:
-            self.cancelled_parents.discard(task.task_id)
+        tell_listeners = self.task_table.end(task, state)
         if self.streams.streams and task.return_ids:
             self.streams.on_task_end(task.return_ids[0])
         if not task.plain:  # (a plain task has no dependencies and inline arguments)
@@ -540,34 +521,27 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             if task.args.path is not None:
                 self.store.release(task.args.path)
         self.log.finish_task(task.record)
-        if self.task_listeners:
-            if not self._ended_unheard:
-                self._deferred.append(self._tell_listeners)
-            self._ended_unheard.append(task.record)
+        if tell_listeners:  # outside the lock, once this call's ends are all noted
+            self._deferred.append(self._tell_listeners)
 
     def _tell_listeners(self) -> None:
         with self.lock:
-            ended, self._ended_unheard = self._ended_unheard, []
-            listeners = tuple(self.task_listeners)
+            ended, listeners = self.task_table.take_unheard()
         if ended:
             for listener in listeners:
-                _tell(listener, ended)
+                tell(listener, ended)
 
     def add_task_listener(self, listener: Callable[[list[TaskRecord]], None]) -> None:
+        """Call ``listener(records)`` with the records of tasks as they end (see
+        ``task_table.py``)."""
         with self.lock:
-            self.task_listeners.append(listener)
+            self.task_table.add_listener(listener)
 
     def remove_task_listener(self, listener: Callable[[list[TaskRecord]], None]) -> None:
         with self.lock:
-            if listener not in self.task_listeners:
-                return
-            self.task_listeners.remove(listener)
-            # Tasks that ended while it listened and that nobody has told of yet (the
-            # thread that ended them tells after letting go of the lock): tell it now,
-            # or it would never hear of them.
-            owed = list(self._ended_unheard)
+            owed = self.task_table.remove_listener(listener)
         if owed:
-            _tell(listener, owed)
+            tell(listener, owed)
 
     def _unuse(self, object_id: int, times: int = 1) -> None:
         entry = self.objects.entries.get(object_id)
@@ -616,6 +590,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             now = time.monotonic()
             gpus = self.gpus if self.gpus.any else None  # (a call per task saved without)
             workers = self.workers
+            functions = self.task_table.functions
             args: Stored | bytes  # a task's arguments as the frame carries them
             for task in assignments:
                 conn = workers[task.worker.worker_id]  # type: ignore[union-attr]  # assigned: placed
@@ -625,7 +600,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
                 key = task.function_key
                 if key not in conn.functions:
                     conn.functions.add(key)
-                    batch.append((p.FUNCTION, key, self.functions[key]))
+                    batch.append((p.FUNCTION, key, functions[key]))
                 record = task.record
                 record.dispatched = now
                 record.worker_id = conn.worker_id
@@ -696,13 +671,6 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         if ref_counter.on_borrow == self._on_driver_borrow:
             ref_counter.on_borrow = None
             ref_counter.on_first_release = None
-
-def _tell(listener: Callable[[list[TaskRecord]], None], ended: list[TaskRecord]) -> None:
-    try:
-        listener(ended)
-    except Exception as exc:  # noqa: BLE001 - a diagnostics bug must not stop the runtime
-        report_unraisable(exc, "Exception ignored in lightwork task listener", listener)
-
 
 def task_memory(store_budget: int) -> int:
     """Ray's default ``memory`` resource: the memory available now, less the store's."""

@@ -44,7 +44,7 @@ class WorkerRequests(_Base):
         if kind == p.SUBMIT:
             self._on_worker_submit(conn, message)
         elif kind == p.FUNCTION:
-            self.functions.setdefault(message[1], message[2])
+            self.task_table.add_function(message[1], message[2])
             conn.functions.add(message[1])
         elif kind == p.PUT:
             entry = self.objects.create(message[1], conn.worker_id)
@@ -145,7 +145,7 @@ class WorkerRequests(_Base):
         """Whether something follows tasks' ends one by one (a cancelled parent's
         children, a stream, a task listener): while nothing does, a plain task or call
         that returned its value ends in ``_end_plain``."""
-        return bool(self.cancelled_parents or self.streams.streams or self.task_listeners)
+        return bool(self.streams.streams or self.task_table.followed())
 
     def _end_plain(self, task: TaskSpec, data: bytes, seen: float) -> TaskRecord:
         """End plain ``task`` (a task or an actor call) that returned ``data``, its
@@ -161,8 +161,7 @@ class WorkerRequests(_Base):
         if entry is not None and entry.state == PENDING:  # (else nobody holds it)
             for waiter in objects.resolve(entry, data, None, seen):
                 waiter(entry)
-        task.state = record.state = FINISHED
-        self.tasks.pop(task.task_id, None)  # (a plain task's parent is the driver: 0)
+        self.task_table.end_plain(task)
         return record
 
     def _on_done(self, conn: WorkerConn, done: tuple[Any, ...], seen: float) -> None:
@@ -310,9 +309,9 @@ class WorkerRequests(_Base):
             return
         if actor_id:
             self.actors.add_call(actor_id, task)
-            if self.cancelled_parents and parent in self.cancelled_parents:
+            if self.task_table.parent_cancelled(parent):
                 self.actors.cancel_call(task, False)  # as below, for an actor call
-        elif self.cancelled_parents and parent in self.cancelled_parents:
+        elif self.task_table.parent_cancelled(parent):
             # Its parent was cancelled (recursive) while this submission was on its way.
             self._cancel_task(task, False)
 
