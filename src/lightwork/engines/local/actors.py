@@ -44,8 +44,6 @@ Runs under the node's lock; the node routes frames from actor workers here.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -197,7 +195,7 @@ class ActorManager:
 
     def _start(self, actor: Actor) -> None:
         node = self.node
-        conn = node._start_worker(pooled=False)
+        conn = node.pool.start(pooled=False)
         conn.actor = actor
         actor.conn = conn
         actor.state = STARTING if actor.state == PENDING else RESTARTING
@@ -286,7 +284,7 @@ class ActorManager:
 
         Queued here (the actor is starting, or earlier calls or arguments are not done):
         the call leaves the queue and fails now. Sent to the actor: its id goes to the
-        actor's cancel file, then SIGINT (``node._interrupt``). The worker never
+        actor's cancel file, then SIGINT (``WorkerPool.interrupt``). The worker never
         interrupts a running call of a sync or threaded actor (its state could be left
         half-changed): ``get_runtime_context().is_canceled()`` turns True in it, and its
         ``get`` raises TaskCancelledError once it returns. A coroutine of an async actor
@@ -311,7 +309,7 @@ class ActorManager:
         if task.task_id in actor.inflight and actor.conn is not None:
             if list(actor.inflight).index(task.task_id) >= actor.slots:
                 node._fail_returns(task, _cancelled_call(task, "before it ran"))
-            node._interrupt(actor.conn, task.task_id, False)
+            node.pool.interrupt(actor.conn, task.task_id, False)
 
     def force_refused(self, task: TaskSpec) -> ValueError:
         return ValueError(
@@ -670,12 +668,7 @@ class ActorManager:
 
     def _end_process(self, conn: WorkerConn) -> None:
         """SIGKILL an actor's process now, or as soon as the fork server gives its pid."""
-        conn.doomed = True
-        if conn.pid:
-            try:
-                os.kill(conn.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        self.node.pool.kill(conn)
 
     def _can_restart(self, actor: Actor) -> bool:
         return not actor.no_restart and (

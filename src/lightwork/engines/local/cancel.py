@@ -2,22 +2,20 @@
 
 The states and what a cancel does in each are in :meth:`Cancellation._cancel_ids`'s
 docstring; an actor's calls are cancelled by ``actors.py`` (``ActorManager.cancel_call``),
-which uses :meth:`Cancellation._interrupt` and :meth:`Cancellation._fail_returns` too.
+which uses :meth:`Cancellation._fail_returns` too; signalling a worker is the pool's
+(``WorkerPool.interrupt``).
 Called with the node's lock held.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel import exceptions
-from lightwork.engines.local import protocol as p
 from lightwork.engines.local.scheduler import DISPATCHED, READY as TASK_READY, WAITING, TaskSpec
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.node import NodeState, WorkerConn
+    from lightwork.engines.local.node import NodeState
 
     _Base = NodeState
 else:
@@ -90,23 +88,7 @@ class Cancellation(_Base):
                 force = False
             conn = self.workers.get(slot.worker_id)
             if conn is not None:
-                self._interrupt(conn, task.task_id, force)
-
-    def _interrupt(self, conn: WorkerConn, task_id: int, force: bool) -> None:
-        try:
-            with open(p.cancel_file(self.session.directory, conn.worker_id), "a") as f:
-                f.write(f"{task_id}\n")
-        except OSError:
-            force = True  # the worker cannot learn which task: end it, the crash path retries
-        if force:
-            conn.doomed = True
-        else:
-            conn.interrupt_on_spawn = True
-        if conn.pid:
-            try:
-                os.kill(conn.pid, signal.SIGKILL if force else signal.SIGINT)
-            except ProcessLookupError:
-                pass
+                self.pool.interrupt(conn, task.task_id, force)
 
     def _fail_returns(self, task: TaskSpec, error: Any) -> None:
         """Fail a task's objects now; the task itself ends when its worker says so."""

@@ -49,14 +49,12 @@ import heapq
 import os
 import select
 import selectors
-import signal
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel.object_ref import ref_counter
-from lightwork.engines.local import forkserver
 from lightwork.engines.local import protocol as p
 
 if TYPE_CHECKING:
@@ -271,45 +269,28 @@ class IOLoop(_Base):
             self.actors.pump(conn.actor)
 
     def _read_forkserver(self) -> None:
-        import pickle
-
-        control = self.forkserver.control
-        try:
-            data = control.recv(1 << 16)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self.selector.unregister(control)
+        ended = self.pool.read_control()
+        if ended is None:  # the fork server is gone
+            self.selector.unregister(self.pool.forkserver.control)
             if not self.closed:
-                code = self.forkserver.process.poll()
-                self._deferred.append(lambda: self.fail_runtime(
-                    f"the fork server (pid {self.forkserver.process.pid}) exited with code "
-                    f"{code}, so no worker can be started; its error, if any, is above"))
+                reason = self.pool.gone_reason()
+                self._deferred.append(lambda: self.fail_runtime(reason))
             return
-        buffer = self._fs_decoder
-        buffer += data
-        while len(buffer) >= 4:
-            length = int.from_bytes(buffer[:4], "little")
-            if len(buffer) < 4 + length:
-                break
-            message = pickle.loads(bytes(buffer[4 : 4 + length]))
-            del buffer[: 4 + length]
-            conn = self.workers.get(message[1])
-            if conn is None:
-                continue
-            if message[0] == forkserver.SPAWNED:
-                conn.pid = message[2]
-                if conn.doomed or conn.interrupt_on_spawn:  # kill/cancel came before the pid
-                    try:
-                        os.kill(conn.pid, signal.SIGKILL if conn.doomed else signal.SIGINT)
-                    except ProcessLookupError:
-                        pass
-            elif message[0] == forkserver.EXITED:
-                conn.exit_status = message[3]
-                if conn.eof_at:
-                    self._finish_worker_death(conn)
+        for conn in ended:  # their exit status came after their socket closed
+            self._finish_worker_death(conn)
+
+    def _watch_worker(self, conn: WorkerConn) -> None:
+        """Read a new worker's socket from now on (``WorkerPool.start`` calls this)."""
+        self._worker_selector.register(conn.sock, selectors.EVENT_READ, conn)
+        self._leader_selector.register(conn.sock, selectors.EVENT_READ, conn)
+
+    def _unwatch_worker(self, conn: WorkerConn) -> None:
+        """Stop watching a worker's socket, which is closed next (its EOF came)."""
+        for selector in (self._worker_selector, self.selector, self._leader_selector):
+            try:
+                selector.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
 
     def _add_timer(self, delay: float, callback: Callable[[], None]) -> None:
         heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_seq), callback))

@@ -36,18 +36,15 @@ import itertools
 import os
 import select
 import selectors
-import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel import exceptions
 from lightwork.kernel.object_ref import (
     DRIVER_IDS,
-    WORKER_NUMBERS,
     IdFloor,
     ended_session_message,
     ref_counter,
@@ -61,7 +58,6 @@ from lightwork.engines.local.worker_requests import WorkerRequests
 from lightwork.engines.local.worker_deaths import WorkerDeaths
 from lightwork.engines.local import protocol as p
 from lightwork.kernel import serialization
-from lightwork.kernel import ray_alias
 from lightwork.kernel.events import EventLog, TaskRecord
 from lightwork.engines.local.gpus import GpuIds
 from lightwork.engines.local.io_loop import IOLoop
@@ -75,43 +71,15 @@ from lightwork.engines.local.scheduler import (
     FAILED as TASK_FAILED,
     Scheduler,
     TaskSpec,
-    WorkerSlot,
 )
 from lightwork.kernel.serialization import Stored
-from lightwork.engines.local.fork_client import ForkServer
 from lightwork.kernel.session import Session
 from lightwork.engines.local.spin import Spinner
 from lightwork.engines.local.streams import StreamTable
 from lightwork.engines.local.spill import Spiller
 from lightwork.engines.local.store import SegmentStore, default_budget
 from lightwork.engines.local.task_table import TaskTable, tell
-
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-               "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
-
-
-@dataclass(eq=False)
-class WorkerConn:
-    """The driver's side of one worker process."""
-
-    worker_id: int
-    sock: socket.socket
-    slot: WorkerSlot
-    pid: int = 0
-    decoder: p.FrameDecoder = field(default_factory=p.FrameDecoder)
-    out: bytearray = field(default_factory=bytearray)
-    functions: set[bytes] = field(default_factory=set)
-    holds: set[int] = field(default_factory=set)
-    owned: set[int] = field(default_factory=set)
-    exit_status: int | None = None
-    eof_at: float = 0.0
-    dead: bool = False
-    started_at: float = field(default_factory=time.monotonic)
-    actor: Any = None  # the Actor this process runs, or None for a pooled task worker
-    doomed: bool = False  # killed on purpose: SIGKILL sent, or sent once its pid is known
-    interrupt_on_spawn: bool = False  # a cancel came before its pid: SIGINT once known
-    oom_kill: str = ""  # why the memory monitor killed it, or ""
-
+from lightwork.engines.local.worker_pool import WorkerConn, WorkerPool
 
 if TYPE_CHECKING:
 
@@ -124,7 +92,6 @@ if TYPE_CHECKING:
         against one list. ``Node`` itself cannot be the mixins' base: it subclasses them.
         """
 
-        _fs_decoder: bytearray
         _ids: itertools.count[int]
         _leader: threading.Lock
         _leader_selector: selectors.BaseSelector
@@ -147,8 +114,8 @@ if TYPE_CHECKING:
         actors: ActorManager
         broken: str
         closed: bool
-        forkserver: ForkServer
         gpus: GpuIds
+        pool: WorkerPool
         id_floor: IdFloor
         job_id: int
         lock: NodeLock
@@ -178,7 +145,8 @@ if TYPE_CHECKING:
         def _resources_x(self) -> tuple[dict[str, float], dict[str, float]]: ...
         def recover_lost(self, entry: ObjectEntry) -> None: ...
         def recover_lost_argument(self, task: TaskSpec, path: str) -> None: ...
-        def _start_worker(self, pooled: bool = True) -> WorkerConn: ...
+        def _watch_worker(self, conn: WorkerConn) -> None: ...
+        def _unwatch_worker(self, conn: WorkerConn) -> None: ...
         def _dispatch(self) -> None: ...
         def _drain_refs(self) -> None: ...
         def _dep_ready(self, task: TaskSpec) -> None: ...
@@ -240,13 +208,11 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         # (Tools read the live tasks as ``node.tasks``; only the table changes them.)
         self.tasks: dict[int, TaskSpec] = self.task_table.tasks
         self.lock.register = self._register_queued
-        self.workers: dict[int, WorkerConn] = {}
         self.gpus = GpuIds(int(num_gpus))  # which GPU ids each task and actor uses
         # Ids and worker numbers continue from the previous session (see kernel/object_ref.py).
         self.id_floor = IdFloor()
         self._ids = DRIVER_IDS
         self._feasible_shapes: set[tuple] = set()
-        self._worker_ids = WORKER_NUMBERS
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_seq = itertools.count()
         self._deferred: list[Callable[[], None]] = []
@@ -262,22 +228,18 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         self.actors = ActorManager(self)
         self.streams = StreamTable(self)  # generator tasks' yielded items (streams.py)
         self.objects.on_actor_freed = self.actors.handle_freed
-        # One thread per task slot unless the user chose: the "no speedup" trap of
-        # multi-threaded numpy running in every worker at once.
-        self.worker_env = {name: "1" for name in THREAD_VARS if name not in os.environ}
-        # init(runtime_env=...), normalized (runtime_env.py): set in every worker at start.
-        self.runtime_env = runtime_env
-        if runtime_env is not None:
-            self.worker_env.update(runtime_env["env_vars"])
-        # Started before our I/O thread exists; it execs, so user threads do not matter.
-        self.forkserver = ForkServer(self.session)
+        # The worker processes and the fork server that starts them; the fork server is
+        # started before our I/O thread exists. (Tools read ``node.workers`` and
+        # ``node.forkserver``; only the pool changes them.)
+        self.pool = WorkerPool(self.session, self.scheduler, runtime_env, self.job_id,
+                               event_budget)
+        self.workers: dict[int, WorkerConn] = self.pool.workers
+        self.forkserver = self.pool.forkserver
         self.selector = selectors.DefaultSelector()
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
         self.selector.register(self._wake_read, selectors.EVENT_READ, "wake")
-        self.forkserver.control.setblocking(False)
-        self._fs_decoder = bytearray()
         self.selector.register(self.forkserver.control, selectors.EVENT_READ, "forkserver")
         # The worker sockets, for this thread: an epoll of their own inside its epoll, so
         # a leading getter can mute them all with one call (see _block_on). A worker's
@@ -313,9 +275,10 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         self._submitter_muted = False
         self._submitter_passed_at = 0.0
         ref_counter.on_first_release = self._on_first_release
+        self.pool.watch = self._watch_worker
         with self.lock:
             for _ in range(max(1, int(num_cpus))):
-                self._start_worker()
+                self.pool.start()
         self._thread = threading.Thread(target=self._loop, name="lightwork-node", daemon=True)
         self._thread.start()
         self.control = control.start(self)  # diagnostics side-car: socket, sampler
@@ -323,39 +286,6 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
     # ------------------------------------------------------------------ ids, workers
     def next_object_id(self) -> int:
         return next(self._ids)
-
-    def _start_worker(self, pooled: bool = True) -> WorkerConn:
-        worker_id = next(self._worker_ids)
-        ours, theirs = socket.socketpair()
-        job_env = self.runtime_env
-        config = {
-            "sys_path": job_env["paths"] + sys.path if job_env else list(sys.path),
-            "cwd": (job_env and job_env["working_dir"]) or os.getcwd(),
-            "env": self.worker_env,
-            "as_ray": ray_alias.installed(),
-            "job_id": self.job_id,
-            "shm_dir": self.session.shm_dir,
-            "spill_dir": self.session.spill_dir,
-            "node_id": self.node_id,
-            "total": dict(self.scheduler.total),
-            "session_dir": self.session.directory,
-            "event_budget": self.log.budget,
-        }
-        try:
-            self.forkserver.spawn(worker_id, config, theirs)
-        except OSError as exc:
-            theirs.close()
-            ours.close()
-            raise exceptions.RuntimeSystemError(
-                f"cannot start a worker: the fork server is gone ({exc})") from exc
-        theirs.close()
-        ours.setblocking(False)
-        slot = self.scheduler.add_worker(worker_id) if pooled else WorkerSlot(worker_id)
-        conn = WorkerConn(worker_id, ours, slot)
-        self.workers[worker_id] = conn
-        self._worker_selector.register(ours, selectors.EVENT_READ, conn)
-        self._leader_selector.register(ours, selectors.EVENT_READ, conn)
-        return conn
 
     def fail_runtime(self, reason: str) -> None:
         """The runtime cannot go on: every pending object and later call raises, with why."""
@@ -579,7 +509,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
                 if to_start <= 0:
                     return
                 for _ in range(to_start):
-                    self._start_worker()
+                    self.pool.start()
         except exceptions.RuntimeSystemError as exc:
             reason = str(exc)  # fail outside this call: it may run under a user's API call
             self._deferred.append(lambda: self.fail_runtime(reason))
@@ -645,12 +575,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         self._wake()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=2.0)
-        for conn in list(self.workers.values()):
-            try:
-                conn.sock.close()
-            except OSError:
-                pass
-        self.forkserver.stop()
+        self.pool.stop()
         self.spiller.stop()
         with self.lock:
             # Specs still queued on a worker would keep a cycle with its slot that the

@@ -45,17 +45,13 @@ class WorkerDeaths(_Base):
             else:
                 self._requeue(task)
         if len(self.scheduler.workers) < max(1, int(self.scheduler.total.get("CPU", 1.0))):
-            self._start_worker()
+            self.pool.start()
 
     def _on_worker_eof(self, conn: WorkerConn) -> None:
         if conn.eof_at:
             return
         conn.eof_at = time.monotonic()
-        for selector in (self._worker_selector, self.selector, self._leader_selector):
-            try:
-                selector.unregister(conn.sock)
-            except (KeyError, ValueError):
-                pass
+        self._unwatch_worker(conn)
         conn.sock.close()
         if conn.exit_status is not None:
             self._finish_worker_death(conn)
@@ -65,8 +61,7 @@ class WorkerDeaths(_Base):
     def _finish_worker_death(self, conn: WorkerConn) -> None:
         if conn.dead:
             return
-        conn.dead = True
-        self.workers.pop(conn.worker_id, None)
+        self.pool.forget(conn)
         self.store.forget_worker(conn.worker_id)
         if conn.actor is not None:
             self.actors.on_worker_death(conn, describe_exit(conn.exit_status))
