@@ -55,7 +55,6 @@ from lightwork.engines.local.lineage import value_vanished
 from lightwork.engines.local.objects import PENDING, READY, ObjectEntry
 from lightwork.engines.local.scheduler import TaskSpec
 from lightwork.kernel.serialization import Stored
-from lightwork.engines.local.spin import cores_to_spare
 
 if TYPE_CHECKING:
     from lightwork.engines.local.node import NodeState
@@ -253,7 +252,7 @@ class DriverCalls(_Base):
                 with self.lock:  # a slot freed meanwhile; __enter__ registers and sends it
                     self._check_open()
             elif len(queued) >= SUBMITTER_PASS_EVERY:
-                self._submitter_pass()
+                self.io.submitter_pass()
             if num_returns == 1:
                 return [fresh_ref(return_ids[0])]
             return [fresh_ref(object_id) for object_id in return_ids]
@@ -350,7 +349,7 @@ class DriverCalls(_Base):
                     self._check_open()
                     self._dispatch()
             elif len(queued) >= SUBMITTER_PASS_EVERY:
-                self._submitter_pass()
+                self.io.submitter_pass()
             return
         self._drain_refs_if_any()
         with self.lock:
@@ -371,33 +370,6 @@ class DriverCalls(_Base):
                 self._dispatch()
             # else: every worker is busy; the next result frees one and the poller
             # dispatches a whole batch then, instead of one frame per submit here.
-
-    def _submitter_pass(self) -> None:
-        """This thread submits faster than the workers finish (``SUBMITTER_PASS_EVERY``
-        submissions queued): it reads what the workers sent and dispatches, as the I/O
-        thread would, and mutes the I/O thread's watch of the workers meanwhile (the
-        gate, as a leading getter does), so the two do not take turns with the GIL.
-        The I/O thread unmutes once no pass came for ``SUBMITTER_LEFT_AFTER_S``
-        (``IOLoop._loop``); a getter that leads takes the muted gate over. Nothing is
-        done while another thread leads (the ``_leader`` lock), nor by the I/O thread
-        itself (a callback of its that submits). Why: ``io_loop.py``."""
-        if threading.current_thread() is self._thread or not self._leader.acquire(blocking=False):
-            return
-        try:
-            if not self._submitter_muted:
-                self._submitter_muted = self._watch_workers(False)
-            self._submitter_passed_at = time.monotonic()
-            with self.lock:  # (__enter__ registers what was queued)
-                for key, _ in self._leader_selector.select(0):
-                    if key.data != "wake":  # (a leading getter's wake-up pipe)
-                        self._read_worker(key.data)
-                self._drain_refs()
-                self._dispatch()
-                deferred, self._deferred = self._deferred, []
-        finally:
-            self._leader.release()
-        for callback in deferred:
-            callback()
 
     def _drain_refs_if_any(self) -> None:
         if ref_counter._released:
@@ -449,7 +421,7 @@ class DriverCalls(_Base):
                         entry.add_waiter(hit)
         if countdown is not None:
             start = time.monotonic()
-            finished = self._block_on(countdown, timeout)
+            finished = self.io.lead(countdown, timeout)
             if self.log.enabled:
                 self.log.add_span(self._span("get", start, entries, pending, callsite))
             if not finished:
@@ -490,7 +462,7 @@ class DriverCalls(_Base):
                         entry.add_waiter(hit)
         if countdown is not None:
             start = time.monotonic()
-            self._block_on(countdown, timeout)
+            self.io.lead(countdown, timeout)
             if self.log.enabled:
                 waited = [e for e in entries if e.ready_at >= start or e.state == PENDING]
                 self.log.add_span(self._span("wait", start, entries, waited, callsite))
@@ -520,37 +492,6 @@ class DriverCalls(_Base):
             first, last, shortest, longest,
         )
 
-    def _block_on(self, countdown: Countdown, timeout: float | None) -> bool:
-        """Wait until ``countdown`` completes, polling the workers from this thread."""
-        if threading.current_thread() is self._thread or not self._leader.acquire(blocking=False):
-            with self.lock:
-                if countdown.remaining <= 0:
-                    return True
-                event = countdown.event = threading.Event()
-            return event.wait(timeout)  # the I/O thread or the leading getter completes it
-        # While this thread leads, the I/O thread's epoll does not watch the workers
-        # (see io_loop.py), unless the machine's cores are all taken: then two threads
-        # waiting for a result see it sooner than one (this one may not be running).
-        muted = self._submitter_muted or (cores_to_spare(time.monotonic())
-                                          and self._watch_workers(False))
-        self._submitter_muted = False  # (taken over: this thread unmutes when it stops)
-        try:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            countdown.wake = self._wake_leader
-            while countdown.remaining > 0:
-                remaining = None
-                if deadline is not None:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return False
-                if not self._poll(remaining, leading=True):
-                    return countdown.remaining <= 0
-            return True
-        finally:
-            if muted:
-                self._watch_workers(True)
-            self._leader.release()
-
     def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
@@ -561,7 +502,7 @@ class DriverCalls(_Base):
                         future.set_result(_value_of(entry))
                     except BaseException as exc:  # noqa: BLE001 - delivered to the future
                         future.set_exception(exc)
-            self._deferred.append(run)
+            self.io.defer(run)
 
         with self.lock:
             self._check_open()
@@ -576,8 +517,7 @@ class DriverCalls(_Base):
 
     def _deferred_pop(self) -> list[Callable[[], None]]:
         with self.lock:
-            deferred, self._deferred = self._deferred, []
-        return deferred
+            return self.io.take_deferred()
 
     def runtime_context(self) -> dict[str, Any]:
         return {"actor_id": None, "actor_name": None,

@@ -33,11 +33,7 @@ path.
 from __future__ import annotations
 
 import itertools
-import os
-import select
-import selectors
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -74,7 +70,6 @@ from lightwork.engines.local.scheduler import (
 )
 from lightwork.kernel.serialization import Stored
 from lightwork.kernel.session import Session
-from lightwork.engines.local.spin import Spinner
 from lightwork.engines.local.streams import StreamTable
 from lightwork.engines.local.spill import Spiller
 from lightwork.engines.local.store import SegmentStore, default_budget
@@ -86,35 +81,22 @@ if TYPE_CHECKING:
     class NodeState:
         """What :class:`Node`'s mixins share, declared for the type checker only.
 
-        Each mixin (``io_loop.py``, ``driver_calls.py``, ...) subclasses this under
+        Each mixin (``driver_calls.py``, ...) subclasses this under
         ``TYPE_CHECKING`` (at run time, ``object``): the attributes ``Node.__init__``
         sets and the methods one mixin calls on another, so mypy checks every part
         against one list. ``Node`` itself cannot be the mixins' base: it subclasses them.
         """
 
         _ids: itertools.count[int]
-        _leader: threading.Lock
-        _leader_selector: selectors.BaseSelector
-        _leader_spinner: Spinner
-        _leader_wake_write: int
-        _recv_scratch: memoryview
-        _submitter_passed_at: float
-        _submitter_muted: bool
-        _deferred: list[Callable[[], None]]
-        output: DriverOutput
         _feasible_shapes: set[tuple]
-        _thread: threading.Thread
-        _timer_seq: itertools.count[int]
-        _timers: list[tuple[float, int, Callable[[], None]]]
-        _wake_write: int
-        _want_write: set[WorkerConn]
-        _worker_selector: selectors.BaseSelector
-        _workers_fd: int
-        _workers_gate: Any  # select.epoll, or None where there is no epoll
+        # (an instance attribute: IOLoop.send, bound; see Node.__init__)
+        _send: Callable[[WorkerConn, list[tuple[Any, ...]]], None]
+        output: DriverOutput
         actors: ActorManager
         broken: str
         closed: bool
         gpus: GpuIds
+        io: IOLoop
         pool: WorkerPool
         id_floor: IdFloor
         job_id: int
@@ -124,7 +106,6 @@ if TYPE_CHECKING:
         node_id: str
         objects: ObjectTable
         scheduler: Scheduler
-        selector: selectors.BaseSelector
         session: Session
         store: SegmentStore
         streams: StreamTable
@@ -145,8 +126,6 @@ if TYPE_CHECKING:
         def _resources_x(self) -> tuple[dict[str, float], dict[str, float]]: ...
         def recover_lost(self, entry: ObjectEntry) -> None: ...
         def recover_lost_argument(self, task: TaskSpec, path: str) -> None: ...
-        def _watch_worker(self, conn: WorkerConn) -> None: ...
-        def _unwatch_worker(self, conn: WorkerConn) -> None: ...
         def _dispatch(self) -> None: ...
         def _drain_refs(self) -> None: ...
         def _dep_ready(self, task: TaskSpec) -> None: ...
@@ -162,19 +141,13 @@ if TYPE_CHECKING:
             self, object_ids: list[int], force: bool, recursive: bool = False
         ) -> None: ...
         def _cancel_task(self, task: TaskSpec, force: bool) -> None: ...
-        def _add_timer(self, delay: float, callback: Callable[[], None]) -> None: ...
-        def _poll(self, longest: float | None, leading: bool = False) -> bool: ...
-        def _read_worker(self, conn: WorkerConn) -> None: ...
-        def _send(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None: ...
-        def _wake_leader(self) -> None: ...
-        def _watch_workers(self, watch: bool) -> bool: ...
         def _handle_read(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None: ...
         def _on_worker_eof(self, conn: WorkerConn) -> None: ...
         def _finish_worker_death(self, conn: WorkerConn) -> None: ...
         def _retire_worker(self, conn: WorkerConn) -> None: ...
 
 
-class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, RunRecord):
+class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, RunRecord):
     """One session of the embedded runtime in the driver process."""
 
     def __init__(
@@ -213,14 +186,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         self.id_floor = IdFloor()
         self._ids = DRIVER_IDS
         self._feasible_shapes: set[tuple] = set()
-        self._timers: list[tuple[float, int, Callable[[], None]]] = []
-        self._timer_seq = itertools.count()
-        self._deferred: list[Callable[[], None]] = []
         self.output = DriverOutput(echo=log_to_driver)  # what workers print (output.py)
-        self._want_write: set[WorkerConn] = set()
-        # One receive buffer for every worker socket, used under the lock: ``recv`` of a
-        # fresh 256 KiB bytes per read cost an mmap, page faults and an mremap each.
-        self._recv_scratch = memoryview(bytearray(p.RECV_SIZE))
         self.closed = False
         self.broken = ""  # why the runtime cannot go on (a dead fork server, a bug), or ""
         self.advisor: Any = None  # set by init() unless advisor=False (diagnostics layer)
@@ -235,52 +201,17 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
                                event_budget)
         self.workers: dict[int, WorkerConn] = self.pool.workers
         self.forkserver = self.pool.forkserver
-        self.selector = selectors.DefaultSelector()
-        self._wake_read, self._wake_write = os.pipe()
-        os.set_blocking(self._wake_read, False)
-        os.set_blocking(self._wake_write, False)
-        self.selector.register(self._wake_read, selectors.EVENT_READ, "wake")
-        self.selector.register(self.forkserver.control, selectors.EVENT_READ, "forkserver")
-        # The worker sockets, for this thread: an epoll of their own inside its epoll, so
-        # a leading getter can mute them all with one call (see _block_on). A worker's
-        # socket is in this thread's epoll itself only while output to it waits.
-        self._worker_selector = selectors.DefaultSelector()
-        # Muting goes through a gate, a bare epoll holding only _worker_selector: one
-        # epoll_ctl on it (0.7 µs) where changing the registration in this thread's
-        # selector cost 2.8 µs of Python (``selectors``' key bookkeeping), twice per
-        # blocked get. No epoll (not Linux): no gate, and the leader does not mute.
-        self._workers_gate: Any = None
-        self._workers_fd = self._worker_selector.fileno()
-        if hasattr(select, "epoll"):
-            self._workers_gate = select.epoll()
-            self._workers_gate.register(self._workers_fd, select.EPOLLIN)
-            self.selector.register(self._workers_gate, selectors.EVENT_READ, "workers")
-        else:
-            self.selector.register(self._worker_selector, selectors.EVENT_READ, "workers")
-        # A second epoll over the worker sockets for the thread leading a blocked get:
-        # epoll wakes one waiter per event, so the leader cannot share the I/O thread's
-        # (whose worker sockets are in _worker_selector, which the leader mutes).
-        self._leader_selector = selectors.DefaultSelector()
-        self._leader_wake_read, self._leader_wake_write = os.pipe()
-        os.set_blocking(self._leader_wake_read, False)
-        os.set_blocking(self._leader_wake_write, False)
-        self._leader_selector.register(self._leader_wake_read, selectors.EVENT_READ, "wake")
-        self._leader = threading.Lock()
-        self._leader_spinner = Spinner()  # whoever leads; see spin.py
+        # The I/O thread, the selectors and wake-ups, the timers and deferred callbacks
+        # (io_loop.py). Sending is the loop's; ``_send`` is its bound method, which the
+        # hot paths here and in actors.py call without an attribute chain.
+        self.io = IOLoop(self)
+        self._send = self.io.send
         ref_counter.on_borrow = self._on_driver_borrow
-        self._io_sleeps_long = False  # the I/O thread is (about to be) in an idle sleep
-        self._io_busy_until = 0.0
-        # A submitting thread muted the I/O thread's watch of the workers, and when it
-        # last read them (DriverCalls._submitter_pass; both under _leader).
-        self._submitter_muted = False
-        self._submitter_passed_at = 0.0
-        ref_counter.on_first_release = self._on_first_release
-        self.pool.watch = self._watch_worker
+        self.pool.watch = self.io.watch_worker
         with self.lock:
             for _ in range(max(1, int(num_cpus))):
                 self.pool.start()
-        self._thread = threading.Thread(target=self._loop, name="lightwork-node", daemon=True)
-        self._thread.start()
+        self.io.start()
         self.control = control.start(self)  # diagnostics side-car: socket, sampler
 
     # ------------------------------------------------------------------ ids, workers
@@ -299,9 +230,9 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             for entry in list(self.objects.entries.values()):
                 if entry.state == PENDING:
                     self._resolve(entry, None, error)
-            deferred, self._deferred = self._deferred, []
+            deferred = self.io.take_deferred()
         print(f"lightwork: the runtime stopped working: {reason}", file=sys.stderr)
-        self._wake_leader()
+        self.io.wake_leader()
         for callback in deferred:
             callback()
 
@@ -452,7 +383,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
                 self.store.release(task.args.path)
         self.log.finish_task(task.record)
         if tell_listeners:  # outside the lock, once this call's ends are all noted
-            self._deferred.append(self._tell_listeners)
+            self.io.defer(self._tell_listeners)
 
     def _tell_listeners(self) -> None:
         with self.lock:
@@ -512,7 +443,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
                     self.pool.start()
         except exceptions.RuntimeSystemError as exc:
             reason = str(exc)  # fail outside this call: it may run under a user's API call
-            self._deferred.append(lambda: self.fail_runtime(reason))
+            self.io.defer(lambda: self.fail_runtime(reason))
 
     def _send_assignments(self, assignments: list[TaskSpec]) -> None:
         if assignments:
@@ -572,9 +503,8 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             for entry in list(self.objects.entries.values()):
                 if entry.state == PENDING:
                     self._resolve(entry, None, error)
-        self._wake()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=2.0)
+        self.io.wake()
+        self.io.join()
         self.pool.stop()
         self.spiller.stop()
         with self.lock:
@@ -586,13 +516,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             self.store.close()
         serialization.MAPS.clear()
         self.session.remove()
-        self.selector.close()
-        if self._workers_gate is not None:
-            self._workers_gate.close()
-        self._worker_selector.close()
-        self._leader_selector.close()
-        for fd in (self._wake_read, self._wake_write, self._leader_wake_read, self._leader_wake_write):
-            os.close(fd)
+        self.io.close()
         if ref_counter.on_borrow == self._on_driver_borrow:
             ref_counter.on_borrow = None
             ref_counter.on_first_release = None

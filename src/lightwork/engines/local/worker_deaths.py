@@ -47,16 +47,30 @@ class WorkerDeaths(_Base):
         if len(self.scheduler.workers) < max(1, int(self.scheduler.total.get("CPU", 1.0))):
             self.pool.start()
 
+    def _read_forkserver(self) -> bool:
+        """The fork server sent news (its pids and exit statuses: ``WorkerPool``): finish
+        the deaths it completes. False if the fork server is gone: the runtime fails,
+        saying why, once the lock is let go."""
+        ended = self.pool.read_control()
+        if ended is None:
+            if not self.closed:
+                reason = self.pool.gone_reason()
+                self.io.defer(lambda: self.fail_runtime(reason))
+            return False
+        for conn in ended:  # their exit status came after their socket closed
+            self._finish_worker_death(conn)
+        return True
+
     def _on_worker_eof(self, conn: WorkerConn) -> None:
         if conn.eof_at:
             return
         conn.eof_at = time.monotonic()
-        self._unwatch_worker(conn)
+        self.io.unwatch_worker(conn)
         conn.sock.close()
         if conn.exit_status is not None:
             self._finish_worker_death(conn)
         else:
-            self._add_timer(EXIT_STATUS_GRACE_S, lambda: self._finish_worker_death(conn))
+            self.io.add_timer(EXIT_STATUS_GRACE_S, lambda: self._finish_worker_death(conn))
 
     def _finish_worker_death(self, conn: WorkerConn) -> None:
         if conn.dead:

@@ -436,7 +436,7 @@ class WorkerRequests(_Base):
         for entry in pending:
             entry.add_waiter(countdown.hit)
         if timeout is not None:
-            self._add_timer(timeout, lambda: finish(True))
+            self.io.add_timer(timeout, lambda: finish(True))
 
     def _on_worker_wait(self, conn: WorkerConn, request_id: int, ids: list[int],
                         num_returns: int, timeout: Any, context: Any = None) -> None:
@@ -481,7 +481,7 @@ class WorkerRequests(_Base):
             if entry is not None and entry.state == PENDING:
                 entry.add_waiter(countdown.hit)
         if timeout is not None:
-            self._add_timer(timeout, finish)
+            self.io.add_timer(timeout, finish)
 
 
 class _CallbackCountdown:
