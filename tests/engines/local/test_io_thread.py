@@ -153,7 +153,6 @@ def test_frames_that_outgrow_a_busy_workers_socket_wait_for_room(fresh_runtime, 
     import time
 
     fresh_runtime.init(num_cpus=1)
-    node = support.driver_node()
     asked = []
     io = support.io_loop()
     watch = io._watch_writable

@@ -22,7 +22,7 @@ becomes the call's result error). Calls wait in ``queue`` until their arguments 
 is sent first, so calls run in submission order. Sent calls are in ``inflight``. A call
 made while every slot is taken (``inflight`` holds ``slots`` calls) stays queued: the
 node sends what queued meanwhile in one frame when it next reads one of the actor's
-frames (``IOLoop._read_worker``), so a burst of calls costs one send per batch, as tasks
+frames (``IOLoop.read_worker``), so a burst of calls costs one send per batch, as tasks
 do, instead of one each (measured: see bench/HOTPATH.md, "Actor calls in batches").
 When the process dies they are re-sent after a restart (up to ``max_task_retries``) or fail with
 ``ActorDiedError`` naming the cause.
@@ -245,7 +245,7 @@ class ActorManager:
         if len(actor.inflight) < actor.slots:
             self.pump(actor)
         # else: every slot is taken; the call waits here and goes with the others queued
-        # meanwhile, in one frame, when the actor's next frame is read (IOLoop._read_worker).
+        # meanwhile, in one frame, when the actor's next frame is read (IOLoop.read_worker).
 
     def pump(self, actor: Actor) -> None:
         """Send the calls at the head of the queue whose arguments are ready."""

@@ -1,20 +1,22 @@
-"""The driver's side of the public API, as methods of the Node (a mixin).
+"""The driver's side of the public API, as methods of the Node (a mixin: coordination).
 
 ``submit_task``/``submit_actor_task``/``create_actor``/``put`` register work under the
 node's lock and dispatch it from the caller's thread (no hand-off on the submit path);
-``get``/``wait`` register a :class:`Countdown` on the pending objects and block on it.
-The first blocked caller *leads*: it polls the worker sockets itself on its own epoll,
-so the result that completes its countdown wakes it directly; other blocked callers wait
-on their countdown's event, set by whichever thread applied the result. A leader spins
-briefly before it blocks (``spin.py``) and mutes the I/O thread's watch of the workers
-meanwhile (``io_loop.py``).
+``get``/``wait`` register a :class:`Countdown` on the pending objects and block on it
+(``IOLoop.lead``). The first blocked caller *leads*: it polls the worker sockets itself
+on its own epoll, so the result that completes its countdown wakes it directly; other
+blocked callers wait on their countdown's event, set by whichever thread applied the
+result. A leader spins briefly before it blocks (``spin.py``) and mutes the I/O thread's
+watch of the workers meanwhile (``io_loop.py``).
 
-Every method here runs in a user thread; state belongs to the node (``node.py``).
+Every method here runs in a user thread; the state belongs to the node's parts
+(``node.py``), whose methods these call.
 
 A submission that finds every worker busy is queued without the lock
 (``node_lock.py``). Every ``SUBMITTER_PASS_EVERY`` queued submissions the submitting
-thread registers them, reads the workers and dispatches itself (``_submitter_pass``),
-with the I/O thread's watch of the workers muted as for a leading getter. Why: with two
+thread registers them, reads the workers and dispatches itself
+(``IOLoop.submitter_pass``), with the I/O thread's watch of the workers muted as for a
+leading getter. Why: with two
 threads taking turns with the GIL, each turn moved the batch's objects from one core's
 cache to the other's, and the workers got their tasks in bursts.
 
@@ -67,7 +69,7 @@ else:
 
 DRIVER_BUSY_SAMPLE_S = 0.005
 #: A thread submitting while every worker is busy reads the workers and dispatches
-#: itself each time this many submissions wait to be registered (``_submitter_pass``).
+#: itself each time this many submissions wait to be registered (``IOLoop.submitter_pass``).
 SUBMITTER_PASS_EVERY = 128
 
 #: A new task's or call's record and spec, made out of the collector (collector.py): a
@@ -121,7 +123,7 @@ class Countdown:
     """Wakes a blocked caller when ``remaining`` objects have resolved.
 
     ``hit`` runs under the node's lock. The caller may be polling the workers itself
-    (``Node._block_on``, the leader: it reads ``remaining``); when another thread
+    (``IOLoop.lead``, the leader: it reads ``remaining``); when another thread
     completes the countdown, ``wake`` interrupts the leader's select. A caller that does
     not lead sleeps on ``event``, made (under the lock) only then: most gets lead.
     """

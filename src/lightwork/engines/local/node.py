@@ -1,4 +1,4 @@
-"""The driver's runtime: object table, scheduler, worker pool and the I/O loop.
+"""The driver's runtime: the coordinator of the parts that own its state.
 
     user threads (API calls)          I/O thread "lightwork-node"
     ─ submit: serialize args, ─┐      ┌─ select() on worker sockets, the fork server's
@@ -7,27 +7,49 @@
     ─ get/wait: register a     │      │  submissions, borrows, deaths), dispatch
       waiter, block on it   ───┘      └─ run timers; complete futures outside the lock
 
-One lock (``self.lock``) guards all runtime state; whoever holds it is the one mutator.
-API threads do their own sends (no thread hand-off on the submit path); the I/O thread
-does all reads. A task submitted while every worker is busy skips the lock: it is queued
-and registered by the lock's next taker (``node_lock.py``). Sockets are non-blocking on
-this side: a frame that does not fit in the socket buffer waits in the connection's
-``out`` buffer and the I/O thread finishes it, so the driver never blocks on a worker
-that is itself blocked on the driver.
+One lock (``self.lock``, ``node_lock.py``) guards all runtime state; whoever holds it is
+the one mutator. API threads do their own sends (no thread hand-off on the submit path);
+the I/O thread does most reads. A task submitted while every worker is busy skips the
+lock: it is queued and registered by the lock's next taker (``node_lock.py``).
 
-Workers: ``Session``'s fork server starts them; ``EXITED`` from it gives the wait status
-of a dead worker, so the error names the exit code or signal. What happens when a worker
-ends is ``worker_deaths.py``'s (its task retried or failed with ``WorkerCrashedError``,
-the objects it owned adopted by the driver); cancelling is ``cancel.py``'s. Those, like
-``driver_calls.py`` (the API's operations), ``worker_requests.py`` (what workers send
-the driver: results and requests) and ``lineage.py`` (rebuilding lost values), are
-mixins of :class:`Node`: methods on the same state, kept apart by responsibility.
+The parts, each the only one to change what it owns (all under the lock):
 
-Reference counting: see ``objects.py`` (the table) and ``kernel/object_ref.py`` (per process).
+=================  ===================================================================
+``objects``        ``ObjectTable`` (objects.py): every object's entry, state, holders
+``task_table``     ``TaskTable`` (task_table.py): live tasks, their code, recursive-
+                   cancel bookkeeping, task-end listeners
+``scheduler``      ``Scheduler`` (scheduler.py): resources, ready queue, worker slots,
+                   placement groups; pure decisions, no I/O
+``pool``           ``WorkerPool`` (worker_pool.py): worker processes, their
+                   connections, the fork server; signalling workers
+``io``             ``IOLoop`` (io_loop.py): the I/O thread, selectors, gate, wake-ups,
+                   timers, deferred callbacks; who leads a blocked get
+``actors``         ``ActorManager`` (actors.py): actors, their calls and restarts
+``streams``        ``StreamTable`` (streams.py): generator tasks' yielded items
+``store``          ``SegmentStore`` (store.py) and ``spiller`` (spill.py): shared memory
+``gpus``, ``log``  GPU ids per task and actor; the event log (kernel/events.py)
+``output``         ``DriverOutput`` (output.py): what workers print
+=================  ===================================================================
 
-The I/O loop (the poll both the I/O thread and a leading getter run, reading and
-sending frames, timers and wake-ups) is ``io_loop.py``'s, with what it costs on the hot
-path.
+The node itself keeps only what no part owns alone: whether the runtime is ``closed``
+or ``broken``, the id counter, and the cache of feasible shapes. Its own methods, and
+those of its mixins, are the coordination that touches several parts at once: a
+submission registers return objects, a task and its dependencies, then dispatches;
+a result resolves objects, ends a task, frees a slot; a worker's death requeues or fails
+its tasks and has the driver adopt its objects. They call the parts' methods and never
+change a part's fields. The mixins are that coordination split by what starts it, and
+hold no state: ``driver_calls.py`` (the API's operations), ``worker_requests.py`` (what
+workers send), ``worker_deaths.py`` (a worker's end), ``cancel.py`` (cancelling) and
+``lineage.py`` (rebuilding lost values). They stay mixins, not parts, because each
+handler runs several parts' steps under the one lock in one frame: as parts they would
+only hold a reference back to the node.
+
+``node.tasks``, ``node.workers`` and ``node.forkserver`` are the task table's and the
+pool's own dict and fork server, read (never changed) by the tools; ``node._send`` is
+the I/O loop's ``send``, bound once because the hot paths call it per frame.
+
+Reference counting: see ``objects.py`` (the table) and ``kernel/object_ref.py`` (per
+process). What the I/O loop costs on the hot path: ``io_loop.py``.
 """
 
 from __future__ import annotations
@@ -82,9 +104,10 @@ if TYPE_CHECKING:
         """What :class:`Node`'s mixins share, declared for the type checker only.
 
         Each mixin (``driver_calls.py``, ...) subclasses this under
-        ``TYPE_CHECKING`` (at run time, ``object``): the attributes ``Node.__init__``
-        sets and the methods one mixin calls on another, so mypy checks every part
-        against one list. ``Node`` itself cannot be the mixins' base: it subclasses them.
+        ``TYPE_CHECKING`` (at run time, ``object``): the parts ``Node.__init__`` makes,
+        the node's own flags, and the methods one mixin calls on another, so mypy
+        checks every mixin against one list. ``Node`` itself cannot be the mixins'
+        base: it subclasses them.
         """
 
         _ids: itertools.count[int]
@@ -355,7 +378,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Run
                 return
         if task.actor_id:
             actor = self.actors.actors.get(task.actor_id)
-            # A busy actor's ready calls go with its next frame read (_read_worker), and
+            # A busy actor's ready calls go with its next frame read (IOLoop.read_worker), and
             # a new call is queued after this (ActorManager.add_call sends it if idle).
             if actor is not None and len(actor.inflight) < actor.slots:
                 self.actors.pump(actor)

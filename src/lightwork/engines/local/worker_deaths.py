@@ -1,8 +1,10 @@
 """A worker process that ends: retired after ``max_calls``, or dead (Node methods, a mixin).
 
 A worker is dead when its socket closes (:meth:`WorkerDeaths._on_worker_eof`); the fork
-server's ``EXITED`` gives its wait status, awaited for at most ``EXIT_STATUS_GRACE_S``,
-so the error names the exit code or signal. Then its running task is retried
+server's ``EXITED`` (read by the pool: ``WorkerPool.read_control``) gives its wait status,
+awaited for at most ``EXIT_STATUS_GRACE_S``, so the error names the exit code or signal.
+The pool owns the connection (``WorkerPool.forget`` drops it); this mixin coordinates
+what its end does to the scheduler, the tasks, the objects and the actors. Then its running task is retried
 (``max_retries``) or fails with ``WorkerCrashedError``, its queued tasks go back to the
 queue, what it borrowed is released, and the objects it owned are adopted by the driver
 (their values never lived only in the worker). An actor's worker is the actor manager's

@@ -5,7 +5,9 @@ A result resolves its task's return objects (``store_results``) or, for an error
 retries the task (``retry_exceptions``) or fails it. A worker blocked in
 ``get``/``wait`` lends its CPU back to the pool (``Scheduler.block``) until the reply is
 sent; a reply is sent when every object is ready or the timeout fires
-(a timer of the I/O loop). Methods of the Node (a mixin), called with its lock held.
+(a timer of the I/O loop). Methods of the Node (a mixin: coordination of the task table,
+the object table, the scheduler and the actors), called with its lock held; the I/O loop
+(``IOLoop.read_worker``) hands each read's messages to ``_handle_read``.
 """
 
 from __future__ import annotations
