@@ -162,7 +162,7 @@ class ActorManager:
             if object_id not in node.objects.entries and node.id_floor.minted_before(object_id):
                 raise node.ended_session_error(object_id)
         entry = node.objects.create(actor.actor_id, actor.owner)
-        node.objects.actor_handles.add(actor.actor_id)
+        node.objects.add_actor_handle(entry)
         node.objects.resolve(entry, serialization.serialize(None, None))
         if actor.detached:
             entry.task_uses += 1  # the registry keeps a detached actor alive

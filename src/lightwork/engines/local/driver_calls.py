@@ -268,8 +268,7 @@ class DriverCalls(_Base):
                     self.objects.create(object_id, 0, task_id, now)
                 self.register_task(task, stored.contained, now)
             except BaseException:
-                for object_id in return_ids:
-                    self.objects.entries.pop(object_id, None)
+                self.objects.discard(return_ids)
                 if stored.path is not None:
                     self.store.release(stored.path)
                 raise
@@ -329,8 +328,7 @@ class DriverCalls(_Base):
         raise ValueError(f"unknown placement group request {op!r}")
 
     def _fail_orphaned_tasks(self) -> None:
-        orphaned, self.scheduler.orphaned = self.scheduler.orphaned, []
-        for task in orphaned:
+        for task in self.scheduler.take_orphaned():
             self._fail_task(task, exceptions.TaskPlacementGroupRemoved(
                 f"task {task.name} was to run in a placement group that was removed before "
                 "it could start; create a new group, or submit it without one"))
@@ -365,8 +363,7 @@ class DriverCalls(_Base):
                 self.register_task(task, task.args.contained, now)
             except BaseException:
                 self.task_table.discard(task)
-                for object_id in task.return_ids:
-                    self.objects.entries.pop(object_id, None)
+                self.objects.discard(task.return_ids)
                 raise
             if self.scheduler.idle or not self.scheduler.workers:
                 self._dispatch()

@@ -343,7 +343,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Run
         queued = self.lock.queued
         scheduler = self.scheduler
         if len(queued) > len(scheduler.workers):
-            scheduler.submitting = True  # a loop is submitting: see scheduler.py
+            scheduler.note_submitting()
         create = self.objects.create
         add = self.task_table.add
         while queued:
@@ -441,16 +441,14 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Run
                 or scheduler.newly_reserved or self.actors.pending):
             # Nothing to place (most calls: every poll and submit dispatches); what the
             # loop below would conclude, without its passes over queues and workers.
-            scheduler.starving = 0
-            scheduler.submitting = False  # (queued actor calls set it; no task needs it)
+            scheduler.settle()
             return
         try:
             while True:
                 assignments = scheduler.schedule(time.monotonic())
                 if scheduler.newly_reserved:  # their bundles' GPU ids, before anything runs there
-                    for group in scheduler.newly_reserved:
+                    for group in scheduler.take_newly_reserved():
                         self.gpus.reserve_group(group)
-                    scheduler.newly_reserved.clear()
                 self._send_assignments(assignments)
                 if scheduler.orphaned:
                     self._fail_orphaned_tasks()

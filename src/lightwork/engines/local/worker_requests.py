@@ -419,8 +419,7 @@ class WorkerRequests(_Base):
             if deadlock:
                 self._reply(conn, request_id, ("deadlock", deadlock))
                 return
-        conn.slot.blocked_in = "get"
-        self.scheduler.block(conn.slot)
+        self.scheduler.block(conn.slot, "get")
         state = {"done": False}
 
         def finish(timed_out: bool) -> None:
@@ -463,8 +462,7 @@ class WorkerRequests(_Base):
             if deadlock:
                 self._reply(conn, request_id, ("deadlock", deadlock))
                 return
-        conn.slot.blocked_in = "wait"
-        self.scheduler.block(conn.slot)
+        self.scheduler.block(conn.slot, "wait")
         state = {"done": False}
 
         def finish() -> None:
