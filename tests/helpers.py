@@ -183,13 +183,8 @@ def shm_dirs() -> set[str]:
 
 
 def process_running(pid: int) -> bool:
-    """Whether ``pid`` runs: a zombie (ended, waiting for a reaper that may not be us)
-    counts as gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
+    """Whether ``pid`` runs (a zombie counts as gone: see :func:`still_running`)."""
+    return bool(still_running([pid]))
 
 
 def descendants(pid: int | None = None) -> list[int]:
