@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import html
 import json
+import pstats
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -58,6 +59,8 @@ class TaskProfile:
         self.stacks: list[tuple[str, int, tuple[str, ...], int]] = []
         self.processes: list[dict[str, Any]] = []  # worker_id (0: driver), pid, samples
         self.missing: list[int] = []  # workers that sent no final counts (they died)
+        self.mode = "sample"
+        self._stats_rows: list[list[Any]] = []  # cprofile mode: the merged pstats rows
         if data is not None:
             self._fill(data)
 
@@ -65,6 +68,8 @@ class TaskProfile:
         self.hz = float(data["hz"])
         self.duration = max(0.0, float(data.get("ended") or 0) - float(data.get("started") or 0))
         self.missing = list(data.get("missing", []))
+        self.mode = str(data.get("mode", "sample"))
+        self._stats_rows = list(data.get("stats", []))
         for process in data["processes"]:
             worker_id = int(process["worker_id"])
             self.processes.append({"worker_id": worker_id, "pid": process["pid"],
@@ -217,17 +222,65 @@ class TaskProfile:
                              f"{all_ / self.hz:8.2f} {100 * all_ / count:6.1f}%  {function}")
         return "\n".join(lines) + "\n"
 
+    # -- cProfile mode -------------------------------------------------------------------
+    @property
+    def calls(self) -> int:
+        """cProfile mode: the task calls profiled, over every worker."""
+        return sum(p["rounds"] for p in self.processes if p["worker_id"])
+
+    def pstats(self, stream: Any = None) -> pstats.Stats:
+        """cProfile mode: every worker's stats merged, as one :class:`pstats.Stats`."""
+        if self.mode != "cprofile":
+            raise ValueError("this profile sampled stacks; cProfile statistics come from "
+                             "profile_tasks(mode=\"cprofile\") or `lightwork profile "
+                             "--mode cprofile`")
+        stats: dict[tuple[str, int, str], Any] = {}
+        for file, line, name, cc, nc, tt, ct, callers in self._stats_rows:
+            stats[(file, line, name)] = (cc, nc, tt, ct, {
+                (c[0], c[1], c[2]): tuple(c[3:]) for c in callers})
+        return pstats.Stats(_Loaded(stats), stream=stream)
+
+    def print_stats(self, *restrictions: Any, sort: str = "cumulative",
+                    stream: Any = None) -> None:
+        """cProfile mode: print the merged stats as ``pstats`` does, sorted by ``sort``;
+        ``restrictions`` as ``pstats.Stats.print_stats``' (a count, a fraction, a regex)."""
+        self.pstats(stream).strip_dirs().sort_stats(sort).print_stats(*restrictions)
+
+    def dump_stats(self, path: str) -> None:
+        """cProfile mode: write the merged stats in pstats' file format
+        (``python -m pstats FILE``, snakeviz)."""
+        self.pstats().dump_stats(path)
+
     def __repr__(self) -> str:
+        if self.mode == "cprofile":
+            return (f"TaskProfile(cprofile, {self.calls} calls, {len(self._stats_rows)} "
+                    f"functions, {len(self.processes) - 1} workers)")
         return (f"TaskProfile({self.total} samples, {len(self.labels)} task functions, "
                 f"{len(self.workers)} workers)")
 
 
-@contextlib.contextmanager
-def profile_tasks(hz: float = 100.0) -> Iterator[TaskProfile]:
-    """Sample the stacks of every running task (and the driver) while the block runs.
+class _Loaded:
+    """What ``pstats.Stats`` loads a dict from (its ``create_stats``/``stats`` protocol)."""
 
-    The yielded :class:`TaskProfile` is empty inside the block and filled when it ends.
+    def __init__(self, stats: dict[tuple[str, int, str], Any]) -> None:
+        self.stats = stats
+
+    def create_stats(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def profile_tasks(hz: float = 100.0, mode: str = "sample") -> Iterator[TaskProfile]:
+    """Profile the code of every running task while the block runs.
+
+    ``mode="sample"`` samples the stacks of the tasks (and the driver) ``hz`` times a
+    second; ``mode="cprofile"`` runs cProfile around every task and actor call in the
+    workers (``prof.print_stats()``, ``prof.dump_stats(path)``). The yielded
+    :class:`TaskProfile` is empty inside the block and filled when it ends.
     """
+    if mode not in ("sample", "cprofile"):
+        raise ValueError(f"unknown profile mode {mode!r}; choose \"sample\" (stack "
+                         "samples, a flame graph) or \"cprofile\" (every call counted)")
     from lightwork.api import core as _api
     from lightwork.kernel import control
 
@@ -236,7 +289,7 @@ def profile_tasks(hz: float = 100.0) -> Iterator[TaskProfile]:
         raise RuntimeError("no lightwork runtime is running in this process; call "
                            "lightwork.init() first (from another terminal, `lightwork "
                            "profile` attaches to a running program)")
-    control.dispatch(node, "sample_start", {"hz": hz})
+    control.dispatch(node, "sample_start", {"hz": hz, "mode": mode})
     profile = TaskProfile()
     try:
         yield profile

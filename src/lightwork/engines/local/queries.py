@@ -93,14 +93,15 @@ def answer_sampling(node: Node, op: str, args: dict[str, Any]) -> Any:
     from lightwork.engines.local import sampler
 
     hz = float(args.get("hz", sampler.DEFAULT_HZ))
+    mode = str(args.get("mode", sampler.SAMPLE))
     if op == "sample_start":
-        return sampler.start(node, hz)
+        return sampler.start(node, hz, mode)
     if op == "sample_stop":
         return sampler.stop(node)
     seconds = float(args.get("seconds", 5.0))
     if not 0 < seconds <= 3600:
         raise ValueError(f"a profile lasts within (0, 3600] seconds, got {seconds:g}")
-    sampler.start(node, hz)
+    sampler.start(node, hz, mode)
     try:
         time.sleep(seconds)
     finally:

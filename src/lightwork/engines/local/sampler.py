@@ -84,6 +84,11 @@ FLUSH_EVERY_S = 1.0
 DRIVER_LABEL = "(driver)"
 # A worker's GIL hand-off to its sampler while profiling (see the module docstring).
 SAMPLING_SWITCH_S = 0.0002
+# What a profile does in the workers: sample stacks, or cProfile every call
+# (call_profiler.py).
+SAMPLE = "sample"
+CPROFILE = "cprofile"
+MODES = (SAMPLE, CPROFILE)
 
 
 def _switch_path(session_dir: str) -> str:
@@ -98,12 +103,14 @@ def _sample_path(session_dir: str, worker_id: int) -> str:
     return os.path.join(session_dir, f"sample-w{worker_id}.json")
 
 
-def _read_switch(session_dir: str) -> tuple[bool, str, float] | None:
-    """``(on, token, hz)`` from the switch file: ``on <token> <hz>`` or ``off <token>``."""
+def _read_switch(session_dir: str) -> tuple[bool, str, float, str] | None:
+    """``(on, token, hz, mode)`` from the switch file: ``on <token> <hz> [<mode>]`` or
+    ``off <token>``; the mode is one of ``MODES``."""
     try:
         with open(_switch_path(session_dir)) as f:
             state, token, *rest = f.read().split()
-        return state == "on", token, float(rest[0]) if rest else 0.0
+        return (state == "on", token, float(rest[0]) if rest else 0.0,
+                rest[1] if len(rest) > 1 else SAMPLE)
     except (OSError, ValueError, IndexError):
         return None
 
@@ -270,7 +277,7 @@ _HANDED_TO_LOOP = AsyncRunner.run.__code__
 # ---------------------------------------------------------------------------- workers
 _session_dir: str | None = None
 _worker_id = 0
-_running: Sampler | None = None
+_running: Any = None  # this worker's Sampler or CallProfiler while a profile is on
 
 
 def install(worker_id: int, config: dict[str, Any]) -> None:
@@ -321,7 +328,7 @@ def _follow_switch(signalled: bool = True) -> None:
         return
     switch = _read_switch(_session_dir)
     running = _running
-    on, token, hz = switch if switch is not None else (False, "", 0.0)
+    on, token, hz, mode = switch if switch is not None else (False, "", 0.0, SAMPLE)
     if running is not None and not (on and token == running.token):
         running.stop()  # its thread writes the final counts
         _running = None
@@ -334,7 +341,16 @@ def _follow_switch(signalled: bool = True) -> None:
             empty.ended = empty.started
             empty.write(final=True)
     if on and (running is None or token != running.token):
-        _running = Sampler(token, hz, _worker_id, _sample_path(_session_dir, _worker_id))
+        path = _sample_path(_session_dir, _worker_id)
+        if mode == CPROFILE:
+            from lightwork.engines.local import worker as worker_module
+            from lightwork.engines.local.call_profiler import CallProfiler
+
+            if worker_module._current_worker is None:
+                return  # still starting: main() follows the switch once it is built
+            _running = CallProfiler(worker_module._current_worker, token, _worker_id, path)
+        else:
+            _running = Sampler(token, hz, _worker_id, path)
         _running.start()
 
 
@@ -342,23 +358,28 @@ def _follow_switch(signalled: bool = True) -> None:
 class SamplingSession:
     """The driver's side of one profile: the switch, its own sampler, the merge."""
 
-    def __init__(self, node: Any, hz: float) -> None:
+    def __init__(self, node: Any, hz: float, mode: str = SAMPLE) -> None:
         if not 1 <= hz <= 1000:
             raise ValueError(f"the sampling rate must be within 1-1000 Hz, got {hz:g}")
+        if mode not in MODES:
+            raise ValueError(f"unknown profile mode {mode!r}; choose one of {', '.join(MODES)}")
         self.node = node
         self.hz = hz
+        self.mode = mode
         self.session_dir = node.session.directory
         self.token = f"{os.getpid()}-{time.monotonic_ns()}"
         self.driver = Sampler(self.token, hz, 0, None, driver=True)
 
     def start(self) -> None:
-        for path in glob.glob(os.path.join(self.session_dir, "sample-w*.json")):
+        for path in glob.glob(os.path.join(self.session_dir, "sample-w*.json")) + \
+                glob.glob(os.path.join(self.session_dir, "sample-w*.pstats")):
             try:
                 os.unlink(path)  # a previous profile's: never merged into this one
             except OSError:
                 pass
-        _write_switch(self.session_dir, f"on {self.token} {self.hz:g}")
-        self.driver.start()
+        _write_switch(self.session_dir, f"on {self.token} {self.hz:g} {self.mode}")
+        if self.mode == SAMPLE:  # (cProfile mode profiles task calls: none run here)
+            self.driver.start()
         _signal_workers(self.node, self.session_dir)
 
     def stop(self, timeout: float = 2.0) -> dict[str, Any]:
@@ -366,7 +387,10 @@ class SamplingSession:
         _write_switch(self.session_dir, f"off {self.token}")
         self.driver.stop()
         signalled = _signal_workers(self.node, self.session_dir)
-        self.driver.done.acquire(timeout=1.0)
+        if self.mode == SAMPLE:
+            self.driver.done.acquire(timeout=1.0)
+        else:
+            self.driver.ended = time.time()
         deadline = time.monotonic() + timeout
         results: dict[int, dict[str, Any]] = {}
         while True:
@@ -380,9 +404,15 @@ class SamplingSession:
                 break
             time.sleep(0.01)
         workers = [self.driver.result()] + [results[w] for w in sorted(results)]
-        return {"hz": self.hz, "started": self.driver.started, "ended": self.driver.ended,
-                "processes": workers,
-                "missing": sorted(set(signalled) - {w for w in results if results[w]["final"]})}
+        out = {"hz": self.hz, "mode": self.mode, "started": self.driver.started,
+               "ended": self.driver.ended, "processes": workers,
+               "missing": sorted(set(signalled) - {w for w in results if results[w]["final"]})}
+        if self.mode == CPROFILE:
+            from lightwork.engines.local import call_profiler
+
+            out["stats"] = call_profiler.merge(
+                [_sample_path(self.session_dir, w) for w in sorted(results)])
+        return out
 
 
 def _signal_workers(node: Any, session_dir: str) -> dict[int, int]:
@@ -431,14 +461,14 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def start(node: Any, hz: float = DEFAULT_HZ) -> dict[str, Any]:
+def start(node: Any, hz: float = DEFAULT_HZ, mode: str = SAMPLE) -> dict[str, Any]:
     """Start a profile of the node's tasks (ValueError if one is already on)."""
     with node.lock:
         if getattr(node, "sampling", None) is not None:
             raise ValueError("a task profile is already running in this session "
                              "(profile_tasks() or `lightwork profile`); stop it first, or "
                              "wait for it to end")
-        node.sampling = session = SamplingSession(node, hz)
+        node.sampling = session = SamplingSession(node, hz, mode)
     try:
         session.start()
     except BaseException:

@@ -923,11 +923,11 @@ def main(fd: int, worker_id: int, config: dict[str, Any]) -> None:
         ray_alias.install_as_ray()
     sock = socket.socket(fileno=fd)
     control.install_worker_hooks(worker_id, config)  # stack dumps on SIGUSR1, profile spans
-    from lightwork.engines.local import sampler
-
-    sampler.install(worker_id, config)  # task profiles: SIGUSR2 starts/stops sampling
     worker = Worker(sock, worker_id, config)
     _current_worker = worker
+    from lightwork.engines.local import sampler
+
+    sampler.install(worker_id, config)  # task profiles: SIGUSR2 starts/stops them
     calls.retire_worker = worker.retire  # max_calls: this process ends after the call
     signal.signal(signal.SIGINT, _on_sigint)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
