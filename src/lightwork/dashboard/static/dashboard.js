@@ -18,6 +18,10 @@ function fmtBytes(n) {
   while (n >= 1000 && i < units.length - 1) { n /= 1000; i++; }
   return (i ? n.toFixed(1) : n) + " " + units[i];
 }
+function fmtSignedBytes(n) {
+  if (n === null || n === undefined) return "–";
+  return (n > 0 ? "+" : n < 0 ? "−" : "") + fmtBytes(Math.abs(n));
+}
 function fmtSeconds(s) {
   if (s === null || s === undefined) return "–";
   if (s >= 100) return s.toFixed(0) + " s";
@@ -411,6 +415,7 @@ function renderTasks(t) {
     ["submitted", (r) => fmtSeconds(r.submitted_s), "num", "submitted"],
     ["queued", (r) => fmtSeconds(r.queued_s), "num", "queued_s"], ["run", (r) => fmtSeconds(r.run_s), "num", "run_s"],
     ["args", (r) => fmtBytes(r.arg_size), "num", "arg_size"], ["result", (r) => fmtBytes(r.result_size), "num", "result_size"],
+    ["peak mem", (r) => fmtBytes(r.rss_peak), "num"], ["mem change", (r) => fmtSignedBytes(r.rss_change), "num"],
     ["retries", (r) => r.retries, "num"], ["error", (r) => r.error || ""],
   ];
   if (state.actions) columns.push(["", (r) => r.live ? actionButton("cancel", { task_id: r.task_id }) : ""]);
