@@ -61,6 +61,11 @@ class TaskProfile:
         self.missing: list[int] = []  # workers that sent no final counts (they died)
         self.mode = "sample"
         self._stats_rows: list[list[Any]] = []  # cprofile mode: the merged pstats rows
+        #: memory=True: per task function, its calls, the most memory one call traced
+        #: above its start (``peak``), what its calls left allocated (``kept``), and
+        #: the lines where that was allocated (``sites``: file, line, bytes, blocks),
+        #: from its first calls on each worker (``site_calls`` of them).
+        self.allocations: dict[str, dict[str, Any]] = {}
         if data is not None:
             self._fill(data)
 
@@ -70,6 +75,7 @@ class TaskProfile:
         self.missing = list(data.get("missing", []))
         self.mode = str(data.get("mode", "sample"))
         self._stats_rows = list(data.get("stats", []))
+        self.allocations = dict(data.get("allocations") or {})
         for process in data["processes"]:
             worker_id = int(process["worker_id"])
             self.processes.append({"worker_id": worker_id, "pid": process["pid"],
@@ -222,6 +228,26 @@ class TaskProfile:
                              f"{all_ / self.hz:8.2f} {100 * all_ / count:6.1f}%  {function}")
         return "\n".join(lines) + "\n"
 
+    def memory_top(self, n: int = 5) -> str:
+        """memory=True: per task function, its peak and kept memory per call and the
+        ``n`` lines that allocated most of what its calls kept."""
+        if not self.allocations:
+            return ("no memory traced: profile with profile_tasks(memory=True) or "
+                    "`lightwork profile --memory`\n")
+        mb = 1 << 20
+        lines = []
+        ranked = sorted(self.allocations.items(), key=lambda kv: -kv[1]["peak"])
+        for label, entry in ranked:
+            calls = max(1, entry["calls"])
+            lines.append(f"{label}: {entry['calls']} calls, peak {entry['peak'] / mb:.1f} MB "
+                         f"in one call, kept {entry['kept'] / calls / mb:+.2f} MB a call")
+            sites = [site for site in entry["sites"] if site[2] >= 1024][:n]
+            if sites:
+                lines.append(f"  kept by line, over its first {entry['site_calls']} calls:")
+            for file, line, size, count in sites:
+                lines.append(f"  {size / mb:10.2f} MB {count:8d} blocks  {file}:{line}")
+        return "\n".join(lines) + "\n"
+
     # -- cProfile mode -------------------------------------------------------------------
     @property
     def calls(self) -> int:
@@ -270,12 +296,15 @@ class _Loaded:
 
 
 @contextlib.contextmanager
-def profile_tasks(hz: float = 100.0, mode: str = "sample") -> Iterator[TaskProfile]:
+def profile_tasks(hz: float = 100.0, mode: str = "sample",
+                  memory: bool = False) -> Iterator[TaskProfile]:
     """Profile the code of every running task while the block runs.
 
     ``mode="sample"`` samples the stacks of the tasks (and the driver) ``hz`` times a
     second; ``mode="cprofile"`` runs cProfile around every task and actor call in the
-    workers (``prof.print_stats()``, ``prof.dump_stats(path)``). The yielded
+    workers (``prof.print_stats()``, ``prof.dump_stats(path)``). ``memory=True`` adds
+    tracemalloc around every call: each task function's peak and the lines that
+    allocated what its calls kept (``prof.memory_top()``). The yielded
     :class:`TaskProfile` is empty inside the block and filled when it ends.
     """
     if mode not in ("sample", "cprofile"):
@@ -289,7 +318,7 @@ def profile_tasks(hz: float = 100.0, mode: str = "sample") -> Iterator[TaskProfi
         raise RuntimeError("no lightwork runtime is running in this process; call "
                            "lightwork.init() first (from another terminal, `lightwork "
                            "profile` attaches to a running program)")
-    control.dispatch(node, "sample_start", {"hz": hz, "mode": mode})
+    control.dispatch(node, "sample_start", {"hz": hz, "mode": mode, "memory": bool(memory)})
     profile = TaskProfile()
     try:
         yield profile

@@ -1,9 +1,20 @@
-"""cProfile around every task call of a worker, while a profile in ``cprofile`` mode is on.
+"""cProfile, or tracemalloc, around every task call of a worker while a profile is on.
 
 The switch and its signal are the sampler's (``sampler.py``): the switch file says
-``on <token> <hz> cprofile``, and the worker's SIGUSR2 handler builds a
-:class:`CallProfiler` instead of a sampling thread. The driver's side of the merge is
-:func:`merge`.
+``on <token> <hz> cprofile`` (or ``... sample memory``, ``... cprofile memory``), and
+the worker's SIGUSR2 handler builds a :class:`CallProfiler` instead of a sampling
+thread (in cProfile mode) or beside it (memory alone: the sampler's file then carries
+the memory figures). The driver's side of the merge is :func:`merge` and
+:func:`merge_memory`.
+
+Memory (``profile_tasks(memory=True)``): tracemalloc traces the worker's allocations
+while the profile runs (started here unless the program traces already). Per call,
+the peak of traced memory above what was traced when the call began
+(``tracemalloc.reset_peak``) and what the call left allocated; for the first
+``SITE_CALLS`` calls of each task function, a snapshot before and after the call,
+whose difference by line is what the call left behind where it was allocated: a leak's
+lines. Traced memory is the process's, so calls side by side in a threaded actor
+share their peaks.
 
 How a call is profiled: the profiler sets an instance attribute ``_execute`` on the
 worker, which shadows the class's method (``Worker.execute`` calls ``self._execute``),
@@ -44,6 +55,8 @@ from typing import Any
 
 STATS_SUFFIX = ".pstats"
 DRAIN_S = 1.0
+SITE_CALLS = 20  # calls of one task function whose allocation sites are compared
+TOP_SITES = 10  # lines kept per task function
 
 #: pstats' key of a function: (file, first line, name).
 Key = tuple[str, int, str]
@@ -55,10 +68,13 @@ _LIGHTWORK_DIR += os.sep
 class CallProfiler:
     """One worker's cProfile of its calls for the profile ``token``."""
 
-    def __init__(self, worker: Any, token: str, worker_id: int, path: str) -> None:
+    def __init__(self, worker: Any, token: str, worker_id: int, path: str,
+                 cprofile: bool = True, memory: bool = False) -> None:
         import cProfile
 
         self._new_profile = cProfile.Profile
+        self.cprofile = cprofile
+        self.memory = MemoryTracer() if memory else None
         self.worker = worker
         self.token = token
         self.worker_id = worker_id
@@ -74,8 +90,10 @@ class CallProfiler:
 
     def start(self) -> None:
         """On the main thread (the SIGUSR2 handler, or ``main`` when it starts)."""
+        if self.memory is not None:
+            self.memory.start()
         self.worker._execute = self._execute
-        if getattr(self.worker._local, "frame", None) is not None:
+        if self.cprofile and getattr(self.worker._local, "frame", None) is not None:
             # A call runs here now (the handler interrupted it): count it from here on.
             self.profiles[self._main] = profile = self._new_profile()
             profile.enable()
@@ -83,26 +101,39 @@ class CallProfiler:
     def _execute(self, frame: tuple[Any, ...], started: float) -> Any:
         ident = _thread.get_ident()
         with self._lock:
-            profile = self.profiles.get(ident)
-            if profile is None:
+            profile = self.profiles.get(ident) if self.cprofile else None
+            if profile is None and self.cprofile:
                 profile = self.profiles[ident] = self._new_profile()
             self.in_call.add(ident)
             self.calls += 1
-        profile.enable()
+        memory = self.memory
+        traced = memory.before(frame[2]) if memory is not None else None
+        if profile is not None:
+            profile.enable()
         try:
             return self._original(frame, started)
         finally:
-            profile.disable()
+            if profile is not None:
+                profile.disable()
+            if memory is not None:
+                memory.after(frame[2], traced)
             with self._lock:
                 self.in_call.discard(ident)
 
-    def stop(self) -> None:
-        """On the main thread (the SIGUSR2 handler): calls from now on run plain."""
+    def stop(self, write: bool = True) -> None:
+        """On the main thread (the SIGUSR2 handler): calls from now on run plain.
+        ``write=False``: beside a sampler, whose file carries :meth:`memory_result`."""
         self.worker.__dict__.pop("_execute", None)
         main = self.profiles.get(_thread.get_ident())
         if main is not None:
             main.disable()  # a call in progress here reports what it did so far
-        _thread.start_new_thread(self._write_when_drained, ())
+        if write:
+            _thread.start_new_thread(self._write_when_drained, ())
+        elif self.memory is not None:
+            self.memory.stop()
+
+    def memory_result(self) -> dict[str, Any]:
+        return self.memory.result() if self.memory is not None else {}
 
     def _write_when_drained(self) -> None:
         deadline = time.monotonic() + DRAIN_S
@@ -112,6 +143,9 @@ class CallProfiler:
                     break
             time.sleep(0.005)
         self.ended = time.time()
+        memory = self.memory_result()
+        if self.memory is not None:
+            self.memory.stop()
         with self._lock:
             done = [p for ident, p in self.profiles.items()
                     if ident == self._main or ident not in self.in_call]
@@ -128,10 +162,104 @@ class CallProfiler:
                 json.dump({"worker_id": self.worker_id, "pid": os.getpid(), "token": self.token,
                            "hz": 0, "samples": self.calls, "started": self.started,
                            "ended": self.ended, "final": True, "counts": [],
-                           "mode": "cprofile"}, f)
+                           "mode": "cprofile", "memory": memory}, f)
             os.replace(temporary, self.path)
         except OSError:
             pass
+
+
+class MemoryTracer:
+    """tracemalloc per call, by task function (module docstring)."""
+
+    def __init__(self) -> None:
+        import tracemalloc
+
+        self._tm = tracemalloc
+        self.started_here = False
+        self.functions: dict[str, dict[str, Any]] = {}  # label -> calls, peak, kept, sites
+        self._lock = _thread.allocate_lock()
+
+    def start(self) -> None:
+        if not self._tm.is_tracing():
+            self._tm.start()
+            self.started_here = True
+
+    def stop(self) -> None:
+        if self.started_here and self._tm.is_tracing():
+            self._tm.stop()
+            self.started_here = False
+
+    def _entry(self, label: str) -> dict[str, Any]:
+        entry = self.functions.get(label)
+        if entry is None:
+            entry = self.functions[label] = {"calls": 0, "peak": 0, "kept": 0, "sites": {}}
+        return entry
+
+    def before(self, label: str) -> tuple[int, Any]:
+        tm = self._tm
+        if not tm.is_tracing():
+            return 0, None
+        with self._lock:
+            compare = self._entry(label)["calls"] < SITE_CALLS
+        snapshot = tm.take_snapshot() if compare else None
+        tm.reset_peak()
+        return tm.get_traced_memory()[0], snapshot
+
+    def after(self, label: str, traced: tuple[int, Any]) -> None:
+        tm = self._tm
+        if not tm.is_tracing():
+            return
+        size, peak = tm.get_traced_memory()
+        began, snapshot = traced
+        lines: list[tuple[str, int, int, int]] = []
+        if snapshot is not None:
+            for stat in tm.take_snapshot().compare_to(snapshot, "lineno"):
+                where = stat.traceback[0]
+                if stat.size_diff > 0 and not where.filename.startswith(_LIGHTWORK_DIR) \
+                        and where.filename != tm.__file__:
+                    lines.append((where.filename, where.lineno, stat.size_diff,
+                                  stat.count_diff))
+        with self._lock:
+            entry = self._entry(label)
+            entry["calls"] += 1
+            entry["peak"] = max(entry["peak"], peak - began)
+            entry["kept"] += size - began
+            sites = entry["sites"]
+            for file, line, grown, count in lines:
+                old = sites.get((file, line), (0, 0))
+                sites[(file, line)] = (old[0] + grown, old[1] + count)
+
+    def result(self) -> dict[str, Any]:
+        """``{label: {calls, peak, kept, site_calls, sites: [[file, line, bytes, count]]}}``."""
+        with self._lock:
+            out = {}
+            for label, entry in self.functions.items():
+                top = sorted(entry["sites"].items(), key=lambda kv: -kv[1][0])[:TOP_SITES]
+                out[label] = {"calls": entry["calls"], "peak": entry["peak"],
+                              "kept": entry["kept"],
+                              "site_calls": min(entry["calls"], SITE_CALLS),
+                              "sites": [[f, ln, b, c] for (f, ln), (b, c) in top]}
+            return out
+
+
+def merge_memory(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Workers' :meth:`MemoryTracer.result` added up by task function."""
+    merged: dict[str, Any] = {}
+    for result in results:
+        for label, entry in (result or {}).items():
+            into = merged.setdefault(label, {"calls": 0, "peak": 0, "kept": 0,
+                                             "site_calls": 0, "sites": {}})
+            into["calls"] += entry["calls"]
+            into["peak"] = max(into["peak"], entry["peak"])
+            into["kept"] += entry["kept"]
+            into["site_calls"] += entry["site_calls"]
+            for file, line, grown, count in entry["sites"]:
+                old = into["sites"].get((file, line), (0, 0))
+                into["sites"][(file, line)] = (old[0] + grown, old[1] + count)
+    for into in merged.values():
+        top = sorted(into["sites"].items(), key=lambda kv: -kv[1][0])[:TOP_SITES]
+        into["sites"] = [[f, ln, b, c] for (f, ln), (b, c) in top]
+    return merged
 
 
 def stats_path(sample_path: str) -> str:

@@ -94,14 +94,15 @@ def answer_sampling(node: Node, op: str, args: dict[str, Any]) -> Any:
 
     hz = float(args.get("hz", sampler.DEFAULT_HZ))
     mode = str(args.get("mode", sampler.SAMPLE))
+    memory = bool(args.get("memory", False))
     if op == "sample_start":
-        return sampler.start(node, hz, mode)
+        return sampler.start(node, hz, mode, memory)
     if op == "sample_stop":
         return sampler.stop(node)
     seconds = float(args.get("seconds", 5.0))
     if not 0 < seconds <= 3600:
         raise ValueError(f"a profile lasts within (0, 3600] seconds, got {seconds:g}")
-    sampler.start(node, hz, mode)
+    sampler.start(node, hz, mode, memory)
     try:
         time.sleep(seconds)
     finally:

@@ -75,6 +75,7 @@ import time
 from typing import Any
 
 from lightwork.engines.local.actor_runners import AsyncRunner
+from lightwork.engines.local.task_memory import MemoryProbe
 from lightwork.engines.local.worker import Worker
 
 SIGNAL = signal.SIGUSR2
@@ -103,14 +104,15 @@ def _sample_path(session_dir: str, worker_id: int) -> str:
     return os.path.join(session_dir, f"sample-w{worker_id}.json")
 
 
-def _read_switch(session_dir: str) -> tuple[bool, str, float, str] | None:
-    """``(on, token, hz, mode)`` from the switch file: ``on <token> <hz> [<mode>]`` or
-    ``off <token>``; the mode is one of ``MODES``."""
+def _read_switch(session_dir: str) -> tuple[bool, str, float, str, bool] | None:
+    """``(on, token, hz, mode, memory)`` from the switch file: ``on <token> <hz> [<mode>
+    [memory]]`` or ``off <token>``; the mode is one of ``MODES``, ``memory`` adds
+    tracemalloc per call (``call_profiler.py``)."""
     try:
         with open(_switch_path(session_dir)) as f:
             state, token, *rest = f.read().split()
         return (state == "on", token, float(rest[0]) if rest else 0.0,
-                rest[1] if len(rest) > 1 else SAMPLE)
+                rest[1] if len(rest) > 1 else SAMPLE, "memory" in rest[2:])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -127,8 +129,9 @@ class Sampler:
     """One process's sampling thread and its counts (``{(label, frames): n}``)."""
 
     def __init__(self, token: str, hz: float, worker_id: int, path: str | None,
-                 driver: bool = False) -> None:
+                 driver: bool = False, calls: Any = None) -> None:
         self.token = token
+        self.calls = calls  # a CallProfiler tracing memory per call beside it, or None
         self.interval = 1.0 / hz
         self.hz = hz
         self.worker_id = worker_id
@@ -177,6 +180,8 @@ class Sampler:
             self.ended = time.time()
             if not self.driver:
                 sys.setswitchinterval(switch_before)
+            if self.calls is not None:  # (its figures go in this sampler's final file)
+                self.calls.stop(write=False)
             if self.path is not None:
                 self.write(final=True)
             self.done.release()
@@ -240,7 +245,7 @@ class Sampler:
                     label = str(call[2]) if call is not None else None
                 except Exception:  # noqa: BLE001 - a frame being torn down: skip the sample
                     label = None
-                if label is None:
+                if label is None or (codes and codes[-1] in _RUNTIME_CODES):
                     return None, ()
                 codes.reverse()
                 return label, tuple(self._name(c) for c in codes)
@@ -252,7 +257,8 @@ class Sampler:
         return {"worker_id": self.worker_id, "pid": os.getpid(), "token": self.token,
                 "hz": self.hz, "samples": self.samples, "started": self.started,
                 "ended": self.ended or time.time(), "final": bool(self.ended),
-                "counts": [[label, list(stack), n] for (label, stack), n in self.counts.items()]}
+                "counts": [[label, list(stack), n] for (label, stack), n in self.counts.items()],
+                "memory": self.calls.memory_result() if self.calls is not None else {}}
 
     def write(self, final: bool) -> None:
         assert self.path is not None
@@ -272,6 +278,10 @@ _EXECUTE_CODE = Worker._execute.__code__
 _COROUTINE_CODE = AsyncRunner._cancellable.__code__
 # An async actor's pool thread waits here while its coroutine runs on the loop.
 _HANDED_TO_LOOP = AsyncRunner.run.__code__
+# The runtime's own work inside _execute that is no part of the task: reading the
+# worker's memory around the call. Its reads let go of the GIL, so a waiting sampler
+# would land there far more often than its share of the time.
+_RUNTIME_CODES = frozenset({MemoryProbe.before.__code__, MemoryProbe.after.__code__})
 
 
 # ---------------------------------------------------------------------------- workers
@@ -328,7 +338,8 @@ def _follow_switch(signalled: bool = True) -> None:
         return
     switch = _read_switch(_session_dir)
     running = _running
-    on, token, hz, mode = switch if switch is not None else (False, "", 0.0, SAMPLE)
+    on, token, hz, mode, memory = switch if switch is not None else (
+        False, "", 0.0, SAMPLE, False)
     if running is not None and not (on and token == running.token):
         running.stop()  # its thread writes the final counts
         _running = None
@@ -342,15 +353,21 @@ def _follow_switch(signalled: bool = True) -> None:
             empty.write(final=True)
     if on and (running is None or token != running.token):
         path = _sample_path(_session_dir, _worker_id)
-        if mode == CPROFILE:
+        calls = None
+        if mode == CPROFILE or memory:
             from lightwork.engines.local import worker as worker_module
             from lightwork.engines.local.call_profiler import CallProfiler
 
             if worker_module._current_worker is None:
                 return  # still starting: main() follows the switch once it is built
-            _running = CallProfiler(worker_module._current_worker, token, _worker_id, path)
+            calls = CallProfiler(worker_module._current_worker, token, _worker_id, path,
+                                 cprofile=mode == CPROFILE, memory=memory)
+        if mode == CPROFILE:
+            _running = calls
         else:
-            _running = Sampler(token, hz, _worker_id, path)
+            _running = Sampler(token, hz, _worker_id, path, calls=calls)
+            if calls is not None:
+                calls.start()
         _running.start()
 
 
@@ -358,7 +375,7 @@ def _follow_switch(signalled: bool = True) -> None:
 class SamplingSession:
     """The driver's side of one profile: the switch, its own sampler, the merge."""
 
-    def __init__(self, node: Any, hz: float, mode: str = SAMPLE) -> None:
+    def __init__(self, node: Any, hz: float, mode: str = SAMPLE, memory: bool = False) -> None:
         if not 1 <= hz <= 1000:
             raise ValueError(f"the sampling rate must be within 1-1000 Hz, got {hz:g}")
         if mode not in MODES:
@@ -366,6 +383,7 @@ class SamplingSession:
         self.node = node
         self.hz = hz
         self.mode = mode
+        self.memory = memory
         self.session_dir = node.session.directory
         self.token = f"{os.getpid()}-{time.monotonic_ns()}"
         self.driver = Sampler(self.token, hz, 0, None, driver=True)
@@ -377,7 +395,8 @@ class SamplingSession:
                 os.unlink(path)  # a previous profile's: never merged into this one
             except OSError:
                 pass
-        _write_switch(self.session_dir, f"on {self.token} {self.hz:g} {self.mode}")
+        _write_switch(self.session_dir, f"on {self.token} {self.hz:g} {self.mode}"
+                      + " memory" * self.memory)
         if self.mode == SAMPLE:  # (cProfile mode profiles task calls: none run here)
             self.driver.start()
         _signal_workers(self.node, self.session_dir)
@@ -404,14 +423,19 @@ class SamplingSession:
                 break
             time.sleep(0.01)
         workers = [self.driver.result()] + [results[w] for w in sorted(results)]
-        out = {"hz": self.hz, "mode": self.mode, "started": self.driver.started,
+        out = {"hz": self.hz, "mode": self.mode, "memory": self.memory,
+               "started": self.driver.started,
                "ended": self.driver.ended, "processes": workers,
                "missing": sorted(set(signalled) - {w for w in results if results[w]["final"]})}
-        if self.mode == CPROFILE:
+        if self.mode == CPROFILE or self.memory:
             from lightwork.engines.local import call_profiler
 
-            out["stats"] = call_profiler.merge(
-                [_sample_path(self.session_dir, w) for w in sorted(results)])
+            if self.mode == CPROFILE:
+                out["stats"] = call_profiler.merge(
+                    [_sample_path(self.session_dir, w) for w in sorted(results)])
+            if self.memory:
+                out["allocations"] = call_profiler.merge_memory(
+                    [results[w].get("memory") or {} for w in sorted(results)])
         return out
 
 
@@ -461,14 +485,15 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def start(node: Any, hz: float = DEFAULT_HZ, mode: str = SAMPLE) -> dict[str, Any]:
+def start(node: Any, hz: float = DEFAULT_HZ, mode: str = SAMPLE,
+          memory: bool = False) -> dict[str, Any]:
     """Start a profile of the node's tasks (ValueError if one is already on)."""
     with node.lock:
         if getattr(node, "sampling", None) is not None:
             raise ValueError("a task profile is already running in this session "
                              "(profile_tasks() or `lightwork profile`); stop it first, or "
                              "wait for it to end")
-        node.sampling = session = SamplingSession(node, hz, mode)
+        node.sampling = session = SamplingSession(node, hz, mode, memory)
     try:
         session.start()
     except BaseException:
