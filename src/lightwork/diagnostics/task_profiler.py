@@ -66,6 +66,9 @@ class TaskProfile:
         #: the lines where that was allocated (``sites``: file, line, bytes, blocks),
         #: from its first calls on each worker (``site_calls`` of them).
         self.allocations: dict[str, dict[str, Any]] = {}
+        #: lines=[...]: line_profiler's timings, added up over the workers:
+        #: ``{"unit": seconds, "timings": [[file, first line, name, [[line, hits, time]]]]}``
+        self.line_timings: dict[str, Any] = {}
         if data is not None:
             self._fill(data)
 
@@ -76,6 +79,7 @@ class TaskProfile:
         self.mode = str(data.get("mode", "sample"))
         self._stats_rows = list(data.get("stats", []))
         self.allocations = dict(data.get("allocations") or {})
+        self.line_timings = dict(data.get("lines") or {})
         for process in data["processes"]:
             worker_id = int(process["worker_id"])
             self.processes.append({"worker_id": worker_id, "pid": process["pid"],
@@ -248,6 +252,16 @@ class TaskProfile:
                 lines.append(f"  {size / mb:10.2f} MB {count:8d} blocks  {file}:{line}")
         return "\n".join(lines) + "\n"
 
+    def print_lines(self, stream: Any = None) -> None:
+        """lines=[...]: each function's time by line, as line_profiler prints it."""
+        if not self.line_timings:
+            raise ValueError("no line timings in this profile: profile with "
+                             "profile_tasks(lines=[func, ...])")
+        line_profiler = _line_profiler()
+        timings = {(file, first, name): [tuple(t) for t in rows]
+                   for file, first, name, rows in self.line_timings["timings"]}
+        line_profiler.show_text(timings, self.line_timings["unit"], stream=stream)
+
     # -- cProfile mode -------------------------------------------------------------------
     @property
     def calls(self) -> int:
@@ -296,16 +310,18 @@ class _Loaded:
 
 
 @contextlib.contextmanager
-def profile_tasks(hz: float = 100.0, mode: str = "sample",
-                  memory: bool = False) -> Iterator[TaskProfile]:
+def profile_tasks(hz: float = 100.0, mode: str = "sample", memory: bool = False,
+                  lines: list[Any] | None = None) -> Iterator[TaskProfile]:
     """Profile the code of every running task while the block runs.
 
     ``mode="sample"`` samples the stacks of the tasks (and the driver) ``hz`` times a
     second; ``mode="cprofile"`` runs cProfile around every task and actor call in the
     workers (``prof.print_stats()``, ``prof.dump_stats(path)``). ``memory=True`` adds
     tracemalloc around every call: each task function's peak and the lines that
-    allocated what its calls kept (``prof.memory_top()``). The yielded
-    :class:`TaskProfile` is empty inside the block and filled when it ends.
+    allocated what its calls kept (``prof.memory_top()``). ``lines=[func, ...]`` times
+    those functions line by line wherever tasks call them (line_profiler, the
+    ``profile`` extra: ``prof.print_lines()``). The yielded :class:`TaskProfile` is
+    empty inside the block and filled when it ends.
     """
     if mode not in ("sample", "cprofile"):
         raise ValueError(f"unknown profile mode {mode!r}; choose \"sample\" (stack "
@@ -318,12 +334,42 @@ def profile_tasks(hz: float = 100.0, mode: str = "sample",
         raise RuntimeError("no lightwork runtime is running in this process; call "
                            "lightwork.init() first (from another terminal, `lightwork "
                            "profile` attaches to a running program)")
-    control.dispatch(node, "sample_start", {"hz": hz, "mode": mode, "memory": bool(memory)})
+    targets = line_targets(lines) if lines else []
+    control.dispatch(node, "sample_start", {"hz": hz, "mode": mode, "memory": bool(memory),
+                                            "lines": targets})
     profile = TaskProfile()
     try:
         yield profile
     finally:
         profile._fill(control.dispatch(node, "sample_stop", {}))
+
+
+def _line_profiler() -> Any:
+    try:
+        import line_profiler
+    except ImportError:
+        raise ImportError("line timings need line_profiler: pip install "
+                          "'lightwork[profile]' (or pip install line_profiler)") from None
+    return line_profiler
+
+
+def line_targets(functions: Any) -> list[list[Any]]:
+    """``[file, first line, name]`` of each function (a plain function, a method, or a
+    remote function): how the workers find their own copies of them."""
+    _line_profiler()  # a clear error now, not from every worker
+    if callable(functions) or not isinstance(functions, (list, tuple)):
+        raise TypeError("lines must be a list of functions, as in lines=[parse, load]")
+    targets = []
+    for function in functions:
+        inner = getattr(function, "_function", function)  # a remote function's own
+        inner = getattr(inner, "__func__", inner)  # a bound or class method's
+        code = getattr(inner, "__code__", None)
+        if code is None:
+            raise TypeError(f"cannot time {function!r} by line: give Python functions, "
+                            "remote functions or an actor class's methods, as in "
+                            "lines=[parse, MyActor.method]")
+        targets.append([code.co_filename, code.co_firstlineno, code.co_name])
+    return targets
 
 
 def _split(frame: str) -> tuple[str, str]:

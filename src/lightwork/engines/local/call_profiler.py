@@ -7,6 +7,14 @@ thread (in cProfile mode) or beside it (memory alone: the sampler's file then ca
 the memory figures). The driver's side of the merge is :func:`merge` and
 :func:`merge_memory`.
 
+Lines (``profile_tasks(lines=[f, ...])``, with line_profiler installed): the driver
+writes the functions' ``(file, first line, name)`` to ``sampling-lines.json``; the
+worker finds its own function objects of those codes among its objects (``gc``, once
+at the start and again after it loads a new function, since a task's helpers arrive
+with it) and gives them to one ``line_profiler.LineProfiler``, enabled per call as the
+cProfile one is. Its timings travel as JSON (``[file, line, name, [[line, hits,
+time], ...]]`` in its timer's unit) and are added up by line in the driver.
+
 Memory (``profile_tasks(memory=True)``): tracemalloc traces the worker's allocations
 while the profile runs (started here unless the program traces already). Per call,
 the peak of traced memory above what was traced when the call began
@@ -69,12 +77,14 @@ class CallProfiler:
     """One worker's cProfile of its calls for the profile ``token``."""
 
     def __init__(self, worker: Any, token: str, worker_id: int, path: str,
-                 cprofile: bool = True, memory: bool = False) -> None:
+                 cprofile: bool = True, memory: bool = False,
+                 lines: list[Key] | None = None) -> None:
         import cProfile
 
         self._new_profile = cProfile.Profile
         self.cprofile = cprofile
         self.memory = MemoryTracer() if memory else None
+        self.lines = LineTimer(worker, lines) if lines else None
         self.worker = worker
         self.token = token
         self.worker_id = worker_id
@@ -106,8 +116,10 @@ class CallProfiler:
                 profile = self.profiles[ident] = self._new_profile()
             self.in_call.add(ident)
             self.calls += 1
-        memory = self.memory
+        memory, lines = self.memory, self.lines
         traced = memory.before(frame[2]) if memory is not None else None
+        if lines is not None:
+            lines.enable(frame[1])
         if profile is not None:
             profile.enable()
         try:
@@ -115,6 +127,8 @@ class CallProfiler:
         finally:
             if profile is not None:
                 profile.disable()
+            if lines is not None:
+                lines.disable()
             if memory is not None:
                 memory.after(frame[2], traced)
             with self._lock:
@@ -135,6 +149,9 @@ class CallProfiler:
     def memory_result(self) -> dict[str, Any]:
         return self.memory.result() if self.memory is not None else {}
 
+    def lines_result(self) -> dict[str, Any]:
+        return self.lines.result() if self.lines is not None else {}
+
     def _write_when_drained(self) -> None:
         deadline = time.monotonic() + DRAIN_S
         while time.monotonic() < deadline:
@@ -143,7 +160,7 @@ class CallProfiler:
                     break
             time.sleep(0.005)
         self.ended = time.time()
-        memory = self.memory_result()
+        memory, lines = self.memory_result(), self.lines_result()
         if self.memory is not None:
             self.memory.stop()
         with self._lock:
@@ -162,10 +179,81 @@ class CallProfiler:
                 json.dump({"worker_id": self.worker_id, "pid": os.getpid(), "token": self.token,
                            "hz": 0, "samples": self.calls, "started": self.started,
                            "ended": self.ended, "final": True, "counts": [],
-                           "mode": "cprofile", "memory": memory}, f)
+                           "mode": "cprofile", "memory": memory, "lines": lines}, f)
             os.replace(temporary, self.path)
         except OSError:
             pass
+
+
+class LineTimer:
+    """line_profiler on this worker's functions of the given codes (module docstring)."""
+
+    def __init__(self, worker: Any, targets: list[Key]) -> None:
+        from line_profiler import LineProfiler
+
+        self.worker = worker
+        self.profiler = LineProfiler()
+        self.targets = {tuple(t) for t in targets}
+        self.found: set[Key] = set()
+        self._known = -1  # how many functions the worker had at the last search
+
+    def _resolve(self) -> None:
+        import gc
+        import types
+
+        known = len(getattr(self.worker, "functions", ()))
+        if known == self._known or self.found >= self.targets:
+            return
+        self._known = known
+        for obj in gc.get_objects():
+            if type(obj) is types.FunctionType:
+                code = obj.__code__
+                key = (code.co_filename, code.co_firstlineno, code.co_name)
+                if key in self.targets and id(obj) not in self._added:
+                    self._added.add(id(obj))
+                    self.found.add(key)
+                    self.profiler.add_function(obj)
+
+    _added: set[int]
+
+    def enable(self, key: Any) -> None:
+        if not hasattr(self, "_added"):
+            self._added = set()
+        try:
+            if type(key) is bytes:  # load the task's function now: its helpers come with it
+                self.worker.function(key)
+            self._resolve()
+        except Exception:  # noqa: BLE001 - the call itself reports a function that fails
+            pass
+        self.profiler.enable_by_count()
+
+    def disable(self) -> None:
+        self.profiler.disable_by_count()
+
+    def result(self) -> dict[str, Any]:
+        stats = self.profiler.get_stats()
+        return {"unit": stats.unit,
+                "timings": [[file, line, name, [list(t) for t in timings]]
+                            for (file, line, name), timings in stats.timings.items()]}
+
+
+def merge_lines(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Workers' :meth:`LineTimer.result` added up by line (in the first one's unit)."""
+    unit = next((r["unit"] for r in results if r), 1e-6)
+    merged: dict[Key, dict[int, list[float]]] = {}
+    for result in results:
+        if not result:
+            continue
+        scale = result["unit"] / unit
+        for file, first, name, timings in result["timings"]:
+            by_line = merged.setdefault((file, first, name), {})
+            for line, hits, spent in timings:
+                into = by_line.setdefault(line, [0, 0.0])
+                into[0] += hits
+                into[1] += spent * scale
+    return {"unit": unit, "timings": [[*key, [[line, hits, spent] for line, (hits, spent)
+                                              in sorted(by_line.items())]]
+                                      for key, by_line in merged.items()]}
 
 
 class MemoryTracer:

@@ -104,17 +104,31 @@ def _sample_path(session_dir: str, worker_id: int) -> str:
     return os.path.join(session_dir, f"sample-w{worker_id}.json")
 
 
-def _read_switch(session_dir: str) -> tuple[bool, str, float, str, bool] | None:
-    """``(on, token, hz, mode, memory)`` from the switch file: ``on <token> <hz> [<mode>
-    [memory]]`` or ``off <token>``; the mode is one of ``MODES``, ``memory`` adds
-    tracemalloc per call (``call_profiler.py``)."""
+def _read_switch(session_dir: str) -> tuple[bool, str, float, str, set[str]] | None:
+    """``(on, token, hz, mode, extras)`` from the switch file: ``on <token> <hz> [<mode>
+    [extras...]]`` or ``off <token>``; the mode is one of ``MODES``, the extras
+    ``memory`` (tracemalloc per call) and ``lines`` (line timings of the functions in
+    ``sampling-lines.json``: ``call_profiler.py``)."""
     try:
         with open(_switch_path(session_dir)) as f:
             state, token, *rest = f.read().split()
         return (state == "on", token, float(rest[0]) if rest else 0.0,
-                rest[1] if len(rest) > 1 else SAMPLE, "memory" in rest[2:])
+                rest[1] if len(rest) > 1 else SAMPLE, set(rest[2:]))
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _lines_path(session_dir: str) -> str:
+    return os.path.join(session_dir, SWITCH_NAME + "-lines.json")
+
+
+def _read_lines(session_dir: str, token: str) -> list[Any]:
+    try:
+        with open(_lines_path(session_dir)) as f:
+            data = json.load(f)
+        return list(data["functions"]) if data.get("token") == token else []
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
 
 
 def _write_switch(session_dir: str, text: str) -> None:
@@ -258,7 +272,8 @@ class Sampler:
                 "hz": self.hz, "samples": self.samples, "started": self.started,
                 "ended": self.ended or time.time(), "final": bool(self.ended),
                 "counts": [[label, list(stack), n] for (label, stack), n in self.counts.items()],
-                "memory": self.calls.memory_result() if self.calls is not None else {}}
+                "memory": self.calls.memory_result() if self.calls is not None else {},
+                "lines": self.calls.lines_result() if self.calls is not None else {}}
 
     def write(self, final: bool) -> None:
         assert self.path is not None
@@ -338,8 +353,10 @@ def _follow_switch(signalled: bool = True) -> None:
         return
     switch = _read_switch(_session_dir)
     running = _running
-    on, token, hz, mode, memory = switch if switch is not None else (
-        False, "", 0.0, SAMPLE, False)
+    on, token, hz, mode, extras = switch if switch is not None else (
+        False, "", 0.0, SAMPLE, set())
+    memory = "memory" in extras
+    lines = _read_lines(_session_dir, token) if on and "lines" in extras else None
     if running is not None and not (on and token == running.token):
         running.stop()  # its thread writes the final counts
         _running = None
@@ -354,14 +371,14 @@ def _follow_switch(signalled: bool = True) -> None:
     if on and (running is None or token != running.token):
         path = _sample_path(_session_dir, _worker_id)
         calls = None
-        if mode == CPROFILE or memory:
+        if mode == CPROFILE or memory or lines:
             from lightwork.engines.local import worker as worker_module
             from lightwork.engines.local.call_profiler import CallProfiler
 
             if worker_module._current_worker is None:
                 return  # still starting: main() follows the switch once it is built
             calls = CallProfiler(worker_module._current_worker, token, _worker_id, path,
-                                 cprofile=mode == CPROFILE, memory=memory)
+                                 cprofile=mode == CPROFILE, memory=memory, lines=lines)
         if mode == CPROFILE:
             _running = calls
         else:
@@ -375,7 +392,8 @@ def _follow_switch(signalled: bool = True) -> None:
 class SamplingSession:
     """The driver's side of one profile: the switch, its own sampler, the merge."""
 
-    def __init__(self, node: Any, hz: float, mode: str = SAMPLE, memory: bool = False) -> None:
+    def __init__(self, node: Any, hz: float, mode: str = SAMPLE, memory: bool = False,
+                 lines: list[Any] | None = None) -> None:
         if not 1 <= hz <= 1000:
             raise ValueError(f"the sampling rate must be within 1-1000 Hz, got {hz:g}")
         if mode not in MODES:
@@ -384,6 +402,7 @@ class SamplingSession:
         self.hz = hz
         self.mode = mode
         self.memory = memory
+        self.lines = [list(t) for t in lines or ()]
         self.session_dir = node.session.directory
         self.token = f"{os.getpid()}-{time.monotonic_ns()}"
         self.driver = Sampler(self.token, hz, 0, None, driver=True)
@@ -395,8 +414,11 @@ class SamplingSession:
                 os.unlink(path)  # a previous profile's: never merged into this one
             except OSError:
                 pass
+        if self.lines:
+            with open(_lines_path(self.session_dir), "w") as f:
+                json.dump({"token": self.token, "functions": self.lines}, f)
         _write_switch(self.session_dir, f"on {self.token} {self.hz:g} {self.mode}"
-                      + " memory" * self.memory)
+                      + " memory" * self.memory + " lines" * bool(self.lines))
         if self.mode == SAMPLE:  # (cProfile mode profiles task calls: none run here)
             self.driver.start()
         _signal_workers(self.node, self.session_dir)
@@ -436,6 +458,11 @@ class SamplingSession:
             if self.memory:
                 out["allocations"] = call_profiler.merge_memory(
                     [results[w].get("memory") or {} for w in sorted(results)])
+        if self.lines:
+            from lightwork.engines.local import call_profiler
+
+            out["lines"] = call_profiler.merge_lines(
+                [results[w].get("lines") or {} for w in sorted(results)])
         return out
 
 
@@ -486,14 +513,14 @@ def _alive(pid: int) -> bool:
 
 
 def start(node: Any, hz: float = DEFAULT_HZ, mode: str = SAMPLE,
-          memory: bool = False) -> dict[str, Any]:
+          memory: bool = False, lines: list[Any] | None = None) -> dict[str, Any]:
     """Start a profile of the node's tasks (ValueError if one is already on)."""
     with node.lock:
         if getattr(node, "sampling", None) is not None:
             raise ValueError("a task profile is already running in this session "
                              "(profile_tasks() or `lightwork profile`); stop it first, or "
                              "wait for it to end")
-        node.sampling = session = SamplingSession(node, hz, mode, memory)
+        node.sampling = session = SamplingSession(node, hz, mode, memory, lines)
     try:
         session.start()
     except BaseException:
