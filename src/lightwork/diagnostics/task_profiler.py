@@ -278,7 +278,7 @@ class TaskProfile:
         for file, line, name, cc, nc, tt, ct, callers in self._stats_rows:
             stats[(file, line, name)] = (cc, nc, tt, ct, {
                 (c[0], c[1], c[2]): tuple(c[3:]) for c in callers})
-        return pstats.Stats(_Loaded(stats), stream=stream)
+        return pstats.Stats(_Loaded(stats), stream=stream)  # type: ignore[arg-type]
 
     def print_stats(self, *restrictions: Any, sort: str = "cumulative",
                     stream: Any = None) -> None:

@@ -129,7 +129,7 @@ class CallProfiler:
                 profile.disable()
             if lines is not None:
                 lines.disable()
-            if memory is not None:
+            if memory is not None and traced is not None:
                 memory.after(frame[2], traced)
             with self._lock:
                 self.in_call.discard(ident)
