@@ -1,11 +1,12 @@
-"""cProfile, or tracemalloc, around every task call of a worker while a profile is on.
+"""cProfile, line_profiler or tracemalloc around every task call of a worker, while a
+profile that asks for them is on.
 
 The switch and its signal are the sampler's (``sampler.py``): the switch file says
-``on <token> <hz> cprofile`` (or ``... sample memory``, ``... cprofile memory``), and
-the worker's SIGUSR2 handler builds a :class:`CallProfiler` instead of a sampling
-thread (in cProfile mode) or beside it (memory alone: the sampler's file then carries
-the memory figures). The driver's side of the merge is :func:`merge` and
-:func:`merge_memory`.
+``on <token> <hz> cprofile`` (or ``... sample memory``, ``... cprofile lines``, ...),
+and the worker's SIGUSR2 handler builds a :class:`CallProfiler` instead of a sampling
+thread (in cProfile mode; it writes the worker's file) or beside it (memory or lines
+with sampling: the sampler's file then carries their figures). The driver's side of
+the merge is :func:`merge`, :func:`merge_lines` and :func:`merge_memory`.
 
 Lines (``profile_tasks(lines=[f, ...])``, with line_profiler installed): the driver
 writes the functions' ``(file, first line, name)`` to ``sampling-lines.json``; the
@@ -28,7 +29,8 @@ How a call is profiled: the profiler sets an instance attribute ``_execute`` on 
 worker, which shadows the class's method (``Worker.execute`` calls ``self._execute``),
 and removes it when the profile stops. Off, nothing of it exists: the task loop has no
 check to make. Each thread that runs calls (the main thread; an actor's pool threads)
-has its own ``cProfile.Profile``, enabled only for the length of a call and kept across
+has its own ``cProfile.Profile`` (line_profiler keeps per-thread state itself),
+enabled only for the length of a call and kept across
 calls, so its counts add up. A profile only hooks the thread that enabled it, so one
 per thread is what keeps a threaded actor's calls apart.
 

@@ -12,7 +12,10 @@
                                                         second, and once more at stop
 
 What it owns: the switch file and the per-worker sample files in the session
-directory, and one :class:`Sampler` per process while profiling is on. Off, nothing of
+directory, and one :class:`Sampler` per process while profiling is on. The switch also
+names a mode: ``sample`` (this module's sampler) or ``cprofile``, and extras ``memory``
+and ``lines``: those wrap each task call instead (``call_profiler.py``), through the
+same signal, files and merge. Off, nothing of
 it runs: no thread, no check on the task loop; a worker only has a signal handler
 (installed once in ``main``, like the stack-dump one) and its ``.ready`` marker.
 
