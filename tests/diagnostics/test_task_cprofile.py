@@ -191,5 +191,10 @@ def test_cli_writes_pstats_of_a_running_program(tmp_path):
             env=info["env"], capture_output=True, text=True, timeout=60)
         assert printed.returncode == 0, printed.stderr
         assert "(calls_inner)" in printed.stdout and "function calls" in printed.stdout
+        traced = subprocess.run(
+            [sys.executable, "-m", "lightwork", "profile", "--memory", "--seconds", "0.5"],
+            env=info["env"], capture_output=True, text=True, timeout=60)
+        assert traced.returncode == 0, traced.stderr
+        assert "calls_inner: " in traced.stdout and "MB in one call" in traced.stdout
     finally:
         helpers.stop_session_driver(info)

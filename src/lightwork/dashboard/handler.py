@@ -336,7 +336,7 @@ def _profile(dashboard: DashboardServer, seconds: float) -> dict[str, Any]:
         raise HttpError(400, f"seconds must be at most {PROFILE_MAX_S:g}, got {seconds:g}")
     try:
         data = dashboard.ask("sample", {"seconds": seconds}, timeout=seconds + 15.0)
-    except control.ControlError as exc:
+    except (control.ControlError, ValueError) as exc:
         if "already running" in str(exc):
             raise HttpError(409, "another task profile is running in this session (another "
                                  "page's Profile view, profile_tasks() or `lightwork "
