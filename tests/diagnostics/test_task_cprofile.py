@@ -183,8 +183,11 @@ def test_cli_writes_pstats_of_a_running_program(tmp_path):
         assert done.returncode == 0, done.stderr
         assert "python -m pstats" in done.stdout
         stats = by_name(pstats.Stats(str(out)))
-        # Every call of calls_inner makes three of inner, whichever worker ran it.
-        assert stats["inner"][1] == 3 * stats["calls_inner"][1] > 0
+        # Every call of calls_inner makes three of inner, whichever worker ran it; on each
+        # of the two workers a call may run as the profile begins (its inner calls from
+        # then on count, itself not) or ends (it counts, with what it did so far).
+        calls = stats["calls_inner"][1]
+        assert calls > 0 and 3 * calls - 6 <= stats["inner"][1] <= 3 * calls + 6, stats
         printed = subprocess.run(
             [sys.executable, "-m", "lightwork", "profile", "--mode", "cprofile",
              "--seconds", "0.5", "--top", "5"],
