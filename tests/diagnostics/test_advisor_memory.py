@@ -77,18 +77,31 @@ def _growth(records: list[TaskRecord]) -> list:
 
 
 def test_a_few_rising_calls_among_flat_ones_are_no_leak():
-    # 40 MB in all, but from 3 calls of 20: the allocator's steps, not a trend
-    flat = [_call(i, 20 * MB if i % 7 == 0 else 0) for i in range(1, 21)]
-    assert _growth(flat) == []
-    # the same total spread over every call is one
-    rising = [_call(i, 4 * MB) for i in range(1, 21)]
+    # 60 MB in all, but from 3 calls of 20: the allocator's steps, not a trend
+    steps, peak = [], 500 * MB
+    for i in range(1, 21):
+        change = 20 * MB if i % 7 == 0 else 0
+        peak += change
+        steps.append(_call(i, change, peak=peak))
+    assert _growth(steps) == []
+    # the same growth spread over every call is one
+    rising = [_call(i, 4 * MB, peak=500 * MB + 4 * MB * i) for i in range(1, 21)]
     [finding] = _growth(rising)
-    assert finding.evidence["rising_calls"] == finding.evidence["calls"]
+    assert finding.evidence["rising_calls"] == finding.evidence["calls"] >= 5
+    assert finding.evidence["per_call_bytes"] == 4 * MB
+
+
+def test_memory_that_goes_with_the_call_is_no_leak():
+    # Every call ends 30 MB up (it read a big argument from shared memory), but the
+    # argument is unmapped after it: the next call begins where the last began.
+    reads = [_call(i, 30 * MB, peak=530 * MB) for i in range(1, 21)]
+    assert _growth(reads) == []
 
 
 def test_calls_on_different_workers_are_not_added_together():
     # each worker grows twice: never five calls of one worker
-    spread = [_call(i, 12 * MB, worker_id=i % 4) for i in range(1, 9)]
+    spread = [_call(i, 12 * MB, worker_id=i % 4, peak=500 * MB + 12 * MB * i)
+              for i in range(1, 9)]
     assert _growth(spread) == []
 
 

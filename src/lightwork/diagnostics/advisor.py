@@ -52,8 +52,9 @@ refs-pinned       the object store filling with settled objects only driver refs
 actor-deadlock    a get in an actor the runtime refused because it could never return
                   (its own call on a busy actor, a cycle of actors; the runtime's report)
 memory-growth     a function whose worker's resident memory rose across nearly every
-                  one of its last calls there, by ``LEAK_MIN_GROWTH`` or more in all
-                  (records' ``rss_change``: a likely leak; :class:`_MemoryGrowth`)
+                  one of its last calls there and stayed: its calls' peaks rose by
+                  ``LEAK_MIN_GROWTH`` or more (records' ``rss_change``, ``rss_peak``:
+                  a likely leak; :class:`_MemoryGrowth`)
 
 Never wrong: a finding is made only on evidence computed from what happened, and a
 false one teaches users to ignore the advisor. How busy the slots were comes from the
@@ -137,6 +138,7 @@ KINDS = _RULE_KINDS + ("memory-growth",)
 LEAK_MIN_CALLS = 5  # measured calls of one function on one worker
 LEAK_MIN_GROWTH = 32 << 20  # its worker's resident memory grew this much over them, or more
 LEAK_MIN_RISING = 0.8  # ... rising across at least this share of them
+LEAK_MIN_KEPT = 0.5  # ... and at least this share of what they added stayed (the peaks)
 LEAK_WINDOW = 32  # the last measured calls of a function on a worker that are looked at
 
 
@@ -145,9 +147,13 @@ class _MemoryGrowth:
     of resident memory (``TaskRecord.rss_change``; ``rss_peak`` 0 is not measured).
 
     A leak grows the worker call after call: nearly every call ends with more resident
-    than it began with. A task that allocates and frees ends about where it began (the
-    allocator keeps some pages after the first call, which then stay flat), so it rises
-    in few calls, however big its peak."""
+    than it began with, and it stays, so each call's peak is above the last one's. A
+    task that allocates and frees ends about where it began (the allocator keeps some
+    pages after the first call, which then stay flat), so it rises in few calls, however
+    big its peak. A task that reads a big argument from shared memory ends with more
+    resident than it began with (the pages it read), every call, but the runtime unmaps
+    the argument after the call: the next one begins where the last began, and the
+    peaks stay flat."""
 
     def __init__(self) -> None:
         self.calls: dict[tuple[str, int], deque[TaskRecord]] = {}
@@ -160,12 +166,14 @@ class _MemoryGrowth:
         calls.append(record)
         if len(calls) < LEAK_MIN_CALLS:
             return None
-        growth = sum(r.rss_change for r in calls)
+        added = sum(r.rss_change for r in calls)
         rising = sum(1 for r in calls if r.rss_change > 0)
-        if growth < LEAK_MIN_GROWTH or rising < LEAK_MIN_RISING * len(calls):
+        growth = calls[-1].rss_peak - calls[0].rss_peak  # what stayed, call after call
+        if (growth < LEAK_MIN_GROWTH or rising < LEAK_MIN_RISING * len(calls)
+                or growth < LEAK_MIN_KEPT * added * (len(calls) - 1) / len(calls)):
             return None
         mb = 1 << 20
-        per_call = growth / len(calls)
+        per_call = growth / (len(calls) - 1)
         first = calls[0].rss_peak - max(calls[0].rss_change, 0)
         last = calls[-1].rss_peak
         return Finding(
@@ -174,7 +182,8 @@ class _MemoryGrowth:
             f"{per_call / mb:+.1f} MB a call over its last {len(calls)} calls on worker "
             f"{record.worker_id}, {growth / mb:.0f} MB in all, resident up to {last / mb:.0f} MB",
             {"function": record.name, "worker_id": record.worker_id, "calls": len(calls),
-             "rising_calls": rising, "growth_bytes": growth, "per_call_bytes": per_call,
+             "rising_calls": rising, "growth_bytes": growth, "added_bytes": added,
+             "per_call_bytes": per_call,
              "resident_before_bytes": first, "rss_peak_bytes": last},
             f"something in {record.name} keeps what each call makes: a module-level list, "
             "dict or cache that only grows, a global that collects results, an lru_cache "

@@ -9,6 +9,7 @@ process's, also where ``getrusage`` reports a stale figure.
 
 from __future__ import annotations
 
+import mmap
 import os
 import time
 
@@ -112,14 +113,23 @@ def test_actor_calls_carry_memory_too(fresh_runtime):
     assert [r["rss_change"] >= 7.5 * MB for r in rows] == [True] * 3, rows
 
 
+def _fresh_pages(n: int) -> mmap.mmap:
+    """``n`` bytes of pages new to the process (a long-lived process's allocator may
+    hand out pages it already holds), every one written."""
+    block = mmap.mmap(-1, n)
+    for i in range(0, n, 4096):
+        block[i] = 1
+    return block
+
+
 def test_the_probe_reads_a_calls_own_peak():
     probe = MemoryProbe(os.getpid())
-    held = _touch(120 * MB)  # the process's peak so far: not this call's
-    del held
+    held = _fresh_pages(120 * MB)  # the process's peak so far: not this call's
+    held.close()
     before = probe.before()
-    block = _touch(20 * MB)
+    block = _fresh_pages(20 * MB)
     peak, change = probe.after(before)
-    del block
+    block.close()
     assert 19 * MB <= peak - before <= 30 * MB, (peak, before)
     assert 19 * MB <= change <= 22 * MB
 
@@ -131,7 +141,7 @@ def test_the_probe_sees_past_a_stale_getrusage_figure():
     stale = type("Usage", (), {"ru_maxrss": 64 << 30 >> 10})()  # 64 GiB, in kB
     probe._getrusage = lambda who: stale
     before = probe.before()
-    block = _touch(20 * MB)
+    block = _fresh_pages(20 * MB)
     peak, _change = probe.after(before)
-    del block
+    block.close()
     assert 19 * MB <= peak - before <= 30 * MB, (peak, before)
