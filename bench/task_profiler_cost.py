@@ -1,8 +1,8 @@
-"""What sampling every task at 100 Hz costs (``lightwork.profile_tasks``), paired.
+"""What profiling every task costs (``lightwork.profile_tasks``), paired.
 
 Usage (from the repository root)::
 
-    python bench/task_profiler_cost.py [--rounds 6] [--hz 100]
+    python bench/task_profiler_cost.py [--rounds 6] [--hz 100] [--mode sample|cprofile]
 
 Two workloads, each run with the profiler off and on in turn (off on, then on off in
 the next round, so a drift in the machine's load weighs on both alike), in one runtime:
@@ -11,7 +11,13 @@ the next round, so a drift in the machine's load weighs on both alike), in one r
   0.1 s tasks; the figure is their wall time. The tasks sleep, as in the guide.
 * ``cpu tasks``: 40 CPU-bound tasks of a fixed amount of pure-Python work on 2 workers;
   the figures are the workers' process CPU time per task (the sampler thread's CPU is
-  in it: ``time.process_time`` counts every thread) and the batch's wall time.
+  in it: ``time.process_time`` counts every thread) and the batch's wall time;
+* ``call tasks``: 40 tasks that each call a small function 50,000 times (what cProfile
+  pays for: a hook per call and return); the workers' CPU time per task;
+* ``no-op tasks``: 2,000 tasks that do nothing, in one batch; the wall time per task
+  (what a profile adds to each call's path: cProfile mode's wrapper).
+
+``--mode`` picks the profile: stack samples at ``--hz`` (the default) or cProfile.
 
 Printed per figure: the medians off and on, and the median of the per-round ratios
 on/off. A shared 2-core host is noisy: the CPU figure is the one to read.
@@ -39,6 +45,23 @@ def crunch() -> float:
     for i in range(WORK):
         total += i * i
     return time.process_time() - started
+
+
+def small(i: int) -> int:
+    return i + 1
+
+
+@ray.remote
+def call_many() -> float:
+    started = time.process_time()
+    for i in range(50_000):
+        small(i)
+    return time.process_time() - started
+
+
+@ray.remote
+def noop() -> None:
+    pass
 
 
 @ray.remote
@@ -71,37 +94,53 @@ def cpu_tasks() -> tuple[float, float]:
     return statistics.median(cpu), time.perf_counter() - started
 
 
-def measure(profiled: bool, hz: float) -> dict[str, float]:
-    if profiled:
-        with ray.profile_tasks(hz=hz) as prof:
-            loops = guide_loops()
-            cpu, wall = cpu_tasks()
-        assert prof.total > 0
-    else:
-        loops = guide_loops()
-        cpu, wall = cpu_tasks()
+def call_tasks() -> float:
+    return statistics.median(ray.get([call_many.remote() for _ in range(40)]))
+
+
+def noop_tasks() -> float:
+    started = time.perf_counter()
+    ray.get([noop.remote() for _ in range(2_000)])
+    return (time.perf_counter() - started) / 2_000
+
+
+def workloads() -> dict[str, float]:
+    loops = guide_loops()
+    cpu, wall = cpu_tasks()
     return {"guide loops wall s": loops, "cpu tasks CPU/task ms": 1000 * cpu,
-            "cpu tasks wall s": wall}
+            "cpu tasks wall s": wall, "call tasks CPU/task ms": 1000 * call_tasks(),
+            "no-op tasks wall/task us": 1e6 * noop_tasks()}
+
+
+def measure(profiled: bool, hz: float, mode: str = "sample") -> dict[str, float]:
+    if not profiled:
+        return workloads()
+    with ray.profile_tasks(hz=hz, mode=mode) as prof:
+        figures = workloads()
+    assert (prof.calls if mode == "cprofile" else prof.total) > 0
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--hz", type=float, default=100.0)
+    parser.add_argument("--mode", choices=("sample", "cprofile"), default="sample")
     args = parser.parse_args()
     ray.init(num_cpus=2)
     measure(False, args.hz)  # warm-up: workers started, functions loaded
     runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
     for index in range(args.rounds):
         for profiled in ((False, True) if index % 2 == 0 else (True, False)):
-            runs[profiled].append(measure(profiled, args.hz))
+            runs[profiled].append(measure(profiled, args.hz, args.mode))
     ray.shutdown()
-    print(f"{'figure':<24}{'off':>10}{'on':>10}{'on/off':>9}   ({args.rounds} rounds, {args.hz:g} Hz)")
+    what = f"{args.hz:g} Hz" if args.mode == "sample" else "cProfile"
+    print(f"{'figure':<26}{'off':>10}{'on':>10}{'on/off':>9}   ({args.rounds} rounds, {what})")
     for figure in runs[False][0]:
         off = [r[figure] for r in runs[False]]
         on = [r[figure] for r in runs[True]]
         ratio = statistics.median(b / a for a, b in zip(off, on))
-        print(f"{figure:<24}{statistics.median(off):>10.4f}{statistics.median(on):>10.4f}"
+        print(f"{figure:<26}{statistics.median(off):>10.4f}{statistics.median(on):>10.4f}"
               f"{ratio:>9.3f}")
 
 

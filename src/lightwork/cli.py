@@ -26,7 +26,8 @@ socket of its session (the newest of this user's sessions, or ``--session NAME``
     lightwork stack [--native]             every thread of the driver and each worker
     lightwork profile [--seconds N] [-o FILE]  sample every task's stack; top functions,
                                            or a flame graph (.html), speedscope (.json),
-                                           collapsed stacks (other names)
+                                           collapsed stacks (other names); --mode
+                                           cprofile: cProfile of every call (pstats)
     lightwork advise [--format json]       the advisor's findings: mistakes and their fixes
     lightwork dashboard [--port N] [--open] [--allow-actions]
                                            a live dashboard in the browser (lightwork.dashboard)
@@ -207,7 +208,7 @@ def _dask_example(out: TextIO, profile_path: str) -> None:
 # ---------------------------------------------------------------------------- formatting
 TABLE_COLUMNS = {
     "tasks": ("task_id", "name", "state", "type", "worker_id", "pid", "attempt", "queued_s",
-              "run_s", "error"),
+              "run_s", "rss_peak", "rss_change", "error"),
     "actors": ("actor_id", "class_name", "name", "state", "pid", "running", "queued",
                "calls_done", "restarts", "death_cause"),
     "workers": ("worker_id", "pid", "kind", "state", "actor_class", "running", "queued",
@@ -217,11 +218,12 @@ TABLE_COLUMNS = {
     # Queued time per task (mean, p95), not summed: a sum over tasks that queue side by
     # side is task-seconds, far above the run's wall time (it is in the JSON output).
     "summary": ("name", "type", "count", "state_counts", "mean_run_s", "p50_run_s",
-                "p95_run_s", "mean_queued_s", "p95_queued_s"),
+                "p95_run_s", "mean_queued_s", "p95_queued_s", "max_rss_peak", "mean_rss_change"),
     "owners": ("owner", "count", "bytes"),
     "kinds": ("kind", "count", "bytes"),
 }
-_BYTES = {"size", "rss", "bytes", "arg_size", "result_size"}
+_BYTES = {"size", "rss", "bytes", "arg_size", "result_size", "rss_peak", "rss_change",
+          "max_rss_peak", "mean_rss_change"}
 
 
 def human_bytes(n: float | None) -> str:
@@ -439,7 +441,19 @@ def write_profile(ask: Any, args: Any, out: TextIO) -> None:
 
     if not 0 < args.seconds <= 3600:
         raise ValueError(f"--seconds must be within (0, 3600], got {args.seconds:g}")
-    profile = TaskProfile(ask("sample", seconds=args.seconds, hz=args.rate))
+    profile = TaskProfile(ask("sample", seconds=args.seconds, hz=args.rate, mode=args.mode,
+                              memory=args.memory))
+    if args.memory:
+        print(profile.memory_top(args.top), file=out)
+    if profile.mode == "cprofile":
+        if args.output is None:
+            profile.print_stats(args.top, stream=out)
+            return
+        profile.dump_stats(args.output)
+        print(f"wrote cProfile statistics of {profile.calls} task calls to "
+              f"{os.path.abspath(args.output)}: read them with `python -m pstats "
+              f"{args.output}` or snakeviz", file=out)
+        return
     if args.output is None:
         print(profile.top(args.top), file=out, end="")
         return
@@ -531,9 +545,15 @@ def build_parser() -> argparse.ArgumentParser:
                           help="how long to sample (default 5)")
     sampling.add_argument("--rate", type=float, default=100.0,
                           help="samples per second in each process (default 100)")
+    sampling.add_argument("--mode", choices=("sample", "cprofile"), default="sample",
+                          help="sample: stack samples (default); cprofile: cProfile around "
+                          "every task call, merged")
+    sampling.add_argument("--memory", action="store_true",
+                          help="also trace memory per task call (tracemalloc): peaks and "
+                          "the lines that allocate what calls keep")
     sampling.add_argument("--output", "-o", help="write FILE instead of printing the top "
                           "functions: .html a flame graph, .json speedscope, else collapsed "
-                          "stacks")
+                          "stacks; in cprofile mode, pstats' file")
     sampling.add_argument("--top", type=int, default=10,
                           help="functions per task function in the printed table (10)")
     from lightwork.dashboard import add_command

@@ -374,6 +374,21 @@ def test_functions_actors_objects_stacks_and_trace(client, runtime):
     assert any(e.get("name", "").endswith("square") for e in events)
 
 
+def test_profile_samples_the_live_program_one_profile_at_a_time(client, runtime):
+    profile = client.json("/api/profile?seconds=0.3")
+    assert profile["hz"] == 100 and "all tasks" in profile["trees"]
+    assert profile["trees"]["all tasks"]["value"] == profile["samples"]
+    assert client.request("/api/profile?seconds=60").status == 400
+    lightwork.state.query("sample_start")  # another profile holds the session
+    try:
+        busy = client.request("/api/profile?seconds=0.3")
+        assert busy.status == 409
+        assert b"another task profile is running" in busy.data
+    finally:
+        lightwork.state.query("sample_stop")
+    assert client.json("/api/profile?seconds=0.2")["hz"] == 100  # free again
+
+
 def test_events_stream_pushes_the_overview_and_the_view(client):
     conn = http.client.HTTPConnection("127.0.0.1", client.server.port, timeout=10)
     conn.request("GET", "/api/events?view=tasks&page_size=3", headers={

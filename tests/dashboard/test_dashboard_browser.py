@@ -196,3 +196,62 @@ def test_the_page_shows_the_running_program(browser_page, tmp_path):
         server.stop()
     assert errors == []
     assert foreign == []
+
+
+PROFILED = """
+import os, sys, time
+import lightwork
+from tests import support
+
+lightwork.init(num_cpus=2)
+
+def busy_a(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+@lightwork.remote
+def crunch():
+    busy_a(0.05)
+
+print("SOCKET", support.control_path(), flush=True)
+gate = sys.argv[1]
+while not os.path.exists(gate):
+    lightwork.get([crunch.remote() for _ in range(4)])
+lightwork.shutdown()
+print("DONE", flush=True)
+"""
+
+
+def test_the_profile_view_samples_while_open(browser_page, tmp_path):
+    from lightwork.kernel import control
+
+    page = browser_page
+    info = helpers.start_session_driver(PROFILED)
+    server = DashboardServer(info["socket"], port=0).start()
+    errors, foreign = watch(page, f"http://127.0.0.1:{server.port}/")
+    try:
+        page.goto(server.url + "#profile")
+        page.wait_for_function("() => profile.samples > 0 && "
+                               "[...document.querySelectorAll('#flame .frame')]"
+                               ".some(f => f.textContent.startsWith('busy_a ('))",
+                               timeout=30_000)
+        options = page.eval_on_selector_all("#profile-pick option", "os => os.map(o => o.value)")
+        assert options[0] == "all tasks" and "crunch" in options, options
+        first = page.evaluate("profile.samples")
+        page.wait_for_function(f"() => profile.samples > {first}", timeout=30_000)  # still going
+        # One task function's tree; a click on a box zooms to it.
+        page.select_option("#profile-pick", "crunch")
+        page.locator("#flame .frame", has_text="busy_a").first.click()
+        assert page.evaluate("profile.zoom")[-1].startswith("busy_a (")
+        assert page.inner_text("#flame .frame >> nth=0").startswith("busy_a (")
+        page.screenshot(path=str(tmp_path / "dashboard-profile.png"), full_page=True)
+        # Left, the view stops asking: no profile stays on in the session.
+        page.click("#tabs button[data-view=overview]")
+        page.wait_for_function("() => !profile.running", timeout=15_000)
+        control.request(info["socket"], "sample", {"seconds": 0.2}, timeout=15)
+    finally:
+        helpers.stop_session_driver(info)
+        server.stop()
+    assert errors == []
+    assert foreign == []

@@ -84,7 +84,8 @@ def test_every_column_survives_the_whole_record_packing():
                           args_loaded=5.5 + i, finished=6.75 + i, stored=7.875 + i,
                           seen=99.0, arg_size=1 << 40, result_size=12345 + i,
                           actor_id=(1 << 62) + i, state="FINISHED", callsite=("x.py", 1, "f"),
-                          yields=(1.0,), cpu_time=0.5) for i in range(3)]
+                          yields=(1.0,), cpu_time=0.5, rss_peak=(300 << 20) + i,
+                          rss_change=-(1 << 20) * i) for i in range(3)]
     facts, buffers = feed.pack(records)
     reply = helpers.sync_reply(facts, 3)
     mirror = Mirror()
@@ -93,6 +94,9 @@ def test_every_column_survives_the_whole_record_packing():
         assert list(mirror.floats[name]) == [getattr(r, name) for r in records], name
     for name in INT_COLUMNS:
         assert list(mirror.ints[name]) == [getattr(r, name) for r in records], name
+    rows = {r["task_id"]: r for r in mirror.tasks(page_size=10)["rows"]}
+    assert [(rows[7 + i]["rss_peak"], rows[7 + i]["rss_change"]) for i in range(3)] == [
+        ((300 << 20) + i, -(1 << 20) * i) for i in range(3)]
 
 
 def test_records_with_errors_and_retries_keep_them():

@@ -11,6 +11,8 @@ GET  /api/functions                    per function: counts by state, p50/p95, q
 GET  /api/actors                       every actor: state, restarts, calls, death cause
 GET  /api/objects                      ``memory_summary()`` (live program only)
 GET  /api/stacks?target=all|driver|ID  ``lightwork.stack()`` text (live program only)
+GET  /api/profile?seconds=S            S seconds of stack samples of every task, as call
+                                      trees per task function (live program only)
 GET  /api/trace                        the Chrome/Perfetto trace JSON, as a download
 GET  /api/events?view=V&...            Server-Sent Events: the overview plus view V
                                        (its parameters as above), about once a second
@@ -316,8 +318,33 @@ def view(dashboard: DashboardServer, name: str, query: dict[str, str]) -> dict[s
         return {**mirror.header(), **summary}
     if name == "stacks":
         return {**mirror.header(), **_stacks(dashboard, query.get("target", "all"))}
+    if name == "profile":
+        return {**mirror.header(), **_profile(dashboard, _float(query, "seconds", 2.0))}
     raise HttpError(404, f"no view {name!r}; views: overview, stream, tasks, functions, actors, "
-                         "objects, stacks")
+                         "objects, stacks, profile")
+
+
+PROFILE_MAX_S = 10.0  # one request's sampling: the page asks again while it is open
+
+
+def _profile(dashboard: DashboardServer, seconds: float) -> dict[str, Any]:
+    """``seconds`` of the session's stack samples (the task profiler's ``sample``), as
+    call trees: one for all tasks and one per task function (the page adds them up)."""
+    from lightwork.diagnostics.task_profiler import TaskProfile
+
+    if seconds > PROFILE_MAX_S:
+        raise HttpError(400, f"seconds must be at most {PROFILE_MAX_S:g}, got {seconds:g}")
+    try:
+        data = dashboard.ask("sample", {"seconds": seconds}, timeout=seconds + 15.0)
+    except (control.ControlError, ValueError) as exc:
+        if "already running" in str(exc):
+            raise HttpError(409, "another task profile is running in this session (another "
+                                 "page's Profile view, profile_tasks() or `lightwork "
+                                 "profile`): this view samples once it ends") from None
+        raise
+    profile = TaskProfile(data)
+    return {"hz": profile.hz, "seconds": profile.duration, "samples": profile.total,
+            "workers": sorted(profile.workers), "trees": profile.trees()}
 
 
 def _stacks(dashboard: DashboardServer, target: str) -> dict[str, Any]:

@@ -50,7 +50,8 @@ SORT_KEYS = ("submitted", "task_id", "run_s", "queued_s", "arg_size", "result_si
              "worker_id", "name", "state")
 KEPT_ORDERS = SORT_KEYS[2:]  # the first two are the columns' own order
 TASK_COLUMNS = ("task_id", "name", "state", "worker_id", "pid", "actor_id", "attempt",
-                "submitted_s", "queued_s", "run_s", "arg_size", "result_size", "retries", "error")
+                "submitted_s", "queued_s", "run_s", "arg_size", "result_size", "rss_peak",
+                "rss_change", "retries", "error")
 
 
 class Table:
@@ -266,6 +267,9 @@ class Table:
                 "queued_s": _r(m.keys.queued_s[i]),
                 "run_s": _r(run) if f["finished"][i] and f["args_loaded"][i] else None,
                 "arg_size": n["arg_size"][i], "result_size": n["result_size"][i],
+                # its worker's peak resident bytes and their change (None: not measured)
+                "rss_peak": n["rss_peak"][i] or None,
+                "rss_change": n["rss_change"][i] if n["rss_peak"][i] else None,
                 "retries": m.retries[i], "error": m.errors.get(i)}
 
     def live_row(self, r: list[Any]) -> dict[str, Any]:
@@ -274,8 +278,8 @@ class Table:
                 "worker_id": worker_id if worker_id > 0 else None, "pid": None,
                 "actor_id": f"{actor_id:020x}" if actor_id else None, "attempt": attempt,
                 "submitted_s": submitted / 1e6, "queued_s": None,  # (µs since the start)
-                "run_s": None, "arg_size": None, "result_size": None, "retries": 0,
-                "error": None, "live": True}
+                "run_s": None, "arg_size": None, "result_size": None, "rss_peak": None,
+                "rss_change": None, "retries": 0, "error": None, "live": True}
 
 
 class Rows:

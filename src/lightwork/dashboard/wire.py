@@ -26,7 +26,8 @@ from typing import Any
 
 FLOAT_COLUMNS = ("submitted", "deps_ready", "dispatched", "started", "args_loaded",
                  "finished", "stored")
-INT_COLUMNS = ("task_id", "worker_id", "pid", "attempt", "arg_size", "result_size", "actor_id")
+INT_COLUMNS = ("task_id", "worker_id", "pid", "attempt", "arg_size", "result_size", "actor_id",
+               "rss_peak", "rss_change")
 NAME_CODE, STATE_CODE = "i", "b"  # array typecodes of the code columns
 MAX_ROW_BYTES = 4_096
 MAX_ERROR_CHARS = 300

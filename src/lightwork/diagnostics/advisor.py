@@ -51,6 +51,10 @@ fewer-slots       more CPU-bound tasks at once than the machine has cores (num_c
 refs-pinned       the object store filling with settled objects only driver refs hold
 actor-deadlock    a get in an actor the runtime refused because it could never return
                   (its own call on a busy actor, a cycle of actors; the runtime's report)
+memory-growth     a function whose worker's resident memory rose across nearly every
+                  one of its last calls there and stayed: its calls' peaks rose by
+                  ``LEAK_MIN_GROWTH`` or more (records' ``rss_change``, ``rss_peak``:
+                  a likely leak; :class:`_MemoryGrowth`)
 
 Never wrong: a finding is made only on evidence computed from what happened, and a
 false one teaches users to ignore the advisor. How busy the slots were comes from the
@@ -96,7 +100,7 @@ import sys
 import threading
 import time
 import warnings
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
@@ -106,7 +110,7 @@ from lightwork.kernel.events import DriverSpan, TaskRecord
 from lightwork.kernel.periodic import PeriodicThread
 from lightwork.diagnostics._advice_rules import (
     CPU_BOUND_MIN_S,
-    KINDS,
+    KINDS as _RULE_KINDS,
     PINNED_MIN_AGE_S,
     PINNED_MIN_BYTES,
     REPLAY_MAX_STEPS,
@@ -128,6 +132,65 @@ __all__ = ["KINDS", "AdviceWarning", "Advisor", "Finding", "advise", "analyse",
 
 
 Finding.__module__ = __name__  # its public home, for reprs and pickles
+
+KINDS = _RULE_KINDS + ("memory-growth",)
+
+LEAK_MIN_CALLS = 5  # measured calls of one function on one worker
+LEAK_MIN_GROWTH = 32 << 20  # its worker's resident memory grew this much over them, or more
+LEAK_MIN_RISING = 0.8  # ... rising across at least this share of them
+LEAK_MIN_KEPT = 0.5  # ... and at least this share of what they added stayed (the peaks)
+LEAK_WINDOW = 32  # the last measured calls of a function on a worker that are looked at
+
+
+class _MemoryGrowth:
+    """The memory-growth rule: per (function, worker), its last measured calls' changes
+    of resident memory (``TaskRecord.rss_change``; ``rss_peak`` 0 is not measured).
+
+    A leak grows the worker call after call: nearly every call ends with more resident
+    than it began with, and it stays, so each call's peak is above the last one's. A
+    task that allocates and frees ends about where it began (the allocator keeps some
+    pages after the first call, which then stay flat), so it rises in few calls, however
+    big its peak. A task that reads a big argument from shared memory ends with more
+    resident than it began with (the pages it read), every call, but the runtime unmaps
+    the argument after the call: the next one begins where the last began, and the
+    peaks stay flat."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[str, int], deque[TaskRecord]] = {}
+
+    def add(self, record: TaskRecord) -> Finding | None:
+        key = (record.name, record.worker_id)
+        calls = self.calls.get(key)
+        if calls is None:
+            calls = self.calls[key] = deque(maxlen=LEAK_WINDOW)
+        calls.append(record)
+        if len(calls) < LEAK_MIN_CALLS:
+            return None
+        added = sum(r.rss_change for r in calls)
+        rising = sum(1 for r in calls if r.rss_change > 0)
+        growth = calls[-1].rss_peak - calls[0].rss_peak  # what stayed, call after call
+        if (growth < LEAK_MIN_GROWTH or rising < LEAK_MIN_RISING * len(calls)
+                or growth < LEAK_MIN_KEPT * added * (len(calls) - 1) / len(calls)):
+            return None
+        mb = 1 << 20
+        per_call = growth / (len(calls) - 1)
+        first = calls[0].rss_peak - max(calls[0].rss_change, 0)
+        last = calls[-1].rss_peak
+        return Finding(
+            "memory-growth",
+            f"{record.name} grows its worker's memory call after call (a likely leak): "
+            f"{per_call / mb:+.1f} MB a call over its last {len(calls)} calls on worker "
+            f"{record.worker_id}, {growth / mb:.0f} MB in all, resident up to {last / mb:.0f} MB",
+            {"function": record.name, "worker_id": record.worker_id, "calls": len(calls),
+             "rising_calls": rising, "growth_bytes": growth, "added_bytes": added,
+             "per_call_bytes": per_call,
+             "resident_before_bytes": first, "rss_peak_bytes": last},
+            f"something in {record.name} keeps what each call makes: a module-level list, "
+            "dict or cache that only grows, a global that collects results, an lru_cache "
+            "on unbounded arguments. Bound it or let it go at the end of the call; "
+            "lightwork.profile_tasks(memory=True) names the lines that allocate it; "
+            "max_calls=N on the function restarts its worker every N calls meanwhile",
+            record.callsite)
 
 
 class AdviceWarning(UserWarning):
@@ -166,6 +229,14 @@ class Advisor(AdviceRules):
         self._fresh_runs = RunTally(long_s=CPU_BOUND_MIN_S)
         if watch and node is not None:
             node.log.watch(self._fresh_runs.ended)
+        self._memory_growth = _MemoryGrowth()
+
+    def _add_record(self, record: TaskRecord, weight: int = 1) -> None:
+        super()._add_record(record, weight)
+        if record.rss_peak:  # its memory was measured (the memory-growth rule)
+            finding = self._memory_growth.add(record)
+            if finding is not None:
+                self._report(finding, key=record.name)
 
     def feed(self, tasks: list[TaskRecord], spans: list[DriverSpan]) -> None:
         """Analyse records given directly (the whole log when no advisor was running).

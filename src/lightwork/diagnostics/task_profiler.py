@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import html
 import json
+import pstats
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -58,6 +59,16 @@ class TaskProfile:
         self.stacks: list[tuple[str, int, tuple[str, ...], int]] = []
         self.processes: list[dict[str, Any]] = []  # worker_id (0: driver), pid, samples
         self.missing: list[int] = []  # workers that sent no final counts (they died)
+        self.mode = "sample"
+        self._stats_rows: list[list[Any]] = []  # cprofile mode: the merged pstats rows
+        #: memory=True: per task function, its calls, the most memory one call traced
+        #: above its start (``peak``), what its calls left allocated (``kept``), and
+        #: the lines where that was allocated (``sites``: file, line, bytes, blocks),
+        #: from its first calls on each worker (``site_calls`` of them).
+        self.allocations: dict[str, dict[str, Any]] = {}
+        #: lines=[...]: line_profiler's timings, added up over the workers:
+        #: ``{"unit": seconds, "timings": [[file, first line, name, [[line, hits, time]]]]}``
+        self.line_timings: dict[str, Any] = {}
         if data is not None:
             self._fill(data)
 
@@ -65,6 +76,10 @@ class TaskProfile:
         self.hz = float(data["hz"])
         self.duration = max(0.0, float(data.get("ended") or 0) - float(data.get("started") or 0))
         self.missing = list(data.get("missing", []))
+        self.mode = str(data.get("mode", "sample"))
+        self._stats_rows = list(data.get("stats", []))
+        self.allocations = dict(data.get("allocations") or {})
+        self.line_timings = dict(data.get("lines") or {})
         for process in data["processes"]:
             worker_id = int(process["worker_id"])
             self.processes.append({"worker_id": worker_id, "pid": process["pid"],
@@ -217,17 +232,100 @@ class TaskProfile:
                              f"{all_ / self.hz:8.2f} {100 * all_ / count:6.1f}%  {function}")
         return "\n".join(lines) + "\n"
 
+    def memory_top(self, n: int = 5) -> str:
+        """memory=True: per task function, its peak and kept memory per call and the
+        ``n`` lines that allocated most of what its calls kept."""
+        if not self.allocations:
+            return ("no memory traced: profile with profile_tasks(memory=True) or "
+                    "`lightwork profile --memory`\n")
+        mb = 1 << 20
+        lines = []
+        ranked = sorted(self.allocations.items(), key=lambda kv: -kv[1]["peak"])
+        for label, entry in ranked:
+            calls = max(1, entry["calls"])
+            lines.append(f"{label}: {entry['calls']} calls, peak {entry['peak'] / mb:.1f} MB "
+                         f"in one call, kept {entry['kept'] / calls / mb:+.2f} MB a call")
+            sites = [site for site in entry["sites"] if site[2] >= 1024][:n]
+            if sites:
+                lines.append(f"  kept by line, over its first {entry['site_calls']} calls:")
+            for file, line, size, count in sites:
+                lines.append(f"  {size / mb:10.2f} MB {count:8d} blocks  {file}:{line}")
+        return "\n".join(lines) + "\n"
+
+    def print_lines(self, stream: Any = None) -> None:
+        """lines=[...]: each function's time by line, as line_profiler prints it."""
+        if not self.line_timings:
+            raise ValueError("no line timings in this profile: profile with "
+                             "profile_tasks(lines=[func, ...])")
+        line_profiler = _line_profiler()
+        timings = {(file, first, name): [tuple(t) for t in rows]
+                   for file, first, name, rows in self.line_timings["timings"]}
+        line_profiler.show_text(timings, self.line_timings["unit"], stream=stream)
+
+    # -- cProfile mode -------------------------------------------------------------------
+    @property
+    def calls(self) -> int:
+        """cProfile mode: the task calls profiled, over every worker."""
+        return sum(p["rounds"] for p in self.processes if p["worker_id"])
+
+    def pstats(self, stream: Any = None) -> pstats.Stats:
+        """cProfile mode: every worker's stats merged, as one :class:`pstats.Stats`."""
+        if self.mode != "cprofile":
+            raise ValueError("this profile sampled stacks; cProfile statistics come from "
+                             "profile_tasks(mode=\"cprofile\") or `lightwork profile "
+                             "--mode cprofile`")
+        stats: dict[tuple[str, int, str], Any] = {}
+        for file, line, name, cc, nc, tt, ct, callers in self._stats_rows:
+            stats[(file, line, name)] = (cc, nc, tt, ct, {
+                (c[0], c[1], c[2]): tuple(c[3:]) for c in callers})
+        return pstats.Stats(_Loaded(stats), stream=stream)  # type: ignore[arg-type]
+
+    def print_stats(self, *restrictions: Any, sort: str = "cumulative",
+                    stream: Any = None) -> None:
+        """cProfile mode: print the merged stats as ``pstats`` does, sorted by ``sort``;
+        ``restrictions`` as ``pstats.Stats.print_stats``' (a count, a fraction, a regex)."""
+        self.pstats(stream).strip_dirs().sort_stats(sort).print_stats(*restrictions)
+
+    def dump_stats(self, path: str) -> None:
+        """cProfile mode: write the merged stats in pstats' file format
+        (``python -m pstats FILE``, snakeviz)."""
+        self.pstats().dump_stats(path)
+
     def __repr__(self) -> str:
+        if self.mode == "cprofile":
+            return (f"TaskProfile(cprofile, {self.calls} calls, {len(self._stats_rows)} "
+                    f"functions, {len(self.processes) - 1} workers)")
         return (f"TaskProfile({self.total} samples, {len(self.labels)} task functions, "
                 f"{len(self.workers)} workers)")
 
 
-@contextlib.contextmanager
-def profile_tasks(hz: float = 100.0) -> Iterator[TaskProfile]:
-    """Sample the stacks of every running task (and the driver) while the block runs.
+class _Loaded:
+    """What ``pstats.Stats`` loads a dict from (its ``create_stats``/``stats`` protocol)."""
 
-    The yielded :class:`TaskProfile` is empty inside the block and filled when it ends.
+    def __init__(self, stats: dict[tuple[str, int, str], Any]) -> None:
+        self.stats = stats
+
+    def create_stats(self) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def profile_tasks(hz: float = 100.0, mode: str = "sample", memory: bool = False,
+                  lines: list[Any] | None = None) -> Iterator[TaskProfile]:
+    """Profile the code of every running task while the block runs.
+
+    ``mode="sample"`` samples the stacks of the tasks (and the driver) ``hz`` times a
+    second; ``mode="cprofile"`` runs cProfile around every task and actor call in the
+    workers (``prof.print_stats()``, ``prof.dump_stats(path)``). ``memory=True`` adds
+    tracemalloc around every call: each task function's peak and the lines that
+    allocated what its calls kept (``prof.memory_top()``). ``lines=[func, ...]`` times
+    those functions line by line wherever tasks call them (line_profiler, the
+    ``profile`` extra: ``prof.print_lines()``). The yielded :class:`TaskProfile` is
+    empty inside the block and filled when it ends.
     """
+    if mode not in ("sample", "cprofile"):
+        raise ValueError(f"unknown profile mode {mode!r}; choose \"sample\" (stack "
+                         "samples, a flame graph) or \"cprofile\" (every call counted)")
     from lightwork.api import core as _api
     from lightwork.kernel import control
 
@@ -236,12 +334,42 @@ def profile_tasks(hz: float = 100.0) -> Iterator[TaskProfile]:
         raise RuntimeError("no lightwork runtime is running in this process; call "
                            "lightwork.init() first (from another terminal, `lightwork "
                            "profile` attaches to a running program)")
-    control.dispatch(node, "sample_start", {"hz": hz})
+    targets = line_targets(lines) if lines else []
+    control.dispatch(node, "sample_start", {"hz": hz, "mode": mode, "memory": bool(memory),
+                                            "lines": targets})
     profile = TaskProfile()
     try:
         yield profile
     finally:
         profile._fill(control.dispatch(node, "sample_stop", {}))
+
+
+def _line_profiler() -> Any:
+    try:
+        import line_profiler
+    except ImportError:
+        raise ImportError("line timings need line_profiler: pip install "
+                          "'lightwork[profile]' (or pip install line_profiler)") from None
+    return line_profiler
+
+
+def line_targets(functions: Any) -> list[list[Any]]:
+    """``[file, first line, name]`` of each function (a plain function, a method, or a
+    remote function): how the workers find their own copies of them."""
+    _line_profiler()  # a clear error now, not from every worker
+    if callable(functions) or not isinstance(functions, (list, tuple)):
+        raise TypeError("lines must be a list of functions, as in lines=[parse, load]")
+    targets = []
+    for function in functions:
+        inner = getattr(function, "_function", function)  # a remote function's own
+        inner = getattr(inner, "__func__", inner)  # a bound or class method's
+        code = getattr(inner, "__code__", None)
+        if code is None:
+            raise TypeError(f"cannot time {function!r} by line: give Python functions, "
+                            "remote functions or an actor class's methods, as in "
+                            "lines=[parse, MyActor.method]")
+        targets.append([code.co_filename, code.co_firstlineno, code.co_name])
+    return targets
 
 
 def _split(frame: str) -> tuple[str, str]:

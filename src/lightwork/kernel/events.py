@@ -103,6 +103,10 @@ class TaskRecord:
     # CPU seconds its worker process used while running it; 0.0: not measured (a call of
     # a function whose previous run on that worker took under 1 ms: worker.CPU_CLOCK_MIN_S)
     cpu_time: float = 0.0
+    # Its worker's peak resident bytes during the call, and the change across it; measured
+    # for the calls cpu_time is (rss_peak 0: not measured; engines/local/task_memory.py)
+    rss_peak: int = 0
+    rss_change: int = 0
     large_args: tuple[tuple[int, int], ...] = ()  # (identity, nbytes) of big by-value arguments
     copy_s: float = 0.0  # time .remote() spent copying big arguments (only those: 0 else)
     dep_tasks: tuple[int, ...] = ()  # the tasks making the refs it took as arguments

@@ -55,7 +55,7 @@ LIVE_STATES = ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WO
 
 TASK_KEYS = ("task_id", "name", "type", "state", "actor_id", "attempt", "worker_id", "pid",
              "owner", "submitted_at", "queued_s", "run_s", "arg_size", "result_size",
-             "retries", "error")
+             "rss_peak", "rss_change", "retries", "error")
 ACTOR_KEYS = ("actor_id", "class_name", "name", "namespace", "state", "pid", "worker_id",
               "restarts", "max_restarts", "running", "queued", "calls_done", "methods_running",
               "max_concurrency", "detached", "death_cause")
@@ -69,7 +69,8 @@ KEYS = {"tasks": TASK_KEYS, "actors": ACTOR_KEYS, "workers": WORKER_KEYS, "objec
 # ``TaskRecord`` fields, in the order the timeline's compact rows carry them.
 RECORD_FIELDS = ("task_id", "name", "owner", "submitted", "attempt", "worker_id", "pid",
                  "deps_ready", "dispatched", "started", "args_loaded", "finished", "stored",
-                 "seen", "arg_size", "result_size", "state", "error", "retries", "yields")
+                 "seen", "arg_size", "result_size", "state", "error", "retries", "yields",
+                 "rss_peak", "rss_change")
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -183,13 +184,18 @@ def _task_row(node: Run, r: dict[str, Any], state: str, actor_id: int | None, pi
         "run_s": (r["finished"] - r["args_loaded"]) if r["finished"] else None,
         "arg_size": r["arg_size"],
         "result_size": r["result_size"],
+        # its worker's peak resident bytes in the call, and the change; None: not measured
+        "rss_peak": r["rss_peak"] or None,
+        "rss_change": r["rss_change"] if r["rss_peak"] else None,
         "retries": len(r["retries"]),
         "error": r["error"],
     }
 
 
 def summarize_tasks(node: Run) -> dict[str, Any]:
-    """Per function: counts by state, run time mean/p50/p95/max, queued time mean/p95.
+    """Per function: counts by state, run time mean/p50/p95/max, queued time mean/p95,
+    and over its calls whose memory was measured, the worker's peak resident bytes (max)
+    and the change across a call (mean; a steady rise is the advisor's likely leak).
 
     ``total_queued_s`` is the queued times summed over the function's tasks: task-seconds
     spent waiting, which exceeds the run's wall time as soon as tasks queue side by side;
@@ -203,6 +209,7 @@ def summarize_tasks(node: Run) -> dict[str, Any]:
     for name, group in groups.items():
         runs = sorted(r["run_s"] for r in group if r["run_s"] is not None)
         queued = sorted(r["queued_s"] for r in group)
+        measured = [r for r in group if r["rss_peak"]]
         summary.append({
             "name": name,
             "type": group[0]["type"],
@@ -215,6 +222,9 @@ def summarize_tasks(node: Run) -> dict[str, Any]:
             "mean_queued_s": sum(queued) / len(queued),
             "p95_queued_s": _percentile(queued, 0.95),
             "total_queued_s": sum(queued),
+            "max_rss_peak": max(r["rss_peak"] for r in measured) if measured else None,
+            "mean_rss_change": (sum(r["rss_change"] for r in measured) / len(measured)
+                                if measured else None),
         })
     summary.sort(key=lambda s: (-s["count"], s["name"]))
     with node.lock:

@@ -8,6 +8,7 @@ leaks real memory in a task against a threshold just above the machine's current
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
@@ -231,7 +232,10 @@ def test_non_retriable_task_is_killed_as_a_last_resort_with_out_of_memory_error(
     with pytest.raises(exc.OutOfMemoryError) as info:
         ray.get(ref, timeout=10)  # never failed: GetTimeoutError
     message = str(info.value)
-    assert "task hold" in message
+    assert "task hold (task id " in message
+    # the worker's memory when it was killed, read from /proc
+    assert re.search(r"holding \d+\.\d\d GiB resident \(its peak \d+\.\d\d GiB\)", message)
+    assert "`lightwork summary tasks`" in message and "profile_tasks(memory=True)" in message
     assert "7.76 GiB of 8.00 GiB (97.0%)" in message
     assert "threshold of 95.0%" in message
     assert "newest retriable task" in message  # the policy

@@ -18,6 +18,10 @@ function fmtBytes(n) {
   while (n >= 1000 && i < units.length - 1) { n /= 1000; i++; }
   return (i ? n.toFixed(1) : n) + " " + units[i];
 }
+function fmtSignedBytes(n) {
+  if (n === null || n === undefined) return "–";
+  return (n > 0 ? "+" : n < 0 ? "−" : "") + fmtBytes(Math.abs(n));
+}
 function fmtSeconds(s) {
   if (s === null || s === undefined) return "–";
   if (s >= 100) return s.toFixed(0) + " s";
@@ -54,7 +58,9 @@ function query() {
 
 function connect() {
   if (source) source.close();
-  if (state.view === "stacks") { source = null; connectOverviewOnly(); return; }
+  if (state.view === "stacks" || state.view === "profile") {
+    source = null; connectOverviewOnly(); return;
+  }
   source = new EventSource("/api/events?" + query().toString());
   source.addEventListener("update", (event) => render(JSON.parse(event.data)));
   source.onerror = () => setLiveness(state.lastOverview && state.lastOverview.ended
@@ -411,6 +417,7 @@ function renderTasks(t) {
     ["submitted", (r) => fmtSeconds(r.submitted_s), "num", "submitted"],
     ["queued", (r) => fmtSeconds(r.queued_s), "num", "queued_s"], ["run", (r) => fmtSeconds(r.run_s), "num", "run_s"],
     ["args", (r) => fmtBytes(r.arg_size), "num", "arg_size"], ["result", (r) => fmtBytes(r.result_size), "num", "result_size"],
+    ["peak mem", (r) => fmtBytes(r.rss_peak), "num"], ["mem change", (r) => fmtSignedBytes(r.rss_change), "num"],
     ["retries", (r) => r.retries, "num"], ["error", (r) => r.error || ""],
   ];
   if (state.actions) columns.push(["", (r) => r.live ? actionButton("cancel", { task_id: r.task_id }) : ""]);
@@ -494,12 +501,108 @@ async function loadStacks(target) {
   pre.textContent = reply.ok ? data.text : data.error;
 }
 
+// ---------------------------------------------------------------- profile
+// While the view is open the page asks for 2 s of samples again and again (the server
+// runs the task profiler for each request) and adds each answer's call trees to its own:
+// one tree for all tasks, one per task function. A box's width is its share of its tree.
+const profile = { trees: {}, samples: 0, seconds: 0, workers: new Set(), running: false,
+  zoom: null, hz: 100 };
+
+function addTree(into, tree) {
+  into.value += tree.value;
+  for (const child of tree.children) {
+    let mine = into.kids[child.name];
+    if (!mine) mine = into.kids[child.name] = { name: child.name, value: 0, kids: {} };
+    addTree(mine, child);
+  }
+}
+
+async function profileLoop() {
+  if (profile.running) return;
+  profile.running = true;
+  try {
+    while (state.view === "profile") {
+      $("profile-note").textContent = "sampling…";
+      let reply, data;
+      try {
+        reply = await fetch("/api/profile?seconds=2");
+        data = await reply.json();
+      } catch (error) {
+        $("profile-note").textContent = "the dashboard did not answer";
+        return;
+      }
+      if (!reply.ok) {
+        $("profile-note").textContent = data.error;
+        if (reply.status === 410) return;  // the program ended
+        await new Promise((resolve) => setTimeout(resolve, 2000));
+        continue;
+      }
+      profile.hz = data.hz;
+      profile.samples += data.samples;
+      profile.seconds += data.seconds;
+      for (const w of data.workers) profile.workers.add(w);
+      for (const [label, tree] of Object.entries(data.trees)) {
+        if (!profile.trees[label]) profile.trees[label] = { name: label, value: 0, kids: {} };
+        addTree(profile.trees[label], tree);
+      }
+      renderProfile();
+    }
+  } finally {
+    profile.running = false;
+  }
+}
+
+function renderProfile() {
+  const pick = $("profile-pick");
+  const labels = Object.keys(profile.trees).sort((a, b) =>
+    a === "all tasks" ? -1 : b === "all tasks" ? 1 : profile.trees[b].value - profile.trees[a].value);
+  if ([...pick.options].map((o) => o.value).join("\n") !== labels.join("\n")) {
+    const chosen = pick.value;
+    pick.replaceChildren(...labels.map((l) => new Option(l, l)));
+    if (labels.includes(chosen)) pick.value = chosen;
+  }
+  $("profile-note").textContent = `${fmtNumber(profile.samples)} samples at ${profile.hz} Hz over ` +
+    `${profile.seconds.toFixed(1)} s from ${profile.workers.size} workers (sampling while open)`;
+  const tree = profile.trees[pick.value];
+  const box = $("flame");
+  box.replaceChildren();
+  if (!tree || !tree.value) { box.style.height = "40px"; return; }
+  let root = tree;
+  for (const name of profile.zoom || []) root = (root && root.kids[name]) || null;
+  if (!root) { profile.zoom = null; root = tree; }
+  const rows = [];
+  const place = (node, x, depth, path) => {
+    const width = node.value / root.value;
+    if (width < 0.002) return;
+    rows.push(depth);
+    const frame = el("div", node.name, "frame");
+    frame.style.left = (100 * x) + "%";
+    frame.style.width = (100 * width) + "%";
+    frame.style.top = (depth * 18) + "px";
+    frame.style.background = colorOf(node.name);
+    frame.dataset.path = JSON.stringify(path);
+    frame.title = `${node.name}\n${node.value} samples, ${(node.value / profile.hz).toFixed(2)} s, ` +
+      `${(100 * width).toFixed(1)}%`;
+    frame.addEventListener("mouseover", () => { $("profile-info").textContent = frame.title.replace("\n", ": "); });
+    frame.addEventListener("click", () => { profile.zoom = path; renderProfile(); });
+    box.append(frame);
+    let cx = x;
+    for (const child of Object.values(node.kids).sort((a, b) => b.value - a.value)) {
+      place(child, cx, depth + 1, path.concat([child.name]));
+      cx += child.value / root.value;
+    }
+  };
+  place(root, 0, 0, profile.zoom || []);
+  box.style.height = (18 * (Math.max(...rows) + 1) + 2) + "px";
+}
+
 // ---------------------------------------------------------------- navigation
 function show(view) {
   state.view = view;
   for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("active", b.dataset.view === view);
   for (const s of document.querySelectorAll(".view")) s.classList.toggle("active", s.id === "view-" + view);
   if (view === "stacks") renderStackTargets();
+  if (view === "profile") profileLoop();
   history.replaceState(null, "", "#" + view);
   connect();
 }
@@ -530,6 +633,13 @@ document.addEventListener("DOMContentLoaded", () => {
     state.tasks.page = 0;
     connect();
   });
+  $("profile-pick").addEventListener("change", () => { profile.zoom = null; renderProfile(); });
+  $("profile-unzoom").addEventListener("click", () => { profile.zoom = null; renderProfile(); });
+  $("profile-clear").addEventListener("click", () => {
+    Object.assign(profile, { trees: {}, samples: 0, seconds: 0, workers: new Set(), zoom: null });
+    renderProfile();
+  });
   const start = location.hash.slice(1);
-  show(["overview", "stream", "tasks", "functions", "actors", "objects", "stacks"].includes(start) ? start : "overview");
+  show(["overview", "stream", "tasks", "functions", "actors", "objects", "stacks", "profile"]
+    .includes(start) ? start : "overview");
 });

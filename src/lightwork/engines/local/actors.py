@@ -326,8 +326,13 @@ class ActorManager:
                         and not task.cancelled and task.function_key != "__ray_terminate__"):
                     del inflight[message[1]]
                     record = task.record
-                    (_, _, _, record.started, record.args_loaded, record.finished,
-                     record.stored, record.cpu_time) = message
+                    try:
+                        (_, _, _, record.started, record.args_loaded, record.finished,
+                         record.stored, record.cpu_time) = message
+                    except ValueError:  # a DONE with its memory read (protocol.py)
+                        (_, _, _, record.started, record.args_loaded, record.finished,
+                         record.stored, record.cpu_time,
+                         record.rss_peak, record.rss_change) = message
                     record.pid = conn.pid
                     ended.append(node._end_plain(task, outcome, seen))
                     continue
@@ -376,8 +381,13 @@ class ActorManager:
         if task is None:
             return
         record = task.record
-        (_, _, _, record.started, record.args_loaded, record.finished, record.stored,
-         record.cpu_time) = done
+        try:
+            (_, _, _, record.started, record.args_loaded, record.finished,
+             record.stored, record.cpu_time) = done
+        except ValueError:  # a DONE with its memory read (protocol.py)
+            (_, _, _, record.started, record.args_loaded, record.finished,
+             record.stored, record.cpu_time,
+             record.rss_peak, record.rss_change) = done
         record.seen = seen
         record.pid = conn.pid
         actor.calls_done += 1

@@ -308,17 +308,38 @@ class MemoryMonitor:
 
     def _message(self, used: int, total: int, task: TaskSpec | None, conn: WorkerConn,
                  scope: str = "the machine's") -> str:
-        what = (f"task {task.name}" if task is not None
+        what = (f"task {task.name} (task id {task.task_id})" if task is not None
                 else f"actor {conn.actor.class_name} (id {conn.actor.actor_id:020x})")
+        resident, peak = worker_memory(conn.pid)
+        held = (f", holding {resident / 2**30:.2f} GiB resident (its peak "
+                f"{max(peak, resident) / 2**30:.2f} GiB)" if resident else "")
         return (
-            f"{what} was {OOM_REASON} (worker pid {conn.pid}): {scope} memory in use "
+            f"{what} was {OOM_REASON} (worker pid {conn.pid}{held}): {scope} memory in use "
             f"was {used / 2**30:.2f} GiB of {total / 2**30:.2f} GiB ({used / total:.1%}), over "
             f"the threshold of {self.threshold:.1%}. Policy: the worker of the newest "
             "retriable task is killed first and its task retried with backoff; a task that "
             "cannot be retried, or an actor, is killed only when no retriable task runs. "
             "Use less memory per task, run fewer at once (a larger num_cpus per task), or "
             "raise the threshold (init(_memory_usage_threshold=...), or the environment "
-            "variable LIGHTWORK_MEMORY_USAGE_THRESHOLD)")
+            "variable LIGHTWORK_MEMORY_USAGE_THRESHOLD); `lightwork summary tasks` shows "
+            "each function's peak memory per call, and lightwork.profile_tasks(memory=True) "
+            "the lines that allocate it")
+
+
+def worker_memory(pid: int) -> tuple[int, int]:
+    """``(resident, peak)`` bytes of a worker (``VmRSS``, ``VmHWM``: its peak since its
+    running call began when that call's memory is measured, ``task_memory.py``, else
+    since it started); ``(0, 0)`` if unknown."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            text = f.read()
+        values = []
+        for name in (b"VmRSS:", b"VmHWM:"):
+            start = text.index(name) + len(name)
+            values.append(int(text[start:text.index(b"kB", start)]) * 1024)
+        return values[0], values[1]
+    except (OSError, ValueError):
+        return 0, 0
 
 
 def handle_oom_death(node: NodeState, task: TaskSpec, conn: WorkerConn) -> None:

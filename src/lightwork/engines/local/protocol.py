@@ -20,7 +20,10 @@ class call.
 
 A ``DONE`` is flat, ``(DONE, task_id, outcome, started, args_loaded, finished, stored,
 cpu_time)``: the worker's clock readings are items of the message, not a tuple inside
-it; and a task's one scalar result is its outcome as its pickle's bytes alone, where
+it. A call whose memory was read (``task_memory.py``) has two more, ``rss_peak,
+rss_change``; the driver unpacks the short form, and only its failing unpack (a
+``ValueError`` raised before anything is stored, free in the common case) tries the
+long one. And a task's one scalar result is its outcome as its pickle's bytes alone, where
 other results come as a list (``Worker.store_results``). Each is an object less to
 build, pickle, read and free per task on both sides.
 

@@ -93,19 +93,34 @@ def answer_sampling(node: Node, op: str, args: dict[str, Any]) -> Any:
     from lightwork.engines.local import sampler
 
     hz = float(args.get("hz", sampler.DEFAULT_HZ))
+    mode = str(args.get("mode", sampler.SAMPLE))
+    memory = bool(args.get("memory", False))
+    lines = _line_targets(args.get("lines"))
     if op == "sample_start":
-        return sampler.start(node, hz)
+        return sampler.start(node, hz, mode, memory, lines)
     if op == "sample_stop":
         return sampler.stop(node)
     seconds = float(args.get("seconds", 5.0))
     if not 0 < seconds <= 3600:
         raise ValueError(f"a profile lasts within (0, 3600] seconds, got {seconds:g}")
-    sampler.start(node, hz)
+    sampler.start(node, hz, mode, memory, lines)
     try:
         time.sleep(seconds)
     finally:
         result = sampler.stop(node)
     return result
+
+
+def _line_targets(lines: Any) -> list[list[Any]]:
+    """``lines``: functions as ``[file, first line, name]`` (what line timing needs)."""
+    if not lines:
+        return []
+    if not isinstance(lines, list) or not all(
+            isinstance(t, list) and len(t) == 3 and isinstance(t[0], str)
+            and isinstance(t[1], int) and isinstance(t[2], str) for t in lines):
+        raise ValueError("lines must be a list of [file, first line, function name]; "
+                         "profile_tasks(lines=[func, ...]) builds it from functions")
+    return lines
 
 
 def _describe_worker(node: Node, conn: Any) -> dict[str, Any]:

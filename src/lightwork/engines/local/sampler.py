@@ -12,7 +12,10 @@
                                                         second, and once more at stop
 
 What it owns: the switch file and the per-worker sample files in the session
-directory, and one :class:`Sampler` per process while profiling is on. Off, nothing of
+directory, and one :class:`Sampler` per process while profiling is on. The switch also
+names a mode: ``sample`` (this module's sampler) or ``cprofile``, and extras ``memory``
+and ``lines``: those wrap each task call instead (``call_profiler.py``), through the
+same signal, files and merge. Off, nothing of
 it runs: no thread, no check on the task loop; a worker only has a signal handler
 (installed once in ``main``, like the stack-dump one) and its ``.ready`` marker.
 
@@ -75,6 +78,7 @@ import time
 from typing import Any
 
 from lightwork.engines.local.actor_runners import AsyncRunner
+from lightwork.engines.local.task_memory import MemoryProbe
 from lightwork.engines.local.worker import Worker
 
 SIGNAL = signal.SIGUSR2
@@ -84,6 +88,11 @@ FLUSH_EVERY_S = 1.0
 DRIVER_LABEL = "(driver)"
 # A worker's GIL hand-off to its sampler while profiling (see the module docstring).
 SAMPLING_SWITCH_S = 0.0002
+# What a profile does in the workers: sample stacks, or cProfile every call
+# (call_profiler.py).
+SAMPLE = "sample"
+CPROFILE = "cprofile"
+MODES = (SAMPLE, CPROFILE)
 
 
 def _switch_path(session_dir: str) -> str:
@@ -98,14 +107,31 @@ def _sample_path(session_dir: str, worker_id: int) -> str:
     return os.path.join(session_dir, f"sample-w{worker_id}.json")
 
 
-def _read_switch(session_dir: str) -> tuple[bool, str, float] | None:
-    """``(on, token, hz)`` from the switch file: ``on <token> <hz>`` or ``off <token>``."""
+def _read_switch(session_dir: str) -> tuple[bool, str, float, str, set[str]] | None:
+    """``(on, token, hz, mode, extras)`` from the switch file: ``on <token> <hz> [<mode>
+    [extras...]]`` or ``off <token>``; the mode is one of ``MODES``, the extras
+    ``memory`` (tracemalloc per call) and ``lines`` (line timings of the functions in
+    ``sampling-lines.json``: ``call_profiler.py``)."""
     try:
         with open(_switch_path(session_dir)) as f:
             state, token, *rest = f.read().split()
-        return state == "on", token, float(rest[0]) if rest else 0.0
+        return (state == "on", token, float(rest[0]) if rest else 0.0,
+                rest[1] if len(rest) > 1 else SAMPLE, set(rest[2:]))
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _lines_path(session_dir: str) -> str:
+    return os.path.join(session_dir, SWITCH_NAME + "-lines.json")
+
+
+def _read_lines(session_dir: str, token: str) -> list[Any]:
+    try:
+        with open(_lines_path(session_dir)) as f:
+            data = json.load(f)
+        return list(data["functions"]) if data.get("token") == token else []
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
 
 
 def _write_switch(session_dir: str, text: str) -> None:
@@ -120,8 +146,9 @@ class Sampler:
     """One process's sampling thread and its counts (``{(label, frames): n}``)."""
 
     def __init__(self, token: str, hz: float, worker_id: int, path: str | None,
-                 driver: bool = False) -> None:
+                 driver: bool = False, calls: Any = None) -> None:
         self.token = token
+        self.calls = calls  # a CallProfiler tracing memory per call beside it, or None
         self.interval = 1.0 / hz
         self.hz = hz
         self.worker_id = worker_id
@@ -170,6 +197,8 @@ class Sampler:
             self.ended = time.time()
             if not self.driver:
                 sys.setswitchinterval(switch_before)
+            if self.calls is not None:  # (its figures go in this sampler's final file)
+                self.calls.stop(write=False)
             if self.path is not None:
                 self.write(final=True)
             self.done.release()
@@ -233,7 +262,7 @@ class Sampler:
                     label = str(call[2]) if call is not None else None
                 except Exception:  # noqa: BLE001 - a frame being torn down: skip the sample
                     label = None
-                if label is None:
+                if label is None or (codes and codes[-1] in _RUNTIME_CODES):
                     return None, ()
                 codes.reverse()
                 return label, tuple(self._name(c) for c in codes)
@@ -245,7 +274,9 @@ class Sampler:
         return {"worker_id": self.worker_id, "pid": os.getpid(), "token": self.token,
                 "hz": self.hz, "samples": self.samples, "started": self.started,
                 "ended": self.ended or time.time(), "final": bool(self.ended),
-                "counts": [[label, list(stack), n] for (label, stack), n in self.counts.items()]}
+                "counts": [[label, list(stack), n] for (label, stack), n in self.counts.items()],
+                "memory": self.calls.memory_result() if self.calls is not None else {},
+                "lines": self.calls.lines_result() if self.calls is not None else {}}
 
     def write(self, final: bool) -> None:
         assert self.path is not None
@@ -265,12 +296,16 @@ _EXECUTE_CODE = Worker._execute.__code__
 _COROUTINE_CODE = AsyncRunner._cancellable.__code__
 # An async actor's pool thread waits here while its coroutine runs on the loop.
 _HANDED_TO_LOOP = AsyncRunner.run.__code__
+# The runtime's own work inside _execute that is no part of the task: reading the
+# worker's memory around the call. Its reads let go of the GIL, so a waiting sampler
+# would land there far more often than its share of the time.
+_RUNTIME_CODES = frozenset({MemoryProbe.before.__code__, MemoryProbe.after.__code__})
 
 
 # ---------------------------------------------------------------------------- workers
 _session_dir: str | None = None
 _worker_id = 0
-_running: Sampler | None = None
+_running: Any = None  # this worker's Sampler or CallProfiler while a profile is on
 
 
 def install(worker_id: int, config: dict[str, Any]) -> None:
@@ -321,7 +356,10 @@ def _follow_switch(signalled: bool = True) -> None:
         return
     switch = _read_switch(_session_dir)
     running = _running
-    on, token, hz = switch if switch is not None else (False, "", 0.0)
+    on, token, hz, mode, extras = switch if switch is not None else (
+        False, "", 0.0, SAMPLE, set())
+    memory = "memory" in extras
+    lines = _read_lines(_session_dir, token) if on and "lines" in extras else None
     if running is not None and not (on and token == running.token):
         running.stop()  # its thread writes the final counts
         _running = None
@@ -334,7 +372,22 @@ def _follow_switch(signalled: bool = True) -> None:
             empty.ended = empty.started
             empty.write(final=True)
     if on and (running is None or token != running.token):
-        _running = Sampler(token, hz, _worker_id, _sample_path(_session_dir, _worker_id))
+        path = _sample_path(_session_dir, _worker_id)
+        calls = None
+        if mode == CPROFILE or memory or lines:
+            from lightwork.engines.local import worker as worker_module
+            from lightwork.engines.local.call_profiler import CallProfiler
+
+            if worker_module._current_worker is None:
+                return  # still starting: main() follows the switch once it is built
+            calls = CallProfiler(worker_module._current_worker, token, _worker_id, path,
+                                 cprofile=mode == CPROFILE, memory=memory, lines=lines)
+        if mode == CPROFILE:
+            _running = calls
+        else:
+            _running = Sampler(token, hz, _worker_id, path, calls=calls)
+            if calls is not None:
+                calls.start()
         _running.start()
 
 
@@ -342,23 +395,35 @@ def _follow_switch(signalled: bool = True) -> None:
 class SamplingSession:
     """The driver's side of one profile: the switch, its own sampler, the merge."""
 
-    def __init__(self, node: Any, hz: float) -> None:
+    def __init__(self, node: Any, hz: float, mode: str = SAMPLE, memory: bool = False,
+                 lines: list[Any] | None = None) -> None:
         if not 1 <= hz <= 1000:
             raise ValueError(f"the sampling rate must be within 1-1000 Hz, got {hz:g}")
+        if mode not in MODES:
+            raise ValueError(f"unknown profile mode {mode!r}; choose one of {', '.join(MODES)}")
         self.node = node
         self.hz = hz
+        self.mode = mode
+        self.memory = memory
+        self.lines = [list(t) for t in lines or ()]
         self.session_dir = node.session.directory
         self.token = f"{os.getpid()}-{time.monotonic_ns()}"
         self.driver = Sampler(self.token, hz, 0, None, driver=True)
 
     def start(self) -> None:
-        for path in glob.glob(os.path.join(self.session_dir, "sample-w*.json")):
+        for path in glob.glob(os.path.join(self.session_dir, "sample-w*.json")) + \
+                glob.glob(os.path.join(self.session_dir, "sample-w*.pstats")):
             try:
                 os.unlink(path)  # a previous profile's: never merged into this one
             except OSError:
                 pass
-        _write_switch(self.session_dir, f"on {self.token} {self.hz:g}")
-        self.driver.start()
+        if self.lines:
+            with open(_lines_path(self.session_dir), "w") as f:
+                json.dump({"token": self.token, "functions": self.lines}, f)
+        _write_switch(self.session_dir, f"on {self.token} {self.hz:g} {self.mode}"
+                      + " memory" * self.memory + " lines" * bool(self.lines))
+        if self.mode == SAMPLE:  # (cProfile mode profiles task calls: none run here)
+            self.driver.start()
         _signal_workers(self.node, self.session_dir)
 
     def stop(self, timeout: float = 2.0) -> dict[str, Any]:
@@ -366,7 +431,10 @@ class SamplingSession:
         _write_switch(self.session_dir, f"off {self.token}")
         self.driver.stop()
         signalled = _signal_workers(self.node, self.session_dir)
-        self.driver.done.acquire(timeout=1.0)
+        if self.mode == SAMPLE:
+            self.driver.done.acquire(timeout=1.0)
+        else:
+            self.driver.ended = time.time()
         deadline = time.monotonic() + timeout
         results: dict[int, dict[str, Any]] = {}
         while True:
@@ -380,9 +448,25 @@ class SamplingSession:
                 break
             time.sleep(0.01)
         workers = [self.driver.result()] + [results[w] for w in sorted(results)]
-        return {"hz": self.hz, "started": self.driver.started, "ended": self.driver.ended,
-                "processes": workers,
-                "missing": sorted(set(signalled) - {w for w in results if results[w]["final"]})}
+        out = {"hz": self.hz, "mode": self.mode, "memory": self.memory,
+               "started": self.driver.started,
+               "ended": self.driver.ended, "processes": workers,
+               "missing": sorted(set(signalled) - {w for w in results if results[w]["final"]})}
+        if self.mode == CPROFILE or self.memory:
+            from lightwork.engines.local import call_profiler
+
+            if self.mode == CPROFILE:
+                out["stats"] = call_profiler.merge(
+                    [_sample_path(self.session_dir, w) for w in sorted(results)])
+            if self.memory:
+                out["allocations"] = call_profiler.merge_memory(
+                    [results[w].get("memory") or {} for w in sorted(results)])
+        if self.lines:
+            from lightwork.engines.local import call_profiler
+
+            out["lines"] = call_profiler.merge_lines(
+                [results[w].get("lines") or {} for w in sorted(results)])
+        return out
 
 
 def _signal_workers(node: Any, session_dir: str) -> dict[int, int]:
@@ -431,14 +515,15 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def start(node: Any, hz: float = DEFAULT_HZ) -> dict[str, Any]:
+def start(node: Any, hz: float = DEFAULT_HZ, mode: str = SAMPLE,
+          memory: bool = False, lines: list[Any] | None = None) -> dict[str, Any]:
     """Start a profile of the node's tasks (ValueError if one is already on)."""
     with node.lock:
         if getattr(node, "sampling", None) is not None:
             raise ValueError("a task profile is already running in this session "
                              "(profile_tasks() or `lightwork profile`); stop it first, or "
                              "wait for it to end")
-        node.sampling = session = SamplingSession(node, hz)
+        node.sampling = session = SamplingSession(node, hz, mode, memory, lines)
     try:
         session.start()
     except BaseException:

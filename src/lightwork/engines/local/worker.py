@@ -29,7 +29,8 @@ driver leaves them, so their CPU bounds a batch as much as the driver's does):
 * the CPU clock (a syscall) is read only for a function whose last run here took
   ``CPU_CLOCK_MIN_S`` or more; else the record's ``cpu_time`` is 0.0, "not measured",
   which the advisor's CPU rules skip (they read runs of 10 ms or more). So the first long
-  run after short ones goes unmeasured, the next is measured;
+  run after short ones goes unmeasured, the next is measured. The worker's resident
+  memory (peak and change, ``task_memory.py``) is read for the same calls;
 * the common call skips what it does not need: one clock reading for the task loop and
   the call's start, no GPU or dependency helper when there are none, the function taken
   from its table directly, one return stored without building a list;
@@ -75,6 +76,7 @@ from lightwork.kernel.generators import (
 from lightwork.kernel.object_ref import PROCESS_ID_SHIFT, ref_counter
 from lightwork.kernel import control
 from lightwork.engines.local import protocol as p
+from lightwork.engines.local import task_memory
 from lightwork.kernel import serialization
 from lightwork.engines.local.actor_runners import (
     COROUTINE_FRAME,
@@ -234,6 +236,7 @@ class Worker(WorkerCalls):
         self._held_since = 0.0
         self._tasks_started = 0
         self._short_runs: set[Any] = set()  # function keys not timed on the CPU clock
+        self._memory = task_memory.open_probe()  # resident memory around timed calls
         self._flush_soon: threading.Event | None = None
         self._send_lock = threading.Lock()  # one sender at a time: BORROW before RELEASE
         ref_counter.reset()
@@ -594,8 +597,9 @@ class Worker(WorkerCalls):
             started = time.monotonic()
         args_loaded = finished = started
         cpu = 0.0
+        memory = None
         try:
-            outcome, args_loaded, finished, cpu = self._execute(frame, started)
+            outcome, args_loaded, finished, cpu, memory = self._execute(frame, started)
         except KeyboardInterrupt:  # a cancel that landed outside _execute's own handlers
             finished = time.monotonic()
             outcome = "cancelled"
@@ -606,16 +610,21 @@ class Worker(WorkerCalls):
             self.cancelled_ids.discard(frame[0])
         if len(serialization.MAPS):  # _execute's locals (args, result) are gone by now
             self._report_unmapped()
-        return (p.DONE, frame[0], outcome, started, args_loaded, finished, time.monotonic(), cpu)
+        done = (p.DONE, frame[0], outcome, started, args_loaded, finished, time.monotonic(), cpu)
+        return done if memory is None else done + memory  # (protocol.py: a measured DONE)
 
-    def _execute(self, frame: tuple[Any, ...], started: float) -> tuple[Any, float, float, float]:
-        """Run one task: its outcome, when its arguments were loaded and it ended, its CPU."""
+    def _execute(self, frame: tuple[Any, ...], started: float
+                 ) -> tuple[Any, float, float, float, tuple[int, int] | None]:
+        """Run one task: its outcome, when its arguments were loaded and it ended, its CPU,
+        and its worker's peak resident memory and its change across it (None: not read)."""
         (task_id, key, name, args_stored, dep_values, return_ids, _resources, gpu_ids) = frame
         outcome: Any
         args_loaded = started
         # The process's CPU time (all threads: shows tasks that oversubscribe) over the
         # call alone: loading arguments and storing results are the runtime's work.
         cpu = cpu_started = 0.0
+        memory = None
+        resident = 0
         try:
             # From here a SIGINT naming this task interrupts it (the ``current`` setter's
             # work, without its call: a worker runs this for every task).
@@ -634,8 +643,11 @@ class Worker(WorkerCalls):
             args, kwargs = (load_args(args_stored, dep_values) if dep_values
                             else serialization.loads(args_stored))
             # The CPU clock is a syscall (1-2.4 µs here): read only when this function's
-            # last run here took CPU_CLOCK_MIN_S or more, or it has not run here yet.
+            # last run here took CPU_CLOCK_MIN_S or more, or it has not run here yet; the
+            # resident memory likewise (task_memory.py: ~6 µs).
             timed = key not in self._short_runs
+            if timed and self._memory is not None:
+                resident = self._memory.before()
             args_loaded = time.monotonic()
             if timed:
                 cpu_started = time.process_time()
@@ -651,6 +663,8 @@ class Worker(WorkerCalls):
             finished = time.monotonic()
             if timed:
                 cpu = time.process_time() - cpu_started
+                if self._memory is not None:
+                    memory = self._memory.after(resident)
             if finished - args_loaded < CPU_CLOCK_MIN_S:
                 if timed:
                     self._short_runs.add(key)
@@ -689,7 +703,7 @@ class Worker(WorkerCalls):
             # reference cycle through its frames cannot pin its objects (refs, arrays that
             # keep segments mapped) until the collector happens to run.
             traceback.clear_frames(exc.__traceback__)
-        return outcome, args_loaded, finished, cpu
+        return outcome, args_loaded, finished, cpu, memory
 
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         """Create this worker's actor instance; the DONE says whether ``__init__`` worked."""
@@ -923,11 +937,11 @@ def main(fd: int, worker_id: int, config: dict[str, Any]) -> None:
         ray_alias.install_as_ray()
     sock = socket.socket(fileno=fd)
     control.install_worker_hooks(worker_id, config)  # stack dumps on SIGUSR1, profile spans
-    from lightwork.engines.local import sampler
-
-    sampler.install(worker_id, config)  # task profiles: SIGUSR2 starts/stops sampling
     worker = Worker(sock, worker_id, config)
     _current_worker = worker
+    from lightwork.engines.local import sampler
+
+    sampler.install(worker_id, config)  # task profiles: SIGUSR2 starts/stops them
     calls.retire_worker = worker.retire  # max_calls: this process ends after the call
     signal.signal(signal.SIGINT, _on_sigint)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

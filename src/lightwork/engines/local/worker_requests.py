@@ -127,8 +127,13 @@ class WorkerRequests(_Base):
                 if (task is not None and task.plain and type(outcome) is bytes
                         and task.worker is slot and not task.cancelled):
                     record = task.record
-                    (_, _, _, record.started, record.args_loaded, record.finished,
-                     record.stored, record.cpu_time) = message
+                    try:
+                        (_, _, _, record.started, record.args_loaded, record.finished,
+                         record.stored, record.cpu_time) = message
+                    except ValueError:  # a DONE with its memory read (protocol.py)
+                        (_, _, _, record.started, record.args_loaded, record.finished,
+                         record.stored, record.cpu_time,
+                         record.rss_peak, record.rss_change) = message
                     finish(slot, task, record.finished - record.args_loaded)
                     ended.append(self._end_plain(task, outcome, seen))
                     continue
@@ -174,8 +179,13 @@ class WorkerRequests(_Base):
             return
         outcome = done[2]
         record = task.record
-        (_, _, _, record.started, record.args_loaded, record.finished, record.stored,
-         record.cpu_time) = done
+        try:
+            (_, _, _, record.started, record.args_loaded, record.finished,
+             record.stored, record.cpu_time) = done
+        except ValueError:  # a DONE with its memory read (protocol.py)
+            (_, _, _, record.started, record.args_loaded, record.finished,
+             record.stored, record.cpu_time,
+             record.rss_peak, record.rss_change) = done
         self.scheduler.finish(conn.slot, task, record.finished - record.args_loaded)
         if self.gpus.held:  # (_release_gpus, without a call per task)
             self.gpus.release(task.task_id)

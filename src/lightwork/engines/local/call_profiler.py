@@ -1,0 +1,430 @@
+"""cProfile, line_profiler or tracemalloc around every task call of a worker, while a
+profile that asks for them is on.
+
+The switch and its signal are the sampler's (``sampler.py``): the switch file says
+``on <token> <hz> cprofile`` (or ``... sample memory``, ``... cprofile lines``, ...),
+and the worker's SIGUSR2 handler builds a :class:`CallProfiler` instead of a sampling
+thread (in cProfile mode; it writes the worker's file) or beside it (memory or lines
+with sampling: the sampler's file then carries their figures). The driver's side of
+the merge is :func:`merge`, :func:`merge_lines` and :func:`merge_memory`.
+
+Lines (``profile_tasks(lines=[f, ...])``, with line_profiler installed): the driver
+writes the functions' ``(file, first line, name)`` to ``sampling-lines.json``; the
+worker finds its own function objects of those codes among its objects (``gc``, once
+at the start and again after it loads a new function, since a task's helpers arrive
+with it) and gives them to one ``line_profiler.LineProfiler``, enabled per call as the
+cProfile one is. Its timings travel as JSON (``[file, line, name, [[line, hits,
+time], ...]]`` in its timer's unit) and are added up by line in the driver.
+
+Memory (``profile_tasks(memory=True)``): tracemalloc traces the worker's allocations
+while the profile runs (started here unless the program traces already). Per call,
+the peak of traced memory above what was traced when the call began
+(``tracemalloc.reset_peak``) and what the call left allocated; for the first
+``SITE_CALLS`` calls of each task function, a snapshot before and after the call,
+whose difference by line is what the call left behind where it was allocated: a leak's
+lines. Traced memory is the process's, so calls side by side in a threaded actor
+share their peaks.
+
+How a call is profiled: the profiler sets an instance attribute ``_execute`` on the
+worker, which shadows the class's method (``Worker.execute`` calls ``self._execute``),
+and removes it when the profile stops. Off, nothing of it exists: the task loop has no
+check to make. Each thread that runs calls (the main thread; an actor's pool threads)
+has its own ``cProfile.Profile`` (line_profiler keeps per-thread state itself),
+enabled only for the length of a call and kept across
+calls, so its counts add up. A profile only hooks the thread that enabled it, so one
+per thread is what keeps a threaded actor's calls apart.
+
+A call already running on the main thread when the profile begins is counted from
+then on: the handler, which interrupted it, enables that thread's profile at once.
+
+States: *on* (the attribute set, calls counted); *stopping* (the attribute removed by
+the SIGUSR2 handler, on the main thread: it also disables the main thread's profile
+there, so a ten-minute call in progress still reports what it did so far); *written*
+(a short thread waits up to ``DRAIN_S`` for calls in progress on pool threads, then
+writes the stats). The stats go to ``sample-w<id>.pstats`` as ``marshal`` of pstats'
+own dict, the format of ``pstats.Stats.dump_stats`` (the session directory is 0700 and
+the file is this worker's own, so marshal is safe here, and it is what pstats reads);
+then ``sample-w<id>.json`` says ``final``, the sampler's handshake with the driver.
+
+What is kept: the wrapper profiles the whole of ``_execute``, so loading arguments and
+storing results would show as the worker's own functions. :func:`task_part` keeps the
+functions reachable from what ``_execute`` called of the user's (the task function or
+method) and removes the calls into them from anywhere else, with their counts and
+times, so ``ncalls`` counts the calls the tasks made, and a nested ``lightwork.get``
+from a task stays in.
+"""
+
+from __future__ import annotations
+
+import _thread
+import json
+import marshal
+import os
+import time
+from typing import Any
+
+STATS_SUFFIX = ".pstats"
+DRAIN_S = 1.0
+SITE_CALLS = 20  # calls of one task function whose allocation sites are compared
+TOP_SITES = 10  # lines kept per task function
+
+#: pstats' key of a function: (file, first line, name).
+Key = tuple[str, int, str]
+
+_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_LIGHTWORK_DIR += os.sep
+
+
+class CallProfiler:
+    """One worker's cProfile of its calls for the profile ``token``."""
+
+    def __init__(self, worker: Any, token: str, worker_id: int, path: str,
+                 cprofile: bool = True, memory: bool = False,
+                 lines: list[Key] | None = None) -> None:
+        import cProfile
+
+        self._new_profile = cProfile.Profile
+        self.cprofile = cprofile
+        self.memory = MemoryTracer() if memory else None
+        self.lines = LineTimer(worker, lines) if lines else None
+        self.worker = worker
+        self.token = token
+        self.worker_id = worker_id
+        self.path = path  # the sample-w<id>.json handshake file; stats beside it
+        self.started = time.time()
+        self.ended = 0.0
+        self.calls = 0
+        self.profiles: dict[int, Any] = {}  # thread ident -> its cProfile.Profile
+        self.in_call: set[int] = set()  # idents of the threads inside a profiled call
+        self._main = _thread.get_ident()  # the handler builds it on the main thread
+        self._lock = _thread.allocate_lock()
+        self._original = type(worker)._execute.__get__(worker)
+
+    def start(self) -> None:
+        """On the main thread (the SIGUSR2 handler, or ``main`` when it starts)."""
+        if self.memory is not None:
+            self.memory.start()
+        self.worker._execute = self._execute
+        if self.cprofile and getattr(self.worker._local, "frame", None) is not None:
+            # A call runs here now (the handler interrupted it): count it from here on.
+            self.profiles[self._main] = profile = self._new_profile()
+            profile.enable()
+
+    def _execute(self, frame: tuple[Any, ...], started: float) -> Any:
+        ident = _thread.get_ident()
+        with self._lock:
+            profile = self.profiles.get(ident) if self.cprofile else None
+            if profile is None and self.cprofile:
+                profile = self.profiles[ident] = self._new_profile()
+            self.in_call.add(ident)
+            self.calls += 1
+        memory, lines = self.memory, self.lines
+        traced = memory.before(frame[2]) if memory is not None else None
+        if lines is not None:
+            lines.enable(frame[1])
+        if profile is not None:
+            profile.enable()
+        try:
+            return self._original(frame, started)
+        finally:
+            if profile is not None:
+                profile.disable()
+            if lines is not None:
+                lines.disable()
+            if memory is not None and traced is not None:
+                memory.after(frame[2], traced)
+            with self._lock:
+                self.in_call.discard(ident)
+
+    def stop(self, write: bool = True) -> None:
+        """On the main thread (the SIGUSR2 handler): calls from now on run plain.
+        ``write=False``: beside a sampler, whose file carries :meth:`memory_result`."""
+        self.worker.__dict__.pop("_execute", None)
+        main = self.profiles.get(_thread.get_ident())
+        if main is not None:
+            main.disable()  # a call in progress here reports what it did so far
+        if write:
+            _thread.start_new_thread(self._write_when_drained, ())
+        elif self.memory is not None:
+            self.memory.stop()
+
+    def memory_result(self) -> dict[str, Any]:
+        return self.memory.result() if self.memory is not None else {}
+
+    def lines_result(self) -> dict[str, Any]:
+        return self.lines.result() if self.lines is not None else {}
+
+    def _write_when_drained(self) -> None:
+        deadline = time.monotonic() + DRAIN_S
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self.in_call - {self._main}:
+                    break
+            time.sleep(0.005)
+        self.ended = time.time()
+        memory, lines = self.memory_result(), self.lines_result()
+        if self.memory is not None:
+            self.memory.stop()
+        with self._lock:
+            done = [p for ident, p in self.profiles.items()
+                    if ident == self._main or ident not in self.in_call]
+        stats: dict[Key, Any] = {}
+        for profile in done:
+            profile.snapshot_stats()
+            _add(stats, task_part(profile.stats))
+        try:
+            temporary = f"{self.path}.{os.getpid()}.tmp"
+            with open(temporary, "wb") as f:
+                marshal.dump(stats, f)
+            os.replace(temporary, stats_path(self.path))
+            with open(temporary, "w") as f:
+                json.dump({"worker_id": self.worker_id, "pid": os.getpid(), "token": self.token,
+                           "hz": 0, "samples": self.calls, "started": self.started,
+                           "ended": self.ended, "final": True, "counts": [],
+                           "mode": "cprofile", "memory": memory, "lines": lines}, f)
+            os.replace(temporary, self.path)
+        except OSError:
+            pass
+
+
+class LineTimer:
+    """line_profiler on this worker's functions of the given codes (module docstring)."""
+
+    def __init__(self, worker: Any, targets: list[Key]) -> None:
+        from line_profiler import LineProfiler
+
+        self.worker = worker
+        self.profiler = LineProfiler()
+        self.targets = {tuple(t) for t in targets}
+        self.found: set[Key] = set()
+        self._known = -1  # how many functions the worker had at the last search
+
+    def _resolve(self) -> None:
+        import gc
+        import types
+
+        known = len(getattr(self.worker, "functions", ()))
+        if known == self._known or self.found >= self.targets:
+            return
+        self._known = known
+        for obj in gc.get_objects():
+            if type(obj) is types.FunctionType:
+                code = obj.__code__
+                key = (code.co_filename, code.co_firstlineno, code.co_name)
+                if key in self.targets and id(obj) not in self._added:
+                    self._added.add(id(obj))
+                    self.found.add(key)
+                    self.profiler.add_function(obj)
+
+    _added: set[int]
+
+    def enable(self, key: Any) -> None:
+        if not hasattr(self, "_added"):
+            self._added = set()
+        try:
+            if type(key) is bytes:  # load the task's function now: its helpers come with it
+                self.worker.function(key)
+            self._resolve()
+        except Exception:  # noqa: BLE001 - the call itself reports a function that fails
+            pass
+        self.profiler.enable_by_count()
+
+    def disable(self) -> None:
+        self.profiler.disable_by_count()
+
+    def result(self) -> dict[str, Any]:
+        stats = self.profiler.get_stats()
+        return {"unit": stats.unit,
+                "timings": [[file, line, name, [list(t) for t in timings]]
+                            for (file, line, name), timings in stats.timings.items()]}
+
+
+def merge_lines(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Workers' :meth:`LineTimer.result` added up by line (in the first one's unit)."""
+    unit = next((r["unit"] for r in results if r), 1e-6)
+    merged: dict[Key, dict[int, list[float]]] = {}
+    for result in results:
+        if not result:
+            continue
+        scale = result["unit"] / unit
+        for file, first, name, timings in result["timings"]:
+            by_line = merged.setdefault((file, first, name), {})
+            for line, hits, spent in timings:
+                into = by_line.setdefault(line, [0, 0.0])
+                into[0] += hits
+                into[1] += spent * scale
+    return {"unit": unit, "timings": [[*key, [[line, hits, spent] for line, (hits, spent)
+                                              in sorted(by_line.items())]]
+                                      for key, by_line in merged.items()]}
+
+
+class MemoryTracer:
+    """tracemalloc per call, by task function (module docstring)."""
+
+    def __init__(self) -> None:
+        import tracemalloc
+
+        self._tm = tracemalloc
+        self.started_here = False
+        self.functions: dict[str, dict[str, Any]] = {}  # label -> calls, peak, kept, sites
+        self._lock = _thread.allocate_lock()
+
+    def start(self) -> None:
+        if not self._tm.is_tracing():
+            self._tm.start()
+            self.started_here = True
+
+    def stop(self) -> None:
+        if self.started_here and self._tm.is_tracing():
+            self._tm.stop()
+            self.started_here = False
+
+    def _entry(self, label: str) -> dict[str, Any]:
+        entry = self.functions.get(label)
+        if entry is None:
+            entry = self.functions[label] = {"calls": 0, "peak": 0, "kept": 0, "sites": {}}
+        return entry
+
+    def before(self, label: str) -> tuple[int, Any]:
+        tm = self._tm
+        if not tm.is_tracing():
+            return 0, None
+        with self._lock:
+            compare = self._entry(label)["calls"] < SITE_CALLS
+        snapshot = tm.take_snapshot() if compare else None
+        tm.reset_peak()
+        return tm.get_traced_memory()[0], snapshot
+
+    def after(self, label: str, traced: tuple[int, Any]) -> None:
+        tm = self._tm
+        if not tm.is_tracing():
+            return
+        size, peak = tm.get_traced_memory()
+        began, snapshot = traced
+        lines: list[tuple[str, int, int, int]] = []
+        if snapshot is not None:
+            for stat in tm.take_snapshot().compare_to(snapshot, "lineno"):
+                where = stat.traceback[0]
+                if stat.size_diff > 0 and not where.filename.startswith(_LIGHTWORK_DIR) \
+                        and where.filename != tm.__file__:
+                    lines.append((where.filename, where.lineno, stat.size_diff,
+                                  stat.count_diff))
+        with self._lock:
+            entry = self._entry(label)
+            entry["calls"] += 1
+            entry["peak"] = max(entry["peak"], peak - began)
+            entry["kept"] += size - began
+            sites = entry["sites"]
+            for file, line, grown, count in lines:
+                old = sites.get((file, line), (0, 0))
+                sites[(file, line)] = (old[0] + grown, old[1] + count)
+
+    def result(self) -> dict[str, Any]:
+        """``{label: {calls, peak, kept, site_calls, sites: [[file, line, bytes, count]]}}``."""
+        with self._lock:
+            out = {}
+            for label, entry in self.functions.items():
+                top = sorted(entry["sites"].items(), key=lambda kv: -kv[1][0])[:TOP_SITES]
+                out[label] = {"calls": entry["calls"], "peak": entry["peak"],
+                              "kept": entry["kept"],
+                              "site_calls": min(entry["calls"], SITE_CALLS),
+                              "sites": [[f, ln, b, c] for (f, ln), (b, c) in top]}
+            return out
+
+
+def merge_memory(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Workers' :meth:`MemoryTracer.result` added up by task function."""
+    merged: dict[str, Any] = {}
+    for result in results:
+        for label, entry in (result or {}).items():
+            into = merged.setdefault(label, {"calls": 0, "peak": 0, "kept": 0,
+                                             "site_calls": 0, "sites": {}})
+            into["calls"] += entry["calls"]
+            into["peak"] = max(into["peak"], entry["peak"])
+            into["kept"] += entry["kept"]
+            into["site_calls"] += entry["site_calls"]
+            for file, line, grown, count in entry["sites"]:
+                old = into["sites"].get((file, line), (0, 0))
+                into["sites"][(file, line)] = (old[0] + grown, old[1] + count)
+    for into in merged.values():
+        top = sorted(into["sites"].items(), key=lambda kv: -kv[1][0])[:TOP_SITES]
+        into["sites"] = [[f, ln, b, c] for (f, ln), (b, c) in top]
+    return merged
+
+
+def stats_path(sample_path: str) -> str:
+    return sample_path[: -len(".json")] + STATS_SUFFIX
+
+
+def _own(key: Key) -> bool:
+    return key[0].startswith(_LIGHTWORK_DIR)
+
+
+def task_part(stats: dict[Key, Any]) -> dict[Key, Any]:
+    """The part of one profile the tasks' own code made (module docstring)."""
+    from lightwork.engines.local.worker import Worker
+
+    code = Worker._execute.__code__
+    execute = (code.co_filename, code.co_firstlineno, code.co_name)
+    callees: dict[Key, list[Key]] = {}
+    for key, (_cc, _nc, _tt, _ct, callers) in stats.items():
+        for caller in callers:
+            callees.setdefault(caller, []).append(key)
+    # The roots: what _execute called of the user's, and the outermost functions seen
+    # in a call that was running when the profile began (no caller recorded).
+    kept = {key for key, value in stats.items()
+            if not _own(key) and key[0] != "~" and (not value[4] or execute in value[4])}
+    pending = list(kept)
+    while pending:
+        for callee in callees.get(pending.pop(), ()):
+            if callee not in kept:
+                kept.add(callee)
+                pending.append(callee)
+    out = {}
+    for key in kept:
+        cc, nc, tt, ct, callers = stats[key]
+        mine = {}
+        for caller, counts in callers.items():
+            if caller in kept:
+                mine[caller] = counts
+            else:  # a call from the worker's own code: not the task's
+                c_nc, c_cc, c_tt, c_ct = counts
+                if caller != execute:
+                    nc, cc, tt, ct = nc - c_nc, cc - c_cc, tt - c_tt, ct - c_ct
+        if nc > 0:
+            out[key] = (cc, nc, max(0.0, tt), max(0.0, ct), mine)
+    return out
+
+
+def _add(into: dict[Key, Any], stats: dict[Key, Any]) -> None:
+    """Add one pstats dict into another, as ``pstats.Stats.add`` does."""
+    for key, (cc, nc, tt, ct, callers) in stats.items():
+        if key not in into:
+            into[key] = (cc, nc, tt, ct, dict(callers))
+            continue
+        o_cc, o_nc, o_tt, o_ct, o_callers = into[key]
+        for caller, counts in callers.items():
+            old = o_callers.get(caller)
+            o_callers[caller] = counts if old is None else tuple(
+                a + b for a, b in zip(old, counts))
+        into[key] = (o_cc + cc, o_nc + nc, o_tt + tt, o_ct + ct, o_callers)
+
+
+def read_stats(sample_path: str) -> dict[Key, Any]:
+    """A worker's stats file (empty if it wrote none)."""
+    try:
+        with open(stats_path(sample_path), "rb") as f:
+            stats = marshal.load(f)
+    except (OSError, EOFError, ValueError, TypeError):
+        return {}
+    return stats if isinstance(stats, dict) else {}
+
+
+def merge(sample_paths: list[str]) -> list[list[Any]]:
+    """The workers' stats added up, as JSON-ready rows:
+    ``[file, line, name, cc, nc, tt, ct, [[file, line, name, nc, cc, tt, ct], ...]]``."""
+    merged: dict[Key, Any] = {}
+    for path in sample_paths:
+        _add(merged, read_stats(path))
+    return [[*key, cc, nc, tt, ct, [[*caller, *counts] for caller, counts in callers.items()]]
+            for key, (cc, nc, tt, ct, callers) in merged.items()]
