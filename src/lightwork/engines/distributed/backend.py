@@ -251,7 +251,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
     # -- lifetime ----------------------------------------------------------------------------
     ends_before_thread_pools = True
 
-    def run_record(self, session: bool = False) -> Any:
+    def run_record(self, session: bool = False) -> ClusterLog | None:
         return self.session_log if session else self.recorder
 
     # -- the typed requests of the interface, carried by the engine's own request path --
