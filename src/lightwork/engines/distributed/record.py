@@ -724,8 +724,8 @@ class ClusterLog(RunRecord):
     def cancel(self, object_ids: list[int], force: bool) -> None:
         self.backend.cancel(object_ids, force, recursive=False)
 
-    def driver_request(self, what: str, *args: Any) -> Any:
-        return self.backend.driver_request(what, *args)
+    def kill_actor(self, actor_id: int) -> None:
+        self.backend.kill_actor(actor_id, True)
 
     def knows_actor(self, actor_id: int) -> bool:
         return actor_id in self.actors.actors or actor_id in self.actor_info
