@@ -84,6 +84,12 @@ def patch_blocking_observers(monkeypatch: Any, observers: Any) -> None:
 # ---- the local engine's driver node --------------------------------------------------
 
 
+def run_record(feature: str = "a test", live: bool = False) -> Any:
+    """The run's record (``kernel.run.RunRecord``) as the tools get it
+    (``api.core.run_record``): the local ``Node`` or the cluster's ``ClusterLog``."""
+    return _core_module().run_record(feature, live=live)
+
+
 def driver_node() -> Any:
     """The driver's ``Node`` of the local engine (what the diagnostics read), or None
     when no runtime runs."""

@@ -33,7 +33,7 @@ def query(op: str, request_timeout: float = 30.0, **args: Any) -> Any:
     """Run one diagnostics operation (``control.OPS``) against this process's session."""
     from lightwork.api import core as _api
 
-    node = _api.diagnostics_node(f"the state API ({op})", recorded=True, session=True)
+    node = _api.run_record(f"the state API ({op})", session=True)
     if node is not None:
         return control.dispatch(node, op, args)
     backend = _api._backend

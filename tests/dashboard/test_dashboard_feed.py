@@ -161,20 +161,20 @@ def test_a_running_get_reports_how_many_of_its_objects_are_ready(node, tmp_path)
         assert calls and calls[0]["ready"] == 3 and calls[0]["kind"] == "get"
         reply, _ = feed.sync(node, 10**9, 10**9, 10, 10)  # looks at the 2 pending only
         assert [c["ready"] for c in reply["progress"] if c["objects"] == 5] == [3]
+        # The run's record tells which are pending; a freed (unknown) object was ready.
+        with node.lock:
+            assert node.pending_objects([waiting[0].id, done[0].id, 10**15, waiting[1].id]
+                                        ) == [waiting[0].id, waiting[1].id]
     finally:
         open(release, "w").close()
         getter.join(10)
-    # Freed objects count as ready; anything but an ObjectRef is read the slow way.
-    entries = node.objects.entries
 
-    class NotARef:
+    class NotARef:  # anything but an ObjectRef is read the slow way
         id = -1
 
-    assert feed._still_pending(entries, [NotARef(), *waiting]) == []
-    assert feed._still_pending({}, done) == []
-    pending_entry = type("Entry", (), {"state": feed.PENDING})()
-    assert feed._still_pending({7: pending_entry, 8: entries.get(done[0].id)}, [7, 8, 9],
-                               ids=True) == [7]
+    assert feed._ids_of([NotARef(), *waiting]) == [-1, waiting[0].id, waiting[1].id]
+    with node.lock:
+        assert node.pending_objects(feed._ids_of([NotARef(), *waiting])) == []
 
 
 # ---------------------------------------------------------------------------- Dask graphs

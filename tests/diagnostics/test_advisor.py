@@ -469,14 +469,14 @@ def test_advise_waits_for_a_look_that_took_records_it_has_not_folded_in(monkeypa
     # The advisor's thread takes the new records under the runtime's lock, reads /proc,
     # then folds them into the rules. advise() looking in between must wait for that
     # look, not answer without the records it holds.
-    import types
 
     from lightwork.kernel.events import EventLog, TaskRecord
+    from lightwork.kernel.run import RunRecord
     from lightwork.diagnostics import advisor as advisor_module
     from lightwork.diagnostics._advice_rules import TINY_MIN_TASKS
 
-    node = types.SimpleNamespace(lock=threading.RLock(), closed=False, log=EventLog(),
-                                 objects=types.SimpleNamespace(bytes_in_segments=0))
+    node = RunRecord()  # a run with no engine behind it: only its log and lock
+    node.lock, node.log = threading.RLock(), EventLog()
     advisor = node.advisor = advisor_module.Advisor(node, cpus=2, cores=2)
     site = ("job.py", 7, "main")
     for task_id in range(TINY_MIN_TASKS * 2):  # a flood of 10 µs tasks: tiny-tasks
@@ -534,14 +534,14 @@ def test_a_fast_loop_of_gets_is_get_in_loop_though_the_look_samples_its_records(
     """Thousands of tiny synchronous calls in one look: the look reads a sample of the
     records, but every record a one-object get waited for, so the get-in-loop chain holds
     (it was found for a slow loop only)."""
-    import types
 
     from lightwork.kernel.events import DriverSpan, EventLog, TaskRecord
+    from lightwork.kernel.run import RunRecord
     from lightwork.diagnostics import advisor as advisor_module
     from lightwork.diagnostics._advice_rules import SAMPLE_PER_STEP
 
-    node = types.SimpleNamespace(lock=threading.RLock(), closed=False, log=EventLog(),
-                                 objects=types.SimpleNamespace(bytes_in_segments=0))
+    node = RunRecord()  # a run with no engine behind it: only its log and lock
+    node.lock, node.log = threading.RLock(), EventLog()
     advisor = node.advisor = advisor_module.Advisor(node, cpus=2, cores=2)
     submit_site, get_site = ("job.py", 7, "main"), ("job.py", 8, "main")
     calls = SAMPLE_PER_STEP * 6  # a sample of one record in six

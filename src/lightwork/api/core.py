@@ -10,7 +10,7 @@ Importing lightwork starts nothing.
 ``_backend`` is the one owner of "what runs this process's calls"; the API talks to it
 through the :class:`~lightwork.kernel.backend.Backend` interface alone, and opens it
 through :func:`lightwork.engines.open_backend`. Diagnostics reach the run's record
-through :func:`driver_node` and :func:`diagnostics_node`. Code below the API reaches the
+through :func:`run_record` (a ``kernel.run.RunRecord``). Code below the API reaches the
 backend through :mod:`lightwork.kernel.backend`, which this module connects when it
 loads.
 """
@@ -27,6 +27,7 @@ from typing import Any
 from lightwork.api.generator import ObjectRefGenerator
 from lightwork.kernel import backend as _kernel_backend
 from lightwork.kernel.object_ref import ObjectRef
+from lightwork.kernel.run import RunRecord
 from lightwork.api.remote_function import RemoteFunction, callsite
 from lightwork.kernel.introspect import blocking_observers as _observers
 from lightwork.kernel.introspect import observe_call as _observe_call
@@ -423,7 +424,9 @@ def _core(uses: Any = (), named: dict[str, Any] | None = None) -> Any:
 
 
 def driver_node() -> Any:
-    """The run's driver-side record the diagnostics read (``Backend.node``), or None."""
+    """The embedded runtime's driver ``Node`` (``Backend.node``), or None: for the API's
+    own advisor warnings and for the tests' ``support`` module; tools read the run
+    through :func:`run_record`."""
     backend = _backend
     if backend is None or backend.closed:
         return None
@@ -464,27 +467,33 @@ def _contained_ref_ids(value: Any) -> list[int]:
         return []
 
 
-def diagnostics_node(feature: str, recorded: bool = False, session: bool = False) -> Any:
-    """``driver_node()`` for a diagnostic; on a backend without a ``Node``, its event log
-    (``recorder``, e.g. ``cluster_record.ClusterLog``) if the diagnostic reads only that
-    (``recorded``), else UnsupportedOnBackend naming ``feature`` instead of None. With
-    ``session`` (the state API, which answers even with the log off, as a local session
-    does), the backend's ``session_log``."""
-    node = driver_node()
+def run_record(feature: str, live: bool = False, session: bool = False) -> RunRecord | None:
+    """The run's record (``kernel.run.RunRecord``) for the diagnostic ``feature``, or None
+    with no runtime running here (or inside a worker process, whose driver keeps it).
+
+    UnsupportedOnBackend naming ``feature`` where the backend records no run (its event
+    log is off), or, for a ``live`` diagnostic (one that needs the engine's own
+    processes or store), where the record says it has no such state
+    (``RunRecord.live_state_missing``). With ``session`` (the state API, which answers
+    even with the log off, as a local session does), the record of the session."""
     backend = _backend
-    if node is None and backend is not None and not backend.closed and backend.in_driver:
-        recorder = backend.run_record(session=session)
-        if recorded and recorder is not None:
-            return recorder
+    if backend is None or backend.closed or not backend.in_driver:
+        return None
+    record = backend.run_record(session=session)
+    why = None
+    if live:
+        probe = record if record is not None else backend.run_record(session=True)
+        why = probe.live_state_missing if probe is not None else None
+    if why is None and record is None:
+        why = "its event log is off (init(event_budget=0))"
+    if why is not None:
         from lightwork.kernel.exceptions import UnsupportedOnBackend
 
-        why = ("its event log is off (init(event_budget=0))" if recorded
-               else "it needs the embedded runtime's own state")
         raise UnsupportedOnBackend(
             f"{feature} is not supported on the {backend.name} backend: {why}; run on the "
             "embedded runtime (init() with no address) to use it, or read the Dask "
             "dashboard")
-    return node
+    return record
 
 
 def _install_backend(backend: Any) -> None:

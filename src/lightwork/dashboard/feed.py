@@ -63,11 +63,13 @@ anything is torn down), so the page shows the program's final state, not the one
 to a second before. A session with no dashboard registered waits for nothing; one that
 was killed without saying so costs the program's end ``FINAL_SYNC_WAIT_S`` once.
 
-A cluster session (``engines/distributed/dashboard.py``): the "node" is the run's
-``ClusterLog``, which has the same event log, lock and live tasks; what a node knows of
-itself (resources, workers, actors, store, findings) it gives in ``dashboard_facts``,
-asked before the lock (it takes round trips to the cluster), and a running get's
-progress comes from its ``object_ready``.
+The feed reads the run only through its record (``kernel.run.RunRecord``): the event
+log, lock and live tasks, and the record's methods for what an engine knows of itself
+(the tasks at its workers' heads, resources in use, the store's facts, which objects
+are still pending). A cluster session's record (``engines/distributed/dashboard.py``)
+gives resources, workers, actors, store and findings at once in ``dashboard_facts``,
+asked before the lock (it takes round trips to the cluster); the embedded runtime's
+returns None there, and the feed builds them under the lock.
 
 Actions (``dashboard_cancel``, ``dashboard_kill``) exist only for the dashboard's
 ``--allow-actions`` mode; the dashboard process checks the token and the origin first,
@@ -79,7 +81,6 @@ and this side refuses any action whose request does not carry ``allow_actions: t
 from __future__ import annotations
 
 import array
-import functools
 import itertools
 import operator
 import struct
@@ -88,12 +89,12 @@ import threading
 import time
 import weakref
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lightwork.kernel import control
 from lightwork.kernel import views
 from lightwork.kernel.events import TaskRecord
-from lightwork.engines.local.objects import PENDING, READY
+from lightwork.kernel.run import RunRecord
 from lightwork.dashboard import CONTROL_OPS
 from lightwork.dashboard.wire import (
     DEFAULT_MAX_RECORDS,
@@ -103,9 +104,6 @@ from lightwork.dashboard.wire import (
     NAME_CODE,
     STATE_CODE,
 )
-
-if TYPE_CHECKING:
-    from lightwork.engines.local.node import Node
 
 OPS = CONTROL_OPS
 PACK_SLICE = 2_000  # rows packed per C call (about 0.5 ms: the GIL can move between them)
@@ -127,7 +125,7 @@ class FeedTotals:
     records = 0  # task records packed for them
 
 
-def dispatch(node: Node, op: str, args: dict[str, Any]) -> Any:
+def dispatch(node: RunRecord, op: str, args: dict[str, Any]) -> Any:
     if op == "dashboard_sync":
         reply, attached = sync(node, _int_arg(args, "task_cursor", 0),
                                _int_arg(args, "span_cursor", 0),
@@ -167,7 +165,7 @@ def _int_arg(args: dict[str, Any], key: str, default: int) -> int:
 
 
 # ---------------------------------------------------------------------------- sync
-def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
+def sync(node: RunRecord, task_cursor: int, span_cursor: int, max_records: int,
          live_limit: int) -> tuple[dict[str, Any], list[Any]]:
     """The reply (JSON) and the bytes of its task records (``wire``'s layout)."""
     began = time.perf_counter()
@@ -195,10 +193,8 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
             for task in itertools.islice(node.tasks.values(), live_limit)
         ]
         if facts is None:
-            scheduler = node.scheduler
-            resources = {k: [max(0.0, v - scheduler.available.get(k, 0.0)), v]
-                         for k, v in scheduler.total.items() if v or k == "CPU"}
-            store = _store_facts(node)
+            resources = node.resource_use()
+            store = node.store_facts()
             actor_count = len(node.actors.actors)
         progress = _progress.snapshot(node)
         now = time.monotonic()
@@ -236,7 +232,7 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
 _STATE_OF = operator.attrgetter("state")
 
 
-def _live_counts(node: Node) -> Counter[str]:
+def _live_counts(node: RunRecord) -> Counter[str]:
     """Live tasks by Ray's state name (lock held), without a Python step per task.
 
     The scheduler's states are counted in C; only the tasks at the head of a worker
@@ -244,18 +240,11 @@ def _live_counts(node: Node) -> Counter[str]:
     they are looked at one by one.
     """
     counts = Counter(map(_STATE_OF, node.tasks.values()))
-    for conn in node.workers.values():
-        actor = conn.actor
-        if actor is not None:
-            heads: Any = itertools.islice(actor.inflight.values(),
-                                          max(1, actor.max_concurrency or 1))
-        else:
-            heads = (conn.slot.inflight[0],) if conn.slot.inflight else ()
-        for task in heads:
-            state = views.live_task_state(node, task)
-            if state != task.state:
-                counts[task.state] -= 1
-                counts[state] += 1
+    for task in node.worker_heads():
+        state = views.live_task_state(node, task)
+        if state != task.state:
+            counts[task.state] -= 1
+            counts[state] += 1
     return +counts  # drops the states counted down to zero
 
 
@@ -347,23 +336,7 @@ def _where(callsite: Any) -> str | None:
     return f"{filename}:{line} in {function}"
 
 
-def _store_facts(node: Node) -> dict[str, Any]:
-    """What the object store reports about itself (lock held); absent facts are None."""
-    table = node.objects
-    facts: dict[str, Any] = {
-        "objects": len(table.entries),
-        "shared_memory_bytes": table.bytes_in_segments,
-        "freed_objects": getattr(table, "freed_count", None),
-    }
-    store = getattr(node, "store", None)  # the segment store: budget and spilling
-    for key in ("budget", "spilled_bytes", "spilled_total"):
-        value = getattr(store, key, None)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            facts[key] = value
-    return facts
-
-
-def _findings(node: Node) -> list[dict[str, Any]] | None:
+def _findings(node: RunRecord) -> list[dict[str, Any]] | None:
     """The live advisor's findings as it has them (None when the advisor is off)."""
     advisor = node.advisor
     if advisor is None:
@@ -384,7 +357,7 @@ class _BlockingCalls:
         self._last_sync = 0.0
         self._serial = itertools.count(1)
 
-    def touch(self, node: Node) -> None:
+    def touch(self, node: RunRecord) -> None:
         """A dashboard asked: observe get/wait until it stops asking or the session ends."""
         from lightwork.kernel import introspect
 
@@ -422,7 +395,7 @@ class _BlockingCalls:
 
         return end
 
-    def snapshot(self, node: Node) -> list[dict[str, Any]]:
+    def snapshot(self, node: RunRecord) -> list[dict[str, Any]]:
         """Each running call: kind, thread, since, objects and how many are ready (node
         lock held; snapshots never run at once). An object once ready stays so for the
         bar (a lost one rebuilt is not counted again), so each snapshot looks only at
@@ -430,48 +403,29 @@ class _BlockingCalls:
         object, not one per object per second."""
         with self._lock:
             calls = list(self._calls.values())
-        entries = getattr(getattr(node, "objects", None), "entries", None)
-        object_ready = getattr(node, "object_ready", None)  # a cluster run's log
         out = []
         for call in calls:
             kind, refs, since, thread, pending = call
             ready = None
-            if len(refs) <= MAX_PROGRESS_OBJECTS and entries is not None:
-                call[4] = pending = _still_pending(entries, refs if pending is None else pending,
-                                                   ids=pending is not None)
-                ready = len(refs) - len(pending)
-            elif len(refs) <= MAX_PROGRESS_OBJECTS and object_ready is not None:
-                ready = sum(map(object_ready, (getattr(ref, "id", -1) for ref in refs)))
+            if len(refs) <= MAX_PROGRESS_OBJECTS:
+                still = node.pending_objects(_ids_of(refs) if pending is None else pending)
+                if still is not None:
+                    call[4] = pending = still
+                    ready = len(refs) - len(still)
             out.append({"kind": kind, "thread": thread, "since": since, "objects": len(refs),
                         "ready": ready})
         return out
 
 
 _OBJECT_ID = operator.attrgetter("_id")  # ObjectRef's slot (``id`` is a Python property)
-_ENTRY_STATE = operator.attrgetter("state")
 
 
-class _Freed:
-    """Stands for the entry of an object already freed: it was ready."""
-
-    state = READY
-
-
-def _still_pending(entries: dict[int, Any], refs: list[Any], ids: bool = False) -> list[int]:
-    """The ids of ``refs`` (or of ``ids``, when they are ids already) whose objects are
-    pending (node lock held), in C: the node's lock is held while this runs."""
-    if ids:
-        wanted: Any = refs
-    else:
-        try:
-            wanted = list(map(_OBJECT_ID, refs))
-        except AttributeError:  # not all ObjectRefs: the slow way
-            wanted = [getattr(ref, "id", -1) for ref in refs]
-    states = map(_ENTRY_STATE, map(entries.get, wanted, itertools.repeat(_Freed)))
-    return list(itertools.compress(wanted, map(_IS_PENDING, states)))
-
-
-_IS_PENDING = functools.partial(operator.eq, PENDING)
+def _ids_of(refs: list[Any]) -> list[int]:
+    """The object ids of ``refs``, in C when all are ObjectRefs."""
+    try:
+        return list(map(_OBJECT_ID, refs))
+    except AttributeError:  # not all ObjectRefs: the slow way
+        return [getattr(ref, "id", -1) for ref in refs]
 
 
 _progress = _BlockingCalls()
@@ -524,7 +478,7 @@ _end_watches: weakref.WeakKeyDictionary[Any, _EndWatch] = weakref.WeakKeyDiction
 _end_watches_lock = threading.Lock()
 
 
-def _end_watch(node: Node) -> _EndWatch:
+def _end_watch(node: RunRecord) -> _EndWatch:
     sidecar = node.control
     with _end_watches_lock:
         watch = _end_watches.get(sidecar)
@@ -537,7 +491,7 @@ def _end_watch(node: Node) -> _EndWatch:
 
 
 # ---------------------------------------------------------------------------- actions
-def cancel_task(node: Node, task_id: int, force: bool) -> dict[str, Any]:
+def cancel_task(node: RunRecord, task_id: int, force: bool) -> dict[str, Any]:
     with node.lock:
         task = node.tasks.get(task_id)
         return_ids = list(task.return_ids) if task is not None else None
@@ -548,7 +502,7 @@ def cancel_task(node: Node, task_id: int, force: bool) -> dict[str, Any]:
     return {"cancelled": task_id}
 
 
-def kill_actor(node: Node, actor_hex: str) -> dict[str, Any]:
+def kill_actor(node: RunRecord, actor_hex: str) -> dict[str, Any]:
     try:
         actor_id = int(actor_hex, 16)
     except ValueError:

@@ -54,7 +54,7 @@ def get(dsk: Any, keys: Any, *, callbacks: Any = None, num_workers: int | None =
     node = _api._core().run_record()
     if node is None:
         if callbacks is not None or active_callbacks():  # never silently without them
-            _api.diagnostics_node("Dask callbacks of lightwork.dask.get")
+            _api.run_record("Dask callbacks of lightwork.dask.get", live=True)
         values = run_nested(graph, wanted)
     else:
         if callbacks is None:

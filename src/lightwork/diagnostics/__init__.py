@@ -56,7 +56,7 @@ __all__ = [
 def _node():
     from lightwork.api import core as _api
 
-    node = _api.diagnostics_node("the event log", recorded=True)
+    node = _api.run_record("the event log")
     if node is not None:
         node.sync()  # a cluster run pulls its workers' reports first
     if node is None:

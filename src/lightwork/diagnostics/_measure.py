@@ -185,21 +185,14 @@ def sample_places(count: int, stride: int, notable: list[int]) -> list[tuple[int
 def running_work(node: Any) -> list[tuple[float, float, TaskRecord]]:
     """(since, slots, record) of the tasks and actor calls running now (lock held)."""
     running = []
-    # Read defensively: a backend whose workers look otherwise just has none to show.
-    for conn in getattr(node, "workers", {}).values():
-        actor = getattr(conn, "actor", None)
-        if actor is not None:
-            calls = list(getattr(actor, "inflight", {}).values())[:1]
-        else:
-            calls = list(getattr(getattr(conn, "slot", None), "inflight", ()))[:1]
-        for task in calls:
-            record = getattr(task, "record", None)
-            if not isinstance(record, TaskRecord):
-                continue
-            since = record.dispatched or record.submitted
-            if since:
-                running.append(
-                    (since, 1.0 if record.actor_id else max(1.0, record.num_cpus), record))
+    for task in node.worker_heads(concurrent=False):  # (a run.RunRecord)
+        record = getattr(task, "record", None)
+        if not isinstance(record, TaskRecord):
+            continue
+        since = record.dispatched or record.submitted
+        if since:
+            running.append(
+                (since, 1.0 if record.actor_id else max(1.0, record.num_cpus), record))
     return running
 
 

@@ -323,9 +323,7 @@ class StateRun(TaskRun):
         if hooks.posttask:
             result = None
             if hooks.posttask_needs_result:
-                own = getattr(self.node, "ready_value", None)  # a cluster run's log
-                values = [(own(oid) if own is not None
-                           else introspect.ready_value(self.node, oid))[1]
+                values = [self.node.ready_value(oid)[1]
                           for oid in self.return_ids[record.task_id]]
                 result = values[0] if len(values) == 1 else tuple(values)
             hooks.fire_posttask(key, result, dsk, state, record.worker_id, record)

@@ -100,7 +100,7 @@ import sys
 import threading
 import time
 import warnings
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
@@ -215,7 +215,7 @@ class Advisor(AdviceRules):
         if node is None and cpus is None:
             raise TypeError("Advisor() needs a runtime node or, to analyse records, cpus=")
         super().__init__(
-            cpus=float(cpus if cpus is not None else node.scheduler.total.get("CPU", 1.0)),
+            cpus=float(cpus if cpus is not None else node.cpu_total()),
             cores=int(cores or os.cpu_count() or 1), init_callsite=init_callsite)
         self.node = node
         self.interval = interval
@@ -330,12 +330,13 @@ class Advisor(AdviceRules):
             picked = [(records[place], weight)
                       for place, weight in sample_places(count, stride, notable)]
             runs = self._fresh_runs.take()
-            pinned = self._pinned_bytes() if node.objects.bytes_in_segments >= PINNED_MIN_BYTES else None
+            # (results just made are about to be read: only the settled ones count)
+            pinned = (node.driver_pinned(time.monotonic() - PINNED_MIN_AGE_S)
+                      if node.shared_memory_bytes() >= PINNED_MIN_BYTES else None)
             running = running_work(node)
-            workers = [(worker_id, conn.pid) for worker_id, conn in
-                       getattr(node, "workers", {}).items() if getattr(conn, "pid", 0)]
+            workers = node.worker_pids()
             # The runtime's own reports of gets in actors that could never return.
-            deadlocks = list(getattr(getattr(node, "actors", None), "deadlocks", ()))
+            deadlocks = node.actor_deadlocks()
         idle = machine_idle_core_s()
         waits = [(worker_id, worker_waited_s(pid)) for worker_id, pid in workers]
         with self._lock:
@@ -383,21 +384,6 @@ class Advisor(AdviceRules):
             warnings.warn_explicit(
                 finding.message(), AdviceWarning, filename, line, module="lightwork.advisor")
 
-    def _pinned_bytes(self) -> tuple[int, int, dict[int, int]]:
-        """(bytes, count, bytes by creating task id, 0 for put) of the stored objects
-        held only by driver refs, ready for at least ``PINNED_MIN_AGE_S`` (lock held)."""
-        total = count = 0
-        by_task: dict[int, int] = defaultdict(int)
-        settled = time.monotonic() - PINNED_MIN_AGE_S  # results just made are about to be read
-        for entry in self.node.objects.entries.values():
-            if entry.path is None or entry.ready_at > settled:  # (only values in segments)
-                continue
-            if entry.driver_holds and not (entry.holders or entry.task_uses or entry.containers):
-                size = entry.size
-                total += size
-                count += 1
-                by_task[entry.task_id] += size
-        return total, count, dict(by_task)
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -464,7 +450,7 @@ def analysis_input(node: Any, tasks: list[TaskRecord],
         with advisor._lock:  # its thread appends meanwhile
             machine = [list(sample) for sample in advisor._machine]
     return {
-        "cpus": float(node.scheduler.total.get("CPU", 1.0)),
+        "cpus": node.cpu_total(),
         "cores": os.cpu_count() or 1,
         "started_at": node.log.started_at,
         "init_callsite": list(advisor.init_callsite) if advisor is not None
@@ -496,10 +482,9 @@ def advise(print_report: bool = True) -> list[Finding]:
     """
     from lightwork.api import core as _api
 
-    node = _api.diagnostics_node("the advisor", recorded=True)
-    sync = getattr(node, "sync", None)  # a cluster run: pull the workers' reports first
-    if sync is not None:
-        sync()
+    node = _api.run_record("the advisor")
+    if node is not None:
+        node.sync()  # a cluster run: pull the workers' reports first
     if node is None:
         raise RuntimeError(
             "no lightwork runtime is running in this process; call lightwork.advise() "

@@ -408,8 +408,7 @@ def _observe_blocking(kind: str, refs: list[Any]) -> Callable[[bool], None] | No
     # On the cluster this is its event log (``cluster_record.ClusterLog``); on a backend
     # that records no run it raises UnsupportedOnBackend, which the hook reports on
     # stderr: the callbacks never silently show nothing.
-    node = _api.diagnostics_node("Dask-style callbacks (ProgressBar, Profiler, ...)",
-                                 recorded=True)
+    node = _api.run_record("Dask-style callbacks (ProgressBar, Profiler, ...)")
     if node is None:
         return None  # inside a worker: the driver's callbacks do not follow nested calls
     from lightwork.diagnostics._plain import start_run

@@ -278,12 +278,14 @@ class ResourceProfiler(_Timed):
         if self._sampler is None:
             from lightwork.api import core as _api
 
-            backend = _api._backend
+            # (the session's record: a cluster's samples its workers with the log off too)
+            record = _api.run_record("ResourceProfiler", session=True)
             with _prompt_gil():  # (both prime their counters: reads that let go of the GIL)
-                if backend is not None and backend.name == "distributed" and backend.in_driver:
-                    self._sampler = _ClusterSampler(self._dt, backend.client)
+                if record is not None and record.processes_elsewhere:
+                    self._sampler = _ClusterSampler(self._dt, record)
                 else:
-                    self._sampler = _Sampler(self._dt, _runtime_processes(_api.driver_node()))
+                    family = None if record is None else record.runtime_pids()
+                    self._sampler = _Sampler(self._dt, family)
                 self._sampler.start()
 
     def _stop_collect(self) -> None:
@@ -313,18 +315,6 @@ class ResourceProfiler(_Timed):
         from lightwork.diagnostics.visualize import plot_resources
 
         return plot_resources(self.results, self.start_time, self.end_time, **kwargs)
-
-
-def _runtime_processes(node: Any) -> list[int] | None:
-    """The pids of the runtime's fork server and workers (actors' too), or None if no
-    runtime runs here."""
-    if node is None:
-        return None
-    pids = [conn.pid for conn in list(node.workers.values()) if conn.pid]
-    server = getattr(node.forkserver, "process", None)
-    if server is not None:
-        pids.append(server.pid)
-    return pids
 
 
 class _Sampler(threading.Thread):
@@ -428,21 +418,18 @@ class _Sampler(threading.Thread):
 class _ClusterSampler(threading.Thread):
     """Samples the driver and every cluster worker every ``dt`` seconds.
 
-    Each worker reads its own CPU and RSS (``cluster_record.process_usage``, psutil in
-    the worker process), all of them in one ``client.run`` round trip through the
-    engine; the driver reads its own. A worker that joins later is primed by its first
+    Each worker reads its own CPU and RSS (psutil in the worker process), all of them
+    in one round trip through the engine (the run record's ``remote_process_usage``);
+    the driver reads its own. A worker that joins later is primed by its first
     sample (0 %), as a new local process is. ``per_process`` keeps each one's samples.
     """
 
-    def __init__(self, dt: float, client: Any) -> None:
+    def __init__(self, dt: float, record: Any) -> None:
         super().__init__(name="lightwork-resource-profiler", daemon=True)
         import psutil
 
-        from lightwork.engines.distributed.record import process_usage
-
         self.dt = dt
-        self.client = client
-        self.usage = process_usage
+        self.record = record
         self.halt = threading.Event()
         self.samples: list[ResourceData] = []
         self.per_process: dict[str, list[ResourceData]] = {}
@@ -451,10 +438,7 @@ class _ClusterSampler(threading.Thread):
         self._ask()  # primes every worker's CPU counter: the first sample is a real one
 
     def _ask(self) -> dict[str, Any]:
-        try:
-            return self.client.run(self.usage, on_error="ignore")
-        except Exception:  # noqa: BLE001 - the cluster went away: no sample this time
-            return {}
+        return self.record.remote_process_usage()
 
     def _sample(self) -> None:
         replies = self._ask()

@@ -329,7 +329,7 @@ def profile_tasks(hz: float = 100.0, mode: str = "sample", memory: bool = False,
     from lightwork.api import core as _api
     from lightwork.kernel import control
 
-    node = _api.diagnostics_node("profile_tasks()")  # UnsupportedOnBackend on a cluster
+    node = _api.run_record("profile_tasks()", live=True)  # UnsupportedOnBackend on a cluster
     if node is None:
         raise RuntimeError("no lightwork runtime is running in this process; call "
                            "lightwork.init() first (from another terminal, `lightwork "

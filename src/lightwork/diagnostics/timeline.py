@@ -162,11 +162,11 @@ def _jsonable(extra: dict[str, Any] | None) -> dict[str, Any]:
 def _record_profile(name: str, start: float, end: float, extra: dict[str, Any]) -> None:
     from lightwork.api import core as _api
 
-    node = _api.driver_node()
-    if node is not None:
-        sidecar = getattr(node, "control", None)
-        if sidecar is not None:
-            sidecar.add_profile([name, start, end, os.getpid(), threading.get_ident(), None, extra])
+    backend = _api._backend
+    if backend is not None and not backend.closed and backend.in_driver:
+        record = backend.run_record()
+        if record is not None:
+            record.add_profile([name, start, end, os.getpid(), threading.get_ident(), None, extra])
         return
     writer = control.worker_profile_writer()  # set in the embedded runtime's workers
     backend = _api._backend

@@ -19,9 +19,10 @@ A feature the engine cannot provide raises :class:`~lightwork.exceptions.Unsuppo
 naming the feature, the backend and what to do instead; a backend never silently does
 something else.
 
-Diagnostics read the run's record (:meth:`Backend.run_record`): the event log, the task
-table, the lock guarding them, the advisor, the control server. It is None where there
-is none (inside a worker process).
+Diagnostics read the run's record (:meth:`Backend.run_record`, a
+:class:`~lightwork.kernel.run.RunRecord`): the event log, the task table, the lock
+guarding them, the advisor, the control server, and the record's typed questions about
+the engine's parts. It is None where there is none (inside a worker process).
 
 The process's backend is the API's; code below the API reaches it through
 :func:`current`, :func:`install` and :func:`installed`, which the API connects when it
@@ -41,6 +42,7 @@ from lightwork.kernel.object_ref import ObjectRef
 
 if TYPE_CHECKING:
     from lightwork.kernel.calls import ActorSpec
+    from lightwork.kernel.run import RunRecord
 
 # The process's backend is owned by the API floor (``lightwork.api.core``); it hands the
 # kernel three functions when it loads (:func:`connect_api`), so code below the API
@@ -132,7 +134,8 @@ class Backend(abc.ABC):
 
     #: "local" or "distributed": what ``lightwork.backend()`` returns.
     name: str = ""
-    #: The driver-side runtime state the diagnostics read, or None (see the module doc).
+    #: The embedded runtime's driver ``Node``, or None: the API delivers its advisor's
+    #: warnings from it (one attribute read per call); tools use :meth:`run_record`.
     node: Any = None
     #: False in a worker process: there the API serves a task's nested calls, and
     #: init/shutdown belong to the driver.
@@ -142,12 +145,10 @@ class Backend(abc.ABC):
     ends_before_thread_pools: bool = False
 
     # -- the run's record, for the diagnostics -------------------------------------------
-    def run_record(self, session: bool = False) -> Any:
-        """The driver-side record of the run the diagnostics read, or None (a worker, or
-        the event log is off). Every engine's record has ``session`` (name, directory),
-        ``log`` (the event log), ``lock``, ``tasks``, ``advisor``, ``control`` (the
-        control server) and ``answer_query(op, args)``. ``session``: the record the state
-        API reads, which answers even with the event log off."""
+    def run_record(self, session: bool = False) -> RunRecord | None:
+        """The driver-side record of the run the diagnostics read (``kernel.run``), or
+        None (a worker, or the event log is off). ``session``: the record the state API
+        reads, which answers even with the event log off."""
         return self.node
 
     # -- lifetime ------------------------------------------------------------------------

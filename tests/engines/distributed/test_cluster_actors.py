@@ -158,7 +158,7 @@ def _called_before_the_loss_is_heard(actor, pid):
     call goes to the dead worker's address, which already refuses connections. Returns
     the call's ref."""
     backend = support.backend()
-    address = backend._proxies[actor._ref.id]._address
+    address = backend.actors._proxies[actor._ref.id]._address
     held, release = threading.Event(), threading.Event()
     backend.client.loop.add_callback(lambda: (held.set(), release.wait(10)))
     assert held.wait(10)
@@ -587,7 +587,7 @@ def test_a_handle_that_comes_back_after_the_last_one_was_dropped_calls_in_order(
     stored = lightwork.put([actor])
     del actor
     gc.collect()
-    wait_until(lambda: (backend._drain(), actor_id not in backend._seqs)[1],
+    wait_until(lambda: (backend._drain(), actor_id not in backend.actors._seqs)[1],
                timeout=HANG_LIMIT_S, message="the dropped handle's call counter to go")
     [again] = lightwork.get(stored, timeout=20)
     assert lightwork.get([again.incr.remote() for _ in range(3)], timeout=20) == [4, 5, 6]
@@ -632,7 +632,7 @@ def test_calls_to_an_actor_its_creator_found_dead_fail_at_once(both_workers, tmp
     pid = lightwork.get(actor.pid.remote(), timeout=20)
     scheduler = both_workers.processes[0]
     backend = support.backend()
-    heard, made = backend._worker_event, []
+    heard, made = backend.actors._worker_event, []
 
     def heard_then_call(address, event):
         heard(address, event)
@@ -641,7 +641,7 @@ def test_calls_to_an_actor_its_creator_found_dead_fail_at_once(both_workers, tmp
             os.kill(scheduler.pid, signal.SIGSTOP)  # (once: the SIGCONT below is last)
             made.append(actor.pid.remote())  # .remote() never waits for the engine
 
-    monkeypatch.setattr(backend, "_worker_event", heard_then_call)
+    monkeypatch.setattr(backend.actors, "_worker_event", heard_then_call)
     try:
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + HANG_LIMIT_S
@@ -699,7 +699,7 @@ def test_the_creator_decides_its_actors_loss_without_the_workers_event(
     import time
 
     backend = support.backend()
-    monkeypatch.setattr(backend, "_watch", lambda owned, incarnation: None)
+    monkeypatch.setattr(backend.actors, "_watch", lambda owned, incarnation: None)
     actor = Restartable.remote(str(tmp_path))
     pid = lightwork.get(actor.pid.remote(), timeout=20)
     sent = _called_before_the_loss_is_heard(actor, pid)

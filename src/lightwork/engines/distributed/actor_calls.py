@@ -1,7 +1,13 @@
 """The caller's side of actors on the distributed backend: creation, calls, names.
 
-The ``ActorCalls`` part of ``DistributedBackend`` (``cluster.py``); the actor's own side,
-on a worker, is ``cluster_actors.py``, whose docstring has the design of a call.
+:class:`ActorCalls` is the backend's ``actors`` component (``backend.actors``), the
+actor directory of this process: it owns the proxies, the actors this process created
+(``_owned``) and their restarts (``actor_restarts.ActorRestarts``, its base), the call
+order per caller, the names it published and the borrowed actors' calls in flight, all
+changed under the backend's lock. The backend tells it when a handle's last ref goes
+(``ref_dropped``) and at shutdown (``unpublish_names``); ``tasks`` asks it whether a
+failed actor key concerns it (``tracks_actors``, ``actor_key_erred``). The actor's own
+side, on a worker, is ``actors.py``, whose docstring has the design of a call.
 
 Calls
 -----
@@ -34,7 +40,7 @@ An actor lives while some process wants its key: distributed frees a key nobody 
 and the actor with it (``ActorHost.__del__`` then stops its threads). In each process the
 handles' ref (``futures``), the cached proxy (``_proxies``, whose own future wants the
 key) and each unsettled call (``ActorCall.actor``) want it. When the last handle here is
-dropped, ``_forget_actor`` drops the proxy, the creator's ownership (``_owned``: nothing
+dropped, ``forget_actor`` drops the proxy, the creator's ownership (``_owned``: nothing
 can restart an actor without its key) and, for a named actor not detached, its directory
 entry (the dataset wants the key too); calls already made still finish. So, as in Ray,
 the actor ends once no process holds a handle (a proxy kept for the session would keep
@@ -58,7 +64,7 @@ import itertools
 import threading
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel import exceptions
 from lightwork.kernel.object_ref import ObjectRef, collecting_refs, ref_counter
@@ -72,6 +78,9 @@ from lightwork.engines.distributed.actor_restarts import (
 )
 from lightwork.engines.distributed.holds import Handover
 from lightwork.engines.distributed.worker import ArgSlot, Failed, key_name, unsupported
+
+if TYPE_CHECKING:
+    from lightwork.engines.distributed.backend import DistributedBackend
 
 _ACTOR_DATASET = "lightwork-actor/"
 #: How long an actor key the scheduler does not know is asked about again before the
@@ -180,34 +189,29 @@ class ActorResult:
 
 
 class ActorCalls(ActorRestarts):
-    """Creating and calling actors (a part of ``DistributedBackend``)."""
+    """Creating and calling actors: the backend's ``actors`` component, the actor
+    directory of this process (proxies, owned actors and their restarts, call order per
+    caller, names, calls in flight). Its state changes under the backend's lock."""
 
-    lock: threading.Lock
-    futures: dict[int, Any]
-    task_ids: dict[int, int]
-    namespace: str | None
-    recorder: Any
-    session_log: Any
-    in_driver: bool
-
-    def _init_actor_calls(self) -> None:
+    def __init__(self, backend: DistributedBackend) -> None:
+        self.backend = backend
         self._proxies: dict[int, Any] = {}  # actor id -> distributed Actor proxy
         self._killed: dict[int, bool] = {}
         # actor id -> [this process's caller name, its next call number]: the actor runs
         # each caller's calls in order. Made afresh when a call finds none: the first
-        # after a restart (a new incarnation counts from 0) or after _forget_actor.
+        # after a restart (a new incarnation counts from 0) or after forget_actor.
         self._seqs: dict[int, list[Any]] = {}
         self._caller_names = itertools.count()
         self._owned: dict[int, OwnedActor] = {}
         self._watched: set[str] = set()  # worker topics subscribed to
         # Named, not detached actors this process made (actor id -> dataset): unpublished
-        # when its last handle here is dropped (_forget_actor), or at shutdown.
+        # when its last handle here is dropped (forget_actor), or at shutdown.
         self._named: dict[int, str] = {}
         self._caller = uuid.uuid4().hex  # this process, as a caller of actors
         self._borrowed: dict[int, BorrowedRestart] = {}  # borrowed actors being restarted
         self._policies: dict[int, tuple[int, int] | None] = {}  # see _restart_policy
         # Calls of borrowed actors in flight (actor id -> call -> the proxy it went to):
-        # settled when the actor's key fails (_actor_key_erred), as the owner's are.
+        # settled when the actor's key fails (actor_key_erred), as the owner's are.
         self._sent: dict[int, dict[ActorCall, Any]] = {}
         # Calls waiting for their actor's key to be done (built, or rebuilt by its owner):
         # ``.remote()`` never waits for the engine (see _queue_while_building).
@@ -217,6 +221,14 @@ class ActorCalls(ActorRestarts):
         """How many times this process restarted the actor (0 if it does not own it)."""
         owned = self._owned.get(actor_id)
         return owned.restarts if owned is not None else 0
+
+    def owned_actors(self) -> list[tuple[int, OwnedActor]]:
+        """The actors this process created and owns, with their restart state."""
+        return list(self._owned.items())
+
+    def was_killed(self, actor_id: int) -> bool:
+        """Whether ``kill`` was called on the actor from this process."""
+        return bool(self._killed.get(actor_id))
 
     def actor_lifecycle(self, actor_id: int) -> tuple[int, int, bool, str]:
         """(restarts, max_restarts, restarting now, why dead for good or "") of an actor
@@ -231,11 +243,10 @@ class ActorCalls(ActorRestarts):
         from lightwork.kernel import serialization
         from lightwork.engines.distributed.actors import ActorHost
 
-        self._check_open()
+        self.backend.check_open()
         self._check_reachable()
-        namespace = actor.namespace if actor.namespace is not None else self.namespace
-        if actor.name is not None and self.driver_request(
-                "get_actor", actor.name, namespace) is not None:
+        namespace = actor.namespace if actor.namespace is not None else self.backend.namespace
+        if actor.name is not None and self.find(actor.name, namespace) is not None:
             raise ValueError(
                 f"an actor named {actor.name!r} already exists in namespace "
                 f"{namespace!r}; pick another name, or pass get_if_exists=True")
@@ -247,7 +258,7 @@ class ActorCalls(ActorRestarts):
                 "cluster's workers (dask worker's environment or a WorkerPlugin)")
         args, kwargs = serialization.loads(actor.args)
         if actor.deps:  # top-level refs of the constructor: this backend's own slots
-            values = self.get(list(actor.deps), None)
+            values = self.backend.fetch.get(list(actor.deps), None)
             args = [values[a.index] if type(a) is ArgSlot else a for a in args]
             kwargs = {k: values[v.index] if type(v) is ArgSlot else v
                       for k, v in kwargs.items()}
@@ -256,75 +267,75 @@ class ActorCalls(ActorRestarts):
         shape = dict(actor.hold)
         restrictions = {r: a for r, a in shape.items() if a and not (r == "CPU" and a <= 1)}
         if restrictions:
-            problem = self._infeasible(restrictions, refresh=True)
+            problem = self.backend.tasks.infeasible(restrictions, refresh=True)
             if problem:
                 raise ValueError(f"actor {actor.class_name} can never be placed on this "
                                  f"cluster: {problem}")
-        keys = self._keys_of(contained) if contained else None
+        keys = self.backend.keys_of(contained) if contained else None
         header = (actor.actor_id, actor.class_name, blob, payload, keys,
-                  actor.max_concurrency, bool(actor.async_methods), self.session_tag)
+                  actor.max_concurrency, bool(actor.async_methods), self.backend.session_tag)
         import dask
 
         # Processes that borrow a handle read its restart policy from the key's annotation.
         policy = ({POLICY_ANNOTATION: (actor.max_restarts, actor.max_task_retries)}
                   if actor.max_restarts else {})
         with dask.annotate(**policy):
-            future = self.client.submit(
+            future = self.backend.client.submit(
                 ActorHost, header, actor=True, pure=False, resources=restrictions or None,
                 key=f"{key_name(actor.class_name)}-{actor.actor_id:x}")
         owned = OwnedActor(actor.actor_id, actor.class_name, actor.max_restarts,
                            actor.max_task_retries,
-                           [self.futures[i] for i in keys] if keys and actor.max_restarts
+                           [self.backend.futures[i] for i in keys] if keys and actor.max_restarts
                            else [])
-        with self.lock:
-            self.futures[actor.actor_id] = future
+        with self.backend.lock:
+            self.backend.futures[actor.actor_id] = future
             self._owned[actor.actor_id] = owned
         # Watch its worker once it is placed: a loss is decided at once (restarted, or
         # given up, which handles elsewhere learn from the cancelled key).
         future.add_done_callback(lambda _f, owned=owned: self._watch(owned, 0))
-        if self.session_log is not None:  # (listed even with the event log off)
-            self.session_log.actor_created(actor.actor_id, actor.class_name, actor.name,
+        if self.backend.session_log is not None:  # (listed even with the event log off)
+            self.backend.session_log.actor_created(actor.actor_id, actor.class_name, actor.name,
                                            namespace, actor.detached, actor.max_concurrency)
         if actor.name is not None:
             # The scheduler's datasets are the cluster's directory: whoever knows the name
             # finds the actor, and a published actor outlives this client (detached).
             entry = (actor.actor_id, actor.class_name, dict(actor.methods), future)
-            self.client.publish_dataset(entry, name=_actor_dataset(actor.name, namespace))
+            self.backend.client.publish_dataset(entry, name=_actor_dataset(actor.name, namespace))
             if not actor.detached:
                 self._named[actor.actor_id] = _actor_dataset(actor.name, namespace)
 
     # -- calls -------------------------------------------------------------------------------
     def submit_actor_task(self, actor_id: int, method: str, name: str, args: tuple,
                           kwargs: dict, num_returns: int, callsite: Any = None) -> list[ObjectRef]:
-        self._check_open()
+        self.backend.check_open()
         self._check_reachable()
         if ref_counter._released:
-            self._drain()
-        actor = self._future_of(actor_id, actor=True)  # (an ended session's raises here)
+            self.backend._drain()
+        actor = self.backend.future_of(actor_id, actor=True)  # (an ended session's raises here)
         tops = [a for a in (*args, *kwargs.values()) if type(a) is ObjectRef]
         if tops:  # resolved here, before the call is sent: its order is kept
-            values = iter(self.get([ref.id for ref in tops], None))
+            values = iter(self.backend.fetch.get([ref.id for ref in tops], None))
             args = tuple(next(values) if type(a) is ObjectRef else a for a in args)
             kwargs = {k: next(values) if type(v) is ObjectRef else v for k, v in kwargs.items()}
         with collecting_refs() as contained:
             payload = pickle_value((args, kwargs))
-        keys = self._keys_of(contained) if contained else None
-        task_id = self.next_object_id()
-        if self.recorder is not None:
-            self.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id,
+        keys = self.backend.keys_of(contained) if contained else None
+        task_id = self.backend.next_object_id()
+        if self.backend.recorder is not None:
+            self.backend.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id,
                                     call=(args, kwargs))
         call = ActorCall(actor_id, actor, (method, name, payload, keys, num_returns, task_id),
-                         num_returns, self.recorder)
+                         num_returns, self.backend.recorder)
         if keys:  # hold what the call borrows until it ends
-            call.held = [self.futures[i] for i in keys]
+            call.held = [self.backend.futures[i] for i in keys]
         self._dispatch(call)
         refs = []
-        with self.lock:
+        with self.backend.lock:
             indexes = [None] if num_returns == 1 else list(range(num_returns))
             for index in indexes:
-                object_id = self.next_object_id()
-                self.futures[object_id] = ActorResult(call, index)
-                self.task_ids[object_id] = task_id
+                object_id = self.backend.next_object_id()
+                self.backend.futures[object_id] = ActorResult(call, index)
+                self.backend.task_ids[object_id] = task_id
                 refs.append(ObjectRef(object_id))
         return refs
 
@@ -363,7 +374,7 @@ class ActorCalls(ActorRestarts):
         if proxy is None and owned is None:  # its key is pending (again): wait for it
             self._queue_while_building(call, owned, pending=True, flushing=flushing)
             return
-        with self.lock:
+        with self.backend.lock:
             if owned is not None:
                 if owned.restarting or (owned.flushing and not flushing):
                     owned.queued.append(call)
@@ -394,7 +405,7 @@ class ActorCalls(ActorRestarts):
         callback thread): if not, the actor is gone and the call fails."""
         actor_id = call.actor_id
         future = call.actor
-        with self.lock:
+        with self.backend.lock:
             waiting = self._building.get(actor_id)
             if waiting is not None:
                 waiting.append(call)
@@ -407,7 +418,7 @@ class ActorCalls(ActorRestarts):
         if owned is None and not flushing and not self._key_exists(future):
             call.fail(self._actor_died(actor_id, None, forgotten=True))
             return True
-        with self.lock:
+        with self.backend.lock:
             waiting = self._building.get(actor_id)
             if waiting is not None:  # another call began the queue meanwhile
                 waiting.append(call)
@@ -421,7 +432,7 @@ class ActorCalls(ActorRestarts):
         thread): send them in order; calls made meanwhile join the queue until it is
         empty, so none overtakes an older one."""
         while True:
-            with self.lock:
+            with self.backend.lock:
                 waiting = self._building.get(actor_id)
                 if not waiting:
                     self._building.pop(actor_id, None)
@@ -444,13 +455,13 @@ class ActorCalls(ActorRestarts):
 
         method, name, payload, keys, num_returns, task_id = call.message
         arguments = (caller, seq, method, name, payload, keys, num_returns, task_id,
-                     self.client.id)
+                     self.backend.client.id)
         owned = self._owned.get(call.actor_id)
-        with self.lock:
+        with self.backend.lock:
             call.sends += 1
             sends = call.sends
             # Settled at once if its actor is lost: _begin_restart for the owner, else
-            # _actor_key_erred (before its RPC may end, 30 s later for a dead address).
+            # actor_key_erred (before its RPC may end, 30 s later for a dead address).
             if owned is not None:
                 owned.inflight[call] = incarnation
             else:
@@ -470,7 +481,7 @@ class ActorCalls(ActorRestarts):
         """The RPC of ``call`` ended (on the event loop: never block here); ignored if
         the call was settled or sent again meanwhile (its actor's loss was decided)."""
         owned = self._owned.get(call.actor_id)
-        with self.lock:
+        with self.backend.lock:
             if sends != call.sends or call.outcome.done():
                 self._drop_handover(done)  # nobody wants this reply's inner objects
                 return
@@ -496,7 +507,7 @@ class ActorCalls(ActorRestarts):
         if reply.get("status") == "OK":
             stored = reply["result"]
             if type(stored) is Handover:  # refs inside: held here from now on, while
-                call.inner = self.take_over(stored, keep=True)  # the call lives
+                call.inner = self.backend.holds.take_over(stored, keep=True)  # the call lives
                 stored = stored.stored
             call.finish(stored)
         else:
@@ -511,7 +522,7 @@ class ActorCalls(ActorRestarts):
             return
         reply = done.result()
         if reply.get("status") == "OK" and type(reply.get("result")) is Handover:
-            self.take_over(reply["result"], keep=False)
+            self.backend.holds.take_over(reply["result"], keep=False)
 
     # -- the actor's proxy -------------------------------------------------------------------
     def _actor(self, actor_id: int, future: Any) -> Any:
@@ -535,7 +546,27 @@ class ActorCalls(ActorRestarts):
             raise self._actor_died(actor_id, None)
         return proxy
 
-    def _forget_actor(self, actor_id: int) -> None:
+    def ref_dropped(self, object_id: int) -> None:
+        """The last ref in this process to ``object_id`` went (``_drain``, lock held): if
+        it was an actor's handle, forget the actor here."""
+        if object_id in self._proxies or object_id in self._owned:
+            self.forget_actor(object_id)
+
+    def tracks_actors(self) -> bool:
+        """Whether this process has an actor proxy or a borrowed actor's call in flight,
+        which a failed actor key may concern."""
+        return bool(self._proxies or self._sent)
+
+    def unpublish_names(self) -> None:
+        """At shutdown: the named, not detached actors this process made end with it
+        (a lost scheduler forgot them already)."""
+        for name in self._named.values():
+            try:
+                self.backend.client.unpublish_dataset(name)
+            except Exception:  # noqa: BLE001 - the cluster may be gone already
+                pass
+
+    def forget_actor(self, actor_id: int) -> None:
         """The last handle in this process to ``actor_id`` was dropped (``_drain``, with
         the lock held): drop its cached proxy, which holds the actor's key, so the actor
         ends once no process holds a handle, as distributed frees any key nobody wants.
@@ -557,7 +588,7 @@ class ActorCalls(ActorRestarts):
 
     def _unpublish(self, name: str) -> None:
         try:
-            self.client.unpublish_dataset(name)
+            self.backend.client.unpublish_dataset(name)
         except Exception:  # noqa: BLE001, S110 - the cluster is gone: so is the entry
             pass
 
@@ -565,7 +596,7 @@ class ActorCalls(ActorRestarts):
         """Keep ``proxy`` for the next calls while this process holds a handle to the
         actor: the proxy holds the actor's key, so a proxy kept after the last handle
         would keep the actor alive (``_drain`` drops it with the handle)."""
-        if actor_id in self.futures:
+        if actor_id in self.backend.futures:
             self._proxies[actor_id] = proxy
 
     def _key_exists(self, future: Any) -> bool:
@@ -583,7 +614,7 @@ class ActorCalls(ActorRestarts):
         deadline = time.monotonic() + ACTOR_KEY_GRACE_S
         while True:
             try:
-                state = self.client.run_on_scheduler(actor_key_state, key=future.key)
+                state = self.backend.client.run_on_scheduler(actor_key_state, key=future.key)
             except Exception:  # noqa: BLE001 - the scheduler is away: the wait is bounded
                 return True
             if state == "gone":
@@ -602,7 +633,7 @@ class ActorCalls(ActorRestarts):
             try:
                 return future.result(timeout=ENGINE_POLL_S)
             except (TimeoutError, concurrent.futures.TimeoutError):
-                self._check_open()
+                self.backend.check_open()
                 self._check_reachable()
         return None
 
@@ -631,7 +662,7 @@ class ActorCalls(ActorRestarts):
     def _unreachable(self) -> str:
         """Why the cluster's scheduler cannot be reached now, or "" if it can (the
         client's status: it reconnects, then closes, after losing the scheduler)."""
-        client = self.client
+        client = self.backend.client
         status = getattr(client, "status", "running")
         if status == "running":
             return ""
@@ -651,50 +682,41 @@ class ActorCalls(ActorRestarts):
         from lightwork.kernel.backend import NOT_IN_AN_ACTOR
 
         host = host_here()
-        if self.in_driver or host is None:
+        if self.backend.in_driver or host is None:
             raise TypeError(NOT_IN_AN_ACTOR)
         host.request_exit("it called exit_actor()")
         if host.is_async:  # a SystemExit would end only the loop's thread
             raise exceptions.AsyncioActorExit()
         raise SystemExit(0)
 
-    def driver_request(self, what: str, *args: Any) -> Any:
-        if what == "stream" and args[0] == "item":  # a generator task's next item
-            return self.stream_item(args[1], args[2])
-        if what in ("get_actor", "kill"):
-            self._check_reachable()
-        if what == "get_actor":
-            name, namespace = args[0], args[1] if args[1] is not None else self.namespace
-            entry = self.client.get_dataset(_actor_dataset(name, namespace), default=None)
-            if entry is None:
-                return None
-            actor_id, class_name, methods, future = entry
-            with self.lock:
-                self.futures.setdefault(actor_id, future)
-            return actor_id, class_name, methods
-        if what == "kill":
-            actor_id = args[0]
-            future = self._future_of(actor_id, actor=True)
-            self._killed[actor_id] = True
-            owned = self._owned.get(actor_id)
-            if owned is not None:
-                with self.lock:
-                    owned.dead = owned.dead or "it was killed"
-            for name in self._published_names_of(future):
-                self.client.unpublish_dataset(name)
-            self.client.cancel([future], force=True)
+    def find(self, name: str, namespace: str | None) -> tuple[int, str, Any] | None:
+        """(actor id, class name, methods) of the live actor ``name`` in ``namespace``
+        (None: the session's), or None; this process then holds its key."""
+        self._check_reachable()
+        if namespace is None:
+            namespace = self.backend.namespace
+        entry = self.backend.client.get_dataset(_actor_dataset(name, namespace), default=None)
+        if entry is None:
             return None
-        if what == "placement_group":
-            raise unsupported(
-                "placement groups (placement_group())",
-                "distributed reserves no resources ahead of tasks; declare resources on the "
-                "workers (dask worker --resources 'CPU=n,name=1') and ask for them per task "
-                "and actor (num_cpus=, resources=), or run on the embedded runtime (init() "
-                "with no address)")
-        raise unsupported(f"{what!r}", "it is not implemented on this backend; run on the "
-                          "embedded runtime (init() with no address)")
+        actor_id, class_name, methods, future = entry
+        with self.backend.lock:
+            self.backend.futures.setdefault(actor_id, future)
+        return actor_id, class_name, methods
+
+    def kill(self, actor_id: int) -> None:
+        """End the actor now, its name with it (``kill``; never restarted)."""
+        self._check_reachable()
+        future = self.backend.future_of(actor_id, actor=True)
+        self._killed[actor_id] = True
+        owned = self._owned.get(actor_id)
+        if owned is not None:
+            with self.backend.lock:
+                owned.dead = owned.dead or "it was killed"
+        for name in self._published_names_of(future):
+            self.backend.client.unpublish_dataset(name)
+        self.backend.client.cancel([future], force=True)
 
     def _published_names_of(self, future: Any) -> list[str]:
-        return [name for name in self.client.list_datasets()
+        return [name for name in self.backend.client.list_datasets()
                 if isinstance(name, str) and name.startswith(_ACTOR_DATASET)
-                and getattr(self.client.get_dataset(name)[3], "key", None) == future.key]
+                and getattr(self.backend.client.get_dataset(name)[3], "key", None) == future.key]

@@ -1,8 +1,8 @@
 """Actor restarts on the distributed backend, seen from the caller's side.
 
-The ``ActorRestarts`` part of ``DistributedBackend`` (``cluster.py``), a base of
-``cluster_actor_calls.ActorCalls``: what happens to an actor's calls when the worker
-holding it is lost.
+``ActorRestarts`` is the restart half of the backend's ``actors`` component, the base of
+``actor_calls.ActorCalls``, whose state it shares: what happens to an actor's calls when
+the worker holding it is lost.
 
 Restarts (the owner decides)
 ----------------------------
@@ -35,7 +35,7 @@ the actor's key. The key carries the actor's ``(max_restarts, max_task_retries)`
 annotation, which such a process reads from the scheduler when it first meets a loss
 (``_restart_policy``). It meets one as a call whose RPC failed, or as the key failed (the
 scheduler plugin's message, ``cluster_plugin.TaskErrors``, drops its cached proxy,
-``_actor_key_erred``). With restarts
+``actor_key_erred``). With restarts
 allowed, its calls then wait (:class:`BorrowedRestart`) while one thread follows the
 key's state: back in memory on another worker (restarted: the calls go, in order),
 cancelled (killed, or out of restarts: they fail with ``ActorDiedError``), or still
@@ -75,11 +75,7 @@ POLICY_ANNOTATION = "lightwork_actor_restarts"
 
 
 if TYPE_CHECKING:
-    from lightwork.engines.distributed.backend import DistributedState
-
-    _Base = DistributedState
-else:
-    _Base = object
+    from lightwork.engines.distributed.backend import DistributedBackend
 
 
 def _task_id_of_key(key: Any) -> int | None:
@@ -133,13 +129,19 @@ class OwnedActor:
         return self.max_task_retries < 0 or call.attempt < self.max_task_retries
 
 
-class ActorRestarts(_Base):
-    """Restarting actors and following restarts (a part of ``DistributedBackend``)."""
+class ActorRestarts:
+    """Restarting actors and following restarts: the restart half of the backend's
+    ``actors`` component (``actor_calls.ActorCalls``), whose state it shares."""
 
-    lock: threading.Lock
-    futures: dict[int, Any]
-    recorder: Any
-    _closed: bool
+    backend: DistributedBackend
+
+    if TYPE_CHECKING:  # the calls half's own methods that restarts use (ActorCalls)
+        def _dispatch(self, call: ActorCall, flushing: bool = False) -> None: ...
+        def _actor_died(self, actor_id: int, exc: BaseException | None,
+                        forgotten: bool = False) -> exceptions.ActorDiedError: ...
+        def _cache_proxy(self, actor_id: int, proxy: Any) -> None: ...
+        def _result_at_hand(self, future: Any) -> Any: ...
+        def _unreachable(self) -> str: ...
     _owned: dict[int, OwnedActor]
     _proxies: dict[int, Any]
     _seqs: dict[int, list[Any]]
@@ -153,7 +155,7 @@ class ActorRestarts(_Base):
                    exc: BaseException) -> None:
         """A call whose worker died: retry it after the restart, or fail it."""
         actor_id = call.actor_id
-        with self.lock:
+        with self.backend.lock:
             if proxy is not None and self._proxies.get(actor_id) is proxy:
                 del self._proxies[actor_id]  # stale: the next call looks the actor up again
         owned = self._owned.get(actor_id)
@@ -180,7 +182,7 @@ class ActorRestarts(_Base):
             return
         call.attempt += 1
         self._note_retry(owned, call, exc)
-        with self.lock:
+        with self.backend.lock:
             if owned.restarting or owned.flushing:
                 owned.retried.append(call)  # sent first, in order (_flush)
                 return
@@ -194,14 +196,14 @@ class ActorRestarts(_Base):
             "is safe to run twice")
 
     def _note_retry(self, owned: OwnedActor, call: ActorCall, exc: BaseException) -> None:
-        if self.recorder is not None:
-            self.recorder.call_retried(call.message[5], "actor restarted: its worker "
+        if self.backend.recorder is not None:
+            self.backend.recorder.call_retried(call.message[5], "actor restarted: its worker "
                                        f"{owned.address} was lost ({type(exc).__name__})")
 
     def _watch(self, owned: OwnedActor, incarnation: int) -> None:
         """Subscribe to the scheduler's events of the worker now holding ``owned``."""
-        future = self.futures.get(owned.actor_id)
-        if future is None or self._closed:
+        future = self.backend.futures.get(owned.actor_id)
+        if future is None or self.backend.closed:
             return
         if future.status != "finished":
             if future.status == "error":  # lost already
@@ -217,7 +219,7 @@ class ActorRestarts(_Base):
         if proxy is None:  # pending again: whoever made it so watches it
             return
         owned.address = address = proxy._address
-        client = self.client
+        client = self.backend.client
         if address not in self._watched:
             self._watched.add(address)
             client.loop.add_callback(
@@ -239,7 +241,7 @@ class ActorRestarts(_Base):
         """Decide on the loss of ``owned``'s ``incarnation`` (once per loss): restart it, or
         give it up. False if it is dead for good (killed, or out of restarts). Runs on
         the event loop too: the effects run in a thread of their own."""
-        with self.lock:
+        with self.backend.lock:
             if owned.dead:
                 return False
             if owned.restarting or owned.incarnation != incarnation:
@@ -289,33 +291,33 @@ class ActorRestarts(_Base):
     def _restart(self, owned: OwnedActor) -> None:
         """Rebuild ``owned`` on another worker (its restart is counted already)."""
         actor_id = owned.actor_id
-        future = self.futures.get(actor_id)
+        future = self.backend.futures.get(actor_id)
         deadline = time.monotonic() + LOSS_NOTICE_TIMEOUT_S
-        while future is not None and future.status == "finished" and not self._closed:
+        while future is not None and future.status == "finished" and not self.backend.closed:
             if time.monotonic() > deadline:  # the worker answers again: nothing was lost
-                with self.lock:
+                with self.backend.lock:
                     owned.restarts -= 1
                 self._restarted(owned, None)
                 return
             time.sleep(0.05)  # the scheduler has not yet removed the worker
         while True:
             unreachable = self._unreachable()
-            if future is None or self._closed or self._killed.get(actor_id) or unreachable:
-                with self.lock:
+            if future is None or self.backend.closed or self._killed.get(actor_id) or unreachable:
+                with self.backend.lock:
                     owned.dead = owned.dead or unreachable or "it was killed"
                 self._give_up(owned)
                 return
-            if self.recorder is not None:
-                self.recorder.actor_restarted(actor_id, f"its worker {owned.address} was lost")
+            if self.backend.recorder is not None:
+                self.backend.recorder.actor_restarted(actor_id, f"its worker {owned.address} was lost")
             try:
-                self.client.retry([future])
+                self.backend.client.retry([future])
             except Exception:  # noqa: BLE001, S112 - the scheduler is lost: said at the top
                 continue
             proxy = self._placed(future, actor_id)
             if proxy is None:  # lost again while rebuilt (or killed, closed, unreachable)
-                if self._closed or self._killed.get(actor_id) or self._unreachable():
+                if self.backend.closed or self._killed.get(actor_id) or self._unreachable():
                     continue
-                with self.lock:
+                with self.backend.lock:
                     if owned.out_of_restarts():
                         owned.dead = self._out_of_restarts(owned)
                     else:
@@ -331,7 +333,7 @@ class ActorRestarts(_Base):
         """The proxy of ``future``'s actor once it is placed; None if it failed, or if the
         actor is killed or the session closes while it waits (the wait is not bounded
         otherwise: a cluster may take long to find room, and calls queue meanwhile)."""
-        while not self._closed and not self._killed.get(actor_id) and not self._unreachable():
+        while not self.backend.closed and not self._killed.get(actor_id) and not self._unreachable():
             try:
                 return future.result(timeout=ENGINE_POLL_S)
             except (TimeoutError, concurrent.futures.TimeoutError):
@@ -343,7 +345,7 @@ class ActorRestarts(_Base):
     def _restarted(self, owned: OwnedActor, proxy: Any) -> None:
         """``owned`` is back: a new incarnation at ``proxy``, or (None) the same one, which
         was never lost. Then the calls queued meanwhile go, in order."""
-        with self.lock:
+        with self.backend.lock:
             if proxy is not None:
                 # Always a new incarnation, whatever is cached: a caller's _actor() waiting
                 # on the same future may have cached this very proxy object already
@@ -363,7 +365,7 @@ class ActorRestarts(_Base):
         queue, so none overtakes an older one. Stops if it is lost again meanwhile (the
         next restart sends the rest)."""
         while True:
-            with self.lock:
+            with self.backend.lock:
                 calls = _in_order(owned.retried) + owned.queued
                 owned.retried, owned.queued = [], []
                 if not calls or owned.restarting:
@@ -375,18 +377,18 @@ class ActorRestarts(_Base):
 
     def _give_up(self, owned: OwnedActor) -> None:
         """``owned`` is dead for good (``owned.dead`` says why): end it everywhere."""
-        with self.lock:
+        with self.backend.lock:
             owned.restarting = owned.flushing = False
             queued = owned.retried + owned.queued
             owned.retried, owned.queued = [], []
-            future = self.futures.get(owned.actor_id)
-        if future is not None and not self._closed and not self._unreachable():
+            future = self.backend.futures.get(owned.actor_id)
+        if future is not None and not self.backend.closed and not self._unreachable():
             try:
-                self.client.cancel([future], force=True)  # handles elsewhere see it dead
+                self.backend.client.cancel([future], force=True)  # handles elsewhere see it dead
             except Exception:  # noqa: BLE001, S110 - the scheduler was lost meanwhile
                 pass
-        if self.recorder is not None:
-            self.recorder.actor_died(owned.actor_id, owned.dead)
+        if self.backend.recorder is not None:
+            self.backend.recorder.actor_died(owned.actor_id, owned.dead)
         for call in queued:
             call.fail(self._actor_died(owned.actor_id, None))
 
@@ -395,7 +397,7 @@ class ActorRestarts(_Base):
         annotation on the scheduler (cached); None if it has none (no restarts)."""
         if actor_id in self._policies:
             return self._policies[actor_id]
-        future = self.futures.get(actor_id)
+        future = self.backend.futures.get(actor_id)
         key = getattr(future, "key", None)
         if key is None:
             return None
@@ -405,7 +407,7 @@ class ActorRestarts(_Base):
             return None if task is None else (task.annotations or {}).get(POLICY_ANNOTATION)
 
         try:
-            policy = self.client.run_on_scheduler(annotation)
+            policy = self.backend.client.run_on_scheduler(annotation)
         except Exception:  # noqa: BLE001 - the scheduler cannot say: no restarts known
             return None
         policy = tuple(policy) if policy else None
@@ -415,7 +417,7 @@ class ActorRestarts(_Base):
     def _queue_while_restarting(self, call: ActorCall) -> bool:
         """Queue ``call`` if its (borrowed) actor is being restarted by its owner, or the
         calls that waited for that are being sent."""
-        with self.lock:
+        with self.backend.lock:
             borrowed = self._borrowed.get(call.actor_id)
             if borrowed is None:
                 return False
@@ -430,9 +432,9 @@ class ActorRestarts(_Base):
         meanwhile. False if it will not be: the call is not queued."""
         actor_id = call.actor_id
         policy = self._restart_policy(actor_id)
-        if policy is None or not policy[0] or self._closed:
+        if policy is None or not policy[0] or self.backend.closed:
             return False
-        with self.lock:
+        with self.backend.lock:
             borrowed = self._borrowed.get(actor_id)
             if borrowed is not None and not borrowed.flushing:
                 (borrowed.retried if retry else borrowed.queued).append(call)
@@ -454,7 +456,7 @@ class ActorRestarts(_Base):
         send the queued calls in order."""
         deadline = time.monotonic() + RESTART_WAIT_S
         proxy, why = None, ""
-        while future is not None and not self._closed:
+        while future is not None and not self.backend.closed:
             status = future.status
             if status == "finished":
                 try:
@@ -473,7 +475,7 @@ class ActorRestarts(_Base):
                        "process that created it may have exited)")
                 break
             time.sleep(RESTART_POLL_S)  # only while an actor restarts
-        with self.lock:
+        with self.backend.lock:
             borrowed.flushing = True
             if proxy is not None:
                 self._cache_proxy(actor_id, proxy)
@@ -481,7 +483,7 @@ class ActorRestarts(_Base):
         # Lost calls first, then those made meanwhile, in order; calls made during the
         # flush join the queue (none overtakes an older one) until it is empty.
         while True:
-            with self.lock:
+            with self.backend.lock:
                 calls = _in_order(borrowed.retried) + borrowed.queued
                 borrowed.retried, borrowed.queued = [], []
                 if not calls:
@@ -496,7 +498,7 @@ class ActorRestarts(_Base):
                         f"actor {actor_id:020x}: The actor is dead because its worker was lost and "
                         f"{why or 'the session closed'}"))
 
-    def _actor_key_erred(self, key: Any) -> None:
+    def actor_key_erred(self, key: Any) -> None:
         """The scheduler failed ``key`` (on the event loop): if it is a borrowed actor's,
         its cached proxy is stale (its worker is gone); the next call looks it up again
         and, finding it lost, waits for the owner's restart. If this process owns the
@@ -510,11 +512,11 @@ class ActorRestarts(_Base):
             return
         owned = self._owned.get(actor_id)
         if owned is not None:
-            future = self.futures.get(actor_id)
+            future = self.backend.futures.get(actor_id)
             if future is not None and future.key == key and future.status == "error":
                 self._begin_restart(owned, owned.incarnation)  # (decided already: nothing)
             return
-        with self.lock:
+        with self.backend.lock:
             proxy = self._proxies.get(actor_id)
             if proxy is not None and proxy.key == key:
                 del self._proxies[actor_id]

@@ -262,15 +262,13 @@ class ActorHost:
             self.backend.adopt(keys)
             args, kwargs = cloudpickle.loads(payload)
             loaded = time.time()
-            result = self._method(method)(*args, **kwargs)
-            if type(result) is StaticItems or (
-                    num_returns != 1 and type(result) is types.GeneratorType):
-                result = _static_result(result, num_returns, name)
-        except GeneratorRaised as raised:
-            failure = self._generator_raised(raised, name, num_returns, task_id, started)
+            try:
+                result = self._method(method)(*args, **kwargs)
+            except GeneratorRaised as raised:  # a dynamic generator's error, mid-way
+                result = raised.with_traceback(None)  # (no cycle through this frame)
+            result, failure = self._call_result(result, name, num_returns, task_id, started)
             if failure is not None:
                 return failure
-            result = raised.partial
         except Exception as exc:  # noqa: BLE001 - the user's error is the call's result
             self._note(task_id, name, started, exc)
             return self._exit_outcome(name, num_returns, token) or spread_failure(
@@ -309,22 +307,21 @@ class ActorHost:
                 self.backend.adopt(keys)
                 args, kwargs = cloudpickle.loads(payload)
                 loaded = time.time()
-                if method.startswith(DYNAMIC_METHOD):  # drained on this loop (not a new one)
-                    result = getattr(self.instance, method[len(DYNAMIC_METHOD):])(
-                        *args, **kwargs)
-                    result = await collect_async(result)
-                else:
-                    result = self._method(method)(*args, **kwargs)
-                if asyncio.iscoroutine(result):
-                    result = await result
-                if type(result) is StaticItems or (
-                        num_returns != 1 and type(result) is types.GeneratorType):
-                    result = _static_result(result, num_returns, name)
-            except GeneratorRaised as raised:
-                failure = self._generator_raised(raised, name, num_returns, task_id, started)
+                try:
+                    if method.startswith(DYNAMIC_METHOD):  # drained on this loop (not a new one)
+                        result = getattr(self.instance, method[len(DYNAMIC_METHOD):])(
+                            *args, **kwargs)
+                        result = await collect_async(result)
+                    else:
+                        result = self._method(method)(*args, **kwargs)
+                    if asyncio.iscoroutine(result):
+                        result = await result
+                except GeneratorRaised as raised:  # a dynamic generator's error, mid-way
+                    result = raised.with_traceback(None)  # (no cycle through this frame)
+                result, failure = self._call_result(result, name, num_returns, task_id,
+                                                    started)
                 if failure is not None:
                     return failure
-                result = raised.partial
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - SystemExit would end the loop
                 self._note(task_id, name, started, exc)
                 return self._exit_outcome(name, num_returns, token) or spread_failure(
@@ -358,6 +355,27 @@ class ActorHost:
         if method.startswith(STATIC_METHOD):  # a generator method called with num_returns=1
             return StaticReturns(getattr(self.instance, method[len(STATIC_METHOD):]))
         return getattr(self.instance, method)
+
+    def _call_result(self, result: Any, name: str, num_returns: int, task_id: int,
+                     started: float) -> tuple[Any, Any]:
+        """What a method returned (or the ``GeneratorRaised`` its dynamic generator
+        raised) as the call's ``(result, failure)``: a generator method's first
+        ``num_returns`` items are its result; a generator that raised before it filled
+        its returns fails the call (``failure``: the stored items, then the error), or,
+        a dynamic one, has its refs with the error last as its result. One helper for
+        the thread-pool and the event-loop paths."""
+        if type(result) is GeneratorRaised:
+            raised = result
+        elif type(result) is StaticItems or (
+                num_returns != 1 and type(result) is types.GeneratorType):
+            try:
+                return _static_result(result, num_returns, name), None
+            except GeneratorRaised as caught:
+                raised = caught.with_traceback(None)  # (no cycle through this frame)
+        else:
+            return result, None
+        failure = self._generator_raised(raised, name, num_returns, task_id, started)
+        return (raised.partial if failure is None else None), failure
 
     def _generator_raised(self, raised: GeneratorRaised, name: str, num_returns: int,
                           task_id: int, started: float) -> Any:
@@ -401,7 +419,7 @@ class ActorHost:
         # so this process's own refs may go as soon as the call returns.
         inner = [key for part in parts if type(part) is WithRefs for key in part.keys.values()]
         if inner:
-            return self.backend.hand_over_result(stored, list(dict.fromkeys(inner)),
+            return self.backend.holds.hand_over_result(stored, list(dict.fromkeys(inner)),
                                                  caller_client)
         return stored
 

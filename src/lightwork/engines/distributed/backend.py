@@ -14,7 +14,7 @@ backend, under ``lock``). Every object has a key of its own — ``"<task name>-<
 Ids are ``prefix << 40 | counter`` with a random prefix per process, so any process
 mints them without asking anyone. When the process's last ref to an id is gone
 (``RefCounter.drain``), its future is dropped — but a task still running keeps its
-future until it ends (``_orphans``): a task whose ref was dropped still runs.
+future until it ends (``orphans``): a task whose ref was dropped still runs.
 
 Dropped refs are applied (``_drain``) at the next call into the backend, and from the
 client's event loop, woken by the first one queued since the last drain
@@ -29,15 +29,32 @@ frees it at once too).
 
 Where the rest lives
 --------------------
-``DistributedBackend`` is assembled from one mixin per responsibility, each module's
-docstring carrying its design: ``cluster_tasks`` (submission, resources, retries,
-cancel, put), ``cluster_fetch`` (get, wait, nested calls), ``cluster_actor_calls`` (the
-caller's side of actors: creation, calls, names) with ``cluster_actor_restarts``, ``cluster_streams``
-(generator tasks), ``cluster_holds`` (the refs inside stored values, held while those
-live) and ``cluster_actors`` (the actor's side, on a worker). What runs on
-the workers, and the stored forms of values and errors, are in ``cluster_worker``.
+``DistributedBackend`` is the coordinator of components, each owning the state it
+changes, with its design in its module's docstring:
 
-Diagnostics: the driver's ``session_log`` (``cluster_record.ClusterLog``) is the
+* ``tasks`` (``tasks.TaskSubmission``): submission, resources, retries and recovery,
+  cancel, put; it owns the shapes, the workers' resources and the lineages;
+* ``fetch`` (``fetch.Fetching``): get, wait, futures; no state of its own;
+* ``actors`` (``actor_calls.ActorCalls``, with ``actor_restarts``): the caller's side of
+  actors, the actor directory of this process (proxies, owned actors, restarts, call
+  order, names);
+* ``holds`` (``holds.InnerHolds``): the refs inside stored values, held while those live;
+* ``streams`` (``streams.Streams``): generator tasks' streams.
+
+The backend itself owns what they all read: the client, the session's lifetime, id
+minting and the object table (``futures``, ``keys``, ``task_ids``, ``orphans``,
+``exported_by_key``, the borrows), and the one ``lock`` under which every component
+changes its state (one lock, as before the split: the event loop's callbacks and the
+callers' threads take it, and no code holds it while it waits for the loop). A
+component reaches another only through the backend's attribute for it and that
+component's methods; the backend implements the ``Backend`` interface by handing each
+call to the component that owns it. When a ref's last holder goes, ``_drain`` tells
+each component through its ``ref_dropped`` (and ``holds`` through ``holding`` and
+``arm_hold``). The actor's side, on a worker, is ``actors`` (``ActorHost``); what runs
+on the workers, and the stored forms of values and errors, are in ``worker``.
+
+Diagnostics: the driver's ``session_log`` (``record.ClusterLog``, the run's
+``kernel.run.RunRecord``, which the tools read and nothing else of the backend) is the
 event log of the run, filled from the workers' own stamps (``recorder``, what the task
 path stamps, is the same log, or None with ``event_budget=0``); the state API
 (``cluster_state``), ``task_records``, the timeline, ``stack``, the advisor, the
@@ -53,6 +70,7 @@ range if not.
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import logging
 import os
@@ -60,12 +78,17 @@ import random
 import threading
 import time
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cloudpickle
 
 from lightwork.kernel import exceptions
-from lightwork.kernel.object_ref import PROCESS_ID_SHIFT, ended_session_message, ref_counter
+from lightwork.kernel.object_ref import (
+    PROCESS_ID_SHIFT,
+    ObjectRef,
+    ended_session_message,
+    ref_counter,
+)
 from lightwork.engines.distributed import compat as cluster_compat
 from lightwork.engines.distributed import worker as cluster_worker
 from lightwork.kernel.backend import ActorInfo, Backend, SessionOptions
@@ -102,53 +125,6 @@ BORROW_CONFIRM_S = 10.0
 QUIET_WORKERS_WAIT_S = 2.0
 
 
-if TYPE_CHECKING:
-    from lightwork.engines.distributed.actor_calls import ActorCall
-    from lightwork.engines.distributed.holds import Handover
-
-    class DistributedState:
-        """What :class:`DistributedBackend`'s parts share, declared for the type
-        checker only: each part (``tasks.py``, ``fetch.py``, ``actor_restarts.py``,
-        ``streams.py``, ``holds.py``) subclasses it under ``TYPE_CHECKING`` (at run
-        time, ``object``), so mypy checks every part's calls on the others against
-        one list. The backend itself cannot be their base: it subclasses them."""
-
-        _closed: bool
-        futures: dict[int, Any]
-        lock: threading.Lock
-        _proxies: dict[int, Any]  # actor id -> distributed Actor proxy
-        _sent: dict[int, dict[ActorCall, Any]]
-
-        @property
-        def client(self) -> Any: ...
-        @property
-        def session_tag(self) -> int: ...
-        def next_object_id(self) -> int: ...
-        def get(self, ids: list[int], timeout: float | None,
-                callsite: Any = None) -> list[Any]: ...
-        def encode(self, value: Any, result_key: Any = None, session: int = 0) -> Any: ...
-        def decode(self, stored: Any) -> Any: ...
-        def _check_open(self) -> None: ...
-        def _drain(self) -> None: ...
-        def _future_of(self, object_id: int, actor: bool = False) -> Any: ...
-        def _keys_of(self, ids: list[int]) -> dict[int, str]: ...
-        def _infeasible(self, restrictions: dict[str, float], refresh: bool = False) -> str: ...
-        def _recover(self, killed_key: Any, erred_key: Any, losses: int = 1) -> bool: ...
-        def _open_stream(self, head_id: int, task_id: int, head: Any) -> None: ...
-        def stream_item(self, head_id: int, index: int) -> tuple[str, int]: ...
-        def hold_inside(self, stored: Any, holder: Any, mode: str = "forgotten",
-                        armed: bool = True) -> None: ...
-        def hold_under(self, key: Any, held: list[Any]) -> None: ...
-        def take_over(self, handover: Handover, keep: bool) -> list[Any]: ...
-        def _dispatch(self, call: ActorCall, flushing: bool = False) -> None: ...
-        def _actor_died(self, actor_id: int, exc: BaseException | None,
-                        forgotten: bool = False) -> exceptions.ActorDiedError: ...
-        def _actor_key_erred(self, key: Any) -> None: ...
-        def _cache_proxy(self, actor_id: int, proxy: Any) -> None: ...
-        def _result_at_hand(self, future: Any) -> Any: ...
-        def _unreachable(self) -> str: ...
-
-
 def _quiet_distributed_logs() -> None:
     """Run on a worker of a closing ``local-cluster``: see ``_quiet_own_cluster``."""
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
@@ -167,6 +143,15 @@ def _not_yet_wanted(dask_scheduler: Any = None, keys: list[Any] = (),  # type: i
     return missing
 
 
+def _no_placement_groups() -> Exception:
+    return unsupported(
+        "placement groups (placement_group())",
+        "distributed reserves no resources ahead of tasks; declare resources on the "
+        "workers (dask worker --resources 'CPU=n,name=1') and ask for them per task "
+        "and actor (num_cpus=, resources=), or run on the embedded runtime (init() "
+        "with no address)")
+
+
 def _worker_pids(client: Any) -> dict[str, int]:
     """Each worker's process id, by address (one round trip; none if it cannot ask)."""
     try:
@@ -175,8 +160,9 @@ def _worker_pids(client: Any) -> dict[str, int]:
         return {}
 
 
-class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHolds, Backend):
-    """The API on a Dask distributed cluster (see the module docstring)."""
+class DistributedBackend(Backend):
+    """The API on a Dask distributed cluster (see the module docstring): the coordinator
+    of its components, and the owner of the object table and the lock they share."""
 
     name = BACKEND
 
@@ -188,9 +174,9 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         self._owns_client = owns_client
         self.in_driver = in_driver
         self.namespace = namespace
-        # Not a Node (lightwork.dask and the callbacks need one): the driver's session
-        # log of the cluster run, which the state API, timeline, stack, advisor and the
-        # `lightwork` command read. It serves the command even with event_budget=0, as a
+        # No Node: the run's record (``kernel.run.RunRecord``) is the driver's session
+        # log of the cluster run, which the state API, timeline, stack, advisor, the
+        # dashboard and the `lightwork` command read. It serves the command even with event_budget=0, as a
         # local session does; ``recorder`` (what the task path stamps) is it only while
         # the event log is on, so with the log off the task path stamps nothing.
         self.node = None
@@ -204,21 +190,21 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         self.futures: dict[int, Any] = {} if in_driver else cluster_worker.SessionFutures()
         self.keys: dict[int, str] = {}  # keys of refs this process may borrow
         self.task_ids: dict[int, int] = {}
-        self._orphans: dict[int, Any] = {}
+        self.orphans: dict[int, Any] = {}
         # The refs inside a task's single result, by its key: released with it
         # (cluster_plugin.ExportedRefs); inside other stored values: cluster_holds.
         self.exported_by_key: dict[Any, cluster_worker.Exported] = {}
-        self._init_holds()
+        # The components (see the module docstring), each owning its own state.
+        self.holds = InnerHolds(self)
+        self.tasks = TaskSubmission(self)
+        self.fetch = Fetching(self)
+        self.actors = ActorCalls(self)
+        self.streams = Streams(self)
         # (object id, key) of the refs the running task or call borrowed, per thread:
         # confirm_borrows waits until the scheduler knows of them.
         self._borrowing = threading.local()
         self._prefix = random.getrandbits(PROCESS_ID_SHIFT - 17) + 1 << PROCESS_ID_SHIFT
         self._ids = itertools.count(1)
-        self._shapes: dict[tuple, dict[str, float] | None] = {}
-        self._init_actor_calls()
-        self._lineages: dict[int, Any] = {}  # task id -> Lineage (see cluster_tasks)
-        self._recover_lock = threading.Lock()
-        self._streams: dict[int, Any] = {}  # head id -> StreamState (see cluster_streams)
         if client is not None:
             self._watch_client(client)
         if in_driver and client is not None:
@@ -248,31 +234,67 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         ref_counter.on_borrow = self._on_borrow
         ref_counter.on_first_release = self._drain_soon
 
+    # -- the interface's calls, each carried by the component that owns it ----------------
+    def submit_task(self, spec: Any, args: tuple, kwargs: dict,
+                    callsite: Any = None) -> list[ObjectRef]:
+        return self.tasks.submit_task(spec, args, kwargs, callsite)
+
+    def cancel(self, object_ids: list[int], force: bool, recursive: bool = True) -> None:
+        self.tasks.cancel(object_ids, force, recursive)
+
+    def put(self, value: Any) -> ObjectRef:
+        return self.tasks.put(value)
+
+    def put_error(self, exc: BaseException) -> ObjectRef:
+        return self.tasks.put_error(exc)
+
+    def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
+        return self.fetch.get(ids, timeout, callsite)
+
+    def wait(self, ids: list[int], num_returns: int, timeout: float | None,
+             callsite: Any = None) -> list[int]:
+        return self.fetch.wait(ids, num_returns, timeout, callsite)
+
+    def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
+        return self.fetch.future(ref)
+
+    def create_actor(self, actor: Any, blob: bytes) -> None:
+        self.actors.create_actor(actor, blob)
+
+    def submit_actor_task(self, actor_id: int, method: str, name: str, args: tuple,
+                          kwargs: dict, num_returns: int,
+                          callsite: Any = None) -> list[ObjectRef]:
+        return self.actors.submit_actor_task(actor_id, method, name, args, kwargs,
+                                             num_returns, callsite)
+
+    def exit_actor(self) -> None:
+        self.actors.exit_actor()
+
+    def stream_item(self, head_id: int, index: int) -> tuple[str, Any]:
+        return self.streams.stream_item(head_id, index)
+
     # -- lifetime ----------------------------------------------------------------------------
     ends_before_thread_pools = True
 
-    def run_record(self, session: bool = False) -> Any:
+    def run_record(self, session: bool = False) -> ClusterLog | None:
         return self.session_log if session else self.recorder
 
-    # -- the typed requests of the interface, carried by the engine's own request path --
     def find_actor(self, name: str, namespace: str | None) -> ActorInfo | None:
-        found = self.driver_request("get_actor", name, namespace)
+        found = self.actors.find(name, namespace)
         return None if found is None else ActorInfo(*found)
 
     def kill_actor(self, actor_id: int, no_restart: bool) -> None:
-        self.driver_request("kill", actor_id, no_restart)
+        self.actors.kill(actor_id)  # (a killed actor is never restarted here)
 
     def create_placement_group(self, group_id: int, group_hex: str, name: str,
                                bundles: list[dict[str, float]], strategy: str) -> None:
-        self.driver_request("placement_group", "create", group_id, group_hex, name, bundles,
-                            strategy)
+        raise _no_placement_groups()
 
     def remove_placement_group(self, group_id: int) -> None:
-        self.driver_request("placement_group", "remove", group_id)
+        raise _no_placement_groups()
 
     def placement_group_table(self) -> dict[str, dict[str, Any]]:
-        table: dict[str, dict[str, Any]] = self.driver_request("placement_group", "table")
-        return table
+        raise _no_placement_groups()
 
     @classmethod
     def open(cls, target: Any, options: SessionOptions) -> DistributedBackend:
@@ -349,7 +371,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         import distributed
 
         cluster_compat.check(distributed)  # (in a worker: the first check of this process)
-        self._watch_task_errors(client)
+        self.tasks.watch_task_errors(client)
 
     @property
     def closed(self) -> bool:
@@ -369,20 +391,16 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
             self.session_log.stop()
         with self.lock:
             self.futures.clear()
-            self._orphans.clear()
+            self.orphans.clear()
             self.exported_by_key.clear()
-            self._holds.clear()
+            self.holds.clear()
         if ref_counter.on_borrow == self._on_borrow:
             ref_counter.on_borrow = None
         if ref_counter.on_first_release == self._drain_soon:
             ref_counter.on_first_release = None
         reachable = getattr(self._client, "status", "running") == "running"
-        # Named actors not detached end with their driver (a lost scheduler forgot them).
-        for name in self._named.values() if reachable else ():
-            try:
-                self._client.unpublish_dataset(name)
-            except Exception:  # noqa: BLE001 - the cluster may be gone already
-                pass
+        if reachable:
+            self.actors.unpublish_names()
         if self._owns_client:
             self._client.close()
         if self._cluster is not None:
@@ -510,27 +528,21 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
                     continue
                 future = self.futures.pop(object_id, None)
                 self.keys.pop(object_id, None)
-                if object_id in self._proxies or object_id in self._owned:
-                    self._forget_actor(object_id)  # the last handle here to an actor
-                if self._holds and getattr(future, "key", None) in self._holds:
+                self.actors.ref_dropped(object_id)  # the last handle here to an actor?
+                if self.holds.holding(getattr(future, "key", None)):
                     dropped_puts.append(future.key)
-                if object_id in self._streams:  # a generator dropped: its unread items go
-                    self._close_stream(object_id)
-                lineage = self._lineages.get(self.task_ids.pop(object_id, 0))
-                if lineage is not None:
-                    lineage.live -= 1
-                    if lineage.live <= 0:  # (a dependent still holds it, if it needs it)
-                        del self._lineages[lineage.task_id]
+                self.streams.ref_dropped(object_id)  # a generator: its unread items go
+                self.tasks.ref_dropped(self.task_ids.pop(object_id, 0))
                 if future is not None and not future.done() and hasattr(
                         future, "add_done_callback"):  # (an actor call runs on regardless)
                     # A dropped ref's task still runs: hold its future until it ends.
-                    self._orphans[object_id] = future
+                    self.orphans[object_id] = future
                     future.add_done_callback(
-                        lambda _f, oid=object_id: self._orphans.pop(oid, None))
+                        lambda _f, oid=object_id: self.orphans.pop(oid, None))
         for key in dropped_puts:
-            self._arm_hold(key)
+            self.holds.arm_hold(key)
 
-    def _future_of(self, object_id: int, actor: bool = False) -> Any:
+    def future_of(self, object_id: int, actor: bool = False) -> Any:
         future = self.futures.get(object_id)
         if future is None:
             if object_id >> PROCESS_ID_SHIFT << PROCESS_ID_SHIFT in _ENDED_SESSIONS:
@@ -545,7 +557,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
                 "returned by .remote() or put() and use it within one session")
         return future
 
-    def _keys_of(self, ids: list[int]) -> dict[int, str]:
+    def keys_of(self, ids: list[int]) -> dict[int, str]:
         futures = self.futures
         return {i: futures[i].key for i in ids if i in futures and futures[i].key is not None}
 
@@ -554,7 +566,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
         task result ``result_key`` of driver session ``session`` lives, if given
         (``cluster_plugin.ExportedRefs``); else the caller holds them (``hold_inside``,
         see ``cluster_holds``)."""
-        stored = cluster_worker.encode(value, self._keys_of)
+        stored = cluster_worker.encode(value, self.keys_of)
         if type(stored) is WithRefs and result_key is not None:
             futures, task_ids = self.futures, self.task_ids
             held = {i: (futures[i], task_ids.get(i, 0)) for i in stored.keys if i in futures}
@@ -583,7 +595,7 @@ class DistributedBackend(TaskSubmission, Fetching, ActorCalls, Streams, InnerHol
     def task_id_of(self, object_id: int) -> int:
         return self.task_ids.get(object_id, 0)
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self._closed:
             raise exceptions.RuntimeSystemError(
                 "the lightwork session on the cluster was shut down; call lightwork.init() "

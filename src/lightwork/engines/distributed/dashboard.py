@@ -78,16 +78,15 @@ class DashboardFacts:
                      for key, row in log.rows.items()
                      for info in (log.row_info[row],)}
             actor_count = len(log.actor_info)
-        held = len(log.backend.futures)
-        cluster_bytes = sum(info["nbytes"] for info in scheduler["workers"].values())
+        store = log.store_facts()
+        store["cluster_bytes"] = sum(info["nbytes"] for info in scheduler["workers"].values())
         return {
             "resources": resource_use(scheduler["workers"]),
             "workers": workers,
             "known_workers": known,
             "actors": actors[:MAX_ACTORS],
             "actor_count": actor_count,
-            "store": {"objects": held, "shared_memory_bytes": 0, "freed_objects": None,
-                      "cluster_bytes": cluster_bytes},
+            "store": store,
             "findings": self.findings(),
         }
 
@@ -117,7 +116,7 @@ class DashboardFacts:
                     fresh = log.log.take_fresh()
                     fresh = fresh._replace(records=list(fresh.records))  # (read under the lock)
             if fresh is None:
-                cpus = resources_total_cpu(log)
+                cpus = log.cpu_total()
                 self._advisor = Advisor(None, watch=False, cpus=cpus,
                                         started_at=log.log.started_at)
                 self._advisor.feed(tasks, spans)
@@ -162,10 +161,3 @@ def _label(key: Any, info: dict[str, Any]) -> str:
     if info["actor_class"]:
         return f"{info['actor_class'].split('.<locals>.')[-1]} (actor)"
     return str(key).split("://")[-1]
-
-
-def resources_total_cpu(log: Any) -> float:
-    try:
-        return float(log.backend.resources()[0].get("CPU", 1.0)) or 1.0
-    except Exception:  # noqa: BLE001 - only the advisor's slot count
-        return 1.0

@@ -1,6 +1,8 @@
 """``get`` and ``wait`` on the distributed backend.
 
-The ``Fetching`` part of ``DistributedBackend`` (``cluster.py``). ``get`` gathers the
+:class:`Fetching` is the backend's ``fetch`` component, with no state of its own: it
+reads the backend's object table, and asks ``tasks`` to recover what a lost worker took
+with it. ``get`` gathers the
 objects' futures through the client (``timeout`` by distributed's ``wait`` first);
 ``wait`` counts done futures with done callbacks and one event. A future's failure that
 is not the user's error (a stored ``Failed``) is turned into lightwork's own error:
@@ -33,11 +35,7 @@ from lightwork.engines.distributed.worker import BACKEND
 
 
 if TYPE_CHECKING:
-    from lightwork.engines.distributed.backend import DistributedState
-
-    _Base = DistributedState
-else:
-    _Base = object
+    from lightwork.engines.distributed.backend import DistributedBackend
 
 
 class _WorkerLost(Exception):
@@ -48,34 +46,35 @@ class _WorkerLost(Exception):
         self.killed = killed
 
 
-class Fetching(_Base):
-    """Fetching results (a part of ``DistributedBackend``)."""
+class Fetching:
+    """Fetching results: the backend's ``fetch`` component. It keeps no state of its
+    own: it reads the backend's object table, and asks ``tasks`` to recover what a lost
+    worker took with it."""
 
-    in_driver: bool
-    task_ids: dict[int, int]
-    recorder: Any
+    def __init__(self, backend: DistributedBackend) -> None:
+        self.backend = backend
 
     def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
-        self._check_open()
+        self.backend.check_open()
         if ref_counter._released:
-            self._drain()
+            self.backend._drain()
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
         try:
             while True:
-                futures = [self._future_of(i) for i in ids]
+                futures = [self.backend.future_of(i) for i in ids]
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 try:
                     stored = self._blocking(lambda: self._gather(futures, left))
                     break
                 except _WorkerLost as lost:  # submitted again, unless out of retries
                     self._recover_all(lost.killed, futures)
-                    if all(self.futures.get(i) is f for i, f in zip(ids, futures)):
+                    if all(self.backend.futures.get(i) is f for i, f in zip(ids, futures)):
                         raise self._system_error(lost.killed, futures) from None
         finally:
-            if self.recorder is not None:
-                self.recorder.blocked("get", start, ids, callsite, self.task_ids.get(ids[0], 0))
-        return [self.decode(value) for value in stored]
+            if self.backend.recorder is not None:
+                self.backend.recorder.blocked("get", start, ids, callsite, self.backend.task_ids.get(ids[0], 0))
+        return [self.backend.decode(value) for value in stored]
 
     def _gather(self, futures: list[Any], timeout: float | None) -> list[Any]:
         from distributed import wait as wait_futures
@@ -85,7 +84,7 @@ class Fetching(_Base):
                 return self._gather_with_actor_results(futures, timeout)
             if timeout is not None:
                 wait_futures(futures, timeout=timeout)
-            return self.client.gather(futures)
+            return self.backend.client.gather(futures)
         except TimeoutError:
             still = sum(1 for f in futures if not f.done())
             raise exceptions.GetTimeoutError(
@@ -107,7 +106,7 @@ class Fetching(_Base):
 
         erred = [f.key for f in futures if f.key is not None and f.status == "error"]
         for key in erred or [killed.task]:
-            self._recover(killed.task, key, _losses(killed))
+            self.backend.tasks.recover(killed.task, key, _losses(killed))
 
     def _gather_with_actor_results(self, futures: list[Any], timeout: float | None) -> list[Any]:
         from distributed import wait as wait_futures
@@ -116,7 +115,7 @@ class Fetching(_Base):
         cluster = [f for f in futures if f.key is not None]
         if cluster and timeout is not None:
             wait_futures(cluster, timeout=timeout)
-        values = iter(self.client.gather(cluster) if cluster else [])
+        values = iter(self.backend.client.gather(cluster) if cluster else [])
         return [next(values) if f.key is not None else f.stored(
             None if deadline is None else max(0.0, deadline - time.monotonic()))
             for f in futures]
@@ -144,14 +143,14 @@ class Fetching(_Base):
 
     def wait(self, ids: list[int], num_returns: int, timeout: float | None,
              callsite: Any = None) -> list[int]:
-        self._check_open()
+        self.backend.check_open()
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
         blocked = False
         while True:
-            futures = [self._future_of(i) for i in ids]
+            futures = [self.backend.future_of(i) for i in ids]
             settled = [self._settled(i, f) for i, f in zip(ids, futures)]
-            if not all(f is self.futures.get(i) for i, f in zip(ids, futures)):
+            if not all(f is self.backend.futures.get(i) for i, f in zip(ids, futures)):
                 continue  # a lost task was submitted again: count its new future
             ready = [i for i, was_settled in zip(ids, settled) if was_settled]
             left = None if deadline is None else deadline - time.monotonic()
@@ -182,8 +181,8 @@ class Fetching(_Base):
             if not self._blocking(lambda event=event, left=left: event.wait(left)):
                 ready = [i for i, f in zip(ids, futures) if self._settled(i, f)]
                 break
-        if blocked and self.recorder is not None:
-            self.recorder.blocked("wait", start, ids, callsite, self.task_ids.get(ids[0], 0))
+        if blocked and self.backend.recorder is not None:
+            self.backend.recorder.blocked("wait", start, ids, callsite, self.backend.task_ids.get(ids[0], 0))
         return ready[:num_returns]
 
     def _settled(self, object_id: int, future: Any) -> bool:
@@ -204,12 +203,12 @@ class Fetching(_Base):
         if isinstance(lost, KilledWorker):
             from lightwork.engines.distributed.tasks import _losses
 
-            self._recover(lost.task, future.key, _losses(lost))
-        return self.futures.get(object_id) is future
+            self.backend.tasks.recover(lost.task, future.key, _losses(lost))
+        return self.backend.futures.get(object_id) is future
 
     def _blocking(self, call: Any) -> Any:
         """Run ``call``; inside a task, seceded from the worker's pool while it blocks."""
-        if self.in_driver or getattr(cluster_worker.current, "task", None) is None:
+        if self.backend.in_driver or getattr(cluster_worker.current, "task", None) is None:
             return call()
         from distributed import rejoin, secede
 

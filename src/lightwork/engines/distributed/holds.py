@@ -1,6 +1,7 @@
 """Refs inside stored values on the distributed backend: held while the outer value lives.
 
-The ``InnerHolds`` part of ``DistributedBackend`` (``cluster.py``).
+:class:`InnerHolds` is the backend's ``holds`` component: it owns the holds (by holder)
+and the thread that watches them; the holds change under the backend's lock.
 
 A value with refs inside is stored as ``cluster_worker.WithRefs`` (its pickle and the key
 of each ref inside). Whoever unpickles it borrows those objects (``cluster_worker``,
@@ -42,11 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lightwork.engines.distributed.backend import DistributedState
-
-    _Base = DistributedState
-else:
-    _Base = object
+    from lightwork.engines.distributed.backend import DistributedBackend
 
 
 WATCH_INTERVAL_S = 1.0
@@ -105,13 +102,12 @@ def hand_over(dask_scheduler: Any = None, keys: tuple[Any, ...] = (), holder: st
     _holders[holder] = caller
 
 
-class InnerHolds(_Base):
-    """Holding the refs inside stored values (a part of ``DistributedBackend``)."""
+class InnerHolds:
+    """Holding the refs inside stored values: the backend's ``holds`` component. Owns
+    the holds and their watching thread; the holds change under the backend's lock."""
 
-    lock: threading.Lock
-    futures: dict[int, Any]
-
-    def _init_holds(self) -> None:
+    def __init__(self, backend: DistributedBackend) -> None:
+        self.backend = backend
         self._holds: dict[Any, Hold] = {}  # holder (a key, or an actor result's token)
         self._holds_thread: threading.Thread | None = None
         self._holds_start = threading.Lock()
@@ -120,9 +116,9 @@ class InnerHolds(_Base):
                     armed: bool = True) -> None:
         """Hold the objects inside ``stored`` (a WithRefs) until the scheduler has
         forgotten the key ``holder`` (the only ``mode``); watched at once if ``armed``,
-        else once ``_arm_hold`` is called (a put whose ref this process dropped)."""
-        held = [self.futures[i] for i in stored.keys if i in self.futures]
-        with self.lock:
+        else once ``arm_hold`` is called (a put whose ref this process dropped)."""
+        held = [self.backend.futures[i] for i in stored.keys if i in self.backend.futures]
+        with self.backend.lock:
             self._holds[holder] = Hold(held, armed)
         if armed:
             self._start_watching()
@@ -130,7 +126,7 @@ class InnerHolds(_Base):
     def hold_under(self, key: Any, held: list[Any]) -> None:
         """Hold the futures ``held`` until the scheduler has forgotten ``key`` (an actor
         result's inner refs, under the key that carries that result to a task)."""
-        with self.lock:
+        with self.backend.lock:
             self._holds[key] = Hold(list(held), True)
         self._start_watching()
 
@@ -140,7 +136,7 @@ class InnerHolds(_Base):
         import uuid
 
         holder = f"{HOLDER_PREFIX}{uuid.uuid4().hex}"
-        self.client.run_on_scheduler(hand_over, keys=tuple(keys), holder=holder,
+        self.backend.client.run_on_scheduler(hand_over, keys=tuple(keys), holder=holder,
                                      caller=caller)
         return Handover(stored, holder, keys)
 
@@ -148,7 +144,7 @@ class InnerHolds(_Base):
         """The caller's side: futures of the handed-over keys (none unless ``keep``: the
         result is not wanted), then the holder released, in this order on this client's
         stream to the scheduler (see the module docstring). On the event loop too."""
-        client = self.client
+        client = self.backend.client
         if keep:
             from distributed import Future
 
@@ -168,7 +164,15 @@ class InnerHolds(_Base):
         client.loop.add_callback(send)
         return held
 
-    def _arm_hold(self, key: Any) -> None:
+    def holding(self, holder: Any) -> bool:
+        """Whether the refs inside a value are held under ``holder`` (lock held)."""
+        return bool(self._holds) and holder in self._holds
+
+    def clear(self) -> None:
+        """At shutdown (lock held): let every hold go."""
+        self._holds.clear()
+
+    def arm_hold(self, key: Any) -> None:
         """This process dropped its ref to the put ``key``."""
         hold = self._holds.get(key)
         if hold is not None and not hold.armed:
@@ -177,23 +181,23 @@ class InnerHolds(_Base):
 
     def _start_watching(self) -> None:
         with self._holds_start:
-            if self._holds_thread is None and not self._closed:
+            if self._holds_thread is None and not self.backend.closed:
                 self._holds_thread = threading.Thread(target=self._watch_holds, daemon=True,
                                                       name="lightwork-inner-refs")
                 self._holds_thread.start()
 
     def _watch_holds(self) -> None:
-        while not self._closed:
+        while not self.backend.closed:
             time.sleep(WATCH_INTERVAL_S)
-            with self._holds_start, self.lock:
+            with self._holds_start, self.backend.lock:
                 outer = tuple(holder for holder, hold in self._holds.items() if hold.armed)
                 if not outer:
                     self._holds_thread = None
                     return
             try:
-                gone = self.client.run_on_scheduler(release_facts, outer=outer)
+                gone = self.backend.client.run_on_scheduler(release_facts, outer=outer)
             except Exception:  # noqa: BLE001, S112 - the cluster is away: try next time
                 continue
-            with self.lock:
+            with self.backend.lock:
                 for holder in gone:
                     self._holds.pop(holder, None)

@@ -82,6 +82,14 @@ and the advisor (:meth:`ClusterLog.answer_query`, which the control socket also 
 ``cluster_control``), and the live dashboard (``cluster_dashboard``).
 ``stack`` goes through ``client.run`` too (:func:`dump_stacks`).
 
+As a ``kernel.run.RunRecord``, it answers the tools' questions about the engine's parts
+the cluster's way: pending objects are the driver's futures not done, the store's facts
+are the futures it holds, and the workers' CPU and memory come from one ``client.run``
+(``remote_process_usage``, :func:`process_usage` in each worker). It has no worker
+processes on this machine, no worker queues to look into, no shared-memory store and
+no live advisor: those answers are the base class's "none", and a tool that needs the
+embedded runtime's own state is refused (``live_state_missing``).
+
 With ``init(event_budget=0)`` the driver still has this log, as a local session keeps its
 node's control server: it records nothing (the task path has no ``recorder`` and
 :meth:`ClusterLog.sync` pulls nothing), but the state API's workers, actors, objects,
@@ -106,7 +114,7 @@ from lightwork.kernel import control, exceptions
 from lightwork.kernel.calls import LARGE_ARGUMENT_BYTES, large_arguments
 from lightwork.kernel.events import DriverSpan, EventLog, TaskRecord
 from lightwork.kernel import tools
-from lightwork.kernel.run import RunRecord
+from lightwork.kernel.run import RunRecord, StoreFacts
 
 WORKER_RING = 100_000  # reports a worker keeps until the driver pulls them
 PULL_INTERVAL_S = 1.0
@@ -232,6 +240,9 @@ class _Live:
 class ClusterLog(RunRecord):
     """The driver's record of a cluster run, read by the diagnostics like a ``Node``'s."""
 
+    live_state_missing = "it needs the embedded runtime's own state"
+    processes_elsewhere = True
+
     def __init__(self, backend: Any, budget: int) -> None:
         self.backend = backend
         self.lock = threading.Lock()
@@ -266,11 +277,6 @@ class ClusterLog(RunRecord):
 
     def resources(self) -> tuple[dict[str, float], dict[str, float]]:
         return self.backend.resources()
-
-    @property
-    def scheduler(self) -> Any:
-        """The cluster's CPU slots (the advisor's ``node.scheduler.total``)."""
-        return SimpleNamespace(total=self.backend.resources()[0])
 
     # -- driver stamps ---------------------------------------------------------------------
     def submitted(self, task_id: int, name: str, callsite: Any, arg_size: int,
@@ -699,11 +705,27 @@ class ClusterLog(RunRecord):
         future = self.backend.futures.get(object_id)
         return future is None or bool(future.done())
 
+    def remote_process_usage(self) -> dict[str, tuple[int, float, int]]:
+        try:
+            replies = self.backend.client.run(process_usage, on_error="ignore")
+        except Exception:  # noqa: BLE001 - the cluster went away: no sample this time
+            return {}
+        return {str(address): reply for address, reply in replies.items()}
+
+    def pending_objects(self, object_ids: list[int]) -> list[int] | None:
+        return [object_id for object_id in object_ids if not self.object_ready(object_id)]
+
+    def store_facts(self) -> StoreFacts:
+        """What the driver holds (its futures); the values live in the workers' memory,
+        which the scheduler reports (``dashboard_facts``' ``cluster_bytes``)."""
+        return StoreFacts(objects=len(self.backend.futures), shared_memory_bytes=0,
+                          freed_objects=None)
+
     def cancel(self, object_ids: list[int], force: bool) -> None:
         self.backend.cancel(object_ids, force, recursive=False)
 
-    def driver_request(self, what: str, *args: Any) -> Any:
-        return self.backend.driver_request(what, *args)
+    def kill_actor(self, actor_id: int) -> None:
+        self.backend.kill_actor(actor_id, True)
 
     def knows_actor(self, actor_id: int) -> bool:
         return actor_id in self.actors.actors or actor_id in self.actor_info

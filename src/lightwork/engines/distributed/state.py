@@ -292,7 +292,7 @@ class ClusterState:
             fact = facts["tasks"].get(future.key) if future is not None else None
             where = (fact["who_has"] or [fact["processing_on"]])[0] if fact else None
             state, cause = _actor_state(backend, actor_id, future)
-            restarts, max_restarts, restarting, dead = backend.actor_lifecycle(actor_id)
+            restarts, max_restarts, restarting, dead = backend.actors.actor_lifecycle(actor_id)
             if restarting:
                 state, cause = "RESTARTING", None
             elif dead:
@@ -578,7 +578,7 @@ def _owned_state(actor: dict[str, Any]) -> tuple[str, str | None]:
 
 
 def _actor_state(backend: Any, actor_id: int, future: Any) -> tuple[str, str | None]:
-    if backend._killed.get(actor_id):
+    if backend.actors.was_killed(actor_id):
         return "DEAD", "killed (lightwork.kill)"
     if future is None:
         return "DEAD", "its handle was released"

@@ -1,6 +1,8 @@
 """Generator tasks (``num_returns="streaming"``) on the distributed backend.
 
-The ``Streams`` part of ``DistributedBackend`` (``cluster.py``), and
+:class:`Streams` is the backend's ``streams`` component, which owns each open stream's
+state (by head id, under the backend's lock) and files the items it consumes in the
+backend's object table; and
 :func:`run_stream_task`, what such a task runs on its worker.
 
 A streaming task runs :func:`run_stream_task`. It stores each yielded item as a key of
@@ -15,7 +17,7 @@ good item.
 
 On the caller's side one thread per open stream (``_consume``) blocks in the queue's
 ``get`` (on the scheduler: nothing polls) and files each item under a fresh object id
-in :class:`StreamState`. ``driver_request("stream", "item", head, index)`` answers from
+in :class:`StreamState`. ``stream_item(head, index)`` (the backend's) answers from
 that state: an item's id, ``"end"``, ``"error"``, or ``"wait"`` with a placeholder
 (:class:`ItemSlot`, a future-like entry of ``futures``) that ``wait`` blocks on until
 item ``index`` (or the end) arrives. When the task ends without ``"end"``/``"error"``
@@ -39,11 +41,7 @@ from typing import TYPE_CHECKING, Any
 from lightwork.engines.distributed import worker as cluster_worker
 
 if TYPE_CHECKING:
-    from lightwork.engines.distributed.backend import DistributedState
-
-    _Base = DistributedState
-else:
-    _Base = object
+    from lightwork.engines.distributed.backend import DistributedBackend
 
 
 _QUEUE = "lightwork-stream-"
@@ -90,22 +88,23 @@ class StreamState:
     closed: bool = False  # the generator was dropped
 
 
-class Streams(_Base):
-    """Streaming generator tasks (a part of ``DistributedBackend``)."""
+class Streams:
+    """Streaming generator tasks: the backend's ``streams`` component. Owns the state of
+    each open stream, by head id, under the backend's lock; files the items it consumes
+    in the backend's object table."""
 
-    lock: threading.Lock
-    futures: dict[int, Any]
-    task_ids: dict[int, int]
-    _streams: dict[int, StreamState]
+    def __init__(self, backend: DistributedBackend) -> None:
+        self.backend = backend
+        self._streams: dict[int, StreamState] = {}  # head id -> its stream
 
-    def _open_stream(self, head_id: int, task_id: int, head: Any) -> None:
+    def open_stream(self, head_id: int, task_id: int, head: Any) -> None:
         """Start consuming the queue of the streaming task whose head is ``head_id``."""
         from distributed import Queue
 
         state = StreamState(head_id)
-        with self.lock:
+        with self.backend.lock:
             self._streams[head_id] = state
-        client = self.client
+        client = self.backend.client
         queue = Queue(_queue_name(task_id), client=client)
         head.add_done_callback(lambda _head: self._head_done(state, queue))
         # (In a worker, the items are tagged with the session of the task reading them,
@@ -126,7 +125,7 @@ class Streams(_Base):
     def _consume(self, state: StreamState, queue: Any, session: int = 0) -> None:
         cluster_worker.current.session = session
         delivered_in_run = 0
-        while not self._closed:
+        while not self.backend.closed:
             try:
                 message = queue.get()
             except Exception:  # noqa: BLE001 - the client closed: the session ended
@@ -135,7 +134,7 @@ class Streams(_Base):
                 delivered_in_run = 0
                 continue
             if isinstance(message, str):  # "end", "error" or "head-done": the last one
-                with self.lock:
+                with self.backend.lock:
                     if not state.ended:  # "head-done" first: the task failed outside
                         state.ended = "end" if message == "end" else "error"
                     slots, state.slots = state.slots, {}
@@ -144,12 +143,12 @@ class Streams(_Base):
                 self._close_queue(queue)
                 return
             delivered_in_run += 1
-            with self.lock:
+            with self.backend.lock:
                 if state.closed or delivered_in_run <= len(state.items):
                     continue  # dropped by the caller, or delivered by an earlier run
-                object_id = self.next_object_id()
-                self.futures[object_id] = message
-                self.task_ids[object_id] = self.task_ids.get(state.head_id, 0)
+                object_id = self.backend.next_object_id()
+                self.backend.futures[object_id] = message
+                self.backend.task_ids[object_id] = self.backend.task_ids.get(state.head_id, 0)
                 state.items.append(object_id)
                 waiting = state.slots.pop(len(state.items) - 1, None)
             if waiting is not None:
@@ -163,8 +162,8 @@ class Streams(_Base):
             pass
 
     def stream_item(self, head_id: int, index: int) -> tuple[str, int]:
-        """``driver_request("stream", "item", …)``: see the module docstring."""
-        with self.lock:
+        """The backend's ``stream_item``: see the module docstring."""
+        with self.backend.lock:
             state = self._streams.get(head_id)
             if state is None:
                 return "end", 0
@@ -176,12 +175,18 @@ class Streams(_Base):
                 return "end", 0
             waiting = state.slots.get(index)
             if waiting is None:
-                slot_id = self.next_object_id()
+                slot_id = self.backend.next_object_id()
                 waiting = state.slots[index] = (slot_id, ItemSlot())
-                self.futures[slot_id] = waiting[1]
+                self.backend.futures[slot_id] = waiting[1]
             return "wait", waiting[0]
 
-    def _close_stream(self, head_id: int) -> None:
+    def ref_dropped(self, object_id: int) -> None:
+        """The last ref here to ``object_id`` went (lock held): if it was a generator's
+        head, its stream closes."""
+        if object_id in self._streams:
+            self.close_stream(object_id)
+
+    def close_stream(self, head_id: int) -> None:
         """The head's last ref is gone: release the items never read (under ``lock``)."""
         state = self._streams.pop(head_id, None)
         if state is None:
@@ -191,8 +196,8 @@ class Streams(_Base):
 
         for object_id in state.items:
             if not ref_counter.holds(object_id):
-                self.futures.pop(object_id, None)
-                self.task_ids.pop(object_id, None)
+                self.backend.futures.pop(object_id, None)
+                self.backend.task_ids.pop(object_id, None)
 
 
 def run_stream_task(header: tuple[Any, ...], *dep_values: Any) -> Any:
@@ -216,7 +221,7 @@ def run_stream_task(header: tuple[Any, ...], *dep_values: Any) -> Any:
             stored = backend.encode(value)
             [future] = client.scatter([stored], hash=False)
             if type(stored) is cluster_worker.WithRefs:  # held while the item's key lives
-                backend.hold_inside(stored, future.key, "forgotten")
+                backend.holds.hold_inside(stored, future.key, "forgotten")
             queue.put(future)
 
     try:

@@ -1,6 +1,10 @@
 """Tasks on the distributed backend: submission, resources, retries, cancel and ``put``.
 
-The ``TaskSubmission`` part of ``DistributedBackend`` (``cluster.py``).
+:class:`TaskSubmission` is the backend's ``tasks`` component: it owns the resource shapes
+seen, the workers' declared resources and the lineages of the tasks that can run again
+(``ref_dropped`` lets a lineage go with its last ref), and files what it submits in the
+backend's object table under the backend's lock. It asks ``streams`` to open a
+generator's stream and ``holds`` to hold the refs inside stored values.
 
 Tasks
 -----
@@ -21,11 +25,11 @@ loss is one attempt, as ``init(address="local-cluster")`` does; with another val
 ``init`` warns once and each failure counts ``allowed-failures + 1`` losses, see
 ``check_allowed_failures``), the scheduler
 plugin ``cluster_plugin.TaskErrors`` publishes it on a topic every lightwork client
-subscribes to (``_watch_task_errors``), and the task is submitted again
+subscribes to (``watch_task_errors``), and the task is submitted again
 under a new key (``…-r<n>``), its refs now naming the new futures, until its attempts
 are used up; then its get raises ``WorkerCrashedError``. Tasks that failed only because a
 dependency was lost are submitted again too, on the dependency's new futures, without
-counting an attempt. Recovery runs on one thread (``_recover``), started by the message
+counting an attempt. Recovery runs on one thread (``recover``), started by the message
 or by a ``get`` that met the error first, whichever comes first; it is idempotent.
 
 Actor results as arguments
@@ -83,11 +87,7 @@ class Lineage:
 
 
 if TYPE_CHECKING:
-    from lightwork.engines.distributed.backend import DistributedState
-
-    _Base = DistributedState
-else:
-    _Base = object
+    from lightwork.engines.distributed.backend import DistributedBackend
 
 
 def _losses(killed: Any) -> int:
@@ -139,17 +139,19 @@ def _task_id_of_key(key: Any) -> int | None:
         return None
 
 
-class TaskSubmission(_Base):
-    """Submitting tasks and objects (a part of ``DistributedBackend``)."""
+class TaskSubmission:
+    """Submitting tasks and objects, and recovering lost ones: the backend's ``tasks``
+    component. Owns the resource shapes seen, the workers' declared resources and the
+    lineages of tasks that can be run again (see the module docstring); reads and
+    writes the backend's object table under its lock."""
 
-    lock: threading.Lock
-    futures: dict[int, Any]
-    task_ids: dict[int, int]
-    _orphans: dict[int, Any]
-    _shapes: dict[tuple, dict[str, float] | None]
-    recorder: Any
-    _lineages: dict[int, Lineage]
-    _recover_lock: threading.Lock
+    def __init__(self, backend: DistributedBackend) -> None:
+        self.backend = backend
+        self._shapes: dict[tuple, dict[str, float] | None] = {}
+        self._lineages: dict[int, Lineage] = {}  # task id -> Lineage
+        self._recover_lock = threading.Lock()
+        # each worker's declared resources, by address (None: ask the scheduler again)
+        self._worker_resources: dict[str, dict[str, float]] | None = None
 
     def _restrictions(self, spec: Any) -> dict[str, float] | None:
         """The distributed resource restrictions of ``spec``'s shape (None: none)."""
@@ -160,9 +162,9 @@ class TaskSubmission(_Base):
             pass
         restrictions = {r: a for r, a in shape if a and not (r == "CPU" and a <= 1)}
         if restrictions:
-            problem = self._infeasible(restrictions)
+            problem = self.infeasible(restrictions)
             if problem:
-                problem = self._infeasible(restrictions, refresh=True)
+                problem = self.infeasible(restrictions, refresh=True)
             if problem:
                 raise ValueError(
                     f"task {spec.name} can never be scheduled on this cluster: {problem}. "
@@ -172,7 +174,7 @@ class TaskSubmission(_Base):
         self._shapes[shape] = restrictions or None
         return restrictions or None
 
-    def _infeasible(self, restrictions: dict[str, float], refresh: bool = False) -> str:
+    def infeasible(self, restrictions: dict[str, float], refresh: bool = False) -> str:
         if refresh:
             self._worker_resources = None
         offered = self.worker_resources()
@@ -186,12 +188,10 @@ class TaskSubmission(_Base):
                         f"the {len(offered)} worker(s) declares is {best:g}")
         return f"no one worker declares all of {restrictions}"
 
-    _worker_resources: dict[str, dict[str, float]] | None = None
-
     def worker_resources(self) -> dict[str, dict[str, float]]:
         """Each worker's declared resources (cached; refreshed when a request fails)."""
         if self._worker_resources is None:
-            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+            workers = self.backend.client.scheduler_info(n_workers=-1)["workers"]
             self._worker_resources = {
                 address: {k: float(v) for k, v in (info.get("resources") or {}).items()}
                 for address, info in workers.items()}
@@ -200,7 +200,7 @@ class TaskSubmission(_Base):
     def submit_task(
         self, spec: Any, args: tuple, kwargs: dict, callsite: Any = None
     ) -> list[ObjectRef]:
-        self._check_open()
+        self.backend.check_open()
         if spec.runtime_env:
             # A Dask worker runs several tasks in one process: environment variables, the
             # working directory and sys.path set for one task would leak into the others.
@@ -216,27 +216,27 @@ class TaskSubmission(_Base):
                 "declare the function without max_calls, or run the leaking work in an "
                 "actor that you kill and create again")
         if ref_counter._released:
-            self._drain()
+            self.backend._drain()
         restrictions = self._restrictions(spec)
         deps: list[Any] = []
         sources: list[tuple[Lineage | None, int, Any]] = []
-        futures = self.futures
+        futures = self.backend.futures
         dep_tasks: tuple[int, ...] = ()
         if any(type(a) is ObjectRef for a in args) or any(
                 type(v) is ObjectRef for v in kwargs.values()):
-            dep_tasks = tuple(self.task_ids.get(a.id, 0) for a in (*args, *kwargs.values())
+            dep_tasks = tuple(self.backend.task_ids.get(a.id, 0) for a in (*args, *kwargs.values())
                               if type(a) is ObjectRef)
             args, kwargs = self._slots(args, kwargs, deps, sources)
         with collecting_refs() as contained:
             payload = pickle_value((args, kwargs))
-        keys = self._keys_of(contained) if contained else None
-        task_id = self.next_object_id()
+        keys = self.backend.keys_of(contained) if contained else None
+        task_id = self.backend.next_object_id()
         num_returns = spec.num_returns
         prefix = key_name(spec.name)
         shape = dict(spec.shape)
         header = (task_id, spec.key, spec.blob, spec.name, payload, keys, max(num_returns, 1),
-                  spec.max_retries, spec.retry_exceptions, shape, self.session_tag)
-        recorder = self.recorder
+                  spec.max_retries, spec.retry_exceptions, shape, self.backend.session_tag)
+        recorder = self.backend.recorder
         if recorder is not None:
             recorder.submitted(task_id, spec.name, callsite, len(payload),
                                num_cpus=shape.get("CPU", 1.0), dep_tasks=dep_tasks,
@@ -251,20 +251,20 @@ class TaskSubmission(_Base):
         lineage = Lineage(task_id, spec.name, header, tuple(sources), restrictions, prefix,
                           num_returns, spec.max_retries, [], return_futures, main_key,
                           spec.stream)
-        with self.lock:
+        with self.backend.lock:
             for future in return_futures if num_returns else []:
-                object_id = self.next_object_id()
+                object_id = self.backend.next_object_id()
                 futures[object_id] = future
-                self.task_ids[object_id] = task_id
+                self.backend.task_ids[object_id] = task_id
                 lineage.return_ids.append(object_id)
                 refs.append(ObjectRef(object_id))
             lineage.live = len(refs)
             self._lineages[task_id] = lineage
             if not num_returns:
-                self._orphans[task_id] = main
+                self.backend.orphans[task_id] = main
                 main.add_done_callback(lambda _f: self._task_ended(task_id))
         if spec.stream:
-            self._open_stream(refs[0].id, task_id, main)
+            self.backend.streams.open_stream(refs[0].id, task_id, main)
         if recorder is not None:
             recorder.returned(task_id, [ref.id for ref in refs], main)
         return refs
@@ -273,7 +273,7 @@ class TaskSubmission(_Base):
                      restrictions: dict[str, float] | None, main_key: str,
                      num_returns: int, stream: bool) -> tuple[Any, list[Any]]:
         """Submit one attempt of a task: its main future, and its return futures."""
-        client = self.client
+        client = self.backend.client
         runner = cluster_streams.run_stream_task if stream else cluster_worker.run_task
         main = client.submit(runner, header, *deps, key=main_key, resources=restrictions,
                              pure=False)
@@ -288,18 +288,18 @@ class TaskSubmission(_Base):
         arguments*): a task that waits, seceded, on a distributed ``Variable`` this
         process sets to the result's key once the call has finished."""
         name = f"lightwork-bridge-{uuid.uuid4().hex}"
-        bridge = self.client.submit(cluster_worker.await_bridged, name, pure=False,
-                                    key=f"actor_result-{self.next_object_id():x}")
+        bridge = self.backend.client.submit(cluster_worker.await_bridged, name, pure=False,
+                                    key=f"actor_result-{self.backend.next_object_id():x}")
 
         def set_variable() -> None:
             from distributed import Variable
 
             stored = result.stored(None)
             if result.call.inner:  # refs inside: alive while the bridge's key is
-                self.hold_under(bridge.key, result.call.inner)
+                self.backend.holds.hold_under(bridge.key, result.call.inner)
             try:
-                [value] = self.client.scatter([stored], hash=False)
-                Variable(name, client=self.client).set(value)
+                [value] = self.backend.client.scatter([stored], hash=False)
+                Variable(name, client=self.backend.client).set(value)
             except Exception:  # noqa: BLE001 - the session closed meanwhile
                 pass
 
@@ -309,7 +309,7 @@ class TaskSubmission(_Base):
         return bridge
 
     def _task_ended(self, task_id: int) -> None:
-        self._orphans.pop(task_id, None)
+        self.backend.orphans.pop(task_id, None)
         self._lineages.pop(task_id, None)
 
     def _slots(self, args: tuple, kwargs: dict, deps: list[Any],
@@ -320,16 +320,16 @@ class TaskSubmission(_Base):
         def slot(value: Any) -> Any:
             if type(value) is not ObjectRef:
                 return value
-            future = self._future_of(value.id)
+            future = self.backend.future_of(value.id)
             if future.key is None:  # an actor call's result: it lives here, not in the cluster
                 if future.done():
-                    return self.decode(future.stored(None))  # passed by value
+                    return self.backend.decode(future.stored(None))  # passed by value
                 future = self._bridge(future)  # a key that becomes its value when it comes
                 deps.append(future)
                 sources.append((None, 0, future))
                 return ArgSlot(len(deps) - 1)
             deps.append(future)
-            source = self._lineages.get(self.task_ids.get(value.id, 0))
+            source = self._lineages.get(self.backend.task_ids.get(value.id, 0))
             index = source.return_ids.index(value.id) if source is not None else 0
             sources.append((source, index, future))
             return ArgSlot(len(deps) - 1)
@@ -337,7 +337,7 @@ class TaskSubmission(_Base):
         return tuple(slot(a) for a in args), {k: slot(v) for k, v in kwargs.items()}
 
     # -- retries after a lost worker (see *Retries*) ---------------------------------------
-    def _watch_task_errors(self, client: Any) -> None:
+    def watch_task_errors(self, client: Any) -> None:
         """Hear of every task the scheduler fails because a worker was lost (the
         scheduler plugin ``cluster_plugin.TaskErrors`` publishes them on a topic): a lost
         task starts recovery; a borrowed actor's key drops its cached proxy."""
@@ -350,22 +350,22 @@ class TaskSubmission(_Base):
             if killed is not None and (_task_id_of_key(key) in self._lineages
                                        or _task_id_of_key(killed) in self._lineages):
                 # Never block the loop: recovery submits and may wait.
-                threading.Thread(target=self._recover, args=(killed, key,
+                threading.Thread(target=self.recover, args=(killed, key,
                                                              int(message.get("losses", 1))),
                                  daemon=True, name="lightwork-retry").start()
-            if message.get("actor") and (self._proxies or self._sent):
+            if message.get("actor") and self.backend.actors.tracks_actors():
                 # a borrowed actor's key: its proxy is stale, its calls in flight lost
-                self._actor_key_erred(key)
+                self.backend.actors.actor_key_erred(key)
 
         # From the client's loop: its stream to the scheduler is woken only from there.
         client.loop.add_callback(client.subscribe_topic, TASK_ERRORS_TOPIC, task_erred)
 
-    def _recover(self, killed_key: Any, erred_key: Any, losses: int = 1) -> bool:
+    def recover(self, killed_key: Any, erred_key: Any, losses: int = 1) -> bool:
         """Submit again the task lost with its worker (``killed_key``: ``losses`` workers
         died running it, see ``_losses``) and the task whose key failed with it
         (``erred_key``, a dependent); True if anything was."""
         with self._recover_lock:
-            if self._closed:
+            if self.backend.closed:
                 return False
             killed = self._lineages.get(_task_id_of_key(killed_key) or 0)
             erred = self._lineages.get(_task_id_of_key(erred_key) or 0)
@@ -400,20 +400,29 @@ class TaskSubmission(_Base):
         key = f"{lineage.prefix}-{lineage.task_id:x}-r{lineage.resubmits}"
         main, return_futures = self._submit_main(lineage.header, deps, lineage.restrictions,
                                                  key, lineage.num_returns, lineage.stream)
-        with self.lock:
+        with self.backend.lock:
             lineage.key, lineage.futures = key, return_futures
             for object_id, future in zip(lineage.return_ids, return_futures):
-                if object_id in self.futures:
-                    self.futures[object_id] = future
+                if object_id in self.backend.futures:
+                    self.backend.futures[object_id] = future
             if not lineage.num_returns:
-                self._orphans[lineage.task_id] = main
+                self.backend.orphans[lineage.task_id] = main
                 main.add_done_callback(lambda _f: self._task_ended(lineage.task_id))
+
+    def ref_dropped(self, task_id: int) -> None:
+        """A ref to one of ``task_id``'s results went (lock held): its lineage goes with
+        the last one (a dependent still holds it, if it needs it)."""
+        lineage = self._lineages.get(task_id)
+        if lineage is not None:
+            lineage.live -= 1
+            if lineage.live <= 0:
+                del self._lineages[lineage.task_id]
 
     def cancel(self, object_ids: list[int], force: bool, recursive: bool = True) -> None:
         # recursive: tasks submitted from a task go through the same client; Dask keeps no
         # parent link, so only the named tasks are cancelled here.
-        self._check_open()
-        futures = [self._future_of(i) for i in object_ids]
+        self.backend.check_open()
+        futures = [self.backend.future_of(i) for i in object_ids]
         if force:
             running = self._running([f.key for f in futures])
             if running:
@@ -422,41 +431,41 @@ class TaskSubmission(_Base):
                     f"distributed cannot stop a task that is running ({running[0]!r}); call "
                     "cancel() without force to stop waiting for it (its get raises "
                     "TaskCancelledError), or let it finish")
-        self.client.cancel(futures, force=True)
-        if self.recorder is not None:
-            self.recorder.cancelled([self.task_ids.get(i, 0) for i in object_ids])
+        self.backend.client.cancel(futures, force=True)
+        if self.backend.recorder is not None:
+            self.backend.recorder.cancelled([self.backend.task_ids.get(i, 0) for i in object_ids])
 
     def _running(self, keys: list[Any]) -> list[Any]:
         def processing(dask_scheduler: Any, keys: list[Any] = keys) -> list[Any]:
             tasks = dask_scheduler.tasks
             return [k for k in keys if k in tasks and tasks[k].state == "processing"]
 
-        return self.client.run_on_scheduler(processing)
+        return self.backend.client.run_on_scheduler(processing)
 
     def put_error(self, exc: BaseException) -> ObjectRef:
         """An object whose ``get`` raises ``exc`` as the running task's error: where a
         ``num_returns="dynamic"`` generator stopped with it (``_generator._error_item``),
         the items before it staying readable, as on the embedded runtime."""
-        self._check_open()
+        self.backend.check_open()
         task = getattr(cluster_worker.current, "task", None)
         stored = cluster_worker.error_of(task[1] if task else "(unknown task)", exc)
-        object_id = self.next_object_id()
-        [future] = self.client.scatter([stored], hash=False)
-        with self.lock:
-            self.futures[object_id] = future
-            self.task_ids[object_id] = 0
+        object_id = self.backend.next_object_id()
+        [future] = self.backend.client.scatter([stored], hash=False)
+        with self.backend.lock:
+            self.backend.futures[object_id] = future
+            self.backend.task_ids[object_id] = 0
             return ObjectRef(object_id)
 
     def put(self, value: Any) -> ObjectRef:
-        self._check_open()
+        self.backend.check_open()
         if ref_counter._released:
-            self._drain()
-        object_id = self.next_object_id()
-        stored = self.encode(value)
-        [future] = self.client.scatter([stored], hash=False)
+            self.backend._drain()
+        object_id = self.backend.next_object_id()
+        stored = self.backend.encode(value)
+        [future] = self.backend.client.scatter([stored], hash=False)
         if type(stored) is cluster_worker.WithRefs:  # held until no one can read it
-            self.hold_inside(stored, future.key, "forgotten", armed=False)
-        with self.lock:
-            self.futures[object_id] = future
-            self.task_ids[object_id] = 0
+            self.backend.holds.hold_inside(stored, future.key, "forgotten", armed=False)
+        with self.backend.lock:
+            self.backend.futures[object_id] = future
+            self.backend.task_ids[object_id] = 0
             return ObjectRef(object_id)

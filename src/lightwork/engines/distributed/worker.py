@@ -324,7 +324,7 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
     main_key = _current_key()
     for index, part in enumerate(stored):
         if type(part) is WithRefs:  # held while the part's own key lives (cluster_holds)
-            backend.hold_inside(part, f"{main_key}-{index}", "forgotten")
+            backend.holds.hold_inside(part, f"{main_key}-{index}", "forgotten")
     del result, parts  # this process's own refs to what is inside go now (as above)
     if ref_counter._released:
         backend._drain()
@@ -481,14 +481,14 @@ def held_refs(dask_worker: Any = None, session: int = 0, with_refs: bool = True)
         refs.append([object_id, getattr(future, "key", None), backend.task_ids.get(object_id, 0),
                      bool(done()) if done is not None else True])
     actors = []
-    for actor_id, owned in list(getattr(backend, "_owned", {}).items()):
+    for actor_id, owned in backend.actors.owned_actors():
         future = futures.get(actor_id)
         if tags.get(actor_id) != session or future is None:
             continue  # another session's, or no handle left in this process
         actors.append({"actor_id": actor_id, "class_name": owned.class_name,
                        "key": getattr(future, "key", None), "restarts": owned.restarts,
                        "max_restarts": owned.max_restarts, "restarting": owned.restarting,
-                       "dead": owned.dead, "killed": bool(backend._killed.get(actor_id)),
+                       "dead": owned.dead, "killed": backend.actors.was_killed(actor_id),
                        "status": getattr(future, "status", None)})
     captured = []
     with backend.lock:

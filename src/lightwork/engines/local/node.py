@@ -68,7 +68,6 @@ from lightwork.kernel.object_ref import (
     ref_counter,
 )
 from lightwork.kernel import control
-from lightwork.kernel.run import RunRecord
 from lightwork.engines.local.actors import ActorManager
 from lightwork.engines.local.cancel import Cancellation
 from lightwork.engines.local.driver_calls import DriverCalls
@@ -83,6 +82,7 @@ from lightwork.engines.local.lineage import Lineage
 from lightwork.engines.local.memory_monitor import MemoryMonitor
 from lightwork.engines.local.node_lock import NodeLock
 from lightwork.engines.local.output import DriverOutput
+from lightwork.engines.local.record import LocalRecord
 from lightwork.engines.local.objects import FAILED, PENDING, ObjectEntry, ObjectTable
 from lightwork.engines.local.scheduler import (
     DISPATCHED,
@@ -170,7 +170,7 @@ if TYPE_CHECKING:
         def _retire_worker(self, conn: WorkerConn) -> None: ...
 
 
-class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, RunRecord):
+class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, LocalRecord):
     """One session of the embedded runtime in the driver process."""
 
     def __init__(
