@@ -205,7 +205,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
         self.tasks: dict[int, TaskSpec] = self.task_table.tasks
         self.lock.register = self._register_queued
         self.gpus = GpuIds(int(num_gpus))  # which GPU ids each task and actor uses
-        # Ids and worker numbers continue from the previous session (see kernel/object_ref.py).
+        # Ids continue from the previous session (see kernel/object_ref.py).
         self.id_floor = IdFloor()
         self._ids = DRIVER_IDS
         self._feasible_shapes: set[tuple] = set()
@@ -237,7 +237,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
         self.io.start()
         self.control = control.start(self)  # diagnostics side-car: socket, sampler
 
-    # ------------------------------------------------------------------ ids, workers
+    # ------------------------------------------------------------------ ids, failure
     def next_object_id(self) -> int:
         return next(self._ids)
 
