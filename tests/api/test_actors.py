@@ -337,10 +337,15 @@ def test_runtime_context_inside_actor_names_it():
     assert task_id is not None
 
 
-def test_infeasible_actor_fails_at_creation():
-    with pytest.raises(ValueError, match="can never be placed"):
-        Counter.options(num_cpus=64).remote()
-    with pytest.raises(ValueError, match="max_restarts"):
+@pytest.mark.lightwork_only  # Ray leaves the actor pending: its calls wait forever
+def test_an_infeasible_actor_warns_and_its_calls_raise():
+    with pytest.warns(ray.exceptions.UnschedulableRequestWarning, match="64 CPU"):
+        counter = Counter.options(num_cpus=64).remote()
+    call = counter.inc.remote()
+    assert ray.wait([call], timeout=0)[0] == [call]  # ready, with its error
+    with pytest.raises(ray.exceptions.ActorUnschedulableError, match="Counter.*64 CPU"):
+        ray.get(call, timeout=30)
+    with pytest.raises(ValueError, match="max_restarts"):  # invalid input still refused
         Counter.options(max_restarts="3").remote()
 
 

@@ -120,6 +120,7 @@ class OwnedActor:
     restarting: bool = False
     flushing: bool = False  # back: its queued calls are being sent (new ones join them)
     dead: str = ""  # why it is dead for good ("" while it may live)
+    unschedulable: str = ""  # why no worker can ever hold it ("" if one can)
     address: str = ""  # the worker holding it, once placed
     queued: list[ActorCall] = field(default_factory=list)  # made while it restarts
     retried: list[ActorCall] = field(default_factory=list)  # lost in flight: sent first

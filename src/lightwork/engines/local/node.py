@@ -136,6 +136,7 @@ if TYPE_CHECKING:
         _deferred: list[Callable[[], None]]
         output: DriverOutput
         _feasible_shapes: set[tuple]
+        _warned_shapes: set[tuple]  # shapes that can never run, already warned of
         _thread: threading.Thread
         _timer_seq: itertools.count[int]
         _timers: list[tuple[float, int, Callable[[], None]]]
@@ -252,6 +253,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         self.id_floor = IdFloor()
         self._ids = DRIVER_IDS
         self._feasible_shapes: set[tuple] = set()
+        self._warned_shapes: set[tuple] = set()
         self._worker_ids = WORKER_NUMBERS
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_seq = itertools.count()
