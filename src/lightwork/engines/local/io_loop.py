@@ -56,7 +56,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel.object_ref import ref_counter
-from lightwork.engines.local import forkserver
+from lightwork.engines.local import forkserver, preload
 from lightwork.engines.local import protocol as p
 
 if TYPE_CHECKING:
@@ -296,6 +296,9 @@ class IOLoop(_Base):
                 break
             message = pickle.loads(bytes(buffer[4 : 4 + length]))
             del buffer[: 4 + length]
+            if message[0] == preload.PRELOADED:
+                self.forkserver.preloaded.append(message[2])
+                continue
             conn = self.workers.get(message[1])
             if conn is None:
                 continue

@@ -356,6 +356,8 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             "event_budget": self.log.budget,
         }
         try:
+            # The driver's libraries first, so the worker has them from birth (preload.py).
+            self.forkserver.preload_new_modules(self.worker_env, job_env["paths"] if job_env else ())
             self.forkserver.spawn(worker_id, config, theirs)
         except OSError as exc:
             theirs.close()
