@@ -18,6 +18,7 @@ the fix where Ray would wait forever, and ``wait`` counts the ref as ready. Inva
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import numbers
 import pickle
@@ -422,13 +423,27 @@ def _check_ignored_options(options: dict[str, Any], what: str) -> None:
             warn_ignored_option(option, what)
 
 
+def did_you_mean(unknown: list[str], allowed: Any) -> str:
+    """"did you mean 'num_cpus'? " for each of ``unknown`` close to a name in ``allowed``
+    (difflib's closeness; private names are never suggested), or ""."""
+    public = sorted(name for name in allowed if not name.startswith("_"))
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(str(name), public, n=1, cutoff=0.6)
+        if close:
+            hints.append(f"did you mean {close[0]!r}"
+                         + (f" for {name!r}" if len(unknown) > 1 else "") + "? ")
+    return "".join(hints)
+
+
 def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
     """Validate option names and values; raise a clear error naming the bad one."""
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ValueError(
             f"unknown option(s) {', '.join(map(repr, unknown))} for {what}; "
-            f"valid options are: {', '.join(sorted(allowed))}"
+            + did_you_mean(unknown, allowed)
+            + f"valid options are: {', '.join(sorted(allowed))}"
         )
     for key in ("num_cpus", "num_gpus", "memory"):
         if key in options and options[key] is not None:
