@@ -28,7 +28,7 @@ import warnings
 import weakref
 import zlib
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, overload
 
 from lightwork.kernel import exceptions
 from lightwork.kernel.object_ref import ObjectRef
@@ -275,6 +275,12 @@ LOCAL_FIX = ("lower its request with .options(), or start lightwork with more re
              "(lightwork.init(num_cpus=..., num_gpus=..., resources={...}))")
 
 
+@overload
+def unschedulable_error(what: Literal["task"], name: str, problem: str,
+                        fix: str = ...) -> exceptions.TaskUnschedulableError: ...
+@overload
+def unschedulable_error(what: Literal["actor"], name: str, problem: str,
+                        fix: str = ...) -> exceptions.ActorUnschedulableError: ...
 def unschedulable_error(what: str, name: str, problem: str,
                         fix: str = LOCAL_FIX) -> exceptions.LightworkError:
     """The error of a task (``what="task"``) or of an actor's calls (``"actor"``) that

@@ -147,3 +147,22 @@ def test_the_switch_turns_it_off(tmp_path):
                       env={"LIGHTWORK_FORKSERVER": "exec", "LIGHTWORK_PRELOAD": "0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "'iniconfig': False" in proc.stdout and "REPORTS 0" in proc.stdout
+
+
+def test_an_import_that_never_ends_is_cut_at_the_budget(tmp_path):
+    (tmp_path / "lw_forever.py").write_text("import time\nwhile True:\n    time.sleep(0.01)\n")
+    (tmp_path / "lw_next.py").write_text("")
+    code = textwrap.dedent("""
+        import json, sys
+        from lightwork.engines.local import preload
+        report = preload.import_modules(["lw_forever", "lw_next"], {}, budget_s=0.5)
+        report["loaded"] = "lw_next" in sys.modules
+        print(json.dumps(report))
+    """)
+    env = script_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["failed"] == ["lw_forever"] and report["loaded"] is False

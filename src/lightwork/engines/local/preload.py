@@ -33,8 +33,11 @@ The fork server (``import_modules``) imports them in the driver's import order, 
 warnings and Python-level output silenced, skipping any that fails. It stops at the first
 module after which the process has a new thread (a library that starts one at import: a
 thread that holds a lock when the process forks leaves it locked forever in the child),
-unless it is one made to survive a fork (``FORK_AWARE``), and after ``PRELOAD_BUDGET_S``
-of importing. It answers with what it did (``PRELOADED``), which the
+unless it is one made to survive a fork (``FORK_AWARE``), and when ``PRELOAD_BUDGET_S``
+have passed, interrupting the import then running (one that never ends would keep every
+worker from starting). A library the driver imported is unlikely to crash a fresh
+process that imports it, but one that did would end the fork server, and the session
+with it: ``LIGHTWORK_PRELOAD=0`` is the way out. It answers with what it did (``PRELOADED``), which the
 driver keeps in ``ForkServer.preloaded``.
 
 ``LIGHTWORK_PRELOAD=0`` turns it off.
@@ -46,6 +49,7 @@ import contextlib
 import importlib
 import io
 import os
+import signal
 import site
 import sys
 import sysconfig
@@ -54,12 +58,14 @@ import time
 import types
 import warnings
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 PRELOAD = "preload"
 PRELOADED = "preloaded"
 SWITCH_VARIABLE = "LIGHTWORK_PRELOAD"
-#: The fork server stops importing after this much time (the first workers wait for it).
-PRELOAD_BUDGET_S = 10.0
+#: The fork server stops importing after this much time (the first workers wait for it;
+#: under the 10 s the driver waits to hand it its next message, see ForkServer._send).
+PRELOAD_BUDGET_S = 5.0
 
 #: Top-level packages never imported in the fork server (see the module docstring).
 NEVER = frozenset({
@@ -137,6 +143,9 @@ def import_modules(names: list[str], env: Mapping[str, str],
     started = time.monotonic()
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
+    # An import that never ends must not keep every worker from starting: the budget
+    # interrupts it (a timer's signal, which Python code sees between bytecodes).
+    alarm = _arm_budget(budget_s)
     imported = 0
     failed: list[str] = []
     threaded = ""
@@ -153,6 +162,9 @@ def import_modules(names: list[str], env: Mapping[str, str],
                 try:
                     importlib.import_module(name)
                     imported += 1
+                except _OutOfTime:
+                    failed.append(name)
+                    break
                 except BaseException:  # noqa: BLE001 - SystemExit too: a library's own business
                     failed.append(name)
                 now = _threads()
@@ -162,6 +174,7 @@ def import_modules(names: list[str], env: Mapping[str, str],
                     break
                 threads = now
     finally:
+        _disarm_budget(alarm)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -169,6 +182,30 @@ def import_modules(names: list[str], env: Mapping[str, str],
                 os.environ[key] = value
     return {"imported": imported, "seconds": time.monotonic() - started, "failed": failed,
             "threaded": threaded}
+
+
+class _OutOfTime(BaseException):
+    """The preload's budget ran out during an import."""
+
+
+def _out_of_time(_signum: int, _frame: Any) -> None:
+    raise _OutOfTime
+
+
+def _arm_budget(budget_s: float) -> Any:
+    """Interrupt the import running when ``budget_s`` have passed; the handler it
+    replaced (for ``_disarm_budget``), or None where there is no timer signal."""
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.signal(signal.SIGALRM, _out_of_time)
+    signal.setitimer(signal.ITIMER_REAL, budget_s)
+    return previous
+
+
+def _disarm_budget(previous: Any) -> None:
+    if previous is not None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _threads() -> dict[str, str]:
