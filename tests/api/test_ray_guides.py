@@ -237,3 +237,35 @@ def test_tip4_wait_hands_back_results_in_completion_order():
         done_id, result_ids = ray.wait(result_ids)
         order.append(ray.get(done_id[0]))
     assert order == [3, 2, 1, 0]
+
+
+# ---- Ray's tasks guide: a request the machine can never meet ------------------------
+
+
+@pytest.mark.lightwork_only  # (the warning's words are lightwork's)
+def test_a_program_that_never_reads_an_infeasible_task_runs_to_its_end(tmp_path):
+    """The tasks guide submits a task asking for more CPUs than a small machine has and
+    never reads it: on Ray, the task waits with a warning and the program goes on."""
+    script = write_script(
+        str(tmp_path),
+        "tasks_guide.py",
+        """
+import lightwork as ray
+
+ray.init(num_cpus=2)
+
+@ray.remote
+def my_function():
+    return 1
+
+assert ray.get(my_function.remote()) == 1
+my_function.options(num_cpus=3).remote()   # never read
+print("the end")
+""",
+    )
+    proc = run_script(script, timeout=50)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "the end"
+    # The warning names the resource and what the session has, at the user's line.
+    assert "tasks_guide.py:" in proc.stderr and "my_function.options(num_cpus=3)" in proc.stderr
+    assert "needs 3 CPU but the runtime has 2 CPU in total" in proc.stderr, proc.stderr

@@ -668,10 +668,12 @@ class TestTheMemoryResource:
 
     @pytest.mark.lightwork_only
     def test_a_task_asking_for_more_memory_than_the_runtime_has_fails_at_once(self):
-        """Stricter than Ray on purpose (Ray leaves an infeasible task pending forever)."""
+        """Ray leaves an infeasible task pending forever; its get raises here."""
         task = ray.remote(memory=2 * MEMORY)(_pid_and_square)
-        with pytest.raises(ValueError, match="memory"):
-            task.remote(1)
+        with pytest.warns(ray.exceptions.UnschedulableRequestWarning, match="memory"):
+            ref = task.remote(1)
+        with pytest.raises(ray.exceptions.TaskUnschedulableError, match="GiB"):
+            ray.get(ref, timeout=30)
 
     def test_memory_goes_in_its_own_option_not_in_resources(self):
         """lightwork refuses it at @remote, Ray at .remote()."""

@@ -387,11 +387,36 @@ def test_placement_groups_and_a_hard_node_affinity(backend):
 
 
 # ---- resources --------------------------------------------------------------------------
-def test_an_impossible_resource_request_fails_fast_naming_the_resource(backend):
-    with pytest.raises(ValueError, match="CPU"):
-        add.options(num_cpus=3).remote(1)
-    with pytest.raises(ValueError, match="TPU"):
-        add.options(resources={"TPU": 1}).remote(1)
+def test_an_impossible_resource_request_warns_and_its_get_raises_naming_it(backend):
+    # As on Ray, .remote() returns and the program goes on; where Ray's get would wait
+    # forever, lightwork's raises at once.
+    with pytest.warns(exceptions.UnschedulableRequestWarning, match="add.*3 CPU"):
+        cpus = add.options(num_cpus=3).remote(1)
+    with pytest.warns(exceptions.UnschedulableRequestWarning, match="1 TPU"):
+        tpu = add.options(resources={"TPU": 1}).remote(1)
+    ready, pending = lightwork.wait([cpus, tpu], num_returns=2, timeout=30)
+    assert ready == [cpus, tpu] and pending == []  # ready, with their errors
+    with pytest.raises(exceptions.TaskUnschedulableError, match=r"3 CPU.*options\(\)"):
+        lightwork.get(cpus, timeout=30)
+    with pytest.raises(exceptions.TaskUnschedulableError, match="TPU"):
+        lightwork.get(tpu, timeout=30)
+    assert lightwork.get(add.remote(1, 2), timeout=30) == 3  # the session goes on
+
+
+def test_an_impossible_actor_warns_and_its_calls_raise_naming_it(backend):
+    with pytest.warns(exceptions.UnschedulableRequestWarning, match="Counter.*1 GPU"):
+        counter = Counter.options(num_gpus=1).remote()
+    call = counter.incr.remote()
+    assert lightwork.wait([call], timeout=30)[0] == [call]
+    with pytest.raises(exceptions.ActorUnschedulableError, match="Counter.*1 GPU"):
+        lightwork.get(call, timeout=30)
+
+
+def test_invalid_resource_requests_stay_value_errors(backend):
+    with pytest.raises(ValueError, match="num_cpus"):
+        add.options(num_cpus=-1).remote(1)
+    with pytest.raises(ValueError, match="num_gpus"):
+        add.options(num_gpus="two").remote(1)
 
 
 def test_cluster_resources(backend, wait_until):

@@ -155,7 +155,7 @@ def init(
     """
     global _backend
     from lightwork.engines import open_backend, parse_address
-    from lightwork.kernel.calls import check_amount
+    from lightwork.kernel.calls import check_amount, did_you_mean
 
     if _backend is not None and not _backend.in_driver:
         raise RuntimeError("lightwork.init() cannot be called inside a task or actor")
@@ -172,9 +172,13 @@ def init(
         task_memory = check_amount("_memory", task_memory)
     unknown = sorted(set(ray_kwargs) - RAY_ONLY_INIT_ARGS - {"logging_level"})
     if unknown:
+        import inspect
+
+        known = {*inspect.signature(init).parameters, *RAY_ONLY_INIT_ARGS}
         raise TypeError(
-            f"init() got unexpected keyword argument(s) {', '.join(unknown)}; lightwork "
-            "accepts Ray's init arguments and num_cpus, num_gpus, resources, "
+            f"init() got unexpected keyword argument(s) {', '.join(unknown)}; "
+            + did_you_mean(unknown, known)
+            + "lightwork accepts Ray's init arguments and num_cpus, num_gpus, resources, "
             "object_store_memory, namespace, event_budget"
         )
     if "logging_level" in ray_kwargs:
@@ -590,12 +594,31 @@ def get(object_refs: Any, *, timeout: float | None = None) -> Any:
         return []
     ids = [ref._id for ref in refs]  # (not .id: the property costs 4x; a ref a task)
     site = callsite(1)
-    if _observers:  # diagnostics callbacks follow this get as one run
-        values = _observe_call("get", refs, lambda: _core(refs).get(ids, timeout, site))
-    else:
-        values = _core(refs).get(ids, timeout, site)
+    try:
+        if _observers:  # diagnostics callbacks follow this get as one run
+            values = _observe_call("get", refs, lambda: _core(refs).get(ids, timeout, site))
+        else:
+            values = _core(refs).get(ids, timeout, site)
+    except KeyboardInterrupt:
+        # The user's line, not the runtime's wait loop; and what the interrupt did not do.
+        # (In a worker, an interrupt is a cancel of the task: left as it is.)
+        if _backend is None or not _backend.in_driver:
+            raise
+        raise _interrupted("get", refs) from None
     _deliver_advice()
     return values[0] if single else values
+
+
+def _interrupted(call: str, refs: list[ObjectRef]) -> KeyboardInterrupt:
+    """The KeyboardInterrupt of a Ctrl-C during ``call``, saying what goes on."""
+    if len(refs) == 1:
+        going = (f"{refs[0]!r}; its task keeps running until you cancel it "
+                 "(lightwork.cancel(ref))")
+    else:
+        going = (f"{len(refs)} objects; their tasks keep running until you cancel them "
+                 "(lightwork.cancel(ref) for each)")
+    return KeyboardInterrupt(f"{call}() was interrupted while it waited for {going} or "
+                             "the session ends (lightwork.shutdown())")
 
 
 def _deliver_advice() -> None:
@@ -661,7 +684,12 @@ def wait(
     def call() -> list[int]:
         return _core(refs).wait(ids, min(num_returns, len(ids)), timeout, site)
 
-    ready_ids = set(_observe_call("wait", refs, call) if _observers else call())
+    try:
+        ready_ids = set(_observe_call("wait", refs, call) if _observers else call())
+    except KeyboardInterrupt:
+        if _backend is None or not _backend.in_driver:
+            raise
+        raise _interrupted("wait", refs) from None  # (as in get)
     _deliver_advice()
     ready: list[Any] = []
     not_ready: list[Any] = []

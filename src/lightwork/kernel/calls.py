@@ -7,19 +7,30 @@ nested inside containers stay refs (borrowed by the task).
 
 Arguments made only of plain scalars are pickled with the C pickler; anything else goes
 through cloudpickle (functions and classes defined in ``__main__`` must travel by value).
+
+A request the runtime can never meet (more CPUs than the session has, a resource no one
+declared) is not refused at ``.remote()``: as on Ray, the program goes on. The engine
+warns once per shape at submission (``warn_unschedulable``, at the user's line) and fails
+the call's refs at once with ``unschedulable_error``, so a ``get`` names the resource and
+the fix where Ray would wait forever, and ``wait`` counts the ref as ready. Invalid input
+(a negative or non-numeric amount) stays a ``ValueError`` at ``.remote()``.
 """
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import numbers
 import pickle
+import os
 import sys
+import warnings
 import weakref
 import zlib
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, overload
 
+from lightwork.kernel import exceptions
 from lightwork.kernel.object_ref import ObjectRef
 from lightwork.kernel import serialization
 from lightwork.kernel.resources import Shape
@@ -259,12 +270,57 @@ def call_limited(blob: bytes, max_calls: int) -> tuple[bytes, bytes]:
     return hashlib.blake2b(wrapped, digest_size=16).digest(), wrapped
 
 
-def infeasible_message(name: str, problem: str) -> str:
-    return (
-        f"task {name} can never be scheduled: {problem}. Lower its resource request with "
-        ".options(), or start lightwork with more resources "
-        "(lightwork.init(num_cpus=..., num_gpus=..., resources={...}))."
-    )
+#: What to do about a request the embedded runtime can never meet.
+LOCAL_FIX = ("lower its request with .options(), or start lightwork with more resources "
+             "(lightwork.init(num_cpus=..., num_gpus=..., resources={...}))")
+
+
+@overload
+def unschedulable_error(what: Literal["task"], name: str, problem: str,
+                        fix: str = ...) -> exceptions.TaskUnschedulableError: ...
+@overload
+def unschedulable_error(what: Literal["actor"], name: str, problem: str,
+                        fix: str = ...) -> exceptions.ActorUnschedulableError: ...
+def unschedulable_error(what: str, name: str, problem: str,
+                        fix: str = LOCAL_FIX) -> exceptions.LightworkError:
+    """The error of a task (``what="task"``) or of an actor's calls (``"actor"``) that
+    can never be placed: ``problem`` says which resource it needs and what there is."""
+    error = (exceptions.TaskUnschedulableError if what == "task"
+             else exceptions.ActorUnschedulableError)
+    return error(f"{what} {name} can never be scheduled: {problem}. It did not run; to run "
+                 f"it, {fix}.")
+
+
+def warn_unschedulable(what: str, name: str, problem: str, fix: str = LOCAL_FIX) -> None:
+    """Tell the user, at the line that submitted it, that ``name`` will never run (the
+    engine calls it once per shape and session)."""
+    reads = ("a get of its result raises TaskUnschedulableError" if what == "task"
+             else "each of its calls raises ActorUnschedulableError when read")
+    warnings.warn(
+        f"{what} {name} can never be scheduled: {problem}. It will not run ({reads}; a "
+        f"program that never reads it goes on). To run it, {fix}.",
+        exceptions.UnschedulableRequestWarning, stacklevel=_user_stacklevel())
+
+
+def warn_actor_unschedulable(warned: set[tuple], actor: ActorSpec, problem: str) -> None:
+    """``warn_unschedulable`` for an actor, once per shape in ``warned`` (a session's)."""
+    key = ("actor", actor.place, actor.hold)
+    if key not in warned:
+        warned.add(key)
+        warn_unschedulable("actor", actor.class_name, problem)
+
+
+_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """The stacklevel, for a warnings.warn made here, of the first frame outside lightwork."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_LIGHTWORK_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 LARGE_ARGUMENT_BYTES = 1 << 20
@@ -373,13 +429,27 @@ def _check_ignored_options(options: dict[str, Any], what: str) -> None:
             warn_ignored_option(option, what)
 
 
+def did_you_mean(unknown: list[str], allowed: Any) -> str:
+    """"did you mean 'num_cpus'? " for each of ``unknown`` close to a name in ``allowed``
+    (difflib's closeness; private names are never suggested), or ""."""
+    public = sorted(name for name in allowed if not name.startswith("_"))
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(str(name), public, n=1, cutoff=0.6)
+        if close:
+            hints.append(f"did you mean {close[0]!r}"
+                         + (f" for {name!r}" if len(unknown) > 1 else "") + "? ")
+    return "".join(hints)
+
+
 def check_options(options: dict[str, Any], allowed: set[str], what: str) -> dict[str, Any]:
     """Validate option names and values; raise a clear error naming the bad one."""
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ValueError(
             f"unknown option(s) {', '.join(map(repr, unknown))} for {what}; "
-            f"valid options are: {', '.join(sorted(allowed))}"
+            + did_you_mean(unknown, allowed)
+            + f"valid options are: {', '.join(sorted(allowed))}"
         )
     for key in ("num_cpus", "num_gpus", "memory"):
         if key in options and options[key] is not None:

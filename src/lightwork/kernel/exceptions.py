@@ -17,7 +17,8 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     │                                       not be sent back; type name and message kept
     ├── ActorError (RayActorError)
     │   ├── ActorDiedError
-    │   └── ActorDeadlockError              a get inside an actor that can never return
+    │   ├── ActorDeadlockError              a get inside an actor that can never return
+    │   └── ActorUnschedulableError         it asks for more than the runtime has
     ├── AsyncioActorExit                    exit_actor() in an async actor (Ray's name)
     ├── WorkerCrashedError                  process died while running a task
     ├── ObjectLostError
@@ -28,6 +29,7 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     ├── GetTimeoutError                     also a built-in TimeoutError
     ├── TaskCancelledError
     ├── TaskPlacementGroupRemoved           the task's placement group was removed
+    ├── TaskUnschedulableError              it asks for more than the runtime has
     ├── ObjectStoreFullError                no room in memory nor on the spill disk
     ├── OutOfMemoryError                    the memory monitor killed the task's worker
     │   └── ActorOutOfMemoryError           ... or the actor's (also an ActorDiedError)
@@ -36,9 +38,11 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     ├── UnsupportedOnBackend                also NotImplementedError: not on this engine
     └── SystemError_ (RaySystemError)       the runtime itself failed
 
-Two warnings live here too: ``RuntimeEnvWarning`` (a ``runtime_env`` key lightwork does not
-support; see ``kernel/runtime_env.py``) and ``IgnoredOptionWarning`` (a Ray option that
-has no effect on lightwork's one machine; see ``kernel/calls.py``).
+Three warnings live here too: ``RuntimeEnvWarning`` (a ``runtime_env`` key lightwork does
+not support; see ``kernel/runtime_env.py``), ``IgnoredOptionWarning`` (a Ray option that
+has no effect on lightwork's one machine; see ``kernel/calls.py``) and
+``UnschedulableRequestWarning`` (a task or actor asks for resources the session can never
+offer; see ``kernel/calls.py``).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ __all__ = [
     "ActorDiedError",
     "ActorError",
     "ActorOutOfMemoryError",
+    "ActorUnschedulableError",
     "AsyncioActorExit",
     "GetTimeoutError",
     "IgnoredOptionWarning",
@@ -72,6 +77,8 @@ __all__ = [
     "TaskCancelledError",
     "TaskPlacementGroupRemoved",
     "TaskError",
+    "TaskUnschedulableError",
+    "UnschedulableRequestWarning",
     "UnserializableException",
     "UnsupportedOnBackend",
     "WorkerCrashedError",
@@ -297,6 +304,17 @@ class ActorDeadlockError(ActorError):
     """
 
 
+class ActorUnschedulableError(ActorError):
+    """The actor asks for resources the runtime can never offer (more CPUs than the
+    session has, a GPU on a machine without one, a custom resource nobody declared).
+
+    Ray leaves such an actor pending, and its calls wait forever; lightwork creates the
+    handle (with an ``UnschedulableRequestWarning``, so a program that never calls it
+    goes on) and fails each of its calls with this error, naming the resource and what
+    the session has.
+    """
+
+
 class AsyncioActorExit(LightworkError):
     """Raised by ``exit_actor()`` in an async actor (any of its methods, or a task it
     started on its event loop).
@@ -365,6 +383,16 @@ class TaskPlacementGroupRemoved(LightworkError):
     """The task was to run in a placement group that was removed before it could start."""
 
 
+class TaskUnschedulableError(LightworkError):
+    """The task asks for resources the runtime can never offer.
+
+    ``.remote()`` returns its refs (with an ``UnschedulableRequestWarning``, so a program
+    that never reads them goes on, as on Ray); ``get`` raises this at once, naming the
+    resource and what the session has, where Ray would wait forever, and ``wait`` counts
+    the ref as ready.
+    """
+
+
 class ObjectStoreFullError(LightworkError):
     """An object fits neither in the store's memory budget nor on the spill disk."""
 
@@ -416,6 +444,12 @@ class IgnoredOptionWarning(UserWarning):
     """A Ray option (``memory``, ``max_calls``, ``concurrency_groups``, ...) that is accepted,
     so Ray code runs unchanged, but has no effect here; given once per option per process,
     saying what to do instead."""
+
+
+class UnschedulableRequestWarning(UserWarning):
+    """A task or actor asks for resources the session can never offer; given once per
+    resource request (shape) per session, at its first ``.remote()``. Its refs raise
+    ``TaskUnschedulableError`` (an actor's calls ``ActorUnschedulableError``)."""
 
 
 # Ray's names, so `except ray.exceptions.X` keeps working.

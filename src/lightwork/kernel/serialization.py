@@ -57,6 +57,7 @@ import pickle
 import struct
 import sys
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, final
@@ -185,7 +186,19 @@ def dumps_by_reference(value: Any, buffer_callback: Any = None) -> bytes | None:
 
 
 def describe_unpicklable(value: Any, exc: BaseException) -> str:
-    """Say which part of ``value`` cannot be pickled, as precisely as we can find it."""
+    """Say which part of ``value`` cannot be pickled, as precisely as we can find it: for
+    a function or class, the global or captured variable it uses that cannot be."""
+    captured = _unpicklable_capture(value, depth=0)
+    if captured is not None:
+        path, culprit = captured
+        return (
+            f"cannot serialize {_describe(value)}: it uses {path}, a "
+            f"{type(culprit).__name__} object {_short_repr(culprit)}, which cannot be pickled "
+            f"({type(exc).__name__}: {exc}). Code sent to a worker travels with every "
+            "global and captured value it uses: create such an object inside the task "
+            "(or in an actor, which keeps it between calls), instead of using it from "
+            "outside."
+        )
     culprit = _find_unpicklable(value, depth=0)
     what = f"{type(culprit).__name__} object {_short_repr(culprit)}" if culprit is not None else (
         f"{type(value).__name__} object {_short_repr(value)}"
@@ -195,6 +208,66 @@ def describe_unpicklable(value: Any, exc: BaseException) -> str:
         "tasks must be picklable by cloudpickle; create such objects inside the task, or "
         "hold them in an actor, instead of passing them."
     )
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, type):
+        return f"class {value.__qualname__}"
+    if isinstance(value, types.FunctionType):
+        return f"function {value.__qualname__}"
+    return f"{type(value).__name__} object {_short_repr(value)}"
+
+
+def _unpicklable_capture(value: Any, depth: int) -> tuple[str, Any] | None:
+    """The first global, captured variable or default of function or class ``value``
+    that cannot be pickled: ("the global `lock`", its value), following functions it
+    uses (``depth`` levels down), or None if ``value`` is neither or none is found."""
+    if depth > 2:
+        return None
+    if isinstance(value, type):
+        for attribute, member in vars(value).items():
+            function = getattr(member, "__func__", member)  # staticmethod, classmethod
+            if isinstance(function, types.FunctionType):
+                found = _unpicklable_capture(function, depth)
+                if found is not None:
+                    return f"{found[0]} (in {value.__name__}.{attribute})", found[1]
+        return None
+    if not isinstance(value, types.FunctionType):
+        return None
+    code = value.__code__
+    used: list[tuple[str, str, Any]] = []
+    for name, cell in zip(code.co_freevars, value.__closure__ or ()):
+        try:
+            used.append(("the captured variable", name, cell.cell_contents))
+        except ValueError:  # an empty cell
+            continue
+    names: list[str] = []
+    codes = [code]
+    while codes:  # the globals of nested functions and comprehensions count too
+        inner = codes.pop()
+        names.extend(inner.co_names)
+        codes.extend(c for c in inner.co_consts if isinstance(c, types.CodeType))
+    module_globals = value.__globals__
+    seen = set()
+    for name in names:
+        if name in module_globals and name not in seen:
+            seen.add(name)
+            used.append(("the global", name, module_globals[name]))
+    for index, default in enumerate((*(value.__defaults__ or ()),
+                                     *(value.__kwdefaults__ or {}).values())):
+        used.append(("a default argument", str(index), default))
+    for kind, name, member in used:
+        if isinstance(member, types.ModuleType):
+            continue  # pickled by name
+        try:
+            pickler.dumps(member)
+        except Exception:  # noqa: BLE001 - this is the one
+            deeper = _unpicklable_capture(member, depth + 1)
+            label = f"{kind} `{name}`" if kind != "a default argument" else kind
+            if deeper is not None:
+                return f"{label}, which uses {deeper[0]}", deeper[1]
+            return label, member
+    return None
 
 
 def _find_unpicklable(value: Any, depth: int) -> Any:

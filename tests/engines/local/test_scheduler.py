@@ -445,38 +445,92 @@ class TestOnASmallRuntime:
             message="resources to be released",
         )
 
-    def test_infeasible_cpu_request_fails_at_submission(self):
-        """Spec: a clear error instead of a hang. Ray only warns and leaves the
-        task pending, so this fails against Ray."""
+    def test_infeasible_cpu_request_warns_and_its_get_raises_at_once(self):
+        """Ray warns and leaves the task pending (its get waits forever); lightwork warns,
+        and the ref's get raises at once, naming the resource and what the session has."""
 
         @ray.remote(num_cpus=64)
         def greedy():
             return 1
 
-        with pytest.raises(ValueError, match="CPU"):
-            greedy.remote()
+        with pytest.warns(ray.exceptions.UnschedulableRequestWarning, match="64 CPU") as caught:
+            ref = greedy.remote()
+        assert caught[0].filename == __file__  # at the user's line, not lightwork's
+        started = time.monotonic()
+        with pytest.raises(ray.exceptions.TaskUnschedulableError,
+                           match=r"greedy.*64 CPU.*2 CPU in total.*options\(\)"):
+            ray.get(ref, timeout=30)
+        assert time.monotonic() - started < 20  # at once: not a hang cut by the timeout
+        ready, pending = ray.wait([ref], timeout=0)
+        assert ready == [ref] and pending == []  # ready, with its error
 
-    def test_infeasible_custom_resource_fails_at_submission(self):
-        """Spec: fails against Ray (Ray leaves infeasible tasks pending)."""
+    def test_infeasible_request_warns_once_per_shape(self, recwarn):
+        @ray.remote(num_cpus=32)
+        def greedy():
+            return 1
 
+        refs = [greedy.remote() for _ in range(3)]
+        other = greedy.options(num_cpus=33).remote()
+        told = [w for w in recwarn if w.category is ray.exceptions.UnschedulableRequestWarning]
+        assert ["32 CPU" in str(w.message) for w in told] == [True, False]
+        for ref in [*refs, other]:
+            with pytest.raises(ray.exceptions.TaskUnschedulableError):
+                ray.get(ref, timeout=30)
+
+    def test_infeasible_custom_resource_names_the_resource(self):
         @ray.remote
         def needs_gadget():
             return 1
 
-        with pytest.raises(ValueError, match="gadget"):
-            needs_gadget.options(resources={"gadget": 1}).remote()
-        with pytest.raises(ValueError, match="widget"):
-            needs_gadget.options(resources={"widget": 5}).remote()
+        with pytest.warns(ray.exceptions.UnschedulableRequestWarning, match="gadget"):
+            missing = needs_gadget.options(resources={"gadget": 1}).remote()
+        with pytest.warns(ray.exceptions.UnschedulableRequestWarning, match="5 widget"):
+            too_many = needs_gadget.options(resources={"widget": 5}).remote()
+        with pytest.raises(ray.exceptions.TaskUnschedulableError, match="1 gadget"):
+            ray.get(missing, timeout=30)
+        with pytest.raises(ray.exceptions.TaskUnschedulableError, match="1 widget in total"):
+            ray.get(too_many, timeout=30)
 
-    def test_gpu_request_without_gpus_fails_at_submission(self):
-        """Spec: fails against Ray (Ray leaves infeasible tasks pending)."""
-
-        @ray.remote(num_gpus=1)
+    def test_gpu_request_without_gpus_fails_its_refs(self):
+        @ray.remote(num_gpus=1, num_returns=2)
         def needs_gpu():
+            return 1, 2
+
+        with pytest.warns(ray.exceptions.UnschedulableRequestWarning, match="GPU"):
+            first, second = needs_gpu.remote()
+        for ref in (first, second):
+            with pytest.raises(ray.exceptions.TaskUnschedulableError, match="1 GPU"):
+                ray.get(ref, timeout=30)
+
+    def test_a_task_depending_on_an_infeasible_one_fails_with_its_error(self):
+        @ray.remote(num_cpus=16)
+        def greedy():
             return 1
 
-        with pytest.raises(ValueError, match="GPU"):
-            needs_gpu.remote()
+        @ray.remote
+        def plus_one(x):
+            return x + 1
+
+        with pytest.warns(ray.exceptions.UnschedulableRequestWarning):
+            ref = greedy.remote()
+        with pytest.raises(ray.exceptions.TaskUnschedulableError, match="greedy"):
+            ray.get(plus_one.remote(ref), timeout=30)
+
+    def test_a_nested_infeasible_task_fails_inside_its_parent(self):
+        @ray.remote
+        def needs_tape():
+            return 1
+
+        @ray.remote
+        def parent():
+            ref = needs_tape.options(resources={"tape": 2}).remote()
+            try:
+                ray.get(ref, timeout=30)
+            except ray.exceptions.TaskUnschedulableError as error:
+                return str(error)
+            return "ran"
+
+        assert "2 tape" in ray.get(parent.remote(), timeout=60)
 
     def test_runtime_still_schedules_after_infeasible_requests(self):
         @ray.remote

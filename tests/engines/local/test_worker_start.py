@@ -71,6 +71,9 @@ def uses_the_lazy_parts():
 def test_workers_come_from_the_lean_import_and_can_still_use_everything(fresh_runtime,
                                                                      monkeypatch):
     monkeypatch.setenv("LIGHTWORK_FORKSERVER", "exec")  # a forked server has the driver's
+    # ... and so would this one, preloaded with the driver's libraries (preload.py): the
+    # test is of lightwork's own import.
+    monkeypatch.setenv("LIGHTWORK_PRELOAD", "0")
     ray.init(num_cpus=2)
     imported, flag = ray.get(what_the_worker_imported.remote(), timeout=60)
     assert imported == [] and flag is None  # the switch does not leak into tasks

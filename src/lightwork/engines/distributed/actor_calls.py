@@ -67,6 +67,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel import exceptions
+from lightwork.kernel.calls import unschedulable_error, warn_unschedulable
 from lightwork.kernel.object_ref import ObjectRef, collecting_refs, ref_counter
 from lightwork.kernel.serialization import pickle_value
 from lightwork.engines.distributed.actor_restarts import (
@@ -77,6 +78,7 @@ from lightwork.engines.distributed.actor_restarts import (
     OwnedActor,
 )
 from lightwork.engines.distributed.holds import Handover
+from lightwork.engines.distributed.tasks import CLUSTER_FIX
 from lightwork.engines.distributed.worker import ArgSlot, Failed, key_name, unsupported
 
 if TYPE_CHECKING:
@@ -269,8 +271,8 @@ class ActorCalls(ActorRestarts):
         if restrictions:
             problem = self.backend.tasks.infeasible(restrictions, refresh=True)
             if problem:
-                raise ValueError(f"actor {actor.class_name} can never be placed on this "
-                                 f"cluster: {problem}")
+                self._create_unschedulable(actor, problem)
+                return
         keys = self.backend.keys_of(contained) if contained else None
         header = (actor.actor_id, actor.class_name, blob, payload, keys,
                   actor.max_concurrency, bool(actor.async_methods), self.backend.session_tag)
@@ -303,6 +305,22 @@ class ActorCalls(ActorRestarts):
             self.backend.client.publish_dataset(entry, name=_actor_dataset(actor.name, namespace))
             if not actor.detached:
                 self._named[actor.actor_id] = _actor_dataset(actor.name, namespace)
+
+    def _create_unschedulable(self, actor: Any, problem: str) -> None:
+        """An actor no worker can hold (``problem`` says why): warned of once per shape,
+        and dead from birth, so that each of its calls fails with ActorUnschedulableError
+        (``_actor_died``) instead of waiting forever; nothing is built on the cluster."""
+        backend = self.backend
+        key = ("actor", actor.place, actor.hold)
+        if key not in backend.tasks.warned_shapes:
+            backend.tasks.warned_shapes.add(key)
+            warn_unschedulable("actor", actor.class_name, problem, CLUSTER_FIX)
+        owned = OwnedActor(actor.actor_id, actor.class_name, 0, 0, [],
+                           dead=f"it can never be scheduled: {problem}", unschedulable=problem)
+        [future] = backend.client.scatter([None], hash=False)  # the handle's key: nothing behind it
+        with backend.lock:
+            backend.futures[actor.actor_id] = future
+            self._owned[actor.actor_id] = owned
 
     # -- calls -------------------------------------------------------------------------------
     def submit_actor_task(self, actor_id: int, method: str, name: str, args: tuple,
@@ -638,9 +656,12 @@ class ActorCalls(ActorRestarts):
         return None
 
     def _actor_died(self, actor_id: int, exc: BaseException | None,
-                    forgotten: bool = False) -> exceptions.ActorDiedError:
+                    forgotten: bool = False) -> exceptions.ActorError:
         """``forgotten``: the scheduler no longer knows its key (``_key_exists``)."""
         owned = self._owned.get(actor_id)
+        if owned is not None and owned.unschedulable:
+            return unschedulable_error("actor", owned.class_name, owned.unschedulable,
+                                       CLUSTER_FIX)
         if self._killed.get(actor_id):
             why = KILLED
         elif forgotten:

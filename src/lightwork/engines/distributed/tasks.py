@@ -46,8 +46,11 @@ Resources: ``num_cpus`` up to 1 takes one worker thread, as every distributed ta
 blocked in a nested ``get`` secedes and frees its thread, as Ray frees the CPU of a
 blocked task). ``num_cpus`` above 1, ``num_gpus`` and ``resources`` become distributed
 resource restrictions, which only count resources the workers declared: start them with
-``--resources "CPU=n"`` (and ``GPU=``, custom names). A request no worker can meet fails
-at submit, naming the resource.
+``--resources "CPU=n"`` (and ``GPU=``, custom names). A request no worker can meet
+(judged against the workers of the moment, asked again before each such submission, so a
+worker that joins later counts) is warned of once per shape, and its refs fail at once
+with ``TaskUnschedulableError`` naming the resource (``kernel/calls.py``); the program
+goes on, as on Ray.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lightwork.kernel import exceptions
+from lightwork.kernel.calls import unschedulable_error, warn_unschedulable
 from lightwork.kernel.object_ref import ObjectRef, collecting_refs, ref_counter
 from lightwork.kernel.serialization import pickle_value
 from lightwork.engines.distributed import streams as cluster_streams
@@ -139,6 +144,12 @@ def _task_id_of_key(key: Any) -> int | None:
         return None
 
 
+#: What to do about a request no worker of the cluster can meet.
+CLUSTER_FIX = ("lower its request with .options(), or start workers that declare the "
+               "resource: dask worker --resources 'CPU=4,GPU=1' (distributed counts only "
+               "resources the workers declare)")
+
+
 class TaskSubmission:
     """Submitting tasks and objects, and recovering lost ones: the backend's ``tasks``
     component. Owns the resource shapes seen, the workers' declared resources and the
@@ -148,6 +159,7 @@ class TaskSubmission:
     def __init__(self, backend: DistributedBackend) -> None:
         self.backend = backend
         self._shapes: dict[tuple, dict[str, float] | None] = {}
+        self.warned_shapes: set[tuple] = set()  # shapes no worker offers, warned of
         self._lineages: dict[int, Lineage] = {}  # task id -> Lineage
         self._recover_lock = threading.Lock()
         # each worker's declared resources, by address (None: ask the scheduler again)
@@ -165,14 +177,35 @@ class TaskSubmission:
             problem = self.infeasible(restrictions)
             if problem:
                 problem = self.infeasible(restrictions, refresh=True)
-            if problem:
-                raise ValueError(
-                    f"task {spec.name} can never be scheduled on this cluster: {problem}. "
-                    "Lower its request with .options(), or start workers that declare the "
-                    "resource: dask worker --resources 'CPU=4,GPU=1' (distributed counts "
-                    "only resources the workers declare)")
+            if problem:  # (not cached: a worker that joins later may offer it)
+                if shape not in self.warned_shapes:
+                    self.warned_shapes.add(shape)
+                    warn_unschedulable("task", spec.name, problem, CLUSTER_FIX)
+                raise unschedulable_error("task", spec.name, problem, CLUSTER_FIX)
         self._shapes[shape] = restrictions or None
         return restrictions or None
+
+    def _submit_unschedulable(self, spec: Any, error: exceptions.LightworkError,
+                              callsite: Any) -> list[ObjectRef]:
+        """Refs that raise ``error`` (a task no worker can run: see *Resources*); its
+        record ends FAILED at once. Nothing is sent to the scheduler but the errors."""
+        backend = self.backend
+        task_id = backend.next_object_id()
+        if backend.recorder is not None:
+            backend.recorder.submitted(task_id, spec.name, callsite, 0,
+                                       num_cpus=dict(spec.shape).get("CPU", 1.0))
+            backend.recorder.call_failed(task_id, error)
+        count = spec.num_returns
+        futures = backend.client.scatter([cluster_worker.Failed(error)] * count,
+                                         hash=False) if count else []
+        refs = []
+        with backend.lock:
+            for future in futures:
+                object_id = backend.next_object_id()
+                backend.futures[object_id] = future
+                backend.task_ids[object_id] = task_id
+                refs.append(ObjectRef(object_id))
+        return refs
 
     def infeasible(self, restrictions: dict[str, float], refresh: bool = False) -> str:
         if refresh:
@@ -217,7 +250,10 @@ class TaskSubmission:
                 "actor that you kill and create again")
         if ref_counter._released:
             self.backend._drain()
-        restrictions = self._restrictions(spec)
+        try:
+            restrictions = self._restrictions(spec)
+        except exceptions.TaskUnschedulableError as error:
+            return self._submit_unschedulable(spec, error, callsite)
         deps: list[Any] = []
         sources: list[tuple[Lineage | None, int, Any]] = []
         futures = self.backend.futures

@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel import exceptions
-from lightwork.kernel.calls import ActorSpec
+from lightwork.kernel.calls import ActorSpec, unschedulable_error
 from lightwork.engines.local import protocol as p
 from lightwork.kernel import serialization
 from lightwork.engines.local.memory_monitor import OOM_REASON
@@ -83,6 +83,7 @@ class Actor(ActorSpec):
     restarts: int = 0
     no_restart: bool = False
     death_cause: str = ""
+    unschedulable: str = ""  # why it can never be placed ("" if it can)
     init_error: Any = None
     calls_done: int = 0
     started_at: float = field(default_factory=time.monotonic)
@@ -125,17 +126,15 @@ class ActorManager:
         self.deadlocks: deque[dict[str, Any]] = deque(maxlen=MAX_DEADLOCK_REPORTS)
 
     # -- creation --------------------------------------------------------------------
-    def create(self, spec: ActorSpec) -> None:
+    def create(self, spec: ActorSpec) -> str | None:
+        """Register a new actor and place it if its resources are free. Returns why it
+        can never be placed, if it cannot: it is then dead from birth, and each of its
+        calls fails with ActorUnschedulableError (the caller warns the user)."""
         actor = Actor(**spec.fields())
         node = self.node
         if actor.namespace is None:
             actor.namespace = node.namespace
         problem = node.scheduler.check_feasible(actor.place) or node.scheduler.check_feasible(actor.hold)
-        if problem:
-            raise ValueError(
-                f"actor {actor.class_name} can never be placed: {problem}. Lower its "
-                "resource request with .options(), or start lightwork with more resources."
-            )
         if actor.name is not None:
             key = (actor.namespace, actor.name)
             if key in self.names and self.actors[self.names[key]].state != DEAD:
@@ -157,8 +156,14 @@ class ActorManager:
         self.actors[actor.actor_id] = actor
         if actor.name is not None:
             self.names[(actor.namespace, actor.name)] = actor.actor_id
+        if problem:
+            actor.unschedulable = problem
+            actor.no_restart = True
+            self._die(actor, f"it can never be scheduled: {problem}")
+            return problem
         self.pending.append(actor)
         self.place_pending()
+        return None
 
     def place_pending(self) -> None:
         """Start the actors whose resources are free, in creation order."""
@@ -613,7 +618,9 @@ class ActorManager:
             entry.task_uses -= 1
             self.node.objects.release_if_unheld(entry)
 
-    def _died_error(self, actor: Actor | None, method: str) -> exceptions.ActorDiedError:
+    def _died_error(self, actor: Actor | None, method: str) -> exceptions.ActorError:
+        if actor is not None and actor.unschedulable:
+            return unschedulable_error("actor", actor.class_name, actor.unschedulable)
         if actor is None:
             return exceptions.ActorDiedError(
                 f"cannot call {method}: the actor is unknown to this runtime (it ended, or "

@@ -47,9 +47,11 @@ from lightwork.kernel import serialization
 from lightwork.kernel.calls import (
     ActorSpec,
     CallSpec,
-    infeasible_message,
     large_arguments,
     prepare_args,
+    unschedulable_error,
+    warn_actor_unschedulable,
+    warn_unschedulable,
 )
 from lightwork.kernel.collector import keep_out_of_collector, maker, untrack_hot
 from lightwork.kernel.events import DriverSpan, TaskRecord
@@ -180,7 +182,7 @@ class DriverCalls(_Base):
                     raise exceptions.TaskPlacementGroupRemoved(
                         f"task {spec.name} was submitted to a placement group that was "
                         "removed; create a new group, or submit it without one")
-                raise ValueError(infeasible_message(spec.name, problem))
+                return self._submit_unschedulable(spec, callsite, problem)
             self._feasible_shapes.add(shape)
         ids = self._ids
         task_id = next(ids)
@@ -212,12 +214,40 @@ class DriverCalls(_Base):
             return [fresh_ref(return_ids[0])]
         return [fresh_ref(object_id) for object_id in return_ids]
 
+    def _submit_unschedulable(self, spec: CallSpec, callsite: Any, problem: str) -> list[ObjectRef]:
+        """A task whose shape this runtime can never offer (``problem`` says why): warned
+        of once per shape, and its refs failed at once, so that a program that never
+        reads them goes on, as on Ray, and a get says why instead of waiting forever.
+        Its arguments are not kept: it will never run."""
+        if spec.shape not in self._warned_shapes:
+            self._warned_shapes.add(spec.shape)
+            warn_unschedulable("task", spec.name, problem)
+        error = unschedulable_error("task", spec.name, problem)
+        ids = self._ids
+        task_id = next(ids)
+        return_ids = tuple(next(ids) for _ in range(spec.num_returns))
+        submitted = time.monotonic()
+        stored, _ = prepare_args((), {}, self.store)
+        record = make_record(task_id, spec.name, 0, submitted, submitted, 0, callsite, spec.cpus)
+        task = make_spec(task_id, spec.key, spec.name, stored, (), return_ids, spec.num_returns,
+                         spec.shape, 0, False, 0, record, 0, 0, True)
+        self._drain_refs_if_any()
+        with self.lock:
+            self._check_open()
+            for object_id in return_ids:
+                self.objects.create(object_id, 0, task_id, submitted)
+            self.task_table.add(task)
+            self._fail_task(task, error)
+        return [fresh_ref(object_id) for object_id in return_ids]
+
     def create_actor(self, actor: ActorSpec, blob: bytes) -> None:
         self._drain_refs_if_any()
         with self.lock:
             self._check_open()
             self.task_table.add_function(actor.class_key, blob)
-            self.actors.create(actor)
+            problem = self.actors.create(actor)
+        if problem:  # dead from birth: each of its calls says why (ActorManager.create)
+            warn_actor_unschedulable(self._warned_shapes, actor, problem)
 
     def submit_actor_task(
         self, actor_id: int, method: str, name: str, args: tuple, kwargs: dict,

@@ -14,7 +14,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 
+from lightwork.engines.local import preload
 from lightwork.kernel.session import Session
 
 # The fork server is forked from the driver (no exec) only while the driver's resident
@@ -99,21 +101,48 @@ class ForkServer:
             self.process = _exec_python(child_end, cleanup_paths)
         child_end.close()
         self.control = parent_end
+        # What the fork server said of each preload (preload.import_modules's reports).
+        self.preloaded: list[dict] = []
+        # The modules the fork server has or was sent, and len(sys.modules) when it was
+        # last compared: a forked server has the driver's modules as of now.
+        forked = self.start_method == "fork"
+        self._modules_known: set[str] = set(sys.modules) if forked else set()
+        self._modules_seen = len(sys.modules) if forked else -1
 
     def spawn(self, worker_id: int, config: dict, worker_end: socket.socket) -> None:
-        import pickle
-
         from lightwork.engines.local.forkserver import SPAWN
 
+        self._send((SPAWN, worker_id, config), [worker_end.fileno()])
+
+    def preload_new_modules(self, env: dict[str, str], excluded_dirs: Iterable[str] = ()) -> None:
+        """Before a spawn (the caller holds the node's lock): if the driver imported
+        modules since the last look, have the fork server import those it may (as
+        ``preload.modules_to_preload`` chooses) before it forks the next worker; its
+        report comes back in ``preloaded``. One ``len`` when nothing was imported."""
+        if len(sys.modules) == self._modules_seen:
+            return
+        self._modules_seen = len(sys.modules)
+        if not preload.enabled():
+            return
+        names = preload.modules_to_preload(sys.modules, self._modules_known, excluded_dirs)
+        self._modules_known.update(names)
+        if names:
+            self._send((preload.PRELOAD, names, env), [])
+
+    def _send(self, message: tuple, fds: list[int]) -> None:
+        import pickle
         import select
 
-        payload = pickle.dumps((SPAWN, worker_id, config))
+        payload = pickle.dumps(message)
         frame = [len(payload).to_bytes(4, "little") + payload]
         deadline = time.monotonic() + 10.0
-        while True:  # the control socket is non-blocking (the I/O loop reads it)
+        rest = memoryview(frame[0])
+        while rest:  # the control socket is non-blocking (the I/O loop reads it)
             try:
-                socket.send_fds(self.control, frame, [worker_end.fileno()])
-                return
+                if fds:  # (a spawn's frame is small: sent whole, with its descriptor)
+                    socket.send_fds(self.control, frame, fds)
+                    return
+                rest = rest[self.control.send(rest):]
             except BlockingIOError:
                 left = deadline - time.monotonic()
                 if left <= 0:

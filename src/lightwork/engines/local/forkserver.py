@@ -41,7 +41,12 @@ What a forked server inherits from the driver, and what it does about it
 Protocol with the driver:
 
     driver --SPAWN(worker_id, config) + one socket fd (SCM_RIGHTS)--> fork server
+           --PRELOAD(module names, thread variables)-->
            <--SPAWNED(worker_id, pid) / EXITED(worker_id, pid, wait status)--
+           <--PRELOADED(0, report)--
+
+A PRELOAD imports the driver's libraries here before the spawns that follow it, so that
+the workers forked from then on have them (``preload.py`` says which, and why).
 
 For each SPAWN it forks; the child becomes a worker on the socket it was given, with
 the driver's ``sys.path``, working directory and environment additions. Children are
@@ -74,6 +79,8 @@ import socket
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from lightwork.engines.local import preload
 
 SPAWN = "spawn"
 SPAWNED = "spawned"
@@ -203,6 +210,10 @@ def _serve(control: socket.socket, wake_read: int, children: dict[int, int], run
                 buffer = buffer[4 + length :]
                 if message[0] == SPAWN:
                     _spawn(control, message[1], message[2], fds.pop(0), children, run_worker)
+                elif message[0] == preload.PRELOAD:  # before the spawns that follow it
+                    report = preload.import_modules(message[1], message[2])
+                    gc.freeze()  # (as at start: the new modules are shared with workers)
+                    _send(control, (preload.PRELOADED, 0, report))
 
 
 def _spawn(

@@ -112,6 +112,7 @@ if TYPE_CHECKING:
 
         _ids: itertools.count[int]
         _feasible_shapes: set[tuple]
+        _warned_shapes: set[tuple]  # shapes that can never run, already warned of
         # (an instance attribute: IOLoop.send, bound; see Node.__init__)
         _send: Callable[[WorkerConn, list[tuple[Any, ...]]], None]
         output: DriverOutput
@@ -209,6 +210,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
         self.id_floor = IdFloor()
         self._ids = DRIVER_IDS
         self._feasible_shapes: set[tuple] = set()
+        self._warned_shapes: set[tuple] = set()
         self.output = DriverOutput(echo=log_to_driver)  # what workers print (output.py)
         self.closed = False
         self.broken = ""  # why the runtime cannot go on (a dead fork server, a bug), or ""

@@ -36,8 +36,14 @@ from lightwork.engines.local import protocol as p
 from lightwork.kernel import runtime_env
 from lightwork.kernel import serialization
 from lightwork.engines.local.actor_runners import leave_sigint_to_the_main_thread
-from lightwork.kernel.calls import ActorSpec, CallSpec, infeasible_message, prepare_args
-from lightwork.kernel.resources import captured_shape
+from lightwork.kernel.calls import (
+    ActorSpec,
+    CallSpec,
+    prepare_args,
+    warn_actor_unschedulable,
+    warn_unschedulable,
+)
+from lightwork.kernel.resources import captured_shape, describe_amount
 from lightwork.kernel.serialization import Stored
 
 if TYPE_CHECKING:
@@ -48,20 +54,29 @@ else:
     _Base = object
 
 
+#: The shapes this worker has warned of as never schedulable (once each).
+_warned_shapes: set[tuple] = set()
+
+
 class WorkerCalls(_Base):
     """The public API's operations in a worker process."""
 
     def submit_task(
         self, spec: CallSpec, args: tuple, kwargs: dict, callsite: Any = None
     ) -> list[ObjectRef]:
-        for resource, amount in spec.shape:
-            have = self.total.get(resource, 0.0)
-            # A placement group's resources are newer than this worker's totals: the
-            # strategy already checked the bundle, and the driver fails a removed group's.
-            if amount > have + 1e-9 and "_group_" not in resource:
-                raise ValueError(infeasible_message(
-                    spec.name,
-                    f"it needs {amount:g} {resource} but the runtime has {have:g} in total"))
+        if spec.shape not in _warned_shapes:
+            for resource, amount in spec.shape:
+                have = self.total.get(resource, 0.0)
+                # A placement group's resources are newer than this worker's totals: the
+                # strategy already checked the bundle, and the driver fails a removed group's.
+                if amount > have + 1e-9 and "_group_" not in resource:
+                    # Told here, at the user's line; the driver fails its refs
+                    # (WorkerRequests._on_worker_submit).
+                    _warned_shapes.add(spec.shape)
+                    warn_unschedulable("task", spec.name, (
+                        f"it needs {describe_amount(resource, amount)} but the runtime has "
+                        f"{describe_amount(resource, have)} in total"))
+                    break
         shape = spec.shape
         frame = self.current
         # A task or actor in a placement group may capture this one (see placement()).
@@ -118,7 +133,9 @@ class WorkerCalls(_Base):
         if actor.class_key not in self.sent_functions:
             self.sent_functions.add(actor.class_key)
             self.outbox.append((p.FUNCTION, actor.class_key, blob))
-        self.driver_request("create_actor", actor)
+        problem = self.driver_request("create_actor", actor)
+        if problem:  # dead from birth: each of its calls says why (ActorManager.create)
+            warn_actor_unschedulable(_warned_shapes, actor, problem)
 
     def submit_actor_task(
         self, actor_id: int, method: str, name: str, args: tuple, kwargs: dict,

@@ -41,6 +41,7 @@ from lightwork.kernel import ray_alias
 from lightwork.kernel.object_ref import WORKER_NUMBERS
 from lightwork.kernel.session import Session
 from lightwork.engines.local import forkserver as fs
+from lightwork.engines.local import preload
 from lightwork.engines.local import protocol as p
 from lightwork.engines.local.fork_client import ForkServer
 from lightwork.engines.local.scheduler import Scheduler, WorkerSlot
@@ -118,6 +119,8 @@ class WorkerPool:
             "event_budget": self.event_budget,
         }
         try:
+            # The driver's libraries first, so the worker has them from birth (preload.py).
+            self.forkserver.preload_new_modules(self.env, job_env["paths"] if job_env else ())
             self.forkserver.spawn(worker_id, config, theirs)
         except OSError as exc:
             theirs.close()
@@ -159,6 +162,9 @@ class WorkerPool:
                 break
             message = pickle.loads(bytes(buffer[4 : 4 + length]))
             del buffer[: 4 + length]
+            if message[0] == preload.PRELOADED:
+                self.forkserver.preloaded.append(message[2])
+                continue
             conn = self.workers.get(message[1])
             if conn is None:
                 continue

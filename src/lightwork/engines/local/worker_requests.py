@@ -21,12 +21,13 @@ from lightwork.kernel import exceptions
 from lightwork.engines.local import protocol as p
 from lightwork.kernel import serialization
 from lightwork.engines.local.cancel import cancelled_error
+from lightwork.kernel.calls import unschedulable_error
 from lightwork.kernel.collector import keep_out_of_collector
 from lightwork.kernel.events import TaskRecord
 from lightwork.engines.local.lineage import file_exists, keeps_lineage
 from lightwork.engines.local.objects import PENDING, READY, ObjectEntry
 from lightwork.engines.local.protocol import DONE
-from lightwork.engines.local.scheduler import FINISHED, TaskSpec
+from lightwork.engines.local.scheduler import FINISHED, READY as TASK_READY, TaskSpec
 from lightwork.kernel.serialization import Stored, unbare
 
 if TYPE_CHECKING:
@@ -319,6 +320,14 @@ class WorkerRequests(_Base):
         except (exceptions.ObjectLostError, exceptions.PendingCallsLimitExceeded) as exc:
             self._fail_task(task, exc)
             return
+        if shape not in self._feasible_shapes and not actor_id:
+            problem = self.scheduler.check_feasible(shape)
+            if problem:  # never run; its worker warned the user (WorkerCalls.submit_task)
+                if task.state == TASK_READY:
+                    self.scheduler.remove_ready(task)
+                self._fail_task(task, unschedulable_error("task", name, problem))
+                return
+            self._feasible_shapes.add(shape)
         if actor_id:
             self.actors.add_call(actor_id, task)
             if self.task_table.parent_cancelled(parent):
@@ -333,10 +342,9 @@ class WorkerRequests(_Base):
             if what == "create_actor":
                 actor = args[0]
                 actor.owner = conn.worker_id
-                self.actors.create(actor)
+                result: Any = self.actors.create(actor)  # why it can never run, or None
                 conn.holds.add(actor.actor_id)
                 conn.owned.add(actor.actor_id)
-                result: Any = None
             elif what == "get_actor":
                 found = self.actors.lookup_name(args[0], args[1])
                 result = None if found is None else (found.actor_id, found.class_name, found.methods)
