@@ -70,6 +70,7 @@ from lightwork.engines.local.lineage import Lineage
 from lightwork.engines.local.memory_monitor import MemoryMonitor
 from lightwork.engines.local.node_lock import NodeLock
 from lightwork.engines.local.output import DriverOutput
+from lightwork.kernel.pauses import PauseTable
 from lightwork.engines.local.objects import FAILED, PENDING, ObjectEntry, ObjectTable
 from lightwork.engines.local.scheduler import (
     DISPATCHED,
@@ -135,6 +136,7 @@ if TYPE_CHECKING:
         _submitter_muted: bool
         _deferred: list[Callable[[], None]]
         output: DriverOutput
+        pauses: PauseTable
         _feasible_shapes: set[tuple]
         _thread: threading.Thread
         _timer_seq: itertools.count[int]
@@ -207,6 +209,7 @@ if TYPE_CHECKING:
         def _on_worker_eof(self, conn: WorkerConn) -> None: ...
         def _finish_worker_death(self, conn: WorkerConn) -> None: ...
         def _retire_worker(self, conn: WorkerConn) -> None: ...
+        def _end_pauses(self, conn: WorkerConn) -> None: ...
 
 
 class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, RunRecord):
@@ -224,6 +227,8 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         runtime_env: dict[str, Any] | None = None,
         memory: float | None = None,
         log_to_driver: bool = True,
+        debugger: str = "pdb",
+        post_mortem: bool = False,
     ) -> None:
         total = {"CPU": float(num_cpus), "GPU": float(num_gpus), **resources}
         self.namespace = namespace
@@ -261,6 +266,10 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         # finished or failed since the last delivery, in the order they ended. The node
         # pays one append per ended task while any listener is registered.
         self.output = DriverOutput(echo=log_to_driver)  # what workers print (output.py)
+        # Calls paused in the debugger now (kernel/debugger.py), and how workers debug.
+        self.pauses = PauseTable()
+        self.debugger = debugger
+        self.post_mortem = post_mortem
         self.task_listeners: list[Callable[[list[TaskRecord]], None]] = []
         self._ended_unheard: list[TaskRecord] = []
         self._want_write: set[WorkerConn] = set()
@@ -352,6 +361,9 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             "total": dict(self.scheduler.total),
             "session_dir": self.session.directory,
             "event_budget": self.log.budget,
+            "debugger": self.debugger,
+            "post_mortem": self.post_mortem,
+            "breakpoint": os.environ.get("PYTHONBREAKPOINT"),
         }
         try:
             self.forkserver.spawn(worker_id, config, theirs)

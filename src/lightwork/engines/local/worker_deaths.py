@@ -67,6 +67,8 @@ class WorkerDeaths(_Base):
             return
         conn.dead = True
         self.workers.pop(conn.worker_id, None)
+        if self.pauses:
+            self._end_pauses(conn)
         self.store.forget_worker(conn.worker_id)
         if conn.actor is not None:
             self.actors.on_worker_death(conn, describe_exit(conn.exit_status))
