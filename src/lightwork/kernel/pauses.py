@@ -56,6 +56,11 @@ class PauseTable:
         with self.lock:
             return {info["task_id"] for info in self.paused.values()}
 
+    def open_windows(self) -> dict[int, float]:
+        """Task id -> when its pause began, for the calls paused now."""
+        with self.lock:
+            return {info["task_id"]: info["since"] for info in self.paused.values()}
+
     def rows(self) -> list[dict[str, Any]]:
         """The paused calls, oldest first, with how long each has been paused."""
         now = time.monotonic()

@@ -114,7 +114,15 @@ class _Snapshot:
             self.dropped_tasks = node.log.dropped_tasks
             self.now = time.monotonic()
             pauses = getattr(node, "pauses", None)  # calls paused in the debugger now
-            self.paused: set[int] = pauses.task_ids() if pauses else set()
+            since = pauses.open_windows() if pauses else {}
+        self.paused: set[int] = set(since)
+        if since:  # a pause not over yet shows up to now (the timeline marks it)
+            at = RECORD_FIELDS.index("paused")
+            for place, (values, *rest) in enumerate(self.live):
+                if values[0] in since:
+                    values = values[:at] + ([*values[at], (since[values[0]], self.now)],) \
+                        + values[at + 1:]
+                    self.live[place] = (values, *rest)
 
 
 def live_task_state(node: Run, task: Any) -> str:
