@@ -130,21 +130,32 @@ def _detached(row: dict[str, Any], out: TextIO) -> None:
 
 
 def _gone(row: dict[str, Any], out: TextIO) -> int:
-    alive = True
-    try:
-        os.kill(int(row["pid"]), 0)
-    except ProcessLookupError:
-        alive = False
-    except (PermissionError, ValueError):
-        pass
-    if alive:  # the worker closed the socket without a word: it is ending
-        print(f"\nlightwork: the session of {row['name']} (task {row['task_id']}) ended",
-              file=out)
-    else:
+    """The connection closed without a status line: say whether the worker is gone."""
+    if _process_ended(int(row["pid"])):
         print(f"\nlightwork: the worker running {row['name']} (task {row['task_id']}, pid "
               f"{row['pid']}) is gone: it was killed or crashed while paused. Its caller gets "
               "WorkerCrashedError (or the task is retried, if it has retries left)", file=out)
+    else:  # the worker closed the socket without a word: it is ending
+        print(f"\nlightwork: the session of {row['name']} (task {row['task_id']}) ended",
+              file=out)
     return 1
+
+
+def _process_ended(pid: int, patience: float = 1.0) -> bool:
+    """Whether ``pid`` exited (a zombie not reaped yet counts), waiting up to
+    ``patience`` seconds: the socket closes a moment before the process is gone."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def run(collect: Any, which: str | None, list_only: bool, wait: float, out: TextIO,
