@@ -452,6 +452,8 @@ def _debugpy_breakpoint(frame: Any) -> None:
     """``breakpoint()`` with ``debugger="debugpy"``: listen (once per worker) on
     127.0.0.1, announce host:port, wait for the editor, then stop here."""
     global _debugpy_address
+    # (Its check that the stdlib is not frozen warns on every start: user code is not.)
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     try:
         import debugpy
     except ImportError:

@@ -342,3 +342,55 @@ def test_debugger_options_are_checked(fresh_runtime, monkeypatch):
     monkeypatch.setenv("LIGHTWORK_POST_MORTEM", "1")
     lightwork.init(num_cpus=1)
     assert support.driver_node().post_mortem is True
+
+
+def _dap_messages(sock: socket.socket):
+    """Debug Adapter Protocol messages read from ``sock``: a header, then JSON."""
+    import json
+    import re
+
+    data = b""
+    while True:
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        head, _, data = data.partition(b"\r\n\r\n")
+        size = int(re.search(rb"Content-Length: (\d+)", head).group(1))
+        while len(data) < size:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        body, data = data[:size], data[size:]
+        yield json.loads(body)
+
+
+def test_debugpy_listens_for_an_editor(fresh_runtime, capfd):
+    import json
+
+    pytest.importorskip("debugpy", reason="the debug extra: pip install 'lightwork[debug]'")
+    lightwork = fresh_runtime
+    lightwork.init(num_cpus=1, debugger="debugpy")
+
+    @lightwork.remote
+    def waits(x):
+        breakpoint()
+        return x
+
+    ref = waits.remote(3)
+    [row] = paused()
+    assert row["kind"] == "debugpy"
+    host, port = row["address"].rsplit(":", 1)
+    assert host == "127.0.0.1"
+    assert f"attach your editor to {row['address']}" in capfd.readouterr().err
+    with pytest.raises(lightwork.exceptions.GetTimeoutError):  # it waits for the editor
+        lightwork.get(ref, timeout=0.2)
+    with socket.create_connection((host, int(port)), timeout=helpers.HANG_LIMIT_S) as sock:
+        body = json.dumps({"seq": 1, "type": "request", "command": "initialize",
+                           "arguments": {"adapterID": "lightwork-test"}}).encode()
+        sock.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        reply = next(m for m in _dap_messages(sock) if m.get("type") == "response")
+    assert (reply["command"], reply["success"], reply["request_seq"]) == ("initialize", True, 1)
+    assert "supportsConfigurationDoneRequest" in reply["body"]
