@@ -23,7 +23,8 @@ Steps stay in the user's code: pdb's ``skip`` carries lightwork's module pattern
 the machinery that runs a call: asyncio, concurrent.futures, threading), the stack
 ``where``/``up``/``down`` walk stops at the call's outermost frame, and when that frame
 returns while stepping (``n``/``s``/``r`` at the call's last line) the session ends
-as a ``c`` would, instead of stepping on into the worker's loop and the next call.
+as a ``c`` would, instead of stepping on into the worker's loop and the next call (a
+coroutine's frame also "returns" at each ``await`` that suspends it: only its end counts).
 Breakpoints set with ``b`` live for the call: they are cleared when it returns.
 
 The wire: UTF-8 text both ways. The client sends lines, which pdb reads as its
@@ -53,7 +54,9 @@ driver never imports this module, nor pdb.
 
 from __future__ import annotations
 
+import dis
 import fnmatch
+import inspect
 import itertools
 import os
 import pdb
@@ -412,7 +415,7 @@ class TaskPdb(pdb.Pdb):
 
     def dispatch_return(self, frame: Any, arg: Any) -> Any:
         result = super().dispatch_return(frame, arg)
-        if frame is self.call_frame:
+        if frame is self.call_frame and _returns(frame):
             self._leave_call()
             return None
         return result
@@ -436,6 +439,19 @@ class TaskPdb(pdb.Pdb):
             if self.call_frame in frames:
                 kept = kept[frames.index(self.call_frame):]
         return kept, (kept.index(current) if current in kept else max(0, len(kept) - 1))
+
+
+_YIELD = dis.opmap["YIELD_VALUE"]
+_SUSPENDS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def _returns(frame: Any) -> bool:
+    """Whether a 'return' event of ``frame`` ends it: a coroutine's (an async actor's
+    method) also fires at each ``await`` that suspends it, at a YIELD_VALUE."""
+    if not frame.f_code.co_flags & _SUSPENDS:
+        return True
+    code = frame.f_code.co_code
+    return not (0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == _YIELD)
 
 
 def _last_frame(tb: Any) -> Any:

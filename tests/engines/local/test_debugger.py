@@ -167,6 +167,31 @@ def test_an_actor_method_shows_the_actor_state(runtime):
     assert runtime.get(ref, timeout=helpers.HANG_LIMIT_S) == 100
 
 
+def test_stepping_over_an_await_in_an_async_actor(runtime):
+    @runtime.remote
+    class Waiter:
+        async def wait(self, x):
+            import asyncio
+
+            y = x + 1
+            breakpoint()
+            await asyncio.sleep(0.05)  # suspends the coroutine: the session goes on
+            y += 1
+            return y
+
+    ref = Waiter.remote().wait.remote(1)
+    [row] = paused()
+    client = Client(row["socket"])
+    assert "-> await asyncio.sleep(0.05)" in client.until(PROMPT)
+    assert "-> y += 1" in client.ask("n")
+    assert "-> return y" in client.ask("n")
+    assert "3" in client.ask("p y")
+    client.sock.sendall(b"n\n")
+    client.until("\x00returned")
+    client.close()
+    assert runtime.get(ref, timeout=helpers.HANG_LIMIT_S) == 3
+
+
 def test_two_paused_calls_are_attached_one_after_the_other(runtime):
     @runtime.remote
     def stop(i):
