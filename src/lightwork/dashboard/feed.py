@@ -187,7 +187,8 @@ def sync(node: Node, task_cursor: int, span_cursor: int, max_records: int,
         FeedTotals.records += len(new_tasks)
         live_counts = _live_counts(node)
         base = log.started_at
-        paused = node.pauses.task_ids() if node.pauses else ()  # in the debugger now
+        pauses = getattr(node, "pauses", None)  # calls paused in the debugger now
+        paused = pauses.task_ids() if pauses else ()
         live = [
             (task.task_id, task.name, views.live_task_state(node, task), task.record.worker_id,
              task.actor_id, int((task.record.submitted - base) * 1e6),
