@@ -259,10 +259,10 @@ class TaskPdb(pdb.Pdb):
                 "file": code.co_filename, "line": frame.f_lineno, "pid": os.getpid(),
                 "worker_id": settings.worker_id, "kind": kind, "error": self.post_mortem_error,
                 "since": time.monotonic(), "since_wall": time.time()}
-        where = f"{code.co_filename}:{frame.f_lineno}"
-        banner = (f"lightwork: attached to {name} (task {task_id}, pid {os.getpid()}), "
-                  f"{'stopped after it raised ' + self.post_mortem_error if self.post_mortem_error else 'paused'}"
-                  f" in {code.co_name} at {where}\n"
+        how = ("paused" if self.post_mortem_error is None
+               else f"stopped after it raised {self.post_mortem_error}")
+        banner = (f"lightwork: attached to {name} (task {task_id}, pid {os.getpid()}), {how} "
+                  f"in {code.co_name} at {code.co_filename}:{frame.f_lineno}\n"
                   "  c: resume (post-mortem: let the error go on)   Ctrl-D: detach, the call "
                   "stays paused   q: end the call with BdbQuit\n")
         self._banner = banner

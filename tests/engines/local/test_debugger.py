@@ -231,6 +231,24 @@ def test_quit_ends_the_call_with_an_error(runtime):
     assert "BdbQuit" in repr(raised.value) + str(raised.value)
 
 
+def test_cancelling_a_paused_task_ends_its_session(runtime):
+    @runtime.remote(max_retries=0)
+    def cancelled():
+        breakpoint()
+        return "never"
+
+    ref = cancelled.remote()
+    [row] = paused()
+    client = Client(row["socket"])
+    client.until(PROMPT)
+    runtime.cancel(ref)
+    assert "\x00ended" in client.until("\x00ended")
+    client.close()
+    with pytest.raises(runtime.exceptions.TaskCancelledError):
+        runtime.get(ref, timeout=helpers.HANG_LIMIT_S)
+    helpers.wait_until(lambda: support.paused_calls() == [], message="the pause forgotten")
+
+
 def test_a_worker_killed_while_paused_ends_the_session_and_fails_the_call(runtime):
     @runtime.remote(max_retries=0)
     def doomed():
