@@ -16,13 +16,11 @@ DASK_TESTS := tests/dask/test_dask_get.py tests/diagnostics/test_diagnostics_cal
 # The cluster tests on the oldest distributed: the conformance suite's distributed half
 # (LIGHTWORK_TEST_BACKENDS) and every cluster file but the seeds' programs, which start a
 # 4-worker cluster of their own (11 s) and exercise no distributed API the others do not.
-# Measured on 2 shared cores (load 2-4): this step, the Dask tests and this subset, 73-86 s
-# in all, on top of the ~5 min of the rest of `make test` (72 s quiet in session 6, before
-# test_cluster_actors.py joined it: 11 tests, 12 s on 2024.11.1; its actor hand-over
-# protocol talks to the scheduler, which is what differs between versions). Left out too:
-# test_cluster_retries.py, which switches the shared scheduler's allowed-failures and back
-# (a config read through run_on_scheduler, the same on every version); on 2024.11.1 its
-# teardown once left a worker's child behind.
+# This step costs about a minute and a half on 2 cores. test_cluster_actors.py is in it
+# because its actor hand-over talks to the scheduler, which is what differs between
+# versions. Left out: test_cluster_retries.py, which switches the shared scheduler's
+# allowed-failures and back (a config read through run_on_scheduler, the same on every
+# version).
 OLDEST_CLUSTER_TESTS := tests/conformance/test_conformance.py \
 	tests/engines/distributed/test_cluster_compat.py \
 	tests/engines/distributed/test_cluster_sessions.py \
@@ -101,6 +99,9 @@ chaos: $(STAMP)
 bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/run.py
 	$(PY) bench/cluster.py --json bench/cluster-results.json
+	$(PY) bench/cluster.py --hosts 3 --delay-ms 1 --json bench/cluster-hosts-results.json
+	$(PY) bench/cluster_hops.py --json bench/cluster-hops.json
+	$(PY) bench/cluster_hops.py --hosts 3 --delay-ms 1 --json bench/cluster-hops-hosts.json
 	$(PY) bench/spill.py
 	$(PY) bench/dashboard.py
 	$(PY) bench/deep_queue.py

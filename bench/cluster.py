@@ -1,8 +1,14 @@
-"""lightwork on a Dask distributed cluster vs plain distributed vs Ray (issue 10's figures).
+"""lightwork on a Dask distributed cluster vs plain distributed vs Ray.
 
 Usage (from the repository root)::
 
     python bench/cluster.py [--tasks 10000] [--sync 300] [--json bench/cluster-results.json]
+    python bench/cluster.py --hosts 3 [--delay-ms 1]     # simulated hosts (root)
+
+With ``--hosts``, the three peers run on simulated hosts (``tests/hosts.py``): the
+scheduler, or Ray's head with no CPUs, and the driver on host A; a worker (a Ray node)
+of 2 CPUs on each other host; links of ``--delay-ms`` each way. It reports per task of
+a batch, a sync call, and one task given a 160 MB array by value.
 
 One ``LocalCluster`` of 4 single-thread worker processes (each declaring ``CPU=1``) serves
 both distributed columns, so they compare like with like:
@@ -96,11 +102,8 @@ def measure_distributed(tasks: int, calls: int, repeat: int) -> dict[str, dict[s
             "lightwork on distributed, event log off": off}
 
 
-RAY_CHILD = """
-import json, statistics, time
-import ray
-def noop():
-    return None
+# The timing helpers of the child programs (the same as this module's own).
+CHILD_HELPERS = """
 def best_of(repeat, run):
     return min(run() for _ in range(repeat))
 def per_task(submit_all, tasks):
@@ -118,7 +121,14 @@ def sync(one, calls):
             times.append(time.perf_counter() - start)
         return statistics.median(times) * 1e6
     return run
-ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR")
+"""
+
+RAY_CHILD = """
+import json, statistics, time
+import ray
+def noop():
+    return None
+{helpers}ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR")
 f = ray.remote(noop)
 ray.get([f.remote() for _ in range(200)])
 print(json.dumps({{
@@ -130,7 +140,7 @@ ray.shutdown()
 
 
 def measure_ray(tasks: int, calls: int, repeat: int) -> dict[str, float] | None:
-    code = RAY_CHILD.format(repeat=repeat, tasks=tasks, calls=calls)
+    code = RAY_CHILD.format(helpers=CHILD_HELPERS, repeat=repeat, tasks=tasks, calls=calls)
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              timeout=600, check=False)
@@ -142,6 +152,126 @@ def measure_ray(tasks: int, calls: int, repeat: int) -> dict[str, float] | None:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+HOSTS_CHILD = """
+import json, statistics, sys, time
+import numpy as np
+def noop():
+    return None
+def nbytes(array):
+    return array.nbytes
+{helpers}def by_value(one):
+    array = np.ones(20 << 20)  # 160 MB
+    def run():
+        start = time.perf_counter()
+        assert one(array) == array.nbytes
+        return time.perf_counter() - start
+    return run
+{setup}
+out = {{}}
+for name, (many, one, big) in ways.items():
+    many(200)
+    out[name] = {{"per_task_us": best_of({repeat}, per_task(many, {tasks})),
+                 "sync_us": best_of({repeat}, sync(one, {calls})),
+                 "by_value_160mb_s": best_of({repeat}, by_value(big))}}
+print(json.dumps(out))
+"""
+
+DASK_SETUP = """
+import distributed, lightwork
+client = distributed.Client({address!r})
+client.wait_for_workers({workers}, timeout=60)
+lightwork.init(address=client)
+remote_noop, remote_nbytes = lightwork.remote(noop), lightwork.remote(nbytes)
+ways = {{
+    "plain distributed": (
+        lambda n: client.gather([client.submit(noop, pure=False) for _ in range(n)]),
+        lambda: client.submit(noop, pure=False).result(),
+        lambda array: client.submit(nbytes, array, pure=False).result()),
+    "lightwork on distributed": (
+        lambda n: lightwork.get([remote_noop.remote() for _ in range(n)]),
+        lambda: lightwork.get(remote_noop.remote()),
+        lambda array: lightwork.get(remote_nbytes.remote(array))),
+}}
+"""
+
+RAY_SETUP = """
+import ray
+ray.init(address="auto", logging_level="ERROR")
+while len([n for n in ray.nodes() if n["Alive"]]) < {nodes}:
+    time.sleep(0.2)
+f, g = ray.remote(noop), ray.remote(nbytes)
+ways = {{"ray": (lambda n: ray.get([f.remote() for _ in range(n)]),
+                 lambda: ray.get(f.remote()),
+                 lambda array: ray.get(g.remote(array)))}}
+"""
+
+
+def measure_on_hosts(count: int, delay_ms: float, tasks: int, calls: int, repeat: int,
+                     with_ray: bool) -> dict[str, dict[str, float]]:
+    """The same programs on simulated hosts (``tests/hosts.py``): the scheduler (or Ray's
+    head, with no CPUs) and the driver on host A, a worker of 2 CPUs on each other."""
+    import os
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tests import hosts as simulated
+
+    why = simulated.skip_reason()
+    if why:
+        print(f"cluster figures across simulated hosts not measured: {why}")
+        return {}
+    names = tuple("abcdefgh"[:count])
+    bin_dir = os.path.dirname(sys.executable)
+    env = dict(os.environ, DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="0",
+               RAY_USAGE_STATS_ENABLED="0")
+    results: dict[str, dict[str, float]] = {}
+
+    def child(built: Any, setup: str) -> None:
+        code = HOSTS_CHILD.format(helpers=CHILD_HELPERS, setup=setup, repeat=repeat,
+                                  tasks=tasks, calls=calls)
+        done = built.run("a", [sys.executable, "-c", code], env=env, timeout=1800)
+        if done.returncode != 0:
+            print(f"not measured: {done.stderr.strip().splitlines()[-3:]}", file=sys.stderr)
+            return
+        results.update(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    built = simulated.SimulatedHosts(names, delay_ms=delay_ms).start()
+    try:
+        address = f"tcp://{built.address('a')}:8786"
+        built.popen("a", [f"{bin_dir}/dask", "scheduler", "--host", built.address("a"),
+                          "--port", "8786", "--no-dashboard"], env=env,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for name in names[1:]:
+            built.popen(name, [f"{bin_dir}/dask", "worker", address, "--host",
+                               built.address(name), "--nthreads", "2", "--resources",
+                               "CPU=2", "--no-dashboard"], env=env,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        child(built, DASK_SETUP.format(address=address, workers=count - 1))
+    finally:
+        built.stop()
+    if not with_ray:
+        return results
+    built = simulated.SimulatedHosts(names, delay_ms=delay_ms).start()
+    try:
+        head = built.address("a")
+        ray_bin = f"{bin_dir}/ray"
+        started = built.run("a", [ray_bin, "start", "--head", "--node-ip-address", head,
+                                  "--port", "6379", "--num-cpus", "0",
+                                  "--include-dashboard", "false"], env=env, timeout=180)
+        if started.returncode != 0:
+            print(f"Ray not measured: {started.stderr.strip()[-300:]}", file=sys.stderr)
+            return results
+        for name in names[1:]:
+            built.run(name, [ray_bin, "start", "--address", f"{head}:6379",
+                             "--node-ip-address", built.address(name), "--num-cpus", "2"],
+                      env=env, timeout=180)
+        child(built, RAY_SETUP.format(nodes=count))
+        for name in names:
+            built.run(name, [ray_bin, "stop", "--force"], env=env, timeout=120)
+    finally:
+        built.stop()
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=10_000)
@@ -149,7 +279,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-ray", action="store_true")
     parser.add_argument("--json", default="")
+    parser.add_argument("--hosts", type=int, default=0,
+                        help="run on this many simulated hosts instead (root; see tests/hosts.py)")
+    parser.add_argument("--delay-ms", type=float, default=1.0,
+                        help="with --hosts: each link's one-way delay")
     args = parser.parse_args(argv)
+    if args.hosts:
+        return hosts_main(args)
     results = measure_distributed(args.tasks, args.sync, args.repeat)
     if not args.no_ray:
         ray_figures = measure_ray(args.tasks, args.sync, args.repeat)
@@ -173,6 +309,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
+    return 0
+
+
+def hosts_main(args: argparse.Namespace) -> int:
+    import os
+    import platform
+
+    results = measure_on_hosts(args.hosts, args.delay_ms, min(args.tasks, 2000),
+                               min(args.sync, 100), args.repeat, not args.no_ray)
+    if not results:
+        return 0
+    print(f"{args.hosts} simulated hosts, links of {args.delay_ms:g} ms; "
+          f"{platform.processor() or platform.machine()}, load {os.getloadavg()[0]:.1f}")
+    figures = ("per_task_us", "sync_us", "by_value_160mb_s")
+    print(f"{'runtime':28}" + "".join(f"{f:>18}" for f in figures))
+    for name, row in results.items():
+        print(f"{name:28}" + "".join(f"{row[f]:18.1f}" for f in figures))
+    lw, ray = results.get("lightwork on distributed"), results.get("ray")
+    if lw and ray:
+        print("lightwork / ray: " + ", ".join(f"{f} {lw[f] / ray[f]:.2f}x" for f in figures))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"hosts": args.hosts, "delay_ms": args.delay_ms, "results": results},
+                      f, indent=2)
     return 0
 
 

@@ -168,27 +168,28 @@ def shm_dirs() -> set[str]:
     (another test run, say) and are left out; dead drivers' directories are kept, since a
     test may have killed its own driver.
     """
+    from tests import support
+
     ours = {os.getpid(), *descendants()}
     found = set()
     for path in glob.glob(SHM_GLOB):
-        try:
-            pid = int(path.rsplit("_", 1)[1])
-        except (IndexError, ValueError):
+        pid = support.session_driver_pid(path)
+        if pid is None:
             found.add(path)
             continue
-        if pid in ours or not _alive(pid):
+        if pid in ours or not support.pid_alive(pid):
             found.add(path)
     return found
 
 
-def _alive(pid: int) -> bool:
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (ended, waiting for a reaper that may not be us)
+    counts as gone."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 def descendants(pid: int | None = None) -> list[int]:

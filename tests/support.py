@@ -11,7 +11,8 @@ What lives where
   demand by ``lightwork.api.core._core`` (``running_backend``). A cluster backend has a
   Dask ``client`` and a ``recorder`` (its event log and control server).
 * The local engine's driver-side ``Node``: ``backend().node`` (``driver_node``), with its
-  object table, store, worker connections, event log, control server and forkserver.
+  object table, store, worker connections, event log, control server and forkserver; its
+  I/O loop (``node.io``: ``io_loop``) and task table (``node.task_table``: ``task_table``).
 * The dashboard child of ``init(dashboard=True)``: ``lightwork.api.core._dashboard``.
 * Inside a task, the worker running it: ``lightwork.engines.local.worker._current_worker``.
 
@@ -119,6 +120,18 @@ def worker_ids() -> set[int]:
     return set(driver_node().workers)
 
 
+def io_loop() -> Any:
+    """The driver's I/O loop (``io_loop.py``: its thread, its selectors and gate, its
+    idle/busy flags, the muting state, and the methods a test may wrap on the instance)."""
+    return driver_node().io
+
+
+def task_table() -> Any:
+    """The driver's table of live tasks (``task_table.py``: its recursive-cancel
+    bookkeeping, its task-end listeners and the records they have not heard of)."""
+    return driver_node().task_table
+
+
 def event_log() -> Any:
     """The driver's event log (task records, spans, tallies)."""
     return driver_node().log
@@ -127,6 +140,21 @@ def event_log() -> Any:
 def session_directory() -> str:
     """The session's directory (its control socket, its logs)."""
     return driver_node().session.directory
+
+
+def session_driver_pid(path: str) -> int | None:
+    """The driver pid a session directory's name ends with (None if it names none)."""
+    from lightwork.kernel.session import driver_pid
+    import os
+
+    return driver_pid(os.path.basename(path))
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of that pid exists, as the runtime's stale-session sweep sees it."""
+    from lightwork.kernel.session import pid_alive as alive
+
+    return alive(pid)
 
 
 def control_path() -> str:

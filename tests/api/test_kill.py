@@ -14,7 +14,7 @@ import asyncio
 import os
 
 import pytest
-from tests.helpers import wait_for_file, wait_until
+from tests.helpers import process_running, wait_for_file, wait_until
 from tests import support
 
 # The contract is Ray's (kill wins, calls fail with ActorDiedError), but these tests read
@@ -50,12 +50,6 @@ def _actor_workers(handle):
     return [w for w in state.list_workers() if w["actor_id"] == handle._actor_id]
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 def _assert_killed(handle, pending=(), pid=None):
@@ -69,7 +63,7 @@ def _assert_killed(handle, pending=(), pid=None):
     assert row["state"] == "DEAD"
     assert "kill()" in row["death_cause"]
     if pid is not None:
-        wait_until(lambda: not _pid_alive(pid), timeout=10, message=f"actor pid {pid} to exit")
+        wait_until(lambda: not process_running(pid), timeout=10, message=f"actor pid {pid} to exit")
     wait_until(lambda: not _actor_workers(handle), timeout=10,
                message="the actor's worker to be gone")
 
@@ -185,7 +179,7 @@ def test_kill_with_no_restart_false_restarts_as_ray_does(tmp_path):
     # ... and the actor comes back in a new process.
     second_pid = ray.get(actor.ping.remote(), timeout=20)
     assert second_pid != first_pid
-    wait_until(lambda: not _pid_alive(first_pid), message="the first process to exit")
+    wait_until(lambda: not process_running(first_pid), message="the first process to exit")
     row = _row(actor)
     assert (row["state"], row["restarts"]) == ("ALIVE", 1)
     # max_restarts is used up: the next kill(no_restart=False) ends it for good.

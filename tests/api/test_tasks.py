@@ -25,7 +25,8 @@ import time
 import pytest
 
 import lightwork as ray
-from tests.helpers import arrive_and_wait, attempts, count_attempt, wait_for_file, wait_until
+from tests.helpers import (arrive_and_wait, attempts, count_attempt, process_running,
+                           wait_for_file, wait_until)
 
 pytestmark = pytest.mark.usefixtures("ray_start")
 
@@ -554,12 +555,6 @@ def _pid_and_square(x: int) -> tuple[int, int]:
     return os.getpid(), x * x
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
 
 
 class TestMaxCalls:
@@ -577,7 +572,7 @@ class TestMaxCalls:
         assert len(set(pids)) >= 4
         finished = [pid for pid in set(pids) if pids.count(pid) == 2]
         assert finished  # a worker that ran its 2 calls exits
-        wait_until(lambda: not any(_process_alive(pid) for pid in finished), timeout=30,
+        wait_until(lambda: not any(process_running(pid) for pid in finished), timeout=30,
                    message="the retired workers to exit")
 
     def test_max_calls_under_a_burst_keeps_every_result_and_the_limit(self):

@@ -796,14 +796,6 @@ def test_the_command_attaches_prints_its_url_and_says_what_went_wrong(tmp_path):
         assert words in done.stderr
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for a reaper that is not us counts as gone)."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _client_of(url: str) -> Client:
@@ -877,12 +869,12 @@ def test_init_dashboard_prints_the_url_once_and_keeps_an_open_page_for_a_grace_p
         assert overview["tasks"]["ended"]["FINISHED"] == 40  # the final sync at shutdown
         assert "stops within 60 s" in overview["end_reason"]  # the page says how long
         time.sleep(3.0)  # longer than NO_PAGE_EXIT_S: the open page keeps it
-        assert _alive(pid)
+        assert helpers.process_running(pid)
         stream.close()  # the page closes: the dashboard leaves soon after
-        helpers.wait_until(lambda: not _alive(pid), timeout=10,
+        helpers.wait_until(lambda: not helpers.process_running(pid), timeout=10,
                            message="the dashboard to exit once its page closed")
     finally:
-        if _alive(pid):
+        if helpers.process_running(pid):
             os.kill(pid, 9)
 
 
@@ -892,10 +884,10 @@ def test_a_sigkilled_program_leaves_no_dashboard_behind(tmp_path):
         assert _client_of(url).json("/api/overview")["ended"] is False
         process.kill()  # no page open
         process.communicate(timeout=30)
-        helpers.wait_until(lambda: not _alive(pid), timeout=5.0,
+        helpers.wait_until(lambda: not helpers.process_running(pid), timeout=5.0,
                            message="the dashboard to exit after its program was killed")
     finally:
-        if _alive(pid):
+        if helpers.process_running(pid):
             os.kill(pid, 9)
 
 

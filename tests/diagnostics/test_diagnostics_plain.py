@@ -265,13 +265,13 @@ def test_a_listener_removed_before_it_was_told_hears_of_what_ended_meanwhile():
     node.add_task_listener(heard.append)
     ended = TaskRecord(10**12, "ended-meanwhile", 0, 0.0)
     with node.lock:  # as _end_task leaves it: noted, the telling still to come
-        node._ended_unheard.append(ended)
+        support.task_table().unheard.append(ended)
     node.remove_task_listener(heard.append)
     assert heard == [[ended]]
     node.remove_task_listener(heard.append)  # removing twice tells nothing again
     assert heard == [[ended]]
     with node.lock:
-        node._ended_unheard.remove(ended)
+        support.task_table().unheard.remove(ended)
 
 
 def test_a_failing_blocking_observer_does_not_break_get(monkeypatch):

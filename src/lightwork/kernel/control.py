@@ -517,7 +517,7 @@ class SessionInfo:
 
 def find_sessions() -> list[SessionInfo]:
     """Running sessions of this user on this machine, newest first."""
-    from lightwork.kernel.session import _alive, _pid_of, sessions_root  # not in workers
+    from lightwork.kernel.session import driver_pid, pid_alive, sessions_root  # not in workers
 
     root = sessions_root()
     found = []
@@ -532,8 +532,8 @@ def find_sessions() -> list[SessionInfo]:
             started = os.stat(path).st_mtime
         except OSError:
             continue
-        pid = _pid_of(name)
-        if pid is not None and not _alive(pid):
+        pid = driver_pid(name)
+        if pid is not None and not pid_alive(pid):
             continue
         found.append(SessionInfo(name, directory, path, pid, started))
     found.sort(key=lambda s: s.started, reverse=True)

@@ -68,14 +68,16 @@ class Session:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _pid_of(name: str) -> int | None:
+def driver_pid(name: str) -> int | None:
+    """The driver's pid a session directory's name ends with (``..._<pid>``), or None."""
     try:
         return int(name.rsplit("_", 1)[1])
     except (IndexError, ValueError):
         return None
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of that pid exists (another user's counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -98,9 +100,10 @@ def remove_stale_sessions() -> None:
     if os.path.isdir(root):
         candidates += [os.path.join(root, entry) for entry in os.listdir(root)]
     for path in candidates:
-        pid = _pid_of(os.path.basename(path))
-        if pid is not None and pid != os.getpid() and not _alive(pid):
+        pid = driver_pid(os.path.basename(path))
+        if pid is not None and pid != os.getpid() and not pid_alive(pid):
             shutil.rmtree(path, ignore_errors=True)
 
 
-__all__ = ["SHM_PREFIX", "SHM_ROOT", "Session", "remove_stale_sessions", "sessions_root"]
+__all__ = ["SHM_PREFIX", "SHM_ROOT", "Session", "driver_pid", "pid_alive", "remove_stale_sessions",
+           "sessions_root"]

@@ -74,7 +74,7 @@ def test_a_child_submitted_as_its_parent_is_cancelled_is_cancelled_on_arrival(tm
         open(go, "w").close()
         assert wait_for_file(submitted, limit=20)
         ray.cancel(ref)  # the lock is re-entrant: the cancel runs now, finding no child
-        assert not node.nested_live  # the submission is still unread
+        assert not support.task_table().nested_live  # the submission is still unread
     with pytest.raises(ray.exceptions.TaskCancelledError):
         ray.get(ref, timeout=20)
     # The child's ref went out through an actor call, which the recursive cancel also
@@ -88,5 +88,5 @@ def test_a_child_submitted_as_its_parent_is_cancelled_is_cancelled_on_arrival(tm
     row = wait_until(child_row, timeout=20, message="the child task to end")
     assert row["state"] == "FAILED", row
     assert "TaskCancelledError" in str(row), row
-    assert not node.cancelled_parents  # forgotten once the parent ended
+    assert not support.task_table().cancelled_parents  # forgotten once the parent ended
     assert os.path.exists(submitted)

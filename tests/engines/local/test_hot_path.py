@@ -17,6 +17,7 @@ from tests.helpers import wait_for_file, wait_until
 
 import lightwork as ray
 from lightwork import diagnostics
+from tests import support
 from tests.support import driver_node
 from lightwork.engines.local import protocol as p
 from lightwork.engines.local.objects import PENDING
@@ -172,17 +173,18 @@ def test_a_muted_io_thread_leaves_the_workers_results_to_the_leader():
     unmuted, then arrives."""
     node = driver_node()
     assert ray.get(quick.remote(0), timeout=20) == 1  # a worker is up
-    assert node._watch_workers(False)
+    io = support.io_loop()
+    assert io.watch_workers(False)
     try:
         ref = quick.remote(1)
         # The leader's own epoll (nobody leads now) sees the result waiting on a socket.
-        wait_until(lambda: any(key.data != "wake" for key, _ in node._leader_selector.select(0)),
+        wait_until(lambda: any(key.data != "wake" for key, _ in io._leader_selector.select(0)),
                    timeout=10, message="the result to reach the driver's socket")
         time.sleep(0.2)  # time the I/O thread would take to read it, were it watching
         with node.lock:
             assert node.objects.entries[ref.id].state == PENDING
     finally:
-        assert node._watch_workers(True)
+        assert io.watch_workers(True)
     assert ref.future().result(timeout=20) == 2
 
 
@@ -191,12 +193,12 @@ def test_results_reach_every_waiter_whether_the_io_thread_watches_the_workers_or
         spare, monkeypatch):
     """A leading getter mutes the I/O thread's view of the workers (when the machine has
     cores to spare) and applies every result itself meanwhile; once it stops, the I/O
-    thread takes over again (node.py, driver_calls.py)."""
+    thread takes over again (io_loop.py)."""
     import concurrent.futures
 
-    from lightwork.engines.local import driver_calls
+    from lightwork.engines.local import io_loop
 
-    monkeypatch.setattr(driver_calls, "cores_to_spare", lambda now: spare)
+    monkeypatch.setattr(io_loop, "cores_to_spare", lambda now: spare)
     assert [ray.get(quick.remote(i)) for i in range(50)] == list(range(1, 51))
     # Another thread waits for quick results while the main thread leads a long get.
     slow = slow_echo.remote("slow", 1.0)

@@ -41,7 +41,7 @@ def test_an_idle_io_thread_is_woken_to_free_a_dropped_ref(fresh_runtime, monkeyp
     ref = echo.remote(b"x" * 1000)
     assert fresh_runtime.get(ref, timeout=30) == b"x" * 1000
     object_id = ref.id
-    wait_until(lambda: node._io_sleeps_long, timeout=10, message="an idle I/O thread")
+    wait_until(lambda: support.io_loop()._sleeps_long, timeout=10, message="an idle I/O thread")
     del ref  # no call follows: only the wake-up can get it freed
     wait_until(lambda: _freed(node, object_id), timeout=10, message="the object freed")
 
@@ -60,11 +60,12 @@ def test_a_busy_io_thread_frees_a_dropped_ref_at_its_next_short_sleep(fresh_runt
 
     ref = echo.remote(b"y" * 1000)
     assert fresh_runtime.get(ref, timeout=30) == b"y" * 1000  # a frame: the thread is busy
-    wait_until(lambda: not node._io_sleeps_long and node._io_busy_until > 0, timeout=10,
+    io = support.io_loop()
+    wait_until(lambda: not io._sleeps_long and io._busy_until > 0, timeout=10,
                message="a busy I/O thread")
     object_id = ref.id
     del ref
-    assert not node._io_sleeps_long
+    assert not io._sleeps_long
     wait_until(lambda: _freed(node, object_id), timeout=10, message="the object freed")
 
 
@@ -152,10 +153,10 @@ def test_frames_that_outgrow_a_busy_workers_socket_wait_for_room(fresh_runtime, 
     import time
 
     fresh_runtime.init(num_cpus=1)
-    node = support.driver_node()
     asked = []
-    watch = node._watch_writable
-    node._watch_writable = lambda conn: (asked.append(conn.worker_id), watch(conn))[-1]
+    io = support.io_loop()
+    watch = io._watch_writable
+    io._watch_writable = lambda conn: (asked.append(conn.worker_id), watch(conn))[-1]
 
     @fresh_runtime.remote
     def nap(seconds):

@@ -15,6 +15,7 @@ import pytest
 from tests.helpers import returns_within, wait_for_file, wait_until
 
 import lightwork as ray
+from tests import support
 from tests.support import driver_node
 from lightwork import state
 
@@ -160,10 +161,11 @@ def test_a_task_queued_while_a_result_frees_the_worker_is_sent_by_that_poll(busy
     node = driver_node()
     submitted: list = []
     left_queued: list[int] = []
-    original_read, original_dispatch = node._read_worker, node._dispatch
+    io = support.io_loop()
+    original_read, original_dispatch = io.read_worker, node._dispatch
 
     def submit_before_reading(conn):
-        if not submitted and threading.current_thread() is node._thread:
+        if not submitted and threading.current_thread() is io.thread:
             submitted.append(_submit_in_a_thread(lambda: inc.remote(1)))
         original_read(conn)
 
@@ -172,12 +174,12 @@ def test_a_task_queued_while_a_result_frees_the_worker_is_sent_by_that_poll(busy
         if submitted and not left_queued:
             left_queued.append(len(node.lock.queued))
 
-    node._read_worker, node._dispatch = submit_before_reading, dispatch_then_look
+    io.read_worker, node._dispatch = submit_before_reading, dispatch_then_look
     try:
         open(release, "w").close()
         wait_until(lambda: left_queued, timeout=10, message="the I/O thread's poll")
     finally:
-        del node._read_worker, node._dispatch
+        del io.read_worker, node._dispatch
     assert left_queued == [0]
     assert ray.get(running, timeout=20) is True
     assert ray.get(submitted[0], timeout=20) == 2
@@ -279,19 +281,20 @@ def test_threads_submitting_at_once_while_workers_churn_lose_nothing(fresh_runti
 def _count_passes(node) -> list[int]:
     """Count ``node``'s submitter passes (the instance's attribute shadows the method)."""
     passes = [0]
-    original = node._submitter_pass
+    io = support.io_loop()
+    original = io.submitter_pass
 
     def counted() -> None:
         passes[0] += 1
         original()
 
-    node._submitter_pass = counted
+    io.submitter_pass = counted
     return passes
 
 
 def test_a_loop_submitting_past_busy_workers_reads_and_dispatches_itself(fresh_runtime):
     # Every SUBMITTER_PASS_EVERY queued submissions the submitting thread reads the
-    # workers and dispatches (driver_calls._submitter_pass), the I/O thread muted.
+    # workers and dispatches (IOLoop.submitter_pass), the I/O thread muted.
     from lightwork.engines.local.driver_calls import SUBMITTER_PASS_EVERY
 
     fresh_runtime.init(num_cpus=2)
@@ -301,7 +304,7 @@ def test_a_loop_submitting_past_busy_workers_reads_and_dispatches_itself(fresh_r
     refs = [inc.remote(i) for i in range(20 * SUBMITTER_PASS_EVERY)]
     assert passes[0] >= 1
     assert ray.get(refs, timeout=60) == [i + 1 for i in range(20 * SUBMITTER_PASS_EVERY)]
-    assert not node._submitter_muted  # the getter took the muted gate over, and unmuted
+    assert not support.io_loop()._submitter_muted  # the getter took the gate over, unmuted
 
 
 def test_results_are_read_when_a_submitting_loop_stops_without_a_get(fresh_runtime):
@@ -316,7 +319,8 @@ def test_results_are_read_when_a_submitting_loop_stops_without_a_get(fresh_runti
 
     def all_ended() -> bool:
         with node.lock:
-            return not node.tasks and not node.lock.queued and not node._submitter_muted
+            return (not node.tasks and not node.lock.queued
+                    and not support.io_loop()._submitter_muted)
 
     wait_until(all_ended, timeout=20, message="every task to end without a get")
     with node.lock:

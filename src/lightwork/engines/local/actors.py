@@ -22,7 +22,7 @@ becomes the call's result error). Calls wait in ``queue`` until their arguments 
 is sent first, so calls run in submission order. Sent calls are in ``inflight``. A call
 made while every slot is taken (``inflight`` holds ``slots`` calls) stays queued: the
 node sends what queued meanwhile in one frame when it next reads one of the actor's
-frames (``IOLoop._read_worker``), so a burst of calls costs one send per batch, as tasks
+frames (``IOLoop.read_worker``), so a burst of calls costs one send per batch, as tasks
 do, instead of one each (measured: see bench/HOTPATH.md, "Actor calls in batches").
 When the process dies they are re-sent after a restart (up to ``max_task_retries``) or fail with
 ``ActorDiedError`` naming the cause.
@@ -44,8 +44,6 @@ Runs under the node's lock; the node routes frames from actor workers here.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -56,7 +54,7 @@ from lightwork.kernel.calls import ActorSpec
 from lightwork.engines.local import protocol as p
 from lightwork.kernel import serialization
 from lightwork.engines.local.memory_monitor import OOM_REASON
-from lightwork.engines.local.scheduler import FINISHED, Shape, TaskSpec, WorkerSlot
+from lightwork.engines.local.scheduler import FINISHED, TaskSpec, WorkerSlot
 
 if TYPE_CHECKING:
     from lightwork.engines.local.node import Node, WorkerConn
@@ -73,21 +71,10 @@ KILLED = "it was killed by `ray.kill` (lightwork.kill())"
 
 
 @dataclass(eq=False)
-class Actor:
-    actor_id: int
-    class_name: str
-    class_key: bytes
-    args: serialization.Stored
-    deps: tuple[int, ...]
-    place: Shape
-    hold: Shape
-    name: str | None
-    namespace: str | None
-    detached: bool
-    max_restarts: int
-    max_task_retries: int
-    max_concurrency: int
-    owner: int
+class Actor(ActorSpec):
+    """An actor as the local engine tracks it: what creating it asked (``ActorSpec``)
+    and its life here (its process, its calls, its restarts)."""
+
     state: str = PENDING
     conn: WorkerConn | None = None
     creation_task: int = 0
@@ -99,10 +86,7 @@ class Actor:
     init_error: Any = None
     calls_done: int = 0
     started_at: float = field(default_factory=time.monotonic)
-    methods: dict[str, int | str] = field(default_factory=dict)  # name -> num_returns
-    async_methods: frozenset[str] = frozenset()  # non-empty: an async actor
     waits: dict[tuple[int, int], Wait] = field(default_factory=dict)  # blocked gets
-    max_pending_calls: int = -1  # queued + running calls allowed at once; -1: no limit
     gpu_ids: tuple[int, ...] = ()  # its GPUs while its process lives (gpus.py)
     # How many calls run at once: the thread pool of a threaded or async actor. Worked
     # out once (its options are fixed at creation): it is read several times a call.
@@ -164,7 +148,7 @@ class ActorManager:
             if object_id not in node.objects.entries and node.id_floor.minted_before(object_id):
                 raise node.ended_session_error(object_id)
         entry = node.objects.create(actor.actor_id, actor.owner)
-        node.objects.actor_handles.add(actor.actor_id)
+        node.objects.add_actor_handle(entry)
         node.objects.resolve(entry, serialization.serialize(None, None))
         if actor.detached:
             entry.task_uses += 1  # the registry keeps a detached actor alive
@@ -197,7 +181,7 @@ class ActorManager:
 
     def _start(self, actor: Actor) -> None:
         node = self.node
-        conn = node._start_worker(pooled=False)
+        conn = node.pool.start(pooled=False)
         conn.actor = actor
         actor.conn = conn
         actor.state = STARTING if actor.state == PENDING else RESTARTING
@@ -212,7 +196,7 @@ class ActorManager:
         messages: list[tuple[Any, ...]] = []
         if actor.class_key not in conn.functions:
             conn.functions.add(actor.class_key)
-            messages.append((p.FUNCTION, actor.class_key, node.functions[actor.class_key]))
+            messages.append((p.FUNCTION, actor.class_key, node.task_table.functions[actor.class_key]))
         actor.gpu_ids = node.gpus.assign(actor.actor_id, actor.hold) if node.gpus.any else ()
         messages.append((p.ACTOR_INIT, (
             actor.creation_task, actor.class_key, actor.class_name, actor.args, dep_values,
@@ -247,7 +231,7 @@ class ActorManager:
         if len(actor.inflight) < actor.slots:
             self.pump(actor)
         # else: every slot is taken; the call waits here and goes with the others queued
-        # meanwhile, in one frame, when the actor's next frame is read (IOLoop._read_worker).
+        # meanwhile, in one frame, when the actor's next frame is read (IOLoop.read_worker).
 
     def pump(self, actor: Actor) -> None:
         """Send the calls at the head of the queue whose arguments are ready."""
@@ -286,7 +270,7 @@ class ActorManager:
 
         Queued here (the actor is starting, or earlier calls or arguments are not done):
         the call leaves the queue and fails now. Sent to the actor: its id goes to the
-        actor's cancel file, then SIGINT (``node._interrupt``). The worker never
+        actor's cancel file, then SIGINT (``WorkerPool.interrupt``). The worker never
         interrupts a running call of a sync or threaded actor (its state could be left
         half-changed): ``get_runtime_context().is_canceled()`` turns True in it, and its
         ``get`` raises TaskCancelledError once it returns. A coroutine of an async actor
@@ -311,7 +295,7 @@ class ActorManager:
         if task.task_id in actor.inflight and actor.conn is not None:
             if list(actor.inflight).index(task.task_id) >= actor.slots:
                 node._fail_returns(task, _cancelled_call(task, "before it ran"))
-            node._interrupt(actor.conn, task.task_id, False)
+            node.pool.interrupt(actor.conn, task.task_id, False)
 
     def force_refused(self, task: TaskSpec) -> ValueError:
         return ValueError(
@@ -670,12 +654,7 @@ class ActorManager:
 
     def _end_process(self, conn: WorkerConn) -> None:
         """SIGKILL an actor's process now, or as soon as the fork server gives its pid."""
-        conn.doomed = True
-        if conn.pid:
-            try:
-                os.kill(conn.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        self.node.pool.kill(conn)
 
     def _can_restart(self, actor: Actor) -> bool:
         return not actor.no_restart and (

@@ -2,22 +2,20 @@
 
 The states and what a cancel does in each are in :meth:`Cancellation._cancel_ids`'s
 docstring; an actor's calls are cancelled by ``actors.py`` (``ActorManager.cancel_call``),
-which uses :meth:`Cancellation._interrupt` and :meth:`Cancellation._fail_returns` too.
+which uses :meth:`Cancellation._fail_returns` too; signalling a worker is the pool's
+(``WorkerPool.interrupt``).
 Called with the node's lock held.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel import exceptions
-from lightwork.engines.local import protocol as p
 from lightwork.engines.local.scheduler import DISPATCHED, READY as TASK_READY, WAITING, TaskSpec
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.node import NodeState, WorkerConn
+    from lightwork.engines.local.node import NodeState
 
     _Base = NodeState
 else:
@@ -40,9 +38,10 @@ class Cancellation(_Base):
         without it for actor calls (Ray ignores it there; given for an actor call itself,
         it raises ValueError before anything is cancelled). No index
         of children is kept (that would cost every nested submission): the tasks table is
-        searched, and only while some live task has a parent (``nested_live``). A running
-        task cancelled this way stays in ``cancelled_parents`` until it ends, so a task it
-        submitted just before the cancel landed is cancelled when its submission arrives.
+        searched, and only while some live task has a parent (``TaskTable.nested_live``).
+        A running task cancelled this way stays in ``TaskTable.cancelled_parents`` until it
+        ends, so a task it submitted just before the cancel landed is cancelled when its
+        submission arrives.
 
         Waiting or ready: the task fails now. Dispatched to a worker: its id goes to the
         worker's cancel file, then SIGINT (SIGKILL with ``force``) — sent as soon as the
@@ -66,30 +65,9 @@ class Cancellation(_Base):
             if running:
                 # Remembered even when no nested task is live: a child whose submission
                 # is still on its way is cancelled when it arrives (_on_worker_submit).
-                self.cancelled_parents.update(task.task_id for task in running)
-                if self.nested_live:
-                    tasks.extend(self._running_descendants(running))
+                tasks.extend(self.task_table.cancel_children_of(running))
         for index, task in enumerate(tasks):
             self._cancel_task(task, force and (index < named or not task.actor_id))
-
-    def _running_descendants(self, running: list[TaskSpec]) -> list[TaskSpec]:
-        """The live tasks and actor calls submitted by ``running`` (running tasks or
-        actor calls),
-        transitively; the running ones found are noted in ``cancelled_parents``."""
-        children: dict[int, list[TaskSpec]] = {}
-        for task in self.tasks.values():
-            if task.parent:
-                children.setdefault(task.parent, []).append(task)
-        found: list[TaskSpec] = []
-        frontier = list(running)
-        while frontier:
-            task = frontier.pop()
-            self.cancelled_parents.add(task.task_id)
-            for child in children.pop(task.task_id, ()):
-                found.append(child)
-                if child.state == DISPATCHED:
-                    frontier.append(child)
-        return found
 
     def _cancel_task(self, task: TaskSpec, force: bool) -> None:
         """Cancel one task (see ``_cancel_ids``)."""
@@ -110,23 +88,7 @@ class Cancellation(_Base):
                 force = False
             conn = self.workers.get(slot.worker_id)
             if conn is not None:
-                self._interrupt(conn, task.task_id, force)
-
-    def _interrupt(self, conn: WorkerConn, task_id: int, force: bool) -> None:
-        try:
-            with open(p.cancel_file(self.session.directory, conn.worker_id), "a") as f:
-                f.write(f"{task_id}\n")
-        except OSError:
-            force = True  # the worker cannot learn which task: end it, the crash path retries
-        if force:
-            conn.doomed = True
-        else:
-            conn.interrupt_on_spawn = True
-        if conn.pid:
-            try:
-                os.kill(conn.pid, signal.SIGKILL if force else signal.SIGINT)
-            except ProcessLookupError:
-                pass
+                self.pool.interrupt(conn, task.task_id, force)
 
     def _fail_returns(self, task: TaskSpec, error: Any) -> None:
         """Fail a task's objects now; the task itself ends when its worker says so."""

@@ -1,20 +1,22 @@
-"""The driver's side of the public API, as methods of the Node (a mixin).
+"""The driver's side of the public API, as methods of the Node (a mixin: coordination).
 
 ``submit_task``/``submit_actor_task``/``create_actor``/``put`` register work under the
 node's lock and dispatch it from the caller's thread (no hand-off on the submit path);
-``get``/``wait`` register a :class:`Countdown` on the pending objects and block on it.
-The first blocked caller *leads*: it polls the worker sockets itself on its own epoll,
-so the result that completes its countdown wakes it directly; other blocked callers wait
-on their countdown's event, set by whichever thread applied the result. A leader spins
-briefly before it blocks (``spin.py``) and mutes the I/O thread's watch of the workers
-meanwhile (``io_loop.py``).
+``get``/``wait`` register a :class:`Countdown` on the pending objects and block on it
+(``IOLoop.lead``). The first blocked caller *leads*: it polls the worker sockets itself
+on its own epoll, so the result that completes its countdown wakes it directly; other
+blocked callers wait on their countdown's event, set by whichever thread applied the
+result. A leader spins briefly before it blocks (``spin.py``) and mutes the I/O thread's
+watch of the workers meanwhile (``io_loop.py``).
 
-Every method here runs in a user thread; state belongs to the node (``node.py``).
+Every method here runs in a user thread; the state belongs to the node's parts
+(``node.py``), whose methods these call.
 
 A submission that finds every worker busy is queued without the lock
 (``node_lock.py``). Every ``SUBMITTER_PASS_EVERY`` queued submissions the submitting
-thread registers them, reads the workers and dispatches itself (``_submitter_pass``),
-with the I/O thread's watch of the workers muted as for a leading getter. Why: with two
+thread registers them, reads the workers and dispatches itself
+(``IOLoop.submitter_pass``), with the I/O thread's watch of the workers muted as for a
+leading getter. Why: with two
 threads taking turns with the GIL, each turn moved the batch's objects from one core's
 cache to the other's, and the workers got their tasks in bursts.
 
@@ -55,7 +57,6 @@ from lightwork.engines.local.lineage import value_vanished
 from lightwork.engines.local.objects import PENDING, READY, ObjectEntry
 from lightwork.engines.local.scheduler import TaskSpec
 from lightwork.kernel.serialization import Stored
-from lightwork.engines.local.spin import cores_to_spare
 
 if TYPE_CHECKING:
     from lightwork.engines.local.node import NodeState
@@ -68,7 +69,7 @@ else:
 
 DRIVER_BUSY_SAMPLE_S = 0.005
 #: A thread submitting while every worker is busy reads the workers and dispatches
-#: itself each time this many submissions wait to be registered (``_submitter_pass``).
+#: itself each time this many submissions wait to be registered (``IOLoop.submitter_pass``).
 SUBMITTER_PASS_EVERY = 128
 
 #: A new task's or call's record and spec, made out of the collector (collector.py): a
@@ -122,7 +123,7 @@ class Countdown:
     """Wakes a blocked caller when ``remaining`` objects have resolved.
 
     ``hit`` runs under the node's lock. The caller may be polling the workers itself
-    (``Node._block_on``, the leader: it reads ``remaining``); when another thread
+    (``IOLoop.lead``, the leader: it reads ``remaining``); when another thread
     completes the countdown, ``wake`` interrupts the leader's select. A caller that does
     not lead sleeps on ``event``, made (under the lock) only then: most gets lead.
     """
@@ -215,7 +216,7 @@ class DriverCalls(_Base):
         self._drain_refs_if_any()
         with self.lock:
             self._check_open()
-            self.functions.setdefault(actor.class_key, blob)
+            self.task_table.add_function(actor.class_key, blob)
             self.actors.create(actor)
 
     def submit_actor_task(
@@ -253,7 +254,7 @@ class DriverCalls(_Base):
                 with self.lock:  # a slot freed meanwhile; __enter__ registers and sends it
                     self._check_open()
             elif len(queued) >= SUBMITTER_PASS_EVERY:
-                self._submitter_pass()
+                self.io.submitter_pass()
             if num_returns == 1:
                 return [fresh_ref(return_ids[0])]
             return [fresh_ref(object_id) for object_id in return_ids]
@@ -267,8 +268,7 @@ class DriverCalls(_Base):
                     self.objects.create(object_id, 0, task_id, now)
                 self.register_task(task, stored.contained, now)
             except BaseException:
-                for object_id in return_ids:
-                    self.objects.entries.pop(object_id, None)
+                self.objects.discard(return_ids)
                 if stored.path is not None:
                     self.store.release(stored.path)
                 raise
@@ -328,8 +328,7 @@ class DriverCalls(_Base):
         raise ValueError(f"unknown placement group request {op!r}")
 
     def _fail_orphaned_tasks(self) -> None:
-        orphaned, self.scheduler.orphaned = self.scheduler.orphaned, []
-        for task in orphaned:
+        for task in self.scheduler.take_orphaned():
             self._fail_task(task, exceptions.TaskPlacementGroupRemoved(
                 f"task {task.name} was to run in a placement group that was removed before "
                 "it could start; create a new group, or submit it without one"))
@@ -341,8 +340,8 @@ class DriverCalls(_Base):
             # (node_lock.py), most often the I/O thread once a worker frees.
             if self.closed or self.broken:
                 self._check_open()  # (it raises, saying which)
-            if function_blob is not None:  # the table only grows: one atomic setdefault
-                self.functions.setdefault(task.function_key, function_blob)
+            if function_blob is not None:  # (no lock needed: task_table.py)
+                self.task_table.add_function(task.function_key, function_blob)
             queued = self.lock.queued
             queued.append(task)
             if scheduler.idle:  # looked at again after the append (see node_lock.py):
@@ -350,54 +349,26 @@ class DriverCalls(_Base):
                     self._check_open()
                     self._dispatch()
             elif len(queued) >= SUBMITTER_PASS_EVERY:
-                self._submitter_pass()
+                self.io.submitter_pass()
             return
         self._drain_refs_if_any()
         with self.lock:
             self._check_open()
             if function_blob is not None:
-                self.functions.setdefault(task.function_key, function_blob)
+                self.task_table.add_function(task.function_key, function_blob)
             now = time.monotonic()
             for object_id in task.return_ids:
                 self.objects.create(object_id, 0, task.task_id, now)
             try:
                 self.register_task(task, task.args.contained, now)
             except BaseException:
-                self.tasks.pop(task.task_id, None)
-                for object_id in task.return_ids:
-                    self.objects.entries.pop(object_id, None)
+                self.task_table.discard(task)
+                self.objects.discard(task.return_ids)
                 raise
             if self.scheduler.idle or not self.scheduler.workers:
                 self._dispatch()
             # else: every worker is busy; the next result frees one and the poller
             # dispatches a whole batch then, instead of one frame per submit here.
-
-    def _submitter_pass(self) -> None:
-        """This thread submits faster than the workers finish (``SUBMITTER_PASS_EVERY``
-        submissions queued): it reads what the workers sent and dispatches, as the I/O
-        thread would, and mutes the I/O thread's watch of the workers meanwhile (the
-        gate, as a leading getter does), so the two do not take turns with the GIL.
-        The I/O thread unmutes once no pass came for ``SUBMITTER_LEFT_AFTER_S``
-        (``IOLoop._loop``); a getter that leads takes the muted gate over. Nothing is
-        done while another thread leads (the ``_leader`` lock), nor by the I/O thread
-        itself (a callback of its that submits). Why: ``io_loop.py``."""
-        if threading.current_thread() is self._thread or not self._leader.acquire(blocking=False):
-            return
-        try:
-            if not self._submitter_muted:
-                self._submitter_muted = self._watch_workers(False)
-            self._submitter_passed_at = time.monotonic()
-            with self.lock:  # (__enter__ registers what was queued)
-                for key, _ in self._leader_selector.select(0):
-                    if key.data != "wake":  # (a leading getter's wake-up pipe)
-                        self._read_worker(key.data)
-                self._drain_refs()
-                self._dispatch()
-                deferred, self._deferred = self._deferred, []
-        finally:
-            self._leader.release()
-        for callback in deferred:
-            callback()
 
     def _drain_refs_if_any(self) -> None:
         if ref_counter._released:
@@ -449,7 +420,7 @@ class DriverCalls(_Base):
                         entry.add_waiter(hit)
         if countdown is not None:
             start = time.monotonic()
-            finished = self._block_on(countdown, timeout)
+            finished = self.io.lead(countdown, timeout)
             if self.log.enabled:
                 self.log.add_span(self._span("get", start, entries, pending, callsite))
             if not finished:
@@ -490,7 +461,7 @@ class DriverCalls(_Base):
                         entry.add_waiter(hit)
         if countdown is not None:
             start = time.monotonic()
-            self._block_on(countdown, timeout)
+            self.io.lead(countdown, timeout)
             if self.log.enabled:
                 waited = [e for e in entries if e.ready_at >= start or e.state == PENDING]
                 self.log.add_span(self._span("wait", start, entries, waited, callsite))
@@ -520,37 +491,6 @@ class DriverCalls(_Base):
             first, last, shortest, longest,
         )
 
-    def _block_on(self, countdown: Countdown, timeout: float | None) -> bool:
-        """Wait until ``countdown`` completes, polling the workers from this thread."""
-        if threading.current_thread() is self._thread or not self._leader.acquire(blocking=False):
-            with self.lock:
-                if countdown.remaining <= 0:
-                    return True
-                event = countdown.event = threading.Event()
-            return event.wait(timeout)  # the I/O thread or the leading getter completes it
-        # While this thread leads, the I/O thread's epoll does not watch the workers
-        # (see io_loop.py), unless the machine's cores are all taken: then two threads
-        # waiting for a result see it sooner than one (this one may not be running).
-        muted = self._submitter_muted or (cores_to_spare(time.monotonic())
-                                          and self._watch_workers(False))
-        self._submitter_muted = False  # (taken over: this thread unmutes when it stops)
-        try:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            countdown.wake = self._wake_leader
-            while countdown.remaining > 0:
-                remaining = None
-                if deadline is not None:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return False
-                if not self._poll(remaining, leading=True):
-                    return countdown.remaining <= 0
-            return True
-        finally:
-            if muted:
-                self._watch_workers(True)
-            self._leader.release()
-
     def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
@@ -561,7 +501,7 @@ class DriverCalls(_Base):
                         future.set_result(_value_of(entry))
                     except BaseException as exc:  # noqa: BLE001 - delivered to the future
                         future.set_exception(exc)
-            self._deferred.append(run)
+            self.io.defer(run)
 
         with self.lock:
             self._check_open()
@@ -576,8 +516,7 @@ class DriverCalls(_Base):
 
     def _deferred_pop(self) -> list[Callable[[], None]]:
         with self.lock:
-            deferred, self._deferred = self._deferred, []
-        return deferred
+            return self.io.take_deferred()
 
     def runtime_context(self) -> dict[str, Any]:
         return {"actor_id": None, "actor_name": None,

@@ -334,7 +334,7 @@ def handle_oom_death(node: NodeState, task: TaskSpec, conn: WorkerConn) -> None:
             if task.task_id in node.tasks and not task.cancelled:
                 node._requeue(task)
 
-        node._add_timer(delay, retry)
+        node.io.add_timer(delay, retry)
         return
     node._fail_task(task, exceptions.OutOfMemoryError(
         f"{message}. The task was tried {task.attempt + 1} time(s) "

@@ -1,4 +1,4 @@
-"""The driver's runtime: object table, scheduler, worker pool and the I/O loop.
+"""The driver's runtime: the coordinator of the parts that own its state.
 
     user threads (API calls)          I/O thread "lightwork-node"
     ─ submit: serialize args, ─┐      ┌─ select() on worker sockets, the fork server's
@@ -7,47 +7,62 @@
     ─ get/wait: register a     │      │  submissions, borrows, deaths), dispatch
       waiter, block on it   ───┘      └─ run timers; complete futures outside the lock
 
-One lock (``self.lock``) guards all runtime state; whoever holds it is the one mutator.
-API threads do their own sends (no thread hand-off on the submit path); the I/O thread
-does all reads. A task submitted while every worker is busy skips the lock: it is queued
-and registered by the lock's next taker (``node_lock.py``). Sockets are non-blocking on
-this side: a frame that does not fit in the socket buffer waits in the connection's
-``out`` buffer and the I/O thread finishes it, so the driver never blocks on a worker
-that is itself blocked on the driver.
+One lock (``self.lock``, ``node_lock.py``) guards all runtime state; whoever holds it is
+the one mutator. API threads do their own sends (no thread hand-off on the submit path);
+the I/O thread does most reads. A task submitted while every worker is busy skips the
+lock: it is queued and registered by the lock's next taker (``node_lock.py``).
 
-Workers: ``Session``'s fork server starts them; ``EXITED`` from it gives the wait status
-of a dead worker, so the error names the exit code or signal. What happens when a worker
-ends is ``worker_deaths.py``'s (its task retried or failed with ``WorkerCrashedError``,
-the objects it owned adopted by the driver); cancelling is ``cancel.py``'s. Those, like
-``driver_calls.py`` (the API's operations), ``worker_requests.py`` (what workers send
-the driver: results and requests) and ``lineage.py`` (rebuilding lost values), are
-mixins of :class:`Node`: methods on the same state, kept apart by responsibility.
+The parts, each the only one to change what it owns (all under the lock):
 
-Reference counting: see ``objects.py`` (the table) and ``kernel/object_ref.py`` (per process).
+=================  ===================================================================
+``objects``        ``ObjectTable`` (objects.py): every object's entry, state, holders
+``task_table``     ``TaskTable`` (task_table.py): live tasks, their code, recursive-
+                   cancel bookkeeping, task-end listeners
+``scheduler``      ``Scheduler`` (scheduler.py): resources, ready queue, worker slots,
+                   placement groups; pure decisions, no I/O
+``pool``           ``WorkerPool`` (worker_pool.py): worker processes, their
+                   connections, the fork server; signalling workers
+``io``             ``IOLoop`` (io_loop.py): the I/O thread, selectors, gate, wake-ups,
+                   timers, deferred callbacks; who leads a blocked get
+``actors``         ``ActorManager`` (actors.py): actors, their calls and restarts
+``streams``        ``StreamTable`` (streams.py): generator tasks' yielded items
+``store``          ``SegmentStore`` (store.py) and ``spiller`` (spill.py): shared memory
+``gpus``, ``log``  GPU ids per task and actor; the event log (kernel/events.py)
+``output``         ``DriverOutput`` (output.py): what workers print
+=================  ===================================================================
 
-The I/O loop (the poll both the I/O thread and a leading getter run, reading and
-sending frames, timers and wake-ups) is ``io_loop.py``'s, with what it costs on the hot
-path.
+The node itself keeps only what no part owns alone: whether the runtime is ``closed``
+or ``broken``, the id counter, and the cache of feasible shapes. Its own methods, and
+those of its mixins, are the coordination that touches several parts at once: a
+submission registers return objects, a task and its dependencies, then dispatches;
+a result resolves objects, ends a task, frees a slot; a worker's death requeues or fails
+its tasks and has the driver adopt its objects. They call the parts' methods and never
+change a part's fields. The mixins are that coordination split by what starts it, and
+hold no state: ``driver_calls.py`` (the API's operations), ``worker_requests.py`` (what
+workers send), ``worker_deaths.py`` (a worker's end), ``cancel.py`` (cancelling) and
+``lineage.py`` (rebuilding lost values). They stay mixins, not parts, because each
+handler runs several parts' steps under the one lock in one frame: as parts they would
+only hold a reference back to the node.
+
+``node.tasks``, ``node.workers`` and ``node.forkserver`` are the task table's and the
+pool's own dict and fork server, read (never changed) by the tools; ``node._send`` is
+the I/O loop's ``send``, bound once because the hot paths call it per frame.
+
+Reference counting: see ``objects.py`` (the table) and ``kernel/object_ref.py`` (per
+process). What the I/O loop costs on the hot path: ``io_loop.py``.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
-import select
-import selectors
-import socket
 import sys
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel import exceptions
 from lightwork.kernel.object_ref import (
     DRIVER_IDS,
-    WORKER_NUMBERS,
     IdFloor,
     ended_session_message,
     ref_counter,
@@ -61,10 +76,8 @@ from lightwork.engines.local.worker_requests import WorkerRequests
 from lightwork.engines.local.worker_deaths import WorkerDeaths
 from lightwork.engines.local import protocol as p
 from lightwork.kernel import serialization
-from lightwork.kernel import ray_alias
 from lightwork.kernel.events import EventLog, TaskRecord
 from lightwork.engines.local.gpus import GpuIds
-from lightwork.kernel.introspect import report_unraisable
 from lightwork.engines.local.io_loop import IOLoop
 from lightwork.engines.local.lineage import Lineage
 from lightwork.engines.local.memory_monitor import MemoryMonitor
@@ -77,96 +90,51 @@ from lightwork.engines.local.scheduler import (
     FAILED as TASK_FAILED,
     Scheduler,
     TaskSpec,
-    WorkerSlot,
 )
 from lightwork.kernel.serialization import Stored
-from lightwork.engines.local.fork_client import ForkServer
 from lightwork.kernel.session import Session
-from lightwork.engines.local.spin import Spinner
 from lightwork.engines.local.streams import StreamTable
 from lightwork.engines.local.spill import Spiller
 from lightwork.engines.local.store import SegmentStore, default_budget
-
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-               "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
-
-
-@dataclass(eq=False)
-class WorkerConn:
-    """The driver's side of one worker process."""
-
-    worker_id: int
-    sock: socket.socket
-    slot: WorkerSlot
-    pid: int = 0
-    decoder: p.FrameDecoder = field(default_factory=p.FrameDecoder)
-    out: bytearray = field(default_factory=bytearray)
-    functions: set[bytes] = field(default_factory=set)
-    holds: set[int] = field(default_factory=set)
-    owned: set[int] = field(default_factory=set)
-    exit_status: int | None = None
-    eof_at: float = 0.0
-    dead: bool = False
-    started_at: float = field(default_factory=time.monotonic)
-    actor: Any = None  # the Actor this process runs, or None for a pooled task worker
-    doomed: bool = False  # killed on purpose: SIGKILL sent, or sent once its pid is known
-    interrupt_on_spawn: bool = False  # a cancel came before its pid: SIGINT once known
-    oom_kill: str = ""  # why the memory monitor killed it, or ""
-
+from lightwork.engines.local.task_table import TaskTable, tell
+from lightwork.engines.local.worker_pool import WorkerConn, WorkerPool
 
 if TYPE_CHECKING:
 
     class NodeState:
         """What :class:`Node`'s mixins share, declared for the type checker only.
 
-        Each mixin (``io_loop.py``, ``driver_calls.py``, ...) subclasses this under
-        ``TYPE_CHECKING`` (at run time, ``object``): the attributes ``Node.__init__``
-        sets and the methods one mixin calls on another, so mypy checks every part
-        against one list. ``Node`` itself cannot be the mixins' base: it subclasses them.
+        Each mixin (``driver_calls.py``, ...) subclasses this under
+        ``TYPE_CHECKING`` (at run time, ``object``): the parts ``Node.__init__`` makes,
+        the node's own flags, and the methods one mixin calls on another, so mypy
+        checks every mixin against one list. ``Node`` itself cannot be the mixins'
+        base: it subclasses them.
         """
 
-        _fs_decoder: bytearray
         _ids: itertools.count[int]
-        _leader: threading.Lock
-        _leader_selector: selectors.BaseSelector
-        _leader_spinner: Spinner
-        _leader_wake_write: int
-        _recv_scratch: memoryview
-        _submitter_passed_at: float
-        _submitter_muted: bool
-        _deferred: list[Callable[[], None]]
+        _feasible_shapes: set[tuple]
+        # (an instance attribute: IOLoop.send, bound; see Node.__init__)
+        _send: Callable[[WorkerConn, list[tuple[Any, ...]]], None]
         output: DriverOutput
         pauses: PauseTable
-        _feasible_shapes: set[tuple]
-        _thread: threading.Thread
-        _timer_seq: itertools.count[int]
-        _timers: list[tuple[float, int, Callable[[], None]]]
-        _wake_write: int
-        _want_write: set[WorkerConn]
-        _worker_selector: selectors.BaseSelector
-        _workers_fd: int
-        _workers_gate: Any  # select.epoll, or None where there is no epoll
         actors: ActorManager
         broken: str
-        cancelled_parents: set[int]
         closed: bool
-        forkserver: ForkServer
-        functions: dict[bytes, bytes]
         gpus: GpuIds
+        io: IOLoop
+        pool: WorkerPool
         id_floor: IdFloor
         job_id: int
         lock: NodeLock
         log: EventLog
         namespace: str | None
-        nested_live: int
         node_id: str
         objects: ObjectTable
         scheduler: Scheduler
-        selector: selectors.BaseSelector
         session: Session
         store: SegmentStore
         streams: StreamTable
-        task_listeners: list[Callable[[list[TaskRecord]], None]]
+        task_table: TaskTable
         tasks: dict[int, TaskSpec]
         workers: dict[int, WorkerConn]
 
@@ -183,7 +151,6 @@ if TYPE_CHECKING:
         def _resources_x(self) -> tuple[dict[str, float], dict[str, float]]: ...
         def recover_lost(self, entry: ObjectEntry) -> None: ...
         def recover_lost_argument(self, task: TaskSpec, path: str) -> None: ...
-        def _start_worker(self, pooled: bool = True) -> WorkerConn: ...
         def _dispatch(self) -> None: ...
         def _drain_refs(self) -> None: ...
         def _dep_ready(self, task: TaskSpec) -> None: ...
@@ -199,12 +166,6 @@ if TYPE_CHECKING:
             self, object_ids: list[int], force: bool, recursive: bool = False
         ) -> None: ...
         def _cancel_task(self, task: TaskSpec, force: bool) -> None: ...
-        def _add_timer(self, delay: float, callback: Callable[[], None]) -> None: ...
-        def _poll(self, longest: float | None, leading: bool = False) -> bool: ...
-        def _read_worker(self, conn: WorkerConn) -> None: ...
-        def _send(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None: ...
-        def _wake_leader(self) -> None: ...
-        def _watch_workers(self, watch: bool) -> bool: ...
         def _handle_read(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None: ...
         def _on_worker_eof(self, conn: WorkerConn) -> None: ...
         def _finish_worker_death(self, conn: WorkerConn) -> None: ...
@@ -212,7 +173,7 @@ if TYPE_CHECKING:
         def _end_pauses(self, conn: WorkerConn) -> None: ...
 
 
-class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, RunRecord):
+class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, RunRecord):
     """One session of the embedded runtime in the driver process."""
 
     def __init__(
@@ -244,38 +205,19 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         self.spiller = Spiller(self)
         self.scheduler = Scheduler(total)
         self.log = EventLog(event_budget)
-        self.functions: dict[bytes, bytes] = {}
-        self.tasks: dict[int, TaskSpec] = {}
+        self.task_table = TaskTable()  # live tasks, their code, their ends' listeners
+        # (Tools read the live tasks as ``node.tasks``; only the table changes them.)
+        self.tasks: dict[int, TaskSpec] = self.task_table.tasks
         self.lock.register = self._register_queued
-        self.workers: dict[int, WorkerConn] = {}
         self.gpus = GpuIds(int(num_gpus))  # which GPU ids each task and actor uses
-        # Recursive cancel (``_cancel_ids``): how many live tasks were submitted by a task
-        # (0: nothing to search), and the running tasks cancelled with recursive=True.
-        self.nested_live = 0
-        self.cancelled_parents: set[int] = set()
         # Ids and worker numbers continue from the previous session (see kernel/object_ref.py).
         self.id_floor = IdFloor()
         self._ids = DRIVER_IDS
         self._feasible_shapes: set[tuple] = set()
-        self._worker_ids = WORKER_NUMBERS
-        self._timers: list[tuple[float, int, Callable[[], None]]] = []
-        self._timer_seq = itertools.count()
-        self._deferred: list[Callable[[], None]] = []
-        # Observers of task ends (diagnostics): called as fn(records) outside the lock, in
-        # the thread that applied the ends, with the TaskRecords of the tasks that
-        # finished or failed since the last delivery, in the order they ended. The node
-        # pays one append per ended task while any listener is registered.
         self.output = DriverOutput(echo=log_to_driver)  # what workers print (output.py)
-        # Calls paused in the debugger now (kernel/debugger.py), and how workers debug.
+        # Calls paused in the debugger now (kernel/debugger.py).
         self.pauses = PauseTable()
-        self.debugger = debugger
         self.post_mortem = post_mortem
-        self.task_listeners: list[Callable[[list[TaskRecord]], None]] = []
-        self._ended_unheard: list[TaskRecord] = []
-        self._want_write: set[WorkerConn] = set()
-        # One receive buffer for every worker socket, used under the lock: ``recv`` of a
-        # fresh 256 KiB bytes per read cost an mmap, page faults and an mremap each.
-        self._recv_scratch = memoryview(bytearray(p.RECV_SIZE))
         self.closed = False
         self.broken = ""  # why the runtime cannot go on (a dead fork server, a bug), or ""
         self.advisor: Any = None  # set by init() unless advisor=False (diagnostics layer)
@@ -283,103 +225,30 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         self.actors = ActorManager(self)
         self.streams = StreamTable(self)  # generator tasks' yielded items (streams.py)
         self.objects.on_actor_freed = self.actors.handle_freed
-        # One thread per task slot unless the user chose: the "no speedup" trap of
-        # multi-threaded numpy running in every worker at once.
-        self.worker_env = {name: "1" for name in THREAD_VARS if name not in os.environ}
-        # init(runtime_env=...), normalized (runtime_env.py): set in every worker at start.
-        self.runtime_env = runtime_env
-        if runtime_env is not None:
-            self.worker_env.update(runtime_env["env_vars"])
-        # Started before our I/O thread exists; it execs, so user threads do not matter.
-        self.forkserver = ForkServer(self.session)
-        self.selector = selectors.DefaultSelector()
-        self._wake_read, self._wake_write = os.pipe()
-        os.set_blocking(self._wake_read, False)
-        os.set_blocking(self._wake_write, False)
-        self.selector.register(self._wake_read, selectors.EVENT_READ, "wake")
-        self.forkserver.control.setblocking(False)
-        self._fs_decoder = bytearray()
-        self.selector.register(self.forkserver.control, selectors.EVENT_READ, "forkserver")
-        # The worker sockets, for this thread: an epoll of their own inside its epoll, so
-        # a leading getter can mute them all with one call (see _block_on). A worker's
-        # socket is in this thread's epoll itself only while output to it waits.
-        self._worker_selector = selectors.DefaultSelector()
-        # Muting goes through a gate, a bare epoll holding only _worker_selector: one
-        # epoll_ctl on it (0.7 µs) where changing the registration in this thread's
-        # selector cost 2.8 µs of Python (``selectors``' key bookkeeping), twice per
-        # blocked get. No epoll (not Linux): no gate, and the leader does not mute.
-        self._workers_gate: Any = None
-        self._workers_fd = self._worker_selector.fileno()
-        if hasattr(select, "epoll"):
-            self._workers_gate = select.epoll()
-            self._workers_gate.register(self._workers_fd, select.EPOLLIN)
-            self.selector.register(self._workers_gate, selectors.EVENT_READ, "workers")
-        else:
-            self.selector.register(self._worker_selector, selectors.EVENT_READ, "workers")
-        # A second epoll over the worker sockets for the thread leading a blocked get:
-        # epoll wakes one waiter per event, so the leader cannot share the I/O thread's
-        # (whose worker sockets are in _worker_selector, which the leader mutes).
-        self._leader_selector = selectors.DefaultSelector()
-        self._leader_wake_read, self._leader_wake_write = os.pipe()
-        os.set_blocking(self._leader_wake_read, False)
-        os.set_blocking(self._leader_wake_write, False)
-        self._leader_selector.register(self._leader_wake_read, selectors.EVENT_READ, "wake")
-        self._leader = threading.Lock()
-        self._leader_spinner = Spinner()  # whoever leads; see spin.py
+        # The worker processes and the fork server that starts them; the fork server is
+        # started before our I/O thread exists. (Tools read ``node.workers`` and
+        # ``node.forkserver``; only the pool changes them.)
+        self.pool = WorkerPool(self.session, self.scheduler, runtime_env, self.job_id,
+                               event_budget)
+        self.workers: dict[int, WorkerConn] = self.pool.workers
+        self.pool.debugging = {"debugger": debugger, "post_mortem": post_mortem}
+        self.forkserver = self.pool.forkserver
+        # The I/O thread, the selectors and wake-ups, the timers and deferred callbacks
+        # (io_loop.py). Sending is the loop's; ``_send`` is its bound method, which the
+        # hot paths here and in actors.py call without an attribute chain.
+        self.io = IOLoop(self)
+        self._send = self.io.send
         ref_counter.on_borrow = self._on_driver_borrow
-        self._io_sleeps_long = False  # the I/O thread is (about to be) in an idle sleep
-        self._io_busy_until = 0.0
-        # A submitting thread muted the I/O thread's watch of the workers, and when it
-        # last read them (DriverCalls._submitter_pass; both under _leader).
-        self._submitter_muted = False
-        self._submitter_passed_at = 0.0
-        ref_counter.on_first_release = self._on_first_release
+        self.pool.watch = self.io.watch_worker
         with self.lock:
             for _ in range(max(1, int(num_cpus))):
-                self._start_worker()
-        self._thread = threading.Thread(target=self._loop, name="lightwork-node", daemon=True)
-        self._thread.start()
+                self.pool.start()
+        self.io.start()
         self.control = control.start(self)  # diagnostics side-car: socket, sampler
 
     # ------------------------------------------------------------------ ids, workers
     def next_object_id(self) -> int:
         return next(self._ids)
-
-    def _start_worker(self, pooled: bool = True) -> WorkerConn:
-        worker_id = next(self._worker_ids)
-        ours, theirs = socket.socketpair()
-        job_env = self.runtime_env
-        config = {
-            "sys_path": job_env["paths"] + sys.path if job_env else list(sys.path),
-            "cwd": (job_env and job_env["working_dir"]) or os.getcwd(),
-            "env": self.worker_env,
-            "as_ray": ray_alias.installed(),
-            "job_id": self.job_id,
-            "shm_dir": self.session.shm_dir,
-            "spill_dir": self.session.spill_dir,
-            "node_id": self.node_id,
-            "total": dict(self.scheduler.total),
-            "session_dir": self.session.directory,
-            "event_budget": self.log.budget,
-            "debugger": self.debugger,
-            "post_mortem": self.post_mortem,
-            "breakpoint": os.environ.get("PYTHONBREAKPOINT"),
-        }
-        try:
-            self.forkserver.spawn(worker_id, config, theirs)
-        except OSError as exc:
-            theirs.close()
-            ours.close()
-            raise exceptions.RuntimeSystemError(
-                f"cannot start a worker: the fork server is gone ({exc})") from exc
-        theirs.close()
-        ours.setblocking(False)
-        slot = self.scheduler.add_worker(worker_id) if pooled else WorkerSlot(worker_id)
-        conn = WorkerConn(worker_id, ours, slot)
-        self.workers[worker_id] = conn
-        self._worker_selector.register(ours, selectors.EVENT_READ, conn)
-        self._leader_selector.register(ours, selectors.EVENT_READ, conn)
-        return conn
 
     def fail_runtime(self, reason: str) -> None:
         """The runtime cannot go on: every pending object and later call raises, with why."""
@@ -393,9 +262,9 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             for entry in list(self.objects.entries.values()):
                 if entry.state == PENDING:
                     self._resolve(entry, None, error)
-            deferred, self._deferred = self._deferred, []
+            deferred = self.io.take_deferred()
         print(f"lightwork: the runtime stopped working: {reason}", file=sys.stderr)
-        self._wake_leader()
+        self.io.wake_leader()
         for callback in deferred:
             callback()
 
@@ -456,9 +325,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             for object_id in contained:  # a ref inside an argument may be from an ended session
                 if object_id not in entries and self.id_floor.minted_before(object_id):
                     raise self.ended_session_error(object_id)
-        self.tasks[task.task_id] = task
-        if task.parent:
-            self.nested_live += 1  # see _cancel_ids; _end_task counts it down
+        self.task_table.add(task)
         unready = 0
         if deps:  # the advisor tells a chain of dependent steps from independent tasks
             task.record.dep_tasks = tuple([entry.task_id for entry in deps])  # 3x a genexpr
@@ -485,15 +352,15 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         queued = self.lock.queued
         scheduler = self.scheduler
         if len(queued) > len(scheduler.workers):
-            scheduler.submitting = True  # a loop is submitting: see scheduler.py
+            scheduler.note_submitting()
         create = self.objects.create
-        tasks = self.tasks
+        add = self.task_table.add
         while queued:
             task = queued.popleft()
             at = task.record.submitted
             if task.plain:  # what register_task comes to for it, without its tests
                 create(task.return_ids[0], 0, task.task_id, at)  # (its one return)
-                tasks[task.task_id] = task
+                add(task)
                 if task.actor_id:  # it joins its actor's queue, which sends it if it can
                     self.actors.add_call(task.actor_id, task)
                 else:
@@ -520,7 +387,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
                 return
         if task.actor_id:
             actor = self.actors.actors.get(task.actor_id)
-            # A busy actor's ready calls go with its next frame read (_read_worker), and
+            # A busy actor's ready calls go with its next frame read (IOLoop.read_worker), and
             # a new call is queued after this (ActorManager.add_call sends it if idle).
             if actor is not None and len(actor.inflight) < actor.slots:
                 self.actors.pump(actor)
@@ -536,12 +403,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         self._end_task(task, TASK_FAILED)
 
     def _end_task(self, task: TaskSpec, state: str) -> None:
-        task.state = state
-        task.record.state = state
-        if self.tasks.pop(task.task_id, None) is not None and task.parent:
-            self.nested_live -= 1
-        if self.cancelled_parents:
-            self.cancelled_parents.discard(task.task_id)
+        tell_listeners = self.task_table.end(task, state)
         if self.streams.streams and task.return_ids:
             self.streams.on_task_end(task.return_ids[0])
         if not task.plain:  # (a plain task has no dependencies and inline arguments)
@@ -552,34 +414,27 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             if task.args.path is not None:
                 self.store.release(task.args.path)
         self.log.finish_task(task.record)
-        if self.task_listeners:
-            if not self._ended_unheard:
-                self._deferred.append(self._tell_listeners)
-            self._ended_unheard.append(task.record)
+        if tell_listeners:  # outside the lock, once this call's ends are all noted
+            self.io.defer(self._tell_listeners)
 
     def _tell_listeners(self) -> None:
         with self.lock:
-            ended, self._ended_unheard = self._ended_unheard, []
-            listeners = tuple(self.task_listeners)
+            ended, listeners = self.task_table.take_unheard()
         if ended:
             for listener in listeners:
-                _tell(listener, ended)
+                tell(listener, ended)
 
     def add_task_listener(self, listener: Callable[[list[TaskRecord]], None]) -> None:
+        """Call ``listener(records)`` with the records of tasks as they end (see
+        ``task_table.py``)."""
         with self.lock:
-            self.task_listeners.append(listener)
+            self.task_table.add_listener(listener)
 
     def remove_task_listener(self, listener: Callable[[list[TaskRecord]], None]) -> None:
         with self.lock:
-            if listener not in self.task_listeners:
-                return
-            self.task_listeners.remove(listener)
-            # Tasks that ended while it listened and that nobody has told of yet (the
-            # thread that ended them tells after letting go of the lock): tell it now,
-            # or it would never hear of them.
-            owed = list(self._ended_unheard)
+            owed = self.task_table.remove_listener(listener)
         if owed:
-            _tell(listener, owed)
+            tell(listener, owed)
 
     def _unuse(self, object_id: int, times: int = 1) -> None:
         entry = self.objects.entries.get(object_id)
@@ -595,16 +450,14 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
                 or scheduler.newly_reserved or self.actors.pending):
             # Nothing to place (most calls: every poll and submit dispatches); what the
             # loop below would conclude, without its passes over queues and workers.
-            scheduler.starving = 0
-            scheduler.submitting = False  # (queued actor calls set it; no task needs it)
+            scheduler.settle()
             return
         try:
             while True:
                 assignments = scheduler.schedule(time.monotonic())
                 if scheduler.newly_reserved:  # their bundles' GPU ids, before anything runs there
-                    for group in scheduler.newly_reserved:
+                    for group in scheduler.take_newly_reserved():
                         self.gpus.reserve_group(group)
-                    scheduler.newly_reserved.clear()
                 self._send_assignments(assignments)
                 if scheduler.orphaned:
                     self._fail_orphaned_tasks()
@@ -617,10 +470,10 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
                 if to_start <= 0:
                     return
                 for _ in range(to_start):
-                    self._start_worker()
+                    self.pool.start()
         except exceptions.RuntimeSystemError as exc:
             reason = str(exc)  # fail outside this call: it may run under a user's API call
-            self._deferred.append(lambda: self.fail_runtime(reason))
+            self.io.defer(lambda: self.fail_runtime(reason))
 
     def _send_assignments(self, assignments: list[TaskSpec]) -> None:
         if assignments:
@@ -628,6 +481,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             now = time.monotonic()
             gpus = self.gpus if self.gpus.any else None  # (a call per task saved without)
             workers = self.workers
+            functions = self.task_table.functions
             args: Stored | bytes  # a task's arguments as the frame carries them
             for task in assignments:
                 conn = workers[task.worker.worker_id]  # type: ignore[union-attr]  # assigned: placed
@@ -637,7 +491,7 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
                 key = task.function_key
                 if key not in conn.functions:
                     conn.functions.add(key)
-                    batch.append((p.FUNCTION, key, self.functions[key]))
+                    batch.append((p.FUNCTION, key, functions[key]))
                 record = task.record
                 record.dispatched = now
                 record.worker_id = conn.worker_id
@@ -679,15 +533,9 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             for entry in list(self.objects.entries.values()):
                 if entry.state == PENDING:
                     self._resolve(entry, None, error)
-        self._wake()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=2.0)
-        for conn in list(self.workers.values()):
-            try:
-                conn.sock.close()
-            except OSError:
-                pass
-        self.forkserver.stop()
+        self.io.wake()
+        self.io.join()
+        self.pool.stop()
         self.spiller.stop()
         with self.lock:
             # Specs still queued on a worker would keep a cycle with its slot that the
@@ -698,23 +546,10 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
             self.store.close()
         serialization.MAPS.clear()
         self.session.remove()
-        self.selector.close()
-        if self._workers_gate is not None:
-            self._workers_gate.close()
-        self._worker_selector.close()
-        self._leader_selector.close()
-        for fd in (self._wake_read, self._wake_write, self._leader_wake_read, self._leader_wake_write):
-            os.close(fd)
+        self.io.close()
         if ref_counter.on_borrow == self._on_driver_borrow:
             ref_counter.on_borrow = None
             ref_counter.on_first_release = None
-
-def _tell(listener: Callable[[list[TaskRecord]], None], ended: list[TaskRecord]) -> None:
-    try:
-        listener(ended)
-    except Exception as exc:  # noqa: BLE001 - a diagnostics bug must not stop the runtime
-        report_unraisable(exc, "Exception ignored in lightwork task listener", listener)
-
 
 def task_memory(store_budget: int) -> int:
     """Ray's default ``memory`` resource: the memory available now, less the store's."""

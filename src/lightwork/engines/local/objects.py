@@ -181,6 +181,15 @@ class ObjectTable:
     def get(self, object_id: int) -> ObjectEntry | None:
         return self.entries.get(object_id)
 
+    def discard(self, object_ids: tuple[int, ...]) -> None:
+        """Forget the entries a failed submission created (no ref to them was made)."""
+        for object_id in object_ids:
+            self.entries.pop(object_id, None)
+
+    def add_actor_handle(self, entry: ObjectEntry) -> None:
+        """``entry`` is an actor's handle object: freeing it ends the actor."""
+        self.actor_handles.add(entry.object_id)
+
     def resolve(self, entry: ObjectEntry, stored: Stored | bytes | None,
                 error: Any = None, at: float = 0.0) -> Sequence[Callable]:
         """Make ``entry`` READY with ``stored`` (a ``Stored``, or a bare value's bytes:

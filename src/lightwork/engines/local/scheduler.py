@@ -196,7 +196,10 @@ class Scheduler:
             task.worker = None
         return tasks
 
-    def block(self, slot: WorkerSlot) -> None:
+    def block(self, slot: WorkerSlot, call: str = "get") -> None:
+        """``slot``'s task blocked in a nested ``call`` ("get" or "wait"): its CPU goes
+        back to the pool until :meth:`unblock`."""
+        slot.blocked_in = call
         slot.blocked += 1
         if slot.blocked == 1 and slot.inflight:
             self._give_back(slot.held)
@@ -371,6 +374,27 @@ class Scheduler:
 
     def queued_count(self) -> int:
         return sum(len(queue) for queue in self.ready.values())
+
+    def note_submitting(self) -> None:
+        """More tasks were queued while every worker was busy than there are workers: a
+        loop is submitting, so the next pass sends the widest batch (``schedule``)."""
+        self.submitting = True
+
+    def settle(self) -> None:
+        """Nothing is ready, pending or orphaned: what a pass of ``schedule`` would
+        conclude, without it (the node's dispatch finds this on most polls)."""
+        self.starving = 0
+        self.submitting = False  # (queued actor calls set it; no task needs it)
+
+    def take_newly_reserved(self) -> list[PlacementGroupState]:
+        """The groups reserved since the last call, for the node to give GPU ids."""
+        reserved, self.newly_reserved = self.newly_reserved, []
+        return reserved
+
+    def take_orphaned(self) -> list[TaskSpec]:
+        """The ready tasks of removed groups since the last call, for the node to fail."""
+        orphaned, self.orphaned = self.orphaned, []
+        return orphaned
 
     def worker_cap(self) -> int:
         blocked = sum(1 for slot in self.workers.values() if slot.blocked)

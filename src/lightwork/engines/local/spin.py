@@ -29,7 +29,7 @@ and of adaptive mutexes, kept short and taken only where it is likely to pay:
   the frame cannot be produced while this waiter holds the core.
 
 The worker's reads (``protocol.BlockingConnection.recv``) and the getter that leads a
-blocked ``get``/``wait`` in the driver (``IOLoop._poll``) spin; the driver's I/O thread
+blocked ``get``/``wait`` in the driver (``IOLoop.poll``) spin; the driver's I/O thread
 does not (it is the fallback for everything else, and idles most of the time), and
 while a getter leads it does not watch the workers at all unless ``cores_to_spare``
 says the machine is full (``io_loop.py``).

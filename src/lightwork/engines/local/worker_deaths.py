@@ -1,8 +1,10 @@
 """A worker process that ends: retired after ``max_calls``, or dead (Node methods, a mixin).
 
 A worker is dead when its socket closes (:meth:`WorkerDeaths._on_worker_eof`); the fork
-server's ``EXITED`` gives its wait status, awaited for at most ``EXIT_STATUS_GRACE_S``,
-so the error names the exit code or signal. Then its running task is retried
+server's ``EXITED`` (read by the pool: ``WorkerPool.read_control``) gives its wait status,
+awaited for at most ``EXIT_STATUS_GRACE_S``, so the error names the exit code or signal.
+The pool owns the connection (``WorkerPool.forget`` drops it); this mixin coordinates
+what its end does to the scheduler, the tasks, the objects and the actors. Then its running task is retried
 (``max_retries``) or fails with ``WorkerCrashedError``, its queued tasks go back to the
 queue, what it borrowed is released, and the objects it owned are adopted by the driver
 (their values never lived only in the worker). An actor's worker is the actor manager's
@@ -45,28 +47,37 @@ class WorkerDeaths(_Base):
             else:
                 self._requeue(task)
         if len(self.scheduler.workers) < max(1, int(self.scheduler.total.get("CPU", 1.0))):
-            self._start_worker()
+            self.pool.start()
+
+    def _read_forkserver(self) -> bool:
+        """The fork server sent news (its pids and exit statuses: ``WorkerPool``): finish
+        the deaths it completes. False if the fork server is gone: the runtime fails,
+        saying why, once the lock is let go."""
+        ended = self.pool.read_control()
+        if ended is None:
+            if not self.closed:
+                reason = self.pool.gone_reason()
+                self.io.defer(lambda: self.fail_runtime(reason))
+            return False
+        for conn in ended:  # their exit status came after their socket closed
+            self._finish_worker_death(conn)
+        return True
 
     def _on_worker_eof(self, conn: WorkerConn) -> None:
         if conn.eof_at:
             return
         conn.eof_at = time.monotonic()
-        for selector in (self._worker_selector, self.selector, self._leader_selector):
-            try:
-                selector.unregister(conn.sock)
-            except (KeyError, ValueError):
-                pass
+        self.io.unwatch_worker(conn)
         conn.sock.close()
         if conn.exit_status is not None:
             self._finish_worker_death(conn)
         else:
-            self._add_timer(EXIT_STATUS_GRACE_S, lambda: self._finish_worker_death(conn))
+            self.io.add_timer(EXIT_STATUS_GRACE_S, lambda: self._finish_worker_death(conn))
 
     def _finish_worker_death(self, conn: WorkerConn) -> None:
         if conn.dead:
             return
-        conn.dead = True
-        self.workers.pop(conn.worker_id, None)
+        self.pool.forget(conn)
         if self.pauses:
             self._end_pauses(conn)
         self.store.forget_worker(conn.worker_id)

@@ -5,7 +5,9 @@ A result resolves its task's return objects (``store_results``) or, for an error
 retries the task (``retry_exceptions``) or fails it. A worker blocked in
 ``get``/``wait`` lends its CPU back to the pool (``Scheduler.block``) until the reply is
 sent; a reply is sent when every object is ready or the timeout fires
-(a timer of the I/O loop). Methods of the Node (a mixin), called with its lock held.
+(a timer of the I/O loop). Methods of the Node (a mixin: coordination of the task table,
+the object table, the scheduler and the actors), called with its lock held; the I/O loop
+(``IOLoop.read_worker``) hands each read's messages to ``_handle_read``.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class WorkerRequests(_Base):
         if kind == p.SUBMIT:
             self._on_worker_submit(conn, message)
         elif kind == p.FUNCTION:
-            self.functions.setdefault(message[1], message[2])
+            self.task_table.add_function(message[1], message[2])
             conn.functions.add(message[1])
         elif kind == p.PUT:
             entry = self.objects.create(message[1], conn.worker_id)
@@ -170,7 +172,7 @@ class WorkerRequests(_Base):
         """Whether something follows tasks' ends one by one (a cancelled parent's
         children, a stream, a task listener): while nothing does, a plain task or call
         that returned its value ends in ``_end_plain``."""
-        return bool(self.cancelled_parents or self.streams.streams or self.task_listeners)
+        return bool(self.streams.streams or self.task_table.followed())
 
     def _end_plain(self, task: TaskSpec, data: bytes, seen: float) -> TaskRecord:
         """End plain ``task`` (a task or an actor call) that returned ``data``, its
@@ -186,8 +188,7 @@ class WorkerRequests(_Base):
         if entry is not None and entry.state == PENDING:  # (else nobody holds it)
             for waiter in objects.resolve(entry, data, None, seen):
                 waiter(entry)
-        task.state = record.state = FINISHED
-        self.tasks.pop(task.task_id, None)  # (a plain task's parent is the driver: 0)
+        self.task_table.end_plain(task)
         return record
 
     def _on_done(self, conn: WorkerConn, done: tuple[Any, ...], seen: float) -> None:
@@ -335,9 +336,9 @@ class WorkerRequests(_Base):
             return
         if actor_id:
             self.actors.add_call(actor_id, task)
-            if self.cancelled_parents and parent in self.cancelled_parents:
+            if self.task_table.parent_cancelled(parent):
                 self.actors.cancel_call(task, False)  # as below, for an actor call
-        elif self.cancelled_parents and parent in self.cancelled_parents:
+        elif self.task_table.parent_cancelled(parent):
             # Its parent was cancelled (recursive) while this submission was on its way.
             self._cancel_task(task, False)
 
@@ -443,8 +444,7 @@ class WorkerRequests(_Base):
             if deadlock:
                 self._reply(conn, request_id, ("deadlock", deadlock))
                 return
-        conn.slot.blocked_in = "get"
-        self.scheduler.block(conn.slot)
+        self.scheduler.block(conn.slot, "get")
         state = {"done": False}
 
         def finish(timed_out: bool) -> None:
@@ -462,7 +462,7 @@ class WorkerRequests(_Base):
         for entry in pending:
             entry.add_waiter(countdown.hit)
         if timeout is not None:
-            self._add_timer(timeout, lambda: finish(True))
+            self.io.add_timer(timeout, lambda: finish(True))
 
     def _on_worker_wait(self, conn: WorkerConn, request_id: int, ids: list[int],
                         num_returns: int, timeout: Any, context: Any = None) -> None:
@@ -487,8 +487,7 @@ class WorkerRequests(_Base):
             if deadlock:
                 self._reply(conn, request_id, ("deadlock", deadlock))
                 return
-        conn.slot.blocked_in = "wait"
-        self.scheduler.block(conn.slot)
+        self.scheduler.block(conn.slot, "wait")
         state = {"done": False}
 
         def finish() -> None:
@@ -507,7 +506,7 @@ class WorkerRequests(_Base):
             if entry is not None and entry.state == PENDING:
                 entry.add_waiter(countdown.hit)
         if timeout is not None:
-            self._add_timer(timeout, finish)
+            self.io.add_timer(timeout, finish)
 
 
 class _CallbackCountdown:
