@@ -169,6 +169,12 @@ def control_path() -> str:
     return driver_node().control.path
 
 
+def paused_calls() -> list[dict[str, Any]]:
+    """The calls paused in the debugger now, as ``lightwork debug`` lists them (each with
+    its ``socket``, ``task_id``, ``pid``, ``paused_s``)."""
+    return driver_node().pauses.rows()
+
+
 def forkserver() -> Any:
     """The driver's forkserver (its ``start_method`` and ``process``)."""
     return driver_node().forkserver

@@ -29,6 +29,8 @@ socket of its session (the newest of this user's sessions, or ``--session NAME``
                                            collapsed stacks (other names); --mode
                                            cprofile: cProfile of every call (pstats)
     lightwork advise [--format json]       the advisor's findings: mistakes and their fixes
+    lightwork debug [CALL] [--list] [--wait S]  the calls paused in the debugger
+                                           (breakpoint() in a task); attach to one
     lightwork dashboard [--port N] [--open] [--allow-actions]
                                            a live dashboard in the browser (lightwork.dashboard)
 
@@ -417,6 +419,33 @@ def _attach(args: Any, out: TextIO) -> int:
     return 0
 
 
+def debug_command(args: Any, out: TextIO) -> int:
+    """``lightwork debug``: the paused calls of the named session, or of every running
+    session of this user when none is named (a paused call may be in any of them)."""
+    from lightwork.diagnostics import debugging
+
+    if not 0 <= args.wait <= 86400:
+        raise ValueError(f"--wait must be within [0, 86400] seconds, got {args.wait:g}")
+    if args.session or args.address:
+        paths = [control.resolve_socket(args.session, args.address)]
+    else:
+        paths = [info.socket for info in control.find_sessions()]
+        if not paths:
+            control.resolve_socket()  # raises NoSessionError, saying where it looked
+
+    def collect() -> list[dict[str, Any]]:
+        rows = []
+        for path in paths:
+            try:
+                rows += control.request(path, "debug_paused", timeout=args.timeout)["paused"]
+            except (control.ControlError, ValueError):
+                if len(paths) == 1:  # a named session that cannot answer: say so
+                    raise
+        return rows
+
+    return debugging.run(collect, args.call, args.list, args.wait, out)
+
+
 def format_logs(result: dict[str, Any], args: Any) -> str:
     """``lightwork logs``' table form: a heading per call, then its lines as printed."""
     tasks = result["tasks"]
@@ -556,6 +585,14 @@ def build_parser() -> argparse.ArgumentParser:
                           "stacks; in cprofile mode, pstats' file")
     sampling.add_argument("--top", type=int, default=10,
                           help="functions per task function in the printed table (10)")
+    debug = commands.add_parser("debug", parents=[attach],
+                                help="the calls paused in the debugger; attach to one")
+    debug.add_argument("call", nargs="?", metavar="CALL",
+                       help="the paused call to attach to: its # in the list, or its task "
+                       "id (default: the only one, else a choice)")
+    debug.add_argument("--list", action="store_true", help="list the paused calls and leave")
+    debug.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                       help="wait up to SECONDS for a call to pause (default: do not wait)")
     from lightwork.dashboard import add_command
 
     add_command(commands, attach)
@@ -615,6 +652,8 @@ def _command(args: Any, out: TextIO) -> int:
             return run_command(args, out)
         if args.command == "advise" and args.file:
             return advise_file(args.file, args.format == "json", out)
+        if args.command == "debug":
+            return debug_command(args, out)
         return _attach(args, out)
     except control.ControlError as exc:
         print(f"lightwork: {exc}", file=sys.stderr)

@@ -127,6 +127,8 @@ def init(
     advisor: bool = True,
     runtime_env: dict[str, Any] | None = None,
     dashboard: bool = False,
+    post_mortem: bool | None = None,
+    debugger: str = "pdb",
     _memory_usage_threshold: float | None = None,
     _memory_monitor_refresh_ms: float | None = None,
     **ray_kwargs: Any,
@@ -150,6 +152,11 @@ def init(
     ``job_config`` (a :class:`lightwork.job_config.JobConfig`) gives the job's runtime_env,
     namespace, code_search_path and default actor lifetime, where ``init``'s own
     arguments do not (see ``api/job_config.py`` for what each field does here).
+    ``post_mortem=True`` (or ``LIGHTWORK_POST_MORTEM=1``) pauses a task or actor method
+    that raises in the debugger, in the frame that raised, before its error is sent;
+    ``debugger`` is what ``breakpoint()`` in a task starts: ``"pdb"`` (attach with
+    ``lightwork debug``) or ``"debugpy"`` (an editor attaches; the ``debug`` extra). See
+    the debugging guide.
     ``_memory_usage_threshold`` (default 0.95) and ``_memory_monitor_refresh_ms`` (250; 0
     turns it off) set the memory monitor (``lightwork.engines.local.memory_monitor``).
     """
@@ -170,6 +177,7 @@ def init(
         raise TypeError(f"log_to_driver must be True or False, got {log_to_driver!r}")
     if task_memory is not None:
         task_memory = check_amount("_memory", task_memory)
+    post_mortem, debugger = _debug_options(post_mortem, debugger)
     unknown = sorted(set(ray_kwargs) - RAY_ONLY_INIT_ARGS - {"logging_level"})
     if unknown:
         import inspect
@@ -226,7 +234,8 @@ def init(
         advisor=advisor, init_callsite=callsite(1), runtime_env=job_env,
         object_store_memory=object_store_memory, spill_dir=spill_dir, memory=task_memory,
         memory_usage_threshold=_memory_usage_threshold,
-        memory_monitor_refresh_ms=_memory_monitor_refresh_ms, log_to_driver=log_to_driver)
+        memory_monitor_refresh_ms=_memory_monitor_refresh_ms, log_to_driver=log_to_driver,
+        debugger=debugger, post_mortem=post_mortem)
     with _init_lock:
         if _backend is not None and not _backend.closed:
             if ignore_reinit_error:
@@ -248,6 +257,26 @@ def init(
             file=sys.stderr,
         )
     return _context()
+
+
+def _debug_options(post_mortem: Any, debugger: Any) -> tuple[bool, str]:
+    """``init``'s debugger options, checked (``LIGHTWORK_POST_MORTEM=1``: post-mortem on)."""
+    import os
+
+    if post_mortem is None:
+        post_mortem = os.environ.get("LIGHTWORK_POST_MORTEM", "") not in ("", "0")
+    if not isinstance(post_mortem, bool):
+        raise TypeError(f"post_mortem must be True or False, got {post_mortem!r}")
+    if debugger not in ("pdb", "debugpy"):
+        raise ValueError(f"debugger must be 'pdb' (attach with `lightwork debug`) or "
+                         f"'debugpy' (attach an editor), got {debugger!r}")
+    if debugger == "debugpy":
+        import importlib.util
+
+        if importlib.util.find_spec("debugpy") is None:
+            raise ImportError("init(debugger='debugpy') needs debugpy: pip install "
+                              "'lightwork[debug]' (or pip install debugpy)")
+    return post_mortem, debugger
 
 
 def _start_dashboard(port: int) -> None:

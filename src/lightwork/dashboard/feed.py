@@ -185,11 +185,13 @@ def sync(node: RunRecord, task_cursor: int, span_cursor: int, max_records: int,
         FeedTotals.records += len(new_tasks)
         live_counts = _live_counts(node)
         base = log.started_at
+        pauses = getattr(node, "pauses", None)  # calls paused in the debugger now
+        paused = pauses.task_ids() if pauses else ()
         live = [
             (task.task_id, task.name, views.live_task_state(node, task), task.record.worker_id,
              task.actor_id, int((task.record.submitted - base) * 1e6),
              int((task.record.dispatched - base) * 1e6) if task.record.dispatched else 0,
-             task.record.attempt)
+             task.record.attempt, task.task_id in paused)
             for task in itertools.islice(node.tasks.values(), live_limit)
         ]
         if facts is None:

@@ -273,8 +273,9 @@ class Table:
                 "retries": m.retries[i], "error": m.errors.get(i)}
 
     def live_row(self, r: list[Any]) -> dict[str, Any]:
-        task_id, name, state, worker_id, actor_id, submitted, _dispatched, attempt = r
+        task_id, name, state, worker_id, actor_id, submitted, _dispatched, attempt = r[:8]
         return {"task_id": task_id, "name": name, "state": state,
+                "is_debugger_paused": bool(r[8]) if len(r) > 8 else False,
                 "worker_id": worker_id if worker_id > 0 else None, "pid": None,
                 "actor_id": f"{actor_id:020x}" if actor_id else None, "attempt": attempt,
                 "submitted_s": submitted / 1e6, "queued_s": None,  # (µs since the start)

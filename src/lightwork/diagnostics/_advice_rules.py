@@ -160,6 +160,9 @@ class AdviceRules:
         self._machine: deque[tuple[float, float]] = deque(maxlen=4096)  # (time, idle core-s)
         # worker id -> (time, seconds its main thread waited for a core so far)
         self._worker_waits: dict[int, deque[tuple[float, float]]] = {}
+        # (start, end) of recent pauses in the debugger: the driver's gets meanwhile
+        # waited for the user, not for the program (``_add_span`` leaves them out).
+        self._pauses: deque[tuple[float, float]] = deque(maxlen=64)
 
     # -- reporting -------------------------------------------------------------------
     def _report(self, finding: Finding, key: Any = None) -> None:
@@ -176,6 +179,9 @@ class AdviceRules:
     def _add_record(self, record: TaskRecord, weight: int = 1) -> None:
         # This runs once per task: keep it to a few dict and deque operations. ``weight``
         # is how many tasks a sampled record stands for (0: already counted).
+        if record.paused:  # it sat in the debugger: its times are the user's, not the
+            self._leave_out_paused(record, weight)  # program's; no rule reads them
+            return
         self._records[record.task_id] = record
         self._recent.append(record)
         if len(self._records) > 8192:
@@ -219,7 +225,20 @@ class AdviceRules:
                     record.callsite,
                 ))
 
+    def _leave_out_paused(self, record: TaskRecord, weight: int) -> None:
+        """A call that paused in the debugger: remember its pauses (the driver's gets
+        meanwhile waited for the user), and take them out of how busy the slots were
+        (its run was counted in full as it ended)."""
+        slots = 1.0 if record.actor_id or record.num_cpus < 1.0 else record.num_cpus
+        for start, end in record.paused:
+            self._pauses.append((start, end))
+            if weight and end > start:
+                self._busy.add(start, end, -slots)
+
     def _add_span(self, span: DriverSpan) -> None:
+        if self._pauses and any(start < span.end and span.start < end
+                                for start, end in self._pauses):
+            return  # a get or wait that waited (also) for a call paused in the debugger
         self._spans.append(span)
         if self._may_be_get_in_loop(span):
             run = self._get_runs[span.callsite]

@@ -330,6 +330,13 @@ class _Builder:
                                 ("store result", finished, end)):
                 if b > a:
                     self.span(phase, "phase", pid, tid, a, b)
+        for began_pause, ended_pause in record.get("paused") or ():  # in the debugger
+            a = max(start, self.us(began_pause))
+            b = min(end, self.us(ended_pause))
+            if b > a:
+                self.span("paused in the debugger", "debugger", pid, tid, a, b,
+                          {"task_id": record["task_id"],
+                           "paused_ms": round((ended_pause - began_pause) * 1e3, 3)})
         self.task_rows[record["task_id"]] = (pid, tid)
         owner = record["owner"]
         submitter = self.driver if owner == 0 else self.worker_pid(owner)

@@ -126,6 +126,11 @@ class SessionOptions:
     memory_monitor_refresh_ms: float | None = None
     #: Ray's ``log_to_driver``: print what tasks write, labelled, on the driver's terminal.
     log_to_driver: bool = True
+    #: What ``breakpoint()`` in a worker starts: "pdb" (``lightwork debug`` attaches) or
+    #: "debugpy" (an editor attaches); see ``kernel/debugger.py``.
+    debugger: str = "pdb"
+    #: A call that raises pauses in the debugger before its error is sent.
+    post_mortem: bool = False
 
 
 class Backend(abc.ABC):

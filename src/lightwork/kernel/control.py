@@ -352,7 +352,7 @@ def _peer_uid(conn: socket.socket) -> int | None:
 
 # ---------------------------------------------------------------------------- operations
 OPS = ("ping", "status", "list", "summarize_tasks", "memory_summary", "timeline_data", "stacks",
-       "advise", "logs", "sample_start", "sample_stop", "sample")
+       "advise", "logs", "sample_start", "sample_stop", "sample", "debug_paused")
 OpHandler = Callable[[Run, str, dict[str, Any]], Any]
 #: Operations registered by the layers above (name -> handler); see :func:`register_ops`.
 _extra_ops: dict[str, OpHandler] = {}

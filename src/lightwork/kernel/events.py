@@ -116,6 +116,9 @@ class TaskRecord:
     # at most every DRIVER_BUSY_SAMPLE_S of submissions (0.0: not sampled).
     driver_busy: float = 0.0
     driver_cpu: float = 0.0  # ... and of that, its CPU time alone
+    # (start, end) of each time the call sat paused in the debugger (kernel/debugger.py):
+    # the user's time, which the advisor counts neither as work nor as waiting.
+    paused: tuple[tuple[float, float], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

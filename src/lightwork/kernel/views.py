@@ -55,7 +55,7 @@ LIVE_STATES = ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WO
 
 TASK_KEYS = ("task_id", "name", "type", "state", "actor_id", "attempt", "worker_id", "pid",
              "owner", "submitted_at", "queued_s", "run_s", "arg_size", "result_size",
-             "rss_peak", "rss_change", "retries", "error")
+             "rss_peak", "rss_change", "retries", "error", "is_debugger_paused")
 ACTOR_KEYS = ("actor_id", "class_name", "name", "namespace", "state", "pid", "worker_id",
               "restarts", "max_restarts", "running", "queued", "calls_done", "methods_running",
               "max_concurrency", "detached", "death_cause")
@@ -70,7 +70,7 @@ KEYS = {"tasks": TASK_KEYS, "actors": ACTOR_KEYS, "workers": WORKER_KEYS, "objec
 RECORD_FIELDS = ("task_id", "name", "owner", "submitted", "attempt", "worker_id", "pid",
                  "deps_ready", "dispatched", "started", "args_loaded", "finished", "stored",
                  "seen", "arg_size", "result_size", "state", "error", "retries", "yields",
-                 "rss_peak", "rss_change")
+                 "rss_peak", "rss_change", "paused")
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -84,9 +84,12 @@ def _wall(node: Run, t: float) -> float | None:
     return node.log.started_at_wall + (t - node.log.started_at)
 
 
+_TUPLES = ("retries", "yields", "paused")
+
+
 def _record_row(record: TaskRecord) -> tuple[Any, ...]:
     return tuple(
-        list(getattr(record, name)) if name in ("retries", "yields") else getattr(record, name)
+        list(getattr(record, name)) if name in _TUPLES else getattr(record, name)
         for name in RECORD_FIELDS
     )
 
@@ -110,6 +113,16 @@ class _Snapshot:
             ]
             self.dropped_tasks = node.log.dropped_tasks
             self.now = time.monotonic()
+            pauses = getattr(node, "pauses", None)  # calls paused in the debugger now
+            since = pauses.open_windows() if pauses else {}
+        self.paused: set[int] = set(since)
+        if since:  # a pause not over yet shows up to now (the timeline marks it)
+            at = RECORD_FIELDS.index("paused")
+            for place, (values, *rest) in enumerate(self.live):
+                if values[0] in since:
+                    values = values[:at] + ([*values[at], (since[values[0]], self.now)],) \
+                        + values[at + 1:]
+                    self.live[place] = (values, *rest)
 
 
 def live_task_state(node: Run, task: Any) -> str:
@@ -156,7 +169,10 @@ def task_rows(node: Run) -> list[dict[str, Any]]:
     rows = []
     for values, state, actor_id, pid in snap.live:
         record = dict(zip(RECORD_FIELDS, values))
-        rows.append(_task_row(node, record, state, actor_id, pid or record["pid"], snap.now))
+        row = _task_row(node, record, state, actor_id, pid or record["pid"], snap.now)
+        if snap.paused and record["task_id"] in snap.paused:
+            row["is_debugger_paused"] = True
+        rows.append(row)
     for ended in reversed(snap.ended):
         fields = {name: getattr(ended, name) for name in RECORD_FIELDS}
         pid = ended.pid or pids.get(ended.worker_id, 0)
@@ -189,6 +205,7 @@ def _task_row(node: Run, r: dict[str, Any], state: str, actor_id: int | None, pi
         "rss_change": r["rss_change"] if r["rss_peak"] else None,
         "retries": len(r["retries"]),
         "error": r["error"],
+        "is_debugger_paused": False,  # (task_rows: True while it is)
     }
 
 

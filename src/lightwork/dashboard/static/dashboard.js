@@ -413,7 +413,7 @@ function renderTasks(t) {
   $("next").disabled = t.page + 1 >= pages;
   const columns = [
     ["task", (r) => r.task_id, "num", "task_id"], ["function", (r) => shortName(r.name), "", "name"],
-    ["state", (r) => stateCell(r.state), "", "state"], ["worker", (r) => r.worker_id, "num", "worker_id"],
+    ["state", (r) => stateCell(r.state, r.is_debugger_paused), "", "state"], ["worker", (r) => r.worker_id, "num", "worker_id"],
     ["submitted", (r) => fmtSeconds(r.submitted_s), "num", "submitted"],
     ["queued", (r) => fmtSeconds(r.queued_s), "num", "queued_s"], ["run", (r) => fmtSeconds(r.run_s), "num", "run_s"],
     ["args", (r) => fmtBytes(r.arg_size), "num", "arg_size"], ["result", (r) => fmtBytes(r.result_size), "num", "result_size"],
@@ -424,7 +424,11 @@ function renderTasks(t) {
   table($("tasks"), t.rows, columns, true);
 }
 
-function stateCell(s) { return el("span", s, "state-" + s); }
+function stateCell(s, paused) {
+  // A call paused in the debugger (breakpoint(), post-mortem) is still RUNNING, as in Ray.
+  return paused ? el("span", s + " · paused in the debugger", "state-" + s + " state-paused")
+    : el("span", s, "state-" + s);
+}
 
 function actionButton(kind, body) {
   const button = el("button", kind === "cancel" ? "Cancel" : "Kill", "action");

@@ -306,6 +306,12 @@ class DistributedBackend(Backend):
                 "the cluster's workers have their own environment and memory settings "
                 "(dask worker --memory-limit, --preload); pass runtime_env per task "
                 "with .options() only on the embedded runtime")
+        if options.post_mortem or options.debugger != "pdb":
+            raise unsupported(
+                "init(post_mortem=True) (or LIGHTWORK_POST_MORTEM=1) and "
+                "init(debugger='debugpy')",
+                "the in-task debugger pauses calls on the embedded runtime only for now; "
+                "debug the failing task there (init() without an address)")
         return cls.connect(
             target, num_cpus=options.num_cpus, num_gpus=options.num_gpus,
             resources=options.resources or {}, namespace=options.namespace,

@@ -74,7 +74,8 @@ class LocalBackend(Backend):
         node = Node(cpus, options.num_gpus or 0.0, dict(options.resources or {}),
                     options.namespace, options.event_budget, store_budget, options.spill_dir,
                     runtime_env=options.runtime_env, memory=options.memory,
-                    log_to_driver=options.log_to_driver)
+                    log_to_driver=options.log_to_driver, debugger=options.debugger,
+                    post_mortem=options.post_mortem)
         node.memory_monitor = MemoryMonitor(node, threshold, refresh_s)
         node.memory_monitor.start()
         if options.advisor and options.event_budget and tools.advisor_loaded():

@@ -83,6 +83,7 @@ from lightwork.engines.local.memory_monitor import MemoryMonitor
 from lightwork.engines.local.node_lock import NodeLock
 from lightwork.engines.local.output import DriverOutput
 from lightwork.engines.local.record import LocalRecord
+from lightwork.kernel.pauses import PauseTable
 from lightwork.engines.local.objects import FAILED, PENDING, ObjectEntry, ObjectTable
 from lightwork.engines.local.scheduler import (
     DISPATCHED,
@@ -116,6 +117,7 @@ if TYPE_CHECKING:
         # (an instance attribute: IOLoop.send, bound; see Node.__init__)
         _send: Callable[[WorkerConn, list[tuple[Any, ...]]], None]
         output: DriverOutput
+        pauses: PauseTable
         actors: ActorManager
         broken: str
         closed: bool
@@ -169,6 +171,7 @@ if TYPE_CHECKING:
         def _on_worker_eof(self, conn: WorkerConn) -> None: ...
         def _finish_worker_death(self, conn: WorkerConn) -> None: ...
         def _retire_worker(self, conn: WorkerConn) -> None: ...
+        def _end_pauses(self, conn: WorkerConn) -> None: ...
 
 
 class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, LocalRecord):
@@ -186,6 +189,8 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
         runtime_env: dict[str, Any] | None = None,
         memory: float | None = None,
         log_to_driver: bool = True,
+        debugger: str = "pdb",
+        post_mortem: bool = False,
     ) -> None:
         total = {"CPU": float(num_cpus), "GPU": float(num_gpus), **resources}
         self.namespace = namespace
@@ -212,6 +217,9 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
         self._feasible_shapes: set[tuple] = set()
         self._warned_shapes: set[tuple] = set()
         self.output = DriverOutput(echo=log_to_driver)  # what workers print (output.py)
+        # Calls paused in the debugger now (kernel/debugger.py).
+        self.pauses = PauseTable()
+        self.post_mortem = post_mortem
         self.closed = False
         self.broken = ""  # why the runtime cannot go on (a dead fork server, a bug), or ""
         self.advisor: Any = None  # set by init() unless advisor=False (diagnostics layer)
@@ -225,6 +233,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
         self.pool = WorkerPool(self.session, self.scheduler, runtime_env, self.job_id,
                                event_budget)
         self.workers: dict[int, WorkerConn] = self.pool.workers
+        self.pool.debugging = {"debugger": debugger, "post_mortem": post_mortem}
         self.forkserver = self.pool.forkserver
         # The I/O thread, the selectors and wake-ups, the timers and deferred callbacks
         # (io_loop.py). Sending is the loop's; ``_send`` is its bound method, which the

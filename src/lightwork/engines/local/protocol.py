@@ -31,7 +31,8 @@ Driver -> worker: ``TASK``, ``FUNCTION``, ``REPLY``, ``EXIT``, ``ACTOR_INIT``.
 Worker -> driver: ``DONE``, ``SUBMIT``, ``PUT``, ``GET``, ``WAIT``, ``BORROW``,
 ``RELEASE``, ``BLOCKED``, ``UNBLOCKED``, ``BOUNCE``, ``CANCEL``, ``CALL``, ``MAPPED``,
 ``UNMAPPED`` (which shared-memory segments the worker maps: see ``store.py``),
-``OUTPUT`` (what its calls printed: ``output.py``).
+``OUTPUT`` (what its calls printed: ``output.py``), ``DEBUG`` (a call paused in the
+debugger, or runs on: ``kernel/debugger.py``).
 
 Measured: see bench/HOTPATH.md, "The wire format".
 """
@@ -67,6 +68,7 @@ MAPPED = 22
 UNMAPPED = 23
 RETIRE = 24  # worker -> driver: it ran a max_calls function's last call and exits now
 OUTPUT = 25  # worker -> driver: lines its calls printed (``output.py``)
+DEBUG = 26  # worker -> driver: a call paused in the debugger, or resumed (kernel/debugger.py)
 
 _LENGTH = struct.Struct("<I")
 

@@ -67,6 +67,8 @@ def answer_query(node: Node, op: str, args: dict[str, Any]) -> Any:
         return logs(node, args)
     if op in ("sample_start", "sample_stop", "sample"):
         return answer_sampling(node, op, args)
+    if op == "debug_paused":  # `lightwork debug`: the calls paused in the debugger
+        return {"session": node.session.name, "paused": node.pauses.rows()}
     raise ValueError(f"unknown operation {op!r}; known: {', '.join(known_ops())}")
 
 

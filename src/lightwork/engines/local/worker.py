@@ -75,6 +75,7 @@ from lightwork.kernel.generators import (
 )
 from lightwork.kernel.object_ref import PROCESS_ID_SHIFT, ref_counter
 from lightwork.kernel import control
+from lightwork.kernel import debugger
 from lightwork.engines.local import protocol as p
 from lightwork.engines.local import task_memory
 from lightwork.kernel import serialization
@@ -397,6 +398,19 @@ class Worker(WorkerCalls):
                 self.send([])
                 return
 
+    # -- the debugger (kernel/debugger.py) ------------------------------------------------
+    def announce_pause(self, event: str, info: dict[str, Any]) -> None:
+        """A call of this worker paused in the debugger, or runs on: tell the driver now
+        (from the paused call's thread; the main thread may be that one)."""
+        self.send([(p.DEBUG, event, info)])
+
+    def describe_call(self) -> tuple[int, str]:
+        """The running call's task id and name, for the debugger's announcements."""
+        frame = self.current
+        if frame is None:
+            return (0, self.actor_name or "worker")
+        return (frame[0], frame[2])
+
     def retire(self) -> None:
         """Exit once the running task is done; the driver runs nothing more here."""
         self.retiring = self.exiting = True
@@ -697,6 +711,8 @@ class Worker(WorkerCalls):
             outcome = ("error", serialization.serialize(
                 exceptions.TaskError(name, f"{exc}\n", exc, os.getpid()), None))
         except BaseException as exc:  # noqa: BLE001 - user errors become results
+            if debugger.post_mortem_on():  # init(post_mortem=True): pause where it raised
+                debugger.post_mortem(exc)
             finished = time.monotonic()
             outcome = ("error", error_outcome(name, exc))
             # The error is sent as text and a copy: drop the failed task's locals now, so a
@@ -730,6 +746,8 @@ class Worker(WorkerCalls):
         except (ActorExit, exceptions.AsyncioActorExit):
             outcome = ("exit", None)
         except BaseException as exc:  # noqa: BLE001 - reported as the actor's death cause
+            if debugger.post_mortem_on():
+                debugger.post_mortem(exc)
             outcome = ("error", error_outcome(f"{name}.__init__", exc))
         if self.output_pending:
             self.output.end_call()
@@ -956,5 +974,14 @@ def main(fd: int, worker_id: int, config: dict[str, Any]) -> None:
     from lightwork.engines.local import output
 
     output.install(worker)  # print() and logging reach the driver, labelled
+    # PYTHONBREAKPOINT as the driver has it now (0: breakpoints off), then the debugger.
+    if config.get("breakpoint") is None:
+        os.environ.pop("PYTHONBREAKPOINT", None)
+    else:
+        os.environ["PYTHONBREAKPOINT"] = config["breakpoint"]
+    if config.get("session_dir"):
+        debugger.install(config["session_dir"], worker_id, worker.announce_pause,
+                         worker.describe_call, config.get("debugger") or "pdb",
+                         bool(config.get("post_mortem")))
     worker.run()
     worker.end()

@@ -78,6 +78,8 @@ class WorkerDeaths(_Base):
         if conn.dead:
             return
         self.pool.forget(conn)
+        if self.pauses:
+            self._end_pauses(conn)
         self.store.forget_worker(conn.worker_id)
         if conn.actor is not None:
             self.actors.on_worker_death(conn, describe_exit(conn.exit_status))

@@ -97,6 +97,8 @@ class WorkerPool:
         self._control_input = bytearray()
         #: Puts a new worker's socket in the I/O loop's selectors (set by the node).
         self.watch: Callable[[WorkerConn], None] = lambda conn: None
+        #: What ``breakpoint()`` starts in a worker (kernel/debugger.py; set by the node).
+        self.debugging: dict[str, Any] = {}
 
     def start(self, pooled: bool = True) -> WorkerConn:
         """Ask the fork server for a new worker; ``pooled``: a task worker with a slot in
@@ -117,6 +119,9 @@ class WorkerPool:
             "total": dict(self.scheduler.total),
             "session_dir": session.directory,
             "event_budget": self.event_budget,
+            **self.debugging,
+            # PYTHONBREAKPOINT as the driver has it now: 0 turns the debugger off there.
+            "breakpoint": os.environ.get("PYTHONBREAKPOINT"),
         }
         try:
             # The driver's libraries first, so the worker has them from birth (preload.py).

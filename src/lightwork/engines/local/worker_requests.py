@@ -12,6 +12,7 @@ the object table, the scheduler and the actors), called with its lock held; the 
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from lightwork.engines.local.cancel import cancelled_error
 from lightwork.kernel.calls import unschedulable_error
 from lightwork.kernel.collector import keep_out_of_collector
 from lightwork.kernel.events import TaskRecord
+from lightwork.kernel.pauses import pause_line
 from lightwork.engines.local.lineage import file_exists, keeps_lineage
 from lightwork.engines.local.objects import PENDING, READY, ObjectEntry
 from lightwork.engines.local.protocol import DONE
@@ -95,6 +97,29 @@ class WorkerRequests(_Base):
                 self.store.remove_reader(path, conn.worker_id)
         elif kind == p.OUTPUT:
             self.output.receive(conn.worker_id, conn.pid, message[1])
+        elif kind == p.DEBUG:
+            self._on_debug(conn, message[1], message[2])
+
+    def _on_debug(self, conn: WorkerConn, event: str, info: dict[str, Any]) -> None:
+        """A call paused in the debugger (one line printed, listed for ``lightwork
+        debug``) or runs on (its pause joins its record's ``paused`` windows)."""
+        if event == "paused":
+            info["worker_id"] = conn.worker_id
+            self.pauses.add(info)
+            print(pause_line(info), file=sys.stderr, flush=True)
+            return
+        opened = self.pauses.remove(info["socket"])
+        task = self.tasks.get(info["task_id"])
+        if opened is not None and task is not None:
+            task.record.paused += ((opened["since"], info["until"]),)
+
+    def _end_pauses(self, conn: WorkerConn) -> None:
+        """A worker ended: its paused calls are paused no more."""
+        now = time.monotonic()
+        for info in self.pauses.drop_worker(conn.worker_id):
+            task = self.tasks.get(info["task_id"])
+            if task is not None:
+                task.record.paused += ((info["since"], now),)
 
     def _handle_read(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None:
         """The messages of one read from ``conn``, in order, with one clock reading for
