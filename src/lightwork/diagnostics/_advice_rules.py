@@ -29,7 +29,7 @@ from lightwork.diagnostics._measure import SlotTime, most_at_once, union
 KINDS = (
     "get-in-loop", "tiny-tasks", "large-arg-repeated", "wait-for-slowest",
     "actor-bottleneck", "serial-driver", "oversubscription", "fewer-slots", "refs-pinned",
-    "actor-deadlock",
+    "actor-deadlock", "stuck-task",
 )
 
 GET_IN_LOOP_MIN = 4  # consecutive one-object gets from one call site
@@ -85,6 +85,16 @@ class Finding:
     suggestion: str
     callsite: tuple[str, int, str] | None = None
     seen_at: float = field(default_factory=time.monotonic)
+    # Seconds the mistake has cost the program so far, as measured (0.0: not a time:
+    # memory held, a setting); ``advise()`` ranks findings by it. A finding whose
+    # evidence keeps growing (a loop still running) updates it.
+    cost_s: float = 0.0
+
+    def cost(self) -> str:
+        """The cost so far in words ("" when it is not a time)."""
+        if self.cost_s <= 0:
+            return ""
+        return f"cost so far: {_duration(self.cost_s)}"
 
     def where(self) -> str:
         if self.callsite is None:
@@ -100,7 +110,7 @@ class Finding:
             "kind": self.kind, "title": self.title, "evidence": self.evidence,
             "suggestion": self.suggestion,
             "callsite": list(self.callsite) if self.callsite else None,
-            "seen_at": self.seen_at,
+            "seen_at": self.seen_at, "cost_s": self.cost_s,
         }
 
     @classmethod
@@ -111,7 +121,7 @@ class Finding:
             str(data["kind"]), str(data["title"]), dict(data.get("evidence") or {}),
             str(data.get("suggestion", "")),
             (str(callsite[0]), int(callsite[1]), str(callsite[2])) if callsite else None,
-            float(data.get("seen_at") or 0.0),
+            float(data.get("seen_at") or 0.0), float(data.get("cost_s") or 0.0),
         )
 
 
@@ -123,6 +133,7 @@ class _Site:
     count: int = 0
     run_times: deque[float] = field(default_factory=lambda: deque(maxlen=512))
     arg_counts: dict[tuple[int, int], int] = field(default_factory=dict)
+    arg_copy_s: dict[tuple[int, int], float] = field(default_factory=dict)  # after the first
     recent: deque[TaskRecord] = field(default_factory=lambda: deque(maxlen=SERIAL_WINDOW))
 
 class AdviceRules:
@@ -139,9 +150,13 @@ class AdviceRules:
         self.cores = cores
         self.init_callsite = init_callsite
         self.node: Any = None  # the live runtime; its owner sets it (None: offline)
+        # The live advisor hears of big by-value arguments as they are submitted
+        # (note_large_args); offline, they are counted from the ended records.
+        self.large_args_at_submission = False
         self.findings: list[Finding] = []
         self.undelivered: deque[Finding] = deque()
         self._reported: set[tuple[str, Any]] = set()
+        self._by_identity: dict[tuple[str, Any], Finding] = {}  # (kind, key) -> finding
         self._sites: dict[Any, _Site] = {}
         self._records: dict[int, TaskRecord] = {}  # recent, by task id
         self._long_tasks: deque[tuple[float, float, float]] = deque(maxlen=64)
@@ -167,6 +182,7 @@ class AdviceRules:
         if identity in self._reported:
             return
         self._reported.add(identity)
+        self._by_identity[identity] = finding
         if self._replay_at is not None:
             finding.seen_at = self._replay_at
         self.findings.append(finding)
@@ -204,20 +220,45 @@ class AdviceRules:
         if record.finished:
             site.recent.append(record)
             site.run_times.append(record.finished - record.args_loaded)  # the last 512
+        if record.large_args and not self.large_args_at_submission:
+            self._count_large_args(site, record)
+
+    def note_large_args(self, record: TaskRecord) -> None:
+        """A driver call with big by-value arguments, as it is submitted (the live
+        advisor: ``large_args_at_submission``). The evidence is complete at the third
+        copy, whenever its tasks end: a program whose only get returns as they end would
+        otherwise never be told (the finding came with the next get or wait)."""
+        with self._lock:
+            site = self._sites.get(record.callsite)
+            if site is None:
+                site = self._sites[record.callsite] = _Site(record.name)
+            self._count_large_args(site, record)
+
+    def _count_large_args(self, site: _Site, record: TaskRecord) -> None:
         for fingerprint in record.large_args:
             repeats = site.arg_counts.get(fingerprint, 0) + 1
             site.arg_counts[fingerprint] = repeats
-            if repeats >= LARGE_ARG_MIN_REPEATS:
-                self._report(Finding(
-                    "large-arg-repeated",
-                    f"the same {_size(fingerprint[1])} argument was passed by value to "
-                    f"{record.name} {repeats} times",
-                    {"bytes": fingerprint[1], "times": repeats, "function": record.name},
-                    f"store it once with ref = lightwork.put(value) and pass ref to each "
-                    f"{record.name}.remote(...) call: each by-value call copies "
-                    f"{_size(fingerprint[1])} again",
-                    record.callsite,
-                ))
+            copied = site.arg_copy_s.get(fingerprint, 0.0) + (record.copy_s if repeats > 1 else 0.0)
+            site.arg_copy_s[fingerprint] = copied
+            if repeats < LARGE_ARG_MIN_REPEATS:
+                continue
+            title = (f"the same {_size(fingerprint[1])} argument was passed by value to "
+                     f"{record.name} {repeats} times ({copied:.2f} s copying it again)")
+            earlier = self._by_identity.get(("large-arg-repeated", record.callsite))
+            if earlier is not None:
+                if earlier.evidence.get("bytes") == fingerprint[1] and repeats > earlier.evidence["times"]:
+                    earlier.title, earlier.cost_s = title, copied  # its cost so far
+                    earlier.evidence.update(times=repeats, copy_s=round(copied, 4))
+                continue
+            self._report(Finding(
+                "large-arg-repeated", title,
+                {"bytes": fingerprint[1], "times": repeats, "function": record.name,
+                 "copy_s": round(copied, 4)},
+                f"store it once with ref = lightwork.put(value) and pass ref to each "
+                f"{record.name}.remote(...) call: each by-value call copies "
+                f"{_size(fingerprint[1])} again",
+                record.callsite, cost_s=copied,
+            ))
 
     def _add_span(self, span: DriverSpan) -> None:
         self._spans.append(span)
@@ -226,7 +267,10 @@ class AdviceRules:
             run.append(span)
             self._check_get_in_loop(span.callsite, run)
         elif span.kind == "get":
-            self._get_runs.pop(span.callsite, None)
+            if span.object_count == 1:
+                self._grow_get_in_loop(span)
+            else:
+                self._get_runs.pop(span.callsite, None)
         if span.kind == "get" and span.object_count >= SLOWEST_MIN_OBJECTS:
             self._check_wait_for_slowest(span)
 
@@ -282,8 +326,24 @@ class AdviceRules:
              "cpus": self.cpus, "idle_slots": round(idle_slots, 2), "function": name},
             "submit all the tasks first and get once: refs = [f.remote(x) for x in items]; "
             "results = lightwork.get(refs)",
-            callsite,
+            callsite, cost_s=blocked,
         ))
+
+    def _grow_get_in_loop(self, span: DriverSpan) -> None:
+        """Another one-object get at a call site already named for get-in-loop: the
+        finding's figures follow the loop (its cost so far), one dict lookup a get."""
+        finding = self._by_identity.get(("get-in-loop", span.callsite))
+        if finding is None:
+            return
+        evidence = finding.evidence
+        evidence["gets_in_a_row"] += 1
+        finding.cost_s += span.end - span.start
+        evidence["blocked_s"] = round(finding.cost_s, 4)
+        finding.title = (
+            f"get() waited for each {evidence['function']} task before the next was "
+            f"submitted ({evidence['gets_in_a_row']} times, {finding.cost_s:.2f} s blocked "
+            f"so far) while {evidence['idle_slots']:.1f} of {self.cpus:g} CPU slots sat "
+            "idle on average")
 
     def _feeds_next_call(self, get_site: Any, submit_site: Any) -> bool:
         """Whether the loop's next call takes the get's result by value (from the source,
@@ -372,7 +432,7 @@ class AdviceRules:
              "overhead_s": TASK_OVERHEAD_S, "suggested_batch": batch},
             f"give each task more work: process about {batch} items per task (a list or "
             "a range per call) so the work outweighs the per-task cost",
-            callsite,
+            callsite, cost_s=site.count * TASK_OVERHEAD_S / max(self.cpus, 1.0),
         ))
 
     def _check_wait_for_slowest(self, span: DriverSpan) -> None:
@@ -419,7 +479,7 @@ class AdviceRules:
              "spread_s": round(spread, 4), "ready_before": span.ready_before},
             "process results as they finish: while refs: done, refs = "
             "lightwork.wait(refs, num_returns=1); handle(lightwork.get(done[0]))",
-            span.callsite,
+            span.callsite, cost_s=spread,
         ))
 
     def _maybe_stalled(self, slowest: TaskRecord, waited: list[TaskRecord],
@@ -539,7 +599,7 @@ class AdviceRules:
              "slot_utilization": round(utilization, 3), "tasks": len(window)},
             "submit the tasks before the driver's own work (or make that work a task "
             "too), so workers run while the driver computes",
-            callsite,
+            callsite, cost_s=serial,
         ))
 
     def _blocked_between(self, begin: float, end: float) -> float:
@@ -590,7 +650,7 @@ class AdviceRules:
              "method": name},
             "create several actors and spread the calls (lightwork.util.ActorPool), or "
             "make the work a task if it needs no actor state",
-            records[-1].callsite,
+            records[-1].callsite, cost_s=queued * len(records),
         ), key=actor_id)
 
     def _check_oversubscription(self, record: TaskRecord) -> None:
@@ -681,6 +741,39 @@ class AdviceRules:
             None,
         ), key=(report.get("actor_id"), method, where))
 
+    def _name_stuck(self, record: TaskRecord, ran: float, why: str, longest: float | None,
+                    where_text: str, where: dict[str, Any] | None) -> None:
+        """A call found stuck (``_stuck.StuckWatch``): named with where it waits."""
+        what = "call" if record.actor_id else "task"
+        history = (f"its longest earlier run took {longest:.2f} s" if longest is not None
+                   else "no earlier run to compare with")
+        self._report(Finding(
+            "stuck-task",
+            f"{record.name} {what} {where_text} for {_duration(ran)} ({history}; {why})",
+            {"task_id": record.task_id, "function": record.name, "running_s": round(ran, 2),
+             "longest_earlier_s": longest, "why": why, "stack": where,
+             "waiting": where_text},
+            "see what it waits for (`lightwork stack`): a lock, socket, queue or ref that "
+            "never comes; give the wait a timeout, or end it with "
+            "lightwork.cancel(ref, force=True); the threshold without history is "
+            "LIGHTWORK_STUCK_AFTER_S",
+            record.callsite, cost_s=ran,
+        ), key=record.task_id)
+
+    def _grow_stuck(self, calls: list[tuple[TaskRecord, int, int, bool]]) -> None:
+        """Keep each stuck call's time current while it still runs (its cost so far)."""
+        if not any(identity[0] == "stuck-task" for identity in self._by_identity):
+            return
+        now = self._now
+        for record, *_ in calls:
+            finding = self._by_identity.get(("stuck-task", record.task_id))
+            if finding is not None:
+                ran = now - (record.started or record.dispatched or record.submitted)
+                old = _duration(finding.evidence["running_s"])
+                finding.cost_s = ran
+                finding.evidence["running_s"] = round(ran, 2)
+                finding.title = finding.title.replace(f"for {old} (", f"for {_duration(ran)} (", 1)
+
     def _check_pinned(self, total: int, count: int, by_task: dict[int, int]) -> None:
         if total < PINNED_MIN_BYTES or count < 4:
             return
@@ -726,6 +819,19 @@ def _delta_around(samples: Any, begin: float, end: float,
         return None
     growth = after[1] - before[1]
     return growth / (after[0] - before[0]) if per_second else growth
+
+
+def ranked(findings: list[Finding]) -> list[Finding]:
+    """``findings``, the costliest first (those with no time cost keep their order, last)."""
+    return sorted(findings, key=lambda finding: -finding.cost_s)
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 120:
+        return f"{seconds / 60:.1f} min"
+    if seconds >= 1:
+        return f"{seconds:.1f} s"
+    return f"{seconds * 1e3:.0f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.0f} µs"
 
 
 def _size(nbytes: int) -> str:

@@ -113,6 +113,14 @@ from lightwork.diagnostics._advice_rules import (
     SAMPLE_PER_STEP,
     AdviceRules,
     Finding,
+    ranked,
+)
+from lightwork.diagnostics._stuck import (
+    StuckWatch,
+    describe,
+    driver_blocked_in_get,
+    where_waiting,
+    worker_stack,
 )
 from lightwork.diagnostics._measure import (
     RunTally,
@@ -164,6 +172,7 @@ class Advisor(AdviceRules):
         # Live: the runs are summed as the records end (the log calls this under the
         # runtime's lock); each look takes the sums (_measure.RunTally says why).
         self._fresh_runs = RunTally(long_s=CPU_BOUND_MIN_S)
+        self._stuck = StuckWatch()  # calls running far too long, doing nothing
         if watch and node is not None:
             node.log.watch(self._fresh_runs.ended)
 
@@ -204,6 +213,9 @@ class Advisor(AdviceRules):
 
     # -- the thread ------------------------------------------------------------------
     def start(self) -> None:
+        # Running for a node (its ``advisor``): big arguments are counted as they are
+        # submitted (``note_large_args``), not when their tasks end.
+        self.large_args_at_submission = self.node is not None
         idle = machine_idle_core_s()  # the first sample: tasks may start before the first look
         if idle is not None:
             with self._lock:
@@ -261,12 +273,14 @@ class Advisor(AdviceRules):
             runs = self._fresh_runs.take()
             pinned = self._pinned_bytes() if node.objects.bytes_in_segments >= PINNED_MIN_BYTES else None
             running = running_work(node)
+            calls = running_calls(node)
             workers = [(worker_id, conn.pid) for worker_id, conn in
                        getattr(node, "workers", {}).items() if getattr(conn, "pid", 0)]
             # The runtime's own reports of gets in actors that could never return.
             deadlocks = list(getattr(getattr(node, "actors", None), "deadlocks", ()))
         idle = machine_idle_core_s()
         waits = [(worker_id, worker_waited_s(pid)) for worker_id, pid in workers]
+        stuck = self._stuck.stuck(time.monotonic(), calls, driver_blocked_in_get)
         with self._lock:
             self._now = time.monotonic()
             if idle is not None:
@@ -286,6 +300,28 @@ class Advisor(AdviceRules):
                 self._check_pinned(*pinned)
             for deadlock in deadlocks:
                 self._name_deadlock(deadlock)
+            self._grow_stuck(calls)
+        for record, worker_id, pid, ran, why, longest in stuck:
+            if ("stuck-task", record.task_id) in self._reported:
+                continue
+            # One worker's dump, as `lightwork stack` shows it (off every lock).
+            where = where_waiting(worker_stack(node.session.directory, worker_id, pid),
+                                  record.name)
+            with self._lock:
+                self._name_stuck(record, ran, why, longest, describe(where), where)
+
+    def note_large_args(self, record: TaskRecord) -> None:
+        """``AdviceRules.note_large_args``, then the warning at once: the call is the
+        user's ``.remote()``, in the user's thread, and pointing at it is the fix."""
+        if not self.large_args_at_submission:
+            return
+        super().note_large_args(record)
+        if self.undelivered:
+            self.deliver_warnings()
+
+    def _add_record(self, record: TaskRecord, weight: int = 1) -> None:
+        super()._add_record(record, weight)
+        self._stuck.ended(record)
 
     def _with_waited_for(self, records: Sequence[TaskRecord], spans: list[DriverSpan],
                          notable: list[int]) -> list[int]:
@@ -352,6 +388,27 @@ def worker_waited_s(pid: int) -> float | None:
         return None
 
 
+def running_calls(node: Any) -> list[tuple[TaskRecord, int, int, bool]]:
+    """(record, worker id, pid, blocked in a nested get/wait) of the task or actor call
+    each worker runs now (lock held); threaded and async actors are left out: their
+    calls wait for each other by design (a signal actor's ``wait``)."""
+    calls = []
+    for conn in getattr(node, "workers", {}).values():
+        actor = getattr(conn, "actor", None)
+        if actor is not None:
+            if (getattr(actor, "max_concurrency", 1) or 1) > 1:
+                continue
+            tasks = list(getattr(actor, "inflight", {}).values())[:1]
+        else:
+            tasks = list(getattr(getattr(conn, "slot", None), "inflight", ()))[:1]
+        nested = bool(getattr(getattr(conn, "slot", None), "blocked", 0))
+        for task in tasks:
+            record = getattr(task, "record", None)
+            if isinstance(record, TaskRecord) and (record.started or record.dispatched):
+                calls.append((record, conn.worker_id, getattr(conn, "pid", 0), nested))
+    return calls
+
+
 def report(findings: list[Finding]) -> str:
     """A short human-readable report of ``findings``."""
     if not findings:
@@ -360,13 +417,16 @@ def report(findings: list[Finding]) -> str:
     for number, finding in enumerate(findings, 1):
         lines.append(f"{number}. [{finding.kind}] {finding.title}")
         lines.append(f"   at {finding.where()}")
+        if finding.cost_s > 0:
+            lines.append(f"   {finding.cost()}")
         lines.append(f"   fix: {finding.suggestion}")
     return "\n".join(lines)
 
 
 def current_findings(node: Any, tasks: list[TaskRecord] | None = None,
                      spans: list[DriverSpan] | None = None) -> list[Finding]:
-    """The findings of ``node``'s advisor after one more look, or of a one-off analysis.
+    """The findings of ``node``'s advisor after one more look, or of a one-off analysis,
+    the costliest first (``Finding.cost_s``).
 
     With ``advisor=False`` the whole log is analysed now (``tasks`` and ``spans``: a
     copy of it the caller already took, to avoid a second one).
@@ -375,13 +435,13 @@ def current_findings(node: Any, tasks: list[TaskRecord] | None = None,
     if advisor is not None:
         advisor.step()
         with advisor._lock:
-            return list(advisor.findings)
+            return ranked(advisor.findings)
     if tasks is None or spans is None:
         with node.lock:
             tasks, spans = node.log.ended_records(), list(node.log.spans)
     advisor = Advisor(node, watch=False)
     advisor.feed(tasks, spans)
-    return list(advisor.findings)
+    return ranked(advisor.findings)
 
 
 def analysis_input(node: Any, tasks: list[TaskRecord],
@@ -415,11 +475,12 @@ def analyse(data: dict[str, Any]) -> list[Finding]:
         advisor.add_machine_sample(float(at), float(idle_core_s))
     advisor.feed([restore(TaskRecord, row) for row in data.get("tasks", [])],
                  [restore(DriverSpan, row) for row in data.get("spans", [])])
-    return list(advisor.findings)
+    return ranked(advisor.findings)
 
 
 def advise(print_report: bool = True) -> list[Finding]:
-    """The advisor's findings so far, as data; also prints a short report.
+    """The advisor's findings so far, as data, the costliest first (each one's
+    ``cost_s``: the seconds it has cost so far); also prints a short report.
 
     Works with ``init(advisor=False)`` too: the whole event log is then analysed now.
     """

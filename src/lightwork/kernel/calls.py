@@ -276,14 +276,30 @@ def large_arguments(args: tuple, kwargs: dict) -> tuple[tuple[int, int], ...]:
     Called only for calls whose arguments went to shared memory, so its cost is off the
     common path; the advisor uses it to spot the same big value sent again and again.
     """
-    found = []
+    found: list[tuple[int, int]] = []
     for value in (*args, *kwargs.values()):
-        size = getattr(value, "nbytes", None)
-        if size is None and isinstance(value, (bytes, bytearray)):
-            size = len(value)
-        if isinstance(size, int) and size >= LARGE_ARGUMENT_BYTES:
-            found.append((_identity(value), size))
+        if not _add_large(value, found) and type(value) in _CONTAINERS:
+            # One level into a list, tuple or dict ((X, y), {"weights": w}): the same
+            # big array passed inside a fresh tuple each call is still copied each call.
+            items = value.values() if type(value) is dict else value
+            for item in itertools.islice(items, _CONTAINER_ITEMS):
+                _add_large(item, found)
     return tuple(found)
+
+
+_CONTAINERS = (list, tuple, dict)
+_CONTAINER_ITEMS = 64  # the items of a container looked at, at most
+
+
+def _add_large(value: Any, found: list[tuple[int, int]]) -> bool:
+    """Append ``value``'s (identity, size) to ``found`` if it is a big buffer."""
+    size = getattr(value, "nbytes", None)
+    if size is None and isinstance(value, (bytes, bytearray)):
+        size = len(value)
+    if isinstance(size, int) and size >= LARGE_ARGUMENT_BYTES:
+        found.append((_identity(value), size))
+        return True
+    return False
 
 
 # id() alone is not an identity over time: a loop making a new array per call often gets
