@@ -29,7 +29,7 @@ from lightwork.diagnostics._measure import SlotTime, most_at_once, union
 KINDS = (
     "get-in-loop", "tiny-tasks", "large-arg-repeated", "wait-for-slowest",
     "actor-bottleneck", "serial-driver", "oversubscription", "fewer-slots", "refs-pinned",
-    "actor-deadlock", "stuck-task",
+    "actor-deadlock", "stuck-task", "redefined-remote", "large-closure",
 )
 
 GET_IN_LOOP_MIN = 4  # consecutive one-object gets from one call site
@@ -75,6 +75,8 @@ SLOWEST_STALL_SHARE = 0.5  # waited for a core this share of its extra time: may
 WORKER_SAMPLE_MAX_WORKERS = 256  # workers whose waits are kept (the newest)
 SLOWEST_MIN_IDLE_CORES = 0.5  # fewer idle cores than this: a runnable task may have waited
 REPLAY_MAX_STEPS = 200  # a replayed log is checked at most this many times
+REDEFINE_MIN = 5  # picklings of one definition site (each a new @remote object)
+LARGE_CLOSURE_BYTES = 1 << 20  # a function's or class's pickle this big carries data
 
 
 @dataclass
@@ -170,6 +172,7 @@ class AdviceRules:
         self._running: list[tuple[float, float, TaskRecord]] = []  # unended work
         self._now = 0.0  # log time of the current look
         self._get_runs: dict[Any, list[DriverSpan]] = defaultdict(list)
+        self._definitions: dict[Any, list[float]] = {}  # def site -> [picklings, seconds]
         self._replay_at: float | None = None  # log time of the step being replayed
         self._chains: dict[tuple[Any, Any], bool] = {}  # (get line, submit line) -> by value
         self._machine: deque[tuple[float, float]] = deque(maxlen=4096)  # (time, idle core-s)
@@ -261,6 +264,9 @@ class AdviceRules:
             ))
 
     def _add_span(self, span: DriverSpan) -> None:
+        if span.kind == "define":
+            self._add_definition(span)
+            return
         self._spans.append(span)
         if self._may_be_get_in_loop(span):
             run = self._get_runs[span.callsite]
@@ -273,6 +279,42 @@ class AdviceRules:
                 self._get_runs.pop(span.callsite, None)
         if span.kind == "get" and span.object_count >= SLOWEST_MIN_OBJECTS:
             self._check_wait_for_slowest(span)
+
+    def _add_definition(self, span: DriverSpan) -> None:
+        """A remote function or actor class pickled at its first call (``define``)."""
+        site = span.callsite
+        name = site[2] if site else "a remote function"
+        tally = self._definitions.setdefault(site, [0, 0.0])
+        tally[0] += 1
+        tally[1] += span.end - span.start
+        if tally[0] >= REDEFINE_MIN:
+            title = (f"{name} was defined with @remote {tally[0]} times from the same line: "
+                     f"each definition is a new remote function, pickled again at its first call "
+                     f"({tally[1]:.2f} s so far)")
+            earlier = self._by_identity.get(("redefined-remote", site))
+            if earlier is not None:
+                earlier.title, earlier.cost_s = title, tally[1]
+                earlier.evidence.update(definitions=tally[0], pickling_s=round(tally[1], 4))
+            else:
+                self._report(Finding(
+                    "redefined-remote", title,
+                    {"definitions": tally[0], "pickling_s": round(tally[1], 4),
+                     "name": name},
+                    f"define {name} once, at module level (outside the loop or the function "
+                    "called again and again), and call it many times",
+                    site, cost_s=tally[1],
+                ))
+        if span.nbytes >= LARGE_CLOSURE_BYTES:
+            carried = f": most of it is {span.note}" if span.note else ""
+            self._report(Finding(
+                "large-closure",
+                f"{name} pickles to {_size(span.nbytes)}, because of what it captures "
+                f"from its scope{carried}",
+                {"bytes": span.nbytes, "name": name, "captured": span.note},
+                "put the big value in the object store once (ref = lightwork.put(value)) "
+                "and pass ref as an argument, or load or build it inside the task",
+                site, cost_s=span.end - span.start,
+            ))
 
     def _may_be_get_in_loop(self, span: DriverSpan) -> bool:
         """Whether ``span`` is a get of one object at a call site not yet reported for

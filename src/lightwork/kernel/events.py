@@ -120,7 +120,9 @@ class TaskRecord:
 @dataclass(slots=True)
 class DriverSpan:
     """The driver (or a worker) blocked in ``get``/``wait`` from ``start`` to ``end``,
-    or (``kind`` "put") copying a big value into the object store in ``put``."""
+    or (``kind`` "put") copying a big value into the object store in ``put``, or
+    (``kind`` "define") pickling a remote function or actor class (``callsite``: where
+    it is defined)."""
 
     kind: str
     start: float
@@ -135,6 +137,10 @@ class DriverSpan:
     last_ready: float = 0.0  # ... and the last
     shortest: float = 0.0  # of the others, the least time from creation to ready
     longest: float = 0.0  # ... and the most
+    # A "define" span (a remote function or actor class pickled at its first call):
+    # the pickle's size, and the biggest value it captured when it is big.
+    nbytes: int = 0
+    note: str = ""
 
 
 _is_tracked = gc.is_tracked

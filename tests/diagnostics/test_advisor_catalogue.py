@@ -1,0 +1,249 @@
+"""The advisor's findings for Ray's catalogue of anti-patterns, and stuck calls.
+
+Each test runs the mistake (Ray's own doc program where it has one) and checks the
+finding: kind, the user's line, the evidence and the cost; then the fixed program, which
+must draw nothing of that kind. ``test_advisor_corpus.py`` runs more correct programs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import lightwork
+from lightwork.diagnostics.advisor import AdviceWarning, Advisor, report
+from lightwork.kernel.events import DriverSpan
+
+pytestmark = pytest.mark.lightwork_only
+CPUS = min(2, os.cpu_count() or 1)
+
+
+@pytest.fixture
+def runtime(fresh_runtime):
+    def start(**options):
+        lightwork.shutdown()
+        lightwork.init(num_cpus=options.pop("num_cpus", CPUS), **options)
+
+    yield start
+    lightwork.shutdown()
+
+
+def findings_of(kind):
+    return [f for f in lightwork.advise(print_report=False) if f.kind == kind]
+
+
+def _line_of(text):
+    with open(__file__) as source:
+        return next(number for number, line in enumerate(source, 1) if text in line)
+
+
+@lightwork.remote
+def no_op(i):
+    return i
+
+
+@lightwork.remote
+def first_item(value):
+    time.sleep(0.3)  # still running when the next calls are submitted
+    return float(value[0][0] if isinstance(value, tuple) else value[0])
+
+
+# -- get in a loop: Ray's anti_pattern_ray_get_loop.py ------------------------------------
+def test_rays_get_loop_program_is_named_with_its_whole_cost(runtime):
+    runtime()
+    sequential = []
+    for i in range(100):
+        sequential.append(lightwork.get(no_op.remote(i)))  # Ray's mistake
+    refs = [no_op.remote(i) for i in range(100)]  # Ray's fix
+    assert lightwork.get(refs) == sequential
+    [finding] = findings_of("get-in-loop")
+    assert finding.callsite[1] == _line_of("sequential.append(lightwork.get(no_op.remote(i)))")
+    # Its figures followed the whole loop, not only the gets that first showed it.
+    assert finding.evidence["gets_in_a_row"] >= 50
+    assert finding.cost_s == pytest.approx(finding.evidence["blocked_s"], abs=1e-3)
+    assert finding.cost_s > 0 and "cost so far" in report([finding])
+
+
+def test_findings_are_ranked_by_their_cost(runtime):
+    runtime()
+    for i in range(20):
+        lightwork.get(no_op.remote(i))  # cheap: a few ms blocked
+    for _ in range(6):
+        lightwork.get(sleep_then.remote(0.1))  # dearer: 0.6 s blocked
+    findings = lightwork.advise(print_report=False)
+    costs = [f.cost_s for f in findings]
+    assert findings and costs == sorted(costs, reverse=True)
+    assert findings[0].evidence["function"].endswith("sleep_then")
+    text = report(findings)
+    if "no_op" in text:  # (the cheap loop is named too when the machine was quiet)
+        assert text.index("sleep_then") < text.index("no_op")
+
+
+@lightwork.remote
+def sleep_then(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+# -- the same large argument by value ----------------------------------------------------
+def test_the_third_copy_of_a_big_argument_warns_at_its_remote_call(runtime):
+    runtime()
+    array = np.ones(3 << 17)  # 3 MB
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        refs = [first_item.remote(array) for _ in range(4)]  # the mistake
+        # Said at the third .remote(), before any of the tasks ended.
+        said = [w for w in caught if issubclass(w.category, AdviceWarning)]
+    assert said and "large-arg-repeated" in str(said[0].message)
+    assert said[0].filename == __file__
+    assert said[0].lineno == _line_of("refs = [first_item.remote(array) for _ in range(4)]")
+    assert lightwork.get(refs) == [1.0] * 4
+    [finding] = findings_of("large-arg-repeated")
+    assert finding.evidence["times"] == 4 and finding.cost_s > 0
+
+    runtime()
+    ref = lightwork.put(array)  # the fix
+    assert lightwork.get([first_item.remote(ref) for _ in range(4)]) == [1.0] * 4
+    assert findings_of("large-arg-repeated") == []
+
+
+def test_a_big_array_inside_a_fresh_tuple_is_the_same_argument_again(runtime):
+    runtime()
+    array = np.ones(3 << 17)
+    refs = [first_item.remote((array, i)) for i in range(3)]
+    assert lightwork.get(refs) == [1.0] * 3
+    [finding] = findings_of("large-arg-repeated")
+    assert finding.evidence["times"] == 3
+
+    runtime()  # a new array each call is not a repeat
+    refs = [first_item.remote((np.ones(3 << 17), i)) for i in range(3)]
+    assert lightwork.get(refs) == [1.0] * 3
+    assert findings_of("large-arg-repeated") == []
+
+
+# -- redefining a remote function in a loop -----------------------------------------------
+def test_a_remote_function_defined_in_a_loop_is_named_at_its_definition(runtime):
+    runtime()
+    refs = []
+    for i in range(6):
+        @lightwork.remote
+        def step(x):  # the mistake: a new remote function each time round
+            return x + 1
+
+        refs.append(step.remote(i))
+    assert lightwork.get(refs) == list(range(1, 7))
+    [finding] = findings_of("redefined-remote")
+    assert finding.callsite[0] == __file__
+    assert finding.callsite[1] in (_line_of("def step(x):  # the mistake") - 1,
+                                   _line_of("def step(x):  # the mistake"))
+    assert finding.evidence["definitions"] == 6 and "once" in finding.suggestion
+
+    runtime()  # the fix: defined once, called many times
+    assert lightwork.get([no_op.remote(i) for i in range(6)]) == list(range(6))
+    assert findings_of("redefined-remote") == []
+
+
+def test_redefinitions_are_found_in_a_saved_log_too():
+    advisor = Advisor(cpus=2, cores=2)
+    spans = [DriverSpan("define", t, t + 0.002, 1, 1, callsite=("etl.py", 7, "parse"))
+             for t in range(5)]
+    advisor.feed([], spans)
+    [finding] = advisor.findings
+    assert finding.kind == "redefined-remote" and finding.callsite == ("etl.py", 7, "parse")
+
+
+# -- a closure capturing a large object ----------------------------------------------------
+BIG_TABLE = np.ones(1 << 18)  # 2 MB
+
+
+@lightwork.remote
+def look_up_global(i):
+    return float(BIG_TABLE[i])
+
+
+@lightwork.remote
+def look_up(table, i):
+    return float(table[i])
+
+
+def test_a_function_capturing_a_big_global_is_named_with_that_global(runtime):
+    runtime()
+    assert lightwork.get(look_up_global.remote(3)) == 1.0
+    [finding] = findings_of("large-closure")
+    assert "`BIG_TABLE`" in finding.title and finding.evidence["bytes"] >= 1 << 21
+    assert finding.callsite[2] == "look_up_global"
+
+    runtime()  # the fix: the table goes to the store once, the function stays small
+    table = lightwork.put(BIG_TABLE)
+    assert lightwork.get([look_up.remote(table, i) for i in range(3)]) == [1.0] * 3
+    assert findings_of("large-closure") == []
+
+
+# -- stuck calls -----------------------------------------------------------------------------
+@lightwork.remote
+def fetch(wait, timeout=None):
+    if not wait:
+        return b"ok"
+    left, right = socket.socketpair()
+    left.settimeout(timeout)
+    try:
+        return left.recv(16)  # waits for a peer that never writes
+    except socket.timeout:
+        return b"timed out"
+    finally:
+        left.close()
+        right.close()
+
+
+@lightwork.remote
+def wait_forever():
+    threading.Event().wait()
+
+
+@lightwork.remote
+def spin(seconds):
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        pass
+    return seconds
+
+
+def test_a_call_stuck_far_past_its_history_is_named_with_where_it_waits(runtime, monkeypatch):
+    monkeypatch.setenv("LIGHTWORK_STUCK_AFTER_S", "1")
+    runtime()
+    assert lightwork.get([fetch.remote(False) for _ in range(3)]) == [b"ok"] * 3
+    ref = fetch.remote(True)  # the stuck call
+    ready, _ = lightwork.wait([ref], timeout=4)
+    assert ready == []
+    [finding] = findings_of("stuck-task")
+    assert finding.callsite[1] == _line_of("ref = fetch.remote(True)  # the stuck call")
+    assert "left.recv(16)" in finding.title and "fetch()" in finding.title
+    assert finding.evidence["longest_earlier_s"] is not None
+    assert finding.cost_s >= 1
+    lightwork.cancel(ref, force=True)
+
+    runtime()  # the fix: the wait has a timeout
+    monkeypatch.setenv("LIGHTWORK_STUCK_AFTER_S", "1")
+    assert lightwork.get([fetch.remote(False) for _ in range(3)]) == [b"ok"] * 3
+    assert lightwork.get(fetch.remote(True, timeout=0.5)) == b"timed out"
+    assert findings_of("stuck-task") == []
+
+
+def test_with_no_history_an_idle_call_past_the_threshold_is_stuck_and_work_is_not(
+        runtime, monkeypatch):
+    monkeypatch.setenv("LIGHTWORK_STUCK_AFTER_S", "1")
+    runtime()
+    busy = spin.remote(3.5)  # long work, no history: not stuck
+    stuck = wait_forever.remote()
+    assert lightwork.get(busy) == 3.5
+    [finding] = findings_of("stuck-task")
+    assert finding.evidence["function"].endswith("wait_forever")
+    assert "no CPU" in finding.evidence["why"]
+    assert "wait_forever" in finding.title
+    lightwork.cancel(stuck, force=True)
