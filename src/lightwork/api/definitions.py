@@ -28,8 +28,10 @@ def note_definition(wrapped: Any, nbytes: int, start: float, end: float) -> None
     """Log the pickling of ``wrapped`` (a function or class) as a ``define`` span."""
     from lightwork.api import core
 
-    node = getattr(core._backend, "node", None)
-    log = getattr(node, "log", None)
+    backend = core._backend
+    # The local runtime's node, or the cluster backend's session record.
+    holder = getattr(backend, "node", None) or getattr(backend, "recorder", None)
+    log = getattr(holder, "log", None)
     if log is None or not getattr(log, "enabled", False):
         return
     note = biggest_capture(wrapped) if nbytes >= LARGE_DEFINITION_BYTES else ""
@@ -40,9 +42,9 @@ def note_definition(wrapped: Any, nbytes: int, start: float, end: float) -> None
 def definition_site(wrapped: Any) -> tuple[str, int, str] | None:
     """(file, line, qualified name) of a function's or class's definition, or None."""
     code = getattr(wrapped, "__code__", None)
-    name = getattr(wrapped, "__qualname__", None) or getattr(wrapped, "__name__", "?")
+    name = str(getattr(wrapped, "__qualname__", None) or getattr(wrapped, "__name__", "?"))
     if code is not None:
-        return (code.co_filename, code.co_firstlineno, name)
+        return (str(code.co_filename), int(code.co_firstlineno), name)
     if isinstance(wrapped, type):
         lines = [member.__code__.co_firstlineno for member in vars(wrapped).values()
                  if isinstance(member, types.FunctionType)]

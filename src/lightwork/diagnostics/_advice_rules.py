@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -159,6 +160,7 @@ class AdviceRules:
         self.undelivered: deque[Finding] = deque()
         self._reported: set[tuple[str, Any]] = set()
         self._by_identity: dict[tuple[str, Any], Finding] = {}  # (kind, key) -> finding
+        self._lock = threading.Lock()  # its owner's: held while the rules change
         self._sites: dict[Any, _Site] = {}
         self._records: dict[int, TaskRecord] = {}  # recent, by task id
         self._long_tasks: deque[tuple[float, float, float]] = deque(maxlen=64)

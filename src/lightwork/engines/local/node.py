@@ -136,6 +136,7 @@ if TYPE_CHECKING:
         _deferred: list[Callable[[], None]]
         output: DriverOutput
         _feasible_shapes: set[tuple]
+        advisor: Any  # the live advisor (diagnostics layer), or None
         _thread: threading.Thread
         _timer_seq: itertools.count[int]
         _timers: list[tuple[float, int, Callable[[], None]]]
