@@ -74,8 +74,8 @@ def test_findings_are_ranked_by_their_cost(runtime):
     runtime()
     for i in range(20):
         lightwork.get(no_op.remote(i))  # cheap: a few ms blocked
-    for _ in range(6):
-        lightwork.get(sleep_then.remote(0.1))  # dearer: 0.6 s blocked
+    for _ in range(5):
+        lightwork.get(sleep_then.remote(0.4))  # dearer: 2 s blocked
     findings = lightwork.advise(print_report=False)
     costs = [f.cost_s for f in findings]
     assert findings and costs == sorted(costs, reverse=True)
@@ -247,3 +247,142 @@ def test_with_no_history_an_idle_call_past_the_threshold_is_stuck_and_work_is_no
     assert "no CPU" in finding.evidence["why"]
     assert "wait_forever" in finding.title
     lightwork.cancel(stuck, force=True)
+
+
+# -- a first batch dominated by workers starting and importing ------------------------------
+SLOW_MODULE = '''
+import time
+time.sleep(0.6)  # a heavy import (pandas, scikit-learn) in a few lines
+
+
+def clean(i):
+    return i * 2
+'''
+
+
+@pytest.fixture
+def slow_import(tmp_path, monkeypatch):
+    """A module that takes 0.6 s to import, imported by the driver only after init()
+    (so no worker has it yet): each worker imports it when it loads ``clean``."""
+    (tmp_path / "slow_to_import.py").write_text(SLOW_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(tmp_path)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    monkeypatch.delitem(__import__("sys").modules, "slow_to_import", raising=False)
+
+    def load():
+        import slow_to_import
+
+        return lightwork.remote(slow_to_import.clean)
+
+    return load
+
+
+def test_a_first_batch_spent_importing_is_named_and_a_warm_batch_is_not(runtime, slow_import):
+    runtime()
+    clean = slow_import()
+    assert lightwork.get([clean.remote(i) for i in range(8)]) == [i * 2 for i in range(8)]
+    [finding] = findings_of("startup-dominated")
+    assert finding.callsite[1] == _line_of("assert lightwork.get([clean.remote(i) for i in range(8)])")
+    assert finding.evidence["startup_s"] >= 0.5 and finding.cost_s >= 0.5
+    assert "second batch" in finding.suggestion
+    # The second batch runs on warm workers: nothing more is said.
+    assert lightwork.get([clean.remote(i) for i in range(8)]) == [i * 2 for i in range(8)]
+    assert len(findings_of("startup-dominated")) == 1
+
+
+def test_workers_warmed_first_draw_no_startup_finding(runtime, slow_import):
+    runtime()
+    clean = slow_import()
+    assert lightwork.get([clean.remote(i) for i in range(CPUS)]) == [i * 2 for i in range(CPUS)]
+    assert lightwork.get([clean.remote(i) for i in range(8)]) == [i * 2 for i in range(8)]  # timed
+    timed = _line_of("for i in range(8)]) == [i * 2 for i in range(8)]  # timed")
+    assert [f for f in findings_of("startup-dominated") if f.callsite[1] == timed] == []
+
+
+# -- what the runtime sees while serving a worker -----------------------------------------
+@lightwork.remote
+def produce():
+    time.sleep(0.2)  # not ready when the consumer asks for it
+    return 1
+
+
+@lightwork.remote
+def pass_via_nested_ref(refs):
+    return sum(lightwork.get(refs))  # the mistake: get inside the task
+
+
+@lightwork.remote
+def pass_via_direct_arg(*values):
+    return sum(values)
+
+
+def test_a_task_getting_refs_from_a_container_argument_is_named(runtime):
+    runtime()
+    ref = pass_via_nested_ref.remote([produce.remote() for _ in range(3)])  # Ray's mistake
+    assert lightwork.get(ref) == 3
+    [finding] = findings_of("get-of-nested-args")
+    assert finding.callsite[1] == _line_of("ref = pass_via_nested_ref.remote([produce.remote()")
+    assert finding.evidence["refs"] == 3 and "*refs" in finding.suggestion
+    assert finding.evidence["get_callsite"][1] == _line_of("return sum(lightwork.get(refs))")
+
+    runtime()  # Ray's fix: the refs as direct arguments
+    assert lightwork.get(pass_via_direct_arg.remote(*[produce.remote() for _ in range(3)])) == 3
+    assert findings_of("get-of-nested-args") == []
+
+
+@lightwork.remote
+def returns_a_put_ref():
+    return lightwork.put(np.ones(10))  # the mistake
+
+
+@lightwork.remote
+def returns_the_value():
+    return np.ones(10)
+
+
+@lightwork.remote(num_returns="dynamic")
+def yields_values(count):
+    for value in range(count):
+        yield value
+
+
+def test_a_task_returning_its_own_put_ref_is_named_and_a_dynamic_generator_is_not(runtime):
+    runtime()
+    assert float(lightwork.get(lightwork.get(returns_a_put_ref.remote())).sum()) == 10.0
+    [finding] = findings_of("returned-put-ref")
+    assert finding.evidence["function"].endswith("returns_a_put_ref")
+    assert finding.callsite[1] == _line_of("lightwork.get(lightwork.get(returns_a_put_ref.remote()))")
+
+    runtime()  # the fix, and lightwork's own refs of a dynamic generator
+    assert float(lightwork.get(returns_the_value.remote()).sum()) == 10.0
+    assert [lightwork.get(r) for r in lightwork.get(yields_values.remote(3))] == [0, 1, 2]
+    assert findings_of("returned-put-ref") == []
+
+
+@lightwork.remote
+class AsyncFetcher:
+    async def blocking(self):
+        return lightwork.get(produce.remote())  # the mistake: blocks the event loop
+
+    async def awaiting(self):
+        return await produce.remote()
+
+
+def test_a_blocking_get_in_an_async_method_is_named_and_await_is_not(runtime):
+    runtime()
+    fetcher = AsyncFetcher.remote()
+    # Held up while it blocks: the actor's other calls (it still works).
+    calls = [fetcher.awaiting.remote(), fetcher.blocking.remote(), fetcher.awaiting.remote()]
+    assert lightwork.get(calls) == [1, 1, 1]
+    deadline = time.monotonic() + 5
+    while not findings_of("blocking-in-async-actor") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    [finding] = findings_of("blocking-in-async-actor")
+    assert finding.callsite[1] == _line_of("return lightwork.get(produce.remote())  # the mistake")
+    assert "await" in finding.suggestion and "blocking" in finding.evidence["method"]
+
+    runtime()
+    fetcher = AsyncFetcher.remote()
+    assert lightwork.get([fetcher.awaiting.remote() for _ in range(3)]) == [1, 1, 1]
+    assert findings_of("blocking-in-async-actor") == []

@@ -582,6 +582,46 @@ def results_fed_to_the_next_task_by_ref():
     assert lightwork.get(refs) == [sum(range(n)) for n in range(2, 8)]
 
 
+def task_waiting_on_a_list_of_refs():
+    """A task handed a list of refs that processes them as they finish with ``wait``
+    (not the get on task arguments Ray warns of), and a dynamic generator's refs."""
+
+    @lightwork.remote
+    def part(seconds):
+        time.sleep(seconds)
+        return seconds
+
+    @lightwork.remote
+    def first_done(refs):
+        done, _ = lightwork.wait(refs, num_returns=1)
+        return len(done)
+
+    @lightwork.remote(num_returns="dynamic")
+    def squares(count):
+        for value in range(count):
+            yield value * value
+
+    assert lightwork.get(first_done.remote([part.remote(0.05), part.remote(0.3)])) == 1
+    assert [lightwork.get(ref) for ref in lightwork.get(squares.remote(4))] == [0, 1, 4, 9]
+
+
+def async_actor_awaiting_refs():
+    """Ray's async actor pattern: coroutines await refs, so calls overlap on the loop."""
+
+    @lightwork.remote
+    def slow(value):
+        time.sleep(0.1)
+        return value
+
+    @lightwork.remote
+    class Gatherer:
+        async def gather(self, value):
+            return await slow.remote(value)
+
+    gatherer = Gatherer.remote()
+    assert lightwork.get([gatherer.gather.remote(i) for i in range(4)]) == [0, 1, 2, 3]
+
+
 PROGRAMS = [
     progress_polling, progress_polling_of_fewer_tasks_than_slots, pipeline_with_wait, bounded_in_flight, dependent_chain_by_ref,
     synchronous_parameter_server, asynchronous_parameter_server,
@@ -592,6 +632,7 @@ PROGRAMS = [
     async_actors_fed_by_a_queue, dask_graph_on_lightwork, generator_task_stream,
     driver_waiting_for_its_input, tree_of_actors, map_reduce, remote_function_defined_once,
     big_table_passed_by_ref, results_fed_to_the_next_task_by_ref,
+    task_waiting_on_a_list_of_refs, async_actor_awaiting_refs,
 ]
 
 

@@ -31,6 +31,7 @@ KINDS = (
     "get-in-loop", "tiny-tasks", "large-arg-repeated", "wait-for-slowest",
     "actor-bottleneck", "serial-driver", "oversubscription", "fewer-slots", "refs-pinned",
     "actor-deadlock", "stuck-task", "redefined-remote", "large-closure",
+    "startup-dominated", "returned-put-ref", "get-of-nested-args", "blocking-in-async-actor",
 )
 
 GET_IN_LOOP_MIN = 4  # consecutive one-object gets from one call site
@@ -76,6 +77,9 @@ SLOWEST_STALL_SHARE = 0.5  # waited for a core this share of its extra time: may
 WORKER_SAMPLE_MAX_WORKERS = 256  # workers whose waits are kept (the newest)
 SLOWEST_MIN_IDLE_CORES = 0.5  # fewer idle cores than this: a runnable task may have waited
 REPLAY_MAX_STEPS = 200  # a replayed log is checked at most this many times
+STARTUP_MIN_S = 0.3  # workers' start-up and first loads in one batch, at the least
+STARTUP_SHARE = 0.5  # ... and at least this share of the time its get was blocked
+LARGE_ARG_BYTES = 1 << 20  # (kernel.calls.LARGE_ARGUMENT_BYTES) arguments this big load slowly
 REDEFINE_MIN = 5  # picklings of one definition site (each a new @remote object)
 LARGE_CLOSURE_BYTES = 1 << 20  # a function's or class's pickle this big carries data
 
@@ -175,6 +179,12 @@ class AdviceRules:
         self._now = 0.0  # log time of the current look
         self._get_runs: dict[Any, list[DriverSpan]] = defaultdict(list)
         self._definitions: dict[Any, list[float]] = {}  # def site -> [picklings, seconds]
+        # The first run of each worker, and of each function on a worker: its start-up
+        # and its loading of the function (imports) are in those records (task id ->
+        # seconds spent so).
+        self._workers_seen: set[int] = set()
+        self._loads_seen: set[tuple[int, str]] = set()
+        self._first_loads: dict[int, float] = {}
         self._replay_at: float | None = None  # log time of the step being replayed
         self._chains: dict[tuple[Any, Any], bool] = {}  # (get line, submit line) -> by value
         self._machine: deque[tuple[float, float]] = deque(maxlen=4096)  # (time, idle core-s)
@@ -209,6 +219,8 @@ class AdviceRules:
                 self._check_oversubscription(record)
             if self.cpus > self.cores:
                 self._check_fewer_slots(record)
+        if record.started and not record.actor_id and record.worker_id >= 0:
+            self._note_first_runs(record)
         if record.actor_id:
             calls = self._actor_calls.get(record.actor_id)
             if calls is None:
@@ -281,6 +293,80 @@ class AdviceRules:
                 self._get_runs.pop(span.callsite, None)
         if span.kind == "get" and span.object_count >= SLOWEST_MIN_OBJECTS:
             self._check_wait_for_slowest(span)
+        if span.kind == "get" and span.object_count >= SLOWEST_MIN_OBJECTS and self._first_loads:
+            self._check_startup(span)
+
+    def _note_first_runs(self, record: TaskRecord) -> None:
+        """Keep what a worker's first task, and a function's first run on a worker,
+        spent starting and loading (a set lookup for every other record)."""
+        key = (record.worker_id, record.name)
+        if key in self._loads_seen:
+            return
+        self._loads_seen.add(key)
+        startup = 0.0
+        if record.worker_id not in self._workers_seen:
+            self._workers_seen.add(record.worker_id)
+            if record.dispatched:  # sent as the worker started: it waited for start-up
+                startup = max(0.0, record.started - record.dispatched)
+        self._first_loads[record.task_id] = startup
+        if len(self._first_loads) > 4096:
+            for old in list(self._first_loads)[:2048]:
+                del self._first_loads[old]
+
+    def _check_startup(self, span: DriverSpan) -> None:
+        """A get of a batch that waited mostly for workers starting, and for each
+        worker loading the function on its first run (unpickling it imports the
+        modules it uses): a first batch slower than serial. An import inside the
+        function's body is not counted: it cannot be told from the function's work."""
+        blocked = span.end - span.start
+        first = self._records.get(span.first_task_id)
+        if blocked < STARTUP_MIN_S or first is None or first.callsite is None:
+            return
+        if ("startup-dominated", first.callsite) in self._reported:
+            return
+        batch = [r for r in self._recent
+                 if r.callsite == first.callsite and r.owner == first.owner and r.started
+                 and not r.actor_id and first.submitted <= r.submitted
+                 and span.start <= r.finished <= span.end]
+        firsts = [r for r in batch if r.task_id in self._first_loads]
+        if not firsts or len(batch) <= len(firsts):
+            return  # no run but first ones (a warm-up, one call a worker): nothing to say
+        by_worker: dict[int, float] = defaultdict(float)
+        for record in firsts:
+            # Loading before the call: the function (its imports), then the arguments
+            # (big ones: mostly their copying, which is not start-up). Less the time the
+            # worker waited for a core meanwhile (where sampled): a loaded machine
+            # stretches loading without the program asking for more of it. The
+            # process's own start (``_first_loads``) is milliseconds from the fork
+            # server, and more only on a loaded machine: not counted.
+            if record.arg_size >= LARGE_ARG_BYTES:
+                continue
+            load = max(0.0, record.args_loaded - record.started)
+            waited = self._worker_waited_between(record.worker_id, record.started,
+                                                 record.args_loaded)
+            by_worker[record.worker_id] += max(0.0, load - (waited or 0.0))
+        if not by_worker:
+            return
+        startup = max(by_worker.values())  # the workers load side by side
+        # Against the time the get waited once the workers ran (a process slow to
+        # start on a loaded machine is not the program's imports).
+        active = span.end - max(span.start, min(r.started for r in batch))
+        if startup < STARTUP_MIN_S or startup < STARTUP_SHARE * active:
+            return
+        tasks = len(firsts)
+        self._report(Finding(
+            "startup-dominated",
+            f"get() of {span.object_count} {first.name} results waited {blocked:.2f} s, of "
+            f"which {startup:.2f} s went to {len(by_worker)} worker(s) loading "
+            f"{first.name} (importing the modules it uses) before its first run: later "
+            "batches skip that, so this one looks slower than it is",
+            {"blocked_s": round(blocked, 4), "startup_s": round(startup, 4),
+             "workers": len(by_worker), "first_runs": tasks, "function": first.name},
+            "nothing to fix in the code: it is paid once per worker. Time a second batch, or "
+            "warm the workers first (one small call each); keep one runtime for the whole "
+            "program rather than init() and shutdown() per batch",
+            span.callsite, cost_s=startup,
+        ), key=first.callsite)
 
     def _add_definition(self, span: DriverSpan) -> None:
         """A remote function or actor class pickled at its first call (``define``)."""
@@ -803,6 +889,54 @@ class AdviceRules:
             "LIGHTWORK_STUCK_AFTER_S",
             record.callsite, cost_s=ran,
         ), key=record.task_id)
+
+    def _name_runtime_event(self, event: tuple[Any, ...]) -> None:
+        """What the runtime saw while serving a worker's request (the local engine's
+        ``advice_events``): a task returning refs to its own puts, a task getting refs
+        that came inside a container argument, a blocking call on an event loop."""
+        kind = event[0]
+        if kind == "returned-put":
+            count, record = event[1], event[2]
+            name = record.name
+            self._report(Finding(
+                "returned-put-ref",
+                f"{name} returned {count} ObjectRef(s) to value(s) it stored itself with "
+                "put(): each value took a trip through the object store, and belongs to "
+                f"the worker that ran {name}, not to the caller",
+                {"refs": count, "function": name},
+                f"return the value itself from {name} (return value, not "
+                "lightwork.put(value)); for several values, num_returns=n or a list",
+                record.callsite,
+            ), key=name)
+        elif kind == "nested-arg-get":
+            call, record, count, callsite = event[1], event[2], event[3], event[4]
+            if call != "get":
+                return  # a wait on refs in a list (process them as they come) is fine
+            name = record.name
+            self._report(Finding(
+                "get-of-nested-args",
+                f"a {name} task called get() on {count} ref(s) it was passed inside a "
+                "list, tuple or dict, and blocked its worker while they were computed",
+                {"refs": count, "function": name,
+                 "get_callsite": list(callsite) if callsite else None},
+                f"pass the refs as direct arguments, {name}.remote(*refs): the task then "
+                "starts once they are ready and receives their values, holding no worker "
+                "while it waits",
+                record.callsite,
+            ), key=record.callsite)
+        elif kind == "loop-blocked":
+            call, class_name, method, callsite, others = event[1:6]
+            where = method if method and "." in method else (
+                f"{class_name}.{method}" if method else class_name)
+            self._report(Finding(
+                "blocking-in-async-actor",
+                f"a blocking {call}() in async method {where} held the actor's event loop: "
+                f"its {others} other call(s) could not run until it returned",
+                {"call": call, "method": where, "calls_held": others},
+                f"await the refs instead: value = await ref (or await asyncio.wait(refs) "
+                f"for several) in {where}",
+                tuple(callsite) if callsite else None,
+            ), key=(where, call))
 
     def _grow_stuck(self, calls: list[tuple[TaskRecord, int, int, bool]]) -> None:
         """Keep each stuck call's time current while it still runs (its cost so far)."""

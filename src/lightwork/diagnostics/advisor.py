@@ -278,6 +278,11 @@ class Advisor(AdviceRules):
                        getattr(node, "workers", {}).items() if getattr(conn, "pid", 0)]
             # The runtime's own reports of gets in actors that could never return.
             deadlocks = list(getattr(getattr(node, "actors", None), "deadlocks", ()))
+            # What serving the workers' requests showed (the local engine's advice_events).
+            events: Any = getattr(node, "advice_events", None)
+            shown = list(events) if events else []
+            if shown:
+                events.clear()
         idle = machine_idle_core_s()
         waits = [(worker_id, worker_waited_s(pid)) for worker_id, pid in workers]
         stuck = self._stuck.stuck(time.monotonic(), calls, driver_blocked_in_get)
@@ -300,6 +305,8 @@ class Advisor(AdviceRules):
                 self._check_pinned(*pinned)
             for deadlock in deadlocks:
                 self._name_deadlock(deadlock)
+            for event in shown:
+                self._name_runtime_event(event)
             self._grow_stuck(calls)
         for record, worker_id, pid, ran, why, longest in stuck:
             if ("stuck-task", record.task_id) in self._reported:

@@ -40,6 +40,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -137,6 +138,7 @@ if TYPE_CHECKING:
         output: DriverOutput
         _feasible_shapes: set[tuple]
         advisor: Any  # the live advisor (diagnostics layer), or None
+        advice_events: deque[tuple[Any, ...]]
         _thread: threading.Thread
         _timer_seq: itertools.count[int]
         _timers: list[tuple[float, int, Callable[[], None]]]
@@ -271,6 +273,10 @@ class Node(IOLoop, DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDea
         self.closed = False
         self.broken = ""  # why the runtime cannot go on (a dead fork server, a bug), or ""
         self.advisor: Any = None  # set by init() unless advisor=False (diagnostics layer)
+        # What serving the workers' requests showed the advisor (``note_blocking_call``,
+        # ``note_returned_refs`` in worker_requests.py),
+        # kept only while it runs; its looks take them.
+        self.advice_events: deque[tuple[Any, ...]] = deque(maxlen=256)
         self.memory_monitor: MemoryMonitor | None = None  # started by init()
         self.actors = ActorManager(self)
         self.streams = StreamTable(self)  # generator tasks' yielded items (streams.py)
