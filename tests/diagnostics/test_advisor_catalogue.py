@@ -386,3 +386,39 @@ def test_a_blocking_get_in_an_async_method_is_named_and_await_is_not(runtime):
     fetcher = AsyncFetcher.remote()
     assert lightwork.get([fetcher.awaiting.remote() for _ in range(3)]) == [1, 1, 1]
     assert findings_of("blocking-in-async-actor") == []
+
+
+# -- forking in application code ------------------------------------------------------------
+@lightwork.remote
+def forks_a_pool():
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(2) as pool:  # the mistake
+        return sum(pool.map(abs, range(-3, 3)))
+
+
+@lightwork.remote
+def one_item(value):
+    return abs(value)
+
+
+def test_a_fork_in_a_task_or_in_the_running_driver_is_named(runtime):
+    runtime()
+    assert lightwork.get(forks_a_pool.remote()) == 9
+    pid = os.fork()  # the driver's own fork, with lightwork's threads running
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    deadline = time.monotonic() + 5
+    while len(findings_of("fork-in-task")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    found = {f.callsite[1]: f for f in findings_of("fork-in-task")}
+    in_task = found[_line_of('get_context("fork").Pool(2) as pool:  # the mistake')]
+    assert in_task.evidence["function"].endswith("forks_a_pool")
+    assert "spawn" in in_task.suggestion
+    in_driver = found[_line_of("pid = os.fork()  # the driver's own fork")]
+    assert in_driver.evidence["function"] is None and "driver" in in_driver.title
+
+    runtime()  # the fix: the items as tasks
+    assert sum(lightwork.get([one_item.remote(v) for v in range(-3, 3)])) == 9
+    assert findings_of("fork-in-task") == []

@@ -32,6 +32,7 @@ KINDS = (
     "actor-bottleneck", "serial-driver", "oversubscription", "fewer-slots", "refs-pinned",
     "actor-deadlock", "stuck-task", "redefined-remote", "large-closure",
     "startup-dominated", "returned-put-ref", "get-of-nested-args", "blocking-in-async-actor",
+    "fork-in-task",
 )
 
 GET_IN_LOOP_MIN = 4  # consecutive one-object gets from one call site
@@ -895,7 +896,25 @@ class AdviceRules:
         ``advice_events``): a task returning refs to its own puts, a task getting refs
         that came inside a container argument, a blocking call on an event loop."""
         kind = event[0]
-        if kind == "returned-put":
+        if kind == "fork":
+            name, site = event[1], event[2]
+            if name is None:
+                what = "the driver forked a process after lightwork started its threads"
+                why = ("the child gets a copy of the driver without those threads: a "
+                       "lock one of them held stays held, and lightwork calls there hang")
+            else:
+                what = f"a {name} call forked a process inside its worker"
+                why = ("the child gets a copy of the worker, with its connection to the "
+                       "driver and its threads' locks: it can hang, or garble the worker's "
+                       "messages")
+            self._report(Finding(
+                "fork-in-task", f"{what} (os.fork, or a fork-start multiprocessing pool): {why}",
+                {"function": name, "callsite": list(site)},
+                "run the parallel work as lightwork tasks (f.remote(item) for each item), or "
+                "start processes with spawn: multiprocessing.get_context('spawn').Pool()",
+                tuple(site),
+            ), key=(name, tuple(site)))
+        elif kind == "returned-put":
             count, record = event[1], event[2]
             name = record.name
             self._report(Finding(

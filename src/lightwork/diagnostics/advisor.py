@@ -51,6 +51,28 @@ fewer-slots       more CPU-bound tasks at once than the machine has cores (num_c
 refs-pinned       the object store filling with settled objects only driver refs hold
 actor-deadlock    a get in an actor the runtime refused because it could never return
                   (its own call on a busy actor, a cycle of actors; the runtime's report)
+stuck-task        a call running far past its function's history (or the user's threshold,
+                  ``LIGHTWORK_STUCK_AFTER_S``, without one) while its worker uses no CPU
+                  or the driver waits on it, named with where it waits (``_stuck``)
+redefined-remote  one ``@remote`` definition pickled again and again (a ``define`` span
+                  per pickling, logged by the API at a definition's first call)
+large-closure     a function or class whose pickle is big because of a value it
+                  captures (the span names the biggest)
+startup-dominated a get of a batch that waited mostly for workers loading the function
+                  (its imports) before their first run
+returned-put-ref  a task's result holding refs to values its own call put
+get-of-nested-args a task's get of refs it was passed inside a container argument
+blocking-in-async-actor a blocking get/wait on an async actor's event loop while the
+                  actor had other calls to run
+fork-in-task      a fork inside a call (the worker's fork hook sends ``ADVICE``), or in
+                  the driver while a live advisor runs (``_watch_driver_forks``)
+
+The last four come from the local engine serving the workers' requests
+(``node.advice_events``, filled only while an advisor runs, on paths that already block
+or carry refs), read at each look. Big by-value arguments are counted as they are
+submitted (``note_large_args``, on the copying path only) and warned about at the
+``.remote()`` that makes the third copy. Each finding carries its cost so far
+(``Finding.cost_s``); ``advise()`` and the report rank by it.
 
 Never wrong: a finding is made only on evidence computed from what happened, and a
 false one teaches users to ignore the advisor. How busy the slots were comes from the
@@ -102,6 +124,7 @@ from itertools import groupby
 from typing import Any
 
 from lightwork.kernel import tools as _tools
+from lightwork.kernel.introspect import forking_callsite
 from lightwork.kernel.events import DriverSpan, TaskRecord
 from lightwork.kernel.periodic import PeriodicThread
 from lightwork.diagnostics._advice_rules import (
@@ -216,6 +239,7 @@ class Advisor(AdviceRules):
         # Running for a node (its ``advisor``): big arguments are counted as they are
         # submitted (``note_large_args``), not when their tasks end.
         self.large_args_at_submission = self.node is not None
+        _watch_driver_forks()
         idle = machine_idle_core_s()  # the first sample: tasks may start before the first look
         if idle is not None:
             with self._lock:
@@ -370,6 +394,32 @@ class Advisor(AdviceRules):
                 count += 1
                 by_task[entry.task_id] += size
         return total, count, dict(by_task)
+
+
+_fork_watched = False
+
+
+def _watch_driver_forks() -> None:
+    """Once per process: a fork in the driver while a live advisor runs (lightwork's
+    threads exist by then) goes to that node's ``advice_events``. The hook runs only
+    at a fork, in the forking thread, before it forks: a few attribute reads."""
+    global _fork_watched
+    if _fork_watched or not hasattr(os, "register_at_fork"):
+        return
+    _fork_watched = True
+    os.register_at_fork(before=_driver_forking)
+
+
+def _driver_forking() -> None:
+    from lightwork.api import core
+
+    node = getattr(core._backend, "node", None)
+    events = getattr(node, "advice_events", None)
+    if events is None or getattr(node, "advisor", None) is None or getattr(node, "closed", True):
+        return
+    site = forking_callsite()
+    if site is not None:
+        events.append(("fork", None, site))
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

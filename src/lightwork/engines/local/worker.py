@@ -74,6 +74,7 @@ from lightwork.kernel.generators import (
 )
 from lightwork.kernel.object_ref import PROCESS_ID_SHIFT, ref_counter
 from lightwork.kernel import control
+from lightwork.kernel import introspect
 from lightwork.engines.local import protocol as p
 from lightwork.kernel import serialization
 from lightwork.engines.local.actor_runners import (
@@ -258,6 +259,20 @@ class Worker(WorkerCalls):
         closed = serialization.MAPS.release_unused()
         if closed:
             self.outbox.append((p.UNMAPPED, closed))
+
+    def note_fork(self) -> None:
+        """Before a fork in this process: if a call forks (``os.fork``, a fork-start
+        multiprocessing pool), tell the driver's advisor, with the user's line."""
+        frame = getattr(self._local, "frame", None)
+        if frame is None:
+            return
+        site = introspect.forking_callsite()
+        if site is None:
+            return
+        try:
+            self.send([(p.ADVICE, "fork", frame[2], site)])
+        except Exception:  # noqa: BLE001 - the fork goes on whatever the advice
+            pass
 
     def send(self, messages: list[tuple[Any, ...]]) -> None:
         """Send held results and queued messages, then ``messages``, releases last."""
@@ -942,5 +957,6 @@ def main(fd: int, worker_id: int, config: dict[str, Any]) -> None:
     from lightwork.engines.local import output
 
     output.install(worker)  # print() and logging reach the driver, labelled
+    os.register_at_fork(before=worker.note_fork)  # (a fork is rare: nothing per call)
     worker.run()
     worker.end()

@@ -92,6 +92,9 @@ class WorkerRequests(_Base):
                 self.store.remove_reader(path, conn.worker_id)
         elif kind == p.OUTPUT:
             self.output.receive(conn.worker_id, conn.pid, message[1])
+        elif kind == p.ADVICE:
+            if self.advisor is not None:
+                self.advice_events.append((message[1], *message[2:]))
 
     def _handle_read(self, conn: WorkerConn, messages: list[tuple[Any, ...]]) -> None:
         """The messages of one read from ``conn``, in order, with one clock reading for
