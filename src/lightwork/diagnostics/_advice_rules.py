@@ -165,6 +165,7 @@ class AdviceRules:
         self.undelivered: deque[Finding] = deque()
         self._reported: set[tuple[str, Any]] = set()
         self._by_identity: dict[tuple[str, Any], Finding] = {}  # (kind, key) -> finding
+        self._stale_titles: set[int] = set()  # ids of findings whose figures grew
         self._lock = threading.Lock()  # its owner's: held while the rules change
         self._sites: dict[Any, _Site] = {}
         self._records: dict[int, TaskRecord] = {}  # recent, by task id
@@ -466,15 +467,34 @@ class AdviceRules:
         finding = self._by_identity.get(("get-in-loop", span.callsite))
         if finding is None:
             return
-        evidence = finding.evidence
-        evidence["gets_in_a_row"] += 1
+        finding.evidence["gets_in_a_row"] += 1
         finding.cost_s += span.end - span.start
-        evidence["blocked_s"] = round(finding.cost_s, 4)
-        finding.title = (
-            f"get() waited for each {evidence['function']} task before the next was "
-            f"submitted ({evidence['gets_in_a_row']} times, {finding.cost_s:.2f} s blocked "
-            f"so far) while {evidence['idle_slots']:.1f} of {self.cpus:g} CPU slots sat "
-            "idle on average")
+        self._stale_titles.add(id(finding))  # rewritten once a look (_refresh_titles)
+
+    def _refresh_titles(self) -> None:
+        """Rewrite the titles of the get-in-loop findings whose loop went on."""
+        if not self._stale_titles:
+            return
+        stale, self._stale_titles = self._stale_titles, set()
+        for finding in self.findings:
+            if id(finding) in stale and finding.kind == "get-in-loop":
+                evidence = finding.evidence
+                evidence["blocked_s"] = round(finding.cost_s, 4)
+                finding.title = (
+                    f"get() waited for each {evidence['function']} task before the next was "
+                    f"submitted ({evidence['gets_in_a_row']} times, {finding.cost_s:.2f} s "
+                    f"blocked so far) while {evidence['idle_slots']:.1f} of {self.cpus:g} CPU "
+                    "slots sat idle on average")
+
+    def _history_of(self, name: str) -> tuple[int, float]:
+        """(ended runs, the longest) of function ``name`` among the recent records: asked
+        only for a call that has run long (``_stuck``), so nothing is kept per record."""
+        runs, longest = 0, 0.0
+        for record in self._recent:
+            if record.name == name and record.started and record.finished:
+                runs += 1
+                longest = max(longest, record.finished - record.started)
+        return runs, longest
 
     def _feeds_next_call(self, get_site: Any, submit_site: Any) -> bool:
         """Whether the loop's next call takes the get's result by value (from the source,

@@ -175,35 +175,34 @@ class StuckWatch:
     def __init__(self) -> None:
         self.stuck_after_s = stuck_after_from_env()
         self._samples: dict[int, tuple[float, float]] = {}  # task id -> (time, cpu s)
-        self._history: dict[str, tuple[int, float]] = {}  # name -> (runs, longest run)
 
-    def ended(self, record: TaskRecord) -> None:
-        """An ended run of ``record.name`` (its history; a few dict operations)."""
-        if record.started and record.finished:
-            runs, longest = self._history.get(record.name, (0, 0.0))
-            self._history[record.name] = (runs + 1, max(longest, record.finished - record.started))
-
-    def threshold(self, name: str) -> tuple[float, float | None]:
-        """(seconds after which a call of ``name`` is a candidate, its longest run or None)."""
-        runs, longest = self._history.get(name, (0, 0.0))
+    def threshold(self, runs: int, longest: float) -> tuple[float, float | None]:
+        """(seconds after which a call is a candidate, its longest earlier run or None),
+        from its function's ``runs`` ended runs, the ``longest`` of them."""
         if runs < HISTORY_MIN_RUNS:
             return self.stuck_after_s, None
         return max(min(self.stuck_after_s, STUCK_MIN_S), STUCK_RATIO * longest), longest
 
     def stuck(self, now: float, running: list[tuple[TaskRecord, int, int, bool]],
-              driver_waits: Any) -> list[tuple[TaskRecord, int, int, float, str, float | None]]:
+              driver_waits: Any, history: Any) -> list[
+                  tuple[TaskRecord, int, int, float, str, float | None]]:
         """The calls of ``running`` found stuck at this look: (record, worker id, pid,
         seconds running, why, longest earlier run). ``driver_waits()`` says where the
-        driver blocks (asked only when a candidate needs it)."""
+        driver blocks, ``history(name)`` (runs, longest run) a function's ended runs;
+        both are asked only for a call that has run long enough to need them, so the
+        records cost this nothing as they end."""
         found = []
         live: set[int] = set()
         blocked: Any = False  # not asked yet
+        soonest = min(self.stuck_after_s, STUCK_MIN_S)  # no threshold is lower
         for record, worker_id, pid, nested in running:
             live.add(record.task_id)
             since = record.started or record.dispatched or record.submitted
             ran = now - since
-            limit, longest = self.threshold(record.name)
-            if nested or ran < limit:
+            if nested or ran < soonest:
+                continue
+            limit, longest = self.threshold(*history(record.name))
+            if ran < limit:
                 continue
             cpu = process_cpu_s(pid) if pid else None
             sample = self._samples.get(record.task_id)

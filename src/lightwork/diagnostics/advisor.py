@@ -231,6 +231,7 @@ class Advisor(AdviceRules):
                         if kind == 1:
                             self._add_span(item)
                     self._check_touched()
+                self._refresh_titles()
             finally:
                 self._replay_at = None
 
@@ -309,7 +310,6 @@ class Advisor(AdviceRules):
                 events.clear()
         idle = machine_idle_core_s()
         waits = [(worker_id, worker_waited_s(pid)) for worker_id, pid in workers]
-        stuck = self._stuck.stuck(time.monotonic(), calls, driver_blocked_in_get)
         with self._lock:
             self._now = time.monotonic()
             if idle is not None:
@@ -332,6 +332,9 @@ class Advisor(AdviceRules):
             for event in shown:
                 self._name_runtime_event(event)
             self._grow_stuck(calls)
+            stuck = self._stuck.stuck(self._now, calls, driver_blocked_in_get,
+                                      self._history_of)
+            self._refresh_titles()
         for record, worker_id, pid, ran, why, longest in stuck:
             if ("stuck-task", record.task_id) in self._reported:
                 continue
@@ -349,10 +352,6 @@ class Advisor(AdviceRules):
         super().note_large_args(record)
         if self.undelivered:
             self.deliver_warnings()
-
-    def _add_record(self, record: TaskRecord, weight: int = 1) -> None:
-        super()._add_record(record, weight)
-        self._stuck.ended(record)
 
     def _with_waited_for(self, records: Sequence[TaskRecord], spans: list[DriverSpan],
                          notable: list[int]) -> list[int]:
