@@ -422,3 +422,30 @@ def test_a_fork_in_a_task_or_in_the_running_driver_is_named(runtime):
     runtime()  # the fix: the items as tasks
     assert sum(lightwork.get([one_item.remote(v) for v in range(-3, 3)])) == 9
     assert findings_of("fork-in-task") == []
+
+
+# -- get unnecessarily: Ray's anti_pattern_unnecessary_ray_get.py ---------------------------
+@lightwork.remote
+def generate_rollout():
+    return np.ones((1000, 500))  # 4 MB
+
+
+@lightwork.remote
+def reduce_rollout(rollout):
+    return float(rollout.sum())
+
+
+def test_a_fetched_value_passed_back_by_value_is_named_and_its_ref_is_not(runtime):
+    runtime()
+    rollout = lightwork.get(generate_rollout.remote())
+    reduced = lightwork.get(reduce_rollout.remote(rollout))  # Ray's mistake
+    assert reduced == 500_000.0
+    [finding] = findings_of("unneeded-get")
+    assert finding.callsite[1] == _line_of("reduced = lightwork.get(reduce_rollout.remote(rollout))")
+    assert finding.evidence["bytes"] == rollout.nbytes and "remote(ref)" in finding.suggestion
+
+    runtime()  # Ray's fix: the ref goes straight to the next task
+    assert lightwork.get(reduce_rollout.remote(generate_rollout.remote())) == 500_000.0
+    fresh = np.ones((1000, 500))  # and a value of the driver's own is no fetched value
+    assert lightwork.get(reduce_rollout.remote(fresh)) == 500_000.0
+    assert findings_of("unneeded-get") == []

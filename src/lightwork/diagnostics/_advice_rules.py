@@ -32,7 +32,7 @@ KINDS = (
     "actor-bottleneck", "serial-driver", "oversubscription", "fewer-slots", "refs-pinned",
     "actor-deadlock", "stuck-task", "redefined-remote", "large-closure",
     "startup-dominated", "returned-put-ref", "get-of-nested-args", "blocking-in-async-actor",
-    "fork-in-task",
+    "fork-in-task", "unneeded-get",
 )
 
 GET_IN_LOOP_MIN = 4  # consecutive one-object gets from one call site
@@ -140,8 +140,8 @@ class _Site:
     name: str
     count: int = 0
     run_times: deque[float] = field(default_factory=lambda: deque(maxlen=512))
-    arg_counts: dict[tuple[int, int], int] = field(default_factory=dict)
-    arg_copy_s: dict[tuple[int, int], float] = field(default_factory=dict)  # after the first
+    arg_counts: dict[tuple[int, ...], int] = field(default_factory=dict)
+    arg_copy_s: dict[tuple[int, ...], float] = field(default_factory=dict)  # after the first
     recent: deque[TaskRecord] = field(default_factory=lambda: deque(maxlen=SERIAL_WINDOW))
 
 class AdviceRules:
@@ -242,6 +242,24 @@ class AdviceRules:
         if record.large_args and not self.large_args_at_submission:
             self._count_large_args(site, record)
 
+    def _name_unneeded_get(self, record: TaskRecord, nbytes: int) -> None:
+        name = record.name
+        earlier = self._by_identity.get(("unneeded-get", record.callsite))
+        if earlier is not None:
+            earlier.evidence["times"] += 1
+            earlier.cost_s += record.copy_s
+            return
+        self._report(Finding(
+            "unneeded-get",
+            f"a {_size(nbytes)} value that get() returned was passed by value to "
+            f"{name}: get read it out of the object store and .remote() copied it back in",
+            {"bytes": nbytes, "function": name, "times": 1},
+            f"pass the ObjectRef itself, {name}.remote(ref), instead of "
+            f"{name}.remote(lightwork.get(ref)): the task receives the value, and the "
+            "driver copies nothing",
+            record.callsite, cost_s=record.copy_s,
+        ))
+
     def note_large_args(self, record: TaskRecord) -> None:
         """A driver call with big by-value arguments, as it is submitted (the live
         advisor: ``large_args_at_submission``). The evidence is complete at the third
@@ -255,6 +273,8 @@ class AdviceRules:
 
     def _count_large_args(self, site: _Site, record: TaskRecord) -> None:
         for fingerprint in record.large_args:
+            if len(fingerprint) > 2:  # a value get returned, sent back by value
+                self._name_unneeded_get(record, fingerprint[1])
             repeats = site.arg_counts.get(fingerprint, 0) + 1
             site.arg_counts[fingerprint] = repeats
             copied = site.arg_copy_s.get(fingerprint, 0.0) + (record.copy_s if repeats > 1 else 0.0)

@@ -64,6 +64,8 @@ returned-put-ref  a task's result holding refs to values its own call put
 get-of-nested-args a task's get of refs it was passed inside a container argument
 blocking-in-async-actor a blocking get/wait on an async actor's event loop while the
                   actor had other calls to run
+unneeded-get      a big by-value argument that points into the object store (a value get
+                  returned, passed back: ``kernel.calls.large_arguments`` marks it)
 fork-in-task      a fork inside a call (the worker's fork hook sends ``ADVICE``), or in
                   the driver while a live advisor runs (``_watch_driver_forks``)
 

@@ -103,7 +103,9 @@ class TaskRecord:
     # CPU seconds its worker process used while running it; 0.0: not measured (a call of
     # a function whose previous run on that worker took under 1 ms: worker.CPU_CLOCK_MIN_S)
     cpu_time: float = 0.0
-    large_args: tuple[tuple[int, int], ...] = ()  # (identity, nbytes) of big by-value arguments
+    # (identity, nbytes) of big by-value arguments; (identity, nbytes, 1) for one that
+    # points into the object store (a value get returned, passed back by value)
+    large_args: tuple[tuple[int, ...], ...] = ()
     copy_s: float = 0.0  # time .remote() spent copying big arguments (only those: 0 else)
     dep_tasks: tuple[int, ...] = ()  # the tasks making the refs it took as arguments
     yields: tuple[float, ...] = ()  # when a generator task yielded each item

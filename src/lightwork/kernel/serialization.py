@@ -499,6 +499,11 @@ class MappedSegments:
     def __contains__(self, path: object) -> bool:
         return path in self._mappings
 
+    def holds(self, mapping: object) -> bool:
+        """Whether ``mapping`` is one of these (a value read from the store points into it)."""
+        with self._lock:
+            return any(known is mapping for known in self._mappings.values())
+
     def close_if_unviewed(self, path: str) -> bool:
         """Close ``path``'s mapping if nothing points into it; True if none is left open."""
         with self._lock:
