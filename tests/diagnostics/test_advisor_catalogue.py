@@ -449,3 +449,50 @@ def test_a_fetched_value_passed_back_by_value_is_named_and_its_ref_is_not(runtim
     fresh = np.ones((1000, 500))  # and a value of the driver's own is no fetched value
     assert lightwork.get(reduce_rollout.remote(fresh)) == 500_000.0
     assert findings_of("unneeded-get") == []
+
+
+# -- globals to share state: Ray's anti_pattern_global_variables.py ---------------------------
+shared_offset = 3
+
+
+@lightwork.remote
+class Adder:
+    def add(self, x):
+        return x + shared_offset
+
+
+@lightwork.remote
+class AdderWithState:
+    def __init__(self, offset):
+        self.offset = offset
+
+    def set(self, offset):
+        self.offset = offset
+
+    def add(self, x):
+        return x + self.offset
+
+
+def test_a_global_rebound_after_shipping_is_named_and_actor_state_is_not(runtime):
+    global shared_offset
+    runtime()
+    adder = Adder.remote()
+    assert lightwork.get(adder.add.remote(1)) == 4
+    shared_offset = 4  # the mistake: the actor keeps the value it was shipped with
+    try:
+        time.sleep(0.6)  # (a look sees the change; calls after it are named)
+        assert lightwork.get(adder.add.remote(1)) == 4  # still 3 in the actor
+        call_line = _line_of("assert lightwork.get(adder.add.remote(1)) == 4  # still 3")
+        [finding] = findings_of("global-changed")
+        assert finding.callsite[1] == call_line
+        assert finding.evidence["global"] == "shared_offset" and "actor" in finding.suggestion
+    finally:
+        shared_offset = 3
+
+    runtime()  # the fix: the state lives in the actor, changed through its methods
+    adder = AdderWithState.remote(3)
+    assert lightwork.get(adder.add.remote(1)) == 4
+    adder.set.remote(4)
+    time.sleep(0.6)
+    assert lightwork.get(adder.add.remote(1)) == 5
+    assert findings_of("global-changed") == []

@@ -8,6 +8,14 @@ size, the time it took; for a pickle of ``LARGE_DEFINITION_BYTES`` or more, the 
 value it captured), from which the advisor names ``redefined-remote`` and
 ``large-closure``. This runs once per definition, never per call; without a runtime
 (the first call starts one) or with the log off it does nothing.
+
+It also keeps, for the advisor's ``global-changed``, what each shipped function read
+from its module's globals when it was pickled (``_Shipped``: a weak ref to the function
+and a fingerprint per global: the value itself for a small immutable one, else its
+``id`` and a hash of its pickle); :func:`changed_globals`, called by the advisor's
+looks, says which the driver has rebound since. The workers run the value they got,
+so a rebinding the function's calls never see is Ray's "global variables to share
+state" mistake.
 """
 
 from __future__ import annotations
@@ -19,6 +27,10 @@ import types
 from typing import Any
 
 from lightwork.kernel.events import DriverSpan
+
+import hashlib
+import time
+import weakref
 
 LARGE_DEFINITION_BYTES = 1 << 20
 _MEASURED_AT_MOST = 64  # captured values sized, at most
@@ -35,8 +47,113 @@ def note_definition(wrapped: Any, nbytes: int, start: float, end: float) -> None
     if log is None or not getattr(log, "enabled", False):
         return
     note = biggest_capture(wrapped) if nbytes >= LARGE_DEFINITION_BYTES else ""
+    site = definition_site(wrapped)
     log.add_span(DriverSpan("define", start, end, 1, threading.get_ident(),
-                            callsite=definition_site(wrapped), nbytes=nbytes, note=note))
+                            callsite=site, nbytes=nbytes, note=note))
+    _watch_globals(wrapped, site)
+
+
+_SMALL = (int, float, complex, str, bytes, bool, type(None))
+_HASHED_AT_MOST = 64 << 10  # a global's pickle hashed when at most this big
+_WATCHED_AT_MOST = 256  # shipped functions watched, the newest
+_shipped: list[_Shipped] = []
+_lock = threading.Lock()
+
+
+class _Shipped:
+    """What one shipped function read from its globals when it was pickled."""
+
+    __slots__ = ("function", "name", "site", "values")
+
+    def __init__(self, function: Any, name: str, site: Any,
+                 values: dict[str, tuple[Any, ...]]) -> None:
+        self.function = weakref.ref(function)
+        self.name = name
+        self.site = site
+        self.values = values
+
+
+def _fingerprint(value: Any) -> tuple[Any, ...]:
+    if type(value) in _SMALL:
+        return ("value", value)
+    # Only a small container is pickled to fingerprint it: an array or a big one is
+    # known by its identity alone (rebinding it is what counts).
+    if hasattr(value, "nbytes") or not isinstance(value, (list, tuple, dict, set, frozenset)) \
+            or len(value) > 1000:
+        return ("id", id(value), None)
+    try:
+        data = pickle.dumps(value, protocol=5)
+    except Exception:
+        return ("id", id(value), None)
+    digest = hashlib.blake2b(data, digest_size=8).digest() if len(data) <= _HASHED_AT_MOST else None
+    return ("id", id(value), digest)
+
+
+def _same(known: tuple[Any, ...], value: Any) -> bool:
+    if known[0] == "value":
+        return type(value) in _SMALL and type(value) is type(known[1]) and value == known[1]
+    if id(value) == known[1]:
+        return True
+    return known[2] is not None and _fingerprint(value)[2] == known[2]
+
+
+def _watch_globals(wrapped: Any, site: Any) -> None:
+    functions = [wrapped] if isinstance(wrapped, types.FunctionType) else [
+        member for member in vars(wrapped).values() if isinstance(member, types.FunctionType)]
+    for function in functions:
+        read = {}
+        for name in _globals_read(function.__code__):
+            if name in function.__globals__:
+                value = function.__globals__[name]
+                if not isinstance(value, (types.ModuleType, types.FunctionType, type)) \
+                        and not callable(value):
+                    read[name] = _fingerprint(value)
+        if read:
+            try:
+                shipped = _Shipped(function, str(getattr(wrapped, "__qualname__", "?")),
+                                   site, read)
+            except TypeError:  # takes no weak reference
+                continue
+            with _lock:
+                _shipped.append(shipped)
+                del _shipped[:-_WATCHED_AT_MOST]
+
+
+def _globals_read(code: types.CodeType) -> set[str]:
+    """The global names ``code`` (and the code nested in it) loads: its bytecode's
+    LOAD_GLOBAL/LOAD_NAME, not ``co_names`` (which holds attribute names too)."""
+    import dis
+
+    names: set[str] = set()
+    todo = [code]
+    while todo:
+        current = todo.pop()
+        for instruction in dis.get_instructions(current):
+            if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                names.add(str(instruction.argval))
+        todo.extend(const for const in current.co_consts if isinstance(const, types.CodeType))
+    return names
+
+
+def changed_globals() -> list[tuple[str, Any, str, float]]:
+    """(function's qualified name, its definition site, the global, when seen) for each
+    global a shipped function read that the driver has rebound since; each is said
+    once (the advisor's looks call this, off the program's threads)."""
+    with _lock:
+        watched = list(_shipped)
+    found = []
+    now = time.monotonic()
+    for shipped in watched:
+        function = shipped.function()
+        if function is None:
+            continue
+        for name, known in list(shipped.values.items()):
+            if name in function.__globals__ and not _same(known, function.__globals__[name]):
+                found.append((shipped.name, shipped.site, name, now))
+                del shipped.values[name]
+    with _lock:
+        _shipped[:] = [s for s in _shipped if s.values and s.function() is not None]
+    return found
 
 
 def definition_site(wrapped: Any) -> tuple[str, int, str] | None:

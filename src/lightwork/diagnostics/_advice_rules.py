@@ -32,7 +32,7 @@ KINDS = (
     "actor-bottleneck", "serial-driver", "oversubscription", "fewer-slots", "refs-pinned",
     "actor-deadlock", "stuck-task", "redefined-remote", "large-closure",
     "startup-dominated", "returned-put-ref", "get-of-nested-args", "blocking-in-async-actor",
-    "fork-in-task", "unneeded-get",
+    "fork-in-task", "unneeded-get", "global-changed",
 )
 
 GET_IN_LOOP_MIN = 4  # consecutive one-object gets from one call site
@@ -166,6 +166,9 @@ class AdviceRules:
         self._reported: set[tuple[str, Any]] = set()
         self._by_identity: dict[tuple[str, Any], Finding] = {}  # (kind, key) -> finding
         self._stale_titles: set[int] = set()  # ids of findings whose figures grew
+        # function name -> (when seen, the global, its definition site): globals the
+        # driver rebound after the function was shipped (``api.definitions``)
+        self._global_changes: dict[str, tuple[float, str, Any]] = {}
         self._lock = threading.Lock()  # its owner's: held while the rules change
         self._sites: dict[Any, _Site] = {}
         self._records: dict[int, TaskRecord] = {}  # recent, by task id
@@ -223,6 +226,8 @@ class AdviceRules:
                 self._check_fewer_slots(record)
         if record.started and not record.actor_id and record.worker_id >= 0:
             self._note_first_runs(record)
+        if self._global_changes:  # (empty but for a program that rebinds a global)
+            self._check_global_change(record)
         if record.actor_id:
             calls = self._actor_calls.get(record.actor_id)
             if calls is None:
@@ -317,6 +322,34 @@ class AdviceRules:
             self._check_wait_for_slowest(span)
         if span.kind == "get" and span.object_count >= SLOWEST_MIN_OBJECTS and self._first_loads:
             self._check_startup(span)
+
+    def note_global_changes(self, changes: list[tuple[str, Any, str, float]]) -> None:
+        """Globals the driver rebound after a function that reads them was shipped."""
+        for function, site, name, at in changes:
+            self._global_changes.setdefault(function, (at, name, site))
+
+    def _check_global_change(self, record: TaskRecord) -> None:
+        """A call submitted after the driver rebound a global its function read when
+        it was shipped: the call runs with the value the function was shipped with."""
+        name = record.name
+        change = self._global_changes.get(name)
+        if change is None and "." in name:  # an actor's method: its class was shipped
+            name = name.rsplit(".", 1)[0]
+            change = self._global_changes.get(name)
+        if change is None or record.submitted < change[0]:
+            return
+        at, variable, site = change
+        self._report(Finding(
+            "global-changed",
+            f"the driver rebound the global `{variable}` after {name} was shipped to the "
+            f"workers; {record.name} calls since still see the value it had then (each "
+            "process has its own globals)",
+            {"global": variable, "function": name,
+             "defined_at": list(site) if site else None},
+            f"pass `{variable}` as an argument to each call, or keep state that changes in "
+            "an actor and call its methods",
+            record.callsite,
+        ), key=(name, variable))
 
     def _note_first_runs(self, record: TaskRecord) -> None:
         """Keep what a worker's first task, and a function's first run on a worker,

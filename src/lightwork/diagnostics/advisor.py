@@ -66,6 +66,8 @@ blocking-in-async-actor a blocking get/wait on an async actor's event loop while
                   actor had other calls to run
 unneeded-get      a big by-value argument that points into the object store (a value get
                   returned, passed back: ``kernel.calls.large_arguments`` marks it)
+global-changed    a call after the driver rebound a global its function read when shipped
+                  (``api.definitions.changed_globals``, read each look)
 fork-in-task      a fork inside a call (the worker's fork hook sends ``ADVICE``), or in
                   the driver while a live advisor runs (``_watch_driver_forks``)
 
@@ -125,6 +127,7 @@ from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
 
+from lightwork.api.definitions import changed_globals
 from lightwork.kernel import tools as _tools
 from lightwork.kernel.introspect import forking_callsite
 from lightwork.kernel.events import DriverSpan, TaskRecord
@@ -312,6 +315,7 @@ class Advisor(AdviceRules):
                 events.clear()
         idle = machine_idle_core_s()
         waits = [(worker_id, worker_waited_s(pid)) for worker_id, pid in workers]
+        rebound = changed_globals()  # the driver's globals, read (off its threads)
         with self._lock:
             self._now = time.monotonic()
             if idle is not None:
@@ -320,6 +324,8 @@ class Advisor(AdviceRules):
                 if waited is not None:
                     self.add_worker_sample(worker_id, self._now, waited)
             self._running = running
+            if rebound:
+                self.note_global_changes(rebound)
             self._busy.merge(runs)
             for record, weight in picked:
                 self._add_record(record, weight)
