@@ -141,8 +141,8 @@ from lightwork.diagnostics._advice_rules import (
     SAMPLE_PER_STEP,
     AdviceRules,
     Finding,
-    ranked,
 )
+from lightwork.diagnostics._finding import ranked
 from lightwork.diagnostics._stuck import (
     StuckWatch,
     describe,
