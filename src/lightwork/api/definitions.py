@@ -2,7 +2,7 @@
 
 A ``RemoteFunction`` or ``ActorClass`` pickles what it wraps once, at its first call;
 each ``@remote`` definition is a new object, so a definition repeated in a loop is
-pickled (and shipped) again each time. :func:`note_definition` logs each pickling as a
+pickled again each time. :func:`note_definition` logs each pickling as a
 ``"define"`` span (``DriverSpan``: the definition's own file and line, the pickle's
 size, the time it took; for a pickle of ``LARGE_DEFINITION_BYTES`` or more, the biggest
 value it captured), from which the advisor names ``redefined-remote`` and
@@ -20,17 +20,16 @@ state" mistake.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import pickle
 import threading
+import time
 import types
+import weakref
 from typing import Any
 
 from lightwork.kernel.events import DriverSpan
-
-import hashlib
-import time
-import weakref
 
 LARGE_DEFINITION_BYTES = 1 << 20
 _MEASURED_AT_MOST = 64  # captured values sized, at most
