@@ -496,3 +496,28 @@ def test_a_global_rebound_after_shipping_is_named_and_actor_state_is_not(runtime
     time.sleep(0.6)
     assert lightwork.get(adder.add.remote(1)) == 5
     assert findings_of("global-changed") == []
+
+
+# -- the same programs, from a saved timeline (`lightwork advise FILE`) ----------------------
+def test_a_saved_timeline_names_the_catalogue_findings_its_log_holds(runtime, tmp_path):
+    import json
+
+    from lightwork.diagnostics.advisor import analyse
+
+    runtime(advisor=False)
+    refs = []
+    for i in range(6):
+        @lightwork.remote
+        def again(x):  # defined anew each time round
+            return x
+
+        refs.append(again.remote(i))
+    assert lightwork.get(refs) == list(range(6))
+    assert lightwork.get(look_up_global.remote(0)) == 1.0
+    rollout = lightwork.get(generate_rollout.remote())
+    assert lightwork.get(reduce_rollout.remote(rollout)) == 500_000.0
+    lightwork.timeline(str(tmp_path / "trace.json"))
+    lightwork.shutdown()
+    data = json.loads((tmp_path / "trace.json").read_text())["otherData"]["advisor_input"]
+    kinds = {finding.kind for finding in analyse(data)}
+    assert {"redefined-remote", "large-closure", "unneeded-get"} <= kinds
