@@ -521,3 +521,11 @@ def test_a_saved_timeline_names_the_catalogue_findings_its_log_holds(runtime, tm
     data = json.loads((tmp_path / "trace.json").read_text())["otherData"]["advisor_input"]
     kinds = {finding.kind for finding in analyse(data)}
     assert {"redefined-remote", "large-closure", "unneeded-get"} <= kinds
+
+
+def test_a_remote_builtin_is_shipped_without_a_definition_to_read(runtime):
+    runtime()
+    assert lightwork.get(lightwork.remote(abs).remote(-3)) == 3  # no code, no class
+    assert lightwork.get(lightwork.remote(time.sleep).remote(0)) is None
+    assert [f.kind for f in lightwork.advise(print_report=False)
+            if f.kind in ("redefined-remote", "large-closure", "global-changed")] == []

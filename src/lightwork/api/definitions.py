@@ -45,11 +45,27 @@ def note_definition(wrapped: Any, nbytes: int, start: float, end: float) -> None
     log = getattr(holder, "log", None)
     if log is None or not getattr(log, "enabled", False):
         return
-    note = biggest_capture(wrapped) if nbytes >= LARGE_DEFINITION_BYTES else ""
-    site = definition_site(wrapped)
-    log.add_span(DriverSpan("define", start, end, 1, threading.get_ident(),
-                            callsite=site, nbytes=nbytes, note=note))
-    _watch_globals(wrapped, site)
+    try:
+        note = biggest_capture(wrapped) if nbytes >= LARGE_DEFINITION_BYTES else ""
+        site = definition_site(wrapped)
+        log.add_span(DriverSpan("define", start, end, 1, threading.get_ident(),
+                                callsite=site, nbytes=nbytes, note=note))
+        _watch_globals(wrapped, site)
+    except Exception as exc:  # noqa: BLE001 - a diagnostic never stops the user's call
+        from lightwork.kernel.introspect import report_unraisable
+
+        report_unraisable(exc, "lightwork's advisor could not read a definition", wrapped)
+
+
+def _functions_of(wrapped: Any) -> list[types.FunctionType]:
+    """The Python functions a definition holds: itself, or a class's methods (a
+    builtin such as ``time.sleep`` holds none)."""
+    if isinstance(wrapped, types.FunctionType):
+        return [wrapped]
+    if isinstance(wrapped, type):
+        return [member for member in vars(wrapped).values()
+                if isinstance(member, types.FunctionType)]
+    return []
 
 
 _SMALL = (int, float, complex, str, bytes, bool, type(None))
@@ -97,9 +113,7 @@ def _same(known: tuple[Any, ...], value: Any) -> bool:
 
 
 def _watch_globals(wrapped: Any, site: Any) -> None:
-    functions = [wrapped] if isinstance(wrapped, types.FunctionType) else [
-        member for member in vars(wrapped).values() if isinstance(member, types.FunctionType)]
-    for function in functions:
+    for function in _functions_of(wrapped):
         read = {}
         for name in _globals_read(function.__code__):
             if name in function.__globals__:
@@ -181,8 +195,7 @@ def biggest_capture(wrapped: Any) -> str:
     """"the global `table` (8.0 MB)": the biggest value a function's pickle carries
     with it (closure cells and the module globals it names; for a class, its methods'),
     or "" when none is big."""
-    functions = [wrapped] if isinstance(wrapped, types.FunctionType) else [
-        member for member in vars(wrapped).values() if isinstance(member, types.FunctionType)]
+    functions = _functions_of(wrapped)
     best: tuple[int, str] = (0, "")
     measured = 0
     for function in functions:
