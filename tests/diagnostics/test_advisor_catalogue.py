@@ -513,7 +513,12 @@ def test_a_saved_timeline_names_the_catalogue_findings_its_log_holds(runtime, tm
 
         refs.append(again.remote(i))
     assert lightwork.get(refs) == list(range(6))
-    assert lightwork.get(look_up_global.remote(0)) == 1.0
+
+    @lightwork.remote
+    def carries_the_table(i):  # (a new definition: pickled in this session)
+        return float(BIG_TABLE[i])
+
+    assert lightwork.get(carries_the_table.remote(0)) == 1.0
     rollout = lightwork.get(generate_rollout.remote())
     assert lightwork.get(reduce_rollout.remote(rollout)) == 500_000.0
     lightwork.timeline(str(tmp_path / "trace.json"))
