@@ -479,6 +479,149 @@ def driver_waiting_for_its_input():
     assert lightwork.get(refs) == list(range(6))
 
 
+def tree_of_actors():
+    """Ray's "tree of actors" pattern: a supervisor actor creates worker actors and
+    spreads a batch over them, each returning its share."""
+
+    @lightwork.remote
+    class Trainer:
+        def fit(self, seed):
+            time.sleep(0.05)
+            return seed * 2
+
+    @lightwork.remote
+    class Supervisor:
+        def __init__(self, count):
+            self.trainers = [Trainer.remote() for _ in range(count)]
+
+        def fit(self, seeds):
+            refs = [trainer.fit.remote(seed) for trainer, seed in zip(self.trainers, seeds)]
+            return lightwork.get(refs)
+
+    supervisor = Supervisor.remote(2)
+    assert lightwork.get(supervisor.fit.remote([1, 2])) == [2, 4]
+    assert lightwork.get(supervisor.fit.remote([3, 4])) == [6, 8]
+
+
+def map_reduce():
+    """Ray's map-reduce pattern: map tasks return one part per reducer
+    (``num_returns``); each reducer gets its parts as refs, never fetched by the driver."""
+
+    @lightwork.remote(num_returns=2)
+    def map_words(words):
+        time.sleep(0.03)
+        parts = ({}, {})
+        for word in words:
+            part = parts[len(word) % 2]
+            part[word] = part.get(word, 0) + 1
+        return parts
+
+    @lightwork.remote
+    def reduce_counts(*parts):
+        total = {}
+        for part in parts:
+            for word, count in part.items():
+                total[word] = total.get(word, 0) + count
+        return total
+
+    chunks = [["a", "bb", "a"], ["bb", "ccc"], ["a", "dddd"], ["ccc", "a"]]
+    mapped = [map_words.remote(chunk) for chunk in chunks]
+    reduced = [reduce_counts.remote(*[parts[i] for parts in mapped]) for i in range(2)]
+    counts = {}
+    for part in lightwork.get(reduced):
+        counts.update(part)
+    assert counts == {"a": 4, "bb": 2, "ccc": 2, "dddd": 1}
+
+
+def remote_function_defined_once():
+    """The fix of Ray's "redefining the same remote function": defined once, called in
+    a loop (and a second definition elsewhere is no repeat)."""
+
+    @lightwork.remote
+    def square(x):
+        time.sleep(0.02)
+        return x * x
+
+    @lightwork.remote
+    def cube(x):
+        return x * x * x
+
+    assert lightwork.get([square.remote(i) for i in range(8)]) == [i * i for i in range(8)]
+    assert lightwork.get([cube.remote(i) for i in range(3)]) == [0, 1, 8]
+
+
+def big_table_passed_by_ref():
+    """The fix of Ray's "closure capturing large objects" and of passing a big argument
+    by value: the table goes to the store once and each task takes the ref."""
+    import numpy as np
+
+    table = lightwork.put(np.arange(1 << 18, dtype=np.float64))  # 2 MB
+
+    @lightwork.remote
+    def look_up(values, index):
+        time.sleep(0.02)
+        return float(values[index])
+
+    assert lightwork.get([look_up.remote(table, i) for i in range(6)]) == [float(i) for i in range(6)]
+
+
+def results_fed_to_the_next_task_by_ref():
+    """The fix of Ray's "calling get unnecessarily": each stage's ref goes straight to
+    the next task; the driver gets only the end."""
+
+    @lightwork.remote
+    def load(n):
+        time.sleep(0.02)
+        return list(range(n))
+
+    @lightwork.remote
+    def total(values):
+        return sum(values)
+
+    refs = [total.remote(load.remote(n)) for n in range(2, 8)]
+    assert lightwork.get(refs) == [sum(range(n)) for n in range(2, 8)]
+
+
+def task_waiting_on_a_list_of_refs():
+    """A task handed a list of refs that processes them as they finish with ``wait``
+    (not the get on task arguments Ray warns of), and a dynamic generator's refs."""
+
+    @lightwork.remote
+    def part(seconds):
+        time.sleep(seconds)
+        return seconds
+
+    @lightwork.remote
+    def first_done(refs):
+        done, _ = lightwork.wait(refs, num_returns=1)
+        return len(done)
+
+    @lightwork.remote(num_returns="dynamic")
+    def squares(count):
+        for value in range(count):
+            yield value * value
+
+    assert lightwork.get(first_done.remote([part.remote(0.05), part.remote(0.3)])) == 1
+    assert [lightwork.get(ref) for ref in lightwork.get(squares.remote(4))] == [0, 1, 4, 9]
+
+
+def async_actor_awaiting_refs():
+    """Ray's async actor pattern: coroutines await refs, so calls overlap on the loop."""
+
+    @lightwork.remote
+    def slow(value):
+        time.sleep(0.1)
+        return value
+
+    @lightwork.remote
+    class Gatherer:
+        async def gather(self, value):
+            return await slow.remote(value)
+
+    gatherer = Gatherer.remote()
+    assert lightwork.get([gatherer.gather.remote(i) for i in range(4)]) == [0, 1, 2, 3]
+
+
 PROGRAMS = [
     progress_polling, progress_polling_of_fewer_tasks_than_slots, pipeline_with_wait, bounded_in_flight, dependent_chain_by_ref,
     synchronous_parameter_server, asynchronous_parameter_server,
@@ -487,7 +630,9 @@ PROGRAMS = [
     driver_work_overlapping_tasks, dependent_chain_by_value,
     put_once_pipeline_with_large_arrays, multiprocessing_pool_map,
     async_actors_fed_by_a_queue, dask_graph_on_lightwork, generator_task_stream,
-    driver_waiting_for_its_input,
+    driver_waiting_for_its_input, tree_of_actors, map_reduce, remote_function_defined_once,
+    big_table_passed_by_ref, results_fed_to_the_next_task_by_ref,
+    task_waiting_on_a_list_of_refs, async_actor_awaiting_refs,
 ]
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import time
 from typing import Any
 
 
+from lightwork.api.definitions import note_definition
 from lightwork.api.generator import ObjectRefGenerator
 from lightwork.kernel.generators import DYNAMIC_METHOD, STATIC_METHOD
 from lightwork.kernel.object_ref import ObjectRef
@@ -167,6 +169,7 @@ class ActorClass:
 
     def _payload(self) -> tuple[bytes, bytes]:
         if self._key is None:
+            start = time.monotonic()
             try:
                 blob = pickler.dumps(self._cls)
             except Exception as exc:
@@ -174,6 +177,7 @@ class ActorClass:
             pickler.check_function_size(blob, f"actor {self._cls.__name__}")
             self._blob = blob
             self._key = hashlib.blake2b(blob, digest_size=16).digest()
+            note_definition(self._cls, len(blob), start, time.monotonic())
         assert self._blob is not None
         return self._key, self._blob
 

@@ -12,9 +12,11 @@ import functools
 import hashlib
 import inspect
 import sys
+import time
 from typing import Any
 
 
+from lightwork.api.definitions import note_definition
 from lightwork.api.generator import ObjectRefGenerator
 from lightwork.kernel import pickler
 from lightwork.kernel.calls import (
@@ -119,6 +121,7 @@ class RemoteFunction:
 
     def _payload(self) -> tuple[bytes, bytes]:
         if self._key is None:
+            start = time.monotonic()
             try:
                 blob = pickler.dumps(self._function)
             except Exception as exc:
@@ -129,6 +132,7 @@ class RemoteFunction:
             pickler.check_function_size(blob, f"remote function {_name(self._function)}")
             self._blob = blob
             self._key = hashlib.blake2b(blob, digest_size=16).digest()
+            note_definition(self._function, len(blob), start, time.monotonic())
         assert self._blob is not None
         return self._key, self._blob
 

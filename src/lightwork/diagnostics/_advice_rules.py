@@ -10,6 +10,10 @@ only thing a rule asks the live runtime (``node``, None offline) is an actor's
 design of both: the list of rules, the "never wrong" principle, how findings are
 reported once per (kind, call site).
 
+The rules whose evidence is one event each (a definition pickled, a runtime report, a
+stuck call, a global rebound) and the first-batch rule are ``_catalogue.CatalogueRules``,
+which this class extends; :class:`Finding` lives in ``_finding``.
+
 The thresholds are module constants; they are deliberately conservative.
 """
 
@@ -17,19 +21,23 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
+import threading
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from lightwork.kernel.events import DriverSpan, TaskRecord
+from lightwork.diagnostics._catalogue import CatalogueRules
 from lightwork.diagnostics._chains import feeds_next_call
+from lightwork.diagnostics._finding import Finding, _size
 from lightwork.diagnostics._measure import SlotTime, most_at_once, union
 
 KINDS = (
     "get-in-loop", "tiny-tasks", "large-arg-repeated", "wait-for-slowest",
     "actor-bottleneck", "serial-driver", "oversubscription", "fewer-slots", "refs-pinned",
-    "actor-deadlock",
+    "actor-deadlock", "stuck-task", "redefined-remote", "large-closure",
+    "startup-dominated", "returned-put-ref", "get-of-nested-args", "blocking-in-async-actor",
+    "fork-in-task", "unneeded-get", "global-changed",
 )
 
 GET_IN_LOOP_MIN = 4  # consecutive one-object gets from one call site
@@ -78,54 +86,17 @@ REPLAY_MAX_STEPS = 200  # a replayed log is checked at most this many times
 
 
 @dataclass
-class Finding:
-    kind: str
-    title: str
-    evidence: dict[str, Any]
-    suggestion: str
-    callsite: tuple[str, int, str] | None = None
-    seen_at: float = field(default_factory=time.monotonic)
-
-    def where(self) -> str:
-        if self.callsite is None:
-            return "(no call site)"
-        filename, line, function = self.callsite
-        return f"{filename}:{line} in {function}"
-
-    def message(self) -> str:
-        return f"[{self.kind}] {self.title} at {self.where()}. Fix: {self.suggestion}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind, "title": self.title, "evidence": self.evidence,
-            "suggestion": self.suggestion,
-            "callsite": list(self.callsite) if self.callsite else None,
-            "seen_at": self.seen_at,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Finding:
-        """The inverse of :meth:`as_dict` (for findings that travelled as JSON)."""
-        callsite = data.get("callsite")
-        return cls(
-            str(data["kind"]), str(data["title"]), dict(data.get("evidence") or {}),
-            str(data.get("suggestion", "")),
-            (str(callsite[0]), int(callsite[1]), str(callsite[2])) if callsite else None,
-            float(data.get("seen_at") or 0.0),
-        )
-
-
-@dataclass
 class _Site:
     """What one call site of ``.remote()`` has done so far."""
 
     name: str
     count: int = 0
     run_times: deque[float] = field(default_factory=lambda: deque(maxlen=512))
-    arg_counts: dict[tuple[int, int], int] = field(default_factory=dict)
+    arg_counts: dict[tuple[int, ...], int] = field(default_factory=dict)
+    arg_copy_s: dict[tuple[int, ...], float] = field(default_factory=dict)  # after the first
     recent: deque[TaskRecord] = field(default_factory=lambda: deque(maxlen=SERIAL_WINDOW))
 
-class AdviceRules:
+class AdviceRules(CatalogueRules):
     """The rules and what they have seen so far (see the module docstring).
 
     ``cpus`` are the runtime's CPU slots and ``cores`` the machine's, both as they were
@@ -139,9 +110,18 @@ class AdviceRules:
         self.cores = cores
         self.init_callsite = init_callsite
         self.node: Any = None  # the live runtime; its owner sets it (None: offline)
+        # The live advisor hears of big by-value arguments as they are submitted
+        # (note_large_args); offline, they are counted from the ended records.
+        self.large_args_at_submission = False
         self.findings: list[Finding] = []
         self.undelivered: deque[Finding] = deque()
         self._reported: set[tuple[str, Any]] = set()
+        self._by_identity: dict[tuple[str, Any], Finding] = {}  # (kind, key) -> finding
+        self._stale_titles: set[int] = set()  # ids of findings whose figures grew
+        # function name -> (when seen, the global, its definition site): globals the
+        # driver rebound after the function was shipped (``api.definitions``)
+        self._global_changes: dict[str, tuple[float, str, Any]] = {}
+        self._lock = threading.Lock()  # its owner's: held while the rules change
         self._sites: dict[Any, _Site] = {}
         self._records: dict[int, TaskRecord] = {}  # recent, by task id
         self._long_tasks: deque[tuple[float, float, float]] = deque(maxlen=64)
@@ -155,6 +135,13 @@ class AdviceRules:
         self._running: list[tuple[float, float, TaskRecord]] = []  # unended work
         self._now = 0.0  # log time of the current look
         self._get_runs: dict[Any, list[DriverSpan]] = defaultdict(list)
+        self._definitions: dict[Any, list[float]] = {}  # def site -> [picklings, seconds]
+        # The first run of each worker, and of each function on a worker: its start-up
+        # and its loading of the function (imports) are in those records (task id ->
+        # seconds spent so).
+        self._workers_seen: set[int] = set()
+        self._loads_seen: set[tuple[int, str]] = set()
+        self._first_loads: dict[int, float] = {}
         self._replay_at: float | None = None  # log time of the step being replayed
         self._chains: dict[tuple[Any, Any], bool] = {}  # (get line, submit line) -> by value
         self._machine: deque[tuple[float, float]] = deque(maxlen=4096)  # (time, idle core-s)
@@ -170,6 +157,7 @@ class AdviceRules:
         if identity in self._reported:
             return
         self._reported.add(identity)
+        self._by_identity[identity] = finding
         if self._replay_at is not None:
             finding.seen_at = self._replay_at
         self.findings.append(finding)
@@ -194,6 +182,10 @@ class AdviceRules:
                 self._check_oversubscription(record)
             if self.cpus > self.cores:
                 self._check_fewer_slots(record)
+        if record.started and not record.actor_id and record.worker_id >= 0:
+            self._note_first_runs(record)
+        if self._global_changes:  # (empty but for a program that rebinds a global)
+            self._check_global_change(record)
         if record.actor_id:
             calls = self._actor_calls.get(record.actor_id)
             if calls is None:
@@ -210,20 +202,47 @@ class AdviceRules:
         if record.finished:
             site.recent.append(record)
             site.run_times.append(record.finished - record.args_loaded)  # the last 512
+        if record.large_args and not self.large_args_at_submission:
+            self._count_large_args(site, record)
+
+    def note_large_args(self, record: TaskRecord) -> None:
+        """A driver call with big by-value arguments, as it is submitted (the live
+        advisor: ``large_args_at_submission``). The evidence is complete at the third
+        copy, whenever its tasks end: a program whose only get returns as they end would
+        otherwise never be told (the finding came with the next get or wait)."""
+        with self._lock:
+            site = self._sites.get(record.callsite)
+            if site is None:
+                site = self._sites[record.callsite] = _Site(record.name)
+            self._count_large_args(site, record)
+
+    def _count_large_args(self, site: _Site, record: TaskRecord) -> None:
         for fingerprint in record.large_args:
+            if len(fingerprint) > 2:  # a value get returned, sent back by value
+                self._name_unneeded_get(record, fingerprint[1])
             repeats = site.arg_counts.get(fingerprint, 0) + 1
             site.arg_counts[fingerprint] = repeats
-            if repeats >= LARGE_ARG_MIN_REPEATS:
-                self._report(Finding(
-                    "large-arg-repeated",
-                    f"the same {_size(fingerprint[1])} argument was passed by value to "
-                    f"{record.name} {repeats} times",
-                    {"bytes": fingerprint[1], "times": repeats, "function": record.name},
-                    f"store it once with ref = lightwork.put(value) and pass ref to each "
-                    f"{record.name}.remote(...) call: each by-value call copies "
-                    f"{_size(fingerprint[1])} again",
-                    record.callsite,
-                ))
+            copied = site.arg_copy_s.get(fingerprint, 0.0) + (record.copy_s if repeats > 1 else 0.0)
+            site.arg_copy_s[fingerprint] = copied
+            if repeats < LARGE_ARG_MIN_REPEATS:
+                continue
+            title = (f"the same {_size(fingerprint[1])} argument was passed by value to "
+                     f"{record.name} {repeats} times ({copied:.2f} s copying it again)")
+            earlier = self._by_identity.get(("large-arg-repeated", record.callsite))
+            if earlier is not None:
+                if earlier.evidence.get("bytes") == fingerprint[1] and repeats > earlier.evidence["times"]:
+                    earlier.title, earlier.cost_s = title, copied  # its cost so far
+                    earlier.evidence.update(times=repeats, copy_s=round(copied, 4))
+                continue
+            self._report(Finding(
+                "large-arg-repeated", title,
+                {"bytes": fingerprint[1], "times": repeats, "function": record.name,
+                 "copy_s": round(copied, 4)},
+                f"store it once with ref = lightwork.put(value) and pass ref to each "
+                f"{record.name}.remote(...) call: each by-value call copies "
+                f"{_size(fingerprint[1])} again",
+                record.callsite, cost_s=copied,
+            ))
 
     def _leave_out_paused(self, record: TaskRecord, weight: int) -> None:
         """A call that paused in the debugger: remember its pauses (the driver's gets
@@ -236,6 +255,9 @@ class AdviceRules:
                 self._busy.add(start, end, -slots)
 
     def _add_span(self, span: DriverSpan) -> None:
+        if span.kind == "define":
+            self._add_definition(span)
+            return
         if self._pauses and any(start < span.end and span.start < end
                                 for start, end in self._pauses):
             return  # a get or wait that waited (also) for a call paused in the debugger
@@ -245,9 +267,14 @@ class AdviceRules:
             run.append(span)
             self._check_get_in_loop(span.callsite, run)
         elif span.kind == "get":
-            self._get_runs.pop(span.callsite, None)
+            if span.object_count == 1:
+                self._grow_get_in_loop(span)
+            else:
+                self._get_runs.pop(span.callsite, None)
         if span.kind == "get" and span.object_count >= SLOWEST_MIN_OBJECTS:
             self._check_wait_for_slowest(span)
+        if span.kind == "get" and span.object_count >= SLOWEST_MIN_OBJECTS and self._first_loads:
+            self._check_startup(span)
 
     def _may_be_get_in_loop(self, span: DriverSpan) -> bool:
         """Whether ``span`` is a get of one object at a call site not yet reported for
@@ -301,8 +328,33 @@ class AdviceRules:
              "cpus": self.cpus, "idle_slots": round(idle_slots, 2), "function": name},
             "submit all the tasks first and get once: refs = [f.remote(x) for x in items]; "
             "results = lightwork.get(refs)",
-            callsite,
+            callsite, cost_s=blocked,
         ))
+
+    def _grow_get_in_loop(self, span: DriverSpan) -> None:
+        """Another one-object get at a call site already named for get-in-loop: the
+        finding's figures follow the loop (its cost so far), one dict lookup a get."""
+        finding = self._by_identity.get(("get-in-loop", span.callsite))
+        if finding is None:
+            return
+        finding.evidence["gets_in_a_row"] += 1
+        finding.cost_s += span.end - span.start
+        self._stale_titles.add(id(finding))  # rewritten once a look (_refresh_titles)
+
+    def _refresh_titles(self) -> None:
+        """Rewrite the titles of the get-in-loop findings whose loop went on."""
+        if not self._stale_titles:
+            return
+        stale, self._stale_titles = self._stale_titles, set()
+        for finding in self.findings:
+            if id(finding) in stale and finding.kind == "get-in-loop":
+                evidence = finding.evidence
+                evidence["blocked_s"] = round(finding.cost_s, 4)
+                finding.title = (
+                    f"get() waited for each {evidence['function']} task before the next was "
+                    f"submitted ({evidence['gets_in_a_row']} times, {finding.cost_s:.2f} s "
+                    f"blocked so far) while {evidence['idle_slots']:.1f} of {self.cpus:g} CPU "
+                    "slots sat idle on average")
 
     def _feeds_next_call(self, get_site: Any, submit_site: Any) -> bool:
         """Whether the loop's next call takes the get's result by value (from the source,
@@ -391,7 +443,7 @@ class AdviceRules:
              "overhead_s": TASK_OVERHEAD_S, "suggested_batch": batch},
             f"give each task more work: process about {batch} items per task (a list or "
             "a range per call) so the work outweighs the per-task cost",
-            callsite,
+            callsite, cost_s=site.count * TASK_OVERHEAD_S / max(self.cpus, 1.0),
         ))
 
     def _check_wait_for_slowest(self, span: DriverSpan) -> None:
@@ -438,7 +490,7 @@ class AdviceRules:
              "spread_s": round(spread, 4), "ready_before": span.ready_before},
             "process results as they finish: while refs: done, refs = "
             "lightwork.wait(refs, num_returns=1); handle(lightwork.get(done[0]))",
-            span.callsite,
+            span.callsite, cost_s=spread,
         ))
 
     def _maybe_stalled(self, slowest: TaskRecord, waited: list[TaskRecord],
@@ -558,7 +610,7 @@ class AdviceRules:
              "slot_utilization": round(utilization, 3), "tasks": len(window)},
             "submit the tasks before the driver's own work (or make that work a task "
             "too), so workers run while the driver computes",
-            callsite,
+            callsite, cost_s=serial,
         ))
 
     def _blocked_between(self, begin: float, end: float) -> float:
@@ -609,7 +661,7 @@ class AdviceRules:
              "method": name},
             "create several actors and spread the calls (lightwork.util.ActorPool), or "
             "make the work a task if it needs no actor state",
-            records[-1].callsite,
+            records[-1].callsite, cost_s=queued * len(records),
         ), key=actor_id)
 
     def _check_oversubscription(self, record: TaskRecord) -> None:
@@ -745,10 +797,3 @@ def _delta_around(samples: Any, begin: float, end: float,
         return None
     growth = after[1] - before[1]
     return growth / (after[0] - before[0]) if per_second else growth
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} B"

@@ -55,6 +55,32 @@ memory-growth     a function whose worker's resident memory rose across nearly e
                   one of its last calls there and stayed: its calls' peaks rose by
                   ``LEAK_MIN_GROWTH`` or more (records' ``rss_change``, ``rss_peak``:
                   a likely leak; :class:`_MemoryGrowth`)
+stuck-task        a call running far past its function's history (or the user's threshold,
+                  ``LIGHTWORK_STUCK_AFTER_S``, without one) while its worker uses no CPU
+                  or the driver waits on it, named with where it waits (``_stuck``)
+redefined-remote  one ``@remote`` definition pickled again and again (a ``define`` span
+                  per pickling, logged by the API at a definition's first call)
+large-closure     a function or class whose pickle is big because of a value it
+                  captures (the span names the biggest)
+startup-dominated a get of a batch that waited mostly for workers loading the function
+                  (its imports) before their first run
+returned-put-ref  a task's result holding refs to values its own call put
+get-of-nested-args a task's get of refs it was passed inside a container argument
+blocking-in-async-actor a blocking get/wait on an async actor's event loop while the
+                  actor had other calls to run
+unneeded-get      a big by-value argument that points into the object store (a value get
+                  returned, passed back: ``kernel.calls.large_arguments`` marks it)
+global-changed    a call after the driver rebound a global its function read when shipped
+                  (``api.definitions.changed_globals``, read each look)
+fork-in-task      a fork inside a call (the worker's fork hook sends ``ADVICE``), or in
+                  the driver while a live advisor runs (``_watch_driver_forks``)
+
+The last four come from the local engine serving the workers' requests
+(``node.advice_events``, filled only while an advisor runs, on paths that already block
+or carry refs), read at each look. Big by-value arguments are counted as they are
+submitted (``note_large_args``, on the copying path only) and warned about at the
+``.remote()`` that makes the third copy. Each finding carries its cost so far
+(``Finding.cost_s``); ``advise()`` and the report rank by it.
 
 Never wrong: a finding is made only on evidence computed from what happened, and a
 false one teaches users to ignore the advisor. How busy the slots were comes from the
@@ -105,7 +131,9 @@ from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
 
+from lightwork.api.definitions import changed_globals
 from lightwork.kernel import tools as _tools
+from lightwork.kernel.introspect import forking_callsite
 from lightwork.kernel.events import DriverSpan, TaskRecord
 from lightwork.kernel.periodic import PeriodicThread
 from lightwork.diagnostics._advice_rules import (
@@ -117,6 +145,14 @@ from lightwork.diagnostics._advice_rules import (
     SAMPLE_PER_STEP,
     AdviceRules,
     Finding,
+)
+from lightwork.diagnostics._finding import ranked
+from lightwork.diagnostics._stuck import (
+    StuckWatch,
+    describe,
+    driver_blocked_in_get,
+    where_waiting,
+    worker_stack,
 )
 from lightwork.diagnostics._measure import (
     RunTally,
@@ -227,6 +263,7 @@ class Advisor(AdviceRules):
         # Live: the runs are summed as the records end (the log calls this under the
         # runtime's lock); each look takes the sums (_measure.RunTally says why).
         self._fresh_runs = RunTally(long_s=CPU_BOUND_MIN_S)
+        self._stuck = StuckWatch()  # calls running far too long, doing nothing
         if watch and node is not None:
             node.log.watch(self._fresh_runs.ended)
         self._memory_growth = _MemoryGrowth()
@@ -270,11 +307,16 @@ class Advisor(AdviceRules):
                         if kind == 1:
                             self._add_span(item)
                     self._check_touched()
+                self._refresh_titles()
             finally:
                 self._replay_at = None
 
     # -- the thread ------------------------------------------------------------------
     def start(self) -> None:
+        # Running for a node (its ``advisor``): big arguments are counted as they are
+        # submitted (``note_large_args``), not when their tasks end.
+        self.large_args_at_submission = self.node is not None
+        _watch_driver_forks()
         idle = machine_idle_core_s()  # the first sample: tasks may start before the first look
         if idle is not None:
             with self._lock:
@@ -334,11 +376,18 @@ class Advisor(AdviceRules):
             pinned = (node.driver_pinned(time.monotonic() - PINNED_MIN_AGE_S)
                       if node.shared_memory_bytes() >= PINNED_MIN_BYTES else None)
             running = running_work(node)
+            calls = running_calls(node)
             workers = node.worker_pids()
             # The runtime's own reports of gets in actors that could never return.
             deadlocks = node.actor_deadlocks()
+            # What serving the workers' requests showed (the local engine's advice_events).
+            events: Any = getattr(node, "advice_events", None)
+            shown = list(events) if events else []
+            if shown:
+                events.clear()
         idle = machine_idle_core_s()
         waits = [(worker_id, worker_waited_s(pid)) for worker_id, pid in workers]
+        rebound = changed_globals()  # the driver's globals, read (off its threads)
         with self._lock:
             self._now = time.monotonic()
             if idle is not None:
@@ -347,6 +396,8 @@ class Advisor(AdviceRules):
                 if waited is not None:
                     self.add_worker_sample(worker_id, self._now, waited)
             self._running = running
+            if rebound:
+                self.note_global_changes(rebound)
             self._busy.merge(runs)
             for record, weight in picked:
                 self._add_record(record, weight)
@@ -358,6 +409,29 @@ class Advisor(AdviceRules):
                 self._check_pinned(*pinned)
             for deadlock in deadlocks:
                 self._name_deadlock(deadlock)
+            for event in shown:
+                self._name_runtime_event(event)
+            self._grow_stuck(calls)
+            stuck = self._stuck.stuck(self._now, calls, driver_blocked_in_get,
+                                      self._history_of)
+            self._refresh_titles()
+        for record, worker_id, pid, ran, why, longest in stuck:
+            if ("stuck-task", record.task_id) in self._reported:
+                continue
+            # One worker's dump, as `lightwork stack` shows it (off every lock).
+            where = where_waiting(worker_stack(node.session.directory, worker_id, pid),
+                                  record.name)
+            with self._lock:
+                self._name_stuck(record, ran, why, longest, describe(where), where)
+
+    def note_large_args(self, record: TaskRecord) -> None:
+        """``AdviceRules.note_large_args``, then the warning at once: the call is the
+        user's ``.remote()``, in the user's thread, and pointing at it is the fix."""
+        if not self.large_args_at_submission:
+            return
+        super().note_large_args(record)
+        if self.undelivered:
+            self.deliver_warnings()
 
     def _with_waited_for(self, records: Sequence[TaskRecord], spans: list[DriverSpan],
                          notable: list[int]) -> list[int]:
@@ -386,6 +460,32 @@ class Advisor(AdviceRules):
 
 
 
+_fork_watched = False
+
+
+def _watch_driver_forks() -> None:
+    """Once per process: a fork in the driver while a live advisor runs (lightwork's
+    threads exist by then) goes to that node's ``advice_events``. The hook runs only
+    at a fork, in the forking thread, before it forks: a few attribute reads."""
+    global _fork_watched
+    if _fork_watched or not hasattr(os, "register_at_fork"):
+        return
+    _fork_watched = True
+    os.register_at_fork(before=_driver_forking)
+
+
+def _driver_forking() -> None:
+    from lightwork.api import core
+
+    node = getattr(core._backend, "node", None)
+    events = getattr(node, "advice_events", None)
+    if events is None or getattr(node, "advisor", None) is None or getattr(node, "closed", True):
+        return
+    site = forking_callsite()
+    if site is not None:
+        events.append(("fork", None, site))
+
+
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -409,6 +509,27 @@ def worker_waited_s(pid: int) -> float | None:
         return None
 
 
+def running_calls(node: Any) -> list[tuple[TaskRecord, int, int, bool]]:
+    """(record, worker id, pid, blocked in a nested get/wait) of the task or actor call
+    each worker runs now (lock held); threaded and async actors are left out: their
+    calls wait for each other by design (a signal actor's ``wait``)."""
+    calls = []
+    for conn in getattr(node, "workers", {}).values():
+        actor = getattr(conn, "actor", None)
+        if actor is not None:
+            if (getattr(actor, "max_concurrency", 1) or 1) > 1:
+                continue
+            tasks = list(getattr(actor, "inflight", {}).values())[:1]
+        else:
+            tasks = list(getattr(getattr(conn, "slot", None), "inflight", ()))[:1]
+        nested = bool(getattr(getattr(conn, "slot", None), "blocked", 0))
+        for task in tasks:
+            record = getattr(task, "record", None)
+            if isinstance(record, TaskRecord) and (record.started or record.dispatched):
+                calls.append((record, conn.worker_id, getattr(conn, "pid", 0), nested))
+    return calls
+
+
 def report(findings: list[Finding]) -> str:
     """A short human-readable report of ``findings``."""
     if not findings:
@@ -417,13 +538,16 @@ def report(findings: list[Finding]) -> str:
     for number, finding in enumerate(findings, 1):
         lines.append(f"{number}. [{finding.kind}] {finding.title}")
         lines.append(f"   at {finding.where()}")
+        if finding.cost_s > 0:
+            lines.append(f"   {finding.cost()}")
         lines.append(f"   fix: {finding.suggestion}")
     return "\n".join(lines)
 
 
 def current_findings(node: Any, tasks: list[TaskRecord] | None = None,
                      spans: list[DriverSpan] | None = None) -> list[Finding]:
-    """The findings of ``node``'s advisor after one more look, or of a one-off analysis.
+    """The findings of ``node``'s advisor after one more look, or of a one-off analysis,
+    the costliest first (``Finding.cost_s``).
 
     With ``advisor=False`` the whole log is analysed now (``tasks`` and ``spans``: a
     copy of it the caller already took, to avoid a second one).
@@ -432,13 +556,13 @@ def current_findings(node: Any, tasks: list[TaskRecord] | None = None,
     if advisor is not None:
         advisor.step()
         with advisor._lock:
-            return list(advisor.findings)
+            return ranked(advisor.findings)
     if tasks is None or spans is None:
         with node.lock:
             tasks, spans = node.log.ended_records(), list(node.log.spans)
     advisor = Advisor(node, watch=False)
     advisor.feed(tasks, spans)
-    return list(advisor.findings)
+    return ranked(advisor.findings)
 
 
 def analysis_input(node: Any, tasks: list[TaskRecord],
@@ -472,11 +596,12 @@ def analyse(data: dict[str, Any]) -> list[Finding]:
         advisor.add_machine_sample(float(at), float(idle_core_s))
     advisor.feed([restore(TaskRecord, row) for row in data.get("tasks", [])],
                  [restore(DriverSpan, row) for row in data.get("spans", [])])
-    return list(advisor.findings)
+    return ranked(advisor.findings)
 
 
 def advise(print_report: bool = True) -> list[Finding]:
-    """The advisor's findings so far, as data; also prints a short report.
+    """The advisor's findings so far, as data, the costliest first (each one's
+    ``cost_s``: the seconds it has cost so far); also prints a short report.
 
     Works with ``init(advisor=False)`` too: the whole event log is then analysed now.
     """

@@ -423,7 +423,8 @@ class _Builder:
         for kind, start, end, count, ident in self.data.get("spans", []):
             tid = self.driver_thread(int(ident))
             note = ("lightwork copied a big value into the object store" if kind == "put"
-                    else f"the driver was blocked in {kind}()")
+                    else "lightwork pickled a remote function or actor class"
+                    if kind == "define" else f"the driver was blocked in {kind}()")
             self.span(kind, "driver", self.driver, tid, self.us(start), self.us(end),
                       {"objects": count, "note": note})
 

@@ -326,20 +326,54 @@ def _user_stacklevel() -> int:
 LARGE_ARGUMENT_BYTES = 1 << 20
 
 
-def large_arguments(args: tuple, kwargs: dict) -> tuple[tuple[int, int], ...]:
-    """(identity, size) of the arguments of a megabyte or more passed by value.
+def large_arguments(args: tuple, kwargs: dict) -> tuple[tuple[int, ...], ...]:
+    """(identity, size) of the arguments of a megabyte or more passed by value, and
+    (identity, size, 1) for those that point into the object store: a value ``get``
+    returned, passed back by value where its ref would do.
 
     Called only for calls whose arguments went to shared memory, so its cost is off the
     common path; the advisor uses it to spot the same big value sent again and again.
     """
-    found = []
+    found: list[tuple[int, ...]] = []
     for value in (*args, *kwargs.values()):
-        size = getattr(value, "nbytes", None)
-        if size is None and isinstance(value, (bytes, bytearray)):
-            size = len(value)
-        if isinstance(size, int) and size >= LARGE_ARGUMENT_BYTES:
-            found.append((_identity(value), size))
+        if not _add_large(value, found) and type(value) in _CONTAINERS:
+            # One level into a list, tuple or dict ((X, y), {"weights": w}): the same
+            # big array passed inside a fresh tuple each call is still copied each call.
+            items = value.values() if type(value) is dict else value
+            for item in itertools.islice(items, _CONTAINER_ITEMS):
+                _add_large(item, found)
     return tuple(found)
+
+
+_CONTAINERS = (list, tuple, dict)
+_CONTAINER_ITEMS = 64  # the items of a container looked at, at most
+
+
+def _add_large(value: Any, found: list[tuple[int, ...]]) -> bool:
+    """Append ``value``'s fingerprint to ``found`` if it is a big buffer."""
+    size = getattr(value, "nbytes", None)
+    if size is None and isinstance(value, (bytes, bytearray)):
+        size = len(value)
+    if isinstance(size, int) and size >= LARGE_ARGUMENT_BYTES:
+        found.append((_identity(value), size, 1) if _in_store(value) else (_identity(value), size))
+        return True
+    return False
+
+
+def _in_store(value: Any) -> bool:
+    """Whether ``value`` is a view of a segment this process mapped (from ``get``): its
+    ``base`` (numpy) or ``obj`` (memoryview) chain ends at one of ``serialization.MAPS``."""
+    import mmap
+
+    base = value
+    for _ in range(8):
+        inner = getattr(base, "base", None)
+        if inner is None:
+            inner = getattr(base, "obj", None) if isinstance(base, memoryview) else None
+        if inner is None:
+            break
+        base = inner
+    return isinstance(base, mmap.mmap) and serialization.MAPS.holds(base)
 
 
 # id() alone is not an identity over time: a loop making a new array per call often gets

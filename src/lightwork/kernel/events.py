@@ -107,7 +107,9 @@ class TaskRecord:
     # for the calls cpu_time is (rss_peak 0: not measured; engines/local/task_memory.py)
     rss_peak: int = 0
     rss_change: int = 0
-    large_args: tuple[tuple[int, int], ...] = ()  # (identity, nbytes) of big by-value arguments
+    # (identity, nbytes) of big by-value arguments; (identity, nbytes, 1) for one that
+    # points into the object store (a value get returned, passed back by value)
+    large_args: tuple[tuple[int, ...], ...] = ()
     copy_s: float = 0.0  # time .remote() spent copying big arguments (only those: 0 else)
     dep_tasks: tuple[int, ...] = ()  # the tasks making the refs it took as arguments
     yields: tuple[float, ...] = ()  # when a generator task yielded each item
@@ -127,7 +129,9 @@ class TaskRecord:
 @dataclass(slots=True)
 class DriverSpan:
     """The driver (or a worker) blocked in ``get``/``wait`` from ``start`` to ``end``,
-    or (``kind`` "put") copying a big value into the object store in ``put``."""
+    or (``kind`` "put") copying a big value into the object store in ``put``, or
+    (``kind`` "define") pickling a remote function or actor class (``callsite``: where
+    it is defined)."""
 
     kind: str
     start: float
@@ -142,6 +146,10 @@ class DriverSpan:
     last_ready: float = 0.0  # ... and the last
     shortest: float = 0.0  # of the others, the least time from creation to ready
     longest: float = 0.0  # ... and the most
+    # A "define" span (a remote function or actor class pickled at its first call):
+    # the pickle's size, and the biggest value it captured when it is big.
+    nbytes: int = 0
+    note: str = ""
 
 
 _is_tracked = gc.is_tracked

@@ -10,6 +10,9 @@ live object handed out: the node only fills in its times and state):
   (what a ``get`` is waiting for), as ids and the tasks' records: it runs under the
   runtime's lock for every ``get`` that callbacks observe, so it must be quick.
 
+* :func:`forking_callsite` — in a fork hook, the user's line that forks (the advisor's
+  fork-in-task and fork-after-threads findings, in a worker and in the driver).
+
 Blocking-call observers
 -----------------------
 ``blocking_observers`` is the one hook the public ``get``/``wait`` call into. It is a
@@ -27,6 +30,7 @@ call goes on.
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from collections.abc import Callable, Iterable
@@ -145,3 +149,23 @@ def ready_value(node: Any, object_id: int) -> tuple[bool, Any]:
         return True, node.get([object_id], 0)[0]
     except Exception:  # noqa: BLE001 - freed between the check and the read
         return False, None
+
+
+_STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def forking_callsite() -> tuple[str, int, str] | None:
+    """In an ``os.register_at_fork`` hook (called by the hook itself): the user's frame
+    that is forking, past the standard library and other libraries (``os``,
+    ``multiprocessing``), or None when the fork is lightwork's own."""
+    frame: Any = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(_PACKAGE_DIR + os.sep):
+            return None  # lightwork's own fork
+        if not (filename.startswith(_STDLIB_DIR + os.sep) or os.sep + "site-packages" + os.sep
+                in filename or os.sep + "dist-packages" + os.sep in filename):
+            return (filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back  # the standard library's or another library's: who called it
+    return None

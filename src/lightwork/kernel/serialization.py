@@ -58,6 +58,7 @@ import struct
 import sys
 import threading
 import types
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, final
@@ -521,6 +522,9 @@ class MappedSegments:
 
     def __init__(self) -> None:
         self._mappings: dict[str, mmap.mmap] = {}
+        # Every mapping made, while it lives: a value read from one still points into it
+        # after ``forget`` let go of its path (the advisor's ``holds``).
+        self._made: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()
         self._lock = threading.Lock()
         self.on_map: Callable[[str], None] | None = None
         self.spill_dir: str | None = None
@@ -539,6 +543,7 @@ class MappedSegments:
                     mapping = known
                 else:
                     self._mappings[key] = mapping
+                    self._made.add(mapping)
                     if self.on_map is not None:
                         self.on_map(key)
             view = memoryview(mapping)
@@ -571,6 +576,12 @@ class MappedSegments:
 
     def __contains__(self, path: object) -> bool:
         return path in self._mappings
+
+    def holds(self, mapping: object) -> bool:
+        """Whether ``mapping`` is one this process made (a value read from the store
+        points into it), kept or already forgotten."""
+        with self._lock:
+            return mapping in self._made
 
     def close_if_unviewed(self, path: str) -> bool:
         """Close ``path``'s mapping if nothing points into it; True if none is left open."""

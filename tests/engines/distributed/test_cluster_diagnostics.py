@@ -282,6 +282,29 @@ def test_advisor_names_a_large_argument_sent_again_and_again_on_the_cluster(clus
                 if f.kind == "large-arg-repeated"]) == len(found)
 
 
+BIG_GLOBAL = bytes(3 << 20)  # captured by value in the function below: the mistake
+
+
+def test_advisor_names_redefinitions_and_big_closures_on_the_cluster(cluster):
+    refs = []
+    for i in range(5):
+        @lightwork.remote
+        def again(x):  # defined anew each time round: the mistake
+            return x
+
+        refs.append(again.remote(i))
+
+    @lightwork.remote
+    def carries_a_global():
+        return len(BIG_GLOBAL)
+
+    assert lightwork.get(refs) == list(range(5))
+    assert lightwork.get(carries_a_global.remote()) == 3 << 20
+    found = {f.kind: f for f in lightwork.advise(print_report=False)}
+    assert found["redefined-remote"].evidence["definitions"] == 5
+    assert "`BIG_GLOBAL`" in found["large-closure"].title
+
+
 def test_stack_shows_every_worker_thread_through_the_engine(cluster):
     ref = sleeps_in_marker_function.remote(3.0)
     deadline = time.monotonic() + 20
@@ -537,3 +560,4 @@ def test_take_hands_each_report_out_once():
     reply = cluster_record.take(session=5)
     assert [r[0] for r in reply["reports"]] == [0, 1, 2] and reply["dropped"] == 0
     assert cluster_record.take(session=5)["reports"] == []
+

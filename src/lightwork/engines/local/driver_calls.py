@@ -200,6 +200,8 @@ class DriverCalls(_Base):
             if stored.path is not None:
                 record.large_args = large_arguments(args, kwargs)
                 record.copy_s = time.monotonic() - submitted
+                if self.advisor is not None and record.large_args:
+                    self.advisor.note_large_args(record)  # (the user's thread: it may warn)
             task = make_spec(
                 task_id, spec.key, spec.name, stored, deps, return_ids, spec.num_returns, shape,
                 spec.max_retries, spec.retry_exceptions, 0, record, 0, 0,
@@ -269,6 +271,8 @@ class DriverCalls(_Base):
         if stored.path is not None:
             record.large_args = large_arguments(args, kwargs)
             record.copy_s = time.monotonic() - submitted
+            if self.advisor is not None and record.large_args:
+                self.advisor.note_large_args(record)  # (the user's thread: it may warn)
         task = make_spec(task_id, method, name, stored, deps, return_ids, num_returns, (), 0,
                          False, 0, record, actor_id, 0,
                          num_returns == 1 and not (deps or stored.contained)

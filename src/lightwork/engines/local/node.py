@@ -57,6 +57,7 @@ from __future__ import annotations
 import itertools
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -118,6 +119,8 @@ if TYPE_CHECKING:
         _send: Callable[[WorkerConn, list[tuple[Any, ...]]], None]
         output: DriverOutput
         pauses: PauseTable
+        advisor: Any  # the live advisor (diagnostics layer), or None
+        advice_events: deque[tuple[Any, ...]]
         actors: ActorManager
         broken: str
         closed: bool
@@ -223,6 +226,10 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
         self.closed = False
         self.broken = ""  # why the runtime cannot go on (a dead fork server, a bug), or ""
         self.advisor: Any = None  # set by init() unless advisor=False (diagnostics layer)
+        # What serving the workers' requests showed the advisor (``note_blocking_call``,
+        # ``note_returned_refs`` in worker_requests.py),
+        # kept only while it runs; its looks take them.
+        self.advice_events: deque[tuple[Any, ...]] = deque(maxlen=256)
         self.memory_monitor: MemoryMonitor | None = None  # started by init()
         self.actors = ActorManager(self)
         self.streams = StreamTable(self)  # generator tasks' yielded items (streams.py)

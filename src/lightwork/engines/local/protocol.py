@@ -69,6 +69,7 @@ UNMAPPED = 23
 RETIRE = 24  # worker -> driver: it ran a max_calls function's last call and exits now
 OUTPUT = 25  # worker -> driver: lines its calls printed (``output.py``)
 DEBUG = 26  # worker -> driver: a call paused in the debugger, or resumed (kernel/debugger.py)
+ADVICE = 27  # worker -> driver: what only the worker saw, for the advisor (a fork in a call)
 
 _LENGTH = struct.Struct("<I")
 

@@ -76,6 +76,7 @@ from lightwork.kernel.generators import (
 from lightwork.kernel.object_ref import PROCESS_ID_SHIFT, ref_counter
 from lightwork.kernel import control
 from lightwork.kernel import debugger
+from lightwork.kernel import introspect
 from lightwork.engines.local import protocol as p
 from lightwork.engines.local import task_memory
 from lightwork.kernel import serialization
@@ -262,6 +263,20 @@ class Worker(WorkerCalls):
         closed = serialization.MAPS.release_unused()
         if closed:
             self.outbox.append((p.UNMAPPED, closed))
+
+    def note_fork(self) -> None:
+        """Before a fork in this process: if a call forks (``os.fork``, a fork-start
+        multiprocessing pool), tell the driver's advisor, with the user's line."""
+        frame = getattr(self._local, "frame", None)
+        if frame is None:
+            return
+        site = introspect.forking_callsite()
+        if site is None:
+            return
+        try:
+            self.send([(p.ADVICE, "fork", frame[2], site)])
+        except Exception:  # noqa: BLE001 - the fork goes on whatever the advice
+            pass
 
     def send(self, messages: list[tuple[Any, ...]]) -> None:
         """Send held results and queued messages, then ``messages``, releases last."""
@@ -983,5 +998,6 @@ def main(fd: int, worker_id: int, config: dict[str, Any]) -> None:
         debugger.install(config["session_dir"], worker_id, worker.announce_pause,
                          worker.describe_call, config.get("debugger") or "pdb",
                          bool(config.get("post_mortem")))
+    os.register_at_fork(before=worker.note_fork)  # (a fork is rare: nothing per call)
     worker.run()
     worker.end()

@@ -160,7 +160,9 @@ class WorkerCalls(_Base):
 
     def get(self, ids: list[int], timeout: float | None, callsite: Any = None) -> list[Any]:
         self.send([])
-        context = self._wait_context(callsite) if self.actor_id else None
+        # A task's get says where it is called too (the advisor names that line).
+        context = self._wait_context(callsite) if self.actor_id else (
+            (False, None, callsite) if callsite else None)
         reply = self.request((p.GET, ids, timeout, context))
         if reply == "timeout":
             raise exceptions.GetTimeoutError(

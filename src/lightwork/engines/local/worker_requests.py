@@ -99,6 +99,9 @@ class WorkerRequests(_Base):
             self.output.receive(conn.worker_id, conn.pid, message[1])
         elif kind == p.DEBUG:
             self._on_debug(conn, message[1], message[2])
+        elif kind == p.ADVICE:
+            if self.advisor is not None:
+                self.advice_events.append((message[1], *message[2:]))
 
     def _on_debug(self, conn: WorkerConn, event: str, info: dict[str, Any]) -> None:
         """A call paused in the debugger (one line printed, listed for ``lightwork
@@ -273,7 +276,44 @@ class WorkerRequests(_Base):
                 continue
             if stored.path is not None:  # an inline value lives in this table: never lost
                 entry.lineage = task if keeps_lineage(task) else None
+            if stored.contained and self.advisor is not None:
+                self.note_returned_refs(task, stored)
             self._resolve(entry, stored)
+
+    def note_blocking_call(self, conn: WorkerConn, kind: str, ids: list[int],
+                           context: Any) -> None:
+        """For the advisor (lock held): a blocking get/wait on an async actor's event
+        loop, or a task's get of refs that came to it inside a container argument
+        (Ray's "calling get on task arguments"): ``advice_events``."""
+        callsite = context[2] if context else None
+        if context and context[0]:  # on the actor's event loop: every coroutine waits
+            actor = conn.actor
+            # Named only when it holds up the actor's other calls (running or queued):
+            # a loop with nothing else to run loses nothing.
+            others = len(getattr(actor, "inflight", ())) - 1 + len(getattr(actor, "queue", ()))
+            if others > 0:
+                self.advice_events.append((
+                    "loop-blocked", kind, getattr(actor, "class_name", "?"), context[1],
+                    callsite, others))
+            return
+        if conn.actor is None and conn.slot.inflight:
+            task = conn.slot.inflight[0]
+            contained = task.args.contained
+            if contained and set(ids) <= set(contained):
+                self.advice_events.append(
+                    ("nested-arg-get", kind, task.record, len(ids), callsite))
+
+    def note_returned_refs(self, task: TaskSpec, stored: Stored) -> None:
+        """For the advisor (lock held): a task's result holding refs to values its own
+        call put (Ray's "returning ray.put() ObjectRefs"); a num_returns="dynamic"
+        generator's refs are lightwork's own way of returning, not this."""
+        record = task.record
+        entries = self.objects.entries
+        put = [inner for inner in (entries.get(i) for i in stored.contained)
+               if inner is not None and inner.task_id == 0 and inner.owner == record.worker_id
+               and inner.created_at >= record.dispatched]
+        if put and b"DynamicObjectRefGenerator" not in stored.data:
+            self.advice_events.append(("returned-put", len(put), record))
 
     def store_partial(self, task: TaskSpec, values: list[Stored | bytes], error: Stored) -> None:
         """End a generator task that raised ``error`` before it filled its returns
@@ -455,6 +495,8 @@ class WorkerRequests(_Base):
         if not pending:
             self._reply(conn, request_id, [self._payload(i) for i in ids])
             return
+        if self.advisor is not None:  # (only a get that blocks: a round trip anyway)
+            self.note_blocking_call(conn, "get", ids, context)
         actor = conn.actor
         if actor is not None and context is not None:
             deadlock = self.actors.start_wait(actor, (conn.worker_id, request_id), pending,
@@ -496,6 +538,8 @@ class WorkerRequests(_Base):
         if len(ready) >= num_returns or timeout == 0:
             self._reply(conn, request_id, ready[:num_returns])
             return
+        if self.advisor is not None:
+            self.note_blocking_call(conn, "wait", ids, context)
         actor = conn.actor
         if actor is not None and context is not None:  # as for get: can it ever return?
             pending = [e for e in (self.objects.entries.get(i) for i in ids)
