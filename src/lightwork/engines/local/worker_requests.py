@@ -171,6 +171,8 @@ class WorkerRequests(_Base):
         task = self.tasks.get(done[1])
         if task is None or task.worker is not conn.slot:
             return
+        if conn.waits:  # a nested get/wait it left unanswered (cancelled in it)
+            self._end_abandoned_waits(conn)
         outcome = done[2]
         record = task.record
         (_, _, _, record.started, record.args_loaded, record.finished, record.stored,
@@ -419,8 +421,7 @@ class WorkerRequests(_Base):
                 self._reply(conn, request_id, ("deadlock", deadlock))
                 return
         conn.slot.blocked_in = "get"
-        self.scheduler.block(conn.slot)
-        state = {"done": False}
+        state = self._lend_cpu(conn, request_id)
 
         def finish(timed_out: bool) -> None:
             if state["done"]:
@@ -428,8 +429,7 @@ class WorkerRequests(_Base):
             state["done"] = True
             if actor is not None:
                 actor.waits.pop((conn.worker_id, request_id), None)
-            if not conn.dead:
-                self.scheduler.unblock(conn.slot)
+            self._stop_lending(conn, request_id, state)
             payload = "timeout" if timed_out else [self._payload(i) for i in ids]
             self._reply(conn, request_id, payload)
 
@@ -463,8 +463,7 @@ class WorkerRequests(_Base):
                 self._reply(conn, request_id, ("deadlock", deadlock))
                 return
         conn.slot.blocked_in = "wait"
-        self.scheduler.block(conn.slot)
-        state = {"done": False}
+        state = self._lend_cpu(conn, request_id)
 
         def finish() -> None:
             if state["done"]:
@@ -472,8 +471,7 @@ class WorkerRequests(_Base):
             state["done"] = True
             if actor is not None:
                 actor.waits.pop((conn.worker_id, request_id), None)
-            if not conn.dead:
-                self.scheduler.unblock(conn.slot)
+            self._stop_lending(conn, request_id, state)
             self._reply(conn, request_id, ready_ids()[:num_returns])
 
         countdown = _CallbackCountdown(num_returns - len(ready), finish)
@@ -483,6 +481,33 @@ class WorkerRequests(_Base):
                 entry.add_waiter(countdown.hit)
         if timeout is not None:
             self._add_timer(timeout, finish)
+
+
+    def _lend_cpu(self, conn: WorkerConn, request_id: int) -> dict[str, bool]:
+        """The worker blocks in a nested get/wait: lend its CPU to the pool until it is
+        answered (``_stop_lending``) or its task ends (``_end_abandoned_waits``)."""
+        self.scheduler.block(conn.slot)
+        state = {"done": False, "lending": True}
+        conn.waits[request_id] = state
+        return state
+
+    def _stop_lending(self, conn: WorkerConn, request_id: int, state: dict[str, bool]) -> None:
+        conn.waits.pop(request_id, None)
+        if state["lending"]:
+            state["lending"] = False
+            if not conn.dead:
+                self.scheduler.unblock(conn.slot)
+
+    def _end_abandoned_waits(self, conn: WorkerConn) -> None:
+        """A task worker's task ended while a nested get/wait of it was unanswered: the
+        task left that call (cancelled by an interrupt in it, or its error unwound it),
+        so the worker is no longer blocked and takes its CPU back before the task's end
+        returns it. Left lending, the slot would stay blocked for good: the next task
+        placed on it would lend nothing while it waits, and a task needing that CPU
+        would never run. The call is still answered when its objects are ready (a thread
+        the task left behind may be the one waiting); only the lending ends."""
+        for request_id, state in list(conn.waits.items()):
+            self._stop_lending(conn, request_id, state)
 
 
 class _CallbackCountdown:
