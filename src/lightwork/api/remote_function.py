@@ -55,6 +55,11 @@ class RemoteFunction:
         self._env_payloads: dict[str, tuple[bytes, bytes]] = {}  # payload+env -> key, blob
         self._wrapped: dict[str, tuple[bytes, bytes]] = {}  # see _wrapped_payload
         functools.update_wrapper(self, function, updated=())
+        decorator = getattr(function, "__ray_invocation_decorator__", None)
+        if decorator is not None:  # (an instance attribute: other functions pay nothing)
+            from lightwork.api.actor import invocation_decorated
+
+            self.remote = invocation_decorated(RemoteFunction.remote.__get__(self), decorator)  # type: ignore[method-assign]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
