@@ -165,6 +165,12 @@ class ActorClass:
         _check_actor_options(options, self._cls.__qualname__)
         return _BoundActorOptions(self, {**self._options, **options})
 
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A lazy creation of this actor: a graph node (``api/dag.py``)."""
+        from lightwork.api.dag import bind_actor
+
+        return bind_actor(self, self, {}, args, kwargs)
+
     def _argument_checks(self) -> dict[str, ArgumentCheck]:
         """Signature checks of the constructor ("__init__") and of each method, by name."""
         if self._checks is None:
@@ -220,6 +226,12 @@ class _BoundActorOptions:
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         return _create(self._actor_class, args, kwargs, self._options)
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A lazy creation with these options: a graph node (``api/dag.py``)."""
+        from lightwork.api.dag import bind_actor
+
+        return bind_actor(self._actor_class, self, self._options, args, kwargs)
 
 
 def _check_actor_options(options: dict[str, Any], what: str) -> dict[str, Any]:
@@ -424,6 +436,34 @@ class ActorMethod:
         if decorator is not None:
             method._decorate(decorator)
         return method
+
+    def _submit_at(self, args: tuple, kwargs: dict, site: tuple[str, int, str]) -> Any:
+        """``.remote(*args, **kwargs)`` recorded as called from ``site`` (``api/dag.py``:
+        the user's ``execute()`` line). Kept apart so ``.remote`` stays one frame."""
+        if "remote" in self.__dict__:  # an invocation decorator wraps the call: let it
+            return self.remote(*args, **kwargs)
+        checks = self._checks
+        if checks is not None:
+            check = checks.get(self._name)
+            if check is not None and (kwargs or not check.low <= len(args) <= check.high):
+                check.bind(args, kwargs)
+        num_returns = self._num_returns
+        if type(num_returns) is str:
+            method = DYNAMIC_METHOD + self._name if num_returns == "dynamic" else self._name
+            refs = _api._core((self,)).submit_actor_task(
+                self._ref.id, method, self._call_name, args, kwargs, 1, site)
+            return ObjectRefGenerator(refs[0]) if num_returns == "streaming" else refs[0]
+        refs = _api._core((self,)).submit_actor_task(
+            self._ref.id, self._target, self._call_name, args, kwargs, num_returns, site)
+        if num_returns == 1:
+            return refs[0]
+        return None if num_returns == 0 else refs
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A lazy call of this method on its live actor: a graph node (``api/dag.py``)."""
+        from lightwork.api.dag import bind_method
+
+        return bind_method(self, args, kwargs)
 
     def _decorate(self, decorator: Any) -> None:
         """Route this method's ``.remote`` through its invocation decorator (an instance
