@@ -59,6 +59,7 @@ _LAZY = {
 # rarely use them, so `import lightwork` does not pay for them.
 _ON_USE = {
     "_raylet": ("lightwork._raylet", None),
+    "dag": ("lightwork.dag", None),
     "experimental": ("lightwork.experimental", None),
     "ray_constants": ("lightwork.ray_constants", None),
 }
@@ -95,6 +96,7 @@ __all__ = [
     "cancel",
     "cloudpickle",
     "cluster_resources",
+    "dag",
     "exceptions",
     "experimental",
     "get",

@@ -384,3 +384,60 @@ def test_many_actors_start_answer_and_leave_nothing_behind():
     # Actors may start in the pool's idle workers, which the pool then replaces: at
     # most one pool of fresh task workers, nothing per actor.
     assert len(after - before) <= int(ray.cluster_resources()["CPU"])
+
+
+# -- __ray_invocation_decorator__ -------------------------------------------------------
+def _sends_twice(invoke):
+    """An invocation decorator: send the first argument twice, and hand the caller's
+    keyword arguments back beside the ref instead of sending them."""
+    def invocation(args, kwargs):
+        return invoke([args[0], args[0]], {}), kwargs
+    return invocation
+
+
+def _adds_pair(method):
+    """The matching execution side: the method runs with the pair's sum."""
+    def execute(self, a, b):
+        return method(self, a + b)
+    execute.__ray_invocation_decorator__ = _sends_twice
+    return execute
+
+
+@ray.remote
+class _Decorated:
+    @_adds_pair
+    def plus_one(self, x):
+        return x + 1
+
+    def plain(self, x):
+        return x
+
+
+def test_an_invocation_decorator_rewrites_the_call_on_the_caller_side():
+    actor = _Decorated.remote()
+    ref, kept = actor.plus_one.remote(5, tag="t")
+    assert isinstance(ref, ray.ObjectRef) and kept == {"tag": "t"}
+    assert ray.get(ref, timeout=20) == 11  # (5 + 5) + 1
+    ref, _ = actor.plus_one.options(name="renamed").remote(2)
+    assert ray.get(ref, timeout=20) == 5
+    assert ray.get(actor.plain.remote(3), timeout=20) == 3  # other methods untouched
+
+
+def test_an_invocation_decorator_travels_with_the_handle():
+    @ray.remote
+    def call_through(handle):
+        ref, _ = handle.plus_one.remote(1)
+        return ray.get(ref)
+
+    assert ray.get(call_through.remote(_Decorated.remote()), timeout=20) == 3
+
+
+def test_an_invocation_decorator_on_a_remote_function():
+    def doubled(invoke):
+        return lambda args, kwargs: invoke([a * 2 for a in args], kwargs)
+
+    def identity(x):
+        return x
+    identity.__ray_invocation_decorator__ = doubled
+    remote_identity = ray.remote(identity)
+    assert ray.get(remote_identity.remote(21), timeout=20) == 42

@@ -150,6 +150,31 @@ def test_put_without_init_starts_a_runtime():
     assert ray.is_initialized()
 
 
+@pytest.mark.lightwork_only  # Ray reads its variable once, at import
+@pytest.mark.parametrize("variable", ["LIGHTWORK_ENABLE_AUTO_CONNECT", "RAY_ENABLE_AUTO_CONNECT"])
+def test_auto_start_turned_off_makes_a_call_before_init_raise(monkeypatch, variable):
+    """With auto-connect off, ``.remote()`` or ``put`` before ``init`` raises at once and
+    starts nothing; after ``init``, the same calls work. The variable is read at the
+    call, not at import."""
+    monkeypatch.setenv(variable, "0")
+    status, error = run_with_deadline(lambda: plus_one.remote(1))
+    assert status == "error" and isinstance(error, RuntimeError)
+    assert variable in str(error) and "init()" in str(error)
+    status, error = run_with_deadline(lambda: ray.put(1))
+    assert status == "error" and isinstance(error, RuntimeError)
+    assert not ray.is_initialized()
+    ray.init(num_cpus=1)
+    assert ray.get(plus_one.remote(1)) == 2
+
+
+@pytest.mark.lightwork_only
+def test_lightworks_auto_connect_variable_wins_over_rays(monkeypatch):
+    monkeypatch.setenv("RAY_ENABLE_AUTO_CONNECT", "0")
+    monkeypatch.setenv("LIGHTWORK_ENABLE_AUTO_CONNECT", "1")
+    status, value = run_with_deadline(lambda: ray.get(plus_one.remote(9)))
+    assert (status, value) == ("ok", 10)
+
+
 def test_use_after_shutdown_restarts_or_fails_clearly_but_never_hangs():
     ray.init(num_cpus=2)
     assert ray.get(plus_one.remote(0)) == 1

@@ -118,6 +118,27 @@ def test_bare_and_parameterised_decorator():
     assert ray.get([bare.remote(), with_options.remote()]) == ["bare", "options"]
 
 
+@pytest.mark.parametrize("target", ["function", "class"])
+def test_empty_parentheses_on_the_decorator_are_a_typeerror(target):
+    """``@remote()`` is a slip for ``@remote``: Ray refuses it, and so does lightwork,
+    for a function and for an actor class alike, saying which two forms work."""
+    with pytest.raises((TypeError, AssertionError)):  # (Ray's is an AssertionError)
+        if target == "function":
+            @ray.remote()
+            def f():
+                return 1
+        else:
+            @ray.remote()
+            class A:
+                pass
+
+
+@pytest.mark.lightwork_only
+def test_the_decorator_error_names_both_forms():
+    with pytest.raises(TypeError, match=r"no parentheses .*num_cpus=2"):
+        ray.remote()
+
+
 def test_calling_remote_function_directly_is_typeerror_pointing_to_remote():
     with pytest.raises(TypeError, match=r"\.remote\(\)"):
         add(1, 2)

@@ -177,6 +177,38 @@ def test_task_error_is_the_users_type_with_the_remote_traceback(backend):
     assert "the message" in text and "raise ValueError(message)" in text
 
 
+@gap("distributed", "the cluster backend's get gathers every future before it raises")
+def test_get_of_several_raises_the_first_failure_without_waiting_for_the_rest(
+        backend, tmp_path):
+    """As in Ray: a failed object ends a ``get`` of several at once, though others are
+    still pending (here one that would wait 20 s for a gate opened only afterwards)."""
+    gate = str(tmp_path / "gate")
+    slow = gated.remote(gate, "slow")
+    with pytest.raises(ValueError, match="fails first"):
+        lightwork.get([slow, fail.remote("fails first")], timeout=15)
+    failed = fail.remote("already failed")
+    with pytest.raises(ValueError):
+        lightwork.get(failed, timeout=15)
+    with pytest.raises(ValueError, match="already failed"):  # failed before the get
+        lightwork.get([slow, failed], timeout=15)
+    open(gate, "w").close()
+    assert lightwork.get(slow, timeout=20) == "slow"
+
+
+@lightwork.remote
+def fail_plainly():
+    raise Exception("a plain Exception")
+
+
+def test_a_plain_exception_arrives_as_the_task_error_itself(backend):
+    """The cause's class is ``Exception``, which the task error is already: Ray raises
+    the ``RayTaskError`` itself, not a class derived from both."""
+    with pytest.raises(exceptions.RayTaskError) as caught:
+        lightwork.get(fail_plainly.remote(), timeout=20)
+    assert caught.type is exceptions.RayTaskError
+    assert "a plain Exception" in str(caught.value)
+
+
 def test_an_argument_error_fails_the_dependent_task(backend):
     with pytest.raises(ValueError, match="upstream"):
         lightwork.get(add.remote(fail.remote("upstream"), 1))

@@ -9,7 +9,8 @@
 * the graceful end of an actor (``exit_actor()``, ``__ray_terminate__``, its last handle
   dropped) calls ``__ray_shutdown__()`` and then the atexit handlers it registered;
   ``kill()`` runs neither;
-* class attributes of an actor class, ``async def`` remote functions refused, Ray's
+* class attributes of an actor class, a method never hidden by an instance attribute of
+  its name, ``async def`` remote functions refused, Ray's
   words in death messages.
 
 Every wait is bounded (``get(timeout=...)``, ``wait_until``), so a hang fails fast.
@@ -422,6 +423,39 @@ def test_an_actor_class_forwards_class_attributes_and_methods(backend):
         WithAttributes.MISSING  # noqa: B018
 
 
+@lightwork.remote
+class ShadowedMethods:
+    """Instance attributes named like its methods, as Ray programs sometimes write."""
+
+    def __init__(self):
+        self.ready = True
+        self.count = 7
+
+    def ready(self):  # noqa: F811 - the shadowing is the point
+        return ("method", self.ready)
+
+    def count(self):  # noqa: F811
+        return self.count + 1
+
+    @staticmethod
+    def helper(x):
+        return x * 2
+
+    @classmethod
+    def kind(cls):
+        return cls.__name__
+
+
+def test_an_instance_attribute_does_not_hide_a_method_of_the_same_name(backend):
+    """A call names a method of the class, as in Ray: ``self.ready = True`` in the
+    constructor does not turn ``actor.ready.remote()`` into a call of ``True``."""
+    actor = ShadowedMethods.remote()
+    assert lightwork.get(actor.ready.remote(), timeout=LIMIT) == ("method", True)
+    assert lightwork.get(actor.count.remote(), timeout=LIMIT) == 8
+    assert lightwork.get(actor.helper.remote(4), timeout=LIMIT) == 8
+    assert lightwork.get(actor.kind.remote(), timeout=LIMIT) == "ShadowedMethods"
+
+
 def test_an_actor_class_cannot_be_subclassed(backend):
     with pytest.raises(TypeError, match="Inheriting from actor classes is not currently supported"):
         class Sub(WithAttributes):  # noqa: F841
@@ -446,7 +480,8 @@ def test_a_killed_actors_calls_say_it_in_rays_words(backend):
 
 def test_dir_lists_an_actors_methods_for_autocompletion(backend):
     public = [name for name in dir(WithAttributes) if not name.startswith("_")]
-    assert set(public) == {"double", "read", "total", "options", "remote"}
+    # (bind: the lazy-graph call, which Ray 2.60's ActorClass has too)
+    assert set(public) == {"double", "read", "total", "options", "remote", "bind"}
     actor = WithAttributes.remote()
     assert [name for name in dir(actor) if not name.startswith("_")] == ["double", "read", "total"]
     assert "__ray_terminate__" in dir(actor)

@@ -76,6 +76,33 @@ def _methods_of(cls: type) -> dict[str, int | str]:
     return methods
 
 
+def invocation_decorated(remote: Any, decorator: Any) -> Any:
+    """``remote`` (a bound ``.remote``) through Ray's ``__ray_invocation_decorator__``:
+    a method (or function) that carries one has its *call* wrapped by it. The decorator
+    takes an invocation ``(args, kwargs) -> refs`` and returns one, so it may rewrite the
+    arguments before they are sent and what the caller gets back."""
+
+    def invoke(args: Any, kwargs: Any) -> Any:
+        return remote(*args, **kwargs)
+
+    wrapped = decorator(invoke)
+
+    def decorated_remote(*args: Any, **kwargs: Any) -> Any:
+        return wrapped(args, kwargs)
+
+    return decorated_remote
+
+
+def _decorators_of(cls: type) -> dict[str, Any]:
+    """The methods' ``__ray_invocation_decorator__``s, by method name."""
+    found = {}
+    for name, member in inspect.getmembers(cls, callable):
+        decorator = getattr(member, "__ray_invocation_decorator__", None)
+        if decorator is not None and not (name.startswith("__") and name.endswith("__")):
+            found[name] = decorator
+    return found
+
+
 class ActorClass:
     """A class made remote: ``Cls.remote(*args)`` starts an actor and returns its handle."""
 
@@ -86,6 +113,7 @@ class ActorClass:
         # that makes another actor of its class) builds this object before the class has
         # its methods.
         self._method_table: dict[str, int | str] | None = None
+        self._decorators: dict[str, Any] = {}  # filled with _method_table
         self._checks: dict[str, ArgumentCheck] | None = None  # made at the first .remote()
         self._env_payloads: dict[str, tuple[bytes, bytes]] = {}  # runtime_env -> key, blob
         self._key: bytes | None = None
@@ -99,6 +127,7 @@ class ActorClass:
     def _methods(self) -> dict[str, int | str]:
         if self._method_table is None:
             self._method_table = _methods_of(self._cls)
+            self._decorators = _decorators_of(self._cls)
         return self._method_table
 
     def __getattr__(self, name: str) -> Any:
@@ -137,6 +166,12 @@ class ActorClass:
     def options(self, **options: Any) -> _BoundActorOptions:
         _check_actor_options(options, self._cls.__qualname__)
         return _BoundActorOptions(self, {**self._options, **options})
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A lazy creation of this actor: a graph node (``api/dag.py``)."""
+        from lightwork.api.dag import bind_actor
+
+        return bind_actor(self, self, {}, args, kwargs)
 
     def _argument_checks(self) -> dict[str, ArgumentCheck]:
         """Signature checks of the constructor ("__init__") and of each method, by name."""
@@ -195,6 +230,12 @@ class _BoundActorOptions:
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         return _create(self._actor_class, args, kwargs, self._options)
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A lazy creation with these options: a graph node (``api/dag.py``)."""
+        from lightwork.api.dag import bind_actor
+
+        return bind_actor(self._actor_class, self, self._options, args, kwargs)
 
 
 def _check_actor_options(options: dict[str, Any], what: str) -> dict[str, Any]:
@@ -262,7 +303,7 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
         found = core.find_actor(name, namespace)
         if found is not None:
             return ActorHandle(ObjectRef(found.actor_id, _borrowed=True), found.class_name,
-                               found.methods)
+                               found.methods, decorators=actor_class._decorators)
     lifetime = options.get("lifetime")
     if lifetime is None and name is not None:  # the JobConfig's default_actor_lifetime
         from lightwork.api.job_config import default_actor_lifetime
@@ -278,7 +319,8 @@ def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[st
         max_pending_calls=options.get("max_pending_calls", -1),
     )
     core.create_actor(actor, blob)
-    return ActorHandle(ObjectRef(actor_id), actor.class_name, actor_class._methods, checks)
+    return ActorHandle(ObjectRef(actor_id), actor.class_name, actor_class._methods, checks,
+                       actor_class._decorators)
 
 
 class ActorHandle:
@@ -287,6 +329,7 @@ class ActorHandle:
     def __init__(
         self, ref: ObjectRef, class_name: str, methods: dict[str, int | str],
         checks: dict[str, ArgumentCheck] | None = None,
+        decorators: dict[str, Any] | None = None,
     ) -> None:
         self._ref = ref
         self._class_name = class_name
@@ -294,6 +337,8 @@ class ActorHandle:
         # Signature checks of the methods, where this process has the class (the handle
         # Cls.remote() returned); a handle rebuilt elsewhere leaves the check to the actor.
         self._checks = checks
+        # The methods' __ray_invocation_decorator__s (travel with the handle, as in Ray).
+        self._decorators = decorators or None
 
     @property
     def _actor_id(self) -> str:
@@ -313,9 +358,15 @@ class ActorHandle:
         # Kept on the handle: ``handle.method.remote()`` in a loop then finds it as a
         # plain attribute (no __getattr__, no new object: ~0.8 µs of each call's ~18).
         method = self.__dict__[name] = ActorMethod(self, name, methods[name])
+        decorators = self._decorators
+        if decorators is not None and name in decorators:
+            method._decorate(decorators[name])
         return method
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if self._decorators:
+            return (ActorHandle, (self._ref, self._class_name, self._methods, None,
+                                  self._decorators))
         return (ActorHandle, (self._ref, self._class_name, self._methods))
 
     def __dir__(self) -> list[str]:
@@ -384,7 +435,45 @@ class ActorMethod:
                 **ignored: Any) -> ActorMethod:
         count = self._num_returns if num_returns is None else num_returns
         _check_method_returns(count)
-        return ActorMethod(self, self._name, count, name)
+        method = ActorMethod(self, self._name, count, name)
+        decorator = self.__dict__.get("_decorator")
+        if decorator is not None:
+            method._decorate(decorator)
+        return method
+
+    def _submit_at(self, args: tuple, kwargs: dict, site: tuple[str, int, str]) -> Any:
+        """``.remote(*args, **kwargs)`` recorded as called from ``site`` (``api/dag.py``:
+        the user's ``execute()`` line). Kept apart so ``.remote`` stays one frame."""
+        if "remote" in self.__dict__:  # an invocation decorator wraps the call: let it
+            return self.remote(*args, **kwargs)
+        checks = self._checks
+        if checks is not None:
+            check = checks.get(self._name)
+            if check is not None and (kwargs or not check.low <= len(args) <= check.high):
+                check.bind(args, kwargs)
+        num_returns = self._num_returns
+        if type(num_returns) is str:
+            method = DYNAMIC_METHOD + self._name if num_returns == "dynamic" else self._name
+            refs = _api._core((self,)).submit_actor_task(
+                self._ref.id, method, self._call_name, args, kwargs, 1, site)
+            return ObjectRefGenerator(refs[0]) if num_returns == "streaming" else refs[0]
+        refs = _api._core((self,)).submit_actor_task(
+            self._ref.id, self._target, self._call_name, args, kwargs, num_returns, site)
+        if num_returns == 1:
+            return refs[0]
+        return None if num_returns == 0 else refs
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A lazy call of this method on its live actor: a graph node (``api/dag.py``)."""
+        from lightwork.api.dag import bind_method
+
+        return bind_method(self, args, kwargs)
+
+    def _decorate(self, decorator: Any) -> None:
+        """Route this method's ``.remote`` through its invocation decorator (an instance
+        attribute, so undecorated methods' calls pay nothing)."""
+        self._decorator = decorator
+        self.remote = invocation_decorated(ActorMethod.remote.__get__(self), decorator)  # type: ignore[method-assign]
 
 
 def _check_method_returns(count: Any) -> None:

@@ -451,9 +451,25 @@ def _core(uses: Any = (), named: dict[str, Any] | None = None) -> Any:
                 _refuse_ended_session(uses)
                 if named:
                     _refuse_ended_session(named.values())
+                _refuse_auto_start()
                 init()
             backend = _backend
     return backend
+
+
+def _refuse_auto_start() -> None:
+    """A call before ``init()`` starts a default runtime, unless the environment turns
+    that off (``LIGHTWORK_ENABLE_AUTO_CONNECT=0``, or Ray's ``RAY_ENABLE_AUTO_CONNECT=0``):
+    read at each call, so a test or a program can set it at any time; lightwork's name
+    wins when both are set."""
+    variable = "LIGHTWORK_ENABLE_AUTO_CONNECT"
+    if variable not in os.environ:
+        variable = "RAY_ENABLE_AUTO_CONNECT"
+    if os.environ.get(variable, "") == "0":
+        raise RuntimeError(
+            f"no runtime is running and {variable}=0 turns off starting one on first "
+            "use: call lightwork.init() first, or unset the variable"
+        )
 
 
 def driver_node() -> Any:
@@ -548,10 +564,11 @@ def remote(*args: Any, **options: Any) -> Any:
     """``@remote`` or ``@remote(num_cpus=..., ...)`` on a function (or class: an actor)."""
     if len(args) == 1 and not options and callable(args[0]):
         return _make_remote(args[0], {})
-    if args:
+    if args or not options:
+        # (``@remote()`` too, as in Ray: empty parentheses are a slip for ``@remote``)
         raise TypeError(
-            "@remote takes either no arguments or only keyword options, e.g. "
-            "@lightwork.remote(num_cpus=2)"
+            "@remote takes either no arguments and no parentheses (@lightwork.remote) or "
+            "only keyword options, e.g. @lightwork.remote(num_cpus=2)"
         )
     return lambda target: _make_remote(target, options)
 

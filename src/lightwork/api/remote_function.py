@@ -57,6 +57,11 @@ class RemoteFunction:
         self._env_payloads: dict[str, tuple[bytes, bytes]] = {}  # payload+env -> key, blob
         self._wrapped: dict[str, tuple[bytes, bytes]] = {}  # see _wrapped_payload
         functools.update_wrapper(self, function, updated=())
+        decorator = getattr(function, "__ray_invocation_decorator__", None)
+        if decorator is not None:  # (an instance attribute: other functions pay nothing)
+            from lightwork.api.actor import invocation_decorated
+
+            self.remote = invocation_decorated(RemoteFunction.remote.__get__(self), decorator)  # type: ignore[method-assign]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
@@ -105,6 +110,12 @@ class RemoteFunction:
         check_options(options, TASK_OPTIONS, f"remote function {_name(self._function)}")
         _check_strategy(options, f"remote function {_name(self._function)}")
         return _BoundOptions(self, {**self._options, **options})
+
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A lazy call of this function: a graph node that ``execute()`` runs (``api/dag.py``)."""
+        from lightwork.api.dag import bind_function
+
+        return bind_function(self, self, {}, args, kwargs)
 
     def _wrapped_payload(self, kind: str) -> tuple[bytes, bytes]:
         """The payload of this function run inside DynamicReturns (``"dynamic"``) or
@@ -170,6 +181,12 @@ class _BoundOptions:
             spec = self._spec = self._remote_function._call_spec(self._options)
         return _submit(spec, args, kwargs)
 
+    def bind(self, *args: Any, **kwargs: Any) -> Any:
+        """A lazy call with these options: a graph node (``api/dag.py``)."""
+        from lightwork.api.dag import bind_function
+
+        return bind_function(self._remote_function, self, self._options, args, kwargs)
+
     def options(self, **options: Any) -> _BoundOptions:
         _refuse_max_calls(options, _name(self._remote_function._function))
         check_options(options, TASK_OPTIONS, "remote function")
@@ -216,11 +233,27 @@ def callsite(depth: int) -> tuple[str, int, str]:
     return site
 
 
-def _submit(spec: CallSpec, args: tuple, kwargs: dict) -> Any:
+def submit_at(target: RemoteFunction | _BoundOptions, args: tuple, kwargs: dict,
+              site: tuple[str, int, str]) -> Any:
+    """``target.remote(*args, **kwargs)``, recorded as called from ``site`` (the lazy
+    graphs of ``api/dag.py``: the user's ``execute()`` line, not the graph's own code)."""
+    if "remote" in target.__dict__:  # an invocation decorator wraps the call: let it
+        return target.remote(*args, **kwargs)
+    spec = target._spec
+    if spec is None:
+        if isinstance(target, RemoteFunction):
+            spec = target._spec = target._call_spec(target._options)
+        else:
+            spec = target._spec = target._remote_function._call_spec(target._options)
+    return _submit(spec, args, kwargs, site)
+
+
+def _submit(spec: CallSpec, args: tuple, kwargs: dict,
+            site: tuple[str, int, str] | None = None) -> Any:
     check = spec.arguments
     if kwargs or not check.low <= len(args) <= check.high:
         check.bind(args, kwargs)
-    refs = _api._core(args, kwargs).submit_task(spec, args, kwargs, callsite(2))
+    refs = _api._core(args, kwargs).submit_task(spec, args, kwargs, site or callsite(2))
     num_returns = spec.num_returns
     if num_returns == 1:
         return ObjectRefGenerator(refs[0]) if spec.stream else refs[0]

@@ -24,6 +24,7 @@ import numbers
 import pickle
 import os
 import sys
+import types
 import warnings
 import weakref
 import zlib
@@ -582,3 +583,26 @@ def resource_demand(options: dict[str, Any], default_cpus: float) -> dict[str, f
     for name, amount in (options.get("resources") or {}).items():
         demand[name] = float(amount)
     return demand
+
+
+def actor_method(instance: Any, name: str) -> Any:
+    """The callable an actor call named ``name`` runs on ``instance``: its class's member,
+    as in Ray, so an instance attribute of the same name (``self.ready = True`` beside a
+    method ``ready``) does not hide the method. The common case, a plain method, costs a
+    ``getattr`` and a type test."""
+    found = getattr(instance, name)
+    if type(found) is types.MethodType and found.__self__ is instance:
+        return found
+    cls = type(instance)
+    member = None
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            member = klass.__dict__[name]
+            break
+    if member is None:  # an instance attribute only: what getattr found
+        return found
+    if isinstance(member, staticmethod):
+        return member.__func__
+    if hasattr(member, "__get__"):
+        return member.__get__(instance, cls)
+    return found

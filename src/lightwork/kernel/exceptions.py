@@ -153,6 +153,8 @@ class TaskError(LightworkError):
             # task error would end the driver (silently, for sys.exit(0)) instead of
             # reporting the task's failure.
             return self
+        if isinstance(self, cause_cls):  # Exception itself: this error is one already (Ray)
+            return self
         try:
             derived = _dual_class(cause_cls)
             err = derived.__new__(derived)

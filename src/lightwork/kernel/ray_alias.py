@@ -89,7 +89,7 @@ class RayAliasFinder(importlib.abc.MetaPathFinder):
                 f"No module named {fullname!r}: lightwork stands in for Ray's core API "
                 "(ray, ray.util, ray.util.queue, ray.util.multiprocessing, "
                 "ray.util.state, ray.util.placement_group, ray.util.scheduling_strategies, "
-                "ray.util.joblib, ray.exceptions, ray.actor, ray.runtime_context, "
+                "ray.util.joblib, ray.exceptions, ray.actor, ray.dag, ray.runtime_context, "
                 "ray.job_config, ray.cloudpickle, ray.experimental.state.api, and the "
                 "public names of ray._raylet) and has no Ray library or internal module of "
                 "this name; run this program on Ray itself, or remove the import",

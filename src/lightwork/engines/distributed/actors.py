@@ -49,6 +49,7 @@ from typing import Any
 import cloudpickle
 
 from lightwork.kernel import exceptions
+from lightwork.kernel.calls import actor_method
 from lightwork.kernel.generators import (
     DYNAMIC_METHOD,
     STATIC_METHOD,
@@ -309,7 +310,7 @@ class ActorHost:
                 loaded = time.time()
                 try:
                     if method.startswith(DYNAMIC_METHOD):  # drained on this loop (not a new one)
-                        result = getattr(self.instance, method[len(DYNAMIC_METHOD):])(
+                        result = actor_method(self.instance, method[len(DYNAMIC_METHOD):])(
                             *args, **kwargs)
                         result = await collect_async(result)
                     else:
@@ -351,10 +352,10 @@ class ActorHost:
         if method == "__ray_terminate__":
             return self._terminate
         if method.startswith(DYNAMIC_METHOD):  # num_returns="dynamic": items stored as put
-            return DynamicReturns(getattr(self.instance, method[len(DYNAMIC_METHOD):]))
+            return DynamicReturns(actor_method(self.instance, method[len(DYNAMIC_METHOD):]))
         if method.startswith(STATIC_METHOD):  # a generator method called with num_returns=1
-            return StaticReturns(getattr(self.instance, method[len(STATIC_METHOD):]))
-        return getattr(self.instance, method)
+            return StaticReturns(actor_method(self.instance, method[len(STATIC_METHOD):]))
+        return actor_method(self.instance, method)
 
     def _call_result(self, result: Any, name: str, num_returns: int, task_id: int,
                      started: float) -> tuple[Any, Any]:

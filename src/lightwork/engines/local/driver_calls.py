@@ -56,7 +56,7 @@ from lightwork.kernel.calls import (
 from lightwork.kernel.collector import keep_out_of_collector, maker, untrack_hot
 from lightwork.kernel.events import DriverSpan, TaskRecord
 from lightwork.engines.local.lineage import value_vanished
-from lightwork.engines.local.objects import PENDING, READY, ObjectEntry
+from lightwork.engines.local.objects import FAILED, PENDING, READY, ObjectEntry
 from lightwork.engines.local.scheduler import TaskSpec
 from lightwork.kernel.serialization import Stored
 
@@ -145,6 +145,19 @@ class Countdown:
                 self.event.set()
             if self.wake is not None and threading.get_ident() != self.waiter:
                 self.wake()
+
+
+class FailFastCountdown(Countdown):
+    """A ``get`` of several objects: the first that fails ends the wait, as in Ray (the
+    error is raised at once, not after the others, which may never come: a call that
+    waits for a signal sent only after the caller saw the error)."""
+
+    __slots__ = ()
+
+    def hit(self, entry: ObjectEntry) -> None:
+        if entry.state == FAILED:
+            self.remaining = 1
+        Countdown.hit(self, entry)
 
 
 class DriverCalls(_Base):
@@ -444,8 +457,10 @@ class DriverCalls(_Base):
                 entries = [self.lookup(i) for i in ids]
             pending = [e for e in entries if e.state == PENDING]
             countdown = None
+            if pending and len(entries) > 1 and any(e.state == FAILED for e in entries):
+                pending = []  # one failed already: raise it without waiting (below)
             if pending:
-                countdown = Countdown(len(pending))
+                countdown = (FailFastCountdown if len(pending) > 1 else Countdown)(len(pending))
                 hit = countdown.hit
                 for entry in pending:
                     if entry.waiters is None:  # (add_waiter's common case, without a call)
@@ -465,6 +480,14 @@ class DriverCalls(_Base):
                 raise exceptions.GetTimeoutError(
                     f"get timed out after {timeout} s: {still} of {len(ids)} object(s) not ready. "
                     "Raise the timeout, or use wait() to take the ready ones first.")
+            if len(pending) > 1 and countdown.remaining <= 0 and any(
+                    e.state == PENDING for e in pending):  # ended by a failure
+                with self.lock:
+                    for entry in pending:
+                        entry.remove_waiter(countdown.hit)
+        if len(entries) > 1 and any(e.state == PENDING for e in entries):
+            # (only after a failure ended the wait: raise the first failed one's error)
+            _value_of(next(e for e in entries if e.state == FAILED), self.store)
         store = self.store
         try:
             # A plain task's value is kept as its pickle (objects.py): read it in place.

@@ -557,16 +557,16 @@ class Worker(WorkerCalls):
         if key == "__ray_ready__":
             return _ready
         try:
-            return getattr(self.actor, key)
+            return calls.actor_method(self.actor, key)
         except AttributeError:
             if key.startswith(DYNAMIC_METHOD):  # a num_returns="dynamic" call (api/generator.py)
                 from lightwork.kernel.generators import DynamicReturns
 
-                return DynamicReturns(getattr(self.actor, key[len(DYNAMIC_METHOD):]))
+                return DynamicReturns(calls.actor_method(self.actor, key[len(DYNAMIC_METHOD):]))
             if key.startswith(STATIC_METHOD):  # a generator method called with num_returns=1
                 from lightwork.kernel.generators import StaticReturns
 
-                return StaticReturns(getattr(self.actor, key[len(STATIC_METHOD):]))
+                return StaticReturns(calls.actor_method(self.actor, key[len(STATIC_METHOD):]))
             raise
 
     def cancelled(self, task_id: int, file_grew: bool = False) -> bool:

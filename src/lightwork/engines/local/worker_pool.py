@@ -71,6 +71,9 @@ class WorkerConn:
     doomed: bool = False  # killed on purpose: SIGKILL sent, or sent once its pid is known
     interrupt_on_spawn: bool = False  # a cancel came before its pid: SIGINT once known
     oom_kill: str = ""  # why the memory monitor killed it, or ""
+    # Its nested get/wait calls not yet answered, by request id: each lends the worker's
+    # CPU until answered, or until the task that made it ends (worker_requests.py).
+    waits: dict[int, dict[str, bool]] = field(default_factory=dict)
 
 
 class WorkerPool:

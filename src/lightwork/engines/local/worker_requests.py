@@ -206,6 +206,8 @@ class WorkerRequests(_Base):
         task = self.tasks.get(done[1])
         if task is None or task.worker is not conn.slot:
             return
+        if conn.waits:  # a nested get/wait it left unanswered (cancelled in it)
+            self._end_abandoned_waits(conn)
         outcome = done[2]
         record = task.record
         try:
@@ -504,8 +506,7 @@ class WorkerRequests(_Base):
             if deadlock:
                 self._reply(conn, request_id, ("deadlock", deadlock))
                 return
-        self.scheduler.block(conn.slot, "get")
-        state = {"done": False}
+        state = self._lend_cpu(conn, request_id, "get")
 
         def finish(timed_out: bool) -> None:
             if state["done"]:
@@ -513,8 +514,7 @@ class WorkerRequests(_Base):
             state["done"] = True
             if actor is not None:
                 actor.waits.pop((conn.worker_id, request_id), None)
-            if not conn.dead:
-                self.scheduler.unblock(conn.slot)
+            self._stop_lending(conn, request_id, state)
             payload = "timeout" if timed_out else [self._payload(i) for i in ids]
             self._reply(conn, request_id, payload)
 
@@ -549,8 +549,7 @@ class WorkerRequests(_Base):
             if deadlock:
                 self._reply(conn, request_id, ("deadlock", deadlock))
                 return
-        self.scheduler.block(conn.slot, "wait")
-        state = {"done": False}
+        state = self._lend_cpu(conn, request_id, "wait")
 
         def finish() -> None:
             if state["done"]:
@@ -558,8 +557,7 @@ class WorkerRequests(_Base):
             state["done"] = True
             if actor is not None:
                 actor.waits.pop((conn.worker_id, request_id), None)
-            if not conn.dead:
-                self.scheduler.unblock(conn.slot)
+            self._stop_lending(conn, request_id, state)
             self._reply(conn, request_id, ready_ids()[:num_returns])
 
         countdown = _CallbackCountdown(num_returns - len(ready), finish)
@@ -569,6 +567,34 @@ class WorkerRequests(_Base):
                 entry.add_waiter(countdown.hit)
         if timeout is not None:
             self.io.add_timer(timeout, finish)
+
+
+    def _lend_cpu(self, conn: WorkerConn, request_id: int, call: str) -> dict[str, bool]:
+        """The worker blocks in a nested ``call`` (get or wait): lend its CPU to the pool
+        until it is answered (``_stop_lending``) or its task ends
+        (``_end_abandoned_waits``)."""
+        self.scheduler.block(conn.slot, call)
+        state = {"done": False, "lending": True}
+        conn.waits[request_id] = state
+        return state
+
+    def _stop_lending(self, conn: WorkerConn, request_id: int, state: dict[str, bool]) -> None:
+        conn.waits.pop(request_id, None)
+        if state["lending"]:
+            state["lending"] = False
+            if not conn.dead:
+                self.scheduler.unblock(conn.slot)
+
+    def _end_abandoned_waits(self, conn: WorkerConn) -> None:
+        """A task worker's task ended while a nested get/wait of it was unanswered: the
+        task left that call (cancelled by an interrupt in it, or its error unwound it),
+        so the worker is no longer blocked and takes its CPU back before the task's end
+        returns it. Left lending, the slot would stay blocked for good: the next task
+        placed on it would lend nothing while it waits, and a task needing that CPU
+        would never run. The call is still answered when its objects are ready (a thread
+        the task left behind may be the one waiting); only the lending ends."""
+        for request_id, state in list(conn.waits.items()):
+            self._stop_lending(conn, request_id, state)
 
 
 class _CallbackCountdown:
