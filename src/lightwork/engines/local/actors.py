@@ -386,13 +386,7 @@ class ActorManager:
         if task is None:
             return
         record = task.record
-        try:
-            (_, _, _, record.started, record.args_loaded, record.finished,
-             record.stored, record.cpu_time) = done
-        except ValueError:  # a DONE with its memory read (protocol.py)
-            (_, _, _, record.started, record.args_loaded, record.finished,
-             record.stored, record.cpu_time,
-             record.rss_peak, record.rss_change) = done
+        p.fill_done(record, done)
         record.seen = seen
         record.pid = conn.pid
         actor.calls_done += 1

@@ -187,3 +187,15 @@ class BlockingConnection:
 
     def has_buffered(self) -> bool:
         return bool(self._pending)
+
+
+def fill_done(record: Any, done: tuple[Any, ...]) -> None:
+    """Copy a ``DONE``'s clock readings (and memory, in its long form) into ``record``.
+    The general paths call this; the batched loops over a read's frames unpack inline,
+    the same two forms, without the call."""
+    try:
+        (_, _, _, record.started, record.args_loaded, record.finished,
+         record.stored, record.cpu_time) = done
+    except ValueError:  # a DONE with its memory read
+        (_, _, _, record.started, record.args_loaded, record.finished,
+         record.stored, record.cpu_time, record.rss_peak, record.rss_change) = done

@@ -210,13 +210,7 @@ class WorkerRequests(_Base):
             self._end_abandoned_waits(conn)
         outcome = done[2]
         record = task.record
-        try:
-            (_, _, _, record.started, record.args_loaded, record.finished,
-             record.stored, record.cpu_time) = done
-        except ValueError:  # a DONE with its memory read (protocol.py)
-            (_, _, _, record.started, record.args_loaded, record.finished,
-             record.stored, record.cpu_time,
-             record.rss_peak, record.rss_change) = done
+        p.fill_done(record, done)
         self.scheduler.finish(conn.slot, task, record.finished - record.args_loaded)
         if self.gpus.held:  # (_release_gpus, without a call per task)
             self.gpus.release(task.task_id)
