@@ -249,7 +249,7 @@ def test_another_local_user_cannot_attach(runtime, monkeypatch):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     # ... and a peer of another uid that reached it anyway is hung up on, unanswered: a
     # dashboard it would start gets nothing to serve.
-    monkeypatch.setattr(control, "_peer_uid", lambda conn: os.getuid() + 1)
+    monkeypatch.setattr(control, "peer_uid", lambda conn: os.getuid() + 1)
     with pytest.raises((control.ControlError, ConnectionError)):  # reset, or EOF
         control.request(path, "dashboard_sync", {"task_cursor": 0, "span_cursor": 0},
                         timeout=5)

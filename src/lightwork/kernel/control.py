@@ -193,7 +193,7 @@ class ControlServer:
             except OSError:
                 return
             if conn is not None:
-                if _peer_uid(conn) not in (None, os.getuid()):
+                if peer_uid(conn) not in (None, os.getuid()):
                     conn.close()
                 else:
                     threading.Thread(target=self._answer, args=(conn,), daemon=True,
@@ -339,7 +339,8 @@ def start(node: Run) -> ControlServer:
         return server
 
 
-def _peer_uid(conn: socket.socket) -> int | None:
+def peer_uid(conn: socket.socket) -> int | None:
+    """The uid of the process at the other end of a Unix socket (None: unknown)."""
     option = getattr(socket, "SO_PEERCRED", None)
     if option is None:
         return None

@@ -13,12 +13,12 @@ import itertools
 import os
 import pdb
 import socket
-import struct
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+from lightwork.kernel.control import peer_uid
 from lightwork.kernel.debugger import SKIP, local, settings
 from lightwork.kernel.pauses import STATUS
 
@@ -63,18 +63,6 @@ def _is_ours(frame: Any) -> bool:
     name = frame.f_globals.get("__name__") or ""
     return (frame.f_code.co_filename.startswith(_LIGHTWORK_DIR)
             or any(fnmatch.fnmatch(name, pattern) for pattern in SKIP))
-
-
-def peer_uid(conn: socket.socket) -> int | None:
-    """The uid of the process at the other end of a Unix socket (None: unknown)."""
-    option = getattr(socket, "SO_PEERCRED", None)
-    if option is None:
-        return None
-    try:
-        _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, option, 12))
-    except OSError:
-        return None
-    return uid
 
 
 class SocketTerminal:
