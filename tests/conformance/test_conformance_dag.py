@@ -23,14 +23,7 @@ from lightwork.dag import InputNode, MultiOutputNode
 LIMIT = 20  # seconds: a get that takes longer is a hang
 
 
-@lightwork.remote
-def add(a, b=0):
-    return a + b
-
-
-@lightwork.remote
-def fresh():
-    return uuid.uuid4().hex
+from tests.conformance.test_conformance import add, fresh  # noqa: E402 - shared tasks
 
 
 @lightwork.remote

@@ -18,20 +18,10 @@ import pytest
 import lightwork
 from tests.helpers import OtherProgramsLoad
 from tests import support
+from tests.diagnostics.conftest import CPUS
 from lightwork.diagnostics.advisor import PINNED_MIN_AGE_S, AdviceWarning
 
 pytestmark = pytest.mark.lightwork_only
-CPUS = min(2, os.cpu_count() or 1)  # never more slots than cores: no fewer-slots noise
-
-
-@pytest.fixture
-def runtime(fresh_runtime):
-    def start(**options):
-        lightwork.shutdown()
-        lightwork.init(num_cpus=options.pop("num_cpus", CPUS), **options)
-
-    yield start
-    lightwork.shutdown()
 
 
 def kinds(findings):

@@ -19,19 +19,11 @@ import pytest
 import lightwork
 from lightwork.diagnostics.advisor import AdviceWarning, Advisor, report
 from lightwork.kernel.events import DriverSpan
+from tests.diagnostics.conftest import CPUS
 
 pytestmark = pytest.mark.lightwork_only
-CPUS = min(2, os.cpu_count() or 1)
 
 
-@pytest.fixture
-def runtime(fresh_runtime):
-    def start(**options):
-        lightwork.shutdown()
-        lightwork.init(num_cpus=options.pop("num_cpus", CPUS), **options)
-
-    yield start
-    lightwork.shutdown()
 
 
 def findings_of(kind):
