@@ -2,7 +2,9 @@
 
 Each host is a network namespace with its own mount namespace, in which ``/tmp`` and
 ``/dev/shm`` are fresh tmpfs mounts: a session directory, a shared-memory segment or a
-socket file made on one host is not there on another, as on separate machines. The
+socket file made on one host is not there on another, as on separate machines. A
+checkout or an environment that itself lives under ``/tmp`` (a CI clone) is bound back
+into each host's fresh ``/tmp`` at the same path, so the hosts run the same code. The
 hosts are joined by a bridge that lives in a namespace of its own (the switch), one
 veth pair per host, on addresses in 198.18.0.0/15 (set aside for benchmarking, so they
 never collide with a real LAN); nothing is routed out of the machine.
@@ -29,14 +31,41 @@ import sys
 import time
 
 PREFIX = "lwh"
-MOUNTS = ("mount -t tmpfs -o mode=1777 tmpfs /tmp && "
-          "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec sleep infinity")
+STASH = "/mnt"  # where the machine's /tmp is seen while the host's own /tmp is mounted
+
+
+def _kept_under_tmp() -> list[str]:
+    """The top directories under /tmp that a host must still see: this checkout and the
+    interpreter's environment, when they live there (a CI clone in /tmp, say)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    kept = set()
+    for path in (here, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))):
+        parts = os.path.realpath(path).split(os.sep)
+        if len(parts) > 2 and parts[1] == "tmp":
+            kept.add(os.sep.join(parts[:3]))
+    return sorted(kept)
+
+
+def _mounts() -> str:
+    """The holder's script: fresh /tmp and /dev/shm, with what must stay bound back in."""
+    keep = _kept_under_tmp()
+    steps = [f"mount --bind /tmp {STASH}"] if keep else []
+    steps += ["mount -t tmpfs -o mode=1777 tmpfs /tmp"]
+    for path in keep:
+        inside = path[len("/tmp/"):]
+        steps += [f"mkdir -p {path}", f"mount --bind {STASH}/{inside} {path}"]
+    if keep:
+        steps += [f"umount -l {STASH}"]
+    steps += ["mount -t tmpfs -o mode=1777 tmpfs /dev/shm", "exec sleep infinity"]
+    return " && ".join(steps)
 
 
 def skip_reason() -> str | None:
     """Why simulated hosts cannot be built here, or None."""
     if os.geteuid() != 0:
         return "simulated hosts need root (network and mount namespaces)"
+    if _kept_under_tmp() and not os.path.isdir(STASH):
+        return f"simulated hosts need {STASH} to see this checkout under /tmp from a host"
     for tool in ("ip", "unshare", "nsenter"):
         if shutil.which(tool) is None:
             return f"simulated hosts need `{tool}` (iproute2 / util-linux)"
@@ -103,7 +132,7 @@ class SimulatedHosts:
                 _ip("-n", ns, "link", "set", "lo", "up")
                 self.holders[name] = subprocess.Popen(
                     ["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation",
-                     "private", "--", "sh", "-c", MOUNTS], start_new_session=True)
+                     "private", "--", "sh", "-c", _mounts()], start_new_session=True)
             if self.wire is not None:
                 assert self.wire.stdin is not None
                 self.wire.stdin.write("".join(f"{index} {self.address(name)}\n"
