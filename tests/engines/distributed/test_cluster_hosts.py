@@ -70,10 +70,15 @@ class HostCluster:
                 DASK, "worker", self.address, "--host", self.hosts.address(host),
                 "--nthreads", "2", "--resources", f"CPU=2,host_{host}=1", "--no-dashboard",
                 "--name", f"w{host}"])
-        deadline = time.monotonic() + 60
+        # Inside the test timeout (60 s, stacks at 50): a cluster that cannot start fails
+        # with its logs, not with the run's timeout.
+        deadline = time.monotonic() + 35
         while not all(self._registered(host) for host in ("b", "c")):
             if time.monotonic() > deadline:
                 raise RuntimeError("the cluster on simulated hosts did not start:\n"
+                                   + self.log_tails())
+            if any(p.poll() is not None for p in self.hosts.processes):
+                raise RuntimeError("a dask process on a simulated host exited at start:\n"
                                    + self.log_tails())
             time.sleep(0.2)
         return self
