@@ -55,6 +55,12 @@ faulthandler.enable()
 # init's arguments, which override this.
 os.environ.setdefault("LIGHTWORK_MEMORY_MONITOR_REFRESH_MS", "0")
 
+# The fork server preloads the driver's libraries (preload.py): this process has imported
+# numpy, pandas, dask and distributed, so every fresh runtime of the suite would import
+# them in its fork server first (0.7 s an init against 0.3 s). Off here (subprocess
+# drivers inherit it); test_preload.py turns it on where it is the subject.
+os.environ.setdefault("LIGHTWORK_PRELOAD", "0")
+
 # Functions defined in test modules are shipped to workers by value, so no test depends
 # on workers being able to import tests/ (that contract has its own test with a module
 # written to tmp_path, in test_worker_env.py).

@@ -125,7 +125,8 @@ def test_workers_start_with_the_drivers_libraries_and_not_its_own_modules(tmp_pa
     pytest.importorskip("pygments")
     (tmp_path / "lw_own_module.py").write_text("VALUE = 1\n")
     script = write_script(str(tmp_path), "driver.py", DRIVER)
-    proc = run_script(script, timeout=90, env={"LIGHTWORK_FORKSERVER": start_method})
+    proc = run_script(script, timeout=90,
+                      env={"LIGHTWORK_FORKSERVER": start_method, "LIGHTWORK_PRELOAD": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines()
                  if line.split(" ", 1)[0] in ("TASK", "ACTOR", "REPORTS"))
