@@ -19,9 +19,30 @@ import lightwork
 from tests.helpers import OtherProgramsLoad
 from tests import support
 from tests.diagnostics.conftest import CPUS
+from lightwork.kernel.run import RunRecord
 from lightwork.diagnostics.advisor import PINNED_MIN_AGE_S, AdviceWarning
 
 pytestmark = pytest.mark.lightwork_only
+
+
+class LogOnlyRun(RunRecord):
+    """A run with no engine behind it: the advisor reads its log; nothing ends by
+    itself, nothing can be cancelled or killed."""
+
+    def add_task_listener(self, listener):
+        pass
+
+    def remove_task_listener(self, listener):
+        pass
+
+    def resources(self):
+        return {}, {}  # (cpu_total: 1, as for a run that cannot tell)
+
+    def cancel(self, object_ids, force):
+        raise AssertionError("the advisor never cancels")
+
+    def kill_actor(self, actor_id):
+        raise AssertionError("the advisor never kills")
 
 
 def kinds(findings):
@@ -464,11 +485,10 @@ def test_advise_waits_for_a_look_that_took_records_it_has_not_folded_in(monkeypa
     # look, not answer without the records it holds.
 
     from lightwork.kernel.events import EventLog, TaskRecord
-    from lightwork.kernel.run import RunRecord
     from lightwork.diagnostics import advisor as advisor_module
     from lightwork.diagnostics._advice_rules import TINY_MIN_TASKS
 
-    node = RunRecord()  # a run with no engine behind it: only its log and lock
+    node = LogOnlyRun()  # a run with no engine behind it: only its log and lock
     node.lock, node.log = threading.RLock(), EventLog()
     advisor = node.advisor = advisor_module.Advisor(node, cpus=2, cores=2)
     site = ("job.py", 7, "main")
@@ -529,11 +549,10 @@ def test_a_fast_loop_of_gets_is_get_in_loop_though_the_look_samples_its_records(
     (it was found for a slow loop only)."""
 
     from lightwork.kernel.events import DriverSpan, EventLog, TaskRecord
-    from lightwork.kernel.run import RunRecord
     from lightwork.diagnostics import advisor as advisor_module
     from lightwork.diagnostics._advice_rules import SAMPLE_PER_STEP
 
-    node = RunRecord()  # a run with no engine behind it: only its log and lock
+    node = LogOnlyRun()  # a run with no engine behind it: only its log and lock
     node.lock, node.log = threading.RLock(), EventLog()
     advisor = node.advisor = advisor_module.Advisor(node, cpus=2, cores=2)
     submit_site, get_site = ("job.py", 7, "main"), ("job.py", 8, "main")

@@ -40,12 +40,13 @@ built before ``init()`` (``execute`` starts the runtime as any call does).
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 from lightwork.kernel.calls import ArgumentCheck
 
 
-class DAGNode:
+class DAGNode(abc.ABC):
     """A node of a lazy graph: a call bound to its arguments, run by ``execute()``."""
 
     def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -101,9 +102,12 @@ class DAGNode:
             results[id(node)] = node._run(results, args, kwargs, site)
         return results[id(self)]
 
+    @abc.abstractmethod
     def _run(self, results: dict[int, Any], args: tuple[Any, ...],
              kwargs: dict[str, Any], site: tuple[str, int, str]) -> Any:
-        raise NotImplementedError
+        """This node's value in one ``execute``, from ``results`` of the nodes before it
+        (by ``id``) and the execute's ``args``/``kwargs``; its tasks are recorded at
+        ``site``, the user's ``execute()`` line."""
 
     def _resolved(self, results: dict[int, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (tuple(_replace(arg, results) for arg in self._bound_args),

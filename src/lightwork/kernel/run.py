@@ -25,6 +25,7 @@ moment of the run.
 
 from __future__ import annotations
 
+import abc
 from typing import Any, ClassVar, NamedTuple, TypedDict
 
 from collections.abc import Callable
@@ -54,8 +55,9 @@ class StoreFacts(TypedDict, total=False):
     cluster_bytes: int
 
 
-class RunRecord:
-    """Base of every engine's run record (see the module docstring)."""
+class RunRecord(abc.ABC):
+    """Base of every engine's run record (see the module docstring). Each engine must
+    answer the abstract questions; the others have an answer for a run that cannot tell."""
 
     session: Any  # (name, directory)
     log: EventLog
@@ -82,13 +84,13 @@ class RunRecord:
         """Hear of every task that ended before now (a run's end calls it, so its hooks
         miss none); nothing to do where task ends arrive as they happen."""
 
+    @abc.abstractmethod
     def add_task_listener(self, listener: Callable[[list[Any]], None]) -> None:
         """Call ``listener`` with each batch of ended ``TaskRecord``s, outside the lock."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def remove_task_listener(self, listener: Callable[[list[Any]], None]) -> None:
         """Stop calling ``listener`` (no error if it was not added)."""
-        raise NotImplementedError
 
     # -- objects and tasks -------------------------------------------------------------
     def task_graph_of(self, object_ids: list[int], with_return_ids: bool = False) -> Any:
@@ -109,9 +111,9 @@ class RunRecord:
         ready: it was), in their order; None where the run cannot tell."""
         return None
 
+    @abc.abstractmethod
     def resources(self) -> tuple[dict[str, float], dict[str, float]]:
         """(total, available) resources of the run."""
-        raise NotImplementedError
 
     def cpu_total(self) -> float:
         """The run's CPU slots (at least 1): the advisor's measure of a full machine."""
@@ -183,10 +185,10 @@ class RunRecord:
         """Whether ``actor_id`` is an actor of this run (caller holds ``lock``)."""
         return actor_id in self.actors.actors
 
+    @abc.abstractmethod
     def cancel(self, object_ids: list[int], force: bool) -> None:
         """Cancel the tasks making ``object_ids`` (the dashboard's action)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def kill_actor(self, actor_id: int) -> None:
         """Kill the actor for good (the dashboard's action, when actions are allowed)."""
-        self.driver_request("kill", actor_id, True)  # type: ignore[attr-defined]

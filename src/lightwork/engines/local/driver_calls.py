@@ -322,6 +322,13 @@ class DriverCalls(_Base):
             self.actors.add_call(actor_id, task)
         return [fresh_ref(object_id) for object_id in return_ids]
 
+    def kill_actor(self, actor_id: int, no_restart: bool = True) -> None:
+        """Kill the actor (for good unless ``no_restart`` is False): the dashboard's
+        action, and the run record's ``kill_actor``."""
+        with self.lock:
+            self._check_open()
+            self.actors.kill(actor_id, no_restart)
+
     def driver_request(self, what: str, *args: Any) -> Any:
         with self.lock:
             self._check_open()
