@@ -152,11 +152,16 @@ class FailFastCountdown(Countdown):
     error is raised at once, not after the others, which may never come: a call that
     waits for a signal sent only after the caller saw the error)."""
 
-    __slots__ = ()
+    __slots__ = ("failed",)
+
+    def __init__(self, remaining: int) -> None:
+        Countdown.__init__(self, remaining)
+        self.failed = False
 
     def hit(self, entry: ObjectEntry) -> None:
         if entry.state == FAILED:
             self.remaining = 1
+            self.failed = True
         Countdown.hit(self, entry)
 
 
@@ -464,8 +469,12 @@ class DriverCalls(_Base):
                 entries = [self.lookup(i) for i in ids]
             pending = [e for e in entries if e.state == PENDING]
             countdown = None
-            if pending and len(entries) > 1 and any(e.state == FAILED for e in entries):
-                pending = []  # one failed already: raise it without waiting (below)
+            # Raise the first failed one's error without waiting (below) when one failed
+            # already; looked for only when some have ended (a batch's get: none have).
+            failed = (len(entries) > len(pending) > 0
+                      and any(e.state == FAILED for e in entries))
+            if failed:
+                pending = []
             if pending:
                 countdown = (FailFastCountdown if len(pending) > 1 else Countdown)(len(pending))
                 hit = countdown.hit
@@ -487,13 +496,12 @@ class DriverCalls(_Base):
                 raise exceptions.GetTimeoutError(
                     f"get timed out after {timeout} s: {still} of {len(ids)} object(s) not ready. "
                     "Raise the timeout, or use wait() to take the ready ones first.")
-            if len(pending) > 1 and countdown.remaining <= 0 and any(
-                    e.state == PENDING for e in pending):  # ended by a failure
+            if type(countdown) is FailFastCountdown and countdown.failed:
+                failed = True  # ended by a failure: the others may still be pending
                 with self.lock:
                     for entry in pending:
                         entry.remove_waiter(countdown.hit)
-        if len(entries) > 1 and any(e.state == PENDING for e in entries):
-            # (only after a failure ended the wait: raise the first failed one's error)
+        if failed:
             _value_of(next(e for e in entries if e.state == FAILED), self.store)
         store = self.store
         try:
