@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT.parent / "tests"))  # the synthetic sync of the tests
+sys.path.insert(0, str(ROOT.parent))  # the synthetic sync of the tests (tests.dashboard)
 
 CLIENT = r"""
 import sys, urllib.request
@@ -146,7 +146,7 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
         return i
 
     lightwork.get([noop.remote(i) for i in range(2 * n_tasks)])  # warm the workers
-    node = lightwork.api.core._node
+    node = getattr(lightwork.api.core._backend, "node", None)  # the local engine's Node
     runs: dict[str, dict[str, list[float]]] = {
         mode: {"rate": [], "cpu_us": [], "feed_us": [], "pack_us_per_record": [], "syncs": [],
                "records": []}
@@ -220,7 +220,7 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
 
     lightwork.init(num_cpus=2, advisor=False)
     lightwork.get([noop.remote(i) for i in range(n_tasks)])
-    node = lightwork.api.core._node
+    node = getattr(lightwork.api.core._backend, "node", None)  # the local engine's Node
     sync_s = encode_s = float("inf")
     for _ in range(5):  # CPU time of this thread: the machine's load disturbs it least
         start = time.thread_time()
@@ -284,7 +284,7 @@ def with_history(n_tasks: int) -> dict[str, Any]:
     def noop(i: int) -> int:
         return i
 
-    node = lightwork.api.core._node
+    node = getattr(lightwork.api.core._backend, "node", None)  # the local engine's Node
     child, port, token = start_dashboard(node)
     rss_at_start = psutil.Process(child.process.pid).memory_info().rss
     try:
@@ -363,7 +363,7 @@ def browser_figures(url: str) -> dict[str, Any]:
 
 def synthetic(records: int) -> dict[str, Any]:
     import psutil
-    from test_dashboard import _synthetic_sync
+    from tests.dashboard.test_dashboard import _synthetic_sync
 
     from lightwork.dashboard.mirror import Mirror
 
@@ -470,7 +470,7 @@ def contention(records: int, sync_records: int = 20_000, seconds: float = 30.0) 
     (median, p95, max) and the longest hold of the mirror's lock by each thread."""
     import threading
 
-    from test_dashboard import _synthetic_sync
+    from tests.dashboard.test_dashboard import _synthetic_sync
 
     from lightwork.dashboard.mirror import Mirror
 
@@ -569,7 +569,7 @@ def memory_run(minutes: float, sample_s: float = 10.0) -> dict[str, Any]:
     def noop(i: int) -> int:
         return i
 
-    node = lightwork.api.core._node
+    node = getattr(lightwork.api.core._backend, "node", None)  # the local engine's Node
     child, port, token = start_dashboard(node)
     client = open_page(port, token)
     dashboard = psutil.Process(child.process.pid)

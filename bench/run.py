@@ -29,7 +29,7 @@ after the child exits were left behind by the peer's shutdown. They are reported
 
 Each child's stdout/stderr goes to ``bench/logs/PEER.log``. The parent prints the
 table on stdout and writes every number, with machine information and the peers'
-versions, to ``bench/results.json`` (through ``results.json.tmp``, so a partial
+versions, to ``bench/results.json`` or ``--json PATH`` (through a ``.json.tmp``, so a partial
 file never replaces a good one).
 
 A third table, "lightwork vs the pipe floor", divides lightwork's hot-path figures by
@@ -752,6 +752,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"seconds per peer before it is killed (default "
         f"{DEFAULT_TIMEOUT_S:.0f}, {QUICK_TIMEOUT_S:.0f} with --quick)",
     )
+    parser.add_argument(
+        "--json", type=Path, default=RESULTS_PATH, metavar="PATH",
+        help="where to write the results (default: bench/results.json, which the README's "
+        "table is made from: write a partial run elsewhere)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--result-file", help=argparse.SUPPRESS)
     parser.add_argument("--own-init", action="store_true", help=argparse.SUPPRESS)
@@ -910,13 +915,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rows": cost_results(cost_figures(reports["lightwork"], own_init_report)),
             "own_init_child": own_init_report,
         }
-    tmp = RESULTS_PATH.with_suffix(".json.tmp")
+    path = args.json.resolve()
+    tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
-    tmp.replace(RESULTS_PATH)
+    tmp.replace(path)
     print(f"\nmachine: {describe_machine(machine)}")
-    print(
-        f"results: {RESULTS_PATH.relative_to(REPO_DIR)}; logs: {LOG_DIR.relative_to(REPO_DIR)}/"
-    )
+    print(f"results: {path}; logs: {LOG_DIR.relative_to(REPO_DIR)}/")
     return 0
 
 

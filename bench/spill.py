@@ -10,12 +10,13 @@ Figures (MB/s, higher is better):
   files are mapped; the page cache may still hold them, as it would in real use);
 * ``restore_cold_mb_s``: the same after dropping the page cache (root only, else n/a).
 
-The figures go to ``bench/results.json`` under ``lightwork_store``. Ray has no
+The figures go to ``bench/results.json`` (or ``--json PATH``) under ``lightwork_store``. Ray has no
 comparable knob in this harness (its spilling needs a cluster config), so no ratio.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -45,7 +46,7 @@ def measure() -> dict[str, float | None]:
     import lightwork
 
     lightwork.init(num_cpus=2, object_store_memory=BUDGET, advisor=False)
-    node = lightwork.api.core._node
+    node = getattr(lightwork.api.core._backend, "node", None)  # the local engine's Node
     store, spiller = node.store, node.spiller
     arrays = [np.full(ARRAY, i % 251, dtype=np.uint8) for i in range(TOTAL // ARRAY)]
     start = time.perf_counter()
@@ -73,17 +74,22 @@ def measure() -> dict[str, float | None]:
     return figures
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", type=Path, default=RESULTS_PATH, metavar="PATH",
+                        help="the results file to add the figures to "
+                        "(default: bench/results.json)")
+    args = parser.parse_args(argv)
     figures = measure()
     print("\nlightwork store — 256 MB budget, 1 GB of 16 MB arrays (MB/s, higher is better)")
     for name, value in figures.items():
         print(f"  {name:<22}{'n/a (needs root)' if value is None else f'{value:,.0f}'}")
     try:
-        results = json.loads(RESULTS_PATH.read_text())
+        results = json.loads(args.json.read_text())
     except (OSError, ValueError):
         results = {}
     results["lightwork_store"] = figures
-    RESULTS_PATH.write_text(json.dumps(results, indent=2) + "\n")
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 

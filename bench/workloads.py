@@ -640,7 +640,7 @@ def advisor_looks(peer: Peer, settings: Settings) -> dict[str, float]:
     import lightwork
     from lightwork.diagnostics import advisor as advisor_module
 
-    node = lightwork.api.core._node
+    node = getattr(lightwork.api.core._backend, "node", None)  # the local engine's Node
     if node is None or node.advisor is None:
         raise NotSupported("no live advisor in this session")
     warm_up(peer)
