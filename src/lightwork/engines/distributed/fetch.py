@@ -46,6 +46,10 @@ class _WorkerLost(Exception):
         self.killed = killed
 
 
+class _Revived(Exception):
+    """A fetched task that the scheduler forgot with a lost value was submitted again."""
+
+
 class Fetching:
     """Fetching results: the backend's ``fetch`` component. It keeps no state of its
     own: it reads the backend's object table, and asks ``tasks`` to recover what a lost
@@ -67,6 +71,8 @@ class Fetching:
                 try:
                     stored = self._blocking(lambda: self._gather(futures, left))
                     break
+                except _Revived:  # submitted again: follow the new futures
+                    continue
                 except _WorkerLost as lost:  # submitted again, unless out of retries
                     self._recover_all(lost.killed, futures)
                     if all(self.backend.futures.get(i) is f for i, f in zip(ids, futures)):
@@ -96,6 +102,9 @@ class Fetching:
 
             if isinstance(exc, KilledWorker):
                 raise _WorkerLost(exc) from None
+            if isinstance(exc, concurrent.futures.CancelledError) and self.backend.tasks.revive(
+                    [f for f in futures if f.key is not None and f.cancelled()]):
+                raise _Revived() from None
             raise self._system_error(exc, futures) from None
 
     def _recover_all(self, killed: Any, futures: list[Any]) -> None:
@@ -192,7 +201,11 @@ class Fetching:
         future (submitted here, if the scheduler plugin's message has not done it yet)."""
         if not future.done():
             return False
-        if getattr(future, "status", None) != "error":
+        status = getattr(future, "status", None)
+        if status == "cancelled" and future.key is not None:
+            # forgotten with a lost value, not cancelled by the program: runs again
+            return not self.backend.tasks.revive([future])
+        if status != "error":
             return True
         from distributed.scheduler import KilledWorker
 
