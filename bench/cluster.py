@@ -182,7 +182,7 @@ DASK_SETUP = """
 import distributed, lightwork
 client = distributed.Client({address!r})
 client.wait_for_workers({workers}, timeout=60)
-lightwork.init(address=client)
+lightwork.init(address={address!r})  # a client of its own (lightwork tunes its clients)
 remote_noop, remote_nbytes = lightwork.remote(noop), lightwork.remote(nbytes)
 ways = {{
     "plain distributed": (

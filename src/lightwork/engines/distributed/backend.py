@@ -63,6 +63,36 @@ Dask-style callbacks and profilers (its task listeners), ``lightwork.dask.get``,
 dashboard (``cluster_dashboard``) read it. Tasks lost with their worker are heard from
 the scheduler plugin ``cluster_plugin.TaskErrors`` (see ``cluster_tasks``).
 
+Where a call's time goes
+------------------------
+A synchronous ``get(f.remote())`` crosses these hops, in order (``bench/cluster_hops.py``
+times each from the scheduler's and the worker's own transitions):
+
+1. client to scheduler: ``Client.submit`` queues the task on the client's batched
+   stream. The stream sends a message at once only if nothing went in the last
+   interval, else at the interval's end; a sync loop submits just after releasing the
+   previous result, so it waits most of the interval: 10 ms as distributed ships it,
+   ``compat.CLIENT_STREAM_INTERVAL_S`` on lightwork's clients (``tune_client_stream``).
+2. scheduler: unpickling the graph and placing the task, a small part.
+3. scheduler to worker: the scheduler's own batched stream to that worker (5 ms) and
+   the link. It is the cluster's, shared by every client, so it is left as it is.
+4. run: the worker's event loop hands the task to a pool thread and takes it back, and
+   ``run_task`` loads the arguments, runs, and stamps the event log.
+5. worker to scheduler: the worker's batched stream (2 ms) and the link again.
+6. scheduler to client: the key-in-memory report.
+7. fetch: the client asks the scheduler for the value, and the scheduler fetches it
+   from the worker: two more crossings of the link, the costliest hop of a small
+   result. Gathering from the worker directly saves no crossing (it asks the
+   scheduler where the key is first) and measured no quicker.
+
+So a small result crosses the worker's link three times after it is made, where Ray's
+owner receives it with the task's reply, once; hops 3, 5 and 7 are what a cluster of
+real hosts adds, and batching intervals the scheduler and workers own set hops 3 and 5.
+Sending small results from the worker straight to the driver would take out hops 5 to
+7, at the price of a listener in the driver that every worker can reach (not built).
+Large values take other routes: arguments go straight to a worker (``tasks``, *Large
+arguments*); a large result is fetched as in 7, so it crosses the link twice.
+
 Which distributed: ``cluster_compat`` checks at connect (and in each worker) that the
 installed one has the few private parts the backend relies on, and names the supported
 range if not.
@@ -170,6 +200,7 @@ class DistributedBackend(Backend):
                  owns_client: bool = False, namespace: str | None = None,
                  event_budget: int = 0) -> None:
         self._client = client  # in a worker: made on first use (get_client)
+        self._user_stream_interval: float | None = None
         self._cluster = cluster  # a LocalCluster this backend started, or None
         self._owns_client = owns_client
         self.in_driver = in_driver
@@ -377,6 +408,9 @@ class DistributedBackend(Backend):
         import distributed
 
         cluster_compat.check(distributed)  # (in a worker: the first check of this process)
+        previous = cluster_compat.tune_client_stream(client)
+        if self.in_driver and not self._owns_client and previous is not None:
+            self._user_stream_interval = previous  # the user's client: given back at shutdown
         self.tasks.watch_task_errors(client)
 
     @property
@@ -409,6 +443,8 @@ class DistributedBackend(Backend):
             self.actors.unpublish_names()
         if self._owns_client:
             self._client.close()
+        elif self._user_stream_interval is not None:
+            cluster_compat.tune_client_stream(self._client, self._user_stream_interval)
         if self._cluster is not None:
             self._cluster.close()
         if quieted is not None:

@@ -34,7 +34,9 @@ the worker frees it. If the worker that held it dies with the task's result, the
 scheduler cannot compute that result again and forgets it (a cancelled future for the
 client); a ``get`` or ``wait`` that meets such a future ``revive``-s the task from its
 lineage, the block scattered again from the copy, unless the program cancelled it
-(``cancel`` makes the lineage final).
+(``cancel`` makes the lineage final), an argument without a lineage (a ``put``) went
+too, or it was revived ``REVIVALS_MAX`` times already; its get then raises
+``TaskCancelledError``.
 
 Retries
 -------
@@ -112,6 +114,7 @@ class Lineage:
     live: int = 0  # refs of its returns still held here
     lost: int = 0  # attempts lost with their worker
     resubmits: int = 0
+    revivals: int = 0  # times submitted again after the scheduler forgot it (``revive``)
     final: str = ""  # why it will not be submitted again
 
 
@@ -123,6 +126,9 @@ if TYPE_CHECKING:
 #: bytes are scattered to a worker on their own; below it they travel with the task.
 SCATTER_MIN = 1 << 20
 _ALIGN = 64  # each scattered buffer's offset in the one copy (as numpy likes its data)
+#: How many times one task is submitted again after the scheduler forgot it (``revive``):
+#: a bound, so that a value lost again and again ends in an error, not in a loop.
+REVIVALS_MAX = 8
 
 
 def _losses(killed: Any) -> int:
@@ -508,11 +514,17 @@ class TaskSubmission:
     def _revive(self, future: Any) -> bool:
         lineage = self._lineages.get(_task_id_of_key(future.key) or 0)
         if (lineage is None or lineage.final or lineage.key != str(future.key)
-                or not future.cancelled()):
+                or not future.cancelled() or lineage.revivals >= REVIVALS_MAX):
             return False
-        for source, index, dep in lineage.sources:
+        # An argument with no lineage (a put's value, say) that is gone cannot come back:
+        # the task stays cancelled, as before it could be revived.
+        if any(source is None and dep is not None and dep.status != "finished"
+               for source, _index, dep in lineage.sources):
+            return False
+        for source, index, _dep in lineage.sources:
             if source is not None and source.futures[index].cancelled():
                 self._revive(source.futures[index])
+        lineage.revivals += 1
         self._resubmit(lineage)
         return True
 
