@@ -182,7 +182,7 @@ DASK_SETUP = """
 import distributed, lightwork
 client = distributed.Client({address!r})
 client.wait_for_workers({workers}, timeout=60)
-lightwork.init(address={address!r})  # a client of its own (lightwork tunes its clients)
+lightwork.init(address=client)
 remote_noop, remote_nbytes = lightwork.remote(noop), lightwork.remote(nbytes)
 ways = {{
     "plain distributed": (
@@ -201,7 +201,10 @@ ways = {{
 RAY_SETUP = """
 import ray
 ray.init(address="auto", logging_level="ERROR")
+deadline = time.time() + 120
 while len([n for n in ray.nodes() if n["Alive"]]) < {nodes}:
+    if time.time() > deadline:
+        sys.exit(f"only {{len([n for n in ray.nodes() if n['Alive']])}} of {nodes} Ray nodes joined")
     time.sleep(0.2)
 f, g = ray.remote(noop), ray.remote(nbytes)
 ways = {{"ray": (lambda n: ray.get([f.remote() for _ in range(n)]),
@@ -264,13 +267,19 @@ def measure_on_hosts(count: int, delay_ms: float, tasks: int, calls: int, repeat
         if started.returncode != 0:
             print(f"Ray not measured: {started.stderr.strip()[-300:]}", file=sys.stderr)
             return results
-        for name in names[1:]:
-            built.run(name, [ray_bin, "start", "--address", f"{head}:6379",
-                             "--node-ip-address", built.address(name), "--num-cpus", "2"],
-                      env=env, timeout=180)
-        child(built, RAY_SETUP.format(nodes=count))
-        for name in names:
-            built.run(name, [ray_bin, "stop", "--force"], env=env, timeout=120)
+        try:
+            for name in names[1:]:
+                joined = built.run(name, [ray_bin, "start", "--address", f"{head}:6379",
+                                          "--node-ip-address", built.address(name),
+                                          "--num-cpus", "2"], env=env, timeout=180)
+                if joined.returncode != 0:
+                    print(f"Ray not measured: node {name}: {joined.stderr.strip()[-300:]}",
+                          file=sys.stderr)
+                    return results
+            child(built, RAY_SETUP.format(nodes=count))
+        finally:  # (ray start leaves daemons: stopped even when the run failed)
+            for name in names:
+                built.run(name, [ray_bin, "stop", "--force"], env=env, timeout=120)
     finally:
         built.stop()
     return results

@@ -109,15 +109,10 @@ def measure(client: Any, calls: int) -> dict[str, dict[str, float]]:
         "plain distributed": lambda: client.submit(noop, pure=False).result(),
         "lightwork on distributed": lambda: lightwork.get(remote_noop.remote()),
     }
-    default_interval = client.scheduler_comm.interval
     lightwork.init(address=client)
-    tuned_interval = client.scheduler_comm.interval  # (lightwork shortens it: compat.py)
     out = {}
     try:
         for way, call in ways.items():
-            # plain distributed as it comes; lightwork with its tuned stream
-            client.scheduler_comm.interval = (
-                default_interval if way == "plain distributed" else tuned_interval)
             for _ in range(30):
                 call()  # warm up: imports, the function's first shipping
             client.run_on_scheduler(_read_scheduler)

@@ -68,11 +68,13 @@ Where a call's time goes
 A synchronous ``get(f.remote())`` crosses these hops, in order (``bench/cluster_hops.py``
 times each from the scheduler's and the worker's own transitions):
 
-1. client to scheduler: ``Client.submit`` queues the task on the client's batched
-   stream. The stream sends a message at once only if nothing went in the last
-   interval, else at the interval's end; a sync loop submits just after releasing the
-   previous result, so it waits most of the interval: 10 ms as distributed ships it,
-   ``compat.CLIENT_STREAM_INTERVAL_S`` on lightwork's clients (``tune_client_stream``).
+1. client to scheduler: ``Client.submit`` hands the task to the client's event loop,
+   which queues it on the client's batched stream. That stream sends a message at once
+   if nothing went in its last interval (10 ms), else at the interval's end. The
+   previous call's released result mostly goes with the next submission (refs dropped
+   are applied at the next call, ``_drain``), so the interval is rarely waited out; a
+   shorter one measured no different. What this hop costs is the hand-off to the
+   event loop and the scheduler's reading of the graph.
 2. scheduler: unpickling the graph and placing the task, a small part.
 3. scheduler to worker: the scheduler's own batched stream to that worker (5 ms) and
    the link. It is the cluster's, shared by every client, so it is left as it is.
@@ -200,7 +202,6 @@ class DistributedBackend(Backend):
                  owns_client: bool = False, namespace: str | None = None,
                  event_budget: int = 0) -> None:
         self._client = client  # in a worker: made on first use (get_client)
-        self._user_stream_interval: float | None = None
         self._cluster = cluster  # a LocalCluster this backend started, or None
         self._owns_client = owns_client
         self.in_driver = in_driver
@@ -408,9 +409,6 @@ class DistributedBackend(Backend):
         import distributed
 
         cluster_compat.check(distributed)  # (in a worker: the first check of this process)
-        previous = cluster_compat.tune_client_stream(client)
-        if self.in_driver and not self._owns_client and previous is not None:
-            self._user_stream_interval = previous  # the user's client: given back at shutdown
         self.tasks.watch_task_errors(client)
 
     @property
@@ -443,8 +441,6 @@ class DistributedBackend(Backend):
             self.actors.unpublish_names()
         if self._owns_client:
             self._client.close()
-        elif self._user_stream_interval is not None:
-            cluster_compat.tune_client_stream(self._client, self._user_stream_interval)
         if self._cluster is not None:
             self._cluster.close()
         if quieted is not None:

@@ -17,10 +17,6 @@ the same job at the same cost; each is listed in :data:`PRIVATE_PARTS` with why:
   for a restart and to tell a restarted actor's proxy from the lost one's. The public
   ``client.who_has`` is a round trip, and it is needed on the event loop.
 
-One more is tuned where it exists, with nothing relying on it (:func:`tune_client_stream`):
-the client's batched stream to the scheduler, ``Client.scheduler_comm.interval``, which
-distributed fixes at 10 ms and offers no setting for.
-
 (An actor's liveness reads the actor key's ``Future``, which this process holds anyway,
 not the proxy's private one. A task failed with ``KilledWorker`` is heard through a
 scheduler plugin publishing those failures on a topic, ``cluster_plugin.TaskErrors``,
@@ -95,24 +91,3 @@ def check(distributed: Any) -> None:
             f"lightwork's distributed backend supports {SUPPORTED}; distributed {version} "
             f"lacks what it relies on: {what}. Install a supported version, e.g. pip "
             f"install 'distributed=={NEWEST_TESTED}'")
-
-
-#: The longest the client's stream to the scheduler holds a message back to send it with
-#: the ones after (distributed's own is 10 ms). A message goes at once when nothing went
-#: in the last interval; else it waits for the interval's end. A sync call's submission
-#: comes just after the previous call's release of its result, so with 10 ms it waits
-#: most of those 10 ms; with 1 ms a batch of submissions still goes in a few writes.
-CLIENT_STREAM_INTERVAL_S = 0.001
-
-
-def tune_client_stream(client: Any, interval: float | None = None) -> float | None:
-    """Set ``client``'s batching of messages to the scheduler to ``interval`` seconds
-    (by default the shorter of :data:`CLIENT_STREAM_INTERVAL_S` and its own); the
-    interval it had, or None where this distributed has no such stream (the client then
-    batches as it does). Lasts until the client reconnects."""
-    stream: Any = getattr(client, "scheduler_comm", None)
-    previous = getattr(stream, "interval", None)
-    if not isinstance(previous, (int, float)):
-        return None
-    stream.interval = min(previous, CLIENT_STREAM_INTERVAL_S) if interval is None else interval
-    return previous

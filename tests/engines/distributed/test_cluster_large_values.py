@@ -1,10 +1,4 @@
-"""The routes values and messages take on a real Dask cluster.
-
-The client's stream to the scheduler batches for ``CLIENT_STREAM_INTERVAL_S`` on
-lightwork's clients, and a user's client given to ``init`` gets its own back at
-``shutdown``; a stream without the attribute is left alone.
-
-Large arguments: their buffers go straight to a worker.
+"""Large arguments on a real Dask cluster: their buffers go straight to a worker.
 
 A task's arguments whose out-of-band buffers (numpy arrays) reach ``SCATTER_MIN`` are
 not sent with the task through the scheduler: one copy of those buffers is scattered
@@ -33,44 +27,7 @@ pytestmark = pytest.mark.lightwork_only
 np = pytest.importorskip("numpy")
 pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
 
-from lightwork.engines.distributed import compat  # noqa: E402
 from lightwork.engines.distributed.tasks import SCATTER_MIN  # noqa: E402
-
-
-def test_lightwork_s_own_client_batches_for_a_short_interval(cluster):
-    assert support.cluster_client().scheduler_comm.interval == compat.CLIENT_STREAM_INTERVAL_S
-
-
-def test_a_user_s_client_is_tuned_for_the_session_and_given_back_its_interval(
-        shared_dask_cluster):
-    import distributed
-
-    lightwork.shutdown()  # (the module's session: this test makes its own)
-    with distributed.Client(scheduler_file=shared_dask_cluster.scheduler_file,
-                            timeout=30) as client:
-        own = client.scheduler_comm.interval
-        assert own > compat.CLIENT_STREAM_INTERVAL_S  # distributed's own, longer
-        lightwork.init(address=client)
-        try:
-            assert client.scheduler_comm.interval == compat.CLIENT_STREAM_INTERVAL_S
-            assert client.submit(len, "abc", pure=False).result(timeout=30) == 3
-        finally:
-            lightwork.shutdown()
-        assert client.scheduler_comm.interval == own
-    lightwork.init(address=shared_dask_cluster.scheduler_file)  # the module's session back
-    shared_dask_cluster.wait_for_workers(support.cluster_client())
-
-
-def test_a_client_without_the_stream_attribute_is_left_alone():
-    class Stream:
-        pass
-
-    class Client:
-        scheduler_comm = Stream()
-
-    assert compat.tune_client_stream(Client()) is None
-    assert not hasattr(Client.scheduler_comm, "interval")
-    assert compat.tune_client_stream(object()) is None
 
 
 def _dependencies(key):
