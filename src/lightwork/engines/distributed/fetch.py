@@ -12,7 +12,10 @@ A task lost with its worker and submitted again (``max_retries``, see ``cluster_
 is not ready while its retry runs, for ``get`` and ``wait`` alike: both start its
 recovery when they meet the loss first (it is idempotent), then follow the id's new
 future. It is ready, its ``get`` raising ``WorkerCrashedError``, only once its retries
-are used up.
+are used up. A future cancelled by the scheduler, not by the program (it forgot a task
+whose scattered argument was lost with its worker), is met the same way: ``get`` and
+``wait`` have ``tasks.revive`` submit the task again and follow its new future
+(``cluster_tasks``, *Large arguments*).
 
 Nested calls
 ------------
