@@ -148,3 +148,15 @@ def test_a_cancelled_task_with_a_large_argument_stays_cancelled(cluster, tmp_pat
         assert lightwork.wait([ref], timeout=5) == ([ref], [])
     finally:
         open(gate, "w").close()
+
+
+@lightwork.remote
+def sum_in_a_child(length):
+    # (a task's own submission: the block stays with this worker, which may run the child
+    # or hand the block on to the other one)
+    return lightwork.get(pid_and_sum.remote(np.ones(length)), timeout=30)[1]
+
+
+def test_a_task_passes_a_large_argument_to_its_child(cluster):
+    length = SCATTER_MIN // 8 * 2
+    assert lightwork.get(sum_in_a_child.remote(length), timeout=60) == float(length)
