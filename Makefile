@@ -28,7 +28,8 @@ OLDEST_CLUSTER_TESTS := tests/conformance/test_conformance.py \
 	tests/engines/distributed/test_cluster_diagnostics.py \
 	tests/engines/distributed/test_cluster_callbacks.py \
 	tests/engines/distributed/test_cluster_dashboard.py \
-	tests/engines/distributed/test_cluster_actors.py
+	tests/engines/distributed/test_cluster_actors.py \
+	tests/engines/distributed/test_cluster_large_values.py
 # The runtime without its compiled module (lightwork._collector, optional: see
 # src/lightwork/kernel/collector.py), as on a machine that could not build it: the
 # tests of the objects it would take out of the collector, run on the fallback.
@@ -102,6 +103,7 @@ bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/cluster.py --hosts 3 --delay-ms 1 --json bench/cluster-hosts-results.json
 	$(PY) bench/cluster_hops.py --json bench/cluster-hops.json
 	$(PY) bench/cluster_hops.py --hosts 3 --delay-ms 1 --json bench/cluster-hops-hosts.json
+	$(PY) bench/cluster_by_value.py
 	$(PY) bench/spill.py
 	$(PY) bench/dashboard.py
 	$(PY) bench/deep_queue.py

@@ -8,7 +8,8 @@ Usage (from the repository root)::
 With ``--hosts``, the three peers run on simulated hosts (``tests/hosts.py``): the
 scheduler, or Ray's head with no CPUs, and the driver on host A; a worker (a Ray node)
 of 2 CPUs on each other host; links of ``--delay-ms`` each way. It reports per task of
-a batch, a sync call, and one task given a 160 MB array by value.
+a batch, a sync call, and one task given a 160 MB array by value (plain distributed also
+with the array scattered to a worker first, its best path for a large argument).
 
 One ``LocalCluster`` of 4 single-thread worker processes (each declaring ``CPU=1``) serves
 both distributed columns, so they compare like with like:
@@ -169,10 +170,11 @@ def nbytes(array):
 {setup}
 out = {{}}
 for name, (many, one, big) in ways.items():
-    many(200)
-    out[name] = {{"per_task_us": best_of({repeat}, per_task(many, {tasks})),
-                 "sync_us": best_of({repeat}, sync(one, {calls})),
-                 "by_value_160mb_s": best_of({repeat}, by_value(big))}}
+    out[name] = {{"by_value_160mb_s": best_of({repeat}, by_value(big))}}
+    if many is not None:  # (None: a way measured for the large value alone)
+        many(200)
+        out[name].update(per_task_us=best_of({repeat}, per_task(many, {tasks})),
+                         sync_us=best_of({repeat}, sync(one, {calls})))
 print(json.dumps(out))
 """
 
@@ -187,6 +189,8 @@ ways = {{
         lambda n: client.gather([client.submit(noop, pure=False) for _ in range(n)]),
         lambda: client.submit(noop, pure=False).result(),
         lambda array: client.submit(nbytes, array, pure=False).result()),
+    "plain distributed, scattered": (None, None, lambda array: client.submit(
+        nbytes, client.scatter(array, direct=True), pure=False).result()),
     "lightwork on distributed": (
         lambda n: lightwork.get([remote_noop.remote() for _ in range(n)]),
         lambda: lightwork.get(remote_noop.remote()),
@@ -197,7 +201,10 @@ ways = {{
 RAY_SETUP = """
 import ray
 ray.init(address="auto", logging_level="ERROR")
+deadline = time.time() + 120
 while len([n for n in ray.nodes() if n["Alive"]]) < {nodes}:
+    if time.time() > deadline:
+        sys.exit(f"only {{len([n for n in ray.nodes() if n['Alive']])}} of {nodes} Ray nodes joined")
     time.sleep(0.2)
 f, g = ray.remote(noop), ray.remote(nbytes)
 ways = {{"ray": (lambda n: ray.get([f.remote() for _ in range(n)]),
@@ -260,13 +267,19 @@ def measure_on_hosts(count: int, delay_ms: float, tasks: int, calls: int, repeat
         if started.returncode != 0:
             print(f"Ray not measured: {started.stderr.strip()[-300:]}", file=sys.stderr)
             return results
-        for name in names[1:]:
-            built.run(name, [ray_bin, "start", "--address", f"{head}:6379",
-                             "--node-ip-address", built.address(name), "--num-cpus", "2"],
-                      env=env, timeout=180)
-        child(built, RAY_SETUP.format(nodes=count))
-        for name in names:
-            built.run(name, [ray_bin, "stop", "--force"], env=env, timeout=120)
+        try:
+            for name in names[1:]:
+                joined = built.run(name, [ray_bin, "start", "--address", f"{head}:6379",
+                                          "--node-ip-address", built.address(name),
+                                          "--num-cpus", "2"], env=env, timeout=180)
+                if joined.returncode != 0:
+                    print(f"Ray not measured: node {name}: {joined.stderr.strip()[-300:]}",
+                          file=sys.stderr)
+                    return results
+            child(built, RAY_SETUP.format(nodes=count))
+        finally:  # (ray start leaves daemons: stopped even when the run failed)
+            for name in names:
+                built.run(name, [ray_bin, "stop", "--force"], env=env, timeout=120)
     finally:
         built.stop()
     return results
@@ -325,7 +338,7 @@ def hosts_main(args: argparse.Namespace) -> int:
     figures = ("per_task_us", "sync_us", "by_value_160mb_s")
     print(f"{'runtime':28}" + "".join(f"{f:>18}" for f in figures))
     for name, row in results.items():
-        print(f"{name:28}" + "".join(f"{row[f]:18.1f}" for f in figures))
+        print(f"{name:28}" + "".join(f"{row.get(f, float('nan')):18.1f}" for f in figures))
     lw, ray = results.get("lightwork on distributed"), results.get("ray")
     if lw and ray:
         print("lightwork / ray: " + ", ".join(f"{f} {lw[f] / ray[f]:.2f}x" for f in figures))

@@ -251,6 +251,30 @@ def test_a_worker_killed_mid_task_is_retried(backend, tmp_path, wait_until):
 
 
 @lightwork.remote
+def record_pid_and_sum(directory, gate, array):
+    count_attempt(directory)
+    wait_for_file(gate, 30)
+    return os.getpid(), float(array.sum())
+
+
+def test_a_worker_killed_mid_task_is_retried_with_its_large_argument_as_passed(
+        backend, tmp_path, wait_until):
+    """A 4 MB array goes by value: the retry sees it as it was at the call."""
+    np = pytest.importorskip("numpy")
+    array = np.arange(1 << 19, dtype=np.float64)
+    expected = float(array.sum())
+    gate = str(tmp_path / "gate")
+    ref = record_pid_and_sum.remote(str(tmp_path), gate, array)
+    array[:] = 0.0
+    [pid] = wait_until(lambda: attempts(str(tmp_path)), timeout=20, message="the task to start")
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: len(attempts(str(tmp_path))) == 2, timeout=40, message="the retry")
+    open(gate, "w").close()
+    again, total = lightwork.get(ref, timeout=40)
+    assert (again != pid, total) == (True, expected)
+
+
+@lightwork.remote
 def die(directory):
     count_attempt(directory)
     os.kill(os.getpid(), signal.SIGKILL)

@@ -63,6 +63,38 @@ Dask-style callbacks and profilers (its task listeners), ``lightwork.dask.get``,
 dashboard (``cluster_dashboard``) read it. Tasks lost with their worker are heard from
 the scheduler plugin ``cluster_plugin.TaskErrors`` (see ``cluster_tasks``).
 
+Where a call's time goes
+------------------------
+A synchronous ``get(f.remote())`` crosses these hops, in order (``bench/cluster_hops.py``
+times each from the scheduler's and the worker's own transitions):
+
+1. client to scheduler: ``Client.submit`` hands the task to the client's event loop,
+   which queues it on the client's batched stream. That stream sends a message at once
+   if nothing went in its last interval (10 ms), else at the interval's end. The
+   previous call's released result mostly goes with the next submission (refs dropped
+   are applied at the next call, ``_drain``), so the interval is rarely waited out; a
+   shorter one measured no different. What this hop costs is the hand-off to the
+   event loop and the scheduler's reading of the graph.
+2. scheduler: unpickling the graph and placing the task, a small part.
+3. scheduler to worker: the scheduler's own batched stream to that worker (5 ms) and
+   the link. It is the cluster's, shared by every client, so it is left as it is.
+4. run: the worker's event loop hands the task to a pool thread and takes it back, and
+   ``run_task`` loads the arguments, runs, and stamps the event log.
+5. worker to scheduler: the worker's batched stream (2 ms) and the link again.
+6. scheduler to client: the key-in-memory report.
+7. fetch: the client asks the scheduler for the value, and the scheduler fetches it
+   from the worker: two more crossings of the link, the costliest hop of a small
+   result. Gathering from the worker directly saves no crossing (it asks the
+   scheduler where the key is first) and measured no quicker.
+
+So a small result crosses the worker's link three times after it is made, where Ray's
+owner receives it with the task's reply, once; hops 3, 5 and 7 are what a cluster of
+real hosts adds, and batching intervals the scheduler and workers own set hops 3 and 5.
+Sending small results from the worker straight to the driver would take out hops 5 to
+7, at the price of a listener in the driver that every worker can reach (not built).
+Large values take other routes: arguments go straight to a worker (``tasks``, *Large
+arguments*); a large result is fetched as in 7, so it crosses the link twice.
+
 Which distributed: ``cluster_compat`` checks at connect (and in each worker) that the
 installed one has the few private parts the backend relies on, and names the supported
 range if not.

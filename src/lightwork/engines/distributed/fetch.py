@@ -12,7 +12,10 @@ A task lost with its worker and submitted again (``max_retries``, see ``cluster_
 is not ready while its retry runs, for ``get`` and ``wait`` alike: both start its
 recovery when they meet the loss first (it is idempotent), then follow the id's new
 future. It is ready, its ``get`` raising ``WorkerCrashedError``, only once its retries
-are used up.
+are used up. A future cancelled by the scheduler, not by the program (it forgot a task
+whose scattered argument was lost with its worker), is met the same way: ``get`` and
+``wait`` have ``tasks.revive`` submit the task again and follow its new future
+(``cluster_tasks``, *Large arguments*).
 
 Nested calls
 ------------
@@ -46,6 +49,10 @@ class _WorkerLost(Exception):
         self.killed = killed
 
 
+class _Revived(Exception):
+    """A fetched task that the scheduler forgot with a lost value was submitted again."""
+
+
 class Fetching:
     """Fetching results: the backend's ``fetch`` component. It keeps no state of its
     own: it reads the backend's object table, and asks ``tasks`` to recover what a lost
@@ -67,6 +74,8 @@ class Fetching:
                 try:
                     stored = self._blocking(lambda: self._gather(futures, left))
                     break
+                except _Revived:  # submitted again: follow the new futures
+                    continue
                 except _WorkerLost as lost:  # submitted again, unless out of retries
                     self._recover_all(lost.killed, futures)
                     if all(self.backend.futures.get(i) is f for i, f in zip(ids, futures)):
@@ -96,6 +105,9 @@ class Fetching:
 
             if isinstance(exc, KilledWorker):
                 raise _WorkerLost(exc) from None
+            if isinstance(exc, concurrent.futures.CancelledError) and self.backend.tasks.revive(
+                    [f for f in futures if f.key is not None and f.cancelled()]):
+                raise _Revived() from None
             raise self._system_error(exc, futures) from None
 
     def _recover_all(self, killed: Any, futures: list[Any]) -> None:
@@ -192,7 +204,11 @@ class Fetching:
         future (submitted here, if the scheduler plugin's message has not done it yet)."""
         if not future.done():
             return False
-        if getattr(future, "status", None) != "error":
+        status = getattr(future, "status", None)
+        if status == "cancelled" and future.key is not None:
+            # forgotten with a lost value, not cancelled by the program: runs again
+            return not self.backend.tasks.revive([future])
+        if status != "error":
             return True
         from distributed.scheduler import KilledWorker
 

@@ -14,6 +14,30 @@ resolves top-level refs to values; refs inside containers stay refs (borrowed: s
 ``cluster_worker``). ``num_returns=k`` is one task returning a tuple and ``k`` small
 ``pick`` tasks, each with its own key and ref.
 
+Large arguments
+---------------
+The arguments are pickled once, with protocol 5, buffers of at least ``OUT_OF_BAND_MIN``
+(numpy arrays, anywhere in the arguments) out of band. Below ``SCATTER_MIN`` in all,
+they are pickled in band and travel in the task's header: with the task, through the
+scheduler, to the worker (two transfers, nothing else to wait for). From it, the task's
+buffers are copied once into one block (each at an aligned offset) and that block is
+scattered straight to a worker that can run the task (``Client.scatter(direct=True)``:
+one transfer, client to worker; then the scheduler hears of the key and its size); the
+header carries only the pickle and where each buffer lies (``Scattered``), and the task
+depends on the block's key, so the scheduler runs it where the block already is. The
+worker unpickles with views into the block: the arrays are read-only, as in Ray and on
+the embedded runtime. The copy is what "by value" means: the value as it was at the
+call, whatever the caller does to its arrays after, and what a retry sends again.
+
+The block's key has no lineage of its own: once the task ends nothing holds it, and
+the worker frees it. If the worker that held it dies with the task's result, the
+scheduler cannot compute that result again and forgets it (a cancelled future for the
+client); a ``get`` or ``wait`` that meets such a future ``revive``-s the task from its
+lineage, the block scattered again from the copy, unless the program cancelled it
+(``cancel`` makes the lineage final), an argument without a lineage (a ``put``) went
+too, or it was revived ``REVIVALS_MAX`` times already; its get then raises
+``TaskCancelledError``.
+
 Retries
 -------
 ``retry_exceptions`` (by type) runs again on the worker, up to ``max_retries``. A lost
@@ -63,10 +87,11 @@ from typing import TYPE_CHECKING, Any
 from lightwork.kernel import exceptions
 from lightwork.kernel.calls import unschedulable_error, warn_unschedulable
 from lightwork.kernel.object_ref import ObjectRef, collecting_refs, ref_counter
+from lightwork.kernel import serialization
 from lightwork.kernel.serialization import pickle_value
 from lightwork.engines.distributed import streams as cluster_streams
 from lightwork.engines.distributed import worker as cluster_worker
-from lightwork.engines.distributed.worker import ArgSlot, key_name, unsupported
+from lightwork.engines.distributed.worker import ArgSlot, Scattered, key_name, unsupported
 
 
 @dataclass(slots=True, eq=False)
@@ -85,14 +110,25 @@ class Lineage:
     futures: list[Any]  # its current return futures (the main one if it returns none)
     key: str  # its current main key
     stream: bool  # a streaming generator task (see cluster_streams)
+    by_value: tuple[memoryview, ...]  # its scattered buffers' copies (*Large arguments*)
     live: int = 0  # refs of its returns still held here
     lost: int = 0  # attempts lost with their worker
     resubmits: int = 0
+    revivals: int = 0  # times submitted again after the scheduler forgot it (``revive``)
     final: str = ""  # why it will not be submitted again
 
 
 if TYPE_CHECKING:
     from lightwork.engines.distributed.backend import DistributedBackend
+
+
+#: A task's arguments whose out-of-band buffers (numpy arrays, ...) come to this many
+#: bytes are scattered to a worker on their own; below it they travel with the task.
+SCATTER_MIN = 1 << 20
+_ALIGN = 64  # each scattered buffer's offset in the one copy (as numpy likes its data)
+#: How many times one task is submitted again after the scheduler forgot it (``revive``):
+#: a bound, so that a value lost again and again ends in an error, not in a loop.
+REVIVALS_MAX = 8
 
 
 def _losses(killed: Any) -> int:
@@ -263,8 +299,7 @@ class TaskSubmission:
             dep_tasks = tuple(self.backend.task_ids.get(a.id, 0) for a in (*args, *kwargs.values())
                               if type(a) is ObjectRef)
             args, kwargs = self._slots(args, kwargs, deps, sources)
-        with collecting_refs() as contained:
-            payload = pickle_value((args, kwargs))
+        payload, contained, by_value = self._pickle_arguments(args, kwargs, deps, restrictions)
         keys = self.backend.keys_of(contained) if contained else None
         task_id = self.backend.next_object_id()
         num_returns = spec.num_returns
@@ -286,7 +321,7 @@ class TaskSubmission:
         refs = []
         lineage = Lineage(task_id, spec.name, header, tuple(sources), restrictions, prefix,
                           num_returns, spec.max_retries, [], return_futures, main_key,
-                          spec.stream)
+                          spec.stream, by_value)
         with self.backend.lock:
             for future in return_futures if num_returns else []:
                 object_id = self.backend.next_object_id()
@@ -318,6 +353,47 @@ class TaskSubmission:
         return main, [client.submit(cluster_worker.pick, main, index, pure=False,
                                     key=f"{main_key}-{index}")
                       for index in range(num_returns)]
+
+    def _pickle_arguments(self, args: tuple, kwargs: dict, deps: list[Any],
+                          restrictions: dict[str, float] | None
+                          ) -> tuple[bytes | Scattered, list[int], tuple[memoryview, ...]]:
+        """A task's arguments pickled: the payload, the ids of the refs inside, and the
+        copies of the buffers scattered (see *Large arguments*), whose futures are
+        appended to ``deps``."""
+        data, buffers, contained = serialization.dumps((args, kwargs))
+        if not buffers:
+            return data, contained, ()
+        if sum(buffer.raw().nbytes for buffer in buffers) < SCATTER_MIN:
+            with collecting_refs() as contained:
+                return pickle_value((args, kwargs)), contained, ()
+        # One copy of all the buffers, each at an aligned offset: the value as it was
+        # passed (what a retry after a lost worker sends again, whatever the caller does
+        # to its arrays meanwhile), and one key to scatter.
+        pieces: list[Any] = []
+        bounds = []
+        offset = 0
+        for buffer in buffers:
+            raw = buffer.raw()
+            pad = -offset % _ALIGN
+            if pad:
+                pieces.append(bytes(pad))
+            bounds.append((offset + pad, offset + pad + raw.nbytes))
+            pieces.append(raw)
+            offset += pad + raw.nbytes
+        copy = memoryview(b"".join(pieces))
+        deps.append(self._scatter(copy, restrictions))
+        return Scattered(data, len(deps) - 1, tuple(bounds)), contained, (copy,)
+
+    def _scatter(self, copy: memoryview, restrictions: dict[str, float] | None) -> Any:
+        """A future of ``copy``, sent straight to a worker that can run the task (the
+        scheduler then runs the task there); inside a task, kept by its own worker."""
+        candidates = None
+        if restrictions:
+            candidates = [address for address, have in self.worker_resources().items()
+                          if all(have.get(r, 0.0) >= a for r, a in restrictions.items())]
+        [future] = self.backend.client.scatter([copy], workers=candidates or None,
+                                               direct=True, hash=False)
+        return future
 
     def _bridge(self, result: Any) -> Any:
         """A cluster key for a pending actor call's ``result`` (see *Actor results as
@@ -425,6 +501,33 @@ class TaskSubmission:
                 again = True
             return again
 
+    def revive(self, futures: list[Any]) -> bool:
+        """Submit again the tasks of the cancelled ``futures`` that the scheduler forgot
+        because a value they were given was lost with its worker (see *Large
+        arguments*), not because the program cancelled them; True if any was. A task
+        whose own source was forgotten so has that source revived first."""
+        with self._recover_lock:
+            if self.backend.closed:
+                return False
+            return any([self._revive(future) for future in futures])
+
+    def _revive(self, future: Any) -> bool:
+        lineage = self._lineages.get(_task_id_of_key(future.key) or 0)
+        if (lineage is None or lineage.final or lineage.key != str(future.key)
+                or not future.cancelled() or lineage.revivals >= REVIVALS_MAX):
+            return False
+        # An argument with no lineage (a put's value, say) that is gone cannot come back:
+        # the task stays cancelled, as before it could be revived.
+        if any(source is None and dep is not None and dep.status != "finished"
+               for source, _index, dep in lineage.sources):
+            return False
+        for source, index, _dep in lineage.sources:
+            if source is not None and source.futures[index].cancelled():
+                self._revive(source.futures[index])
+        lineage.revivals += 1
+        self._resubmit(lineage)
+        return True
+
     def _resubmit(self, lineage: Lineage) -> None:
         """Submit ``lineage``'s task again under a new key; its refs follow (recovering
         first the dependencies lost with it)."""
@@ -432,6 +535,8 @@ class TaskSubmission:
                 for source, index, future in lineage.sources]
         lineage.sources = tuple((source, index, dep) for (source, index, _f), dep
                                 in zip(lineage.sources, deps))
+        if lineage.by_value:  # sent again: the worker that had them may be the lost one
+            deps.extend(self._scatter(copy, lineage.restrictions) for copy in lineage.by_value)
         lineage.resubmits += 1
         key = f"{lineage.prefix}-{lineage.task_id:x}-r{lineage.resubmits}"
         main, return_futures = self._submit_main(lineage.header, deps, lineage.restrictions,
@@ -467,6 +572,11 @@ class TaskSubmission:
                     f"distributed cannot stop a task that is running ({running[0]!r}); call "
                     "cancel() without force to stop waiting for it (its get raises "
                     "TaskCancelledError), or let it finish")
+        with self._recover_lock:  # cancelled by the program: never revived
+            for object_id in object_ids:
+                lineage = self._lineages.get(self.backend.task_ids.get(object_id, 0))
+                if lineage is not None:
+                    lineage.final = lineage.final or "cancelled"
         self.backend.client.cancel(futures, force=True)
         if self.backend.recorder is not None:
             self.backend.recorder.cancelled([self.backend.task_ids.get(i, 0) for i in object_ids])

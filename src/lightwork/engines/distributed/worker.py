@@ -5,6 +5,9 @@ the task's top-level ref arguments (distributed resolves those futures: they are
 dependencies). The user's function and the rest of its arguments travel as bytes that
 distributed never looks into, so refs inside containers stay refs (distributed would
 otherwise resolve futures it finds in lists and dicts, and its handling of them races).
+Large buffers among the arguments come as one more dependency, a scattered block the
+pickle's out-of-band buffers view (:class:`Scattered`, ``cluster_tasks``' *Large
+arguments*).
 
 Values as they are stored in the cluster
 ----------------------------------------
@@ -57,6 +60,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import pickle
 import threading
 import time
 import traceback
@@ -204,6 +208,37 @@ def transfers_into() -> tuple[tuple[float, float, str, int], ...]:
     return tuple(transfers)
 
 
+class Scattered:
+    """A task's arguments whose large buffers travel on their own (``cluster_tasks``,
+    *Large arguments*): the pickle with those buffers out of band, the position among
+    the task's dependencies of the scattered key holding a copy of them all, and where
+    each buffer lies in that copy."""
+
+    __slots__ = ("data", "slot", "bounds")
+
+    def __init__(self, data: bytes, slot: int, bounds: tuple[tuple[int, int], ...]) -> None:
+        self.data = data
+        self.slot = slot
+        self.bounds = bounds
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Scattered, (self.data, self.slot, self.bounds))
+
+    def __len__(self) -> int:  # the arguments' size, as the event log counts it
+        return len(self.data) + (self.bounds[-1][1] if self.bounds else 0)
+
+
+def load_arguments(payload: bytes | Scattered, dep_values: tuple[Any, ...]) -> Any:
+    """A task's ``(args, kwargs)`` from its header's payload; a :class:`Scattered` one
+    takes its buffers from a dependency's value, without a copy (arrays view it)."""
+    if type(payload) is Scattered:
+        # read-only wherever the block came from (received, or kept by this worker)
+        copy = memoryview(dep_values[payload.slot]).cast("B").toreadonly()
+        return pickle.loads(payload.data,
+                            buffers=[copy[start:stop] for start, stop in payload.bounds])
+    return cloudpickle.loads(payload)
+
+
 def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> Any:
     """Run one task (see the module docstring); returns its stored result(s). A generator
     task's items go to ``stream`` (``cluster_streams.run_stream_task``) as it yields them,
@@ -220,7 +255,7 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
     # Read now: a retry of this task by distributed (its worker lost) starts afresh.
     transfers = transfers_into() if dep_values else ()
     backend.adopt(keys)  # before unpickling: the refs inside are borrowed with these keys
-    args, kwargs = cloudpickle.loads(payload)
+    args, kwargs = load_arguments(payload, dep_values)
     if dep_values:
         values = [backend.decode(value) for value in dep_values]
         args = [values[a.index] if type(a) is ArgSlot else a for a in args]
