@@ -1,0 +1,207 @@
+"""The in-task debugger on a real Dask cluster (``dask scheduler`` and ``dask worker``
+processes): a driver in its own process pauses at ``breakpoint()`` in a task and an
+actor method and post-mortem in a task that raised; ``lightwork debug`` (pexpect, a
+terminal of its own) lists and attaches over the worker's TCP listener, which binds to
+the worker's cluster address and refuses a client without the session's token."""
+
+from __future__ import annotations
+
+import glob
+import io
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+
+import psutil
+import pytest
+
+from lightwork.diagnostics import debugging
+from tests import helpers
+
+pexpect = pytest.importorskip("pexpect", reason="the test extra: pip install 'lightwork[test]'")
+pytestmark = pytest.mark.lightwork_only
+
+PROMPT = r"\(Pdb\) "
+PAUSED = r"run `lightwork debug` to attach"
+
+DRIVER = """
+import sys
+import lightwork
+
+lightwork.init(address=sys.argv[1], post_mortem=True)
+
+@lightwork.remote
+def add_one(x):
+    y = x + 1
+    breakpoint()
+    y = y * 2
+    return y
+
+@lightwork.remote
+class Counter:
+    def __init__(self):
+        self.n = 5
+
+    def add(self, k):
+        self.n += k
+        breakpoint()
+        return self.n
+
+@lightwork.remote(max_retries=0)
+def divide(x):
+    secret = x * 3
+    return secret / 0
+
+print("RESULT1", lightwork.get(add_one.remote(20)), flush=True)
+print("RESULT2", lightwork.get(Counter.remote().add.remote(2)), flush=True)
+try:
+    lightwork.get(divide.remote(4))
+except ZeroDivisionError:
+    print("CAUGHT ZeroDivisionError", flush=True)
+lightwork.shutdown()
+print("DONE", flush=True)
+"""
+
+
+@pytest.fixture
+def session(shared_dask_cluster):
+    home = tempfile.mkdtemp(prefix="lw")
+    env = helpers.script_env()
+    env["TMPDIR"] = home  # the driver's session directory, where `lightwork debug` looks
+    env.pop("PYTHONBREAKPOINT", None)
+    script = helpers.write_script(home, "driver.py", DRIVER)
+    driver = pexpect.spawn(sys.executable, [script, shared_dask_cluster.scheduler_file],
+                           env=env, encoding="utf-8", timeout=helpers.HANG_LIMIT_S * 3,
+                           cwd=home)
+    yield driver, env, home
+    driver.close(force=True)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def run(env, *args):
+    child = pexpect.spawn(sys.executable, ["-m", "lightwork", *args], env=env,
+                          encoding="utf-8", timeout=helpers.HANG_LIMIT_S * 3)
+    return child
+
+
+def attach(env):
+    client = run(env, "debug")
+    client.expect(PROMPT)
+    return client
+
+
+def command(client, line):
+    client.sendline(line)
+    client.expect(PROMPT)
+    return client.before
+
+
+def finished(child):
+    child.expect(pexpect.EOF)
+    child.close()
+    return child.before
+
+
+def paused_rows(home):
+    """The driver's ``debug_paused`` answer, asked on its control socket as the CLI does."""
+    from lightwork.kernel import control
+
+    [path] = glob.glob(os.path.join(home, f"lightwork-{os.getuid()}", "*", "control.sock"))
+    return control.request(path, "debug_paused", timeout=10.0)["paused"]
+
+
+def answer_to(address, hello):
+    """What a client saying ``hello`` first gets from the paused call's listener."""
+    host, port = address[len("tcp://"):].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(hello)
+        sock.sendall(b"p x\n")  # a command typed ahead: never run for this client
+        received = b""
+        while chunk := sock.recv(4096):
+            received += chunk
+    return received
+
+
+def test_debugging_a_cluster_task_from_another_terminal(session):
+    driver, env, home = session
+    # A task on a worker: the driver names it; it is listed with its worker's host.
+    driver.expect(PAUSED)
+    assert "add_one (task" in driver.before and "paused at a breakpoint" in driver.before
+    listing = finished(run(env, "debug", "--list"))
+    assert "add_one" in listing and "breakpoint" in listing and "@127.0.0.1" in listing
+    tasks = finished(run(env, "list", "tasks"))
+    header, *lines = [line for line in tasks.splitlines() if line.strip()]
+    assert "PAUSED" in header
+    assert any("add_one" in line and " yes " in line for line in lines), tasks
+    listed = finished(run(env, "list", "tasks", "--format", "json"))
+    rows = json.loads(listed[listed.index("["):])
+    assert [row["is_debugger_paused"] for row in rows if row["name"].endswith("add_one")] \
+        == [True]
+
+    # The listener: on the worker's own cluster address (127.0.0.1 here), not on every
+    # interface, and deaf to a client without the session's token.
+    [row] = paused_rows(home)
+    address = row["socket"]
+    assert address.startswith("tcp://127.0.0.1:") and len(row["token"]) == 32
+    port = int(address.rsplit(":", 1)[1])
+    listening = [c.laddr for c in psutil.Process(row["pid"]).net_connections("tcp")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    assert [laddr.ip for laddr in listening] == ["127.0.0.1"]
+    for hello in (b"HELLO " + b"0" * 32 + b"\n", b"p x\n", b"HELLO\n"):
+        assert answer_to(address, hello) == b"\x00refused\n"
+    client = attach(env)
+    assert "paused in add_one" in client.before and "-> y = y * 2" in client.before
+    assert "20" in command(client, "p x")
+    assert "-> return y" in command(client, "n")
+    assert "(21, 42)" in command(client, "p x + 1, y")
+    client.sendline("c")
+    client.expect("the call continues")
+    finished(client)
+    driver.expect(r"RESULT1 42")
+
+    # An actor method: its state is there; Ctrl-D detaches and it stays paused.
+    driver.expect(PAUSED)
+    client = attach(env)
+    assert "(7, 2)" in command(client, "p self.n, k")
+    client.sendeof()
+    client.expect("stays paused")
+    finished(client)
+    listing = finished(run(env, "debug", "--list"))
+    assert "Counter.add" in listing
+    client = attach(env)
+    assert "-> return self.n" in client.before
+    client.sendline("c")
+    finished(client)
+    driver.expect(r"RESULT2 7")
+
+    # Post-mortem: the frame that raised, its locals; then the caller gets the error.
+    driver.expect(PAUSED)
+    assert "stopped after it raised ZeroDivisionError" in driver.before
+    client = attach(env)
+    assert "-> return secret / 0" in client.before
+    assert "(12, 4)" in command(client, "p secret, x")
+    client.sendline("c")
+    finished(client)
+    driver.expect("CAUGHT ZeroDivisionError")
+    driver.expect("DONE")
+
+
+def test_the_client_says_when_the_worker_refuses_its_token(session):
+    driver, env, home = session
+    driver.expect(PAUSED)
+
+    [row] = paused_rows(home)
+    out = io.StringIO()
+    read, write = os.pipe()
+    with os.fdopen(read) as stdin, os.fdopen(write, "w"):
+        assert debugging.attach({**row, "token": "f" * 32}, stdin, out) == 1
+    assert "refused the connection" in out.getvalue()
+    assert "(Pdb)" not in out.getvalue() and "paused in" not in out.getvalue()
+    client = attach(env)  # still paused, and the right token gets in
+    assert "20" in command(client, "p x")
+    client.sendline("c")
+    finished(client)
+    driver.expect(r"RESULT1 42")
