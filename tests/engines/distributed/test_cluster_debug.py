@@ -205,3 +205,54 @@ def test_the_client_says_when_the_worker_refuses_its_token(session):
     client.sendline("c")
     finished(client)
     driver.expect(r"RESULT1 42")
+
+
+ABANDONED = """
+import sys, time
+import lightwork
+from lightwork import state
+
+lightwork.init(address=sys.argv[1])
+
+@lightwork.remote(num_cpus=1)
+def stops(i):
+    breakpoint()
+    return i
+
+refs = [stops.remote(i) for i in range(2)]  # one on each single-thread worker
+deadline = time.monotonic() + 60
+while sum(row["is_debugger_paused"] for row in state.list_tasks()) < 2:
+    assert time.monotonic() < deadline, state.list_tasks()
+    time.sleep(0.1)
+print("BOTH PAUSED", flush=True)
+lightwork.shutdown()  # nobody can attach any more: the paused calls must let go
+lightwork.init(address=sys.argv[1])
+
+@lightwork.remote(num_cpus=1)
+def plain(i):
+    return i * 2
+
+print("AFTER", lightwork.get([plain.remote(i) for i in range(4)], timeout=60), flush=True)
+lightwork.shutdown()
+"""
+
+
+def test_calls_paused_when_their_driver_ends_free_their_workers(shared_dask_cluster):
+    """The session's end makes its paused calls quit: the workers' threads are free for
+    the next session (a single-thread worker would otherwise run nothing more)."""
+    home = tempfile.mkdtemp(prefix="lw")
+    try:
+        env = helpers.script_env()
+        env["TMPDIR"] = home
+        env.pop("PYTHONBREAKPOINT", None)
+        script = helpers.write_script(home, "abandoned.py", ABANDONED)
+        driver = pexpect.spawn(sys.executable, [script, shared_dask_cluster.scheduler_file],
+                               env=env, encoding="utf-8", timeout=helpers.HANG_LIMIT_S * 6,
+                               cwd=home)
+        driver.expect("BOTH PAUSED")
+        assert driver.before.count(PAUSED.replace("\\", "")) == 2
+        driver.expect(r"AFTER \[0, 2, 4, 6\]")
+        finished(driver)
+        assert driver.exitstatus == 0, driver.before
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
