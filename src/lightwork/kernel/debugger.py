@@ -48,6 +48,12 @@ before its error is sent; ``c`` lets the error travel on.
 127.0.0.1 instead, announces its host:port, and waits for an editor to attach
 (:func:`_debugpy_breakpoint`).
 
+Where a stopped call listens is the listener's (``debug_wire``): the local engine's
+workers use a Unix socket in the session directory, as drawn above; a cluster worker
+passes ``listen`` to :func:`install`, a TCP socket on its cluster address that admits
+only a client with the driver session's token, and ``options``, read at each stop,
+since one worker process serves several drivers (``engines/distributed/debugging.py``).
+
 Modules: this one installs the hooks and holds the worker's settings; it imports no
 debugger, so a worker (and the fork server all workers come from) pays for pdb only
 when a call first stops: the session itself (pdb on a socket, post-mortem, debugpy) is
