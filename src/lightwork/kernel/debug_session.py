@@ -370,6 +370,9 @@ def _last_frame(tb: Any) -> Any:
 
 # ---------------------------------------------------------------------------- debugpy
 _debugpy_address: tuple[str, int] | None = None
+#: debugpy's address -> how to stop waiting for its editor (an engine's session ended:
+#: the call then runs on without one).
+waiting: dict[str, Callable[[], None]] = {}
 
 
 def debugpy_breakpoint(frame: Any) -> None:
@@ -396,8 +399,10 @@ def debugpy_breakpoint(frame: Any) -> None:
     if settings.announce is not None:
         settings.announce("paused", info)
     try:
+        waiting[info["socket"]] = lambda: debugpy.wait_for_client.cancel()
         debugpy.wait_for_client()
     finally:
+        waiting.pop(info["socket"], None)
         if settings.announce is not None:
             settings.announce("resumed", {"socket": info["socket"], "task_id": task_id,
                                   "until": time.monotonic()})

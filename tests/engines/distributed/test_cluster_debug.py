@@ -56,6 +56,9 @@ def divide(x):
     return secret / 0
 
 print("RESULT1", lightwork.get(add_one.remote(20)), flush=True)
+from lightwork.diagnostics import task_records
+print("WINDOWS", [len(r.paused) for r in task_records() if r.name.endswith("add_one")],
+      flush=True)
 print("RESULT2", lightwork.get(Counter.remote().add.remote(2)), flush=True)
 try:
     lightwork.get(divide.remote(4))
@@ -161,6 +164,7 @@ def test_debugging_a_cluster_task_from_another_terminal(session):
     client.expect("the call continues")
     finished(client)
     driver.expect(r"RESULT1 42")
+    driver.expect(r"WINDOWS \[1\]")  # the pause is in its record (the timeline, the advisor)
 
     # An actor method: its state is there; Ctrl-D detaches and it stays paused.
     driver.expect(PAUSED)
@@ -256,3 +260,70 @@ def test_calls_paused_when_their_driver_ends_free_their_workers(shared_dask_clus
         assert driver.exitstatus == 0, driver.before
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _dap_reply(sock, command):
+    """Send one Debug Adapter Protocol request; its response (debugpy's wire)."""
+    body = json.dumps({"seq": 1, "type": "request", "command": command,
+                       "arguments": {"adapterID": "lightwork-test"}}).encode()
+    sock.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    data = b""
+    while True:
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        head, _, data = data.partition(b"\r\n\r\n")
+        length = int(head.split(b":")[1])
+        while len(data) < length:
+            data += sock.recv(65536)
+        message, data = json.loads(data[:length]), data[length:]
+        if message.get("type") == "response":
+            return message
+
+
+def test_debugpy_on_a_cluster_worker_waits_on_its_machines_loopback(tmp_path, fresh_runtime,
+                                                                   capfd, wait_until):
+    """``debugger="debugpy"`` on the cluster: the worker's debugpy listens on 127.0.0.1 of
+    its own machine (it takes no token), the driver's line names that machine and the
+    tunnel to it; the session's end stops the wait. A cluster of its own: debugpy stays
+    in the worker process once loaded."""
+    pytest.importorskip("debugpy", reason="the debug extra: pip install 'lightwork[debug]'")
+    from tests.dask_cluster import DaskCluster
+
+    own = DaskCluster(str(tmp_path), workers=1).start()
+    try:
+        lightwork = fresh_runtime
+        lightwork.init(address=own.scheduler_file, debugger="debugpy")
+
+        @lightwork.remote
+        def waits(x):
+            breakpoint()
+            return x
+
+        ref = waits.remote(3)
+        said = []
+        wait_until(lambda: said.append(capfd.readouterr().err) or "attach your editor" in
+                   "".join(said), timeout=helpers.HANG_LIMIT_S * 2)
+        line = next(line for line in "".join(said).splitlines() if "attach your editor" in line)
+        address = line.split("attach your editor to ", 1)[1].split()[0]
+        host, port = address.rsplit(":", 1)
+        assert host == "127.0.0.1" and f"ssh -L {port}:127.0.0.1:{port} 127.0.0.1" in line
+        assert [row["is_debugger_paused"] for row in lightwork.state.list_tasks()
+                if row["name"].endswith("waits")] == [True]
+        with pytest.raises(lightwork.exceptions.GetTimeoutError):  # it waits for the editor
+            lightwork.get(ref, timeout=0.5)
+        with socket.create_connection((host, int(port)), timeout=helpers.HANG_LIMIT_S) as sock:
+            reply = _dap_reply(sock, "initialize")
+        assert (reply["command"], reply["success"]) == ("initialize", True)
+        lightwork.shutdown()  # nobody will attach now: the call runs on, its worker is free
+        lightwork.init(address=own.scheduler_file)
+
+        @lightwork.remote
+        def plain(x):
+            return x + 1
+
+        assert lightwork.get(plain.remote(1), timeout=helpers.HANG_LIMIT_S * 2) == 2
+    finally:
+        if lightwork.is_initialized():
+            lightwork.shutdown()
+        left = own.stop()
+        assert not left, left

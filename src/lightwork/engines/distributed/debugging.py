@@ -14,7 +14,8 @@ on a worker pauses that call, and ``lightwork debug`` on the driver's machine at
     lightwork debug ─ control socket ─► debug_paused: rows + the token
     lightwork debug ───── TCP: "HELLO <token>", then text ─────► pdb (kernel.debug_wire)
       PauseTable.remove, paused window ◄─────  worker.log_event("resumed", ...)
-    shutdown: unregister_worker_plugin ──────► teardown: its paused calls quit (``q``)
+    shutdown: unregister_worker_plugin ──────► teardown: its paused calls quit (``q``;
+                                                debugpy's stop waiting and run on)
 
 What a worker exposes, and to whom: while a call is paused, one TCP port on the
 worker's cluster address (the host of ``Worker.address``, never every interface), for
@@ -107,6 +108,9 @@ class DebugSession(WorkerPlugin):
             terminal = debug_session.terminals.get(address)
             if terminal is not None:
                 terminal.abandon()
+            stop_waiting = debug_session.waiting.get(address)  # debugpy's, for an editor
+            if stop_waiting is not None:
+                stop_waiting()
 
 
 def _session() -> int:
@@ -203,6 +207,13 @@ class ClusterDebugging:
             live = log.tasks.get(info["task_id"])
             if live is not None:
                 live.record.paused += ((info["since"], until),)
+
+    def call_ended(self, record: Any) -> None:
+        """``record``'s report came before the end of its pause (two channels; the log's
+        lock held): the pause ends with the call, before the record is final."""
+        for info in self.pauses.rows():
+            if info["task_id"] == record.task_id and self.pauses.remove(info["socket"]):
+                record.paused += ((info["since"], max(info["since"], record.finished)),)
 
     def rows(self) -> list[dict[str, Any]]:
         """The paused calls (``debug_paused``), with the token to attach with; those

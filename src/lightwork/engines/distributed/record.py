@@ -592,6 +592,8 @@ class ClusterLog(RunRecord):
                         self.transfers.append(Transfer(task_id, record.worker_id, source,
                                                        nbytes, place(start), place(stop)))
                 record.state = "FAILED" if error else "FINISHED"
+                if self.pauses:  # a pause whose end is not heard of yet ends with its call
+                    self.debugging.call_ended(record)
                 log.finish_task(record)
                 ended.append(record)
         return ended
