@@ -327,3 +327,57 @@ def test_debugpy_on_a_cluster_worker_waits_on_its_machines_loopback(tmp_path, fr
             lightwork.shutdown()
         left = own.stop()
         assert not left, left
+
+
+KILLED = """
+import sys
+import lightwork
+from lightwork import exceptions
+
+lightwork.init(address=sys.argv[1])
+
+@lightwork.remote(max_retries=0)
+def doomed():
+    breakpoint()
+    return 1
+
+try:
+    lightwork.get(doomed.remote())
+except exceptions.WorkerCrashedError:
+    print("CRASHED", flush=True)
+except Exception as exc:
+    print("OTHER", type(exc).__name__, exc, flush=True)
+lightwork.shutdown()
+"""
+
+
+def test_a_worker_killed_while_attached_is_said_and_its_caller_hears_of_it(tmp_path):
+    """The client says the worker is gone (no pid to look at on another machine); the
+    caller gets ``WorkerCrashedError``. A cluster of its own: its worker is killed."""
+    import signal
+
+    from tests.dask_cluster import DaskCluster
+
+    own = DaskCluster(str(tmp_path / "cluster"), workers=1)
+    os.makedirs(own.directory)
+    own.start()
+    home = tempfile.mkdtemp(prefix="lw")
+    try:
+        env = helpers.script_env()
+        env["TMPDIR"] = home
+        env.pop("PYTHONBREAKPOINT", None)
+        script = helpers.write_script(home, "killed.py", KILLED)
+        driver = pexpect.spawn(sys.executable, [script, own.scheduler_file], env=env,
+                               encoding="utf-8", timeout=helpers.HANG_LIMIT_S * 3, cwd=home)
+        driver.expect(PAUSED)
+        pid = int(driver.before.rsplit("worker pid ", 1)[1].split(":")[0])
+        client = attach(env)
+        os.kill(pid, signal.SIGKILL)
+        client.expect("closed without a word: the worker was killed or crashed")
+        finished(client)
+        driver.expect("CRASHED")
+        finished(driver)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        left = own.stop()
+        assert not left, left
