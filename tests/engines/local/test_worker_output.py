@@ -199,12 +199,14 @@ def test_a_full_queue_drops_lines_from_the_terminal_and_says_how_many(monkeypatc
     kept = output.DriverOutput(stdout=stuck, stderr=stuck)
     kept.receive(1, 7, [(output.STDOUT, 1, "f", "x" * 20) for _ in range(10)])
     assert kept.queued < 10 and len(kept.query(task=1)[0]["lines"]) == 10
+    kept.say(output.STDERR, "lightwork: a call paused")  # the driver's own: never dropped
     stuck.release.set()
     kept.settle(timeout=helpers.HANG_LIMIT_S)  # the queue drained: room again
     kept.receive(1, 7, [(output.STDOUT, 1, "f", "after")])
     kept.close(timeout=helpers.HANG_LIMIT_S)
     text = stuck.getvalue()
     assert "lines of worker output were not printed" in text and text.endswith("after\n")
+    assert "lightwork: a call paused\n" in text
 
 
 def test_a_driver_whose_terminal_takes_nothing_still_finishes_its_tasks(tmp_path):

@@ -325,16 +325,16 @@ class DriverOutput:
     def say(self, stream: int, text: str) -> None:
         """A line of the driver's own (a call paused in the debugger), printed in turn
         with the workers' lines, even with ``echo`` off."""
-        self._hand_over([(stream, text.rstrip("\n") + "\n")])
+        self._hand_over([(stream, text.rstrip("\n") + "\n")], always=True)
 
-    def _hand_over(self, echoed: list[tuple[int, str]]) -> None:
+    def _hand_over(self, echoed: list[tuple[int, str]], always: bool = False) -> None:
         """Queue lines for the writer thread (started at the first): never waits for the
         terminal. Beyond ``MAX_QUEUED_CHARS`` not yet printed, lines are dropped (they
         stay in their call's log) and counted."""
         with self._ready:
             room = MAX_QUEUED_CHARS - self._queued_size
             for line in echoed:
-                if len(line[1]) > room:
+                if len(line[1]) > room and not always:
                     self._not_printed += 1
                     continue
                 room -= len(line[1])
