@@ -209,8 +209,8 @@ def _dask_example(out: TextIO, profile_path: str) -> None:
 
 # ---------------------------------------------------------------------------- formatting
 TABLE_COLUMNS = {
-    "tasks": ("task_id", "name", "state", "type", "worker_id", "pid", "attempt", "queued_s",
-              "run_s", "rss_peak", "rss_change", "error"),
+    "tasks": ("task_id", "name", "state", "is_debugger_paused", "type", "worker_id", "pid",
+              "attempt", "queued_s", "run_s", "rss_peak", "rss_change", "error"),
     "actors": ("actor_id", "class_name", "name", "state", "pid", "running", "queued",
                "calls_done", "restarts", "death_cause"),
     "workers": ("worker_id", "pid", "kind", "state", "actor_class", "running", "queued",
@@ -250,14 +250,20 @@ def human_duration(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} µs"
 
 
+#: Columns whose header is not their field's name.
+_HEADERS = {"is_debugger_paused": "PAUSED"}
+
+
 def _header(column: str) -> str:
     """Durations carry their unit in each cell: the header drops the ``_s``."""
-    return column.removesuffix("_s").upper()
+    return _HEADERS.get(column) or column.removesuffix("_s").upper()
 
 
 def _cell(column: str, value: Any, width: int = 48) -> str:
     if value is None:
         return "-"
+    if column == "is_debugger_paused":  # paused in the debugger now: `lightwork debug`
+        return "yes" if value else "-"
     if column in _BYTES:
         return human_bytes(value)
     if column.endswith("_s") and isinstance(value, (int, float)):

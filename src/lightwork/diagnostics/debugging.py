@@ -2,14 +2,16 @@
 
 The session's driver lists them (the control operation ``debug_paused``; see
 ``lightwork.kernel.pauses``); each paused call listens on a Unix socket of its own in
-the session directory (``lightwork.kernel.debugger``). Attaching proxies this terminal
+the session directory, or on a cluster worker a TCP socket that wants the session's
+token first, which the driver's row carries (``lightwork.kernel.debug_wire``; the
+design is ``lightwork.kernel.debugger``'s). Attaching proxies this terminal
 to it: lines typed here go to pdb, what pdb writes comes back. The terminal stays in
 its normal (cooked) mode, so it echoes and edits each line itself and Ctrl-C reaches
 this process, not the worker.
 
 Ending a session: the worker sends a status line (``c``: the call continues; ``q``:
 it ends with ``BdbQuit``; its outermost frame returned while stepping; it ended), which
-is printed in words here. End of file here (Ctrl-D) or Ctrl-C detaches and leaves the
+is printed in words here (a worker that refused the token sends ``refused``). End of file here (Ctrl-D) or Ctrl-C detaches and leaves the
 call paused for the next ``lightwork debug``. A connection that closes without a
 status line means the worker process is gone (killed or crashed while paused).
 """
@@ -18,11 +20,11 @@ from __future__ import annotations
 
 import os
 import select
-import socket
 import sys
 import time
 from typing import Any, TextIO
 
+from lightwork.kernel import debug_wire
 from lightwork.kernel.pauses import STATUS
 
 #: What the worker's status line means, as this terminal says it.
@@ -31,6 +33,9 @@ ENDINGS = {
     "returned": "the call's function returned; the call runs on to its end",
     "quit": "you quit the debugger: the call ends with bdb.BdbQuit as its error",
     "ended": "the call was interrupted (cancelled, or its worker is exiting)",
+    "refused": ("the worker refused the connection: it did not carry this session's "
+                "token. Attach with `lightwork debug` on the driver's machine, as the "
+                "user who runs the driver"),
 }
 
 
@@ -38,13 +43,22 @@ def format_paused(rows: list[dict[str, Any]]) -> str:
     """The paused calls as a numbered table."""
     header = ("#", "TASK", "NAME", "KIND", "WHERE", "PID", "PAUSED")
     cells = [(str(number), str(row["task_id"]), row["name"], row["kind"],
-              f"{row['function']} {_short(row['file'])}:{row['line']}", str(row["pid"]),
+              f"{row['function']} {_short(row['file'])}:{row['line']}", _pid(row),
               _duration(row["paused_s"]))
              for number, row in enumerate(rows)]
     widths = [max(len(column), *(len(r[i]) for r in cells)) for i, column in enumerate(header)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(header, widths)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
     return "\n".join(lines) + "\n"
+
+
+def _pid(row: dict[str, Any]) -> str:
+    """The worker's pid, and its host for a cluster worker's call."""
+    worker = row.get("worker")
+    if not worker:
+        return str(row["pid"])
+    host = str(worker).split("://", 1)[-1].rpartition(":")[0]
+    return f"{row['pid']}@{host}"
 
 
 def _duration(seconds: float) -> str:
@@ -81,12 +95,9 @@ def attach(row: dict[str, Any], stdin: TextIO | None = None, out: TextIO | None 
     user detaches; 0 when the session ended or was left, 1 when the worker is gone."""
     stdin = stdin or sys.stdin
     out = out or sys.stdout
-    path = row["socket"]
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(path)
+        sock = debug_wire.connect(row)
     except OSError as exc:
-        sock.close()
         print(f"lightwork: cannot attach to {row['name']} (task {row['task_id']}): {exc}; "
               "it may have resumed or ended meanwhile: run `lightwork debug` again",
               file=sys.stderr)
@@ -107,7 +118,7 @@ def attach(row: dict[str, Any], stdin: TextIO | None = None, out: TextIO | None 
                 if mark:
                     status = rest.split(b"\n", 1)[0].decode("utf-8", "replace")
                     print(f"\nlightwork: {ENDINGS.get(status, status)}", file=out)
-                    return 0
+                    return 1 if status == "refused" else 0
                 pending = b""
             if in_fd in ready:
                 data = os.read(in_fd, 1 << 16)
@@ -131,6 +142,12 @@ def _detached(row: dict[str, Any], out: TextIO) -> None:
 
 def _gone(row: dict[str, Any], out: TextIO) -> int:
     """The connection closed without a status line: say whether the worker is gone."""
+    if "worker" in row:  # a cluster worker, maybe on another machine: no pid to look at
+        print(f"\nlightwork: the connection to {row['name']} (task {row['task_id']}) on the "
+              f"worker {row['worker']} closed without a word: the worker was killed or "
+              "crashed while paused, or the network dropped. Its caller gets "
+              "WorkerCrashedError (or the task is retried, if it has retries left)", file=out)
+        return 1
     if _process_ended(int(row["pid"])):
         print(f"\nlightwork: the worker running {row['name']} (task {row['task_id']}, pid "
               f"{row['pid']}) is gone: it was killed or crashed while paused. Its caller gets "

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lightwork.kernel.control import peer_uid
+from lightwork.kernel.debug_wire import Listener, UnixListener
 from lightwork.kernel.debugger import SKIP, local, settings
 from lightwork.kernel.pauses import STATUS
 
@@ -28,6 +28,9 @@ MAX_LINE = 1 << 16
 MAX_REPLAY = 1 << 16
 _LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _sequence = itertools.count(1)
+#: The terminals listening now in this process, by address (an engine abandons those
+#: of a session that ended: ``SocketTerminal.abandon``).
+terminals: dict[str, SocketTerminal] = {}
 
 
 def debugger() -> TaskPdb:
@@ -59,6 +62,17 @@ def post_mortem(exc: BaseException) -> None:
         local.active = None
 
 
+def _listener() -> Listener:
+    """Where this call's pdb listens: the engine's (a cluster worker's TCP socket), else
+    a Unix socket in the session directory."""
+    if settings.listen is not None:
+        return settings.listen()
+    directory = settings.session_dir
+    if directory is None:  # not in a worker set up by install(): nowhere to listen
+        raise RuntimeError("the lightwork debugger runs only inside a task or actor")
+    return UnixListener(os.path.join(directory, f"debug-{os.getpid()}-{next(_sequence)}.sock"))
+
+
 def _is_ours(frame: Any) -> bool:
     name = frame.f_globals.get("__name__") or ""
     return (frame.f_code.co_filename.startswith(_LIGHTWORK_DIR)
@@ -66,14 +80,16 @@ def _is_ours(frame: Any) -> bool:
 
 
 class SocketTerminal:
-    """pdb's stdin and stdout: a Unix socket that one client at a time attaches to."""
+    """pdb's stdin and stdout: a listener (``debug_wire``) one client at a time attaches
+    to."""
 
     encoding = "utf-8"
     errors = "replace"
 
     def __init__(self) -> None:
         self.path = ""
-        self.listener: socket.socket | None = None
+        self.listener: Listener | None = None
+        self.abandoned = False
         self.conn: socket.socket | None = None
         self._buffer = b""
         self._replay: list[str] = []
@@ -87,14 +103,12 @@ class SocketTerminal:
     def is_open(self) -> bool:
         return self.listener is not None
 
-    def open(self, directory: str) -> str:
-        """Listen on a fresh socket in ``directory`` (0700): only this user reaches it."""
-        self.path = os.path.join(directory, f"debug-{os.getpid()}-{next(_sequence)}.sock")
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(self.path)
-        os.chmod(self.path, 0o600)
-        listener.listen(4)
+    def open(self, listener: Listener) -> str:
+        """Listen with ``listener`` (``debug_wire``: who may attach is its to decide)."""
         self.listener = listener
+        self.path = listener.address
+        self.abandoned = False
+        terminals[self.path] = self
         return self.path
 
     def close(self, status: str) -> None:
@@ -109,13 +123,23 @@ class SocketTerminal:
         listener, self.listener = self.listener, None
         if listener is not None:
             listener.close()
-            try:
-                os.unlink(self.path)
-            except OSError:
-                pass
+            terminals.pop(self.path, None)
         self._buffer = b""
         self._replay, self._replay_size = [], 0
         self.attached_before = False
+
+    def abandon(self) -> None:
+        """From another thread: nobody will attach any more (the driver's session
+        ended): the paused call quits (``q``) at its next read."""
+        self.abandoned = True
+        listener, conn = self.listener, self.conn
+        if conn is not None:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if listener is not None:
+            listener.close()
 
     # -- pdb's stdout ----------------------------------------------------------------
     def write(self, text: str) -> int:
@@ -142,8 +166,15 @@ class SocketTerminal:
         """The next command line; waits (for a client, then for its line) as long as it
         takes: a client that leaves is replaced by the next one."""
         while True:
+            if self.abandoned:
+                return "q\n"
             if self.conn is None:
-                self._accept()
+                try:
+                    self._accept()
+                except OSError:
+                    if self.abandoned:
+                        return "q\n"
+                    raise
             line = self._read_line()
             if line is not None:
                 self._replay, self._replay_size = [], 0
@@ -153,9 +184,8 @@ class SocketTerminal:
     def _accept(self) -> None:
         assert self.listener is not None
         while True:
-            conn, _ = self.listener.accept()
-            if peer_uid(conn) not in (None, os.getuid()):
-                conn.close()  # another user: refused before a byte is read or sent
+            conn = self.listener.accept()
+            if conn is None:  # refused (another user, a wrong token) before a byte of ours
                 continue
             self.conn = conn
             greeting = self.greeting() if self.attached_before else "".join(self._replay)
@@ -236,10 +266,7 @@ class TaskPdb(pdb.Pdb):
             self.allow_kbdint = False
 
     def _pause(self, frame: Any) -> None:
-        directory = settings.session_dir
-        if directory is None:  # not in a worker set up by install(): nowhere to listen
-            raise RuntimeError("the lightwork debugger runs only inside a task or actor")
-        path = self.terminal.open(directory)
+        path = self.terminal.open(_listener())
         task_id, name = settings.describe() if settings.describe is not None else (0, "?")
         code = frame.f_code
         kind = "post-mortem" if self.post_mortem_error is not None else "breakpoint"
@@ -343,6 +370,9 @@ def _last_frame(tb: Any) -> Any:
 
 # ---------------------------------------------------------------------------- debugpy
 _debugpy_address: tuple[str, int] | None = None
+#: debugpy's address -> how to stop waiting for its editor (an engine's session ended:
+#: the call then runs on without one).
+waiting: dict[str, Callable[[], None]] = {}
 
 
 def debugpy_breakpoint(frame: Any) -> None:
@@ -357,7 +387,7 @@ def debugpy_breakpoint(frame: Any) -> None:
         raise RuntimeError("init(debugger='debugpy') needs debugpy in the workers' "
                            "environment: pip install 'lightwork[debug]'") from None
     if _debugpy_address is None:
-        host, port = debugpy.listen(("127.0.0.1", 0))
+        host, port = debugpy.listen((settings.debugpy_host, 0))
         _debugpy_address = (host, port)
     host, port = _debugpy_address
     task_id, name = settings.describe() if settings.describe is not None else (0, "?")
@@ -369,8 +399,10 @@ def debugpy_breakpoint(frame: Any) -> None:
     if settings.announce is not None:
         settings.announce("paused", info)
     try:
+        waiting[info["socket"]] = lambda: debugpy.wait_for_client.cancel()
         debugpy.wait_for_client()
     finally:
+        waiting.pop(info["socket"], None)
         if settings.announce is not None:
             settings.announce("resumed", {"socket": info["socket"], "task_id": task_id,
                                   "until": time.monotonic()})

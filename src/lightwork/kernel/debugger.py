@@ -48,6 +48,12 @@ before its error is sent; ``c`` lets the error travel on.
 127.0.0.1 instead, announces its host:port, and waits for an editor to attach
 (:func:`_debugpy_breakpoint`).
 
+Where a stopped call listens is the listener's (``debug_wire``): the local engine's
+workers use a Unix socket in the session directory, as drawn above; a cluster worker
+passes ``listen`` to :func:`install`, a TCP socket on its cluster address that admits
+only a client with the driver session's token, and ``options``, read at each stop,
+since one worker process serves several drivers (``engines/distributed/debugging.py``).
+
 Modules: this one installs the hooks and holds the worker's settings; it imports no
 debugger, so a worker (and the fork server all workers come from) pays for pdb only
 when a call first stops: the session itself (pdb on a socket, post-mortem, debugpy) is
@@ -73,6 +79,9 @@ SKIP = ("lightwork", "lightwork.*", "asyncio", "asyncio.*", "concurrent.futures*
 
 Announce = Callable[[str, dict[str, Any]], None]
 Describe = Callable[[], tuple[int, str]]
+#: The debugging options of the running call's session, (kind, post_mortem), or None
+#: when it has none (a cluster worker serves several drivers, each with its own).
+Options = Callable[[], "tuple[str, bool] | None"]
 
 
 class Settings:
@@ -81,9 +90,15 @@ class Settings:
     session_dir: str | None = None
     announce: Announce | None = None
     describe: Describe | None = None
+    #: Where a paused call listens (a ``debug_wire`` listener), when not a Unix socket
+    #: in ``session_dir``: a cluster worker's TCP socket.
+    listen: Callable[[], Any] | None = None
+    options: Options | None = None
     kind = "pdb"
     post_mortem = False
     worker_id = 0
+    #: The host debugpy listens on (the worker's own machine only: it has no token).
+    debugpy_host = "127.0.0.1"
 
 
 settings = Settings()
@@ -96,15 +111,19 @@ def enabled() -> bool:
     return os.environ.get("PYTHONBREAKPOINT") != "0"
 
 
-def install(session_dir: str, worker_id: int, announce: Announce, describe: Describe,
-            kind: str = "pdb", post_mortem: bool = False) -> None:
+def install(session_dir: str | None, worker_id: int, announce: Announce, describe: Describe,
+            kind: str = "pdb", post_mortem: bool = False, *,
+            listen: Callable[[], Any] | None = None, options: Options | None = None) -> None:
     """In a worker: make ``breakpoint()`` and ``pdb.set_trace()`` pause the running call.
 
     ``announce(event, info)`` tells the driver a call paused (``"paused"``) or runs on
-    (``"resumed"``); ``describe()`` is the running call's (task id, name).
+    (``"resumed"``); ``describe()`` is the running call's (task id, name). An engine
+    whose workers serve several sessions passes ``options`` (read at each stop instead
+    of ``kind`` and ``post_mortem``) and ``listen`` (a listener for the stopped call).
     """
     settings.session_dir, settings.announce, settings.describe = session_dir, announce, describe
     settings.kind, settings.post_mortem, settings.worker_id = kind, post_mortem, worker_id
+    settings.listen, settings.options = listen, options
     sys.breakpointhook = _hook
     if "pdb" in sys.modules:
         _patch_pdb(sys.modules["pdb"])
@@ -112,8 +131,20 @@ def install(session_dir: str, worker_id: int, announce: Announce, describe: Desc
         sys.meta_path.insert(0, _PdbPatcher())
 
 
+def _options() -> tuple[str, bool] | None:
+    """(kind, post_mortem) for the running call; None: its session set up no debugger."""
+    if settings.options is not None:
+        return settings.options()
+    if settings.session_dir is None:
+        return None
+    return settings.kind, settings.post_mortem
+
+
 def post_mortem_on() -> bool:
-    return settings.post_mortem and settings.session_dir is not None and enabled()
+    if not enabled():
+        return False
+    options = _options()
+    return options is not None and options[1]
 
 
 def post_mortem(exc: BaseException) -> None:
@@ -131,7 +162,8 @@ def _hook(*args: Any, **kwargs: Any) -> None:
     from lightwork.kernel import debug_session
 
     frame = sys._getframe(1)
-    if settings.kind == "debugpy":
+    options = _options()
+    if options is not None and options[0] == "debugpy":
         debug_session.debugpy_breakpoint(frame)
         return
     debug_session.debugger().set_trace(frame)

@@ -73,9 +73,13 @@ def pause_line(info: dict[str, Any]) -> str:
     """The one line the driver prints when a call pauses."""
     where = f"{info['function']} at {info['file']}:{info['line']}"
     if info["kind"] == "debugpy":
+        host = info.get("host")  # a cluster worker's machine: debugpy is on its loopback
+        port = str(info["address"]).rpartition(":")[2]
+        there = (f" on {host} (from another machine: ssh -L {port}:127.0.0.1:{port} {host})"
+                 if host else "")
         return (f"lightwork: {info['name']} (task {info['task_id']}) waits for a "
                 f"debugger at {where}, worker pid {info['pid']}: attach your editor to "
-                f"{info['address']}")
+                f"{info['address']}{there}")
     how = (f"stopped after it raised {info['error']}" if info["kind"] == "post-mortem"
            else "paused at a breakpoint")
     return (f"lightwork: {info['name']} (task {info['task_id']}) {how} in {where}, "

@@ -4,7 +4,9 @@ keeps it off the terminal. Real driver programs in subprocesses."""
 
 from __future__ import annotations
 
+import io
 import re
+import threading
 
 import pytest
 
@@ -125,6 +127,7 @@ def test_the_driver_keeps_a_bounded_log_per_call():
     out, err = io.StringIO(), io.StringIO()
     kept = output.DriverOutput(stdout=out, stderr=err)
     kept.receive(3, 77, [(output.STDOUT, 5, "f", "one"), (output.STDERR, 5, "f", "two")])
+    kept.settle()  # (printed by the writer thread)
     assert out.getvalue() == "(f pid=77) one\n" and err.getvalue() == "(f pid=77) two\n"
     [task] = kept.query(task=5)
     assert task["lines"] == [["stdout", "one"], ["stderr", "two"]] and task["worker_id"] == 3
@@ -138,4 +141,122 @@ def test_the_driver_keeps_a_bounded_log_per_call():
     assert kept.size == sum(len(t) for e in kept.tasks.values() for _s, t in e.lines)
     quiet = output.DriverOutput(echo=False, stdout=out, stderr=err)
     quiet.receive(1, 2, [(output.STDOUT, 9, "q", "not shown")])
+    quiet.settle()
     assert "not shown" not in out.getvalue() and quiet.query(worker=1)
+    kept.close()
+    quiet.close()
+
+
+class StuckTerminal(io.StringIO):
+    """A driver's stdout that takes nothing until ``release`` is set (a paused terminal)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.writes = 0
+
+    def write(self, text):
+        self.writes += 1
+        self.release.wait()
+        return super().write(text)
+
+
+def test_a_stuck_terminal_never_holds_up_the_caller_of_receive():
+    """``receive`` runs under the node lock: it must hand lines over, not print them."""
+    from lightwork.engines.local import output
+
+    stuck = StuckTerminal()
+    kept = output.DriverOutput(stdout=stuck, stderr=stuck)
+    for batch in range(50):  # the writer is stuck on the first line from here on
+        done = threading.Event()
+        receiving = threading.Thread(target=lambda b=batch: (kept.receive(
+            1, 7, [(output.STDOUT, b, "f", f"line {b}.{i}") for i in range(20)]), done.set()))
+        receiving.start()
+        assert done.wait(helpers.HANG_LIMIT_S), "receive waited for the terminal"
+        receiving.join()
+    assert stuck.writes == 1 and kept.written == 0 and kept.queued == 1000
+    assert kept.query(task=49)[0]["lines"][-1] == ["stdout", "line 49.19"]  # kept at once
+    kept.settle(timeout=0.2)  # the caller's get: waits once, a little, then gives up ...
+    assert kept.written == 0
+    kept.receive(1, 7, [(output.STDOUT, 50, "f", "one more")])
+    waited = threading.Thread(target=kept.settle)  # ... and is not held again meanwhile
+    waited.start()
+    waited.join(helpers.HANG_LIMIT_S)
+    assert not waited.is_alive()
+    stuck.release.set()
+    kept.close(timeout=helpers.HANG_LIMIT_S)
+    printed = stuck.getvalue().splitlines()
+    assert printed == [f"(f pid=7) line {b}.{i}" for b in range(50) for i in range(20)] + [
+        "(f pid=7) one more"]
+    assert kept.written == kept.queued == 1001
+
+
+def test_a_full_queue_drops_lines_from_the_terminal_and_says_how_many(monkeypatch):
+    from lightwork.engines.local import output
+
+    monkeypatch.setattr(output, "MAX_QUEUED_CHARS", 100)
+    stuck = StuckTerminal()
+    kept = output.DriverOutput(stdout=stuck, stderr=stuck)
+    kept.receive(1, 7, [(output.STDOUT, 1, "f", "x" * 20) for _ in range(10)])
+    assert kept.queued < 10 and len(kept.query(task=1)[0]["lines"]) == 10
+    kept.say(output.STDERR, "lightwork: a call paused")  # the driver's own: never dropped
+    stuck.release.set()
+    kept.settle(timeout=helpers.HANG_LIMIT_S)  # the queue drained: room again
+    kept.receive(1, 7, [(output.STDOUT, 1, "f", "after")])
+    kept.close(timeout=helpers.HANG_LIMIT_S)
+    text = stuck.getvalue()
+    assert "lines of worker output were not printed" in text and text.endswith("after\n")
+    assert "lightwork: a call paused\n" in text
+
+
+def test_a_driver_whose_terminal_takes_nothing_still_finishes_its_tasks(tmp_path):
+    """The driver's stdout is a pipe nobody reads (a stuck terminal): its workers print
+    far more than the pipe holds, and the tasks, their results and the driver's own
+    bookkeeping still go on (they are written to a file here, not to stdout)."""
+    import subprocess
+    import sys
+    import time
+
+    marker = tmp_path / "progress.txt"
+    script = helpers.write_script(str(tmp_path), "driver.py", f"""
+import lightwork as ray
+ray.init(num_cpus=2)
+
+@ray.remote
+def loud(i):
+    for k in range(2000):
+        print("task", i, "line", k, "x" * 60)
+    return i
+
+with open({str(marker)!r}, "w") as progress:
+    for round in range(3):
+        results = ray.get([loud.remote(round * 4 + i) for i in range(4)])
+        print("round", round, results, file=progress, flush=True)
+ray.shutdown()
+with open({str(marker)!r}, "a") as progress:
+    print("shut down", file=progress, flush=True)
+""")
+    driver = subprocess.Popen([sys.executable, script], env=helpers.script_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + helpers.HANG_LIMIT_S * 2  # (within the test timeout)
+        while "shut down" not in (marker.read_text() if marker.exists() else ""):
+            assert driver.poll() is None, "the driver exited early"
+            assert time.monotonic() < deadline, (
+                "a stuck terminal held the runtime up: " + (
+                    marker.read_text() if marker.exists() else "no round finished"))
+            time.sleep(0.1)
+        assert marker.read_text().splitlines()[:3] == [
+            f"round {r} {[r * 4 + i for i in range(4)]}" for r in range(3)]
+        printed = driver.communicate(timeout=helpers.HANG_LIMIT_S * 2)[0].decode()
+    finally:
+        driver.kill()
+        driver.wait()
+    # What the terminal could not take in time is dropped from it (and said), never
+    # reordered: each task's lines that were printed are in the order it wrote them.
+    by_task: dict[str, list[int]] = {}
+    for _name, _pid, text in labelled(printed):
+        if text.startswith("task "):
+            words = text.split()
+            by_task.setdefault(words[1], []).append(int(words[3]))
+    assert by_task and all(lines == sorted(lines) for lines in by_task.values())

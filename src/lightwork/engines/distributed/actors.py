@@ -48,7 +48,7 @@ from typing import Any
 
 import cloudpickle
 
-from lightwork.kernel import exceptions
+from lightwork.kernel import debugger, exceptions
 from lightwork.kernel.calls import actor_method
 from lightwork.kernel.generators import (
     DYNAMIC_METHOD,
@@ -63,6 +63,7 @@ from lightwork.kernel.generators import (
 from lightwork.kernel.object_ref import ref_counter
 from lightwork.engines.distributed import record as cluster_record
 from lightwork.engines.distributed import worker as cluster_worker
+from lightwork.engines.distributed.debugging import CALL as _DEBUG_CALL
 from lightwork.engines.distributed.holds import Handover
 from lightwork.kernel.serialization import SerializationError
 from lightwork.engines.distributed.worker import (
@@ -259,6 +260,7 @@ class ActorHost:
         current.host = weakref.ref(self)
         token = object()
         _CALL.set(token)
+        _DEBUG_CALL.set((task_id, name, self.session))  # (this pool thread's next call resets it)
         try:
             self.backend.adopt(keys)
             args, kwargs = cloudpickle.loads(payload)
@@ -271,6 +273,8 @@ class ActorHost:
             if failure is not None:
                 return failure
         except Exception as exc:  # noqa: BLE001 - the user's error is the call's result
+            if debugger.post_mortem_on():  # init(post_mortem=True): pause where it raised
+                debugger.post_mortem(exc)
             self._note(task_id, name, started, exc)
             return self._exit_outcome(name, num_returns, token) or spread_failure(
                 error_of(name, exc), num_returns)
@@ -301,6 +305,7 @@ class ActorHost:
         current.session, current.host = self.session, weakref.ref(self)
         token = object()
         _CALL.set(token)  # (this call's asyncio task has a context of its own)
+        _DEBUG_CALL.set((task_id, name, self.session))
         async with self.limit:
             started = time.time()
             self._running.add(token)
@@ -324,6 +329,8 @@ class ActorHost:
                 if failure is not None:
                     return failure
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - SystemExit would end the loop
+                if not isinstance(exc, SystemExit) and debugger.post_mortem_on():
+                    debugger.post_mortem(exc)
                 self._note(task_id, name, started, exc)
                 return self._exit_outcome(name, num_returns, token) or spread_failure(
                     error_of(name, exc), num_returns)

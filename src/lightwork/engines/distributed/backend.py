@@ -262,6 +262,7 @@ class DistributedBackend(Backend):
                     "lightwork (the same version) where the scheduler runs") from exc
             client.register_plugin(ExportedRefs(), name=ExportedRefs.name)
             check_allowed_failures(client)  # warns once if each loss is not one try
+        self.debugging: Any = None  # the driver's ClusterDebugging, once open() made it
         self._closed = False
         ref_counter.on_borrow = self._on_borrow
         ref_counter.on_first_release = self._drain_soon
@@ -338,16 +339,25 @@ class DistributedBackend(Backend):
                 "the cluster's workers have their own environment and memory settings "
                 "(dask worker --memory-limit, --preload); pass runtime_env per task "
                 "with .options() only on the embedded runtime")
-        if options.post_mortem or options.debugger != "pdb":
-            raise unsupported(
-                "init(post_mortem=True) (or LIGHTWORK_POST_MORTEM=1) and "
-                "init(debugger='debugpy')",
-                "the in-task debugger pauses calls on the embedded runtime only for now; "
-                "debug the failing task there (init() without an address)")
-        return cls.connect(
+        backend = cls.connect(
             target, num_cpus=options.num_cpus, num_gpus=options.num_gpus,
             resources=options.resources or {}, namespace=options.namespace,
             event_budget=options.event_budget)
+        try:
+            backend.start_debugging(options.debugger, options.post_mortem)
+        except BaseException:
+            backend.shutdown()
+            raise
+        return backend
+
+    def start_debugging(self, kind: str, post_mortem: bool) -> None:
+        """The in-task debugger for this driver session's calls (``cluster_debugging``)."""
+        from lightwork.engines.distributed.debugging import ClusterDebugging
+
+        assert self.session_log is not None
+        self.debugging = ClusterDebugging(self, kind, post_mortem)
+        self.session_log.debugging = self.debugging
+        self.session_log.pauses = self.debugging.pauses
 
     @classmethod
     def connect(cls, target: Any, *, num_cpus: float | None, num_gpus: float | None,
@@ -424,6 +434,8 @@ class DistributedBackend(Backend):
             _ENDED_SESSIONS.add(self._prefix)
         # Not under the lock: stopping waits on the event loop, whose callbacks (an
         # actor call's reply, a failed key) take the lock.
+        if self.debugging is not None:  # its calls still paused quit on the workers
+            self.debugging.stop()
         quieted = self._quiet_own_cluster() if self._cluster is not None else None
         if self.session_log is not None:
             self.session_log.stop()

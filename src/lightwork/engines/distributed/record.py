@@ -242,6 +242,9 @@ class ClusterLog(RunRecord):
 
     live_state_missing = "it needs the embedded runtime's own state"
     processes_elsewhere = True
+    #: The in-task debugger's driver side (``cluster_debugging``) and its calls paused now.
+    debugging: Any = None
+    pauses: Any = None
 
     def __init__(self, backend: Any, budget: int) -> None:
         self.backend = backend
@@ -589,6 +592,8 @@ class ClusterLog(RunRecord):
                         self.transfers.append(Transfer(task_id, record.worker_id, source,
                                                        nbytes, place(start), place(stop)))
                 record.state = "FAILED" if error else "FINISHED"
+                if self.pauses:  # a pause whose end is not heard of yet ends with its call
+                    self.debugging.call_ended(record)
                 log.finish_task(record)
                 ended.append(record)
         return ended
@@ -657,6 +662,9 @@ class ClusterLog(RunRecord):
             return {"rows": rows, "total": total}
         if op == "memory_summary":
             return state.memory_summary()
+        if op == "debug_paused":  # `lightwork debug`: the calls paused in the debugger
+            return {"session": self.session.name,
+                    "paused": self.debugging.rows() if self.debugging is not None else []}
         if op == "status":
             self.sync()
             return state.status()

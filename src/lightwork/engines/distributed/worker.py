@@ -70,7 +70,7 @@ from typing import Any
 import cloudpickle
 from distributed.sizeof import safe_sizeof
 
-from lightwork.kernel import exceptions
+from lightwork.kernel import debugger, exceptions
 from lightwork.kernel.object_ref import collecting_refs, ref_counter
 from lightwork.kernel import pickler
 from lightwork.kernel.generators import GeneratorRaised, StaticItems, take_static
@@ -78,6 +78,7 @@ from lightwork.kernel.serialization import SerializationError, pickle_value
 from lightwork.kernel.calls import ArgSlot  # the same placeholder as the local runtime's
 from lightwork.engines.distributed.record import error_text as _error_text
 from lightwork.engines.distributed.record import note as _note
+from lightwork.engines.distributed.debugging import CALL as _DEBUG_CALL
 
 BACKEND = "distributed"
 
@@ -263,6 +264,7 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
     function = _function(key, blob)
     previous = getattr(current, "task", None), getattr(current, "session", 0)
     current.task, current.session = (task_id, name, resources), session
+    debug_call = _DEBUG_CALL.set((task_id, name, session))  # whom a breakpoint() names
     tag = getattr(backend.futures, "tag", None)
     if keys and tag is not None:  # what its arguments borrowed is its session's (listings)
         tag(keys, session)
@@ -291,6 +293,8 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
                     attempt += 1
                     retries += ((_wall(), f"retry_exceptions: {_error_text(error)}"),)
                     continue
+                if debugger.post_mortem_on():  # init(post_mortem=True): pause where it raised
+                    debugger.post_mortem(error)
                 if isinstance(exc, GeneratorRaised):
                     if type(exc.partial) is not list:  # dynamic: its refs, the error last
                         result = exc.partial
@@ -311,6 +315,7 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
                 return failed if num_returns == 1 else (failed,) * num_returns
     finally:
         current.task, current.session = previous
+        _DEBUG_CALL.reset(debug_call)
         del args, kwargs  # the task's refs die here, so the drain below can release them
         if ref_counter._released:  # borrowed objects this task no longer holds
             backend._drain()

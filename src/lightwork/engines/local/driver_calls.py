@@ -501,6 +501,9 @@ class DriverCalls(_Base):
                 with self.lock:
                     for entry in pending:
                         entry.remove_waiter(countdown.hit)
+        output = self.output
+        if output.written != output.queued:  # what the calls printed shows first
+            output.settle()
         if failed:
             _value_of(next(e for e in entries if e.state == FAILED), self.store)
         store = self.store
@@ -540,6 +543,9 @@ class DriverCalls(_Base):
             with self.lock:
                 for entry in entries:
                     entry.remove_waiter(countdown.hit)
+        output = self.output
+        if output.written != output.queued:  # what the calls printed shows first
+            output.settle()
         return [e.object_id for e in entries if e.state != PENDING][:num_returns]
 
     def _span(

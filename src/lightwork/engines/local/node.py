@@ -544,6 +544,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
                     self._resolve(entry, None, error)
         self.io.wake()
         self.io.join()
+        self.output.close()  # the lines the workers printed last, if the terminal takes them
         self.pool.stop()
         self.spiller.stop()
         with self.lock:

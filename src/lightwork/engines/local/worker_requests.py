@@ -12,7 +12,6 @@ the object table, the scheduler and the actors), called with its lock held; the 
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from lightwork.kernel.events import TaskRecord
 from lightwork.kernel.pauses import pause_line
 from lightwork.engines.local.lineage import file_exists, keeps_lineage
 from lightwork.engines.local.objects import PENDING, READY, ObjectEntry
+from lightwork.engines.local.output import STDERR
 from lightwork.engines.local.protocol import DONE
 from lightwork.engines.local.scheduler import FINISHED, READY as TASK_READY, TaskSpec
 from lightwork.kernel.serialization import Stored, unbare
@@ -109,7 +109,7 @@ class WorkerRequests(_Base):
         if event == "paused":
             info["worker_id"] = conn.worker_id
             self.pauses.add(info)
-            print(pause_line(info), file=sys.stderr, flush=True)
+            self.output.say(STDERR, pause_line(info))  # (printed outside the lock)
             return
         opened = self.pauses.remove(info["socket"])
         task = self.tasks.get(info["task_id"])
