@@ -69,6 +69,11 @@ class TaskProfile:
         #: lines=[...]: line_profiler's timings, added up over the workers:
         #: ``{"unit": seconds, "timings": [[file, first line, name, [[line, hits, time]]]]}``
         self.line_timings: dict[str, Any] = {}
+        #: memory="memray": the workers' allocations labelled by task function, at each
+        #: worker's high-water mark (``peak``) and still allocated at the end (``leaks``):
+        #: ``[label, frames (innermost first: function, file, line), bytes, blocks]``;
+        #: ``workers``: each worker's peak and its error, if its capture failed.
+        self.memray: dict[str, Any] = {}
         if data is not None:
             self._fill(data)
 
@@ -80,6 +85,7 @@ class TaskProfile:
         self._stats_rows = list(data.get("stats", []))
         self.allocations = dict(data.get("allocations") or {})
         self.line_timings = dict(data.get("lines") or {})
+        self.memray = dict(data.get("memray") or {})
         for process in data["processes"]:
             worker_id = int(process["worker_id"])
             self.processes.append({"worker_id": worker_id, "pid": process["pid"],
@@ -252,6 +258,24 @@ class TaskProfile:
                 lines.append(f"  {size / mb:10.2f} MB {count:8d} blocks  {file}:{line}")
         return "\n".join(lines) + "\n"
 
+    def memray_stacks(self, leaks: bool = False) -> list[tuple[str, tuple[Any, ...], int, int]]:
+        """memory="memray": ``(label, frames, bytes, blocks)`` per allocating stack, at
+        the workers' peaks (or, ``leaks=True``, still allocated when the profile ended);
+        frames innermost first, each ``(function, file, line)``."""
+        if not self.memray:
+            raise ValueError("no memray capture in this profile: profile with "
+                             "profile_tasks(memory=\"memray\") or `lightwork profile --memray`")
+        return [(label, tuple(tuple(f) for f in frames), size, count)
+                for label, frames, size, count in self.memray["leaks" if leaks else "peak"]]
+
+    def memray_flamegraph(self, path: str, leaks: bool = False) -> str:
+        """memory="memray": memray's own HTML flame graph of the workers' allocations,
+        merged: each stack's root is its task function, and memray's thread selector
+        picks one task function. ``leaks=True``: what was still allocated at the end."""
+        from lightwork.diagnostics import memray_report
+
+        return memray_report.write(self, path, leaks)
+
     def print_lines(self, stream: Any = None) -> None:
         """lines=[...]: each function's time by line, as line_profiler prints it."""
         if not self.line_timings:
@@ -310,7 +334,7 @@ class _Loaded:
 
 
 @contextlib.contextmanager
-def profile_tasks(hz: float = 100.0, mode: str = "sample", memory: bool = False,
+def profile_tasks(hz: float = 100.0, mode: str = "sample", memory: bool | str = False,
                   lines: list[Any] | None = None) -> Iterator[TaskProfile]:
     """Profile the code of every running task while the block runs.
 
@@ -318,11 +342,20 @@ def profile_tasks(hz: float = 100.0, mode: str = "sample", memory: bool = False,
     second; ``mode="cprofile"`` runs cProfile around every task and actor call in the
     workers (``prof.print_stats()``, ``prof.dump_stats(path)``). ``memory=True`` adds
     tracemalloc around every call: each task function's peak and the lines that
-    allocated what its calls kept (``prof.memory_top()``). ``lines=[func, ...]`` times
+    allocated what its calls kept (``prof.memory_top()``); ``memory="memray"`` captures
+    every worker's allocations with memray instead (the ``profile`` extra), for
+    ``prof.memray_flamegraph(path)``. ``lines=[func, ...]`` times
     those functions line by line wherever tasks call them (line_profiler, the
     ``profile`` extra: ``prof.print_lines()``). The yielded :class:`TaskProfile` is
     empty inside the block and filled when it ends.
     """
+    if memory not in (True, False, "memray"):
+        raise ValueError(f"memory must be True (tracemalloc per call), \"memray\" (memray "
+                         f"captures, a memory flame graph) or False; got {memory!r}")
+    if memory == "memray" and mode == "cprofile":
+        raise ValueError("memray and cProfile both need Python's profile hook, one at a "
+                         "time: profile memory with memray in sampling mode, or use "
+                         "memory=True (tracemalloc) with mode=\"cprofile\"")
     if mode not in ("sample", "cprofile"):
         raise ValueError(f"unknown profile mode {mode!r}; choose \"sample\" (stack "
                          "samples, a flame graph) or \"cprofile\" (every call counted)")
@@ -335,7 +368,7 @@ def profile_tasks(hz: float = 100.0, mode: str = "sample", memory: bool = False,
                            "lightwork.init() first (from another terminal, `lightwork "
                            "profile` attaches to a running program)")
     targets = line_targets(lines) if lines else []
-    control.dispatch(node, "sample_start", {"hz": hz, "mode": mode, "memory": bool(memory),
+    control.dispatch(node, "sample_start", {"hz": hz, "mode": mode, "memory": memory,
                                             "lines": targets})
     profile = TaskProfile()
     try:

@@ -6,14 +6,19 @@ The switch and its signal are the sampler's (``sampler.py``): the switch file sa
 and the worker's SIGUSR2 handler builds a :class:`CallProfiler` instead of a sampling
 thread (in cProfile mode; it writes the worker's file) or beside it (memory or lines
 with sampling: the sampler's file then carries their figures). The driver's side of
-the merge is :func:`merge`, :func:`merge_lines` and :func:`merge_memory`.
+the merge is :func:`merge`, :func:`merge_lines` and :func:`merge_memory`. With
+``memray``, it also holds the worker's memray capture (``memray_capture.py``) and
+notes the task functions it ran, which name the capture's stacks.
 
 Lines (``profile_tasks(lines=[f, ...])``, with line_profiler installed): the driver
 writes the functions' ``(file, first line, name)`` to ``sampling-lines.json``; the
-worker finds its own function objects of those codes among its objects (``gc``, once
-at the start and again after it loads a new function, since a task's helpers arrive
-with it) and gives them to one ``line_profiler.LineProfiler``, enabled per call as the
-cProfile one is. Its timings travel as JSON (``[file, line, name, [[line, hits,
+worker finds its own function objects of those codes among its objects (``gc``, and
+the loaded modules' top level, whose objects the fork server froze out of ``gc``'s
+sight; once at the start and again after it loads a new function, since a task's
+helpers arrive with it) and gives them to one ``line_profiler.LineProfiler``, enabled per call as the
+cProfile one is. ``lightwork profile --lines NAME`` names them instead, as
+``qualname``, ``file.py:qualname`` or ``module:qualname``: every function of that
+name is timed. Its timings travel as JSON (``[file, line, name, [[line, hits,
 time], ...]]`` in its timer's unit) and are added up by line in the driver.
 
 Memory (``profile_tasks(memory=True)``): tracemalloc traces the worker's allocations
@@ -80,13 +85,18 @@ class CallProfiler:
 
     def __init__(self, worker: Any, token: str, worker_id: int, path: str,
                  cprofile: bool = True, memory: bool = False,
-                 lines: list[Key] | None = None) -> None:
+                 lines: list[Any] | None = None, memray: bool = False) -> None:
         import cProfile
 
         self._new_profile = cProfile.Profile
         self.cprofile = cprofile
         self.memory = MemoryTracer() if memory else None
         self.lines = LineTimer(worker, lines) if lines else None
+        self.capture = None
+        if memray:
+            from lightwork.engines.local.memray_capture import Capture
+
+            self.capture = Capture(path)
         self.worker = worker
         self.token = token
         self.worker_id = worker_id
@@ -104,6 +114,8 @@ class CallProfiler:
         """On the main thread (the SIGUSR2 handler, or ``main`` when it starts)."""
         if self.memory is not None:
             self.memory.start()
+        if self.capture is not None:
+            self.capture.start()
         self.worker._execute = self._execute
         if self.cprofile and getattr(self.worker._local, "frame", None) is not None:
             # A call runs here now (the handler interrupted it): count it from here on.
@@ -119,6 +131,8 @@ class CallProfiler:
             self.in_call.add(ident)
             self.calls += 1
         memory, lines = self.memory, self.lines
+        if self.capture is not None:
+            self.capture.labels.add(frame[2])
         traced = memory.before(frame[2]) if memory is not None else None
         if lines is not None:
             lines.enable(frame[1])
@@ -145,14 +159,20 @@ class CallProfiler:
             main.disable()  # a call in progress here reports what it did so far
         if write:
             _thread.start_new_thread(self._write_when_drained, ())
-        elif self.memory is not None:
+            return
+        if self.memory is not None:
             self.memory.stop()
+        if self.capture is not None:
+            self.capture.stop()
 
     def memory_result(self) -> dict[str, Any]:
         return self.memory.result() if self.memory is not None else {}
 
     def lines_result(self) -> dict[str, Any]:
         return self.lines.result() if self.lines is not None else {}
+
+    def memray_result(self) -> dict[str, Any]:
+        return self.capture.result() if self.capture is not None else {}
 
     def _write_when_drained(self) -> None:
         deadline = time.monotonic() + DRAIN_S
@@ -165,6 +185,8 @@ class CallProfiler:
         memory, lines = self.memory_result(), self.lines_result()
         if self.memory is not None:
             self.memory.stop()
+        if self.capture is not None:
+            self.capture.stop()  # its file is complete before the handshake says final
         with self._lock:
             done = [p for ident, p in self.profiles.items()
                     if ident == self._main or ident not in self.in_call]
@@ -181,7 +203,8 @@ class CallProfiler:
                 json.dump({"worker_id": self.worker_id, "pid": os.getpid(), "token": self.token,
                            "hz": 0, "samples": self.calls, "started": self.started,
                            "ended": self.ended, "final": True, "counts": [],
-                           "mode": "cprofile", "memory": memory, "lines": lines}, f)
+                           "mode": "cprofile", "memory": memory, "lines": lines,
+                           "memray": self.memray_result()}, f)
             os.replace(temporary, self.path)
         except OSError:
             pass
@@ -190,13 +213,14 @@ class CallProfiler:
 class LineTimer:
     """line_profiler on this worker's functions of the given codes (module docstring)."""
 
-    def __init__(self, worker: Any, targets: list[Key]) -> None:
+    def __init__(self, worker: Any, targets: list[Any]) -> None:
         from line_profiler import LineProfiler
 
         self.worker = worker
         self.profiler = LineProfiler()
-        self.targets = {tuple(t) for t in targets}
-        self.found: set[Key] = set()
+        self.targets = {tuple(t) for t in targets if not isinstance(t, str)}
+        self.names = [_name_target(t) for t in targets if isinstance(t, str)]
+        self.found: set[Any] = set()
         self._known = -1  # how many functions the worker had at the last search
 
     def _resolve(self) -> None:
@@ -204,17 +228,18 @@ class LineTimer:
         import types
 
         known = len(getattr(self.worker, "functions", ()))
-        if known == self._known or self.found >= self.targets:
+        if known == self._known or (not self.names and self.found >= self.targets):
             return
         self._known = known
-        for obj in gc.get_objects():
-            if type(obj) is types.FunctionType:
-                code = obj.__code__
-                key = (code.co_filename, code.co_firstlineno, code.co_name)
-                if key in self.targets and id(obj) not in self._added:
-                    self._added.add(id(obj))
-                    self.found.add(key)
-                    self.profiler.add_function(obj)
+        functions = [obj for obj in gc.get_objects() if type(obj) is types.FunctionType]
+        for obj in functions + _module_functions():
+            code = obj.__code__
+            key = (code.co_filename, code.co_firstlineno, code.co_name)
+            named = self.names and any(_names(obj, *name) for name in self.names)
+            if (named or key in self.targets) and id(obj) not in self._added:
+                self._added.add(id(obj))
+                self.found.add(key)
+                self.profiler.add_function(obj)
 
     _added: set[int]
 
@@ -237,6 +262,49 @@ class LineTimer:
         return {"unit": stats.unit,
                 "timings": [[file, line, name, [list(t) for t in timings]]
                             for (file, line, name), timings in stats.timings.items()]}
+
+
+def _module_functions() -> list[Any]:
+    """The functions and methods defined at the top of every loaded module: the fork
+    server freezes what it imported (``gc.freeze``), and ``gc.get_objects`` leaves
+    frozen objects out."""
+    import sys
+    import types
+
+    found = []
+    for module in list(sys.modules.values()):
+        try:
+            names = vars(module)
+        except TypeError:
+            continue
+        for value in list(names.values()):
+            if type(value) is types.FunctionType:
+                found.append(value)
+            elif isinstance(value, type) and value.__module__ == names.get("__name__"):
+                for member in list(vars(value).values()):
+                    member = getattr(member, "__func__", member)  # static, class methods
+                    if type(member) is types.FunctionType:
+                        found.append(member)
+    return found
+
+
+def _name_target(text: str) -> tuple[str, str]:
+    """``"parse"``, ``"Loader.load"``, ``"tasks.py:parse"``, ``"pkg.mod:parse"`` ->
+    ``(where, qualname)``; ``where`` is empty, a file's name or path, or a module."""
+    where, _, qualname = text.rpartition(":")
+    return where, qualname
+
+
+def _names(function: Any, where: str, qualname: str) -> bool:
+    """Whether ``function`` is the one named ``where:qualname`` (module docstring)."""
+    if function.__qualname__ != qualname:
+        return False
+    if not where:
+        return True
+    if where.endswith(".py"):
+        file = function.__code__.co_filename
+        return file == where or file.endswith(os.sep + where.lstrip(os.sep))
+    return bool(function.__module__ == where)
 
 
 def merge_lines(results: list[dict[str, Any]]) -> dict[str, Any]:

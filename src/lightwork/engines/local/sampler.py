@@ -13,8 +13,9 @@
 
 What it owns: the switch file and the per-worker sample files in the session
 directory, and one :class:`Sampler` per process while profiling is on. The switch also
-names a mode: ``sample`` (this module's sampler) or ``cprofile``, and extras ``memory``
-and ``lines``: those wrap each task call instead (``call_profiler.py``), through the
+names a mode: ``sample`` (this module's sampler) or ``cprofile``, and extras ``memory``,
+``memray`` and ``lines``: those wrap each task call instead (``call_profiler.py``,
+``memray_capture.py``), through the
 same signal, files and merge. Off, nothing of
 it runs: no thread, no check on the task loop; a worker only has a signal handler
 (installed once in ``main``, like the stack-dump one) and its ``.ready`` marker.
@@ -110,7 +111,8 @@ def _sample_path(session_dir: str, worker_id: int) -> str:
 def _read_switch(session_dir: str) -> tuple[bool, str, float, str, set[str]] | None:
     """``(on, token, hz, mode, extras)`` from the switch file: ``on <token> <hz> [<mode>
     [extras...]]`` or ``off <token>``; the mode is one of ``MODES``, the extras
-    ``memory`` (tracemalloc per call) and ``lines`` (line timings of the functions in
+    ``memory`` (tracemalloc per call), ``memray`` (a memray capture of the worker:
+    ``memray_capture.py``) and ``lines`` (line timings of the functions in
     ``sampling-lines.json``: ``call_profiler.py``)."""
     try:
         with open(_switch_path(session_dir)) as f:
@@ -276,7 +278,8 @@ class Sampler:
                 "ended": self.ended or time.time(), "final": bool(self.ended),
                 "counts": [[label, list(stack), n] for (label, stack), n in self.counts.items()],
                 "memory": self.calls.memory_result() if self.calls is not None else {},
-                "lines": self.calls.lines_result() if self.calls is not None else {}}
+                "lines": self.calls.lines_result() if self.calls is not None else {},
+                "memray": self.calls.memray_result() if self.calls is not None else {}}
 
     def write(self, final: bool) -> None:
         assert self.path is not None
@@ -359,6 +362,7 @@ def _follow_switch(signalled: bool = True) -> None:
     on, token, hz, mode, extras = switch if switch is not None else (
         False, "", 0.0, SAMPLE, set())
     memory = "memory" in extras
+    memray = "memray" in extras
     lines = _read_lines(_session_dir, token) if on and "lines" in extras else None
     if running is not None and not (on and token == running.token):
         running.stop()  # its thread writes the final counts
@@ -374,14 +378,15 @@ def _follow_switch(signalled: bool = True) -> None:
     if on and (running is None or token != running.token):
         path = _sample_path(_session_dir, _worker_id)
         calls = None
-        if mode == CPROFILE or memory or lines:
+        if mode == CPROFILE or memory or lines or memray:
             from lightwork.engines.local import worker as worker_module
             from lightwork.engines.local.call_profiler import CallProfiler
 
             if worker_module._current_worker is None:
                 return  # still starting: main() follows the switch once it is built
             calls = CallProfiler(worker_module._current_worker, token, _worker_id, path,
-                                 cprofile=mode == CPROFILE, memory=memory, lines=lines)
+                                 cprofile=mode == CPROFILE, memory=memory, lines=lines,
+                                 memray=memray)
         if mode == CPROFILE:
             _running = calls
         else:
@@ -396,7 +401,7 @@ class SamplingSession:
     """The driver's side of one profile: the switch, its own sampler, the merge."""
 
     def __init__(self, node: Any, hz: float, mode: str = SAMPLE, memory: bool = False,
-                 lines: list[Any] | None = None) -> None:
+                 lines: list[Any] | None = None, memray: bool = False) -> None:
         if not 1 <= hz <= 1000:
             raise ValueError(f"the sampling rate must be within 1-1000 Hz, got {hz:g}")
         if mode not in MODES:
@@ -405,14 +410,16 @@ class SamplingSession:
         self.hz = hz
         self.mode = mode
         self.memory = memory
-        self.lines = [list(t) for t in lines or ()]
+        self.memray = memray
+        self.lines = [t if isinstance(t, str) else list(t) for t in lines or ()]
         self.session_dir = node.session.directory
         self.token = f"{os.getpid()}-{time.monotonic_ns()}"
         self.driver = Sampler(self.token, hz, 0, None, driver=True)
 
     def start(self) -> None:
         for path in glob.glob(os.path.join(self.session_dir, "sample-w*.json")) + \
-                glob.glob(os.path.join(self.session_dir, "sample-w*.pstats")):
+                glob.glob(os.path.join(self.session_dir, "sample-w*.pstats")) + \
+                glob.glob(os.path.join(self.session_dir, "sample-w*.memray")):
             try:
                 os.unlink(path)  # a previous profile's: never merged into this one
             except OSError:
@@ -421,7 +428,8 @@ class SamplingSession:
             with open(_lines_path(self.session_dir), "w") as f:
                 json.dump({"token": self.token, "functions": self.lines}, f)
         _write_switch(self.session_dir, f"on {self.token} {self.hz:g} {self.mode}"
-                      + " memory" * self.memory + " lines" * bool(self.lines))
+                      + " memory" * self.memory + " lines" * bool(self.lines)
+                      + " memray" * self.memray)
         if self.mode == SAMPLE:  # (cProfile mode profiles task calls: none run here)
             self.driver.start()
         _signal_workers(self.node, self.session_dir)
@@ -461,6 +469,11 @@ class SamplingSession:
             if self.memory:
                 out["allocations"] = call_profiler.merge_memory(
                     [results[w].get("memory") or {} for w in sorted(results)])
+        if self.memray:
+            from lightwork.engines.local import memray_capture
+
+            out["memray"] = memray_capture.merge(
+                [(w, results[w].get("memray") or {}) for w in sorted(results)])
         if self.lines:
             from lightwork.engines.local import call_profiler
 
@@ -515,15 +528,15 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def start(node: Any, hz: float = DEFAULT_HZ, mode: str = SAMPLE,
-          memory: bool = False, lines: list[Any] | None = None) -> dict[str, Any]:
+def start(node: Any, hz: float = DEFAULT_HZ, mode: str = SAMPLE, memory: bool = False,
+          lines: list[Any] | None = None, memray: bool = False) -> dict[str, Any]:
     """Start a profile of the node's tasks (ValueError if one is already on)."""
     with node.lock:
         if getattr(node, "sampling", None) is not None:
             raise ValueError("a task profile is already running in this session "
                              "(profile_tasks() or `lightwork profile`); stop it first, or "
                              "wait for it to end")
-        node.sampling = session = SamplingSession(node, hz, mode, memory, lines)
+        node.sampling = session = SamplingSession(node, hz, mode, memory, lines, memray)
     try:
         session.start()
     except BaseException:
