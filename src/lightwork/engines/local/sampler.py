@@ -79,6 +79,7 @@ import time
 from typing import Any
 
 from lightwork.engines.local.actor_runners import AsyncRunner
+from lightwork.engines.local.call_profiler import Steps
 from lightwork.engines.local.task_memory import MemoryProbe
 from lightwork.engines.local.worker import Worker
 
@@ -268,7 +269,8 @@ class Sampler:
                     return None, ()
                 codes.reverse()
                 return label, tuple(self._name(c) for c in codes)
-            codes.append(code)
+            if code is not _STEPS_CODE:
+                codes.append(code)
             frame = frame.f_back
         return None, ()
 
@@ -299,6 +301,8 @@ _EXECUTE_CODE = Worker._execute.__code__
 _COROUTINE_CODE = AsyncRunner._cancellable.__code__
 # An async actor's pool thread waits here while its coroutine runs on the loop.
 _HANDED_TO_LOOP = AsyncRunner.run.__code__
+# A profile's driver of an async call's steps (call_profiler.py): no part of the task.
+_STEPS_CODE = Steps.__await__.__code__
 # The runtime's own work inside _execute that is no part of the task: reading the
 # worker's memory around the call. Its reads let go of the GIL, so a waiting sampler
 # would land there far more often than its share of the time.
