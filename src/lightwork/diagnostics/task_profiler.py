@@ -60,6 +60,7 @@ class TaskProfile:
         self.processes: list[dict[str, Any]] = []  # worker_id (0: driver), pid, samples
         self.missing: list[int] = []  # workers that sent no final counts (they died)
         self.mode = "sample"
+        self.native = False  # native=True: the workers' stacks are py-spy's, C frames too
         self._stats_rows: list[list[Any]] = []  # cprofile mode: the merged pstats rows
         #: memory=True: per task function, its calls, the most memory one call traced
         #: above its start (``peak``), what its calls left allocated (``kept``), and
@@ -82,6 +83,7 @@ class TaskProfile:
         self.duration = max(0.0, float(data.get("ended") or 0) - float(data.get("started") or 0))
         self.missing = list(data.get("missing", []))
         self.mode = str(data.get("mode", "sample"))
+        self.native = bool(data.get("native", False))
         self._stats_rows = list(data.get("stats", []))
         self.allocations = dict(data.get("allocations") or {})
         self.line_timings = dict(data.get("lines") or {})
@@ -221,7 +223,7 @@ class TaskProfile:
     def top(self, n: int = 10) -> str:
         """A text table per task function: its ``n`` hottest functions, self and total."""
         lines = [f"{self.total} samples at {self.hz:g} Hz from {len(self.workers)} workers "
-                 f"over {self.duration:.2f} s"]
+                 f"over {self.duration:.2f} s" + (", C frames by py-spy" if self.native else "")]
         if self.missing:
             lines.append(f"(no final counts from workers {self.missing}: they exited; "
                          "their last second may be missing)")
@@ -335,7 +337,8 @@ class _Loaded:
 
 @contextlib.contextmanager
 def profile_tasks(hz: float = 100.0, mode: str = "sample", memory: bool | str = False,
-                  lines: list[Any] | None = None) -> Iterator[TaskProfile]:
+                  lines: list[Any] | None = None, native: bool = False
+                  ) -> Iterator[TaskProfile]:
     """Profile the code of every running task while the block runs.
 
     ``mode="sample"`` samples the stacks of the tasks (and the driver) ``hz`` times a
@@ -344,7 +347,9 @@ def profile_tasks(hz: float = 100.0, mode: str = "sample", memory: bool | str = 
     tracemalloc around every call: each task function's peak and the lines that
     allocated what its calls kept (``prof.memory_top()``); ``memory="memray"`` captures
     every worker's allocations with memray instead (the ``profile`` extra), for
-    ``prof.memray_flamegraph(path)``. ``lines=[func, ...]`` times
+    ``prof.memray_flamegraph(path)``. ``native=True`` samples the workers with py-spy
+    instead, C frames included (py-spy installed, and allowed to ptrace them; on its
+    own, in sampling mode). ``lines=[func, ...]`` times
     those functions line by line wherever tasks call them (line_profiler, the
     ``profile`` extra: ``prof.print_lines()``). The yielded :class:`TaskProfile` is
     empty inside the block and filled when it ends.
@@ -369,7 +374,7 @@ def profile_tasks(hz: float = 100.0, mode: str = "sample", memory: bool | str = 
                            "profile` attaches to a running program)")
     targets = line_targets(lines) if lines else []
     control.dispatch(node, "sample_start", {"hz": hz, "mode": mode, "memory": memory,
-                                            "lines": targets})
+                                            "lines": targets, "native": bool(native)})
     profile = TaskProfile()
     try:
         yield profile

@@ -112,17 +112,18 @@ def answer_sampling(node: Node, op: str, args: dict[str, Any]) -> Any:
     memory = memory in (True, "tracemalloc")
     lines = _line_targets(args.get("lines"))
     native = bool(args.get("native", False))
-    if native and mode != sampler.SAMPLE:
-        raise ValueError("native frames are stack samples: use --native (native=True) "
-                         "in sampling mode")
+    if native and (mode != sampler.SAMPLE or memory or memray or lines):
+        raise ValueError("native frames (py-spy) are stack samples on their own: profile "
+                         "with native alone, in sampling mode (no cprofile, memory or "
+                         "lines beside it)")
     if op == "sample_start":
-        return sampler.start(node, hz, mode, memory, lines, memray)
+        return sampler.start(node, hz, mode, memory, lines, memray, native)
     if op == "sample_stop":
         return sampler.stop(node)
     seconds = float(args.get("seconds", 5.0))
     if not 0 < seconds <= 3600:
         raise ValueError(f"a profile lasts within (0, 3600] seconds, got {seconds:g}")
-    sampler.start(node, hz, mode, memory, lines, memray)
+    sampler.start(node, hz, mode, memory, lines, memray, native)
     try:
         time.sleep(seconds)
     finally:

@@ -20,6 +20,9 @@ same signal, files and merge. Off, nothing of
 it runs: no thread, no check on the task loop; a worker only has a signal handler
 (installed once in ``main``, like the stack-dump one) and its ``.ready`` marker.
 
+With ``native``, the switch is never turned on: py-spy samples the workers from the
+driver instead (``native_sampler.py``), and the driver's own sampler runs as always.
+
 Why a signal and not a frame on the worker's socket: the socket is read by the task
 loop between tasks, so a frame would reach a worker running a ten-minute task only
 after it. The handler runs on the main thread between two bytecodes, even inside a
@@ -405,7 +408,8 @@ class SamplingSession:
     """The driver's side of one profile: the switch, its own sampler, the merge."""
 
     def __init__(self, node: Any, hz: float, mode: str = SAMPLE, memory: bool = False,
-                 lines: list[Any] | None = None, memray: bool = False) -> None:
+                 lines: list[Any] | None = None, memray: bool = False,
+                 native: bool = False) -> None:
         if not 1 <= hz <= 1000:
             raise ValueError(f"the sampling rate must be within 1-1000 Hz, got {hz:g}")
         if mode not in MODES:
@@ -415,12 +419,21 @@ class SamplingSession:
         self.mode = mode
         self.memory = memory
         self.memray = memray
+        self.wants_native = native
+        self.native: Any = None  # a NativeRecorder (native_sampler.py) instead of samplers
         self.lines = [t if isinstance(t, str) else list(t) for t in lines or ()]
         self.session_dir = node.session.directory
         self.token = f"{os.getpid()}-{time.monotonic_ns()}"
         self.driver = Sampler(self.token, hz, 0, None, driver=True)
 
     def start(self) -> None:
+        if self.wants_native:  # py-spy samples the workers; their samplers stay off
+            from lightwork.engines.local.native_sampler import NativeRecorder
+
+            self.native = NativeRecorder(self.session_dir, self.hz, _live_workers(self.node))
+            self.native.start()
+            self.driver.start()
+            return
         for path in glob.glob(os.path.join(self.session_dir, "sample-w*.json")) + \
                 glob.glob(os.path.join(self.session_dir, "sample-w*.pstats")) + \
                 glob.glob(os.path.join(self.session_dir, "sample-w*.memray")):
@@ -440,6 +453,8 @@ class SamplingSession:
 
     def stop(self, timeout: float = 2.0) -> dict[str, Any]:
         """End the profile everywhere; the merged samples (``Profile``'s input)."""
+        if self.native is not None:
+            return self._stop_native()
         _write_switch(self.session_dir, f"off {self.token}")
         self.driver.stop()
         signalled = _signal_workers(self.node, self.session_dir)
@@ -484,6 +499,28 @@ class SamplingSession:
             out["lines"] = call_profiler.merge_lines(
                 [results[w].get("lines") or {} for w in sorted(results)])
         return out
+
+
+    def _stop_native(self) -> dict[str, Any]:
+        from lightwork.kernel import views
+
+        self.driver.stop()
+        self.driver.done.acquire(timeout=1.0)
+        labels: dict[int, set[str]] = {}
+        for row in views.task_rows(self.node):  # which task functions ran on which worker
+            if row["worker_id"] in self.native.workers:
+                labels.setdefault(row["worker_id"], set()).add(row["name"])
+        workers = self.native.stop(labels)
+        return {"hz": self.hz, "mode": self.mode, "memory": False, "native": True,
+                "started": self.driver.started, "ended": self.driver.ended,
+                "processes": [self.driver.result()] + workers,
+                "missing": [w["worker_id"] for w in workers if w["error"]]}
+
+
+def _live_workers(node: Any) -> dict[int, int]:
+    with node.lock:
+        return {conn.worker_id: conn.pid for conn in node.workers.values()
+                if conn.pid and not conn.dead and not conn.eof_at}
 
 
 def _signal_workers(node: Any, session_dir: str) -> dict[int, int]:
@@ -533,14 +570,16 @@ def _alive(pid: int) -> bool:
 
 
 def start(node: Any, hz: float = DEFAULT_HZ, mode: str = SAMPLE, memory: bool = False,
-          lines: list[Any] | None = None, memray: bool = False) -> dict[str, Any]:
+          lines: list[Any] | None = None, memray: bool = False,
+          native: bool = False) -> dict[str, Any]:
     """Start a profile of the node's tasks (ValueError if one is already on)."""
     with node.lock:
         if getattr(node, "sampling", None) is not None:
             raise ValueError("a task profile is already running in this session "
                              "(profile_tasks() or `lightwork profile`); stop it first, or "
                              "wait for it to end")
-        node.sampling = session = SamplingSession(node, hz, mode, memory, lines, memray)
+        node.sampling = session = SamplingSession(node, hz, mode, memory, lines, memray,
+                                                  native)
     try:
         session.start()
     except BaseException:
