@@ -367,7 +367,7 @@ def profile_tasks(hz: float = 100.0, mode: str = "sample", memory: bool | str = 
     from lightwork.api import core as _api
     from lightwork.kernel import control
 
-    node = _api.run_record("profile_tasks()", live=True)  # UnsupportedOnBackend on a cluster
+    node = _api.run_record("profile_tasks()")  # (the cluster's: Dask's sampler, sampling only)
     if node is None:
         raise RuntimeError("no lightwork runtime is running in this process; call "
                            "lightwork.init() first (from another terminal, `lightwork "
