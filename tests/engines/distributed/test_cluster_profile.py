@@ -124,3 +124,40 @@ def test_cli_profiles_a_driver_on_the_cluster(cluster, tmp_path):
         assert refused.returncode != 0 and "embedded runtime" in refused.stderr
     finally:
         helpers.stop_session_driver(info)
+
+
+def test_dask_s_uncounted_innermost_frame_gets_its_samples():
+    """As a Dask worker samples (``profile.process(frame, True, ...)``): every frame but
+    the innermost counts the sample; the stacks must still end in the innermost one."""
+    import sys
+    import threading
+
+    from distributed import profile
+
+    from lightwork.engines.distributed.profiling import stacks_of
+
+    started = threading.Event()
+    done: list[bool] = []
+
+    def innermost():
+        started.set()
+        while not done:  # (no call: this frame stays the innermost)
+            pass
+
+    def caller():
+        innermost()
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    started.wait(10)
+    tree = profile.create()
+    try:
+        for _ in range(20):
+            profile.process(sys._current_frames()[thread.ident], True, tree)
+    finally:
+        done.append(True)
+        thread.join()
+    [(frames, count)] = stacks_of(tree)
+    assert count == 20
+    assert frames[-2:] == ("caller (test_cluster_profile.py)",
+                           "innermost (test_cluster_profile.py)"), frames

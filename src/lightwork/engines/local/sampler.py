@@ -56,8 +56,9 @@ the stack itself, with nothing written on the task loop: the innermost frame of
 frame, whose name is the task table's name (``f``, ``Counter.incr``); a pool thread of
 an async actor waiting in ``AsyncRunner.run`` for its coroutine is skipped, since the
 loop thread's sample is the call's. Only the frames
-above it (the user's code and what it calls) are kept; a thread with no such frame runs
-no task and is skipped. Reading ``f_locals`` of that one frame snapshots its locals
+above it (the user's code and what it calls, less a profile's own ``Steps`` driving an
+async call: ``call_profiler.py``) are kept; a thread with no such frame runs no task
+and is skipped. Reading ``f_locals`` of that one frame snapshots its locals
 into the frame's dict: it may keep the call's arguments alive until ``_execute``
 returns (microseconds after its own ``del``), never longer.
 
