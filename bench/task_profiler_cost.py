@@ -3,6 +3,7 @@
 Usage (from the repository root)::
 
     python bench/task_profiler_cost.py [--rounds 6] [--hz 100] [--mode sample|cprofile]
+        [--memory tracemalloc|memray] [--native] [--async-calls]
 
 Two workloads, each run with the profiler off and on in turn (off on, then on off in
 the next round, so a drift in the machine's load weighs on both alike), in one runtime:
@@ -17,7 +18,12 @@ the next round, so a drift in the machine's load weighs on both alike), in one r
 * ``no-op tasks``: 2,000 tasks that do nothing, in one batch; the wall time per task
   (what a profile adds to each call's path: cProfile mode's wrapper).
 
-``--mode`` picks the profile: stack samples at ``--hz`` (the default) or cProfile.
+* ``async calls`` (with ``--async-calls``): 40 calls of the CPU-bound work on an async
+  actor, each awaiting once midway; the actor worker's CPU time per call (what stepping
+  a coroutine adds in cProfile, line and memory profiles).
+
+``--mode`` picks the profile: stack samples at ``--hz`` (the default) or cProfile;
+``--memory`` adds tracemalloc or memray to it, and ``--native`` samples with py-spy.
 
 Printed per figure: the medians off and on, and the median of the per-round ratios
 on/off. A shared 2-core host is noisy: the CPU figure is the one to read.
@@ -104,19 +110,54 @@ def noop_tasks() -> float:
     return (time.perf_counter() - started) / 2_000
 
 
-def workloads() -> dict[str, float]:
+@ray.remote
+class Crunchy:
+    async def crunch(self) -> float:
+        import asyncio
+
+        started = time.process_time()
+        total = 0
+        for i in range(WORK // 2):
+            total += i * i
+        await asyncio.sleep(0)
+        for i in range(WORK // 2):
+            total += i * i
+        return time.process_time() - started
+
+    def cpu(self) -> float:
+        return time.process_time()
+
+
+_actor: list[Crunchy] = []
+
+
+def async_calls() -> float:
+    if not _actor:
+        _actor.append(Crunchy.remote())
+    actor = _actor[0]
+    before = ray.get(actor.cpu.remote())
+    ray.get([actor.crunch.remote() for _ in range(40)])
+    return (ray.get(actor.cpu.remote()) - before) / 40
+
+
+def workloads(with_async: bool = False) -> dict[str, float]:
     loops = guide_loops()
     cpu, wall = cpu_tasks()
-    return {"guide loops wall s": loops, "cpu tasks CPU/task ms": 1000 * cpu,
-            "cpu tasks wall s": wall, "call tasks CPU/task ms": 1000 * call_tasks(),
-            "no-op tasks wall/task us": 1e6 * noop_tasks()}
+    figures = {"guide loops wall s": loops, "cpu tasks CPU/task ms": 1000 * cpu,
+               "cpu tasks wall s": wall, "call tasks CPU/task ms": 1000 * call_tasks(),
+               "no-op tasks wall/task us": 1e6 * noop_tasks()}
+    if with_async:
+        figures["async calls CPU/call ms"] = 1000 * async_calls()
+    return figures
 
 
-def measure(profiled: bool, hz: float, mode: str = "sample") -> dict[str, float]:
+def measure(profiled: bool, hz: float, mode: str = "sample", memory: str = "",
+            native: bool = False, with_async: bool = False) -> dict[str, float]:
     if not profiled:
-        return workloads()
-    with ray.profile_tasks(hz=hz, mode=mode) as prof:
-        figures = workloads()
+        return workloads(with_async)
+    kept: bool | str = {"": False, "tracemalloc": True, "memray": "memray"}[memory]
+    with ray.profile_tasks(hz=hz, mode=mode, memory=kept, native=native) as prof:
+        figures = workloads(with_async)
     assert (prof.calls if mode == "cprofile" else prof.total) > 0
     return figures
 
@@ -126,15 +167,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--hz", type=float, default=100.0)
     parser.add_argument("--mode", choices=("sample", "cprofile"), default="sample")
+    parser.add_argument("--memory", choices=("tracemalloc", "memray"), default="")
+    parser.add_argument("--native", action="store_true")
+    parser.add_argument("--async-calls", action="store_true")
     args = parser.parse_args()
     ray.init(num_cpus=2)
-    measure(False, args.hz)  # warm-up: workers started, functions loaded
+    measure(False, args.hz, with_async=args.async_calls)  # warm-up: workers, functions
     runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
     for index in range(args.rounds):
         for profiled in ((False, True) if index % 2 == 0 else (True, False)):
-            runs[profiled].append(measure(profiled, args.hz, args.mode))
+            runs[profiled].append(measure(profiled, args.hz, args.mode, args.memory,
+                                          args.native, args.async_calls))
     ray.shutdown()
     what = f"{args.hz:g} Hz" if args.mode == "sample" else "cProfile"
+    what += f", {args.memory}" * bool(args.memory) + ", native" * args.native
     print(f"{'figure':<26}{'off':>10}{'on':>10}{'on/off':>9}   ({args.rounds} rounds, {what})")
     for figure in runs[False][0]:
         off = [r[figure] for r in runs[False]]

@@ -27,7 +27,9 @@ socket of its session (the newest of this user's sessions, or ``--session NAME``
     lightwork profile [--seconds N] [-o FILE]  sample every task's stack; top functions,
                                            or a flame graph (.html), speedscope (.json),
                                            collapsed stacks (other names); --mode
-                                           cprofile: cProfile of every call (pstats)
+                                           cprofile: cProfile of every call (pstats);
+                                           --lines FUNC...: line timings; --memray FILE:
+                                           a memory flame graph; --native: C frames
     lightwork advise [--format json]       the advisor's findings: mistakes and their fixes
     lightwork debug [CALL] [--list] [--wait S]  the calls paused in the debugger
                                            (breakpoint() in a task); attach to one
@@ -476,10 +478,32 @@ def write_profile(ask: Any, args: Any, out: TextIO) -> None:
 
     if not 0 < args.seconds <= 3600:
         raise ValueError(f"--seconds must be within (0, 3600], got {args.seconds:g}")
+    if args.memray and (args.memory or args.mode == "cprofile"):
+        raise ValueError("--memray traces memory in sampling mode on its own: leave out "
+                         "--memory and --mode cprofile")
     profile = TaskProfile(ask("sample", seconds=args.seconds, hz=args.rate, mode=args.mode,
-                              memory=args.memory))
+                              memory="memray" if args.memray else args.memory,
+                              lines=args.lines or [], native=args.native))
     if args.memory:
         print(profile.memory_top(args.top), file=out)
+    if args.memray:
+        failed = [w for w in profile.memray.get("workers", []) if w["error"]]
+        for worker in failed:
+            print(f"worker {worker['worker_id']}: no memray capture: {worker['error']}",
+                  file=out)
+        path = profile.memray_flamegraph(args.memray)
+        print(f"wrote a memory flame graph of {len(profile.memray['workers']) - len(failed)} "
+              f"workers' allocations by task function to {path} (memray's; open it in a "
+              "browser)", file=out)
+    if args.lines:
+        if profile.line_timings.get("timings"):
+            profile.print_lines(stream=out)
+        else:
+            print(f"no call of {', '.join(args.lines)} ran in a task while it sampled "
+                  "(name a function as qualname, file.py:qualname or module:qualname)",
+                  file=out)
+        if args.output is None:
+            return
     if profile.mode == "cprofile":
         if args.output is None:
             profile.print_stats(args.top, stream=out)
@@ -586,6 +610,16 @@ def build_parser() -> argparse.ArgumentParser:
     sampling.add_argument("--memory", action="store_true",
                           help="also trace memory per task call (tracemalloc): peaks and "
                           "the lines that allocate what calls keep")
+    sampling.add_argument("--memray", metavar="FILE",
+                          help="also capture every worker's allocations with memray and "
+                          "write its flame graph (HTML) by task function to FILE")
+    sampling.add_argument("--lines", nargs="+", metavar="FUNC",
+                          help="also time these functions line by line where tasks call "
+                          "them (line_profiler): qualname, file.py:qualname or "
+                          "module:qualname")
+    sampling.add_argument("--native", action="store_true",
+                          help="also sample C frames, with py-spy (it must be installed "
+                          "and allowed to ptrace the workers)")
     sampling.add_argument("--output", "-o", help="write FILE instead of printing the top "
                           "functions: .html a flame graph, .json speedscope, else collapsed "
                           "stacks; in cprofile mode, pstats' file")

@@ -103,7 +103,10 @@ def test_a_tool_that_needs_the_live_runtime_is_refused_where_the_record_has_none
         assert support.run_record("a live tool", live=True) is support.driver_node()
         return
     with pytest.raises(exceptions.UnsupportedOnBackend,
-                       match=r"profile_tasks\(\) is not supported on the distributed backend: "
+                       match=r"a live tool is not supported on the distributed backend: "
                              r"it needs the embedded runtime's own state"):
-        with profile_tasks():
+        support.run_record("a live tool", live=True)
+    # A task profile samples through Dask there, in sampling mode only.
+    with pytest.raises(exceptions.UnsupportedOnBackend, match="embedded runtime's workers"):
+        with profile_tasks(mode="cprofile"):
             pass

@@ -3,15 +3,20 @@
 A helper called by tasks on both workers (and by an actor's method) must show every
 call's hits on each of its lines, added up over the workers, and print as
 line_profiler prints; the first call on each worker counts too (the function arrives
-with the task that calls it).
+with the task that calls it). From another terminal, ``lightwork profile --lines``
+names the functions instead, against a running program.
 """
 
 from __future__ import annotations
 
 import io
+import re
+import subprocess
+import sys
 
 import pytest
 
+from tests import helpers
 import lightwork
 from lightwork.diagnostics.task_profiler import profile_tasks
 
@@ -36,6 +41,21 @@ def task(n: int) -> int:
 class Caller:
     def call(self, n: int) -> int:
         return helper(n)
+
+
+def scale(value: int, factor: int) -> int:
+    return value * factor
+
+
+@lightwork.remote
+def scaled_sum(values: list[int], factor: int) -> int:
+    return sum(scale(value, factor) for value in values)
+
+
+def hits_of(printed: str, source: str) -> int:
+    """The hits line_profiler printed for the line whose source is ``source``."""
+    [row] = [line for line in printed.splitlines() if line.strip().endswith(source)]
+    return int(re.split(r"\s+", row.strip())[1])
 
 
 def hits(prof, name: str) -> dict[int, int]:
@@ -77,3 +97,42 @@ def test_bad_line_targets_say_what_to_give(two_cpus):
         lightwork.get(task.remote(1))
     with pytest.raises(ValueError, match="no line timings"):
         prof.print_lines()
+
+
+DRIVER = """
+import os, sys
+import lightwork
+from tests import support
+from tests.diagnostics.test_task_lines import scaled_sum
+
+lightwork.init(num_cpus=2)
+print("SOCKET", os.path.join(support.session_directory(), "control.sock"), flush=True)
+gate = sys.argv[1]
+while not os.path.exists(gate):
+    lightwork.get([scaled_sum.remote(list(range(200)), 2) for _ in range(4)])
+lightwork.shutdown()
+print("DONE", flush=True)
+"""
+
+
+def test_cli_times_named_functions_of_a_running_program():
+    info = helpers.start_session_driver(DRIVER)
+    try:
+        def profile(*names):
+            done = subprocess.run(
+                [sys.executable, "-m", "lightwork", "profile", "--seconds", "1", "--lines",
+                 *names], env=info["env"], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        printed = profile("scale", "test_task_lines.py:scaled_sum")
+        assert "Function: scale at line" in printed and "Function: scaled_sum" in printed
+        hits = hits_of(printed, "return value * factor")
+        assert hits > 0 and hits % 200 == 0, printed  # every call of the loop's 200
+        assert "no call of" in profile("tests.diagnostics.test_task_lines:nowhere")
+        bad = subprocess.run(
+            [sys.executable, "-m", "lightwork", "profile", "--seconds", "1", "--lines",
+             "a b"], env=info["env"], capture_output=True, text=True, timeout=60)
+        assert bad.returncode != 0 and "names such as" in bad.stderr
+    finally:
+        helpers.stop_session_driver(info)

@@ -60,6 +60,7 @@ class TaskProfile:
         self.processes: list[dict[str, Any]] = []  # worker_id (0: driver), pid, samples
         self.missing: list[int] = []  # workers that sent no final counts (they died)
         self.mode = "sample"
+        self.native = False  # native=True: the workers' stacks are py-spy's, C frames too
         self._stats_rows: list[list[Any]] = []  # cprofile mode: the merged pstats rows
         #: memory=True: per task function, its calls, the most memory one call traced
         #: above its start (``peak``), what its calls left allocated (``kept``), and
@@ -69,6 +70,11 @@ class TaskProfile:
         #: lines=[...]: line_profiler's timings, added up over the workers:
         #: ``{"unit": seconds, "timings": [[file, first line, name, [[line, hits, time]]]]}``
         self.line_timings: dict[str, Any] = {}
+        #: memory="memray": the workers' allocations labelled by task function, at each
+        #: worker's high-water mark (``peak``) and still allocated at the end (``leaks``):
+        #: ``[label, frames (innermost first: function, file, line), bytes, blocks]``;
+        #: ``workers``: each worker's peak and its error, if its capture failed.
+        self.memray: dict[str, Any] = {}
         if data is not None:
             self._fill(data)
 
@@ -77,9 +83,11 @@ class TaskProfile:
         self.duration = max(0.0, float(data.get("ended") or 0) - float(data.get("started") or 0))
         self.missing = list(data.get("missing", []))
         self.mode = str(data.get("mode", "sample"))
+        self.native = bool(data.get("native", False))
         self._stats_rows = list(data.get("stats", []))
         self.allocations = dict(data.get("allocations") or {})
         self.line_timings = dict(data.get("lines") or {})
+        self.memray = dict(data.get("memray") or {})
         for process in data["processes"]:
             worker_id = int(process["worker_id"])
             self.processes.append({"worker_id": worker_id, "pid": process["pid"],
@@ -215,7 +223,7 @@ class TaskProfile:
     def top(self, n: int = 10) -> str:
         """A text table per task function: its ``n`` hottest functions, self and total."""
         lines = [f"{self.total} samples at {self.hz:g} Hz from {len(self.workers)} workers "
-                 f"over {self.duration:.2f} s"]
+                 f"over {self.duration:.2f} s" + (", C frames by py-spy" if self.native else "")]
         if self.missing:
             lines.append(f"(no final counts from workers {self.missing}: they exited; "
                          "their last second may be missing)")
@@ -251,6 +259,24 @@ class TaskProfile:
             for file, line, size, count in sites:
                 lines.append(f"  {size / mb:10.2f} MB {count:8d} blocks  {file}:{line}")
         return "\n".join(lines) + "\n"
+
+    def memray_stacks(self, leaks: bool = False) -> list[tuple[str, tuple[Any, ...], int, int]]:
+        """memory="memray": ``(label, frames, bytes, blocks)`` per allocating stack, at
+        the workers' peaks (or, ``leaks=True``, still allocated when the profile ended);
+        frames innermost first, each ``(function, file, line)``."""
+        if not self.memray:
+            raise ValueError("no memray capture in this profile: profile with "
+                             "profile_tasks(memory=\"memray\") or `lightwork profile --memray`")
+        return [(label, tuple(tuple(f) for f in frames), size, count)
+                for label, frames, size, count in self.memray["leaks" if leaks else "peak"]]
+
+    def memray_flamegraph(self, path: str, leaks: bool = False) -> str:
+        """memory="memray": memray's own HTML flame graph of the workers' allocations,
+        merged: each stack's root is its task function, and memray's thread selector
+        picks one task function. ``leaks=True``: what was still allocated at the end."""
+        from lightwork.diagnostics import memray_report
+
+        return memray_report.write(self, path, leaks)
 
     def print_lines(self, stream: Any = None) -> None:
         """lines=[...]: each function's time by line, as line_profiler prints it."""
@@ -310,33 +336,45 @@ class _Loaded:
 
 
 @contextlib.contextmanager
-def profile_tasks(hz: float = 100.0, mode: str = "sample", memory: bool = False,
-                  lines: list[Any] | None = None) -> Iterator[TaskProfile]:
+def profile_tasks(hz: float = 100.0, mode: str = "sample", memory: bool | str = False,
+                  lines: list[Any] | None = None, native: bool = False
+                  ) -> Iterator[TaskProfile]:
     """Profile the code of every running task while the block runs.
 
     ``mode="sample"`` samples the stacks of the tasks (and the driver) ``hz`` times a
     second; ``mode="cprofile"`` runs cProfile around every task and actor call in the
     workers (``prof.print_stats()``, ``prof.dump_stats(path)``). ``memory=True`` adds
     tracemalloc around every call: each task function's peak and the lines that
-    allocated what its calls kept (``prof.memory_top()``). ``lines=[func, ...]`` times
+    allocated what its calls kept (``prof.memory_top()``); ``memory="memray"`` captures
+    every worker's allocations with memray instead (the ``profile`` extra), for
+    ``prof.memray_flamegraph(path)``. ``native=True`` samples the workers with py-spy
+    instead, C frames included (py-spy installed, and allowed to ptrace them; on its
+    own, in sampling mode). ``lines=[func, ...]`` times
     those functions line by line wherever tasks call them (line_profiler, the
     ``profile`` extra: ``prof.print_lines()``). The yielded :class:`TaskProfile` is
     empty inside the block and filled when it ends.
     """
+    if memory not in (True, False, "memray"):
+        raise ValueError(f"memory must be True (tracemalloc per call), \"memray\" (memray "
+                         f"captures, a memory flame graph) or False; got {memory!r}")
+    if memory == "memray" and mode == "cprofile":
+        raise ValueError("memray and cProfile both need Python's profile hook, one at a "
+                         "time: profile memory with memray in sampling mode, or use "
+                         "memory=True (tracemalloc) with mode=\"cprofile\"")
     if mode not in ("sample", "cprofile"):
         raise ValueError(f"unknown profile mode {mode!r}; choose \"sample\" (stack "
                          "samples, a flame graph) or \"cprofile\" (every call counted)")
     from lightwork.api import core as _api
     from lightwork.kernel import control
 
-    node = _api.run_record("profile_tasks()", live=True)  # UnsupportedOnBackend on a cluster
+    node = _api.run_record("profile_tasks()")  # (the cluster's: Dask's sampler, sampling only)
     if node is None:
         raise RuntimeError("no lightwork runtime is running in this process; call "
                            "lightwork.init() first (from another terminal, `lightwork "
                            "profile` attaches to a running program)")
     targets = line_targets(lines) if lines else []
-    control.dispatch(node, "sample_start", {"hz": hz, "mode": mode, "memory": bool(memory),
-                                            "lines": targets})
+    control.dispatch(node, "sample_start", {"hz": hz, "mode": mode, "memory": memory,
+                                            "lines": targets, "native": bool(native)})
     profile = TaskProfile()
     try:
         yield profile

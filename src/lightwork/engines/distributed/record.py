@@ -692,6 +692,10 @@ class ClusterLog(RunRecord):
             if not 0 < timeout <= 60:
                 raise ValueError(f"the stack timeout must be in (0, 60] seconds, got {timeout}")
             return self.stacks(timeout)
+        if op in ("sample_start", "sample_stop", "sample"):  # Dask's own sampler
+            from lightwork.engines.distributed import profiling
+
+            return profiling.answer(self, op, args)
         if op == "list":
             raise ValueError(f"cannot list {args.get('kind')!r}; choose one of tasks, "
                              "actors, workers, objects")

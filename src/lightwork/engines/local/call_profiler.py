@@ -6,14 +6,19 @@ The switch and its signal are the sampler's (``sampler.py``): the switch file sa
 and the worker's SIGUSR2 handler builds a :class:`CallProfiler` instead of a sampling
 thread (in cProfile mode; it writes the worker's file) or beside it (memory or lines
 with sampling: the sampler's file then carries their figures). The driver's side of
-the merge is :func:`merge`, :func:`merge_lines` and :func:`merge_memory`.
+the merge is :func:`merge`, :func:`merge_lines` and :func:`merge_memory`. With
+``memray``, it also holds the worker's memray capture (``memray_capture.py``) and
+notes the task functions it ran, which name the capture's stacks.
 
 Lines (``profile_tasks(lines=[f, ...])``, with line_profiler installed): the driver
 writes the functions' ``(file, first line, name)`` to ``sampling-lines.json``; the
-worker finds its own function objects of those codes among its objects (``gc``, once
-at the start and again after it loads a new function, since a task's helpers arrive
-with it) and gives them to one ``line_profiler.LineProfiler``, enabled per call as the
-cProfile one is. Its timings travel as JSON (``[file, line, name, [[line, hits,
+worker finds its own function objects of those codes among its objects (``gc``, and
+the loaded modules' top level, whose objects the fork server froze out of ``gc``'s
+sight; once at the start and again after it loads a new function, since a task's
+helpers arrive with it) and gives them to one ``line_profiler.LineProfiler``, enabled per call as the
+cProfile one is. ``lightwork profile --lines NAME`` names them instead, as
+``qualname``, ``file.py:qualname`` or ``module:qualname``: every function of that
+name is timed. Its timings travel as JSON (``[file, line, name, [[line, hits,
 time], ...]]`` in its timer's unit) and are added up by line in the driver.
 
 Memory (``profile_tasks(memory=True)``): tracemalloc traces the worker's allocations
@@ -33,6 +38,14 @@ has its own ``cProfile.Profile`` (line_profiler keeps per-thread state itself),
 enabled only for the length of a call and kept across
 calls, so its counts add up. A profile only hooks the thread that enabled it, so one
 per thread is what keeps a threaded actor's calls apart.
+
+An async actor's calls run on its loop's thread while a pool thread waits for each, so
+there the wrapper only counts the call: while the profile runs, the profiler shadows
+the runner's ``_cancellable`` too, and :class:`Steps` drives each call's coroutine one
+step at a time (from a resumption to the next suspending ``await``), with the loop
+thread's cProfile, line_profiler and a tracemalloc reading on for that step only. So
+calls interleaved on one loop each count their own steps, and none counts the time it
+spent suspended.
 
 A call already running on the main thread when the profile begins is counted from
 then on: the handler, which interrupted it, enables that thread's profile at once.
@@ -80,13 +93,18 @@ class CallProfiler:
 
     def __init__(self, worker: Any, token: str, worker_id: int, path: str,
                  cprofile: bool = True, memory: bool = False,
-                 lines: list[Key] | None = None) -> None:
+                 lines: list[Any] | None = None, memray: bool = False) -> None:
         import cProfile
 
         self._new_profile = cProfile.Profile
         self.cprofile = cprofile
         self.memory = MemoryTracer() if memory else None
         self.lines = LineTimer(worker, lines) if lines else None
+        self.capture = None
+        if memray:
+            from lightwork.engines.local.memray_capture import Capture
+
+            self.capture = Capture(path)
         self.worker = worker
         self.token = token
         self.worker_id = worker_id
@@ -99,11 +117,15 @@ class CallProfiler:
         self._main = _thread.get_ident()  # the handler builds it on the main thread
         self._lock = _thread.allocate_lock()
         self._original = type(worker)._execute.__get__(worker)
+        self._stepping = cprofile or memory or bool(lines)
+        self._cancellable: Any = None  # an async actor's AsyncRunner._cancellable
 
     def start(self) -> None:
         """On the main thread (the SIGUSR2 handler, or ``main`` when it starts)."""
         if self.memory is not None:
             self.memory.start()
+        if self.capture is not None:
+            self.capture.start()
         self.worker._execute = self._execute
         if self.cprofile and getattr(self.worker._local, "frame", None) is not None:
             # A call runs here now (the handler interrupted it): count it from here on.
@@ -112,12 +134,24 @@ class CallProfiler:
 
     def _execute(self, frame: tuple[Any, ...], started: float) -> Any:
         ident = _thread.get_ident()
+        loop = self.worker.loop  # an async actor's: its calls run on its loop's thread
         with self._lock:
-            profile = self.profiles.get(ident) if self.cprofile else None
-            if profile is None and self.cprofile:
+            profile = self.profiles.get(ident) if self.cprofile and loop is None else None
+            if profile is None and self.cprofile and loop is None:
                 profile = self.profiles[ident] = self._new_profile()
             self.in_call.add(ident)
             self.calls += 1
+            if loop is not None and self._stepping and self._cancellable is None:
+                self._cancellable = type(loop)._cancellable.__get__(loop)
+                loop._cancellable = self._stepped  # (shadows the class's method)
+        if self.capture is not None:
+            self.capture.labels.add(frame[2])
+        if loop is not None:  # this thread only waits: the call's steps on the loop count
+            try:
+                return self._original(frame, started)
+            finally:
+                with self._lock:
+                    self.in_call.discard(ident)
         memory, lines = self.memory, self.lines
         traced = memory.before(frame[2]) if memory is not None else None
         if lines is not None:
@@ -136,23 +170,73 @@ class CallProfiler:
             with self._lock:
                 self.in_call.discard(ident)
 
+    # -- an async actor: a call is the steps of its coroutine on the loop thread --------
+    def _stepped(self, coroutine: Any, frame: tuple[Any, ...]) -> Any:
+        """``AsyncRunner._cancellable`` while profiling: the same, around :class:`Steps`."""
+        assert self._cancellable is not None
+        return self._cancellable(Steps(self, coroutine, frame), frame)
+
+    def begin_call(self, frame: tuple[Any, ...]) -> list[Any]:
+        """A coroutine's call state: ``[label, kept, peak, snapshot, step start]``."""
+        state: list[Any] = [frame[2], 0, 0, None, 0]
+        if self.memory is not None:
+            state[3] = self.memory.before(frame[2])[1]
+        if self.lines is not None:
+            self.lines.resolve(frame[1])
+        return state
+
+    def step_on(self, state: list[Any]) -> None:
+        if self.memory is not None:
+            state[4] = self.memory.step_on()
+        if self.lines is not None:
+            self.lines.profiler.enable_by_count()
+        if self.cprofile:
+            ident = _thread.get_ident()
+            profile = self.profiles.get(ident)
+            if profile is None:
+                with self._lock:
+                    profile = self.profiles[ident] = self._new_profile()
+            profile.enable()
+
+    def step_off(self, state: list[Any]) -> None:
+        if self.cprofile:
+            self.profiles[_thread.get_ident()].disable()
+        if self.lines is not None:
+            self.lines.profiler.disable_by_count()
+        if self.memory is not None:
+            kept, peak = self.memory.step_off(state[4])
+            state[2] = max(state[2], state[1] + peak)
+            state[1] += kept
+
+    def end_call(self, state: list[Any]) -> None:
+        if self.memory is not None:
+            self.memory.add_call(state[0], state[1], state[2], state[3])
+
     def stop(self, write: bool = True) -> None:
         """On the main thread (the SIGUSR2 handler): calls from now on run plain.
         ``write=False``: beside a sampler, whose file carries :meth:`memory_result`."""
         self.worker.__dict__.pop("_execute", None)
+        if self._cancellable is not None:
+            self.worker.loop.__dict__.pop("_cancellable", None)
         main = self.profiles.get(_thread.get_ident())
         if main is not None:
             main.disable()  # a call in progress here reports what it did so far
         if write:
             _thread.start_new_thread(self._write_when_drained, ())
-        elif self.memory is not None:
+            return
+        if self.memory is not None:
             self.memory.stop()
+        if self.capture is not None:
+            self.capture.stop()
 
     def memory_result(self) -> dict[str, Any]:
         return self.memory.result() if self.memory is not None else {}
 
     def lines_result(self) -> dict[str, Any]:
         return self.lines.result() if self.lines is not None else {}
+
+    def memray_result(self) -> dict[str, Any]:
+        return self.capture.result() if self.capture is not None else {}
 
     def _write_when_drained(self) -> None:
         deadline = time.monotonic() + DRAIN_S
@@ -165,6 +249,8 @@ class CallProfiler:
         memory, lines = self.memory_result(), self.lines_result()
         if self.memory is not None:
             self.memory.stop()
+        if self.capture is not None:
+            self.capture.stop()  # its file is complete before the handshake says final
         with self._lock:
             done = [p for ident, p in self.profiles.items()
                     if ident == self._main or ident not in self.in_call]
@@ -181,22 +267,63 @@ class CallProfiler:
                 json.dump({"worker_id": self.worker_id, "pid": os.getpid(), "token": self.token,
                            "hz": 0, "samples": self.calls, "started": self.started,
                            "ended": self.ended, "final": True, "counts": [],
-                           "mode": "cprofile", "memory": memory, "lines": lines}, f)
+                           "mode": "cprofile", "memory": memory, "lines": lines,
+                           "memray": self.memray_result()}, f)
             os.replace(temporary, self.path)
         except OSError:
             pass
 
 
+class Steps:
+    """An async actor's call while profiling: its coroutine driven one step at a time,
+    each step (from a resumption to the next ``await`` that suspends it) between the
+    profiler's ``step_on`` and ``step_off`` on the loop thread, so what other
+    coroutines run between its steps is not counted as its own."""
+
+    __slots__ = ("owner", "coroutine", "frame")
+
+    def __init__(self, owner: CallProfiler, coroutine: Any, frame: tuple[Any, ...]) -> None:
+        self.owner = owner
+        self.coroutine = coroutine
+        self.frame = frame
+
+    def close(self) -> None:  # (``_cancellable`` closes a call cancelled before it ran)
+        self.coroutine.close()
+
+    def __await__(self) -> Any:
+        owner = self.owner
+        inner = self.coroutine.__await__()
+        state = owner.begin_call(self.frame)
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                owner.step_on(state)
+                try:
+                    yielded = inner.send(value) if error is None else inner.throw(error)
+                except StopIteration as stop:
+                    return stop.value
+                finally:
+                    owner.step_off(state)
+                try:
+                    value, error = (yield yielded), None
+                except BaseException as exc:  # noqa: BLE001 - the coroutine's to handle
+                    value, error = None, exc
+        finally:
+            owner.end_call(state)
+
+
 class LineTimer:
     """line_profiler on this worker's functions of the given codes (module docstring)."""
 
-    def __init__(self, worker: Any, targets: list[Key]) -> None:
+    def __init__(self, worker: Any, targets: list[Any]) -> None:
         from line_profiler import LineProfiler
 
         self.worker = worker
         self.profiler = LineProfiler()
-        self.targets = {tuple(t) for t in targets}
-        self.found: set[Key] = set()
+        self.targets = {tuple(t) for t in targets if not isinstance(t, str)}
+        self.names = [_name_target(t) for t in targets if isinstance(t, str)]
+        self.found: set[Any] = set()
         self._known = -1  # how many functions the worker had at the last search
 
     def _resolve(self) -> None:
@@ -204,21 +331,23 @@ class LineTimer:
         import types
 
         known = len(getattr(self.worker, "functions", ()))
-        if known == self._known or self.found >= self.targets:
+        if known == self._known or (not self.names and self.found >= self.targets):
             return
         self._known = known
-        for obj in gc.get_objects():
-            if type(obj) is types.FunctionType:
-                code = obj.__code__
-                key = (code.co_filename, code.co_firstlineno, code.co_name)
-                if key in self.targets and id(obj) not in self._added:
-                    self._added.add(id(obj))
-                    self.found.add(key)
-                    self.profiler.add_function(obj)
+        functions = [obj for obj in gc.get_objects() if type(obj) is types.FunctionType]
+        for obj in functions + _module_functions():
+            code = obj.__code__
+            key = (code.co_filename, code.co_firstlineno, code.co_name)
+            named = self.names and any(_names(obj, *name) for name in self.names)
+            if (named or key in self.targets) and id(obj) not in self._added:
+                self._added.add(id(obj))
+                self.found.add(key)
+                self.profiler.add_function(obj)
 
     _added: set[int]
 
-    def enable(self, key: Any) -> None:
+    def resolve(self, key: Any) -> None:
+        """Find the targets among this worker's functions, the task's ``key`` loaded."""
         if not hasattr(self, "_added"):
             self._added = set()
         try:
@@ -227,6 +356,9 @@ class LineTimer:
             self._resolve()
         except Exception:  # noqa: BLE001 - the call itself reports a function that fails
             pass
+
+    def enable(self, key: Any) -> None:
+        self.resolve(key)
         self.profiler.enable_by_count()
 
     def disable(self) -> None:
@@ -237,6 +369,49 @@ class LineTimer:
         return {"unit": stats.unit,
                 "timings": [[file, line, name, [list(t) for t in timings]]
                             for (file, line, name), timings in stats.timings.items()]}
+
+
+def _module_functions() -> list[Any]:
+    """The functions and methods defined at the top of every loaded module: the fork
+    server freezes what it imported (``gc.freeze``), and ``gc.get_objects`` leaves
+    frozen objects out."""
+    import sys
+    import types
+
+    found = []
+    for module in list(sys.modules.values()):
+        try:
+            names = vars(module)
+        except TypeError:
+            continue
+        for value in list(names.values()):
+            if type(value) is types.FunctionType:
+                found.append(value)
+            elif isinstance(value, type) and value.__module__ == names.get("__name__"):
+                for member in list(vars(value).values()):
+                    member = getattr(member, "__func__", member)  # static, class methods
+                    if type(member) is types.FunctionType:
+                        found.append(member)
+    return found
+
+
+def _name_target(text: str) -> tuple[str, str]:
+    """``"parse"``, ``"Loader.load"``, ``"tasks.py:parse"``, ``"pkg.mod:parse"`` ->
+    ``(where, qualname)``; ``where`` is empty, a file's name or path, or a module."""
+    where, _, qualname = text.rpartition(":")
+    return where, qualname
+
+
+def _names(function: Any, where: str, qualname: str) -> bool:
+    """Whether ``function`` is the one named ``where:qualname`` (module docstring)."""
+    if function.__qualname__ != qualname:
+        return False
+    if not where:
+        return True
+    if where.endswith(".py"):
+        file = function.__code__.co_filename
+        return file == where or file.endswith(os.sep + where.lstrip(os.sep))
+    return bool(function.__module__ == where)
 
 
 def merge_lines(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -301,8 +476,29 @@ class MemoryTracer:
             return
         size, peak = tm.get_traced_memory()
         began, snapshot = traced
+        self.add_call(label, size - began, peak - began, snapshot)
+
+    def step_on(self) -> int:
+        """A coroutine step begins: the traced size now, the peak reset."""
+        tm = self._tm
+        if not tm.is_tracing():
+            return 0
+        tm.reset_peak()
+        return int(tm.get_traced_memory()[0])
+
+    def step_off(self, began: int) -> tuple[int, int]:
+        """A coroutine step ends: what it kept and its peak above ``began``."""
+        tm = self._tm
+        if not tm.is_tracing():
+            return 0, 0
+        size, peak = tm.get_traced_memory()
+        return size - began, peak - began
+
+    def add_call(self, label: str, kept: int, peak: int, snapshot: Any) -> None:
+        """One call's figures; ``snapshot``: what was traced as it began, if taken."""
+        tm = self._tm
         lines: list[tuple[str, int, int, int]] = []
-        if snapshot is not None:
+        if snapshot is not None and tm.is_tracing():
             for stat in tm.take_snapshot().compare_to(snapshot, "lineno"):
                 where = stat.traceback[0]
                 if stat.size_diff > 0 and not where.filename.startswith(_LIGHTWORK_DIR) \
@@ -312,8 +508,8 @@ class MemoryTracer:
         with self._lock:
             entry = self._entry(label)
             entry["calls"] += 1
-            entry["peak"] = max(entry["peak"], peak - began)
-            entry["kept"] += size - began
+            entry["peak"] = max(entry["peak"], peak)
+            entry["kept"] += kept
             sites = entry["sites"]
             for file, line, grown, count in lines:
                 old = sites.get((file, line), (0, 0))
@@ -362,18 +558,21 @@ def _own(key: Key) -> bool:
 
 def task_part(stats: dict[Key, Any]) -> dict[Key, Any]:
     """The part of one profile the tasks' own code made (module docstring)."""
+    from lightwork.engines.local import actor_runners
     from lightwork.engines.local.worker import Worker
 
-    code = Worker._execute.__code__
-    execute = (code.co_filename, code.co_firstlineno, code.co_name)
+    # Where the runtime calls a task's code: Worker._execute (on an async actor's loop,
+    # _invoke, which Steps drives).
+    entries = {(c.co_filename, c.co_firstlineno, c.co_name) for c in (
+        Worker._execute.__code__, actor_runners._invoke.__code__)}
     callees: dict[Key, list[Key]] = {}
     for key, (_cc, _nc, _tt, _ct, callers) in stats.items():
         for caller in callers:
             callees.setdefault(caller, []).append(key)
-    # The roots: what _execute called of the user's, and the outermost functions seen
-    # in a call that was running when the profile began (no caller recorded).
+    # The roots: what the entries called of the user's, and the outermost functions
+    # seen in a call that was running when the profile began (no caller recorded).
     kept = {key for key, value in stats.items()
-            if not _own(key) and key[0] != "~" and (not value[4] or execute in value[4])}
+            if not _own(key) and key[0] != "~" and (not value[4] or entries & value[4].keys())}
     pending = list(kept)
     while pending:
         for callee in callees.get(pending.pop(), ()):
@@ -389,7 +588,7 @@ def task_part(stats: dict[Key, Any]) -> dict[Key, Any]:
                 mine[caller] = counts
             else:  # a call from the worker's own code: not the task's
                 c_nc, c_cc, c_tt, c_ct = counts
-                if caller != execute:
+                if caller not in entries:
                     nc, cc, tt, ct = nc - c_nc, cc - c_cc, tt - c_tt, ct - c_ct
         if nc > 0:
             out[key] = (cc, nc, max(0.0, tt), max(0.0, ct), mine)

@@ -96,16 +96,34 @@ def answer_sampling(node: Node, op: str, args: dict[str, Any]) -> Any:
 
     hz = float(args.get("hz", sampler.DEFAULT_HZ))
     mode = str(args.get("mode", sampler.SAMPLE))
-    memory = bool(args.get("memory", False))
+    memory = args.get("memory", False)
+    if memory not in (True, False, "tracemalloc", "memray"):
+        raise ValueError(f"memory must be True (tracemalloc), \"memray\" or False, "
+                         f"got {memory!r}")
+    memray = memory == "memray"
+    if memray and mode == sampler.CPROFILE:
+        raise ValueError("memray and cProfile both need Python's profile hook, one at a "
+                         "time: profile memory with memray in sampling mode, or with "
+                         "tracemalloc (--memory) in cprofile mode")
+    if memray:
+        from lightwork.engines.local.memray_capture import require
+
+        require()  # a clear ImportError here, not an empty capture from every worker
+    memory = memory in (True, "tracemalloc")
     lines = _line_targets(args.get("lines"))
+    native = bool(args.get("native", False))
+    if native and (mode != sampler.SAMPLE or memory or memray or lines):
+        raise ValueError("native frames (py-spy) are stack samples on their own: profile "
+                         "with native alone, in sampling mode (no cprofile, memory or "
+                         "lines beside it)")
     if op == "sample_start":
-        return sampler.start(node, hz, mode, memory, lines)
+        return sampler.start(node, hz, mode, memory, lines, memray, native)
     if op == "sample_stop":
         return sampler.stop(node)
     seconds = float(args.get("seconds", 5.0))
     if not 0 < seconds <= 3600:
         raise ValueError(f"a profile lasts within (0, 3600] seconds, got {seconds:g}")
-    sampler.start(node, hz, mode, memory, lines)
+    sampler.start(node, hz, mode, memory, lines, memray, native)
     try:
         time.sleep(seconds)
     finally:
@@ -113,15 +131,25 @@ def answer_sampling(node: Node, op: str, args: dict[str, Any]) -> Any:
     return result
 
 
-def _line_targets(lines: Any) -> list[list[Any]]:
-    """``lines``: functions as ``[file, first line, name]`` (what line timing needs)."""
+def _line_targets(lines: Any) -> list[Any]:
+    """``lines``: functions as ``[file, first line, name]`` (``profile_tasks`` gives
+    their codes) or as names (``lightwork profile --lines``: ``qualname``,
+    ``file.py:qualname`` or ``module:qualname``)."""
     if not lines:
         return []
     if not isinstance(lines, list) or not all(
-            isinstance(t, list) and len(t) == 3 and isinstance(t[0], str)
-            and isinstance(t[1], int) and isinstance(t[2], str) for t in lines):
-        raise ValueError("lines must be a list of [file, first line, function name]; "
-                         "profile_tasks(lines=[func, ...]) builds it from functions")
+            (isinstance(t, list) and len(t) == 3 and isinstance(t[0], str)
+             and isinstance(t[1], int) and isinstance(t[2], str))
+            or (isinstance(t, str) and t.strip(":") and " " not in t) for t in lines):
+        raise ValueError("lines must be a list of functions: [file, first line, name] "
+                         "each (profile_tasks(lines=[func, ...]) builds it), or names "
+                         "such as parse, Loader.load, mymodule:parse, tasks.py:parse")
+    try:
+        import line_profiler  # noqa: F401 - a clear error here, not an empty profile
+    except ImportError:
+        raise ImportError("line timings need line_profiler in the program's environment: "
+                          "pip install 'lightwork[profile]' (or pip install "
+                          "line_profiler)") from None
     return lines
 
 

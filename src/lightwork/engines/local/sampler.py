@@ -13,11 +13,15 @@
 
 What it owns: the switch file and the per-worker sample files in the session
 directory, and one :class:`Sampler` per process while profiling is on. The switch also
-names a mode: ``sample`` (this module's sampler) or ``cprofile``, and extras ``memory``
-and ``lines``: those wrap each task call instead (``call_profiler.py``), through the
+names a mode: ``sample`` (this module's sampler) or ``cprofile``, and extras ``memory``,
+``memray`` and ``lines``: those wrap each task call instead (``call_profiler.py``,
+``memray_capture.py``), through the
 same signal, files and merge. Off, nothing of
 it runs: no thread, no check on the task loop; a worker only has a signal handler
 (installed once in ``main``, like the stack-dump one) and its ``.ready`` marker.
+
+With ``native``, the switch is never turned on: py-spy samples the workers from the
+driver instead (``native_sampler.py``), and the driver's own sampler runs as always.
 
 Why a signal and not a frame on the worker's socket: the socket is read by the task
 loop between tasks, so a frame would reach a worker running a ten-minute task only
@@ -52,8 +56,9 @@ the stack itself, with nothing written on the task loop: the innermost frame of
 frame, whose name is the task table's name (``f``, ``Counter.incr``); a pool thread of
 an async actor waiting in ``AsyncRunner.run`` for its coroutine is skipped, since the
 loop thread's sample is the call's. Only the frames
-above it (the user's code and what it calls) are kept; a thread with no such frame runs
-no task and is skipped. Reading ``f_locals`` of that one frame snapshots its locals
+above it (the user's code and what it calls, less a profile's own ``Steps`` driving an
+async call: ``call_profiler.py``) are kept; a thread with no such frame runs no task
+and is skipped. Reading ``f_locals`` of that one frame snapshots its locals
 into the frame's dict: it may keep the call's arguments alive until ``_execute``
 returns (microseconds after its own ``del``), never longer.
 
@@ -78,6 +83,7 @@ import time
 from typing import Any
 
 from lightwork.engines.local.actor_runners import AsyncRunner
+from lightwork.engines.local.call_profiler import Steps
 from lightwork.engines.local.task_memory import MemoryProbe
 from lightwork.engines.local.worker import Worker
 
@@ -110,7 +116,8 @@ def _sample_path(session_dir: str, worker_id: int) -> str:
 def _read_switch(session_dir: str) -> tuple[bool, str, float, str, set[str]] | None:
     """``(on, token, hz, mode, extras)`` from the switch file: ``on <token> <hz> [<mode>
     [extras...]]`` or ``off <token>``; the mode is one of ``MODES``, the extras
-    ``memory`` (tracemalloc per call) and ``lines`` (line timings of the functions in
+    ``memory`` (tracemalloc per call), ``memray`` (a memray capture of the worker:
+    ``memray_capture.py``) and ``lines`` (line timings of the functions in
     ``sampling-lines.json``: ``call_profiler.py``)."""
     try:
         with open(_switch_path(session_dir)) as f:
@@ -266,7 +273,8 @@ class Sampler:
                     return None, ()
                 codes.reverse()
                 return label, tuple(self._name(c) for c in codes)
-            codes.append(code)
+            if code is not _STEPS_CODE:
+                codes.append(code)
             frame = frame.f_back
         return None, ()
 
@@ -276,7 +284,8 @@ class Sampler:
                 "ended": self.ended or time.time(), "final": bool(self.ended),
                 "counts": [[label, list(stack), n] for (label, stack), n in self.counts.items()],
                 "memory": self.calls.memory_result() if self.calls is not None else {},
-                "lines": self.calls.lines_result() if self.calls is not None else {}}
+                "lines": self.calls.lines_result() if self.calls is not None else {},
+                "memray": self.calls.memray_result() if self.calls is not None else {}}
 
     def write(self, final: bool) -> None:
         assert self.path is not None
@@ -296,6 +305,8 @@ _EXECUTE_CODE = Worker._execute.__code__
 _COROUTINE_CODE = AsyncRunner._cancellable.__code__
 # An async actor's pool thread waits here while its coroutine runs on the loop.
 _HANDED_TO_LOOP = AsyncRunner.run.__code__
+# A profile's driver of an async call's steps (call_profiler.py): no part of the task.
+_STEPS_CODE = Steps.__await__.__code__
 # The runtime's own work inside _execute that is no part of the task: reading the
 # worker's memory around the call. Its reads let go of the GIL, so a waiting sampler
 # would land there far more often than its share of the time.
@@ -359,6 +370,7 @@ def _follow_switch(signalled: bool = True) -> None:
     on, token, hz, mode, extras = switch if switch is not None else (
         False, "", 0.0, SAMPLE, set())
     memory = "memory" in extras
+    memray = "memray" in extras
     lines = _read_lines(_session_dir, token) if on and "lines" in extras else None
     if running is not None and not (on and token == running.token):
         running.stop()  # its thread writes the final counts
@@ -374,14 +386,15 @@ def _follow_switch(signalled: bool = True) -> None:
     if on and (running is None or token != running.token):
         path = _sample_path(_session_dir, _worker_id)
         calls = None
-        if mode == CPROFILE or memory or lines:
+        if mode == CPROFILE or memory or lines or memray:
             from lightwork.engines.local import worker as worker_module
             from lightwork.engines.local.call_profiler import CallProfiler
 
             if worker_module._current_worker is None:
                 return  # still starting: main() follows the switch once it is built
             calls = CallProfiler(worker_module._current_worker, token, _worker_id, path,
-                                 cprofile=mode == CPROFILE, memory=memory, lines=lines)
+                                 cprofile=mode == CPROFILE, memory=memory, lines=lines,
+                                 memray=memray)
         if mode == CPROFILE:
             _running = calls
         else:
@@ -396,7 +409,8 @@ class SamplingSession:
     """The driver's side of one profile: the switch, its own sampler, the merge."""
 
     def __init__(self, node: Any, hz: float, mode: str = SAMPLE, memory: bool = False,
-                 lines: list[Any] | None = None) -> None:
+                 lines: list[Any] | None = None, memray: bool = False,
+                 native: bool = False) -> None:
         if not 1 <= hz <= 1000:
             raise ValueError(f"the sampling rate must be within 1-1000 Hz, got {hz:g}")
         if mode not in MODES:
@@ -405,14 +419,25 @@ class SamplingSession:
         self.hz = hz
         self.mode = mode
         self.memory = memory
-        self.lines = [list(t) for t in lines or ()]
+        self.memray = memray
+        self.wants_native = native
+        self.native: Any = None  # a NativeRecorder (native_sampler.py) instead of samplers
+        self.lines = [t if isinstance(t, str) else list(t) for t in lines or ()]
         self.session_dir = node.session.directory
         self.token = f"{os.getpid()}-{time.monotonic_ns()}"
         self.driver = Sampler(self.token, hz, 0, None, driver=True)
 
     def start(self) -> None:
+        if self.wants_native:  # py-spy samples the workers; their samplers stay off
+            from lightwork.engines.local.native_sampler import NativeRecorder
+
+            self.native = NativeRecorder(self.session_dir, self.hz, _live_workers(self.node))
+            self.native.start()
+            self.driver.start()
+            return
         for path in glob.glob(os.path.join(self.session_dir, "sample-w*.json")) + \
-                glob.glob(os.path.join(self.session_dir, "sample-w*.pstats")):
+                glob.glob(os.path.join(self.session_dir, "sample-w*.pstats")) + \
+                glob.glob(os.path.join(self.session_dir, "sample-w*.memray")):
             try:
                 os.unlink(path)  # a previous profile's: never merged into this one
             except OSError:
@@ -421,13 +446,16 @@ class SamplingSession:
             with open(_lines_path(self.session_dir), "w") as f:
                 json.dump({"token": self.token, "functions": self.lines}, f)
         _write_switch(self.session_dir, f"on {self.token} {self.hz:g} {self.mode}"
-                      + " memory" * self.memory + " lines" * bool(self.lines))
+                      + " memory" * self.memory + " lines" * bool(self.lines)
+                      + " memray" * self.memray)
         if self.mode == SAMPLE:  # (cProfile mode profiles task calls: none run here)
             self.driver.start()
         _signal_workers(self.node, self.session_dir)
 
     def stop(self, timeout: float = 2.0) -> dict[str, Any]:
         """End the profile everywhere; the merged samples (``Profile``'s input)."""
+        if self.native is not None:
+            return self._stop_native()
         _write_switch(self.session_dir, f"off {self.token}")
         self.driver.stop()
         signalled = _signal_workers(self.node, self.session_dir)
@@ -461,12 +489,39 @@ class SamplingSession:
             if self.memory:
                 out["allocations"] = call_profiler.merge_memory(
                     [results[w].get("memory") or {} for w in sorted(results)])
+        if self.memray:
+            from lightwork.engines.local import memray_capture
+
+            out["memray"] = memray_capture.merge(
+                [(w, results[w].get("memray") or {}) for w in sorted(results)])
         if self.lines:
             from lightwork.engines.local import call_profiler
 
             out["lines"] = call_profiler.merge_lines(
                 [results[w].get("lines") or {} for w in sorted(results)])
         return out
+
+
+    def _stop_native(self) -> dict[str, Any]:
+        from lightwork.kernel import views
+
+        self.driver.stop()
+        self.driver.done.acquire(timeout=1.0)
+        labels: dict[int, set[str]] = {}
+        for row in views.task_rows(self.node):  # which task functions ran on which worker
+            if row["worker_id"] in self.native.workers:
+                labels.setdefault(row["worker_id"], set()).add(row["name"])
+        workers = self.native.stop(labels)
+        return {"hz": self.hz, "mode": self.mode, "memory": False, "native": True,
+                "started": self.driver.started, "ended": self.driver.ended,
+                "processes": [self.driver.result()] + workers,
+                "missing": [w["worker_id"] for w in workers if w["error"]]}
+
+
+def _live_workers(node: Any) -> dict[int, int]:
+    with node.lock:
+        return {conn.worker_id: conn.pid for conn in node.workers.values()
+                if conn.pid and not conn.dead and not conn.eof_at}
 
 
 def _signal_workers(node: Any, session_dir: str) -> dict[int, int]:
@@ -515,15 +570,17 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def start(node: Any, hz: float = DEFAULT_HZ, mode: str = SAMPLE,
-          memory: bool = False, lines: list[Any] | None = None) -> dict[str, Any]:
+def start(node: Any, hz: float = DEFAULT_HZ, mode: str = SAMPLE, memory: bool = False,
+          lines: list[Any] | None = None, memray: bool = False,
+          native: bool = False) -> dict[str, Any]:
     """Start a profile of the node's tasks (ValueError if one is already on)."""
     with node.lock:
         if getattr(node, "sampling", None) is not None:
             raise ValueError("a task profile is already running in this session "
                              "(profile_tasks() or `lightwork profile`); stop it first, or "
                              "wait for it to end")
-        node.sampling = session = SamplingSession(node, hz, mode, memory, lines)
+        node.sampling = session = SamplingSession(node, hz, mode, memory, lines, memray,
+                                                  native)
     try:
         session.start()
     except BaseException:
