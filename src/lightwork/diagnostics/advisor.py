@@ -74,8 +74,13 @@ global-changed    a call after the driver rebound a global its function read whe
                   (``api.definitions.changed_globals``, read each look)
 fork-in-task      a fork inside a call (the worker's fork hook sends ``ADVICE``), or in
                   the driver while a live advisor runs (``_watch_driver_forks``)
+global-write      a call that rebound a module global holding a value (the worker
+                  watches the functions whose code assigns one: ``kernel.global_writes``)
+ref-out-of-band   a ref the program pickled outside lightwork's serializer, or rebuilt
+                  from its id (``RefCounter.on_out_of_band``, in the driver or a worker)
 
-The last four come from the local engine serving the workers' requests
+returned-put-ref, get-of-nested-args, blocking-in-async-actor, fork-in-task,
+global-write and ref-out-of-band come from the local engine serving the workers' requests
 (``node.advice_events``, filled only while an advisor runs, on paths that already block
 or carry refs), read at each look. Big by-value arguments are counted as they are
 submitted (``note_large_args``, on the copying path only) and warned about at the

@@ -73,10 +73,10 @@ from lightwork.kernel.generators import (
     StaticItems,
     take_static,
 )
-from lightwork.kernel.object_ref import PROCESS_ID_SHIFT, ref_counter
+from lightwork.kernel.object_ref import PROCESS_ID_SHIFT, keep_out_of_band, ref_counter
 from lightwork.kernel import control
 from lightwork.kernel import debugger
-from lightwork.kernel import introspect
+from lightwork.kernel import global_writes, introspect
 from lightwork.engines.local import protocol as p
 from lightwork.engines.local import task_memory
 from lightwork.kernel import serialization
@@ -89,6 +89,7 @@ from lightwork.engines.local.actor_runners import (
 )
 from lightwork.kernel import calls
 from lightwork.kernel.calls import ArgSlot
+from lightwork.kernel.global_writes import GlobalWatch
 from lightwork.kernel.serialization import SerializationError, Stored, bare
 from lightwork.engines.local.worker_calls import SharedMemoryWriter, WorkerCalls
 
@@ -238,11 +239,16 @@ class Worker(WorkerCalls):
         self._held_since = 0.0
         self._tasks_started = 0
         self._short_runs: set[Any] = set()  # function keys not timed on the CPU clock
+        # Functions (by key) and actor methods (by name) whose code rebinds a module
+        # global: their calls are watched (``kernel/global_writes.py``); empty, nearly
+        # always, and then a call pays one truth test.
+        self._global_watches: dict[Any, GlobalWatch] = {}
         self._memory = task_memory.open_probe()  # resident memory around timed calls
         self._flush_soon: threading.Event | None = None
         self._send_lock = threading.Lock()  # one sender at a time: BORROW before RELEASE
         ref_counter.reset()
         ref_counter.on_borrow = self._note_borrow
+        ref_counter.on_out_of_band = self._note_out_of_band
         # The driver recycles a segment only when no worker maps it: say so before any
         # message that could end this worker's use of the object (outbox goes first).
         serialization.MAPS.on_map = self._note_mapped
@@ -263,6 +269,17 @@ class Worker(WorkerCalls):
         closed = serialization.MAPS.release_unused()
         if closed:
             self.outbox.append((p.UNMAPPED, closed))
+
+    def _note_out_of_band(self, ref: Any, how: str) -> None:
+        """A call pickled a ref outside lightwork's serializer, or rebuilt one from its
+        id: a pickled one is kept while this worker lives (the driver then keeps its
+        object); the driver's advisor is told, with the user's line."""
+        site = keep_out_of_band(ref, how)
+        if site is None:
+            return
+        frame = self.current
+        self.outbox.append((p.ADVICE, "out-of-band", how, ref.hex(), site,
+                            frame[2] if frame is not None else None))
 
     def note_fork(self) -> None:
         """Before a fork in this process: if a call forks (``os.fork``, a fork-start
@@ -532,6 +549,10 @@ class Worker(WorkerCalls):
         fn = self.functions.get(key)
         if fn is None:
             fn = self.functions[key] = cloudpickle.loads(self.function_blobs.pop(key))
+            if type(fn) is types.FunctionType:
+                watch = global_writes.watch_of(fn)
+                if watch is not None:
+                    self._global_watches[key] = watch
         return fn
 
     @property
@@ -680,7 +701,9 @@ class Worker(WorkerCalls):
             args_loaded = time.monotonic()
             if timed:
                 cpu_started = time.process_time()
-            if self.loop is None:
+            if self._global_watches and key in self._global_watches:
+                result = self._call_watched(fn, args, kwargs, frame)
+            elif self.loop is None:
                 result = fn(*args, **kwargs)
             else:  # an async actor: every method runs on its loop (actor_runners.py)
                 result = self.loop.call(fn, args, kwargs, frame)
@@ -736,6 +759,24 @@ class Worker(WorkerCalls):
             traceback.clear_frames(exc.__traceback__)
         return outcome, args_loaded, finished, cpu, memory
 
+    def _call_watched(self, fn: Any, args: Any, kwargs: Any, frame: tuple[Any, ...]) -> Any:
+        """Call a function whose code rebinds a module global; if this call rebound one
+        from a value it held, tell the driver's advisor (with the call's result), once
+        per function here: then it is watched no more."""
+        key = frame[1]
+        watch = self._global_watches[key]
+        before = watch.before()
+        try:
+            if self.loop is None:
+                return fn(*args, **kwargs)
+            return self.loop.call(fn, args, kwargs, frame)
+        finally:
+            changed = watch.changed(before)
+            if changed:
+                self._global_watches.pop(key, None)
+                self.outbox.append((p.ADVICE, "global-write", frame[0], frame[2],
+                                    watch.filename, changed))
+
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         """Create this worker's actor instance; the DONE says whether ``__init__`` worked."""
         (task_id, key, name, args_stored, dep_values, actor_id, actor_name, concurrency,
@@ -758,6 +799,8 @@ class Worker(WorkerCalls):
                 if concurrency and concurrency > 1:
                     self.pool = CallPool(self, concurrency)
                 self.actor = cls(*args, **kwargs)
+            if isinstance(cls, type):
+                self._global_watches.update(global_writes.watches_of_class(cls))
         except (ActorExit, exceptions.AsyncioActorExit):
             outcome = ("exit", None)
         except BaseException as exc:  # noqa: BLE001 - reported as the actor's death cause
