@@ -110,7 +110,7 @@ class RefCounter:
         # ``collecting_refs`` block: ``how`` "pickle") or rebuilt from its id ("hex":
         # ``from_hex``, ``from_binary``, ``ObjectRef(bytes)``): the engine's, which pins
         # what the user pickled and tells the advisor. None: nobody watches.
-        self.on_out_of_band: Callable[[ObjectRef, str], None] | None = None
+        self.on_out_of_band: Callable[[ObjectRef, str], object] | None = None
         # Refs pickled out of band, kept alive until the session ends: nothing can tell
         # when the bytes are loaded again (Ray pins them for the process's life too).
         self.pinned: dict[int, ObjectRef] = {}
