@@ -11,7 +11,8 @@ nested in it (comprehensions, inner functions, which share its globals), and the
 each. A function whose code binds none (nearly every one) gets no watch, and its calls
 pay nothing. For a function that has one, each call takes the identities of those
 globals before it runs (:meth:`GlobalWatch.before`) and compares them after
-(:meth:`GlobalWatch.changed`).
+(:meth:`GlobalWatch.changed`), in a wrapper (:func:`watched`) the worker puts in place of
+the function: a task's in its function table, an actor method's as it looks it up.
 
 What counts as a change is deliberately narrow, so a correct program is never named: a
 global that held a value (present, not None) and was rebound to another object. A first
@@ -23,6 +24,8 @@ binds the same object again. The worker stops watching a function once it report
 from __future__ import annotations
 
 import dis
+import functools
+import inspect
 import types
 from typing import Any
 
@@ -106,3 +109,40 @@ def watches_of_class(cls: type) -> dict[str, GlobalWatch]:
                 else:
                     watches.pop(name, None)  # overridden by a method that writes none
     return watches
+
+
+def watched(fn: Any, watch: GlobalWatch, report: Any) -> Any:
+    """``fn`` (a function, or a bound method) called between ``watch``'s two looks;
+    ``report(watch, changed)`` once, at the first call that rebound a global, after
+    which the calls go straight to ``fn``. A coroutine function's wrapper awaits it
+    between the looks."""
+    state: list[GlobalWatch | None] = [watch]
+
+    def look(before: list[Any]) -> None:
+        current = state[0]
+        if current is not None:
+            changed = current.changed(before)
+            if changed:
+                state[0] = None
+                report(current, changed)
+
+    if inspect.iscoroutinefunction(fn):
+        async def call_async(*args: Any, **kwargs: Any) -> Any:
+            before = state[0].before() if state[0] is not None else []
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                look(before)
+
+        return functools.wraps(fn)(call_async)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if state[0] is None:
+            return fn(*args, **kwargs)
+        before = state[0].before()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            look(before)
+
+    return functools.wraps(fn)(call)

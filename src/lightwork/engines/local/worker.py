@@ -37,7 +37,10 @@ driver leaves them, so their CPU bounds a batch as much as the driver's does):
 * arguments come, and a result leaves, as their pickle's bytes alone when that is all
   they are (``serialization.bare``, ``protocol.py``): no ``Stored`` is rebuilt from the
   frame or pickled into it;
-* sockets are read into one buffer (``protocol.RECV_SIZE``), not a fresh one per read.
+* sockets are read into one buffer (``protocol.RECV_SIZE``), not a fresh one per read;
+* a function whose code assigns a module global is kept wrapped in its table (the
+  advisor's global-write, ``kernel/global_writes.py``); the others, nearly all, are
+  called as they are: nothing is added to their calls.
 
 The cyclic collector costs a worker nearly nothing (a no-op task's objects die by
 reference counting: one young collection per 20,000 tasks), so the loop does nothing
@@ -239,10 +242,10 @@ class Worker(WorkerCalls):
         self._held_since = 0.0
         self._tasks_started = 0
         self._short_runs: set[Any] = set()  # function keys not timed on the CPU clock
-        # Functions (by key) and actor methods (by name) whose code rebinds a module
-        # global: their calls are watched (``kernel/global_writes.py``); empty, nearly
-        # always, and then a call pays one truth test.
-        self._global_watches: dict[Any, GlobalWatch] = {}
+        # The actor's methods (by name) whose code rebinds a module global: their calls
+        # are watched (``kernel/global_writes.py``; a task function's wrapper is in
+        # ``functions``). Empty nearly always: an actor call pays one truth test.
+        self._global_watches: dict[str, GlobalWatch] = {}
         self._memory = task_memory.open_probe()  # resident memory around timed calls
         self._flush_soon: threading.Event | None = None
         self._send_lock = threading.Lock()  # one sender at a time: BORROW before RELEASE
@@ -549,10 +552,11 @@ class Worker(WorkerCalls):
         fn = self.functions.get(key)
         if fn is None:
             fn = self.functions[key] = cloudpickle.loads(self.function_blobs.pop(key))
-            if type(fn) is types.FunctionType:
+            if type(fn) is types.FunctionType:  # its calls watched if it assigns a global
                 watch = global_writes.watch_of(fn)
                 if watch is not None:
-                    self._global_watches[key] = watch
+                    fn = self.functions[key] = global_writes.watched(
+                        fn, watch, self.note_global_write)
         return fn
 
     @property
@@ -578,7 +582,11 @@ class Worker(WorkerCalls):
         if key == "__ray_ready__":
             return _ready
         try:
-            return calls.actor_method(self.actor, key)
+            method = calls.actor_method(self.actor, key)
+            if self._global_watches and key in self._global_watches:
+                return global_writes.watched(method, self._global_watches[key],
+                                             self._note_method_global_write)
+            return method
         except AttributeError:
             if key.startswith(DYNAMIC_METHOD):  # a num_returns="dynamic" call (api/generator.py)
                 from lightwork.kernel.generators import DynamicReturns
@@ -701,9 +709,7 @@ class Worker(WorkerCalls):
             args_loaded = time.monotonic()
             if timed:
                 cpu_started = time.process_time()
-            if self._global_watches and key in self._global_watches:
-                result = self._call_watched(fn, args, kwargs, frame)
-            elif self.loop is None:
+            if self.loop is None:
                 result = fn(*args, **kwargs)
             else:  # an async actor: every method runs on its loop (actor_runners.py)
                 result = self.loop.call(fn, args, kwargs, frame)
@@ -759,23 +765,21 @@ class Worker(WorkerCalls):
             traceback.clear_frames(exc.__traceback__)
         return outcome, args_loaded, finished, cpu, memory
 
-    def _call_watched(self, fn: Any, args: Any, kwargs: Any, frame: tuple[Any, ...]) -> Any:
-        """Call a function whose code rebinds a module global; if this call rebound one
-        from a value it held, tell the driver's advisor (with the call's result), once
-        per function here: then it is watched no more."""
-        key = frame[1]
-        watch = self._global_watches[key]
-        before = watch.before()
-        try:
-            if self.loop is None:
-                return fn(*args, **kwargs)
-            return self.loop.call(fn, args, kwargs, frame)
-        finally:
-            changed = watch.changed(before)
-            if changed:
-                self._global_watches.pop(key, None)
-                self.outbox.append((p.ADVICE, "global-write", frame[0], frame[2],
-                                    watch.filename, changed))
+    def _note_method_global_write(self, watch: GlobalWatch,
+                                  changed: list[tuple[str, int]]) -> None:
+        """An actor method rebound a global: reported once, then its calls unwatched."""
+        for name, other in list(self._global_watches.items()):
+            if other is watch:
+                self._global_watches.pop(name, None)
+        self.note_global_write(watch, changed)
+
+    def note_global_write(self, watch: GlobalWatch, changed: list[tuple[str, int]]) -> None:
+        """A call rebound a module global (``global_writes.watched``): tell the driver's
+        advisor, with the running call (its record holds the user's call site)."""
+        frame = self.current
+        if frame is not None:
+            self.outbox.append((p.ADVICE, "global-write", frame[0], frame[2],
+                                watch.filename, changed))
 
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         """Create this worker's actor instance; the DONE says whether ``__init__`` worked."""
