@@ -81,6 +81,8 @@ def task_id_of(key: str) -> int | None:
 def executing_calls(log: Any) -> list[ExecutingCall]:
     """The tasks of ``log``'s session running on the cluster now (one ``client.run``)."""
     client = log.backend.client
+    if client is None or log.closed or getattr(client, "status", "running") != "running":
+        return []  # no cluster to ask (a log read after its session, or without one)
     replies = client.run(executing, on_error="ignore")
     found = []
     for address, reply in replies.items():
