@@ -1,11 +1,12 @@
 """The first batch of a program that imports a library, against its second batch.
 
-    python bench/first_batch.py [pairs] [--only pandas|sklearn]
+    python bench/first_batch.py [pairs] [--only pandas|sklearn] [--src DIR]
 
-Each run is a fresh driver process (this checkout's ``src``): it imports the library,
-calls ``init(num_cpus=2)``, makes its data, then times two batches of 8 tasks that use
-the library (``pandas``: a group-by of a 20,000-row frame; ``sklearn``: fitting a
-logistic regression on 400 rows). The first batch's workers are fresh; the second's have
+Each run is a fresh driver process (this checkout's ``src``, or ``--src DIR``): it
+imports the library, calls ``init(num_cpus=2)``, makes its data, then times two batches
+of 8 tasks that use the library (``pandas``: a group-by of a 20,000-row frame;
+``sklearn``: fitting a logistic regression on 400 rows), and the whole from just before
+``init`` to the first batch's end. The first batch's workers are fresh; the second's have
 run a task. The runs alternate the fork server's preload on and off
 (``LIGHTWORK_PRELOAD=0``), so each pair is measured under the same load; the medians and
 the per-pair differences are printed, with the machine and its load.
@@ -31,6 +32,7 @@ import numpy as np
 import pandas as pd
 import lightwork as ray
 
+began = time.perf_counter()
 ray.init(num_cpus=2)
 
 @ray.remote
@@ -43,7 +45,9 @@ for batch in range(2):
     start = time.perf_counter()
     ray.get([summarize.remote(frame) for _ in range(8)])
     times.append(time.perf_counter() - start)
-print(json.dumps(times))
+    if batch == 0:
+        first_result = time.perf_counter() - began  # init, the data, the first batch
+print(json.dumps(times + [first_result]))
 """,
     "sklearn": r"""
 import sys, time, json
@@ -52,6 +56,7 @@ import numpy as np
 from sklearn.linear_model import LogisticRegression
 import lightwork as ray
 
+began = time.perf_counter()
 ray.init(num_cpus=2)
 
 @ray.remote
@@ -66,14 +71,16 @@ for batch in range(2):
     start = time.perf_counter()
     ray.get([fit.remote(x, y) for _ in range(8)])
     times.append(time.perf_counter() - start)
-print(json.dumps(times))
+    if batch == 0:
+        first_result = time.perf_counter() - began  # init, the data, the first batch
+print(json.dumps(times + [first_result]))
 """,
 }
 
 
-def run(workload: str, preload: bool) -> list[float]:
+def run(workload: str, preload: bool, src: str = SRC) -> list[float]:
     env = dict(os.environ, LIGHTWORK_PRELOAD="1" if preload else "0")
-    proc = subprocess.run([sys.executable, "-c", DRIVERS[workload], SRC], env=env,
+    proc = subprocess.run([sys.executable, "-c", DRIVERS[workload], src], env=env,
                           capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise SystemExit(f"{workload} failed:\n{proc.stderr[-2000:]}")
@@ -97,8 +104,12 @@ def main() -> None:
     if "--only" in args:
         only = args[args.index("--only") + 1]
         del args[args.index("--only"):args.index("--only") + 2]
+    src = SRC
+    if "--src" in args:  # another checkout's src, e.g. to compare with main
+        src = os.path.abspath(args[args.index("--src") + 1])
+        del args[args.index("--src"):args.index("--src") + 2]
     pairs = int(args[0]) if args else 5
-    print(f"# {machine()}")
+    print(f"# {machine()}; {src}")
     for workload in DRIVERS:
         if only and workload != only:
             continue
@@ -106,12 +117,14 @@ def main() -> None:
         for index in range(pairs):
             order = (False, True) if index % 2 == 0 else (True, False)
             for preload in order:
-                results[preload].append(run(workload, preload))
+                results[preload].append(run(workload, preload, src))
         for preload in (False, True):
             first = statistics.median(r[0] for r in results[preload])
             second = statistics.median(r[1] for r in results[preload])
+            whole = statistics.median(r[2] for r in results[preload])
             print(f"{workload:8s} preload={'on ' if preload else 'off'}  first batch "
-                  f"{first:6.3f} s   second batch {second:6.3f} s   ({pairs} runs, medians)")
+                  f"{first:6.3f} s   second batch {second:6.3f} s   init to the first "
+                  f"batch's end {whole:6.3f} s   ({pairs} runs, medians)")
         saved = [off[0] - on[0] for off, on in zip(results[False], results[True])]
         print(f"{workload:8s} first batch, off - on, per pair: "
               + " ".join(f"{d:+.3f}" for d in saved)

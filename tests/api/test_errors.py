@@ -348,15 +348,16 @@ def test_crash_of_a_dependency_fails_the_dependent():
 # ---- lost objects ------------------------------------------------------------------
 
 
-def test_unpickled_ref_to_a_freed_object_raises_reference_counting_error():
+def test_a_ref_rebuilt_from_the_id_of_a_freed_object_raises_reference_counting_error():
     ref = ray.put("short-lived " * 1000)
-    blob = cloudpickle.dumps(ref)
+    blob = cloudpickle.dumps(ref)  # pickled by the program: kept until shutdown, as in Ray
+    hex_id = ray.put("freed").hex()  # only its id kept: freed with its last ref
     del ref
     gc.collect()
     time.sleep(0.2)
-    revived = cloudpickle.loads(blob)
-    with pytest.raises(exc.ReferenceCountingAssertionError):
-        ray.get(revived, timeout=10)  # Ray: hangs here (GetTimeoutError), unlike the spec
+    assert ray.get(cloudpickle.loads(blob), timeout=10) == "short-lived " * 1000
+    with pytest.raises(exc.ReferenceCountingAssertionError, match="from_hex"):
+        ray.get(ray.ObjectRef.from_hex(hex_id), timeout=10)  # Ray: hangs here
 
 
 # ---- cancellation ------------------------------------------------------------------

@@ -10,6 +10,7 @@ skip: when the gap closes, the suite says so.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -459,6 +460,14 @@ def test_an_impossible_resource_request_warns_and_its_get_raises_naming_it(backe
     assert lightwork.get(add.remote(1, 2), timeout=30) == 3  # the session goes on
 
 
+@lightwork.remote
+def incr_through(handle):
+    try:
+        return lightwork.get(handle.incr.remote(), timeout=30)
+    except exceptions.ActorUnschedulableError as error:  # (not a wait: a GetTimeoutError)
+        return str(error)
+
+
 def test_an_impossible_actor_warns_and_its_calls_raise_naming_it(backend):
     with pytest.warns(exceptions.UnschedulableRequestWarning, match="Counter.*1 GPU"):
         counter = Counter.options(num_gpus=1).remote()
@@ -466,6 +475,8 @@ def test_an_impossible_actor_warns_and_its_calls_raise_naming_it(backend):
     assert lightwork.wait([call], timeout=30)[0] == [call]
     with pytest.raises(exceptions.ActorUnschedulableError, match="Counter.*1 GPU"):
         lightwork.get(call, timeout=30)
+    # Its handle passed to a task: the calls made there fail the same way, at once.
+    assert re.search("Counter.*1 GPU", lightwork.get(incr_through.remote(counter), timeout=60))
 
 
 def test_invalid_resource_requests_stay_value_errors(backend):

@@ -490,6 +490,134 @@ def test_a_global_rebound_after_shipping_is_named_and_actor_state_is_not(runtime
     assert findings_of("global-changed") == []
 
 
+# -- a task or actor method writing a module global -----------------------------------------
+calls_counted = 0
+_cache = None
+
+
+@lightwork.remote
+def count_call():
+    global calls_counted
+    calls_counted += 1  # the mistake: the worker's copy changes, the driver's never does
+    return calls_counted
+
+
+@lightwork.remote
+class CountingActor:
+    def add(self, n):
+        global calls_counted
+        calls_counted += n  # the same mistake in an actor's method
+        return calls_counted
+
+
+@lightwork.remote
+class Counter:  # the fix: the state lives in an actor
+    def __init__(self):
+        self.count = 0
+
+    def add(self, n):
+        self.count += n
+        return self.count
+
+
+@lightwork.remote
+def count_with(counter):
+    return lightwork.get(counter.add.remote(1))
+
+
+@lightwork.remote
+def cached_lookup(i):
+    global _cache
+    if _cache is None:  # a per-worker cache, built once: correct
+        _cache = list(range(10))
+    return _cache[i]
+
+
+def test_a_task_or_method_rebinding_a_global_is_named_and_an_actor_is_not(runtime):
+    runtime()
+    assert sorted(lightwork.get([count_call.remote() for _ in range(4)]))[0] == 1  # calls
+    actor = CountingActor.remote()
+    assert lightwork.get([actor.add.remote(2) for _ in range(2)]) == [2, 4]  # method calls
+    assert calls_counted == 0  # the driver's copy never changed
+    found = {f.evidence["function"].rsplit(".", 1)[-1]: f for f in findings_of("global-write")}
+    task = found["count_call"]
+    assert task.callsite[1] == _line_of("for _ in range(4)]))[0] == 1  # calls")
+    assert task.evidence["globals"] == ["calls_counted"]
+    assert task.evidence["written_at"][1] == _line_of("calls_counted += 1  # the mistake")
+    assert "actor" in task.suggestion and "calls_counted" in task.title
+    method = found["add"]
+    assert method.callsite[1] == _line_of("for _ in range(2)]) == [2, 4]  # method calls")
+    assert "self.calls_counted" in method.suggestion
+
+    runtime()  # the fix: an actor holds the count; and a per-worker cache is no mistake
+    counter = Counter.remote()
+    assert sorted(lightwork.get([count_with.remote(counter) for _ in range(4)])) == [1, 2, 3, 4]
+    assert lightwork.get([cached_lookup.remote(i) for i in range(6)]) == list(range(6))
+    assert findings_of("global-write") == []
+
+
+# -- refs serialized out of band: pickle, cloudpickle, their hex ------------------------------
+@lightwork.remote
+def pickles_its_ref():
+    import pickle
+
+    blob = pickle.dumps(lightwork.put(5))  # inside a task: the same mistake
+    return lightwork.get(pickle.loads(blob))
+
+
+@lightwork.remote
+def total_of(refs):
+    return sum(lightwork.get(refs))
+
+
+def test_a_ref_pickled_or_rebuilt_from_its_hex_is_named_and_kept_alive(runtime):
+    import gc
+    import pickle
+
+    runtime()
+    ref = lightwork.put([1, 2, 3])
+    blob = pickle.dumps(ref)  # Ray's mistake: the bytes hold the ref out of lightwork's sight
+    hex_id = ref.hex()
+    del ref
+    gc.collect()
+    # The program stays correct: the pickled ref's object was kept.
+    assert lightwork.get(pickle.loads(blob), timeout=10) == [1, 2, 3]
+    rebuilt = lightwork.ObjectRef.from_hex(hex_id)  # a ref rebuilt from its id
+    assert lightwork.get(rebuilt, timeout=10) == [1, 2, 3]
+    assert lightwork.get(pickles_its_ref.remote()) == 5
+    found = {(f.evidence["how"], f.callsite[1]): f for f in findings_of("ref-out-of-band")}
+    pickled = found["pickle", _line_of("blob = pickle.dumps(ref)  # Ray's mistake")]
+    assert "kept until shutdown" in pickled.title and "pass the ref itself" in pickled.suggestion
+    assert pickled.evidence["ref"] == hex_id
+    assert ("hex", _line_of("rebuilt = lightwork.ObjectRef.from_hex(hex_id)")) in found
+    in_task = found["pickle", _line_of("blob = pickle.dumps(lightwork.put(5))")]
+    assert in_task.evidence["function"].endswith("pickles_its_ref")
+
+    runtime()  # the fix: refs passed as they are, in an argument's list, or captured
+    refs = [lightwork.put(i) for i in range(3)]
+    assert lightwork.get(total_of.remote(refs)) == 3
+
+    @lightwork.remote
+    def reads_captured():
+        return lightwork.get(refs[0])
+
+    assert lightwork.get(reads_captured.remote()) == 0
+    assert lightwork.get(lightwork.put(refs)) == refs  # a put of refs: lightwork's own pickle
+    assert findings_of("ref-out-of-band") == []
+
+
+def test_a_ref_rebuilt_from_bad_ids_says_what_to_pass(runtime):
+    runtime()
+    with pytest.raises(TypeError, match="ref.hex"):
+        lightwork.ObjectRef.from_hex(12)
+    with pytest.raises(ValueError, match="not a hex id"):
+        lightwork.ObjectRef.from_hex("zz")
+    with pytest.raises(ValueError, match="Ray's are 28"):
+        lightwork.ObjectRef(bytes(28))
+    ref = lightwork.put("x")
+    assert lightwork.get(lightwork.ObjectRef.from_binary(ref.binary())) == "x"
+
+
 # -- the same programs, from a saved timeline (`lightwork advise FILE`) ----------------------
 def test_a_saved_timeline_names_the_catalogue_findings_its_log_holds(runtime, tmp_path):
     import json

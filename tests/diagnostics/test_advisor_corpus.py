@@ -622,6 +622,56 @@ def async_actor_awaiting_refs():
     assert lightwork.get([gatherer.gather.remote(i) for i in range(4)]) == [0, 1, 2, 3]
 
 
+_model = None
+_calls_here = {"count": 0}
+
+
+def per_worker_cache_in_a_global():
+    """Ray's "reuse a model across tasks" pattern: each worker builds its model once, in
+    a module global, and keeps it; a dict global is updated in place. Neither shares
+    state between processes, and neither is the global-write mistake."""
+
+    @lightwork.remote
+    def predict(x):
+        global _model
+        if _model is None:
+            _model = {"weight": 2}
+        _calls_here["count"] += 1
+        return x * _model["weight"]
+
+    assert lightwork.get([predict.remote(i) for i in range(8)]) == [2 * i for i in range(8)]
+
+
+def refs_passed_inside_values():
+    """Refs travel as they should: inside a list argument, inside a put value, returned
+    from a task, captured by a remote function; printed, and their hex logged."""
+
+    @lightwork.remote
+    def make(value):
+        return value
+
+    @lightwork.remote
+    def make_refs():
+        return [make.remote(i) for i in range(3)]
+
+    @lightwork.remote
+    def count(refs):
+        return len(refs)
+
+    refs = [make.remote(i) for i in range(3)]
+    boxed = lightwork.put(refs)
+    print(refs[0], refs[0].hex())
+
+    @lightwork.remote
+    def first_captured():
+        return lightwork.get(refs[0])
+
+    assert lightwork.get(count.remote(refs)) == 3
+    assert lightwork.get(lightwork.get(boxed)) == [0, 1, 2]
+    assert lightwork.get(lightwork.get(make_refs.remote())) == [0, 1, 2]
+    assert lightwork.get(first_captured.remote()) == 0
+
+
 PROGRAMS = [
     progress_polling, progress_polling_of_fewer_tasks_than_slots, pipeline_with_wait, bounded_in_flight, dependent_chain_by_ref,
     synchronous_parameter_server, asynchronous_parameter_server,
@@ -632,7 +682,8 @@ PROGRAMS = [
     async_actors_fed_by_a_queue, dask_graph_on_lightwork, generator_task_stream,
     driver_waiting_for_its_input, tree_of_actors, map_reduce, remote_function_defined_once,
     big_table_passed_by_ref, results_fed_to_the_next_task_by_ref,
-    task_waiting_on_a_list_of_refs, async_actor_awaiting_refs,
+    task_waiting_on_a_list_of_refs, async_actor_awaiting_refs, per_worker_cache_in_a_global,
+    refs_passed_inside_values,
 ]
 
 

@@ -649,3 +649,29 @@ def test_the_compiled_tally_sums_and_names_what_the_python_one_does(monkeypatch)
         assert compiled[0][bucket] == pytest.approx(seconds, rel=1e-9, abs=1e-12)
     if _measure._sum_runs is None:
         pytest.skip("lightwork._collector not built (LIGHTWORK_PURE_PYTHON): compared with itself")
+
+
+def _fresh_runtime_loop(startup, count=6, gap=0.1, run=0.1, cpus=2):
+    """A fresh runtime's serial-driver loop: ``count`` submissions ``gap`` apart (the
+    driver computing between them), the first ``cpus`` tasks each sent to a worker that
+    takes ``startup`` to start; the others wait for a free one, ``run`` each."""
+    records, free = [], [T0 + startup] * cpus
+    for i in range(count):
+        submitted = T0 + i * gap
+        slot = min(range(cpus), key=free.__getitem__)
+        started = max(submitted, free[slot])
+        record = _task(i + 1, submitted, started, started + run, worker_id=slot + 1)
+        record.dispatched = submitted if i < cpus else started  # a new worker's first task
+        free[slot] = started + run
+        records.append(record)
+    return _with_driver_busy(records, gap)
+
+
+def test_worker_start_up_is_left_out_of_the_serial_driver_window():
+    """Workers slow to start (a fork server importing the program's libraries) held
+    every task until after the loop: the window the rule divides by was mostly start-up."""
+    [finding] = _findings(_fresh_runtime_loop(startup=2.0))
+    assert finding.kind == "serial-driver"
+    assert finding.evidence["wall_s"] < 1.0  # not the 2.3 s that ended with the start-up
+    # Submitted first, the same tasks on the same slow workers draw nothing.
+    assert _kinds(_fresh_runtime_loop(startup=2.0, gap=0.0)) == set()

@@ -37,7 +37,7 @@ KINDS = (
     "actor-bottleneck", "serial-driver", "oversubscription", "fewer-slots", "refs-pinned",
     "actor-deadlock", "stuck-task", "redefined-remote", "large-closure",
     "startup-dominated", "returned-put-ref", "get-of-nested-args", "blocking-in-async-actor",
-    "fork-in-task", "unneeded-get", "global-changed",
+    "fork-in-task", "unneeded-get", "global-changed", "global-write", "ref-out-of-band",
 )
 
 GET_IN_LOOP_MIN = 4  # consecutive one-object gets from one call site
@@ -142,6 +142,7 @@ class AdviceRules(CatalogueRules):
         self._workers_seen: set[int] = set()
         self._loads_seen: set[tuple[int, str]] = set()
         self._first_loads: dict[int, float] = {}
+        self._startups: deque[tuple[float, float]] = deque(maxlen=256)  # (dispatched, started)
         self._replay_at: float | None = None  # log time of the step being replayed
         self._chains: dict[tuple[Any, Any], bool] = {}  # (get line, submit line) -> by value
         self._machine: deque[tuple[float, float]] = deque(maxlen=4096)  # (time, idle core-s)
@@ -568,7 +569,11 @@ class AdviceRules(CatalogueRules):
             return
         window = sorted(site.recent, key=lambda r: r.submitted)
         first, last = window[0].submitted, window[-1].submitted
-        wall = max(r.seen for r in window) - first
+        seen = max(r.seen for r in window)
+        # Worker start-up is left out: while every slot's worker was starting nothing
+        # could run, however the driver submitted (the window is at least the loop).
+        tail = window[-1].finished - window[-1].started if window[-1].started else 0.0
+        wall = max(seen - first - self._all_slots_starting(first, seen), last - first + tail)
         blocked = self._blocked_between(first, last)
         copying = sum(r.copy_s for r in window[:-1])  # the last copy is after ``last``
         serial = (last - first) - blocked - copying
@@ -596,7 +601,7 @@ class AdviceRules(CatalogueRules):
         work = sum(r.finished - r.started for r in window if r.started)
         if work < SERIAL_MIN_WORK_SHARE * at_full_speed:
             return
-        busy = self._busy_between(first, first + wall)
+        busy = self._busy_between(first, seen)
         utilization = busy / (self.cpus * wall)
         if utilization >= SERIAL_MAX_UTILIZATION:
             return

@@ -12,6 +12,7 @@ The thresholds are module constants; they are deliberately conservative.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ class CatalogueRules:
         _workers_seen: set[int]
         _loads_seen: set[tuple[int, str]]
         _first_loads: dict[int, float]
+        _startups: Any
         _global_changes: dict[str, tuple[float, str, Any]]
 
         def _report(self, finding: Finding, key: Any = None) -> None: ...
@@ -92,6 +94,31 @@ class CatalogueRules:
             record.callsite,
         ), key=(name, variable))
 
+    def _name_global_write(self, record: TaskRecord, function: str, filename: str,
+                           changed: list[tuple[str, int]]) -> None:
+        """A call that rebound a module global from a value it held (the worker's
+        ``kernel.global_writes`` watch): the change stays in its worker process."""
+        names = ", ".join(f"`{name}`" for name, _ in changed)
+        first, line = changed[0]
+        if record.actor_id:
+            owner = record.name.rsplit(".", 1)[0]
+            fix = (f"keep the state in the actor itself: self.{first}, set in "
+                   f"{owner}.__init__ and changed by its methods; other tasks read it by "
+                   "calling a method of the actor")
+        else:
+            fix = (f"keep `{first}` in an actor (a @remote class holding it as "
+                   "self.<name>, changed and read through its methods), or return the new "
+                   f"value from {record.name} and combine the results in the driver")
+        self._report(Finding(
+            "global-write",
+            f"{record.name} rebound the module global {names} ({_short(filename)}:{line}) "
+            "in its worker process: only that process's copy changed; the driver, the "
+            "other workers and the actors each keep their own",
+            {"function": record.name, "globals": [name for name, _ in changed],
+             "written_at": [filename, line, function], "worker_id": record.worker_id},
+            fix, record.callsite,
+        ), key=(record.name, first))
+
     def _note_first_runs(self, record: TaskRecord) -> None:
         """Keep what a worker's first task, and a function's first run on a worker,
         spent starting and loading (a set lookup for every other record)."""
@@ -104,10 +131,27 @@ class CatalogueRules:
             self._workers_seen.add(record.worker_id)
             if record.dispatched:  # sent as the worker started: it waited for start-up
                 startup = max(0.0, record.started - record.dispatched)
+                self._startups.append((record.dispatched, record.started))
         self._first_loads[record.task_id] = startup
         if len(self._first_loads) > 4096:
             for old in list(self._first_loads)[:2048]:
                 del self._first_loads[old]
+
+    def _all_slots_starting(self, begin: float, end: float) -> float:
+        """Seconds of ``begin``..``end`` during which at least as many workers were
+        starting (a worker's first task sent, not yet taken up) as there are slots:
+        no task could run then, whatever the driver did."""
+        edges = sorted(edge for dispatched, started in self._startups
+                       if started > begin and dispatched < end
+                       for edge in ((max(dispatched, begin), 1), (min(started, end), -1)))
+        slots = max(1, int(self.cpus))
+        total, active, since = 0.0, 0, begin
+        for at, step in edges:
+            if active >= slots:
+                total += at - since
+            active += step
+            since = at
+        return total
 
     def _check_startup(self, span: DriverSpan) -> None:
         """A get of a batch that waited mostly for workers starting, and for each
@@ -252,6 +296,32 @@ class CatalogueRules:
                 "start processes with spawn: multiprocessing.get_context('spawn').Pool()",
                 tuple(site),
             ), key=(name, tuple(site)))
+        elif kind == "global-write":
+            record, function, filename, changed = event[1:5]
+            if record is None:
+                return  # the call's task had ended already (it cannot: ADVICE goes first)
+            self._name_global_write(record, function, filename, changed)
+        elif kind == "out-of-band":
+            how, hex_id, site, function = event[1:5]
+            inside = f" inside {function}" if function else ""
+            if how == "pickle":
+                title = (f"ObjectRef {hex_id} was pickled outside lightwork{inside} "
+                         "(pickle or cloudpickle): lightwork cannot see which bytes hold it, "
+                         "so its object is now kept until shutdown, whether or not the "
+                         "bytes are ever loaded")
+            else:
+                title = (f"ObjectRef {hex_id} was rebuilt from its id{inside} "
+                         "(ObjectRef.from_hex, from_binary or ObjectRef(bytes)): a string "
+                         "or bytes does not keep an object alive, so the rebuilt ref works "
+                         "only while another ref to it still lives")
+            self._report(Finding(
+                "ref-out-of-band", title,
+                {"how": how, "ref": hex_id, "function": function},
+                "pass the ref itself: as an argument (f.remote(ref), or inside a list or "
+                "dict), as a task's result, or through an actor's method; lightwork then "
+                "knows who holds it and frees it when nobody does",
+                tuple(site),
+            ), key=(how, tuple(site)))
         elif kind == "returned-put":
             count, record = event[1], event[2]
             name = record.name
@@ -308,3 +378,7 @@ class CatalogueRules:
                 finding.cost_s = ran
                 finding.evidence["running_s"] = round(ran, 2)
                 finding.title = finding.title.replace(f"for {old} (", f"for {_duration(ran)} (", 1)
+
+
+def _short(filename: str) -> str:
+    return os.path.basename(filename) or filename

@@ -226,3 +226,47 @@ class StuckWatch:
         for task_id in [t for t in self._samples if t not in live]:
             del self._samples[task_id]
         return found
+
+
+def stuck_elsewhere(watch: StuckWatch, node: Any, history: Any, driver_waits: Any) -> list[
+        tuple[TaskRecord, float, str, float | None, dict[str, Any] | None]]:
+    """The cluster's half of :meth:`StuckWatch.stuck`: the tasks running on workers
+    elsewhere (``node.executing_calls()``, each with its stack and its thread's CPU) that
+    are candidates by the same thresholds, then stuck by the same evidence, their
+    thread's CPU compared over ``IDLE_WINDOW_S`` (a second look after that long: asked
+    only when a candidate runs), or the driver blocked on them. (record, seconds running,
+    why, longest earlier run, where it waits)."""
+    calls = node.executing_calls()
+    soonest = min(watch.stuck_after_s, STUCK_MIN_S)
+    candidates = {}
+    for call in calls or ():
+        if call.running_s < soonest:
+            continue
+        limit, longest = watch.threshold(*history(call.record.name))
+        if call.running_s >= limit:
+            candidates[call.record.task_id] = (call, longest)
+    if not candidates:
+        return []
+    time.sleep(IDLE_WINDOW_S)
+    again = {call.record.task_id: call for call in node.executing_calls() or ()}
+    found = []
+    blocked: Any = False  # not asked yet
+    for task_id, (call, longest) in candidates.items():
+        later = again.get(task_id)
+        if later is None:
+            continue  # it ended meanwhile
+        window = later.running_s - call.running_s
+        if (call.cpu_s is not None and later.cpu_s is not None and window > 0
+                and later.cpu_s - call.cpu_s <= IDLE_CPU_SHARE * window):
+            why = f"its thread on worker {later.address} used no CPU for the last {window:.1f} s"
+        elif longest is not None:
+            if blocked is False:
+                blocked = driver_waits()
+            if blocked is None:
+                continue
+            why = f"the driver is blocked in get/wait at {blocked}"
+        else:
+            continue  # a long run with no history may be long work
+        where = where_waiting([{"frames": later.frames}], later.record.name)
+        found.append((later.record, later.running_s, why, longest, where))
+    return found

@@ -74,8 +74,13 @@ global-changed    a call after the driver rebound a global its function read whe
                   (``api.definitions.changed_globals``, read each look)
 fork-in-task      a fork inside a call (the worker's fork hook sends ``ADVICE``), or in
                   the driver while a live advisor runs (``_watch_driver_forks``)
+global-write      a call that rebound a module global holding a value (the worker
+                  watches the functions whose code assigns one: ``kernel.global_writes``)
+ref-out-of-band   a ref the program pickled outside lightwork's serializer, or rebuilt
+                  from its id (``RefCounter.on_out_of_band``, in the driver or a worker)
 
-The last four come from the local engine serving the workers' requests
+returned-put-ref, get-of-nested-args, blocking-in-async-actor, fork-in-task,
+global-write and ref-out-of-band come from the local engine serving the workers' requests
 (``node.advice_events``, filled only while an advisor runs, on paths that already block
 or carry refs), read at each look. Big by-value arguments are counted as they are
 submitted (``note_large_args``, on the copying path only) and warned about at the
@@ -151,6 +156,7 @@ from lightwork.diagnostics._stuck import (
     StuckWatch,
     describe,
     driver_blocked_in_get,
+    stuck_elsewhere,
     where_waiting,
     worker_stack,
 )
@@ -424,6 +430,19 @@ class Advisor(AdviceRules):
             with self._lock:
                 self._name_stuck(record, ran, why, longest, describe(where), where)
 
+    def name_stuck_elsewhere(self, node: Any) -> None:
+        """Stuck tasks on workers elsewhere (a cluster's), named with where they wait
+        (``_stuck.stuck_elsewhere``; a second look a second later when a task is a
+        candidate)."""
+        def history(name: str) -> tuple[int, float]:
+            with self._lock:
+                return self._history_of(name)
+
+        stuck = stuck_elsewhere(self._stuck, node, history, driver_blocked_in_get)
+        with self._lock:
+            for record, ran, why, longest, where in stuck:
+                self._name_stuck(record, ran, why, longest, describe(where), where)
+
     def note_large_args(self, record: TaskRecord) -> None:
         """``AdviceRules.note_large_args``, then the warning at once: the call is the
         user's ``.remote()``, in the user's thread, and pointing at it is the fix."""
@@ -562,6 +581,8 @@ def current_findings(node: Any, tasks: list[TaskRecord] | None = None,
             tasks, spans = node.log.ended_records(), list(node.log.spans)
     advisor = Advisor(node, watch=False)
     advisor.feed(tasks, spans)
+    if node.processes_elsewhere:
+        advisor.name_stuck_elsewhere(node)
     return ranked(advisor.findings)
 
 

@@ -13,6 +13,9 @@ live object handed out: the node only fills in its times and state):
 * :func:`forking_callsite` — in a fork hook, the user's line that forks (the advisor's
   fork-in-task and fork-after-threads findings, in a worker and in the driver).
 
+* :func:`serializing_callsite` — in ``RefCounter.on_out_of_band``, the user's line that
+  pickled a ref (or rebuilt one from its id), or None when it is lightwork's own.
+
 Blocking-call observers
 -----------------------
 ``blocking_observers`` is the one hook the public ``get``/``wait`` call into. It is a
@@ -168,4 +171,34 @@ def forking_callsite() -> tuple[str, int, str] | None:
                 in filename or os.sep + "dist-packages" + os.sep in filename):
             return (filename, frame.f_lineno, frame.f_code.co_name)
         frame = frame.f_back  # the standard library's or another library's: who called it
+    return None
+
+
+# Where a ref's pickling passes through on its way from the user's call: the picklers
+# (``lightwork.cloudpickle`` is the user's ``ray.cloudpickle``) and the ref's own code.
+_PICKLING_FILES = tuple(
+    os.path.join(_PACKAGE_DIR, *parts)
+    for parts in (("cloudpickle.py",), ("kernel", "pickler.py"), ("kernel", "object_ref.py")))
+_REF_FILE = _PICKLING_FILES[2]
+_REF_ENTRIES = frozenset({"__reduce__", "__init__"})  # where ObjectRef calls the hook
+
+
+def serializing_callsite() -> tuple[str, int, str] | None:
+    """In ``RefCounter.on_out_of_band`` (called from the ref's ``__reduce__`` or a
+    rebuild): the user's frame that pickles the ref, past the picklers, the standard
+    library and other libraries; None when lightwork itself pickles it (a function's
+    closure, a message) or no user frame is on the stack (a library's own thread)."""
+    frame: Any = sys._getframe(1)
+    while frame is not None and not (  # past the hook, up to the ref's own code
+            frame.f_code.co_name in _REF_ENTRIES and frame.f_code.co_filename == _REF_FILE):
+        frame = frame.f_back
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(_PACKAGE_DIR + os.sep):
+            if not filename.startswith(_PICKLING_FILES):
+                return None  # lightwork's own pickling
+        elif not (filename.startswith(_STDLIB_DIR + os.sep) or os.sep + "site-packages" + os.sep
+                  in filename or os.sep + "dist-packages" + os.sep in filename):
+            return (filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
     return None

@@ -22,6 +22,15 @@ driver (a *borrow*), so the driver knows which objects workers still hold.
 
 A ref pickled into another value records its id in the active :func:`collecting_refs`
 context, so the runtime knows which objects a serialized value contains.
+
+Out of band: a ref pickled outside every such context (the program's own ``pickle.dumps``
+or ``cloudpickle.dumps``), or rebuilt from its id (``from_hex``, ``from_binary``,
+``ObjectRef(bytes)``), goes to ``RefCounter.on_out_of_band``, the engine's hook. Nobody
+can tell when such bytes are loaded again, so a pickled ref is kept (``pinned``) until the
+session ends, as Ray keeps them, and the advisor names the line (``ref-out-of-band``).
+lightwork's own pickling outside a context (a function's closure) is told apart by its
+caller (``introspect.serializing_callsite``). The common paths pay nothing: a pickle in
+a context never reaches the test, and ``__init__`` tests only its argument's type.
 """
 
 from __future__ import annotations
@@ -97,6 +106,14 @@ class RefCounter:
         #: holds(object_id): whether a live ref counts (a re-borrow may follow a drain
         #: that reported it gone); the dict's own test, without a Python call per id.
         self.holds: Callable[[int], bool] = self._counts.__contains__
+        # Called with a ref pickled outside lightwork's serializer (outside every
+        # ``collecting_refs`` block: ``how`` "pickle") or rebuilt from its id ("hex":
+        # ``from_hex``, ``from_binary``, ``ObjectRef(bytes)``): the engine's, which pins
+        # what the user pickled and tells the advisor. None: nobody watches.
+        self.on_out_of_band: Callable[[ObjectRef, str], object] | None = None
+        # Refs pickled out of band, kept alive until the session ends: nothing can tell
+        # when the bytes are loaded again (Ray pins them for the process's life too).
+        self.pinned: dict[int, ObjectRef] = {}
 
     def add(self, object_id: int, borrowed: bool) -> None:
         with self._lock:
@@ -139,6 +156,7 @@ class RefCounter:
 
 
     def reset(self) -> None:
+        self.pinned.clear()
         with self._lock:
             self._counts.clear()
             self._released.clear()
@@ -190,9 +208,39 @@ class ObjectRef:
 
     __slots__ = ("_id", "__weakref__")
 
-    def __init__(self, object_id: int, *, _borrowed: bool = False) -> None:
+    def __init__(self, object_id: int | bytes, *, _borrowed: bool = False) -> None:
+        if type(object_id) is not int:  # the user's: Ray's ObjectRef(binary) (one test)
+            try:
+                object_id, _borrowed = _id_of(object_id), True
+            except Exception:
+                self.__class__ = _Unbuilt  # (its __del__ would release an id never counted)
+                raise
+            self._id = object_id
+            ref_counter.add(object_id, _borrowed)
+            _rebuilt(self)
+            return
         self._id = object_id
         ref_counter.add(object_id, _borrowed)
+
+    @classmethod
+    def from_hex(cls, hex_id: str) -> ObjectRef:
+        """The ref whose :meth:`hex` is ``hex_id`` (as Ray's). Rebuilding refs from
+        their ids is Ray's anti-pattern "serializing ObjectRefs out of band": the object
+        lives only as long as some ref to it, which a string is not; pass the ref."""
+        if not isinstance(hex_id, str):
+            raise TypeError(f"ObjectRef.from_hex() takes the str ref.hex() returned, got "
+                            f"{type(hex_id).__name__}")
+        try:
+            binary = bytes.fromhex(hex_id)
+        except ValueError:
+            raise ValueError(f"ObjectRef.from_hex(): {hex_id!r} is not a hex id; pass "
+                             "what ref.hex() returned") from None
+        return cls(binary)
+
+    @classmethod
+    def from_binary(cls, binary: bytes) -> ObjectRef:
+        """The ref whose :meth:`binary` is ``binary`` (see :meth:`from_hex`)."""
+        return cls(binary)
 
     def __del__(self) -> None:
         ref_counter.release_later(self._id)
@@ -226,6 +274,8 @@ class ObjectRef:
         ids = getattr(_collector, "ids", None)
         if ids is not None:
             ids.append(self._id)
+        elif ref_counter.on_out_of_band is not None:  # pickled by someone else
+            ref_counter.on_out_of_band(self, "pickle")
         return (_rebuild_ref, (self._id,))
 
     def future(self) -> concurrent.futures.Future[Any]:
@@ -341,6 +391,51 @@ def _forget_callback(object_id: int, entry: _DoneCallback) -> None:
 
 def _rebuild_ref(object_id: int) -> ObjectRef:
     return ObjectRef(object_id, _borrowed=True)
+
+
+class _Unbuilt(ObjectRef):
+    """What an ``ObjectRef`` whose ``__init__`` refused its id becomes: it counted no id,
+    so it releases none."""
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        pass
+
+
+BINARY_SIZE = 10  # bytes of ``ObjectRef.binary()``
+
+
+def _id_of(binary: Any) -> int:
+    """The id in a ref's ``binary()`` (or ``bytes.fromhex(ref.hex())``)."""
+    if not isinstance(binary, (bytes, bytearray)):
+        raise TypeError(f"ObjectRef() takes the bytes ref.binary() returned, got "
+                        f"{type(binary).__name__}; refs come from f.remote() and put(), "
+                        "and travel by being passed (as an argument, in a list or dict, "
+                        "or returned)")
+    if len(binary) != BINARY_SIZE:
+        raise ValueError(f"ObjectRef(): {len(binary)} bytes is not a lightwork ref's id "
+                         f"({BINARY_SIZE} bytes, what ref.binary() returns); an id from "
+                         "another runtime (Ray's are 28) names nothing here")
+    return int.from_bytes(binary, "big")
+
+
+def keep_out_of_band(ref: ObjectRef, how: str) -> tuple[str, int, str] | None:
+    """What every engine does with a ref seen by ``RefCounter.on_out_of_band``: the
+    user's line that pickled or rebuilt it, or None when lightwork's own code pickles
+    it; a ref the user pickled is kept (``RefCounter.pinned``) until the session ends."""
+    from lightwork.kernel.introspect import serializing_callsite
+
+    site = serializing_callsite()
+    if site is not None and how == "pickle":
+        ref_counter.pinned.setdefault(ref._id, ref)
+    return site
+
+
+def _rebuilt(ref: ObjectRef) -> None:
+    hook = ref_counter.on_out_of_band
+    if hook is not None:
+        hook(ref, "hex")
 
 
 ObjectRef.__module__ = "lightwork"

@@ -169,6 +169,12 @@ class RunRecord(abc.ABC):
         (lock held)."""
         return []
 
+    def executing_calls(self) -> list[Any] | None:
+        """The tasks running on workers elsewhere now, each with its stack and its
+        thread's CPU (``engines/distributed/stuck.ExecutingCall``), for the advisor's
+        stuck-task rule; None where the advisor reads the workers itself."""
+        return None
+
     def add_profile(self, row: list[Any]) -> bool:
         """Keep a driver-side ``lightwork.timeline`` span ``[name, start, end, pid,
         thread, task_id, extra]`` for the timeline; False where the run keeps none."""

@@ -322,6 +322,52 @@ def test_stack_shows_every_worker_thread_through_the_engine(cluster):
 
 
 @lightwork.remote
+def waits_for_a_peer(wait):
+    import socket
+
+    if not wait:
+        return b"ok"
+    left, right = socket.socketpair()
+    left.settimeout(wait)  # (long past the finding: the worker is free again after it)
+    try:
+        return left.recv(16)  # waits for a peer that never writes
+    except socket.timeout:
+        return b"timed out"
+    finally:
+        left.close()
+        right.close()
+
+
+@lightwork.remote
+def spins(seconds):
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        pass
+    return seconds
+
+
+def test_a_task_stuck_on_a_cluster_worker_is_named_with_where_it_waits(cluster, monkeypatch):
+    monkeypatch.setenv("LIGHTWORK_STUCK_AFTER_S", "1")  # (read when advise() analyses)
+    assert lightwork.get([waits_for_a_peer.remote(0) for _ in range(3)]) == [b"ok"] * 3
+    stuck = waits_for_a_peer.remote(12.0)  # the stuck task
+    busy = spins.remote(6.0)  # long work on the other worker, no history: not stuck
+    deadline = time.monotonic() + 30
+    found = []
+    while not found and time.monotonic() < deadline:
+        time.sleep(1.0)
+        found = [f for f in lightwork.advise(print_report=False) if f.kind == "stuck-task"]
+    [finding] = found
+    assert finding.evidence["function"] == "waits_for_a_peer"
+    assert "left.recv(16)" in finding.title and "waits_for_a_peer()" in finding.title
+    assert "no CPU" in finding.evidence["why"] and "tcp://" in finding.evidence["why"]
+    assert finding.callsite[1] == inspect.getsourcelines(
+        test_a_task_stuck_on_a_cluster_worker_is_named_with_where_it_waits)[1] + 3
+    assert finding.cost_s >= 1
+    assert lightwork.get(busy) == 6.0
+    assert lightwork.get(stuck, timeout=30) == b"timed out"
+
+
+@lightwork.remote
 def from_the_first_session(i):
     return i
 
@@ -560,4 +606,5 @@ def test_take_hands_each_report_out_once():
     reply = cluster_record.take(session=5)
     assert [r[0] for r in reply["reports"]] == [0, 1, 2] and reply["dropped"] == 0
     assert cluster_record.take(session=5)["reports"] == []
+
 

@@ -64,6 +64,7 @@ import itertools
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel import exceptions
@@ -163,6 +164,19 @@ class ActorCall:
         self.actor = None
         if not self.outcome.done():
             self.outcome.set_result(stored)
+
+
+@dataclass(frozen=True)
+class UnschedulableActor:
+    """What the key of an actor no worker can hold resolves to (``_create_unschedulable``):
+    why, so that a process that meets its handle elsewhere (a task it was passed to)
+    fails each call with the same ActorUnschedulableError as its creator does."""
+
+    class_name: str
+    problem: str
+
+    def error(self) -> exceptions.ActorUnschedulableError:
+        return unschedulable_error("actor", self.class_name, self.problem, CLUSTER_FIX)
 
 
 class ActorResult:
@@ -309,7 +323,9 @@ class ActorCalls(ActorRestarts):
     def _create_unschedulable(self, actor: Any, problem: str) -> None:
         """An actor no worker can hold (``problem`` says why): warned of once per shape,
         and dead from birth, so that each of its calls fails with ActorUnschedulableError
-        (``_actor_died``) instead of waiting forever; nothing is built on the cluster."""
+        (``_actor_died``) instead of waiting forever; nothing is built on the cluster. Its
+        key holds an :class:`UnschedulableActor`, so the calls of a handle passed to a
+        task or an actor fail there the same way (``_actor``)."""
         backend = self.backend
         key = ("actor", actor.place, actor.hold)
         if key not in backend.tasks.warned_shapes:
@@ -317,7 +333,9 @@ class ActorCalls(ActorRestarts):
             warn_unschedulable("actor", actor.class_name, problem, CLUSTER_FIX)
         owned = OwnedActor(actor.actor_id, actor.class_name, 0, 0, [],
                            dead=f"it can never be scheduled: {problem}", unschedulable=problem)
-        [future] = backend.client.scatter([None], hash=False)  # the handle's key: nothing behind it
+        # The handle's key: no actor behind it, only why (for handles passed elsewhere).
+        [future] = backend.client.scatter([UnschedulableActor(actor.class_name, problem)],
+                                          hash=False)
         with backend.lock:
             backend.futures[actor.actor_id] = future
             self._owned[actor.actor_id] = owned
@@ -380,6 +398,9 @@ class ActorCalls(ActorRestarts):
             return
         try:
             proxy = self._actor(actor_id, call.actor)
+        except exceptions.ActorUnschedulableError as error:
+            call.fail(error)
+            return
         except exceptions.ActorDiedError as died:
             if owned is None:
                 if not self._await_restart(call, None):
@@ -557,6 +578,8 @@ class ActorCalls(ActorRestarts):
                 raise self._actor_died(actor_id, exc) from None
             if proxy is None:
                 return None
+            if type(proxy) is UnschedulableActor:
+                raise proxy.error()
             self._cache_proxy(actor_id, proxy)
         # The actor's key, as this process holds it (the proxy's own future is private).
         if self._killed.get(actor_id) or future is not None and (

@@ -119,6 +119,7 @@ from lightwork.kernel.object_ref import (
     PROCESS_ID_SHIFT,
     ObjectRef,
     ended_session_message,
+    keep_out_of_band,
     ref_counter,
 )
 from lightwork.engines.distributed import compat as cluster_compat
@@ -266,6 +267,7 @@ class DistributedBackend(Backend):
         self._closed = False
         ref_counter.on_borrow = self._on_borrow
         ref_counter.on_first_release = self._drain_soon
+        ref_counter.on_out_of_band = keep_out_of_band  # a ref the user pickled is kept
 
     # -- the interface's calls, each carried by the component that owns it ----------------
     def submit_task(self, spec: Any, args: tuple, kwargs: dict,
@@ -448,6 +450,9 @@ class DistributedBackend(Backend):
             ref_counter.on_borrow = None
         if ref_counter.on_first_release == self._drain_soon:
             ref_counter.on_first_release = None
+        if ref_counter.on_out_of_band is keep_out_of_band:
+            ref_counter.on_out_of_band = None
+            ref_counter.pinned.clear()
         reachable = getattr(self._client, "status", "running") == "running"
         if reachable:
             self.actors.unpublish_names()

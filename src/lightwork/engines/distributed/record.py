@@ -487,6 +487,13 @@ class ClusterLog(RunRecord):
 
     settle = sync  # what a run's end calls to hear of every task that ended before it
 
+    def executing_calls(self) -> list[Any]:
+        """The session's tasks running on the cluster now (``cluster_stuck``)."""
+        from lightwork.engines.distributed import stuck as cluster_stuck
+
+        self.check_reachable()
+        return cluster_stuck.executing_calls(self)
+
     # -- listeners (the Dask-style callbacks and lightwork.dask's scheduler) ------------
     def add_task_listener(self, listener: Callable[[list[TaskRecord]], None]) -> None:
         with self.lock:

@@ -65,7 +65,9 @@ from lightwork.kernel import exceptions
 from lightwork.kernel.object_ref import (
     DRIVER_IDS,
     IdFloor,
+    ObjectRef,
     ended_session_message,
+    keep_out_of_band,
     ref_counter,
 )
 from lightwork.kernel import control
@@ -248,6 +250,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
         self.io = IOLoop(self)
         self._send = self.io.send
         ref_counter.on_borrow = self._on_driver_borrow
+        ref_counter.on_out_of_band = self._on_out_of_band
         self.pool.watch = self.io.watch_worker
         with self.lock:
             for _ in range(max(1, int(num_cpus))):
@@ -287,6 +290,14 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
         if entry is not None:
             entry.driver_holds = True
 
+    def _on_out_of_band(self, ref: ObjectRef, how: str) -> None:
+        """The user pickled ``ref`` outside lightwork's serializer, or rebuilt it from
+        its id (``RefCounter.on_out_of_band``): a pickled one is kept until shutdown, so
+        the bytes stay loadable whatever happens to the user's refs; the advisor is told."""
+        site = keep_out_of_band(ref, how)
+        if site is not None and self.advisor is not None:
+            self.advice_events.append(("out-of-band", how, ref.hex(), site, None))
+
     def _drain_refs(self) -> None:
         gone = ref_counter.drain()
         if gone:
@@ -306,9 +317,10 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
             raise exceptions.ReferenceCountingAssertionError(
                 f"{object_id:020x}",
                 f"object {object_id:020x} was already freed: no reference to it remained "
-                "(its ObjectRef was deleted, or the ref was rebuilt from a pickle after the "
-                "original was garbage-collected). Keep an ObjectRef alive for as long as you "
-                "need the object.",
+                "(its ObjectRef was deleted, or the ref was rebuilt from its id, "
+                "ObjectRef.from_hex, after the original was garbage-collected). Keep an "
+                "ObjectRef alive for as long as you need the object, and pass the ref itself "
+                "rather than its id.",
             )
         return entry
 
@@ -560,6 +572,9 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
         if ref_counter.on_borrow == self._on_driver_borrow:
             ref_counter.on_borrow = None
             ref_counter.on_first_release = None
+        if ref_counter.on_out_of_band == self._on_out_of_band:
+            ref_counter.on_out_of_band = None
+            ref_counter.pinned.clear()
 
 def task_memory(store_budget: int) -> int:
     """Ray's default ``memory`` resource: the memory available now, less the store's."""

@@ -37,7 +37,10 @@ driver leaves them, so their CPU bounds a batch as much as the driver's does):
 * arguments come, and a result leaves, as their pickle's bytes alone when that is all
   they are (``serialization.bare``, ``protocol.py``): no ``Stored`` is rebuilt from the
   frame or pickled into it;
-* sockets are read into one buffer (``protocol.RECV_SIZE``), not a fresh one per read.
+* sockets are read into one buffer (``protocol.RECV_SIZE``), not a fresh one per read;
+* a function whose code assigns a module global is kept wrapped in its table (the
+  advisor's global-write, ``kernel/global_writes.py``); the others, nearly all, are
+  called as they are: nothing is added to their calls.
 
 The cyclic collector costs a worker nearly nothing (a no-op task's objects die by
 reference counting: one young collection per 20,000 tasks), so the loop does nothing
@@ -73,10 +76,10 @@ from lightwork.kernel.generators import (
     StaticItems,
     take_static,
 )
-from lightwork.kernel.object_ref import PROCESS_ID_SHIFT, ref_counter
+from lightwork.kernel.object_ref import PROCESS_ID_SHIFT, keep_out_of_band, ref_counter
 from lightwork.kernel import control
 from lightwork.kernel import debugger
-from lightwork.kernel import introspect
+from lightwork.kernel import global_writes, introspect
 from lightwork.engines.local import protocol as p
 from lightwork.engines.local import task_memory
 from lightwork.kernel import serialization
@@ -89,6 +92,7 @@ from lightwork.engines.local.actor_runners import (
 )
 from lightwork.kernel import calls
 from lightwork.kernel.calls import ArgSlot
+from lightwork.kernel.global_writes import GlobalWatch
 from lightwork.kernel.serialization import SerializationError, Stored, bare
 from lightwork.engines.local.worker_calls import SharedMemoryWriter, WorkerCalls
 
@@ -238,11 +242,16 @@ class Worker(WorkerCalls):
         self._held_since = 0.0
         self._tasks_started = 0
         self._short_runs: set[Any] = set()  # function keys not timed on the CPU clock
+        # The actor's methods (by name) whose code rebinds a module global: their calls
+        # are watched (``kernel/global_writes.py``; a task function's wrapper is in
+        # ``functions``). Empty nearly always: an actor call pays one truth test.
+        self._global_watches: dict[str, GlobalWatch] = {}
         self._memory = task_memory.open_probe()  # resident memory around timed calls
         self._flush_soon: threading.Event | None = None
         self._send_lock = threading.Lock()  # one sender at a time: BORROW before RELEASE
         ref_counter.reset()
         ref_counter.on_borrow = self._note_borrow
+        ref_counter.on_out_of_band = self._note_out_of_band
         # The driver recycles a segment only when no worker maps it: say so before any
         # message that could end this worker's use of the object (outbox goes first).
         serialization.MAPS.on_map = self._note_mapped
@@ -263,6 +272,17 @@ class Worker(WorkerCalls):
         closed = serialization.MAPS.release_unused()
         if closed:
             self.outbox.append((p.UNMAPPED, closed))
+
+    def _note_out_of_band(self, ref: Any, how: str) -> None:
+        """A call pickled a ref outside lightwork's serializer, or rebuilt one from its
+        id: a pickled one is kept while this worker lives (the driver then keeps its
+        object); the driver's advisor is told, with the user's line."""
+        site = keep_out_of_band(ref, how)
+        if site is None:
+            return
+        frame = self.current
+        self.outbox.append((p.ADVICE, "out-of-band", how, ref.hex(), site,
+                            frame[2] if frame is not None else None))
 
     def note_fork(self) -> None:
         """Before a fork in this process: if a call forks (``os.fork``, a fork-start
@@ -532,6 +552,11 @@ class Worker(WorkerCalls):
         fn = self.functions.get(key)
         if fn is None:
             fn = self.functions[key] = cloudpickle.loads(self.function_blobs.pop(key))
+            if type(fn) is types.FunctionType:  # its calls watched if it assigns a global
+                watch = global_writes.watch_of(fn)
+                if watch is not None:
+                    fn = self.functions[key] = global_writes.watched(
+                        fn, watch, self.note_global_write)
         return fn
 
     @property
@@ -557,7 +582,11 @@ class Worker(WorkerCalls):
         if key == "__ray_ready__":
             return _ready
         try:
-            return calls.actor_method(self.actor, key)
+            method = calls.actor_method(self.actor, key)
+            if self._global_watches and key in self._global_watches:
+                return global_writes.watched(method, self._global_watches[key],
+                                             self._note_method_global_write)
+            return method
         except AttributeError:
             if key.startswith(DYNAMIC_METHOD):  # a num_returns="dynamic" call (api/generator.py)
                 from lightwork.kernel.generators import DynamicReturns
@@ -736,6 +765,22 @@ class Worker(WorkerCalls):
             traceback.clear_frames(exc.__traceback__)
         return outcome, args_loaded, finished, cpu, memory
 
+    def _note_method_global_write(self, watch: GlobalWatch,
+                                  changed: list[tuple[str, int]]) -> None:
+        """An actor method rebound a global: reported once, then its calls unwatched."""
+        for name, other in list(self._global_watches.items()):
+            if other is watch:
+                self._global_watches.pop(name, None)
+        self.note_global_write(watch, changed)
+
+    def note_global_write(self, watch: GlobalWatch, changed: list[tuple[str, int]]) -> None:
+        """A call rebound a module global (``global_writes.watched``): tell the driver's
+        advisor, with the running call (its record holds the user's call site)."""
+        frame = self.current
+        if frame is not None:
+            self.outbox.append((p.ADVICE, "global-write", frame[0], frame[2],
+                                watch.filename, changed))
+
     def start_actor(self, frame: tuple[Any, ...]) -> tuple[Any, ...]:
         """Create this worker's actor instance; the DONE says whether ``__init__`` worked."""
         (task_id, key, name, args_stored, dep_values, actor_id, actor_name, concurrency,
@@ -758,6 +803,8 @@ class Worker(WorkerCalls):
                 if concurrency and concurrency > 1:
                     self.pool = CallPool(self, concurrency)
                 self.actor = cls(*args, **kwargs)
+            if isinstance(cls, type):
+                self._global_watches.update(global_writes.watches_of_class(cls))
         except (ActorExit, exceptions.AsyncioActorExit):
             outcome = ("exit", None)
         except BaseException as exc:  # noqa: BLE001 - reported as the actor's death cause

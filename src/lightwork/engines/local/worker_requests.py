@@ -101,7 +101,19 @@ class WorkerRequests(_Base):
             self._on_debug(conn, message[1], message[2])
         elif kind == p.ADVICE:
             if self.advisor is not None:
-                self.advice_events.append((message[1], *message[2:]))
+                self.advice_events.append(self._advice_event(conn, message))
+
+    def _advice_event(self, conn: WorkerConn, message: tuple[Any, ...]) -> tuple[Any, ...]:
+        """What a worker told the advisor, as ``advice_events`` keeps it: a call that
+        rebound a module global carries its task's record (the user's call site)."""
+        if message[1] == "global-write":
+            task_id = message[2]
+            task = self.tasks.get(task_id)
+            if task is None and conn.actor is not None:
+                task = conn.actor.inflight.get(task_id)
+            record = task.record if task is not None else None
+            return ("global-write", record, *message[3:])
+        return (message[1], *message[2:])
 
     def _on_debug(self, conn: WorkerConn, event: str, info: dict[str, Any]) -> None:
         """A call paused in the debugger (one line printed, listed for ``lightwork
