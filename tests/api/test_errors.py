@@ -678,6 +678,24 @@ class TestExceptionsThatCannotBeRebuiltSimply:
         assert "KeyError" in message and "lookup failed" in message
         assert RUNTIME_DIR not in message
 
+    def test_a_nested_gets_traceback_shows_only_the_users_frames(self):
+        """A task that gets a failed task's result: the error it passes on names the
+        user's two functions, and none of lightwork's frames (the API's ``get`` among
+        them) between them."""
+        @ray.remote
+        def inner():
+            raise ValueError("inner failed")
+
+        @ray.remote
+        def outer():
+            return ray.get(inner.remote())
+
+        with pytest.raises(ValueError) as info:
+            ray.get(outer.remote(), timeout=30)
+        message = str(info.value)
+        assert "in outer" in message and "in inner" in message
+        assert RUNTIME_DIR not in message
+
     def test_runtime_is_healthy_after_the_failures(self):
         @ray.remote
         def ok():

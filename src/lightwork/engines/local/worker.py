@@ -91,9 +91,9 @@ from lightwork.engines.local.actor_runners import (
     leave_sigint_to_the_main_thread,
 )
 from lightwork.kernel import calls
-from lightwork.kernel.calls import ArgSlot
 from lightwork.kernel.global_writes import GlobalWatch
-from lightwork.kernel.serialization import SerializationError, Stored, bare
+from lightwork.kernel.serialization import SerializationError, bare
+from lightwork.engines.local.call_outcomes import LostArgument, error_outcome, load_args
 from lightwork.engines.local.worker_calls import SharedMemoryWriter, WorkerCalls
 
 FLUSH_AFTER_S = 0.001
@@ -101,43 +101,6 @@ FLUSH_AFTER_S = 0.001
 # clock (its record's cpu_time stays 0.0, "not measured"; the advisor's CPU rules read
 # only runs of 10 ms or more, and skip 0.0). See the module docstring.
 CPU_CLOCK_MIN_S = 0.001
-
-
-# Frames in these files are lightwork's own (worker loop, serialization, the API's
-# plumbing): a remote traceback shown to the user leaves them out.
-_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-def user_traceback(exc: BaseException) -> str:
-    """``exc``'s traceback (with its chained exceptions) without lightwork's frames.
-
-    A stack made only of lightwork frames (an error in lightwork itself) is kept whole.
-    """
-    formatted = traceback.TracebackException.from_exception(exc)
-    seen: set[int] = set()
-    pending = [formatted]
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        kept = [f for f in current.stack if not f.filename.startswith(_LIGHTWORK_DIR)]
-        if kept and len(kept) != len(current.stack):
-            current.stack = traceback.StackSummary.from_list(kept)
-        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
-    return "".join(formatted.format())
-
-
-def error_outcome(name: str, exc: BaseException) -> Stored:
-    """Serialize a user exception as a TaskError (see TaskError for how its cause travels)."""
-    try:
-        tb = user_traceback(exc)
-    except Exception:  # noqa: BLE001 - never lose the error over its formatting
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    try:
-        return serialization.serialize(exceptions.TaskError(name, tb, exc, os.getpid()), None)
-    except Exception:  # noqa: BLE001 - the cause is packed safely; this is a last resort
-        return serialization.serialize(exceptions.TaskError(name, tb, None, os.getpid()), None)
 
 
 if TYPE_CHECKING:
@@ -900,28 +863,6 @@ class Worker(WorkerCalls):
                 self.driver_request("stream", "yield", head, index, self.next_object_id(),
                                     None, error_outcome(name, exc))
         return None
-
-
-class LostArgument(Exception):
-    """A ref argument's segment file vanished before the task could read it."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__(path)
-        self.path = path
-
-
-def load_args(args_stored: Stored | bytes, dep_values: Any) -> tuple[list[Any], dict[str, Any]]:
-    args, kwargs = serialization.loads(args_stored)
-    if dep_values:
-        try:
-            values = [serialization.loads(stored) for stored in dep_values]
-        except FileNotFoundError as exc:
-            raise LostArgument(exc.filename) from exc
-        args = [values[a.index] if type(a) is ArgSlot else a for a in args]
-        for k, v in kwargs.items():
-            if type(v) is ArgSlot:
-                kwargs[k] = values[v.index]
-    return args, kwargs
 
 
 class ActorExit(SystemExit):

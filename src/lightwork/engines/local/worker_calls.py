@@ -36,6 +36,7 @@ from lightwork.engines.local import protocol as p
 from lightwork.kernel import runtime_env
 from lightwork.kernel import serialization
 from lightwork.engines.local.actor_runners import leave_sigint_to_the_main_thread
+from lightwork.engines.local.call_outcomes import error_outcome
 from lightwork.kernel.calls import (
     ActorSpec,
     CallSpec,
@@ -257,8 +258,6 @@ class WorkerCalls(_Base):
     def put_error(self, exc: BaseException) -> ObjectRef:
         """An object that raises ``exc`` (as the running task's error) on ``get``: the
         last item of a num_returns="dynamic" generator that raised, as in Ray."""
-        from lightwork.engines.local.worker import error_outcome  # a cycle at import time
-
         object_id = self.next_object_id()
         frame = self.current
         error = error_outcome(frame[2] if frame is not None else "(unknown task)", exc)
