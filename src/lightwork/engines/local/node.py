@@ -286,6 +286,8 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
         entry = self.objects.entries.get(object_id)
         if entry is not None:
             entry.driver_holds = True
+            if entry.stream_pinned:  # a generator's item: the consumer holds it now
+                self.streams.on_consumer_hold(entry)
 
     def _drain_refs(self) -> None:
         gone = ref_counter.drain()

@@ -32,9 +32,14 @@ mix of both, which is the user's non-determinism (as in Ray).
 
 Pins. The driver creates each item's object with no holder but the stream (the entry's
 ``stream_pinned``; ``pinned`` below lists them), so an item nobody has read yet stays
-alive. The pin is not a read: spilling may move an unread item to disk. Asking for
-item ``i`` unpins the items before it (the consumer holds refs to those it took: its
-borrow reached the driver first, as requests are ordered). When the head is freed — the
+alive. The pin is not a read: spilling may move an unread item to disk. The pin of a
+yielded item goes as soon as the consumer's hold on it registers (``on_consumer_hold``:
+the driver's borrow of the ref it was given, or a worker's borrow message), so an item
+whose ref the consumer drops is freed then, as in Ray, not when it asks for the next.
+A placeholder keeps its pin while it is pending: the consumer may drop its ref to it
+(a ``next`` with a timeout that passed) and ask for the same index again. Asking for
+item ``i`` also unpins the items before it (the consumer holds refs to those it took:
+its borrow reached the driver first, as requests are ordered). When the head is freed — the
 consumer dropped the generator — or the stream is released, every remaining pin goes,
 so a consumer that stops early releases what it did not read. Items yielded after the
 head is gone are dropped at once (and the stream released, with its pins). The task
@@ -129,7 +134,13 @@ class StreamTable:
             stream = self._stream(head)
         self._unpin_before(stream, index)
         if index < len(stream.items):
-            return "item", stream.items[index]
+            object_id = stream.items[index]
+            entry = node.objects.entries.get(object_id)
+            if entry is not None and (entry.driver_holds or entry.holders):
+                # The consumer holds it already (its ref to the placeholder that became
+                # this item): no borrow will register again, so the pin goes now.
+                self.on_consumer_hold(entry)
+            return "item", object_id
         if stream.finished:
             # Final answer: the consumer's waits are over, so placeholder pins can go
             # (its own refs to them were registered before this request).
@@ -182,6 +193,17 @@ class StreamTable:
             stream.pinned = []
 
     # -- pins ----------------------------------------------------------------------------
+    @staticmethod
+    def on_consumer_hold(entry: ObjectEntry) -> None:
+        """A consumer's hold on ``entry`` registered (the caller has recorded it): a
+        yielded item's pin goes, so the item lives exactly as long as the consumer's refs.
+
+        Only the entry's flag changes (the driver's borrow hook runs without the node's
+        lock, as its ``driver_holds`` write does); the id stays in ``stream.pinned`` until
+        the next unpin pass, which finds the flag already down."""
+        if entry.stream_pinned and entry.state != PENDING:
+            entry.stream_pinned = False
+
     def _stream(self, head: int) -> Stream:
         stream = self.streams.get(head)
         if stream is None:

@@ -62,6 +62,8 @@ class WorkerRequests(_Base):
             if entry is not None:
                 entry.add_holder(conn.worker_id)
                 conn.holds.add(message[1])
+                if entry.stream_pinned:  # a generator's item: the consumer holds it now
+                    self.streams.on_consumer_hold(entry)
         elif kind == p.RELEASE:
             for object_id in message[1]:
                 conn.holds.discard(object_id)
