@@ -216,6 +216,7 @@ class WorkerRequests(_Base):
         self.scheduler.finish(conn.slot, task, record.finished - record.args_loaded)
         if self.gpus.held:  # (_release_gpus, without a call per task)
             self.gpus.release(task.task_id)
+            self.scheduler.update_may_queue()  # a GPU worker may be idle now
         record.seen = seen
         if task.cancelled:
             if type(outcome) is list:  # it finished before the cancel reached it
