@@ -314,6 +314,57 @@ def test_a_retried_generator_yields_each_item_once(runtime, tmp_path):
 
 
 @pytest.mark.lightwork_only
+def test_a_generator_that_raises_a_retriable_exception_is_retried(runtime, tmp_path):
+    """As in Ray: with ``retry_exceptions``, a generator that raises one of them mid-
+    stream runs again, and the consumer sees each item once and then the end, not the
+    error."""
+
+    @lightwork.remote(retry_exceptions=[StreamFailure], max_retries=2)
+    def flaky(marker):
+        for i in range(4):
+            if i == 2 and count_attempt(marker) == 0:
+                raise StreamFailure("first run only")
+            yield i
+
+    marker = str(tmp_path)
+    assert [lightwork.get(ref, timeout=30) for ref in flaky.remote(marker)] == [0, 1, 2, 3]
+    assert len(attempts(marker)) == 2  # the first run, which raised, and the re-run
+
+
+def test_a_generator_out_of_retries_ends_with_its_error(runtime, tmp_path):
+    """The retries are used up (or the exception is not listed): the error is the
+    stream's last item, as without retries."""
+
+    @lightwork.remote(retry_exceptions=[StreamFailure], max_retries=1)
+    def always_fails(marker):
+        count_attempt(marker)
+        yield 0
+        raise StreamFailure("every run")
+
+    marker = str(tmp_path / "always")
+    os.mkdir(marker)
+    stream = always_fails.remote(marker)
+    assert lightwork.get(next(stream), timeout=30) == 0
+    with pytest.raises(StreamFailure, match="every run"):
+        lightwork.get(next(stream), timeout=30)
+    with pytest.raises(StopIteration):
+        next(stream)
+    assert len(attempts(marker)) == 2
+
+    @lightwork.remote(retry_exceptions=[KeyError], max_retries=3)
+    def other_error(marker):
+        count_attempt(marker)
+        yield 0
+        raise StreamFailure("not listed")
+
+    marker = str(tmp_path / "other")
+    os.mkdir(marker)
+    refs = list(other_error.remote(marker))
+    with pytest.raises(StreamFailure):
+        lightwork.get(refs[1], timeout=30)
+    assert len(attempts(marker)) == 1
+
+
 def test_a_retried_generator_has_one_yield_instant_per_item(runtime, tmp_path):
     """lightwork-only: the timeline has one yield instant per item, not per attempt."""
     items = [lightwork.get(ref, timeout=30)

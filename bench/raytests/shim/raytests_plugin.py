@@ -41,9 +41,9 @@ DEFAULT_INIT = {
 PRIVATE_FIXTURE = re.compile(r"cluster|pubsub|redis|call_ray_start|http_proxy|gcs|"
                              r"external|monitor|autoscal|set_bad_runtime_env_cache")
 # What a test's own source mentions that is Ray's internals (its GCS, its private
-# modules, its multi-node test cluster).
+# modules, its multi-node test cluster, its core worker, which some tests mock).
 PRIVATE_SOURCE = re.compile(r"_private|_common\.|_raylet|\bgcs\b|GCS|global_worker|"
-                            r"cluster_utils|\bCluster\(|internal_kv|_system_config")
+                            r"cluster_utils|\bCluster\(|internal_kv|_system_config|core_worker")
 
 
 @contextmanager

@@ -28,7 +28,10 @@ many items the stream holds, and the worker stops serializing and sending yields
 that count, so only the re-run's first yield travels in vain (the driver drops it, by
 its index). So the items at the indices the first run sent are the first run's and the
 later ones the re-run's: a generator that yields different items when re-run gives a
-mix of both, which is the user's non-determinism (as in Ray).
+mix of both, which is the user's non-determinism (as in Ray). An exception the
+generator raises is a retry too when the task's ``retry_exceptions`` takes it and tries
+are left: the driver answers its yield with ``STREAM_RETRY`` instead of making it the
+last item, and the worker lets it fail the task, which the node then runs again.
 
 Pins. The driver creates each item's object with no holder but the stream (the entry's
 ``stream_pinned``; ``pinned`` below lists them), so an item nobody has read yet stays
@@ -59,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel import serialization
 from lightwork.engines.local.objects import FAILED, PENDING, ObjectEntry
+from lightwork.engines.local.protocol import STREAM_RETRY
 from lightwork.kernel.serialization import Stored
 
 if TYPE_CHECKING:
@@ -97,7 +101,8 @@ class StreamTable:
                  error: Stored | None = None) -> int | None:
         """A running task's ``index``-th yield of this run was ``stored`` (or it raised
         ``error``, its last item). Return how many items the stream now has (the worker
-        need not send yields below that: a retry's), or None if nobody consumes it."""
+        need not send yields below that: a retry's), None if nobody consumes it, or
+        ``STREAM_RETRY`` for an error the task is retried for."""
         node = self.node
         head_entry = node.objects.entries.get(head)
         if head_entry is None:  # the consumer dropped the generator: drop the item
@@ -108,6 +113,10 @@ class StreamTable:
         if index < len(stream.items):  # a re-run yields again what the stream has
             self._drop(stored)
             return len(stream.items)
+        if error is not None:
+            task = node.tasks.get(head_entry.task_id)
+            if task is not None and node._should_retry_error(task, error):
+                return STREAM_RETRY  # the task fails with it, and runs again
         placeholder = stream.placeholders.pop(index, None)
         if placeholder is not None and placeholder in node.objects.entries:
             entry = node.objects.entries[placeholder]
