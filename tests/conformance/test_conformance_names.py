@@ -78,6 +78,9 @@ def test_ray_programs_import_the_modules_and_get_clear_errors_for_the_rest(backe
         import ray
         from ray import cloudpickle, ray_constants
         import ray.cloudpickle, ray.runtime_context, ray.job_config
+        from ray.types import ObjectRef as TypesRef
+        def annotated(refs: "list[TypesRef[int]]") -> TypesRef[int]: ...
+        assert TypesRef is lightwork.ObjectRef and TypesRef[int].__origin__ is TypesRef
         from ray._raylet import (ObjectRef, ObjectRefGenerator, StreamingObjectRefGenerator,
                                  ObjectRefStreamEndOfStreamError)
         from ray.experimental.state.api import list_objects

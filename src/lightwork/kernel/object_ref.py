@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import types
 from collections import deque
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
@@ -185,10 +186,12 @@ class ObjectRef:
     Returned by ``f.remote()`` and ``put()``. Hashable, printable and picklable (a ref
     inside an argument or a result is borrowed). ``get(ref)`` fetches the value;
     ``ref.future()`` gives a ``concurrent.futures.Future``, ``ref.as_future()`` an
-    ``asyncio.Future``; ``await ref`` works in asyncio.
+    ``asyncio.Future``; ``await ref`` works in asyncio. ``ObjectRef[T]`` annotates a ref
+    to a ``T``, as in Ray.
     """
 
     __slots__ = ("_id", "__weakref__")
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def __init__(self, object_id: int, *, _borrowed: bool = False) -> None:
         self._id = object_id
