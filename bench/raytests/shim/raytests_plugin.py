@@ -16,6 +16,7 @@ to, flushed at once so the runner can watch a run it may have to kill: ``collect
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import os
@@ -44,6 +45,8 @@ PRIVATE_FIXTURE = re.compile(r"cluster|pubsub|redis|call_ray_start|http_proxy|gc
 # modules, its multi-node test cluster, its core worker, which some tests mock).
 PRIVATE_SOURCE = re.compile(r"_private|_common\.|_raylet|\bgcs\b|GCS|global_worker|"
                             r"cluster_utils|\bCluster\(|internal_kv|_system_config|core_worker")
+# Ray's private modules, for names a test file imports from them at its top.
+PRIVATE_MODULE = re.compile(r"^ray\._(private|raylet|common)")
 
 
 @contextmanager
@@ -128,6 +131,27 @@ def _write(record: dict[str, Any]) -> None:
         log.write(json.dumps(record) + "\n")
 
 
+_imported_privately: dict[str, set[str]] = {}
+
+
+def _private_imports(path: str) -> set[str]:
+    """Names a test file imports at its top from Ray's private modules (not its test
+    helpers, which the harness gives): a test that uses one uses Ray's internals."""
+    if path not in _imported_privately:
+        names: set[str] = set()
+        try:
+            tree = ast.parse(open(path, encoding="utf-8").read())
+        except (OSError, SyntaxError):
+            tree = ast.Module(body=[], type_ignores=[])
+        for node in tree.body:
+            if (isinstance(node, ast.ImportFrom) and node.module
+                    and PRIVATE_MODULE.search(node.module)
+                    and not node.module.endswith("test_utils")):
+                names.update(alias.asname or alias.name for alias in node.names)
+        _imported_privately[path] = names
+    return _imported_privately[path]
+
+
 def _private_uses(item: pytest.Item) -> list[str]:
     uses = sorted(name for name in getattr(item, "fixturenames", ())
                   if PRIVATE_FIXTURE.search(name))
@@ -137,6 +161,8 @@ def _private_uses(item: pytest.Item) -> list[str]:
     except (OSError, TypeError):
         source = ""
     uses += sorted(set(PRIVATE_SOURCE.findall(source)))
+    words = set(re.findall(r"\w+", source))
+    uses += sorted(_private_imports(str(item.path)) & words)
     return uses
 
 

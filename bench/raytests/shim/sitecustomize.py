@@ -32,8 +32,9 @@ TARGET = os.environ.get("RAYTESTS_TARGET", "ray")
 
 # Ray's test helpers, by the modules tests import them from.
 HELPER_MODULES = ("ray._private.test_utils", "ray._common.test_utils")
-# Ray's testing-only modules that tests import at the top of a file: loaded as empty
-# modules, so only the tests that use them fail (with an AttributeError naming them).
+# Ray's testing-only and internal modules that tests import at the top of a file: loaded
+# as empty modules whose every name is a stand-in that fails when used, so only the tests
+# that use them fail.
 EMPTY_MODULES = ("ray.cluster_utils", "ray.tests", "ray.tests.conftest",
                  "ray._private.ray_constants", "ray._private.utils", "ray._private.worker",
                  "ray._common.utils")
@@ -51,8 +52,27 @@ class _Stand_in(importlib.abc.Loader):
         return None
 
     def exec_module(self, module: types.ModuleType) -> None:
+        if self.helpers:
+            return
         if module.__name__ in EMPTY_PACKAGES:
             module.__path__ = []
+        name = module.__name__
+
+        def __getattr__(attribute: str) -> object:
+            if attribute.startswith("__"):
+                raise AttributeError(attribute)
+            return _absent(f"{name}.{attribute}")
+
+        module.__getattr__ = __getattr__  # type: ignore[method-assign]
+
+
+def _absent(what: str) -> type:
+    """A stand-in for a name of Ray's internals: importable, failing when used."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise NotImplementedError(f"{what} is Ray's internals, which lightwork does not have")
+
+    return type(what.rsplit(".", 1)[-1], (), {"__init__": refuse, "__getattr__": refuse})
 
 
 class TestInfrastructureFinder(importlib.abc.MetaPathFinder):
