@@ -191,7 +191,7 @@ class ObjectRef:
     """
 
     __slots__ = ("_id", "__weakref__")
-    __class_getitem__ = classmethod(types.GenericAlias)
+    __class_getitem__: classmethod[Any, Any, types.GenericAlias] = classmethod(types.GenericAlias)
 
     def __init__(self, object_id: int, *, _borrowed: bool = False) -> None:
         self._id = object_id
