@@ -161,6 +161,19 @@ def test_end_of_stream_error_is_public_and_a_stream_still_ends_with_stop_iterati
         next(stream)
 
 
+def test_actor_unavailable_error_is_public_with_ray_s_arguments():
+    """Ray programs catch it (an ActorPool keeps such an actor); it takes Ray's
+    ``(message, actor_id)``, is an actor error and survives a pickle."""
+    import pickle
+
+    error = exceptions.ActorUnavailableError("temporarily unavailable", None)
+    assert isinstance(error, exceptions.RayActorError)
+    assert "temporarily unavailable" in str(error)
+    assert "ActorUnavailableError" in exceptions.__all__
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error) and str(copy) == str(error)
+
+
 def test_object_id_is_object_ref(backend):
     assert lightwork.ObjectID is lightwork.ObjectRef
     assert isinstance(lightwork.put(1), lightwork.ObjectID)
