@@ -2,7 +2,8 @@
 
 Floors, top to bottom: the public face (``lightwork``, ``lightwork.exceptions``,
 ``lightwork.actor``, Ray's other top-level modules ``cloudpickle``, ``job_config``,
-``ray_constants``, ``runtime_context``, ``_raylet``, ``dag``, and the ``lightwork`` command:
+``ray_constants``, ``runtime_context``, ``_raylet``, ``dag``, ``types``, and the ``lightwork``
+command:
 ``__main__``, ``cli``), the tools (``state``, ``diagnostics``, ``dashboard``, ``dask``,
 ``util``, ``experimental``), the API (``api``), the engines (``engines`` and its
 ``local`` and ``distributed``), the kernel (``kernel``, ``_collector``). Every import is
@@ -22,7 +23,7 @@ FLOORS = ("kernel", "engines", "api", "tools", "face")
 FACE = {"lightwork", "lightwork.__main__", "lightwork.cli", "lightwork.exceptions",
         "lightwork.actor", "lightwork.cloudpickle", "lightwork.job_config",
         "lightwork.ray_constants", "lightwork.runtime_context", "lightwork._raylet",
-        "lightwork.dag"}
+        "lightwork.dag", "lightwork.types"}
 TOOL_PACKAGES = ("state", "diagnostics", "dashboard", "dask", "util", "experimental")
 
 

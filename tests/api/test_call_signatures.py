@@ -131,3 +131,23 @@ def test_handle_passed_to_a_task_still_reports_wrong_arguments():
     with pytest.raises(TypeError) as info:
         ray.get(call_badly.remote(account), timeout=30)
     assert "amount" in str(info.value)
+
+
+def test_ray_s_older_underscore_remote_takes_args_kwargs_and_options():
+    """``_remote(args, kwargs, **options)``, which Ray's own tests and older programs
+    call, is ``.options(**options).remote(*args, **kwargs)`` for tasks, actors and
+    methods, with the same checks."""
+    assert ray.get(add._remote([1], {"scale": 2})) == 22
+    first, second = anything._remote(args=[1, 2], kwargs={"k": 3}, num_returns=2,
+                                     num_cpus=0)
+    assert ray.get(first) == 2 and ray.get(second) == ["k"]
+    assert add._remote([1], num_returns=0) is None
+    account = Account._remote(args=["ann"], kwargs={"balance": 5}, num_cpus=0)
+    assert ray.get(account.deposit._remote(args=[10], kwargs={"note": "pay"})) == 15
+    assert ray.get(account.deposit._remote([1])) == 16
+    with pytest.raises(TypeError, match="missing a required argument: 'x'"):
+        add._remote()
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        account.deposit._remote(args=[1, 2, 3])
+    with pytest.raises(ValueError):
+        add._remote([1], num_returns=-3)

@@ -210,6 +210,55 @@ def test_a_consumer_that_stops_early_releases_what_it_did_not_read(runtime, tmp_
     assert lightwork.get(first) == 0  # the item that was read is still there
 
 
+def _object_ids():
+    return {row["object_id"] for row in lightwork.state.list_objects(limit=None)}
+
+
+@pytest.mark.lightwork_only
+def test_an_item_the_consumer_dropped_is_freed_before_the_next_is_asked_for(
+        runtime, wait_until):
+    """lightwork-only: reads the object table through the state API. Ray frees an
+    item once its consumer drops the ref; so must we, without a further ``next``."""
+    stream = numbers.remote(3)
+    lightwork.get(stream.completed(), timeout=30)
+    first = next(stream)
+    first_hex = first.hex()
+    assert lightwork.get(first) == 0
+    del first
+    wait_until(lambda: first_hex not in _object_ids(), message="the dropped item to be freed")
+    kept = next(stream)
+    assert lightwork.get(kept) == 10
+    assert kept.hex() in _object_ids()  # an item still referenced stays
+    assert [lightwork.get(ref) for ref in stream] == [20]
+
+
+@pytest.mark.lightwork_only
+def test_an_item_a_task_consumer_dropped_is_freed_before_the_next_is_asked_for(runtime):
+    """lightwork-only: the consumer is a task; the driver's table must drop the item as
+    soon as the task's ref to it is gone, while the task still holds the stream."""
+
+    @lightwork.remote
+    def read_one_then_look(count):
+        import time as _time
+
+        stream = numbers.remote(count)
+        lightwork.get(stream.completed())
+        first = next(stream)
+        first_hex = first.hex()
+        lightwork.get(first)
+        del first
+        deadline = _time.monotonic() + 10
+        while _time.monotonic() < deadline:
+            lightwork.get(lightwork.put(None))  # a worker's releases go with its next message
+            if first_hex not in {row["object_id"]
+                                 for row in lightwork.state.list_objects(limit=None)}:
+                return [lightwork.get(ref) for ref in stream]
+            _time.sleep(0.05)
+        return "the item stayed"
+
+    assert lightwork.get(read_one_then_look.remote(3), timeout=60) == [10, 20]
+
+
 def test_a_crash_mid_stream_ends_it_with_the_crash(runtime):
     @lightwork.remote(max_retries=0)
     def dies_after_one():
@@ -265,6 +314,57 @@ def test_a_retried_generator_yields_each_item_once(runtime, tmp_path):
 
 
 @pytest.mark.lightwork_only
+def test_a_generator_that_raises_a_retriable_exception_is_retried(runtime, tmp_path):
+    """As in Ray: with ``retry_exceptions``, a generator that raises one of them mid-
+    stream runs again, and the consumer sees each item once and then the end, not the
+    error."""
+
+    @lightwork.remote(retry_exceptions=[StreamFailure], max_retries=2)
+    def flaky(marker):
+        for i in range(4):
+            if i == 2 and count_attempt(marker) == 0:
+                raise StreamFailure("first run only")
+            yield i
+
+    marker = str(tmp_path)
+    assert [lightwork.get(ref, timeout=30) for ref in flaky.remote(marker)] == [0, 1, 2, 3]
+    assert len(attempts(marker)) == 2  # the first run, which raised, and the re-run
+
+
+def test_a_generator_out_of_retries_ends_with_its_error(runtime, tmp_path):
+    """The retries are used up (or the exception is not listed): the error is the
+    stream's last item, as without retries."""
+
+    @lightwork.remote(retry_exceptions=[StreamFailure], max_retries=1)
+    def always_fails(marker):
+        count_attempt(marker)
+        yield 0
+        raise StreamFailure("every run")
+
+    marker = str(tmp_path / "always")
+    os.mkdir(marker)
+    stream = always_fails.remote(marker)
+    assert lightwork.get(next(stream), timeout=30) == 0
+    with pytest.raises(StreamFailure, match="every run"):
+        lightwork.get(next(stream), timeout=30)
+    with pytest.raises(StopIteration):
+        next(stream)
+    assert len(attempts(marker)) == 2
+
+    @lightwork.remote(retry_exceptions=[KeyError], max_retries=3)
+    def other_error(marker):
+        count_attempt(marker)
+        yield 0
+        raise StreamFailure("not listed")
+
+    marker = str(tmp_path / "other")
+    os.mkdir(marker)
+    refs = list(other_error.remote(marker))
+    with pytest.raises(StreamFailure):
+        lightwork.get(refs[1], timeout=30)
+    assert len(attempts(marker)) == 1
+
+
 def test_a_retried_generator_has_one_yield_instant_per_item(runtime, tmp_path):
     """lightwork-only: the timeline has one yield instant per item, not per attempt."""
     items = [lightwork.get(ref, timeout=30)

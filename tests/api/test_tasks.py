@@ -815,6 +815,21 @@ class TestGpuIds:
             assert visible == str(ids[0])
         assert len({pid for _, _, pid in views}) == 3
 
+    def test_gpu_tasks_and_cpu_tasks_never_share_a_worker(self):
+        """As in Ray: a task that needs a GPU gets a worker of its own, even when a
+        worker that ran CPU tasks is idle, and a CPU task never runs where a GPU task
+        set CUDA_VISIBLE_DEVICES (max_calls=0 keeps the GPU worker for reuse)."""
+        cpu = ray.remote(_gpu_view)
+        gpu = ray.remote(num_gpus=1, max_calls=0)(_gpu_view)
+        cpu_pids = {ray.get(cpu.remote(), timeout=20)[2] for _ in range(4)}
+        gpu_views = [ray.get(gpu.remote(), timeout=20) for _ in range(3)]
+        gpu_pids = {pid for _, _, pid in gpu_views}
+        assert not cpu_pids & gpu_pids
+        assert len(gpu_pids) == 1  # the GPU kind's worker is reused by GPU tasks
+        after = [ray.get(cpu.remote(), timeout=20) for _ in range(4)]
+        assert not {pid for _, _, pid in after} & gpu_pids
+        assert all(ids == () and visible is None for ids, visible, _ in after)
+
     def test_a_burst_of_short_gpu_tasks_each_gets_one_gpu_and_gives_it_back(self):
         """Each call retires its worker (max_calls=1): calls queued there run elsewhere."""
         task = ray.remote(num_gpus=1)(_gpu_view)

@@ -178,7 +178,6 @@ def test_task_error_is_the_users_type_with_the_remote_traceback(backend):
     assert "the message" in text and "raise ValueError(message)" in text
 
 
-@gap("distributed", "the cluster backend's get gathers every future before it raises")
 def test_get_of_several_raises_the_first_failure_without_waiting_for_the_rest(
         backend, tmp_path):
     """As in Ray: a failed object ends a ``get`` of several at once, though others are

@@ -78,6 +78,9 @@ def test_ray_programs_import_the_modules_and_get_clear_errors_for_the_rest(backe
         import ray
         from ray import cloudpickle, ray_constants
         import ray.cloudpickle, ray.runtime_context, ray.job_config
+        from ray.types import ObjectRef as TypesRef
+        def annotated(refs: "list[TypesRef[int]]") -> TypesRef[int]: ...
+        assert TypesRef is lightwork.ObjectRef and TypesRef[int].__origin__ is TypesRef
         from ray._raylet import (ObjectRef, ObjectRefGenerator, StreamingObjectRefGenerator,
                                  ObjectRefStreamEndOfStreamError)
         from ray.experimental.state.api import list_objects
@@ -156,6 +159,19 @@ def test_end_of_stream_error_is_public_and_a_stream_still_ends_with_stop_iterati
     assert lightwork.get([next(stream), next(stream)]) == [0, 1]
     with pytest.raises(StopIteration):
         next(stream)
+
+
+def test_actor_unavailable_error_is_public_with_ray_s_arguments():
+    """Ray programs catch it (an ActorPool keeps such an actor); it takes Ray's
+    ``(message, actor_id)``, is an actor error and survives a pickle."""
+    import pickle
+
+    error = exceptions.ActorUnavailableError("temporarily unavailable", None)
+    assert isinstance(error, exceptions.RayActorError)
+    assert "temporarily unavailable" in str(error)
+    assert "ActorUnavailableError" in exceptions.__all__
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error) and str(copy) == str(error)
 
 
 def test_object_id_is_object_ref(backend):

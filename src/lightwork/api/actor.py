@@ -163,6 +163,12 @@ class ActorClass:
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
         return _create(self, args, kwargs, self._options)
 
+    def _remote(self, args: Any = None, kwargs: dict[str, Any] | None = None,
+                **options: Any) -> ActorHandle:
+        """Ray's older form: ``A._remote(args, kwargs, **options)``."""
+        target = self.options(**options) if options else self
+        return target.remote(*(args or ()), **(kwargs or {}))
+
     def options(self, **options: Any) -> _BoundActorOptions:
         _check_actor_options(options, self._cls.__qualname__)
         return _BoundActorOptions(self, {**self._options, **options})
@@ -430,6 +436,12 @@ class ActorMethod:
         if num_returns == 1:
             return refs[0]
         return None if num_returns == 0 else refs
+
+    def _remote(self, args: Any = None, kwargs: dict[str, Any] | None = None,
+                **options: Any) -> Any:
+        """Ray's older form: ``handle.m._remote(args, kwargs, num_returns=...)``."""
+        target = self.options(**options) if options else self
+        return target.remote(*(args or ()), **(kwargs or {}))
 
     def options(self, *, num_returns: int | str | None = None, name: str | None = None,
                 **ignored: Any) -> ActorMethod:

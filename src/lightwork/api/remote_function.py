@@ -104,6 +104,13 @@ class RemoteFunction:
             spec.shape = shape_for(options, spec.shape, f"task {spec.name}")
         return spec
 
+    def _remote(self, args: Any = None, kwargs: dict[str, Any] | None = None,
+                **options: Any) -> Any:
+        """Ray's older call form: ``f._remote(args, kwargs, **options)`` is
+        ``f.options(**options).remote(*args, **kwargs)``."""
+        target = self.options(**options) if options else self
+        return target.remote(*(args or ()), **(kwargs or {}))
+
     def options(self, **options: Any) -> _BoundOptions:
         """This function with some options changed for the calls made through the result."""
         _refuse_max_calls(options, _name(self._function))

@@ -18,6 +18,7 @@ Ray's names exist as aliases so ``except ray.exceptions.X`` clauses keep working
     ├── ActorError (RayActorError)
     │   ├── ActorDiedError
     │   ├── ActorDeadlockError              a get inside an actor that can never return
+    │   ├── ActorUnavailableError           Ray's "for now" (defined; never raised here)
     │   └── ActorUnschedulableError         it asks for more than the runtime has
     ├── AsyncioActorExit                    exit_actor() in an async actor (Ray's name)
     ├── WorkerCrashedError                  process died while running a task
@@ -54,6 +55,7 @@ __all__ = [
     "ActorDiedError",
     "ActorError",
     "ActorOutOfMemoryError",
+    "ActorUnavailableError",
     "ActorUnschedulableError",
     "AsyncioActorExit",
     "GetTimeoutError",
@@ -304,6 +306,22 @@ class ActorDeadlockError(ActorError):
     actors, on calls queued behind them: e.g. a method of a ``max_concurrency=1`` actor
     that gets another call on its own handle. Ray hangs there; lightwork raises.
     """
+
+
+class ActorUnavailableError(ActorError):
+    """Ray's error for an actor that cannot take calls *for now* (restarting, or its
+    node unreachable) and may again later. lightwork never raises it: on one machine an
+    actor restarting queues the calls meanwhile, and one that cannot come back raises
+    ``ActorDiedError``. It is here so that ``except`` clauses naming it keep working.
+    Takes Ray's arguments, ``(message, actor_id)``."""
+
+    def __init__(self, error_message: str = "", actor_id: Any = None) -> None:
+        super().__init__(error_message)
+        self.error_message = error_message
+        self.actor_id = actor_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.error_message, self.actor_id))
 
 
 class ActorUnschedulableError(ActorError):

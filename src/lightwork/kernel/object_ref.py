@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import types
 from collections import deque
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
@@ -203,10 +204,12 @@ class ObjectRef:
     Returned by ``f.remote()`` and ``put()``. Hashable, printable and picklable (a ref
     inside an argument or a result is borrowed). ``get(ref)`` fetches the value;
     ``ref.future()`` gives a ``concurrent.futures.Future``, ``ref.as_future()`` an
-    ``asyncio.Future``; ``await ref`` works in asyncio.
+    ``asyncio.Future``; ``await ref`` works in asyncio. ``ObjectRef[T]`` annotates a ref
+    to a ``T``, as in Ray.
     """
 
     __slots__ = ("_id", "__weakref__")
+    __class_getitem__: classmethod[Any, Any, types.GenericAlias] = classmethod(types.GenericAlias)
 
     def __init__(self, object_id: int | bytes, *, _borrowed: bool = False) -> None:
         if type(object_id) is not int:  # the user's: Ray's ObjectRef(binary) (one test)

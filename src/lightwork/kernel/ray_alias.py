@@ -90,7 +90,7 @@ class RayAliasFinder(importlib.abc.MetaPathFinder):
                 "(ray, ray.util, ray.util.queue, ray.util.multiprocessing, "
                 "ray.util.state, ray.util.placement_group, ray.util.scheduling_strategies, "
                 "ray.util.joblib, ray.exceptions, ray.actor, ray.dag, ray.runtime_context, "
-                "ray.job_config, ray.cloudpickle, ray.experimental.state.api, and the "
+                "ray.job_config, ray.cloudpickle, ray.types, ray.experimental.state.api, and the "
                 "public names of ray._raylet) and has no Ray library or internal module of "
                 "this name; run this program on Ray itself, or remove the import",
                 name=fullname)

@@ -88,7 +88,7 @@ def test_finishing_gives_resources_back_and_the_next_task_runs():
 def test_a_gpu_task_waiting_does_not_block_cpu_tasks_behind_it():
     s = Scheduler({"CPU": 2.0, "GPU": 1.0})
     s.add_worker(1)
-    s.add_worker(2)
+    s.add_worker(2, gpu=True)
     s.make_ready(task(0, GPU=1.0))
     s.make_ready(task(1, GPU=1.0))
     s.make_ready(task(2))
@@ -596,3 +596,34 @@ class TestOnASmallRuntime:
             return "fits"
 
         assert ray.get(whole_node.remote(), timeout=20) == "fits"
+
+
+def test_a_task_that_needs_a_gpu_never_runs_on_a_worker_of_cpu_tasks():
+    s = Scheduler({"CPU": 2.0, "GPU": 1.0})
+    s.add_worker(1)
+    s.make_ready(task(0))
+    assert [t.worker.worker_id for t in s.schedule()] == [1]
+    s.finish(s.workers[1], s.workers[1].inflight[0], 0.01)
+    s.make_ready(task(1, GPU=1.0))
+    assert s.schedule() == []  # worker 1 is idle, but of the CPU kind
+    assert s.starving == 1 and s.take_starving_gpu() == 1 and s.take_starving_gpu() == 0
+    assert not s.may_queue or not s.idle_gpu
+    s.add_worker(2, gpu=True)
+    assert not s.may_queue  # a GPU worker is idle: a driver's submit must not wait
+    gpu_task = s.schedule()[0]
+    assert gpu_task.worker.worker_id == 2
+    s.make_ready(task(2))  # a CPU task while the GPU worker is busy: the CPU worker
+    assert [t.worker.worker_id for t in s.schedule()] == [1]
+    s.finish(s.workers[2], gpu_task, 0.01)
+    assert 2 in s.idle_gpu and 2 not in s.idle
+    s.make_ready(task(3, GPU=0.5))  # a fractional GPU is the GPU kind too
+    assert [t.worker.worker_id for t in s.schedule()] == [2]
+
+
+def test_a_dead_gpu_worker_leaves_its_own_idle_set():
+    s = Scheduler({"CPU": 1.0, "GPU": 1.0})
+    s.add_worker(1)
+    gpu_slot = s.add_worker(2, gpu=True)
+    assert not s.may_queue
+    assert s.remove_worker(gpu_slot) == []
+    assert 2 not in s.idle_gpu and s.may_queue

@@ -7,6 +7,9 @@ objects' futures through the client (``timeout`` by distributed's ``wait`` first
 ``wait`` counts done futures with done callbacks and one event. A future's failure that
 is not the user's error (a stored ``Failed``) is turned into lightwork's own error:
 cancelled, a worker lost on every try (``WorkerCrashedError``), or the backend's.
+A ``get`` of several objects not all done yet fetches them as they finish, so the
+first failure ends it at once, as in Ray, instead of after the slowest of the rest
+(``_gather_failing_fast``); when all are done it is one gather.
 
 A task lost with its worker and submitted again (``max_retries``, see ``cluster_tasks``)
 is not ready while its retry runs, for ``get`` and ``wait`` alike: both start its
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from lightwork.kernel import exceptions
 from lightwork.kernel.object_ref import ObjectRef, ref_counter
 from lightwork.engines.distributed import worker as cluster_worker
-from lightwork.engines.distributed.worker import BACKEND
+from lightwork.engines.distributed.worker import BACKEND, Failed
 
 
 if TYPE_CHECKING:
@@ -91,6 +94,8 @@ class Fetching:
         try:
             if any(f.key is None for f in futures):
                 return self._gather_with_actor_results(futures, timeout)
+            if len(futures) > 1 and not all(f.done() for f in futures):
+                return self._gather_failing_fast(futures, timeout)
             if timeout is not None:
                 wait_futures(futures, timeout=timeout)
             return self.backend.client.gather(futures)
@@ -109,6 +114,32 @@ class Fetching:
                     [f for f in futures if f.key is not None and f.cancelled()]):
                 raise _Revived() from None
             raise self._system_error(exc, futures) from None
+
+    def _gather_failing_fast(self, futures: list[Any], timeout: float | None) -> list[Any]:
+        """The values of ``futures``, fetched as they finish; the first failed one ends
+        it at once: then the list is that failure alone (a stored ``Failed``, which
+        ``get`` raises as it decodes), or distributed's error for a future that erred
+        (raised by ``gather``, as for one future)."""
+        from distributed import wait as wait_futures
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        values: list[Any] = [None] * len(futures)
+        pending = list(range(len(futures)))
+        client = self.backend.client
+        while pending:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError
+            wait_futures([futures[i] for i in pending], timeout=left,
+                         return_when="FIRST_COMPLETED")
+            done = [i for i in pending if futures[i].done()]
+            for i, value in zip(done, client.gather([futures[i] for i in done])):
+                if type(value) is Failed:
+                    return [value]
+                values[i] = value
+            fetched = set(done)  # (one that finished since is fetched next round)
+            pending = [i for i in pending if i not in fetched]
+        return values
 
     def _recover_all(self, killed: Any, futures: list[Any]) -> None:
         """Recover the task lost with its worker (``killed``: distributed's KilledWorker)

@@ -394,9 +394,10 @@ class DriverCalls(_Base):
 
     def submit(self, task: TaskSpec, function_blob: bytes | None) -> None:
         scheduler = self.scheduler
-        if scheduler.workers and not scheduler.idle and not (task.deps or task.args.contained):
+        if scheduler.may_queue and not scheduler.idle and not (task.deps or task.args.contained):
             # Every worker is busy: queued, and registered by the lock's next taker
-            # (node_lock.py), most often the I/O thread once a worker frees.
+            # (node_lock.py), most often the I/O thread once a worker frees. (Never
+            # while a worker of the GPU kind is idle: ``may_queue``, scheduler.py.)
             if self.closed or self.broken:
                 self._check_open()  # (it raises, saying which)
             if function_blob is not None:  # (no lock needed: task_table.py)
@@ -424,7 +425,7 @@ class DriverCalls(_Base):
                 self.task_table.discard(task)
                 self.objects.discard(task.return_ids)
                 raise
-            if self.scheduler.idle or not self.scheduler.workers:
+            if self.scheduler.idle or not self.scheduler.may_queue:  # (a GPU worker idle)
                 self._dispatch()
             # else: every worker is busy; the next result frees one and the poller
             # dispatches a whole batch then, instead of one frame per submit here.

@@ -53,7 +53,7 @@ def violations(node: Node) -> list[str]:
         for worker_id, slot in scheduler.workers.items():
             if worker_id not in live_workers:
                 problems.append(f"the scheduler still places work on dead worker {worker_id}")
-        for worker_id, slot in scheduler.idle.items():
+        for worker_id, slot in [*scheduler.idle.items(), *scheduler.idle_gpu.items()]:
             if slot.inflight:
                 problems.append(f"idle worker {worker_id} has {len(slot.inflight)} task(s)")
         for queue in scheduler.ready.values():

@@ -289,6 +289,8 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
         entry = self.objects.entries.get(object_id)
         if entry is not None:
             entry.driver_holds = True
+            if entry.stream_pinned:  # a generator's item: the consumer holds it now
+                self.streams.on_consumer_hold(entry)
 
     def _on_out_of_band(self, ref: ObjectRef, how: str) -> None:
         """The user pickled ``ref`` outside lightwork's serializer, or rebuilt it from
@@ -486,12 +488,14 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
                     self.actors.place_pending()
                 if scheduler.starving <= 0:
                     return
+                gpu_kind = scheduler.take_starving_gpu()
                 room = scheduler.worker_cap() - len(scheduler.workers)
                 to_start = min(scheduler.starving, room)
                 if to_start <= 0:
                     return
-                for _ in range(to_start):
-                    self.pool.start()
+                for started in range(to_start):
+                    # The GPU kind first: its tasks wait for nothing else (scheduler.py).
+                    self.pool.start(gpu=started < gpu_kind)
         except exceptions.RuntimeSystemError as exc:
             reason = str(exc)  # fail outside this call: it may run under a user's API call
             self.io.defer(lambda: self.fail_runtime(reason))

@@ -71,6 +71,11 @@ OUTPUT = 25  # worker -> driver: lines its calls printed (``output.py``)
 DEBUG = 26  # worker -> driver: a call paused in the debugger, or resumed (kernel/debugger.py)
 ADVICE = 27  # worker -> driver: what only the worker saw, for the advisor (a fork in a call)
 
+# The driver's reply to a generator's raised exception (a stream's "yield" with an error):
+# not an item count but "raise it": the task fails with it and is retried
+# (``retry_exceptions``), the re-run skipping the items the stream has (streams.py).
+STREAM_RETRY = -1
+
 _LENGTH = struct.Struct("<I")
 
 

@@ -14,6 +14,14 @@ State, each piece owned here:
 * ``ready``: one FIFO queue per resource shape, so a task waiting for a GPU never holds
   back CPU-only tasks behind it.
 * workers: ``idle`` ones, and busy ones with their ``inflight`` tasks in order.
+  A worker is of one *kind* for its life, as in Ray: it runs either tasks that need no
+  GPU or tasks that need one (:func:`needs_own_workers`), never both, so what a GPU task
+  sets up in its process (``CUDA_VISIBLE_DEVICES``, a CUDA context, GPU libraries) is
+  never what a CPU task finds, and a GPU task never waits behind a CPU task's worker.
+  The GPU kind's idle workers are ``idle_gpu``; each slot knows its own idle set
+  (``WorkerSlot.idle_set``), so a task's end files it without asking its kind. A ready
+  GPU task with no idle GPU worker counts in ``starving_gpu``: the node starts a worker
+  of that kind for it.
 
 Policy: a ready task goes to an idle worker when its resources fit (the node starts a
 worker when none is idle): to the one idle for the shortest time, so a run of
@@ -118,10 +126,21 @@ class TaskSpec:
     worker: WorkerSlot | None = None
 
 
+def needs_own_workers(shape: Shape) -> bool:
+    """Whether tasks of ``shape`` run on workers of the GPU kind (module docstring)."""
+    return any(name == "GPU" or name.startswith(_GPU_GROUP) for name, _ in shape)
+
+
+_GPU_GROUP = "GPU_group_"
+
+
 @dataclass(slots=True, eq=False)
 class WorkerSlot:
     worker_id: int
     inflight: deque[TaskSpec] = field(default_factory=deque)
+    # The scheduler's idle set of this worker's kind (``idle`` or ``idle_gpu``) while it
+    # is a pooled task worker; None for an actor's process, which is never idle here.
+    idle_set: dict[int, WorkerSlot] | None = None
     held: Shape = ()
     blocked: int = 0
     blocked_in: str = ""  # "get" or "wait": the nested call the worker last blocked in
@@ -135,6 +154,13 @@ class Scheduler:
         self.ready: dict[Shape, deque[TaskSpec]] = {}
         self.workers: dict[int, WorkerSlot] = {}
         self.idle: dict[int, WorkerSlot] = {}  # insertion-ordered set
+        self.idle_gpu: dict[int, WorkerSlot] = {}  # idle workers of the GPU kind
+        # The idle set a shape's tasks draw from, by shape (one test per shape, ever).
+        self.idle_for: dict[Shape, dict[int, WorkerSlot]] = {}
+        # Whether a driver's submit may wait in the node lock's queue when no worker of
+        # the CPU kind is idle (driver_calls.py): workers exist and none of the GPU kind
+        # is idle, which a GPU task would have to wait for the queue's next taker for.
+        self.may_queue = False
         self.mean_run_time: dict[bytes, float] = {}
         self.window_s = PIPELINE_WINDOW_S  # the work a pass may queue ahead on a worker
         self.last_pass: float | None = None  # when the last timed pass ran (schedule(now))
@@ -142,6 +168,7 @@ class Scheduler:
         # worker was busy: the program is submitting in a loop, so the next pass is late.
         self.submitting = False
         self.starving = 0  # ready tasks that fit but found no worker in the last pass
+        self.starving_gpu = 0  # of which tasks that need a worker of the GPU kind
         self.groups: dict[int, PlacementGroupState] = {}
         self.pending_groups: deque[PlacementGroupState] = deque()
         self.removed_names: set[str] = set()  # resource names of removed groups
@@ -176,17 +203,38 @@ class Scheduler:
             self.available[name] += amount
 
     # -- workers ---------------------------------------------------------------------
-    def add_worker(self, worker_id: int) -> WorkerSlot:
-        slot = WorkerSlot(worker_id)
+    def add_worker(self, worker_id: int, gpu: bool = False) -> WorkerSlot:
+        """A new pooled task worker, of the GPU kind if ``gpu`` (module docstring)."""
+        idle_set = self.idle_gpu if gpu else self.idle
+        slot = WorkerSlot(worker_id, idle_set=idle_set)
         self.workers[worker_id] = slot
-        self.idle[worker_id] = slot
+        idle_set[worker_id] = slot
+        self.update_may_queue()
         return slot
+
+    def update_may_queue(self) -> None:
+        """Recompute ``may_queue`` after the GPU kind's idle set may have changed. It may
+        stay False longer than needed (a submit then takes the locked way, which is
+        right, only slower), never True while a GPU worker is idle."""
+        self.may_queue = bool(self.workers) and not self.idle_gpu
+
+    def take_starving_gpu(self) -> int:
+        """The GPU kind's workers the last passes wanted, for the node to start."""
+        wanted, self.starving_gpu = self.starving_gpu, 0
+        return wanted
+
+    def _idle_set_for(self, shape: Shape) -> dict[int, WorkerSlot]:
+        idle_set = self.idle_gpu if needs_own_workers(shape) else self.idle
+        self.idle_for[shape] = idle_set
+        return idle_set
 
     def remove_worker(self, slot: WorkerSlot) -> list[TaskSpec]:
         """Forget a dead worker; return its inflight tasks (the first was running)."""
         slot.alive = False
         self.workers.pop(slot.worker_id, None)
-        self.idle.pop(slot.worker_id, None)
+        if slot.idle_set is not None:
+            slot.idle_set.pop(slot.worker_id, None)
+        self.update_may_queue()
         if slot.inflight and not slot.blocked:
             self._give_back(slot.held)
         slot.held = ()
@@ -254,7 +302,9 @@ class Scheduler:
                 self._give_back(slot.held)
             slot.held = ()
             if slot.alive:
-                self.idle[slot.worker_id] = slot
+                # (a pooled worker's slot: only those finish tasks; the GPU kind's end
+                # goes the node's general way, which updates ``may_queue``)
+                slot.idle_set[slot.worker_id] = slot  # type: ignore[index]
 
     def take_back(self, slot: WorkerSlot, task: TaskSpec) -> None:
         """A queued, unstarted task came back from its worker: run it elsewhere first."""
@@ -265,8 +315,9 @@ class Scheduler:
                 if not slot.blocked:
                     self._give_back(slot.held)
                 slot.held = ()
-                if slot.alive:
-                    self.idle[slot.worker_id] = slot
+                if slot.alive and slot.idle_set is not None:
+                    slot.idle_set[slot.worker_id] = slot
+                    self.update_may_queue()
         self.make_ready(task, front=True)
 
     def schedule(self, now: float | None = None) -> list[TaskSpec]:
@@ -290,11 +341,12 @@ class Scheduler:
         starving = 0
         empty = []
         depths: dict[bytes, int] = {}  # each function's pipeline depth, for this pass
-        idle = self.idle
+        idle_for = self.idle_for
         for shape, queue in self.ready.items():
-            # An idle worker for each task while the shape fits: the one idle for the
-            # shortest time (its caches are warm, and a run of synchronous calls keeps
-            # one worker busy rather than waking each in turn).
+            # An idle worker of the shape's kind for each task while the shape fits: the
+            # one idle for the shortest time (its caches are warm, and a run of
+            # synchronous calls keeps one worker busy rather than waking each in turn).
+            idle = idle_for.get(shape) or self._idle_set_for(shape)
             fits = self._fits(shape)
             while queue and fits and idle:
                 task = queue.popleft()
@@ -308,7 +360,10 @@ class Scheduler:
                 fits = self._fits(shape)
             if queue:
                 if fits:  # but no worker is idle: the node starts one (a slot beats a queue)
-                    starving += min(len(queue), max(1, int(self.available.get("CPU", 1))))
+                    wanted = min(len(queue), max(1, int(self.available.get("CPU", 1))))
+                    starving += wanted
+                    if idle is self.idle_gpu:
+                        self.starving_gpu += wanted
                 else:
                     self._queue_behind(shape, queue, depths, assignments)
                     if queue:

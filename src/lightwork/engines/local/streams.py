@@ -28,13 +28,21 @@ many items the stream holds, and the worker stops serializing and sending yields
 that count, so only the re-run's first yield travels in vain (the driver drops it, by
 its index). So the items at the indices the first run sent are the first run's and the
 later ones the re-run's: a generator that yields different items when re-run gives a
-mix of both, which is the user's non-determinism (as in Ray).
+mix of both, which is the user's non-determinism (as in Ray). An exception the
+generator raises is a retry too when the task's ``retry_exceptions`` takes it and tries
+are left: the driver answers its yield with ``STREAM_RETRY`` instead of making it the
+last item, and the worker lets it fail the task, which the node then runs again.
 
 Pins. The driver creates each item's object with no holder but the stream (the entry's
 ``stream_pinned``; ``pinned`` below lists them), so an item nobody has read yet stays
-alive. The pin is not a read: spilling may move an unread item to disk. Asking for
-item ``i`` unpins the items before it (the consumer holds refs to those it took: its
-borrow reached the driver first, as requests are ordered). When the head is freed — the
+alive. The pin is not a read: spilling may move an unread item to disk. The pin of a
+yielded item goes as soon as the consumer's hold on it registers (``on_consumer_hold``:
+the driver's borrow of the ref it was given, or a worker's borrow message), so an item
+whose ref the consumer drops is freed then, as in Ray, not when it asks for the next.
+A placeholder keeps its pin while it is pending: the consumer may drop its ref to it
+(a ``next`` with a timeout that passed) and ask for the same index again. Asking for
+item ``i`` also unpins the items before it (the consumer holds refs to those it took:
+its borrow reached the driver first, as requests are ordered). When the head is freed — the
 consumer dropped the generator — or the stream is released, every remaining pin goes,
 so a consumer that stops early releases what it did not read. Items yielded after the
 head is gone are dropped at once (and the stream released, with its pins). The task
@@ -54,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel import serialization
 from lightwork.engines.local.objects import FAILED, PENDING, ObjectEntry
+from lightwork.engines.local.protocol import STREAM_RETRY
 from lightwork.kernel.serialization import Stored
 
 if TYPE_CHECKING:
@@ -92,7 +101,8 @@ class StreamTable:
                  error: Stored | None = None) -> int | None:
         """A running task's ``index``-th yield of this run was ``stored`` (or it raised
         ``error``, its last item). Return how many items the stream now has (the worker
-        need not send yields below that: a retry's), or None if nobody consumes it."""
+        need not send yields below that: a retry's), None if nobody consumes it, or
+        ``STREAM_RETRY`` for an error the task is retried for."""
         node = self.node
         head_entry = node.objects.entries.get(head)
         if head_entry is None:  # the consumer dropped the generator: drop the item
@@ -103,6 +113,10 @@ class StreamTable:
         if index < len(stream.items):  # a re-run yields again what the stream has
             self._drop(stored)
             return len(stream.items)
+        if error is not None:
+            task = node.tasks.get(head_entry.task_id)
+            if task is not None and node._should_retry_error(task, error):
+                return STREAM_RETRY  # the task fails with it, and runs again
         placeholder = stream.placeholders.pop(index, None)
         if placeholder is not None and placeholder in node.objects.entries:
             entry = node.objects.entries[placeholder]
@@ -129,7 +143,13 @@ class StreamTable:
             stream = self._stream(head)
         self._unpin_before(stream, index)
         if index < len(stream.items):
-            return "item", stream.items[index]
+            object_id = stream.items[index]
+            entry = node.objects.entries.get(object_id)
+            if entry is not None and (entry.driver_holds or entry.holders):
+                # The consumer holds it already (its ref to the placeholder that became
+                # this item): no borrow will register again, so the pin goes now.
+                self.on_consumer_hold(entry)
+            return "item", object_id
         if stream.finished:
             # Final answer: the consumer's waits are over, so placeholder pins can go
             # (its own refs to them were registered before this request).
@@ -182,6 +202,17 @@ class StreamTable:
             stream.pinned = []
 
     # -- pins ----------------------------------------------------------------------------
+    @staticmethod
+    def on_consumer_hold(entry: ObjectEntry) -> None:
+        """A consumer's hold on ``entry`` registered (the caller has recorded it): a
+        yielded item's pin goes, so the item lives exactly as long as the consumer's refs.
+
+        Only the entry's flag changes (the driver's borrow hook runs without the node's
+        lock, as its ``driver_holds`` write does); the id stays in ``stream.pinned`` until
+        the next unpin pass, which finds the flag already down."""
+        if entry.stream_pinned and entry.state != PENDING:
+            entry.stream_pinned = False
+
     def _stream(self, head: int) -> Stream:
         stream = self.streams.get(head)
         if stream is None:

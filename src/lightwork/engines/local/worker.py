@@ -825,7 +825,8 @@ class Worker(WorkerCalls):
     def stream_items(self, name: str, head: int, items: Any) -> None:
         """Send each item of a generator task to the driver as it is yielded (see
         ``streams.py``); the task's own result is None. An exception the generator raises
-        becomes the stream's last item, as in Ray (the task itself succeeds). Once the
+        becomes the stream's last item, as in Ray (the task itself succeeds), unless the
+        driver answers that the task is retried for it: then it fails the task. Once the
         consumer is gone the generator still runs to its end, but its items are not sent.
         A re-run (a retry) neither serializes nor sends the yields the driver's reply
         says the stream already has."""
@@ -860,8 +861,10 @@ class Worker(WorkerCalls):
         except Exception as exc:  # noqa: BLE001 - the user's error is the stream's last item
             index, have = progress
             if have is not None and index >= have:
-                self.driver_request("stream", "yield", head, index, self.next_object_id(),
-                                    None, error_outcome(name, exc))
+                reply = self.driver_request("stream", "yield", head, index,
+                                            self.next_object_id(), None, error_outcome(name, exc))
+                if reply == p.STREAM_RETRY:  # retry_exceptions takes it: the task fails
+                    raise
         return None
 
 

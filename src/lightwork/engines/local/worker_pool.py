@@ -103,9 +103,10 @@ class WorkerPool:
         #: What ``breakpoint()`` starts in a worker (kernel/debugger.py; set by the node).
         self.debugging: dict[str, Any] = {}
 
-    def start(self, pooled: bool = True) -> WorkerConn:
+    def start(self, pooled: bool = True, gpu: bool = False) -> WorkerConn:
         """Ask the fork server for a new worker; ``pooled``: a task worker with a slot in
-        the scheduler (else an actor's process, whose slot is its own)."""
+        the scheduler (else an actor's process, whose slot is its own), of the GPU kind
+        if ``gpu`` (it runs only tasks that need a GPU: see scheduler.py)."""
         worker_id = next(self._numbers)
         ours, theirs = socket.socketpair()
         job_env = self.runtime_env
@@ -137,7 +138,7 @@ class WorkerPool:
                 f"cannot start a worker: the fork server is gone ({exc})") from exc
         theirs.close()
         ours.setblocking(False)
-        slot = self.scheduler.add_worker(worker_id) if pooled else WorkerSlot(worker_id)
+        slot = self.scheduler.add_worker(worker_id, gpu) if pooled else WorkerSlot(worker_id)
         conn = WorkerConn(worker_id, ours, slot)
         self.workers[worker_id] = conn
         self.watch(conn)

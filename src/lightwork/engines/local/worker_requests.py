@@ -62,6 +62,8 @@ class WorkerRequests(_Base):
             if entry is not None:
                 entry.add_holder(conn.worker_id)
                 conn.holds.add(message[1])
+                if entry.stream_pinned:  # a generator's item: the consumer holds it now
+                    self.streams.on_consumer_hold(entry)
         elif kind == p.RELEASE:
             for object_id in message[1]:
                 conn.holds.discard(object_id)
@@ -226,6 +228,7 @@ class WorkerRequests(_Base):
         self.scheduler.finish(conn.slot, task, record.finished - record.args_loaded)
         if self.gpus.held:  # (_release_gpus, without a call per task)
             self.gpus.release(task.task_id)
+            self.scheduler.update_may_queue()  # a GPU worker may be idle now
         record.seen = seen
         if task.cancelled:
             if type(outcome) is list:  # it finished before the cancel reached it

@@ -1,0 +1,196 @@
+"""pytest plugin of the harness: the fixtures Ray's core tests take, and a results log.
+
+Fixtures. Ray's test files take their runtimes from Ray's ``conftest.py``, which is not
+in Ray's wheel. These are our own fixtures of the same names and the same contract, on
+the public API only, so they work on Ray and on lightwork alike: ``ray.init`` with
+Ray's test defaults (1 CPU, a 150 MiB object store, the test namespace) updated by the
+test's indirect parameters, ``ray.shutdown`` after. Ray's cluster fixtures (several
+nodes, its GCS) are not given: a test that takes one errors at setup on both runtimes,
+and is not public.
+
+Results log. ``RAYTESTS_LOG`` names a file this plugin appends one JSON object a line
+to, flushed at once so the runner can watch a run it may have to kill: ``collected``
+(every test id, with what makes a test not public), ``start`` before each test, and
+``report`` for each phase's outcome.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import os
+import re
+from contextlib import contextmanager
+from typing import Any
+from collections.abc import Iterator
+
+import pytest
+import sitecustomize
+
+sitecustomize.put_first()
+
+import ray  # noqa: E402  (after the finders are in place)
+
+DEFAULT_INIT = {
+    "num_cpus": 1,
+    "object_store_memory": 150 * 1024 * 1024,
+    "namespace": "default_test_namespace",
+}
+
+# Fixtures (by name) that need Ray's internals or several nodes.
+PRIVATE_FIXTURE = re.compile(r"cluster|pubsub|redis|call_ray_start|http_proxy|gcs|"
+                             r"external|monitor|autoscal|set_bad_runtime_env_cache")
+# What a test's own source mentions that is Ray's internals (its GCS, its private
+# modules, its multi-node test cluster, its core worker, which some tests mock).
+PRIVATE_SOURCE = re.compile(r"_private|_common\.|_raylet|\bgcs\b|GCS|global_worker|"
+                            r"cluster_utils|\bCluster\(|internal_kv|_system_config|core_worker")
+# Ray's private modules, for names a test file imports from them at its top.
+PRIVATE_MODULE = re.compile(r"^ray\._(private|raylet|common)")
+
+
+@contextmanager
+def _ray_start(**params: Any) -> Iterator[Any]:
+    kwargs = dict(DEFAULT_INIT)
+    kwargs.update(params)
+    info = ray.init(**kwargs)
+    try:
+        yield info
+    finally:
+        ray.shutdown()
+
+
+def _param(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return dict(getattr(request, "param", {}) or {})
+
+
+@pytest.fixture
+def ray_start_regular(request: pytest.FixtureRequest) -> Iterator[Any]:
+    with _ray_start(**_param(request)) as info:
+        yield info
+
+
+@pytest.fixture(scope="module")
+def ray_start_regular_shared(request: pytest.FixtureRequest) -> Iterator[Any]:
+    with _ray_start(**_param(request)) as info:
+        yield info
+
+
+@pytest.fixture(scope="module", params=[{"local_mode": False}])
+def ray_start_shared_local_modes(request: pytest.FixtureRequest) -> Iterator[Any]:
+    params = _param(request)
+    params.pop("local_mode", None)  # local mode is gone from Ray; the normal mode stays
+    with _ray_start(**params) as info:
+        yield info
+
+
+@pytest.fixture(scope="module")
+def ray_start_regular_shared_2_cpus(request: pytest.FixtureRequest) -> Iterator[Any]:
+    with _ray_start(**{"num_cpus": 2, **_param(request)}) as info:
+        yield info
+
+
+@pytest.fixture
+def ray_start_2_cpus(request: pytest.FixtureRequest) -> Iterator[Any]:
+    with _ray_start(**{"num_cpus": 2, **_param(request)}) as info:
+        yield info
+
+
+@pytest.fixture
+def ray_start_4_cpus(request: pytest.FixtureRequest) -> Iterator[Any]:
+    with _ray_start(**{"num_cpus": 4, **_param(request)}) as info:
+        yield info
+
+
+@pytest.fixture
+def ray_start_10_cpus(request: pytest.FixtureRequest) -> Iterator[Any]:
+    with _ray_start(**{"num_cpus": 10, **_param(request)}) as info:
+        yield info
+
+
+@pytest.fixture
+def ray_start_object_store_memory(request: pytest.FixtureRequest) -> Iterator[Any]:
+    store = getattr(request, "param", 150 * 1024 * 1024)
+    with _ray_start(object_store_memory=store) as info:
+        yield info
+
+
+@pytest.fixture
+def shutdown_only() -> Iterator[None]:
+    yield None
+    ray.shutdown()
+
+
+# -- the results log ---------------------------------------------------------------------
+
+def _write(record: dict[str, Any]) -> None:
+    path = os.environ.get("RAYTESTS_LOG")
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(json.dumps(record) + "\n")
+
+
+_imported_privately: dict[str, set[str]] = {}
+
+
+def _private_imports(path: str) -> set[str]:
+    """Names a test file imports at its top from Ray's private modules (not its test
+    helpers, which the harness gives): a test that uses one uses Ray's internals."""
+    if path not in _imported_privately:
+        names: set[str] = set()
+        try:
+            tree = ast.parse(open(path, encoding="utf-8").read())
+        except (OSError, SyntaxError):
+            tree = ast.Module(body=[], type_ignores=[])
+        for node in tree.body:
+            if (isinstance(node, ast.ImportFrom) and node.module
+                    and PRIVATE_MODULE.search(node.module)
+                    and not node.module.endswith("test_utils")):
+                names.update(alias.asname or alias.name for alias in node.names)
+        _imported_privately[path] = names
+    return _imported_privately[path]
+
+
+def _private_uses(item: pytest.Item) -> list[str]:
+    uses = sorted(name for name in getattr(item, "fixturenames", ())
+                  if PRIVATE_FIXTURE.search(name))
+    function = getattr(item, "function", None)
+    try:
+        source = inspect.getsource(function) if function is not None else ""
+    except (OSError, TypeError):
+        source = ""
+    uses += sorted(set(PRIVATE_SOURCE.findall(source)))
+    words = set(re.findall(r"\w+", source))
+    uses += sorted(_private_imports(str(item.path)) & words)
+    return uses
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    _write({"event": "collected",
+            "tests": {item.nodeid: _private_uses(item) for item in items}})
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.failed:
+        _write({"event": "collect_error", "nodeid": report.nodeid,
+                "message": _short(report.longreprtext)})
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    _write({"event": "start", "nodeid": nodeid})
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _write({"event": "report", "nodeid": report.nodeid, "when": report.when,
+            "outcome": report.outcome, "duration": round(report.duration, 3),
+            "message": _short(report.longreprtext) if report.failed else ""})
+
+
+def _short(text: str) -> str:
+    """The last lines of a failure: where the error names itself."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("E ")]
+    picked = errors[:6] if errors else lines[-6:]
+    return "\n".join(picked)[:2000]
