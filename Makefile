@@ -106,6 +106,7 @@ bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/cluster_by_value.py
 	$(PY) bench/spill.py
 	$(PY) bench/dashboard.py
+	$(PY) bench/task_profiler_cost.py
 	$(PY) bench/deep_queue.py
 	$(PY) bench/wakeups.py --json bench/wakeups.json
 	$(PY) bench/readme_table.py
