@@ -163,11 +163,15 @@ def test_flamegraph_is_self_contained(profiled, tmp_path):
 
 def test_top_names_self_and_total(profiled):
     prof, _ = profiled
-    table = prof.top(4)
+    table = prof.top(8)
     section = table.split("split:", 1)[1].split("\n\n", 1)[0]
     rows = {line.split()[-2]: line.split() for line in section.splitlines()[2:]}
-    assert list(rows)[0] == "spin", table  # the only function with self time
-    assert set(rows) == {"spin", "busy_a", "busy_b", "split"}, table
+    assert list(rows)[0] == "spin", table  # the user's only function with self time
+    # A sample may land after the function returned, in lightwork's storing of its
+    # result: a row of lightwork's own, with its own file.
+    users = {name for name, row in rows.items() if "test_task_profiler.py" in row[-1]}
+    assert users == {"spin", "busy_a", "busy_b", "split"}, table
+    rows = {name: row for name, row in rows.items() if name in users}
     total = {name: float(row[3].rstrip("%")) for name, row in rows.items()}
     assert total["split"] >= total["busy_a"] > total["busy_b"] > 0, table
     assert "Spinner.turn:" in table and "only_b:" in table
