@@ -42,20 +42,21 @@ def _drop_page_cache() -> bool:
         return False
 
 
-def measure() -> dict[str, float | None]:
+def measure(total: int = TOTAL) -> dict[str, float | None]:
+    """The figures for ``total`` bytes of arrays, through a store of a quarter of that."""
     import lightwork
 
-    lightwork.init(num_cpus=2, object_store_memory=BUDGET, advisor=False)
+    lightwork.init(num_cpus=2, object_store_memory=min(BUDGET, total // 4), advisor=False)
     node = getattr(lightwork.api.core._backend, "node", None)  # the local engine's Node
     store, spiller = node.store, node.spiller
-    arrays = [np.full(ARRAY, i % 251, dtype=np.uint8) for i in range(TOTAL // ARRAY)]
+    arrays = [np.full(ARRAY, i % 251, dtype=np.uint8) for i in range(total // ARRAY)]
     start = time.perf_counter()
     refs = [lightwork.put(array) for array in arrays]
     put_s = time.perf_counter() - start
     spilled = store.spilled_bytes
     figures: dict[str, float | None] = {
         "spill_mb_s": spilled / MB / spiller.spill_seconds if spiller.spill_seconds else None,
-        "put_past_budget_mb_s": TOTAL / MB / put_s,
+        "put_past_budget_mb_s": total / MB / put_s,
     }
     spilled_refs = [ref for ref in refs if node.objects.get(ref.id).stored.path in store.spilled]
 
@@ -79,9 +80,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=RESULTS_PATH, metavar="PATH",
                         help="the results file to add the figures to "
                         "(default: bench/results.json)")
+    parser.add_argument("--total-mb", type=int, default=TOTAL // MB,
+                        help="megabytes of arrays, through a store of a quarter of that "
+                        "(default: 1024; smaller for a smoke test, not a measurement)")
     args = parser.parse_args(argv)
-    figures = measure()
-    print("\nlightwork store — 256 MB budget, 1 GB of 16 MB arrays (MB/s, higher is better)")
+    if args.total_mb < 4 * ARRAY // MB:
+        parser.error(f"--total-mb must be at least {4 * ARRAY // MB}")
+    figures = measure(args.total_mb * MB)
+    total = args.total_mb * MB
+    print(f"\nlightwork store — {min(BUDGET, total // 4) // MB} MB budget, {total // MB} MB of "
+          "16 MB arrays (MB/s, higher is better)")
     for name, value in figures.items():
         print(f"  {name:<22}{'n/a (needs root)' if value is None else f'{value:,.0f}'}")
     try:

@@ -42,7 +42,7 @@ def test_run_py_measures_the_figures_that_reach_inside(tmp_path: Path) -> None:
 def test_spill_py_writes_its_figures_where_asked(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     out.write_text(json.dumps({"kept": 1}))
-    _run([str(BENCH / "spill.py"), "--json", str(out)], timeout=240)
+    _run([str(BENCH / "spill.py"), "--total-mb", "128", "--json", str(out)], timeout=240)
     results = json.loads(out.read_text())
     assert results["kept"] == 1  # the other figures of the file are kept
     store = results["lightwork_store"]
