@@ -37,6 +37,7 @@ from typing import Any
 
 from lightwork.kernel.control import STACK_SIGNAL, stack_file_path
 from lightwork.kernel.events import TaskRecord
+from lightwork.kernel.introspect import LIGHTWORK_DIR
 
 STUCK_AFTER_S = 300.0  # no history: a call running this long is a candidate
 STUCK_MIN_S = 10.0  # with a history: never sooner than this (or the user's threshold)
@@ -47,7 +48,7 @@ IDLE_CPU_SHARE = 0.02  # at most this share of a core over that window: no CPU u
 STACK_TIMEOUT_S = 2.0
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGE_DIR = LIGHTWORK_DIR.rstrip(os.sep)  # (kernel.introspect's)
 _STDLIB_DIR = os.path.dirname(os.path.abspath(threading.__file__))
 
 

@@ -34,13 +34,14 @@ import threading
 from typing import Any
 
 from lightwork.kernel.control import DEFAULT_STACK_TIMEOUT_S
+from lightwork.kernel.introspect import LIGHTWORK_DIR
 
 __all__ = ["StackDump", "format_stacks", "native_stacks", "parse_faulthandler", "stack"]
 
 _THREAD = re.compile(
     r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[(.*?)\])? \(most recent call first\):")
 _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGE_DIR = LIGHTWORK_DIR.rstrip(os.sep)  # (kernel.introspect's)
 _FORK_SERVER_FILE = os.path.join(_PACKAGE_DIR, "engines", "local", "forkserver.py")
 
 PY_SPY_MISSING = (

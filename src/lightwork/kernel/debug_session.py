@@ -21,12 +21,12 @@ from typing import Any
 from lightwork.kernel.debug_wire import Listener, UnixListener
 from lightwork.kernel.debugger import SKIP, local, settings
 from lightwork.kernel.pauses import STATUS
+from lightwork.kernel.introspect import LIGHTWORK_DIR as _LIGHTWORK_DIR
 
 MAX_LINE = 1 << 16
 #: Text pdb wrote since it last read a command, replayed to a client that attaches:
 #: what the prompt refers to. Bounded.
 MAX_REPLAY = 1 << 16
-_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _sequence = itertools.count(1)
 #: The terminals listening now in this process, by address (an engine abandons those
 #: of a session that ended: ``SocketTerminal.abandon``).

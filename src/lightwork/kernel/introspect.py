@@ -156,6 +156,9 @@ def ready_value(node: Any, object_id: int) -> tuple[bool, Any]:
 
 _STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__))
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: lightwork's own directory, with a trailing separator: a frame whose file starts with
+#: it is lightwork's (the one definition every module that leaves such frames out uses).
+LIGHTWORK_DIR = _PACKAGE_DIR + os.sep
 
 
 def forking_callsite() -> tuple[str, int, str] | None:

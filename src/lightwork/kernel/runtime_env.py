@@ -61,6 +61,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from lightwork.kernel.exceptions import RuntimeEnvWarning
+from lightwork.kernel.introspect import LIGHTWORK_DIR as _LIGHTWORK_DIR
 
 SUPPORTED = ("env_vars", "working_dir", "py_modules")
 MEANINGLESS_HERE = ("excludes", "config")
@@ -166,7 +167,6 @@ def _warn_unsupported(key: str, what: str) -> None:
     )
 
 
-_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _user_stacklevel() -> int:

@@ -32,9 +32,10 @@ import os
 import time
 from typing import Any
 
+from lightwork.kernel.introspect import LIGHTWORK_DIR as _LIGHTWORK_DIR
+
 #: Where lightwork's cluster worker code lives: frames up to the last of these are cut.
 _ENGINE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(_ENGINE_DIR.rstrip(os.sep))) + os.sep
 
 
 def collect(start: float, dask_worker: Any = None) -> dict[str, Any]:

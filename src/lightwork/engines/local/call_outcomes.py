@@ -17,10 +17,9 @@ from typing import Any
 from lightwork.kernel import exceptions, serialization
 from lightwork.kernel.calls import ArgSlot
 from lightwork.kernel.serialization import Stored
-
-# Frames in these files are lightwork's own (worker loop, serialization, the API's
-# plumbing): a remote traceback shown to the user leaves them out.
-_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+# Frames in lightwork's own files (worker loop, serialization, the API's plumbing) are
+# left out of a remote traceback shown to the user.
+from lightwork.kernel.introspect import LIGHTWORK_DIR as _LIGHTWORK_DIR
 
 
 def user_traceback(exc: BaseException) -> str:

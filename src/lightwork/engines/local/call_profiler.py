@@ -76,6 +76,8 @@ import os
 import time
 from typing import Any
 
+from lightwork.kernel.introspect import LIGHTWORK_DIR as _LIGHTWORK_DIR
+
 STATS_SUFFIX = ".pstats"
 DRAIN_S = 1.0
 SITE_CALLS = 20  # calls of one task function whose allocation sites are compared
@@ -84,8 +86,6 @@ TOP_SITES = 10  # lines kept per task function
 #: pstats' key of a function: (file, first line, name).
 Key = tuple[str, int, str]
 
-_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_LIGHTWORK_DIR += os.sep
 
 
 class CallProfiler:

@@ -30,13 +30,13 @@ import _thread
 import os
 from typing import Any
 
+from lightwork.kernel.introspect import LIGHTWORK_DIR as _LIGHTWORK_DIR
+
 SUFFIX = ".memray"
 START_S = 2.0
 #: The frames that call a task's own code: what is inside one of them is the task's.
 _WORKER_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py")
 _RUNNERS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "actor_runners.py")
-_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_LIGHTWORK_DIR += os.sep
 _BOUNDARIES = {("_execute", _WORKER_FILE), ("_invoke", _RUNNERS_FILE)}
 MAX_FRAMES = 64  # innermost frames kept per stack: deep recursion stays one box a level
 
