@@ -22,7 +22,6 @@ import difflib
 import itertools
 import numbers
 import pickle
-import os
 import sys
 import types
 import warnings
@@ -34,6 +33,7 @@ from typing import Any, Literal, overload
 from lightwork.kernel import exceptions
 from lightwork.kernel.object_ref import ObjectRef
 from lightwork.kernel import serialization
+from lightwork.kernel.introspect import LIGHTWORK_DIR as _LIGHTWORK_DIR
 from lightwork.kernel.resources import Shape
 from lightwork.kernel.serialization import Stored
 
@@ -309,9 +309,6 @@ def warn_actor_unschedulable(warned: set[tuple], actor: ActorSpec, problem: str)
     if key not in warned:
         warned.add(key)
         warn_unschedulable("actor", actor.class_name, problem)
-
-
-_LIGHTWORK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _user_stacklevel() -> int:
