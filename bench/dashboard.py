@@ -270,7 +270,7 @@ def throughput(n_tasks: int, rounds: int) -> dict[str, Any]:
         "runs_no_page": [round(x) for x in runs["idle"]["rate"]]}
 
 
-def with_history(n_tasks: int) -> dict[str, Any]:
+def with_history(n_tasks: int, dwell_s: float = 3.0) -> dict[str, Any]:
     import psutil
 
     import lightwork
@@ -310,7 +310,7 @@ def with_history(n_tasks: int) -> dict[str, Any]:
             for name, path in paths.items():
                 timings[name].append(http_get(port, token, path)[0])
         recorded = http_get(port, token, "/api/overview")[1]["tasks"]["recorded"]
-        page = browser_figures(child.url)
+        page = browser_figures(child.url, dwell_s)
         rss = psutil.Process(child.process.pid).memory_info().rss
     finally:
         child.stop()
@@ -327,9 +327,10 @@ LONG_TASKS = """() => { window.__long = [];
     .observe({type: "longtask", buffered: true}); }"""
 
 
-def browser_figures(url: str) -> dict[str, Any]:
+def browser_figures(url: str, dwell_s: float = 3.0) -> dict[str, Any]:
     """In headless Chromium (when there): time to the first data on the page, the longest
-    main-thread task while it shows the overview, stream and tasks for 10 s, DOM rows."""
+    main-thread task while it shows the stream, tasks and overview for ``dwell_s`` each, DOM
+    rows."""
     import shutil
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -349,7 +350,7 @@ def browser_figures(url: str) -> dict[str, Any]:
         first_data = time.perf_counter() - start
         for view in ("stream", "tasks", "overview"):
             page.click(f"#tabs button[data-view={view}]")
-            time.sleep(3.0)
+            time.sleep(dwell_s)
         page.click("#tabs button[data-view=tasks]")
         page.wait_for_function("() => document.querySelectorAll('#tasks tr').length > 1")
         rows = page.evaluate("() => document.querySelectorAll('#tasks tr').length - 1")
@@ -632,8 +633,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default="throughput,history,synthetic,contention",
                         help=f"comma-separated, of: {', '.join(PARTS)} (memory: a run of "
                         "--minutes with a page open, the dashboard's RSS every 10 s)")
+    parser.add_argument("--dwell", type=float, default=3.0,
+                        help="seconds the browser shows each view (--parts history)")
     parser.add_argument("--output", default=str(ROOT / "dashboard_results.json"))
     args = parser.parse_args(argv)
+    if args.dwell < 0:
+        parser.error("--dwell is seconds, 0 or more")
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = set(parts) - set(PARTS)
     if unknown:
@@ -642,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.minutes <= 0:
         parser.error(f"--minutes must be > 0, got {args.minutes}")
     runs = {"throughput": lambda: throughput(args.tasks, args.rounds),
-            "history": lambda: with_history(args.history),
+            "history": lambda: with_history(args.history, args.dwell),
             "synthetic": lambda: synthetic(args.records),
             "contention": lambda: contention(args.records),
             "memory": lambda: memory_run(args.minutes)}

@@ -54,6 +54,6 @@ def test_dashboard_py_runs_the_parts_that_reach_inside(tmp_path: Path) -> None:
     out = tmp_path / "dashboard.json"
     _run([str(BENCH / "dashboard.py"), "--parts", "throughput,history,synthetic",
           "--tasks", "300", "--rounds", "1", "--history", "500", "--records", "1000",
-          "--output", str(out)], timeout=240)
+          "--dwell", "0.2", "--output", str(out)], timeout=240)
     results = json.loads(out.read_text())
     assert {"throughput", "history", "synthetic"} <= set(results), results
