@@ -65,9 +65,12 @@ $(VENV)/.bench-installed: pyproject.toml setup.py src/lightwork/_collector.c | $
 demo: $(STAMP)
 	$(PY) -m lightwork demo $(DEMO_ARGS)
 
-# Pyflakes' checks first (ruff's F rules: undefined names, unused imports), on the
+# The steps before the tests do not depend on each other (the two environments, Chromium,
+# the install check with venvs of its own) and mostly wait on pip: they run side by side.
+# Then Pyflakes' checks (ruff's F rules: undefined names, unused imports), on the
 # benchmarks too: a NameError on a rarely taken path is caught here, not by a user.
-test: $(STAMP) $(OLDEST_STAMP) browser
+test:
+	$(MAKE) -j4 $(OLDEST_STAMP) browser install-check
 	$(PY) -m ruff check --select F src tests bench
 	$(PY) -m mypy src/lightwork
 	$(PY) -m pytest -q
@@ -90,7 +93,6 @@ demo test: hooks
 # included (tests/packaging/check_install.py; about 25 s).
 install-check: $(STAMP)
 	$(PY) tests/packaging/check_install.py
-test: install-check
 
 # The chaos suite's full-size variants (minutes each; figures printed on stderr);
 # `make test` runs scaled-down ones.
