@@ -54,6 +54,7 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from lightwork.kernel import debugger
+from lightwork.kernel.driver_output import STDERR
 from lightwork.kernel.pauses import PauseTable, pause_line
 
 TOPIC = "lightwork-debug-{:x}"
@@ -175,8 +176,8 @@ class ClusterDebugging:
         self.pauses = PauseTable()
         self.topic = TOPIC.format(backend.session_tag)
         plugin = DebugSession(backend.session_tag, self.token, kind, post_mortem)
-        self.plugin_name = plugin.plugin_name
         client = backend.client
+        self.plugin_name = plugin.plugin_name + client_suffix(client)
         # Subscribed first: a task that pauses at once is heard of.
         client.loop.add_callback(client.subscribe_topic, self.topic, self._on_event)
         client.register_plugin(plugin, name=self.plugin_name)
@@ -192,7 +193,11 @@ class ClusterDebugging:
             info["since"] = now
             info["worker_id"] = 0
             self.pauses.add(info)
-            print(pause_line(info), file=sys.stderr, flush=True)
+            output = getattr(self.backend, "output", None)
+            if output is not None:  # in turn with the workers' lines
+                output.say(STDERR, pause_line(info))
+            else:
+                print(pause_line(info), file=sys.stderr, flush=True)
             return
         opened = self.pauses.remove(str(info.get("socket")))
         if opened is not None:
@@ -246,6 +251,12 @@ class ClusterDebugging:
             pass
         # From the client's loop: its stream to the scheduler is woken only from there.
         client.loop.add_callback(_unsubscribe, client, self.topic)
+
+
+def client_suffix(client: Any) -> str:
+    """The end of the names of a session's worker plugins: its driver's client, so that
+    the scheduler drops them when that client disconnects (``plugin.TaskErrors``)."""
+    return "@" + str(client.id)
 
 
 def _unsubscribe(client: Any, topic: str) -> None:

@@ -44,12 +44,32 @@ class TaskErrors(SchedulerPlugin):
 
     name = "lightwork-task-errors"
     idempotent = True
+    #: The worker plugins (and event topics) of a driver session start with this and end
+    #: with ``@<its client's id>`` (``cluster_debugging.client_suffix``).
+    SESSION_PREFIX = "lightwork-"
     GONE_ACTORS_KEPT = 10_000
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
         self.actors: set[Any] = set()
         self.gone_actors: dict[Any, None] = {}  # oldest first
+
+    def remove_client(self, scheduler: Any, client: str) -> None:
+        """A client disconnected: the worker plugins of its driver sessions go (from
+        every worker, and from those that join later), with their topics' kept events.
+        A driver that shut down removed its own; this is for one that was killed."""
+        suffix = "@" + str(client)
+        for name in list(scheduler.worker_plugins):
+            if name.startswith(self.SESSION_PREFIX) and name.endswith(suffix):
+                scheduler.loop.add_callback(self._drop_session_plugin, scheduler, name)
+
+    @staticmethod
+    async def _drop_session_plugin(scheduler: Any, name: str) -> None:
+        try:
+            await scheduler.unregister_worker_plugin(None, name)
+        except ValueError:  # removed meanwhile (its driver's own shutdown)
+            pass
+        scheduler._broker.truncate(name.rsplit("@", 1)[0])
 
     def transition(self, key: Any, start: str, finish: str, *args: Any,
                    **kwargs: Any) -> None:

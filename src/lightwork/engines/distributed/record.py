@@ -245,6 +245,8 @@ class ClusterLog(RunRecord):
     #: The in-task debugger's driver side (``cluster_debugging``) and its calls paused now.
     debugging: Any = None
     pauses: Any = None
+    #: What the workers printed, kept per call (``cluster_output``'s ``DriverOutput``).
+    output: Any = None
 
     def __init__(self, backend: Any, budget: int) -> None:
         self.backend = backend
@@ -669,6 +671,10 @@ class ClusterLog(RunRecord):
             return {"rows": rows, "total": total}
         if op == "memory_summary":
             return state.memory_summary()
+        if op == "logs":  # `lightwork logs`: what calls printed, as the driver kept it
+            from lightwork.kernel.driver_output import DriverOutput, answer_logs
+
+            return answer_logs(self.output or DriverOutput(echo=False), self.session.name, args)
         if op == "debug_paused":  # `lightwork debug`: the calls paused in the debugger
             return {"session": self.session.name,
                     "paused": self.debugging.rows() if self.debugging is not None else []}

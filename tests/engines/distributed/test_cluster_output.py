@@ -1,0 +1,125 @@
+"""What tasks and actor methods print on the workers of a real Dask cluster reaches the
+driver's terminal (a pexpect terminal, where stdout and stderr meet in the order they
+are written), labelled with the call and the worker's pid, in order per worker;
+``log_to_driver=False`` keeps it off; ``lightwork logs`` shows one call's lines; and a
+driver killed with SIGKILL leaves none of its session's plugins on the scheduler."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from tests import helpers
+
+pexpect = pytest.importorskip("pexpect", reason="the test extra: pip install 'lightwork[test]'")
+pytestmark = pytest.mark.lightwork_only
+
+LABEL = re.compile(r"^\((?P<name>[\w.]+) pid=(?P<pid>\d+)\) (?P<text>.*)$")
+
+DRIVER = """
+import logging, sys
+import lightwork as ray
+
+ray.init(address=sys.argv[1], log_to_driver=False)
+
+@ray.remote
+def quiet():
+    print("not on the terminal")
+    return 1
+
+print("QUIET", ray.get(quiet.remote()), flush=True)
+ray.shutdown()
+ray.init(address=sys.argv[1])
+
+@ray.remote(num_cpus=1)
+def speak(i):
+    print("hello from task", i)
+    logging.warning("warn from task %d", i)
+    print("to stderr", i, file=sys.stderr)
+    print("partial", i, end="")
+    return i
+
+@ray.remote
+class Greeter:
+    def hi(self):
+        print("actor says hi")
+        return "hi"
+
+print("RESULTS", ray.get([speak.remote(0), speak.remote(1)]), flush=True)
+greeter = Greeter.remote()
+print("ACTOR", ray.get(greeter.hi.remote()), flush=True)
+from tests import support
+print("CLIENT", support.cluster_client().id, support.backend().session_tag, flush=True)
+sys.stdin.readline()  # killed here
+"""
+
+
+def test_worker_output_on_the_drivers_terminal_and_a_killed_drivers_plugins(
+        shared_dask_cluster, wait_until):
+    from distributed import Client
+
+    home = tempfile.mkdtemp(prefix="lw")
+    env = helpers.script_env()
+    env["TMPDIR"] = home  # the driver's session directory, where `lightwork logs` looks
+    script = helpers.write_script(home, "driver.py", DRIVER)
+    driver = pexpect.spawn(sys.executable, [script, shared_dask_cluster.scheduler_file],
+                           env=env, encoding="utf-8", timeout=helpers.HANG_LIMIT_S * 3,
+                           cwd=home)
+    scheduler = Client(shared_dask_cluster.address, timeout=helpers.HANG_LIMIT_S)
+    try:
+        driver.expect(r"RESULTS \[0, 1\]\r\n")
+        before = driver.before
+        assert "QUIET 1" in before and "not on the terminal" not in before
+        lines = [LABEL.match(line) for line in before.splitlines()]
+        labelled = [(m["name"], int(m["pid"]), m["text"]) for m in lines if m]
+        for i in (0, 1):  # stdout, logging and stderr in the order written, before the
+            pid = next(p for n, p, t in labelled if t == f"hello from task {i}")  # result
+            texts = [t for n, p, t in labelled if p == pid and n == "speak"]
+            assert texts[0] == f"hello from task {i}" and texts[-1] == f"partial {i}"
+            assert texts[2] == f"to stderr {i}" and f"warn from task {i}" in texts[1]
+            assert len(texts) == 4  # the partial line stands alone
+        # (an actor's reply goes straight to its caller: its lines may come just after)
+        driver.expect(r"CLIENT (\S+) (\d+)\r\n")
+        client_id, session = driver.match.group(1), int(driver.match.group(2))
+        assert "ACTOR hi" in driver.before
+        if "actor says hi" not in driver.before:
+            driver.expect("actor says hi")
+        assert re.search(r"^\(Greeter\.hi pid=\d+\) actor says hi", driver.before
+                         + driver.after, re.M), driver.before
+
+        # One call's lines, kept by the driver, from another terminal.
+        done = subprocess.run([sys.executable, "-m", "lightwork", "logs", "--function",
+                               "speak"], env=env, capture_output=True, text=True,
+                              timeout=helpers.HANG_LIMIT_S * 2)
+        assert done.returncode == 0, done.stderr
+        assert "hello from task 0" in done.stdout and "hello from task 1" in done.stdout
+        assert "to stderr 1" in done.stdout and "actor says hi" not in done.stdout
+
+        def plugins() -> list[str]:
+            return [name for name in scheduler.run_on_scheduler(
+                lambda dask_scheduler: list(dask_scheduler.worker_plugins))
+                if name.endswith("@" + client_id)]
+
+        assert sorted(name.split("-")[1] for name in plugins()) == ["debug", "output"]
+        assert all(session in v for v in scheduler.run(_forwarding_sessions).values())
+        os.kill(driver.pid, signal.SIGKILL)  # no shutdown: the scheduler must clean up
+        wait_until(lambda: not plugins(), timeout=helpers.HANG_LIMIT_S * 2)
+        forwarding = scheduler.run(_forwarding_sessions)  # the workers let it go too
+        assert len(forwarding) == 2 and all(session not in v for v in forwarding.values())
+    finally:
+        driver.close(force=True)
+        scheduler.close()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _forwarding_sessions(dask_worker=None):
+    from lightwork.engines.distributed import output
+
+    return sorted(output._forwarding)
