@@ -244,7 +244,7 @@ def _install(worker: Any) -> None:
         out = ForwardingStream(STDOUT, sys.stdout)
         err = ForwardingStream(STDERR, sys.stderr)
         _capture = _Capture(worker)
-        sys.stdout, sys.stderr = out, err  # type: ignore[assignment]
+        sys.stdout, sys.stderr = out, err
         loggers = [logging.getLogger()] + [
             logger for logger in logging.Logger.manager.loggerDict.values()
             if isinstance(logger, logging.Logger)]

@@ -35,6 +35,11 @@ class TaskErrors(SchedulerPlugin):
     only lost-worker failures, which are rare. Idempotent: the first driver registers
     it, later ones reuse it; it stays for the scheduler's life.
 
+    When a client disconnects it drops the worker plugins of that client's driver
+    sessions (the debugger's and the output forwarding's, named ``lightwork-...@<client
+    id>``) and their topics' kept events (``remove_client``): a driver killed without
+    its shutdown leaves nothing on the scheduler or the workers.
+
     It also remembers which actor keys the scheduler forgot (``gone_actors``: killed, or
     their last handle dropped; the newest ``GONE_ACTORS_KEPT``), so that a process that
     meets a handle after that can tell such a key from one whose creation is still on its
