@@ -1,8 +1,9 @@
 """What tasks and actor methods print on the workers of a real Dask cluster reaches the
 driver's terminal (a pexpect terminal, where stdout and stderr meet in the order they
 are written), labelled with the call and the worker's pid, in order per worker;
-``log_to_driver=False`` keeps it off; ``lightwork logs`` shows one call's lines; and a
-driver killed with SIGKILL leaves none of its session's plugins on the scheduler."""
+``log_to_driver=False`` keeps it off; ``lightwork logs`` shows one call's lines; the
+driver's ``PYTHONBREAKPOINT=0`` turns its workers' breakpoints off; and a driver killed
+with SIGKILL leaves none of its session's plugins on the scheduler."""
 
 from __future__ import annotations
 
@@ -24,18 +25,29 @@ pytestmark = pytest.mark.lightwork_only
 LABEL = re.compile(r"^\((?P<name>[\w.]+) pid=(?P<pid>\d+)\) (?P<text>.*)$")
 
 DRIVER = """
-import logging, sys
+import logging, os, sys
 import lightwork as ray
 
-ray.init(address=sys.argv[1], log_to_driver=False)
+os.environ["PYTHONBREAKPOINT"] = "0"  # the driver's off switch, for the cluster's workers
+ray.init(address=sys.argv[1], log_to_driver=False, post_mortem=True)
 
 @ray.remote
 def quiet():
     print("not on the terminal")
+    breakpoint()
     return 1
 
-print("QUIET", ray.get(quiet.remote()), flush=True)
+@ray.remote(max_retries=0)
+def fails():
+    raise KeyError("no pause")
+
+print("QUIET", ray.get(quiet.remote(), timeout=30), flush=True)
+try:
+    ray.get(fails.remote(), timeout=30)
+except KeyError:
+    print("RAISED", flush=True)
 ray.shutdown()
+del os.environ["PYTHONBREAKPOINT"]
 ray.init(address=sys.argv[1])
 
 @ray.remote(num_cpus=1)
@@ -76,7 +88,8 @@ def test_worker_output_on_the_drivers_terminal_and_a_killed_drivers_plugins(
     try:
         driver.expect(r"RESULTS \[0, 1\]\r\n")
         before = driver.before
-        assert "QUIET 1" in before and "not on the terminal" not in before
+        assert "QUIET 1" in before and "RAISED" in before and "paused" not in before
+        assert "not on the terminal" not in before
         lines = [LABEL.match(line) for line in before.splitlines()]
         labelled = [(m["name"], int(m["pid"]), m["text"]) for m in lines if m]
         for i in (0, 1):  # stdout, logging and stderr in the order written, before the

@@ -29,6 +29,10 @@ to its own control socket's clients (0600, the user's uid). ``debugger="debugpy"
 listens on 127.0.0.1 of the worker's machine instead (debugpy has no token): reach it
 there, or through an ssh tunnel.
 
+``PYTHONBREAKPOINT=0`` in the driver's environment at ``init`` turns its session's
+breakpoints and post-mortem off on every worker (the session's kind is ``"off"``): the
+workers' own environment is the cluster's, shared by every driver.
+
 Announcements go through distributed's own event channel (``Worker.log_event`` ->
 the scheduler -> the driver's ``Client.subscribe_topic``), on a topic per session; the
 handler runs on the client's event loop and only records and prints. The driver stamps
@@ -45,6 +49,7 @@ by the task and actor wrappers. In the driver, ``ClusterDebugging`` owns the ses
 from __future__ import annotations
 
 import contextvars
+import os
 import secrets
 import sys
 import threading
@@ -175,6 +180,8 @@ class ClusterDebugging:
         self.token = secrets.token_hex(16)
         self.pauses = PauseTable()
         self.topic = TOPIC.format(backend.session_tag)
+        if os.environ.get("PYTHONBREAKPOINT") == "0":  # the driver's switch, for its workers
+            kind, post_mortem = "off", False
         plugin = DebugSession(backend.session_tag, self.token, kind, post_mortem)
         client = backend.client
         self.plugin_name = plugin.plugin_name + client_suffix(client)
