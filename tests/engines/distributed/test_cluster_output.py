@@ -64,10 +64,12 @@ class Greeter:
         print("actor says hi")
         return "hi"
 
-print("RESULTS", ray.get([speak.remote(0), speak.remote(1)]), flush=True)
+from tests import support
+refs = [speak.remote(0), speak.remote(1)]
+print("RESULTS", ray.get(refs), flush=True)
+print("TASK", support.task_id_of(refs[1]), flush=True)
 greeter = Greeter.remote()
 print("ACTOR", ray.get(greeter.hi.remote()), flush=True)
-from tests import support
 print("CLIENT", support.cluster_client().id, support.backend().session_tag, flush=True)
 sys.stdin.readline()  # killed here
 """
@@ -98,6 +100,8 @@ def test_worker_output_on_the_drivers_terminal_and_a_killed_drivers_plugins(
             assert texts[0] == f"hello from task {i}" and texts[-1] == f"partial {i}"
             assert texts[2] == f"to stderr {i}" and f"warn from task {i}" in texts[1]
             assert len(texts) == 4  # the partial line stands alone
+        driver.expect(r"TASK (\d+)\r\n")
+        task_id = int(driver.match.group(1))
         # (an actor's reply goes straight to its caller: its lines may come just after)
         driver.expect(r"CLIENT (\S+) (\d+)\r\n")
         client_id, session = driver.match.group(1), int(driver.match.group(2))
@@ -114,6 +118,10 @@ def test_worker_output_on_the_drivers_terminal_and_a_killed_drivers_plugins(
         assert done.returncode == 0, done.stderr
         assert "hello from task 0" in done.stdout and "hello from task 1" in done.stdout
         assert "to stderr 1" in done.stdout and "actor says hi" not in done.stdout
+        [one] = ask(home, "logs", task=task_id)["tasks"]  # `lightwork logs --task ID`
+        assert one["task_id"] == task_id and one["name"].endswith("speak")
+        assert [line[1] for line in one["lines"]][0::2] == ["hello from task 1", "to stderr 1"]
+        assert [line[0] for line in one["lines"]] == ["stdout", "stderr", "stderr", "stdout"]
 
         def plugins() -> list[str]:
             return [name for name in scheduler.run_on_scheduler(
@@ -130,6 +138,16 @@ def test_worker_output_on_the_drivers_terminal_and_a_killed_drivers_plugins(
         driver.close(force=True)
         scheduler.close()
         shutil.rmtree(home, ignore_errors=True)
+
+
+def ask(home, op, **args):
+    """The driver's answer to ``op``, asked on its control socket as the CLI does."""
+    import glob
+
+    from lightwork.kernel import control
+
+    [path] = glob.glob(os.path.join(home, f"lightwork-{os.getuid()}", "*", "control.sock"))
+    return control.request(path, op, args, timeout=10.0)
 
 
 def _forwarding_sessions(dask_worker=None):
