@@ -32,8 +32,8 @@ their ``finally`` when ``pending`` is set: one global test per call). Lines leav
 One event per batch: forwarding costs far less than a message per line.
 
 The channel is distributed's event log, through the scheduler: the scheduler keeps a
-topic's last events (``distributed.admin.low-level-log-length``), so the driver
-truncates its topic when its session ends, and ``plugin.TaskErrors`` drops the
+topic's last events (1,000 by default: ``distributed.admin.low-level-log-length``), so
+the driver truncates its topic when its session ends, and ``plugin.TaskErrors`` drops the
 session's plugins and topics when the driver's client disconnects without that (a
 driver killed with SIGKILL).
 
@@ -137,8 +137,11 @@ class _Capture:
             by_session.setdefault(session, []).append([stream, task_id, name, text])
         worker = self.worker
         for session, batch in by_session.items():
-            worker.log_event(TOPIC.format(session), {
-                "worker": str(worker.address), "pid": self.pid, "lines": batch})
+            try:
+                worker.log_event(TOPIC.format(session), {
+                    "worker": str(worker.address), "pid": self.pid, "lines": batch})
+            except Exception:  # noqa: BLE001, S110 - the worker is closing: a print never
+                pass  # fails for it (the lines are lost, as the worker's own would be)
 
     def _wake_flusher(self) -> None:
         if self._wake is None:
