@@ -130,8 +130,12 @@ def test_worker_output_on_the_drivers_terminal_and_a_killed_drivers_plugins(
 
         assert sorted(name.split("-")[1] for name in plugins()) == ["debug", "output"]
         assert all(session in v for v in scheduler.run(_forwarding_sessions).values())
-        os.kill(driver.pid, signal.SIGKILL)  # no shutdown: the scheduler must clean up
-        wait_until(lambda: not plugins(), timeout=helpers.HANG_LIMIT_S * 2)
+        grace = scheduler.run_on_scheduler(_set_grace, seconds=0.5)  # (5 s: a test's time)
+        try:
+            os.kill(driver.pid, signal.SIGKILL)  # no shutdown: the scheduler cleans up
+            wait_until(lambda: not plugins(), timeout=helpers.HANG_LIMIT_S * 2)
+        finally:
+            scheduler.run_on_scheduler(_set_grace, seconds=grace)
         forwarding = scheduler.run(_forwarding_sessions)  # the workers let it go too
         assert len(forwarding) == 2 and all(session not in v for v in forwarding.values())
     finally:
@@ -154,3 +158,49 @@ def _forwarding_sessions(dask_worker=None):
     from lightwork.engines.distributed import output
 
     return sorted(output._forwarding)
+
+
+def _set_grace(dask_scheduler=None, seconds=0.0):
+    """On the scheduler: how long a disconnected client may come back; the old value."""
+    from lightwork.engines.distributed.plugin import TaskErrors
+
+    [plugin] = [p for p in dask_scheduler.plugins.values() if isinstance(p, TaskErrors)]
+    old, plugin.CLIENT_GONE_GRACE_S = plugin.CLIENT_GONE_GRACE_S, seconds
+    return old
+
+
+class _Broker:
+    def __init__(self):
+        self.truncated = []
+
+    def truncate(self, topic):
+        self.truncated.append(topic)
+
+
+class _Scheduler:
+    """What ``TaskErrors`` reads of a scheduler when a client leaves."""
+
+    def __init__(self, clients, plugins):
+        self.clients = set(clients)
+        self.worker_plugins = dict.fromkeys(plugins)
+        self._broker = _Broker()
+
+    async def unregister_worker_plugin(self, comm, name):
+        if self.worker_plugins.pop(name, 0) == 0:
+            raise ValueError(f"The worker plugin {name} does not exist")
+
+
+def test_a_client_that_comes_back_keeps_its_sessions_and_one_gone_loses_them():
+    import asyncio
+
+    from lightwork.engines.distributed.plugin import TaskErrors
+
+    names = ["lightwork-debug-1f@Client-a", "lightwork-output-1f@Client-a",
+             "lightwork-output-2e@Client-b", "lightwork-exported-refs", "other@Client-a"]
+    back = _Scheduler(["Client-a"], names)  # reconnected within the grace period
+    asyncio.run(TaskErrors()._drop_sessions_of(back, "Client-a"))
+    assert list(back.worker_plugins) == names and not back._broker.truncated
+    gone = _Scheduler(["Client-b"], names)
+    asyncio.run(TaskErrors()._drop_sessions_of(gone, "Client-a"))
+    assert list(gone.worker_plugins) == names[2:]
+    assert gone._broker.truncated == ["lightwork-debug-1f", "lightwork-output-1f"]

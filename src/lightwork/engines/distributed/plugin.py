@@ -37,8 +37,9 @@ class TaskErrors(SchedulerPlugin):
 
     When a client disconnects it drops the worker plugins of that client's driver
     sessions (the debugger's and the output forwarding's, named ``lightwork-...@<client
-    id>``) and their topics' kept events (``remove_client``): a driver killed without
-    its shutdown leaves nothing on the scheduler or the workers.
+    id>``) and their topics' kept events (``remove_client``; unless the client is back
+    within ``CLIENT_GONE_GRACE_S``, as one is after a lost connection): a driver killed
+    without its shutdown leaves nothing on the scheduler or the workers.
 
     It also remembers which actor keys the scheduler forgot (``gone_actors``: killed, or
     their last handle dropped; the newest ``GONE_ACTORS_KEPT``), so that a process that
@@ -59,22 +60,30 @@ class TaskErrors(SchedulerPlugin):
         self.actors: set[Any] = set()
         self.gone_actors: dict[Any, None] = {}  # oldest first
 
-    def remove_client(self, scheduler: Any, client: str) -> None:
-        """A client disconnected: the worker plugins of its driver sessions go (from
-        every worker, and from those that join later), with their topics' kept events.
-        A driver that shut down removed its own; this is for one that was killed."""
-        suffix = "@" + str(client)
-        for name in list(scheduler.worker_plugins):
-            if name.startswith(self.SESSION_PREFIX) and name.endswith(suffix):
-                scheduler.loop.add_callback(self._drop_session_plugin, scheduler, name)
+    #: How long a disconnected client has to come back (a client reconnects with its own
+    #: id after a lost connection) before its sessions' plugins go.
+    CLIENT_GONE_GRACE_S = 5.0
 
-    @staticmethod
-    async def _drop_session_plugin(scheduler: Any, name: str) -> None:
-        try:
-            await scheduler.unregister_worker_plugin(None, name)
-        except ValueError:  # removed meanwhile (its driver's own shutdown)
-            pass
-        scheduler._broker.truncate(name.rsplit("@", 1)[0])
+    def remove_client(self, scheduler: Any, client: str) -> None:
+        """A client disconnected: unless it is back within ``CLIENT_GONE_GRACE_S``, the
+        worker plugins of its driver sessions go (from every worker, and from those that
+        join later), with their topics' kept events. A driver that shut down removed
+        its own; this is for one that was killed."""
+        scheduler.loop.call_later(self.CLIENT_GONE_GRACE_S, self._drop_sessions_of,
+                                  scheduler, str(client))
+
+    async def _drop_sessions_of(self, scheduler: Any, client: str) -> None:
+        if client in scheduler.clients:  # it reconnected: its sessions live on
+            return
+        suffix = "@" + client
+        for name in list(scheduler.worker_plugins):
+            if not (name.startswith(self.SESSION_PREFIX) and name.endswith(suffix)):
+                continue
+            try:
+                await scheduler.unregister_worker_plugin(None, name)
+            except ValueError:  # removed meanwhile (its driver's own shutdown)
+                pass
+            scheduler._broker.truncate(name.rsplit("@", 1)[0])
 
     def transition(self, key: Any, start: str, finish: str, *args: Any,
                    **kwargs: Any) -> None:
