@@ -122,6 +122,11 @@ def test_worker_output_on_the_drivers_terminal_and_a_killed_drivers_plugins(
         assert one["task_id"] == task_id and one["name"].endswith("speak")
         assert [line[1] for line in one["lines"]][0::2] == ["hello from task 1", "to stderr 1"]
         assert [line[0] for line in one["lines"]] == ["stdout", "stderr", "stderr", "stdout"]
+        rows = ask(home, "list", kind="workers")["rows"]  # `logs --worker N`, N as listed
+        [row] = [r for r in rows if r["pid"] == one["pid"] and r["kind"] != "driver"]
+        on_worker = ask(home, "logs", worker=row["worker_id"])["tasks"]
+        assert task_id in [call["task_id"] for call in on_worker]
+        assert {call["pid"] for call in on_worker} == {one["pid"]}
 
         def plugins() -> list[str]:
             return [name for name in scheduler.run_on_scheduler(
