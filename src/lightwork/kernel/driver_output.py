@@ -218,10 +218,12 @@ class DriverOutput:
                     for e in entries]
 
 
-def answer_logs(output: DriverOutput, session: str, args: dict[str, Any]) -> dict[str, Any]:
+def answer_logs(output: DriverOutput | None, session: str,
+                args: dict[str, Any]) -> dict[str, Any]:
     """``lightwork logs`` (the control socket's ``logs``): what the calls named by
     ``task`` (its id, as ``list tasks`` shows it), ``function`` (a function's or
-    method's name) or ``worker`` (its number) printed, as kept."""
+    method's name) or ``worker`` (its number) printed, as kept (``output`` None: the
+    session keeps none)."""
     task = args.get("task")
     worker = args.get("worker")
     function = args.get("function")
@@ -236,5 +238,7 @@ def answer_logs(output: DriverOutput, session: str, args: dict[str, Any]) -> dic
     except (TypeError, ValueError):
         raise ValueError(f"{worker!r} is not a worker number; `lightwork list workers` "
                          "shows them") from None
+    if output is None:
+        return {"session": session, "echo": False, "tasks": []}
     return {"session": session, "echo": output.echo,
             "tasks": output.query(task_id, function, worker_id)}
