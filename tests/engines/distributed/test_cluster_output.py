@@ -70,6 +70,18 @@ print("RESULTS", ray.get(refs), flush=True)
 print("TASK", support.task_id_of(refs[1]), flush=True)
 greeter = Greeter.remote()
 print("ACTOR", ray.get(greeter.hi.remote()), flush=True)
+
+@ray.remote(num_cpus=1)
+def stuck():
+    breakpoint()  # paused when its driver is killed: its worker must get its thread back
+    return 0
+
+held = stuck.remote()
+import time
+deadline = time.monotonic() + 60
+while not any(row["is_debugger_paused"] for row in ray.state.list_tasks()):
+    assert time.monotonic() < deadline, ray.state.list_tasks()
+    time.sleep(0.05)
 print("CLIENT", support.cluster_client().id, support.backend().session_tag, flush=True)
 sys.stdin.readline()  # killed here
 """
@@ -135,12 +147,16 @@ def test_worker_output_on_the_drivers_terminal_and_a_killed_drivers_plugins(
 
         assert sorted(name.split("-")[1] for name in plugins()) == ["debug", "output"]
         assert all(session in v for v in scheduler.run(_forwarding_sessions).values())
+        [paused] = ask(home, "debug_paused")["paused"]
         grace = scheduler.run_on_scheduler(_set_grace, seconds=0.5)  # (5 s: a test's time)
         try:
             os.kill(driver.pid, signal.SIGKILL)  # no shutdown: the scheduler cleans up
             wait_until(lambda: not plugins(), timeout=helpers.HANG_LIMIT_S * 2)
         finally:
             scheduler.run_on_scheduler(_set_grace, seconds=grace)
+        # The paused call quit: its single-thread worker runs the next task.
+        assert scheduler.submit(abs, -1, workers=[paused["worker"]], pure=False).result(
+            timeout=helpers.HANG_LIMIT_S * 2) == 1
         forwarding = scheduler.run(_forwarding_sessions)  # the workers let it go too
         assert len(forwarding) == 2 and all(session not in v for v in forwarding.values())
     finally:
