@@ -49,6 +49,13 @@ def parked(path: str) -> bool:
 
 
 @lightwork.remote
+def chatty() -> int:
+    print("said by chatty")
+    print("warned by chatty", file=sys.stderr)
+    return 1
+
+
+@lightwork.remote
 class Tally:
     def add(self, n: int) -> int:
         return n
@@ -65,7 +72,9 @@ def runtime():
         lightwork.get(broken.remote())
     for i in range(3):  # a get in a loop: a staircase on the driver's row
         lightwork.get(square.remote(i))
-    yield {"node": support.driver_node(), "tally": tally}
+    said = chatty.remote()
+    lightwork.get(said)
+    yield {"node": support.driver_node(), "tally": tally, "chatty": support.task_id_of(said)}
     lightwork.shutdown()
 
 
@@ -372,6 +381,18 @@ def test_functions_actors_objects_stacks_and_trace(client, runtime):
     assert trace.status == 200 and "attachment" in trace.getheader("Content-Disposition")
     events = json.loads(trace.data)["traceEvents"]
     assert any(e.get("name", "").endswith("square") for e in events)
+
+
+def test_the_task_view_shows_what_one_task_printed(client, runtime):
+    [call] = client.json(f"/api/logs?task={runtime['chatty']}")["tasks"]
+    assert call["name"].endswith("chatty") and call["task_id"] == runtime["chatty"]
+    assert call["lines"] == [["stdout", "said by chatty"], ["stderr", "warned by chatty"]]
+    assert client.json(f"/api/logs?task={runtime['chatty'] + 999999}")["tasks"] == []
+    assert client.request("/api/logs").status == 400
+    bad = client.request("/api/logs?task=nope")
+    assert bad.status == 400 and b"not a task id" in bad.data
+    script = client.request("/static/dashboard.js").data
+    assert b"/api/logs?task=" in script  # the page asks for it when a task id is clicked
 
 
 def test_profile_samples_the_live_program_one_profile_at_a_time(client, runtime):

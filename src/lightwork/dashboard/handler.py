@@ -11,6 +11,8 @@ GET  /api/functions                    per function: counts by state, p50/p95, q
 GET  /api/actors                       every actor: state, restarts, calls, death cause
 GET  /api/objects                      ``memory_summary()`` (live program only)
 GET  /api/stacks?target=all|driver|ID  ``lightwork.stack()`` text (live program only)
+GET  /api/logs?task=ID                 what one task printed, as the driver kept it
+                                       (``lightwork logs --task``; live program only)
 GET  /api/profile?seconds=S            S seconds of stack samples of every task, as call
                                       trees per task function (live program only)
 GET  /api/trace                        the Chrome/Perfetto trace JSON, as a download
@@ -320,8 +322,13 @@ def view(dashboard: DashboardServer, name: str, query: dict[str, str]) -> dict[s
         return {**mirror.header(), **_stacks(dashboard, query.get("target", "all"))}
     if name == "profile":
         return {**mirror.header(), **_profile(dashboard, _float(query, "seconds", 2.0))}
+    if name == "logs":
+        task = query.get("task", "")
+        if not task:
+            raise HttpError(400, "name the task: /api/logs?task=ID (an id of the tasks view)")
+        return {**mirror.header(), **dashboard.ask("logs", {"task": task}, cache_s=1.0)}
     raise HttpError(404, f"no view {name!r}; views: overview, stream, tasks, functions, actors, "
-                         "objects, stacks, profile")
+                         "objects, stacks, profile, logs")
 
 
 PROFILE_MAX_S = 10.0  # one request's sampling: the page asks again while it is open

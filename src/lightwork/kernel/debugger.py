@@ -132,7 +132,9 @@ def install(session_dir: str | None, worker_id: int, announce: Announce, describ
 
 
 def _options() -> tuple[str, bool] | None:
-    """(kind, post_mortem) for the running call; None: its session set up no debugger."""
+    """(kind, post_mortem) for the running call; None: its session set up no debugger.
+    Kind ``"off"``: its driver had ``PYTHONBREAKPOINT=0`` (an engine whose workers
+    serve several sessions cannot read that from their own environment)."""
     if settings.options is not None:
         return settings.options()
     if settings.session_dir is None:
@@ -144,7 +146,7 @@ def post_mortem_on() -> bool:
     if not enabled():
         return False
     options = _options()
-    return options is not None and options[1]
+    return options is not None and options[1] and options[0] != "off"
 
 
 def post_mortem(exc: BaseException) -> None:
@@ -163,6 +165,8 @@ def _hook(*args: Any, **kwargs: Any) -> None:
 
     frame = sys._getframe(1)
     options = _options()
+    if options is not None and options[0] == "off":
+        return
     if options is not None and options[0] == "debugpy":
         debug_session.debugpy_breakpoint(frame)
         return
@@ -172,6 +176,9 @@ def _hook(*args: Any, **kwargs: Any) -> None:
 def _set_trace(*, header: str | None = None) -> None:
     """``pdb.set_trace()`` in a worker."""
     if not enabled():
+        return
+    options = _options()
+    if options is not None and options[0] == "off":
         return
     from lightwork.kernel import debug_session
 

@@ -108,12 +108,16 @@ def finished(child):
     return child.before
 
 
-def paused_rows(home):
-    """The driver's ``debug_paused`` answer, asked on its control socket as the CLI does."""
+def ask(home, op, **args):
+    """The driver's answer to ``op``, asked on its control socket as the CLI does."""
     from lightwork.kernel import control
 
     [path] = glob.glob(os.path.join(home, f"lightwork-{os.getuid()}", "*", "control.sock"))
-    return control.request(path, "debug_paused", timeout=10.0)["paused"]
+    return control.request(path, op, args or None, timeout=10.0)
+
+
+def paused_rows(home):
+    return ask(home, "debug_paused")["paused"]
 
 
 def answer_to(address, hello):
@@ -129,6 +133,7 @@ def answer_to(address, hello):
 
 
 def test_debugging_a_cluster_task_from_another_terminal(session):
+    """Breakpoints in a task and an actor method, post-mortem, a refused token."""
     driver, env, home = session
     # A task on a worker: the driver names it; it is listed with its worker's host.
     driver.expect(PAUSED)
@@ -139,8 +144,7 @@ def test_debugging_a_cluster_task_from_another_terminal(session):
     header, *lines = [line for line in tasks.splitlines() if line.strip()]
     assert "PAUSED" in header
     assert any("add_one" in line and " yes " in line for line in lines), tasks
-    listed = finished(run(env, "list", "tasks", "--format", "json"))
-    rows = json.loads(listed[listed.index("["):])
+    rows = ask(home, "list", kind="tasks")["rows"]  # what `list tasks --format json` shows
     assert [row["is_debugger_paused"] for row in rows if row["name"].endswith("add_one")] \
         == [True]
 
@@ -155,7 +159,13 @@ def test_debugging_a_cluster_task_from_another_terminal(session):
     assert [laddr.ip for laddr in listening] == ["127.0.0.1"]
     for hello in (b"HELLO " + b"0" * 32 + b"\n", b"p x\n", b"HELLO\n"):
         assert answer_to(address, hello) == b"\x00refused\n"
-    client = attach(env)
+    out = io.StringIO()  # the client says so when the worker refuses its token
+    read, write = os.pipe()
+    with os.fdopen(read) as stdin, os.fdopen(write, "w"):
+        assert debugging.attach({**row, "token": "f" * 32}, stdin, out) == 1
+    assert "refused the connection" in out.getvalue()
+    assert "(Pdb)" not in out.getvalue() and "paused in" not in out.getvalue()
+    client = attach(env)  # still paused, and the right token gets in
     assert "paused in add_one" in client.before and "-> y = y * 2" in client.before
     assert "20" in command(client, "p x")
     assert "-> return y" in command(client, "n")
@@ -173,8 +183,7 @@ def test_debugging_a_cluster_task_from_another_terminal(session):
     client.sendeof()
     client.expect("stays paused")
     finished(client)
-    listing = finished(run(env, "debug", "--list"))
-    assert "Counter.add" in listing
+    assert [row["name"] for row in paused_rows(home)] == ["Counter.add"]
     client = attach(env)
     assert "-> return self.n" in client.before
     client.sendline("c")
@@ -191,24 +200,6 @@ def test_debugging_a_cluster_task_from_another_terminal(session):
     finished(client)
     driver.expect("CAUGHT ZeroDivisionError")
     driver.expect("DONE")
-
-
-def test_the_client_says_when_the_worker_refuses_its_token(session):
-    driver, env, home = session
-    driver.expect(PAUSED)
-
-    [row] = paused_rows(home)
-    out = io.StringIO()
-    read, write = os.pipe()
-    with os.fdopen(read) as stdin, os.fdopen(write, "w"):
-        assert debugging.attach({**row, "token": "f" * 32}, stdin, out) == 1
-    assert "refused the connection" in out.getvalue()
-    assert "(Pdb)" not in out.getvalue() and "paused in" not in out.getvalue()
-    client = attach(env)  # still paused, and the right token gets in
-    assert "20" in command(client, "p x")
-    client.sendline("c")
-    finished(client)
-    driver.expect(r"RESULT1 42")
 
 
 ABANDONED = """

@@ -117,6 +117,37 @@ def test_a_paused_task_is_listed_driven_and_resumed(runtime, capfd):
     assert mark["args"]["paused_ms"] >= 200  # at least the get that timed out meanwhile
 
 
+def _minus_one(v):
+    w = v - 1
+    return w
+
+
+def test_list_step_into_up_and_down(runtime):
+    """``l`` shows the source; ``s`` steps into the user's function; ``u``/``d`` move
+    between its frame and the caller's."""
+    @runtime.remote
+    def outer(x):
+        breakpoint()
+        z = _minus_one(x)
+        return z
+
+    ref = outer.remote(8)
+    [row] = paused()
+    client = Client(row["socket"])
+    client.until(PROMPT)
+    listing = client.ask("l")
+    assert "z = _minus_one(x)" in listing and "breakpoint()" in listing
+    assert "def _minus_one(v)" in client.ask("s")  # (--Call--: into the user's function)
+    assert "-> w = v - 1" in client.ask("n")
+    assert "-> z = _minus_one(x)" in client.ask("u")
+    assert "-> w = v - 1" in client.ask("d")
+    assert "8" in client.ask("p v")
+    client.sock.sendall(b"c\n")
+    assert "\x00continued" in client.until("\x00continued")
+    client.close()
+    assert runtime.get(ref, timeout=helpers.HANG_LIMIT_S) == 7
+
+
 def test_detaching_leaves_the_call_paused_and_steps_end_with_the_call(runtime):
     @runtime.remote
     def last_line(x):

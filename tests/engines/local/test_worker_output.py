@@ -193,8 +193,9 @@ def test_a_stuck_terminal_never_holds_up_the_caller_of_receive():
 
 def test_a_full_queue_drops_lines_from_the_terminal_and_says_how_many(monkeypatch):
     from lightwork.engines.local import output
+    from lightwork.kernel import driver_output
 
-    monkeypatch.setattr(output, "MAX_QUEUED_CHARS", 100)
+    monkeypatch.setattr(driver_output, "MAX_QUEUED_CHARS", 100)
     stuck = StuckTerminal()
     kept = output.DriverOutput(stdout=stuck, stderr=stuck)
     kept.receive(1, 7, [(output.STDOUT, 1, "f", "x" * 20) for _ in range(10)])

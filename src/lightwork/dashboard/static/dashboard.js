@@ -412,7 +412,7 @@ function renderTasks(t) {
   $("prev").disabled = t.page === 0;
   $("next").disabled = t.page + 1 >= pages;
   const columns = [
-    ["task", (r) => r.task_id, "num", "task_id"], ["function", (r) => shortName(r.name), "", "name"],
+    ["task", (r) => taskLink(r.task_id), "num", "task_id"], ["function", (r) => shortName(r.name), "", "name"],
     ["state", (r) => stateCell(r.state, r.is_debugger_paused), "", "state"], ["worker", (r) => r.worker_id, "num", "worker_id"],
     ["submitted", (r) => fmtSeconds(r.submitted_s), "num", "submitted"],
     ["queued", (r) => fmtSeconds(r.queued_s), "num", "queued_s"], ["run", (r) => fmtSeconds(r.run_s), "num", "run_s"],
@@ -494,6 +494,30 @@ function renderStackTargets() {
     button.addEventListener("click", () => loadStacks(target));
     box.append(button);
   }
+}
+
+function taskLink(taskId) {
+  const link = el("a", String(taskId));
+  link.href = "#";
+  link.addEventListener("click", (event) => { event.preventDefault(); loadTaskOutput(taskId); });
+  return link;
+}
+
+async function loadTaskOutput(taskId) {
+  // What one task printed, as the driver kept it (its last lines; stderr marked).
+  const pre = $("task-output");
+  pre.textContent = "loading task " + taskId + "'s output…";
+  const reply = await fetch("/api/logs?task=" + encodeURIComponent(taskId));
+  const data = await reply.json();
+  pre.className = "";
+  if (!reply.ok) { pre.textContent = data.error; return; }
+  const lines = [];
+  for (const call of data.tasks) {
+    lines.push(`── task ${call.task_id} · ${call.name} · worker ${call.worker_id} (pid ${call.pid})` +
+      (call.dropped ? ` · ${call.dropped} earlier lines dropped` : ""));
+    for (const [stream, text] of call.lines) lines.push((stream === "stderr" ? "! " : "  ") + text);
+  }
+  pre.textContent = lines.length ? lines.join("\n") : `task ${taskId} printed nothing (that the driver kept)`;
 }
 
 async function loadStacks(target) {

@@ -61,6 +61,7 @@ from lightwork.kernel.generators import (
     take_static,
 )
 from lightwork.kernel.object_ref import ref_counter
+from lightwork.engines.distributed import output as cluster_output
 from lightwork.engines.distributed import record as cluster_record
 from lightwork.engines.distributed import worker as cluster_worker
 from lightwork.engines.distributed.debugging import CALL as _DEBUG_CALL
@@ -284,6 +285,8 @@ class ActorHost:
                 error_of(name, exc), num_returns)
         finally:
             current.task, current.session, current.host = previous + (None,)
+            if cluster_output.pending:  # what it printed, before the reply
+                cluster_output.end_call(task_id)
             self.backend.confirm_borrows()  # before the reply (see there)
         if self.exit_reason and token is self.exit_call:  # it ended the actor
             exited = self._exit_outcome(name, num_returns, token)
@@ -336,6 +339,8 @@ class ActorHost:
                     error_of(name, exc), num_returns)
             finally:
                 self._running.discard(token)
+                if cluster_output.pending:  # what it printed, before the reply
+                    cluster_output.end_call(task_id)
                 # Before the reply (see there); a moment of this actor's loop, only
                 # when the call borrowed refs.
                 self.backend.confirm_borrows()

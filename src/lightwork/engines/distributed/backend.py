@@ -264,6 +264,8 @@ class DistributedBackend(Backend):
             client.register_plugin(ExportedRefs(), name=ExportedRefs.name)
             check_allowed_failures(client)  # warns once if each loss is not one try
         self.debugging: Any = None  # the driver's ClusterDebugging, once open() made it
+        self.output_forwarding: Any = None  # its ClusterOutput, once open() made it
+        self.output: Any = None  # that one's DriverOutput (get and wait settle it)
         self._closed = False
         ref_counter.on_borrow = self._on_borrow
         ref_counter.on_first_release = self._drain_soon
@@ -346,11 +348,22 @@ class DistributedBackend(Backend):
             resources=options.resources or {}, namespace=options.namespace,
             event_budget=options.event_budget)
         try:
+            backend.start_output(options.log_to_driver)
             backend.start_debugging(options.debugger, options.post_mortem)
         except BaseException:
             backend.shutdown()
             raise
         return backend
+
+    def start_output(self, echo: bool) -> None:
+        """Workers' output on this driver's terminal (``cluster_output``); ``echo``:
+        ``init(log_to_driver=)``."""
+        from lightwork.engines.distributed.output import ClusterOutput
+
+        self.output_forwarding = ClusterOutput(self, echo)
+        self.output = self.output_forwarding.output
+        if self.session_log is not None:
+            self.session_log.output = self.output
 
     def start_debugging(self, kind: str, post_mortem: bool) -> None:
         """The in-task debugger for this driver session's calls (``cluster_debugging``)."""
@@ -438,6 +451,8 @@ class DistributedBackend(Backend):
         # actor call's reply, a failed key) take the lock.
         if self.debugging is not None:  # its calls still paused quit on the workers
             self.debugging.stop()
+        if self.output_forwarding is not None:  # the workers' last lines, then no more
+            self.output_forwarding.stop()
         quieted = self._quiet_own_cluster() if self._cluster is not None else None
         if self.session_log is not None:
             self.session_log.stop()

@@ -29,6 +29,10 @@ to its own control socket's clients (0600, the user's uid). ``debugger="debugpy"
 listens on 127.0.0.1 of the worker's machine instead (debugpy has no token): reach it
 there, or through an ssh tunnel.
 
+``PYTHONBREAKPOINT=0`` in the driver's environment at ``init`` turns its session's
+breakpoints and post-mortem off on every worker (the session's kind is ``"off"``): the
+workers' own environment is the cluster's, shared by every driver.
+
 Announcements go through distributed's own event channel (``Worker.log_event`` ->
 the scheduler -> the driver's ``Client.subscribe_topic``), on a topic per session; the
 handler runs on the client's event loop and only records and prints. The driver stamps
@@ -45,6 +49,7 @@ by the task and actor wrappers. In the driver, ``ClusterDebugging`` owns the ses
 from __future__ import annotations
 
 import contextvars
+import os
 import secrets
 import sys
 import threading
@@ -54,6 +59,7 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from lightwork.kernel import debugger
+from lightwork.kernel.driver_output import STDERR
 from lightwork.kernel.pauses import PauseTable, pause_line
 
 TOPIC = "lightwork-debug-{:x}"
@@ -174,9 +180,11 @@ class ClusterDebugging:
         self.token = secrets.token_hex(16)
         self.pauses = PauseTable()
         self.topic = TOPIC.format(backend.session_tag)
+        if os.environ.get("PYTHONBREAKPOINT") == "0":  # the driver's switch, for its workers
+            kind, post_mortem = "off", False
         plugin = DebugSession(backend.session_tag, self.token, kind, post_mortem)
-        self.plugin_name = plugin.plugin_name
         client = backend.client
+        self.plugin_name = plugin.plugin_name + client_suffix(client)
         # Subscribed first: a task that pauses at once is heard of.
         client.loop.add_callback(client.subscribe_topic, self.topic, self._on_event)
         client.register_plugin(plugin, name=self.plugin_name)
@@ -192,7 +200,11 @@ class ClusterDebugging:
             info["since"] = now
             info["worker_id"] = 0
             self.pauses.add(info)
-            print(pause_line(info), file=sys.stderr, flush=True)
+            output = getattr(self.backend, "output", None)
+            if output is not None:  # in turn with the workers' lines
+                output.say(STDERR, pause_line(info))
+            else:
+                print(pause_line(info), file=sys.stderr, flush=True)
             return
         opened = self.pauses.remove(str(info.get("socket")))
         if opened is not None:
@@ -246,6 +258,12 @@ class ClusterDebugging:
             pass
         # From the client's loop: its stream to the scheduler is woken only from there.
         client.loop.add_callback(_unsubscribe, client, self.topic)
+
+
+def client_suffix(client: Any) -> str:
+    """The end of the names of a session's worker plugins: its driver's client, so that
+    the scheduler drops them when that client disconnects (``plugin.TaskErrors``)."""
+    return "@" + str(client.id)
 
 
 def _unsubscribe(client: Any, topic: str) -> None:

@@ -86,6 +86,9 @@ class Fetching:
         finally:
             if self.backend.recorder is not None:
                 self.backend.recorder.blocked("get", start, ids, callsite, self.backend.task_ids.get(ids[0], 0))
+            output = self.backend.output
+            if output is not None:  # the lines the calls printed show before their results
+                output.settle()
         return [self.backend.decode(value) for value in stored]
 
     def _gather(self, futures: list[Any], timeout: float | None) -> list[Any]:
@@ -226,6 +229,9 @@ class Fetching:
                 break
         if blocked and self.backend.recorder is not None:
             self.backend.recorder.blocked("wait", start, ids, callsite, self.backend.task_ids.get(ids[0], 0))
+        output = self.backend.output
+        if output is not None:
+            output.settle()
         return ready[:num_returns]
 
     def _settled(self, object_id: int, future: Any) -> bool:

@@ -35,6 +35,12 @@ class TaskErrors(SchedulerPlugin):
     only lost-worker failures, which are rare. Idempotent: the first driver registers
     it, later ones reuse it; it stays for the scheduler's life.
 
+    When a client disconnects it drops the worker plugins of that client's driver
+    sessions (the debugger's and the output forwarding's, named ``lightwork-...@<client
+    id>``) and their topics' kept events (``remove_client``; unless the client is back
+    within ``CLIENT_GONE_GRACE_S``, as one is after a lost connection): a driver killed
+    without its shutdown leaves nothing on the scheduler or the workers.
+
     It also remembers which actor keys the scheduler forgot (``gone_actors``: killed, or
     their last handle dropped; the newest ``GONE_ACTORS_KEPT``), so that a process that
     meets a handle after that can tell such a key from one whose creation is still on its
@@ -44,12 +50,40 @@ class TaskErrors(SchedulerPlugin):
 
     name = "lightwork-task-errors"
     idempotent = True
+    #: The worker plugins (and event topics) of a driver session start with this and end
+    #: with ``@<its client's id>`` (``cluster_debugging.client_suffix``).
+    SESSION_PREFIX = "lightwork-"
     GONE_ACTORS_KEPT = 10_000
 
     async def start(self, scheduler: Any) -> None:
         self.scheduler = scheduler
         self.actors: set[Any] = set()
         self.gone_actors: dict[Any, None] = {}  # oldest first
+
+    #: How long a disconnected client has to come back (a client reconnects with its own
+    #: id after a lost connection) before its sessions' plugins go.
+    CLIENT_GONE_GRACE_S = 5.0
+
+    def remove_client(self, scheduler: Any, client: str) -> None:
+        """A client disconnected: unless it is back within ``CLIENT_GONE_GRACE_S``, the
+        worker plugins of its driver sessions go (from every worker, and from those that
+        join later), with their topics' kept events. A driver that shut down removed
+        its own; this is for one that was killed."""
+        scheduler.loop.call_later(self.CLIENT_GONE_GRACE_S, self._drop_sessions_of,
+                                  scheduler, str(client))
+
+    async def _drop_sessions_of(self, scheduler: Any, client: str) -> None:
+        if client in scheduler.clients:  # it reconnected: its sessions live on
+            return
+        suffix = "@" + client
+        for name in list(scheduler.worker_plugins):
+            if not (name.startswith(self.SESSION_PREFIX) and name.endswith(suffix)):
+                continue
+            try:
+                await scheduler.unregister_worker_plugin(None, name)
+            except ValueError:  # removed meanwhile (its driver's own shutdown)
+                pass
+            scheduler._broker.truncate(name.rsplit("@", 1)[0])
 
     def transition(self, key: Any, start: str, finish: str, *args: Any,
                    **kwargs: Any) -> None:

@@ -112,6 +112,7 @@ from typing import Any, NamedTuple
 
 from lightwork.kernel import control, exceptions
 from lightwork.kernel.calls import LARGE_ARGUMENT_BYTES, large_arguments
+from lightwork.kernel.driver_output import answer_logs
 from lightwork.kernel.events import DriverSpan, EventLog, TaskRecord
 from lightwork.kernel import tools
 from lightwork.kernel.run import RunRecord, StoreFacts
@@ -242,9 +243,11 @@ class ClusterLog(RunRecord):
 
     live_state_missing = "it needs the embedded runtime's own state"
     processes_elsewhere = True
-    #: The in-task debugger's driver side (``cluster_debugging``) and its calls paused now.
+    #: The in-task debugger's driver side (``cluster_debugging``), its calls paused now,
+    #: and what the workers printed, kept per call (``cluster_output``).
     debugging: Any = None
     pauses: Any = None
+    output: Any = None
 
     def __init__(self, backend: Any, budget: int) -> None:
         self.backend = backend
@@ -669,6 +672,8 @@ class ClusterLog(RunRecord):
             return {"rows": rows, "total": total}
         if op == "memory_summary":
             return state.memory_summary()
+        if op == "logs":  # `lightwork logs`: what calls printed, as the driver kept it
+            return answer_logs(self.output, self.session.name, args)
         if op == "debug_paused":  # `lightwork debug`: the calls paused in the debugger
             return {"session": self.session.name,
                     "paused": self.debugging.rows() if self.debugging is not None else []}

@@ -78,6 +78,7 @@ from lightwork.kernel.serialization import SerializationError, pickle_value
 from lightwork.kernel.calls import ArgSlot  # the same placeholder as the local runtime's
 from lightwork.engines.distributed.record import error_text as _error_text
 from lightwork.engines.distributed.record import note as _note
+from lightwork.engines.distributed import output as cluster_output
 from lightwork.engines.distributed.debugging import CALL as _DEBUG_CALL
 
 BACKEND = "distributed"
@@ -316,6 +317,8 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
     finally:
         current.task, current.session = previous
         _DEBUG_CALL.reset(debug_call)
+        if cluster_output.pending:  # what it printed leaves before its result
+            cluster_output.end_call(task_id)
         del args, kwargs  # the task's refs die here, so the drain below can release them
         if ref_counter._released:  # borrowed objects this task no longer holds
             backend._drain()

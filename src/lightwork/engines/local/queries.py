@@ -73,21 +73,10 @@ def answer_query(node: Node, op: str, args: dict[str, Any]) -> Any:
 
 
 def logs(node: Node, args: dict[str, Any]) -> dict[str, Any]:
-    """``lightwork logs``: what the calls named by ``task`` (its id, as
-    ``list tasks`` shows it), ``function`` (a
-    function's or method's name) or ``worker`` (its number) printed, as kept."""
-    task = args.get("task")
-    worker = args.get("worker")
-    function = args.get("function")
-    if task is None and worker is None and not function:
-        raise ValueError("name what to show: a task id, a function name or a worker number")
-    try:
-        task_id = None if task is None else int(str(task), 0)
-    except ValueError:
-        raise ValueError(f"{task!r} is not a task id; `lightwork list tasks` shows them") from None
-    return {"session": node.session.name, "echo": node.output.echo,
-            "tasks": node.output.query(task_id, function, None if worker is None else int(worker))}
+    """``lightwork logs``: what the calls named in ``args`` printed, as kept."""
+    from lightwork.kernel.driver_output import answer_logs
 
+    return answer_logs(node.output, node.session.name, args)
 
 
 def answer_sampling(node: Node, op: str, args: dict[str, Any]) -> Any:
