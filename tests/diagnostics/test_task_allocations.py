@@ -70,3 +70,39 @@ def test_without_memory_nothing_is_traced(two_cpus):
         lightwork.get(keeps.remote())
     assert prof.allocations == {}
     assert "profile_tasks(memory=True)" in prof.memory_top()
+
+
+def test_snapshots_compared_only_while_they_pay():
+    """In one process, no workers: a function whose calls are far shorter than a
+    snapshot compares one call, a long one its first SITE_CALLS; the sites found
+    are the lines that kept memory, grouped as tracemalloc's own statistics group."""
+    import tracemalloc
+
+    from lightwork.engines.local import call_profiler
+
+    assert not tracemalloc.is_tracing()
+    tracer = call_profiler.MemoryTracer()
+    tracer.start()
+    held = []
+    try:
+        for _ in range(call_profiler.SITE_CALLS + 5):
+            for label, spent in (("quick", 1e-9), ("slow", 10.0)):
+                began, snapshot, _clock = tracer.before(label)
+                held.append(bytearray(4096))  # the line to find
+                size = tracemalloc.get_traced_memory()[0]
+                tracer.add_call(label, size - began, size - began, snapshot, spent)
+        snapshot = tracemalloc.take_snapshot()
+        assert call_profiler._by_line(snapshot) == {
+            (s.traceback[0].filename, s.traceback[0].lineno): (s.size, s.count)
+            for s in snapshot.statistics("lineno")}
+    finally:
+        tracer.stop()
+    assert not tracemalloc.is_tracing()
+    result = tracer.result()
+    assert result["quick"]["calls"] == result["slow"]["calls"] == call_profiler.SITE_CALLS + 5
+    assert result["quick"]["site_calls"] == 1
+    assert result["slow"]["site_calls"] == call_profiler.SITE_CALLS
+    [file, line, size, count] = result["slow"]["sites"][0]
+    assert file == __file__ and count >= call_profiler.SITE_CALLS  # (and the list's growth)
+    assert size >= 4096 * call_profiler.SITE_CALLS
+    assert "held.append(bytearray(4096))" in open(file).read().splitlines()[line - 1]
