@@ -431,7 +431,8 @@ class SamplingSession:
         if self.wants_native:  # py-spy samples the workers; their samplers stay off
             from lightwork.engines.local.native_sampler import NativeRecorder
 
-            self.native = NativeRecorder(self.session_dir, self.hz, _live_workers(self.node))
+            self.native = NativeRecorder(self.session_dir, self.hz, _live_workers(self.node),
+                                         live=lambda: _live_workers(self.node))
             self.native.start()
             self.driver.start()
             return
