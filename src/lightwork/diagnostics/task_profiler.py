@@ -65,7 +65,8 @@ class TaskProfile:
         #: memory=True: per task function, its calls, the most memory one call traced
         #: above its start (``peak``), what its calls left allocated (``kept``), and
         #: the lines where that was allocated (``sites``: file, line, bytes, blocks),
-        #: from its first calls on each worker (``site_calls`` of them).
+        #: from up to 20 of its calls on each worker (``site_calls`` in all), fewer
+        #: where comparing snapshots would cost more than a quarter of its time.
         self.allocations: dict[str, dict[str, Any]] = {}
         #: lines=[...]: line_profiler's timings, added up over the workers:
         #: ``{"unit": seconds, "timings": [[file, first line, name, [[line, hits, time]]]]}``
@@ -255,7 +256,7 @@ class TaskProfile:
                          f"in one call, kept {entry['kept'] / calls / mb:+.2f} MB a call")
             sites = [site for site in entry["sites"] if site[2] >= 1024][:n]
             if sites:
-                lines.append(f"  kept by line, over its first {entry['site_calls']} calls:")
+                lines.append(f"  kept by line, over {entry['site_calls']} of its calls:")
             for file, line, size, count in sites:
                 lines.append(f"  {size / mb:10.2f} MB {count:8d} blocks  {file}:{line}")
         return "\n".join(lines) + "\n"
