@@ -177,6 +177,38 @@ def test_top_names_self_and_total(profiled):
     assert "Spinner.turn:" in table and "only_b:" in table
 
 
+def test_timeline_carries_the_samples_under_their_process(profiled, tmp_path):
+    prof, pids = profiled
+    path = tmp_path / "trace.json"
+    prof.timeline(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    samples = [e for e in events if e.get("cat") == "sample"]
+    rows: dict[tuple[int, int], list[dict]] = {}
+    for event in samples:
+        rows.setdefault((event["pid"], event["tid"]), []).append(event)
+    # Each row's spans nest (Perfetto draws no overlaps): a span begins after the last
+    # one at its depth or more ended, or inside the one it is under.
+    for row in rows.values():
+        stack: list[float] = []  # ends of the open spans
+        for event in sorted(row, key=lambda e: (e["ts"], -e["dur"])):
+            while stack and event["ts"] >= stack[-1] - 1e-3:
+                stack.pop()
+            assert not stack or event["ts"] + event["dur"] <= stack[-1] + 1e-3, event
+            stack.append(event["ts"] + event["dur"])
+    # Every sample once at the top of its row's chart: the task function (or the
+    # driver), with the task's own frames under it, in the process that ran the task.
+    roots = [e for e in samples if e["name"] in prof.labels]
+    assert sum(e["args"]["samples"] for e in roots) == len(prof.timed) == prof.total
+    tasks = {(e["pid"], e["name"]) for e in events if e.get("cat") == "task"}
+    split_rows = {e["pid"] for e in roots if e["name"] == "split"}
+    assert split_rows and split_rows <= pids and all((pid, "split") in tasks
+                                                      for pid in split_rows)
+    names = {e["name"].split(" (")[0] for e in samples if e["pid"] in split_rows}
+    assert {"split", "busy_a", "busy_b", "spin"} <= names
+    threads = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert "samples (100 Hz)" in threads
+
+
 def test_short_tasks_are_sampled_for_their_time(two_cpus):
     # 60 tasks of 10 ms: 0.6 s at 100 Hz is about 60 samples. A sampler that waits out
     # the GIL's switch interval on a fixed beat lands between tasks for half its rounds

@@ -31,7 +31,11 @@ in one box. The outputs:
 * ``flamegraph()``: one self-contained HTML file (its script inline, no network), a
   tree for all and one per task function; click a box to zoom, hover for its share;
 * ``top(n)``: per task function, its ``n`` hottest functions by self time, with total
-  time (the function anywhere on the stack, counted once per sample).
+  time (the function anywhere on the stack, counted once per sample);
+* ``timeline()``: the session's timeline (``timeline.py``) with the samples in time, as
+  a flame chart under each process's tasks, from each sample's time (``timed``: kept
+  by the engine's samplers for a profile's first minutes; not by py-spy, nor on a
+  cluster, whose samples come merged).
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class TaskProfile:
         self.hz = 100.0
         self.duration = 0.0
         self.stacks: list[tuple[str, int, tuple[str, ...], int]] = []
+        #: each sample in time: (monotonic time, worker_id, pid, label, frames)
+        self.timed: list[tuple[float, int, int, str, tuple[str, ...]]] = []
         self.processes: list[dict[str, Any]] = []  # worker_id (0: driver), pid, samples
         self.missing: list[int] = []  # workers that sent no final counts (they died)
         self.mode = "sample"
@@ -94,8 +100,13 @@ class TaskProfile:
             self.processes.append({"worker_id": worker_id, "pid": process["pid"],
                                    "rounds": process["samples"],
                                    "samples": sum(n for _l, _s, n in process["counts"])})
-            for label, frames, count in process["counts"]:
+            counts = process["counts"]
+            for label, frames, count in counts:
                 self.stacks.append((label, worker_id, tuple(frames), int(count)))
+            for t, index in process.get("timed") or ():
+                label, frames, _count = counts[index]
+                self.timed.append((float(t), worker_id, int(process["pid"]), label,
+                                   tuple(frames)))
         self.stacks.sort(key=lambda s: (s[0], s[2], s[1]))
 
     # -- queries ------------------------------------------------------------------------
@@ -240,6 +251,21 @@ class TaskProfile:
                 lines.append(f"  {own / self.hz:8.2f} {100 * own / count:6.1f}% "
                              f"{all_ / self.hz:8.2f} {100 * all_ / count:6.1f}%  {function}")
         return "\n".join(lines) + "\n"
+
+    def timeline(self, path: str | None = None) -> list[dict[str, Any]] | None:
+        """The session's timeline with this profile's samples as a flame chart in each
+        process (Chrome trace events: Perfetto, chrome://tracing); written to ``path``
+        if given, as ``lightwork.timeline(path)`` writes it. Ask while the session
+        runs: the tasks' spans come from its event log."""
+        from lightwork.diagnostics import timeline as timelines
+        from lightwork.state import query
+
+        data = query("timeline_data")
+        events = timelines.build_trace(data, self.timed, self.hz)
+        if path is None:
+            return events
+        timelines.write_trace(path, events, data)
+        return None
 
     def memory_top(self, n: int = 5) -> str:
         """memory=True: per task function, its peak and kept memory per call and the

@@ -63,10 +63,13 @@ into the frame's dict: it may keep the call's arguments alive until ``_execute``
 returns (microseconds after its own ``del``), never longer.
 
 A stack is counted, not stored per sample: ``{(label, frames): count}`` with frames as
-``"qualname (file:first line)"`` strings, memoised per code object, so a profile's size
-follows the number of distinct stacks, not its length. In the driver, the main thread
-and other user threads are sampled whole, labelled ``(driver)``; lightwork's own
-threads are not.
+``"qualname (file:first line)"`` strings, memoised per code object, so the counts' size
+follows the number of distinct stacks, not the profile's length. For the timeline, each
+round also notes its time and the stacks it counted (a reference to the counted key,
+``(monotonic time, key)``), up to ``TIMED_MAX`` of them a process (five minutes of one
+task thread at 100 Hz); these go only in the final file, so the once-a-second rewrite
+stays the size of the counts. In the driver, the main thread and other user threads
+are sampled whole, labelled ``(driver)``; lightwork's own threads are not.
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ FLUSH_EVERY_S = 1.0
 DRIVER_LABEL = "(driver)"
 # A worker's GIL hand-off to its sampler while profiling (see the module docstring).
 SAMPLING_SWITCH_S = 0.0002
+TIMED_MAX = 30_000  # timed samples kept a process, for the timeline (module docstring)
 # What a profile does in the workers: sample stacks, or cProfile every call
 # (call_profiler.py).
 SAMPLE = "sample"
@@ -162,6 +166,7 @@ class Sampler:
         self.path = path  # where a worker writes its counts; None in the driver
         self.driver = driver
         self.counts: dict[tuple[str, tuple[str, ...]], int] = {}
+        self.timed: list[tuple[float, tuple[str, tuple[str, ...]]]] = []  # (time, key)
         self.samples = 0  # sampling rounds taken
         self.started = time.time()
         self.ended = 0.0
@@ -221,6 +226,8 @@ class Sampler:
         me = self._thread_id
         names = threading._active if self.driver else None  # type: ignore[attr-defined]
         counts = self.counts
+        timed = self.timed if len(self.timed) < TIMED_MAX else None
+        now = time.monotonic()
         for ident, top in sys._current_frames().items():
             if ident == me:
                 continue
@@ -236,6 +243,8 @@ class Sampler:
                     continue
             key = (label or "", stack)
             counts[key] = counts.get(key, 0) + 1
+            if timed is not None:
+                timed.append((now, key))
         del top
 
     def _name(self, code: Any) -> str:
@@ -278,18 +287,21 @@ class Sampler:
             frame = frame.f_back
         return None, ()
 
-    def result(self) -> dict[str, Any]:
+    def result(self, timed: bool = True) -> dict[str, Any]:
+        """The counts; ``timed``: with each sample's ``[time, index in counts]``."""
+        index = {key: i for i, key in enumerate(self.counts)} if timed else {}
         return {"worker_id": self.worker_id, "pid": os.getpid(), "token": self.token,
                 "hz": self.hz, "samples": self.samples, "started": self.started,
                 "ended": self.ended or time.time(), "final": bool(self.ended),
                 "counts": [[label, list(stack), n] for (label, stack), n in self.counts.items()],
+                "timed": [[round(t, 6), index[key]] for t, key in self.timed] if timed else [],
                 "memory": self.calls.memory_result() if self.calls is not None else {},
                 "lines": self.calls.lines_result() if self.calls is not None else {},
                 "memray": self.calls.memray_result() if self.calls is not None else {}}
 
     def write(self, final: bool) -> None:
         assert self.path is not None
-        data = self.result()
+        data = self.result(timed=final)
         data["final"] = final
         temporary = f"{self.path}.{os.getpid()}.tmp"
         try:
