@@ -106,3 +106,42 @@ def test_snapshots_compared_only_while_they_pay():
     assert file == __file__ and count >= call_profiler.SITE_CALLS  # (and the list's growth)
     assert size >= 4096 * call_profiler.SITE_CALLS
     assert "held.append(bytearray(4096))" in open(file).read().splitlines()[line - 1]
+
+
+def test_counts_are_not_rewritten_during_a_traced_call(tmp_path, monkeypatch):
+    """A sampler beside tracemalloc rewrites its counts file only between calls: a
+    rewrite inside one showed the JSON encoder among the lines the call kept."""
+    import json
+
+    from tests import helpers
+    from lightwork.engines.local import sampler
+
+    class Calls:  # a memory profile's CallProfiler, as its sampler sees it
+        memory = object()
+        in_call = {1}
+
+        def stop(self, write: bool = True) -> None:
+            pass
+
+        def memory_result(self) -> dict:
+            return {}
+
+        lines_result = memray_result = memory_result
+
+    monkeypatch.setattr(sampler, "FLUSH_EVERY_S", 0.02)
+    sampler._write_switch(str(tmp_path), "on tok 100 sample memory")
+    path = tmp_path / "sample-w1.json"
+    calls = Calls()
+    running = sampler.Sampler("tok", 100, 1, str(path), calls=calls)
+    running.start()
+    try:
+        helpers.wait_until(lambda: running.samples >= 20, timeout=10,
+                           message="20 rounds, a rewrite due at each")
+        assert not path.exists()  # a call was in progress all along
+        calls.in_call = set()
+        helpers.wait_until(path.exists, timeout=10, message="a rewrite between calls")
+        assert json.loads(path.read_text())["final"] is False
+    finally:
+        running.stop()
+        assert running.done.acquire(timeout=10)
+    assert json.loads(path.read_text())["final"] is True

@@ -175,6 +175,8 @@ class Sampler:
         self.done.acquire()  # released by the thread when its final counts are written
         self._names: dict[Any, str] = {}  # code object -> frame string
         self._thread_id = 0
+        # Made here, before a memory profile starts tracing: not a traced call's.
+        self._jitter = random.Random(os.getpid()).random
 
     def start(self) -> None:
         _thread.start_new_thread(self._run, ())
@@ -185,7 +187,7 @@ class Sampler:
     def _run(self) -> None:
         self._thread_id = _thread.get_ident()
         interval = self.interval
-        jitter = random.Random(os.getpid()).random
+        jitter = self._jitter
         due = time.monotonic()
         flushed = due
         switch_before = sys.getswitchinterval()
@@ -202,7 +204,8 @@ class Sampler:
                 self.sample_once()
                 if self.path is not None and due - flushed >= FLUSH_EVERY_S:
                     flushed = due
-                    self.write(final=False)
+                    if self._untraced():
+                        self.write(final=False)
                     if not self._still_on():
                         break
         finally:
@@ -214,6 +217,14 @@ class Sampler:
             if self.path is not None:
                 self.write(final=True)
             self.done.release()
+
+    def _untraced(self) -> bool:
+        """Whether a rewrite of the counts now is no traced call's: with tracemalloc on
+        (``memory=True``), a rewrite during a call would show among the lines where
+        the call kept memory (the JSON encoder's), so it waits for a moment with no
+        call in progress; a worker whose calls never pause writes at the end only."""
+        calls = self.calls
+        return calls is None or calls.memory is None or not calls.in_call
 
     def _still_on(self) -> bool:
         """Whether the switch still names this profile: a sampler whose stop signal was
