@@ -23,6 +23,10 @@ the next round, so a drift in the machine's load weighs on both alike), in one r
   actor, each awaiting once midway; the actor worker's CPU time per call (what stepping
   a coroutine adds in cProfile, line and memory profiles).
 
+With sampling, the samplers' own CPU time is printed too, as a share of one core
+(the busiest worker's): what the sampling threads cost, apart from what taking the
+GIL from a task costs it.
+
 ``--mode`` picks the profile: stack samples at ``--hz`` (the default) or cProfile;
 ``--memory`` adds tracemalloc or memray to it, and ``--native`` samples with py-spy.
 
@@ -168,6 +172,9 @@ def measure(profiled: bool, hz: float, mode: str = "sample", memory: str = "",
     with ray.profile_tasks(hz=hz, mode=mode, memory=kept, native=native) as prof:
         figures = workloads(with_async)
     assert (prof.calls if mode == "cprofile" else prof.total) > 0
+    workers = [p["sampler_cpu"] for p in prof.processes if p["worker_id"]]
+    if workers and prof.duration:  # the samplers' own CPU, a share of one core each
+        figures["sampler CPU % of a core"] = 100 * max(workers) / prof.duration
     return figures
 
 
@@ -249,7 +256,10 @@ def main() -> None:
 
 def report(runs: dict[bool, list[dict[str, float]]], what: str) -> None:
     print(f"{'figure':<26}{'off':>10}{'on':>10}{'on/off':>9}   ({what})")
-    for figure in runs[False][0]:
+    for figure in runs[True][0]:
+        if figure not in runs[False][0]:  # a figure of the profile itself
+            print(f"{figure:<26}{'':>10}{statistics.median(r[figure] for r in runs[True]):>10.4f}")
+            continue
         off = [r[figure] for r in runs[False]]
         on = [r[figure] for r in runs[True]]
         ratio = statistics.median(b / a for a, b in zip(off, on))

@@ -116,6 +116,10 @@ def test_samples_come_from_every_worker(profiled):
     assert pids <= sampled, (pids, prof.processes)
     assert len(prof.workers) >= 3  # two task workers and the actor's
     assert not prof.missing
+    # Each sampler's own CPU time: some, and less than the profile lasted.
+    for process in prof.processes:
+        assert 0 < process["sampler_cpu"] < prof.duration, prof.processes
+    assert "sampling threads: " in prof.top().splitlines()[1]
 
 
 def test_collapsed_round_trips(profiled, tmp_path):

@@ -99,7 +99,8 @@ class TaskProfile:
             worker_id = int(process["worker_id"])
             self.processes.append({"worker_id": worker_id, "pid": process["pid"],
                                    "rounds": process["samples"],
-                                   "samples": sum(n for _l, _s, n in process["counts"])})
+                                   "samples": sum(n for _l, _s, n in process["counts"]),
+                                   "sampler_cpu": float(process.get("cpu") or 0.0)})
             counts = process["counts"]
             for label, frames, count in counts:
                 self.stacks.append((label, worker_id, tuple(frames), int(count)))
@@ -236,6 +237,11 @@ class TaskProfile:
         """A text table per task function: its ``n`` hottest functions, self and total."""
         lines = [f"{self.total} samples at {self.hz:g} Hz from {len(self.workers)} workers "
                  f"over {self.duration:.2f} s" + (", C frames by py-spy" if self.native else "")]
+        sampled = [p["sampler_cpu"] for p in self.processes if p["sampler_cpu"]]
+        if sampled and self.duration:
+            lines.append(f"sampling threads: {sum(sampled):.3f} s of CPU in all, "
+                         f"{100 * max(sampled) / self.duration:.2f}% of a core at most "
+                         "in one process")
         if self.missing:
             lines.append(f"(no final counts from workers {self.missing}: they exited; "
                          "their last second may be missing)")

@@ -168,6 +168,7 @@ class Sampler:
         self.counts: dict[tuple[str, tuple[str, ...]], int] = {}
         self.timed: list[tuple[float, tuple[str, tuple[str, ...]]]] = []  # (time, key)
         self.samples = 0  # sampling rounds taken
+        self.cpu = 0.0  # the sampling thread's own CPU time so far, seconds
         self.started = time.time()
         self.ended = 0.0
         self.stopping = False
@@ -191,6 +192,7 @@ class Sampler:
         due = time.monotonic()
         flushed = due
         switch_before = sys.getswitchinterval()
+        cpu_started = time.thread_time()
         if not self.driver:
             sys.setswitchinterval(min(switch_before, SAMPLING_SWITCH_S))
         try:
@@ -205,11 +207,13 @@ class Sampler:
                 if self.path is not None and due - flushed >= FLUSH_EVERY_S:
                     flushed = due
                     if self._untraced():
+                        self.cpu = time.thread_time() - cpu_started
                         self.write(final=False)
                     if not self._still_on():
                         break
         finally:
             self.ended = time.time()
+            self.cpu = time.thread_time() - cpu_started
             if not self.driver:
                 sys.setswitchinterval(switch_before)
             if self.calls is not None:  # (its figures go in this sampler's final file)
@@ -304,6 +308,7 @@ class Sampler:
         return {"worker_id": self.worker_id, "pid": os.getpid(), "token": self.token,
                 "hz": self.hz, "samples": self.samples, "started": self.started,
                 "ended": self.ended or time.time(), "final": bool(self.ended),
+                "cpu": round(self.cpu, 6),
                 "counts": [[label, list(stack), n] for (label, stack), n in self.counts.items()],
                 "timed": [[round(t, 6), index[key]] for t, key in self.timed] if timed else [],
                 "memory": self.calls.memory_result() if self.calls is not None else {},
