@@ -294,10 +294,16 @@ def test_cli_profiles_a_running_program(tmp_path):
         assert "collapsed stacks" in done.stdout
         stacks = parse_collapsed(out.read_text())
         assert under(stacks, "split", "busy_a") > under(stacks, "split", "busy_b") > 0
+        trace = tmp_path / "trace.json"
         printed = subprocess.run(
-            [sys.executable, "-m", "lightwork", "profile", "--seconds", "0.5", "--top", "5"],
+            [sys.executable, "-m", "lightwork", "profile", "--seconds", "0.5", "--top", "5",
+             "--timeline", str(trace)],
             env=info["env"], capture_output=True, text=True, timeout=60)
         assert printed.returncode == 0, printed.stderr
         assert "split:" in printed.stdout and "busy_a" in printed.stdout
+        events = json.loads(trace.read_text())["traceEvents"]
+        sampled = {e["pid"] for e in events if e.get("cat") == "sample" and e["name"] == "split"}
+        ran = {e["pid"] for e in events if e.get("cat") == "task" and e["name"] == "split"}
+        assert sampled and sampled <= ran, (sampled, ran)
     finally:
         helpers.stop_session_driver(info)
