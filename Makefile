@@ -109,6 +109,8 @@ bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/spill.py
 	$(PY) bench/dashboard.py
 	$(PY) bench/task_profiler_cost.py
+	$(PY) bench/task_profiler_cost.py --mode cprofile --rounds 4
+	$(PY) bench/task_profiler_cost.py --rss
 	$(PY) bench/deep_queue.py
 	$(PY) bench/wakeups.py --json bench/wakeups.json
 	$(PY) bench/readme_table.py

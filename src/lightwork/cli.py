@@ -484,6 +484,15 @@ def write_profile(ask: Any, args: Any, out: TextIO) -> None:
     profile = TaskProfile(ask("sample", seconds=args.seconds, hz=args.rate, mode=args.mode,
                               memory="memray" if args.memray else args.memory,
                               lines=args.lines or [], native=args.native))
+    if args.timeline:
+        from lightwork.diagnostics.timeline import build_trace, write_trace
+
+        data = ask("timeline_data")
+        events = build_trace(data, profile.timed, profile.hz)
+        write_trace(args.timeline, events, data)
+        print(f"wrote the timeline with {len(profile.timed)} timed samples to "
+              f"{os.path.abspath(args.timeline)}: open it at https://ui.perfetto.dev",
+              file=out)
     if args.memory:
         print(profile.memory_top(args.top), file=out)
     if args.memray:
@@ -623,6 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
     sampling.add_argument("--output", "-o", help="write FILE instead of printing the top "
                           "functions: .html a flame graph, .json speedscope, else collapsed "
                           "stacks; in cprofile mode, pstats' file")
+    sampling.add_argument("--timeline", metavar="FILE",
+                          help="also write the session's timeline with the samples on it "
+                          "(Chrome trace JSON, for ui.perfetto.dev)")
     sampling.add_argument("--top", type=int, default=10,
                           help="functions per task function in the printed table (10)")
     debug = commands.add_parser("debug", parents=[attach],

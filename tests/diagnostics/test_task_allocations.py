@@ -70,3 +70,78 @@ def test_without_memory_nothing_is_traced(two_cpus):
         lightwork.get(keeps.remote())
     assert prof.allocations == {}
     assert "profile_tasks(memory=True)" in prof.memory_top()
+
+
+def test_snapshots_compared_only_while_they_pay():
+    """In one process, no workers: a function whose calls are far shorter than a
+    snapshot compares one call, a long one its first SITE_CALLS; the sites found
+    are the lines that kept memory, grouped as tracemalloc's own statistics group."""
+    import tracemalloc
+
+    from lightwork.engines.local import call_profiler
+
+    assert not tracemalloc.is_tracing()
+    tracer = call_profiler.MemoryTracer()
+    tracer.start()
+    held = []
+    try:
+        for _ in range(call_profiler.SITE_CALLS + 5):
+            for label, spent in (("quick", 1e-9), ("slow", 10.0)):
+                began, snapshot, _clock = tracer.before(label)
+                held.append(bytearray(4096))  # the line to find
+                size = tracemalloc.get_traced_memory()[0]
+                tracer.add_call(label, size - began, size - began, snapshot, spent)
+        snapshot = tracemalloc.take_snapshot()
+        assert call_profiler._by_line(snapshot) == {
+            (s.traceback[0].filename, s.traceback[0].lineno): (s.size, s.count)
+            for s in snapshot.statistics("lineno")}
+    finally:
+        tracer.stop()
+    assert not tracemalloc.is_tracing()
+    result = tracer.result()
+    assert result["quick"]["calls"] == result["slow"]["calls"] == call_profiler.SITE_CALLS + 5
+    assert result["quick"]["site_calls"] == 1
+    assert result["slow"]["site_calls"] == call_profiler.SITE_CALLS
+    [file, line, size, count] = result["slow"]["sites"][0]
+    assert file == __file__ and count >= call_profiler.SITE_CALLS  # (and the list's growth)
+    assert size >= 4096 * call_profiler.SITE_CALLS
+    assert "held.append(bytearray(4096))" in open(file).read().splitlines()[line - 1]
+
+
+def test_counts_are_not_rewritten_during_a_traced_call(tmp_path, monkeypatch):
+    """A sampler beside tracemalloc rewrites its counts file only between calls: a
+    rewrite inside one showed the JSON encoder among the lines the call kept."""
+    import json
+
+    from tests import helpers
+    from lightwork.engines.local import sampler
+
+    class Calls:  # a memory profile's CallProfiler, as its sampler sees it
+        memory = object()
+        in_call = {1}
+
+        def stop(self, write: bool = True) -> None:
+            pass
+
+        def memory_result(self) -> dict:
+            return {}
+
+        lines_result = memray_result = memory_result
+
+    monkeypatch.setattr(sampler, "FLUSH_EVERY_S", 0.02)
+    sampler._write_switch(str(tmp_path), "on tok 100 sample memory")
+    path = tmp_path / "sample-w1.json"
+    calls = Calls()
+    running = sampler.Sampler("tok", 100, 1, str(path), calls=calls)
+    running.start()
+    try:
+        helpers.wait_until(lambda: running.samples >= 20, timeout=10,
+                           message="20 rounds, a rewrite due at each")
+        assert not path.exists()  # a call was in progress all along
+        calls.in_call = set()
+        helpers.wait_until(path.exists, timeout=10, message="a rewrite between calls")
+        assert json.loads(path.read_text())["final"] is False
+    finally:
+        running.stop()
+        assert running.done.acquire(timeout=10)
+    assert json.loads(path.read_text())["final"] is True

@@ -56,6 +56,9 @@ class Packer:
             zlib.compress(DATA, 9)
         return 1
 
+    async def pid(self) -> int:
+        return os.getpid()
+
 
 def native_under(prof, label: str) -> int:
     """Samples of ``label`` with a frame in zlib's C code."""
@@ -81,6 +84,22 @@ def test_c_frames_show_under_their_task(two_cpus):
     # The workers' own samplers stayed off (py-spy's samples are not counted twice):
     # none wrote its file.
     assert sample_files() == before
+
+
+@needs_py_spy
+def test_a_worker_started_during_the_profile_is_sampled(two_cpus):
+    lightwork.get(squeezes.remote(1))
+    node = support.driver_node()
+    with profile_tasks(native=True) as prof:
+        late = Packer.remote()  # a worker of its own, forked after the profile began
+        pid = lightwork.get(late.pid.remote())
+        recorder = node.sampling.native
+        helpers.wait_until(lambda: pid in recorder.workers.values(), timeout=20,
+                           message=f"a py-spy attached to the new worker {pid}")
+        lightwork.get([late.packs.remote(20) for _ in range(2)])
+    assert pid in {p["pid"] for p in prof.processes if p["samples"]}, prof.processes
+    assert native_under(prof, "Packer.packs") > 0, prof.top()
+    assert not recorder._watcher.is_alive()  # stopped with the profile
 
 
 def sample_files() -> dict[str, int]:

@@ -116,6 +116,10 @@ def test_samples_come_from_every_worker(profiled):
     assert pids <= sampled, (pids, prof.processes)
     assert len(prof.workers) >= 3  # two task workers and the actor's
     assert not prof.missing
+    # Each sampler's own CPU time: some, and less than the profile lasted.
+    for process in prof.processes:
+        assert 0 < process["sampler_cpu"] < prof.duration, prof.processes
+    assert "sampling threads: " in prof.top().splitlines()[1]
 
 
 def test_collapsed_round_trips(profiled, tmp_path):
@@ -175,6 +179,38 @@ def test_top_names_self_and_total(profiled):
     total = {name: float(row[3].rstrip("%")) for name, row in rows.items()}
     assert total["split"] >= total["busy_a"] > total["busy_b"] > 0, table
     assert "Spinner.turn:" in table and "only_b:" in table
+
+
+def test_timeline_carries_the_samples_under_their_process(profiled, tmp_path):
+    prof, pids = profiled
+    path = tmp_path / "trace.json"
+    prof.timeline(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    samples = [e for e in events if e.get("cat") == "sample"]
+    rows: dict[tuple[int, int], list[dict]] = {}
+    for event in samples:
+        rows.setdefault((event["pid"], event["tid"]), []).append(event)
+    # Each row's spans nest (Perfetto draws no overlaps): a span begins after the last
+    # one at its depth or more ended, or inside the one it is under.
+    for row in rows.values():
+        stack: list[float] = []  # ends of the open spans
+        for event in sorted(row, key=lambda e: (e["ts"], -e["dur"])):
+            while stack and event["ts"] >= stack[-1] - 1e-3:
+                stack.pop()
+            assert not stack or event["ts"] + event["dur"] <= stack[-1] + 1e-3, event
+            stack.append(event["ts"] + event["dur"])
+    # Every sample once at the top of its row's chart: the task function (or the
+    # driver), with the task's own frames under it, in the process that ran the task.
+    roots = [e for e in samples if e["name"] in prof.labels]
+    assert sum(e["args"]["samples"] for e in roots) == len(prof.timed) == prof.total
+    tasks = {(e["pid"], e["name"]) for e in events if e.get("cat") == "task"}
+    split_rows = {e["pid"] for e in roots if e["name"] == "split"}
+    assert split_rows and split_rows <= pids and all((pid, "split") in tasks
+                                                      for pid in split_rows)
+    names = {e["name"].split(" (")[0] for e in samples if e["pid"] in split_rows}
+    assert {"split", "busy_a", "busy_b", "spin"} <= names
+    threads = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert "samples (100 Hz)" in threads
 
 
 def test_short_tasks_are_sampled_for_their_time(two_cpus):
@@ -258,10 +294,16 @@ def test_cli_profiles_a_running_program(tmp_path):
         assert "collapsed stacks" in done.stdout
         stacks = parse_collapsed(out.read_text())
         assert under(stacks, "split", "busy_a") > under(stacks, "split", "busy_b") > 0
+        trace = tmp_path / "trace.json"
         printed = subprocess.run(
-            [sys.executable, "-m", "lightwork", "profile", "--seconds", "0.5", "--top", "5"],
+            [sys.executable, "-m", "lightwork", "profile", "--seconds", "0.5", "--top", "5",
+             "--timeline", str(trace)],
             env=info["env"], capture_output=True, text=True, timeout=60)
         assert printed.returncode == 0, printed.stderr
         assert "split:" in printed.stdout and "busy_a" in printed.stdout
+        events = json.loads(trace.read_text())["traceEvents"]
+        sampled = {e["pid"] for e in events if e.get("cat") == "sample" and e["name"] == "split"}
+        ran = {e["pid"] for e in events if e.get("cat") == "task" and e["name"] == "split"}
+        assert sampled and sampled <= ran, (sampled, ran)
     finally:
         helpers.stop_session_driver(info)

@@ -31,7 +31,11 @@ in one box. The outputs:
 * ``flamegraph()``: one self-contained HTML file (its script inline, no network), a
   tree for all and one per task function; click a box to zoom, hover for its share;
 * ``top(n)``: per task function, its ``n`` hottest functions by self time, with total
-  time (the function anywhere on the stack, counted once per sample).
+  time (the function anywhere on the stack, counted once per sample);
+* ``timeline()``: the session's timeline (``timeline.py``) with the samples in time, as
+  a flame chart under each process's tasks, from each sample's time (``timed``: kept
+  by the engine's samplers for a profile's first minutes; not by py-spy, nor on a
+  cluster, whose samples come merged).
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class TaskProfile:
         self.hz = 100.0
         self.duration = 0.0
         self.stacks: list[tuple[str, int, tuple[str, ...], int]] = []
+        #: each sample in time: (monotonic time, worker_id, pid, label, frames)
+        self.timed: list[tuple[float, int, int, str, tuple[str, ...]]] = []
         self.processes: list[dict[str, Any]] = []  # worker_id (0: driver), pid, samples
         self.missing: list[int] = []  # workers that sent no final counts (they died)
         self.mode = "sample"
@@ -65,7 +71,8 @@ class TaskProfile:
         #: memory=True: per task function, its calls, the most memory one call traced
         #: above its start (``peak``), what its calls left allocated (``kept``), and
         #: the lines where that was allocated (``sites``: file, line, bytes, blocks),
-        #: from its first calls on each worker (``site_calls`` of them).
+        #: from up to 20 of its calls on each worker (``site_calls`` in all), fewer
+        #: where comparing snapshots would cost more than a quarter of its time.
         self.allocations: dict[str, dict[str, Any]] = {}
         #: lines=[...]: line_profiler's timings, added up over the workers:
         #: ``{"unit": seconds, "timings": [[file, first line, name, [[line, hits, time]]]]}``
@@ -92,9 +99,15 @@ class TaskProfile:
             worker_id = int(process["worker_id"])
             self.processes.append({"worker_id": worker_id, "pid": process["pid"],
                                    "rounds": process["samples"],
-                                   "samples": sum(n for _l, _s, n in process["counts"])})
-            for label, frames, count in process["counts"]:
+                                   "samples": sum(n for _l, _s, n in process["counts"]),
+                                   "sampler_cpu": float(process.get("cpu") or 0.0)})
+            counts = process["counts"]
+            for label, frames, count in counts:
                 self.stacks.append((label, worker_id, tuple(frames), int(count)))
+            for t, index in process.get("timed") or ():
+                label, frames, _count = counts[index]
+                self.timed.append((float(t), worker_id, int(process["pid"]), label,
+                                   tuple(frames)))
         self.stacks.sort(key=lambda s: (s[0], s[2], s[1]))
 
     # -- queries ------------------------------------------------------------------------
@@ -224,6 +237,11 @@ class TaskProfile:
         """A text table per task function: its ``n`` hottest functions, self and total."""
         lines = [f"{self.total} samples at {self.hz:g} Hz from {len(self.workers)} workers "
                  f"over {self.duration:.2f} s" + (", C frames by py-spy" if self.native else "")]
+        sampled = [p["sampler_cpu"] for p in self.processes if p["sampler_cpu"]]
+        if sampled and self.duration:
+            lines.append(f"sampling threads: {sum(sampled):.3f} s of CPU in all, "
+                         f"{100 * max(sampled) / self.duration:.2f}% of a core at most "
+                         "in one process")
         if self.missing:
             lines.append(f"(no final counts from workers {self.missing}: they exited; "
                          "their last second may be missing)")
@@ -240,6 +258,21 @@ class TaskProfile:
                              f"{all_ / self.hz:8.2f} {100 * all_ / count:6.1f}%  {function}")
         return "\n".join(lines) + "\n"
 
+    def timeline(self, path: str | None = None) -> list[dict[str, Any]] | None:
+        """The session's timeline with this profile's samples as a flame chart in each
+        process (Chrome trace events: Perfetto, chrome://tracing); written to ``path``
+        if given, as ``lightwork.timeline(path)`` writes it. Ask while the session
+        runs: the tasks' spans come from its event log."""
+        from lightwork.diagnostics import timeline as timelines
+        from lightwork.state import query
+
+        data = query("timeline_data")
+        events = timelines.build_trace(data, self.timed, self.hz)
+        if path is None:
+            return events
+        timelines.write_trace(path, events, data)
+        return None
+
     def memory_top(self, n: int = 5) -> str:
         """memory=True: per task function, its peak and kept memory per call and the
         ``n`` lines that allocated most of what its calls kept."""
@@ -255,7 +288,7 @@ class TaskProfile:
                          f"in one call, kept {entry['kept'] / calls / mb:+.2f} MB a call")
             sites = [site for site in entry["sites"] if site[2] >= 1024][:n]
             if sites:
-                lines.append(f"  kept by line, over its first {entry['site_calls']} calls:")
+                lines.append(f"  kept by line, over {entry['site_calls']} of its calls:")
             for file, line, size, count in sites:
                 lines.append(f"  {size / mb:10.2f} MB {count:8d} blocks  {file}:{line}")
         return "\n".join(lines) + "\n"

@@ -30,6 +30,14 @@ Layout (pid/tid are integers, named by ``process_name``/``thread_name`` metadata
   row for each item it yielded. Per-process ``cpu %`` and ``memory MB`` counters.
 * flow arrows from the submitting call (driver or the worker whose task submitted) to
   the execution, by task id.
+* with a task profile's samples (``TaskProfile.timeline()``): a ``samples`` row in each
+  sampled process, under its task rows, holding the samples as a flame chart, the way
+  Perfetto draws a CPU profile: a span per frame, outermost (the task function, or
+  ``(driver)``) at the top, each lasting from the sample that first showed it to the
+  end of the last one in a row that did (a sample stands for one interval, ``1/hz``,
+  and for at most two across a gap), so a function that ran 30 ms in a row is one
+  30 ms box. Where one round sampled several threads of a process (a threaded actor,
+  the driver's threads), the k-th stack of a round goes to the k-th ``samples`` row.
 
 Times are microseconds since ``init`` on ``time.monotonic``, the clock of every process.
 Counters are coalesced into at most ~20,000 points per series. The log is bounded by
@@ -64,6 +72,7 @@ SUBMIT_TID = 100_000
 PROFILE_TID = 100_001
 EVENTS_TID = 100_002
 TRANSFERS_TID = 100_010  # a cluster worker's first ``transfers`` row (more when they overlap)
+SAMPLES_TID = 100_100  # a process's first ``samples`` row (a task profile's, more per thread)
 MAX_COUNTER_POINTS = 20_000
 
 
@@ -499,6 +508,51 @@ class _Builder:
             self.add({"name": "session memory MB", "cat": "usage", "ph": "C", "ts": ts,
                       "pid": self.driver, "tid": 0, "args": {"rss": round(total_rss / 2**20, 2)}})
 
+    # -- a task profile's samples -------------------------------------------------------
+    def samples(self, timed: list[tuple[float, int, int, str, tuple[str, ...]]],
+                hz: float) -> None:
+        """``timed``: ``(monotonic time, worker id (0: driver), pid, label, frames)``."""
+        rows: dict[tuple[int, int], list[tuple[float, tuple[str, ...]]]] = {}
+        lane_of: dict[tuple[int, float], int] = {}  # (process, round's time) -> next lane
+        for t, worker_id, pid, label, frames in sorted(timed, key=lambda s: s[0]):
+            process = self.driver if worker_id == 0 else self.worker_pid(worker_id, pid)
+            lane = lane_of.get((process, t), 0)
+            lane_of[(process, t)] = lane + 1
+            rows.setdefault((process, SAMPLES_TID + lane), []).append((t, (label, *frames)))
+        period = 1.0 / hz
+        for (process, tid), row in rows.items():
+            lane = tid - SAMPLES_TID
+            self.thread_names[(process, tid)] = f"samples ({hz:g} Hz)" + (
+                f" {lane + 1}" if lane else "")
+            self._flame_chart(process, tid, row, period)
+
+    def _flame_chart(self, process: int, tid: int,
+                     row: list[tuple[float, tuple[str, ...]]], period: float) -> None:
+        opened: list[list[Any]] = []  # [name, start, samples], outermost first
+        last_end = 0.0
+
+        def close(depth: int, at: float) -> None:
+            while len(opened) > depth:
+                name, start, count = opened.pop()
+                self.span(name, "sample", process, tid, self.us(start), self.us(at),
+                          {"samples": count})
+
+        for i, (t, stack) in enumerate(row):
+            end = min(row[i + 1][0], t + 2 * period) if i + 1 < len(row) else t + period
+            if opened and t > last_end:
+                close(0, last_end)  # a gap: nothing ran here in between
+            same = 0
+            while same < len(opened) and same < len(stack) and opened[same][0] == stack[same]:
+                same += 1
+            close(same, t)
+            for depth, name in enumerate(stack):
+                if depth < same:
+                    opened[depth][2] += 1
+                else:
+                    opened.append([name, t, 1])
+            last_end = end
+        close(0, last_end)
+
     # -- metadata ------------------------------------------------------------------------
     def metadata(self) -> list[dict[str, Any]]:
         dropped = self.data.get("dropped", {})
@@ -537,9 +591,14 @@ class _Builder:
         return meta
 
 
-def build_trace(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Trace events (metadata first, then by time) from ``views.timeline_data``."""
+def build_trace(data: dict[str, Any],
+                samples: list[tuple[float, int, int, str, tuple[str, ...]]] | None = None,
+                hz: float = 100.0) -> list[dict[str, Any]]:
+    """Trace events (metadata first, then by time) from ``views.timeline_data``, with a
+    task profile's timed ``samples`` at ``hz`` (``_Builder.samples``) if given."""
     builder = _Builder(data)
+    if samples:
+        builder.samples(samples, hz)
     builder.driver_spans()
     builder.tasks()
     builder.transfers()

@@ -24,11 +24,15 @@ time], ...]]`` in its timer's unit) and are added up by line in the driver.
 Memory (``profile_tasks(memory=True)``): tracemalloc traces the worker's allocations
 while the profile runs (started here unless the program traces already). Per call,
 the peak of traced memory above what was traced when the call began
-(``tracemalloc.reset_peak``) and what the call left allocated; for the first
+(``tracemalloc.reset_peak``) and what the call left allocated; for up to
 ``SITE_CALLS`` calls of each task function, a snapshot before and after the call,
 whose difference by line is what the call left behind where it was allocated: a leak's
-lines. Traced memory is the process's, so calls side by side in a threaded actor
-share their peaks.
+lines. A snapshot costs about a microsecond per traced block, and grouping it by line
+more (done on the raw traces: ``Snapshot.compare_to`` builds objects per block, each
+traced in turn, ~60 ms for 2,000 blocks), so a function's calls are compared only
+while their snapshots have cost under ``SITE_SHARE`` of its traced calls' time: a
+20 µs task gets one comparison per worker, not twenty. Traced memory is the
+process's, so calls side by side in a threaded actor share their peaks.
 
 How a call is profiled: the profiler sets an instance attribute ``_execute`` on the
 worker, which shadows the class's method (``Worker.execute`` calls ``self._execute``),
@@ -81,6 +85,7 @@ from lightwork.kernel.introspect import LIGHTWORK_DIR as _LIGHTWORK_DIR
 STATS_SUFFIX = ".pstats"
 DRAIN_S = 1.0
 SITE_CALLS = 20  # calls of one task function whose allocation sites are compared
+SITE_SHARE = 0.25  # of a function's traced call time its snapshots may take (docstring)
 TOP_SITES = 10  # lines kept per task function
 
 #: pstats' key of a function: (file, first line, name).
@@ -177,8 +182,9 @@ class CallProfiler:
         return self._cancellable(Steps(self, coroutine, frame), frame)
 
     def begin_call(self, frame: tuple[Any, ...]) -> list[Any]:
-        """A coroutine's call state: ``[label, kept, peak, snapshot, step start]``."""
-        state: list[Any] = [frame[2], 0, 0, None, 0]
+        """A coroutine's call state: ``[label, kept, peak, snapshot, traced at the step's
+        start, seconds its steps ran, the step's start]``."""
+        state: list[Any] = [frame[2], 0, 0, None, 0, 0.0, 0.0]
         if self.memory is not None:
             state[3] = self.memory.before(frame[2])[1]
         if self.lines is not None:
@@ -188,6 +194,7 @@ class CallProfiler:
     def step_on(self, state: list[Any]) -> None:
         if self.memory is not None:
             state[4] = self.memory.step_on()
+            state[6] = time.perf_counter()
         if self.lines is not None:
             self.lines.profiler.enable_by_count()
         if self.cprofile:
@@ -204,13 +211,14 @@ class CallProfiler:
         if self.lines is not None:
             self.lines.profiler.disable_by_count()
         if self.memory is not None:
+            state[5] += time.perf_counter() - state[6]
             kept, peak = self.memory.step_off(state[4])
             state[2] = max(state[2], state[1] + peak)
             state[1] += kept
 
     def end_call(self, state: list[Any]) -> None:
         if self.memory is not None:
-            self.memory.add_call(state[0], state[1], state[2], state[3])
+            self.memory.add_call(state[0], state[1], state[2], state[3], state[5])
 
     def stop(self, write: bool = True) -> None:
         """On the main thread (the SIGUSR2 handler): calls from now on run plain.
@@ -457,26 +465,38 @@ class MemoryTracer:
     def _entry(self, label: str) -> dict[str, Any]:
         entry = self.functions.get(label)
         if entry is None:
-            entry = self.functions[label] = {"calls": 0, "peak": 0, "kept": 0, "sites": {}}
+            entry = self.functions[label] = {"calls": 0, "peak": 0, "kept": 0, "sites": {},
+                                             "site_calls": 0, "spent": 0.0, "cost": 0.0}
         return entry
 
-    def before(self, label: str) -> tuple[int, Any]:
+    def _compares(self, label: str) -> bool:
+        """Whether this call of ``label`` compares snapshots (module docstring)."""
+        with self._lock:
+            entry = self._entry(label)
+            return entry["site_calls"] < SITE_CALLS and (
+                entry["site_calls"] == 0 or entry["cost"] <= SITE_SHARE * entry["spent"])
+
+    def before(self, label: str) -> tuple[int, Any, float]:
+        """As a call begins: the traced size, its snapshot's lines if this call
+        compares them (with what taking them cost), the clock; the peak is reset."""
         tm = self._tm
         if not tm.is_tracing():
-            return 0, None
-        with self._lock:
-            compare = self._entry(label)["calls"] < SITE_CALLS
-        snapshot = tm.take_snapshot() if compare else None
+            return 0, None, 0.0
+        snapshot = None
+        if self._compares(label):
+            taken = time.perf_counter()
+            snapshot = (_by_line(tm.take_snapshot()), time.perf_counter() - taken)
         tm.reset_peak()
-        return tm.get_traced_memory()[0], snapshot
+        return tm.get_traced_memory()[0], snapshot, time.perf_counter()
 
-    def after(self, label: str, traced: tuple[int, Any]) -> None:
+    def after(self, label: str, traced: tuple[int, Any, float]) -> None:
         tm = self._tm
         if not tm.is_tracing():
             return
         size, peak = tm.get_traced_memory()
-        began, snapshot = traced
-        self.add_call(label, size - began, peak - began, snapshot)
+        began, snapshot, started = traced
+        self.add_call(label, size - began, peak - began, snapshot,
+                      time.perf_counter() - started)
 
     def step_on(self) -> int:
         """A coroutine step begins: the traced size now, the peak reset."""
@@ -494,22 +514,31 @@ class MemoryTracer:
         size, peak = tm.get_traced_memory()
         return size - began, peak - began
 
-    def add_call(self, label: str, kept: int, peak: int, snapshot: Any) -> None:
-        """One call's figures; ``snapshot``: what was traced as it began, if taken."""
+    def add_call(self, label: str, kept: int, peak: int, snapshot: Any,
+                 spent: float) -> None:
+        """One call's figures; ``snapshot``: :meth:`before`'s, if this call compares;
+        ``spent``: the call's own time, seconds."""
         tm = self._tm
         lines: list[tuple[str, int, int, int]] = []
+        cost = 0.0
         if snapshot is not None and tm.is_tracing():
-            for stat in tm.take_snapshot().compare_to(snapshot, "lineno"):
-                where = stat.traceback[0]
-                if stat.size_diff > 0 and not where.filename.startswith(_LIGHTWORK_DIR) \
-                        and where.filename != tm.__file__:
-                    lines.append((where.filename, where.lineno, stat.size_diff,
-                                  stat.count_diff))
+            taken = time.perf_counter()
+            began, cost = snapshot
+            for (file, line), (size, count) in _by_line(tm.take_snapshot()).items():
+                size0, count0 = began.get((file, line), (0, 0))
+                if size > size0 and not file.startswith(_LIGHTWORK_DIR) \
+                        and file != tm.__file__:
+                    lines.append((file, line, size - size0, count - count0))
+            cost += time.perf_counter() - taken
         with self._lock:
             entry = self._entry(label)
             entry["calls"] += 1
             entry["peak"] = max(entry["peak"], peak)
             entry["kept"] += kept
+            entry["spent"] += spent
+            if snapshot is not None:
+                entry["site_calls"] += 1
+                entry["cost"] += cost
             sites = entry["sites"]
             for file, line, grown, count in lines:
                 old = sites.get((file, line), (0, 0))
@@ -523,9 +552,28 @@ class MemoryTracer:
                 top = sorted(entry["sites"].items(), key=lambda kv: -kv[1][0])[:TOP_SITES]
                 out[label] = {"calls": entry["calls"], "peak": entry["peak"],
                               "kept": entry["kept"],
-                              "site_calls": min(entry["calls"], SITE_CALLS),
+                              "site_calls": entry["site_calls"],
                               "sites": [[f, ln, b, c] for (f, ln), (b, c) in top]}
             return out
+
+
+def _by_line(snapshot: Any) -> dict[tuple[str, int], tuple[int, int]]:
+    """A snapshot's traced bytes and blocks by allocating line, from its raw traces
+    (``(domain, size, frames, total frames)`` tuples; the public objects if a
+    Python version keeps them otherwise)."""
+    lines: dict[tuple[str, int], tuple[int, int]] = {}
+    raw = getattr(snapshot.traces, "_traces", None)
+    if not isinstance(raw, list):
+        for stat in snapshot.statistics("lineno"):
+            where = stat.traceback[0]
+            lines[(where.filename, where.lineno)] = (stat.size, stat.count)
+        return lines
+    get = lines.get
+    for trace in raw:
+        where = trace[2][0]
+        size, count = get(where, (0, 0))
+        lines[where] = (size + trace[1], count + 1)
+    return lines
 
 
 def merge_memory(results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -18,8 +18,14 @@ py-spy could not name is named by its library.
 
 States: *recording* (``start``: each py-spy process writes its samples to
 ``native-w<id>.txt`` in the session directory when it ends), *stopped* (``stop``:
-SIGINT to each, wait, read, delete). Workers forked meanwhile are not recorded. py-spy
-missing, or not allowed to ptrace (``kernel.yama.ptrace_scope``, a container without
+SIGINT to each, wait, read, delete). While recording, a watcher thread asks the node
+for its live workers every ``WATCH_S`` and starts a py-spy on each worker forked
+meanwhile (a pool growing, a worker replaced, an actor started): the workers' own
+signal-and-switch path that lets a new worker join a sampling profile cannot serve
+here, since py-spy must be the driver's child to ptrace under
+``kernel.yama.ptrace_scope=1``. The watcher is the only thread that adds recordings
+after ``start``; ``stop`` ends it first, under the recorder's lock. py-spy missing, or
+not allowed to ptrace (``kernel.yama.ptrace_scope``, a container without
 ``CAP_SYS_PTRACE``), fails ``start`` with what to do, before any profile runs.
 """
 
@@ -31,9 +37,11 @@ import shutil
 import signal
 import subprocess
 import sys
-from typing import Any
+import threading
+from typing import Any, Callable
 
 STOP_S = 10.0  # py-spy writes its samples when interrupted; a loaded host takes a while
+WATCH_S = 0.2  # how often the recorder looks for workers forked during the profile
 # py-spy names a Python frame ``qualname (path:line)``, the path relative to its
 # sys.path entry. The task's own code is inside the innermost of these frames:
 _BOUNDARIES = {("Worker._execute", "lightwork/engines/local/worker.py"),
@@ -70,11 +78,17 @@ def py_spy() -> str:
 class NativeRecorder:
     """One profile's py-spy processes, one per worker."""
 
-    def __init__(self, session_dir: str, hz: float, workers: dict[int, int]) -> None:
+    def __init__(self, session_dir: str, hz: float, workers: dict[int, int],
+                 live: Callable[[], dict[int, int]] | None = None) -> None:
         self.session_dir = session_dir
         self.hz = hz
         self.workers = dict(workers)  # worker_id -> pid
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self._live = live  # the node's live workers now, for the watcher
+        self._lock = threading.Lock()  # the watcher's additions against stop
+        self._stopping = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._exe = ""
 
     def _path(self, worker_id: int) -> str:
         return os.path.join(self.session_dir, f"native-w{worker_id}.txt")
@@ -87,18 +101,48 @@ class NativeRecorder:
                                    text=True, timeout=STOP_S)
             if probe.returncode != 0 and _denied(probe.stderr):
                 raise PermissionError(f"{PTRACE_HELP} ({probe.stderr.strip()})")
+        self._exe = exe
         for worker_id, pid in self.workers.items():
-            path = self._path(worker_id)
-            if os.path.exists(path):
-                os.unlink(path)
-            self.processes[worker_id] = subprocess.Popen(
-                [exe, "record", "--native", "--format", "raw", "--rate", str(int(self.hz)),
-                 "--pid", str(pid), "--output", path],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            self._record(worker_id, pid)
+        if self._live is not None:
+            self._watcher = threading.Thread(target=self._watch, daemon=True,
+                                             name="lightwork-native-watch")
+            self._watcher.start()
+
+    def _record(self, worker_id: int, pid: int) -> None:
+        path = self._path(worker_id)
+        if os.path.exists(path):
+            os.unlink(path)
+        self.workers[worker_id] = pid
+        self.processes[worker_id] = subprocess.Popen(
+            [self._exe, "record", "--native", "--format", "raw", "--rate", str(int(self.hz)),
+             "--pid", str(pid), "--output", path],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def _watch(self) -> None:
+        assert self._live is not None
+        while not self._stopping.wait(WATCH_S):
+            try:
+                live = self._live()
+            except Exception:  # noqa: BLE001 - the node closing: nothing more to attach
+                return
+            with self._lock:
+                if self._stopping.is_set():
+                    return
+                for worker_id, pid in live.items():
+                    if worker_id not in self.processes:
+                        try:
+                            self._record(worker_id, pid)
+                        except OSError:  # py-spy gone since start: the rest still stop
+                            return
 
     def stop(self, labels: dict[int, set[str]]) -> list[dict[str, Any]]:
         """Stop every py-spy; each worker's counts, as a worker's sampler gives them.
         ``labels``: the task functions that ran on each worker."""
+        with self._lock:  # the watcher adds no recording from here on
+            self._stopping.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=STOP_S)
         for process in self.processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)

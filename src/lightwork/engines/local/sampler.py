@@ -63,10 +63,13 @@ into the frame's dict: it may keep the call's arguments alive until ``_execute``
 returns (microseconds after its own ``del``), never longer.
 
 A stack is counted, not stored per sample: ``{(label, frames): count}`` with frames as
-``"qualname (file:first line)"`` strings, memoised per code object, so a profile's size
-follows the number of distinct stacks, not its length. In the driver, the main thread
-and other user threads are sampled whole, labelled ``(driver)``; lightwork's own
-threads are not.
+``"qualname (file:first line)"`` strings, memoised per code object, so the counts' size
+follows the number of distinct stacks, not the profile's length. For the timeline, each
+round also notes its time and the stacks it counted (a reference to the counted key,
+``(monotonic time, key)``), up to ``TIMED_MAX`` of them a process (five minutes of one
+task thread at 100 Hz); these go only in the final file, so the once-a-second rewrite
+stays the size of the counts. In the driver, the main thread and other user threads
+are sampled whole, labelled ``(driver)``; lightwork's own threads are not.
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ FLUSH_EVERY_S = 1.0
 DRIVER_LABEL = "(driver)"
 # A worker's GIL hand-off to its sampler while profiling (see the module docstring).
 SAMPLING_SWITCH_S = 0.0002
+TIMED_MAX = 30_000  # timed samples kept a process, for the timeline (module docstring)
 # What a profile does in the workers: sample stacks, or cProfile every call
 # (call_profiler.py).
 SAMPLE = "sample"
@@ -162,7 +166,9 @@ class Sampler:
         self.path = path  # where a worker writes its counts; None in the driver
         self.driver = driver
         self.counts: dict[tuple[str, tuple[str, ...]], int] = {}
+        self.timed: list[tuple[float, tuple[str, tuple[str, ...]]]] = []  # (time, key)
         self.samples = 0  # sampling rounds taken
+        self.cpu = 0.0  # the sampling thread's own CPU time so far, seconds
         self.started = time.time()
         self.ended = 0.0
         self.stopping = False
@@ -170,6 +176,8 @@ class Sampler:
         self.done.acquire()  # released by the thread when its final counts are written
         self._names: dict[Any, str] = {}  # code object -> frame string
         self._thread_id = 0
+        # Made here, before a memory profile starts tracing: not a traced call's.
+        self._jitter = random.Random(os.getpid()).random
 
     def start(self) -> None:
         _thread.start_new_thread(self._run, ())
@@ -180,10 +188,11 @@ class Sampler:
     def _run(self) -> None:
         self._thread_id = _thread.get_ident()
         interval = self.interval
-        jitter = random.Random(os.getpid()).random
+        jitter = self._jitter
         due = time.monotonic()
         flushed = due
         switch_before = sys.getswitchinterval()
+        cpu_started = time.thread_time()
         if not self.driver:
             sys.setswitchinterval(min(switch_before, SAMPLING_SWITCH_S))
         try:
@@ -197,11 +206,14 @@ class Sampler:
                 self.sample_once()
                 if self.path is not None and due - flushed >= FLUSH_EVERY_S:
                     flushed = due
-                    self.write(final=False)
+                    if self._untraced():
+                        self.cpu = time.thread_time() - cpu_started
+                        self.write(final=False)
                     if not self._still_on():
                         break
         finally:
             self.ended = time.time()
+            self.cpu = time.thread_time() - cpu_started
             if not self.driver:
                 sys.setswitchinterval(switch_before)
             if self.calls is not None:  # (its figures go in this sampler's final file)
@@ -209,6 +221,14 @@ class Sampler:
             if self.path is not None:
                 self.write(final=True)
             self.done.release()
+
+    def _untraced(self) -> bool:
+        """Whether a rewrite of the counts now is no traced call's: with tracemalloc on
+        (``memory=True``), a rewrite during a call would show among the lines where
+        the call kept memory (the JSON encoder's), so it waits for a moment with no
+        call in progress; a worker whose calls never pause writes at the end only."""
+        calls = self.calls
+        return calls is None or calls.memory is None or not calls.in_call
 
     def _still_on(self) -> bool:
         """Whether the switch still names this profile: a sampler whose stop signal was
@@ -221,6 +241,8 @@ class Sampler:
         me = self._thread_id
         names = threading._active if self.driver else None  # type: ignore[attr-defined]
         counts = self.counts
+        timed = self.timed if len(self.timed) < TIMED_MAX else None
+        now = time.monotonic()
         for ident, top in sys._current_frames().items():
             if ident == me:
                 continue
@@ -236,6 +258,8 @@ class Sampler:
                     continue
             key = (label or "", stack)
             counts[key] = counts.get(key, 0) + 1
+            if timed is not None:
+                timed.append((now, key))
         del top
 
     def _name(self, code: Any) -> str:
@@ -278,18 +302,22 @@ class Sampler:
             frame = frame.f_back
         return None, ()
 
-    def result(self) -> dict[str, Any]:
+    def result(self, timed: bool = True) -> dict[str, Any]:
+        """The counts; ``timed``: with each sample's ``[time, index in counts]``."""
+        index = {key: i for i, key in enumerate(self.counts)} if timed else {}
         return {"worker_id": self.worker_id, "pid": os.getpid(), "token": self.token,
                 "hz": self.hz, "samples": self.samples, "started": self.started,
                 "ended": self.ended or time.time(), "final": bool(self.ended),
+                "cpu": round(self.cpu, 6),
                 "counts": [[label, list(stack), n] for (label, stack), n in self.counts.items()],
+                "timed": [[round(t, 6), index[key]] for t, key in self.timed] if timed else [],
                 "memory": self.calls.memory_result() if self.calls is not None else {},
                 "lines": self.calls.lines_result() if self.calls is not None else {},
                 "memray": self.calls.memray_result() if self.calls is not None else {}}
 
     def write(self, final: bool) -> None:
         assert self.path is not None
-        data = self.result()
+        data = self.result(timed=final)
         data["final"] = final
         temporary = f"{self.path}.{os.getpid()}.tmp"
         try:
@@ -431,7 +459,8 @@ class SamplingSession:
         if self.wants_native:  # py-spy samples the workers; their samplers stay off
             from lightwork.engines.local.native_sampler import NativeRecorder
 
-            self.native = NativeRecorder(self.session_dir, self.hz, _live_workers(self.node))
+            self.native = NativeRecorder(self.session_dir, self.hz, _live_workers(self.node),
+                                         live=lambda: _live_workers(self.node))
             self.native.start()
             self.driver.start()
             return
