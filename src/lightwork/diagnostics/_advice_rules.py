@@ -43,6 +43,7 @@ KINDS = (
     "actor-deadlock", "stuck-task", "redefined-remote", "large-closure",
     "startup-dominated", "returned-put-ref", "get-of-nested-args", "blocking-in-async-actor",
     "fork-in-task", "unneeded-get", "global-changed", "global-write", "ref-out-of-band",
+    "get-too-many",
 )
 
 LARGE_ARG_MIN_REPEATS = 3
@@ -55,6 +56,12 @@ SAMPLE_PER_STEP = 128
 PINNED_MIN_BYTES = 256 << 20
 PINNED_MIN_AGE_S = 1.0  # objects ready for less time than this are probably about to be read
 REPLAY_MAX_STEPS = 200  # a replayed log is checked at most this many times
+# A get of several values that together are this share of the store's budget, and this
+# many bytes at the least, holds them all at once (driver_calls.GET_SIZE_GATE sums them).
+GET_MANY_SHARE = 0.5
+GET_MANY_MIN_BYTES = 64 << 20
+GET_MANY_MIN_OBJECTS = 2
+GET_MANY_BATCH_SHARE = 0.1  # the batch size suggested: values of about this share each
 
 
 @dataclass
@@ -83,6 +90,7 @@ class AdviceRules(GetRules, LoadRules, CatalogueRules):
         self.cores = cores
         self.init_callsite = init_callsite
         self.node: Any = None  # the live runtime; its owner sets it (None: offline)
+        self.store_budget = 0  # the object store's budget in bytes, where known (else 0)
         # The live advisor hears of big by-value arguments as they are submitted
         # (note_large_args); offline, they are counted from the ended records.
         self.large_args_at_submission = False
@@ -245,6 +253,8 @@ class AdviceRules(GetRules, LoadRules, CatalogueRules):
                 self._grow_get_in_loop(span)
             else:
                 self._get_runs.pop(span.callsite, None)
+        if span.kind == "get" and span.nbytes and self.store_budget:
+            self._check_get_too_many(span)
         if span.kind == "get" and span.object_count >= SLOWEST_MIN_OBJECTS:
             self._check_wait_for_slowest(span)
         if span.kind == "get" and span.object_count >= SLOWEST_MIN_OBJECTS and self._first_loads:
@@ -284,6 +294,36 @@ class AdviceRules(GetRules, LoadRules, CatalogueRules):
 
 
 
+
+    def _check_get_too_many(self, span: DriverSpan) -> None:
+        """A get of several values that together took a large share of the store's
+        budget: the store held them all at once, and so did the driver afterwards
+        (Ray's "fetching too many objects at once"); one big value is not this."""
+        total, budget = span.nbytes, self.store_budget
+        if (span.object_count < GET_MANY_MIN_OBJECTS or total < GET_MANY_MIN_BYTES
+                or total < GET_MANY_SHARE * budget):
+            return
+        per_value = total / span.object_count
+        batch = max(1, int(GET_MANY_BATCH_SHARE * budget / per_value))
+        earlier = self._by_identity.get(("get-too-many", span.callsite))
+        if earlier is not None:  # reported once; its figures follow the biggest get
+            if total > earlier.evidence["bytes"]:
+                earlier.evidence.update(bytes=total, objects=span.object_count,
+                                        share=round(total / budget, 3))
+            return
+        self._report(Finding(
+            "get-too-many",
+            f"one get() fetched {span.object_count} values of {_size(total)} in all, "
+            f"{total / budget:.0%} of the object store's {_size(budget)}: the store and "
+            "then the driver held every one of them at once",
+            {"objects": span.object_count, "bytes": total, "store_budget": budget,
+             "share": round(total / budget, 3), "suggested_batch": batch},
+            f"fetch and handle them in batches of about {batch}: for i in range(0, "
+            f"len(refs), {batch}): handle(lightwork.get(refs[i:i + {batch}])); or take "
+            f"them as they finish with lightwork.wait(refs, num_returns={batch}), and let "
+            "each batch go before the next",
+            span.callsite,
+        ))
 
     def _name_deadlock(self, report: dict[str, Any]) -> None:
         """Name a get the runtime refused because it could never return (it raised
