@@ -122,7 +122,15 @@ class Probe:
 
 print("ACTOR", ray.get(Probe.remote(lw_lib_actor.Thing()).loaded.remote(), timeout=60))
 from lightwork.api import core
-print("REPORTS", len(core.driver_node().forkserver.preloaded))
+import time
+forkserver = core.driver_node().forkserver
+wanted = 2 if forkserver.start_method == "exec" else 1  # (the I/O thread reads them)
+if os.environ.get("LIGHTWORK_PRELOAD") == "0":
+    wanted = 0
+deadline = time.monotonic() + 10
+while len(forkserver.preloaded) < wanted and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("REPORTS", len(forkserver.preloaded))
 """
 
 LIBRARY = "import os\nIMPORTED_IN = os.getpid()\n\nclass Thing:\n    pass\n"
