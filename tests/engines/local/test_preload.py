@@ -103,11 +103,13 @@ from lightwork.engines.local import preload
 here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
 preload._site_dirs = lambda: (here,)
 ray.init(num_cpus=1)
+import lw_lib_unused                  # one the tasks never use (after init: no background)
 
 @ray.remote
 def loaded(thing):                    # its argument's pickle names lw_lib_task
     return {"preloaded": lw_lib_task.IMPORTED_IN != os.getpid(),
-            "lw_own_module": "lw_own_module" in sys.modules}
+            "lw_own_module": "lw_own_module" in sys.modules,
+            "lw_lib_unused": "lw_lib_unused" in sys.modules}
 
 print("TASK", ray.get(loaded.remote(lw_lib_task.Thing()), timeout=60))
 import lw_lib_actor                   # imported after init, before the actor's creation
@@ -139,10 +141,12 @@ LIBRARY = "import os\nIMPORTED_IN = os.getpid()\n\nclass Thing:\n    pass\n"
 @pytest.mark.parametrize("start_method", ["exec", "fork"])
 def test_workers_start_with_the_libraries_their_work_names(tmp_path, start_method):
     """The fork server imports a library the first call's pickles name before it forks
-    the worker, which finds it imported by its parent; the program's own modules never."""
+    the worker, which finds it imported by its parent; not one they do not name, and
+    the program's own modules never."""
     (tmp_path / "lw_own_module.py").write_text("VALUE = 1\n")
     (tmp_path / "lw_lib_task.py").write_text(LIBRARY)
     (tmp_path / "lw_lib_actor.py").write_text(LIBRARY)
+    (tmp_path / "lw_lib_unused.py").write_text(LIBRARY)
     script = write_script(str(tmp_path), "driver.py", DRIVER)
     # (on the path of every process, as an installed library is)
     path = os.pathsep.join([str(tmp_path), script_env()["PYTHONPATH"]])
@@ -152,7 +156,7 @@ def test_workers_start_with_the_libraries_their_work_names(tmp_path, start_metho
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines()
                  if line.split(" ", 1)[0] in ("TASK", "ACTOR", "REPORTS"))
     task = eval(lines["TASK"])
-    assert task["preloaded"]
+    assert task["preloaded"] and not task["lw_lib_unused"]
     if start_method == "exec":  # (a forked server is a copy of the driver: it has all)
         assert not task["lw_own_module"]
     assert eval(lines["ACTOR"]) == {"preloaded": True}  # named by its argument's pickle
@@ -209,6 +213,7 @@ def test_the_switch_turns_it_off(tmp_path):
     (tmp_path / "lw_own_module.py").write_text("VALUE = 1\n")
     (tmp_path / "lw_lib_task.py").write_text(LIBRARY)
     (tmp_path / "lw_lib_actor.py").write_text(LIBRARY)
+    (tmp_path / "lw_lib_unused.py").write_text(LIBRARY)
     script = write_script(str(tmp_path), "driver.py", DRIVER)
     proc = run_script(script, timeout=90,
                       env={"LIGHTWORK_FORKSERVER": "exec", "LIGHTWORK_PRELOAD": "0"})
