@@ -220,6 +220,7 @@ def _serve(control: socket.socket, wake_read: int, children: dict[int, int], run
                     report = preload.import_modules(
                         message[1], message[2],
                         stop_when_readable=control.fileno() if background else None)
+                    report["background"] = bool(background)
                     gc.freeze()  # (as at start: the new modules are shared with workers)
                     _send(control, (preload.PRELOADED, 0, report))
 

@@ -24,7 +24,9 @@ pickles are there to read. Meanwhile it imports all the driver's libraries in th
 background (``ForkServer.preload_in_background``), so that the driver's own work
 between ``init`` and its first batch is time they load for free; that preload gives
 way, between two imports, to the driver's next message (the first spawn's own
-preload), and is skipped if that message came with it. Cutting an import in the
+preload), and is skipped if that message came with it; if it ends before any
+submission, the node forks the first workers then (``WorkerPool.background_done``),
+as it would have at ``init``. Cutting an import in the
 middle would leave a package half made, which a later import of it cannot mend.
 
 What (only modules the fork server can import without changing anything but its own

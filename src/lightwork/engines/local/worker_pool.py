@@ -103,6 +103,8 @@ class WorkerPool:
         #: The heads of the pickles of the work waiting for workers (set by the node:
         #: ``preload.waiting_pickles``), which say what the fork server preloads.
         self.waiting: Callable[[], list[bytes]] | None = None
+        #: init's background preload ended before the first workers were forked.
+        self.background_done = False
         #: What ``breakpoint()`` starts in a worker (kernel/debugger.py; set by the node).
         self.debugging: dict[str, Any] = {}
 
@@ -193,7 +195,12 @@ class WorkerPool:
             message = pickle.loads(bytes(buffer[4 : 4 + length]))
             del buffer[: 4 + length]
             if message[0] == preload.PRELOADED:
-                self.forkserver.preloaded.append(message[2])
+                report = message[2]
+                self.forkserver.preloaded.append(report)
+                # init's background preload ended before any submission: the workers
+                # can be forked now, with every library the driver had (the node does).
+                if report.get("background") and not report.get("interrupted") and not self.workers:
+                    self.background_done = True
                 continue
             conn = self.workers.get(message[1])
             if conn is None:
