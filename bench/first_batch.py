@@ -1,11 +1,13 @@
 """The first batch of a program that imports a library, against its second batch.
 
-    python bench/first_batch.py [pairs] [--only pandas|sklearn] [--src DIR]
+    python bench/first_batch.py [pairs] [--only WORKLOAD] [--src DIR]
 
 Each run is a fresh driver process (this checkout's ``src``, or ``--src DIR``): it
 imports the library, calls ``init(num_cpus=2)``, makes its data, then times two batches
 of 8 tasks that use the library (``pandas``: a group-by of a 20,000-row frame;
-``sklearn``: fitting a logistic regression on 400 rows), and the whole from just before
+``sklearn``: fitting a logistic regression on 400 rows; ``pandas-after-sklearn``: the
+pandas batch in a driver that also imported scikit-learn; ``pandas-after-setup``: the
+pandas batch 2 s after ``init``), and the whole from just before
 ``init`` to the first batch's end. The first batch's workers are fresh; the second's have
 run a task. The runs alternate the fork server's preload on and off
 (``LIGHTWORK_PRELOAD=0``), so each pair is measured under the same load; the medians and
@@ -70,6 +72,60 @@ times = []
 for batch in range(2):
     start = time.perf_counter()
     ray.get([fit.remote(x, y) for _ in range(8)])
+    times.append(time.perf_counter() - start)
+    if batch == 0:
+        first_result = time.perf_counter() - began  # init, the data, the first batch
+print(json.dumps(times + [first_result]))
+""",
+    # A driver that imported more than its tasks use: the pandas batch, after
+    # scikit-learn (and with it scipy) was imported for something else.
+    "pandas-after-sklearn": r"""
+import sys, time, json
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import pandas as pd
+from sklearn.linear_model import LogisticRegression
+import lightwork as ray
+
+began = time.perf_counter()
+ray.init(num_cpus=2)
+
+@ray.remote
+def summarize(frame):
+    return float(frame.groupby("key")["value"].mean().sum())
+
+frame = pd.DataFrame({"key": np.arange(20_000) % 13, "value": np.arange(20_000.0)})
+times = []
+for batch in range(2):
+    start = time.perf_counter()
+    ray.get([summarize.remote(frame) for _ in range(8)])
+    times.append(time.perf_counter() - start)
+    if batch == 0:
+        first_result = time.perf_counter() - began  # init, the data, the first batch
+print(json.dumps(times + [first_result]))
+""",
+    # A driver that spends 2 s on its own (loading its data) between init and the
+    # first batch: what the fork server can do meanwhile is free.
+    "pandas-after-setup": r"""
+import sys, time, json
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import pandas as pd
+import lightwork as ray
+
+began = time.perf_counter()
+ray.init(num_cpus=2)
+
+@ray.remote
+def summarize(frame):
+    return float(frame.groupby("key")["value"].mean().sum())
+
+time.sleep(2.0)  # the driver's own start: reading files, say
+frame = pd.DataFrame({"key": np.arange(20_000) % 13, "value": np.arange(20_000.0)})
+times = []
+for batch in range(2):
+    start = time.perf_counter()
+    ray.get([summarize.remote(frame) for _ in range(8)])
     times.append(time.perf_counter() - start)
     if batch == 0:
         first_result = time.perf_counter() - began  # init, the data, the first batch

@@ -698,7 +698,7 @@ def _tally_cpu_s(records: list[Any]) -> float:
     """The CPU time the advisor's tally takes for ``records`` when they are warm, as
     when the event log calls it: each chunk tallied once untimed, then timed (on a
     tally of its own: the advisor's sums are not touched)."""
-    from lightwork.diagnostics._advice_rules import CPU_BOUND_MIN_S
+    from lightwork.diagnostics._rules_load import CPU_BOUND_MIN_S
     from lightwork.diagnostics._measure import RunTally
 
     tally, cpu_s = RunTally(long_s=CPU_BOUND_MIN_S), 0.0

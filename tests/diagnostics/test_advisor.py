@@ -486,7 +486,7 @@ def test_advise_waits_for_a_look_that_took_records_it_has_not_folded_in(monkeypa
 
     from lightwork.kernel.events import EventLog, TaskRecord
     from lightwork.diagnostics import advisor as advisor_module
-    from lightwork.diagnostics._advice_rules import TINY_MIN_TASKS
+    from lightwork.diagnostics._rules_load import TINY_MIN_TASKS
 
     node = LogOnlyRun()  # a run with no engine behind it: only its log and lock
     node.lock, node.log = threading.RLock(), EventLog()

@@ -7,6 +7,7 @@ must draw nothing of that kind. ``test_advisor_corpus.py`` runs more correct pro
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 import lightwork
-from lightwork.diagnostics.advisor import AdviceWarning, Advisor, report
+from lightwork.diagnostics.advisor import AdviceWarning, Advisor, analyse, report
 from lightwork.kernel.events import DriverSpan
 from tests.diagnostics.conftest import CPUS
 
@@ -441,6 +442,34 @@ def test_a_fetched_value_passed_back_by_value_is_named_and_its_ref_is_not(runtim
     fresh = np.ones((1000, 500))  # and a value of the driver's own is no fetched value
     assert lightwork.get(reduce_rollout.remote(fresh)) == 500_000.0
     assert findings_of("unneeded-get") == []
+
+
+# -- too many objects at once: Ray's anti_pattern_ray_get_too_many_objects.py --------------
+@lightwork.remote
+def big_block(i):
+    return np.full(8 << 20, i, dtype=np.uint8)  # 8 MB
+
+
+def test_a_get_of_values_filling_the_store_is_named_and_batches_are_not(runtime, tmp_path):
+    runtime(object_store_memory=128 << 20)
+    blocks = lightwork.get([big_block.remote(i) for i in range(10)])  # the mistake: 80 MB
+    assert [int(block[0]) for block in blocks] == list(range(10))
+    del blocks
+    [finding] = findings_of("get-too-many")
+    assert finding.callsite[1] == _line_of("blocks = lightwork.get([big_block.remote(i)")
+    assert finding.evidence["objects"] == 10 and finding.evidence["bytes"] >= 80 << 20
+    assert finding.evidence["store_budget"] == 128 << 20 and "batches" in finding.suggestion
+    lightwork.timeline(str(tmp_path / "trace.json"))  # saved: the bytes and the budget
+    data = json.loads((tmp_path / "trace.json").read_text())["otherData"]["advisor_input"]
+    assert "get-too-many" in {finding.kind for finding in analyse(data)}
+
+    runtime(object_store_memory=128 << 20)  # the fix: take them a few at a time
+    refs, total = [big_block.remote(i) for i in range(10)], 0
+    while refs:
+        done, refs = lightwork.wait(refs, num_returns=min(2, len(refs)))
+        total += sum(int(block[0]) for block in lightwork.get(done))
+    assert total == 45
+    assert findings_of("get-too-many") == []
 
 
 # -- globals to share state: Ray's anti_pattern_global_variables.py ---------------------------

@@ -480,7 +480,7 @@ def test_a_workers_wait_comes_from_its_own_samples():
 def test_tiny_tasks_message_is_true_for_runs_longer_than_the_overhead():
     # The rule fires below TINY_RATIO times the per-task overhead: a 90 µs median is
     # longer than the overhead, and the message must not say it is shorter.
-    from lightwork.diagnostics._advice_rules import TASK_OVERHEAD_S, TINY_MIN_TASKS
+    from lightwork.diagnostics._rules_load import TASK_OVERHEAD_S, TINY_MIN_TASKS
 
     records = [_task(i, 1.0 + i * 1e-3, 1.0 + i * 1e-3, 1.0 + i * 1e-3 + 90e-6)
                for i in range(TINY_MIN_TASKS)]

@@ -78,6 +78,9 @@ global-write      a call that rebound a module global holding a value (the worke
                   watches the functions whose code assigns one: ``kernel.global_writes``)
 ref-out-of-band   a ref the program pickled outside lightwork's serializer, or rebuilt
                   from its id (``RefCounter.on_out_of_band``, in the driver or a worker)
+get-too-many      one get of several values that together were a large share of the
+                  store's budget (a blocked get's span carries their bytes while the
+                  store's segments hold ``driver_calls.GET_SIZE_GATE`` or more)
 
 returned-put-ref, get-of-nested-args, blocking-in-async-actor, fork-in-task,
 global-write and ref-out-of-band come from the local engine serving the workers' requests
@@ -260,6 +263,8 @@ class Advisor(AdviceRules):
             cpus=float(cpus if cpus is not None else node.cpu_total()),
             cores=int(cores or os.cpu_count() or 1), init_callsite=init_callsite)
         self.node = node
+        if node is not None:
+            self.store_budget = store_budget_of(node)
         self.interval = interval
         self._lock = threading.Lock()  # the rules' state: this thread, advise(), feed()
         # One look at a time (see step).
@@ -586,6 +591,13 @@ def current_findings(node: Any, tasks: list[TaskRecord] | None = None,
     return ranked(advisor.findings)
 
 
+def store_budget_of(node: Any) -> int:
+    """The bytes ``node``'s object store may hold (0: it has no budget of its own, as
+    on a cluster)."""
+    budget = getattr(getattr(node, "store", None), "budget", 0)
+    return budget if isinstance(budget, int) and not isinstance(budget, bool) else 0
+
+
 def analysis_input(node: Any, tasks: list[TaskRecord],
                    spans: list[DriverSpan]) -> dict[str, Any]:
     """What :func:`analyse` needs to re-run the rules later, as plain JSON-able data."""
@@ -597,6 +609,7 @@ def analysis_input(node: Any, tasks: list[TaskRecord],
     return {
         "cpus": node.cpu_total(),
         "cores": os.cpu_count() or 1,
+        "store_budget": store_budget_of(node),
         "started_at": node.log.started_at,
         "init_callsite": list(advisor.init_callsite) if advisor is not None
         and advisor.init_callsite else None,
@@ -613,6 +626,7 @@ def analyse(data: dict[str, Any]) -> list[Finding]:
     advisor = Advisor(cpus=float(data["cpus"]), cores=int(data.get("cores") or 1),
                       started_at=data.get("started_at"),
                       init_callsite=tuple(callsite) if callsite else None)
+    advisor.store_budget = int(data.get("store_budget") or 0)
     for at, idle_core_s in data.get("machine") or ():
         advisor.add_machine_sample(float(at), float(idle_core_s))
     advisor.feed([restore(TaskRecord, row) for row in data.get("tasks", [])],

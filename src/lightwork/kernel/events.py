@@ -147,7 +147,8 @@ class DriverSpan:
     shortest: float = 0.0  # of the others, the least time from creation to ready
     longest: float = 0.0  # ... and the most
     # A "define" span (a remote function or actor class pickled at its first call):
-    # the pickle's size, and the biggest value it captured when it is big.
+    # the pickle's size, and the biggest value it captured when it is big. A "get"
+    # span: the bytes of the values it returned, when the store held many (else 0).
     nbytes: int = 0
     note: str = ""
 

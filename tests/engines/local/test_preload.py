@@ -1,9 +1,9 @@
 """The fork server imports the driver's libraries before it forks workers (preload.py).
 
-Which modules are chosen is tested on made-up module tables; the importing in a fresh
-interpreter (a library that starts a thread stops it); the whole in real driver
-processes, whose tasks and actors look at their own ``sys.modules`` before touching
-anything.
+Which modules are chosen is tested on made-up module tables and real pickles; the
+importing in a fresh interpreter (a library that starts a thread stops it, the driver's
+next message stops a background one); the whole in real driver processes, whose tasks
+and actors ask whether their libraries were imported by their parent, the fork server.
 """
 
 from __future__ import annotations
@@ -93,61 +93,132 @@ def test_importing_skips_failures_silences_output_and_stops_at_a_thread(tmp_path
 
 DRIVER = """
 import os, sys
-import iniconfig                      # an installed library the workers never need
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import lw_own_module                  # the program's own module
+import lw_lib_task                    # "installed" libraries (see below): one the task uses
 import lightwork as ray
+from lightwork.engines.local import preload
 
+# This directory stands for site-packages: its modules count as installed libraries.
+here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+preload._site_dirs = lambda: (here,)
 ray.init(num_cpus=1)
+import lw_lib_unused                  # one the tasks never use (after init: no background)
 
 @ray.remote
-def loaded():
-    return {name: name in sys.modules for name in ("iniconfig", "lw_own_module", "pygments")}
+def loaded(thing):                    # its argument's pickle names lw_lib_task
+    return {"preloaded": lw_lib_task.IMPORTED_IN != os.getpid(),
+            "lw_own_module": "lw_own_module" in sys.modules,
+            "lw_lib_unused": "lw_lib_unused" in sys.modules}
 
-print("TASK", ray.get(loaded.remote(), timeout=60))
-import pygments                       # imported after init, before the actor's creation
+print("TASK", ray.get(loaded.remote(lw_lib_task.Thing()), timeout=60))
+import lw_lib_actor                   # imported after init, before the actor's creation
 
 @ray.remote
 class Probe:
-    def loaded(self):
-        return {name: name in sys.modules for name in ("iniconfig", "pygments")}
+    def __init__(self, thing):
+        pass
 
-print("ACTOR", ray.get(Probe.remote().loaded.remote(), timeout=60))
+    def loaded(self):
+        return {"preloaded": lw_lib_actor.IMPORTED_IN != os.getpid()}
+
+print("ACTOR", ray.get(Probe.remote(lw_lib_actor.Thing()).loaded.remote(), timeout=60))
 from lightwork.api import core
-print("REPORTS", len(core.driver_node().forkserver.preloaded))
+import time
+forkserver = core.driver_node().forkserver
+wanted = 2 if forkserver.start_method == "exec" else 1  # (the I/O thread reads them)
+if os.environ.get("LIGHTWORK_PRELOAD") == "0":
+    wanted = 0
+deadline = time.monotonic() + 10
+while len(forkserver.preloaded) < wanted and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("REPORTS", len(forkserver.preloaded))
 """
+
+LIBRARY = "import os\nIMPORTED_IN = os.getpid()\n\nclass Thing:\n    pass\n"
 
 
 @pytest.mark.parametrize("start_method", ["exec", "fork"])
-def test_workers_start_with_the_drivers_libraries_and_not_its_own_modules(tmp_path,
-                                                                          start_method):
-    pytest.importorskip("iniconfig")
-    pytest.importorskip("pygments")
+def test_workers_start_with_the_libraries_their_work_names(tmp_path, start_method):
+    """The fork server imports a library the first call's pickles name before it forks
+    the worker, which finds it imported by its parent; not one they do not name, and
+    the program's own modules never."""
     (tmp_path / "lw_own_module.py").write_text("VALUE = 1\n")
+    (tmp_path / "lw_lib_task.py").write_text(LIBRARY)
+    (tmp_path / "lw_lib_actor.py").write_text(LIBRARY)
+    (tmp_path / "lw_lib_unused.py").write_text(LIBRARY)
     script = write_script(str(tmp_path), "driver.py", DRIVER)
-    proc = run_script(script, timeout=90,
-                      env={"LIGHTWORK_FORKSERVER": start_method, "LIGHTWORK_PRELOAD": "1"})
+    # (on the path of every process, as an installed library is)
+    path = os.pathsep.join([str(tmp_path), script_env()["PYTHONPATH"]])
+    proc = run_script(script, timeout=90, env={
+        "LIGHTWORK_FORKSERVER": start_method, "LIGHTWORK_PRELOAD": "1", "PYTHONPATH": path})
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines()
                  if line.split(" ", 1)[0] in ("TASK", "ACTOR", "REPORTS"))
     task = eval(lines["TASK"])
-    assert task["iniconfig"] and not task["pygments"]  # pygments came after the workers
+    assert task["preloaded"] and not task["lw_lib_unused"]
     if start_method == "exec":  # (a forked server is a copy of the driver: it has all)
         assert not task["lw_own_module"]
-    assert eval(lines["ACTOR"]) == {"iniconfig": True, "pygments": True}
+    assert eval(lines["ACTOR"]) == {"preloaded": True}  # named by its argument's pickle
     # A forked server has the driver's modules of init: only what came later is sent.
-    assert int(lines["REPORTS"]) == 2 if start_method == "exec" else int(lines["REPORTS"]) >= 1
+    assert int(lines["REPORTS"]) >= (2 if start_method == "exec" else 1)
+
+
+def test_the_packages_a_calls_pickles_name_are_found():
+    import cloudpickle
+
+    from lightwork.kernel import serialization
+
+    modules = {name: sys.modules[name] for name in ("json", "json.decoder", "textwrap")}
+
+    def uses_a_library(text):
+        return json.decoder.JSONDecoder().decode(text)
+
+    function = cloudpickle.dumps(uses_a_library)
+    args = serialization.serialize((types.SimpleNamespace(a=1),), None)
+    named = preload.packages_named([function, preload.pickle_head(args)], modules)
+    assert named == {"json"}  # textwrap is imported but named by neither
+    assert preload.packages_named([b"\x8c\x09json.dec"], modules) == set()  # cut short
+    chosen = preload.modules_to_preload(
+        {"alib": fake_module("alib", os.path.join(SITE, "alib", "__init__.py")),
+         "alib.core": fake_module("alib.core", os.path.join(SITE, "alib", "core.py")),
+         "blib": fake_module("blib", os.path.join(SITE, "blib.py"))}, packages={"alib"})
+    assert chosen == ["alib", "alib.core"]
+
+
+def test_a_background_preload_gives_way_to_the_drivers_next_message(tmp_path):
+    (tmp_path / "lw_first.py").write_text("")
+    (tmp_path / "lw_second.py").write_text("")
+    code = textwrap.dedent("""
+        import json, socket, sys
+        from lightwork.engines.local import preload
+        ours, theirs = socket.socketpair()
+        quiet = preload.import_modules(["lw_first"], {}, stop_when_readable=theirs.fileno())
+        ours.send(b"x")  # the driver wants a worker
+        asked = preload.import_modules(["lw_second"], {}, stop_when_readable=theirs.fileno())
+        print(json.dumps([quiet, asked, "lw_second" in sys.modules]))
+    """)
+    env = script_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    quiet, asked, second_loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert quiet["imported"] == 1 and quiet["interrupted"] == ""
+    assert asked["imported"] == 0 and asked["interrupted"] == "lw_second"
+    assert not second_loaded
 
 
 def test_the_switch_turns_it_off(tmp_path):
-    pytest.importorskip("iniconfig")
-    pytest.importorskip("pygments")
     (tmp_path / "lw_own_module.py").write_text("VALUE = 1\n")
+    (tmp_path / "lw_lib_task.py").write_text(LIBRARY)
+    (tmp_path / "lw_lib_actor.py").write_text(LIBRARY)
+    (tmp_path / "lw_lib_unused.py").write_text(LIBRARY)
     script = write_script(str(tmp_path), "driver.py", DRIVER)
     proc = run_script(script, timeout=90,
                       env={"LIGHTWORK_FORKSERVER": "exec", "LIGHTWORK_PRELOAD": "0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "'iniconfig': False" in proc.stdout and "REPORTS 0" in proc.stdout
+    assert "'preloaded': False" in proc.stdout and "REPORTS 0" in proc.stdout
 
 
 def test_an_import_that_never_ends_is_cut_at_the_budget(tmp_path):

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 from lightwork.kernel import exceptions
 from lightwork.kernel.calls import ActorSpec, unschedulable_error
 from lightwork.engines.local import protocol as p
+from lightwork.engines.local import preload
 from lightwork.kernel import serialization
 from lightwork.engines.local.memory_monitor import OOM_REASON
 from lightwork.engines.local.scheduler import FINISHED, TaskSpec, WorkerSlot
@@ -186,7 +187,7 @@ class ActorManager:
 
     def _start(self, actor: Actor) -> None:
         node = self.node
-        conn = node.pool.start(pooled=False)
+        conn = node.pool.start(pooled=False, work=lambda: preload.actor_pickles(node, actor))
         conn.actor = actor
         actor.conn = conn
         actor.state = STARTING if actor.state == PENDING else RESTARTING

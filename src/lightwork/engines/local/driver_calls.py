@@ -73,6 +73,9 @@ DRIVER_BUSY_SAMPLE_S = 0.005
 #: A thread submitting while every worker is busy reads the workers and dispatches
 #: itself each time this many submissions wait to be registered (``IOLoop.submitter_pass``).
 SUBMITTER_PASS_EVERY = 128
+#: A blocked get's values are summed into its span (the advisor's get-too-many rule)
+#: only while the store's segments hold this much: one comparison for any other get.
+GET_SIZE_GATE = 64 << 20
 
 #: A new task's or call's record and spec, made out of the collector (collector.py): a
 #: record always (events.py), a spec while it is pending (where that pays: untrack_hot).
@@ -564,10 +567,13 @@ class DriverCalls(_Base):
             durations = [e.ready_at - e.created_at for e in ready]
             first, last = min(ready_times, default=0.0), max(ready_times, default=0.0)
             shortest, longest = min(durations, default=0.0), max(durations, default=0.0)
+        nbytes = 0
+        if kind == "get" and self.objects.bytes_in_segments >= GET_SIZE_GATE:
+            nbytes = sum(entry.size for entry in entries)
         return DriverSpan(
             kind, start, time.monotonic(), len(entries), threading.get_ident(),
             entries[0].object_id, callsite, entries[0].task_id, len(entries) - len(waited),
-            first, last, shortest, longest,
+            first, last, shortest, longest, nbytes,
         )
 
     def future(self, ref: ObjectRef) -> concurrent.futures.Future[Any]:

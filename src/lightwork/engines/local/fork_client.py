@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from lightwork.engines.local import preload
 from lightwork.kernel.session import Session
@@ -103,28 +103,49 @@ class ForkServer:
         self.control = parent_end
         # What the fork server said of each preload (preload.import_modules's reports).
         self.preloaded: list[dict] = []
-        # The modules the fork server has or was sent, and len(sys.modules) when it was
-        # last compared: a forked server has the driver's modules as of now.
+        # The modules the fork server has or was sent (a forked server: the driver's as
+        # of now), the packages the work's pickles named so far, and len(sys.modules)
+        # when it was last compared.
         forked = self.start_method == "fork"
         self._modules_known: set[str] = set(sys.modules) if forked else set()
-        self._modules_seen = len(sys.modules) if forked else -1
+        self._packages: set[str] = set()
+        self._modules_seen = -1
 
     def spawn(self, worker_id: int, config: dict, worker_end: socket.socket) -> None:
         from lightwork.engines.local.forkserver import SPAWN
 
         self._send((SPAWN, worker_id, config), [worker_end.fileno()])
 
-    def preload_new_modules(self, env: dict[str, str], excluded_dirs: Iterable[str] = ()) -> None:
-        """Before a spawn (the caller holds the node's lock): if the driver imported
-        modules since the last look, have the fork server import those it may (as
-        ``preload.modules_to_preload`` chooses) before it forks the next worker; its
-        report comes back in ``preloaded``. One ``len`` when nothing was imported."""
-        if len(sys.modules) == self._modules_seen:
-            return
-        self._modules_seen = len(sys.modules)
+    def preload_in_background(self, env: dict[str, str],
+                              excluded_dirs: Iterable[str] = ()) -> bool:
+        """At ``init``, with no worker forked yet: have the fork server import the
+        driver's libraries until the driver next needs it (the first spawn's own
+        preload follows, for what that work names). False if there is none to import."""
+        names = preload.modules_to_preload(sys.modules, (), excluded_dirs)
+        if names:
+            self._send((preload.PRELOAD, names, env, True), [])
+        return bool(names)
+
+    def preload_new_modules(self, env: dict[str, str], excluded_dirs: Iterable[str] = (),
+                            waiting: Callable[[], list[bytes]] | None = None) -> None:
+        """Before a spawn (the caller holds the node's lock): have the fork server
+        import the driver's modules of the packages the new worker's work names, as
+        ``preload.modules_to_preload`` chooses, before it forks the next worker; its
+        report comes back in ``preloaded``. ``waiting`` gives the heads of the pickles
+        of the work waiting for workers (``preload.py`` says why these); once they name
+        nothing new, one ``len`` tells whether the driver imported anything since."""
         if not preload.enabled():
             return
-        names = preload.modules_to_preload(sys.modules, self._modules_known, excluded_dirs)
+        if waiting is not None:
+            named = preload.packages_named(waiting(), sys.modules)
+            if not named <= self._packages:
+                self._packages |= named
+                self._modules_seen = -1  # packages not sent yet: look again
+        if len(sys.modules) == self._modules_seen or not self._packages:
+            return
+        self._modules_seen = len(sys.modules)
+        names = preload.modules_to_preload(sys.modules, self._modules_known, excluded_dirs,
+                                           self._packages)
         self._modules_known.update(names)
         if names:
             self._send((preload.PRELOAD, names, env), [])

@@ -41,12 +41,13 @@ What a forked server inherits from the driver, and what it does about it
 Protocol with the driver:
 
     driver --SPAWN(worker_id, config) + one socket fd (SCM_RIGHTS)--> fork server
-           --PRELOAD(module names, thread variables)-->
+           --PRELOAD(module names, thread variables[, in the background])-->
            <--SPAWNED(worker_id, pid) / EXITED(worker_id, pid, wait status)--
            <--PRELOADED(0, report)--
 
 A PRELOAD imports the driver's libraries here before the spawns that follow it, so that
-the workers forked from then on have them (``preload.py`` says which, and why).
+the workers forked from then on have them (``preload.py`` says which, and why). One in
+the background (sent at ``init``) stops as soon as the driver sends anything else.
 
 For each SPAWN it forks; the child becomes a worker on the socket it was given, with
 the driver's ``sys.path``, working directory and environment additions. Children are
@@ -211,7 +212,15 @@ def _serve(control: socket.socket, wake_read: int, children: dict[int, int], run
                 if message[0] == SPAWN:
                     _spawn(control, message[1], message[2], fds.pop(0), children, run_worker)
                 elif message[0] == preload.PRELOAD:  # before the spawns that follow it
-                    report = preload.import_modules(message[1], message[2])
+                    # A background preload (at init) gives way to the driver's next
+                    # message; none if that is here already.
+                    background = len(message) > 3 and message[3]
+                    if background and len(buffer) >= 4:
+                        continue
+                    report = preload.import_modules(
+                        message[1], message[2],
+                        stop_when_readable=control.fileno() if background else None)
+                    report["background"] = bool(background)
                     gc.freeze()  # (as at start: the new modules are shared with workers)
                     _send(control, (preload.PRELOADED, 0, report))
 

@@ -77,6 +77,7 @@ from lightwork.engines.local.driver_calls import DriverCalls
 from lightwork.engines.local.worker_requests import WorkerRequests
 from lightwork.engines.local.worker_deaths import WorkerDeaths
 from lightwork.engines.local import protocol as p
+from lightwork.engines.local import preload
 from lightwork.kernel import serialization
 from lightwork.kernel.events import EventLog, TaskRecord
 from lightwork.engines.local.gpus import GpuIds
@@ -252,9 +253,11 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
         ref_counter.on_borrow = self._on_driver_borrow
         ref_counter.on_out_of_band = self._on_out_of_band
         self.pool.watch = self.io.watch_worker
-        with self.lock:
-            for _ in range(max(1, int(num_cpus))):
-                self.pool.start()
+        self.pool.waiting = lambda: preload.waiting_pickles(self)
+        if self.pool.first_workers_at_init():  # (else at the first submission: preload.py)
+            with self.lock:
+                for _ in range(max(1, int(num_cpus))):
+                    self.pool.start()
         self.io.start()
         self.control = control.start(self)  # diagnostics side-car: socket, sampler
 

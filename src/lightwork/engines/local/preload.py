@@ -6,15 +6,28 @@ pandas), so every fresh worker pays the program's imports in its first task, and
 batch looks slower than running serially. Imported in the fork server, they are in every
 worker it forks, shared copy-on-write, for the cost of one import.
 
-When (the driver: ``modules_to_preload``, sent by ``ForkServer.preload``):
+When (the driver: ``ForkServer.preload_new_modules``, before each spawn): the driver
+knows, before a spawn, what the new worker is about to run (the tasks waiting for
+workers, the actor being created). A fork server forked from the driver has the
+driver's modules of ``init`` already; an exec'd one
+(``fork_client.fork_server_start_method``) has none. Either is sent, before the spawn,
+the driver's modules (those it does not have) of the packages that the waiting work's
+pickles name (:func:`packages_named`: the function's or class's pickle, its arguments,
+the values of its ref arguments: what the worker would import to unpickle them), and
+of every package named so far once the driver imports more of them. A driver that
+imported many libraries but runs tasks that use one does not pay the others' imports
+before its first result.
 
-* at ``init``, before the first workers are forked, when the fork server was exec'd
-  (``fork_client.fork_server_start_method``): the modules the driver had imported by then.
-  A fork server forked from the driver has them already.
-* when tasks first run (the first submission of each resource shape, each actor's
-  creation), if the driver imported modules since: for the workers forked from then on
-  (actors, replacements of dead or retired workers). The workers already running import
-  them themselves, as before.
+At ``init``, an exec'd fork server whose driver has libraries to preload forks no
+worker (``WorkerPool.first_workers_at_init``): the first submission does, once its
+pickles are there to read. Meanwhile it imports all the driver's libraries in the
+background (``ForkServer.preload_in_background``), so that the driver's own work
+between ``init`` and its first batch is time they load for free; that preload gives
+way, between two imports, to the driver's next message (the first spawn's own
+preload), and is skipped if that message came with it; if it ends before any
+submission, the node forks the first workers then (``WorkerPool.background_done``),
+as it would have at ``init``. Cutting an import in the
+middle would leave a package half made, which a later import of it cannot mend.
 
 What (only modules the fork server can import without changing anything but its own
 memory):
@@ -49,6 +62,8 @@ import contextlib
 import importlib
 import io
 import os
+import re
+import select
 import signal
 import site
 import sys
@@ -59,6 +74,12 @@ import types
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+#: How much of each pickle :func:`packages_named` reads, and of how many waiting calls:
+#: a module is named near where its object starts, and a call's pickles are ~100 µs
+#: to read this far.
+PICKLE_HEAD_BYTES = 1 << 16
+WAITING_CALLS_READ = 16
 
 PRELOAD = "preload"
 PRELOADED = "preloaded"
@@ -113,17 +134,100 @@ def _site_dirs() -> tuple[str, ...]:
                   for form in (os.path.abspath, os.path.realpath)})
 
 
+# A short string in a pickle (SHORT_BINUNICODE): how protocol 4 and 5 name the module
+# of a class or function they refer to, before STACK_GLOBAL. Matched in C; each hit's
+# length byte is checked against the string that follows it.
+_SHORT_STRING = re.compile(rb"\x8c([\x01-\xff])([A-Za-z_][A-Za-z0-9_.]*)")
+
+
+def packages_named(pickles: Iterable[bytes], modules: Mapping[str, object]) -> set[str]:
+    """The top-level packages of the modules in ``modules`` (the driver's) that
+    ``pickles`` (the heads of a call's pickles) name: what unpickling them imports."""
+    found: set[str] = set()
+    for blob in pickles:
+        for match in _SHORT_STRING.finditer(blob, 0, PICKLE_HEAD_BYTES):
+            length = match.group(1)[0]
+            name = match.group(2)[:length]
+            if len(name) != length:
+                continue
+            text = name.decode("ascii")
+            if text in modules:
+                found.add(text.partition(".")[0])
+    return found
+
+
+def pickle_head(value: Any) -> bytes:
+    """The first ``PICKLE_HEAD_BYTES`` of a stored value's pickle (``bytes``, or a
+    ``Stored`` inline or in its segment file; b"" where it cannot be read)."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value[:PICKLE_HEAD_BYTES])
+    data = getattr(value, "data", b"")
+    if data:
+        return bytes(data[:PICKLE_HEAD_BYTES])
+    path = getattr(value, "path", None)
+    if isinstance(path, str):
+        try:  # (the segment's layout header, then the pickle: both small)
+            with open(path, "rb") as segment:
+                return segment.read(PICKLE_HEAD_BYTES)
+        except OSError:  # spilled or freed meanwhile: nothing named
+            return b""
+    return b""
+
+
+def waiting_pickles(node: Any) -> list[bytes]:
+    """The heads of the pickles of the work waiting for workers on ``node`` (the caller
+    holds its lock): the first ``WAITING_CALLS_READ`` ready tasks' functions, arguments
+    and ref arguments' values."""
+    functions = node.task_table.functions
+    entries = node.objects.entries
+    heads: list[bytes] = []
+    seen: set[bytes] = set()
+    calls = 0
+    for queue in node.scheduler.ready.values():
+        for task in queue:
+            if calls >= WAITING_CALLS_READ:
+                return heads
+            calls += 1
+            if task.function_key not in seen:  # (a batch's calls share their function)
+                seen.add(task.function_key)
+                heads.append(functions.get(task.function_key, b""))
+            heads.append(pickle_head(task.args))
+            for object_id in task.deps[:4]:
+                entry = entries.get(object_id)
+                if entry is not None:
+                    heads.append(pickle_head(entry.serialized))
+    return heads
+
+
+def actor_pickles(node: Any, actor: Any) -> list[bytes]:
+    """The heads of the pickles an actor's new process loads first: its class, its
+    constructor's arguments and their ref arguments' values."""
+    entries = node.objects.entries
+    heads = [node.task_table.functions.get(actor.class_key, b""), pickle_head(actor.args)]
+    for object_id in actor.deps[:4]:
+        entry = entries.get(object_id)
+        if entry is not None:
+            heads.append(pickle_head(entry.serialized))
+    return heads
+
+
 def modules_to_preload(modules: Mapping[str, object], known: Iterable[str] = (),
-                       excluded_dirs: Iterable[str] = ()) -> list[str]:
+                       excluded_dirs: Iterable[str] = (),
+                       packages: Iterable[str] | None = None) -> list[str]:
     """The names in ``modules`` (``sys.modules``, in import order) that the fork server
-    may import (see the module docstring), less those in ``known`` (it has them)."""
+    may import (see the module docstring), less those in ``known`` (it has them); with
+    ``packages``, only the modules of those top-level packages."""
     known = set(known)
+    wanted = None if packages is None else set(packages)
     sites = _site_dirs()
     excluded = tuple({os.path.join(form(d), "") for d in excluded_dirs if d
                       for form in (os.path.abspath, os.path.realpath)})
     chosen = []
     for name, module in list(modules.items()):
-        if name in known or name.partition(".")[0] in NEVER or name == "__main__":
+        top = name.partition(".")[0]
+        if name in known or top in NEVER or name == "__main__":
+            continue
+        if wanted is not None and top not in wanted:
             continue
         if not isinstance(module, types.ModuleType) or getattr(module, "__spec__", None) is None:
             continue
@@ -136,10 +240,15 @@ def modules_to_preload(modules: Mapping[str, object], known: Iterable[str] = (),
 
 
 def import_modules(names: list[str], env: Mapping[str, str],
-                   budget_s: float = PRELOAD_BUDGET_S) -> dict[str, object]:
+                   budget_s: float = PRELOAD_BUDGET_S,
+                   stop_when_readable: int | None = None) -> dict[str, object]:
     """Import ``names`` here, in the fork server (see the module docstring); a report of
-    what was done: how many were imported, how long it took, which failed, and the
-    module after which a thread appeared (if one did)."""
+    what was done: how many were imported, how long it took, which failed, the module
+    after which a thread appeared (if one did), and the first one left out because
+    ``stop_when_readable`` (a descriptor: the control socket) had input: the driver
+    wants a worker, and a background preload gives way to it between two imports (one
+    cut in the middle leaves a package half made, which a later import of it cannot
+    mend)."""
     started = time.monotonic()
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
@@ -148,7 +257,7 @@ def import_modules(names: list[str], env: Mapping[str, str],
     alarm = _arm_budget(budget_s)
     imported = 0
     failed: list[str] = []
-    threaded = ""
+    threaded = interrupted = ""
     threads = _threads()
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
@@ -158,6 +267,9 @@ def import_modules(names: list[str], env: Mapping[str, str],
                 if name in sys.modules:
                     continue
                 if time.monotonic() - started > budget_s:
+                    break
+                if stop_when_readable is not None and _readable(stop_when_readable):
+                    interrupted = name
                     break
                 try:
                     importlib.import_module(name)
@@ -181,7 +293,7 @@ def import_modules(names: list[str], env: Mapping[str, str],
             else:
                 os.environ[key] = value
     return {"imported": imported, "seconds": time.monotonic() - started, "failed": failed,
-            "threaded": threaded}
+            "threaded": threaded, "interrupted": interrupted}
 
 
 class _OutOfTime(BaseException):
@@ -190,6 +302,13 @@ class _OutOfTime(BaseException):
 
 def _out_of_time(_signum: int, _frame: Any) -> None:
     raise _OutOfTime
+
+
+def _readable(fd: int) -> bool:
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True  # closed: the driver is gone, stop
 
 
 def _arm_budget(budget_s: float) -> Any:

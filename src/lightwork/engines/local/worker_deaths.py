@@ -61,6 +61,16 @@ class WorkerDeaths(_Base):
             return False
         for conn in ended:  # their exit status came after their socket closed
             self._finish_worker_death(conn)
+        if self.pool.background_done:  # the first workers, now that nothing is missing
+            self.pool.background_done = False
+            if not self.scheduler.workers and not self.closed:
+                try:
+                    for _ in range(max(1, int(self.scheduler.total.get("CPU", 1.0)))):
+                        self.pool.start()
+                except exceptions.RuntimeSystemError as exc:
+                    reason = str(exc)
+                    self.io.defer(lambda: self.fail_runtime(reason))
+                    return False
         return True
 
     def _on_worker_eof(self, conn: WorkerConn) -> None:

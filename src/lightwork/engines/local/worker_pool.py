@@ -100,13 +100,35 @@ class WorkerPool:
         self._control_input = bytearray()
         #: Puts a new worker's socket in the I/O loop's selectors (set by the node).
         self.watch: Callable[[WorkerConn], None] = lambda conn: None
+        #: The heads of the pickles of the work waiting for workers (set by the node:
+        #: ``preload.waiting_pickles``), which say what the fork server preloads.
+        self.waiting: Callable[[], list[bytes]] | None = None
+        #: init's background preload ended before the first workers were forked.
+        self.background_done = False
         #: What ``breakpoint()`` starts in a worker (kernel/debugger.py; set by the node).
         self.debugging: dict[str, Any] = {}
 
-    def start(self, pooled: bool = True, gpu: bool = False) -> WorkerConn:
+    def first_workers_at_init(self) -> bool:
+        """Whether ``init`` forks the first workers. Not when the fork server was exec'd
+        and the driver has libraries it could preload: those are sent to it now, to
+        import in the background, and the first submission forks the workers, once its
+        pickles say which of those libraries they need (preload.py)."""
+        if self.forkserver.start_method == "fork" or not preload.enabled():
+            return True
+        job_env = self.runtime_env
+        try:
+            return not self.forkserver.preload_in_background(
+                self.env, job_env["paths"] if job_env else ())
+        except OSError as exc:
+            raise exceptions.RuntimeSystemError(
+                f"cannot start the workers: the fork server is gone ({exc})") from exc
+
+    def start(self, pooled: bool = True, gpu: bool = False,
+              work: Callable[[], list[bytes]] | None = None) -> WorkerConn:
         """Ask the fork server for a new worker; ``pooled``: a task worker with a slot in
         the scheduler (else an actor's process, whose slot is its own), of the GPU kind
-        if ``gpu`` (it runs only tasks that need a GPU: see scheduler.py)."""
+        if ``gpu`` (it runs only tasks that need a GPU: see scheduler.py). ``work``: the
+        heads of the pickles it will load first, if not the waiting tasks'."""
         worker_id = next(self._numbers)
         ours, theirs = socket.socketpair()
         job_env = self.runtime_env
@@ -129,7 +151,8 @@ class WorkerPool:
         }
         try:
             # The driver's libraries first, so the worker has them from birth (preload.py).
-            self.forkserver.preload_new_modules(self.env, job_env["paths"] if job_env else ())
+            self.forkserver.preload_new_modules(self.env, job_env["paths"] if job_env else (),
+                                                work or self.waiting)
             self.forkserver.spawn(worker_id, config, theirs)
         except OSError as exc:
             theirs.close()
@@ -172,7 +195,12 @@ class WorkerPool:
             message = pickle.loads(bytes(buffer[4 : 4 + length]))
             del buffer[: 4 + length]
             if message[0] == preload.PRELOADED:
-                self.forkserver.preloaded.append(message[2])
+                report = message[2]
+                self.forkserver.preloaded.append(report)
+                # init's background preload ended before any submission: the workers
+                # can be forked now, with every library the driver had (the node does).
+                if report.get("background") and not report.get("interrupted") and not self.workers:
+                    self.background_done = True
                 continue
             conn = self.workers.get(message[1])
             if conn is None:
