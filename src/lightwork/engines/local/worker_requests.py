@@ -230,8 +230,14 @@ class WorkerRequests(_Base):
             self.gpus.release(task.task_id)
             self.scheduler.update_may_queue()  # a GPU worker may be idle now
         record.seen = seen
-        if task.cancelled:
-            if type(outcome) is list:  # it finished before the cancel reached it
+        if task.cancelled and (type(outcome) is bytes or type(outcome) is list) \
+                and not self._returns_failed(task):
+            # It caught the cancel's KeyboardInterrupt and returned anyway, or finished
+            # before the cancel reached it: its results stand, as Ray's do.
+            self.store_results(task, outcome)
+            self._end_task(task, FINISHED)
+        elif task.cancelled:
+            if type(outcome) is list:  # its returns were failed when it was cancelled
                 self.release_unread(outcome)
             elif type(outcome) is tuple and outcome[0] == "raised":
                 self.release_unread(outcome[2])
@@ -260,6 +266,12 @@ class WorkerRequests(_Base):
                 self.store_partial(task, outcome[2], outcome[1])
         else:  # a runtime bug: fail loudly (the I/O loop stops the runtime, saying why)
             raise AssertionError(f"task {task.name} ended with an unknown outcome {outcome!r}")
+
+    def _returns_failed(self, task: TaskSpec) -> bool:
+        """Whether a cancel already failed ``task``'s objects (it was queued on its
+        worker behind another call when the cancel came)."""
+        entry = self.objects.entries.get(task.return_ids[0]) if task.return_ids else None
+        return entry is not None and entry.state != PENDING
 
     def store_results(self, task: TaskSpec, results: list[Stored | bytes] | bytes) -> None:
         """Resolve a finished task's return objects (dropping those nobody holds) with
