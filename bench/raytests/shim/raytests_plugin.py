@@ -43,8 +43,12 @@ PRIVATE_FIXTURE = re.compile(r"cluster|pubsub|redis|call_ray_start|http_proxy|gc
                              r"external|monitor|autoscal|set_bad_runtime_env_cache")
 # What a test's own source mentions that is Ray's internals (its GCS, its private
 # modules, its multi-node test cluster, its core worker, which some tests mock).
-PRIVATE_SOURCE = re.compile(r"_private|_common\.|_raylet|\bgcs\b|GCS|global_worker|"
-                            r"cluster_utils|\bCluster\(|internal_kv|_system_config|core_worker")
+# Matched as whole names or attributes, so a test's own names that merely contain one
+# (``test_private_actor``, ``my_raylet``) do not count.
+PRIVATE_SOURCE = re.compile(r"\._(?:private|raylet|common)\b|\bgcs\b|GCS|\bglobal_worker\b|"
+                            r"\bcluster_utils\b|\bCluster\(|\binternal_kv\b|"
+                            r"\b_system_config\b|\bgenerate_system_config_map\b|"
+                            r"\bcore_worker\b")
 # Ray's private modules, for names a test file imports from them at its top.
 PRIVATE_MODULE = re.compile(r"^ray\._(private|raylet|common)")
 
@@ -131,39 +135,75 @@ def _write(record: dict[str, Any]) -> None:
         log.write(json.dumps(record) + "\n")
 
 
-_imported_privately: dict[str, set[str]] = {}
+class _TestFile:
+    """What the rule reads from a test file once: the names it imports at its top from
+    Ray's private modules, or from Ray's test helpers that the harness does not give
+    (``raytests_support`` lacks them: they read Ray's internals), and the source of each
+    function and class defined at its top level (the file's own helpers)."""
 
-
-def _private_imports(path: str) -> set[str]:
-    """Names a test file imports at its top from Ray's private modules (not its test
-    helpers, which the harness gives): a test that uses one uses Ray's internals."""
-    if path not in _imported_privately:
-        names: set[str] = set()
+    def __init__(self, path: str) -> None:
         try:
-            tree = ast.parse(open(path, encoding="utf-8").read())
+            text = open(path, encoding="utf-8").read()
+            tree = ast.parse(text)
         except (OSError, SyntaxError):
-            tree = ast.Module(body=[], type_ignores=[])
+            text, tree = "", ast.Module(body=[], type_ignores=[])
+        self.private_names: set[str] = set()
+        self.helpers: dict[str, str] = {}
         for node in tree.body:
-            if (isinstance(node, ast.ImportFrom) and node.module
-                    and PRIVATE_MODULE.search(node.module)
-                    and not node.module.endswith("test_utils")):
-                names.update(alias.asname or alias.name for alias in node.names)
-        _imported_privately[path] = names
-    return _imported_privately[path]
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = {alias.asname or alias.name: alias.name for alias in node.names}
+                if node.module.endswith("test_utils"):
+                    self.private_names.update(
+                        mine for mine, theirs in names.items() if theirs not in _HARNESS_HELPERS)
+                elif PRIVATE_MODULE.search(node.module):
+                    self.private_names.update(names)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
+                    not node.name.startswith("test"):
+                self.helpers[node.name] = ast.get_source_segment(text, node) or ""
+
+
+def _harness_helpers() -> set[str]:
+    """The top-level names of ``raytests_support``: the test helpers the harness gives."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "raytests_support.py")
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+    return names - {"__getattr__"}
+
+
+_HARNESS_HELPERS = _harness_helpers()
+_files: dict[str, _TestFile] = {}
 
 
 def _private_uses(item: pytest.Item) -> list[str]:
-    uses = sorted(name for name in getattr(item, "fixturenames", ())
-                  if PRIVATE_FIXTURE.search(name))
+    """What makes a test not public: a private fixture, or Ray's internals named in its
+    own source or in the source of any of its file's helpers it reaches (a helper that
+    calls another counts that one too)."""
+    uses = set(name for name in getattr(item, "fixturenames", ())
+               if PRIVATE_FIXTURE.search(name))
     function = getattr(item, "function", None)
     try:
         source = inspect.getsource(function) if function is not None else ""
     except (OSError, TypeError):
         source = ""
-    uses += sorted(set(PRIVATE_SOURCE.findall(source)))
-    words = set(re.findall(r"\w+", source))
-    uses += sorted(_private_imports(str(item.path)) & words)
-    return uses
+    path = str(item.path)
+    if path not in _files:
+        _files[path] = _TestFile(path)
+    test_file = _files[path]
+    seen: set[str] = set()
+    sources = [("", source)]
+    while sources:
+        via, text = sources.pop()
+        found = set(PRIVATE_SOURCE.findall(text))
+        words = set(re.findall(r"\w+", text))
+        found |= test_file.private_names & words
+        uses.update(f"{name} (in {via})" if via else name for name in found)
+        for helper in sorted((words & test_file.helpers.keys()) - seen):
+            seen.add(helper)
+            sources.append((helper, test_file.helpers[helper]))
+    return sorted(uses)
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,

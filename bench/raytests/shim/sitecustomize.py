@@ -12,7 +12,7 @@ pass through here.
   its API (``ray._private.test_utils``, ``ray.cluster_utils``, ...): the test helpers come
   from ``raytests_support`` (our own versions of them), the rest are empty stand-ins, so
   a test module that imports them at the top still loads and only the tests that use
-  them fail;
+  them fail; ``ray.util.annotations`` gives decorators that change nothing;
 * ``ray`` (or unset): the installed Ray, untouched, except that its two modules of test
   helpers each give the other's names too (Ray moved them between releases), so test
   files of a nearby release load.
@@ -37,7 +37,10 @@ HELPER_MODULES = ("ray._private.test_utils", "ray._common.test_utils")
 # that use them fail.
 EMPTY_MODULES = ("ray.cluster_utils", "ray.tests", "ray.tests.conftest",
                  "ray._private.ray_constants", "ray._private.utils", "ray._private.worker",
-                 "ray._common.utils")
+                 "ray._private.gcs_utils", "ray._common.utils")
+# Ray's API-stability decorators, which some test files and libraries apply at import:
+# here each gives back what it decorates.
+ANNOTATION_MODULE = "ray.util.annotations"
 # Parents that must exist for the names above to import.
 EMPTY_PACKAGES = ("ray._private", "ray._common", "ray.tests")
 
@@ -75,10 +78,29 @@ def _absent(what: str) -> type:
     return type(what.rsplit(".", 1)[-1], (), {"__init__": refuse, "__getattr__": refuse})
 
 
+class _Annotations(importlib.abc.Loader):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        def marker(*args: object, **kwargs: object) -> object:
+            # Bare (@PublicAPI) or called (@PublicAPI(stability="beta")).
+            if len(args) == 1 and callable(args[0]) and not kwargs:
+                return args[0]
+            return lambda obj: obj
+
+        for name in ("PublicAPI", "DeveloperAPI", "Deprecated", "Alpha"):
+            setattr(module, name, marker)
+        module.RayDeprecationWarning = type(  # type: ignore[attr-defined]
+            "RayDeprecationWarning", (DeprecationWarning,), {})
+
+
 class TestInfrastructureFinder(importlib.abc.MetaPathFinder):
     """Finds Ray's testing-only modules for a lightwork run (see the module docstring)."""
 
     def find_spec(self, fullname, path=None, target=None):  # type: ignore[no-untyped-def]
+        if fullname == ANNOTATION_MODULE:
+            return importlib.util.spec_from_loader(fullname, _Annotations())
         if fullname in HELPER_MODULES:
             return importlib.util.spec_from_loader(fullname, _Stand_in(helpers=True))
         if fullname in EMPTY_MODULES or fullname in EMPTY_PACKAGES:
