@@ -40,8 +40,10 @@ class Queue:
     """
 
     def __init__(self, maxsize: int = 0, actor_options: dict[str, Any] | None = None) -> None:
-        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
-            raise ValueError(f"maxsize must be an int >= 0 (0: unbounded), got {maxsize!r}")
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int):
+            raise TypeError(f"maxsize must be an int (0: unbounded), got {maxsize!r:.80}")
+        if maxsize < 0:
+            raise ValueError(f"maxsize must be >= 0 (0: unbounded), got {maxsize}")
         if actor_options is not None and not isinstance(actor_options, dict):
             raise TypeError(f"actor_options must be a dict of actor options, got {actor_options!r}")
         self.maxsize = maxsize
