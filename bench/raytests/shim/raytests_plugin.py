@@ -97,6 +97,12 @@ def ray_start_regular_shared_2_cpus(request: pytest.FixtureRequest) -> Iterator[
 
 
 @pytest.fixture
+def ray_start_1_cpu(request: pytest.FixtureRequest) -> Iterator[Any]:
+    with _ray_start(**{"num_cpus": 1, **_param(request)}) as info:
+        yield info
+
+
+@pytest.fixture
 def ray_start_2_cpus(request: pytest.FixtureRequest) -> Iterator[Any]:
     with _ray_start(**{"num_cpus": 2, **_param(request)}) as info:
         yield info
