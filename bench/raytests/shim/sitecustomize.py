@@ -15,7 +15,8 @@ pass through here.
   them fail; ``ray.util.annotations`` gives decorators that change nothing;
 * ``ray`` (or unset): the installed Ray, untouched, except that its two modules of test
   helpers each give the other's names too (Ray moved them between releases), so test
-  files of a nearby release load.
+  files of a nearby release load, and ``ray.tests`` (not in Ray's wheel) gets the same
+  empty stand-ins.
 """
 
 from __future__ import annotations
@@ -165,6 +166,29 @@ class _OtherModule(importlib.abc.Loader):
         pass
 
 
+class _MissingFromTheWheel(importlib.abc.MetaPathFinder):
+    """On Ray: ``ray.tests`` (its ``conftest.py`` and helpers) is not in Ray's wheel; a
+    test file that imports from it at its top gets the same empty stand-ins as on a
+    lightwork run, so only the tests that use them fail."""
+
+    NAMES = ("ray.tests", "ray.tests.conftest")
+
+    def find_spec(self, fullname, path=None, target=None):  # type: ignore[no-untyped-def]
+        if fullname not in self.NAMES:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            found = importlib.util.find_spec(fullname)
+        except ImportError:
+            found = None
+        finally:
+            sys.meta_path.insert(0, self)
+        if found is not None:
+            return None
+        return importlib.util.spec_from_loader(
+            fullname, _Stand_in(helpers=False), is_package=fullname in EMPTY_PACKAGES)
+
+
 def install() -> None:
     if TARGET == "lightwork":
         import lightwork
@@ -172,6 +196,7 @@ def install() -> None:
         lightwork.install_as_ray()
         sys.meta_path.insert(0, TestInfrastructureFinder())
     else:
+        sys.meta_path.insert(0, _MissingFromTheWheel())
         sys.meta_path.insert(0, _MovedRayHelpers())
 
 
@@ -179,8 +204,8 @@ def put_first() -> None:
     """Put this module's finders before any other again: pytest's assertion rewriter,
     installed after start-up, would otherwise load Ray's ``test_utils`` modules itself
     (their names look like test files to it)."""
-    ours = [f for f in sys.meta_path
-            if isinstance(f, (TestInfrastructureFinder, _MovedRayHelpers))]
+    kinds = (TestInfrastructureFinder, _MovedRayHelpers, _MissingFromTheWheel)
+    ours = [f for f in sys.meta_path if isinstance(f, kinds)]
     sys.meta_path[:] = ours + [f for f in sys.meta_path if f not in ours]
 
 
