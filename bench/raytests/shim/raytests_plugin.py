@@ -187,8 +187,8 @@ _files: dict[str, _TestFile] = {}
 
 def _private_uses(item: pytest.Item) -> list[str]:
     """What makes a test not public: a private fixture, or Ray's internals named in its
-    own source or in the source of any of its file's helpers it reaches (a helper that
-    calls another counts that one too)."""
+    own source or in the source of any of its file's helpers and fixtures it reaches (a
+    helper that calls another counts that one too)."""
     uses = set(name for name in getattr(item, "fixturenames", ())
                if PRIVATE_FIXTURE.search(name))
     function = getattr(item, "function", None)
@@ -200,8 +200,9 @@ def _private_uses(item: pytest.Item) -> list[str]:
     if path not in _files:
         _files[path] = _TestFile(path)
     test_file = _files[path]
-    seen: set[str] = set()
-    sources = [("", source)]
+    # The file's own fixtures the test takes (autouse ones too) are its code as well.
+    seen = set(getattr(item, "fixturenames", ())) & test_file.helpers.keys()
+    sources = [("", source)] + [(name, test_file.helpers[name]) for name in sorted(seen)]
     while sources:
         via, text = sources.pop()
         found = set(PRIVATE_SOURCE.findall(text))
