@@ -386,3 +386,28 @@ def test_a_cancelled_actor_call_that_returns_a_big_result_releases_it(gate_dir, 
         pooled = {s.path for s in node.store.free}
     assert segment not in node.store.live
     assert not os.path.exists(segment) or segment in pooled
+
+
+def test_a_task_interrupted_by_cancel_fails_as_a_task_error_too(gate_dir, tmp_path):
+    """As Ray's is a RayTaskError(TaskCancelledError): ``except TaskError`` catches a task
+    the cancel interrupted; a task cancelled before it ran is only a TaskCancelledError."""
+    entered = str(tmp_path / "entered")
+    running = body.remote(entered=entered, release=str(tmp_path / "never"))
+    assert wait_for_file(entered, limit=20)
+    ray.cancel(running)
+    with pytest.raises(exc.TaskError, match="TaskCancelledError: .*while it ran") as info:
+        ray.get(running, timeout=20)
+    assert isinstance(info.value, exc.TaskCancelledError)
+
+    @ray.remote
+    def never_runs(_dependency):
+        return "ran"
+
+    blocker = body.remote(release=str(tmp_path / "never-either"))
+    waiting = never_runs.remote(blocker)  # waits for its argument: not started
+    ray.cancel(waiting)
+    with pytest.raises(exc.TaskCancelledError) as info:
+        ray.get(waiting, timeout=20)
+    assert not isinstance(info.value, exc.TaskError)
+    ray.cancel(blocker)
+    _pool_still_works()

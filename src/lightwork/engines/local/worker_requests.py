@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from lightwork.kernel import exceptions
 from lightwork.engines.local import protocol as p
 from lightwork.kernel import serialization
-from lightwork.engines.local.cancel import cancelled_error
+from lightwork.engines.local.cancel import cancelled_error, interrupted_error
 from lightwork.kernel.calls import unschedulable_error
 from lightwork.kernel.collector import keep_out_of_collector
 from lightwork.kernel.events import TaskRecord
@@ -241,7 +241,8 @@ class WorkerRequests(_Base):
                 self.release_unread(outcome)
             elif type(outcome) is tuple and outcome[0] == "raised":
                 self.release_unread(outcome[2])
-            self._fail_task(task, cancelled_error(task, "before it finished"))
+            self._fail_task(task, interrupted_error(task) if outcome == "cancelled"
+                            else cancelled_error(task, "before it finished"))
         elif type(outcome) is bytes or type(outcome) is list:  # its results: the common case
             self.store_results(task, outcome)
             self._end_task(task, FINISHED)
