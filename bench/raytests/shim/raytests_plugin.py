@@ -128,6 +128,16 @@ def ray_start_object_store_memory(request: pytest.FixtureRequest) -> Iterator[An
 
 
 @pytest.fixture
+def event_loop() -> Iterator[Any]:
+    """The loop fixture older pytest-asyncio gave (some of Ray's async tests take it)."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture
 def shutdown_only() -> Iterator[None]:
     yield None
     ray.shutdown()

@@ -114,6 +114,36 @@ def client_test_enabled() -> bool:
     return False
 
 
+def wait_for_pid_to_exit(pid: int, timeout: float = 20) -> None:
+    """Wait until process ``pid`` is gone (a zombie counts as gone); RuntimeError at
+    timeout."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"process {pid} was still running after {timeout} s")
+
+
+def kill_actor_and_wait_for_failure(actor: Any, timeout: float = 10,
+                                    retry_interval_ms: float = 100) -> None:
+    """``ray.kill(actor)``, then wait until a call to it fails with the actor's death."""
+    ray.kill(actor)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=timeout)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(retry_interval_ms / 1000.0)
+    raise RuntimeError(f"{actor!r} still answered calls {timeout} s after ray.kill")
+
+
 def external_redis_test_enabled() -> bool:
     """Ray's tests skip some cases against an external Redis; the harness never uses one."""
     return False
