@@ -128,6 +128,18 @@ def ray_start_object_store_memory(request: pytest.FixtureRequest) -> Iterator[An
 
 
 @pytest.fixture
+def propagate_logs() -> Iterator[None]:
+    """Ray's loggers hand their records on to the root logger (so ``caplog`` sees them)."""
+    import logging
+
+    logger = logging.getLogger("ray")
+    before = logger.propagate
+    logger.propagate = True
+    yield None
+    logger.propagate = before
+
+
+@pytest.fixture
 def event_loop() -> Iterator[Any]:
     """The loop fixture older pytest-asyncio gave (some of Ray's async tests take it)."""
     import asyncio
