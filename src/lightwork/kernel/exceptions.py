@@ -144,6 +144,10 @@ class TaskError(LightworkError):
         return (_unpack_task_error, (
             self.function_name, self.traceback_str, _pack_cause(self.cause), self.pid, False))
 
+    def make_dual_exception_instance(self) -> TaskError:
+        """Ray's name for :meth:`as_instanceof_cause`."""
+        return self.as_instanceof_cause()
+
     def as_instanceof_cause(self) -> TaskError:
         """This error as an instance of a class deriving from the user's class too."""
         cause = self.cause
@@ -186,7 +190,9 @@ class UnserializableException(LightworkError):
         self.message = message
         self.reason = reason
         self.type_names = tuple(type_names)
-        super().__init__(f"{type_name}: {message}" if message else type_name)
+        what = f"{type_name}: {message}" if message else type_name
+        super().__init__(f"{what} (the exception isn't serializable: {reason})" if reason
+                         else what)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (UnserializableException,
