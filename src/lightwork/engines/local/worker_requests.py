@@ -29,7 +29,7 @@ from lightwork.engines.local.lineage import file_exists, keeps_lineage
 from lightwork.engines.local.objects import PENDING, READY, ObjectEntry
 from lightwork.engines.local.output import STDERR
 from lightwork.engines.local.protocol import DONE
-from lightwork.engines.local.scheduler import FINISHED, READY as TASK_READY, TaskSpec
+from lightwork.engines.local.scheduler import FINISHED, READY as TASK_READY, WAITING, TaskSpec
 from lightwork.kernel.serialization import Stored, unbare
 
 if TYPE_CHECKING:
@@ -38,6 +38,29 @@ if TYPE_CHECKING:
     _Base = NodeState
 else:
     _Base = object
+
+
+# Ray waits this long before retrying a task that raised one of its retry_exceptions.
+DEFAULT_RETRY_DELAY_MS = 1000
+
+
+def retry_delay_from_env() -> float:
+    """The wait before a retry for ``retry_exceptions``, in seconds:
+    ``LIGHTWORK_TASK_RETRY_DELAY_MS``, else Ray's ``RAY_task_retry_delay_ms``, else 1 s."""
+    import os
+
+    for variable in ("LIGHTWORK_TASK_RETRY_DELAY_MS", "RAY_task_retry_delay_ms"):
+        text = os.environ.get(variable)
+        if text:
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(f"{variable}={text!r} is not a number of milliseconds") \
+                    from None
+            if value < 0:
+                raise ValueError(f"{variable} must be >= 0 milliseconds, got {text}")
+            return value / 1000.0
+    return DEFAULT_RETRY_DELAY_MS / 1000.0
 
 
 class WorkerRequests(_Base):
@@ -254,7 +277,7 @@ class WorkerRequests(_Base):
             if self._should_retry_error(task, outcome[1]):
                 record.retries += ((record.seen, "exception"),)
                 task.attempt += 1
-                self._requeue(task)
+                self._requeue_after_delay(task)
             else:
                 self._fail_task(task, outcome[1])
         elif outcome[0] == "raised":  # a generator raised before it filled its returns
@@ -262,7 +285,7 @@ class WorkerRequests(_Base):
                 self.release_unread(outcome[2])  # a retry's items are all the retry's
                 record.retries += ((record.seen, "exception"),)
                 task.attempt += 1
-                self._requeue(task)
+                self._requeue_after_delay(task)
             else:
                 self.store_partial(task, outcome[2], outcome[1])
         else:  # a runtime bug: fail loudly (the I/O loop stops the runtime, saying why)
@@ -381,6 +404,22 @@ class WorkerRequests(_Base):
             # It could not travel as itself: match its class hierarchy by name.
             return cause.is_instance_of_any(tuple(retry))
         return isinstance(cause, tuple(retry))
+
+    def _requeue_after_delay(self, task: TaskSpec) -> None:
+        """Retry ``task`` for one of its ``retry_exceptions`` after ``retry_delay_s``, as
+        Ray waits between retries: what failed (a service, a file) gets time to recover.
+        The task waits meanwhile, so a ``cancel()`` then fails it at once."""
+        delay = self.retry_delay_s
+        if delay <= 0:
+            self._requeue(task)
+            return
+        task.state = WAITING
+
+        def retry() -> None:
+            if task.task_id in self.tasks and not task.cancelled:
+                self._requeue(task)
+
+        self.io.add_timer(delay, retry)
 
     def _requeue(self, task: TaskSpec) -> None:
         task.record.dispatched = 0.0
