@@ -739,3 +739,24 @@ def test_a_task_error_built_by_hand_pickles_as_both_of_its_types():
     assert isinstance(back, exc.RayTaskError) and isinstance(back, TwoFields)
     assert (back.first, back.second) == ("a", 2)
     assert "load" in str(back)
+
+
+class Sealed(Exception):
+    def __init_subclass__(cls, **kwargs):
+        raise TypeError("Sealed cannot be subclassed")
+
+
+@ray.remote
+def raise_sealed():
+    raise Sealed("from the task")
+
+
+def test_an_exception_class_that_cannot_be_subclassed_comes_back_as_the_task_error(caplog):
+    """The error cannot also be a ``Sealed``: it is the TaskError, with the exception as its
+    cause, and a warning says why ``except Sealed`` does not catch it."""
+    with caplog.at_level("WARNING", logger="lightwork.exceptions"):
+        with pytest.raises(exc.TaskError) as info:
+            ray.get(raise_sealed.remote(), timeout=30)
+    assert not isinstance(info.value, Sealed)
+    assert isinstance(info.value.cause, Sealed) and str(info.value.cause) == "from the task"
+    assert "Sealed cannot be subclassed" in caplog.text and ".cause" in caplog.text
