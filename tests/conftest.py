@@ -60,6 +60,9 @@ os.environ.setdefault("LIGHTWORK_MEMORY_MONITOR_REFRESH_MS", "0")
 # them in its fork server first (0.7 s an init against 0.3 s). Off here (subprocess
 # drivers inherit it); test_preload.py turns it on where it is the subject.
 os.environ.setdefault("LIGHTWORK_PRELOAD", "0")
+# Retries for retry_exceptions wait 1 s by default, as Ray's do; the suite tests which
+# errors are retried, not the pacing (test_retry_delay.py tests that), so it retries at once.
+os.environ.setdefault("LIGHTWORK_TASK_RETRY_DELAY_MS", "0")
 
 # Functions defined in test modules are shipped to workers by value, so no test depends
 # on workers being able to import tests/ (that contract has its own test with a module

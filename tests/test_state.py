@@ -117,6 +117,24 @@ def test_filters_limits_and_bad_filters(runtime):
         state.list_tasks(limit=0)
 
 
+def test_rays_func_or_class_name_key_filters_tasks_and_actor_calls(runtime):
+    @lightwork.remote
+    class Counter:
+        def bump(self):
+            return 1
+
+    @lightwork.remote
+    def lone():
+        return 0
+
+    counter = Counter.remote()
+    lightwork.get([counter.bump.remote(), lone.remote()])
+    calls = state.list_tasks(filters=[("func_or_class_name", "=", "Counter.bump")])
+    assert [r["func_or_class_name"].split(".<locals>.")[-1] for r in calls] == ["Counter.bump"]
+    assert [r["type"] for r in state.list_tasks(func_or_class_name="lone")] == ["NORMAL_TASK"]
+    assert not state.list_tasks(func_or_class_name="Counter.nothing")
+
+
 def test_actors_and_workers(runtime):
     @lightwork.remote
     class Keeper:

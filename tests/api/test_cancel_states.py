@@ -242,23 +242,52 @@ def returns_big_even_when_cancelled(entered: str, release: str):
     return b"x" * (4 << 20)
 
 
-def test_a_cancelled_task_that_still_returns_a_big_result(gate_dir, tmp_path):
-    """The task ignores the cancel and returns a value too big to send inline: get
-    raises TaskCancelledError (every time: the task is gone, not stuck PENDING) and the
-    result's segment is released."""
+def test_a_cancelled_task_that_catches_the_interrupt_and_returns_keeps_its_result(
+        gate_dir, tmp_path):
+    """The task catches the cancel's KeyboardInterrupt and returns a value too big to
+    send inline: as in Ray, that value is the result (every get gives it: the task has
+    ended, not stuck PENDING), and dropping the ref frees its segment."""
     entered = str(tmp_path / "entered")
     ref = returns_big_even_when_cancelled.remote(entered, str(tmp_path / "never"))
     assert wait_for_file(entered, limit=20)
     node = _node()
     segment = f"{node.session.shm_dir}/{ref.id:x}"  # where the worker writes the result
     ray.cancel(ref)
-    _expect_cancelled(ref)
-    _expect_cancelled(ref)  # a second get does not hang
+    assert ray.get(ref, timeout=20) == b"x" * (4 << 20)
+    assert len(ray.get(ref, timeout=20)) == 4 << 20
     assert _task_of(ref) is None
-    with node.lock:
-        pooled = {s.path for s in node.store.free}
-    assert segment not in node.store.live
-    assert not os.path.exists(segment) or segment in pooled  # unlinked, or recycled
+    del ref
+    wait_until(lambda: segment not in node.store.live, timeout=20,
+               message="the dropped result's segment to be released")
+    _pool_still_works()
+
+
+@ray.remote
+def reports_cancel(entered: str, release: str) -> str:
+    open(entered, "w").close()
+    try:
+        wait_for_file(release, limit=30)
+    except KeyboardInterrupt:
+        return f"interrupted, is_canceled={ray.get_runtime_context().is_canceled()}"
+    return "not interrupted"
+
+
+def test_a_task_that_catches_the_cancel_sees_is_canceled_and_its_return_is_the_result(
+        gate_dir, tmp_path):
+    entered = str(tmp_path / "entered")
+    ref = reports_cancel.remote(entered, str(tmp_path / "never"))
+    assert wait_for_file(entered, limit=20)
+    ray.cancel(ref)
+    assert ray.get(ref, timeout=20) == "interrupted, is_canceled=True"
+    _pool_still_works()
+
+
+def test_a_task_that_lets_the_cancel_through_is_still_cancelled(gate_dir, tmp_path):
+    entered = str(tmp_path / "entered")
+    ref = body.remote(entered=entered, release=str(tmp_path / "never"))
+    assert wait_for_file(entered, limit=20)
+    ray.cancel(ref)
+    _expect_cancelled(ref)
     _pool_still_works()
 
 
@@ -357,3 +386,28 @@ def test_a_cancelled_actor_call_that_returns_a_big_result_releases_it(gate_dir, 
         pooled = {s.path for s in node.store.free}
     assert segment not in node.store.live
     assert not os.path.exists(segment) or segment in pooled
+
+
+def test_a_task_interrupted_by_cancel_fails_as_a_task_error_too(gate_dir, tmp_path):
+    """As Ray's is a RayTaskError(TaskCancelledError): ``except TaskError`` catches a task
+    the cancel interrupted; a task cancelled before it ran is only a TaskCancelledError."""
+    entered = str(tmp_path / "entered")
+    running = body.remote(entered=entered, release=str(tmp_path / "never"))
+    assert wait_for_file(entered, limit=20)
+    ray.cancel(running)
+    with pytest.raises(exc.TaskError, match="TaskCancelledError: .*while it ran") as info:
+        ray.get(running, timeout=20)
+    assert isinstance(info.value, exc.TaskCancelledError)
+
+    @ray.remote
+    def never_runs(_dependency):
+        return "ran"
+
+    blocker = body.remote(release=str(tmp_path / "never-either"))
+    waiting = never_runs.remote(blocker)  # waits for its argument: not started
+    ray.cancel(waiting)
+    with pytest.raises(exc.TaskCancelledError) as info:
+        ray.get(waiting, timeout=20)
+    assert not isinstance(info.value, exc.TaskError)
+    ray.cancel(blocker)
+    _pool_still_works()

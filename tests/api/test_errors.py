@@ -589,6 +589,8 @@ class TestExceptionsThatCannotBeRebuiltSimply:
         message = str(error)
         assert "HoldsLock: lock-holding failure" in message
         assert "UnserializableException" in message  # says how to catch it
+        # The stand-in's own message says why the original did not travel, as Ray's does.
+        assert "isn't serializable" in str(error.cause) and "lock" in str(error.cause)
         _assert_user_traceback(error, "raise_holds_lock")
 
     @pytest.mark.lightwork_only
@@ -718,3 +720,43 @@ class TestExceptionsThatCannotBeRebuiltSimply:
         with pytest.raises(ZeroDivisionError) as info:
             loaded()()
         assert str(info.traceback[-1].path) == __file__
+
+
+class TwoFields(Exception):
+    def __init__(self, first, second):
+        super().__init__(first, second)
+        self.first, self.second = first, second
+
+
+def test_a_task_error_built_by_hand_pickles_as_both_of_its_types():
+    """Ray's ``RayTaskError(function_name=, traceback_str=, cause=)`` and its
+    ``make_dual_exception_instance()``: the dual error survives pickling with the cause's
+    fields, so it can be sent on."""
+    error = exc.RayTaskError(function_name="load", traceback_str="Traceback: ...",
+                             cause=TwoFields("a", 2))
+    dual = error.make_dual_exception_instance()
+    back = cloudpickle.loads(cloudpickle.dumps(dual))
+    assert isinstance(back, exc.RayTaskError) and isinstance(back, TwoFields)
+    assert (back.first, back.second) == ("a", 2)
+    assert "load" in str(back)
+
+
+class Sealed(Exception):
+    def __init_subclass__(cls, **kwargs):
+        raise TypeError("Sealed cannot be subclassed")
+
+
+@ray.remote
+def raise_sealed():
+    raise Sealed("from the task")
+
+
+def test_an_exception_class_that_cannot_be_subclassed_comes_back_as_the_task_error(caplog):
+    """The error cannot also be a ``Sealed``: it is the TaskError, with the exception as its
+    cause, and a warning says why ``except Sealed`` does not catch it."""
+    with caplog.at_level("WARNING", logger="lightwork.exceptions"):
+        with pytest.raises(exc.TaskError) as info:
+            ray.get(raise_sealed.remote(), timeout=30)
+    assert not isinstance(info.value, Sealed)
+    assert isinstance(info.value.cause, Sealed) and str(info.value.cause) == "from the task"
+    assert "Sealed cannot be subclassed" in caplog.text and ".cause" in caplog.text

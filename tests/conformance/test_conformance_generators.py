@@ -139,3 +139,35 @@ def test_a_static_generator_is_retried_as_a_whole(backend, tmp_path):
     retried = flaky_items.options(num_returns=3, retry_exceptions=True)
     assert lightwork.get(retried.remote(path, 3), timeout=60) == [0, 1, 2]
     assert len(attempts(path)) == 2
+
+
+@lightwork.remote
+class Rendezvous:
+    """Its one async method is an async generator: that alone makes it an async actor,
+    whose calls run at once on its event loop."""
+
+    def __init__(self):
+        import asyncio
+
+        self.arrived = 0
+        self.all_here = asyncio.Event()
+
+    async def meet(self, expected):
+        import asyncio
+
+        self.arrived += 1
+        if self.arrived == expected:
+            self.all_here.set()
+        # Calls run one after another would leave the first waiting here alone.
+        await asyncio.wait_for(self.all_here.wait(), timeout=20)
+        for index in range(2):
+            yield index
+
+
+@gap("distributed", "an actor's async generator methods do not stream on distributed: "
+     "its calls end with no items")
+def test_async_generator_calls_of_one_actor_run_concurrently(backend):
+    actor = Rendezvous.remote()
+    streams = [actor.meet.remote(3) for _ in range(3)]
+    assert [[lightwork.get(ref, timeout=30) for ref in stream] for stream in streams] == \
+        [[0, 1]] * 3

@@ -55,6 +55,21 @@ def test_batches_are_all_or_nothing(runtime):
     assert q.get_nowait_batch(0) == []
 
 
+def test_a_batch_size_that_is_no_count_is_a_type_error(runtime):
+    q = Queue()
+    q.put_nowait_batch(["x", "y"])
+    for wrong in ("2", 2.0, None):
+        with pytest.raises(TypeError, match="num_items must be an int"):
+            q.get_nowait_batch(wrong)
+    with pytest.raises(ValueError, match=">= 0"):
+        q.get_nowait_batch(-1)
+    assert q.get_nowait_batch(2) == ["x", "y"]  # the refused calls took nothing
+    with pytest.raises(TypeError, match="maxsize must be an int"):
+        Queue(maxsize="10")
+    with pytest.raises(ValueError, match="maxsize must be >= 0"):
+        Queue(maxsize=-1)
+
+
 def test_a_blocked_get_wakes_on_a_put_from_a_task(runtime):
     q = Queue()
 

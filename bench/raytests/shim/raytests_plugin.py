@@ -43,8 +43,14 @@ PRIVATE_FIXTURE = re.compile(r"cluster|pubsub|redis|call_ray_start|http_proxy|gc
                              r"external|monitor|autoscal|set_bad_runtime_env_cache")
 # What a test's own source mentions that is Ray's internals (its GCS, its private
 # modules, its multi-node test cluster, its core worker, which some tests mock).
-PRIVATE_SOURCE = re.compile(r"_private|_common\.|_raylet|\bgcs\b|GCS|global_worker|"
-                            r"cluster_utils|\bCluster\(|internal_kv|_system_config|core_worker")
+# Matched as whole names or attributes, so a test's own names that merely contain one
+# (``test_private_actor``, ``my_raylet``) do not count. A private attribute of anything
+# but ``self``, ``os`` and ``sys`` (``pool._idle_actors``, ``ref._on_completed``) is
+# Ray's internals too; the test's own classes keep theirs on ``self``.
+PRIVATE_SOURCE = re.compile(r"(?<!self)(?<!\bos)(?<!\bsys)\._(?!_)\w+|\bgcs\b|GCS|"
+                            r"\bglobal_worker\b|\bcluster_utils\b|\bCluster\(|\binternal_kv\b|"
+                            r"\b_system_config\b|\bgenerate_system_config_map\b|"
+                            r"\bcore_worker\b")
 # Ray's private modules, for names a test file imports from them at its top.
 PRIVATE_MODULE = re.compile(r"^ray\._(private|raylet|common)")
 
@@ -91,6 +97,12 @@ def ray_start_regular_shared_2_cpus(request: pytest.FixtureRequest) -> Iterator[
 
 
 @pytest.fixture
+def ray_start_1_cpu(request: pytest.FixtureRequest) -> Iterator[Any]:
+    with _ray_start(**{"num_cpus": 1, **_param(request)}) as info:
+        yield info
+
+
+@pytest.fixture
 def ray_start_2_cpus(request: pytest.FixtureRequest) -> Iterator[Any]:
     with _ray_start(**{"num_cpus": 2, **_param(request)}) as info:
         yield info
@@ -116,6 +128,28 @@ def ray_start_object_store_memory(request: pytest.FixtureRequest) -> Iterator[An
 
 
 @pytest.fixture
+def propagate_logs() -> Iterator[None]:
+    """Ray's loggers hand their records on to the root logger (so ``caplog`` sees them)."""
+    import logging
+
+    logger = logging.getLogger("ray")
+    before = logger.propagate
+    logger.propagate = True
+    yield None
+    logger.propagate = before
+
+
+@pytest.fixture
+def event_loop() -> Iterator[Any]:
+    """The loop fixture older pytest-asyncio gave (some of Ray's async tests take it)."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture
 def shutdown_only() -> Iterator[None]:
     yield None
     ray.shutdown()
@@ -131,39 +165,76 @@ def _write(record: dict[str, Any]) -> None:
         log.write(json.dumps(record) + "\n")
 
 
-_imported_privately: dict[str, set[str]] = {}
+class _TestFile:
+    """What the rule reads from a test file once: the names it imports at its top from
+    Ray's private modules, or from Ray's test helpers that the harness does not give
+    (``raytests_support`` lacks them: they read Ray's internals), and the source of each
+    function and class defined at its top level (the file's own helpers)."""
 
-
-def _private_imports(path: str) -> set[str]:
-    """Names a test file imports at its top from Ray's private modules (not its test
-    helpers, which the harness gives): a test that uses one uses Ray's internals."""
-    if path not in _imported_privately:
-        names: set[str] = set()
+    def __init__(self, path: str) -> None:
         try:
-            tree = ast.parse(open(path, encoding="utf-8").read())
+            text = open(path, encoding="utf-8").read()
+            tree = ast.parse(text)
         except (OSError, SyntaxError):
-            tree = ast.Module(body=[], type_ignores=[])
+            text, tree = "", ast.Module(body=[], type_ignores=[])
+        self.private_names: set[str] = set()
+        self.helpers: dict[str, str] = {}
         for node in tree.body:
-            if (isinstance(node, ast.ImportFrom) and node.module
-                    and PRIVATE_MODULE.search(node.module)
-                    and not node.module.endswith("test_utils")):
-                names.update(alias.asname or alias.name for alias in node.names)
-        _imported_privately[path] = names
-    return _imported_privately[path]
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = {alias.asname or alias.name: alias.name for alias in node.names}
+                if node.module.endswith("test_utils"):
+                    self.private_names.update(
+                        mine for mine, theirs in names.items() if theirs not in _HARNESS_HELPERS)
+                elif PRIVATE_MODULE.search(node.module):
+                    self.private_names.update(names)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
+                    not node.name.startswith("test"):
+                self.helpers[node.name] = ast.get_source_segment(text, node) or ""
+
+
+def _harness_helpers() -> set[str]:
+    """The top-level names of ``raytests_support``: the test helpers the harness gives."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "raytests_support.py")
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+    return names - {"__getattr__"}
+
+
+_HARNESS_HELPERS = _harness_helpers()
+_files: dict[str, _TestFile] = {}
 
 
 def _private_uses(item: pytest.Item) -> list[str]:
-    uses = sorted(name for name in getattr(item, "fixturenames", ())
-                  if PRIVATE_FIXTURE.search(name))
+    """What makes a test not public: a private fixture, or Ray's internals named in its
+    own source or in the source of any of its file's helpers and fixtures it reaches (a
+    helper that calls another counts that one too)."""
+    uses = set(name for name in getattr(item, "fixturenames", ())
+               if PRIVATE_FIXTURE.search(name))
     function = getattr(item, "function", None)
     try:
         source = inspect.getsource(function) if function is not None else ""
     except (OSError, TypeError):
         source = ""
-    uses += sorted(set(PRIVATE_SOURCE.findall(source)))
-    words = set(re.findall(r"\w+", source))
-    uses += sorted(_private_imports(str(item.path)) & words)
-    return uses
+    path = str(item.path)
+    if path not in _files:
+        _files[path] = _TestFile(path)
+    test_file = _files[path]
+    # The file's own fixtures the test takes (autouse ones too) are its code as well.
+    seen = set(getattr(item, "fixturenames", ())) & test_file.helpers.keys()
+    sources = [("", source)] + [(name, test_file.helpers[name]) for name in sorted(seen)]
+    while sources:
+        via, text = sources.pop()
+        found = set(PRIVATE_SOURCE.findall(text))
+        words = set(re.findall(r"\w+", text))
+        found |= test_file.private_names & words
+        uses.update(f"{name} (in {via})" if via else name for name in found)
+        for helper in sorted((words & test_file.helpers.keys()) - seen):
+            seen.add(helper)
+            sources.append((helper, test_file.helpers[helper]))
+    return sorted(uses)
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,

@@ -12,10 +12,11 @@ pass through here.
   its API (``ray._private.test_utils``, ``ray.cluster_utils``, ...): the test helpers come
   from ``raytests_support`` (our own versions of them), the rest are empty stand-ins, so
   a test module that imports them at the top still loads and only the tests that use
-  them fail;
+  them fail; ``ray.util.annotations`` gives decorators that change nothing;
 * ``ray`` (or unset): the installed Ray, untouched, except that its two modules of test
   helpers each give the other's names too (Ray moved them between releases), so test
-  files of a nearby release load.
+  files of a nearby release load, and ``ray.tests`` (not in Ray's wheel) gets the same
+  empty stand-ins.
 """
 
 from __future__ import annotations
@@ -37,9 +38,13 @@ HELPER_MODULES = ("ray._private.test_utils", "ray._common.test_utils")
 # that use them fail.
 EMPTY_MODULES = ("ray.cluster_utils", "ray.tests", "ray.tests.conftest",
                  "ray._private.ray_constants", "ray._private.utils", "ray._private.worker",
-                 "ray._common.utils")
+                 "ray._private.gcs_utils", "ray._private.client_mode_hook",
+                 "ray.util.client.ray_client_helpers", "ray._common.utils")
+# Ray's API-stability decorators, which some test files and libraries apply at import:
+# here each gives back what it decorates.
+ANNOTATION_MODULE = "ray.util.annotations"
 # Parents that must exist for the names above to import.
-EMPTY_PACKAGES = ("ray._private", "ray._common", "ray.tests")
+EMPTY_PACKAGES = ("ray._private", "ray._common", "ray.tests", "ray.util.client")
 
 
 class _Stand_in(importlib.abc.Loader):
@@ -75,10 +80,29 @@ def _absent(what: str) -> type:
     return type(what.rsplit(".", 1)[-1], (), {"__init__": refuse, "__getattr__": refuse})
 
 
+class _Annotations(importlib.abc.Loader):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        def marker(*args: object, **kwargs: object) -> object:
+            # Bare (@PublicAPI) or called (@PublicAPI(stability="beta")).
+            if len(args) == 1 and callable(args[0]) and not kwargs:
+                return args[0]
+            return lambda obj: obj
+
+        for name in ("PublicAPI", "DeveloperAPI", "Deprecated", "Alpha"):
+            setattr(module, name, marker)
+        module.RayDeprecationWarning = type(  # type: ignore[attr-defined]
+            "RayDeprecationWarning", (DeprecationWarning,), {})
+
+
 class TestInfrastructureFinder(importlib.abc.MetaPathFinder):
     """Finds Ray's testing-only modules for a lightwork run (see the module docstring)."""
 
     def find_spec(self, fullname, path=None, target=None):  # type: ignore[no-untyped-def]
+        if fullname == ANNOTATION_MODULE:
+            return importlib.util.spec_from_loader(fullname, _Annotations())
         if fullname in HELPER_MODULES:
             return importlib.util.spec_from_loader(fullname, _Stand_in(helpers=True))
         if fullname in EMPTY_MODULES or fullname in EMPTY_PACKAGES:
@@ -142,6 +166,29 @@ class _OtherModule(importlib.abc.Loader):
         pass
 
 
+class _MissingFromTheWheel(importlib.abc.MetaPathFinder):
+    """On Ray: ``ray.tests`` (its ``conftest.py`` and helpers) is not in Ray's wheel; a
+    test file that imports from it at its top gets the same empty stand-ins as on a
+    lightwork run, so only the tests that use them fail."""
+
+    NAMES = ("ray.tests", "ray.tests.conftest")
+
+    def find_spec(self, fullname, path=None, target=None):  # type: ignore[no-untyped-def]
+        if fullname not in self.NAMES:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            found = importlib.util.find_spec(fullname)
+        except ImportError:
+            found = None
+        finally:
+            sys.meta_path.insert(0, self)
+        if found is not None:
+            return None
+        return importlib.util.spec_from_loader(
+            fullname, _Stand_in(helpers=False), is_package=fullname in EMPTY_PACKAGES)
+
+
 def install() -> None:
     if TARGET == "lightwork":
         import lightwork
@@ -149,6 +196,7 @@ def install() -> None:
         lightwork.install_as_ray()
         sys.meta_path.insert(0, TestInfrastructureFinder())
     else:
+        sys.meta_path.insert(0, _MissingFromTheWheel())
         sys.meta_path.insert(0, _MovedRayHelpers())
 
 
@@ -156,8 +204,8 @@ def put_first() -> None:
     """Put this module's finders before any other again: pytest's assertion rewriter,
     installed after start-up, would otherwise load Ray's ``test_utils`` modules itself
     (their names look like test files to it)."""
-    ours = [f for f in sys.meta_path
-            if isinstance(f, (TestInfrastructureFinder, _MovedRayHelpers))]
+    kinds = (TestInfrastructureFinder, _MovedRayHelpers, _MissingFromTheWheel)
+    ours = [f for f in sys.meta_path if isinstance(f, kinds)]
     sys.meta_path[:] = ours + [f for f in sys.meta_path if f not in ours]
 
 

@@ -273,11 +273,14 @@ def _check_actor_options(options: dict[str, Any], what: str) -> dict[str, Any]:
 
 
 def _async_methods(cls: type) -> frozenset[str]:
-    """Names of the coroutine methods (an actor with any is an async actor)."""
+    """Names of the coroutine and async generator methods (an actor with any is an
+    async actor)."""
     import inspect
 
+    from lightwork.kernel.calls import is_async_method
+
     return frozenset(name for name, member in inspect.getmembers(cls, callable)
-                     if inspect.iscoroutinefunction(member))
+                     if is_async_method(member))
 
 
 def _create(actor_class: ActorClass, args: tuple, kwargs: dict, options: dict[str, Any]) -> ActorHandle:

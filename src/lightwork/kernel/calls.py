@@ -41,6 +41,14 @@ _SCALARS = frozenset((int, float, str, bytes, bool, type(None)))
 EMPTY_ARGS = serialization.serialize(((), {}), None)
 
 
+def is_async_method(member: Any) -> bool:
+    """A coroutine or an async generator function: a class with one is an async actor
+    (its methods all run on one event loop, concurrently), as in Ray."""
+    import inspect
+
+    return inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member)
+
+
 class ArgSlot:
     """Placeholder for a top-level ObjectRef argument, filled with its value on the worker."""
 

@@ -144,6 +144,10 @@ class TaskError(LightworkError):
         return (_unpack_task_error, (
             self.function_name, self.traceback_str, _pack_cause(self.cause), self.pid, False))
 
+    def make_dual_exception_instance(self) -> TaskError:
+        """Ray's name for :meth:`as_instanceof_cause`."""
+        return self.as_instanceof_cause()
+
     def as_instanceof_cause(self) -> TaskError:
         """This error as an instance of a class deriving from the user's class too."""
         cause = self.cause
@@ -161,6 +165,7 @@ class TaskError(LightworkError):
             derived = _dual_class(cause_cls)
             err = derived.__new__(derived)
         except TypeError:  # a class we cannot subclass (final, odd metaclass, layout)
+            _warn_not_dual(cause_cls)
             return self
         err.__dict__.update(getattr(cause, "__dict__", {}))  # e.g. OSError's errno
         TaskError.__init__(err, self.function_name, self.traceback_str, self.cause, self.pid)
@@ -186,7 +191,9 @@ class UnserializableException(LightworkError):
         self.message = message
         self.reason = reason
         self.type_names = tuple(type_names)
-        super().__init__(f"{type_name}: {message}" if message else type_name)
+        what = f"{type_name}: {message}" if message else type_name
+        super().__init__(f"{what} (the exception isn't serializable: {reason})" if reason
+                         else what)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (UnserializableException,
@@ -272,6 +279,21 @@ def _restore_cause(cls: type, args: tuple, state: dict[str, Any]) -> BaseExcepti
 
 
 _DUAL_CLASSES: dict[type, type[TaskError]] = {}
+_WARNED_NOT_DUAL: set[type] = set()
+
+
+def _warn_not_dual(cause_cls: type) -> None:
+    """Say once per class why ``except`` of the user's class does not catch its errors."""
+    if cause_cls in _WARNED_NOT_DUAL:
+        return
+    _WARNED_NOT_DUAL.add(cause_cls)
+    import logging
+
+    name = cause_cls.__qualname__
+    logging.getLogger("lightwork.exceptions").warning(
+        "%s cannot be subclassed, so a task that raises it fails with a TaskError that is "
+        "not also a %s: catch TaskError (RayTaskError) and read the %s from its .cause",
+        name, name, name)
 
 
 def _dual_class(cause_cls: type) -> type[TaskError]:

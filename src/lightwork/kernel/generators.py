@@ -41,6 +41,41 @@ DYNAMIC_METHOD = "dynamic:"
 STATIC_METHOD = "static:"
 
 
+# The most items one streaming generator call may yield (Ray's default, and its
+# variable); read once a process, so set it before the runtime starts its workers.
+DEFAULT_MAX_STREAM_ITEMS = 100_000_000
+_max_stream_items: int | None = None
+
+
+def max_stream_items() -> int:
+    """The limit on a streaming generator's items: ``LIGHTWORK_MAX_GENERATOR_RETURNS``,
+    else Ray's ``RAY_max_num_generator_returns``, else 100 million."""
+    global _max_stream_items
+    if _max_stream_items is None:
+        import os
+
+        limit = DEFAULT_MAX_STREAM_ITEMS
+        for variable in ("LIGHTWORK_MAX_GENERATOR_RETURNS", "RAY_max_num_generator_returns"):
+            text = os.environ.get(variable)
+            if text:
+                try:
+                    limit = int(text)
+                except ValueError:
+                    raise ValueError(f"{variable}={text!r} is not a whole number of items") \
+                        from None
+                break
+        _max_stream_items = limit
+    return _max_stream_items
+
+
+def too_many_items_error(name: str, limit: int) -> ValueError:
+    return ValueError(
+        f"generator task {name} yielded more than {limit} items, the limit on one "
+        f"streaming generator (RAY_max_num_generator_returns or "
+        f"LIGHTWORK_MAX_GENERATOR_RETURNS in the environment that starts the runtime); "
+        f"raise the limit, or yield fewer, larger items")
+
+
 class GeneratorRaised(Exception):
     """A generator task's generator raised (``error``) before it filled its returns.
 

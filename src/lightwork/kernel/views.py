@@ -53,7 +53,8 @@ ENDED_STATES = ("FINISHED", "FAILED")
 LIVE_STATES = ("PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "SUBMITTED_TO_WORKER",
                "RUNNING", "RUNNING_IN_RAY_GET", "RUNNING_IN_RAY_WAIT")
 
-TASK_KEYS = ("task_id", "name", "type", "state", "actor_id", "attempt", "worker_id", "pid",
+TASK_KEYS = ("task_id", "name", "func_or_class_name", "type", "state", "actor_id", "attempt",
+             "worker_id", "pid",
              "owner", "submitted_at", "queued_s", "run_s", "arg_size", "result_size",
              "rss_peak", "rss_change", "retries", "error", "is_debugger_paused")
 ACTOR_KEYS = ("actor_id", "class_name", "name", "namespace", "state", "pid", "worker_id",
@@ -188,6 +189,8 @@ def _task_row(node: Run, r: dict[str, Any], state: str, actor_id: int | None, pi
     return {
         "task_id": r["task_id"],
         "name": name,
+        # Ray's key for the function (or Class.method) a task runs: here its name.
+        "func_or_class_name": name,
         "type": "ACTOR_TASK" if is_actor else "NORMAL_TASK",
         "state": state,
         "actor_id": _hex(actor_id) if actor_id else None,

@@ -40,8 +40,10 @@ class Queue:
     """
 
     def __init__(self, maxsize: int = 0, actor_options: dict[str, Any] | None = None) -> None:
-        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
-            raise ValueError(f"maxsize must be an int >= 0 (0: unbounded), got {maxsize!r}")
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int):
+            raise TypeError(f"maxsize must be an int (0: unbounded), got {maxsize!r:.80}")
+        if maxsize < 0:
+            raise ValueError(f"maxsize must be >= 0 (0: unbounded), got {maxsize}")
         if actor_options is not None and not isinstance(actor_options, dict):
             raise TypeError(f"actor_options must be a dict of actor options, got {actor_options!r}")
         self.maxsize = maxsize
@@ -107,8 +109,11 @@ class Queue:
     def get_nowait_batch(self, num_items: int) -> list[Any]:
         """Remove and return the ``num_items`` oldest items, or none (:class:`Empty`) if
         fewer are there."""
-        if isinstance(num_items, bool) or not isinstance(num_items, int) or num_items < 0:
-            raise ValueError(f"num_items must be an int >= 0, got {num_items!r}")
+        if isinstance(num_items, bool) or not isinstance(num_items, int):
+            raise TypeError(f"num_items must be an int (how many items to take), "
+                            f"got {num_items!r:.80}")
+        if num_items < 0:
+            raise ValueError(f"num_items must be >= 0, got {num_items}")
         return _raise_plain(lambda: api.get(self._actor().get_nowait_batch.remote(num_items)))
 
     def shutdown(self, force: bool = False, grace_period_s: int = 5) -> None:

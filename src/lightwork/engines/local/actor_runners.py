@@ -36,9 +36,9 @@ COROUTINE_FRAME: contextvars.ContextVar[tuple[Any, ...] | None] = contextvars.Co
 
 
 def is_async_class(cls: type) -> bool:
-    return any(
-        inspect.iscoroutinefunction(member) for _, member in inspect.getmembers(cls, callable)
-    )
+    from lightwork.kernel.calls import is_async_method
+
+    return any(is_async_method(member) for _, member in inspect.getmembers(cls, callable))
 
 
 def leave_sigint_to_the_main_thread() -> None:

@@ -26,6 +26,15 @@ def cancelled_error(task: TaskSpec, when: str) -> exceptions.TaskCancelledError:
     return exceptions.TaskCancelledError(f"task {task.name} was cancelled with cancel() {when}")
 
 
+def interrupted_error(task: TaskSpec) -> exceptions.TaskError:
+    """A running task the cancel interrupted: as in Ray, its ``get`` raises an error that
+    is the task's error and a TaskCancelledError both (``except TaskError`` catches it,
+    as ``except RayTaskError`` does in Ray); one cancelled before it started is only a
+    TaskCancelledError."""
+    cause = cancelled_error(task, "while it ran")
+    return exceptions.TaskError(task.name, f"TaskCancelledError: {cause}\n", cause)
+
+
 class Cancellation(_Base):
     """The node's cancel operations."""
 

@@ -84,6 +84,7 @@ from lightwork.engines.local.gpus import GpuIds
 from lightwork.engines.local.io_loop import IOLoop
 from lightwork.engines.local.lineage import Lineage
 from lightwork.engines.local.memory_monitor import MemoryMonitor
+from lightwork.engines.local.worker_requests import retry_delay_from_env
 from lightwork.engines.local.node_lock import NodeLock
 from lightwork.engines.local.output import DriverOutput
 from lightwork.engines.local.record import LocalRecord
@@ -125,6 +126,7 @@ if TYPE_CHECKING:
         advisor: Any  # the live advisor (diagnostics layer), or None
         advice_events: deque[tuple[Any, ...]]
         actors: ActorManager
+        retry_delay_s: float
         broken: str
         closed: bool
         gpus: GpuIds
@@ -234,6 +236,7 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
         # kept only while it runs; its looks take them.
         self.advice_events: deque[tuple[Any, ...]] = deque(maxlen=256)
         self.memory_monitor: MemoryMonitor | None = None  # started by init()
+        self.retry_delay_s = retry_delay_from_env()  # before a retry for retry_exceptions
         self.actors = ActorManager(self)
         self.streams = StreamTable(self)  # generator tasks' yielded items (streams.py)
         self.objects.on_actor_freed = self.actors.handle_freed

@@ -74,7 +74,9 @@ from lightwork.kernel.generators import (
     STATIC_METHOD,
     GeneratorRaised,
     StaticItems,
+    max_stream_items,
     take_static,
+    too_many_items_error,
 )
 from lightwork.kernel.object_ref import PROCESS_ID_SHIFT, keep_out_of_band, ref_counter
 from lightwork.kernel import control
@@ -832,9 +834,12 @@ class Worker(WorkerCalls):
         says the stream already has."""
         # [yields so far in this run, items the stream holds; None: nobody consumes it]
         progress: list[Any] = [0, 0]
+        limit = max_stream_items()
 
         def send(item: Any) -> None:
             index, have = progress
+            if index >= limit:  # the generator's error, so the stream's last item
+                raise too_many_items_error(name, limit)
             progress[0] = index + 1
             if have is not None and index >= have:
                 object_id = self.next_object_id()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from lightwork.kernel import exceptions
 from lightwork.engines.local import protocol as p
 from lightwork.kernel import serialization
-from lightwork.engines.local.cancel import cancelled_error
+from lightwork.engines.local.cancel import cancelled_error, interrupted_error
 from lightwork.kernel.calls import unschedulable_error
 from lightwork.kernel.collector import keep_out_of_collector
 from lightwork.kernel.events import TaskRecord
@@ -29,7 +29,7 @@ from lightwork.engines.local.lineage import file_exists, keeps_lineage
 from lightwork.engines.local.objects import PENDING, READY, ObjectEntry
 from lightwork.engines.local.output import STDERR
 from lightwork.engines.local.protocol import DONE
-from lightwork.engines.local.scheduler import FINISHED, READY as TASK_READY, TaskSpec
+from lightwork.engines.local.scheduler import FINISHED, READY as TASK_READY, WAITING, TaskSpec
 from lightwork.kernel.serialization import Stored, unbare
 
 if TYPE_CHECKING:
@@ -38,6 +38,29 @@ if TYPE_CHECKING:
     _Base = NodeState
 else:
     _Base = object
+
+
+# Ray waits this long before retrying a task that raised one of its retry_exceptions.
+DEFAULT_RETRY_DELAY_MS = 1000
+
+
+def retry_delay_from_env() -> float:
+    """The wait before a retry for ``retry_exceptions``, in seconds:
+    ``LIGHTWORK_TASK_RETRY_DELAY_MS``, else Ray's ``RAY_task_retry_delay_ms``, else 1 s."""
+    import os
+
+    for variable in ("LIGHTWORK_TASK_RETRY_DELAY_MS", "RAY_task_retry_delay_ms"):
+        text = os.environ.get(variable)
+        if text:
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(f"{variable}={text!r} is not a number of milliseconds") \
+                    from None
+            if value < 0:
+                raise ValueError(f"{variable} must be >= 0 milliseconds, got {text}")
+            return value / 1000.0
+    return DEFAULT_RETRY_DELAY_MS / 1000.0
 
 
 class WorkerRequests(_Base):
@@ -230,12 +253,19 @@ class WorkerRequests(_Base):
             self.gpus.release(task.task_id)
             self.scheduler.update_may_queue()  # a GPU worker may be idle now
         record.seen = seen
-        if task.cancelled:
-            if type(outcome) is list:  # it finished before the cancel reached it
+        if task.cancelled and (type(outcome) is bytes or type(outcome) is list) \
+                and not self._returns_failed(task):
+            # It caught the cancel's KeyboardInterrupt and returned anyway, or finished
+            # before the cancel reached it: its results stand, as Ray's do.
+            self.store_results(task, outcome)
+            self._end_task(task, FINISHED)
+        elif task.cancelled:
+            if type(outcome) is list:  # its returns were failed when it was cancelled
                 self.release_unread(outcome)
             elif type(outcome) is tuple and outcome[0] == "raised":
                 self.release_unread(outcome[2])
-            self._fail_task(task, cancelled_error(task, "before it finished"))
+            self._fail_task(task, interrupted_error(task) if outcome == "cancelled"
+                            else cancelled_error(task, "before it finished"))
         elif type(outcome) is bytes or type(outcome) is list:  # its results: the common case
             self.store_results(task, outcome)
             self._end_task(task, FINISHED)
@@ -247,7 +277,7 @@ class WorkerRequests(_Base):
             if self._should_retry_error(task, outcome[1]):
                 record.retries += ((record.seen, "exception"),)
                 task.attempt += 1
-                self._requeue(task)
+                self._requeue_after_delay(task)
             else:
                 self._fail_task(task, outcome[1])
         elif outcome[0] == "raised":  # a generator raised before it filled its returns
@@ -255,11 +285,17 @@ class WorkerRequests(_Base):
                 self.release_unread(outcome[2])  # a retry's items are all the retry's
                 record.retries += ((record.seen, "exception"),)
                 task.attempt += 1
-                self._requeue(task)
+                self._requeue_after_delay(task)
             else:
                 self.store_partial(task, outcome[2], outcome[1])
         else:  # a runtime bug: fail loudly (the I/O loop stops the runtime, saying why)
             raise AssertionError(f"task {task.name} ended with an unknown outcome {outcome!r}")
+
+    def _returns_failed(self, task: TaskSpec) -> bool:
+        """Whether a cancel already failed ``task``'s objects (it was queued on its
+        worker behind another call when the cancel came)."""
+        entry = self.objects.entries.get(task.return_ids[0]) if task.return_ids else None
+        return entry is not None and entry.state != PENDING
 
     def store_results(self, task: TaskSpec, results: list[Stored | bytes] | bytes) -> None:
         """Resolve a finished task's return objects (dropping those nobody holds) with
@@ -368,6 +404,22 @@ class WorkerRequests(_Base):
             # It could not travel as itself: match its class hierarchy by name.
             return cause.is_instance_of_any(tuple(retry))
         return isinstance(cause, tuple(retry))
+
+    def _requeue_after_delay(self, task: TaskSpec) -> None:
+        """Retry ``task`` for one of its ``retry_exceptions`` after ``retry_delay_s``, as
+        Ray waits between retries: what failed (a service, a file) gets time to recover.
+        The task waits meanwhile, so a ``cancel()`` then fails it at once."""
+        delay = self.retry_delay_s
+        if delay <= 0:
+            self._requeue(task)
+            return
+        task.state = WAITING
+
+        def retry() -> None:
+            if task.task_id in self.tasks and not task.cancelled:
+                self._requeue(task)
+
+        self.io.add_timer(delay, retry)
 
     def _requeue(self, task: TaskSpec) -> None:
         task.record.dispatched = 0.0
