@@ -85,10 +85,17 @@ def measure_distributed(tasks: int, calls: int, repeat: int) -> dict[str, dict[s
             "sync_us": best_of(repeat, sync(lambda: client.submit(noop, pure=False).result(),
                                             calls)),
         }
+        from lightwork.engines.distributed import replies
+
         remote_noop = lightwork.remote(noop)
-        measured: dict[int, list[dict[str, float]]] = {0: [], 200_000: []}
-        for _ in range(repeat):  # the event log off and on, interleaved
-            for budget, runs in measured.items():
+        push_max = replies.PUSH_MAX
+        # (event budget, replies' size limit): the event log off and on, the workers'
+        # replies on and off (``engines/distributed/replies.py``), interleaved.
+        measured: dict[tuple[int, int], list[dict[str, float]]] = {
+            (0, push_max): [], (200_000, push_max): [], (200_000, 0): []}
+        for _ in range(repeat):
+            for (budget, push), runs in measured.items():
+                replies.PUSH_MAX = push
                 lightwork.init(address=client, event_budget=budget)
                 lightwork.get([remote_noop.remote() for _ in range(200)])
                 runs.append({
@@ -97,10 +104,14 @@ def measure_distributed(tasks: int, calls: int, repeat: int) -> dict[str, dict[s
                     "sync_us": sync(lambda: lightwork.get(remote_noop.remote()), calls)(),
                 })
                 lightwork.shutdown()
-        lw, off = ({figure: min(run[figure] for run in measured[budget])
-                    for figure in ("per_task_us", "sync_us")} for budget in (200_000, 0))
+        replies.PUSH_MAX = push_max
+        lw, off, no_replies = ({figure: min(run[figure] for run in measured[variant])
+                                for figure in ("per_task_us", "sync_us")}
+                               for variant in ((200_000, push_max), (0, push_max),
+                                               (200_000, 0)))
     return {"plain distributed": plain, "lightwork on distributed": lw,
-            "lightwork on distributed, event log off": off}
+            "lightwork on distributed, event log off": off,
+            "lightwork on distributed, no replies": no_replies}
 
 
 # The timing helpers of the child programs (the same as this module's own).
@@ -169,32 +180,47 @@ def nbytes(array):
     return run
 {setup}
 out = {{}}
-for name, (many, one, big) in ways.items():
-    out[name] = {{"by_value_160mb_s": best_of({repeat}, by_value(big))}}
-    if many is not None:  # (None: a way measured for the large value alone)
-        many(200)
-        out[name].update(per_task_us=best_of({repeat}, per_task(many, {tasks})),
-                         sync_us=best_of({repeat}, sync(one, {calls})))
+def keep(row, figure, value):
+    row[figure] = min(row.get(figure, value), value)
+for _ in range({repeat}):  # the ways in turn, each round: pairs taken under one load
+    for name, (many, one, big, enter) in ways.items():
+        if enter is not None:
+            enter()
+        row = out.setdefault(name, {{}})
+        keep(row, "by_value_160mb_s", by_value(big)())
+        if many is not None:  # (None: a way measured for the large value alone)
+            many(200)
+            keep(row, "per_task_us", per_task(many, {tasks})())
+            keep(row, "sync_us", sync(one, {calls})())
 print(json.dumps(out))
 """
 
 DASK_SETUP = """
 import distributed, lightwork
+from lightwork.engines.distributed import replies
 client = distributed.Client({address!r})
 client.wait_for_workers({workers}, timeout=60)
-lightwork.init(address=client)
 remote_noop, remote_nbytes = lightwork.remote(noop), lightwork.remote(nbytes)
+def session(push_max):
+    def enter():
+        if lightwork.is_initialized():
+            lightwork.shutdown()
+        replies.PUSH_MAX = push_max
+        lightwork.init(address=client)
+    return enter
+lightwork_way = (
+    lambda n: lightwork.get([remote_noop.remote() for _ in range(n)]),
+    lambda: lightwork.get(remote_noop.remote()),
+    lambda array: lightwork.get(remote_nbytes.remote(array)))
 ways = {{
     "plain distributed": (
         lambda n: client.gather([client.submit(noop, pure=False) for _ in range(n)]),
         lambda: client.submit(noop, pure=False).result(),
-        lambda array: client.submit(nbytes, array, pure=False).result()),
+        lambda array: client.submit(nbytes, array, pure=False).result(), None),
     "plain distributed, scattered": (None, None, lambda array: client.submit(
-        nbytes, client.scatter(array, direct=True), pure=False).result()),
-    "lightwork on distributed": (
-        lambda n: lightwork.get([remote_noop.remote() for _ in range(n)]),
-        lambda: lightwork.get(remote_noop.remote()),
-        lambda array: lightwork.get(remote_nbytes.remote(array))),
+        nbytes, client.scatter(array, direct=True), pure=False).result(), None),
+    "lightwork on distributed": (*lightwork_way, session(replies.PUSH_MAX)),
+    "lightwork, no replies": (*lightwork_way, session(0)),
 }}
 """
 
@@ -209,7 +235,7 @@ while len([n for n in ray.nodes() if n["Alive"]]) < {nodes}:
 f, g = ray.remote(noop), ray.remote(nbytes)
 ways = {{"ray": (lambda n: ray.get([f.remote() for _ in range(n)]),
                  lambda: ray.get(f.remote()),
-                 lambda array: ray.get(g.remote(array)))}}
+                 lambda array: ray.get(g.remote(array)), None)}}
 """
 
 

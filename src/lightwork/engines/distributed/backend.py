@@ -128,7 +128,9 @@ from lightwork.kernel.backend import ActorInfo, Backend, SessionOptions
 from lightwork.engines.distributed.actor_calls import ActorCalls
 from lightwork.engines.distributed.fetch import Fetching
 from lightwork.engines.distributed.holds import InnerHolds
+from lightwork.engines.distributed import replies as replies_module
 from lightwork.engines.distributed.record import ClusterLog
+from lightwork.engines.distributed.replies import Replies
 from lightwork.engines.distributed.streams import Streams
 from lightwork.engines.distributed.tasks import TaskSubmission
 from lightwork.engines.distributed.worker import BACKEND, Failed, WithRefs, unsupported
@@ -233,6 +235,12 @@ class DistributedBackend(Backend):
         self.fetch = Fetching(self)
         self.actors = ActorCalls(self)
         self.streams = Streams(self)
+        # The driver's listener for small results sent by the workers (cluster_replies).
+        self.replies: Replies | None = None
+        if in_driver and client is not None and replies_module.PUSH_MAX > 0:
+            host = replies_module.listen_host(client)
+            if host is not None:
+                self.replies = Replies(self, host, replies_module.PUSH_MAX)
         # (object id, key) of the refs the running task or call borrowed, per thread:
         # confirm_borrows waits until the scheduler knows of them.
         self._borrowing = threading.local()
@@ -441,6 +449,8 @@ class DistributedBackend(Backend):
         quieted = self._quiet_own_cluster() if self._cluster is not None else None
         if self.session_log is not None:
             self.session_log.stop()
+        if self.replies is not None:
+            self.replies.close()
         with self.lock:
             self.futures.clear()
             self.orphans.clear()

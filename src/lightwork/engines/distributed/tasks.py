@@ -305,8 +305,14 @@ class TaskSubmission:
         num_returns = spec.num_returns
         prefix = key_name(spec.name)
         shape = dict(spec.shape)
+        replies = self.backend.replies
+        reply_to = None
+        if replies is not None and num_returns == 1 and not spec.stream:
+            replies.expect(task_id)  # before it is sent: the reply may come first
+            reply_to = replies.reply_to
         header = (task_id, spec.key, spec.blob, spec.name, payload, keys, max(num_returns, 1),
-                  spec.max_retries, spec.retry_exceptions, shape, self.backend.session_tag)
+                  spec.max_retries, spec.retry_exceptions, shape, self.backend.session_tag,
+                  reply_to)
         recorder = self.backend.recorder
         if recorder is not None:
             recorder.submitted(task_id, spec.name, callsite, len(payload),
@@ -558,6 +564,8 @@ class TaskSubmission:
             lineage.live -= 1
             if lineage.live <= 0:
                 del self._lineages[lineage.task_id]
+                if self.backend.replies is not None:
+                    self.backend.replies.forget(lineage.task_id)
 
     def cancel(self, object_ids: list[int], force: bool, recursive: bool = True) -> None:
         # recursive: tasks submitted from a task go through the same client; Dask keeps no
@@ -577,6 +585,8 @@ class TaskSubmission:
                 lineage = self._lineages.get(self.backend.task_ids.get(object_id, 0))
                 if lineage is not None:
                     lineage.final = lineage.final or "cancelled"
+                    if self.backend.replies is not None:  # its get says it was cancelled
+                        self.backend.replies.forget(lineage.task_id)
         self.backend.client.cancel(futures, force=True)
         if self.backend.recorder is not None:
             self.backend.recorder.cancelled([self.backend.task_ids.get(i, 0) for i in object_ids])

@@ -79,6 +79,7 @@ from lightwork.kernel.calls import ArgSlot  # the same placeholder as the local 
 from lightwork.engines.distributed.record import error_text as _error_text
 from lightwork.engines.distributed.record import note as _note
 from lightwork.engines.distributed.debugging import CALL as _DEBUG_CALL
+from lightwork.engines.distributed.replies import send_reply
 
 BACKEND = "distributed"
 
@@ -246,7 +247,7 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
     and its result is None."""
     started = _wall()
     (task_id, key, blob, name, payload, keys, num_returns, max_retries, retry_exceptions,
-     resources, session) = header
+     resources, session, reply_to) = header
     backend = worker_backend()
     for value in dep_values:  # an argument that failed fails this task with its error
         if type(value) is Failed:
@@ -312,6 +313,8 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
                 now = _wall()
                 _note(session, task_id, name, 0, started, loaded, now, now, _error_text(error),
                       retries, 0, transfers)
+                if num_returns == 1 and reply_to is not None:
+                    send_reply(reply_to, task_id, failed, 0)
                 return failed if num_returns == 1 else (failed,) * num_returns
     finally:
         current.task, current.session = previous
@@ -339,8 +342,11 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
             del result  # this process's own, so only the result's key keeps them alive
             if ref_counter._released:
                 backend._drain()
+        size = stored_size(stored)
         _note(session, task_id, name, 0, started, loaded, finished, _wall(), None, retries,
-              stored_size(stored), transfers)
+              size, transfers)
+        if reply_to is not None and type(stored) is not WithRefs:
+            send_reply(reply_to, task_id, stored, size)  # (see cluster_replies)
         return stored
     if num_returns == 0:
         _note(session, task_id, name, 0, started, loaded, finished, finished, None, retries,

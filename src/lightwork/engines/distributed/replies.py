@@ -1,0 +1,319 @@
+"""Small task results sent by the worker straight to the driver that owns them.
+
+A synchronous ``get(f.remote())`` on distributed waits for the worker to tell the
+scheduler the task finished, for the scheduler to tell the client, and then for the
+client's gather, which asks the scheduler, which fetches the value from the worker: a
+small result crosses the worker's link three times after it is made, and waits on the
+worker's and the scheduler's batched streams (see ``backend``, *Where a call's time
+goes*). Here the worker also sends the result, when it is small, to the driver that
+submitted the task, as Ray's owner receives a small return with the task's reply: a
+``get`` that finds it has the value once, one crossing after the task ended.
+
+Nothing else changes. The task still returns its result to distributed, which stores
+it on the worker, tells the scheduler, frees the task's resources, feeds the dependent
+tasks and counts retries; the driver's future still follows the key, and a ref dropped
+before the scheduler's report keeps its future until the task ends (``orphans``). The
+pushed copy is only a way for ``get`` not to wait for the report and the fetch.
+
+Who takes part
+--------------
+:class:`Replies` is the driver's ``replies`` component. It owns a listening socket, on
+the interface the client reaches the scheduler from (a worker reaches the driver as the
+scheduler does), its accept thread and one reader thread per worker process connected,
+and the table of results it waits for (``_expected``: task id -> the stored value once
+it came, or ``_PENDING``), under its own condition. ``tasks`` files a task in it as it
+submits (``expect``, before the submission: a reply may come before ``submit`` returns)
+and takes it out when the task's last ref goes or the program cancels it (``forget``):
+a reply for a task not in the table is dropped. ``fetch.get`` takes the replies
+(``take``): it waits until each object's reply came or its future is done, whichever is
+first, and fetches through the client only the others. What a ``take`` wakes on is the
+arrival, or a done callback on the future (the result was large, could not be sent, or
+the scheduler was first); nothing polls.
+
+Only a plain single result of a task the driver submitted is sent: one of
+``num_returns=1``, not a generator's, holding no refs (a ``WithRefs`` value is held by
+its key's plugin, ``cluster_plugin.ExportedRefs``, which the fetch path keeps), and of at
+most ``push_max`` bytes pickled (the header's last field says where, the key, and that
+limit; None: send nothing). A task's error is sent as well (a ``Failed``, raised by
+``get``); a task failing because its argument failed is not. Nested tasks submitted from
+a worker are not: their client fetches as before.
+
+On the worker, :func:`send_reply` runs on the task's thread after the result is stored
+and its event log stamped. One connection per driver address per worker process, kept
+(``_Sender``: a lock, since the pool's threads share it). Connecting waits at most
+``CONNECT_TIMEOUT_S``, a send ``SEND_TIMEOUT_S``; a driver that cannot be reached or
+stopped reading is marked unreachable for the process's life (each session listens on a
+new port), and its tasks' results take the scheduler's path alone: a failed reply costs
+time, never a result.
+
+Wire: the worker proves it knows the session's key (32 random bytes, in the task's
+header, which travels through the scheduler like the tasks themselves) by answering a
+nonce with its HMAC; then each message is a 4-byte length and ``(task id, stored value)``
+pickled (cloudpickle when the value's class lives only in the driver's ``__main__``).
+Values cross in the clear, as distributed's own TCP comms carry them; a driver that
+talks to its scheduler over TLS starts no listener.
+
+What happens to a reply when the worker is lost: a result that came is the object's value
+(the owner has it, as in Ray), even if the scheduler then runs the task again for
+dependents or fails it with ``KilledWorker``; a result that did not come is fetched, or
+retried, as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import pickle
+import socket
+import struct
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+
+if TYPE_CHECKING:
+    from lightwork.engines.distributed.backend import DistributedBackend
+
+#: Results of at most this many bytes pickled are sent to the driver (0: none are). A
+#: result this size crosses a LAN in well under a millisecond; larger ones stay on the
+#: worker, where dependents read them without a detour through the driver.
+PUSH_MAX = 64 * 1024
+CONNECT_TIMEOUT_S = 2.0
+SEND_TIMEOUT_S = 10.0
+_NONCE = 32
+_LENGTH = struct.Struct("!I")
+_PENDING = object()  # a task in the table whose reply has not come
+
+
+def _digest(authkey: bytes, nonce: bytes) -> bytes:
+    return hmac.new(authkey, nonce, hashlib.sha256).digest()
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = sock.recv(size - len(chunks))
+        if not chunk:
+            raise ConnectionError("closed")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def listen_host(client: Any) -> str | None:
+    """The local host the client reaches the scheduler from, if that is plain TCP."""
+    try:
+        local = str(client.scheduler_comm.comm.local_address)
+    except AttributeError:
+        return None
+    if not local.startswith("tcp://"):
+        return None  # inproc, TLS, ucx: no plain listener beside them
+    host = local[len("tcp://"):].rsplit(":", 1)[0]
+    return host.strip("[]") or None
+
+
+class Replies:
+    """The driver's listener for small results and its table of awaited ones (see the
+    module docstring)."""
+
+    def __init__(self, backend: DistributedBackend, host: str, push_max: int) -> None:
+        self.backend = backend
+        self._expected: dict[int, Any] = {}
+        self._arrived = threading.Condition(threading.Lock())
+        self._authkey = os.urandom(32)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        self._socket.bind((host, 0))
+        self._socket.listen(64)
+        self.received = 0  # replies taken into the table (the tests read it)
+        self._closed = False
+        self._readers: list[socket.socket] = []
+        #: What a task's header carries: where to send, the key, the size limit.
+        self.reply_to = (host, self._socket.getsockname()[1], self._authkey, push_max)
+        threading.Thread(target=self._accept, daemon=True,
+                         name="lightwork-replies").start()
+
+    # -- the table ------------------------------------------------------------------------
+    def expect(self, task_id: int) -> None:
+        with self._arrived:
+            self._expected[task_id] = _PENDING
+
+    def forget(self, task_id: int) -> None:
+        with self._arrived:
+            self._expected.pop(task_id, None)
+
+    def awaited(self, task_id: int) -> bool:
+        return task_id in self._expected
+
+    def came(self, task_id: int) -> bool:
+        """Whether ``task_id``'s result was sent here (a ``get`` of it would not wait)."""
+        return self._expected.get(task_id, _PENDING) is not _PENDING
+
+    def take(self, task_ids: list[int], futures: list[Any], deadline: float | None,
+             final: Any = None) -> dict[int, Any]:
+        """Wait until each of ``task_ids`` has its reply here or its future (same order)
+        is done, or until ``deadline``, or until a value that ``final`` says ends the
+        wait (a failure) came; the stored values that came, by position."""
+        expected = self._expected
+        arrived = self._arrived
+        watched: set[int] = set()
+        while True:
+            with arrived:
+                values = {}
+                waiting = []
+                for index, task_id in enumerate(task_ids):
+                    value = expected.get(task_id, _PENDING)
+                    if value is not _PENDING:
+                        values[index] = value
+                        if final is not None and final(value):
+                            return values
+                    elif task_id in expected and not futures[index].done():
+                        waiting.append(index)
+                if not waiting:
+                    return values
+                fresh = [i for i in waiting if i not in watched]
+                if not fresh:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return values
+                    arrived.wait(left)
+                    continue
+            # Outside the condition: a future already done runs its callback at once.
+            for index in fresh:
+                watched.add(index)
+                futures[index].add_done_callback(self._wake)
+
+    def _wake(self, _future: Any = None) -> None:
+        with self._arrived:
+            self._arrived.notify_all()
+
+    def _arrive(self, task_id: int, stored: Any) -> None:
+        with self._arrived:
+            if self._expected.get(task_id, None) is _PENDING:
+                self._expected[task_id] = stored
+                self.received += 1
+                self._arrived.notify_all()
+
+    # -- the listener's threads -----------------------------------------------------------
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                sock, _address = self._socket.accept()
+            except OSError:  # closed at shutdown
+                return
+            threading.Thread(target=self._read, args=(sock,), daemon=True,
+                             name="lightwork-replies-reader").start()
+
+    def _read(self, sock: socket.socket) -> None:
+        try:
+            sock.settimeout(CONNECT_TIMEOUT_S + SEND_TIMEOUT_S)  # for the handshake
+            nonce = os.urandom(_NONCE)
+            sock.sendall(nonce)
+            if not hmac.compare_digest(_read_exactly(sock, 32),
+                                       _digest(self._authkey, nonce)):
+                return
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._arrived:
+                if self._closed:
+                    return
+                self._readers.append(sock)
+            while True:
+                (size,) = _LENGTH.unpack(_read_exactly(sock, _LENGTH.size))
+                task_id, stored = pickle.loads(_read_exactly(sock, size))
+                self._arrive(task_id, stored)
+        except Exception:  # noqa: BLE001, S110 - a worker gone, or not one of ours: the
+            pass           # scheduler's path still carries its results
+        finally:
+            sock.close()
+
+    def close(self) -> None:
+        with self._arrived:
+            self._closed = True
+            readers, self._readers = self._readers, []
+            self._expected.clear()
+            self._arrived.notify_all()
+        try:
+            self._socket.close()
+        except OSError:
+            pass
+        for sock in readers:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+# ------------------------------------------------------------------ the worker's side
+class _Sender:
+    __slots__ = ("sock", "lock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.lock = threading.Lock()
+
+
+_senders: dict[tuple[str, int], _Sender | None] = {}  # None: unreachable
+_senders_lock = threading.Lock()
+
+
+def _connect(host: str, port: int, authkey: bytes) -> _Sender | None:
+    try:
+        sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+    except OSError:
+        return None
+    try:
+        sock.sendall(_digest(authkey, _read_exactly(sock, _NONCE)))
+        sock.settimeout(SEND_TIMEOUT_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:
+        sock.close()
+        return None
+    return _Sender(sock)
+
+
+def _sender(host: str, port: int, authkey: bytes) -> _Sender | None:
+    address = (host, port)
+    try:
+        return _senders[address]
+    except KeyError:
+        pass
+    with _senders_lock:
+        if address not in _senders:
+            _senders[address] = _connect(host, port, authkey)
+        return _senders[address]
+
+
+def send_reply(reply_to: Any, task_id: int, stored: Any, size: int) -> bool:
+    """Send a task's stored result to its driver, if small (``size``: its stored size;
+    see the module docstring); True if sent. Never raises."""
+    if reply_to is None:
+        return False
+    host, port, authkey, push_max = reply_to
+    if size > push_max:
+        return False
+    try:
+        data = pickle.dumps((task_id, stored), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - a class of the driver's __main__, say
+        try:
+            data = cloudpickle.dumps((task_id, stored), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - the scheduler's path will say what is wrong
+            return False
+    if len(data) > push_max:
+        return False
+    sender = _sender(host, port, authkey)
+    if sender is None:
+        return False
+    try:
+        with sender.lock:
+            sender.sock.sendall(_LENGTH.pack(len(data)) + data)
+        return True
+    except OSError:  # the driver went, or stopped reading: no more replies to it
+        with _senders_lock:
+            _senders[(host, port)] = None
+        try:
+            sender.sock.close()
+        except OSError:
+            pass
+        return False
