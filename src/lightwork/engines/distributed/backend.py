@@ -39,7 +39,9 @@ changes, with its design in its module's docstring:
   actors, the actor directory of this process (proxies, owned actors, restarts, call
   order, names);
 * ``holds`` (``holds.InnerHolds``): the refs inside stored values, held while those live;
-* ``streams`` (``streams.Streams``): generator tasks' streams.
+* ``streams`` (``streams.Streams``): generator tasks' streams;
+* ``replies`` (``replies.Replies``, in the driver): the listener for the small results
+  the workers send straight to it, and the table of those awaited.
 
 The backend itself owns what they all read: the client, the session's lifetime, id
 minting and the object table (``futures``, ``keys``, ``task_ids``, ``orphans``,
@@ -87,13 +89,17 @@ times each from the scheduler's and the worker's own transitions):
    result. Gathering from the worker directly saves no crossing (it asks the
    scheduler where the key is first) and measured no quicker.
 
-So a small result crosses the worker's link three times after it is made, where Ray's
-owner receives it with the task's reply, once; hops 3, 5 and 7 are what a cluster of
-real hosts adds, and batching intervals the scheduler and workers own set hops 3 and 5.
-Sending small results from the worker straight to the driver would take out hops 5 to
-7, at the price of a listener in the driver that every worker can reach (not built).
-Large values take other routes: arguments go straight to a worker (``tasks``, *Large
-arguments*); a large result is fetched as in 7, so it crosses the link twice.
+So a small result would cross the worker's link three times after it is made, where
+Ray's owner receives it with the task's reply, once; hops 3, 5 and 7 are what a cluster
+of real hosts adds, and batching intervals the scheduler and workers own set hops 3 and
+5. The worker therefore also sends a small result straight to the driver that submitted
+the task (``replies``: a listener in the driver, which every worker reaches as it
+reaches the scheduler), and ``get`` takes it from there: hops 5 to 7 leave a sync
+call's path, while the scheduler still hears of the end through them (it frees the
+task's resources, feeds its dependents, counts its retries). What is left is hops 1 to 4
+and one crossing back. Large values take other routes: arguments go straight to a worker
+(``tasks``, *Large arguments*); a large result stays on its worker, where dependents
+read it worker to worker, and the driver fetches it as in 7 (two crossings).
 
 Which distributed: ``cluster_compat`` checks at connect (and in each worker) that the
 installed one has the few private parts the backend relies on, and names the supported

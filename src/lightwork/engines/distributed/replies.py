@@ -85,6 +85,37 @@ SEND_TIMEOUT_S = 10.0
 _NONCE = 32
 _LENGTH = struct.Struct("!I")
 _PENDING = object()  # a task in the table whose reply has not come
+#: The reply of a task whose result stays on its worker: it ended, fetch it there.
+_ENDED = object()
+#: How long a ``take`` waits with no reply coming before it watches the futures too.
+QUIET_S = 0.05
+
+
+class _Waiter:
+    """One ``take``'s wait: its pending task ids (settled by their replies, or by their
+    futures' done callbacks once it watches those), and the event that ends it."""
+
+    __slots__ = ("pending", "final", "lock", "done", "last")
+
+    def __init__(self, pending: dict[int, int], final: Any) -> None:
+        self.pending = dict(pending)  # task id -> index, while unsettled
+        self.final = final
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.last = time.monotonic()  # when a reply last settled one
+
+    def open(self) -> list[tuple[int, int]]:
+        with self.lock:
+            return list(self.pending.items())
+
+    def settle(self, task_id: int, value: Any = _PENDING) -> None:
+        with self.lock:
+            if self.pending.pop(task_id, None) is None:
+                return
+            self.last = time.monotonic()
+            if not self.pending or (self.final is not None and value is not _PENDING
+                                    and self.final(value)):
+                self.done.set()
 
 
 def _digest(authkey: bytes, nonce: bytes) -> bytes:
@@ -120,7 +151,7 @@ class Replies:
     def __init__(self, backend: DistributedBackend, host: str, push_max: int) -> None:
         self.backend = backend
         self._expected: dict[int, Any] = {}
-        self._arrived = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
         self._authkey = os.urandom(32)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
@@ -129,6 +160,7 @@ class Replies:
         self.received = 0  # replies taken into the table (the tests read it)
         self._closed = False
         self._readers: list[socket.socket] = []
+        self._waiters: dict[int, list[_Waiter]] = {}  # task id -> the takes waiting
         #: What a task's header carries: where to send, the key, the size limit.
         self.reply_to = (host, self._socket.getsockname()[1], self._authkey, push_max)
         threading.Thread(target=self._accept, daemon=True,
@@ -136,11 +168,11 @@ class Replies:
 
     # -- the table ------------------------------------------------------------------------
     def expect(self, task_id: int) -> None:
-        with self._arrived:
+        with self._lock:
             self._expected[task_id] = _PENDING
 
     def forget(self, task_id: int) -> None:
-        with self._arrived:
+        with self._lock:
             self._expected.pop(task_id, None)
 
     def awaited(self, task_id: int) -> bool:
@@ -148,52 +180,75 @@ class Replies:
 
     def came(self, task_id: int) -> bool:
         """Whether ``task_id``'s result was sent here (a ``get`` of it would not wait)."""
-        return self._expected.get(task_id, _PENDING) is not _PENDING
+        value = self._expected.get(task_id, _PENDING)
+        return value is not _PENDING and value is not _ENDED
 
     def take(self, task_ids: list[int], futures: list[Any], deadline: float | None,
              final: Any = None) -> dict[int, Any]:
         """Wait until each of ``task_ids`` has its reply here or its future (same order)
         is done, or until ``deadline``, or until a value that ``final`` says ends the
-        wait (a failure) came; the stored values that came, by position."""
+        wait (a failure) came; the stored values that came, by position (see *Waiting*
+        in the module docstring)."""
         expected = self._expected
-        arrived = self._arrived
-        watched: set[int] = set()
-        while True:
-            with arrived:
-                values = {}
-                waiting = []
-                for index, task_id in enumerate(task_ids):
-                    value = expected.get(task_id, _PENDING)
-                    if value is not _PENDING:
-                        values[index] = value
-                        if final is not None and final(value):
-                            return values
-                    elif task_id in expected and not futures[index].done():
-                        waiting.append(index)
-                if not waiting:
-                    return values
-                fresh = [i for i in waiting if i not in watched]
-                if not fresh:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
+        with self._lock:
+            values: dict[int, Any] = {}
+            pending: dict[int, int] = {}
+            for index, task_id in enumerate(task_ids):
+                value = expected.get(task_id, _PENDING)
+                if value is not _PENDING:
+                    if value is _ENDED:
+                        continue
+                    values[index] = value
+                    if final is not None and final(value):
                         return values
-                    arrived.wait(left)
+                elif task_id in expected and not futures[index].done():
+                    pending[task_id] = index
+            if not pending:
+                return values
+            waiter = _Waiter(pending, final)
+            for task_id in pending:
+                self._waiters.setdefault(task_id, []).append(waiter)
+        try:
+            watched = False
+            while not waiter.done.is_set():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                if watched:
+                    waiter.done.wait(left)
                     continue
-            # Outside the condition: a future already done runs its callback at once.
-            for index in fresh:
-                watched.add(index)
-                futures[index].add_done_callback(self._wake)
-
-    def _wake(self, _future: Any = None) -> None:
-        with self._arrived:
-            self._arrived.notify_all()
+                quiet = waiter.last + QUIET_S - time.monotonic()
+                if quiet > 0:
+                    waiter.done.wait(quiet if left is None else min(quiet, left))
+                    continue
+                # No reply for a while: a long task, or a reply that will not come (its
+                # worker lost, the driver out of its reach); the futures settle those.
+                watched = True
+                for task_id, index in waiter.open():
+                    futures[index].add_done_callback(
+                        lambda _f, task_id=task_id: waiter.settle(task_id))
+        finally:
+            with self._lock:
+                for task_id in pending:
+                    waiting = self._waiters.get(task_id)
+                    if waiting is not None:
+                        waiting.remove(waiter)
+                        if not waiting:
+                            del self._waiters[task_id]
+                for task_id, index in pending.items():
+                    value = expected.get(task_id, _PENDING)
+                    if value is not _PENDING and value is not _ENDED:
+                        values[index] = value
+        return values
 
     def _arrive(self, task_id: int, stored: Any) -> None:
-        with self._arrived:
-            if self._expected.get(task_id, None) is _PENDING:
-                self._expected[task_id] = stored
-                self.received += 1
-                self._arrived.notify_all()
+        with self._lock:
+            if self._expected.get(task_id, None) is not _PENDING:
+                return  # not awaited: its refs are gone, or it was cancelled
+            self._expected[task_id] = stored
+            self.received += stored is not _ENDED
+            for waiter in self._waiters.get(task_id, ()):
+                waiter.settle(task_id, stored)
 
     # -- the listener's threads -----------------------------------------------------------
     def _accept(self) -> None:
@@ -215,25 +270,28 @@ class Replies:
                 return
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._arrived:
+            with self._lock:
                 if self._closed:
                     return
                 self._readers.append(sock)
             while True:
                 (size,) = _LENGTH.unpack(_read_exactly(sock, _LENGTH.size))
-                task_id, stored = pickle.loads(_read_exactly(sock, size))
-                self._arrive(task_id, stored)
+                message = pickle.loads(_read_exactly(sock, size))
+                # (task id, stored value), or (task id,): it ended, its result stays there
+                self._arrive(message[0], message[1] if len(message) > 1 else _ENDED)
         except Exception:  # noqa: BLE001, S110 - a worker gone, or not one of ours: the
             pass           # scheduler's path still carries its results
         finally:
             sock.close()
 
     def close(self) -> None:
-        with self._arrived:
+        with self._lock:
             self._closed = True
             readers, self._readers = self._readers, []
             self._expected.clear()
-            self._arrived.notify_all()
+            waiters = [w for waiting in self._waiters.values() for w in waiting]
+        for waiter in waiters:  # (their gets fetch through the client, which says why)
+            waiter.done.set()
         try:
             self._socket.close()
         except OSError:
@@ -285,30 +343,35 @@ def _sender(host: str, port: int, authkey: bytes) -> _Sender | None:
         return _senders[address]
 
 
-def send_reply(reply_to: Any, task_id: int, stored: Any, size: int) -> bool:
-    """Send a task's stored result to its driver, if small (``size``: its stored size;
-    see the module docstring); True if sent. Never raises."""
+def send_reply(reply_to: Any, task_id: int, stored: Any, size: int,
+               sendable: bool = True) -> bool:
+    """Tell a task's driver it ended: with its stored result if that is small and
+    ``sendable`` (``size``: its stored size), else that it stays here (see the module
+    docstring); True if the result went. Never raises."""
     if reply_to is None:
         return False
     host, port, authkey, push_max = reply_to
-    if size > push_max:
-        return False
-    try:
-        data = pickle.dumps((task_id, stored), protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # noqa: BLE001 - a class of the driver's __main__, say
+    data = None
+    if sendable and size <= push_max:
         try:
-            data = cloudpickle.dumps((task_id, stored), protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # noqa: BLE001 - the scheduler's path will say what is wrong
-            return False
-    if len(data) > push_max:
-        return False
+            data = pickle.dumps((task_id, stored), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - a class of the driver's __main__, say
+            try:
+                data = cloudpickle.dumps((task_id, stored), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # noqa: BLE001 - the scheduler's path will say what is wrong
+                data = None
+        if data is not None and len(data) > push_max:
+            data = None
+    sent = data is not None
+    if data is None:
+        data = pickle.dumps((task_id,), protocol=pickle.HIGHEST_PROTOCOL)
     sender = _sender(host, port, authkey)
     if sender is None:
         return False
     try:
         with sender.lock:
             sender.sock.sendall(_LENGTH.pack(len(data)) + data)
-        return True
+        return sent
     except OSError:  # the driver went, or stopped reading: no more replies to it
         with _senders_lock:
             _senders[(host, port)] = None

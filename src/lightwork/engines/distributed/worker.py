@@ -253,6 +253,8 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
         if type(value) is Failed:
             now = _wall()
             _note(session, task_id, name, 0, started, now, now, now, _error_text(value.error))
+            if num_returns == 1 and reply_to is not None:
+                send_reply(reply_to, task_id, value, 0)
             return value if num_returns == 1 else (value,) * num_returns
     # Read now: a retry of this task by distributed (its worker lost) starts afresh.
     transfers = transfers_into() if dep_values else ()
@@ -330,7 +332,10 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
         each of its returns (an unpicklable result is the task's error, as locally)."""
         _note(session, task_id, name, 0, started, loaded, finished, finished,
               _error_text(exc), retries, 0, transfers)
-        return spread_failure(error_of(name, exc), num_returns)
+        failed = error_of(name, exc)
+        if num_returns == 1 and reply_to is not None:
+            send_reply(reply_to, task_id, failed, 0)
+        return spread_failure(failed, num_returns)
 
     if num_returns == 1:
         # Refs inside the result live as long as the result's key (ExportedRefs).
@@ -345,8 +350,8 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
         size = stored_size(stored)
         _note(session, task_id, name, 0, started, loaded, finished, _wall(), None, retries,
               size, transfers)
-        if reply_to is not None and type(stored) is not WithRefs:
-            send_reply(reply_to, task_id, stored, size)  # (see cluster_replies)
+        if reply_to is not None:  # (see cluster_replies: refs inside stay with the key)
+            send_reply(reply_to, task_id, stored, size, type(stored) is not WithRefs)
         return stored
     if num_returns == 0:
         _note(session, task_id, name, 0, started, loaded, finished, finished, None, retries,
