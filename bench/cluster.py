@@ -277,8 +277,18 @@ def measure_on_hosts(count: int, delay_ms: float, tasks: int, calls: int, repeat
         return {}
     names = tuple("abcdefgh"[:count])
     bin_dir = os.path.dirname(sys.executable)
+    import secrets
+
+    # Ray's token authentication is on by default for a new cluster; the token it would
+    # make lives on the head's host alone (its own /tmp), so the nodes and the driver on
+    # other hosts are given one token in their environment instead. The hosts' child
+    # processes run elsewhere than here: a relative PYTHONPATH is made absolute.
     env = dict(os.environ, DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="0",
-               RAY_USAGE_STATS_ENABLED="0")
+               RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="token",
+               RAY_AUTH_TOKEN=secrets.token_hex(32))
+    if env.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.pathsep.join(
+            os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
     results: dict[str, dict[str, float]] = {}
 
     def child(built: Any, setup: str) -> None:

@@ -20,23 +20,38 @@ Who takes part
 :class:`Replies` is the driver's ``replies`` component. It owns a listening socket, on
 the interface the client reaches the scheduler from (a worker reaches the driver as the
 scheduler does), its accept thread and one reader thread per worker process connected,
-and the table of results it waits for (``_expected``: task id -> the stored value once
-it came, or ``_PENDING``), under its own condition. ``tasks`` files a task in it as it
+the table of the tasks whose replies it awaits (``_expected``: task id -> ``_PENDING``,
+the stored value once it came, or ``_ENDED``) and the takes waiting on them
+(``_waiters``), all under its own ``_lock``. ``tasks`` files a task in the table as it
 submits (``expect``, before the submission: a reply may come before ``submit`` returns)
 and takes it out when the task's last ref goes or the program cancels it (``forget``):
-a reply for a task not in the table is dropped. ``fetch.get`` takes the replies
-(``take``): it waits until each object's reply came or its future is done, whichever is
-first, and fetches through the client only the others. What a ``take`` wakes on is the
-arrival, or a done callback on the future (the result was large, could not be sent, or
-the scheduler was first); nothing polls.
+a reply for a task not in the table is dropped, so a cancelled task's get says it was
+cancelled. ``fetch`` reads the table: ``get`` takes the values that came (``take``) and
+fetches only the others through the client; ``wait`` counts a task whose value came as
+ready (``came``), and so does the event log's ``ready_value``.
 
-Only a plain single result of a task the driver submitted is sent: one of
-``num_returns=1``, not a generator's, holding no refs (a ``WithRefs`` value is held by
-its key's plugin, ``cluster_plugin.ExportedRefs``, which the fetch path keeps), and of at
-most ``push_max`` bytes pickled (the header's last field says where, the key, and that
-limit; None: send nothing). A task's error is sent as well (a ``Failed``, raised by
-``get``); a task failing because its argument failed is not. Nested tasks submitted from
-a worker are not: their client fetches as before.
+What is sent
+------------
+Every task the driver submitted with ``num_returns=1``, not a generator, replies when
+it ends: with its stored result if that is small (at most ``push_max`` bytes pickled)
+and holds no refs (a ``WithRefs`` value is held by its key's plugin,
+``cluster_plugin.ExportedRefs``, which the fetch path keeps), else with a notice that it
+ended and its result stays on the worker (``_ENDED``), which a ``get`` then fetches
+through the client as before. A task's error, or a failed argument's, is a small
+result. The header's last field says where to reply, the session's key and the size
+limit (None: no reply). Nested tasks submitted from a worker get no reply: their client
+fetches as before.
+
+Waiting
+-------
+A ``take`` registers a :class:`_Waiter` for its task ids still pending; each reply
+settles it (``_arrive``), and the first failure among them, or the last reply, sets its
+event. A reply that will never come (its worker died mid-task, the driver is out of its
+reach) must not hang the ``get``: once no reply has settled it for ``QUIET_S``, the take
+also watches the futures of the rest (a done callback each, which distributed runs on a
+thread pool: the reason they are not watched from the start, since a batch of small
+tasks would pay one such hop per task). A long task is then settled by its future or its
+reply, whichever comes first. Nothing polls.
 
 On the worker, :func:`send_reply` runs on the task's thread after the result is stored
 and its event log stamped. One connection per driver address per worker process, kept
@@ -44,19 +59,21 @@ and its event log stamped. One connection per driver address per worker process,
 ``CONNECT_TIMEOUT_S``, a send ``SEND_TIMEOUT_S``; a driver that cannot be reached or
 stopped reading is marked unreachable for the process's life (each session listens on a
 new port), and its tasks' results take the scheduler's path alone: a failed reply costs
-time, never a result.
+time (``QUIET_S`` per ``get``, at most), never a result.
 
 Wire: the worker proves it knows the session's key (32 random bytes, in the task's
 header, which travels through the scheduler like the tasks themselves) by answering a
-nonce with its HMAC; then each message is a 4-byte length and ``(task id, stored value)``
-pickled (cloudpickle when the value's class lives only in the driver's ``__main__``).
-Values cross in the clear, as distributed's own TCP comms carry them; a driver that
-talks to its scheduler over TLS starts no listener.
+nonce with its HMAC; then each message is a 4-byte length and a pickled ``(task id,
+stored value)`` or ``(task id,)`` (cloudpickle when the value's class lives only in the
+driver's ``__main__``). Values cross in the clear, as distributed's own TCP comms carry
+them; a driver that talks to its scheduler over TLS (or inproc) starts no listener.
 
-What happens to a reply when the worker is lost: a result that came is the object's value
-(the owner has it, as in Ray), even if the scheduler then runs the task again for
+What happens to a reply when the worker is lost: a result that came is the object's
+value (the owner has it, as in Ray), even if the scheduler then runs the task again for
 dependents or fails it with ``KilledWorker``; a result that did not come is fetched, or
-retried, as before.
+retried, as before. A small result that came stays in the driver while a ref to it
+lives (as Ray's owner keeps small returns in its own memory store), beside the
+worker's copy, which dependents read.
 """
 
 from __future__ import annotations
