@@ -167,3 +167,21 @@ def sum_in_a_child(length):
 def test_a_task_passes_a_large_argument_to_its_child(cluster):
     length = SCATTER_MIN // 8 * 2
     assert lightwork.get(sum_in_a_child.remote(length), timeout=60) == float(length)
+
+
+@lightwork.remote
+class Keeper:
+    def describe(self, arrays, *, scale=1.0):
+        return {name: (float(a.sum()) * scale, a.flags.writeable) for name, a in arrays.items()}
+
+
+def test_an_actor_call_takes_large_arrays_as_they_were_passed(cluster):
+    keeper = Keeper.remote()
+    large = np.arange(SCATTER_MIN // 8 * 2, dtype=np.float64)
+    small = np.ones(4)
+    expected = float(large.sum())
+    ref = keeper.describe.remote({"large": large, "small": small}, scale=2.0)
+    large[:] = 0  # after the call: it has its copy of the value as it was
+    # Its large buffer came as a frame of its own, viewed read-only (as a task's does).
+    assert lightwork.get(ref, timeout=30) == {"large": (expected * 2, False),
+                                              "small": (8.0, True)}

@@ -20,7 +20,8 @@ The arguments are pickled once, with protocol 5, buffers of at least ``OUT_OF_BA
 (numpy arrays, anywhere in the arguments) out of band. Below ``SCATTER_MIN`` in all,
 they are pickled in band and travel in the task's header: with the task, through the
 scheduler, to the worker (two transfers, nothing else to wait for). From it, the task's
-buffers are copied once into one block (each at an aligned offset) and that block is
+buffers are copied once into one block (each at an aligned offset,
+``cluster_worker.join_buffers``) and that block is
 scattered straight to a worker that can run the task (``Client.scatter(direct=True)``:
 one transfer, client to worker; then the scheduler hears of the key and its size); the
 header carries only the pickle and where each buffer lies (``Scattered``), and the task
@@ -125,7 +126,6 @@ if TYPE_CHECKING:
 #: A task's arguments whose out-of-band buffers (numpy arrays, ...) come to this many
 #: bytes are scattered to a worker on their own; below it they travel with the task.
 SCATTER_MIN = 1 << 20
-_ALIGN = 64  # each scattered buffer's offset in the one copy (as numpy likes its data)
 #: How many times one task is submitted again after the scheduler forgot it (``revive``):
 #: a bound, so that a value lost again and again ends in an error, not in a loop.
 REVIVALS_MAX = 8
@@ -372,23 +372,11 @@ class TaskSubmission:
         if sum(buffer.raw().nbytes for buffer in buffers) < SCATTER_MIN:
             with collecting_refs() as contained:
                 return pickle_value((args, kwargs)), contained, ()
-        # One copy of all the buffers, each at an aligned offset: the value as it was
-        # passed (what a retry after a lost worker sends again, whatever the caller does
-        # to its arrays meanwhile), and one key to scatter.
-        pieces: list[Any] = []
-        bounds = []
-        offset = 0
-        for buffer in buffers:
-            raw = buffer.raw()
-            pad = -offset % _ALIGN
-            if pad:
-                pieces.append(bytes(pad))
-            bounds.append((offset + pad, offset + pad + raw.nbytes))
-            pieces.append(raw)
-            offset += pad + raw.nbytes
-        copy = memoryview(b"".join(pieces))
+        # One copy of all the buffers (what a retry after a lost worker sends again), and
+        # one key to scatter.
+        copy, bounds = cluster_worker.join_buffers(buffers)
         deps.append(self._scatter(copy, restrictions))
-        return Scattered(data, len(deps) - 1, tuple(bounds)), contained, (copy,)
+        return Scattered(data, len(deps) - 1, bounds), contained, (copy,)
 
     def _scatter(self, copy: memoryview, restrictions: dict[str, float] | None) -> Any:
         """A future of ``copy``, sent straight to a worker that can run the task (the
