@@ -100,15 +100,20 @@ def measure_distributed(tasks: int, calls: int, repeat: int) -> dict[str, dict[s
             lambda n: client.gather(client.get(*_noop_graph(n), sync=False)), tasks))}
         from lightwork.engines.distributed import replies
 
+        from lightwork.engines.distributed import backend
+
         remote_noop = lightwork.remote(noop)
-        push_max = replies.PUSH_MAX
-        # (event budget, replies' size limit): the event log off and on, the workers'
-        # replies on and off (``engines/distributed/replies.py``), interleaved.
-        measured: dict[tuple[int, int], list[dict[str, float]]] = {
-            (0, push_max): [], (200_000, push_max): [], (200_000, 0): []}
+        push_max, interval = replies.PUSH_MAX, backend.CLIENT_STREAM_INTERVAL_S
+        # (event budget, replies' size limit, client stream interval): the event log
+        # off and on, and "before" (no replies to the driver, distributed's 10 ms
+        # client stream), interleaved.
+        measured: dict[tuple[int, int, float], list[dict[str, float]]] = {
+            (0, push_max, interval): [], (200_000, push_max, interval): [],
+            (200_000, 0, 0.01): []}
         for _ in range(repeat):
-            for (budget, push), runs in measured.items():
-                replies.PUSH_MAX = push
+            for (budget, push, stream_interval), runs in measured.items():
+                replies.PUSH_MAX, backend.CLIENT_STREAM_INTERVAL_S = push, stream_interval
+                client.scheduler_comm.interval = 0.01  # (distributed's; init lowers it)
                 lightwork.init(address=client, event_budget=budget)
                 lightwork.get([remote_noop.remote() for _ in range(200)])
                 runs.append({
@@ -117,15 +122,15 @@ def measure_distributed(tasks: int, calls: int, repeat: int) -> dict[str, dict[s
                     "sync_us": sync(lambda: lightwork.get(remote_noop.remote()), calls)(),
                 })
                 lightwork.shutdown()
-        replies.PUSH_MAX = push_max
-        lw, off, no_replies = ({figure: min(run[figure] for run in measured[variant])
-                                for figure in ("per_task_us", "sync_us")}
-                               for variant in ((200_000, push_max), (0, push_max),
-                                               (200_000, 0)))
+        replies.PUSH_MAX, backend.CLIENT_STREAM_INTERVAL_S = push_max, interval
+        lw, off, before = ({figure: min(run[figure] for run in measured[variant])
+                            for figure in ("per_task_us", "sync_us")}
+                           for variant in ((200_000, push_max, interval),
+                                           (0, push_max, interval), (200_000, 0, 0.01)))
     return {"plain distributed": plain, "plain distributed, one graph": one_graph,
             "lightwork on distributed": lw,
             "lightwork on distributed, event log off": off,
-            "lightwork on distributed, no replies": no_replies}
+            "lightwork, before": before}
 
 
 # The timing helpers of the child programs (the same as this module's own).
@@ -212,20 +217,22 @@ print(json.dumps(out))
 
 DASK_SETUP = """
 import distributed, lightwork
-from lightwork.engines.distributed import replies
+from lightwork.engines.distributed import backend, replies
 client = distributed.Client({address!r})
 client.wait_for_workers({workers}, timeout=60)
 remote_noop, remote_nbytes = lightwork.remote(noop), lightwork.remote(nbytes)
+push_max, interval = replies.PUSH_MAX, backend.CLIENT_STREAM_INTERVAL_S
 def noop_graph(n):
     import uuid
     prefix = "noop-" + uuid.uuid4().hex
     graph = {{prefix + "-" + str(i): (noop,) for i in range(n)}}
     return graph, list(graph)
-def session(push_max):
+def session(push, stream_interval):
     def enter():
         if lightwork.is_initialized():
             lightwork.shutdown()
-        replies.PUSH_MAX = push_max
+        replies.PUSH_MAX, backend.CLIENT_STREAM_INTERVAL_S = push, stream_interval
+        client.scheduler_comm.interval = 0.01  # (distributed's; init lowers it)
         lightwork.init(address=client)
     return enter
 lightwork_way = (
@@ -242,8 +249,9 @@ ways = {{
         lambda: client.gather(client.get(*noop_graph(1), sync=False)), None, None),
     "plain distributed, scattered": (None, None, lambda array: client.submit(
         nbytes, client.scatter(array, direct=True), pure=False).result(), None),
-    "lightwork on distributed": (*lightwork_way, session(replies.PUSH_MAX)),
-    "lightwork, no replies": (*lightwork_way, session(0)),
+    "lightwork on distributed": (*lightwork_way, session(push_max, interval)),
+    # before: no replies to the driver, distributed's 10 ms client stream
+    "lightwork, before": (*lightwork_way, session(0, 0.01)),
 }}
 """
 

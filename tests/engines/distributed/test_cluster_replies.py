@@ -137,9 +137,10 @@ def test_a_result_that_came_stays_when_its_worker_is_lost(cluster, wait_until):
     ref = pid_and.options(max_retries=0).remote("kept")
     pid, value = lightwork.get(ref, timeout=30)
     client = support.cluster_client()
+    [address] = [a for a, p in client.run(os.getpid).items() if p == pid]
     os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: all(w.get("pid") != pid for w in client.scheduler_info()["workers"]
-                           .values()) or None, timeout=30, message="the worker gone")
+    wait_until(lambda: address not in client.scheduler_info()["workers"] or None,
+               timeout=30, message="the scheduler to see the worker gone")
     assert lightwork.get(ref, timeout=30) == (pid, "kept")
     assert lightwork.wait([ref], timeout=10) == ([ref], [])
     client.wait_for_workers(2, timeout=60)  # (its nanny starts it again, for what follows)
@@ -159,3 +160,11 @@ def test_results_come_through_the_scheduler_when_the_driver_cannot_be_reached(cl
         assert listener.received == before
     finally:
         listener.reply_to = reply_to
+
+
+def test_the_drivers_stream_to_the_scheduler_waits_at_most_its_own_interval(cluster):
+    # (a sync call's release would otherwise hold the next submission for distributed's
+    # 10 ms: see the backend's docstring, *Where a call's time goes*)
+    from lightwork.engines.distributed.backend import CLIENT_STREAM_INTERVAL_S
+
+    assert support.cluster_client().scheduler_comm.interval == CLIENT_STREAM_INTERVAL_S < 0.01

@@ -72,11 +72,14 @@ times each from the scheduler's and the worker's own transitions):
 
 1. client to scheduler: ``Client.submit`` hands the task to the client's event loop,
    which queues it on the client's batched stream. That stream sends a message at once
-   if nothing went in its last interval (10 ms), else at the interval's end. The
-   previous call's released result mostly goes with the next submission (refs dropped
-   are applied at the next call, ``_drain``), so the interval is rarely waited out; a
-   shorter one measured no different. What this hop costs is the hand-off to the
-   event loop and the scheduler's reading of the graph.
+   if nothing went in its last interval, else at the interval's end. In a loop of sync
+   calls the previous call's result is released just before the next submission (its
+   ref dies as ``get`` returns, and the drain runs on the event loop at once), so the
+   release opens an interval that the submission then waits out: with distributed's
+   10 ms, that wait was most of a sync call on a quiet machine. The backend sets the
+   stream of every client it uses to ``CLIENT_STREAM_INTERVAL_S`` (2 ms; a stream made
+   again after a reconnect has distributed's own). The rest of the hop is the hand-off
+   to the event loop and the scheduler's reading of the graph.
 2. scheduler: unpickling the graph and placing the task, a small part.
 3. scheduler to worker: the scheduler's own batched stream to that worker (5 ms) and
    the link. It is the cluster's, shared by every client, so it is left as it is.
@@ -162,6 +165,9 @@ _ENDED_SESSIONS: set[int] = set()
 #: How long a task or actor call waits, at most, for the scheduler to know of the keys it
 #: borrowed (``DistributedBackend.confirm_borrows``); milliseconds, normally.
 BORROW_CONFIRM_S = 10.0
+#: The longest a message waits on this process's client stream to the scheduler, in
+#: seconds (distributed's own is 10 ms: see *Where a call's time goes*).
+CLIENT_STREAM_INTERVAL_S = 0.002
 #: How long closing a ``local-cluster`` waits for its workers to silence their logs.
 QUIET_WORKERS_WAIT_S = 2.0
 
@@ -436,6 +442,10 @@ class DistributedBackend(Backend):
 
         cluster_compat.check(distributed)  # (in a worker: the first check of this process)
         self.tasks.watch_task_errors(client)
+        # The client's batched stream to the scheduler (see *Where a call's time goes*).
+        stream = getattr(client, "scheduler_comm", None)
+        if getattr(stream, "interval", 0) > CLIENT_STREAM_INTERVAL_S:
+            stream.interval = CLIENT_STREAM_INTERVAL_S
 
     @property
     def closed(self) -> bool:
