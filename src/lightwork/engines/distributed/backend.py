@@ -443,8 +443,8 @@ class DistributedBackend(Backend):
         cluster_compat.check(distributed)  # (in a worker: the first check of this process)
         self.tasks.watch_task_errors(client)
         # The client's batched stream to the scheduler (see *Where a call's time goes*).
-        stream = getattr(client, "scheduler_comm", None)
-        if getattr(stream, "interval", 0) > CLIENT_STREAM_INTERVAL_S:
+        stream: Any = getattr(client, "scheduler_comm", None)
+        if stream is not None and getattr(stream, "interval", 0) > CLIENT_STREAM_INTERVAL_S:
             stream.interval = CLIENT_STREAM_INTERVAL_S
 
     @property
