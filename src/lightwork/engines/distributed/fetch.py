@@ -2,9 +2,11 @@
 
 :class:`Fetching` is the backend's ``fetch`` component, with no state of its own: it
 reads the backend's object table, and asks ``tasks`` to recover what a lost worker took
-with it. ``get`` gathers the
-objects' futures through the client (``timeout`` by distributed's ``wait`` first);
-``wait`` counts done futures with done callbacks and one event. A future's failure that
+with it. In the driver, ``get`` first takes the small results their workers sent it
+(``cluster_replies``: it waits for each object's reply or its future, whichever comes
+first) and gathers only the others' futures through the client (``timeout`` by
+distributed's ``wait`` first). ``wait`` counts done futures with done callbacks and
+one event, and a result that came as ready. A future's failure that
 is not the user's error (a stored ``Failed``) is turned into lightwork's own error:
 cancelled, a worker lost on every try (``WorkerCrashedError``), or the backend's.
 A ``get`` of several objects not all done yet fetches them as they finish, so the
