@@ -29,7 +29,8 @@ OLDEST_CLUSTER_TESTS := tests/conformance/test_conformance.py \
 	tests/engines/distributed/test_cluster_callbacks.py \
 	tests/engines/distributed/test_cluster_dashboard.py \
 	tests/engines/distributed/test_cluster_actors.py \
-	tests/engines/distributed/test_cluster_large_values.py
+	tests/engines/distributed/test_cluster_large_values.py \
+	tests/engines/distributed/test_cluster_replies.py
 # The runtime without its compiled module (lightwork._collector, optional: see
 # src/lightwork/kernel/collector.py), as on a machine that could not build it: the
 # tests of the objects it would take out of the collector, run on the fallback.

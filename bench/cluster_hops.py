@@ -20,6 +20,9 @@ run                "executing" to "memory" on the worker
 worker→scheduler   "memory" on the worker, to "memory" at the scheduler
 scheduler→client   "memory" at the scheduler, to the client reading the report
 fetch              the report read, to the value in the caller's hands
+worker→driver      "memory" on the worker, to the value in the caller's hands, when
+                   the worker's reply brought it (lightwork: ``replies.py``) before
+                   the scheduler's report; those calls skip the three hops above it
 =================  ===============================================================
 
 Medians over ``--calls`` calls (after a warm-up). With ``--hosts 3`` the scheduler and
@@ -39,7 +42,7 @@ import time
 from typing import Any
 
 HOPS = ("client→scheduler", "scheduler", "scheduler→worker", "run", "worker→scheduler",
-        "scheduler→client", "fetch")
+        "scheduler→client", "fetch", "worker→driver")
 
 
 def noop() -> None:
@@ -152,7 +155,10 @@ def hops(windows: list[tuple[float, float]], scheduler: dict, workers: dict,
             continue
         points = [start, min(s.values()), s["processing"], w["executing"], w["memory"],
                   s["memory"], report, end]
-        for hop, (a, b) in zip(HOPS, zip(points, points[1:])):
+        path = HOPS[:7]
+        if report > end:  # the value came by the worker's reply, before the report
+            points, path = points[:5] + [end], HOPS[:4] + ("worker→driver",)
+        for hop, (a, b) in zip(path, zip(points, points[1:])):
             samples[hop].append((b - a) * 1e6)
         samples["total"].append((end - start) * 1e6)
     return {hop: statistics.median(values) if values else float("nan")

@@ -155,10 +155,17 @@ for host in ("b", "c"):
     where, total, doubled = lightwork.get(
         double.options(resources={"host_" + host: 1}).remote(ref), timeout=60)
     out[host] = [where, total == float(array.sum()), bool((doubled == array * 2).all())]
-report(out=out)
+# Small results come back by the workers' replies, from the other hosts too.
+from lightwork.kernel import backend
+replies = backend.installed().replies
+before = replies.received
+small = [lightwork.get(double.options(resources={"host_" + host: 1}).remote(np.ones(4)),
+                       timeout=60)[0] for host in ("b", "c")]
+report(out=out, small=small, replied=replies.received - before)
 """)
     b, c = cluster.hosts.address("b"), cluster.hosts.address("c")
     assert facts["out"] == {"b": [b, True, True], "c": [c, True, True]}
+    assert (facts["small"], facts["replied"]) == ([b, c], 2)
 
 
 def test_a_ref_made_on_one_host_is_read_on_another(cluster):

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.lightwork_only
 np = pytest.importorskip("numpy")
 pytest.importorskip("distributed", reason="the cluster extra: pip install 'lightwork[cluster]'")
 
+from lightwork.engines.distributed.replies import PUSH_MAX  # noqa: E402
 from lightwork.engines.distributed.tasks import SCATTER_MIN  # noqa: E402
 
 
@@ -111,6 +112,12 @@ def pid_and_sum(array):
     return os.getpid(), float(array.sum())
 
 
+@lightwork.remote
+def pid_and_sum_kept_on_the_worker(array):
+    # (beyond the size a worker sends its driver: the result lives on the worker alone)
+    return os.getpid(), float(array.sum()), bytes(PUSH_MAX + 1)
+
+
 def _kill_and_wait_for_the_loss(pid, wait_until):
     client = support.cluster_client()
     before = set(client.scheduler_info()["workers"])
@@ -127,12 +134,12 @@ def _kill_and_wait_for_the_loss(pid, wait_until):
 def test_a_result_lost_with_the_worker_that_held_its_scattered_argument_is_computed_again(
         cluster, wait_until):
     array = np.arange(SCATTER_MIN // 8 * 2, dtype=np.float64)
-    ref = pid_and_sum.options(max_retries=0).remote(array)
-    pid, total = lightwork.get(ref, timeout=30)
+    ref = pid_and_sum_kept_on_the_worker.options(max_retries=0).remote(array)
+    pid, total, _ = lightwork.get(ref, timeout=30)
     # The result and the argument's only copy were on that worker: the scheduler forgets
     # the task (it cannot run it again), and lightwork submits it again from its copy.
     _kill_and_wait_for_the_loss(pid, wait_until)
-    again, total_again = lightwork.get(ref, timeout=60)
+    again, total_again, _ = lightwork.get(ref, timeout=60)
     assert (again != pid, total_again) == (True, total)
     assert lightwork.wait([ref], timeout=10) == ([ref], [])
 
@@ -160,3 +167,21 @@ def sum_in_a_child(length):
 def test_a_task_passes_a_large_argument_to_its_child(cluster):
     length = SCATTER_MIN // 8 * 2
     assert lightwork.get(sum_in_a_child.remote(length), timeout=60) == float(length)
+
+
+@lightwork.remote
+class Keeper:
+    def describe(self, arrays, *, scale=1.0):
+        return {name: (float(a.sum()) * scale, a.flags.writeable) for name, a in arrays.items()}
+
+
+def test_an_actor_call_takes_large_arrays_as_they_were_passed(cluster):
+    keeper = Keeper.remote()
+    large = np.arange(SCATTER_MIN // 8 * 2, dtype=np.float64)
+    small = np.ones(4)
+    expected = float(large.sum())
+    ref = keeper.describe.remote({"large": large, "small": small}, scale=2.0)
+    large[:] = 0  # after the call: it has its copy of the value as it was
+    # Its large buffer came as a frame of its own, viewed read-only (as a task's does).
+    assert lightwork.get(ref, timeout=30) == {"large": (expected * 2, False),
+                                              "small": (8.0, True)}

@@ -18,7 +18,11 @@ worker, run on the client's (or, in a task, the worker's) event loop; the RPC's 
 future resolves the outcome from a done callback. So ``get`` blocks on the outcome and
 ``wait`` counts outcomes with done callbacks, as for tasks: nothing polls. The refs of a
 call map to :class:`ActorResult` entries in ``futures`` (``key`` None: the value lives
-with its caller, not in the cluster).
+with its caller, not in the cluster). A call's arguments are pickled in band, unless
+their large buffers (numpy arrays) come to ``SCATTER_MIN``: then they are joined into
+one copy (the value as it was at the call, which a call sent again sends again) that
+the RPC carries as a frame of its own (``cluster_worker.InlineBuffers``), one transfer
+with no pickling of the bytes, and the actor's arrays view it read-only, as a task's do.
 
 ``.remote()`` never waits for the engine: while the actor's key is pending (its
 constructor runs, or no worker has room yet) calls queue (``_building``) and go, in
@@ -79,7 +83,8 @@ from lightwork.engines.distributed.actor_restarts import (
     OwnedActor,
 )
 from lightwork.engines.distributed.holds import Handover
-from lightwork.engines.distributed.tasks import CLUSTER_FIX
+from lightwork.engines.distributed.tasks import CLUSTER_FIX, SCATTER_MIN
+from lightwork.engines.distributed.worker import call_payload
 from lightwork.engines.distributed.worker import ArgSlot, Failed, key_name, unsupported
 
 if TYPE_CHECKING:
@@ -353,8 +358,8 @@ class ActorCalls(ActorRestarts):
             values = iter(self.backend.fetch.get([ref.id for ref in tops], None))
             args = tuple(next(values) if type(a) is ObjectRef else a for a in args)
             kwargs = {k: next(values) if type(v) is ObjectRef else v for k, v in kwargs.items()}
-        with collecting_refs() as contained:
-            payload = pickle_value((args, kwargs))
+        # Large buffers go as a frame of their own in the call's RPC (``InlineBuffers``).
+        payload, contained = call_payload(args, kwargs, SCATTER_MIN)
         keys = self.backend.keys_of(contained) if contained else None
         task_id = self.backend.next_object_id()
         if self.backend.recorder is not None:

@@ -264,7 +264,7 @@ class ActorHost:
         _DEBUG_CALL.set((task_id, name, self.session))  # (this pool thread's next call resets it)
         try:
             self.backend.adopt(keys)
-            args, kwargs = cloudpickle.loads(payload)
+            args, kwargs = cluster_worker.load_arguments(payload)
             loaded = time.time()
             try:
                 result = self._method(method)(*args, **kwargs)
@@ -314,7 +314,7 @@ class ActorHost:
             self._running.add(token)
             try:
                 self.backend.adopt(keys)
-                args, kwargs = cloudpickle.loads(payload)
+                args, kwargs = cluster_worker.load_arguments(payload)
                 loaded = time.time()
                 try:
                     if method.startswith(DYNAMIC_METHOD):  # drained on this loop (not a new one)
@@ -472,7 +472,7 @@ def _run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _load_args(backend: Any, payload: bytes, dep_values: tuple[Any, ...]) -> tuple[list, dict]:
-    args, kwargs = cloudpickle.loads(payload)
+    args, kwargs = cluster_worker.load_arguments(payload)
     if dep_values:
         values = [backend.decode(value) for value in dep_values]
         args = [values[a.index] if type(a) is ArgSlot else a for a in args]

@@ -39,7 +39,9 @@ changes, with its design in its module's docstring:
   actors, the actor directory of this process (proxies, owned actors, restarts, call
   order, names);
 * ``holds`` (``holds.InnerHolds``): the refs inside stored values, held while those live;
-* ``streams`` (``streams.Streams``): generator tasks' streams.
+* ``streams`` (``streams.Streams``): generator tasks' streams;
+* ``replies`` (``replies.Replies``, in the driver): the listener for the small results
+  the workers send straight to it, and the table of those awaited.
 
 The backend itself owns what they all read: the client, the session's lifetime, id
 minting and the object table (``futures``, ``keys``, ``task_ids``, ``orphans``,
@@ -70,11 +72,14 @@ times each from the scheduler's and the worker's own transitions):
 
 1. client to scheduler: ``Client.submit`` hands the task to the client's event loop,
    which queues it on the client's batched stream. That stream sends a message at once
-   if nothing went in its last interval (10 ms), else at the interval's end. The
-   previous call's released result mostly goes with the next submission (refs dropped
-   are applied at the next call, ``_drain``), so the interval is rarely waited out; a
-   shorter one measured no different. What this hop costs is the hand-off to the
-   event loop and the scheduler's reading of the graph.
+   if nothing went in its last interval, else at the interval's end. In a loop of sync
+   calls the previous call's result is released just before the next submission (its
+   ref dies as ``get`` returns, and the drain runs on the event loop at once), so the
+   release opens an interval that the submission then waits out: with distributed's
+   10 ms, that wait was most of a sync call on a quiet machine. The backend sets the
+   stream of every client it uses to ``CLIENT_STREAM_INTERVAL_S`` (2 ms; a stream made
+   again after a reconnect has distributed's own). The rest of the hop is the hand-off
+   to the event loop and the scheduler's reading of the graph.
 2. scheduler: unpickling the graph and placing the task, a small part.
 3. scheduler to worker: the scheduler's own batched stream to that worker (5 ms) and
    the link. It is the cluster's, shared by every client, so it is left as it is.
@@ -87,13 +92,17 @@ times each from the scheduler's and the worker's own transitions):
    result. Gathering from the worker directly saves no crossing (it asks the
    scheduler where the key is first) and measured no quicker.
 
-So a small result crosses the worker's link three times after it is made, where Ray's
-owner receives it with the task's reply, once; hops 3, 5 and 7 are what a cluster of
-real hosts adds, and batching intervals the scheduler and workers own set hops 3 and 5.
-Sending small results from the worker straight to the driver would take out hops 5 to
-7, at the price of a listener in the driver that every worker can reach (not built).
-Large values take other routes: arguments go straight to a worker (``tasks``, *Large
-arguments*); a large result is fetched as in 7, so it crosses the link twice.
+So a small result would cross the worker's link three times after it is made, where
+Ray's owner receives it with the task's reply, once; hops 3, 5 and 7 are what a cluster
+of real hosts adds, and batching intervals the scheduler and workers own set hops 3 and
+5. The worker therefore also sends a small result straight to the driver that submitted
+the task (``replies``: a listener in the driver, which every worker reaches as it
+reaches the scheduler), and ``get`` takes it from there: hops 5 to 7 leave a sync
+call's path, while the scheduler still hears of the end through them (it frees the
+task's resources, feeds its dependents, counts its retries). What is left is hops 1 to 4
+and one crossing back. Large values take other routes: arguments go straight to a worker
+(``tasks``, *Large arguments*); a large result stays on its worker, where dependents
+read it worker to worker, and the driver fetches it as in 7 (two crossings).
 
 Which distributed: ``cluster_compat`` checks at connect (and in each worker) that the
 installed one has the few private parts the backend relies on, and names the supported
@@ -128,7 +137,9 @@ from lightwork.kernel.backend import ActorInfo, Backend, SessionOptions
 from lightwork.engines.distributed.actor_calls import ActorCalls
 from lightwork.engines.distributed.fetch import Fetching
 from lightwork.engines.distributed.holds import InnerHolds
+from lightwork.engines.distributed import replies as replies_module
 from lightwork.engines.distributed.record import ClusterLog
+from lightwork.engines.distributed.replies import Replies
 from lightwork.engines.distributed.streams import Streams
 from lightwork.engines.distributed.tasks import TaskSubmission
 from lightwork.engines.distributed.worker import BACKEND, Failed, WithRefs, unsupported
@@ -154,6 +165,9 @@ _ENDED_SESSIONS: set[int] = set()
 #: How long a task or actor call waits, at most, for the scheduler to know of the keys it
 #: borrowed (``DistributedBackend.confirm_borrows``); milliseconds, normally.
 BORROW_CONFIRM_S = 10.0
+#: The longest a message waits on this process's client stream to the scheduler, in
+#: seconds (distributed's own is 10 ms: see *Where a call's time goes*).
+CLIENT_STREAM_INTERVAL_S = 0.002
 #: How long closing a ``local-cluster`` waits for its workers to silence their logs.
 QUIET_WORKERS_WAIT_S = 2.0
 
@@ -233,6 +247,12 @@ class DistributedBackend(Backend):
         self.fetch = Fetching(self)
         self.actors = ActorCalls(self)
         self.streams = Streams(self)
+        # The driver's listener for small results sent by the workers (cluster_replies).
+        self.replies: Replies | None = None
+        if in_driver and client is not None and replies_module.PUSH_MAX > 0:
+            host = replies_module.listen_host(client)
+            if host is not None:
+                self.replies = Replies(self, host, replies_module.PUSH_MAX)
         # (object id, key) of the refs the running task or call borrowed, per thread:
         # confirm_borrows waits until the scheduler knows of them.
         self._borrowing = threading.local()
@@ -435,6 +455,10 @@ class DistributedBackend(Backend):
 
         cluster_compat.check(distributed)  # (in a worker: the first check of this process)
         self.tasks.watch_task_errors(client)
+        # The client's batched stream to the scheduler (see *Where a call's time goes*).
+        stream: Any = getattr(client, "scheduler_comm", None)
+        if stream is not None and getattr(stream, "interval", 0) > CLIENT_STREAM_INTERVAL_S:
+            stream.interval = CLIENT_STREAM_INTERVAL_S
 
     @property
     def closed(self) -> bool:
@@ -456,6 +480,8 @@ class DistributedBackend(Backend):
         quieted = self._quiet_own_cluster() if self._cluster is not None else None
         if self.session_log is not None:
             self.session_log.stop()
+        if self.replies is not None:
+            self.replies.close()
         with self.lock:
             self.futures.clear()
             self.orphans.clear()

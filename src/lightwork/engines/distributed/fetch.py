@@ -2,9 +2,11 @@
 
 :class:`Fetching` is the backend's ``fetch`` component, with no state of its own: it
 reads the backend's object table, and asks ``tasks`` to recover what a lost worker took
-with it. ``get`` gathers the
-objects' futures through the client (``timeout`` by distributed's ``wait`` first);
-``wait`` counts done futures with done callbacks and one event. A future's failure that
+with it. In the driver, ``get`` first takes the small results their workers sent it
+(``cluster_replies``: it waits for each object's reply or its future, whichever comes
+first) and gathers only the others' futures through the client (``timeout`` by
+distributed's ``wait`` first). ``wait`` counts done futures with done callbacks and
+one event, and a result that came as ready. A future's failure that
 is not the user's error (a stored ``Failed``) is turned into lightwork's own error:
 cancelled, a worker lost on every try (``WorkerCrashedError``), or the backend's.
 A ``get`` of several objects not all done yet fetches them as they finish, so the
@@ -73,9 +75,13 @@ class Fetching:
         try:
             while True:
                 futures = [self.backend.future_of(i) for i in ids]
+                early = self._replies(ids, futures, deadline)
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 try:
-                    stored = self._blocking(lambda: self._gather(futures, left))
+                    if early:
+                        stored = self._merge(early, futures, left)
+                    else:
+                        stored = self._blocking(lambda: self._gather(futures, left))
                     break
                 except _Revived:  # submitted again: follow the new futures
                     continue
@@ -90,6 +96,41 @@ class Fetching:
             if output is not None:  # the lines the calls printed show before their results
                 output.settle()
         return [self.backend.decode(value) for value in stored]
+
+    def _replies(self, ids: list[int], futures: list[Any],
+                 deadline: float | None) -> dict[int, Any]:
+        """The stored values, by position, of those of ``ids`` whose results their
+        workers sent here (``cluster_replies``), once each has come or its future is
+        done; empty if none of ``ids`` is awaited so."""
+        replies = self.backend.replies
+        if replies is None:
+            return {}
+        task_ids = [self.backend.task_ids.get(i, 0) for i in ids]
+        if not any(replies.awaited(t) for t in task_ids):
+            return {}
+        return replies.take(task_ids, futures, deadline,
+                            final=lambda value: type(value) is Failed)
+
+    def came(self, object_id: int) -> bool:
+        """Whether ``object_id``'s result was sent here by its worker, so it is ready
+        before the scheduler's report (``cluster_replies``)."""
+        replies = self.backend.replies
+        return replies is not None and replies.came(self.backend.task_ids.get(object_id, 0))
+
+    def _merge(self, early: dict[int, Any], futures: list[Any],
+               timeout: float | None) -> list[Any]:
+        """The stored values of ``futures``: those in ``early``, and the rest gathered."""
+        failed = [value for value in early.values() if type(value) is Failed]
+        if failed:  # the first failure ends the get at once, as in _gather_failing_fast
+            return failed[:1]
+        if len(early) == len(futures):
+            return [early[i] for i in range(len(futures))]
+        rest = [i for i in range(len(futures)) if i not in early]
+        fetched = self._gather([futures[i] for i in rest], timeout)
+        if len(fetched) != len(rest):  # a failure among the rest ended it
+            return fetched
+        values = iter(fetched)
+        return [early[i] if i in early else next(values) for i in range(len(futures))]
 
     def _gather(self, futures: list[Any], timeout: float | None) -> list[Any]:
         from distributed import wait as wait_futures
@@ -240,7 +281,9 @@ class Fetching:
         (``max_retries``), as Ray keeps a retried task not ready. Then its id has a new
         future (submitted here, if the scheduler plugin's message has not done it yet)."""
         if not future.done():
-            return False
+            return self.came(object_id)
+        if self.came(object_id):  # its value is here, whatever became of its worker
+            return True
         status = getattr(future, "status", None)
         if status == "cancelled" and future.key is not None:
             # forgotten with a lost value, not cancelled by the program: runs again

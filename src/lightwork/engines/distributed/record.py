@@ -535,7 +535,7 @@ class ClusterLog(RunRecord):
     def ready_value(self, object_id: int) -> tuple[bool, Any]:
         """``introspect.ready_value`` on the cluster."""
         future = self.backend.futures.get(object_id)
-        if future is None or not future.done():
+        if future is None or not (future.done() or self.backend.fetch.came(object_id)):
             return False, None
         try:
             return True, self.backend.get([object_id], None)[0]

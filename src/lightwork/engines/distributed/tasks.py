@@ -20,7 +20,8 @@ The arguments are pickled once, with protocol 5, buffers of at least ``OUT_OF_BA
 (numpy arrays, anywhere in the arguments) out of band. Below ``SCATTER_MIN`` in all,
 they are pickled in band and travel in the task's header: with the task, through the
 scheduler, to the worker (two transfers, nothing else to wait for). From it, the task's
-buffers are copied once into one block (each at an aligned offset) and that block is
+buffers are copied once into one block (each at an aligned offset,
+``cluster_worker.join_buffers``) and that block is
 scattered straight to a worker that can run the task (``Client.scatter(direct=True)``:
 one transfer, client to worker; then the scheduler hears of the key and its size); the
 header carries only the pickle and where each buffer lies (``Scattered``), and the task
@@ -125,7 +126,6 @@ if TYPE_CHECKING:
 #: A task's arguments whose out-of-band buffers (numpy arrays, ...) come to this many
 #: bytes are scattered to a worker on their own; below it they travel with the task.
 SCATTER_MIN = 1 << 20
-_ALIGN = 64  # each scattered buffer's offset in the one copy (as numpy likes its data)
 #: How many times one task is submitted again after the scheduler forgot it (``revive``):
 #: a bound, so that a value lost again and again ends in an error, not in a loop.
 REVIVALS_MAX = 8
@@ -305,8 +305,14 @@ class TaskSubmission:
         num_returns = spec.num_returns
         prefix = key_name(spec.name)
         shape = dict(spec.shape)
+        replies = self.backend.replies
+        reply_to = None
+        if replies is not None and num_returns == 1 and not spec.stream:
+            replies.expect(task_id)  # before it is sent: the reply may come first
+            reply_to = replies.reply_to
         header = (task_id, spec.key, spec.blob, spec.name, payload, keys, max(num_returns, 1),
-                  spec.max_retries, spec.retry_exceptions, shape, self.backend.session_tag)
+                  spec.max_retries, spec.retry_exceptions, shape, self.backend.session_tag,
+                  reply_to)
         recorder = self.backend.recorder
         if recorder is not None:
             recorder.submitted(task_id, spec.name, callsite, len(payload),
@@ -366,23 +372,11 @@ class TaskSubmission:
         if sum(buffer.raw().nbytes for buffer in buffers) < SCATTER_MIN:
             with collecting_refs() as contained:
                 return pickle_value((args, kwargs)), contained, ()
-        # One copy of all the buffers, each at an aligned offset: the value as it was
-        # passed (what a retry after a lost worker sends again, whatever the caller does
-        # to its arrays meanwhile), and one key to scatter.
-        pieces: list[Any] = []
-        bounds = []
-        offset = 0
-        for buffer in buffers:
-            raw = buffer.raw()
-            pad = -offset % _ALIGN
-            if pad:
-                pieces.append(bytes(pad))
-            bounds.append((offset + pad, offset + pad + raw.nbytes))
-            pieces.append(raw)
-            offset += pad + raw.nbytes
-        copy = memoryview(b"".join(pieces))
+        # One copy of all the buffers (what a retry after a lost worker sends again), and
+        # one key to scatter.
+        copy, bounds = cluster_worker.join_buffers(buffers)
         deps.append(self._scatter(copy, restrictions))
-        return Scattered(data, len(deps) - 1, tuple(bounds)), contained, (copy,)
+        return Scattered(data, len(deps) - 1, bounds), contained, (copy,)
 
     def _scatter(self, copy: memoryview, restrictions: dict[str, float] | None) -> Any:
         """A future of ``copy``, sent straight to a worker that can run the task (the
@@ -558,6 +552,8 @@ class TaskSubmission:
             lineage.live -= 1
             if lineage.live <= 0:
                 del self._lineages[lineage.task_id]
+                if self.backend.replies is not None:
+                    self.backend.replies.forget(lineage.task_id)
 
     def cancel(self, object_ids: list[int], force: bool, recursive: bool = True) -> None:
         # recursive: tasks submitted from a task go through the same client; Dask keeps no
@@ -577,6 +573,8 @@ class TaskSubmission:
                 lineage = self._lineages.get(self.backend.task_ids.get(object_id, 0))
                 if lineage is not None:
                     lineage.final = lineage.final or "cancelled"
+                    if self.backend.replies is not None:  # its get says it was cancelled
+                        self.backend.replies.forget(lineage.task_id)
         self.backend.client.cancel(futures, force=True)
         if self.backend.recorder is not None:
             self.backend.recorder.cancelled([self.backend.task_ids.get(i, 0) for i in object_ids])

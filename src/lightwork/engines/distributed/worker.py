@@ -75,11 +75,13 @@ from lightwork.kernel.object_ref import collecting_refs, ref_counter
 from lightwork.kernel import pickler
 from lightwork.kernel.generators import GeneratorRaised, StaticItems, take_static
 from lightwork.kernel.serialization import SerializationError, pickle_value
+from lightwork.kernel.serialization import dumps as dumps_out_of_band
 from lightwork.kernel.calls import ArgSlot  # the same placeholder as the local runtime's
 from lightwork.engines.distributed.record import error_text as _error_text
 from lightwork.engines.distributed.record import note as _note
 from lightwork.engines.distributed import output as cluster_output
 from lightwork.engines.distributed.debugging import CALL as _DEBUG_CALL
+from lightwork.engines.distributed.replies import send_reply
 
 BACKEND = "distributed"
 
@@ -230,14 +232,75 @@ class Scattered:
         return len(self.data) + (self.bounds[-1][1] if self.bounds else 0)
 
 
-def load_arguments(payload: bytes | Scattered, dep_values: tuple[Any, ...]) -> Any:
-    """A task's ``(args, kwargs)`` from its header's payload; a :class:`Scattered` one
-    takes its buffers from a dependency's value, without a copy (arrays view it)."""
-    if type(payload) is Scattered:
-        # read-only wherever the block came from (received, or kept by this worker)
-        copy = memoryview(dep_values[payload.slot]).cast("B").toreadonly()
+class InlineBuffers:
+    """An actor call's arguments whose large buffers travel in its RPC as one frame of
+    their own: the pickle with those buffers out of band, their one copy, and where each
+    lies in it. Pickled, the copy is a ``PickleBuffer``, which distributed's RPC sends
+    as a frame of its own, not inside a pickle (no copy into one, none out of it)."""
+
+    __slots__ = ("data", "block", "bounds")
+
+    def __init__(self, data: bytes, block: Any, bounds: tuple[tuple[int, int], ...]) -> None:
+        self.data = data
+        self.block = block
+        self.bounds = bounds
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (InlineBuffers, (self.data, pickle.PickleBuffer(self.block), self.bounds))
+
+    def __len__(self) -> int:  # the arguments' size, as the event log counts it
+        return len(self.data) + (self.bounds[-1][1] if self.bounds else 0)
+
+
+def join_buffers(buffers: list[pickle.PickleBuffer]
+                 ) -> tuple[memoryview, tuple[tuple[int, int], ...]]:
+    """One copy of ``buffers``, each at an aligned offset, and where each lies: the value
+    as it was passed, whatever the caller does to its arrays after (and what a retry or a
+    call sent again sends)."""
+    pieces: list[Any] = []
+    bounds = []
+    offset = 0
+    for buffer in buffers:
+        raw = buffer.raw()
+        pad = -offset % ALIGN
+        if pad:
+            pieces.append(bytes(pad))
+        bounds.append((offset + pad, offset + pad + raw.nbytes))
+        pieces.append(raw)
+        offset += pad + raw.nbytes
+    return memoryview(b"".join(pieces)), tuple(bounds)
+
+
+#: Each buffer's offset in a joined copy (as numpy likes its data).
+ALIGN = 64
+
+
+def call_payload(args: tuple, kwargs: dict, inline_min: int) -> tuple[Any, list[int]]:
+    """An actor call's ``(args, kwargs)`` pickled, and the ids of the refs inside: in
+    band, or as :class:`InlineBuffers` when its large buffers come to ``inline_min``."""
+    data, buffers, contained = dumps_out_of_band((args, kwargs))
+    if not buffers or sum(buffer.raw().nbytes for buffer in buffers) < inline_min:
+        with collecting_refs() as contained:
+            return pickle_value((args, kwargs)), contained
+    block, bounds = join_buffers(buffers)
+    return InlineBuffers(data, block, bounds), contained
+
+
+def _views(block: Any, bounds: tuple[tuple[int, int], ...]) -> list[memoryview]:
+    copy = memoryview(block).cast("B").toreadonly()  # read-only, however it came
+    return [copy[start:stop] for start, stop in bounds]
+
+
+def load_arguments(payload: Any, dep_values: tuple[Any, ...] = ()) -> Any:
+    """A task's or actor call's ``(args, kwargs)`` from its payload; a :class:`Scattered`
+    one takes its buffers from a dependency's value, an :class:`InlineBuffers` one from
+    its own frame, without a copy (arrays view it)."""
+    kind = type(payload)
+    if kind is Scattered:  # (received, or kept by this worker)
         return pickle.loads(payload.data,
-                            buffers=[copy[start:stop] for start, stop in payload.bounds])
+                            buffers=_views(dep_values[payload.slot], payload.bounds))
+    if kind is InlineBuffers:
+        return pickle.loads(payload.data, buffers=_views(payload.block, payload.bounds))
     return cloudpickle.loads(payload)
 
 
@@ -247,12 +310,14 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
     and its result is None."""
     started = _wall()
     (task_id, key, blob, name, payload, keys, num_returns, max_retries, retry_exceptions,
-     resources, session) = header
+     resources, session, reply_to) = header
     backend = worker_backend()
     for value in dep_values:  # an argument that failed fails this task with its error
         if type(value) is Failed:
             now = _wall()
             _note(session, task_id, name, 0, started, now, now, now, _error_text(value.error))
+            if num_returns == 1 and reply_to is not None:
+                send_reply(reply_to, task_id, value, 0)
             return value if num_returns == 1 else (value,) * num_returns
     # Read now: a retry of this task by distributed (its worker lost) starts afresh.
     transfers = transfers_into() if dep_values else ()
@@ -313,6 +378,8 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
                 now = _wall()
                 _note(session, task_id, name, 0, started, loaded, now, now, _error_text(error),
                       retries, 0, transfers)
+                if num_returns == 1 and reply_to is not None:
+                    send_reply(reply_to, task_id, failed, 0)
                 return failed if num_returns == 1 else (failed,) * num_returns
     finally:
         current.task, current.session = previous
@@ -330,7 +397,10 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
         each of its returns (an unpicklable result is the task's error, as locally)."""
         _note(session, task_id, name, 0, started, loaded, finished, finished,
               _error_text(exc), retries, 0, transfers)
-        return spread_failure(error_of(name, exc), num_returns)
+        failed = error_of(name, exc)
+        if num_returns == 1 and reply_to is not None:
+            send_reply(reply_to, task_id, failed, 0)
+        return spread_failure(failed, num_returns)
 
     if num_returns == 1:
         # Refs inside the result live as long as the result's key (ExportedRefs).
@@ -342,8 +412,11 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
             del result  # this process's own, so only the result's key keeps them alive
             if ref_counter._released:
                 backend._drain()
+        size = stored_size(stored)
         _note(session, task_id, name, 0, started, loaded, finished, _wall(), None, retries,
-              stored_size(stored), transfers)
+              size, transfers)
+        if reply_to is not None:  # (see cluster_replies: refs inside stay with the key)
+            send_reply(reply_to, task_id, stored, size, type(stored) is not WithRefs)
         return stored
     if num_returns == 0:
         _note(session, task_id, name, 0, started, loaded, finished, finished, None, retries,
