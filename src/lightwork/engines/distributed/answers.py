@@ -29,8 +29,8 @@ backend) read the way each question asks.
   what reads task records (tasks, summary, timeline, advisor) says that the log is off.
 
 The answers run on the thread that asks (a control connection's, the dashboard's, the
-user's), holding the record's ``lock`` only while they copy what they read;
-:func:`dump_stacks` and :func:`process_usage` run in the workers' processes.
+user's), holding the record's ``lock`` only while they copy what they read (``stacks``
+also while it numbers a worker's row); :func:`dump_stacks` and :func:`process_usage` run in the workers' processes.
 """
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ class ClusterAnswers(RunRecord):
 
     def stacks(self, timeout: float) -> dict[str, Any]:
         """``control.collect_stacks``'s reply, with every cluster worker's threads."""
-        from lightwork.engines.distributed.record import error_text
+        from lightwork.engines.distributed.record import error_text  # (record imports this)
         from lightwork.kernel.control import driver_threads
 
         client = self.backend.client

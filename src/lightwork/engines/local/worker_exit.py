@@ -1,4 +1,5 @@
-"""How a worker process ends, and what runs on its way out (a mixin of :class:`worker.Worker`).
+"""How a worker process ends, and what runs on its way out (a mixin of
+:class:`worker.Worker`).
 
 The ways out, and what each runs:
 

@@ -10,13 +10,15 @@ its segment's name travels.
 A generator function's items (``Worker._execute`` tells one by what it returned) either
 stream or fill fixed returns. With one return not fixed by the caller, each item goes to
 the driver as it is yielded, a ``stream`` request whose reply says how many items the
-stream holds already (so a retry re-sends none of them) or that nobody consumes it any
-more (``streams.py``); the task's own result is None. With ``num_returns=k`` the items
-fill the returns one by one, each written as it comes (``generators.take_static``).
+stream holds (a retry re-sends none of those) or that nobody consumes it any more
+(``streams.py``); the task's own result is None. An exception the generator raises, or
+an item past ``generators.max_stream_items``, becomes the stream's last item, unless the
+driver answers that the task is retried for it. With ``num_returns=k`` the items fill
+the returns one by one, each written as it comes (``generators.take_static``).
 
-Runs on the thread that ran the call: the main thread, a pool thread of a threaded
-actor, or, for an async generator, the actor's event loop (each item sent from a thread
-of its own, so the loop keeps serving).
+It all runs on the thread that ran the call: the main thread, or a threaded actor's pool
+thread; an async generator is drained on the actor's event loop (a loop of its own in
+a task), each item sent from a thread so that the loop keeps serving.
 """
 
 from __future__ import annotations
