@@ -121,7 +121,7 @@ class LocalBackend(Backend):
         return bool(self.core.is_canceled())
 
     def exit_actor(self) -> None:
-        from lightwork.engines.local.worker import ActorExit
+        from lightwork.engines.local.worker_exit import ActorExit
 
         worker = self.core
         if self.in_driver or worker.actor_id == 0:

@@ -6,19 +6,21 @@ held back briefly and sent together (batching), but never longer than ``FLUSH_AF
 only results of tasks shorter than that are held, every send carries them, and a
 late-flush thread sends them if the next task runs longer.
 
-A task may call the API itself (nested ``remote``/``put``/``get``/``wait``): that side is
-``worker_calls.py``'s (a mixin of :class:`Worker`). Whichever thread needs the next
-frame reads it (one at a time, under ``_cond``) and routes it: a reply goes to the
-thread waiting for it, a task goes to the inbox; while a thread waits, task frames in
-the inbox are bounced back for the driver to place elsewhere. An actor with concurrency
-runs its calls on threads or an event loop (``actor_runners.py``).
+This module owns the task loop (reading and routing frames, batching results) and a
+call's execution (``execute``, ``start_actor``, what a task frame names: ``target``).
+The worker's other sides are mixins of :class:`Worker`: a task calling the API itself
+(nested ``remote``/``put``/``get``/``wait``, ``worker_calls.py``), what a call's return
+becomes (``worker_results.py``), the driver's cancels (``worker_cancels.py``) and how
+the process ends (``worker_exit.py``). Whichever thread needs the next frame reads it
+(one at a time, under ``_cond``) and routes it: a reply goes to the thread waiting for
+it, a task goes to the inbox; while a thread waits, task frames in the inbox are bounced
+back for the driver to place elsewhere. An actor with concurrency runs its calls on
+threads or an event loop (``actor_runners.py``).
 
-The loop is defensive: a user error is a result, never a crash of the loop. The process
-ends when the driver closes the socket (or sends EXIT), or right after the last call a
-``max_calls`` function may make here (``retire``: it sends the result and RETIRE, and the
-driver moves what it had queued here elsewhere); faulthandler is on, so a fatal error
-leaves a stack on stderr. A task submitted from here carries the running task's id (its
-parent, for recursive cancel) and inherits its ``runtime_env`` (``runtime_env.py``).
+The loop is defensive: a user error is a result, never a crash of the loop, which ends
+only as ``worker_exit.py`` says; faulthandler is on, so a fatal error leaves a stack on
+stderr. A task submitted from here carries the running task's id (its parent, for
+recursive cancel) and inherits its ``runtime_env`` (``runtime_env.py``).
 
 What a task costs here, and why (on two cores a batch's workers share the core the
 driver leaves them, so their CPU bounds a batch as much as the driver's does):
@@ -55,7 +57,6 @@ import atexit
 import faulthandler
 import itertools
 import os
-import pickle
 import signal
 import socket
 import sys
@@ -64,7 +65,7 @@ import time
 import types
 import traceback
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cloudpickle
 
@@ -74,9 +75,6 @@ from lightwork.kernel.generators import (
     STATIC_METHOD,
     GeneratorRaised,
     StaticItems,
-    max_stream_items,
-    take_static,
-    too_many_items_error,
 )
 from lightwork.kernel.object_ref import PROCESS_ID_SHIFT, keep_out_of_band, ref_counter
 from lightwork.kernel import control
@@ -94,9 +92,12 @@ from lightwork.engines.local.actor_runners import (
 )
 from lightwork.kernel import calls
 from lightwork.kernel.global_writes import GlobalWatch
-from lightwork.kernel.serialization import SerializationError, bare
+from lightwork.kernel.serialization import SerializationError
 from lightwork.engines.local.call_outcomes import LostArgument, error_outcome, load_args
-from lightwork.engines.local.worker_calls import SharedMemoryWriter, WorkerCalls
+from lightwork.engines.local.worker_calls import WorkerCalls
+from lightwork.engines.local.worker_cancels import WorkerCancels
+from lightwork.engines.local.worker_exit import ActorExit, WorkerExit
+from lightwork.engines.local.worker_results import WorkerResults
 
 FLUSH_AFTER_S = 0.001
 # A call whose function's last run here was shorter than this is not timed on the CPU
@@ -105,44 +106,9 @@ FLUSH_AFTER_S = 0.001
 CPU_CLOCK_MIN_S = 0.001
 
 
-if TYPE_CHECKING:
-
-    class WorkerState:
-        """What :class:`Worker` shares with its ``WorkerCalls`` part, declared for the
-        type checker only (``worker_calls.py`` subclasses it under ``TYPE_CHECKING``;
-        ``Worker`` cannot be its base: it subclasses it)."""
-
-        _cond: threading.Condition
-        _inherited_payloads: dict[tuple[bytes, str], tuple[bytes, bytes]]
-        _requests: itertools.count[int]
-        _waiting: int
-        actor_gpu_ids: tuple[int, ...]
-        actor_id: int
-        actor_name: str | None
-        bounce_when_waiting: bool
-        function_blobs: dict[bytes, bytes]
-        functions: dict[bytes, Any]
-        job_id: int
-        loop: AsyncRunner | None
-        node_id: str
-        outbox: deque[tuple[Any, ...]]
-        placed_in: Any  # the actor's place shape: a group its calls may capture
-        replies: dict[int, Any]
-        sent_functions: set[bytes]
-        total: dict[str, float]
-        worker_id: int
-        inbox: deque[tuple[Any, ...]]
-        shm_dir: str
-
-        @property
-        def current(self) -> tuple[Any, ...] | None: ...
-        def next_object_id(self) -> int: ...
-        def send(self, messages: list[tuple[Any, ...]]) -> None: ...
-        def _take_turn(self, done: Any) -> Any: ...
-
-
-class Worker(WorkerCalls):
-    """The worker's runtime: task loop, and the API as seen from inside a task."""
+class Worker(WorkerResults, WorkerCancels, WorkerExit, WorkerCalls):
+    """The worker's runtime: the task loop and its calls; its other sides are mixins
+    (``worker_state.py`` names them)."""
 
     def __init__(self, sock: socket.socket, worker_id: int, config: dict[str, Any]) -> None:
         self.conn = p.BlockingConnection(sock)
@@ -185,11 +151,8 @@ class Worker(WorkerCalls):
         # Captured stdout/stderr (output.py): set when lines wait for the call's end.
         self.output: Any = None
         self.output_pending = False
-        # Cancels: the driver appends a task id to ``cancel_path`` and then sends SIGINT.
-        # The handler only counts the signal (and interrupts the task it names, if
-        # running); the file is read when a signal is unread (or, before a call on a pool
-        # thread, when it grew: ``_cancel_file_grew``), so a cancel that lands before its
-        # task starts is found when it starts. See ``_on_sigint``.
+        # Cancels (worker_cancels.py): the driver appends a task id to ``cancel_path`` and
+        # then sends SIGINT, which the handler counts (``_on_sigint``).
         self.cancel_path = p.cancel_file(config.get("session_dir") or self.shm_dir, worker_id)
         # SIGINTs received (the handler counts them) and read up to: unequal means read the
         # file. Unequal at start: a SIGINT that came before ``main`` installed the handler
@@ -411,101 +374,6 @@ class Worker(WorkerCalls):
             return (0, self.actor_name or "worker")
         return (frame[0], frame[2])
 
-    def retire(self) -> None:
-        """Exit once the running task is done; the driver runs nothing more here."""
-        self.retiring = self.exiting = True
-
-    # -- an actor's end ----------------------------------------------------------------
-    def request_exit(self) -> None:
-        """``exit_actor()``, from a call or from a thread or asyncio task of the actor's.
-
-        The call it ran in fails with ActorDiedError even if the user catches the
-        exception (``exit_result``), calls not yet started never start, and the process
-        ends gracefully once the running calls return (``begin_exit``). In the
-        constructor, ``start_actor`` reports it; ``_exit_lock`` makes sure that either
-        ``start_actor`` sees the request or this starts the exit, never neither.
-        """
-        frame = self.current
-        with self._exit_lock:
-            self.exiting = True
-            if not self.exit_call:
-                self.exit_call = frame[0] if frame is not None else -1
-            started = self.actor_started
-        if started and self.pool is not None:
-            self.begin_exit()
-
-    def exit_result(self, done: tuple[Any, ...]) -> tuple[Any, ...]:
-        """The DONE of a call that ran while the actor began to exit: the one that called
-        ``exit_actor()`` says so, whatever it returned or raised."""
-        if done[1] == self.exit_call and done[2] != "cancelled":
-            return (done[0], done[1], ("exit", None)) + done[3:]
-        return done
-
-    def begin_exit(self) -> None:
-        """End a threaded or async actor once its running calls return (a thread of its
-        own: a pool thread cannot wait for the pool). Idempotent."""
-        with self._exit_lock:
-            if self._exit_thread is not None:
-                return
-            self._exit_thread = threading.Thread(
-                target=self._exit_when_idle, name="lightwork-actor-exit", daemon=True)
-        self._exit_thread.start()
-
-    def _exit_when_idle(self) -> None:
-        leave_sigint_to_the_main_thread()
-        if self.pool is not None:  # calls not started are dropped: they fail with the death
-            self.pool.executor.shutdown(wait=True, cancel_futures=True)
-        self.leave()
-
-    def end(self) -> None:
-        """The task loop returned: an actor's process ends gracefully (``leave``); a task
-        worker's just returns."""
-        if not self.actor_id:
-            return
-        if self.pool is not None:
-            self.begin_exit()
-            assert self._exit_thread is not None
-            self._exit_thread.join()  # it never returns: leave() ends the process
-        self.leave()
-
-    def leave(self) -> None:
-        """End an actor's process gracefully: ``__ray_shutdown__()``, then the atexit
-        handlers registered in it, then ``os._exit(0)``. ``kill()`` never comes here (it
-        is a SIGKILL), nor does a crash.
-
-        A hung hook must not keep the process (and the resources it holds) for good:
-        after ``GRACEFUL_EXIT_S`` a watchdog ends it anyway, as Ray's
-        ``actor_graceful_shutdown_timeout_ms`` does. The handlers are the ones registered
-        in this worker only: those inherited from the driver (a forked fork server
-        carries its atexit table) were dropped in ``main``.
-        """
-        watchdog = threading.Timer(GRACEFUL_EXIT_S, _give_up_exiting)
-        watchdog.daemon = True
-        watchdog.start()
-        if self.exit_call:  # no call may have said it (an asyncio task called exit_actor)
-            try:
-                self.driver_request("actor_exiting")
-            except BaseException:  # noqa: BLE001 - the driver is gone: nothing to tell
-                pass
-        shutdown = getattr(self.actor, "__ray_shutdown__", None) if self.actor is not None else None
-        if callable(shutdown):
-            try:
-                if self.loop is not None:
-                    self.loop.call(shutdown, (), {}, None)
-                else:
-                    shutdown()
-            except BaseException:  # noqa: BLE001 - logged, as in Ray; the exit goes on
-                print(f"lightwork: {type(self.actor).__name__}.__ray_shutdown__() raised "
-                      "(the actor exits all the same):", file=sys.stderr)
-                traceback.print_exc()
-        atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 - a closed or broken stream
-                pass
-        os._exit(0)
-
     def _wake_late_flush(self) -> None:
         if self._flush_soon is None:
             self._flush_soon = threading.Event()
@@ -562,53 +430,6 @@ class Worker(WorkerCalls):
 
                 return StaticReturns(calls.actor_method(self.actor, key[len(STATIC_METHOD):]))
             raise
-
-    def cancelled(self, task_id: int, file_grew: bool = False) -> bool:
-        """Whether the driver cancelled ``task_id`` (the file is read only after a SIGINT,
-        or when the caller saw it grow)."""
-        signals = self.cancel_signals
-        if signals != self._signals_read or file_grew:
-            start = self._cancel_offset
-            try:
-                with open(self.cancel_path, "rb") as f:
-                    f.seek(start)
-                    text = f.read()
-            except OSError:
-                text = b""
-            end = text.rfind(b"\n") + 1  # a line being written now is read next time
-            self.cancelled_ids.update(int(line) for line in text[:end].split())
-            # Several readers (an actor's threads, the SIGINT handler interrupting one):
-            # move on only from where this one started. Re-reading a line adds nothing;
-            # skipping one would lose a cancel.
-            if self._cancel_offset == start:
-                self._cancel_offset = start + end
-            # Read up to ``signals`` only: a SIGINT that came meanwhile (its id perhaps
-            # written after this read) leaves the counts unequal, and the file is read
-            # again. Another thread checking meanwhile reads the file itself.
-            self._signals_read = signals
-        return task_id in self.cancelled_ids
-
-    def _cancel_file_grew(self) -> bool:
-        """Whether the driver appended to the cancel file since it was last read.
-
-        The start check of a call on a pool thread (threaded and async actors) cannot rely
-        on the SIGINT handler: it runs on the main thread, which on a loaded host may get
-        the GIL only after the pool thread started the call. The driver writes the line
-        before it signals, so one ``stat`` finds the cancel without the handler. Calls on
-        the main thread don't need it: the handler runs there before the next bytecode.
-        """
-        try:
-            return os.stat(self.cancel_path).st_size > self._cancel_offset
-        except OSError:  # no cancel yet: the driver creates the file with the first one
-            return False
-
-    def is_canceled(self) -> bool:
-        """``get_runtime_context().is_canceled()``: was the running call cancelled?"""
-        frame = self.current
-        if frame is None:
-            return False
-        return bool(self.cancel_signals != self._signals_read or self.cancelled_ids) and \
-            self.cancelled(frame[0])
 
     def execute(self, frame: tuple[Any, ...], started: float = 0.0) -> tuple[Any, ...]:
         """Run the task of ``frame``; its DONE message. ``started``: when the caller
@@ -784,110 +605,6 @@ class Worker(WorkerCalls):
                 outcome = ("exit", None)
         now = time.monotonic()
         return (p.DONE, task_id, outcome, started, started, now, now, 0.0)
-
-    def store_results(self, name: str, result: Any, return_ids: tuple[int, ...]) -> Any:
-        """The outcome of a call that returned ``result``: its values as they travel
-        (``serialization.bare``), in a list, or the one scalar's pickle alone."""
-        if len(return_ids) == 1:
-            if type(result) in serialization.SCALARS:  # the common tiny result: no Stored
-                return pickle.dumps(result, protocol=5)  # (and no list: protocol.py)
-            return [bare(serialization.serialize(result, SharedMemoryWriter(self, return_ids[0])))]
-        if not return_ids:
-            return []
-        try:
-            values = list(result)
-        except TypeError:
-            values = None
-        if values is None or len(values) != len(return_ids):
-            got = "a non-iterable" if values is None else f"{len(values)} values"
-            raise ValueError(
-                f"task {name} was declared with num_returns={len(return_ids)} but "
-                f"returned {got}; return a tuple of exactly {len(return_ids)} items or "
-                "change num_returns"
-            )
-        return [
-            bare(serialization.serialize(value, SharedMemoryWriter(self, object_id)))
-            for value, object_id in zip(values, return_ids)
-        ]
-
-    def store_yields(self, name: str, items: Any, return_ids: tuple[int, ...]) -> Any:
-        """The outcome of a call whose function returned a generator: streamed when the
-        caller asked for one ref and did not fix it (``stream_items``), else its items
-        fill the ``num_returns=k`` returns one by one as they are yielded, each written
-        as it comes (``generators.take_static``: what more or fewer items do)."""
-        if type(items) is not StaticItems and len(return_ids) == 1:
-            self.stream_items(name, return_ids[0], items)
-            return self.store_results(name, None, return_ids)  # the task's own result
-
-        def store(item: Any, index: int) -> Any:
-            return bare(serialization.serialize(item, SharedMemoryWriter(self, return_ids[index])))
-
-        return take_static(items, len(return_ids), name, store)
-
-    def stream_items(self, name: str, head: int, items: Any) -> None:
-        """Send each item of a generator task to the driver as it is yielded (see
-        ``streams.py``); the task's own result is None. An exception the generator raises
-        becomes the stream's last item, as in Ray (the task itself succeeds), unless the
-        driver answers that the task is retried for it: then it fails the task. Once the
-        consumer is gone the generator still runs to its end, but its items are not sent.
-        A re-run (a retry) neither serializes nor sends the yields the driver's reply
-        says the stream already has."""
-        # [yields so far in this run, items the stream holds; None: nobody consumes it]
-        progress: list[Any] = [0, 0]
-        limit = max_stream_items()
-
-        def send(item: Any) -> None:
-            index, have = progress
-            if index >= limit:  # the generator's error, so the stream's last item
-                raise too_many_items_error(name, limit)
-            progress[0] = index + 1
-            if have is not None and index >= have:
-                object_id = self.next_object_id()
-                stored = serialization.serialize(item, SharedMemoryWriter(self, object_id))
-                progress[1] = self.driver_request("stream", "yield", head, index, object_id, stored)
-
-        try:
-            if type(items) is types.AsyncGeneratorType:
-                import asyncio
-
-                async def drain() -> None:
-                    async for item in items:
-                        await asyncio.to_thread(send, item)  # the actor's loop keeps serving
-
-                if self.loop is not None:
-                    self.loop.run(drain())
-                else:
-                    asyncio.run(drain())
-            else:
-                for item in items:
-                    send(item)
-        except (ActorExit, SerializationError):
-            raise
-        except Exception as exc:  # noqa: BLE001 - the user's error is the stream's last item
-            index, have = progress
-            if have is not None and index >= have:
-                reply = self.driver_request("stream", "yield", head, index,
-                                            self.next_object_id(), None, error_outcome(name, exc))
-                if reply == p.STREAM_RETRY:  # retry_exceptions takes it: the task fails
-                    raise
-        return None
-
-
-class ActorExit(SystemExit):
-    """Raised by ``exit_actor()`` in a sync actor: finish the current call, then end the
-    actor's process. (An async actor's gets ``AsyncioActorExit``: a ``SystemExit`` would
-    end only its loop's thread.)"""
-
-
-#: How long an actor's graceful exit (``__ray_shutdown__``, atexit handlers) may take
-#: before its process is ended anyway (Ray's actor_graceful_shutdown_timeout_ms: 30 s).
-GRACEFUL_EXIT_S = 30.0
-
-
-def _give_up_exiting() -> None:
-    print(f"lightwork: the actor's __ray_shutdown__() or atexit handlers did not return "
-          f"within {GRACEFUL_EXIT_S:.0f} s; its process ends without them", file=sys.stderr)
-    os._exit(1)
 
 
 # What a function returns that yields its items (StaticItems: a num_returns=1 call's)

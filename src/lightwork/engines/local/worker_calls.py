@@ -48,7 +48,7 @@ from lightwork.kernel.resources import captured_shape, describe_amount
 from lightwork.kernel.serialization import Stored
 
 if TYPE_CHECKING:
-    from lightwork.engines.local.worker import WorkerState
+    from lightwork.engines.local.worker_state import WorkerState
 
     _Base = WorkerState
 else:
@@ -307,7 +307,7 @@ class SharedMemoryWriter:
 
     __slots__ = ("object_id", "prefix", "worker")
 
-    def __init__(self, worker: WorkerCalls, object_id: int, prefix: str = "") -> None:
+    def __init__(self, worker: WorkerState, object_id: int, prefix: str = "") -> None:
         self.worker = worker
         self.object_id = object_id
         self.prefix = prefix
