@@ -215,7 +215,8 @@ class ClusterAnswers(RunRecord):
     def object_ready(self, object_id: int) -> bool:
         """Whether the object is there (or freed): a running get's progress."""
         future = self.backend.futures.get(object_id)
-        return future is None or bool(future.done())
+        # A small result sent straight here is ready before its future hears of it.
+        return future is None or bool(future.done()) or self.backend.fetch.came(object_id)
 
     def remote_process_usage(self) -> dict[str, tuple[int, float, int]]:
         try:

@@ -67,6 +67,10 @@ MAX_SESSIONS = 16  # sessions of drivers that died without tearing theirs down
 
 #: Set when a captured line waits: the end of a call tests only this.
 pending = False
+#: Task ids of the calls that wrote a captured line: their results must not overtake
+#: their lines (``took_output``). Bounded: ids of calls with no reply to make are dropped.
+_printed: set[int] = set()
+MAX_PRINTED = 10_000
 _forwarding: dict[int, None] = {}
 _capture: _Capture | None = None
 _install_lock = threading.Lock()
@@ -106,6 +110,9 @@ class _Capture:
                 self.partial[(session, stream)] = (task_id, name, rest)
             full = self.size > MAX_PENDING_CHARS
             pending = True
+            if len(_printed) >= MAX_PRINTED:
+                _printed.clear()
+            _printed.add(task_id)
         if full:
             self.send(None)
         elif self.lines:
@@ -159,6 +166,19 @@ class _Capture:
             self._wake.clear()
             if self.lines:
                 self.send(None)
+
+
+def took_output(task_id: int) -> bool:
+    """Whether the call ``task_id`` wrote a captured line (asked once, by its reply): its
+    lines reach the driver through the scheduler, so its result must too, or the result
+    could be shown before them."""
+    if not _printed:
+        return False
+    try:
+        _printed.remove(task_id)
+    except KeyError:
+        return False
+    return True
 
 
 def end_call(task_id: int) -> None:

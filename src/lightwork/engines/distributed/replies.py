@@ -38,7 +38,9 @@ and holds no refs (a ``WithRefs`` value is held by its key's plugin,
 ``cluster_plugin.ExportedRefs``, which the fetch path keeps), else with a notice that it
 ended and its result stays on the worker (``_ENDED``), which a ``get`` then fetches
 through the client as before. A task's error, or a failed argument's, is a small
-result. The header's last field says where to reply, the session's key and the size
+result. A task that printed (``output.took_output``) sends the notice only: its lines
+travel through the scheduler, ahead of its end there, so its result does too, and the
+driver shows the lines before the value. The header's last field says where to reply, the session's key and the size
 limit (None: no reply). Nested tasks submitted from a worker get no reply: their client
 fetches as before.
 
@@ -89,6 +91,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
+
+from lightwork.engines.distributed import output as cluster_output
 
 if TYPE_CHECKING:
     from lightwork.engines.distributed.backend import DistributedBackend
@@ -369,6 +373,8 @@ def send_reply(reply_to: Any, task_id: int, stored: Any, size: int,
         return False
     host, port, authkey, push_max = reply_to
     data = None
+    if sendable and cluster_output.took_output(task_id):
+        sendable = False  # its lines go through the scheduler: so does its result
     if sendable and size <= push_max:
         try:
             data = pickle.dumps((task_id, stored), protocol=pickle.HIGHEST_PROTOCOL)
