@@ -310,15 +310,7 @@ def measure_on_hosts(count: int, delay_ms: float, tasks: int, calls: int, repeat
 
     built = simulated.SimulatedHosts(names, delay_ms=delay_ms).start()
     try:
-        address = f"tcp://{built.address('a')}:8786"
-        built.popen("a", [f"{bin_dir}/dask", "scheduler", "--host", built.address("a"),
-                          "--port", "8786", "--no-dashboard"], env=env,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for name in names[1:]:
-            built.popen(name, [f"{bin_dir}/dask", "worker", address, "--host",
-                               built.address(name), "--nthreads", "2", "--resources",
-                               "CPU=2", "--no-dashboard"], env=env,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        address = built.start_dask(threads=2, env=env)
         child(built, DASK_SETUP.format(address=address, workers=count - 1))
     finally:
         built.stop()

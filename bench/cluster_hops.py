@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
@@ -186,17 +185,9 @@ def on_hosts(count: int, delay_ms: float, calls: int) -> dict:
         raise SystemExit(0)
     names = tuple("abcdefgh"[:count])
     built = simulated.SimulatedHosts(names, delay_ms=delay_ms).start()
-    dask = os.path.join(os.path.dirname(sys.executable), "dask")
     env = dict(os.environ, DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="0")
-    address = f"tcp://{built.address('a')}:8786"
     try:
-        built.popen("a", [dask, "scheduler", "--host", built.address("a"), "--port", "8786",
-                          "--no-dashboard"], env=env, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL)
-        for name in names[1:]:
-            built.popen(name, [dask, "worker", address, "--host", built.address(name),
-                               "--nthreads", "1", "--resources", "CPU=1", "--no-dashboard"],
-                        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        address = built.start_dask(threads=1, env=env)
         child = built.run("a", [sys.executable, os.path.abspath(__file__), "--address",
                                 address, "--workers", str(count - 1), "--calls", str(calls)],
                           env=env, timeout=600)

@@ -22,29 +22,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 from typing import Any, Callable
+
+from cluster import per_task, sync  # (this directory: a script's first path)
 
 
 def noop() -> None:
     return None
-
-
-def _sync(one: Callable[[], Any], calls: int) -> float:
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        one()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
-
-
-def _batch(many: Callable[[int], Any], tasks: int) -> float:
-    start = time.perf_counter()
-    many(tasks)
-    return (time.perf_counter() - start) / tasks * 1e6
 
 
 def measure(client: Any, rounds: int, calls: int, tasks: int) -> dict[str, Any]:
@@ -82,8 +67,8 @@ def measure(client: Any, rounds: int, calls: int, tasks: int) -> dict[str, Any]:
                 enter, one, many = ways[name]
                 if enter is not None:
                     enter()
-                figures[name]["sync_us"].append(_sync(one, calls))
-                figures[name]["per_task_us"].append(_batch(many, tasks))
+                figures[name]["sync_us"].append(sync(one, calls)())
+                figures[name]["per_task_us"].append(per_task(many, tasks)())
     finally:
         if lightwork.is_initialized():
             lightwork.shutdown()
@@ -121,17 +106,9 @@ def on_hosts(count: int, delay_ms: float, args: argparse.Namespace) -> dict[str,
         raise SystemExit(f"not measured across simulated hosts: {why}")
     names = tuple("abcdefgh"[:count])
     built = simulated.SimulatedHosts(names, delay_ms=delay_ms).start()
-    dask = os.path.join(os.path.dirname(sys.executable), "dask")
     env = dict(os.environ, DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="0")
-    address = f"tcp://{built.address('a')}:8786"
     try:
-        built.popen("a", [dask, "scheduler", "--host", built.address("a"), "--port", "8786",
-                          "--no-dashboard"], env=env, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL)
-        for name in names[1:]:
-            built.popen(name, [dask, "worker", address, "--host", built.address(name),
-                               "--nthreads", "2", "--resources", "CPU=2", "--no-dashboard"],
-                        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        address = built.start_dask(threads=2, env=env)
         child = built.run("a", [sys.executable, os.path.abspath(__file__), "--address",
                                 address, "--workers", str(count - 1), "--rounds",
                                 str(args.rounds), "--calls", str(args.calls), "--tasks",

@@ -26,41 +26,36 @@ import sys
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 
-DRIVERS = {
-    "pandas": r"""
+# Each driver: its imports, init, its remote function and data, then the two batches.
+DRIVER = r"""
 import sys, time, json
 sys.path.insert(0, sys.argv[1])
 import numpy as np
-import pandas as pd
+{imports}
 import lightwork as ray
 
 began = time.perf_counter()
 ray.init(num_cpus=2)
 
-@ray.remote
-def summarize(frame):
-    return float(frame.groupby("key")["value"].mean().sum())
-
-frame = pd.DataFrame({"key": np.arange(20_000) % 13, "value": np.arange(20_000.0)})
+{work}
 times = []
 for batch in range(2):
     start = time.perf_counter()
-    ray.get([summarize.remote(frame) for _ in range(8)])
+    ray.get([{call} for _ in range(8)])
     times.append(time.perf_counter() - start)
     if batch == 0:
         first_result = time.perf_counter() - began  # init, the data, the first batch
 print(json.dumps(times + [first_result]))
-""",
-    "sklearn": r"""
-import sys, time, json
-sys.path.insert(0, sys.argv[1])
-import numpy as np
-from sklearn.linear_model import LogisticRegression
-import lightwork as ray
+"""
 
-began = time.perf_counter()
-ray.init(num_cpus=2)
+PANDAS_WORK = """
+@ray.remote
+def summarize(frame):
+    return float(frame.groupby("key")["value"].mean().sum())
 
+{setup}frame = pd.DataFrame({{"key": np.arange(20_000) % 13, "value": np.arange(20_000.0)}})
+"""
+SKLEARN_WORK = """
 @ray.remote
 def fit(x, y):
     return float(LogisticRegression(max_iter=200).fit(x, y).score(x, y))
@@ -68,69 +63,27 @@ def fit(x, y):
 rng = np.random.default_rng(0)
 x = rng.normal(size=(400, 8))
 y = (x[:, 0] + rng.normal(size=400) > 0).astype(int)
-times = []
-for batch in range(2):
-    start = time.perf_counter()
-    ray.get([fit.remote(x, y) for _ in range(8)])
-    times.append(time.perf_counter() - start)
-    if batch == 0:
-        first_result = time.perf_counter() - began  # init, the data, the first batch
-print(json.dumps(times + [first_result]))
-""",
+"""
+SKLEARN_IMPORT = "from sklearn.linear_model import LogisticRegression"
+
+
+def _pandas(imports: str = "", setup: str = "") -> str:
+    return DRIVER.format(imports="import pandas as pd\n" + imports,
+                         work=PANDAS_WORK.format(setup=setup),
+                         call="summarize.remote(frame)")
+
+
+DRIVERS = {
+    "pandas": _pandas(),
+    "sklearn": DRIVER.format(imports=SKLEARN_IMPORT, work=SKLEARN_WORK,
+                             call="fit.remote(x, y)"),
     # A driver that imported more than its tasks use: the pandas batch, after
     # scikit-learn (and with it scipy) was imported for something else.
-    "pandas-after-sklearn": r"""
-import sys, time, json
-sys.path.insert(0, sys.argv[1])
-import numpy as np
-import pandas as pd
-from sklearn.linear_model import LogisticRegression
-import lightwork as ray
-
-began = time.perf_counter()
-ray.init(num_cpus=2)
-
-@ray.remote
-def summarize(frame):
-    return float(frame.groupby("key")["value"].mean().sum())
-
-frame = pd.DataFrame({"key": np.arange(20_000) % 13, "value": np.arange(20_000.0)})
-times = []
-for batch in range(2):
-    start = time.perf_counter()
-    ray.get([summarize.remote(frame) for _ in range(8)])
-    times.append(time.perf_counter() - start)
-    if batch == 0:
-        first_result = time.perf_counter() - began  # init, the data, the first batch
-print(json.dumps(times + [first_result]))
-""",
+    "pandas-after-sklearn": _pandas(imports=SKLEARN_IMPORT),
     # A driver that spends 2 s on its own (loading its data) between init and the
     # first batch: what the fork server can do meanwhile is free.
-    "pandas-after-setup": r"""
-import sys, time, json
-sys.path.insert(0, sys.argv[1])
-import numpy as np
-import pandas as pd
-import lightwork as ray
-
-began = time.perf_counter()
-ray.init(num_cpus=2)
-
-@ray.remote
-def summarize(frame):
-    return float(frame.groupby("key")["value"].mean().sum())
-
-time.sleep(2.0)  # the driver's own start: reading files, say
-frame = pd.DataFrame({"key": np.arange(20_000) % 13, "value": np.arange(20_000.0)})
-times = []
-for batch in range(2):
-    start = time.perf_counter()
-    ray.get([summarize.remote(frame) for _ in range(8)])
-    times.append(time.perf_counter() - start)
-    if batch == 0:
-        first_result = time.perf_counter() - began  # init, the data, the first batch
-print(json.dumps(times + [first_result]))
-""",
+    "pandas-after-setup": _pandas(
+        setup="time.sleep(2.0)  # the driver's own start: reading files, say\n"),
 }
 
 

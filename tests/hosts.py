@@ -214,6 +214,22 @@ class SimulatedHosts:
         return subprocess.run(self.command(name, argv), capture_output=True, text=True,
                               timeout=timeout, **kwargs)
 
+    def start_dask(self, threads: int, env: dict[str, str] | None = None,
+                   port: int = 8786) -> str:
+        """A ``dask scheduler`` on the first host and a ``dask worker`` of ``threads``
+        threads (``CPU=threads``) on each other one; its address (``stop`` ends them)."""
+        dask = os.path.join(os.path.dirname(sys.executable), "dask")
+        first, *others = self.names
+        address = f"tcp://{self.address(first)}:{port}"
+        quiet = {"env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        self.popen(first, [dask, "scheduler", "--host", self.address(first), "--port",
+                           str(port), "--no-dashboard"], **quiet)
+        for name in others:
+            self.popen(name, [dask, "worker", address, "--host", self.address(name),
+                              "--nthreads", str(threads), "--resources", f"CPU={threads}",
+                              "--no-dashboard"], **quiet)
+        return address
+
     def stop(self) -> None:
         wire = [self.wire] if self.wire is not None else []
         for process in [*self.processes, *self.holders.values(), *wire]:
