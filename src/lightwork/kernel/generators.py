@@ -52,19 +52,11 @@ def max_stream_items() -> int:
     else Ray's ``RAY_max_num_generator_returns``, else 100 million."""
     global _max_stream_items
     if _max_stream_items is None:
-        import os
+        from lightwork.kernel.environ import setting
 
-        limit = DEFAULT_MAX_STREAM_ITEMS
-        for variable in ("LIGHTWORK_MAX_GENERATOR_RETURNS", "RAY_max_num_generator_returns"):
-            text = os.environ.get(variable)
-            if text:
-                try:
-                    limit = int(text)
-                except ValueError:
-                    raise ValueError(f"{variable}={text!r} is not a whole number of items") \
-                        from None
-                break
-        _max_stream_items = limit
+        limit = setting(("LIGHTWORK_MAX_GENERATOR_RETURNS", "RAY_max_num_generator_returns"),
+                        int, "a whole number of items")
+        _max_stream_items = DEFAULT_MAX_STREAM_ITEMS if limit is None else limit
     return _max_stream_items
 
 

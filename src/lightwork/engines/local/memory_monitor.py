@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from lightwork.kernel.environ import setting
 from lightwork.kernel import exceptions
 from lightwork.kernel.periodic import PeriodicThread
 from lightwork.engines.local.scheduler import WAITING
@@ -213,14 +214,8 @@ def configure(threshold: Any, refresh_ms: Any) -> tuple[float, float]:
 
 
 def _from_env(name: str, ray_name: str, default: float) -> float:
-    for variable in (name, ray_name):
-        text = os.environ.get(variable)
-        if text:
-            try:
-                return float(text)
-            except ValueError:
-                raise ValueError(f"{variable}={text!r} is not a number") from None
-    return default
+    value = setting((name, ray_name), float, "a number")
+    return default if value is None else value
 
 
 class MemoryMonitor:

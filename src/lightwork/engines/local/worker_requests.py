@@ -12,6 +12,7 @@ the object table, the scheduler and the actors), called with its lock held; the 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from lightwork.kernel import serialization
 from lightwork.engines.local.cancel import cancelled_error, interrupted_error
 from lightwork.kernel.calls import unschedulable_error
 from lightwork.kernel.collector import keep_out_of_collector
+from lightwork.kernel.environ import setting
 from lightwork.kernel.events import TaskRecord
 from lightwork.kernel.pauses import pause_line
 from lightwork.engines.local.lineage import file_exists, keeps_lineage
@@ -47,20 +49,14 @@ DEFAULT_RETRY_DELAY_MS = 1000
 def retry_delay_from_env() -> float:
     """The wait before a retry for ``retry_exceptions``, in seconds:
     ``LIGHTWORK_TASK_RETRY_DELAY_MS``, else Ray's ``RAY_task_retry_delay_ms``, else 1 s."""
-    import os
-
-    for variable in ("LIGHTWORK_TASK_RETRY_DELAY_MS", "RAY_task_retry_delay_ms"):
-        text = os.environ.get(variable)
-        if text:
-            try:
-                value = float(text)
-            except ValueError:
-                raise ValueError(f"{variable}={text!r} is not a number of milliseconds") \
-                    from None
-            if value < 0:
-                raise ValueError(f"{variable} must be >= 0 milliseconds, got {text}")
-            return value / 1000.0
-    return DEFAULT_RETRY_DELAY_MS / 1000.0
+    variables = ("LIGHTWORK_TASK_RETRY_DELAY_MS", "RAY_task_retry_delay_ms")
+    value = setting(variables, float, "a number of milliseconds")
+    if value is None:
+        return DEFAULT_RETRY_DELAY_MS / 1000.0
+    if value < 0:
+        variable = next(v for v in variables if os.environ.get(v))
+        raise ValueError(f"{variable} must be >= 0 milliseconds, got {os.environ[variable]}")
+    return value / 1000.0
 
 
 class WorkerRequests(_Base):
