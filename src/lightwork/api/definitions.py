@@ -40,10 +40,9 @@ def note_definition(wrapped: Any, nbytes: int, start: float, end: float) -> None
     from lightwork.api import core
 
     backend = core._backend
-    # The local runtime's node, or the cluster backend's session record.
-    holder = getattr(backend, "node", None) or getattr(backend, "recorder", None)
-    log = getattr(holder, "log", None)
-    if log is None or not getattr(log, "enabled", False):
+    holder = backend.run_record() if backend is not None else None
+    log = holder.log if holder is not None else None
+    if log is None or not log.enabled:
         return
     try:
         note = biggest_capture(wrapped) if nbytes >= LARGE_DEFINITION_BYTES else ""

@@ -185,7 +185,7 @@ def sync(node: RunRecord, task_cursor: int, span_cursor: int, max_records: int,
         FeedTotals.records += len(new_tasks)
         live_counts = _live_counts(node)
         base = log.started_at
-        pauses = getattr(node, "pauses", None)  # calls paused in the debugger now
+        pauses = node.pauses  # calls paused in the debugger now
         paused = pauses.task_ids() if pauses else ()
         live = [
             (task.task_id, task.name, views.live_task_state(node, task), task.record.worker_id,

@@ -237,8 +237,7 @@ class LoadRules:
         """Whether another call of ``record``'s actor ran while it did (threaded actors)."""
         node = self.node
         if node is not None:
-            actor = getattr(getattr(node, "actors", None), "actors", {}).get(record.actor_id)
-            if actor is not None and (getattr(actor, "max_concurrency", 1) or 1) > 1:
+            if node.actor_concurrency(record.actor_id) > 1:
                 return True
         return any(
             other is not record and other.started < record.finished

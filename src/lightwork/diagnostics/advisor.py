@@ -83,9 +83,9 @@ get-too-many      one get of several values that together were a large share of 
                   store's segments hold ``driver_calls.GET_SIZE_GATE`` or more)
 
 returned-put-ref, get-of-nested-args, blocking-in-async-actor, fork-in-task,
-global-write and ref-out-of-band come from the local engine serving the workers' requests
-(``node.advice_events``, filled only while an advisor runs, on paths that already block
-or carry refs), read at each look. Big by-value arguments are counted as they are
+global-write and ref-out-of-band come from the local engine serving the workers'
+requests (the run record's ``take_advice_events``, filled only while an advisor runs, on
+paths that already block or carry refs), read at each look. Big by-value arguments are counted as they are
 submitted (``note_large_args``, on the copying path only) and warned about at the
 ``.remote()`` that makes the third copy. Each finding carries its cost so far
 (``Finding.cost_s``); ``advise()`` and the report rank by it.
@@ -387,15 +387,12 @@ class Advisor(AdviceRules):
             pinned = (node.driver_pinned(time.monotonic() - PINNED_MIN_AGE_S)
                       if node.shared_memory_bytes() >= PINNED_MIN_BYTES else None)
             running = running_work(node)
-            calls = running_calls(node)
+            calls = node.running_calls()
             workers = node.worker_pids()
             # The runtime's own reports of gets in actors that could never return.
             deadlocks = node.actor_deadlocks()
-            # What serving the workers' requests showed (the local engine's advice_events).
-            events: Any = getattr(node, "advice_events", None)
-            shown = list(events) if events else []
-            if shown:
-                events.clear()
+            # What serving the workers' requests showed (the local engine's).
+            shown = node.take_advice_events()
         idle = machine_idle_core_s()
         waits = [(worker_id, worker_waited_s(pid)) for worker_id, pid in workers]
         rebound = changed_globals()  # the driver's globals, read (off its threads)
@@ -489,8 +486,8 @@ _fork_watched = False
 
 def _watch_driver_forks() -> None:
     """Once per process: a fork in the driver while a live advisor runs (lightwork's
-    threads exist by then) goes to that node's ``advice_events``. The hook runs only
-    at a fork, in the forking thread, before it forks: a few attribute reads."""
+    threads exist by then) goes to its run record (``note_advice_event``). The hook runs
+    only at a fork, in the forking thread, before it forks: a few attribute reads."""
     global _fork_watched
     if _fork_watched or not hasattr(os, "register_at_fork"):
         return
@@ -501,13 +498,13 @@ def _watch_driver_forks() -> None:
 def _driver_forking() -> None:
     from lightwork.api import core
 
-    node = getattr(core._backend, "node", None)
-    events = getattr(node, "advice_events", None)
-    if events is None or getattr(node, "advisor", None) is None or getattr(node, "closed", True):
+    backend = core._backend
+    node = backend.run_record() if backend is not None else None
+    if node is None or node.advisor is None or node.closed:
         return
     site = forking_callsite()
     if site is not None:
-        events.append(("fork", None, site))
+        node.note_advice_event(("fork", None, site))
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -531,27 +528,6 @@ def worker_waited_s(pid: int) -> float | None:
             return int(stat.read().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return None
-
-
-def running_calls(node: Any) -> list[tuple[TaskRecord, int, int, bool]]:
-    """(record, worker id, pid, blocked in a nested get/wait) of the task or actor call
-    each worker runs now (lock held); threaded and async actors are left out: their
-    calls wait for each other by design (a signal actor's ``wait``)."""
-    calls = []
-    for conn in getattr(node, "workers", {}).values():
-        actor = getattr(conn, "actor", None)
-        if actor is not None:
-            if (getattr(actor, "max_concurrency", 1) or 1) > 1:
-                continue
-            tasks = list(getattr(actor, "inflight", {}).values())[:1]
-        else:
-            tasks = list(getattr(getattr(conn, "slot", None), "inflight", ()))[:1]
-        nested = bool(getattr(getattr(conn, "slot", None), "blocked", 0))
-        for task in tasks:
-            record = getattr(task, "record", None)
-            if isinstance(record, TaskRecord) and (record.started or record.dispatched):
-                calls.append((record, conn.worker_id, getattr(conn, "pid", 0), nested))
-    return calls
 
 
 def report(findings: list[Finding]) -> str:
@@ -594,8 +570,8 @@ def current_findings(node: Any, tasks: list[TaskRecord] | None = None,
 def store_budget_of(node: Any) -> int:
     """The bytes ``node``'s object store may hold (0: it has no budget of its own, as
     on a cluster)."""
-    budget = getattr(getattr(node, "store", None), "budget", 0)
-    return budget if isinstance(budget, int) and not isinstance(budget, bool) else 0
+    budget = node.store_facts().get("budget", 0)
+    return int(budget) if isinstance(budget, (int, float)) and not isinstance(budget, bool) else 0
 
 
 def analysis_input(node: Any, tasks: list[TaskRecord],

@@ -282,19 +282,11 @@ class ControlServer:
         if now - self._last_sample_at < 0.05:
             return  # a CPU percentage needs some time between two readings
         self._last_sample_at = now
-        from lightwork.kernel import views  # driver-side only: workers import this module
-
         node = self.node
         with node.lock:
-            pids = [os.getpid()]
-            forkserver = getattr(node, "forkserver", None)
-            if forkserver is not None:
-                pids.append(forkserver.process.pid)
-            known = {}
-            for conn in node.workers.values():
-                if conn.pid:
-                    pids.append(conn.pid)
-                    known[conn.worker_id] = views._worker_info(conn)
+            pids = [os.getpid(), *(node.runtime_pids() or ())]
+            known = {worker_id: info for worker_id, info in node.worker_infos().items()
+                     if info["pid"]}
         with self._lock:
             self._known.update(known)
         try:

@@ -9,7 +9,8 @@ attributes:
 * ``session`` (``name``, ``directory``), ``log`` (the :class:`~lightwork.kernel.events.
   EventLog`), ``lock`` (guarding the log and the task table), ``tasks`` (live tasks by
   id), ``actors`` (``actors.actors``: live actors by id), ``closed``;
-* ``advisor`` (the live advisor, or None), ``control`` (the control server, or None);
+* ``advisor`` (the live advisor, or None), ``control`` (the control server, or None),
+  ``pauses`` (the calls paused in the debugger, a ``kernel.pauses.PauseTable``, or None);
 
 and ``answer_query(op, args)``, each engine's own answer to the built-in diagnostics
 operations (``control.OPS``), beside the methods below. Each method has one answer per
@@ -66,6 +67,7 @@ class RunRecord(abc.ABC):
     actors: Any  # .actors: live actors by id
     advisor: Any = None
     control: Any = None
+    pauses: Any = None  # a kernel.pauses.PauseTable, where calls can pause
     closed: bool = False
     #: Why this run cannot serve a diagnostic that needs the engine's own live state
     #: (its worker processes sampled, its store read), or None where it can.
@@ -168,6 +170,31 @@ class RunRecord(abc.ABC):
         """The runtime's own reports of ``get``s in actors that could never return
         (lock held)."""
         return []
+
+    def running_calls(self) -> list[tuple[Any, int, int, bool]]:
+        """``(record, worker id, pid, blocked in a nested get/wait)`` of the call each
+        of the run's own worker processes runs now, leaving out actors that run calls
+        side by side (lock held); empty where the workers are elsewhere
+        (:meth:`executing_calls` answers there)."""
+        return []
+
+    def actor_concurrency(self, actor_id: int) -> int:
+        """How many calls the live actor ``actor_id`` may run at once (1 where the run
+        cannot tell, or the actor is gone)."""
+        return 1
+
+    def note_advice_event(self, event: tuple[Any, ...]) -> None:
+        """Keep ``event`` for the live advisor's next look (``diagnostics/advisor.py``
+        lists the kinds); dropped where the run keeps none."""
+
+    def take_advice_events(self) -> list[tuple[Any, ...]]:
+        """The events kept since the last call, oldest first (lock held)."""
+        return []
+
+    def worker_infos(self) -> dict[int, dict[str, Any]]:
+        """Each live worker process of the run's own, by worker id: ``pid``,
+        ``actor_class``, ``actor_id`` (hex) and ``max_concurrency`` (lock held)."""
+        return {}
 
     def executing_calls(self) -> list[Any] | None:
         """The tasks running on workers elsewhere now, each with its stack and its

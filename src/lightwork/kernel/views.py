@@ -114,7 +114,7 @@ class _Snapshot:
             ]
             self.dropped_tasks = node.log.dropped_tasks
             self.now = time.monotonic()
-            pauses = getattr(node, "pauses", None)  # calls paused in the debugger now
+            pauses = node.pauses  # calls paused in the debugger now
             since = pauses.open_windows() if pauses else {}
         self.paused: set[int] = set(since)
         if since:  # a pause not over yet shows up to now (the timeline marks it)
@@ -593,9 +593,7 @@ def timeline_data(node: Run) -> dict[str, Any]:
         span_records = list(node.log.spans)
         dropped_spans = node.log.dropped_spans
         budget = node.log.budget
-        live_workers = {
-            conn.worker_id: _worker_info(conn) for conn in node.workers.values()
-        }
+        live_workers = node.worker_infos()
     spans = [(s.kind, s.start, s.end, s.object_count, s.thread_id) for s in span_records]
     workers = dict(sidecar.known_workers()) if sidecar is not None else {}
     workers.update(live_workers)
@@ -634,13 +632,3 @@ def advice(node: Run) -> dict[str, Any]:
     findings = advisor.current_findings(node)
     return {"session": node.session.name, "live": node.advisor is not None,
             "findings": [finding.as_dict() for finding in findings]}
-
-
-def _worker_info(conn: Any) -> dict[str, Any]:
-    actor = conn.actor
-    return {
-        "pid": conn.pid,
-        "actor_class": actor.class_name if actor is not None else None,
-        "actor_id": _hex(actor.actor_id) if actor is not None else None,
-        "max_concurrency": (actor.max_concurrency or 1) if actor is not None else 1,
-    }

@@ -16,6 +16,7 @@ import itertools
 import operator
 from typing import Any
 
+from lightwork.kernel.events import TaskRecord
 from lightwork.kernel.run import PinnedObjects, RunRecord, StoreFacts
 from lightwork.engines.local.objects import PENDING, READY
 
@@ -40,6 +41,7 @@ class LocalRecord(RunRecord):
     store: Any
     scheduler: Any
     actors: Any
+    advice_events: Any  # a bounded deque, filled while an advisor runs
 
     def pending_objects(self, object_ids: list[int]) -> list[int] | None:
         # In C (map, compress): the lock is held while this runs, once a second per page.
@@ -112,3 +114,45 @@ class LocalRecord(RunRecord):
             return False
         sidecar.add_profile(row)
         return True
+
+    def running_calls(self) -> list[tuple[Any, int, int, bool]]:
+        calls = []
+        for conn in self.workers.values():
+            actor = conn.actor
+            if actor is not None:
+                if (actor.max_concurrency or 1) > 1:
+                    continue  # its calls wait for each other by design (a signal actor)
+                tasks = list(actor.inflight.values())[:1]
+            else:
+                tasks = list(conn.slot.inflight)[:1]
+            nested = bool(conn.slot.blocked)
+            for task in tasks:
+                record = task.record
+                if isinstance(record, TaskRecord) and (record.started or record.dispatched):
+                    calls.append((record, conn.worker_id, conn.pid or 0, nested))
+        return calls
+
+    def actor_concurrency(self, actor_id: int) -> int:
+        actor = self.actors.actors.get(actor_id)
+        return max(1, actor.max_concurrency or 1) if actor is not None else 1
+
+    def note_advice_event(self, event: tuple[Any, ...]) -> None:
+        if self.advisor is not None and not self.closed:
+            self.advice_events.append(event)
+
+    def take_advice_events(self) -> list[tuple[Any, ...]]:
+        events = list(self.advice_events)
+        self.advice_events.clear()
+        return events
+
+    def worker_infos(self) -> dict[int, dict[str, Any]]:
+        infos = {}
+        for conn in self.workers.values():
+            actor = conn.actor
+            infos[conn.worker_id] = {
+                "pid": conn.pid,
+                "actor_class": actor.class_name if actor is not None else None,
+                "actor_id": f"{actor.actor_id:020x}" if actor is not None else None,
+                "max_concurrency": (actor.max_concurrency or 1) if actor is not None else 1,
+            }
+        return infos
