@@ -760,3 +760,6 @@ def test_an_exception_class_that_cannot_be_subclassed_comes_back_as_the_task_err
     assert not isinstance(info.value, Sealed)
     assert isinstance(info.value.cause, Sealed) and str(info.value.cause) == "from the task"
     assert "Sealed cannot be subclassed" in caplog.text and ".cause" in caplog.text
+    # Ray's wording, which a program may match
+    assert ("This exception is raised as RayTaskError only. You can use "
+            "`ray_task_error.cause` to access the user exception.") in caplog.text

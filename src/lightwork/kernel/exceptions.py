@@ -292,7 +292,9 @@ def _warn_not_dual(cause_cls: type) -> None:
     name = cause_cls.__qualname__
     logging.getLogger("lightwork.exceptions").warning(
         "%s cannot be subclassed, so a task that raises it fails with a TaskError that is "
-        "not also a %s: catch TaskError (RayTaskError) and read the %s from its .cause",
+        "not also a %s. This exception is raised as RayTaskError only. You can use "
+        "`ray_task_error.cause` to access the user exception. Catch TaskError (or "
+        "RayTaskError) and read the %s from its .cause.",
         name, name, name)
 
 
