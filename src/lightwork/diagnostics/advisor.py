@@ -570,8 +570,7 @@ def current_findings(node: Any, tasks: list[TaskRecord] | None = None,
 def store_budget_of(node: Any) -> int:
     """The bytes ``node``'s object store may hold (0: it has no budget of its own, as
     on a cluster)."""
-    budget = node.store_facts().get("budget", 0)
-    return int(budget) if isinstance(budget, (int, float)) and not isinstance(budget, bool) else 0
+    return node.store_budget()
 
 
 def analysis_input(node: Any, tasks: list[TaskRecord],

@@ -178,6 +178,11 @@ class RunRecord(abc.ABC):
         (:meth:`executing_calls` answers there)."""
         return []
 
+    def store_budget(self) -> int:
+        """The bytes the run's own object store may hold (0: it has no store of its
+        own, as on a cluster, whose values live in the workers' memory)."""
+        return 0
+
     def actor_concurrency(self, actor_id: int) -> int:
         """How many calls the live actor ``actor_id`` may run at once (1 where the run
         cannot tell, or the actor is gone)."""

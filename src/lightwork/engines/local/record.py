@@ -132,6 +132,9 @@ class LocalRecord(RunRecord):
                     calls.append((record, conn.worker_id, conn.pid or 0, nested))
         return calls
 
+    def store_budget(self) -> int:
+        return int(self.store.budget)
+
     def actor_concurrency(self, actor_id: int) -> int:
         actor = self.actors.actors.get(actor_id)
         return max(1, actor.max_concurrency or 1) if actor is not None else 1
