@@ -85,9 +85,9 @@ get-too-many      one get of several values that together were a large share of 
 returned-put-ref, get-of-nested-args, blocking-in-async-actor, fork-in-task,
 global-write and ref-out-of-band come from the local engine serving the workers'
 requests (the run record's ``take_advice_events``, filled only while an advisor runs, on
-paths that already block or carry refs), read at each look. Big by-value arguments are counted as they are
-submitted (``note_large_args``, on the copying path only) and warned about at the
-``.remote()`` that makes the third copy. Each finding carries its cost so far
+paths that already block or carry refs), read at each look. Big by-value arguments are
+counted as they are submitted (``note_large_args``, on the copying path only) and warned
+about at the ``.remote()`` that makes the third copy. Each finding carries its cost so far
 (``Finding.cost_s``); ``advise()`` and the report rank by it.
 
 Never wrong: a finding is made only on evidence computed from what happened, and a
