@@ -264,7 +264,7 @@ class Advisor(AdviceRules):
             cores=int(cores or os.cpu_count() or 1), init_callsite=init_callsite)
         self.node = node
         if node is not None:
-            self.store_budget = store_budget_of(node)
+            self.store_budget = node.store_budget()
         self.interval = interval
         self._lock = threading.Lock()  # the rules' state: this thread, advise(), feed()
         # One look at a time (see step).
@@ -567,12 +567,6 @@ def current_findings(node: Any, tasks: list[TaskRecord] | None = None,
     return ranked(advisor.findings)
 
 
-def store_budget_of(node: Any) -> int:
-    """The bytes ``node``'s object store may hold (0: it has no budget of its own, as
-    on a cluster)."""
-    return node.store_budget()
-
-
 def analysis_input(node: Any, tasks: list[TaskRecord],
                    spans: list[DriverSpan]) -> dict[str, Any]:
     """What :func:`analyse` needs to re-run the rules later, as plain JSON-able data."""
@@ -584,7 +578,7 @@ def analysis_input(node: Any, tasks: list[TaskRecord],
     return {
         "cpus": node.cpu_total(),
         "cores": os.cpu_count() or 1,
-        "store_budget": store_budget_of(node),
+        "store_budget": node.store_budget(),
         "started_at": node.log.started_at,
         "init_callsite": list(advisor.init_callsite) if advisor is not None
         and advisor.init_callsite else None,
