@@ -104,6 +104,7 @@ bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/run.py
 	$(PY) bench/cluster.py --json bench/cluster-results.json
 	$(PY) bench/cluster.py --hosts 3 --delay-ms 1 --json bench/cluster-hosts-results.json
+	$(PY) bench/cluster_cpu.py --hosts 3 --delay-ms 1
 	$(PY) bench/cluster_hops.py --json bench/cluster-hops.json
 	$(PY) bench/cluster_hops.py --hosts 3 --delay-ms 1 --json bench/cluster-hops-hosts.json
 	$(PY) bench/cluster_by_value.py

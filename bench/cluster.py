@@ -271,9 +271,14 @@ ways = {{"ray": (lambda n: ray.get([f.remote() for _ in range(n)]),
 
 
 def measure_on_hosts(count: int, delay_ms: float, tasks: int, calls: int, repeat: int,
-                     with_ray: bool) -> dict[str, dict[str, float]]:
+                     with_ray: bool, program: str = HOSTS_CHILD) -> dict[str, dict[str, Any]]:
     """The same programs on simulated hosts (``tests/hosts.py``): the scheduler (or Ray's
-    head, with no CPUs) and the driver on host A, a worker of 2 CPUs on each other."""
+    head, with no CPUs) and the driver on host A, a worker of 2 CPUs on each other.
+
+    ``program`` is the driver's code, run once for distributed and once for Ray: a
+    template with ``{setup}`` (which defines ``ways``, each ``(many, one, big, enter)``),
+    ``{helpers}``, ``{repeat}``, ``{tasks}`` and ``{calls}``; its last line of output is
+    its figures as JSON."""
     import os
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -297,10 +302,10 @@ def measure_on_hosts(count: int, delay_ms: float, tasks: int, calls: int, repeat
     if env.get("PYTHONPATH"):
         env["PYTHONPATH"] = os.pathsep.join(
             os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[str, Any]] = {}
 
     def child(built: Any, setup: str) -> None:
-        code = HOSTS_CHILD.format(helpers=CHILD_HELPERS, setup=setup, repeat=repeat,
+        code = program.format(helpers=CHILD_HELPERS, setup=setup, repeat=repeat,
                                   tasks=tasks, calls=calls)
         done = built.run("a", [sys.executable, "-c", code], env=env, timeout=1800)
         if done.returncode != 0:
@@ -397,7 +402,8 @@ def hosts_main(args: argparse.Namespace) -> int:
     figures = ("per_task_us", "sync_us", "by_value_160mb_s")
     print(f"{'runtime':28}" + "".join(f"{f:>18}" for f in figures))
     for name, row in results.items():
-        print(f"{name:28}" + "".join(f"{row.get(f, float('nan')):18.1f}" for f in figures))
+        print(f"{name:28}" + "".join(
+            f"{row.get(f, float('nan')):18.{2 if f.endswith('_s') else 0}f}" for f in figures))
     lw, ray = results.get("lightwork on distributed"), results.get("ray")
     if lw and ray:
         print("lightwork / ray: " + ", ".join(f"{f} {lw[f] / ray[f]:.2f}x" for f in figures))

@@ -104,6 +104,16 @@ and one crossing back. Large values take other routes: arguments go straight to 
 (``tasks``, *Large arguments*); a large result stays on its worker, where dependents
 read it worker to worker, and the driver fetches it as in 7 (two crossings).
 
+A batch of tasks is not bound by the hops but by CPU: the hops of many tasks overlap,
+and what is left is each part's work per task. distributed's scheduler and workers spend
+about 2 ms of CPU on a no-op task between them (the scheduler's transitions and its
+streams; the worker's event loop, state machine and pool-thread hand-off), the
+driver's submit and gather half a millisecond, and on a machine of few cores their sum
+over the cores is the floor a batch reaches (``bench/cluster_cpu.py`` measures it by
+process). The backend's own share is the reply a worker sends (under a tenth of its
+work) and the driver's encoding and event log; the rest is the engine's, which a
+driver cannot change.
+
 Which distributed: ``cluster_compat`` checks at connect (and in each worker) that the
 installed one has the few private parts the backend relies on, and names the supported
 range if not.
