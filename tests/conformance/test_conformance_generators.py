@@ -19,9 +19,10 @@ import lightwork
 from lightwork import exceptions
 
 
-# The error a generator raises on its first attempt only: a built-in class, as the
-# cluster's scheduler unpickles retry_exceptions without this test module.
-Flaky = InterruptedError
+class Flaky(Exception):
+    """The error a generator raises on its first attempt only: a class of this test
+    module, which a cluster's scheduler cannot import (retry_exceptions reach the
+    workers without it unpickling them)."""
 
 
 @lightwork.remote(max_retries=0)

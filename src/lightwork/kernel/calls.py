@@ -30,6 +30,8 @@ import zlib
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, overload
 
+import cloudpickle
+
 from lightwork.kernel import exceptions
 from lightwork.kernel.object_ref import ObjectRef
 from lightwork.kernel import serialization
@@ -611,3 +613,34 @@ def actor_method(instance: Any, name: str) -> Any:
     if hasattr(member, "__get__"):
         return member.__get__(instance, cls)
     return found
+
+
+# retry_exceptions' classes as messages carry them: pickled once per tuple where they
+# are sent, loaded once per pickle where they are read.
+_packed_retry: dict[tuple[type, ...], bytes] = {}
+_unpacked_retry: dict[bytes, tuple[type, ...]] = {}
+
+
+def pack_retry_exceptions(retry: Any) -> Any:
+    """``retry_exceptions`` as a message between processes carries it: a bool as itself,
+    classes as one cloudpickle. A class of the driver's ``__main__`` lives in a task's
+    process only as cloudpickle rebuilt it (plain pickle cannot send it on), and a
+    cluster's scheduler, which unpickles every graph, may not import the user's modules
+    at all."""
+    if type(retry) is bool or not retry:
+        return retry
+    classes = tuple(retry)
+    packed = _packed_retry.get(classes)
+    if packed is None:
+        packed = _packed_retry[classes] = cloudpickle.dumps(classes)
+    return packed
+
+
+def retry_classes(retry: Any) -> tuple[type, ...]:
+    """The classes of a ``retry_exceptions`` list, or of its pack."""
+    if type(retry) is not bytes:
+        return tuple(retry)
+    classes = _unpacked_retry.get(retry)
+    if classes is None:
+        classes = _unpacked_retry[retry] = cloudpickle.loads(retry)
+    return classes

@@ -25,3 +25,20 @@ def setting(variables: tuple[str, ...], parse: Callable[[str], T], holds: str) -
             except ValueError:
                 raise ValueError(f"{variable}={text!r} is not {holds}") from None
     return None
+
+
+#: Ray waits this long before retrying a task that raised one of its retry_exceptions.
+DEFAULT_RETRY_DELAY_MS = 1000
+
+
+def retry_delay_from_env() -> float:
+    """The wait before a retry for ``retry_exceptions``, in seconds:
+    ``LIGHTWORK_TASK_RETRY_DELAY_MS``, else Ray's ``RAY_task_retry_delay_ms``, else 1 s."""
+    variables = ("LIGHTWORK_TASK_RETRY_DELAY_MS", "RAY_task_retry_delay_ms")
+    value = setting(variables, float, "a number of milliseconds")
+    if value is None:
+        return DEFAULT_RETRY_DELAY_MS / 1000.0
+    if value < 0:
+        variable = next(v for v in variables if os.environ.get(v))
+        raise ValueError(f"{variable} must be >= 0 milliseconds, got {os.environ[variable]}")
+    return value / 1000.0

@@ -144,6 +144,7 @@ from lightwork.kernel.object_ref import (
 from lightwork.engines.distributed import compat as cluster_compat
 from lightwork.engines.distributed import worker as cluster_worker
 from lightwork.kernel.backend import ActorInfo, Backend, SessionOptions
+from lightwork.kernel.environ import DEFAULT_RETRY_DELAY_MS, retry_delay_from_env
 from lightwork.engines.distributed.actor_calls import ActorCalls
 from lightwork.engines.distributed.fetch import Fetching
 from lightwork.engines.distributed.holds import InnerHolds
@@ -225,12 +226,16 @@ class DistributedBackend(Backend):
 
     def __init__(self, client: Any, in_driver: bool, cluster: Any = None,
                  owns_client: bool = False, namespace: str | None = None,
-                 event_budget: int = 0) -> None:
+                 event_budget: int = 0,
+                 retry_delay_s: float = DEFAULT_RETRY_DELAY_MS / 1000.0) -> None:
         self._client = client  # in a worker: made on first use (get_client)
         self._cluster = cluster  # a LocalCluster this backend started, or None
         self._owns_client = owns_client
         self.in_driver = in_driver
         self.namespace = namespace
+        # The wait before a retry for retry_exceptions, which every task carries to its
+        # worker (a task's own submissions carry that task's: cluster_worker.current).
+        self.retry_delay_s = retry_delay_s
         # No Node: the run's record (``kernel.run.RunRecord``) is the driver's session
         # log of the cluster run, which the state API, timeline, stack, advisor, the
         # dashboard and the `lightwork` command read. It serves the command even with event_budget=0, as a
@@ -410,6 +415,7 @@ class DistributedBackend(Backend):
                 event_budget: int = 0) -> DistributedBackend:
         """Connect to the cluster ``target`` names (see ``lightwork.engines``)."""
         distributed = _import_distributed()
+        retry_delay_s = retry_delay_from_env()  # (a bad setting refused before any start)
         if target == "local-cluster":
             workers = int(num_cpus) if num_cpus else os.cpu_count() or 1
             declared = {"CPU": 1.0, **resources}
@@ -434,7 +440,7 @@ class DistributedBackend(Backend):
                     "scheduler's address") from exc
             client = distributed.Client(cluster)
             return cls(client, True, cluster=cluster, owns_client=True, namespace=namespace,
-                       event_budget=event_budget)
+                       event_budget=event_budget, retry_delay_s=retry_delay_s)
         if num_cpus is not None or num_gpus is not None or resources:
             raise ValueError(
                 "num_cpus, num_gpus and resources describe a runtime lightwork starts; a "
@@ -442,13 +448,13 @@ class DistributedBackend(Backend):
                 "'CPU=N'). Drop them, or use address='local-cluster'")
         if isinstance(target, distributed.Client):
             return cls(target, True, owns_client=False, namespace=namespace,
-                       event_budget=event_budget)
+                       event_budget=event_budget, retry_delay_s=retry_delay_s)
         if "://" in target:
             client = distributed.Client(target, timeout=30)
         else:
             client = distributed.Client(scheduler_file=target, timeout=30)
         return cls(client, True, owns_client=True, namespace=namespace,
-                   event_budget=event_budget)
+                   event_budget=event_budget, retry_delay_s=retry_delay_s)
 
     @property
     def client(self) -> Any:

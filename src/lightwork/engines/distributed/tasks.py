@@ -41,7 +41,11 @@ too, or it was revived ``REVIVALS_MAX`` times already; its get then raises
 
 Retries
 -------
-``retry_exceptions`` (by type) runs again on the worker, up to ``max_retries``. A lost
+``retry_exceptions`` (by type) runs again on the worker, up to ``max_retries``, after the
+driver's retry delay (``LIGHTWORK_TASK_RETRY_DELAY_MS``, 1 s as in Ray), which travels
+in the task's header. The task waits on its worker thread, keeping its slot (the
+scheduler knows no other way to hold a task back), and a cancel during the wait ends it
+without the retry (``cluster_worker.wait_before_retry``). A lost
 worker counts against each task's own ``max_retries`` too, from the driver: every task
 keeps its :class:`Lineage` (how to submit it again) while its refs live. When the
 scheduler fails a task with ``KilledWorker`` (its worker died while running it, on
@@ -86,7 +90,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lightwork.kernel import exceptions
-from lightwork.kernel.calls import unschedulable_error, warn_unschedulable
+from lightwork.kernel.calls import pack_retry_exceptions, unschedulable_error, warn_unschedulable
 from lightwork.kernel.object_ref import ObjectRef, collecting_refs, ref_counter
 from lightwork.kernel import serialization
 from lightwork.kernel.serialization import pickle_value
@@ -310,8 +314,13 @@ class TaskSubmission:
         if replies is not None and num_returns == 1 and not spec.stream:
             replies.expect(task_id)  # before it is sent: the reply may come first
             reply_to = replies.reply_to
+        retry_delay_s = (getattr(cluster_worker.current, "retry_delay_s", None)
+                         if not self.backend.in_driver else None)
+        if retry_delay_s is None:
+            retry_delay_s = self.backend.retry_delay_s
+        retry = pack_retry_exceptions(spec.retry_exceptions)
         header = (task_id, spec.key, spec.blob, spec.name, payload, keys, max(num_returns, 1),
-                  spec.max_retries, spec.retry_exceptions, shape, self.backend.session_tag,
+                  spec.max_retries, retry, retry_delay_s, shape, self.backend.session_tag,
                   reply_to)
         recorder = self.backend.recorder
         if recorder is not None:

@@ -77,6 +77,7 @@ from lightwork.kernel.generators import GeneratorRaised, StaticItems, take_stati
 from lightwork.kernel.serialization import SerializationError, pickle_value
 from lightwork.kernel.serialization import dumps as dumps_out_of_band
 from lightwork.kernel.calls import ArgSlot  # the same placeholder as the local runtime's
+from lightwork.kernel.calls import retry_classes
 from lightwork.engines.distributed.record import error_text as _error_text
 from lightwork.engines.distributed.record import note as _note
 from lightwork.engines.distributed import output as cluster_output
@@ -165,7 +166,40 @@ def _should_retry(
 ) -> bool:
     if not retry_exceptions or not (max_retries < 0 or attempt < max_retries):
         return False
-    return retry_exceptions is True or isinstance(exc, tuple(retry_exceptions))
+    return retry_exceptions is True or isinstance(exc, retry_classes(retry_exceptions))
+
+
+#: How often a task waiting to be retried looks whether it was cancelled meanwhile.
+RETRY_WAIT_SLICE_S = 0.05
+
+
+def wait_before_retry(delay_s: float) -> bool:
+    """Wait ``delay_s`` before the running task's retry; False if the task was released
+    meanwhile (the program cancelled it, or dropped its refs: the scheduler freed its
+    key, so nobody wants the retry's result)."""
+    if delay_s <= 0:
+        return True
+    key = _current_key()
+    deadline = time.monotonic() + delay_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True
+        time.sleep(min(left, RETRY_WAIT_SLICE_S))
+        if key is not None and not _still_wanted(key):
+            return False
+
+
+def _still_wanted(key: Any) -> bool:
+    """Whether this worker still runs ``key`` for the scheduler: a task released while
+    it runs stays on its thread, its worker-side state ``cancelled``."""
+    try:
+        from distributed import get_worker
+
+        state = get_worker().state.tasks.get(key)
+    except (ValueError, AttributeError):
+        return True
+    return state is not None and state.state not in ("cancelled", "released", "forgotten")
 
 
 def stored_size(stored: Any, num_returns: int = 1) -> int:
@@ -310,7 +344,7 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
     and its result is None."""
     started = _wall()
     (task_id, key, blob, name, payload, keys, num_returns, max_retries, retry_exceptions,
-     resources, session, reply_to) = header
+     retry_delay_s, resources, session, reply_to) = header
     backend = worker_backend()
     for value in dep_values:  # an argument that failed fails this task with its error
         if type(value) is Failed:
@@ -328,8 +362,10 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
         args = [values[a.index] if type(a) is ArgSlot else a for a in args]
         kwargs = {k: values[v.index] if type(v) is ArgSlot else v for k, v in kwargs.items()}
     function = _function(key, blob)
-    previous = getattr(current, "task", None), getattr(current, "session", 0)
+    previous = (getattr(current, "task", None), getattr(current, "session", 0),
+                getattr(current, "retry_delay_s", None))
     current.task, current.session = (task_id, name, resources), session
+    current.retry_delay_s = retry_delay_s  # (what the task's own submissions carry)
     debug_call = _DEBUG_CALL.set((task_id, name, session))  # whom a breakpoint() names
     tag = getattr(backend.futures, "tag", None)
     if keys and tag is not None:  # what its arguments borrowed is its session's (listings)
@@ -355,7 +391,8 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
                 break
             except Exception as exc:  # noqa: BLE001 - the user's error becomes the result
                 error = exc.error if isinstance(exc, GeneratorRaised) else exc
-                if _should_retry(error, retry_exceptions, attempt, max_retries):
+                if _should_retry(error, retry_exceptions, attempt, max_retries) and \
+                        wait_before_retry(retry_delay_s):
                     attempt += 1
                     retries += ((_wall(), f"retry_exceptions: {_error_text(error)}"),)
                     continue
@@ -382,7 +419,7 @@ def run_task(header: tuple[Any, ...], *dep_values: Any, stream: Any = None) -> A
                     send_reply(reply_to, task_id, failed, 0)
                 return failed if num_returns == 1 else (failed,) * num_returns
     finally:
-        current.task, current.session = previous
+        current.task, current.session, current.retry_delay_s = previous
         _DEBUG_CALL.reset(debug_call)
         if cluster_output.pending:  # what it printed leaves before its result
             cluster_output.end_call(task_id)

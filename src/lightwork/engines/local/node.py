@@ -84,7 +84,7 @@ from lightwork.engines.local.gpus import GpuIds
 from lightwork.engines.local.io_loop import IOLoop
 from lightwork.engines.local.lineage import Lineage
 from lightwork.engines.local.memory_monitor import MemoryMonitor
-from lightwork.engines.local.worker_requests import retry_delay_from_env
+from lightwork.kernel.environ import retry_delay_from_env
 from lightwork.engines.local.node_lock import NodeLock
 from lightwork.engines.local.output import DriverOutput
 from lightwork.engines.local.record import LocalRecord

@@ -40,6 +40,7 @@ from lightwork.engines.local.call_outcomes import error_outcome
 from lightwork.kernel.calls import (
     ActorSpec,
     CallSpec,
+    pack_retry_exceptions,
     prepare_args,
     warn_actor_unschedulable,
     warn_unschedulable,
@@ -99,7 +100,8 @@ class WorkerCalls(_Base):
                 self.function_blobs[key] = blob
         self.outbox.append((
             p.SUBMIT, task_id, key, spec.name, stored, deps, return_ids, shape,
-            spec.max_retries, spec.retry_exceptions, 0, frame[0] if frame is not None else 0,
+            spec.max_retries, pack_retry_exceptions(spec.retry_exceptions), 0,
+            frame[0] if frame is not None else 0,
         ))
         self.send([])  # now: the driver places it while this task goes on
         return refs

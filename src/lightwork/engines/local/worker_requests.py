@@ -12,7 +12,6 @@ the object table, the scheduler and the actors), called with its lock held; the 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,9 +21,8 @@ from lightwork.kernel import exceptions
 from lightwork.engines.local import protocol as p
 from lightwork.kernel import serialization
 from lightwork.engines.local.cancel import cancelled_error, interrupted_error
-from lightwork.kernel.calls import unschedulable_error
+from lightwork.kernel.calls import retry_classes, unschedulable_error
 from lightwork.kernel.collector import keep_out_of_collector
-from lightwork.kernel.environ import setting
 from lightwork.kernel.events import TaskRecord
 from lightwork.kernel.pauses import pause_line
 from lightwork.engines.local.lineage import file_exists, keeps_lineage
@@ -40,23 +38,6 @@ if TYPE_CHECKING:
     _Base = NodeState
 else:
     _Base = object
-
-
-# Ray waits this long before retrying a task that raised one of its retry_exceptions.
-DEFAULT_RETRY_DELAY_MS = 1000
-
-
-def retry_delay_from_env() -> float:
-    """The wait before a retry for ``retry_exceptions``, in seconds:
-    ``LIGHTWORK_TASK_RETRY_DELAY_MS``, else Ray's ``RAY_task_retry_delay_ms``, else 1 s."""
-    variables = ("LIGHTWORK_TASK_RETRY_DELAY_MS", "RAY_task_retry_delay_ms")
-    value = setting(variables, float, "a number of milliseconds")
-    if value is None:
-        return DEFAULT_RETRY_DELAY_MS / 1000.0
-    if value < 0:
-        variable = next(v for v in variables if os.environ.get(v))
-        raise ValueError(f"{variable} must be >= 0 milliseconds, got {os.environ[variable]}")
-    return value / 1000.0
 
 
 class WorkerRequests(_Base):
@@ -396,10 +377,11 @@ class WorkerRequests(_Base):
             cause = serialization.loads(error).cause
         except Exception:
             return False
+        classes = retry_classes(retry)  # (a nested task's come packed)
         if isinstance(cause, exceptions.UnserializableException):
             # It could not travel as itself: match its class hierarchy by name.
-            return cause.is_instance_of_any(tuple(retry))
-        return isinstance(cause, tuple(retry))
+            return cause.is_instance_of_any(classes)
+        return isinstance(cause, classes)
 
     def _requeue_after_delay(self, task: TaskSpec) -> None:
         """Retry ``task`` for one of its ``retry_exceptions`` after ``retry_delay_s``, as
