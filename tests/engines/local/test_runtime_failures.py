@@ -32,3 +32,38 @@ def test_dead_fork_server_fails_pending_and_later_calls_clearly(fresh_runtime):
     lightwork.shutdown()
     lightwork.init(num_cpus=1)  # a new runtime works again
     assert lightwork.get(slow.remote(), timeout=20) == 1
+
+
+class _LoadsOnceFlagIsGone:
+    """Unpickles only once its flag file is gone: the first load removes it and raises."""
+
+    def __init__(self, flag):
+        self.flag = flag
+
+    def __reduce__(self):
+        return (_load_unless_flagged, (self.flag,))
+
+
+def _load_unless_flagged(flag):
+    if os.path.exists(flag):
+        os.remove(flag)
+        raise ImportError("the first load of this function fails on purpose")
+    return _LoadsOnceFlagIsGone(flag)
+
+
+def test_a_function_whose_load_failed_loads_on_its_next_call(fresh_runtime, tmp_path):
+    """The driver sends a function's code to a worker once: a load that fails there
+    must leave it, so the next call loads it again rather than finding nothing."""
+    lightwork.init(num_cpus=1)  # one worker: both calls land on it
+    flag = tmp_path / "fail-the-first-load"
+    flag.touch()
+    held = _LoadsOnceFlagIsGone(str(flag))
+
+    @lightwork.remote
+    def uses_held():
+        return os.path.basename(held.flag)
+
+    with pytest.raises(lightwork.exceptions.TaskError, match="fails on purpose"):
+        lightwork.get(uses_held.remote(), timeout=20)
+    assert not flag.exists()
+    assert lightwork.get(uses_held.remote(), timeout=20) == "fail-the-first-load"

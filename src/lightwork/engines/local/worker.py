@@ -384,12 +384,16 @@ class Worker(WorkerResults, WorkerCancels, WorkerExit, WorkerCalls):
     def function(self, key: bytes) -> Any:
         fn = self.functions.get(key)
         if fn is None:
-            fn = self.functions[key] = cloudpickle.loads(self.function_blobs.pop(key))
+            # The blob is dropped only once its function is filed: a load that raises
+            # (an import the worker lacks) or that a cancel's KeyboardInterrupt cuts
+            # short leaves it for the next call, which the driver sends without it.
+            fn = cloudpickle.loads(self.function_blobs[key])
             if type(fn) is types.FunctionType:  # its calls watched if it assigns a global
                 watch = global_writes.watch_of(fn)
                 if watch is not None:
-                    fn = self.functions[key] = global_writes.watched(
-                        fn, watch, self.note_global_write)
+                    fn = global_writes.watched(fn, watch, self.note_global_write)
+            self.functions[key] = fn
+            del self.function_blobs[key]
         return fn
 
     @property
