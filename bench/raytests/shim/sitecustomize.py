@@ -16,7 +16,9 @@ pass through here.
 * ``ray`` (or unset): the installed Ray, untouched, except that its two modules of test
   helpers each give the other's names too (Ray moved them between releases), so test
   files of a nearby release load, and ``ray.tests`` (not in Ray's wheel) gets the same
-  empty stand-ins.
+  empty stand-ins;
+* on both, the helpers Ray keeps beside its tests (``ray.tests.client_test_utils``) are
+  ours, from ``raytests_support``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ TARGET = os.environ.get("RAYTESTS_TARGET", "ray")
 
 # Ray's test helpers, by the modules tests import them from.
 HELPER_MODULES = ("ray._private.test_utils", "ray._common.test_utils")
+# Helpers of Ray's that live with its tests (not in its wheel): ours, on both runtimes.
+TEST_HELPER_MODULES = ("ray.tests.client_test_utils",)
 # Ray's testing-only and internal modules that tests import at the top of a file: loaded
 # as empty modules whose every name is a stand-in that fails when used, so only the tests
 # that use them fail.
@@ -103,7 +107,7 @@ class TestInfrastructureFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):  # type: ignore[no-untyped-def]
         if fullname == ANNOTATION_MODULE:
             return importlib.util.spec_from_loader(fullname, _Annotations())
-        if fullname in HELPER_MODULES:
+        if fullname in HELPER_MODULES or fullname in TEST_HELPER_MODULES:
             return importlib.util.spec_from_loader(fullname, _Stand_in(helpers=True))
         if fullname in EMPTY_MODULES or fullname in EMPTY_PACKAGES:
             return importlib.util.spec_from_loader(
@@ -174,6 +178,8 @@ class _MissingFromTheWheel(importlib.abc.MetaPathFinder):
     NAMES = ("ray.tests", "ray.tests.conftest")
 
     def find_spec(self, fullname, path=None, target=None):  # type: ignore[no-untyped-def]
+        if fullname in TEST_HELPER_MODULES:
+            return importlib.util.spec_from_loader(fullname, _Stand_in(helpers=True))
         if fullname not in self.NAMES:
             return None
         sys.meta_path.remove(self)
