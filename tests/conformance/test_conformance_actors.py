@@ -9,6 +9,8 @@
 * the graceful end of an actor (``exit_actor()``, ``__ray_terminate__``, its last handle
   dropped) calls ``__ray_shutdown__()`` and then the atexit handlers it registered;
   ``kill()`` runs neither;
+* calls are ordered per caller: a call whose argument is not ready holds back its own
+  caller's later calls, never another caller's;
 * class attributes of an actor class, a method never hidden by an instance attribute of
   its name, ``async def`` remote functions refused, Ray's
   words in death messages.
@@ -25,7 +27,7 @@ import threading
 import time
 
 import pytest
-from tests.helpers import wait_until
+from tests.helpers import wait_for_file, wait_until
 from tests.conformance import test_conformance as _conformance
 
 import lightwork
@@ -395,6 +397,81 @@ def test_kill_runs_neither_ray_shutdown_nor_atexit(backend, tmp_path):
         lightwork.get(actor.pid.remote(), timeout=LIMIT)
     time.sleep(1.0)
     assert _lines(log) == []
+
+
+# ---- the order of calls: per caller ----------------------------------------------------
+@lightwork.remote
+def _released_by(path):
+    """A value that is ready once ``path`` exists: an argument that keeps a call waiting."""
+    return "released" if wait_for_file(path, limit=LIMIT) else "gate never opened"
+
+
+@lightwork.remote(num_cpus=0)
+class Log:
+    def __init__(self):
+        self.seen = []
+
+    def note(self, value):
+        self.seen.append(value)
+        return value
+
+    def notes(self):
+        return self.seen
+
+
+@lightwork.remote
+def _call_from_a_task(log, waiting):
+    """A caller of its own: sends ``log`` a call whose argument is not ready yet (its ref
+    stays here: on the cluster an actor call's ref cannot leave its caller)."""
+    log.note.remote(waiting[0])
+    return "called"
+
+
+def test_a_call_waiting_for_its_argument_holds_back_only_its_own_callers_calls(
+        backend, tmp_path):
+    gate = str(tmp_path / "gate")
+    log = Log.remote()
+    # A task makes the first call, before the driver makes its own.
+    assert lightwork.get(_call_from_a_task.remote(log, [_released_by.remote(gate)]),
+                         timeout=LIMIT) == "called"
+    assert lightwork.get(log.note.remote("from the driver"), timeout=LIMIT) == \
+        "from the driver"
+    open(gate, "w").close()
+    wait_until(lambda: len(lightwork.get(log.notes.remote(), timeout=LIMIT)) == 2,
+               timeout=LIMIT, message="the task's call ran once its argument was ready")
+    assert lightwork.get(log.notes.remote(), timeout=LIMIT) == ["from the driver", "released"]
+
+
+def test_one_callers_calls_run_in_the_order_it_made_them_whatever_their_arguments(
+        backend, tmp_path):
+    gate = str(tmp_path / "gate")
+    log = Log.remote()
+    first = log.note.remote(_released_by.remote(gate))
+    second = log.note.remote("second")
+    ready, _ = lightwork.wait([second], timeout=0.5)
+    assert ready == []  # held behind the first, whose argument is not ready
+    open(gate, "w").close()
+    assert lightwork.get([first, second], timeout=LIMIT) == ["released", "second"]
+    assert lightwork.get(log.notes.remote(), timeout=LIMIT) == ["released", "second"]
+
+
+@lightwork.remote
+def _fails_once_released(path):
+    wait_for_file(path, limit=LIMIT)
+    raise ValueError("the argument failed")
+
+
+def test_a_call_whose_awaited_argument_fails_raises_its_error_and_the_next_one_runs(
+        backend, tmp_path):
+    gate = str(tmp_path / "gate")
+    log = Log.remote()
+    failing = log.note.remote(_fails_once_released.remote(gate))
+    after = log.note.remote("after")
+    open(gate, "w").close()
+    with pytest.raises(ValueError, match="the argument failed"):
+        lightwork.get(failing, timeout=LIMIT)
+    assert lightwork.get(after, timeout=LIMIT) == "after"
+    assert lightwork.get(log.notes.remote(), timeout=LIMIT) == ["after"]
 
 
 # ---- the actor class and the messages ----------------------------------------------------

@@ -63,6 +63,7 @@ here or met lost from a borrowed handle.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import itertools
 import threading
@@ -237,6 +238,9 @@ class ActorCalls(ActorRestarts):
         # Calls waiting for their actor's key to be done (built, or rebuilt by its owner):
         # ``.remote()`` never waits for the engine (see _queue_while_building).
         self._building: dict[int, list[ActorCall]] = {}
+        # Calls waiting for a top-level ref argument, and the calls made after them, by
+        # actor: sent in order by a thread of their own (``_send_when_ready``).
+        self._arguments_awaited: dict[int, collections.deque[Any]] = {}
 
     def actor_restarts(self, actor_id: int) -> int:
         """How many times this process restarted the actor (0 if it does not own it)."""
@@ -353,23 +357,27 @@ class ActorCalls(ActorRestarts):
         if ref_counter._released:
             self.backend._drain()
         actor = self.backend.future_of(actor_id, actor=True)  # (an ended session's raises here)
-        tops = [a for a in (*args, *kwargs.values()) if type(a) is ObjectRef]
-        if tops:  # resolved here, before the call is sent: its order is kept
-            values = iter(self.backend.fetch.get([ref.id for ref in tops], None))
-            args = tuple(next(values) if type(a) is ObjectRef else a for a in args)
-            kwargs = {k: next(values) if type(v) is ObjectRef else v for k, v in kwargs.items()}
-        # Large buffers go as a frame of their own in the call's RPC (``InlineBuffers``).
-        payload, contained = call_payload(args, kwargs, SCATTER_MIN)
-        keys = self.backend.keys_of(contained) if contained else None
+        tops = [a.id for a in (*args, *kwargs.values()) if type(a) is ObjectRef]
         task_id = self.backend.next_object_id()
-        if self.backend.recorder is not None:
-            self.backend.recorder.submitted(task_id, name, callsite, len(payload), actor_id=actor_id,
-                                    call=(args, kwargs))
-        call = ActorCall(actor_id, actor, (method, name, payload, keys, num_returns, task_id),
-                         num_returns, self.backend.recorder)
-        if keys:  # hold what the call borrows until it ends
-            call.held = [self.backend.futures[i] for i in keys]
-        self._dispatch(call)
+        ready = not tops or len(self.backend.fetch.wait(tops, len(tops), 0)) == len(tops)
+        with self.backend.lock:
+            waiting = self._arguments_awaited.get(actor_id)
+            if waiting is None and not ready:
+                waiting = self._arguments_awaited[actor_id] = collections.deque()
+                threading.Thread(target=self._send_when_ready, args=(actor_id, waiting),
+                                 daemon=True, name="lightwork-actor-arguments").start()
+            if waiting is not None:  # after the calls before it: see _send_when_ready
+                call = ActorCall(actor_id, actor, (method, name, b"", None, num_returns,
+                                                   task_id), num_returns, self.backend.recorder)
+                waiting.append((call, args, kwargs))
+        if waiting is not None:
+            if self.backend.recorder is not None:
+                self.backend.recorder.submitted(task_id, name, callsite, 0, actor_id=actor_id,
+                                                call=(args, kwargs))
+        else:
+            call = self._call(actor_id, actor, method, name, args, kwargs, num_returns,
+                              task_id, callsite)
+            self._dispatch(call)
         refs = []
         with self.backend.lock:
             indexes = [None] if num_returns == 1 else list(range(num_returns))
@@ -379,6 +387,61 @@ class ActorCalls(ActorRestarts):
                 self.backend.task_ids[object_id] = task_id
                 refs.append(ObjectRef(object_id))
         return refs
+
+    def _call(self, actor_id: int, actor: Any, method: str, name: str, args: tuple,
+              kwargs: dict, num_returns: int, task_id: int, callsite: Any = None,
+              call: ActorCall | None = None) -> ActorCall:
+        """The call with its message: its top-level refs' values (ready by now) and the
+        rest pickled; ``call``: the one made already, while they were awaited."""
+        if any(type(a) is ObjectRef for a in (*args, *kwargs.values())):
+            tops = [a.id for a in (*args, *kwargs.values()) if type(a) is ObjectRef]
+            values = iter(self.backend.fetch.get(tops, None))
+            args = tuple(next(values) if type(a) is ObjectRef else a for a in args)
+            kwargs = {k: next(values) if type(v) is ObjectRef else v for k, v in kwargs.items()}
+        # Large buffers go as a frame of their own in the call's RPC (``InlineBuffers``).
+        payload, contained = call_payload(args, kwargs, SCATTER_MIN)
+        keys = self.backend.keys_of(contained) if contained else None
+        message = (method, name, payload, keys, num_returns, task_id)
+        if call is None:
+            if self.backend.recorder is not None:
+                self.backend.recorder.submitted(task_id, name, callsite, len(payload),
+                                                actor_id=actor_id, call=(args, kwargs))
+            call = ActorCall(actor_id, actor, message, num_returns, self.backend.recorder)
+        else:
+            call.message = message
+        if keys:  # hold what the call borrows until it ends
+            call.held = [self.backend.futures[i] for i in keys]
+        return call
+
+    def _send_when_ready(self, actor_id: int, waiting: collections.deque[Any]) -> None:
+        """Send, in order, the calls made to the actor while one of them waited for a
+        top-level ref argument (in a thread of its own, until none is left).
+
+        As in Ray, ``.remote()`` returns at once and the actor runs this process's calls
+        in the order they were made: a call whose argument is not ready holds back the
+        calls made after it, which queue here behind it, and no one else's. A call whose
+        argument failed fails with that argument's error."""
+        while True:
+            with self.backend.lock:
+                if not waiting:
+                    del self._arguments_awaited[actor_id]
+                    return
+                call, args, kwargs = waiting[0]
+            method, name, _, _, num_returns, task_id = call.message
+            try:
+                self._call(actor_id, call.actor, method, name, args, kwargs, num_returns,
+                           task_id, call=call)
+            except Exception as error:  # noqa: BLE001 - an argument's error is the call's
+                call.fail(error if isinstance(error, exceptions.LightworkError)
+                          else exceptions.RuntimeSystemError(repr(error)))
+            else:
+                try:
+                    self._dispatch(call)
+                except exceptions.LightworkError as error:  # the session closed, say
+                    call.fail(error)
+            del args, kwargs
+            with self.backend.lock:
+                waiting.popleft()
 
     def _dispatch(self, call: ActorCall, flushing: bool = False) -> None:
         """Send ``call`` now, queue it while its actor is built or restarts, or fail it if

@@ -18,8 +18,10 @@ as in Ray).
 
 At most ``max_pending_calls`` calls (queued plus running) are accepted at once; the
 next one raises ``PendingCallsLimitExceeded`` in the caller (from a task or an actor it
-becomes the call's result error). Calls wait in ``queue`` until their arguments are ready and the actor is ALIVE; the head
-is sent first, so calls run in submission order. Sent calls are in ``inflight``. A call
+becomes the call's result error). Calls wait in ``queue`` until their arguments are ready
+and the actor is ALIVE; each caller's calls are sent in the order it made them, and a
+call waiting for its arguments holds back only its own caller's later calls (``pump``),
+as in Ray. Sent calls are in ``inflight``. A call
 made while every slot is taken (``inflight`` holds ``slots`` calls) stays queued: the
 node sends what queued meanwhile in one frame when it next reads one of the actor's
 frames (``IOLoop.read_worker``), so a burst of calls costs one send per batch, as tasks
@@ -80,6 +82,9 @@ class Actor(ActorSpec):
     conn: WorkerConn | None = None
     creation_task: int = 0
     queue: deque[TaskSpec] = field(default_factory=deque)
+    # True once ``queue`` may hold calls of more than one caller (``pump``): only then can
+    # a call go past a head that waits for its arguments.
+    callers_mixed: bool = False
     inflight: dict[int, TaskSpec] = field(default_factory=dict)
     restarts: int = 0
     no_restart: bool = False
@@ -232,7 +237,10 @@ class ActorManager:
         if actor is None or actor.state == DEAD:
             self.node._fail_task(task, self._died_error(actor, task.name))
             return
-        actor.queue.append(task)
+        queue = actor.queue
+        if queue and not actor.callers_mixed and queue[0].owner != task.owner:
+            actor.callers_mixed = True
+        queue.append(task)
         self.node.lookup(actor_id).task_uses += 1  # a pending call keeps the actor alive
         if len(actor.inflight) < actor.slots:
             self.pump(actor)
@@ -240,7 +248,13 @@ class ActorManager:
         # meanwhile, in one frame, when the actor's next frame is read (IOLoop.read_worker).
 
     def pump(self, actor: Actor) -> None:
-        """Send the calls at the head of the queue whose arguments are ready."""
+        """Send the queued calls whose arguments are ready, in order for each caller.
+
+        As in Ray, calls are ordered per caller (the process that made them, the task's
+        ``owner``), not across callers: a call waiting for its arguments holds back the
+        later calls of its own caller only. The head goes first; only when it waits and
+        other callers' calls are queued is the rest of the queue scanned.
+        """
         if actor.state != ALIVE or actor.conn is None or actor.conn.doomed:
             return
         node = self.node
@@ -254,22 +268,47 @@ class ActorManager:
                 node._unuse(task.actor_id)
                 continue
             if task.unready:
+                if actor.callers_mixed:
+                    self._pass_waiting_callers(actor, batch, now)
                 break
             queue.popleft()
-            task.state = "SUBMITTED_TO_WORKER"
-            record = task.record
-            record.dispatched = now
-            record.worker_id = actor.conn.worker_id
-            record.attempt = task.attempt
-            record.state = task.state
-            dep_values = [node.objects.entries[d].stored for d in task.deps] if task.deps else ()
-            actor.inflight[task.task_id] = task
-            batch.append((p.TASK, (
-                task.task_id, task.function_key, task.name, serialization.bare(task.args),
-                dep_values, task.return_ids, task.shape, actor.gpu_ids,
-            )))
+            batch.append(self._sent(actor, task, now))
         if batch:
             node._send(actor.conn, batch)
+
+    def _pass_waiting_callers(self, actor: Actor, batch: list[tuple[Any, ...]],
+                              now: float) -> None:
+        """Send the ready calls of the callers that have no earlier call still waiting
+        for its arguments; the rest stay queued in their order."""
+        held: set[int] = set()  # the callers with a waiting call
+        kept: deque[TaskSpec] = deque()
+        for task in actor.queue:
+            if task.state == "FAILED":
+                self.node._unuse(task.actor_id)
+            elif task.unready or task.owner in held:
+                held.add(task.owner)
+                kept.append(task)
+            else:
+                batch.append(self._sent(actor, task, now))
+        actor.queue = kept
+        actor.callers_mixed = len(held) > 1
+
+    def _sent(self, actor: Actor, task: TaskSpec, now: float) -> tuple[Any, ...]:
+        """The frame that sends one call to its actor, the call now in flight there."""
+        assert actor.conn is not None
+        task.state = "SUBMITTED_TO_WORKER"
+        record = task.record
+        record.dispatched = now
+        record.worker_id = actor.conn.worker_id
+        record.attempt = task.attempt
+        record.state = task.state
+        entries = self.node.objects.entries
+        dep_values = [entries[d].stored for d in task.deps] if task.deps else ()
+        actor.inflight[task.task_id] = task
+        return (p.TASK, (
+            task.task_id, task.function_key, task.name, serialization.bare(task.args),
+            dep_values, task.return_ids, task.shape, actor.gpu_ids,
+        ))
 
     def cancel_call(self, task: TaskSpec, force: bool) -> None:
         """``cancel()`` of an actor's call, with Ray's semantics for actor tasks.
@@ -585,6 +624,7 @@ class ActorManager:
                 self._finish_call(task, self._died_error(actor, task.name))
         actor.inflight.clear()
         actor.queue.extendleft(reversed(retry))
+        actor.callers_mixed = True  # (the retried calls' callers are not looked at)
         actor.death_cause = ""
         actor.state = RESTARTING
         self.pending.appendleft(actor)
