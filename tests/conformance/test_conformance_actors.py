@@ -401,9 +401,13 @@ def test_kill_runs_neither_ray_shutdown_nor_atexit(backend, tmp_path):
 
 # ---- the order of calls: per caller ----------------------------------------------------
 @lightwork.remote
-def _released_by(path):
-    """A value that is ready once ``path`` exists: an argument that keeps a call waiting."""
-    return "released" if wait_for_file(path, limit=LIMIT) else "gate never opened"
+def _released_by(path, fails=False):
+    """A value that is ready once ``path`` exists (or an error, if ``fails``): an
+    argument that keeps a call waiting."""
+    opened = wait_for_file(path, limit=LIMIT)
+    if fails:
+        raise ValueError("the argument failed")
+    return "released" if opened else "gate never opened"
 
 
 @lightwork.remote(num_cpus=0)
@@ -442,36 +446,24 @@ def test_a_call_waiting_for_its_argument_holds_back_only_its_own_callers_calls(
     assert lightwork.get(log.notes.remote(), timeout=LIMIT) == ["from the driver", "released"]
 
 
+@pytest.mark.parametrize("fails", [False, True], ids=["argument comes", "argument fails"])
 def test_one_callers_calls_run_in_the_order_it_made_them_whatever_their_arguments(
-        backend, tmp_path):
+        backend, tmp_path, fails):
     gate = str(tmp_path / "gate")
     log = Log.remote()
-    first = log.note.remote(_released_by.remote(gate))
+    first = log.note.remote(_released_by.remote(gate, fails))
     second = log.note.remote("second")
     ready, _ = lightwork.wait([second], timeout=0.5)
     assert ready == []  # held behind the first, whose argument is not ready
     open(gate, "w").close()
-    assert lightwork.get([first, second], timeout=LIMIT) == ["released", "second"]
-    assert lightwork.get(log.notes.remote(), timeout=LIMIT) == ["released", "second"]
-
-
-@lightwork.remote
-def _fails_once_released(path):
-    wait_for_file(path, limit=LIMIT)
-    raise ValueError("the argument failed")
-
-
-def test_a_call_whose_awaited_argument_fails_raises_its_error_and_the_next_one_runs(
-        backend, tmp_path):
-    gate = str(tmp_path / "gate")
-    log = Log.remote()
-    failing = log.note.remote(_fails_once_released.remote(gate))
-    after = log.note.remote("after")
-    open(gate, "w").close()
-    with pytest.raises(ValueError, match="the argument failed"):
-        lightwork.get(failing, timeout=LIMIT)
-    assert lightwork.get(after, timeout=LIMIT) == "after"
-    assert lightwork.get(log.notes.remote(), timeout=LIMIT) == ["after"]
+    if fails:  # the call fails with its argument's error; the next one runs
+        with pytest.raises(ValueError, match="the argument failed"):
+            lightwork.get(first, timeout=LIMIT)
+    else:
+        assert lightwork.get(first, timeout=LIMIT) == "released"
+    assert lightwork.get(second, timeout=LIMIT) == "second"
+    expected = ["second"] if fails else ["released", "second"]
+    assert lightwork.get(log.notes.remote(), timeout=LIMIT) == expected
 
 
 # ---- the actor class and the messages ----------------------------------------------------

@@ -409,18 +409,17 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
     def _deps_ready(self, task: TaskSpec, at: float | None = None) -> None:
         if at is None or task.deps:  # (else its record says so from birth: register_task)
             task.record.deps_ready = time.monotonic() if at is None else at
-        for object_id in task.deps:
-            entry = self.objects.entries[object_id]
-            if entry.state == FAILED:
-                self._fail_task(task, entry.error)
-                return
-        if task.actor_id:
+        entries = self.objects.entries
+        failed = next((entries[d] for d in task.deps if entries[d].state == FAILED), None)
+        if failed is not None:
+            self._fail_task(task, failed.error)
+        if task.actor_id:  # ready, or failed: the calls queued behind it may go now
             actor = self.actors.actors.get(task.actor_id)
             # A busy actor's ready calls go with its next frame read (IOLoop.read_worker), and
             # a new call is queued after this (ActorManager.add_call sends it if idle).
             if actor is not None and len(actor.inflight) < actor.slots:
                 self.actors.pump(actor)
-        else:
+        elif failed is None:
             self.scheduler.make_ready(task)
 
     def _fail_task(self, task: TaskSpec, error: Any) -> None:
