@@ -10,7 +10,8 @@
   dropped) calls ``__ray_shutdown__()`` and then the atexit handlers it registered;
   ``kill()`` runs neither;
 * calls are ordered per caller: a call whose argument is not ready holds back its own
-  caller's later calls, never another caller's;
+  caller's later calls, never another caller's; a call's ref can leave its caller (in a
+  task's arguments or result, inside a ``put``);
 * class attributes of an actor class, a method never hidden by an instance attribute of
   its name, ``async def`` remote functions refused, Ray's
   words in death messages.
@@ -426,7 +427,7 @@ class Log:
 @lightwork.remote
 def _call_from_a_task(log, waiting):
     """A caller of its own: sends ``log`` a call whose argument is not ready yet (its ref
-    stays here: on the cluster an actor call's ref cannot leave its caller)."""
+    stays here: on the cluster a ref that leaves its caller waits for the call's answer)."""
     log.note.remote(waiting[0])
     return "called"
 
@@ -464,6 +465,29 @@ def test_one_callers_calls_run_in_the_order_it_made_them_whatever_their_argument
     assert lightwork.get(second, timeout=LIMIT) == "second"
     expected = ["second"] if fails else ["released", "second"]
     assert lightwork.get(log.notes.remote(), timeout=LIMIT) == expected
+
+
+# ---- an actor call's ref leaves its caller ---------------------------------------------
+@lightwork.remote
+def _get_first(refs):
+    return lightwork.get(refs[0], timeout=LIMIT)
+
+
+@lightwork.remote
+def _calls_and_returns_the_ref(log, value):
+    return [log.note.remote(value)]
+
+
+def test_an_actor_calls_ref_can_be_returned_passed_and_put_inside_values(backend):
+    log = Log.remote()
+    [from_a_task] = lightwork.get(_calls_and_returns_the_ref.remote(log, "returned"),
+                                  timeout=LIMIT)
+    assert lightwork.get(from_a_task, timeout=LIMIT) == "returned"
+    assert lightwork.get(_get_first.remote([log.note.remote("passed")]),
+                         timeout=LIMIT) == "passed"
+    inside = lightwork.put([log.note.remote("put")])
+    assert lightwork.get(_get_first.remote(lightwork.get(inside, timeout=LIMIT)),
+                         timeout=LIMIT) == "put"
 
 
 # ---- the actor class and the messages ----------------------------------------------------

@@ -145,7 +145,7 @@ from lightwork.engines.distributed import compat as cluster_compat
 from lightwork.engines.distributed import worker as cluster_worker
 from lightwork.kernel.backend import ActorInfo, Backend, SessionOptions
 from lightwork.kernel.environ import DEFAULT_RETRY_DELAY_MS, retry_delay_from_env
-from lightwork.engines.distributed.actor_calls import ActorCalls
+from lightwork.engines.distributed.actor_calls import ActorCalls, ActorResult
 from lightwork.engines.distributed.fetch import Fetching
 from lightwork.engines.distributed.holds import InnerHolds
 from lightwork.engines.distributed import replies as replies_module
@@ -670,8 +670,20 @@ class DistributedBackend(Backend):
         return future
 
     def keys_of(self, ids: list[int]) -> dict[int, str]:
+        """The cluster keys of the refs in a value leaving this process. An actor call's
+        result has none (its value lives with its caller): it gets one here, once the
+        call is answered (``ActorCalls.export_result``)."""
         futures = self.futures
-        return {i: futures[i].key for i in ids if i in futures and futures[i].key is not None}
+        keys = {}
+        for i in ids:
+            future = futures.get(i)
+            if future is None:
+                continue
+            if future.key is None and type(future) is ActorResult:
+                future = self.actors.export_result(i, future)
+            if future.key is not None:
+                keys[i] = future.key
+        return keys
 
     def encode(self, value: Any, result_key: Any = None, session: int = 0) -> Any:
         """``value`` as stored in the cluster. Refs inside it are kept alive while the
