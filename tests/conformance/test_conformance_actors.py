@@ -488,6 +488,11 @@ def test_an_actor_calls_ref_can_be_returned_passed_and_put_inside_values(backend
     inside = lightwork.put([log.note.remote("put")])
     assert lightwork.get(_get_first.remote(lightwork.get(inside, timeout=LIMIT)),
                          timeout=LIMIT) == "put"
+    # A call that can only answer after a later call: passing its ref must not wait.
+    signal = Signal.remote()
+    waiting = _get_first.remote([signal.wait.remote()])
+    signal.send.remote()
+    assert lightwork.get(waiting, timeout=LIMIT) == "woken"
 
 
 # ---- the actor class and the messages ----------------------------------------------------

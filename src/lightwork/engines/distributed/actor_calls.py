@@ -241,9 +241,6 @@ class ActorCalls(ActorRestarts):
         # Calls waiting for a top-level ref argument, and the calls made after them, by
         # actor: sent in order by a thread of their own (``_send_when_ready``).
         self._arguments_awaited: dict[int, collections.deque[Any]] = {}
-        # Calls whose result's ref left this process (``export_result``), by object id:
-        # kept while the ref lives here, for the refs inside their result.
-        self._exported: dict[int, ActorResult] = {}
 
     def actor_restarts(self, actor_id: int) -> int:
         """How many times this process restarted the actor (0 if it does not own it)."""
@@ -663,27 +660,18 @@ class ActorCalls(ActorRestarts):
         it was an actor's handle, forget the actor here."""
         if object_id in self._proxies or object_id in self._owned:
             self.forget_actor(object_id)
-        if self._exported:
-            self._exported.pop(object_id, None)
 
     def export_result(self, object_id: int, result: ActorResult) -> Any:
         """A cluster key for an actor call's result whose ref leaves this process (in a
-        task's arguments or result, in a ``put``): the value, once the call is answered
-        (waited for here), is scattered, and the ref's future becomes the scattered one.
-        The call stays with it while the ref lives here, holding the refs inside."""
-        while True:  # (bounded: a session closed meanwhile raises)
-            try:
-                stored = result.stored(ENGINE_POLL_S)
-                break
-            except TimeoutError:
-                self.backend.check_open()
-        [future] = self.backend.client.scatter([stored], hash=False)
+        task's arguments or result, in a ``put``): the ref's future becomes a bridge
+        (``tasks.bridge``), whose key takes the call's answer when it comes. Never waits
+        for the call, so a ref of a call still waiting for a later one can go."""
+        bridge = self.backend.tasks.bridge(result)
         with self.backend.lock:
             futures = self.backend.futures
             if futures.get(object_id) is result:
-                futures[object_id] = future
-                self._exported[object_id] = result
-            return futures.get(object_id, future)
+                futures[object_id] = bridge
+            return futures.get(object_id, bridge)
 
     def tracks_actors(self) -> bool:
         """Whether this process has an actor proxy or a borrowed actor's call in flight,

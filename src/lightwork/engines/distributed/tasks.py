@@ -65,10 +65,12 @@ Actor results as arguments
 --------------------------
 An actor call's result lives with its caller, not in the cluster. Passed to a task once
 it has come, it is passed by value. Passed while the call still runs, it becomes a
-*bridge* (``_bridge``): a small task, the argument's dependency, that secedes from its
+*bridge* (``bridge``): a small task, the argument's dependency, that secedes from its
 worker's pool and waits on a distributed ``Variable``; the caller sets the Variable to
 the result's scattered key when the call ends. So ``.remote()`` never waits for an actor
-call, and nothing polls.
+call, and nothing polls. A ref of a call that leaves its caller inside a value (a task's
+arguments or result, a ``put``) becomes a bridge the same way
+(``ActorCalls.export_result``).
 
 Resources: ``num_cpus`` up to 1 takes one worker thread, as every distributed task does
 (no resource restriction, so the engine's fast path and its queuing apply, and a task
@@ -398,7 +400,7 @@ class TaskSubmission:
                                                direct=True, hash=False)
         return future
 
-    def _bridge(self, result: Any) -> Any:
+    def bridge(self, result: Any) -> Any:
         """A cluster key for a pending actor call's ``result`` (see *Actor results as
         arguments*): a task that waits, seceded, on a distributed ``Variable`` this
         process sets to the result's key once the call has finished."""
@@ -439,7 +441,7 @@ class TaskSubmission:
             if future.key is None:  # an actor call's result: it lives here, not in the cluster
                 if future.done():
                     return self.backend.decode(future.stored(None))  # passed by value
-                future = self._bridge(future)  # a key that becomes its value when it comes
+                future = self.bridge(future)  # a key that becomes its value when it comes
                 deps.append(future)
                 sources.append((None, 0, future))
                 return ArgSlot(len(deps) - 1)
