@@ -426,8 +426,7 @@ class Log:
 
 @lightwork.remote
 def _call_from_a_task(log, waiting):
-    """A caller of its own: sends ``log`` a call whose argument is not ready yet (its ref
-    stays here: on the cluster a ref that leaves its caller waits for the call's answer)."""
+    """A caller of its own: sends ``log`` a call whose argument is not ready yet."""
     log.note.remote(waiting[0])
     return "called"
 

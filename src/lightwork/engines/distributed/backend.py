@@ -671,8 +671,8 @@ class DistributedBackend(Backend):
 
     def keys_of(self, ids: list[int]) -> dict[int, str]:
         """The cluster keys of the refs in a value leaving this process. An actor call's
-        result has none (its value lives with its caller): it gets one here, once the
-        call is answered (``ActorCalls.export_result``)."""
+        result has none (its value lives with its caller): it becomes a bridge here, a
+        key that takes the call's answer when it comes (``ActorCalls.export_result``)."""
         futures = self.futures
         keys = {}
         for i in ids:
