@@ -359,24 +359,24 @@ class ActorCalls(ActorRestarts):
         actor = self.backend.future_of(actor_id, actor=True)  # (an ended session's raises here)
         tops = [a.id for a in (*args, *kwargs.values()) if type(a) is ObjectRef]
         task_id = self.backend.next_object_id()
+        call = ActorCall(actor_id, actor, (method, name, b"", None, num_returns, task_id),
+                         num_returns, self.backend.recorder)
         ready = not tops or len(self.backend.fetch.wait(tops, len(tops), 0)) == len(tops)
-        with self.backend.lock:
-            waiting = self._arguments_awaited.get(actor_id)
-            if waiting is None and not ready:
-                waiting = self._arguments_awaited[actor_id] = collections.deque()
-                threading.Thread(target=self._send_when_ready, args=(actor_id, waiting),
-                                 daemon=True, name="lightwork-actor-arguments").start()
-            if waiting is not None:  # after the calls before it: see _send_when_ready
-                call = ActorCall(actor_id, actor, (method, name, b"", None, num_returns,
-                                                   task_id), num_returns, self.backend.recorder)
-                waiting.append((call, args, kwargs))
-        if waiting is not None:
-            if self.backend.recorder is not None:
-                self.backend.recorder.submitted(task_id, name, callsite, 0, actor_id=actor_id,
-                                                call=(args, kwargs))
-        else:
-            call = self._call(actor_id, actor, method, name, args, kwargs, num_returns,
-                              task_id, callsite)
+        waiting = None
+        if not ready or self._arguments_awaited:  # (else no call waits: the lock is skipped)
+            with self.backend.lock:
+                waiting = self._arguments_awaited.get(actor_id)
+                if waiting is None and not ready:
+                    waiting = self._arguments_awaited[actor_id] = collections.deque()
+                    threading.Thread(target=self._send_when_ready, args=(actor_id, waiting),
+                                     daemon=True, name="lightwork-actor-arguments").start()
+                if waiting is not None:  # after the calls before it: see _send_when_ready
+                    waiting.append((call, args, kwargs, tops))
+        size = 0 if waiting is not None else self._fill(call, args, kwargs, tops)
+        if self.backend.recorder is not None:
+            self.backend.recorder.submitted(task_id, name, callsite, size, actor_id=actor_id,
+                                            call=(args, kwargs))
+        if waiting is None:
             self._dispatch(call)
         refs = []
         with self.backend.lock:
@@ -388,30 +388,21 @@ class ActorCalls(ActorRestarts):
                 refs.append(ObjectRef(object_id))
         return refs
 
-    def _call(self, actor_id: int, actor: Any, method: str, name: str, args: tuple,
-              kwargs: dict, num_returns: int, task_id: int, callsite: Any = None,
-              call: ActorCall | None = None) -> ActorCall:
-        """The call with its message: its top-level refs' values (ready by now) and the
-        rest pickled; ``call``: the one made already, while they were awaited."""
-        if any(type(a) is ObjectRef for a in (*args, *kwargs.values())):
-            tops = [a.id for a in (*args, *kwargs.values()) if type(a) is ObjectRef]
+    def _fill(self, call: ActorCall, args: tuple, kwargs: dict, tops: list[int]) -> int:
+        """Give ``call`` its message: the values of its top-level refs ``tops`` (ready by
+        now) and the rest pickled. Returns the payload's size."""
+        if tops:
             values = iter(self.backend.fetch.get(tops, None))
             args = tuple(next(values) if type(a) is ObjectRef else a for a in args)
             kwargs = {k: next(values) if type(v) is ObjectRef else v for k, v in kwargs.items()}
         # Large buffers go as a frame of their own in the call's RPC (``InlineBuffers``).
         payload, contained = call_payload(args, kwargs, SCATTER_MIN)
         keys = self.backend.keys_of(contained) if contained else None
-        message = (method, name, payload, keys, num_returns, task_id)
-        if call is None:
-            if self.backend.recorder is not None:
-                self.backend.recorder.submitted(task_id, name, callsite, len(payload),
-                                                actor_id=actor_id, call=(args, kwargs))
-            call = ActorCall(actor_id, actor, message, num_returns, self.backend.recorder)
-        else:
-            call.message = message
+        method, name, _, _, num_returns, task_id = call.message
+        call.message = (method, name, payload, keys, num_returns, task_id)
         if keys:  # hold what the call borrows until it ends
             call.held = [self.backend.futures[i] for i in keys]
-        return call
+        return len(payload)
 
     def _send_when_ready(self, actor_id: int, waiting: collections.deque[Any]) -> None:
         """Send, in order, the calls made to the actor while one of them waited for a
@@ -426,11 +417,9 @@ class ActorCalls(ActorRestarts):
                 if not waiting:
                     del self._arguments_awaited[actor_id]
                     return
-                call, args, kwargs = waiting[0]
-            method, name, _, _, num_returns, task_id = call.message
+                call, args, kwargs, tops = waiting[0]
             try:
-                self._call(actor_id, call.actor, method, name, args, kwargs, num_returns,
-                           task_id, call=call)
+                self._fill(call, args, kwargs, tops)
             except Exception as error:  # noqa: BLE001 - an argument's error is the call's
                 call.fail(error if isinstance(error, exceptions.LightworkError)
                           else exceptions.RuntimeSystemError(repr(error)))

@@ -302,8 +302,8 @@ class ActorManager:
         record.worker_id = actor.conn.worker_id
         record.attempt = task.attempt
         record.state = task.state
-        entries = self.node.objects.entries
-        dep_values = [entries[d].stored for d in task.deps] if task.deps else ()
+        dep_values = ([self.node.objects.entries[d].stored for d in task.deps] if task.deps
+                      else ())
         actor.inflight[task.task_id] = task
         return (p.TASK, (
             task.task_id, task.function_key, task.name, serialization.bare(task.args),

@@ -409,8 +409,12 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
     def _deps_ready(self, task: TaskSpec, at: float | None = None) -> None:
         if at is None or task.deps:  # (else its record says so from birth: register_task)
             task.record.deps_ready = time.monotonic() if at is None else at
-        entries = self.objects.entries
-        failed = next((entries[d] for d in task.deps if entries[d].state == FAILED), None)
+        failed = None
+        for object_id in task.deps:
+            entry = self.objects.entries[object_id]
+            if entry.state == FAILED:
+                failed = entry
+                break
         if failed is not None:
             self._fail_task(task, failed.error)
         if task.actor_id:  # ready, or failed: the calls queued behind it may go now
