@@ -5,6 +5,7 @@ mistyped option, a Ctrl-C during ``get`` (in a real terminal).
 from __future__ import annotations
 
 import re
+import signal
 import sys
 import threading
 
@@ -117,8 +118,11 @@ finally:
 def test_ctrl_c_in_get_shows_the_users_line_and_says_the_task_goes_on(tmp_path):
     pexpect = pytest.importorskip("pexpect")
     script = write_script(str(tmp_path), "interrupted.py", INTERRUPTED)
+    # SIGINT at its default in the program, as from a terminal, even when the test run
+    # inherited it ignored (a shell's background job).
     child = pexpect.spawn(sys.executable, [script], env=script_env(), encoding="utf-8",
-                          timeout=60, dimensions=(50, 200))
+                          timeout=60, dimensions=(50, 200),
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         child.expect("WAITING")
         child.expect(pexpect.TIMEOUT, timeout=1)  # the get is blocked by now
