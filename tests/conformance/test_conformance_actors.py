@@ -14,7 +14,9 @@
   task's arguments or result, inside a ``put``);
 * class attributes of an actor class, a method never hidden by an instance attribute of
   its name, ``async def`` remote functions refused, Ray's
-  words in death messages.
+  words in death messages;
+* the methods every actor has: ``__ray_ready__``, ``__ray_call__`` (a caller's function
+  run in the actor), ``__ray_terminate__``, as ``dir()`` lists them.
 
 Every wait is bounded (``get(timeout=...)``, ``wait_until``), so a hang fails fast.
 """
@@ -559,9 +561,49 @@ def test_an_instance_attribute_does_not_hide_a_method_of_the_same_name(backend):
 
 
 def test_an_actor_class_cannot_be_subclassed(backend):
-    with pytest.raises(TypeError, match="Inheriting from actor classes is not currently supported"):
+    from lightwork.actor import ActorClassInheritanceException
+
+    assert issubclass(ActorClassInheritanceException, TypeError)  # Ray's is one too
+    with pytest.raises(ActorClassInheritanceException,
+                       match="Inheriting from actor classes is not currently supported"):
         class Sub(WithAttributes):  # noqa: F841
             pass
+
+
+@lightwork.remote
+class Plain:
+    def __init__(self):
+        self.value = 3
+
+
+@lightwork.remote
+class AsyncPlain:
+    async def ping(self):
+        return "pong"
+
+
+async def _later_plus(actor, amount):
+    await asyncio.sleep(0.01)
+    return amount + 1
+
+
+def test_ray_call_runs_a_function_of_the_callers_in_the_actor(backend):
+    """``__ray_call__``: ``fn(actor, *args, **kwargs)`` runs in the actor, with its state;
+    a coroutine function on an async actor is awaited on its loop; a non-callable is a
+    TypeError raised in the actor; the handle's attribute cannot be called directly."""
+    actor = Plain.remote()
+    assert lightwork.get(actor.__ray_call__.remote(lambda self: self.value), timeout=LIMIT) == 3
+    assert lightwork.get(actor.__ray_call__.remote(lambda self, x: x * self.value, x=2),
+                         timeout=LIMIT) == 6
+    assert lightwork.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=LIMIT) \
+        != os.getpid()
+    with pytest.raises(TypeError, match="cannot be called directly"):
+        actor.__ray_call__()
+    with pytest.raises(TypeError, match="first argument must be callable, got 5"):
+        lightwork.get(actor.__ray_call__.remote(5), timeout=LIMIT)
+    assert lightwork.get(actor.__ray_ready__.remote(), timeout=LIMIT) is True
+    async_actor = AsyncPlain.remote()
+    assert lightwork.get(async_actor.__ray_call__.remote(_later_plus, 4), timeout=LIMIT) == 5
 
 
 def test_an_async_def_remote_function_is_refused_at_decoration(backend):
@@ -586,4 +628,7 @@ def test_dir_lists_an_actors_methods_for_autocompletion(backend):
     assert set(public) == {"double", "read", "total", "options", "remote", "bind"}
     actor = WithAttributes.remote()
     assert [name for name in dir(actor) if not name.startswith("_")] == ["double", "read", "total"]
-    assert "__ray_terminate__" in dir(actor)
+    assert {name for name in dir(actor) if name.startswith("_")} == {
+        "__init__", "__ray_call__", "__ray_ready__", "__ray_terminate__"}
+    public = [name for name in dir(actor.read) if not name.startswith("_")]
+    assert set(public) == {"bind", "options", "remote"}

@@ -150,6 +150,32 @@ def event_loop() -> Iterator[Any]:
 
 
 @pytest.fixture
+def set_enable_auto_connect(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """Whether a call before ``ray.init`` starts a runtime (the test's parameter; on by
+    default). Set through ``RAY_ENABLE_AUTO_CONNECT``, which lightwork reads at each
+    call; Ray reads it once at import, so its flag is set too where it has one."""
+    enabled = bool(getattr(request, "param", True))
+    before = os.environ.get("RAY_ENABLE_AUTO_CONNECT")
+    os.environ["RAY_ENABLE_AUTO_CONNECT"] = "1" if enabled else "0"
+    try:
+        from ray._private import auto_init_hook as hook  # Ray's own flag
+    except ImportError:
+        hook = None
+    old_flag = getattr(hook, "enable_auto_connect", None)
+    if hook is not None:
+        hook.enable_auto_connect = enabled
+    try:
+        yield enabled
+    finally:
+        if hook is not None:
+            hook.enable_auto_connect = old_flag
+        if before is None:
+            os.environ.pop("RAY_ENABLE_AUTO_CONNECT", None)
+        else:
+            os.environ["RAY_ENABLE_AUTO_CONNECT"] = before
+
+
+@pytest.fixture
 def shutdown_only() -> Iterator[None]:
     yield None
     ray.shutdown()

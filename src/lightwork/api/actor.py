@@ -42,7 +42,9 @@ ACTOR_OPTIONS = {
     "placement_group_bundle_index", "_metadata",
 }
 _NUM_RETURNS = "__lightwork_num_returns__"
-_BUILT_IN_METHODS = ("__ray_terminate__", "__ray_ready__")
+#: Methods every actor has (``kernel.calls.built_in_method``; the engines end an actor
+#: on ``__ray_terminate__``).
+_BUILT_IN_METHODS = ("__ray_terminate__", "__ray_ready__", "__ray_call__")
 
 
 def method(*, num_returns: int | str = 1, concurrency_group: str | None = None) -> Any:
@@ -71,8 +73,7 @@ def _methods_of(cls: type) -> dict[str, int | str]:
         if inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member):
             default = "streaming"  # a generator method streams, as in Ray
         methods[name] = getattr(member, _NUM_RETURNS, default)
-    methods["__ray_terminate__"] = 1
-    methods["__ray_ready__"] = 1  # Ray's: a call that returns True once the actor is up
+    methods.update(dict.fromkeys(_BUILT_IN_METHODS, 1))
     return methods
 
 
@@ -101,6 +102,10 @@ def _decorators_of(cls: type) -> dict[str, Any]:
         if decorator is not None and not (name.startswith("__") and name.endswith("__")):
             found[name] = decorator
     return found
+
+
+class ActorClassInheritanceException(TypeError):
+    """A class statement named an actor class (``@remote`` applied) as a base."""
 
 
 class ActorClass:
@@ -148,7 +153,7 @@ class ActorClass:
         return sorted(set(super().__dir__()) | set(self._methods))
 
     def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[Any, ...]:
-        raise TypeError(
+        raise ActorClassInheritanceException(
             "Inheriting from actor classes is not currently supported (as in Ray): "
             f"subclass the plain class and decorate the subclass, as in `class "
             f"Sub(Base)` then `lightwork.remote(Sub)`, where Base is "
@@ -380,8 +385,8 @@ class ActorHandle:
 
     def __dir__(self) -> list[str]:
         """What can be called on it, as Ray lists it (autocompletion): the actor's
-        methods, ``__init__`` and ``__ray_terminate__``."""
-        return sorted({name for name in self._methods if name != "__ray_ready__"} | {"__init__"})
+        methods, ``__init__`` and the built-in ``__ray_*__`` methods."""
+        return sorted(set(self._methods) | {"__init__"})
 
     def __repr__(self) -> str:
         return f"Actor({self._class_name}, {self._ref.hex()})"

@@ -592,6 +592,30 @@ def resource_demand(options: dict[str, Any], default_cpus: float) -> dict[str, f
     return demand
 
 
+def built_in_method(instance: Any, name: str) -> Any:
+    """The methods every actor has beside its class's, as in Ray, or None:
+    ``__ray_ready__`` (True once the actor is up) and ``__ray_call__``, which runs
+    ``fn(actor, *args, **kwargs)`` in the actor for a function the caller sends
+    (a coroutine function on an async actor is awaited on its loop, as a method would
+    be). ``__ray_terminate__`` is each engine's own: it ends the actor."""
+    if name == "__ray_ready__":
+        return _actor_ready
+    if name == "__ray_call__":
+        def generic_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            if not callable(fn):
+                raise TypeError(
+                    f"__ray_call__ runs a function in the actor, as fn(actor, *args, "
+                    f"**kwargs): its first argument must be callable, got {fn!r}")
+            return fn(instance, *args, **kwargs)
+
+        return generic_call
+    return None
+
+
+def _actor_ready() -> bool:
+    return True
+
+
 def actor_method(instance: Any, name: str) -> Any:
     """The callable an actor call named ``name`` runs on ``instance``: its class's member,
     as in Ray, so an instance attribute of the same name (``self.ready = True`` beside a

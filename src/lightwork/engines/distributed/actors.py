@@ -49,7 +49,7 @@ from typing import Any
 import cloudpickle
 
 from lightwork.kernel import debugger, exceptions
-from lightwork.kernel.calls import actor_method
+from lightwork.kernel.calls import actor_method, built_in_method
 from lightwork.kernel.generators import (
     DYNAMIC_METHOD,
     STATIC_METHOD,
@@ -359,15 +359,19 @@ class ActorHost:
         return stored
 
     def _method(self, method: str) -> Any:
-        if method == "__ray_ready__":  # Ray's: True once the actor is up
-            return _ready
         if method == "__ray_terminate__":
             return self._terminate
         if method.startswith(DYNAMIC_METHOD):  # num_returns="dynamic": items stored as put
             return DynamicReturns(actor_method(self.instance, method[len(DYNAMIC_METHOD):]))
         if method.startswith(STATIC_METHOD):  # a generator method called with num_returns=1
             return StaticReturns(actor_method(self.instance, method[len(STATIC_METHOD):]))
-        return actor_method(self.instance, method)
+        try:
+            return actor_method(self.instance, method)
+        except AttributeError:
+            built_in = built_in_method(self.instance, method)  # __ray_ready__, __ray_call__
+            if built_in is None:
+                raise
+            return built_in
 
     def _call_result(self, result: Any, name: str, num_returns: int, task_id: int,
                      started: float) -> tuple[Any, Any]:
@@ -446,10 +450,6 @@ def _static_result(items: Any, num_returns: int, name: str) -> Any:
 def _result_size(stored: Any, num_returns: int) -> int:
     """The event log's result size of a call's stored result (a handed-over one's inside)."""
     return stored_size(stored.stored if type(stored) is Handover else stored, num_returns)
-
-
-def _ready() -> bool:
-    return True
 
 
 def host_here() -> ActorHost | None:

@@ -416,8 +416,6 @@ class Worker(WorkerResults, WorkerCancels, WorkerExit, WorkerCalls):
         if key == "__ray_terminate__":
             self.exiting = True
             return _noop
-        if key == "__ray_ready__":
-            return _ready
         try:
             method = calls.actor_method(self.actor, key)
             if self._global_watches and key in self._global_watches:
@@ -425,6 +423,9 @@ class Worker(WorkerResults, WorkerCancels, WorkerExit, WorkerCalls):
                                              self._note_method_global_write)
             return method
         except AttributeError:
+            built_in = calls.built_in_method(self.actor, key)
+            if built_in is not None:  # __ray_ready__, __ray_call__
+                return built_in
             if key.startswith(DYNAMIC_METHOD):  # a num_returns="dynamic" call (api/generator.py)
                 from lightwork.kernel.generators import DynamicReturns
 
@@ -613,10 +614,6 @@ class Worker(WorkerResults, WorkerCancels, WorkerExit, WorkerCalls):
 
 # What a function returns that yields its items (StaticItems: a num_returns=1 call's)
 _YIELDING = (types.GeneratorType, types.AsyncGeneratorType, StaticItems)
-
-
-def _ready() -> bool:
-    return True
 
 
 def _noop() -> None:
