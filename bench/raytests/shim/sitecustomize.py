@@ -14,7 +14,8 @@ pass through here.
   a test module that imports them at the top still loads and only the tests that use
   them fail; ``ray.util.annotations`` gives decorators that change nothing;
 * ``ray`` (or unset): the installed Ray, untouched, except that its two modules of test
-  helpers each give the other's names too (Ray moved them between releases), so test
+  helpers each give the other's names too (Ray moved them between releases), its
+  internal modules give failing stand-ins for names a newer release added, so test
   files of a nearby release load, and ``ray.tests`` (not in Ray's wheel) gets the same
   empty stand-ins;
 * on both, the helpers Ray keeps beside its tests (``ray.tests.client_test_utils``) are
@@ -32,6 +33,9 @@ import sys
 import types
 
 TARGET = os.environ.get("RAYTESTS_TARGET", "ray")
+# Where the installed Ray's own code lives (found without importing it).
+_RAY_SPEC = importlib.util.find_spec("ray") if TARGET == "ray" else None
+RAY_HOME = os.path.dirname(_RAY_SPEC.origin or "") + os.sep if _RAY_SPEC else "\0"
 
 # Ray's test helpers, by the modules tests import them from.
 HELPER_MODULES = ("ray._private.test_utils", "ray._common.test_utils")
@@ -118,16 +122,26 @@ class TestInfrastructureFinder(importlib.abc.MetaPathFinder):
 class _MovedRayHelpers(importlib.abc.MetaPathFinder):
     """On Ray: Ray's test helpers moved between ``ray._private.test_utils`` and
     ``ray._common.test_utils`` over its releases; each of the two also gives the names
-    of the other it lacks, so a test file of another release still loads."""
+    of the other it lacks, so a test file of another release still loads. Ray's
+    internal modules that test files import names from (``EMPTY_MODULES``) give a
+    stand-in that fails when used for a name this release lacks (a newer file's
+    ``from ray._private.worker import _wait_async``), so only the tests using it fail."""
 
     def find_spec(self, fullname, path=None, target=None):  # type: ignore[no-untyped-def]
-        if fullname not in HELPER_MODULES:
+        if fullname not in HELPER_MODULES and fullname not in EMPTY_MODULES:
             return None
         sys.meta_path.remove(self)
         try:
             spec = importlib.util.find_spec(fullname)
+        except ImportError:
+            spec = None
         finally:
             sys.meta_path.insert(0, self)
+        if fullname in EMPTY_MODULES:
+            if spec is None or spec.loader is None:
+                return None  # not in this release: the other finders' business
+            spec.loader = _Merging(spec.loader, None)
+            return spec
         other = HELPER_MODULES[1 - HELPER_MODULES.index(fullname)]
         if spec is None:  # this release has only the other module
             return importlib.util.spec_from_loader(fullname, _OtherModule(other))
@@ -137,8 +151,14 @@ class _MovedRayHelpers(importlib.abc.MetaPathFinder):
 
 
 class _Merging(importlib.abc.Loader):
-    def __init__(self, loader: importlib.abc.Loader, other: str) -> None:
+    """Ray's own module, whose missing names come from ``other`` (a module's name) or,
+    with no other, are stand-ins that fail when used."""
+
+    def __init__(self, loader: importlib.abc.Loader, other: str | None) -> None:
         self.loader, self.other = loader, other
+
+    def __getattr__(self, name: str) -> object:  # get_source, get_filename, ...
+        return getattr(self.loader, name)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         return self.loader.create_module(spec)
@@ -150,6 +170,14 @@ class _Merging(importlib.abc.Loader):
         # Looked up at first use, not now: the two modules import each other.
         def __getattr__(name: str) -> object:
             if not name.startswith("__"):
+                if other is None:
+                    # Only for a test file's import: Ray's own code that probes its
+                    # modules (getattr with a default) must still find nothing.
+                    caller = sys._getframe(1).f_code.co_filename
+                    if not caller.startswith(RAY_HOME):
+                        return _absent(f"{module.__name__}.{name}")
+                    raise AttributeError(
+                        f"module {module.__name__!r} has no attribute {name!r}")
                 try:
                     return vars(importlib.import_module(other))[name]
                 except (ImportError, KeyError):
