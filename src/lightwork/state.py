@@ -6,6 +6,11 @@ prints). Each takes filters — ``list_tasks(state="RUNNING")``,
 ``list_tasks(filters=[("name", "=", "*work"), ("state", "!=", "FINISHED")])`` — and a
 ``limit`` (default 100). Unknown keys raise ``ValueError`` naming the valid ones.
 
+Each row is a :class:`StateRow`: a dict whose keys also read as attributes, as Ray's
+state objects do (``row["state"]`` and ``row.state``). ``get_actor(id)``,
+``get_task(id or ref)`` and ``get_worker(id)`` return one row or None, ``get_objects(id)``
+a list.
+
 ``summarize_tasks()`` groups tasks by function: counts by state, run time
 mean/p50/p95/max, total queued time. ``memory_summary()`` groups objects by owner and by
 reference kind and lists the largest. ``status()`` is what ``lightwork status`` shows.
@@ -25,8 +30,29 @@ from typing import Any
 from lightwork.kernel import control
 from lightwork.kernel import views
 
-__all__ = ["list_actors", "list_objects", "list_tasks", "list_workers", "memory_summary",
-           "query", "status", "summarize_tasks"]
+__all__ = ["StateRow", "get_actor", "get_objects", "get_task", "get_worker", "list_actors",
+           "list_objects", "list_tasks", "list_workers", "memory_summary", "query", "status",
+           "summarize_tasks"]
+
+
+class StateRow(dict):  # type: ignore[type-arg]
+    """One row of the state API: a plain dict (JSON-able, what ``lightwork list ...
+    --format json`` prints) whose keys also read as attributes, as on Ray's state
+    objects: ``row.state`` is ``row["state"]``."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(
+                f"a state row has no field {name!r}; its fields are: {', '.join(self)}"
+            ) from None
+
+    def asdict(self) -> dict[str, Any]:
+        """The row as a plain dict (Ray's state objects have the same method)."""
+        return dict(self)
 
 
 def query(op: str, request_timeout: float = 30.0, **args: Any) -> Any:
@@ -57,7 +83,49 @@ def _list(kind: str, filters: Any, limit: int | None,
           equals: dict[str, Any]) -> list[dict[str, Any]]:
     parsed = views.parse_filters(filters) + [(k, "=", v) for k, v in equals.items()]
     result = query("list", kind=kind, filters=parsed, limit=limit)
-    return result["rows"]
+    return [StateRow(row) for row in result["rows"]]
+
+
+def _one_id(what: str, id: Any, kinds: tuple[type, ...]) -> Any:
+    if isinstance(id, bool) or not isinstance(id, kinds) or (isinstance(id, str) and not id):
+        raise TypeError(f"{what}(id) takes the id as {' or '.join(k.__name__ for k in kinds)} "
+                        f"(as list_{what[4:]}s() rows give it), got {id!r}")
+    return id
+
+
+def get_actor(id: str, address: str | None = None, timeout: float = 30) -> StateRow | None:
+    """The row of the actor with this id (``list_actors()``'s ``actor_id``, a hex
+    string, as ``handle._actor_id`` and the CLI show it), or None."""
+    _one_id("get_actor", id, (str,))
+    rows = list_actors([("actor_id", "=", id.lower())], limit=None)
+    return rows[0] if rows else None
+
+
+def get_task(id: Any, address: str | None = None, timeout: float = 30) -> StateRow | None:
+    """The row of the task with this id (``list_tasks()``'s ``task_id``), or of the task
+    that makes this ref; its latest attempt when it was retried; None if not known."""
+    from lightwork.kernel.object_ref import ObjectRef
+
+    if isinstance(id, ObjectRef):
+        id = id.task_id()
+    _one_id("get_task", id, (int, str))
+    rows = list_tasks([("task_id", "=", id)], limit=None)
+    return max(rows, key=lambda row: row.get("attempt") or 0) if rows else None
+
+
+def get_worker(id: Any, address: str | None = None, timeout: float = 30) -> StateRow | None:
+    """The row of the worker with this id (``list_workers()``'s ``worker_id``; 0 is the
+    driver), or None."""
+    _one_id("get_worker", id, (int, str))
+    rows = list_workers([("worker_id", "=", id)], limit=None)
+    return rows[0] if rows else None
+
+
+def get_objects(id: str, address: str | None = None, timeout: float = 30) -> list[StateRow]:
+    """The rows of the object with this id (``list_objects()``'s ``object_id``, as
+    ``ref.hex()`` gives it): one, or none if it is gone."""
+    _one_id("get_objects", id, (str,))
+    return list_objects([("object_id", "=", id.lower())], limit=None)
 
 
 def list_tasks(filters: Any = None, *, limit: int | None = views.DEFAULT_LIMIT,

@@ -2,7 +2,8 @@
 ``cloudpickle``, ``ray_constants``, ``runtime_context``, ``job_config``,
 ``experimental.state.api``, the public names of ``ray._raylet``,
 ``ObjectRefStreamEndOfStreamError``, ``ObjectID``, ``util.get_node_ip_address``,
-``ObjectRef.as_future`` and ``asyncio.wait`` over refs, and ``util.joblib``.
+``ObjectRef.as_future`` and ``asyncio.wait`` over refs, ``util.joblib``, and
+``util.state``'s ``get_*`` calls with rows that read as attributes, as Ray's do.
 
 Each module must import, give lightwork's own objects, and fail clearly for what
 lightwork does not have.
@@ -406,3 +407,43 @@ def test_register_ray_without_joblib_says_what_to_install(backend, monkeypatch):
     monkeypatch.setitem(sys.modules, "joblib.parallel", None)
     with pytest.raises(ImportError, match=r"pip install 'lightwork\[joblib\]'"):
         register_ray()
+
+
+@lightwork.remote
+class StateProbe:
+    def ping(self):
+        return "pong"
+
+
+@lightwork.remote
+def state_probe_task():
+    return 2
+
+
+def test_state_get_calls_find_one_row_each_and_rows_read_as_attributes(backend):
+    from lightwork.util.state import (get_actor, get_objects, get_task, get_worker,
+                                      list_actors)
+
+    actor = StateProbe.remote()
+    assert lightwork.get(actor.ping.remote(), timeout=20) == "pong"
+    ref = state_probe_task.remote()
+    assert lightwork.get(ref, timeout=20) == 2
+    stored = lightwork.put(b"y" * 2000)
+
+    row = get_actor(actor._actor_id)
+    assert row is not None and row.state == row["state"] == "ALIVE"
+    assert row.class_name.endswith("StateProbe") and row.asdict() == dict(row)
+    assert [r.actor_id for r in list_actors() if r.actor_id == actor._actor_id] == [row.actor_id]
+    assert get_actor("f" * len(actor._actor_id)) is None
+    with pytest.raises(AttributeError, match="no field 'no_such_field'; its fields are: actor_id"):
+        row.no_such_field  # noqa: B018
+
+    task = get_task(ref)  # by the ref the task makes, and by its id as int and str
+    assert task is not None and task.state == "FINISHED" and task.name.endswith("state_probe_task")
+    assert get_task(task.task_id).task_id == get_task(str(task.task_id)).task_id == task.task_id
+    assert get_worker(0).kind == "driver"
+    [obj] = get_objects(stored.hex())
+    assert obj.object_id == stored.hex() and obj.size >= 2000
+    for call, bad in ((get_actor, 7), (get_task, None), (get_worker, 1.5), (get_objects, "")):
+        with pytest.raises(TypeError, match=r"takes the id as"):
+            call(bad)
