@@ -120,6 +120,11 @@ def client_test_enabled() -> bool:
     return False
 
 
+def client_mode_should_convert() -> bool:
+    """Whether calls go through Ray Client (``ray._private.client_mode_hook``): never."""
+    return False
+
+
 def wait_for_pid_to_exit(pid: int, timeout: float = 20) -> None:
     """Wait until process ``pid`` is gone (a zombie counts as gone); RuntimeError at
     timeout."""

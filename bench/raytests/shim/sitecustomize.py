@@ -41,6 +41,9 @@ RAY_HOME = os.path.dirname(_RAY_SPEC.origin or "") + os.sep if _RAY_SPEC else "\
 HELPER_MODULES = ("ray._private.test_utils", "ray._common.test_utils")
 # Helpers of Ray's that live with its tests (not in its wheel): ours, on both runtimes.
 TEST_HELPER_MODULES = ("ray.tests.client_test_utils",)
+# Ray's internal modules whose one name tests use asks a question about the test run
+# (``client_mode_should_convert()``: under Ray Client?): on lightwork, answered by ours.
+ANSWERED_MODULES = ("ray._private.client_mode_hook",)
 # Ray's testing-only and internal modules that tests import at the top of a file: loaded
 # as empty modules whose every name is a stand-in that fails when used, so only the tests
 # that use them fail.
@@ -111,7 +114,8 @@ class TestInfrastructureFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):  # type: ignore[no-untyped-def]
         if fullname == ANNOTATION_MODULE:
             return importlib.util.spec_from_loader(fullname, _Annotations())
-        if fullname in HELPER_MODULES or fullname in TEST_HELPER_MODULES:
+        if fullname in HELPER_MODULES or fullname in TEST_HELPER_MODULES \
+                or fullname in ANSWERED_MODULES:
             return importlib.util.spec_from_loader(fullname, _Stand_in(helpers=True))
         if fullname in EMPTY_MODULES or fullname in EMPTY_PACKAGES:
             return importlib.util.spec_from_loader(

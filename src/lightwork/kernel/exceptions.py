@@ -323,6 +323,17 @@ class ActorDiedError(ActorError):
     """The actor's process died or its constructor raised."""
 
 
+#: Why an actor that called ``exit_actor()`` is dead, with Ray's name for it (its worker
+#: exit type), which programs and Ray's tests match.
+USER_EXIT = "it called exit_actor() (Ray's worker exit type: INTENDED_USER_EXIT)"
+
+
+def exit_actor_called(class_name: str, method: str) -> ActorDiedError:
+    """The error of the call in which the actor called ``exit_actor()``."""
+    return ActorDiedError(f"actor {class_name}: exit_actor() was called in method {method}. "
+                          f"The actor is dead because {USER_EXIT}")
+
+
 class ActorDeadlockError(ActorError):
     """A ``get`` inside an actor waits for a call that can never run (lightwork only).
 

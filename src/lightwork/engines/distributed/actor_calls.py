@@ -797,7 +797,7 @@ class ActorCalls(ActorRestarts):
         host = host_here()
         if self.backend.in_driver or host is None:
             raise TypeError(NOT_IN_AN_ACTOR)
-        host.request_exit("it called exit_actor()")
+        host.request_exit(exceptions.USER_EXIT)
         if host.is_async:  # a SystemExit would end only the loop's thread
             raise exceptions.AsyncioActorExit()
         raise SystemExit(0)

@@ -130,7 +130,7 @@ class ActorHost:
         finally:
             current.session = previous
         if self.init_error is None and self.exit_reason:  # exit_actor() in the constructor
-            self.exit_reason = "it called exit_actor() while it was being created"
+            self.exit_reason = f"{exceptions.USER_EXIT} while it was being created"
             self._shutdown_once()
 
     def _construct_here(self, cls: Any, args: Any, kwargs: Any) -> Any:
@@ -177,8 +177,7 @@ class ActorHost:
         if token is not self.exit_call or not self.exit_reason or self.exit_reason == TERMINATED:
             return None
         self._shutdown_once()
-        died = exceptions.ActorDiedError(
-            f"actor {self.class_name}: exit_actor() was called in method {name}")
+        died = exceptions.exit_actor_called(self.class_name, name)
         return spread_failure(Failed(died), num_returns)
 
     def _shutdown_once(self) -> None:

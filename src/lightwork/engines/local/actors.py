@@ -410,7 +410,7 @@ class ActorManager:
         if task_id == actor.creation_task:
             if outcome and outcome[0] == "exit":  # exit_actor() in the constructor
                 actor.no_restart = True
-                self._die(actor, "it called exit_actor() while it was being created")
+                self._die(actor, f"{exceptions.USER_EXIT} while it was being created")
                 node._send(conn, [(p.EXIT,)])  # its process ends gracefully (atexit)
                 return
             if outcome:  # ("error", Stored): the constructor raised
@@ -436,7 +436,7 @@ class ActorManager:
         exited = isinstance(outcome, tuple) and outcome[0] == "exit"
         if exited:
             actor.no_restart = True
-            actor.death_cause = "it called exit_actor()"
+            actor.death_cause = exceptions.USER_EXIT
         raised = isinstance(outcome, tuple) and outcome[0] == "raised"
         if task.cancelled or outcome == "cancelled":
             if type(outcome) is list:  # it returned after the cancel: nobody reads these
@@ -447,8 +447,8 @@ class ActorManager:
                 task, "before it ran" if outcome == "cancelled" else "while it ran", actor))
             return
         if exited:
-            self._finish_call(task, error=exceptions.ActorDiedError(
-                f"actor {actor.class_name}: exit_actor() was called in method {task.name}"))
+            self._finish_call(task, error=exceptions.exit_actor_called(actor.class_name,
+                                                                       task.name))
             return
         if isinstance(outcome, tuple) and outcome[0] == "error":
             self._finish_call(task, error=outcome[1])
@@ -475,7 +475,7 @@ class ActorManager:
             return
         actor.no_restart = True
         if not actor.death_cause:
-            actor.death_cause = "it called exit_actor()"
+            actor.death_cause = exceptions.USER_EXIT
 
     def _store_call(self, actor: Actor, task: TaskSpec, results: list[Any] | bytes) -> None:
         """A call returned ``results``: they resolve its return objects, and it ends."""
