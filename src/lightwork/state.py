@@ -35,7 +35,7 @@ __all__ = ["StateRow", "get_actor", "get_objects", "get_task", "get_worker", "li
            "summarize_tasks"]
 
 
-class StateRow(dict):  # type: ignore[type-arg]
+class StateRow(dict):
     """One row of the state API: a plain dict (JSON-able, what ``lightwork list ...
     --format json`` prints) whose keys also read as attributes, as on Ray's state
     objects: ``row.state`` is ``row["state"]``."""
@@ -80,24 +80,52 @@ def query(op: str, request_timeout: float = 30.0, **args: Any) -> Any:
 
 
 def _list(kind: str, filters: Any, limit: int | None,
-          equals: dict[str, Any]) -> list[dict[str, Any]]:
+          equals: dict[str, Any], timeout: float = 30.0) -> list[StateRow]:
     parsed = views.parse_filters(filters) + [(k, "=", v) for k, v in equals.items()]
-    result = query("list", kind=kind, filters=parsed, limit=limit)
+    result = query("list", request_timeout=timeout, kind=kind, filters=parsed, limit=limit)
     return [StateRow(row) for row in result["rows"]]
 
 
-def _one_id(what: str, id: Any, kinds: tuple[type, ...]) -> Any:
+def list_tasks(filters: Any = None, *, limit: int | None = views.DEFAULT_LIMIT,
+               **equals: Any) -> list[StateRow]:
+    """Live tasks (in submission order), then ended ones (most recent first)."""
+    return _list("tasks", filters, limit, equals)
+
+
+def list_actors(filters: Any = None, *, limit: int | None = views.DEFAULT_LIMIT,
+                **equals: Any) -> list[StateRow]:
+    return _list("actors", filters, limit, equals)
+
+
+def list_workers(filters: Any = None, *, limit: int | None = views.DEFAULT_LIMIT,
+                 **equals: Any) -> list[StateRow]:
+    """The driver (``worker_id`` 0), then every worker process, with CPU % and RSS."""
+    return _list("workers", filters, limit, equals)
+
+
+def list_objects(filters: Any = None, *, limit: int | None = views.DEFAULT_LIMIT,
+                 **equals: Any) -> list[StateRow]:
+    """Objects in the object table, largest first, with what keeps each alive."""
+    return _list("objects", filters, limit, equals)
+
+
+def _one_id(what: str, id: Any, kinds: tuple[type, ...], address: Any, timeout: Any) -> None:
+    """Check a ``get_*`` call's arguments. ``address`` is Ray's (its state server's): the
+    session here is this process's, so only None or a string is taken, and ignored."""
     if isinstance(id, bool) or not isinstance(id, kinds) or (isinstance(id, str) and not id):
         raise TypeError(f"{what}(id) takes the id as {' or '.join(k.__name__ for k in kinds)} "
                         f"(as list_{what[4:]}s() rows give it), got {id!r}")
-    return id
+    if address is not None and not isinstance(address, str):
+        raise TypeError(f"{what}(address=) is a string or None, got {address!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"{what}(timeout=) is a positive number of seconds, got {timeout!r}")
 
 
 def get_actor(id: str, address: str | None = None, timeout: float = 30) -> StateRow | None:
     """The row of the actor with this id (``list_actors()``'s ``actor_id``, a hex
     string, as ``handle._actor_id`` and the CLI show it), or None."""
-    _one_id("get_actor", id, (str,))
-    rows = list_actors([("actor_id", "=", id.lower())], limit=None)
+    _one_id("get_actor", id, (str,), address, timeout)
+    rows = _list("actors", [("actor_id", "=", id.lower())], None, {}, timeout)
     return rows[0] if rows else None
 
 
@@ -108,47 +136,24 @@ def get_task(id: Any, address: str | None = None, timeout: float = 30) -> StateR
 
     if isinstance(id, ObjectRef):
         id = id.task_id()
-    _one_id("get_task", id, (int, str))
-    rows = list_tasks([("task_id", "=", id)], limit=None)
+    _one_id("get_task", id, (int, str), address, timeout)
+    rows = _list("tasks", [("task_id", "=", id)], None, {}, timeout)
     return max(rows, key=lambda row: row.get("attempt") or 0) if rows else None
 
 
 def get_worker(id: Any, address: str | None = None, timeout: float = 30) -> StateRow | None:
     """The row of the worker with this id (``list_workers()``'s ``worker_id``; 0 is the
     driver), or None."""
-    _one_id("get_worker", id, (int, str))
-    rows = list_workers([("worker_id", "=", id)], limit=None)
+    _one_id("get_worker", id, (int, str), address, timeout)
+    rows = _list("workers", [("worker_id", "=", id)], None, {}, timeout)
     return rows[0] if rows else None
 
 
 def get_objects(id: str, address: str | None = None, timeout: float = 30) -> list[StateRow]:
     """The rows of the object with this id (``list_objects()``'s ``object_id``, as
     ``ref.hex()`` gives it): one, or none if it is gone."""
-    _one_id("get_objects", id, (str,))
-    return list_objects([("object_id", "=", id.lower())], limit=None)
-
-
-def list_tasks(filters: Any = None, *, limit: int | None = views.DEFAULT_LIMIT,
-               **equals: Any) -> list[dict[str, Any]]:
-    """Live tasks (in submission order), then ended ones (most recent first)."""
-    return _list("tasks", filters, limit, equals)
-
-
-def list_actors(filters: Any = None, *, limit: int | None = views.DEFAULT_LIMIT,
-                **equals: Any) -> list[dict[str, Any]]:
-    return _list("actors", filters, limit, equals)
-
-
-def list_workers(filters: Any = None, *, limit: int | None = views.DEFAULT_LIMIT,
-                 **equals: Any) -> list[dict[str, Any]]:
-    """The driver (``worker_id`` 0), then every worker process, with CPU % and RSS."""
-    return _list("workers", filters, limit, equals)
-
-
-def list_objects(filters: Any = None, *, limit: int | None = views.DEFAULT_LIMIT,
-                 **equals: Any) -> list[dict[str, Any]]:
-    """Objects in the object table, largest first, with what keeps each alive."""
-    return _list("objects", filters, limit, equals)
+    _one_id("get_objects", id, (str,), address, timeout)
+    return _list("objects", [("object_id", "=", id.lower())], None, {}, timeout)
 
 
 def summarize_tasks() -> dict[str, Any]:

@@ -447,3 +447,7 @@ def test_state_get_calls_find_one_row_each_and_rows_read_as_attributes(backend):
     for call, bad in ((get_actor, 7), (get_task, None), (get_worker, 1.5), (get_objects, "")):
         with pytest.raises(TypeError, match=r"takes the id as"):
             call(bad)
+    with pytest.raises(ValueError, match=r"timeout=\) is a positive number of seconds, got 0"):
+        get_actor(actor._actor_id, timeout=0)
+    with pytest.raises(TypeError, match=r"address=\) is a string or None"):
+        get_worker(0, address=5)
