@@ -256,3 +256,17 @@ def test_a_task_whose_worker_is_still_starting_is_not_yet_running():
     assert views.live_task_state(started, task) == "RUNNING"
     task.worker.blocked, task.worker.blocked_in = 1, "get"
     assert views.live_task_state(started, task) == "RUNNING_IN_RAY_GET"
+
+
+def test_placement_groups_by_id_and_state(runtime):
+    from lightwork.util.placement_group import placement_group, remove_placement_group
+
+    group = placement_group([{"CPU": 1}], strategy="SPREAD")
+    assert group.wait(10)
+    row = state.get_placement_group(group.id.hex())
+    assert (row.state, row.strategy, row.bundles) == ("CREATED", "SPREAD", {0: {"CPU": 1.0}})
+    remove_placement_group(group)
+    [removed] = [r for r in state.list_placement_groups(state="REMOVED")
+                 if r.placement_group_id == group.id.hex()]
+    assert removed.state == "REMOVED"
+    assert state.get_placement_group("0" * 16 + "ff") is None

@@ -9,7 +9,10 @@ prints). Each takes filters — ``list_tasks(state="RUNNING")``,
 Each row is a :class:`StateRow`: a dict whose keys also read as attributes, as Ray's
 state objects do (``row["state"]`` and ``row.state``). ``get_actor(id)``,
 ``get_task(id or ref)`` and ``get_worker(id)`` return one row or None, ``get_objects(id)``
-a list.
+a list. ``list_nodes()`` and ``list_placement_groups()`` (with ``get_node`` and
+``get_placement_group``) and ``summarize_actors()``/``summarize_objects()`` complete
+Ray's set; its calls about jobs, log files, runtime environments and cluster events
+import but raise ``NotImplementedError`` saying where lightwork shows the same thing.
 
 ``summarize_tasks()`` groups tasks by function: counts by state, run time
 mean/p50/p95/max, total queued time. ``memory_summary()`` groups objects by owner and by
@@ -30,8 +33,11 @@ from typing import Any
 from lightwork.kernel import control
 from lightwork.kernel import views
 
-__all__ = ["StateRow", "get_actor", "get_objects", "get_task", "get_worker", "list_actors",
-           "list_objects", "list_tasks", "list_workers", "memory_summary", "query", "status",
+__all__ = ["StateApiClient", "StateRow", "get_actor", "get_job", "get_log", "get_node",
+           "get_objects", "get_placement_group", "get_task", "get_worker", "list_actors",
+           "list_cluster_events", "list_jobs", "list_logs", "list_nodes", "list_objects",
+           "list_placement_groups", "list_runtime_envs", "list_tasks", "list_workers",
+           "memory_summary", "query", "status", "summarize_actors", "summarize_objects",
            "summarize_tasks"]
 
 
@@ -154,6 +160,95 @@ def get_objects(id: str, address: str | None = None, timeout: float = 30) -> lis
     ``ref.hex()`` gives it): one, or none if it is gone."""
     _one_id("get_objects", id, (str,), address, timeout)
     return _list("objects", [("object_id", "=", id.lower())], None, {}, timeout)
+
+
+def list_nodes(filters: Any = None, *, limit: int | None = views.DEFAULT_LIMIT,
+               **equals: Any) -> list[StateRow]:
+    """The machines of the session (``nodes()``): this one on the embedded runtime, each
+    worker's on a cluster; ``node_id``, ``state``, ``node_ip``, ``resources_total``."""
+    from lightwork.api import core as _api
+
+    rows = [{"node_id": node["NodeID"], "state": "ALIVE" if node.get("Alive") else "DEAD",
+             "node_ip": node.get("NodeManagerAddress"),
+             "resources_total": dict(node.get("Resources") or {})}
+            for node in _api.nodes()]
+    return _filtered("nodes", rows, filters, limit, equals)
+
+
+def get_node(id: str, address: str | None = None, timeout: float = 30) -> StateRow | None:
+    """The row of the node with this id (``list_nodes()``'s ``node_id``), or None."""
+    _one_id("get_node", id, (str,), address, timeout)
+    rows = list_nodes([("node_id", "=", id)], limit=None)
+    return rows[0] if rows else None
+
+
+def list_placement_groups(filters: Any = None, *, limit: int | None = views.DEFAULT_LIMIT,
+                          **equals: Any) -> list[StateRow]:
+    """The session's placement groups (``placement_group_table()``, a row each):
+    ``placement_group_id``, ``name``, ``state``, ``strategy``, ``bundles``."""
+    from lightwork.api.placement_group import placement_group_table
+
+    rows = [dict(row) for row in placement_group_table().values()]
+    return _filtered("placement_groups", rows, filters, limit, equals)
+
+
+def get_placement_group(id: str, address: str | None = None,
+                        timeout: float = 30) -> StateRow | None:
+    """The row of the placement group with this id (``pg.id.hex()``), or None."""
+    _one_id("get_placement_group", id, (str,), address, timeout)
+    rows = list_placement_groups([("placement_group_id", "=", id)], limit=None)
+    return rows[0] if rows else None
+
+
+def _filtered(kind: str, rows: list[dict[str, Any]], filters: Any, limit: int | None,
+              equals: dict[str, Any]) -> list[StateRow]:
+    """Ray's filters and limit over rows made here, not by the session's views."""
+    parsed = views.parse_filters(filters) + [(k, "=", v) for k, v in equals.items()]
+    matched, _ = views.filter_rows(kind, rows, parsed, limit)
+    return [StateRow(row) for row in matched]
+
+
+def summarize_actors() -> dict[str, Any]:
+    """Actors by class: how many, and how many in each state."""
+    classes: dict[str, dict[str, Any]] = {}
+    actors = list_actors(limit=None)
+    for row in actors:
+        entry = classes.setdefault(row["class_name"], {"class_name": row["class_name"],
+                                                       "count": 0, "state_counts": {}})
+        entry["count"] += 1
+        entry["state_counts"][row["state"]] = entry["state_counts"].get(row["state"], 0) + 1
+    return {"total_actors": len(actors), "classes": list(classes.values())}
+
+
+def summarize_objects() -> dict[str, Any]:
+    """Objects by owner and by reference kind, and the store's use: ``memory_summary()``."""
+    return memory_summary()
+
+
+def _not_in_lightwork(name: str, instead: str) -> Any:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(f"ray.util.state.{name} is not in lightwork: {instead}")
+
+    refuse.__name__ = refuse.__qualname__ = name
+    refuse.__doc__ = f"Not in lightwork (it raises NotImplementedError): {instead}"
+    return refuse
+
+
+_ONE_PROGRAM = ("a lightwork session is one driver's program, not a cluster of jobs; "
+                "status() and `lightwork status` describe it")
+_OUTPUT = ("a task's prints reach the driver's terminal with a (name pid=...) prefix, and "
+           "`lightwork stack` shows what each worker is doing")
+list_jobs = _not_in_lightwork("list_jobs", _ONE_PROGRAM)
+get_job = _not_in_lightwork("get_job", _ONE_PROGRAM)
+list_logs = _not_in_lightwork("list_logs", _OUTPUT)
+get_log = _not_in_lightwork("get_log", _OUTPUT)
+list_runtime_envs = _not_in_lightwork(
+    "list_runtime_envs", "runtime_env is applied in each worker and not installed as a "
+    "separate environment; a task's runtime_env is in its list_tasks() row")
+list_cluster_events = _not_in_lightwork(
+    "list_cluster_events", "the session's events are on its timeline (lightwork.timeline())")
+StateApiClient = _not_in_lightwork(
+    "StateApiClient", "call this module's functions, which read the running session")
 
 
 def summarize_tasks() -> dict[str, Any]:

@@ -23,6 +23,7 @@ import time
 
 import pytest
 from tests.conformance import test_conformance
+from tests.helpers import wait_until
 
 import lightwork
 from lightwork import exceptions
@@ -451,3 +452,34 @@ def test_state_get_calls_find_one_row_each_and_rows_read_as_attributes(backend):
         get_actor(actor._actor_id, timeout=0)
     with pytest.raises(TypeError, match=r"address=\) is a string or None"):
         get_worker(0, address=5)
+
+
+def test_state_nodes_summaries_and_what_lightwork_lacks(backend):
+    from lightwork.util import state
+
+    [first, *_] = nodes = state.list_nodes()
+    assert all(row.state == "ALIVE" for row in nodes) and first.resources_total["CPU"] >= 1
+    assert state.get_node(first.node_id).node_id == first.node_id
+    assert state.get_node("no-such-node") is None
+    with pytest.raises(ValueError, match="unknown filter key 'cpu' for nodes; valid keys"):
+        state.list_nodes(filters=[("cpu", "=", 1)])
+
+    live, dead = StateProbe.remote(), StateProbe.remote()
+    lightwork.get([live.ping.remote(), dead.ping.remote()], timeout=20)
+    lightwork.kill(dead)
+
+    def probes():
+        [entry] = [c for c in state.summarize_actors()["classes"]
+                   if c["class_name"].endswith("StateProbe")]
+        return entry if entry["state_counts"].get("DEAD") else None
+
+    entry = wait_until(probes, timeout=20, message="the killed actor in the summary")
+    assert entry["state_counts"]["ALIVE"] >= 1 and entry["count"] == sum(
+        entry["state_counts"].values())
+    assert set(state.summarize_objects()) >= {"objects", "total_bytes", "by_owner"}
+
+    for name in ("list_jobs", "get_job", "list_logs", "get_log", "list_runtime_envs",
+                 "list_cluster_events", "StateApiClient"):
+        with pytest.raises(NotImplementedError, match=f"ray.util.state.{name} is not in "
+                                                      "lightwork: "):
+            getattr(state, name)()

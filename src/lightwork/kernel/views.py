@@ -65,7 +65,12 @@ WORKER_KEYS = ("worker_id", "pid", "kind", "state", "actor_id", "actor_class", "
 OBJECT_KEYS = ("object_id", "owner", "task_id", "task_name", "state", "size", "location",
                "reference_kind", "reference_kinds", "holders", "pending_task_uses",
                "contained_in", "error")
-KEYS = {"tasks": TASK_KEYS, "actors": ACTOR_KEYS, "workers": WORKER_KEYS, "objects": OBJECT_KEYS}
+# Rows the state API makes from other calls' answers (``nodes()``, the placement groups).
+NODE_KEYS = ("node_id", "state", "node_ip", "resources_total")
+PLACEMENT_GROUP_KEYS = ("placement_group_id", "name", "state", "strategy", "bundles",
+                        "bundles_to_node_id")
+KEYS = {"tasks": TASK_KEYS, "actors": ACTOR_KEYS, "workers": WORKER_KEYS, "objects": OBJECT_KEYS,
+        "nodes": NODE_KEYS, "placement_groups": PLACEMENT_GROUP_KEYS}
 
 # ``TaskRecord`` fields, in the order the timeline's compact rows carry them.
 RECORD_FIELDS = ("task_id", "name", "owner", "submitted", "attempt", "worker_id", "pid",

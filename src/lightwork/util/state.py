@@ -1,20 +1,36 @@
 """Ray's path for the state API (``ray.util.state``): the same functions as :mod:`lightwork.state`."""
 
 from lightwork.state import (
+    StateApiClient,
     StateRow,
     get_actor,
+    get_job,
+    get_log,
+    get_node,
     get_objects,
+    get_placement_group,
     get_task,
     get_worker,
     list_actors,
+    list_cluster_events,
+    list_jobs,
+    list_logs,
+    list_nodes,
     list_objects,
+    list_placement_groups,
+    list_runtime_envs,
     list_tasks,
     list_workers,
     memory_summary,
     status,
+    summarize_actors,
+    summarize_objects,
     summarize_tasks,
 )
 
-__all__ = ["StateRow", "get_actor", "get_objects", "get_task", "get_worker", "list_actors",
-           "list_objects", "list_tasks", "list_workers", "memory_summary", "status",
+__all__ = ["StateApiClient", "StateRow", "get_actor", "get_job", "get_log", "get_node",
+           "get_objects", "get_placement_group", "get_task", "get_worker", "list_actors",
+           "list_cluster_events", "list_jobs", "list_logs", "list_nodes", "list_objects",
+           "list_placement_groups", "list_runtime_envs", "list_tasks", "list_workers",
+           "memory_summary", "status", "summarize_actors", "summarize_objects",
            "summarize_tasks"]
