@@ -119,8 +119,9 @@ def _one_id(what: str, id: Any, kinds: tuple[type, ...], address: Any, timeout: 
     """Check a ``get_*`` call's arguments. ``address`` is Ray's (its state server's): the
     session here is this process's, so only None or a string is taken, and ignored."""
     if isinstance(id, bool) or not isinstance(id, kinds) or (isinstance(id, str) and not id):
+        listing = "list_" + what[4:] + ("" if what.endswith("s") else "s")
         raise TypeError(f"{what}(id) takes the id as {' or '.join(k.__name__ for k in kinds)} "
-                        f"(as list_{what[4:]}s() rows give it), got {id!r}")
+                        f"(as {listing}() rows give it), got {id!r}")
     if address is not None and not isinstance(address, str):
         raise TypeError(f"{what}(address=) is a string or None, got {address!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
@@ -243,8 +244,8 @@ get_job = _not_in_lightwork("get_job", _ONE_PROGRAM)
 list_logs = _not_in_lightwork("list_logs", _OUTPUT)
 get_log = _not_in_lightwork("get_log", _OUTPUT)
 list_runtime_envs = _not_in_lightwork(
-    "list_runtime_envs", "runtime_env is applied in each worker and not installed as a "
-    "separate environment; a task's runtime_env is in its list_tasks() row")
+    "list_runtime_envs", "a runtime_env is applied in each worker as it takes the work "
+    "(env_vars, working_dir, py_modules), not installed as an environment of its own")
 list_cluster_events = _not_in_lightwork(
     "list_cluster_events", "the session's events are on its timeline (lightwork.timeline())")
 StateApiClient = _not_in_lightwork(

@@ -157,10 +157,12 @@ def set_enable_auto_connect(request: pytest.FixtureRequest) -> Iterator[bool]:
     enabled = bool(getattr(request, "param", True))
     before = os.environ.get("RAY_ENABLE_AUTO_CONNECT")
     os.environ["RAY_ENABLE_AUTO_CONNECT"] = "1" if enabled else "0"
-    try:
-        from ray._private import auto_init_hook as hook  # Ray's own flag
-    except ImportError:
-        hook = None
+    hook = None
+    if sitecustomize.TARGET == "ray":
+        try:
+            from ray._private import auto_init_hook as hook  # Ray's own flag
+        except ImportError:
+            pass
     old_flag = getattr(hook, "enable_auto_connect", None)
     if hook is not None:
         hook.enable_auto_connect = enabled
