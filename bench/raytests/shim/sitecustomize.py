@@ -50,12 +50,14 @@ ANSWERED_MODULES = ("ray._private.client_mode_hook",)
 EMPTY_MODULES = ("ray.cluster_utils", "ray.tests", "ray.tests.conftest",
                  "ray._private.ray_constants", "ray._private.utils", "ray._private.worker",
                  "ray._private.gcs_utils", "ray._private.client_mode_hook",
-                 "ray.util.client.ray_client_helpers", "ray._common.utils")
+                 "ray.util.client.ray_client_helpers", "ray._common.utils",
+                 "ray._common.constants", "ray.autoscaler._private.constants")
 # Ray's API-stability decorators, which some test files and libraries apply at import:
 # here each gives back what it decorates.
 ANNOTATION_MODULE = "ray.util.annotations"
 # Parents that must exist for the names above to import.
-EMPTY_PACKAGES = ("ray._private", "ray._common", "ray.tests", "ray.util.client")
+EMPTY_PACKAGES = ("ray._private", "ray._common", "ray.tests", "ray.util.client",
+                  "ray.autoscaler", "ray.autoscaler._private")
 
 
 class _Stand_in(importlib.abc.Loader):
