@@ -445,6 +445,16 @@ class TestOnASmallRuntime:
             message="resources to be released",
         )
 
+    def test_fractional_amounts_taken_and_given_back_leave_exactly_the_total(self, tmp_path):
+        """Float sums drift: 2.0 - 0.8474 - 0.0283 + 0.8474 + 0.0283 is
+        2.0000000000000004. Two tasks holding those amounts at once, the first given back
+        first, leave exactly the total reported free."""
+        first = ray.remote(overlapped).options(num_cpus=0.8474).remote(str(tmp_path), 0.3)
+        second = ray.remote(overlapped).options(num_cpus=0.0283).remote(str(tmp_path), 0.8)
+        assert ray.get([first, second], timeout=30) == [True, True]  # they did overlap
+        wait_until(lambda: ray.available_resources().get("CPU") == 2.0, timeout=10,
+                   message="exactly 2 CPUs free again")
+
     def test_infeasible_cpu_request_warns_and_its_get_raises_at_once(self):
         """Ray warns and leaves the task pending (its get waits forever); lightwork warns,
         and the ref's get raises at once, naming the resource and what the session has."""

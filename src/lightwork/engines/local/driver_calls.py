@@ -620,10 +620,15 @@ class DriverCalls(_Base):
 
     def _resources_x(self) -> tuple[dict[str, float], dict[str, float]]:
         """(total, available) of the node; as in Ray, a resource none of which is free
-        now is left out of ``available`` (a total of 0 is left out of both, but CPU's)."""
+        now is left out of ``available`` (a total of 0 is left out of both, but CPU's).
+        Amounts are whole 1/10,000ths (``calls._check_precision``), so what is free is
+        rounded to that unit: the float sums of fractional tasks taken and given back
+        drift by 1e-16 or so (2.0000000000000004 free of 2), which the scheduler's own
+        fit test tolerates but a program comparing with ``cluster_resources()`` does not."""
         scheduler = self.scheduler
         total = {k: v for k, v in scheduler.total.items() if v or k == "CPU"}
-        available = {k: free for k in total if (free := scheduler.available.get(k, 0.0)) > 0}
+        available = {k: free for k in total
+                     if (free := round(scheduler.available.get(k, 0.0), 4)) > 0}
         return total, available
 
 
