@@ -115,7 +115,7 @@ def list_objects(filters: Any = None, *, limit: int | None = views.DEFAULT_LIMIT
     return _list("objects", filters, limit, equals)
 
 
-def _one_id(what: str, id: Any, kinds: tuple[type, ...], address: Any, timeout: Any) -> None:
+def _check_get(what: str, id: Any, kinds: tuple[type, ...], address: Any, timeout: Any) -> None:
     """Check a ``get_*`` call's arguments. ``address`` is Ray's (its state server's): the
     session here is this process's, so only None or a string is taken, and ignored."""
     if isinstance(id, bool) or not isinstance(id, kinds) or (isinstance(id, str) and not id):
@@ -131,7 +131,7 @@ def _one_id(what: str, id: Any, kinds: tuple[type, ...], address: Any, timeout: 
 def get_actor(id: str, address: str | None = None, timeout: float = 30) -> StateRow | None:
     """The row of the actor with this id (``list_actors()``'s ``actor_id``, a hex
     string, as ``handle._actor_id`` and the CLI show it), or None."""
-    _one_id("get_actor", id, (str,), address, timeout)
+    _check_get("get_actor", id, (str,), address, timeout)
     rows = _list("actors", [("actor_id", "=", id.lower())], None, {}, timeout)
     return rows[0] if rows else None
 
@@ -143,7 +143,7 @@ def get_task(id: Any, address: str | None = None, timeout: float = 30) -> StateR
 
     if isinstance(id, ObjectRef):
         id = id.task_id()
-    _one_id("get_task", id, (int, str), address, timeout)
+    _check_get("get_task", id, (int, str), address, timeout)
     rows = _list("tasks", [("task_id", "=", id)], None, {}, timeout)
     return max(rows, key=lambda row: row.get("attempt") or 0) if rows else None
 
@@ -151,7 +151,7 @@ def get_task(id: Any, address: str | None = None, timeout: float = 30) -> StateR
 def get_worker(id: Any, address: str | None = None, timeout: float = 30) -> StateRow | None:
     """The row of the worker with this id (``list_workers()``'s ``worker_id``; 0 is the
     driver), or None."""
-    _one_id("get_worker", id, (int, str), address, timeout)
+    _check_get("get_worker", id, (int, str), address, timeout)
     rows = _list("workers", [("worker_id", "=", id)], None, {}, timeout)
     return rows[0] if rows else None
 
@@ -159,7 +159,7 @@ def get_worker(id: Any, address: str | None = None, timeout: float = 30) -> Stat
 def get_objects(id: str, address: str | None = None, timeout: float = 30) -> list[StateRow]:
     """The rows of the object with this id (``list_objects()``'s ``object_id``, as
     ``ref.hex()`` gives it): one, or none if it is gone."""
-    _one_id("get_objects", id, (str,), address, timeout)
+    _check_get("get_objects", id, (str,), address, timeout)
     return _list("objects", [("object_id", "=", id.lower())], None, {}, timeout)
 
 
@@ -178,7 +178,7 @@ def list_nodes(filters: Any = None, *, limit: int | None = views.DEFAULT_LIMIT,
 
 def get_node(id: str, address: str | None = None, timeout: float = 30) -> StateRow | None:
     """The row of the node with this id (``list_nodes()``'s ``node_id``), or None."""
-    _one_id("get_node", id, (str,), address, timeout)
+    _check_get("get_node", id, (str,), address, timeout)
     rows = list_nodes([("node_id", "=", id)], limit=None)
     return rows[0] if rows else None
 
@@ -189,14 +189,14 @@ def list_placement_groups(filters: Any = None, *, limit: int | None = views.DEFA
     ``placement_group_id``, ``name``, ``state``, ``strategy``, ``bundles``."""
     from lightwork.api.placement_group import placement_group_table
 
-    rows = [dict(row) for row in placement_group_table().values()]
+    rows = list(placement_group_table().values())  # read only: each row is copied once
     return _filtered("placement_groups", rows, filters, limit, equals)
 
 
 def get_placement_group(id: str, address: str | None = None,
                         timeout: float = 30) -> StateRow | None:
     """The row of the placement group with this id (``pg.id.hex()``), or None."""
-    _one_id("get_placement_group", id, (str,), address, timeout)
+    _check_get("get_placement_group", id, (str,), address, timeout)
     rows = list_placement_groups([("placement_group_id", "=", id)], limit=None)
     return rows[0] if rows else None
 
