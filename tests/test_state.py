@@ -270,3 +270,13 @@ def test_placement_groups_by_id_and_state(runtime):
                  if r.placement_group_id == group.id.hex()]
     assert removed.state == "REMOVED"
     assert state.get_placement_group("0" * 16 + "ff") is None
+
+
+def test_an_integer_filter_is_exact_for_64_bit_ids():
+    """Two task ids 1 apart near 2**62 are one float: a filter must still tell them apart."""
+    rows = [{"task_id": 6075748422973915202}, {"task_id": 6075748422973915203}]
+    for wanted in (6075748422973915203, "6075748422973915203"):
+        matched, _ = views.filter_rows("tasks", rows, [("task_id", "=", wanted)], None)
+        assert matched == [rows[1]]
+    matched, _ = views.filter_rows("tasks", [{"task_id": 2}], [("task_id", "=", "2.0")], None)
+    assert matched == [{"task_id": 2}]

@@ -570,6 +570,11 @@ def _equal(actual: Any, wanted: Any) -> bool:
         return wanted is None or str(wanted).lower() in ("none", "null", "")
     if isinstance(actual, bool):
         return str(wanted).lower() in (("true", "1", "yes") if actual else ("false", "0", "no"))
+    if isinstance(actual, int) and not isinstance(wanted, float):
+        try:  # exactly: 64-bit task ids as floats would match their neighbours
+            return actual == int(str(wanted).strip())
+        except ValueError:
+            pass  # "2.0" for an int field: compared as floats below
     if isinstance(actual, (int, float)):
         try:
             return float(actual) == float(wanted)
