@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import lightwork as ray
-from tests.helpers import HANG_LIMIT_S, SUITE_ROOT, call_bounded
+from tests.helpers import HANG_LIMIT_S, SUITE_ROOT, call_bounded, wait_until
 from tests import support
 from lightwork.exceptions import ObjectStoreFullError
 
@@ -471,3 +471,89 @@ def test_a_get_racing_a_spill_does_not_keep_the_mapping(fresh_runtime):
     assert not os.path.exists(spill_path)
     assert old_path not in serialization.MAPS and spill_path not in serialization.MAPS
     assert len(serialization.MAPS) == 0
+
+
+# ------------------------------------------------------------------ garbage cycles
+@ray.remote
+class CycleKeeper:
+    """Puts values whose refs only a reference cycle holds, with the collector off (as
+    a worker that allocates little never collects); notes when a collection runs."""
+
+    def __init__(self):
+        self.collections = 0
+        gc.disable()
+        gc.callbacks.append(self._note)
+
+    def _note(self, phase, info):
+        if phase == "stop":
+            self.collections += 1
+
+    def leave_cycle(self, size):
+        refs = [ray.put(np.full(size, 1, dtype=np.uint8)) for _ in range(2)]
+        a, b = [refs[0]], [refs[1]]
+        a.append(b)
+        b.append(a)
+
+    def collections_seen(self):
+        return self.collections
+
+
+def _live_mb() -> float:
+    return _store().live_bytes / MB
+
+
+def test_store_pressure_collects_cycles_in_workers_before_spilling(fresh_runtime):
+    """Past 70% of the budget, the workers run the cycle collector: the objects only
+    garbage cycles held are freed, and nothing is spilled for them."""
+    ray.init(num_cpus=1, object_store_memory=100 * MB)
+    keeper = CycleKeeper.remote()
+    for _ in range(3):  # 60 MB held by cycles: under the threshold, nobody collects
+        ray.get(keeper.leave_cycle.remote(10 * MB))
+    time.sleep(0.5)
+    assert ray.get(keeper.collections_seen.remote()) == 0
+    assert _live_mb() >= 60
+    ray.get(keeper.leave_cycle.remote(10 * MB))  # 80 MB
+    wait_until(lambda: ray.get(keeper.collections_seen.remote()) >= 1, timeout=10,
+               message="the actor's collection")
+    wait_until(lambda: _live_mb() < 10, timeout=10, message="the cycles' objects freed")
+    assert _store().spilled_total == 0
+
+
+def test_store_pressure_collects_cycles_in_the_driver(fresh_runtime):
+    """The driver collects too (on the spill thread): its own cycles' refs are dropped.
+    The collection starts with the put that passes 70 MB, so the last cycle or two may
+    outlive it: the first three (60 MB) may not."""
+    ray.init(num_cpus=1, object_store_memory=100 * MB)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(4):
+            a = [ray.put(np.full(10 * MB, 2, dtype=np.uint8))]
+            b = [ray.put(np.full(10 * MB, 3, dtype=np.uint8)), a]
+            a.append(b)
+            del a, b
+        wait_until(lambda: _live_mb() <= 30, timeout=10, message="the driver's cycles freed")
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert _store().spilled_total == 0
+
+
+def test_store_asks_for_a_collection_past_the_threshold_once_per_interval(tmp_path,
+                                                                          monkeypatch):
+    from lightwork.engines.local import store as store_module
+
+    store = store_module.SegmentStore(str(tmp_path), budget=10 * MB)
+    asked = []
+    store.on_high = lambda: asked.append(store.live_bytes)
+    store.track(f"{tmp_path}/a", 6 * MB, 1)  # 60%
+    assert asked == []
+    store.track(f"{tmp_path}/b", 2 * MB, 2)  # 80%
+    assert asked == [8 * MB]
+    store.track(f"{tmp_path}/c", 1 * MB, 3)  # 90%, within the interval: not again
+    assert asked == [8 * MB]
+    now = time.monotonic()
+    monkeypatch.setattr(store_module.time, "monotonic",
+                        lambda: now + store_module.COLLECT_EVERY_S + 1)
+    store.track(f"{tmp_path}/d", 512 * 1024, 4)
+    assert asked == [8 * MB, 9 * MB + 512 * 1024]

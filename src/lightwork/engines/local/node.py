@@ -54,7 +54,9 @@ process). What the I/O loop costs on the hot path: ``io_loop.py``.
 
 from __future__ import annotations
 
+import gc
 import itertools
+import logging
 import sys
 import time
 from collections import deque
@@ -103,6 +105,8 @@ from lightwork.engines.local.spill import Spiller
 from lightwork.engines.local.store import SegmentStore, default_budget
 from lightwork.engines.local.task_table import TaskTable, tell
 from lightwork.engines.local.worker_pool import WorkerConn, WorkerPool
+
+log = logging.getLogger("lightwork")
 
 if TYPE_CHECKING:
 
@@ -546,6 +550,20 @@ class Node(DriverCalls, WorkerRequests, Lineage, Cancellation, WorkerDeaths, Loc
     def _release_gpus(self, task_id: int) -> None:
         if self.gpus.held:
             self.gpus.release(task_id)
+
+    def collect_garbage(self) -> None:
+        """The store is under pressure (``SegmentStore.on_high``): every worker runs
+        Python's cycle collector between its calls (``COLLECT``), and so does the driver,
+        here on the spill thread with no lock held. The refs it frees are released as
+        any dropped ref is (the I/O loop drains them)."""
+        with self.lock:
+            if self.closed:
+                return
+            for conn in list(self.workers.values()):
+                self._send(conn, [(p.COLLECT,)])
+        log.debug("the object store holds %d of its %d bytes: collecting garbage cycles",
+                  self.store.live_bytes, self.store.budget)
+        gc.collect()
 
     # ------------------------------------------------------------------ shutdown
     def answer_query(self, op: str, args: dict[str, Any]) -> Any:

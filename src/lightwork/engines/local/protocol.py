@@ -27,7 +27,8 @@ long one. And a task's one scalar result is its outcome as its pickle's bytes al
 other results come as a list (``Worker.store_results``). Each is an object less to
 build, pickle, read and free per task on both sides.
 
-Driver -> worker: ``TASK``, ``FUNCTION``, ``REPLY``, ``EXIT``, ``ACTOR_INIT``.
+Driver -> worker: ``TASK``, ``FUNCTION``, ``REPLY``, ``EXIT``, ``ACTOR_INIT``,
+``COLLECT`` (run the cycle collector: ``store.py``).
 Worker -> driver: ``DONE``, ``SUBMIT``, ``PUT``, ``GET``, ``WAIT``, ``BORROW``,
 ``RELEASE``, ``BLOCKED``, ``UNBLOCKED``, ``BOUNCE``, ``CANCEL``, ``CALL``, ``MAPPED``,
 ``UNMAPPED`` (which shared-memory segments the worker maps: see ``store.py``),
@@ -70,6 +71,7 @@ RETIRE = 24  # worker -> driver: it ran a max_calls function's last call and exi
 OUTPUT = 25  # worker -> driver: lines its calls printed (``output.py``)
 DEBUG = 26  # worker -> driver: a call paused in the debugger, or resumed (kernel/debugger.py)
 ADVICE = 27  # worker -> driver: what only the worker saw, for the advisor (a fork in a call)
+COLLECT = 28  # driver -> worker: the store is under pressure, run the cycle collector
 
 # The driver's reply to a generator's raised exception (a stream's "yield" with an error):
 # not an item count but "raise it": the task fails with it and is retried

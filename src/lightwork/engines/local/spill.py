@@ -1,8 +1,10 @@
 """Spilling: moving the least recently used objects from shared memory to disk.
 
-One daemon thread ("lightwork-spill") per session does all disk I/O, so a slow disk
-never stalls a submission or the node's I/O loop. It sleeps until the store wakes it
-(``SegmentStore.on_pressure``), or until the oldest pooled segment has been idle for
+One daemon thread ("lightwork-spill") per session relieves the store, so a slow disk or a
+long collection never stalls a submission or the node's I/O loop. It sleeps until the
+store wakes it: to collect garbage cycles (``SegmentStore.on_high``: the node asks every
+worker, and the driver collects on this thread, holding no lock, so finalizers that
+release refs may take the node's lock), or to spill (``SegmentStore.on_pressure``), or until the oldest pooled segment has been idle for
 ``store.POOL_IDLE_S`` (``SegmentStore.trim_idle`` unlinks it). It first maps and faults in segments that went back to
 the store's pool unmapped (``SegmentStore.prepare_pool``), then, while the store is over
 its budget, spills one object at a time:
@@ -57,7 +59,15 @@ class Spiller:
         self._start_lock = threading.Lock()
         self.closed = False
         self.spill_seconds = 0.0  # time spent copying, for throughput figures
+        self._collect = False  # a collection of garbage cycles is asked for
         self.store.on_pressure = self.wake
+        self.store.on_high = self.collect_soon
+
+    def collect_soon(self) -> None:
+        """Ask for a collection of garbage cycles in every process (cheap: the store
+        calls it under its lock)."""
+        self._collect = True
+        self.wake()
 
     def wake(self) -> None:
         if self._thread is None:
@@ -78,6 +88,9 @@ class Spiller:
         while not self.closed:
             self._wake.wait(self.store.trim_idle())
             self._wake.clear()
+            if self._collect:
+                self._collect = False
+                self.node.collect_garbage()
             self.store.prepare_pool()
             stuck = False
             while not self.closed and self.store.over_budget > 0 and self.store.spill_stuck is None:

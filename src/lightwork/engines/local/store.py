@@ -38,6 +38,12 @@ spiller waits on a short-lived thread, never on the node's I/O thread, and fails
 deadlock) when the objects in memory are all read by running tasks.
 ``live`` is kept in least-recently-used order (``touch``).
 
+Before spilling, garbage: once live objects pass ``COLLECT_AT`` of the budget, the store
+asks (``on_high``, at most once per ``COLLECT_EVERY_S``) for every process of the session
+to run Python's cycle collector. A ref that only a reference cycle still holds (a worker
+with ``gc.disable()``, or one that allocates too little for a collection to come) keeps
+its object alive until then; collecting first frees it instead of spilling it.
+
 Thread safety: the store has its own lock, taken briefly and never while calling out;
 ``write`` runs in user threads (``put``, by-value arguments), ``release`` and the reader
 reports on the node's I/O thread under the node lock.
@@ -68,6 +74,13 @@ ROOM_WAIT_S = 60.0
 #: Once spilling, the spiller goes on until live bytes are this share of the budget, so
 #: the next writes find room without waiting.
 SPILL_TO = 0.9
+#: Past this share of the budget in live objects, every process of the session runs
+#: Python's cycle collector (Ray's threshold): objects that only reference cycles still
+#: hold are freed before anything is spilled for them.
+COLLECT_AT = 0.7
+#: At most one such collection in this many seconds: a store that stays full of live
+#: objects costs a collection per interval, not one per write.
+COLLECT_EVERY_S = 10.0
 #: A pooled segment unused this long is unlinked: an idle program gives memory back.
 POOL_IDLE_S = 5.0
 #: Share of the machine's memory the store may use by default (Ray's default).
@@ -108,6 +121,8 @@ class SegmentStore:
         self.spilled_total = 0  # objects ever spilled
         self.recycled_count = 0
         self.on_pressure: Callable[[], None] | None = None  # wakes the spiller
+        self.on_high: Callable[[], None] | None = None  # asks for a collection of cycles
+        self._collect_after = 0.0  # (monotonic) no collection is asked before then
         self.wanted = 0  # bytes a writer waits for
         self.spill_stuck: str | None = None  # why the spiller cannot free more, if so
         self.nothing_to_spill = False  # the spiller found every object in memory in use
@@ -122,8 +137,7 @@ class SegmentStore:
             self._make_room(plan.total)
             segment = self._create(data, raws)
             with self._lock:
-                self.live[segment.path] = segment
-                self.live_bytes += segment.capacity
+                self._add_live_locked(segment)
             return segment.path
         try:
             if segment.mapping is None:
@@ -137,8 +151,7 @@ class SegmentStore:
             self._discard(segment)
             raise
         with self._lock:
-            self.live[segment.path] = segment
-            self.live_bytes += segment.capacity
+            self._add_live_locked(segment)
         return segment.path
 
     def _make_room(self, size: int, claim: Segment | None = None, worker_id: int = 0,
@@ -225,13 +238,24 @@ class SegmentStore:
             self.reserved.pop(path, None)
             segment = self.live.get(path)
             if segment is None and path not in self.spilled:
-                segment = self.live[path] = Segment(path, size)
-                self.live_bytes += size
+                segment = Segment(path, size)
+                self._add_live_locked(segment)
                 wake = self.live_bytes + self.pooled_bytes + self.wanted > self.budget
             if segment is not None:
                 segment.object_id = object_id
         if wake and self.on_pressure is not None:
             self.on_pressure()
+
+    def _add_live_locked(self, segment: Segment) -> None:
+        """Count ``segment`` as live; past ``COLLECT_AT`` of the budget, ask for a
+        collection of garbage cycles (``on_high``), at most once per ``COLLECT_EVERY_S``."""
+        self.live[segment.path] = segment
+        self.live_bytes += segment.capacity
+        if self.live_bytes >= self.budget * COLLECT_AT and self.on_high is not None:
+            now = time.monotonic()
+            if now >= self._collect_after:
+                self._collect_after = now + COLLECT_EVERY_S
+                self.on_high()
 
     def _take(self, size: int) -> Segment | None:
         with self._lock:
@@ -283,8 +307,7 @@ class SegmentStore:
         stale = self.live.pop(segment.path, None)  # a retry writes its result's name again
         if stale is not None:
             self.live_bytes -= stale.capacity
-        self.live[segment.path] = segment
-        self.live_bytes += segment.capacity
+        self._add_live_locked(segment)
         self.reserved[segment.path] = worker_id
 
     # ---------------------------------------------------------------- readers
