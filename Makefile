@@ -114,6 +114,7 @@ bench: $(STAMP) $(VENV)/.bench-installed
 	$(PY) bench/task_profiler_cost.py --mode cprofile --rounds 4
 	$(PY) bench/task_profiler_cost.py --rss
 	$(PY) bench/deep_queue.py
+	$(PY) bench/nested.py
 	$(PY) bench/wakeups.py --json bench/wakeups.json
 	$(PY) bench/readme_table.py
 

@@ -249,6 +249,45 @@ def test_blocked_worker_lends_its_cpu_and_takes_it_back():
     assert s.available["CPU"] == 0
 
 
+def test_tasks_a_blocked_worker_waits_for_run_before_the_others():
+    s = Scheduler({"CPU": 1.0})
+    queued = [task(i) for i in range(200)]
+    for t in queued:
+        s.make_ready(t)
+    near_tail, deep, head = queued[198], queued[5], queued[0]
+    s.run_first([near_tail, deep])  # the order of the get's refs is kept
+    order = [t.task_id for t in s.ready[near_tail.shape]]
+    assert order[:3] == [198, 5, 0] and len(order) == 200 == len(set(order))
+    s.run_first([head])
+    assert [t.task_id for t in s.ready[head.shape]][:3] == [0, 198, 5]
+
+
+def test_a_waited_for_task_of_another_shape_gets_the_lent_cpu_first():
+    s = Scheduler({"CPU": 2.0})
+    s.add_worker(1)
+    caller, waited = task(0, cpus=2.0), task(1)
+    s.make_ready(caller)  # its shape's queue comes first in the pass order
+    s.make_ready(waited)
+    s.run_first([waited])
+    assert s.schedule() == [waited]
+    assert [t.task_id for t in s.ready[caller.shape]] == [0]
+
+
+def test_run_first_leaves_tasks_that_are_not_queued_alone():
+    s = Scheduler({"CPU": 1.0})
+    s.add_worker(1)
+    running, waiting, other_shape = task(0), task(1), task(2, cpus=0.5)
+    s.make_ready(running)
+    s.make_ready(task(3))
+    [placed] = s.schedule()
+    assert placed is running
+    s.make_ready(other_shape)
+    other_shape.state = "PENDING_ARGS_AVAIL"  # (as a task whose arguments are pending)
+    s.run_first([running, waiting, other_shape])
+    assert [t.task_id for t in s.ready[task(3).shape]] == [3]
+    assert [t.task_id for t in s.ready[other_shape.shape]] == [2]
+
+
 def test_dead_worker_returns_its_tasks_and_resources():
     s = Scheduler({"CPU": 1.0})
     slot = s.add_worker(1)
@@ -586,6 +625,30 @@ class TestOnASmallRuntime:
 
         # 8 parents on 2 CPUs: each blocked parent must lend its slot to a child.
         assert ray.get([parent.remote(i) for i in range(8)], timeout=40) == [-i for i in range(8)]
+
+    def test_callers_blocked_on_nested_calls_do_not_each_take_a_worker(self):
+        """A thousand callers of a nested chain on one CPU: each blocked caller lends
+        its CPU, and the task it waits for runs next rather than the next caller, so
+        the workers started stay few (in a FIFO queue every caller, then every middle
+        task, got a worker of its own: about two per caller)."""
+        @ray.remote
+        def leaf():
+            return 1
+
+        @ray.remote
+        def middle():
+            return ray.get(leaf.remote()) + 1
+
+        @ray.remote(num_cpus=2)  # one at a time on the small runtime's two CPUs
+        def caller(i):
+            return ray.get(middle.remote()) + i
+
+        from tests import support
+
+        before = support.worker_ids()
+        assert ray.get([caller.remote(i) for i in range(300)], timeout=60) == [
+            i + 2 for i in range(300)]
+        assert len(support.worker_ids() - before) < 30
 
     def test_crashed_task_releases_its_resources(self):
         @ray.remote(num_cpus=2, resources={"widget": 1}, max_retries=0)

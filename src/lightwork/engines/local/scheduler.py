@@ -42,6 +42,16 @@ workers get work for the whole gap until the next pass, not for a fixed part of 
 while passes close together keep the narrow window, so what waits behind an outlier
 stays small once the program stops submitting.
 
+A task that a worker blocked in a nested ``get`` or ``wait`` waits for runs before the
+tasks nobody waits for (``run_first``: to the front of its queue, and its shape's queue
+to the front of the pass). The blocked worker lends its CPU; in FIFO order the next task
+in the queue would take it, often another caller that blocks in turn on a new worker, so
+a thousand callers of one nested call took two thousand workers, and a recursion
+(``fib(n - 1)`` and ``fib(n - 2)`` from ``fib(n)``) ran breadth first with a worker per
+blocked call. Waited-for tasks first finish each caller's chain before the next caller
+starts: depth first, with a few workers per level. Ray reaches the same end by queueing
+fairly across functions.
+
 Measured: see bench/HOTPATH.md, "The scheduler's window".
 
 Placement groups (Ray's, with one-machine semantics). A group reserves its bundles'
@@ -66,6 +76,7 @@ ready tasks for it are handed to the node to fail (``orphaned``).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -87,6 +98,8 @@ SHORT_TASK_S = 0.001
 PIPELINE_WINDOW_S = 0.005
 MAX_PIPELINE_DEPTH = 32
 MAX_WINDOW_S = 0.1
+#: How far from its queue's tail ``run_first`` looks for a task before searching the queue.
+FIRST_SCAN = 64
 _EPS = 1e-9
 
 # task states
@@ -267,6 +280,27 @@ class Scheduler:
             queue.appendleft(task)
         else:
             queue.append(task)
+
+    def run_first(self, tasks: list[TaskSpec]) -> None:
+        """A worker blocks in a nested get or wait for ``tasks``: those of them that are
+        ready go to the front of their queues, in the order given, ahead of the tasks
+        nobody waits for (module docstring, "Policy").
+
+        Each was most likely submitted just before the call, so it is looked for from
+        the tail first (``FIRST_SCAN`` places), then anywhere. Their shapes' queues move
+        to the front of ``ready`` too: a pass serves the shapes in that order, so a
+        caller of another shape cannot take the CPU the blocked one lent first."""
+        ready = self.ready
+        first: set[Shape] = set()
+        for task in reversed(tasks):
+            queue = ready.get(task.shape) if task.state == READY else None
+            if queue and (queue[0] is task or _take_out(queue, task)):
+                if queue[0] is not task:
+                    queue.appendleft(task)
+                first.add(task.shape)
+        if first and set(itertools.islice(ready, len(first))) != first:
+            for shape in [shape for shape in ready if shape not in first]:
+                ready[shape] = ready.pop(shape)  # (to the end, after the shapes first)
 
     def remove_ready(self, task: TaskSpec) -> bool:
         queue = self.ready.get(task.shape)
@@ -549,6 +583,21 @@ class PlacementGroupState:
             "strategy": self.strategy,
             "state": self.state,
         }
+
+
+def _take_out(queue: deque[TaskSpec], task: TaskSpec) -> bool:
+    """Remove ``task`` from ``queue``, looking from the tail first; False if absent."""
+    for back, queued in enumerate(reversed(queue)):
+        if queued is task:
+            del queue[-1 - back]
+            return True
+        if back == FIRST_SCAN:
+            break
+    try:
+        queue.remove(task)
+    except ValueError:
+        return False
+    return True
 
 
 def _group_problem(scheduler: Scheduler, bundles: list[dict[str, float]], strategy: str) -> str | None:

@@ -545,6 +545,7 @@ class WorkerRequests(_Base):
             if deadlock:
                 self._reply(conn, request_id, ("deadlock", deadlock))
                 return
+        self._run_first(pending)
         state = self._lend_cpu(conn, request_id, "get")
 
         def finish(timed_out: bool) -> None:
@@ -580,14 +581,15 @@ class WorkerRequests(_Base):
         if self.advisor is not None:
             self.note_blocking_call(conn, "wait", ids, context)
         actor = conn.actor
+        pending = [e for e in (self.objects.entries.get(i) for i in ids)
+                   if e is not None and e.state == PENDING]
         if actor is not None and context is not None:  # as for get: can it ever return?
-            pending = [e for e in (self.objects.entries.get(i) for i in ids)
-                       if e is not None and e.state == PENDING]
             deadlock = self.actors.start_wait(actor, (conn.worker_id, request_id), pending,
                                               timeout, context, need=num_returns - len(ready))
             if deadlock:
                 self._reply(conn, request_id, ("deadlock", deadlock))
                 return
+        self._run_first(pending)
         state = self._lend_cpu(conn, request_id, "wait")
 
         def finish() -> None:
@@ -600,13 +602,25 @@ class WorkerRequests(_Base):
             self._reply(conn, request_id, ready_ids()[:num_returns])
 
         countdown = _CallbackCountdown(num_returns - len(ready), finish)
-        for object_id in ids:
-            entry = self.objects.entries.get(object_id)
-            if entry is not None and entry.state == PENDING:
-                entry.add_waiter(countdown.hit)
+        for entry in pending:
+            entry.add_waiter(countdown.hit)
         if timeout is not None:
             self.io.add_timer(timeout, finish)
 
+
+    def _run_first(self, pending: list[ObjectEntry]) -> None:
+        """A worker blocks for ``pending``: the queued tasks that make them run before
+        tasks nobody waits for. Otherwise each blocked caller lends its CPU to the next
+        caller in the queue, which blocks in turn on a new worker: a thousand callers
+        of one nested call, or a recursion, would take a worker each."""
+        tasks = self.tasks
+        waited = []
+        for entry in pending:
+            task = tasks.get(entry.task_id) if entry.task_id else None
+            if task is not None and not task.actor_id:
+                waited.append(task)
+        if waited:
+            self.scheduler.run_first(waited)
 
     def _lend_cpu(self, conn: WorkerConn, request_id: int, call: str) -> dict[str, bool]:
         """The worker blocks in a nested ``call`` (get or wait): lend its CPU to the pool
