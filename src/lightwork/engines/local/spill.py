@@ -2,12 +2,13 @@
 
 One daemon thread ("lightwork-spill") per session relieves the store, so a slow disk or a
 long collection never stalls a submission or the node's I/O loop. It sleeps until the
-store wakes it: to collect garbage cycles (``SegmentStore.on_high``: the node asks every
-worker, and the driver collects on this thread, holding no lock, so finalizers that
-release refs may take the node's lock), or to spill (``SegmentStore.on_pressure``), or until the oldest pooled segment has been idle for
-``store.POOL_IDLE_S`` (``SegmentStore.trim_idle`` unlinks it). It first maps and faults in segments that went back to
-the store's pool unmapped (``SegmentStore.prepare_pool``), then, while the store is over
-its budget, spills one object at a time:
+store wakes it, or until the oldest pooled segment has been idle for
+``store.POOL_IDLE_S`` (``SegmentStore.trim_idle`` unlinks it). Woken to collect garbage
+cycles (``SegmentStore.on_high``), it has the node ask every worker, then collects the
+driver's on this thread, holding no lock, so finalizers that release refs may take the
+node's. Woken to spill (``SegmentStore.on_pressure``), it first maps and faults in
+segments that went back to the store's pool unmapped (``SegmentStore.prepare_pool``),
+then, while the store is over its budget, spills one object at a time:
 
 1. under the node lock, picks the least recently used object that nothing is reading
    (no pending task uses it, no worker maps it, no array in the driver points into it);

@@ -607,7 +607,6 @@ class WorkerRequests(_Base):
         if timeout is not None:
             self.io.add_timer(timeout, finish)
 
-
     def _run_first(self, pending: list[ObjectEntry]) -> None:
         """A worker blocks for ``pending``: the queued tasks that make them run before
         tasks nobody waits for. Otherwise each blocked caller lends its CPU to the next
